@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs with apt-get whatever sdrt's build and tests need and is missing. Idempotent;
+# prints nothing when everything is already there. The CUDA toolkit and NCCL are not
+# Debian packages: they are used from /usr/local/cuda when present (CUDA builds are AUTO).
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config git ca-certificates python3 python3-pip
+  mpich libmpich-dev
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

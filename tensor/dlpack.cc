@@ -1,0 +1,98 @@
+#include "tensor/dlpack.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace sdrt {
+namespace {
+
+// What an exported DLManagedTensor owns: the tensor (and so its storage) and the
+// int64 arrays DLTensor points at.
+struct ExportContext {
+  Tensor tensor;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  DLManagedTensor managed;
+};
+
+void DeleteExport(DLManagedTensor* managed) {
+  delete static_cast<ExportContext*>(managed->manager_ctx);
+}
+
+}  // namespace
+
+absl::StatusOr<DLManagedTensor*> ToDLPack(const Tensor& tensor) {
+  if (!tensor.defined() || tensor.is_meta()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ToDLPack: cannot export ", tensor.ToString(), " (no storage)"));
+  }
+  auto ctx = std::make_unique<ExportContext>();
+  ctx->tensor = tensor;
+  ctx->shape.assign(tensor.shape().begin(), tensor.shape().end());
+  ctx->strides.assign(tensor.strides().begin(), tensor.strides().end());
+  DLTensor& dl = ctx->managed.dl_tensor;
+  dl.data = tensor.data_ptr();
+  if (tensor.device().is_cuda()) {
+    dl.device = DLDevice{kDLCUDA, tensor.device().index};
+  } else {
+    const bool pinned = tensor.storage() != nullptr && tensor.storage()->is_pinned();
+    dl.device = DLDevice{pinned ? kDLCUDAHost : kDLCPU, 0};
+  }
+  dl.ndim = tensor.dim();
+  const DLPackType type = ToDLPackType(tensor.dtype());
+  dl.dtype = DLDataType{type.code, type.bits, 1};
+  dl.shape = ctx->shape.data();
+  dl.strides = ctx->strides.data();
+  dl.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx.get();
+  ctx->managed.deleter = &DeleteExport;
+  return &ctx.release()->managed;
+}
+
+absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
+  if (managed == nullptr) return absl::InvalidArgumentError("FromDLPack: null DLManagedTensor");
+  const DLTensor& dl = managed->dl_tensor;
+  Device device;
+  switch (dl.device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost:
+      device = Device::CPU();
+      break;
+    case kDLCUDA:
+    case kDLCUDAManaged:
+      device = Device::CUDA(dl.device.device_id);
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("FromDLPack: unsupported DLPack device type ", dl.device.device_type));
+  }
+  absl::StatusOr<DType> dtype = DTypeFromDLPack(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes);
+  if (!dtype.ok()) return dtype.status();
+  if (dl.ndim < 0 || (dl.ndim > 0 && dl.shape == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("FromDLPack: bad ndim ", dl.ndim));
+  }
+  const IntVector shape(dl.shape, dl.shape + dl.ndim);
+  const IntVector strides =
+      dl.strides != nullptr ? IntVector(dl.strides, dl.strides + dl.ndim) : ContiguousStrides(shape);
+  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
+  if (!numel.ok()) return numel.status();
+  // Bytes reachable from the first element: the storage this tensor borrows.
+  int64_t last = 0;
+  for (int i = 0; i < dl.ndim; ++i) {
+    if (strides[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FromDLPack: negative stride ", strides[i], " at dim ", i));
+    }
+    if (*numel > 0) last += (shape[i] - 1) * strides[i];
+  }
+  const int64_t elem = ElementSize(*dtype);
+  const int64_t nbytes = *numel > 0 ? (last + 1) * elem : 0;
+  char* data = static_cast<char*>(dl.data) + dl.byte_offset;
+  std::shared_ptr<Storage> storage = Storage::Borrow(data, nbytes, device, [managed](void*) {
+    if (managed->deleter != nullptr) managed->deleter(managed);
+  });
+  return Tensor::FromStorage(std::move(storage), *dtype, shape, strides, 0);
+}
+
+}  // namespace sdrt

@@ -1,0 +1,118 @@
+#include "tensor/storage.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace sdrt {
+namespace {
+
+absl::Status ErrnoError(absl::string_view call, absl::string_view what, int err) {
+  return absl::InternalError(absl::StrCat(call, " failed for ", what, ": ", std::strerror(err)));
+}
+
+}  // namespace
+
+absl::string_view StorageKindName(StorageKind kind) {
+  switch (kind) {
+    case StorageKind::kCpu:
+      return "cpu";
+    case StorageKind::kShared:
+      return "shared";
+    case StorageKind::kBorrowed:
+      return "borrowed";
+    case StorageKind::kPinnedHost:
+      return "pinned";
+    case StorageKind::kCudaDevice:
+      return "cuda";
+    case StorageKind::kMappedFile:
+      return "mapped-file";
+  }
+  return "invalid";
+}
+
+Storage::Storage(void* data, int64_t nbytes, Device device, StorageKind kind, Release release)
+    : data_(data), nbytes_(nbytes), device_(device), kind_(kind), release_(std::move(release)) {}
+
+Storage::~Storage() {
+  for (auto it = finalizers_.rbegin(); it != finalizers_.rend(); ++it) (*it)();
+  if (release_) release_(data_);
+}
+
+void Storage::AddFinalizer(std::function<void()> finalizer, bool marks_pinned) {
+  finalizers_.push_back(std::move(finalizer));
+  if (marks_pinned) registered_ = true;
+}
+
+std::shared_ptr<Storage> Storage::Wrap(void* data, int64_t nbytes, Device device,
+                                       StorageKind kind, Release release) {
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, kind, std::move(release)));
+}
+
+std::shared_ptr<Storage> Storage::Borrow(void* data, int64_t nbytes, Device device,
+                                         Release release) {
+  return Wrap(data, nbytes, device, StorageKind::kBorrowed, std::move(release));
+}
+
+absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes,
+                                                              int64_t alignment) {
+  if (nbytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AllocateCpu: negative size ", nbytes));
+  }
+  if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllocateCpu: alignment ", alignment, " is not a power of two"));
+  }
+  if (nbytes == 0) return Wrap(nullptr, 0, Device::CPU(), StorageKind::kCpu, nullptr);
+  if (alignment < static_cast<int64_t>(sizeof(void*))) alignment = sizeof(void*);
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  const int64_t rounded = (nbytes + alignment - 1) / alignment * alignment;
+  void* data = std::aligned_alloc(static_cast<size_t>(alignment), static_cast<size_t>(rounded));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("AllocateCpu: cannot allocate ", nbytes, " bytes"));
+  }
+  return Wrap(data, nbytes, Device::CPU(), StorageKind::kCpu, [](void* p) { std::free(p); });
+}
+
+absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateShared(int64_t nbytes) {
+  if (nbytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AllocateShared: negative size ", nbytes));
+  }
+  if (nbytes == 0) return Wrap(nullptr, 0, Device::CPU(), StorageKind::kShared, nullptr);
+  static std::atomic<uint64_t> counter{0};
+  const std::string name = absl::StrCat("/sdrt-", ::getpid(), "-", counter.fetch_add(1));
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return ErrnoError("shm_open", name, errno);
+  if (::ftruncate(fd, static_cast<off_t>(nbytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return ErrnoError("ftruncate", absl::StrCat(name, " (", nbytes, " bytes)"), err);
+  }
+  void* data = ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (data == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    return ErrnoError("mmap", absl::StrCat(name, " (", nbytes, " bytes)"), err);
+  }
+  auto storage = Wrap(data, nbytes, Device::CPU(), StorageKind::kShared,
+                      [name, nbytes](void* p) {
+                        ::munmap(p, static_cast<size_t>(nbytes));
+                        ::shm_unlink(name.c_str());
+                      });
+  storage->shm_name_ = name;
+  return storage;
+}
+
+}  // namespace sdrt

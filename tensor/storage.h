@@ -1,0 +1,104 @@
+// Storage: a range of bytes on one device, how it was obtained, and how to give it back.
+//
+// Tensors hold a std::shared_ptr<Storage> plus an element offset, so one allocation (an
+// arena) can back many tensors; the bytes are released when the last tensor and the
+// last other holder let go. Allocators:
+//   - aligned CPU memory (AllocateCpu),
+//   - POSIX shared memory (AllocateShared: shm_open + mmap; the name is reported and
+//     unlinked on release),
+//   - borrowed memory (Borrow: an outside pointer with an optional deleter, zero copy),
+//   - pinned host, registered host and CUDA device memory come from cuda/, which builds
+//     them with Storage::Wrap.
+#ifndef SDRT_TENSOR_STORAGE_H_
+#define SDRT_TENSOR_STORAGE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tensor/device.h"
+
+namespace sdrt {
+
+// How the bytes were obtained; printed by ToString and used by tests and `sdrt inspect`.
+enum class StorageKind : uint8_t {
+  kCpu,             // aligned_alloc
+  kShared,          // POSIX shared memory
+  kBorrowed,        // someone else's pointer
+  kPinnedHost,      // cudaHostAlloc
+  kCudaDevice,      // cudaMalloc
+  kMappedFile,      // a read-only mmap of a file (safetensors reader)
+};
+absl::string_view StorageKindName(StorageKind kind);
+
+class Storage {
+ public:
+  // Called once with the data pointer when the storage is destroyed.
+  using Release = std::function<void(void* data)>;
+
+  // Default alignment of CPU and shared allocations, in bytes: enough for 16-byte
+  // vector copies and for cudaHostRegister-friendly page-relative layouts.
+  static constexpr int64_t kDefaultAlignment = 256;
+
+  // Uninitialised CPU memory of `nbytes` bytes aligned to `alignment` (a power of two).
+  // nbytes == 0 gives a storage with a null data pointer. ResourceExhausted when the
+  // allocation fails, InvalidArgument for negative sizes or a bad alignment.
+  static absl::StatusOr<std::shared_ptr<Storage>> AllocateCpu(
+      int64_t nbytes, int64_t alignment = kDefaultAlignment);
+
+  // Zero-filled POSIX shared memory of `nbytes` bytes (page aligned). The segment's name
+  // ("/sdrt-<pid>-<n>") is reported by shm_name() so that another process can open it
+  // while this storage lives; the name is unlinked and the mapping removed on release.
+  // nbytes == 0 maps nothing (null data, empty name). Internal error with errno text
+  // when shm_open, ftruncate or mmap fails.
+  static absl::StatusOr<std::shared_ptr<Storage>> AllocateShared(int64_t nbytes);
+
+  // Zero-copy view of memory owned by someone else. `release`, if set, is called with
+  // `data` when the storage is destroyed (a DLPack deleter, a munmap...). The caller
+  // keeps the memory valid until then.
+  static std::shared_ptr<Storage> Borrow(void* data, int64_t nbytes, Device device,
+                                         Release release = nullptr);
+
+  // General constructor used by allocators outside tensor/ (cuda/, the file reader).
+  static std::shared_ptr<Storage> Wrap(void* data, int64_t nbytes, Device device,
+                                       StorageKind kind, Release release);
+
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  int64_t nbytes() const { return nbytes_; }  // bytes
+  Device device() const { return device_; }
+  StorageKind kind() const { return kind_; }
+  const std::string& shm_name() const { return shm_name_; }
+
+  // True when the host bytes are page-locked for the GPU, either because they came from
+  // cudaHostAlloc or because a registration (cuda/HostRegistration) is attached.
+  bool is_pinned() const { return kind_ == StorageKind::kPinnedHost || registered_; }
+
+  // Runs `finalizer` before the bytes are released (finalizers run last-added first).
+  // cuda/ attaches cudaHostUnregister this way. Marks the storage pinned when
+  // `marks_pinned` is true. Not thread-safe against concurrent AddFinalizer calls.
+  void AddFinalizer(std::function<void()> finalizer, bool marks_pinned);
+
+ private:
+  Storage(void* data, int64_t nbytes, Device device, StorageKind kind, Release release);
+
+  void* data_;
+  int64_t nbytes_;
+  Device device_;
+  StorageKind kind_;
+  Release release_;
+  std::string shm_name_;
+  bool registered_ = false;
+  std::vector<std::function<void()>> finalizers_;
+};
+
+}  // namespace sdrt
+
+#endif  // SDRT_TENSOR_STORAGE_H_

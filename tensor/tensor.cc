@@ -1,0 +1,250 @@
+// Tensor construction, metadata and copies. Views are in tensor_views.cc.
+#include "tensor/tensor.h"
+
+#include <cassert>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tensor/device_backend.h"
+#include "tensor/strided_copy.h"
+
+namespace sdrt {
+
+IntVector ContiguousStrides(IntSpan shape) {
+  IntVector strides(shape.size());
+  int64_t running = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    strides[i] = running;
+    running *= shape[i] > 1 ? shape[i] : 1;
+  }
+  return strides;
+}
+
+absl::StatusOr<int64_t> CheckedNumel(IntSpan shape) {
+  int64_t numel = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeToString(shape), ": dim ", i, " has negative size"));
+    }
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeToString(shape), ": element count overflows int64"));
+    }
+  }
+  return numel;
+}
+
+std::string ShapeToString(IntSpan shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Device device, IntVector shape,
+               IntVector strides, int64_t storage_offset)
+    : defined_(true),
+      storage_(std::move(storage)),
+      dtype_(dtype),
+      device_(device),
+      shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      storage_offset_(storage_offset) {
+  numel_ = 1;
+  for (int64_t s : shape_) numel_ *= s;
+}
+
+absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) {
+  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
+  if (!numel.ok()) return numel.status();
+  int64_t nbytes = 0;
+  if (__builtin_mul_overflow(*numel, ElementSize(dtype), &nbytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Empty: ", ShapeToString(shape), " of ", DTypeName(dtype), " overflows int64 bytes"));
+  }
+  std::shared_ptr<Storage> storage;
+  switch (device.type) {
+    case DeviceType::kMeta:
+      break;
+    case DeviceType::kCPU: {
+      absl::StatusOr<std::shared_ptr<Storage>> s = Storage::AllocateCpu(nbytes);
+      if (!s.ok()) return s.status();
+      storage = *std::move(s);
+      break;
+    }
+    case DeviceType::kCUDA: {
+      absl::StatusOr<DeviceBackend*> backend = GetDeviceBackend(DeviceType::kCUDA);
+      if (!backend.ok()) return backend.status();
+      absl::StatusOr<std::shared_ptr<Storage>> s = (*backend)->Allocate(nbytes, device);
+      if (!s.ok()) return s.status();
+      storage = *std::move(s);
+      break;
+    }
+  }
+  return Tensor(std::move(storage), dtype, device, IntVector(shape.begin(), shape.end()),
+                ContiguousStrides(shape), 0);
+}
+
+absl::StatusOr<Tensor> Tensor::Zeros(IntSpan shape, DType dtype, Device device) {
+  absl::StatusOr<Tensor> host = Empty(shape, dtype, device.is_meta() ? device : Device::CPU());
+  if (!host.ok() || device.is_meta()) return host;
+  if (host->nbytes() > 0) std::memset(host->data_ptr(), 0, static_cast<size_t>(host->nbytes()));
+  if (device.is_cpu()) return host;
+  return host->To(device);
+}
+
+absl::StatusOr<Tensor> Tensor::Meta(IntSpan shape, DType dtype) {
+  return Empty(shape, dtype, Device::Meta());
+}
+
+absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DType dtype,
+                                           IntSpan shape) {
+  const IntVector strides = ContiguousStrides(shape);
+  return FromStorage(std::move(storage), dtype, shape, strides, 0);
+}
+
+absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DType dtype,
+                                           IntSpan shape, IntSpan strides,
+                                           int64_t storage_offset) {
+  if (storage == nullptr) return absl::InvalidArgumentError("FromStorage: null storage");
+  if (shape.size() != strides.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("FromStorage: shape ", ShapeToString(shape),
+                                                   " and strides ", ShapeToString(strides),
+                                                   " differ in length"));
+  }
+  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
+  if (!numel.ok()) return numel.status();
+  if (storage_offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FromStorage: negative storage offset ", storage_offset));
+  }
+  // Furthest element reachable, in elements from the storage start.
+  int64_t last = storage_offset;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (strides[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FromStorage: dim ", i, " has negative stride ", strides[i]));
+    }
+    if (*numel > 0) {
+      int64_t reach = 0;
+      if (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+          __builtin_add_overflow(last, reach, &last)) {
+        return absl::OutOfRangeError("FromStorage: strides overflow int64");
+      }
+    }
+  }
+  const int64_t elem = ElementSize(dtype);
+  if (*numel > 0 && (last + 1) > storage->nbytes() / elem) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "FromStorage: ", ShapeToString(shape), " strides ", ShapeToString(strides), " offset ",
+        storage_offset, " of ", DTypeName(dtype), " needs ", (last + 1) * elem,
+        " bytes but the storage has ", storage->nbytes()));
+  }
+  const Device device = storage->device();
+  return Tensor(std::move(storage), dtype, device,
+                IntVector(shape.begin(), shape.end()), IntVector(strides.begin(), strides.end()),
+                storage_offset);
+}
+
+int64_t Tensor::size(int dim) const {
+  if (dim < 0) dim += this->dim();
+  assert(dim >= 0 && dim < this->dim());
+  return shape_[dim];
+}
+
+bool Tensor::is_contiguous() const {
+  if (numel_ == 0) return true;
+  int64_t expected = 1;
+  for (int i = dim() - 1; i >= 0; --i) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  if (storage_ == nullptr || storage_->data() == nullptr) return nullptr;
+  return static_cast<char*>(storage_->data()) + storage_offset_ * element_size();
+}
+
+std::string Tensor::ToString() const {
+  if (!defined_) return "undefined";
+  std::string out = absl::StrCat(DTypeName(dtype_), ShapeToString(shape_), " ", device_.ToString());
+  if (!is_contiguous() || storage_offset_ != 0) {
+    absl::StrAppend(&out, " strides=", ShapeToString(strides_), " offset=", storage_offset_);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> Tensor::Contiguous() const {
+  if (is_contiguous()) return *this;
+  return Clone();
+}
+
+absl::StatusOr<Tensor> Tensor::Clone() const {
+  if (!defined_) return absl::FailedPreconditionError("Clone: undefined tensor");
+  absl::StatusOr<Tensor> out = Empty(shape_, dtype_, device_);
+  if (!out.ok() || is_meta()) return out;
+  absl::Status copied = out->CopyFrom(*this);
+  if (!copied.ok()) return copied;
+  return out;
+}
+
+absl::StatusOr<Tensor> Tensor::To(Device device, bool non_blocking, StreamHandle stream) const {
+  if (!defined_) return absl::FailedPreconditionError("To: undefined tensor");
+  if (device == device_) return *this;
+  if (is_meta()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "To(", device.ToString(), "): ", ToString(), " is a meta tensor and has no data"));
+  }
+  absl::StatusOr<Tensor> out = Empty(shape_, dtype_, device);
+  if (!out.ok() || device.is_meta()) return out;
+  absl::Status copied = out->CopyFrom(*this, non_blocking, stream);
+  if (!copied.ok()) return copied;
+  return out;
+}
+
+absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle stream) {
+  if (!defined_ || !src.defined_) return absl::FailedPreconditionError("CopyFrom: undefined tensor");
+  if (shape_ != src.shape_ || dtype_ != src.dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyFrom: destination ", ToString(),
+                                                   " and source ", src.ToString(),
+                                                   " differ in shape or dtype"));
+  }
+  if (is_meta() || src.is_meta()) {
+    if (is_meta() && src.is_meta()) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CopyFrom: cannot copy between ", src.ToString(), " and ", ToString(), " (meta has no data)"));
+  }
+  if (numel_ == 0) return absl::OkStatus();
+  if (device_.is_cpu() && src.device_.is_cpu()) {
+    return StridedCopyHost(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
+                           src.strides_);
+  }
+  absl::StatusOr<DeviceBackend*> backend = GetDeviceBackend(DeviceType::kCUDA);
+  if (!backend.ok()) return backend.status();
+  if (device_ == src.device_) {
+    return (*backend)->StridedCopy(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
+                                   src.strides_, device_, stream, non_blocking);
+  }
+  // Across devices the bytes move with one contiguous memcpy; a strided side is staged
+  // through a contiguous temporary on its own device, synchronously so the temporary
+  // outlives the copy.
+  if (is_contiguous() && src.is_contiguous()) {
+    return (*backend)->Memcpy(data_ptr(), device_, src.data_ptr(), src.device_, nbytes(), stream,
+                              non_blocking);
+  }
+  absl::StatusOr<Tensor> packed = src.Contiguous();
+  if (!packed.ok()) return packed.status();
+  if (is_contiguous()) {
+    return (*backend)->Memcpy(data_ptr(), device_, packed->data_ptr(), src.device_, nbytes(),
+                              stream, /*non_blocking=*/false);
+  }
+  absl::StatusOr<Tensor> landing = Empty(shape_, dtype_, device_);
+  if (!landing.ok()) return landing.status();
+  absl::Status moved = (*backend)->Memcpy(landing->data_ptr(), device_, packed->data_ptr(),
+                                          src.device_, nbytes(), stream, /*non_blocking=*/false);
+  if (!moved.ok()) return moved;
+  return CopyFrom(*landing, /*non_blocking=*/false, stream);
+}
+
+}  // namespace sdrt

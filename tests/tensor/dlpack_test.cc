@@ -1,0 +1,96 @@
+#include "tensor/dlpack.h"
+
+#include <numeric>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(DLPack, ExportKeepsStorageAliveUntilDeleter) {
+  DLManagedTensor* managed = nullptr;
+  std::weak_ptr<Storage> weak;
+  {
+    Tensor t = *Tensor::Empty({3, 4}, DType::kBFloat16);
+    std::iota(t.data<uint16_t>(), t.data<uint16_t>() + 12, 0);
+    Tensor cols = *t.Slice(1, 1, 4, 2);
+    weak = t.storage();
+    managed = *ToDLPack(cols);
+  }
+  ASSERT_FALSE(weak.expired());  // the export holds the bytes
+  const DLTensor& dl = managed->dl_tensor;
+  EXPECT_EQ(dl.device.device_type, kDLCPU);
+  EXPECT_EQ(dl.ndim, 2);
+  EXPECT_EQ(dl.dtype.code, 4);
+  EXPECT_EQ(dl.dtype.bits, 16);
+  EXPECT_EQ(dl.dtype.lanes, 1);
+  EXPECT_EQ(dl.shape[0], 3);
+  EXPECT_EQ(dl.shape[1], 2);
+  EXPECT_EQ(dl.strides[0], 4);
+  EXPECT_EQ(dl.strides[1], 2);
+  EXPECT_EQ(static_cast<uint16_t*>(dl.data)[0], 1);
+  managed->deleter(managed);
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(DLPack, ImportIsZeroCopyAndCallsDeleterWithLastTensor) {
+  static float data[6] = {0, 1, 2, 3, 4, 5};
+  static int64_t shape[2] = {2, 2};  // 2x2 from data[1]: exactly 4 floats borrowed
+  static int deleted = 0;
+  deleted = 0;
+  DLManagedTensor managed{};
+  managed.dl_tensor.data = data;
+  managed.dl_tensor.device = DLDevice{kDLCPU, 0};
+  managed.dl_tensor.ndim = 2;
+  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  managed.dl_tensor.shape = shape;
+  managed.dl_tensor.strides = nullptr;  // compact row-major
+  managed.dl_tensor.byte_offset = 4;    // starts at data[1]
+  managed.deleter = [](DLManagedTensor*) { ++deleted; };
+  {
+    Tensor t = *FromDLPack(&managed);
+    EXPECT_EQ(t.data_ptr(), data + 1);
+    EXPECT_THAT(t.shape(), ElementsAre(2, 2));
+    EXPECT_THAT(t.strides(), ElementsAre(2, 1));
+    EXPECT_EQ(t.storage()->nbytes(), 16);
+    Tensor view = *t.Select(0, 1);
+    t = Tensor();
+    EXPECT_EQ(deleted, 0);  // the view still holds it
+    EXPECT_EQ(view.data<float>()[1], 4.0f);
+  }
+  EXPECT_EQ(deleted, 1);
+}
+
+TEST(DLPack, RoundTripThroughBothDirections) {
+  Tensor t = *Tensor::Empty({5}, DType::kInt64);
+  std::iota(t.data<int64_t>(), t.data<int64_t>() + 5, 10);
+  Tensor back = *FromDLPack(*ToDLPack(t));
+  EXPECT_EQ(back.data_ptr(), t.data_ptr());
+  EXPECT_EQ(back.dtype(), DType::kInt64);
+  EXPECT_EQ(back.data<int64_t>()[4], 14);
+}
+
+TEST(DLPack, RejectsWhatItCannotRepresent) {
+  EXPECT_EQ(ToDLPack(*Tensor::Meta({2}, DType::kFloat32)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(FromDLPack(nullptr).ok());
+  int64_t shape[1] = {2};
+  float data[2] = {};
+  DLManagedTensor managed{};
+  managed.dl_tensor.data = data;
+  managed.dl_tensor.device = DLDevice{kDLVulkan, 0};
+  managed.dl_tensor.ndim = 1;
+  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  managed.dl_tensor.shape = shape;
+  EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("device type 7"));
+  managed.dl_tensor.device = DLDevice{kDLCPU, 0};
+  managed.dl_tensor.dtype = DLDataType{kDLComplex, 64, 1};
+  EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("code=5"));
+}
+
+}  // namespace
+}  // namespace sdrt

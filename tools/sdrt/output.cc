@@ -1,0 +1,63 @@
+#include "tools/sdrt/output.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace sdrt::cli {
+
+std::string HumanBytes(int64_t bytes) {
+  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000.0 && unit < 4) {
+    value /= 1000.0;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrFormat("%d B", bytes);
+  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
+}
+
+std::string WithThousands(int64_t value) {
+  std::string digits = absl::StrFormat("%d", value < 0 ? -value : value);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+Table::Table(std::vector<std::string> header, std::vector<bool> right_aligned)
+    : header_(std::move(header)), right_aligned_(std::move(right_aligned)) {
+  right_aligned_.resize(header_.size(), false);
+}
+
+void Table::AddRow(std::vector<std::string> row) {
+  row.resize(header_.size());
+  rows_.push_back(std::move(row));
+}
+
+void Table::Print(std::ostream& out) const {
+  std::vector<size_t> width(header_.size());
+  for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+  for (const auto& row : rows_) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      if (c > 0) line += "  ";
+      line += right_aligned_[c] ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
+    }
+    out << line << "\n";
+  };
+  print_row(header_);
+  std::vector<std::string> rule(header_.size());
+  for (size_t c = 0; c < header_.size(); ++c) rule[c] = std::string(width[c], '-');
+  print_row(rule);
+  for (const auto& row : rows_) print_row(row);
+}
+
+}  // namespace sdrt::cli

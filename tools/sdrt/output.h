@@ -1,0 +1,33 @@
+// Printing helpers shared by the subcommands: aligned text tables and byte counts.
+#ifndef SDRT_TOOLS_SDRT_OUTPUT_H_
+#define SDRT_TOOLS_SDRT_OUTPUT_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace sdrt::cli {
+
+// "90.86 MB" (decimal units, as file sizes are usually quoted), "512 B".
+std::string HumanBytes(int64_t bytes);
+// "22,713,728".
+std::string WithThousands(int64_t value);
+
+// A text table: columns are padded to their widest cell; `right_aligned[i]` right-aligns
+// column i (numbers). Rows shorter than the header are padded with empty cells.
+class Table {
+ public:
+  Table(std::vector<std::string> header, std::vector<bool> right_aligned);
+  void AddRow(std::vector<std::string> row);
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<bool> right_aligned_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_OUTPUT_H_

@@ -1,0 +1,171 @@
+// WriteSafetensors: validate everything, then write a temporary file beside the target,
+// fsync it, rename it over the target and fsync the folder. The temporary file is owned by
+// an RAII object that removes it unless the rename happened, so an error at any step
+// leaves neither a partial target nor a stray temporary file.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "core/internal/safetensors_header.h"
+#include "core/safetensors.h"
+
+namespace sdrt {
+namespace {
+
+// Largest single write(2); Linux transfers at most 0x7ffff000 bytes per call anyway.
+constexpr int64_t kMaxWriteChunk = int64_t{1} << 30;
+
+absl::Status IoError(int err, absl::string_view call, const std::string& path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
+}
+
+// A file `.<base>.tmp.<pid>.<n>` in `dir`, created exclusively and unlinked on destruction
+// unless Commit() renamed it over the target.
+class TempFile {
+ public:
+  static absl::StatusOr<TempFile> Create(const std::string& dir, const std::string& base) {
+    static std::atomic<uint64_t> counter{0};
+    for (int attempt = 0;; ++attempt) {
+      // Distinct per process (pid), call (counter) and run (clock); O_EXCL settles the rest.
+      const uint64_t tag =
+          (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      TempFile file;
+      file.path_ = absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", absl::Hex(tag));
+      file.fd_ = open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (file.fd_ >= 0) return file;
+      const int err = errno;
+      file.path_.clear();  // not ours: never unlink it
+      if (err != EEXIST || attempt == 8) return IoError(err, "open", dir + "/." + base + ".tmp.*");
+    }
+  }
+
+  TempFile(TempFile&& other) noexcept
+      : path_(std::exchange(other.path_, {})), fd_(std::exchange(other.fd_, -1)) {}
+  TempFile& operator=(TempFile&&) = delete;
+  ~TempFile() {
+    if (fd_ >= 0) close(fd_);
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+
+  absl::Status Write(const void* data, int64_t nbytes) {
+    const char* p = static_cast<const char*>(data);
+    while (nbytes > 0) {
+      const ssize_t n = write(fd_, p, static_cast<size_t>(std::min(nbytes, kMaxWriteChunk)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return IoError(errno, "write", path_);
+      p += n;
+      nbytes -= n;
+    }
+    return absl::OkStatus();
+  }
+
+  // Makes the bytes durable and atomically moves them to `target` in `dir`.
+  absl::Status Commit(const std::string& dir, const std::string& target) {
+    if (fsync(fd_) != 0) return IoError(errno, "fsync", path_);
+    const int fd = std::exchange(fd_, -1);
+    if (close(fd) != 0) return IoError(errno, "close", path_);
+    if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", target);
+    path_.clear();  // now the target's bytes
+    const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) return IoError(errno, "open", dir);
+    const int synced = fsync(dir_fd);
+    const int err = errno;
+    close(dir_fd);
+    return synced == 0 ? absl::OkStatus() : IoError(err, "fsync", dir);
+  }
+
+ private:
+  TempFile() = default;
+  std::string path_;
+  int fd_ = -1;
+};
+
+// The entries for `tensors`, laid out back to back in order. InvalidArgument for the
+// reserved name, duplicates, and undefined or meta tensors.
+absl::StatusOr<std::vector<SafetensorsEntry>> LayOut(
+    absl::Span<const std::pair<std::string, Tensor>> tensors) {
+  std::vector<SafetensorsEntry> entries;
+  std::set<absl::string_view> names;
+  int64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const std::string quoted = absl::StrCat("tensor \"", absl::CHexEscape(name), "\"");
+    if (name == kSafetensorsMetadataKey) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(quoted, ": the name is reserved for the header's metadata"));
+    }
+    if (!names.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(quoted, ": duplicate name"));
+    }
+    if (!tensor.defined() || tensor.is_meta()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          quoted, ": ", tensor.defined() ? "a meta tensor has no data" : "undefined tensor"));
+    }
+    entries.push_back(
+        SafetensorsEntry{name, tensor.dtype(), tensor.shape(), offset, offset + tensor.nbytes()});
+    offset += tensor.nbytes();
+  }
+  return entries;
+}
+
+// The folder and file name of `path` ("a/b.st" -> "a", "b.st"; "b.st" -> ".", "b.st").
+std::pair<std::string, std::string> SplitPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+absl::Status WriteAll(const std::string& path,
+                      absl::Span<const std::pair<std::string, Tensor>> tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  absl::StatusOr<std::vector<SafetensorsEntry>> entries = LayOut(tensors);
+  if (!entries.ok()) return entries.status();
+  absl::StatusOr<std::string> header = internal::SerializeSafetensorsHeader(*entries, metadata);
+  if (!header.ok()) return header.status();
+  const auto [dir, base] = SplitPath(path);
+  if (base.empty() || base == "." || base == "..") {
+    return absl::InvalidArgumentError("the path names a folder, not a file");
+  }
+
+  absl::StatusOr<TempFile> file = TempFile::Create(dir, base);
+  if (!file.ok()) return file.status();
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(uint64_t{header->size()} >> (8 * i));
+  if (absl::Status s = file->Write(length, 8); !s.ok()) return s;
+  if (absl::Status s = file->Write(header->data(), header->size()); !s.ok()) return s;
+  for (const auto& [name, tensor] : tensors) {
+    if (tensor.numel() == 0) continue;
+    absl::StatusOr<Tensor> host = tensor.To(Device::CPU());
+    if (host.ok()) host = host->Contiguous();
+    if (!host.ok()) {
+      return absl::Status(host.status().code(),
+                          absl::StrCat("tensor \"", absl::CHexEscape(name), "\" (",
+                                       tensor.ToString(), "): ", host.status().message()));
+    }
+    if (absl::Status s = file->Write(host->data_ptr(), host->nbytes()); !s.ok()) return s;
+  }
+  return file->Commit(dir, path);
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path,
+                              absl::Span<const std::pair<std::string, Tensor>> tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  absl::Status status = WriteAll(path, tensors, metadata);
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("WriteSafetensors(\"", path, "\"): ", status.message()));
+}
+
+}  // namespace sdrt

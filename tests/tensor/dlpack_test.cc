@@ -52,13 +52,15 @@ TEST(DLPack, ImportIsZeroCopyAndCallsDeleterWithLastTensor) {
   managed.dl_tensor.byte_offset = 4;    // starts at data[1]
   managed.deleter = [](DLManagedTensor*) { ++deleted; };
   {
-    Tensor t = *FromDLPack(&managed);
-    EXPECT_EQ(t.data_ptr(), data + 1);
-    EXPECT_THAT(t.shape(), ElementsAre(2, 2));
-    EXPECT_THAT(t.strides(), ElementsAre(2, 1));
-    EXPECT_EQ(t.storage()->nbytes(), 16);
-    Tensor view = *t.Select(0, 1);
-    t = Tensor();
+    Tensor view;
+    {
+      Tensor t = *FromDLPack(&managed);
+      EXPECT_EQ(t.data_ptr(), data + 1);
+      EXPECT_THAT(t.shape(), ElementsAre(2, 2));
+      EXPECT_THAT(t.strides(), ElementsAre(2, 1));
+      EXPECT_EQ(t.storage()->nbytes(), 16);
+      view = *t.Select(0, 1);
+    }
     EXPECT_EQ(deleted, 0);  // the view still holds it
     EXPECT_EQ(view.data<float>()[1], 4.0f);
   }

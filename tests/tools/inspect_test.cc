@@ -76,7 +76,8 @@ TEST_F(MiniLM, ReaderAgreesWithTheSafetensorsPackage) {
     parameters += t->numel();
   }
   EXPECT_EQ(parameters, expected_["parameters"].get<int64_t>());
-  EXPECT_EQ(file->metadata(), expected_["metadata"].get<std::map<std::string, std::string>>());
+  using Metadata = std::map<std::string, std::string>;
+  EXPECT_EQ(file->metadata(), expected_["metadata"].get<Metadata>());
 }
 
 TEST_F(MiniLM, InspectPrintsTheTableAndJson) {
@@ -98,7 +99,9 @@ TEST_F(MiniLM, InspectPrintsTheTableAndJson) {
 }
 
 TEST(Inspect, BadFilesExitWithCode2AndTheReadersMessage) {
-  const std::string tmp = std::string(std::getenv("SDRT_TEST_TMP")) + "/inspect_bad.safetensors";
+  const char* dir = std::getenv("SDRT_TEST_TMP");
+  const std::string tmp =
+      (dir != nullptr ? std::string(dir) + "/" : ::testing::TempDir()) + "inspect_bad.safetensors";
   {
     std::ofstream out(tmp, std::ios::binary);
     out << "PK\x03\x04 this is a zip archive, not safetensors";

@@ -33,6 +33,9 @@ if(NOT SDRT_WITH_CUDA STREQUAL "OFF")
       # Ampere and Hopper SASS, plus sm_90 PTX for newer cards.
       set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 90-virtual)
     endif()
+    # One CUDA runtime in every binary: the shared libcudart (CUDA::cudart) that
+    # sdrt_cuda links, not nvcc's default static copy beside it.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)

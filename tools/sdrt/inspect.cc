@@ -68,7 +68,14 @@ int RunInspect(const InspectArgs& args) {
   } else {
     std::cout << "metadata:\n";
     for (const auto& [key, value] : file->metadata()) {
-      std::cout << "  " << key << " = " << value << "\n";
+      // Long values (padding, embedded JSON) are cut so the table stays readable;
+      // --json prints them whole.
+      constexpr size_t kMaxShown = 120;
+      std::cout << "  " << key << " = " << value.substr(0, kMaxShown)
+                << (value.size() > kMaxShown
+                        ? "... (" + WithThousands(static_cast<int64_t>(value.size())) + " bytes)"
+                        : "")
+                << "\n";
     }
   }
   return kExitOk;

@@ -1,0 +1,303 @@
+// Bandwidth of the copy kernels against plain memcpy of the same bytes.
+//
+// Each case moves about 64 MiB (more than an H100/H200's L2, so repeated runs measure
+// device memory, not the cache). Counted bytes are bytes read plus bytes written, once
+// each; bytes_per_second and the "GB" counter (printed as a rate: GB/s, 1e9 bytes) come
+// from that count, so a case and its memcpy baseline compare directly. "wrong" is the
+// number of output bytes that differ from a reference computed on the host (an
+// independent loop for the CPU cases, the host path for the GPU cases): a fast wrong
+// answer cannot hide.
+//
+// CPU: StridedCopyHost contiguous and narrowed vs std::memcpy.
+// GPU (built with CUDA, skipped without a device): pad, narrow along rows (one contiguous
+// block), along columns (8 KiB runs), a bf16 transpose, and unshard, vs cudaMemcpyAsync
+// device to device; timed with CUDA events around each call (manual time), after one
+// warm-up call.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensor/strided_copy.h"
+
+#if SDRT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/kernels.h"
+#endif
+
+namespace sdrt {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+// The narrow cases read a float32 [kRows, kCols] tensor (128 MiB) and write half of it.
+constexpr int64_t kRows = 8192;
+constexpr int64_t kCols = 4096;
+
+std::vector<uint8_t> RandomBytes(int64_t n, uint64_t seed) {
+  std::vector<uint8_t> bytes(n);
+  std::mt19937_64 gen(seed);
+  for (int64_t i = 0; i < n; i += 8) {
+    const uint64_t word = gen();
+    std::memcpy(bytes.data() + i, &word, static_cast<size_t>(std::min<int64_t>(8, n - i)));
+  }
+  return bytes;
+}
+
+int64_t CountMismatches(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  int64_t wrong = 0;
+  for (size_t i = 0; i < a.size(); ++i) wrong += a[i] != b[i];
+  return wrong;
+}
+
+// False (and the benchmark skipped with the status message) when `status` is not OK.
+bool Check(benchmark::State& state, const absl::Status& status) {
+  if (status.ok()) return true;
+  state.SkipWithError(std::string(status.message()).c_str());
+  return false;
+}
+
+// Reports `bytes_moved` (read + written) per iteration and the mismatch count.
+void Report(benchmark::State& state, int64_t bytes_moved, int64_t wrong) {
+  state.SetBytesProcessed(state.iterations() * bytes_moved);
+  state.counters["GB"] = benchmark::Counter(static_cast<double>(bytes_moved) / 1e9,
+                                            benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["wrong"] = static_cast<double>(wrong);
+}
+
+// ---------------------------------------------------------------------------------
+// CPU.
+
+void BM_HostMemcpy(benchmark::State& state) {
+  const int64_t bytes = 64 * kMiB;
+  const std::vector<uint8_t> src = RandomBytes(bytes, 1);
+  std::vector<uint8_t> dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  Report(state, 2 * bytes, CountMismatches(dst, src));
+}
+BENCHMARK(BM_HostMemcpy)->Unit(benchmark::kMillisecond);
+
+void BM_StridedCopyHostContiguous(benchmark::State& state) {
+  const std::vector<int64_t> sizes = {kRows / 2, kCols};
+  const std::vector<int64_t> strides = {kCols, 1};
+  const std::vector<uint8_t> src = RandomBytes(kRows / 2 * kCols * 4, 2);
+  std::vector<uint8_t> dst(src.size());
+  for (auto _ : state) {
+    if (!Check(state, StridedCopyHost(dst.data(), src.data(), 4, sizes, strides, strides))) break;
+    benchmark::ClobberMemory();
+  }
+  if (!state.error_occurred())
+    Report(state, 2 * static_cast<int64_t>(dst.size()), CountMismatches(dst, src));
+}
+BENCHMARK(BM_StridedCopyHostContiguous)->Unit(benchmark::kMillisecond);
+
+// Columns [1000, 1000 + kCols / 2) of the [kRows, kCols] tensor: rows of 8 KiB.
+void BM_StridedCopyHostNarrowColumns(benchmark::State& state) {
+  const int64_t cols = kCols / 2, first = 1000;
+  const std::vector<uint8_t> src = RandomBytes(kRows * kCols * 4, 3);
+  std::vector<uint8_t> dst(kRows * cols * 4), expected(dst.size());
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::memcpy(&expected[r * cols * 4], &src[(r * kCols + first) * 4], cols * 4);
+  }
+  for (auto _ : state) {
+    if (!Check(state, StridedCopyHost(dst.data(), src.data() + first * 4, 4, {kRows, cols},
+                                      {cols, 1}, {kCols, 1}))) {
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (!state.error_occurred())
+    Report(state, 2 * static_cast<int64_t>(dst.size()), CountMismatches(dst, expected));
+}
+BENCHMARK(BM_StridedCopyHostNarrowColumns)->Unit(benchmark::kMillisecond);
+
+#if SDRT_HAVE_CUDA
+// ---------------------------------------------------------------------------------
+// GPU.
+
+// False (and the benchmark skipped) when `err` is not cudaSuccess.
+bool CudaOk(benchmark::State& state, cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return true;
+  state.SkipWithError((std::string(what) + ": " + cudaGetErrorString(err)).c_str());
+  return false;
+}
+
+// Device memory, its stream and timing events; every failure skips the benchmark.
+class Gpu {
+ public:
+  explicit Gpu(benchmark::State& state) : state_(state) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      state.SkipWithError("no CUDA device");
+      return;
+    }
+    ok_ = CudaOk(state, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                 "cudaStreamCreate") &&
+          CudaOk(state, cudaEventCreate(&start_), "cudaEventCreate") &&
+          CudaOk(state, cudaEventCreate(&stop_), "cudaEventCreate");
+  }
+  ~Gpu() {
+    for (void* p : buffers_) cudaFree(p);
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+
+  bool ok() const { return ok_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // A device copy of `contents`; nullptr (and ok() false) on failure.
+  uint8_t* Upload(const std::vector<uint8_t>& contents) {
+    void* p = nullptr;
+    ok_ = ok_ && CudaOk(state_, cudaMalloc(&p, contents.size()), "cudaMalloc");
+    if (!ok_) return nullptr;
+    buffers_.push_back(p);
+    ok_ = CudaOk(state_, cudaMemcpy(p, contents.data(), contents.size(), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+    return static_cast<uint8_t*>(p);
+  }
+
+  std::vector<uint8_t> Download(const uint8_t* p, int64_t bytes) {
+    std::vector<uint8_t> out(bytes);
+    ok_ = ok_ &&
+          CudaOk(state_, cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return out;
+  }
+
+  // Runs `op` (which enqueues on stream()) once to warm up, then once per iteration
+  // between two events, reporting the events' elapsed time as the iteration time.
+  template <typename Op>
+  void Time(Op op) {
+    ok_ = ok_ && Check(state_, op());
+    if (!ok_) return;
+    for (auto _ : state_) {
+      float ms = 0;
+      ok_ = CudaOk(state_, cudaEventRecord(start_, stream_), "cudaEventRecord") &&
+            Check(state_, op()) &&
+            CudaOk(state_, cudaEventRecord(stop_, stream_), "cudaEventRecord") &&
+            CudaOk(state_, cudaEventSynchronize(stop_), "cudaEventSynchronize") &&
+            CudaOk(state_, cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+      if (!ok_) break;
+      state_.SetIterationTime(ms / 1e3);
+    }
+  }
+
+ private:
+  benchmark::State& state_;
+  bool ok_ = false;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+  std::vector<void*> buffers_;
+};
+
+void BM_DeviceMemcpy(benchmark::State& state) {
+  Gpu gpu(state);
+  if (!gpu.ok()) return;
+  const std::vector<uint8_t> src = RandomBytes(64 * kMiB, 4);
+  uint8_t* d_src = gpu.Upload(src);
+  uint8_t* d_dst = gpu.Upload(std::vector<uint8_t>(src.size()));
+  gpu.Time([&] {
+    const cudaError_t err =
+        cudaMemcpyAsync(d_dst, d_src, src.size(), cudaMemcpyDeviceToDevice, gpu.stream());
+    return err == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(err));
+  });
+  if (gpu.ok()) Report(state, 2 * kMiB * 64, CountMismatches(gpu.Download(d_dst, src.size()), src));
+}
+BENCHMARK(BM_DeviceMemcpy)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// A bf16 shard of 30 Mi + 3 elements padded to a 32 Mi-element chunk (64 MiB).
+void BM_PadDevice(benchmark::State& state) {
+  Gpu gpu(state);
+  if (!gpu.ok()) return;
+  const int64_t src_bytes = (30 * kMiB + 3) * 2, dst_bytes = 64 * kMiB;
+  const std::vector<uint8_t> src = RandomBytes(src_bytes, 5);
+  std::vector<uint8_t> expected(dst_bytes);
+  uint8_t* d_src = gpu.Upload(src);
+  uint8_t* d_dst = gpu.Upload(expected);
+  gpu.Time([&] { return PadDevice(d_dst, dst_bytes, d_src, src_bytes, gpu.stream()); });
+  if (!gpu.ok() || !PadHost(expected.data(), dst_bytes, src.data(), src_bytes).ok()) return;
+  Report(state, src_bytes + dst_bytes, CountMismatches(gpu.Download(d_dst, dst_bytes), expected));
+}
+BENCHMARK(BM_PadDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// One strided copy of `elem_size`-byte elements out of a random source of `src_elems`
+// elements, starting `src_offset` elements in, into a contiguous [sizes] destination.
+void RunStridedCopy(benchmark::State& state, int64_t elem_size, int64_t src_elems,
+                    int64_t src_offset, const std::vector<int64_t>& sizes,
+                    const std::vector<int64_t>& src_strides) {
+  Gpu gpu(state);
+  if (!gpu.ok()) return;
+  const std::vector<int64_t> dst_strides = {sizes[1], 1};
+  const std::vector<uint8_t> src = RandomBytes(src_elems * elem_size, 6);
+  std::vector<uint8_t> expected(sizes[0] * sizes[1] * elem_size);
+  uint8_t* d_src = gpu.Upload(src);
+  uint8_t* d_dst = gpu.Upload(expected);
+  gpu.Time([&] {
+    return StridedCopyDevice(d_dst, d_src + src_offset * elem_size, elem_size, sizes, dst_strides,
+                             src_strides, gpu.stream());
+  });
+  if (!gpu.ok() || !StridedCopyHost(expected.data(), src.data() + src_offset * elem_size, elem_size,
+                                    sizes, dst_strides, src_strides)
+                        .ok()) {
+    return;
+  }
+  const int64_t bytes = static_cast<int64_t>(expected.size());
+  Report(state, 2 * bytes, CountMismatches(gpu.Download(d_dst, bytes), expected));
+}
+
+void BM_NarrowRowsDevice(benchmark::State& state) {
+  RunStridedCopy(state, 4, kRows * kCols, kRows / 4 * kCols, {kRows / 2, kCols}, {kCols, 1});
+}
+BENCHMARK(BM_NarrowRowsDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_NarrowColumnsDevice(benchmark::State& state) {
+  RunStridedCopy(state, 4, kRows * kCols, 1000, {kRows, kCols / 2}, {kCols, 1});
+}
+BENCHMARK(BM_NarrowColumnsDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// A bf16 [4096, 8192] tensor made contiguous from its transpose: 2-byte accesses.
+void BM_TransposeDevice(benchmark::State& state) {
+  RunStridedCopy(state, 2, 4096 * 8192, 0, {4096, 8192}, {1, 4096});
+}
+BENCHMARK(BM_TransposeDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Full float32 [8, 4096, 512] (64 MiB) from 3 chunks split along dim state.range(0).
+void BM_UnshardDevice(benchmark::State& state) {
+  Gpu gpu(state);
+  if (!gpu.ok()) return;
+  const std::vector<int64_t> shape = {8, 4096, 512};
+  const int dim = static_cast<int>(state.range(0));
+  const int64_t num_chunks = 3;
+  std::vector<int64_t> chunk_shape = shape;
+  chunk_shape[dim] = (shape[dim] + num_chunks - 1) / num_chunks;
+  const std::vector<uint8_t> gathered =
+      RandomBytes(num_chunks * chunk_shape[0] * chunk_shape[1] * chunk_shape[2] * 4, 7);
+  std::vector<uint8_t> expected(shape[0] * shape[1] * shape[2] * 4);
+  uint8_t* d_gathered = gpu.Upload(gathered);
+  uint8_t* d_full = gpu.Upload(expected);
+  gpu.Time(
+      [&] { return UnshardDevice(d_full, d_gathered, 4, shape, dim, num_chunks, gpu.stream()); });
+  if (!gpu.ok() || !UnshardHost(expected.data(), gathered.data(), 4, shape, dim, num_chunks).ok()) {
+    return;
+  }
+  const int64_t bytes = static_cast<int64_t>(expected.size());
+  Report(state, 2 * bytes, CountMismatches(gpu.Download(d_full, bytes), expected));
+}
+BENCHMARK(BM_UnshardDevice)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+#endif  // SDRT_HAVE_CUDA
+
+}  // namespace
+}  // namespace sdrt
+
+BENCHMARK_MAIN();

@@ -1,0 +1,70 @@
+// The GPU copy kernels: pad, strided (narrow/slice) copy and unshard.
+//
+// Each function is the device twin of the host path of the same name in
+// tensor/strided_copy.h: same parameters (sizes, strides and offsets in elements,
+// elem_size in bytes, 1, 2, 4, 8 or 16), same validation (messages name the device
+// function), same plan (tensor/index_math.h), and a bit-identical result. The kernels
+// move `width`-byte accesses, 16 bytes where the addresses and strides allow, with int64
+// offsets.
+//
+// Common contract:
+//   - The kernel runs on the current CUDA device, which must own `stream`. Returning OK
+//     means the work is ENQUEUED on `stream` (a cudaStream_t; nullptr is the legacy
+//     default stream); it completes asynchronously, in stream order. The caller keeps
+//     both buffers alive and unmodified until then.
+//   - Pointers must be accessible from the current device: its device memory (or a
+//     peer's, with peer access enabled), or pinned or registered host memory
+//     (cudaHostAlloc / cudaHostRegister, device-accessible under UVA).
+//   - Source and destination must not overlap.
+//   - Every error is returned: InvalidArgument for bad arguments (checked on the host
+//     before anything is enqueued), and the CUDA error of a failed launch as a Status
+//     (cuda/cuda_check.h). A fault while the kernel runs (a bad pointer) surfaces, as
+//     for any launch, at the next synchronizing call. Zero-element calls enqueue nothing
+//     and return OK, also with null pointers.
+// No CUDA types or headers appear here, so any layer may include this header.
+#ifndef SDRT_CUDA_KERNELS_H_
+#define SDRT_CUDA_KERNELS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "tensor/device.h"
+
+namespace sdrt {
+
+// dst[i0, .., in] = src[i0, .., in] for every index of `sizes` (PyTorch order, dim 0
+// outermost), where element (i...) of src lives at src + elem_size * sum(i_k *
+// src_strides[k]) and likewise for dst; strides >= 0. Narrow/slice into a contiguous
+// buffer, its inverse, and contiguous-ization are all this one call (see
+// StridedCopyHost). InvalidArgument for elem_size not in {1, 2, 4, 8, 16}, spans of
+// different lengths, a negative size or stride, a layout spanning more than 2^63 - 1
+// bytes, more than kMaxCopyDims dims left after merging adjacent dims contiguous in both
+// layouts, or a null pointer for a non-empty copy.
+absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
+                               absl::Span<const int64_t> sizes,
+                               absl::Span<const int64_t> dst_strides,
+                               absl::Span<const int64_t> src_strides, StreamHandle stream);
+
+// Copies `src_bytes` from src to the start of dst and zero-fills dst bytes
+// [src_bytes, dst_bytes); 0 <= src_bytes <= dst_bytes, else InvalidArgument (see
+// PadHost); also InvalidArgument for a null pointer with a nonzero byte count. src may
+// be null when src_bytes is 0 (a pure zero fill).
+absl::Status PadDevice(void* dst, int64_t dst_bytes, const void* src, int64_t src_bytes,
+                       StreamHandle stream);
+
+// Writes the contiguous full tensor of shape `full_shape` from `gathered`, which holds
+// `num_chunks` contiguous chunks in rank order, chunk r having the full shape with dim
+// `dim` replaced by c = ceil(full_shape[dim] / num_chunks):
+//   full[.., j, ..] = chunk[j / c][.., j % c, ..]   for j in [0, full_shape[dim]).
+// Padding rows of the chunks are never read. gathered holds num_chunks * c * (product
+// of the other dims) elements. See UnshardHost. InvalidArgument for elem_size not in
+// {1, 2, 4, 8, 16}, dim outside [0, rank), num_chunks <= 0, a negative size, a gathered
+// buffer of more than 2^63 - 1 bytes, or a null pointer for a non-empty tensor.
+absl::Status UnshardDevice(void* full, const void* gathered, int64_t elem_size,
+                           absl::Span<const int64_t> full_shape, int dim, int64_t num_chunks,
+                           StreamHandle stream);
+
+}  // namespace sdrt
+
+#endif  // SDRT_CUDA_KERNELS_H_

@@ -1,0 +1,278 @@
+// GPU copy kernels against their host paths: the same random input through
+// StridedCopyDevice / PadDevice / UnshardDevice and StridedCopyHost / PadHost /
+// UnshardHost, compared byte for byte, destination bytes outside the copy included (both
+// destinations start as the same random bytes). Tests that need a device skip without
+// one; the validation tests run anywhere, since arguments are checked before any CUDA
+// call.
+#include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/kernels.h"
+#include "tensor/strided_copy.h"
+#include "tests/tensor/copy_test_util.h"
+
+namespace sdrt {
+namespace {
+
+using ::sdrt::test::Contiguous;
+using ::sdrt::test::ContiguousStrides;
+using ::sdrt::test::Extent;
+using ::sdrt::test::FirstMismatch;
+using ::sdrt::test::Layout;
+using ::sdrt::test::Numel;
+using ::sdrt::test::RandomBytes;
+using ::testing::HasSubstr;
+
+constexpr int64_t kElemSizes[] = {1, 2, 4, 8, 16};
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+#define ASSERT_CUDA(expr) \
+  ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+class KernelsGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no CUDA device: "
+                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    }
+    ASSERT_CUDA(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+// Device memory holding `bytes` at `misalign` bytes past a 256-byte aligned address.
+class DeviceBytes {
+ public:
+  DeviceBytes(const std::vector<uint8_t>& contents, int64_t misalign)
+      : misalign_(misalign), size_(static_cast<int64_t>(contents.size())) {
+    EXPECT_EQ(cudaMalloc(&base_, size_ + misalign_ + 1), cudaSuccess);
+    if (size_ > 0) {
+      EXPECT_EQ(cudaMemcpy(data(), contents.data(), size_, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  ~DeviceBytes() { cudaFree(base_); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+
+  uint8_t* data() { return static_cast<uint8_t*>(base_) + misalign_; }
+  std::vector<uint8_t> ToHost() {
+    std::vector<uint8_t> out(size_);
+    if (size_ > 0) {
+      EXPECT_EQ(cudaMemcpy(out.data(), data(), size_, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return out;
+  }
+
+ private:
+  void* base_ = nullptr;
+  int64_t misalign_;
+  int64_t size_;
+};
+
+void ExpectStridedCopyMatchesHost(cudaStream_t stream, int64_t elem_size, const Layout& l,
+                                  int64_t dst_misalign = 0, int64_t src_misalign = 0,
+                                  uint64_t seed = 1) {
+  SCOPED_TRACE(testing::Message() << "elem_size " << elem_size << " sizes "
+                                  << testing::PrintToString(l.sizes) << " src_strides "
+                                  << testing::PrintToString(l.src_strides) << " misalign "
+                                  << dst_misalign << "/" << src_misalign);
+  const std::vector<uint8_t> src =
+      RandomBytes((l.src_offset + Extent(l.sizes, l.src_strides)) * elem_size, seed);
+  std::vector<uint8_t> expected = RandomBytes(Extent(l.sizes, l.dst_strides) * elem_size, ~seed);
+  DeviceBytes device_src(src, src_misalign);
+  DeviceBytes device_dst(expected, dst_misalign);
+  const int64_t offset = l.src_offset * elem_size;
+  ASSERT_TRUE(StridedCopyHost(expected.data(), src.data() + offset, elem_size, l.sizes,
+                              l.dst_strides, l.src_strides)
+                  .ok());
+  const absl::Status status =
+      StridedCopyDevice(device_dst.data(), device_src.data() + offset, elem_size, l.sizes,
+                        l.dst_strides, l.src_strides, stream);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_CUDA(cudaStreamSynchronize(stream));
+  EXPECT_EQ(FirstMismatch(device_dst.ToHost(), expected), -1);
+}
+
+TEST_F(KernelsGpuTest, StridedCopyAwkwardLayouts) {
+  const std::vector<Layout> layouts = {
+      Contiguous({33, 17, 2, 1}),
+      Contiguous({}),
+      Contiguous({1000003}),
+      Contiguous({3, 0, 5}),
+      {{17, 33}, {33, 1}, {1, 17}},                      // Transposed source.
+      {{6, 4, 5}, {20, 5, 1}, {1, 30, 6}},               // Permuted source.
+      {{17, 33}, {1, 17}, {33, 1}},                      // Transposed destination.
+      {{18, 9, 3}, {27, 3, 1}, {180, 9, 1}, 285},        // x[3::2, 5::3, :].
+      {{33, 9, 2, 1}, {18, 2, 1, 1}, {34, 2, 1, 1}, 8},  // x.narrow(1, 4, 9).
+      {{7, 5}, {5, 1}, {0, 1}},                          // Broadcast rows.
+  };
+  for (int64_t elem_size : kElemSizes) {
+    for (const Layout& layout : layouts) {
+      for (const auto& [dst_misalign, src_misalign] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 0}, {4, 12}, {8, 2}}) {
+        ExpectStridedCopyMatchesHost(stream_, elem_size, layout, dst_misalign, src_misalign);
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, StridedCopyTwelveDimsAndDefaultStream) {
+  std::vector<int64_t> sizes(12, 2), reversed(12);
+  for (int d = 0; d < 12; ++d) reversed[d] = int64_t{1} << d;
+  for (int64_t elem_size : kElemSizes) {
+    ExpectStridedCopyMatchesHost(nullptr, elem_size, {sizes, ContiguousStrides(sizes), reversed});
+  }
+}
+
+TEST_F(KernelsGpuTest, StridedCopyRandomLayouts) {
+  std::mt19937_64 gen(77);
+  for (int trial = 0; trial < 100; ++trial) {
+    const Layout layout = test::RandomSlicedPermutation(gen, 9);
+    ExpectStridedCopyMatchesHost(stream_, kElemSizes[gen() % 5], layout,
+                                 static_cast<int64_t>(gen() % 16), static_cast<int64_t>(gen() % 16),
+                                 gen());
+  }
+}
+
+TEST_F(KernelsGpuTest, StridedCopyLarge) {
+  // 64 MiB out of a [8192, 4096] float32 tensor: rows [2048, 6144) (one contiguous
+  // block), columns [1000, 3048) (8 KiB runs), and a bf16 transpose.
+  ExpectStridedCopyMatchesHost(stream_, 4, {{4096, 4096}, {4096, 1}, {4096, 1}, 2048 * 4096});
+  ExpectStridedCopyMatchesHost(stream_, 4, {{8192, 2048}, {2048, 1}, {4096, 1}, 1000});
+  ExpectStridedCopyMatchesHost(stream_, 2, {{4096, 8192}, {8192, 1}, {1, 4096}});
+}
+
+TEST_F(KernelsGpuTest, StridedCopyBeyondInt32Accesses) {
+  // 2^31 + 4099 bytes with a 1-byte aligned dst: 1-byte accesses, more than INT32_MAX of
+  // them, so the kernel takes its 64-bit index path.
+  const int64_t bytes = (int64_t{1} << 31) + 4099;
+  ExpectStridedCopyMatchesHost(stream_, 1, Contiguous({bytes}), 1, 0);
+}
+
+TEST_F(KernelsGpuTest, StridedCopyFromPinnedHostMemory) {
+  const std::vector<int64_t> sizes = {300, 70};
+  const std::vector<int64_t> src_strides = {100, 1};
+  const std::vector<uint8_t> src = RandomBytes(300 * 100 * 4, 5);
+  void* pinned = nullptr;
+  ASSERT_CUDA(cudaHostAlloc(&pinned, src.size(), cudaHostAllocDefault));
+  std::memcpy(pinned, src.data(), src.size());
+  std::vector<uint8_t> expected(300 * 70 * 4);
+  ASSERT_TRUE(StridedCopyHost(expected.data(), src.data() + 12, 4, sizes, ContiguousStrides(sizes),
+                              src_strides)
+                  .ok());
+  DeviceBytes dst(RandomBytes(expected.size(), 6), 0);
+  const absl::Status status =
+      StridedCopyDevice(dst.data(), static_cast<uint8_t*>(pinned) + 12, 4, sizes,
+                        ContiguousStrides(sizes), src_strides, stream_);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(FirstMismatch(dst.ToHost(), expected), -1);
+  cudaFreeHost(pinned);
+}
+
+TEST_F(KernelsGpuTest, PadMatchesHost) {
+  const std::vector<std::pair<int64_t, int64_t>> cases = {
+      {1003, 2048}, {2048, 2048}, {0, 77}, {5, 6}, {17, 33}, {64 * kMiB + 13, 80 * kMiB}};
+  for (const auto& [src_bytes, dst_bytes] : cases) {
+    for (const auto& [dst_misalign, src_misalign] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 4}, {3, 3}, {8, 8}}) {
+      SCOPED_TRACE(testing::Message() << src_bytes << " -> " << dst_bytes << " misalign "
+                                      << dst_misalign << "/" << src_misalign);
+      const std::vector<uint8_t> src = RandomBytes(src_bytes, src_bytes);
+      std::vector<uint8_t> expected = RandomBytes(dst_bytes, ~dst_bytes);
+      DeviceBytes device_src(src, src_misalign);
+      DeviceBytes device_dst(expected, dst_misalign);
+      ASSERT_TRUE(PadHost(expected.data(), dst_bytes, src.data(), src_bytes).ok());
+      const absl::Status status =
+          PadDevice(device_dst.data(), dst_bytes, src_bytes > 0 ? device_src.data() : nullptr,
+                    src_bytes, stream_);
+      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      EXPECT_EQ(FirstMismatch(device_dst.ToHost(), expected), -1);
+    }
+  }
+}
+
+void ExpectUnshardMatchesHost(cudaStream_t stream, int64_t elem_size,
+                              const std::vector<int64_t>& shape, int dim, int64_t k,
+                              int64_t misalign, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "elem_size " << elem_size << " shape "
+                                  << testing::PrintToString(shape) << " dim " << dim << " k " << k
+                                  << " misalign " << misalign);
+  std::vector<int64_t> chunk_shape = shape;
+  chunk_shape[dim] = (shape[dim] + k - 1) / k;
+  const std::vector<uint8_t> gathered = RandomBytes(k * Numel(chunk_shape) * elem_size, seed);
+  std::vector<uint8_t> expected = RandomBytes(Numel(shape) * elem_size, ~seed);
+  DeviceBytes device_gathered(gathered, misalign);
+  DeviceBytes device_full(expected, 0);
+  ASSERT_TRUE(UnshardHost(expected.data(), gathered.data(), elem_size, shape, dim, k).ok());
+  const absl::Status status =
+      UnshardDevice(device_full.data(), device_gathered.data(), elem_size, shape, dim, k, stream);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_CUDA(cudaStreamSynchronize(stream));
+  EXPECT_EQ(FirstMismatch(device_full.ToHost(), expected), -1);
+}
+
+TEST_F(KernelsGpuTest, UnshardMatchesHost) {
+  uint64_t seed = 1;
+  for (int64_t elem_size : kElemSizes) {
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+             {10, 3, 5}, {5, 10, 3}, {3, 4, 10}, {4, 0, 3}, {7}, {3, 5, 1, 2}}) {
+      for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
+        for (int64_t k : {1, 3, 4, 12}) {
+          for (int64_t misalign : {0, 2}) {
+            ExpectUnshardMatchesHost(stream_, elem_size, shape, dim, k, misalign, ++seed);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsGpuTest, UnshardLarge) {
+  // 64 MiB of float32, 4096 rows split 3 ways (the last chunk padded), on dims 1 and 2.
+  ExpectUnshardMatchesHost(stream_, 4, {4, 4096, 1024}, 1, 3, 0, 11);
+  ExpectUnshardMatchesHost(stream_, 2, {4, 4096, 2048}, 2, 3, 0, 12);
+  // 1-byte units and more than INT32_MAX of them: the 64-bit index path.
+  ExpectUnshardMatchesHost(stream_, 1, {2, 5, 214748367}, 1, 4, 0, 13);
+}
+
+void ExpectInvalid(const absl::Status& status, const std::string& message) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(message));
+}
+
+// No fixture: validation and empty copies touch no CUDA API, so this runs anywhere.
+TEST(KernelsValidationTest, DeviceCallsValidateBeforeLaunching) {
+  uint8_t a[64], b[64];
+  ExpectInvalid(StridedCopyDevice(a, b, 4, {2, 3, -1}, {3, 1, 1}, {3, 1, 1}, nullptr),
+                "StridedCopyDevice: dim 2 has size -1");
+  ExpectInvalid(StridedCopyDevice(a, b, 3, {2}, {1}, {1}, nullptr),
+                "StridedCopyDevice: elem_size must be 1, 2, 4, 8 or 16 bytes, got 3");
+  ExpectInvalid(PadDevice(a, 4, b, 10, nullptr),
+                "PadDevice: need 0 <= src_bytes <= dst_bytes, got src_bytes 10, dst_bytes 4");
+  ExpectInvalid(UnshardDevice(a, b, 4, {2, 3}, 2, 2, nullptr),
+                "UnshardDevice: dim 2 is out of range for the 2-dim shape [2, 3]");
+  ExpectInvalid(UnshardDevice(a, b, 4, {2, 3}, 1, 0, nullptr),
+                "UnshardDevice: num_chunks must be positive, got 0");
+  EXPECT_TRUE(StridedCopyDevice(nullptr, nullptr, 4, {3, 0}, {0, 1}, {0, 1}, nullptr).ok());
+  EXPECT_TRUE(PadDevice(nullptr, 0, nullptr, 0, nullptr).ok());
+  EXPECT_TRUE(UnshardDevice(nullptr, nullptr, 4, {0, 3}, 1, 2, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -6,11 +6,12 @@ namespace sdrt::internal {
 
 absl::Status CudaStatus(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return absl::OkStatus();
-  // Clear the error so later calls do not report it again; sticky errors (a failed
-  // kernel) stay set inside the context and will show up on the next call anyway.
-  (void)cudaGetLastError();
   int device = -1;
   (void)cudaGetDevice(&device);
+  // Clear the error (ours, and any cudaGetDevice just raised) so later calls do not
+  // report it again; sticky errors (a failed kernel) stay set inside the context and
+  // will show up on the next call anyway.
+  (void)cudaGetLastError();
   const std::string message =
       absl::StrCat(call, " failed at ", file, ":", line, " on device ", device, ": ",
                    cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");

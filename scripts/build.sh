@@ -8,4 +8,5 @@ build=${SDRT_BUILD_DIR:-$root/build}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 fi
+echo "build.sh: building in $build (a first build takes a few minutes)" >&2
 cmake --build "$build" -j"$(nproc)" >/dev/null || cmake --build "$build" -j1

@@ -1,5 +1,7 @@
 #include "tensor/device.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
@@ -24,9 +26,10 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
   if (text == "cpu") return Device::CPU();
   if (text == "meta") return Device::Meta();
   if (text == "cuda") return Device::CUDA(0);
-  if (absl::ConsumePrefix(&text, "cuda:")) {
+  if (absl::ConsumePrefix(&text, "cuda:") && !text.empty() && text.size() <= 9 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     int index = 0;
-    if (absl::SimpleAtoi(text, &index) && index >= 0) return Device::CUDA(index);
+    if (absl::SimpleAtoi(text, &index)) return Device::CUDA(index);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("cannot parse device '", original, "' (want cpu, meta, cuda or cuda:N)"));

@@ -77,17 +77,28 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
       dl.strides != nullptr ? IntVector(dl.strides, dl.strides + dl.ndim) : ContiguousStrides(shape);
   absl::StatusOr<int64_t> numel = CheckedNumel(shape);
   if (!numel.ok()) return numel.status();
-  // Bytes reachable from the first element: the storage this tensor borrows.
+  // Bytes reachable from the first element: the storage this tensor borrows. Computed
+  // with overflow checks before taking ownership, so every error leaves `managed` with
+  // the caller.
   int64_t last = 0;
   for (int i = 0; i < dl.ndim; ++i) {
     if (strides[i] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("FromDLPack: negative stride ", strides[i], " at dim ", i));
     }
-    if (*numel > 0) last += (shape[i] - 1) * strides[i];
+    int64_t reach = 0;
+    if (*numel > 0 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                       __builtin_add_overflow(last, reach, &last))) {
+      return absl::InvalidArgumentError(absl::StrCat("FromDLPack: shape ", ShapeToString(shape),
+                                                     " with strides ", ShapeToString(strides),
+                                                     " overflows int64"));
+    }
   }
   const int64_t elem = ElementSize(*dtype);
-  const int64_t nbytes = *numel > 0 ? (last + 1) * elem : 0;
+  int64_t nbytes = 0;
+  if (*numel > 0 && __builtin_mul_overflow(last + 1, elem, &nbytes)) {
+    return absl::InvalidArgumentError("FromDLPack: byte extent overflows int64");
+  }
   char* data = static_cast<char*>(dl.data) + dl.byte_offset;
   std::shared_ptr<Storage> storage = Storage::Borrow(data, nbytes, device, [managed](void*) {
     if (managed->deleter != nullptr) managed->deleter(managed);

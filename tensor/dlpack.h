@@ -15,6 +15,9 @@
 namespace sdrt {
 
 // Exports `tensor` (any strides, CPU or CUDA) as a newly allocated DLManagedTensor. The
+// DLPack 0.6 struct has no read-only flag: exporting a tensor that views read-only memory
+// (a zero-copy SafetensorsFile tensor maps its file PROT_READ) hands the consumer memory
+// it must not write; Clone() such tensors first when the consumer may write. The
 // caller (the consumer) owns the result and must call its deleter exactly once. The
 // DLTensor's data is tensor.data_ptr() with byte_offset 0; shape and strides are in
 // elements. Pinned host storage is reported as kDLCUDAHost. FailedPrecondition for

@@ -1,6 +1,7 @@
 // Tensor construction, metadata and copies. Views are in tensor_views.cc.
 #include "tensor/tensor.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <utility>
@@ -38,6 +39,54 @@ absl::StatusOr<int64_t> CheckedNumel(IntSpan shape) {
 }
 
 std::string ShapeToString(IntSpan shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+namespace {
+
+// torch's is_non_overlapping_and_dense: the elements fill a contiguous range exactly
+// once, in some order of the dims.
+bool NonOverlappingAndDense(const Tensor& t) {
+  IntVector dims;
+  for (int d = 0; d < t.dim(); ++d) {
+    if (t.shape()[d] != 1) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(),
+            [&](int64_t a, int64_t b) { return t.strides()[a] < t.strides()[b]; });
+  int64_t expected = 1;
+  for (int64_t d : dims) {
+    if (t.strides()[d] != expected) return false;
+    expected *= t.shape()[d];
+  }
+  return true;
+}
+
+}  // namespace
+
+// PyTorch's copy_ refuses a destination whose elements alias each other and a source
+// that partly overlaps the destination (the result would depend on the copy order);
+// so does sdrt. Overlap is decided exactly where both sides are dense (as PyTorch
+// does) and by a zero stride for the destination's own elements.
+absl::Status CheckCopyOverlap(const Tensor& dst, const Tensor& src) {
+  for (int d = 0; d < dst.dim(); ++d) {
+    if (dst.shape()[d] > 1 && dst.strides()[d] == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CopyFrom: destination ", dst.ToString(),
+          " has several elements at one memory location (stride 0 on dim ", d, ")"));
+    }
+  }
+  if (dst.storage() == nullptr || dst.storage() != src.storage()) return absl::OkStatus();
+  if (dst.storage_offset() == src.storage_offset() && dst.strides() == src.strides()) {
+    return absl::OkStatus();
+  }
+  if (!NonOverlappingAndDense(dst) || !NonOverlappingAndDense(src)) return absl::OkStatus();
+  const int64_t dst_end = dst.storage_offset() + dst.numel();
+  const int64_t src_end = src.storage_offset() + src.numel();
+  if (dst.storage_offset() < src_end && src.storage_offset() < dst_end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyFrom: source ", src.ToString(), " and destination ", dst.ToString(),
+        " partly overlap in memory; copy from a Clone() of the source"));
+  }
+  return absl::OkStatus();
+}
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Device device, IntVector shape,
                IntVector strides, int64_t storage_offset)
@@ -176,6 +225,7 @@ std::string Tensor::ToString() const {
 }
 
 absl::StatusOr<Tensor> Tensor::Contiguous() const {
+  if (!defined_) return absl::FailedPreconditionError("Contiguous: undefined tensor");
   if (is_contiguous()) return *this;
   return Clone();
 }
@@ -216,6 +266,11 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
         "CopyFrom: cannot copy between ", src.ToString(), " and ", ToString(), " (meta has no data)"));
   }
   if (numel_ == 0) return absl::OkStatus();
+  absl::Status overlap = CheckCopyOverlap(*this, src);
+  if (!overlap.ok() || (storage_ == src.storage_ && storage_offset_ == src.storage_offset_ &&
+                        strides_ == src.strides_)) {
+    return overlap;  // an error, or a copy of a tensor onto itself: nothing to do
+  }
   if (device_.is_cpu() && src.device_.is_cpu()) {
     return StridedCopyHost(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
                            src.strides_);

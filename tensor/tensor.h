@@ -40,6 +40,10 @@ absl::StatusOr<int64_t> CheckedNumel(IntSpan shape);
 // "[3, 4]".
 std::string ShapeToString(IntSpan shape);
 
+class Tensor;
+// The overlap rules of Tensor::CopyFrom (see there); OK when the copy is well defined.
+absl::Status CheckCopyOverlap(const Tensor& dst, const Tensor& src);
+
 class Tensor {
  public:
   // An undefined tensor (defined() == false), like a default-constructed at::Tensor.
@@ -107,7 +111,8 @@ class Tensor {
 
   // --- copies --------------------------------------------------------------------------
   // This tensor if already contiguous (same object), else a contiguous copy on the same
-  // device.
+  // device. Copies (here and in Clone, Reshape, To) handle at most 12 dims after
+  // adjacent dims that are contiguous on both sides are merged (kMaxCopyDims).
   absl::StatusOr<Tensor> Contiguous() const;
   // A contiguous copy in new memory on the same device (meta: a new meta tensor).
   absl::StatusOr<Tensor> Clone() const;
@@ -119,7 +124,9 @@ class Tensor {
                             StreamHandle stream = nullptr) const;
   // torch.Tensor.copy_(src) for equal shapes and dtypes (no broadcasting, no dtype
   // conversion: InvalidArgument naming both shapes/dtypes otherwise). Any strides on
-  // either side. CPU<->CPU runs here; anything touching CUDA goes through the CUDA
+  // either side, as long as they merge to at most 12 dims (kMaxCopyDims). Like PyTorch,
+  // InvalidArgument when the destination has aliased elements (stride 0) or partly
+  // overlaps the source; copying a tensor onto itself is a no-op. CPU<->CPU runs here; anything touching CUDA goes through the CUDA
   // backend on `stream`. non_blocking is honoured when both sides are contiguous; a copy
   // that must be staged through a temporary completes before returning.
   absl::Status CopyFrom(const Tensor& src, bool non_blocking = false,

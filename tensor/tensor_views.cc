@@ -100,7 +100,8 @@ absl::StatusOr<Tensor> Tensor::Narrow(int dim, int64_t start, int64_t length) co
   if (!d.ok()) return d.status();
   const int64_t size = shape_[*d];
   if (start < 0) start += size;
-  if (start < 0 || start > size || length < 0 || start + length > size) {
+  // `length > size - start` rather than `start + length > size`: no overflow.
+  if (start < 0 || start > size || length < 0 || length > size - start) {
     return absl::InvalidArgumentError(absl::StrCat("Narrow: start ", start, " length ", length,
                                                    " out of range for dim ", *d, " of size ", size));
   }
@@ -168,7 +169,14 @@ absl::StatusOr<Tensor> Tensor::Reshape(IntSpan shape) const {
 }
 
 absl::StatusOr<Tensor> Tensor::Flatten(int start_dim, int end_dim) const {
-  if (dim() == 0) return Reshape(IntVector{1});
+  if (dim() == 0) {
+    // A 0-d tensor behaves as 1-d for its dim arguments, as in torch.flatten.
+    if ((start_dim != 0 && start_dim != -1) || (end_dim != 0 && end_dim != -1)) {
+      return absl::InvalidArgumentError(absl::StrCat("Flatten: dims (", start_dim, ", ", end_dim,
+                                                     ") out of range for a 0-d tensor"));
+    }
+    return Reshape(IntVector{1});
+  }
   absl::StatusOr<int> start = WrapDim(start_dim, "Flatten");
   if (!start.ok()) return start.status();
   absl::StatusOr<int> end = WrapDim(end_dim, "Flatten");

@@ -96,3 +96,28 @@ TEST(DLPack, RejectsWhatItCannotRepresent) {
 
 }  // namespace
 }  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+TEST(DLPack, OverflowingStridesAreRejectedWithoutCallingTheDeleter) {
+  static int deleted = 0;
+  float data[2] = {};
+  int64_t shape[1] = {2};
+  int64_t strides[1] = {int64_t{1} << 62};
+  DLManagedTensor managed{};
+  managed.dl_tensor.data = data;
+  managed.dl_tensor.device = DLDevice{kDLCPU, 0};
+  managed.dl_tensor.ndim = 1;
+  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  managed.dl_tensor.shape = shape;
+  managed.dl_tensor.strides = strides;
+  managed.deleter = [](DLManagedTensor*) { ++deleted; };
+  absl::StatusOr<Tensor> t = FromDLPack(&managed);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("overflow"));
+  EXPECT_EQ(deleted, 0);  // ownership stayed with the caller
+}
+
+}  // namespace
+}  // namespace sdrt

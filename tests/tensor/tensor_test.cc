@@ -155,3 +155,46 @@ TEST(Tensor, CudaWithoutDeviceIsAnErrorNotACrash) {
 
 }  // namespace
 }  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+// Found by review: views and copies that must be errors, not undefined behaviour.
+TEST(TensorReview, NarrowLengthNearInt64MaxIsAnError) {
+  Tensor t = *Tensor::Empty({4, 6}, DType::kFloat32);
+  absl::Status s = t.Narrow(1, 2, INT64_MAX - 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dim 1 of size 6"));
+}
+
+TEST(TensorReview, CopyFromRefusesOverlapLikePyTorch) {
+  Tensor m = Arange({4, 4});
+  Tensor transposed = *Tensor::FromStorage(m.storage(), DType::kFloat32, {4, 4}, {1, 4});
+  absl::Status s = m.CopyFrom(transposed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("partly overlap"));
+  EXPECT_EQ(m.data<float>()[1], 1.0f);  // untouched
+  Tensor broadcast_dst = *Tensor::FromStorage(m.storage(), DType::kFloat32, {4}, {0});
+  EXPECT_THAT(broadcast_dst.CopyFrom(Arange({4})).message(), HasSubstr("stride 0 on dim 0"));
+  // A tensor onto itself is a no-op; disjoint halves of one storage copy normally.
+  EXPECT_TRUE(m.CopyFrom(m).ok());
+  Tensor top = *m.Narrow(0, 0, 2);
+  Tensor bottom = *m.Narrow(0, 2, 2);
+  ASSERT_TRUE(top.CopyFrom(bottom).ok());
+  EXPECT_EQ(m.data<float>()[0], 8.0f);
+  EXPECT_EQ(m.data<float>()[7], 15.0f);
+}
+
+TEST(TensorReview, SmallFixes) {
+  EXPECT_FALSE(Tensor().Contiguous().ok());
+  Tensor scalar = *Tensor::Empty({}, DType::kFloat32);
+  EXPECT_TRUE(scalar.Flatten(0, -1).ok());
+  EXPECT_THAT(scalar.Flatten(5, 7).status().message(), HasSubstr("0-d tensor"));
+  EXPECT_FALSE(ParseDevice("cuda:1 ").ok());
+  EXPECT_FALSE(ParseDevice("cuda:+1").ok());
+  EXPECT_FALSE(ParseDevice("cuda:").ok());
+  EXPECT_EQ(*ParseDevice("cuda:12"), Device::CUDA(12));
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -48,19 +48,22 @@ int RunInspect(const InspectArgs& args) {
                          {"data_offsets", {e.data_begin, e.data_end}}});
     }
     out["entries"] = std::move(entries);
-    std::cout << out.dump(1) << "\n";
+    // Invalid UTF-8 (in a path, say) is replaced rather than thrown on.
+    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+              << "\n";
     return kExitOk;
   }
   Table table({"name", "dtype", "shape", "bytes"}, {false, false, false, true});
   for (const SafetensorsEntry& e : file->entries()) {
-    table.AddRow({e.name, std::string(DTypeName(e.dtype)),
+    table.AddRow({Printable(e.name), std::string(DTypeName(e.dtype)),
                   "[" + absl::StrJoin(e.shape, ", ") + "]",
                   WithThousands(e.data_end - e.data_begin)});
   }
   std::cout << args.path << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
-            << file->entries().size() << " tensors, " << WithThousands(parameters)
+            << file->entries().size() << (file->entries().size() == 1 ? " tensor, " : " tensors, ")
+            << WithThousands(parameters)
             << " parameters, " << WithThousands(bytes) << " bytes (" << HumanBytes(bytes)
             << ") of data in a " << HumanBytes(file->file_size()) << " file\n";
   if (file->metadata().empty()) {
@@ -71,7 +74,7 @@ int RunInspect(const InspectArgs& args) {
       // Long values (padding, embedded JSON) are cut so the table stays readable;
       // --json prints them whole.
       constexpr size_t kMaxShown = 120;
-      std::cout << "  " << key << " = " << value.substr(0, kMaxShown)
+      std::cout << "  " << Printable(key) << " = " << Printable(Utf8Prefix(value, kMaxShown))
                 << (value.size() > kMaxShown
                         ? "... (" + WithThousands(static_cast<int64_t>(value.size())) + " bytes)"
                         : "")

@@ -12,8 +12,9 @@ void PrintVersion() {
   std::cout << "sdrt " << sdrt::Version() << "\n"
             << "  " << sdrt::CudaVersionString() << ", " << sdrt::CudaDeviceCount()
             << " device(s)\n"
-            << "  NCCL backend: " << (SDRT_CLI_HAVE_NCCL ? "built" : "not built") << "\n"
-            << "  MPI backend: " << (SDRT_CLI_HAVE_MPI ? "built" : "not built") << "\n";
+            << "  NCCL: " << (SDRT_CLI_HAVE_NCCL ? "found and linked" : "not found")
+            << " (communicator backends arrive with comm/)\n"
+            << "  MPI: " << (SDRT_CLI_HAVE_MPI ? "found" : "not found") << "\n";
 }
 
 }  // namespace

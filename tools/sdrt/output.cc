@@ -28,6 +28,26 @@ std::string WithThousands(int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      out += absl::StrFormat("\\x%02x", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+std::string Utf8Prefix(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  // Step back over continuation bytes (10xxxxxx) to the start of a character.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 Table::Table(std::vector<std::string> header, std::vector<bool> right_aligned)
     : header_(std::move(header)), right_aligned_(std::move(right_aligned)) {
   right_aligned_.resize(header_.size(), false);
@@ -40,14 +60,20 @@ void Table::AddRow(std::vector<std::string> row) {
 
 void Table::Print(std::ostream& out) const {
   std::vector<size_t> width(header_.size());
-  for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+  // Widths in code points (UTF-8 lead bytes), so non-ASCII names stay aligned.
+  auto columns = [](const std::string& cell) {
+    return static_cast<size_t>(std::count_if(cell.begin(), cell.end(), [](char ch) {
+      return (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+    }));
+  };
+  for (size_t c = 0; c < header_.size(); ++c) width[c] = columns(header_[c]);
   for (const auto& row : rows_) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], columns(row[c]));
   }
   auto print_row = [&](const std::vector<std::string>& row) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
-      const std::string pad(width[c] - row[c].size(), ' ');
+      const std::string pad(width[c] - columns(row[c]), ' ');
       if (c > 0) line += "  ";
       line += right_aligned_[c] ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
     }

@@ -14,6 +14,12 @@ std::string HumanBytes(int64_t bytes);
 // "22,713,728".
 std::string WithThousands(int64_t value);
 
+// `text` with control characters (newlines, escape sequences, NUL) written as C escapes,
+// so names from a file cannot break or colour the terminal output.
+std::string Printable(const std::string& text);
+// The longest prefix of `text` of at most `max_bytes` that does not split a UTF-8 character.
+std::string Utf8Prefix(const std::string& text, size_t max_bytes);
+
 // A text table: columns are padded to their widest cell; `right_aligned[i]` right-aligns
 // column i (numbers). Rows shorter than the header are padded with empty cells.
 class Table {

@@ -6,17 +6,26 @@
 // bytes relative to the start of the data region, elements row-major little-endian, and may
 // hold "__metadata__": an object of string to string.
 //
-// Reading validates everything the reference implementation does (header length at most
-// 100,000,000 bytes and inside the file, UTF-8, known dtypes, shape x element size ==
-// end - begin, ranges that tile the data region exactly) before handing out any tensor;
-// every error is an absl::Status naming the file, the tensor or metadata key and the rule.
+// Reading validates the file before handing out any tensor, with the rules of the reference
+// implementation, safetensors 0.8.0: header length at most 100,000,000 bytes and inside the
+// file; UTF-8 JSON, one object (whitespace around it allowed, nothing else, no NUL byte;
+// nesting at most 127 deep); each entry an object with a dtype, a shape of non-negative
+// integers and data_offsets [begin, end] (other fields ignored), shape x element size ==
+// end - begin; ranges that tile the data region exactly; "__metadata__" null or an object
+// of strings. A file the reference loads is refused only for (a) duplicate keys, which the
+// reference resolves silently by keeping the last, (b) a dtype sdrt lacks (U16, U32, U64,
+// C64, F4, F6_*, F8_E8M0, F8_*FNUZ: reported as valid but unsupported), (c) a dimension
+// above 2^63 - 1 in a shape holding a 0. Conversely, of 600 crafted headers compared with
+// 0.8.0, none it refuses does sdrt load.
+// Every error is an absl::Status naming the file, the tensor or metadata key and the rule.
 // Tensors borrow the mapping zero-copy when their address is a multiple of their element
 // size and are copied into aligned memory otherwise (files from other writers may leave
 // the data region unaligned: a header length that is not a multiple of 8).
 //
-// Writing lays the tensors out in the order given, pads the header with spaces so the data
-// starts at a multiple of 8, writes a temporary file beside the target, fsyncs it and
-// renames it over the target, so a reader never sees a partial file.
+// Writing lays the data out largest element size first (so every tensor is aligned for the
+// zero-copy read), pads the header with spaces so the data starts at a multiple of 8,
+// writes a temporary file beside the target, fsyncs it and renames it over the target, so
+// a reader never sees a partial file.
 //
 // Thread-safety: a SafetensorsFile is immutable after Open; its const methods may be
 // called from several threads.
@@ -71,9 +80,10 @@ class SafetensorsFile {
 
   // Maps `path` read-only (mmap PROT_READ) and validates the header and the layout.
   // Errors: NotFound / PermissionDenied / ... (errno) when the file cannot be opened or
-  // mapped; InvalidArgument when it is not a regular file or any format rule is broken
-  // (the message names the path, the tensor or metadata key, and the rule); Unavailable
-  // when pin_mapping is set and CUDA cannot register the mapping.
+  // mapped; InvalidArgument when it is not a regular file (refused without waiting: a FIFO
+  // is opened non-blocking) or any format rule is broken (the message names the path once,
+  // the tensor or metadata key, and the rule); Unavailable when pin_mapping is set and CUDA
+  // cannot register the mapping.
   // The file must not be truncated while mapped (reading a vanished page raises SIGBUS).
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path, Options options);
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path) {
@@ -121,16 +131,22 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes `tensors` (in this order, data laid out back to back in the same order) and
-// `metadata` to `path` in safetensors format, replacing any existing file atomically: the
-// bytes go to a temporary file `.<name>.tmp.<pid>.<random>` in the same folder, which is
-// fsynced and renamed over `path`, and the folder is fsynced. On any error before the rename
-// the temporary file is removed and `path` is left as it was (an error from the final fsync
-// of the folder is returned with the new file already in place).
+// Writes `tensors` and `metadata` to `path` in safetensors format. The header lists the
+// tensors in the given order; their data is laid out back to back sorted by element size,
+// largest first, the given order within a size, so each starts at a multiple of its element
+// size (and SafetensorsFile::entries(), in data order, differs from the given order).
+// Any existing file is replaced atomically: the bytes go to a temporary file
+// `.<name>.tmp.<pid>.<random>` in the same folder, which is fsynced and renamed over the
+// target, and the folder is fsynced. When `path` is a symlink (or a chain of them), the
+// target is the file it resolves to, written in that file's folder; the link stays. A
+// replaced file's permission bits carry over; a new file gets 0666 & ~umask. On any error
+// before the rename the temporary file is removed and the target is left as it was (an
+// error from the final fsync of the folder is returned with the new file already in place).
 // Tensors may have any strides and live on CPU or CUDA (copied to host one at a time).
 // InvalidArgument, before any file is created, for a tensor named "__metadata__", duplicate
 // names, undefined or meta tensors, and names or metadata that are not valid UTF-8.
-// I/O failures return the errno's code with the call and the path.
+// I/O failures return the errno's code with the call; every message starts with
+// `WriteSafetensors("<path>"): ` and names other paths (temporary file, folder) only.
 absl::Status WriteSafetensors(const std::string& path,
                               absl::Span<const std::pair<std::string, Tensor>> tensors,
                               const std::map<std::string, std::string>& metadata = {});

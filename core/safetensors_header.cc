@@ -1,15 +1,18 @@
-// The safetensors JSON header. Parsing runs in two passes over at most 100 MB: a SAX pass
-// that reports syntax errors with their position, duplicate keys (which a JSON DOM would
-// silently collapse) and nesting deeper than a header can have, then a DOM pass whose
-// structure is checked rule by rule. Serialisation writes the compact form the reference
-// writer (serde_json) produces, one key at a time, so the cost is linear in the tensors.
+// The safetensors JSON header. Parsing is one SAX pass over at most 100 MB (HeaderReader)
+// that checks the syntax, duplicate keys, depth and trailing characters and builds each
+// top-level member's value, in the order of the text; the members are then checked rule
+// by rule. The cost is O(n log n) in the tensors (sorting the ranges), no longer quadratic
+// (nlohmann::ordered_json's linear key lookup made it so).
+// Serialisation writes the compact form the reference writer (serde_json) produces, one key
+// at a time, so the cost is linear in the tensors.
 #include "core/internal/safetensors_header.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
-#include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -19,58 +22,147 @@
 namespace sdrt::internal {
 namespace {
 
-using Json = nlohmann::ordered_json;  // keeps the header's key order
+using Json = nlohmann::json;  // std::map objects; HeaderReader keeps the root's key order
 
-// Deepest nesting a valid header has: root object > entry object > shape array.
-constexpr int kMaxHeaderDepth = 3;
+// Deepest nesting safetensors 0.8.0 loads (serde_json's recursion limit of 128 counts the
+// root): an unknown field of a tensor entry may hold 125 nested arrays, not 126.
+constexpr int kMaxHeaderDepth = 127;
 
-// SAX pass: syntax, duplicate keys, depth. Stops at the first problem, recorded in error_.
-class HeaderScanner : public nlohmann::json_sax<Json> {
+// JSON's insignificant whitespace (RFC 8259), also the header's padding.
+constexpr absl::string_view kJsonWhitespace = " \t\n\r";
+
+// A dtype the reference implementation (safetensors 0.8.0) defines and sdrt does not, with
+// its size in bits.
+struct ForeignDType {
+  absl::string_view code;
+  int bits;
+};
+constexpr ForeignDType kUnsupportedDTypes[] = {
+    {"F4", 4},          {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
+    {"F8_E5M2FNUZ", 8}, {"U16", 16},    {"U32", 32},    {"C64", 64},    {"U64", 64},
+};
+
+// One SAX pass over the header: checks the syntax, duplicate keys at every level (which
+// a JSON DOM would silently collapse), the depth and trailing characters, and builds the
+// root object's members as (key, value) in the order of the text. Stops at the first
+// problem, recorded in error_ (or trailing_). Each value is an ordinary DOM (std::map
+// objects); the root itself is never a map, so nothing costs more than O(log n) per key.
+class HeaderReader : public nlohmann::json_sax<Json> {
  public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
+  using Member = std::pair<std::string, Json>;
+
+  bool null() override { return Add(Json(nullptr)); }
+  bool boolean(bool value) override { return Add(Json(value)); }
+  bool number_integer(number_integer_t value) override { return Add(Json(value)); }
+  bool number_unsigned(number_unsigned_t value) override { return Add(Json(value)); }
+  bool number_float(number_float_t value, const string_t&) override { return Add(Json(value)); }
+  bool string(string_t& value) override { return Add(Json(std::move(value))); }
+  bool binary(binary_t&) override { return false; }  // never produced by the JSON parser
+  // The caller has checked that the text starts with '{' (after whitespace): depth 1 is
+  // the root object, whose members go to members_ instead of a container.
   bool start_object(std::size_t) override {
-    keys_.emplace_back();
+    if (depth_ > 0) open_.push_back(Place(Json(Json::value_t::object)));
     return Enter();
   }
   bool key(string_t& key) override {
-    if (keys_.back().insert(key).second) return true;
-    error_ = absl::StrCat("duplicate key \"", absl::Utf8SafeCHexEscape(key), "\"");
-    return false;
-  }
-  bool end_object() override {
-    keys_.pop_back();
-    --depth_;
+    if (depth_ == 1) {
+      members_.emplace_back(std::move(key), Json());
+      if (root_keys_.insert(members_.back().first).second) return true;
+      return Duplicate(members_.back().first);
+    }
+    if (open_.back()->contains(key)) return Duplicate(key);
+    key_ = std::move(key);
     return true;
   }
+  bool end_object() override { return Leave(); }
   bool start_array(std::size_t) override {
-    keys_.emplace_back();
+    open_.push_back(Place(Json(Json::value_t::array)));
     return Enter();
   }
-  bool end_array() override { return end_object(); }
+  bool end_array() override { return Leave(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& ex) override {
+    trailing_ = root_closed_;  // the object parsed; the parser wanted the end of input
     error_ = absl::StrCat("invalid JSON: ", ex.what());
     return false;
   }
 
   const std::string& error() const { return error_; }
+  bool trailing() const { return trailing_; }
+  // The root object's members in the order of the text.
+  const std::deque<Member>& members() const { return members_; }
 
  private:
+  // Puts `value` where the parser is: the pending root member, the open array, or the
+  // open object under the last key. Returns its address, stable until the container it
+  // lives in grows, which happens only after it is closed.
+  Json* Place(Json value) {
+    if (open_.empty()) return &(members_.back().second = std::move(value));
+    Json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(value));
+      return &parent.back();
+    }
+    return &(parent[key_] = std::move(value));
+  }
+  bool Add(Json value) {
+    Place(std::move(value));
+    return true;
+  }
   bool Enter() {
     if (++depth_ <= kMaxHeaderDepth) return true;
     error_ = absl::StrCat("JSON nested deeper than ", kMaxHeaderDepth, " levels");
     return false;
   }
+  bool Leave() {
+    if (!open_.empty()) open_.pop_back();
+    if (--depth_ == 0) root_closed_ = true;
+    return true;
+  }
+  bool Duplicate(const std::string& key) {
+    error_ = absl::StrCat("duplicate key \"", absl::Utf8SafeCHexEscape(key), "\"");
+    return false;
+  }
 
   int depth_ = 0;
-  std::vector<std::set<std::string>> keys_;  // keys seen in each open object
+  bool root_closed_ = false;
+  bool trailing_ = false;
+  std::deque<Member> members_;  // a deque: root_keys_ views its keys, which must not move
+  absl::flat_hash_set<absl::string_view> root_keys_;
+  std::vector<Json*> open_;  // the containers being filled below the root, innermost last
+  std::string key_;          // the last key read in the innermost open object
   std::string error_;
 };
+
+// The offset of the first byte after the JSON object starting at `start`, a well-formed
+// object as HeaderReader has checked (brackets inside strings do not count).
+size_t ObjectEnd(absl::string_view json, size_t start) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = start; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return json.size();
+}
+
+// "BOOL, U8, ...": the codes sdrt reads, in the dtype table's order.
+std::string SupportedCodes() {
+  std::vector<absl::string_view> codes;
+  for (int i = 0; i < kNumDTypes; ++i) codes.push_back(SafetensorsCode(static_cast<DType>(i)));
+  return absl::StrJoin(codes, ", ");
+}
 
 // `value` as JSON text for a message, cut to 64 bytes (a bad value may be megabytes long).
 std::string Snippet(const Json& value) {
@@ -99,48 +191,70 @@ absl::StatusOr<int64_t> NonNegativeInt(const Json& value, absl::string_view what
       absl::StrCat(what, " must be a non-negative 64-bit integer, got ", Snippet(value)));
 }
 
-absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Json& value,
-                                            int64_t data_bytes) {
+// A tensor entry as parsed: `unsupported` holds the dtype code when it is one the reference
+// defines but sdrt lacks (`entry.dtype` is then meaningless); the layout is still checked.
+struct ParsedEntry {
+  SafetensorsEntry entry;
+  std::string unsupported;
+};
+
+// Fields other than dtype, shape and data_offsets are ignored, as the reference does.
+absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& value,
+                                       int64_t data_bytes) {
   if (!value.is_object()) {
     return TensorError(name, absl::StrCat("entry must be an object, got ", value.type_name()));
   }
-  for (const auto& item : value.items()) {
-    if (item.key() != "dtype" && item.key() != "shape" && item.key() != "data_offsets") {
-      return TensorError(name,
-                         absl::StrCat("unknown field \"", absl::Utf8SafeCHexEscape(item.key()),
-                                      "\" (expected dtype, shape, data_offsets)"));
-    }
+  const Json* fields[3];
+  const char* const kFields[3] = {"dtype", "shape", "data_offsets"};
+  for (int i = 0; i < 3; ++i) {
+    auto it = value.find(kFields[i]);
+    if (it == value.end()) return TensorError(name, absl::StrCat("missing \"", kFields[i], "\""));
+    fields[i] = &*it;
   }
-  for (const char* field : {"dtype", "shape", "data_offsets"}) {
-    if (!value.contains(field)) return TensorError(name, absl::StrCat("missing \"", field, "\""));
-  }
-  SafetensorsEntry entry;
+  ParsedEntry parsed;
+  SafetensorsEntry& entry = parsed.entry;
   entry.name = name;
-  const Json& dtype = value["dtype"];
+  const Json& dtype = *fields[0];
   if (!dtype.is_string()) return TensorError(name, "dtype must be a string");
   const std::string& code = dtype.get_ref<const std::string&>();
-  absl::StatusOr<DType> parsed = DTypeFromSafetensors(code);
-  if (!parsed.ok()) {
-    return TensorError(name,
-                       absl::StrCat("unknown dtype \"", absl::Utf8SafeCHexEscape(code), "\""));
+  int64_t bits = 0;  // per element
+  if (absl::StatusOr<DType> known = DTypeFromSafetensors(code); known.ok()) {
+    entry.dtype = *known;
+    bits = 8 * ElementSize(*known);
+  } else {
+    for (const ForeignDType& foreign : kUnsupportedDTypes) {
+      if (foreign.code == code) bits = foreign.bits;
+    }
+    if (bits == 0) {
+      return TensorError(name, absl::StrCat("unknown dtype \"", absl::Utf8SafeCHexEscape(code),
+                                            "\" (not a safetensors dtype)"));
+    }
+    parsed.unsupported = code;
   }
-  entry.dtype = *parsed;
 
-  const Json& shape = value["shape"];
+  const Json& shape = *fields[1];
   if (!shape.is_array()) return TensorError(name, "shape must be an array");
   for (size_t i = 0; i < shape.size(); ++i) {
     absl::StatusOr<int64_t> size = NonNegativeInt(shape[i], absl::StrCat("shape[", i, "]"));
     if (!size.ok()) return TensorError(name, size.status().message());
     entry.shape.push_back(*size);
   }
+  // Whole bytes per element: numel * bytes; sub-byte dtypes: numel * bits, which must be a
+  // whole number of bytes (the reference's rule).
   absl::StatusOr<int64_t> numel = CheckedNumel(entry.shape);
-  int64_t nbytes = 0;
-  if (!numel.ok() || __builtin_mul_overflow(*numel, ElementSize(entry.dtype), &nbytes)) {
+  const bool whole_bytes = bits % 8 == 0;
+  int64_t size = 0;
+  if (!numel.ok() || __builtin_mul_overflow(*numel, whole_bytes ? bits / 8 : bits, &size)) {
     return TensorError(
         name, absl::StrCat("byte size of shape ", ShapeToString(entry.shape), " overflows int64"));
   }
+  if (!whole_bytes && size % 8 != 0) {
+    return TensorError(name, absl::StrCat(code, ShapeToString(entry.shape), " holds ", size,
+                                          " bits, not a whole number of bytes"));
+  }
+  const int64_t nbytes = whole_bytes ? size : size / 8;
 
-  const Json& offsets = value["data_offsets"];
+  const Json& offsets = *fields[2];
   if (!offsets.is_array() || offsets.size() != 2) {
     return TensorError(name, "data_offsets must be an array [begin, end]");
   }
@@ -155,18 +269,20 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Json&
   }
   if (*end - *begin != nbytes) {
     return TensorError(
-        name,
-        absl::StrCat("data_offsets [", *begin, ", ", *end, "] span ", *end - *begin, " bytes but ",
-                     SafetensorsCode(entry.dtype), ShapeToString(entry.shape), " needs ", nbytes));
+        name, absl::StrCat("data_offsets [", *begin, ", ", *end, "] span ", *end - *begin,
+                           " bytes but ", code, ShapeToString(entry.shape), " needs ", nbytes));
   }
   entry.data_begin = *begin;
   entry.data_end = *end;
-  return entry;
+  return parsed;
 }
 
+// null means no metadata, as in the reference.
 absl::Status ParseMetadata(const Json& value, std::map<std::string, std::string>* metadata) {
+  if (value.is_null()) return absl::OkStatus();
   if (!value.is_object()) {
-    return HeaderError(absl::StrCat("\"__metadata__\" must be an object, got ", value.type_name()));
+    return HeaderError(
+        absl::StrCat("\"__metadata__\" must be an object or null, got ", value.type_name()));
   }
   for (const auto& item : value.items()) {
     if (!item.value().is_string()) {
@@ -273,23 +389,41 @@ absl::StatusOr<int64_t> ParseSafetensorsHeaderLength(absl::string_view prefix, i
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
                                                          int64_t data_bytes) {
   if (absl::Status utf8 = ValidateUtf8(json, "safetensors header"); !utf8.ok()) return utf8;
-  if (json.empty() || json.front() != '{') {
-    return HeaderError("must start with '{' (a JSON object)");
+  // nlohmann's lexer takes a NUL byte for the end of input and would ignore what follows.
+  if (const size_t nul = json.find('\0'); nul != absl::string_view::npos) {
+    return HeaderError(
+        absl::StrCat("NUL byte at byte ", nul, " (a header is JSON text and padding spaces)"));
   }
-  HeaderScanner scanner;
-  if (!Json::sax_parse(json.begin(), json.end(), &scanner)) return HeaderError(scanner.error());
-  const Json doc = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return HeaderError("invalid JSON");
+  const size_t start = json.find_first_not_of(kJsonWhitespace);
+  if (start == absl::string_view::npos) return HeaderError("must be a JSON object, found nothing");
+  if (json[start] != '{') {
+    return HeaderError(absl::StrCat("must be a JSON object, found '",
+                                    absl::CHexEscape(json.substr(start, 1)), "'"));
+  }
+  HeaderReader reader;
+  if (!Json::sax_parse(json.begin(), json.end(), &reader)) {
+    if (!reader.trailing()) return HeaderError(reader.error());
+    return HeaderError(
+        absl::StrCat("trailing characters after the JSON object at byte ",
+                     json.find_first_not_of(kJsonWhitespace, ObjectEnd(json, start))));
+  }
 
   SafetensorsHeader header;
-  for (const auto& item : doc.items()) {
-    if (item.key() == kSafetensorsMetadataKey) {
-      if (absl::Status s = ParseMetadata(item.value(), &header.metadata); !s.ok()) return s;
+  header.entries.reserve(reader.members().size());
+  int unsupported = 0;            // tensors whose dtype sdrt lacks
+  std::string first_unsupported;  // the first of them in the header, for the message
+  for (const auto& [key, value] : reader.members()) {
+    if (key == kSafetensorsMetadataKey) {
+      if (absl::Status s = ParseMetadata(value, &header.metadata); !s.ok()) return s;
       continue;
     }
-    absl::StatusOr<SafetensorsEntry> entry = ParseEntry(item.key(), item.value(), data_bytes);
-    if (!entry.ok()) return entry.status();
-    header.entries.push_back(*std::move(entry));
+    absl::StatusOr<ParsedEntry> parsed = ParseEntry(key, value, data_bytes);
+    if (!parsed.ok()) return parsed.status();
+    if (!parsed->unsupported.empty() && unsupported++ == 0) {
+      first_unsupported = absl::StrCat("dtype \"", parsed->unsupported, "\" of tensor \"",
+                                       absl::Utf8SafeCHexEscape(key), "\"");
+    }
+    header.entries.push_back(std::move(parsed->entry));
   }
   std::stable_sort(header.entries.begin(), header.entries.end(),
                    [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
@@ -297,6 +431,17 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
                             std::make_pair(b.data_begin, b.data_end);
                    });
   if (absl::Status s = CheckTiling(header.entries, data_bytes); !s.ok()) return s;
+  // Only now, with every other rule checked, is "valid safetensors" true.
+  if (unsupported > 0) {
+    std::string more;
+    if (unsupported == 2) more = "; 1 more tensor has an unsupported dtype";
+    if (unsupported > 2) {
+      more = absl::StrCat("; ", unsupported - 1, " more tensors have unsupported dtypes");
+    }
+    return HeaderError(absl::StrCat("the file is valid safetensors, but ", first_unsupported,
+                                    " is not supported by sdrt (sdrt supports ", SupportedCodes(),
+                                    ")", more));
+  }
   return header;
 }
 

@@ -25,28 +25,27 @@
 namespace sdrt {
 namespace {
 
-absl::Status PathError(int err, absl::string_view call, const std::string& path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
-}
-
-// Adds `source` in front of a status message, keeping the code.
+// Adds `source` (the path, or "<buffer>") in front of a status message, keeping the code;
+// the messages below it never name the path themselves.
 absl::Status WithSource(const absl::Status& status, absl::string_view source) {
   return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
 }
 
-// Maps the whole regular file at `path` read-only.
+// Maps the whole regular file at `path` read-only. O_NONBLOCK: opening a FIFO (or a
+// device) must not wait for a writer before fstat can refuse it; it changes nothing for a
+// regular file.
 absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return PathError(errno, "open", path);
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, "open");
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     close(fd);
-    return PathError(err, "fstat", path);
+    return absl::ErrnoToStatus(err, "fstat");
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError("not a regular file");
   }
   const int64_t size = st.st_size;
   if (size == 0) {  // mmap refuses empty ranges; Parse reports the short file
@@ -56,7 +55,7 @@ absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
   void* data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
   const int err = errno;
   close(fd);  // the mapping keeps the file referenced
-  if (data == MAP_FAILED) return PathError(err, "mmap", path);
+  if (data == MAP_FAILED) return absl::ErrnoToStatus(err, "mmap");
   return Storage::Wrap(data, size, Device::CPU(), StorageKind::kMappedFile,
                        [size](void* p) { munmap(p, static_cast<size_t>(size)); });
 }

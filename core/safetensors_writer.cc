@@ -1,7 +1,9 @@
 // WriteSafetensors: validate everything, then write a temporary file beside the target,
 // fsync it, rename it over the target and fsync the folder. The temporary file is owned by
 // an RAII object that removes it unless the rename happened, so an error at any step
-// leaves neither a partial target nor a stray temporary file.
+// leaves neither a partial target nor a stray temporary file. A symlink at the path is
+// followed (the file it resolves to is replaced, the link stays) and an existing target's
+// permission bits carry over to the new file.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <set>
 #include <utility>
 
@@ -25,6 +28,10 @@ namespace {
 // Largest single write(2); Linux transfers at most 0x7ffff000 bytes per call anyway.
 constexpr int64_t kMaxWriteChunk = int64_t{1} << 30;
 
+// Symlinks followed before giving up with ELOOP, as Linux does (MAXSYMLINKS).
+constexpr int kMaxSymlinks = 40;
+
+// Messages name paths other than the one given to WriteSafetensors, which prefixes them.
 absl::Status IoError(int err, absl::string_view call, const std::string& path) {
   return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
 }
@@ -33,7 +40,10 @@ absl::Status IoError(int err, absl::string_view call, const std::string& path) {
 // unless Commit() renamed it over the target.
 class TempFile {
  public:
-  static absl::StatusOr<TempFile> Create(const std::string& dir, const std::string& base) {
+  // `mode`: the permission bits to give the file (fchmod, so the umask does not apply), or
+  // -1 for 0666 & ~umask, as a newly created file gets.
+  static absl::StatusOr<TempFile> Create(const std::string& dir, const std::string& base,
+                                         int mode) {
     static std::atomic<uint64_t> counter{0};
     for (int attempt = 0;; ++attempt) {
       // Distinct per process (pid), call (counter) and run (clock); O_EXCL settles the rest.
@@ -42,8 +52,16 @@ class TempFile {
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
       TempFile file;
       file.path_ = absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", absl::Hex(tag));
-      file.fd_ = open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (file.fd_ >= 0) return file;
+      // Owner-only until fchmod, when the target's bits are known (a 0600 target's bytes
+      // must not be readable by others through the temporary file).
+      file.fd_ =
+          open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
+      if (file.fd_ >= 0) {
+        if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
+          return IoError(errno, "fchmod", file.path_);
+        }
+        return file;
+      }
       const int err = errno;
       file.path_.clear();  // not ours: never unlink it
       if (err != EEXIST || attempt == 8) return IoError(err, "open", dir + "/." + base + ".tmp.*");
@@ -75,7 +93,7 @@ class TempFile {
     if (fsync(fd_) != 0) return IoError(errno, "fsync", path_);
     const int fd = std::exchange(fd_, -1);
     if (close(fd) != 0) return IoError(errno, "close", path_);
-    if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", target);
+    if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
     path_.clear();  // now the target's bytes
     const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0) return IoError(errno, "open", dir);
@@ -91,13 +109,22 @@ class TempFile {
   int fd_ = -1;
 };
 
-// The entries for `tensors`, laid out back to back in order. InvalidArgument for the
-// reserved name, duplicates, and undefined or meta tensors.
-absl::StatusOr<std::vector<SafetensorsEntry>> LayOut(
-    absl::Span<const std::pair<std::string, Tensor>> tensors) {
+// Where each tensor's bytes go: `entries` in the given order (the header's), `data_order`
+// the indices of the tensors in the order of their bytes in the file.
+struct Layout {
   std::vector<SafetensorsEntry> entries;
+  std::vector<size_t> data_order;
+};
+
+// The layout for `tensors`: the data sorted by element size, largest first, the given order
+// within a size (the reference writer also sorts by alignment). Element sizes are powers of
+// 2 and every tensor's byte count a multiple of its own, so each tensor starts at a multiple
+// of its element size and, the data region starting at a multiple of 8, the zero-copy
+// reader borrows every one. InvalidArgument for the reserved name, duplicates, and undefined
+// or meta tensors.
+absl::StatusOr<Layout> LayOut(absl::Span<const std::pair<std::string, Tensor>> tensors) {
+  Layout layout;
   std::set<absl::string_view> names;
-  int64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     const std::string quoted = absl::StrCat("tensor \"", absl::CHexEscape(name), "\"");
     if (name == kSafetensorsMetadataKey) {
@@ -111,11 +138,19 @@ absl::StatusOr<std::vector<SafetensorsEntry>> LayOut(
       return absl::InvalidArgumentError(absl::StrCat(
           quoted, ": ", tensor.defined() ? "a meta tensor has no data" : "undefined tensor"));
     }
-    entries.push_back(
-        SafetensorsEntry{name, tensor.dtype(), tensor.shape(), offset, offset + tensor.nbytes()});
-    offset += tensor.nbytes();
+    layout.entries.push_back(SafetensorsEntry{name, tensor.dtype(), tensor.shape(), 0, 0});
+    layout.data_order.push_back(layout.data_order.size());
   }
-  return entries;
+  std::stable_sort(layout.data_order.begin(), layout.data_order.end(), [&](size_t a, size_t b) {
+    return tensors[a].second.element_size() > tensors[b].second.element_size();
+  });
+  int64_t offset = 0;
+  for (size_t i : layout.data_order) {
+    layout.entries[i].data_begin = offset;
+    offset += tensors[i].second.nbytes();
+    layout.entries[i].data_end = offset;
+  }
+  return layout;
 }
 
 // The folder and file name of `path` ("a/b.st" -> "a", "b.st"; "b.st" -> ".", "b.st").
@@ -125,25 +160,62 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
+// The file `path` names once symlinks in its last component are followed, so that renaming
+// over it replaces the file and keeps the link (a dangling link yields the path it names,
+// where the file will be created). Symlinked folders need nothing: rename works through them.
+absl::StatusOr<std::string> FollowSymlinks(const std::string& path) {
+  std::string current = path;
+  // The caller's message names `path`; a link's target is named here.
+  auto fail = [&](int err, absl::string_view call) {
+    return current == path ? absl::ErrnoToStatus(err, call) : IoError(err, call, current);
+  };
+  for (int links = 0; links <= kMaxSymlinks; ++links) {
+    struct stat st;
+    if (lstat(current.c_str(), &st) != 0) {
+      if (errno == ENOENT) return current;  // not there yet; creating the temp file tells
+      return fail(errno, "lstat");
+    }
+    if (!S_ISLNK(st.st_mode)) return current;
+    char target[PATH_MAX];
+    const ssize_t n = readlink(current.c_str(), target, sizeof(target));
+    if (n < 0) return fail(errno, "readlink");
+    if (n == static_cast<ssize_t>(sizeof(target))) return fail(ENAMETOOLONG, "readlink");
+    std::string next(target, static_cast<size_t>(n));
+    if (next.empty() || next[0] != '/') next = absl::StrCat(SplitPath(current).first, "/", next);
+    current = std::move(next);
+  }
+  return absl::ErrnoToStatus(ELOOP, "following symbolic links");
+}
+
 absl::Status WriteAll(const std::string& path,
                       absl::Span<const std::pair<std::string, Tensor>> tensors,
                       const std::map<std::string, std::string>& metadata) {
-  absl::StatusOr<std::vector<SafetensorsEntry>> entries = LayOut(tensors);
-  if (!entries.ok()) return entries.status();
-  absl::StatusOr<std::string> header = internal::SerializeSafetensorsHeader(*entries, metadata);
+  absl::StatusOr<Layout> layout = LayOut(tensors);
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<std::string> header =
+      internal::SerializeSafetensorsHeader(layout->entries, metadata);
   if (!header.ok()) return header.status();
-  const auto [dir, base] = SplitPath(path);
+  if (SplitPath(path).second.empty()) {
+    return absl::InvalidArgumentError("the path names a folder, not a file");
+  }
+  absl::StatusOr<std::string> target = FollowSymlinks(path);
+  if (!target.ok()) return target.status();
+  const auto [dir, base] = SplitPath(*target);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
+  int mode = -1;  // a new file's default
+  struct stat st;
+  if (stat(target->c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
 
-  absl::StatusOr<TempFile> file = TempFile::Create(dir, base);
+  absl::StatusOr<TempFile> file = TempFile::Create(dir, base, mode);
   if (!file.ok()) return file.status();
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(uint64_t{header->size()} >> (8 * i));
   if (absl::Status s = file->Write(length, 8); !s.ok()) return s;
   if (absl::Status s = file->Write(header->data(), header->size()); !s.ok()) return s;
-  for (const auto& [name, tensor] : tensors) {
+  for (size_t i : layout->data_order) {
+    const auto& [name, tensor] = tensors[i];
     if (tensor.numel() == 0) continue;
     absl::StatusOr<Tensor> host = tensor.To(Device::CPU());
     if (host.ok()) host = host->Contiguous();
@@ -154,7 +226,7 @@ absl::Status WriteAll(const std::string& path,
     }
     if (absl::Status s = file->Write(host->data_ptr(), host->nbytes()); !s.ok()) return s;
   }
-  return file->Commit(dir, path);
+  return file->Commit(dir, *target);
 }
 
 }  // namespace

@@ -315,6 +315,7 @@ absl::StatusOr<FlatStateDict> FlattenStateDict(const Map& sd) {
   });
   FlatStateDict out;
   out.mapping.Reserve(leaves, key_chars, path_items);
+  out.flat.Reserve(leaves);
   absl::Status s = Walk(sd, [&out](PathSpan path, absl::string_view key, const Value& leaf) {
     if (!out.mapping.Insert(key, path)) {
       return absl::InvalidArgumentError(absl::StrCat("duplicated flatten key ", key));
@@ -323,7 +324,7 @@ absl::StatusOr<FlatStateDict> FlattenStateDict(const Map& sd) {
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  return out;
+  return std::move(out);  // StatusOr<T> from a T lvalue would copy the tree
 }
 
 absl::Status SetElement(Map& root, PathSpan path, Value value) {
@@ -346,7 +347,7 @@ absl::StatusOr<Map> UnflattenStateDict(const Map& flat, const FlattenMapping& ma
     absl::Status s = setter.Set(*path, flat.value(i));
     if (!s.ok()) return s;
   }
-  return nested;
+  return std::move(nested);  // StatusOr<Map> from a Map lvalue would copy the tree
 }
 
 }  // namespace sdrt

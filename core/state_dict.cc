@@ -18,8 +18,22 @@ Tuple::Tuple(std::vector<Value> items) : items(std::move(items)) {}
 Map::Map(std::initializer_list<std::pair<std::string, Value>> init) {
   for (const auto& [key, value] : init) Set(key, value);
 }
-Map::Map(const Map& other) = default;
-Map& Map::operator=(const Map& other) = default;
+Map::Map(const Map& other) : keys_(other.keys_), values_(other.values_) { RebuildIndex(); }
+
+Map& Map::operator=(const Map& other) {
+  if (this != &other) {
+    keys_ = other.keys_;
+    values_ = other.values_;
+    RebuildIndex();
+  }
+  return *this;
+}
+
+void Map::RebuildIndex() {
+  index_.clear();
+  index_.reserve(keys_.size());
+  for (size_t i = 0; i < keys_.size(); ++i) index_.emplace(keys_[i], i);
+}
 
 Value* Map::Find(absl::string_view key) {
   auto it = index_.find(key);
@@ -37,19 +51,26 @@ void Map::Set(std::string key, Value value) {
     values_[it->second] = std::move(value);
     return;
   }
-  index_.emplace(key, keys_.size());
+  // State dict maps are mostly small (a module's parameters): start at 8 entries rather
+  // than growing through 1, 2, 4 (each growth moves every Value and rehashes).
+  if (values_.capacity() == 0) Reserve(8);
   keys_.push_back(std::move(key));
   values_.push_back(std::move(value));
+  index_.emplace(keys_.back(), keys_.size() - 1);
+}
+
+void Map::Reserve(size_t n) {
+  values_.reserve(n);
+  index_.reserve(n);
 }
 
 bool Map::Erase(absl::string_view key) {
   auto it = index_.find(key);
   if (it == index_.end()) return false;
   const size_t pos = it->second;
-  index_.erase(it);
   keys_.erase(keys_.begin() + pos);
   values_.erase(values_.begin() + pos);
-  for (size_t i = pos; i < keys_.size(); ++i) index_[keys_[i]] = i;
+  RebuildIndex();  // the deque moved the later keys
   return true;
 }
 

@@ -19,6 +19,7 @@
 #define SDRT_CORE_STATE_DICT_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -92,17 +93,24 @@ class Map {
   void Set(std::string key, Value value);
   // Removes `key` if present (O(n): later entries move up). Returns whether it was there.
   bool Erase(absl::string_view key);
+  // Makes room for `n` entries without reallocating.
+  void Reserve(size_t n);
 
   // Entries in insertion order.
   const std::string& key(size_t i) const { return keys_[i]; }
   const Value& value(size_t i) const;
   Value& value(size_t i);
-  const std::vector<std::string>& keys() const { return keys_; }
+  const std::deque<std::string>& keys() const { return keys_; }
 
  private:
-  std::vector<std::string> keys_;
+  void RebuildIndex();
+
+  // Each key is stored once: the index holds views of the strings in keys_, whose
+  // addresses a deque keeps stable under push_back and under moves of the whole Map
+  // (copies and erases rebuild the index).
+  std::deque<std::string> keys_;
   std::vector<Value> values_;
-  absl::flat_hash_map<std::string, size_t> index_;
+  absl::flat_hash_map<absl::string_view, size_t> index_;
 };
 
 enum class ValueKind : uint8_t {
@@ -136,8 +144,8 @@ class Value {
   Value(std::string s) : v_(std::move(s)) {}
   Value(Bytes b) : v_(std::move(b)) {}
   Value(Tensor t) : v_(std::move(t)) {}
-  Value(DTensor t) : v_(std::move(t)) {}
-  Value(ShardedTensor t) : v_(std::move(t)) {}
+  Value(DTensor t) : v_(std::make_shared<const DTensor>(std::move(t))) {}
+  Value(ShardedTensor t) : v_(std::make_shared<const ShardedTensor>(std::move(t))) {}
   Value(List l) : v_(std::move(l)) {}
   Value(Tuple t) : v_(std::move(t)) {}
   Value(Map m) : v_(std::move(m)) {}
@@ -163,8 +171,10 @@ class Value {
   const std::string& as_string() const { return std::get<std::string>(v_); }
   const Bytes& as_bytes() const { return std::get<Bytes>(v_); }
   const Tensor& as_tensor() const { return std::get<Tensor>(v_); }
-  const DTensor& as_dtensor() const { return std::get<DTensor>(v_); }
-  const ShardedTensor& as_sharded() const { return std::get<ShardedTensor>(v_); }
+  const DTensor& as_dtensor() const { return *std::get<std::shared_ptr<const DTensor>>(v_); }
+  const ShardedTensor& as_sharded() const {
+    return *std::get<std::shared_ptr<const ShardedTensor>>(v_);
+  }
   const Map& as_map() const { return std::get<Map>(v_); }
   Map& as_map() { return std::get<Map>(v_); }
   const Opaque& as_opaque() const { return std::get<Opaque>(v_); }
@@ -176,9 +186,13 @@ class Value {
   const Value* Find(absl::string_view key) const;
 
  private:
-  // Order matches ValueKind.
-  std::variant<None, bool, int64_t, double, std::string, Bytes, Tensor, DTensor, ShardedTensor,
-               List, Tuple, Map, Opaque>
+  // Order matches ValueKind. DTensor and ShardedTensor are held through immutable shared
+  // objects so that a Value stays the size of a Tensor handle (a map of 10,000 leaves
+  // moves half the bytes); copying a Value shares them, which is safe as nothing mutates
+  // them through a Value.
+  std::variant<None, bool, int64_t, double, std::string, Bytes, Tensor,
+               std::shared_ptr<const DTensor>, std::shared_ptr<const ShardedTensor>, List, Tuple,
+               Map, Opaque>
       v_;
 };
 

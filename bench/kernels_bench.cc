@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "bench/bench_util.h"
 #include "tensor/strided_copy.h"
 
 #if SDRT_HAVE_CUDA
@@ -33,6 +34,9 @@
 
 namespace sdrt {
 namespace {
+
+using ::sdrt::bench::Check;
+using ::sdrt::bench::Report;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 // The narrow cases read a float32 [kRows, kCols] tensor (128 MiB) and write half of it.
@@ -53,21 +57,6 @@ int64_t CountMismatches(const std::vector<uint8_t>& a, const std::vector<uint8_t
   int64_t wrong = 0;
   for (size_t i = 0; i < a.size(); ++i) wrong += a[i] != b[i];
   return wrong;
-}
-
-// False (and the benchmark skipped with the status message) when `status` is not OK.
-bool Check(benchmark::State& state, const absl::Status& status) {
-  if (status.ok()) return true;
-  state.SkipWithError(std::string(status.message()).c_str());
-  return false;
-}
-
-// Reports `bytes_moved` (read + written) per iteration and the mismatch count.
-void Report(benchmark::State& state, int64_t bytes_moved, int64_t wrong) {
-  state.SetBytesProcessed(state.iterations() * bytes_moved);
-  state.counters["GB"] = benchmark::Counter(static_cast<double>(bytes_moved) / 1e9,
-                                            benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["wrong"] = static_cast<double>(wrong);
 }
 
 // ---------------------------------------------------------------------------------

@@ -23,23 +23,19 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/state_dict_ops.h"
 #include "cuda/runtime.h"
 
 namespace sdrt {
 namespace {
 
+using ::sdrt::bench::Check;
+using ::sdrt::bench::Report;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// False (and the benchmark skipped with the status message) when `status` is not OK.
-bool Check(benchmark::State& state, const absl::Status& status) {
-  if (status.ok()) return true;
-  state.SkipWithError(std::string(status.message()).c_str());
-  return false;
 }
 
 int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
@@ -87,13 +83,6 @@ int64_t TotalBytes(const Map& sd) {
   int64_t total = 0;
   for (size_t i = 0; i < sd.size(); ++i) total += sd.value(i).as_tensor().nbytes();
   return total;
-}
-
-void Report(benchmark::State& state, int64_t bytes_moved, int64_t wrong) {
-  state.SetBytesProcessed(state.iterations() * bytes_moved);
-  state.counters["GB"] = benchmark::Counter(static_cast<double>(bytes_moved) / 1e9,
-                                            benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["wrong"] = static_cast<double>(wrong);
 }
 
 // 300 float32 tensors, 1 GiB in all: sizes cycle through 1..97 units (deterministic), so

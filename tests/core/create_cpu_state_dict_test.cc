@@ -13,12 +13,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/state_dict_ops_test_util.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
 
+using ::sdrt::test::Arange;
 using ::testing::HasSubstr;
-using testing_ops::Arange;
 using testing_ops::BytesIO;
 using testing_ops::Floats;
 using testing_ops::Full;

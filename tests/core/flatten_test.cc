@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -21,12 +22,6 @@ std::vector<std::string> Keys(const FlattenMapping& m) {
   std::vector<std::string> out;
   for (size_t i = 0; i < m.size(); ++i) out.emplace_back(m.key(i));
   return out;
-}
-
-Tensor Arange(int64_t n) {
-  Tensor t = *Tensor::Empty({n}, DType::kFloat32);
-  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(i);
-  return t;
 }
 
 TEST(PathToString, JoinsItemsWithDots) {
@@ -105,7 +100,7 @@ TEST(Flatten, EmptyContainerInListLeavesANoneHole) {
 }
 
 TEST(Flatten, LeavesAliasTheInputTensors) {
-  const Tensor w = Arange(6);
+  const Tensor w = test::Arange({6});
   const Map sd{{"m", Map{{"w", w}, {"tied", List{w}}}}};
   absl::StatusOr<FlatStateDict> flat = FlattenStateDict(sd);
   ASSERT_TRUE(flat.ok());

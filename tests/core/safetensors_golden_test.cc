@@ -3,7 +3,6 @@
 //    read bit-exact against expected.json and against values written out here;
 //  - files sdrt writes into $SDRT_TEST_TMP/sdrt_written/, which the script's --check mode
 //    verifies with the official reader (run by hand; see tests/golden/README.md).
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -125,8 +125,7 @@ TEST(SafetensorsGolden, Case045ForeignUnalignedFileReadsBitExact) {
 // Rewrites every golden file with sdrt (plus a non-contiguous source) for the script's
 // --check mode, and checks here that sdrt reads back what it wrote.
 TEST(SafetensorsGolden, WritesFilesForTheOfficialChecker) {
-  const char* root = std::getenv("SDRT_TEST_TMP");
-  const fs::path dir = fs::path(root != nullptr ? root : ::testing::TempDir()) / "sdrt_written";
+  const fs::path dir = fs::path(test::TestTmpRoot()) / "sdrt_written";
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::map<std::string, std::pair<std::vector<std::pair<std::string, Tensor>>, Metadata>> files;

@@ -4,7 +4,6 @@
 #include "core/internal/safetensors_header.h"
 
 #include <chrono>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <tuple>
@@ -15,25 +14,15 @@
 #include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/safetensors_test_util.h"
 
 namespace sdrt {
 namespace {
 
+using ::sdrt::test::Image;
+using ::sdrt::test::Parse;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// A file image: 8-byte little-endian length of `header`, `header`, `data`.
-std::string Image(const std::string& header, const std::string& data = "") {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{header.size()} >> (8 * i));
-  return out + header + data;
-}
-
-absl::StatusOr<SafetensorsFile> Parse(const std::string& image) {
-  std::shared_ptr<Storage> bytes = *Storage::AllocateCpu(static_cast<int64_t>(image.size()));
-  if (!image.empty()) std::memcpy(bytes->data(), image.data(), image.size());
-  return SafetensorsFile::FromBuffer(bytes);
-}
 
 const std::string kW = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
 const std::string kEight(8, '\x01');

@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,11 +23,15 @@
 #include "cuda/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/safetensors_test_util.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
 
 namespace fs = std::filesystem;
+using ::sdrt::test::Image;
+using ::sdrt::test::Parse;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -36,10 +39,8 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // A fresh, empty folder for the running test under SDRT_TEST_TMP (set by CTest).
 std::string TestDir() {
-  const char* root = std::getenv("SDRT_TEST_TMP");
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(root != nullptr ? root : ::testing::TempDir()) /
-                 "safetensors_test_files" /
+  fs::path dir = fs::path(test::TestTmpRoot()) / "safetensors_test_files" /
                  (std::string(info->test_suite_name()) + "." + info->name());
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -60,19 +61,6 @@ std::string ReadAll(const std::string& path) {
 
 void WriteRaw(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
-}
-
-// A file image: 8-byte little-endian length of `header`, `header`, `data`.
-std::string Image(const std::string& header, const std::string& data = "") {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{header.size()} >> (8 * i));
-  return out + header + data;
-}
-
-absl::StatusOr<SafetensorsFile> Parse(const std::string& image) {
-  std::shared_ptr<Storage> bytes = *Storage::AllocateCpu(static_cast<int64_t>(image.size()));
-  if (!image.empty()) std::memcpy(bytes->data(), image.data(), image.size());
-  return SafetensorsFile::FromBuffer(bytes);
 }
 
 // A contiguous CPU tensor whose byte k is (seed * 31 + k * 7) mod 256 (0 or 1 for bool).

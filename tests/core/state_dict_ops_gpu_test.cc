@@ -13,11 +13,12 @@
 #include "cuda/runtime.h"
 #include "gtest/gtest.h"
 #include "tests/core/state_dict_ops_test_util.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
 
-using testing_ops::Arange;
+using ::sdrt::test::Arange;
 using testing_ops::BytesIO;
 using testing_ops::Floats;
 using testing_ops::Full;

@@ -1,5 +1,6 @@
 // Builders shared by the state-dict operation tests (CPU, GPU and golden): deterministic
 // tensors, DTensors and ShardedTensors, and opaque objects standing for Python objects.
+// Arange is in tests/test_util.h.
 #ifndef SDRT_TESTS_CORE_STATE_DICT_OPS_TEST_UTIL_H_
 #define SDRT_TESTS_CORE_STATE_DICT_OPS_TEST_UTIL_H_
 
@@ -12,22 +13,10 @@
 
 #include "core/state_dict.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace testing_ops {
-
-// A contiguous CPU tensor of `shape` holding start, start + 1, ... (float32 or int64).
-inline Tensor Arange(IntSpan shape, DType dtype = DType::kFloat32, int64_t start = 0) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::kInt64) {
-      t.data<int64_t>()[i] = start + i;
-    } else {
-      t.data<float>()[i] = static_cast<float>(start + i);
-    }
-  }
-  return t;
-}
 
 // A contiguous float32 CPU tensor of `shape` filled with `value`.
 inline Tensor Full(IntSpan shape, float value) {
@@ -64,7 +53,7 @@ inline ShardedTensor SpecShardedTensor(int64_t rank, int64_t world, Device devic
   for (int64_t r = 0; r < world; ++r) {
     metadata.push_back(ShardMetadata{{5 * r, 0}, {5, 10}, RemoteDevice{r, device}});
   }
-  if (!local.defined()) local = Arange({5, 10}, DType::kFloat32, 50 * rank);
+  if (!local.defined()) local = test::Arange({5, 10}, DType::kFloat32, 50 * rank);
   std::vector<LocalShard> shards{LocalShard{std::move(local), metadata[rank]}};
   return *ShardedTensor::Make({5 * world, 10}, DType::kFloat32, metadata, std::move(shards));
 }

@@ -1,21 +1,16 @@
 // The state dict value tree: building, lookup, order, equality and printing.
-#include <numeric>
 
 #include "core/state_dict.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
 
+using ::sdrt::test::Arange;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-Tensor Arange(IntSpan shape) {
-  Tensor t = *Tensor::Empty(shape, DType::kFloat32);
-  std::iota(t.data<float>(), t.data<float>() + t.numel(), 0.0f);
-  return t;
-}
 
 TEST(Value, BuildsNaturallyFromInitializerLists) {
   Tensor w = Arange({2, 2});
@@ -26,7 +21,8 @@ TEST(Value, BuildsNaturallyFromInitializerLists) {
                  {"blob", Bytes{"\x01\x02"}},
                  {"nothing", None{}}};
   ASSERT_TRUE(sd.is_map());
-  EXPECT_THAT(sd.as_map().keys(), ElementsAre("model", "betas", "groups", "flag", "blob", "nothing"));
+  EXPECT_THAT(sd.as_map().keys(),
+              ElementsAre("model", "betas", "groups", "flag", "blob", "nothing"));
   EXPECT_EQ(sd.Find("model")->Find("step")->as_int(), 7);
   EXPECT_EQ(sd.Find("model")->Find("w")->kind(), ValueKind::kTensor);
   EXPECT_TRUE(sd.Find("betas")->is_tuple());
@@ -83,7 +79,9 @@ TEST(Value, EqualityComparesStructureAndValues) {
 TEST(Value, DebugStringShowsShapesDtypesAndPlacements) {
   auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("2"));
   DTensor d = *DTensor::Make(Arange({2, 4}), mesh, {Placement::Shard(0)}, {4, 4});
-  Value sd = Map{{"w", Arange({2, 2})}, {"d", d}, {"opt", Map{{"betas", Tuple{0.5, 2}}}},
+  Value sd = Map{{"w", Arange({2, 2})},
+                 {"d", d},
+                 {"opt", Map{{"betas", Tuple{0.5, 2}}}},
                  {"o", Opaque{nullptr, "BytesIO", nullptr}}};
   const std::string s = DebugString(sd);
   EXPECT_THAT(s, HasSubstr("\"w\": float32[2, 2] cpu"));

@@ -26,12 +26,12 @@ using ::sdrt::test::Contiguous;
 using ::sdrt::test::ContiguousStrides;
 using ::sdrt::test::Extent;
 using ::sdrt::test::FirstMismatch;
+using ::sdrt::test::kElemSizes;
 using ::sdrt::test::Layout;
 using ::sdrt::test::Numel;
 using ::sdrt::test::RandomBytes;
 using ::testing::HasSubstr;
 
-constexpr int64_t kElemSizes[] = {1, 2, 4, 8, 16};
 constexpr int64_t kMiB = int64_t{1} << 20;
 
 #define ASSERT_CUDA(expr) \

@@ -10,7 +10,7 @@ It runs PyTorch's own `_copy_state_dict`, `_check_state_dict_similarity`,
 torch/distributed/_state_dict_utils.py on small inputs, in a one-rank gloo process group
 (ranks_only needs a rank; DTensors need a mesh), and writes what they return or raise to
 tests/data/state_dict/iterate_golden.json. Values use the shared golden encoding
-(tests/core/golden_codec.h). Sections:
+(tests/core/golden_codec.h, written by golden_encode.py). Sections:
 
   companion   src/dst pairs: whether `_copy_state_dict` raises (and the exception type) or
               its result; whether `_check_state_dict_similarity` returns True/False or
@@ -37,56 +37,10 @@ from torch.distributed._state_dict_utils import (
 )
 from torch.distributed.tensor import DTensor, Replicate, Shard, init_device_mesh
 
+from golden_encode import arange_tensor as t
+from golden_encode import encode
+
 OUT = Path(__file__).resolve().parents[1] / "data" / "state_dict" / "iterate_golden.json"
-
-
-def encode_tensor(t):
-    out = {"type": "tensor", "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
-    if t.device.type == "meta":
-        out["device"] = "meta"
-        return out
-    out["hex"] = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes().hex()
-    return out
-
-
-def encode(v):
-    if v is None:
-        return {"type": "none"}
-    if isinstance(v, bool):
-        return {"type": "bool", "value": v}
-    if isinstance(v, int):
-        return {"type": "int", "value": v}
-    if isinstance(v, float):
-        return {"type": "float", "value": v}
-    if isinstance(v, str):
-        return {"type": "str", "value": v}
-    if isinstance(v, bytes):
-        return {"type": "bytes", "hex": v.hex()}
-    if isinstance(v, DTensor):
-        return {
-            "type": "dtensor",
-            "mesh_shape": list(v.device_mesh.shape),
-            "placements": "[" + ", ".join(str(p) for p in v.placements) + "]",
-            "global_shape": list(v.shape),
-            "global_stride": list(v.stride()),
-            "local": encode_tensor(v.to_local()),
-        }
-    if isinstance(v, torch.Tensor):
-        return encode_tensor(v)
-    if isinstance(v, list):
-        return {"type": "list", "items": [encode(x) for x in v]}
-    if isinstance(v, tuple):
-        return {"type": "tuple", "items": [encode(x) for x in v]}
-    if isinstance(v, dict):
-        return {"type": "dict", "items": [[k, encode(x)] for k, x in v.items()]}
-    return {"type": "object", "name": type(v).__name__}
-
-
-def t(*shape, dtype=torch.float32, start=0):
-    n = 1
-    for s in shape:
-        n *= s
-    return (torch.arange(n, dtype=torch.float64) + start).to(dtype).reshape(shape)
 
 
 def outcome(fn):

@@ -17,8 +17,9 @@ raise to tests/data/state_dict/flatten_golden.json: a list of cases, each
   op "set_element"  steps [[path, value, state after the step], ...] on one root dict,
                     starting from `input`
 
-Values use the shared golden encoding (tests/core/golden_codec.h); a mapping is a list of
-[key, path] pairs in order, a path a list of strings and integers. `error` is null or
+Values use the shared golden encoding (tests/core/golden_codec.h, written by
+golden_encode.py); a mapping is a list of [key, path] pairs in order, a path a list of
+strings and integers. `error` is null or
 {"class": exception class name, "message": str(exception)}; a failing step ends `steps`.
 """
 import io
@@ -33,46 +34,10 @@ from torch.distributed._state_dict_utils import (
     _unflatten_state_dict,
 )
 
+from golden_encode import arange_tensor as t
+from golden_encode import encode
+
 OUT = Path(__file__).resolve().parents[1] / "data" / "state_dict" / "flatten_golden.json"
-
-
-def encode_tensor(t):
-    out = {"type": "tensor", "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
-    if t.device.type == "meta":
-        out["device"] = "meta"
-        return out
-    out["hex"] = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes().hex()
-    return out
-
-
-def encode(v):
-    if v is None:
-        return {"type": "none"}
-    if isinstance(v, bool):
-        return {"type": "bool", "value": v}
-    if isinstance(v, int):
-        return {"type": "int", "value": v}
-    if isinstance(v, float):
-        if math.isnan(v):
-            return {"type": "float", "value": "nan"}
-        if math.isinf(v):
-            return {"type": "float", "value": "inf" if v > 0 else "-inf"}
-        return {"type": "float", "value": v}
-    if isinstance(v, str):
-        return {"type": "str", "value": v}
-    if isinstance(v, bytes):
-        return {"type": "bytes", "hex": v.hex()}
-    if isinstance(v, torch.Tensor):
-        return encode_tensor(v)
-    if isinstance(v, list):
-        return {"type": "list", "items": [encode(x) for x in v]}
-    if isinstance(v, tuple):
-        return {"type": "tuple", "items": [encode(x) for x in v]}
-    if isinstance(v, dict):
-        for k in v:
-            assert type(k) in (str, int), f"golden dict keys are str or int, not {k!r}"
-        return {"type": "dict", "items": [[k, encode(x)] for k, x in v.items()]}
-    return {"type": "object", "name": type(v).__name__}
 
 
 def encode_mapping(mapping):
@@ -83,13 +48,6 @@ def encode_mapping(mapping):
 
 def error_of(e):
     return {"class": type(e).__name__, "message": str(e)}
-
-
-def t(*shape, dtype=torch.float32, start=0):
-    n = 1
-    for s in shape:
-        n *= s
-    return (torch.arange(n, dtype=torch.float64) + start).to(dtype).reshape(shape)
 
 
 def flatten_cases():

@@ -1,5 +1,6 @@
-// Layouts and random data shared by the copy tests (tests/tensor/strided_copy_test.cc
-// and tests/cuda/kernels_gpu_test.cc). Header-only; test code only.
+// Element sizes, layouts and random data shared by the copy tests
+// (tests/tensor/strided_copy_test.cc and tests/cuda/kernels_gpu_test.cc). Header-only; test
+// code only.
 #ifndef SDRT_TESTS_TENSOR_COPY_TEST_UTIL_H_
 #define SDRT_TESTS_TENSOR_COPY_TEST_UTIL_H_
 
@@ -10,6 +11,9 @@
 #include <vector>
 
 namespace sdrt::test {
+
+// Every element size the copy paths support, in bytes.
+inline constexpr int64_t kElemSizes[] = {1, 2, 4, 8, 16};
 
 inline int64_t Numel(const std::vector<int64_t>& sizes) {
   int64_t n = 1;

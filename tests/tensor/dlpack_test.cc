@@ -11,6 +11,18 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// A DLPack float32 CPU tensor over `data` with `ndim` dims of `shape`: compact row-major
+// (no strides), no byte offset, no deleter.
+DLManagedTensor HostFloat32(void* data, int32_t ndim, int64_t* shape) {
+  DLManagedTensor managed{};
+  managed.dl_tensor.data = data;
+  managed.dl_tensor.device = DLDevice{kDLCPU, 0};
+  managed.dl_tensor.ndim = ndim;
+  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  managed.dl_tensor.shape = shape;
+  return managed;
+}
+
 TEST(DLPack, ExportKeepsStorageAliveUntilDeleter) {
   DLManagedTensor* managed = nullptr;
   std::weak_ptr<Storage> weak;
@@ -42,14 +54,8 @@ TEST(DLPack, ImportIsZeroCopyAndCallsDeleterWithLastTensor) {
   static int64_t shape[2] = {2, 2};  // 2x2 from data[1]: exactly 4 floats borrowed
   static int deleted = 0;
   deleted = 0;
-  DLManagedTensor managed{};
-  managed.dl_tensor.data = data;
-  managed.dl_tensor.device = DLDevice{kDLCPU, 0};
-  managed.dl_tensor.ndim = 2;
-  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
-  managed.dl_tensor.shape = shape;
-  managed.dl_tensor.strides = nullptr;  // compact row-major
-  managed.dl_tensor.byte_offset = 4;    // starts at data[1]
+  DLManagedTensor managed = HostFloat32(data, 2, shape);  // compact row-major
+  managed.dl_tensor.byte_offset = 4;                      // starts at data[1]
   managed.deleter = [](DLManagedTensor*) { ++deleted; };
   {
     Tensor view;
@@ -82,35 +88,20 @@ TEST(DLPack, RejectsWhatItCannotRepresent) {
   EXPECT_FALSE(FromDLPack(nullptr).ok());
   int64_t shape[1] = {2};
   float data[2] = {};
-  DLManagedTensor managed{};
-  managed.dl_tensor.data = data;
+  DLManagedTensor managed = HostFloat32(data, 1, shape);
   managed.dl_tensor.device = DLDevice{kDLVulkan, 0};
-  managed.dl_tensor.ndim = 1;
-  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
-  managed.dl_tensor.shape = shape;
   EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("device type 7"));
   managed.dl_tensor.device = DLDevice{kDLCPU, 0};
   managed.dl_tensor.dtype = DLDataType{kDLComplex, 64, 1};
   EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("code=5"));
 }
 
-}  // namespace
-}  // namespace sdrt
-
-namespace sdrt {
-namespace {
-
 TEST(DLPack, OverflowingStridesAreRejectedWithoutCallingTheDeleter) {
   static int deleted = 0;
   float data[2] = {};
   int64_t shape[1] = {2};
   int64_t strides[1] = {int64_t{1} << 62};
-  DLManagedTensor managed{};
-  managed.dl_tensor.data = data;
-  managed.dl_tensor.device = DLDevice{kDLCPU, 0};
-  managed.dl_tensor.ndim = 1;
-  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
-  managed.dl_tensor.shape = shape;
+  DLManagedTensor managed = HostFloat32(data, 1, shape);
   managed.dl_tensor.strides = strides;
   managed.deleter = [](DLManagedTensor*) { ++deleted; };
   absl::StatusOr<Tensor> t = FromDLPack(&managed);

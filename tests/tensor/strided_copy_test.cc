@@ -23,12 +23,11 @@ using ::sdrt::test::Contiguous;
 using ::sdrt::test::ContiguousStrides;
 using ::sdrt::test::Extent;
 using ::sdrt::test::FirstMismatch;
+using ::sdrt::test::kElemSizes;
 using ::sdrt::test::Layout;
 using ::sdrt::test::Numel;
 using ::sdrt::test::RandomBytes;
 using ::testing::HasSubstr;
-
-constexpr int64_t kElemSizes[] = {1, 2, 4, 8, 16};
 
 // `bytes` random bytes, a function of `seed` only, at a base address `misalign` bytes
 // past a 64-byte boundary.

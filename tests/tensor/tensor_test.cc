@@ -1,23 +1,17 @@
 #include "tensor/tensor.h"
 
 #include <cstring>
-#include <numeric>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
 
+using ::sdrt::test::Arange;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// A contiguous float32 CPU tensor holding 0, 1, 2, ... in row-major order.
-Tensor Arange(IntSpan shape) {
-  Tensor t = *Tensor::Empty(shape, DType::kFloat32);
-  std::iota(t.data<float>(), t.data<float>() + t.numel(), 0.0f);
-  return t;
-}
 
 // Element (index...) of a float32 tensor read through its strides.
 float At(const Tensor& t, std::initializer_list<int64_t> index) {
@@ -106,7 +100,8 @@ TEST(Tensor, CopyFromRespectsStridesOnBothSides) {
   Tensor transposed = *Tensor::FromStorage(t_dst_base.storage(), DType::kFloat32, {5, 3}, {1, 5});
   ASSERT_TRUE(transposed.CopyFrom(column_block).ok());
   for (int64_t i = 0; i < 5; ++i) {
-    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(t_dst_base.data<float>()[j * 5 + i], 7 * i + 1 + 2 * j);
+    for (int64_t j = 0; j < 3; ++j)
+      EXPECT_EQ(t_dst_base.data<float>()[j * 5 + i], 7 * i + 1 + 2 * j);
   }
 }
 

@@ -1,9 +1,9 @@
-#include <numeric>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/tensor.h"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -11,11 +11,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-Tensor Arange(IntSpan shape) {
-  Tensor t = *Tensor::Empty(shape, DType::kInt32);
-  std::iota(t.data<int32_t>(), t.data<int32_t>() + t.numel(), 0);
-  return t;
-}
+// A contiguous int32 CPU tensor holding 0, 1, 2, ... in row-major order.
+Tensor Arange(IntSpan shape) { return test::Arange(shape, DType::kInt32); }
 
 // All elements in row-major logical order, read through the strides.
 std::vector<int32_t> Values(const Tensor& t) {
@@ -29,8 +26,7 @@ TEST(Views, NarrowSharesStorageAndOffsets) {
   EXPECT_EQ(rows.storage(), t.storage());
   EXPECT_EQ(rows.storage_offset(), 5);
   EXPECT_THAT(Values(rows), ElementsAre(5, 6, 7, 8, 9, 10, 11, 12, 13, 14));
-  EXPECT_THAT(Values(*t.Narrow(-1, -2, 2)),
-              ElementsAre(3, 4, 8, 9, 13, 14, 18, 19));
+  EXPECT_THAT(Values(*t.Narrow(-1, -2, 2)), ElementsAre(3, 4, 8, 9, 13, 14, 18, 19));
   EXPECT_EQ(t.Narrow(1, 5, 0)->numel(), 0);  // empty narrow at the end is allowed
   absl::Status bad = t.Narrow(1, 3, 3).status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);

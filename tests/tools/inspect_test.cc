@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -99,9 +101,8 @@ TEST_F(MiniLM, InspectPrintsTheTableAndJson) {
 }
 
 TEST(Inspect, BadFilesExitWithCode2AndTheReadersMessage) {
-  const char* dir = std::getenv("SDRT_TEST_TMP");
   const std::string tmp =
-      (dir != nullptr ? std::string(dir) + "/" : ::testing::TempDir()) + "inspect_bad.safetensors";
+      (std::filesystem::path(test::TestTmpRoot()) / "inspect_bad.safetensors").string();
   {
     std::ofstream out(tmp, std::ios::binary);
     out << "PK\x03\x04 this is a zip archive, not safetensors";
@@ -109,7 +110,8 @@ TEST(Inspect, BadFilesExitWithCode2AndTheReadersMessage) {
   CommandResult bad = RunCommand(std::string(SDRT_BINARY) + " inspect " + tmp);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("header length"));
-  CommandResult missing = RunCommand(std::string(SDRT_BINARY) + " inspect /nonexistent.safetensors");
+  CommandResult missing =
+      RunCommand(std::string(SDRT_BINARY) + " inspect /nonexistent.safetensors");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.output, HasSubstr("/nonexistent.safetensors"));
   CommandResult no_args = RunCommand(std::string(SDRT_BINARY) + " inspect");

@@ -136,7 +136,7 @@ absl::StatusOr<Map> CreateCpuStateDict(const Map& state_dict, const CreateCpuOpt
     return absl::Status(out.status().code(),
                         absl::StrCat("CreateCpuStateDict: ", out.status().message()));
   }
-  return std::move(out);  // StatusOr<Map> from a Map lvalue would copy the tree
+  return out;
 }
 
 }  // namespace sdrt

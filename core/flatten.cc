@@ -90,6 +90,10 @@ absl::Status PathError(PathSpan path, absl::string_view what) {
 
 // The index that path[depth] gives into the list or tuple `seq`: a negative one counts
 // from the end, as in Python; out of range below 0 is an error (PyTorch: IndexError).
+// Largest list index a path may name: padding a list to it costs index * sizeof(Value)
+// bytes (176 bytes each), so 2^24 is about 3 GB. PyTorch would try, and raise MemoryError.
+constexpr int64_t kMaxListIndex = int64_t{1} << 24;
+
 absl::StatusOr<size_t> SequenceIndex(PathSpan path, size_t depth, const Value& seq) {
   const PathItem& item = path[depth];
   if (const std::string* key = std::get_if<std::string>(&item)) {
@@ -98,6 +102,11 @@ absl::StatusOr<size_t> SequenceIndex(PathSpan path, size_t depth, const Value& s
                                   " cannot take the string key \"", *key, "\""));
   }
   const int64_t index = std::get<int64_t>(item);
+  if (index > kMaxListIndex) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "SetElement: path \"", PathToString(path), "\": index ", index, " at ", Where(path, depth),
+        " would pad a list past ", kMaxListIndex, " entries"));
+  }
   if (index >= 0) return static_cast<size_t>(index);
   const int64_t size = static_cast<int64_t>(seq.items().size());
   if (index < -size) {
@@ -324,7 +333,7 @@ absl::StatusOr<FlatStateDict> FlattenStateDict(const Map& sd) {
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
-  return std::move(out);  // StatusOr<T> from a T lvalue would copy the tree
+  return out;
 }
 
 absl::Status SetElement(Map& root, PathSpan path, Value value) {
@@ -347,7 +356,7 @@ absl::StatusOr<Map> UnflattenStateDict(const Map& flat, const FlattenMapping& ma
     absl::Status s = setter.Set(*path, flat.value(i));
     if (!s.ok()) return s;
   }
-  return std::move(nested);  // StatusOr<Map> from a Map lvalue would copy the tree
+  return nested;
 }
 
 }  // namespace sdrt

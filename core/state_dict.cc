@@ -21,11 +21,8 @@ Map::Map(std::initializer_list<std::pair<std::string, Value>> init) {
 Map::Map(const Map& other) : keys_(other.keys_), values_(other.values_) { RebuildIndex(); }
 
 Map& Map::operator=(const Map& other) {
-  if (this != &other) {
-    keys_ = other.keys_;
-    values_ = other.values_;
-    RebuildIndex();
-  }
+  // Copy first: `other` may live inside this map (m = m.value(0).as_map()).
+  if (this != &other) *this = Map(other);
   return *this;
 }
 
@@ -72,6 +69,24 @@ bool Map::Erase(absl::string_view key) {
   values_.erase(values_.begin() + pos);
   RebuildIndex();  // the deque moved the later keys
   return true;
+}
+
+size_t Map::EraseIf(const std::function<bool(const std::string&, const Value&)>& pred) {
+  size_t kept = 0;
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    if (pred(keys_[i], values_[i])) continue;
+    if (kept != i) {
+      keys_[kept] = std::move(keys_[i]);
+      values_[kept] = std::move(values_[i]);
+    }
+    ++kept;
+  }
+  const size_t removed = keys_.size() - kept;
+  if (removed == 0) return 0;
+  keys_.resize(kept);
+  values_.resize(kept);
+  RebuildIndex();
+  return removed;
 }
 
 const Value& Map::value(size_t i) const { return values_[i]; }

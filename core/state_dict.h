@@ -91,8 +91,12 @@ class Map {
   const Value* Find(absl::string_view key) const;
   // Python's d[key] = value: overwrites in place (keeping the position) or appends.
   void Set(std::string key, Value value);
-  // Removes `key` if present (O(n): later entries move up). Returns whether it was there.
+  // Removes `key` if present. Returns whether it was there. O(n): later entries move up
+  // and the index is rebuilt; to remove many keys use EraseIf, one pass for all of them.
   bool Erase(absl::string_view key);
+  // Removes every entry for which pred(key, value) is true, keeping the order of the rest,
+  // in one O(n) pass. Returns how many were removed.
+  size_t EraseIf(const std::function<bool(const std::string&, const Value&)>& pred);
   // Makes room for `n` entries without reallocating.
   void Reserve(size_t n);
 
@@ -135,7 +139,7 @@ class Value {
   Value() : v_(None{}) {}
   Value(None) : v_(None{}) {}
   Value(bool b) : v_(b) {}
-  // Any integer type but bool becomes int64.
+  // Any integer type but bool becomes int64 (a uint64 above INT64_MAX wraps, as a cast).
   template <typename I,
             std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
   Value(I i) : v_(static_cast<int64_t>(i)) {}
@@ -150,6 +154,14 @@ class Value {
   Value(Tuple t) : v_(std::move(t)) {}
   Value(Map m) : v_(std::move(m)) {}
   Value(Opaque o) : v_(std::move(o)) {}
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  // Copies before replacing, so assigning a part of this value works (v = v.items()[0]).
+  Value& operator=(const Value& other) {
+    if (this != &other) v_ = Value(other).v_;
+    return *this;
+  }
+  Value& operator=(Value&& other) noexcept = default;
 
   ValueKind kind() const { return static_cast<ValueKind>(v_.index()); }
   bool is_none() const { return kind() == ValueKind::kNone; }
@@ -163,8 +175,8 @@ class Value {
            kind() == ValueKind::kShardedTensor;
   }
 
-  // Accessors; calling the wrong one is a programming error (debug assert, then UB-free
-  // std::get that throws bad_variant_access in builds with exceptions).
+  // Accessors; calling the one for another kind is a programming error (std::get throws
+  // bad_variant_access; items() also debug-asserts). Check kind() first.
   bool as_bool() const { return std::get<bool>(v_); }
   int64_t as_int() const { return std::get<int64_t>(v_); }
   double as_double() const { return std::get<double>(v_); }

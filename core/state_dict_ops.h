@@ -95,7 +95,8 @@ struct CopyResult {
 // practice (use CreateCpuStateDict(pin_memory) buffers). Errors: companion mismatches
 // (above; on a mismatch found part way the tensors before it have been copied, or
 // enqueued: synchronise the stream before freeing anything), CUDA errors, type_check
-// errors; each names the path.
+// errors; each names the path. A meta destination is FailedPrecondition (PyTorch's copy_
+// into meta is a silent no-op).
 absl::StatusOr<CopyResult> CopyStateDict(const Map& src, const Map& dst,
                                          const CopyOptions& options = {});
 
@@ -125,14 +126,16 @@ struct CreateCpuOptions {
 //   * ShardedTensor: without local shards returned as is (an alias); otherwise the same
 //     metadata with "cpu" placements and every local shard replaced by the rules above.
 // Opaque values other than BytesIO are cloned (type_check is off, as in PyTorch).
-// Errors: ResourceExhausted/Internal when the arena cannot be allocated; Unavailable
+// Errors: ResourceExhausted/Internal when the arena cannot be allocated (for share_memory
+// the pages are reserved up front, so a /dev/shm too small is ResourceExhausted here);
+// Unavailable
 // naming CUDA's error when pin_memory cannot pin (e.g. built without CUDA, no device);
 // FailedPrecondition for an Opaque without a clone function.
 absl::StatusOr<Map> CreateCpuStateDict(const Map& state_dict, const CreateCpuOptions& options = {});
 
 // Mirrors `_check_state_dict_similarity(state_dict, compared_state_dict)`: true when `b`
-// has `a`'s structure (same key sets, list lengths) and every tensor-like leaf of `a` could
-// be copied into its counterpart by CopyStateDict: same kind; a plain Tensor the same
+// has `a`'s structure (same key sets, list lengths) and every tensor-like leaf of `a`
+// matches its counterpart's metadata: same kind; a plain Tensor the same
 // dtype and shape (PyTorch's own check); a DTensor's local tensor the same dtype and
 // shape; a ShardedTensor as many local shards, each of the same dtype and shape. A plain
 // Tensor whose counterpart is None is a difference. Values and non-tensor leaves are not
@@ -140,8 +143,10 @@ absl::StatusOr<Map> CreateCpuStateDict(const Map& state_dict, const CreateCpuOpt
 // for CompanionMismatch; in the other cases above it raises (AttributeError,
 // AssertionError, or RuntimeError from copying DTensor locals of other shapes into `b` as
 // a side effect), and it accepts DTensor locals of another dtype (converting them into
-// `b`): tests/golden/README.md lists each case. Never fails: a difference, or an Opaque
-// without a clone function, gives false.
+// `b`): tests/golden/README.md lists each case. Metadata only: a pair CopyStateDict would
+// still refuse (a meta source or destination, a destination with aliased elements) can
+// be similar. Never fails: a difference, or an Opaque without a clone function, gives
+// false.
 bool CheckStateDictSimilarity(const Map& a, const Map& b);
 
 // The same check, with the reason: OK when similar, else the first difference in `a`'s

@@ -13,6 +13,23 @@
 namespace sdrt {
 namespace {
 
+// Makes `device` current for a scope and restores the caller's device afterwards, like
+// PyTorch's device guard, so a copy to cuda:1 does not leave the caller on device 1.
+class DeviceGuard {
+ public:
+  absl::Status Enter(int device) {
+    SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
+    if (previous_ != device) SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    return absl::OkStatus();
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
+
 class CudaBackend final : public DeviceBackend {
  public:
   absl::StatusOr<std::shared_ptr<Storage>> Allocate(int64_t nbytes, Device device) override {
@@ -22,8 +39,9 @@ class CudaBackend final : public DeviceBackend {
   absl::Status Memcpy(void* dst, Device dst_device, const void* src, Device src_device,
                       int64_t nbytes, StreamHandle stream, bool non_blocking) override {
     if (nbytes == 0) return absl::OkStatus();
-    const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
-    SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    DeviceGuard guard;
+    absl::Status entered = guard.Enter(dst_device.is_cuda() ? dst_device.index : src_device.index);
+    if (!entered.ok()) return entered;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // Unified addressing lets the runtime infer the direction (and peer copies).
     SDRT_CUDA_RETURN_IF_ERROR(
@@ -36,7 +54,9 @@ class CudaBackend final : public DeviceBackend {
                            absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                            absl::Span<const int64_t> src_strides, Device device,
                            StreamHandle stream, bool non_blocking) override {
-    SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+    DeviceGuard guard;
+    absl::Status entered = guard.Enter(device.index);
+    if (!entered.ok()) return entered;
     absl::Status launched =
         StridedCopyDevice(dst, src, elem_size, sizes, dst_strides, src_strides, stream);
     if (!launched.ok() || non_blocking) return launched;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -88,19 +89,45 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateShared(int64_t nbytes)
     return absl::InvalidArgumentError(absl::StrCat("AllocateShared: negative size ", nbytes));
   }
   if (nbytes == 0) return Wrap(nullptr, 0, Device::CPU(), StorageKind::kShared, nullptr);
+  // A random part keeps names unique against segments an earlier process with the same
+  // pid left behind (containers reuse pids; a crash skips the unlink).
   static std::atomic<uint64_t> counter{0};
-  const std::string name = absl::StrCat("/sdrt-", ::getpid(), "-", counter.fetch_add(1));
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return ErrnoError("shm_open", name, errno);
+  static const uint64_t salt = std::random_device{}();
+  std::string name;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    name = absl::StrCat("/sdrt-", ::getpid(), "-", absl::Hex(salt ^ (static_cast<uint64_t>(attempt) << 48)),
+                        "-", counter.fetch_add(1));
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno != EEXIST) return ErrnoError("shm_open", name, errno);
+  }
+  if (fd < 0) return ErrnoError("shm_open", name, EEXIST);
   if (::ftruncate(fd, static_cast<off_t>(nbytes)) != 0) {
     const int err = errno;
     ::close(fd);
     ::shm_unlink(name.c_str());
     return ErrnoError("ftruncate", absl::StrCat(name, " (", nbytes, " bytes)"), err);
   }
+  // ftruncate reserves nothing: without this, a /dev/shm too small for the segment shows
+  // up as SIGBUS on first touch instead of an error here.
+  int err = 0;
+  do {
+    err = ::posix_fallocate(fd, 0, static_cast<off_t>(nbytes));
+  } while (err == EINTR);
+  if (err != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    const std::string what = absl::StrCat(name, " (", nbytes, " bytes)");
+    if (err == ENOSPC) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "posix_fallocate failed for ", what, ": no space left in /dev/shm (", std::strerror(err),
+          ")"));
+    }
+    return ErrnoError("posix_fallocate", what, err);
+  }
   void* data = ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE, MAP_SHARED,
                       fd, 0);
-  const int err = errno;
+  err = errno;
   ::close(fd);
   if (data == MAP_FAILED) {
     ::shm_unlink(name.c_str());

@@ -51,10 +51,11 @@ class Storage {
       int64_t nbytes, int64_t alignment = kDefaultAlignment);
 
   // Zero-filled POSIX shared memory of `nbytes` bytes (page aligned). The segment's name
-  // ("/sdrt-<pid>-<n>") is reported by shm_name() so that another process can open it
-  // while this storage lives; the name is unlinked and the mapping removed on release.
-  // nbytes == 0 maps nothing (null data, empty name). Internal error with errno text
-  // when shm_open, ftruncate or mmap fails.
+  // ("/sdrt-<pid>-<random>-<n>") is reported by shm_name() so that another process can
+  // open it while this storage lives; the name is unlinked and the mapping removed on
+  // release. The pages are reserved up front (posix_fallocate), so a full /dev/shm is
+  // ResourceExhausted here, never SIGBUS later. nbytes == 0 maps nothing (null data, empty
+  // name). Internal error with errno text when shm_open, ftruncate or mmap fails.
   static absl::StatusOr<std::shared_ptr<Storage>> AllocateShared(int64_t nbytes);
 
   // Zero-copy view of memory owned by someone else. `release`, if set, is called with

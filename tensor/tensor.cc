@@ -181,6 +181,11 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
     }
   }
   const int64_t elem = ElementSize(dtype);
+  int64_t nbytes = 0;
+  if (__builtin_mul_overflow(*numel, elem, &nbytes)) {
+    return absl::OutOfRangeError(absl::StrCat("FromStorage: ", ShapeToString(shape), " of ",
+                                              DTypeName(dtype), " overflows int64 bytes"));
+  }
   if (*numel > 0 && (last + 1) > storage->nbytes() / elem) {
     return absl::OutOfRangeError(absl::StrCat(
         "FromStorage: ", ShapeToString(shape), " strides ", ShapeToString(strides), " offset ",

@@ -1,5 +1,6 @@
 // The state dict value tree: building, lookup, order, equality and printing.
 
+#include "absl/strings/str_cat.h"
 #include "core/state_dict.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -89,6 +90,39 @@ TEST(Value, DebugStringShowsShapesDtypesAndPlacements) {
   EXPECT_THAT(s, HasSubstr("\"betas\": (\n"));
   EXPECT_THAT(s, HasSubstr("<BytesIO>"));
   EXPECT_EQ(DebugString(Map{}), "{}");
+}
+
+}  // namespace
+}  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+// Found by review: assigning a part of a tree to the tree itself.
+TEST(Value, AssigningAPartOfItselfIsSafe) {
+  Value cur = Map{{"model", Map{{"w", 1}}}};
+  cur = cur.as_map().value(0);
+  ASSERT_TRUE(cur.is_map());
+  EXPECT_EQ(cur.Find("w")->as_int(), 1);
+  Value list = List{List{7, 8}};
+  list = list.items()[0];
+  EXPECT_EQ(list.items()[1].as_int(), 8);
+  Map m{{"inner", Map{{"w", 1}, {"v", 2}}}};
+  m = m.value(0).as_map();
+  EXPECT_THAT(m.keys(), ElementsAre("w", "v"));
+  EXPECT_EQ(m.Find("v")->as_int(), 2);
+}
+
+TEST(Value, EraseIfRemovesManyKeysInOnePass) {
+  Map m;
+  for (int i = 0; i < 1000; ++i) m.Set(absl::StrCat("k", i), i);
+  const size_t removed = m.EraseIf([](const std::string&, const Value& v) { return v.as_int() % 2 == 1; });
+  EXPECT_EQ(removed, 500u);
+  ASSERT_EQ(m.size(), 500u);
+  EXPECT_EQ(m.key(1), "k2");
+  EXPECT_EQ(m.Find("k998")->as_int(), 998);
+  EXPECT_EQ(m.Find("k999"), nullptr);
+  EXPECT_EQ(m.EraseIf([](const std::string&, const Value&) { return false; }), 0u);
 }
 
 }  // namespace

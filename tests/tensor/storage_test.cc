@@ -9,7 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 #include "tensor/device.h"
+#include "tensor/tensor.h"
 
 namespace sdrt {
 namespace {
@@ -96,6 +98,33 @@ TEST(Device, PrintsAndParsesLikePyTorch) {
   EXPECT_EQ(*ParseDevice("meta"), Device::Meta());
   EXPECT_THAT(ParseDevice("cuda:x").status().message(), HasSubstr("cuda:x"));
   EXPECT_FALSE(ParseDevice("cuda:-1").ok());
+}
+
+}  // namespace
+}  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+// Found by review: names must not collide with a segment an earlier process of the same
+// pid left behind.
+TEST(Storage, SharedNamesSurviveLeftoversOfTheSamePid) {
+  const std::string leftover = absl::StrCat("/sdrt-", ::getpid(), "-0");
+  const int fd = shm_open(leftover.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  absl::StatusOr<std::shared_ptr<Storage>> s = Storage::AllocateShared(4096);
+  shm_unlink(leftover.c_str());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE((*s)->shm_name(), leftover);
+}
+
+TEST(Storage, FromStorageRejectsByteCountOverflow) {
+  std::shared_ptr<Storage> one = *Storage::AllocateCpu(4);
+  absl::StatusOr<Tensor> t = Tensor::FromStorage(one, DType::kFloat32,
+                                                 {int64_t{1} << 30, int64_t{1} << 30, 4}, {0, 0, 0});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(t.status().message(), HasSubstr("overflows"));
 }
 
 }  // namespace

@@ -1,0 +1,167 @@
+#include "comm/communicator.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace sdrt {
+namespace {
+
+// True when the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto a_begin = reinterpret_cast<uintptr_t>(a);
+  const auto b_begin = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
+}
+
+}  // namespace
+
+std::string Communicator::Where(absl::string_view op) const {
+  return absl::StrCat(op, " (", backend(), ", rank ", rank_, " of ", size_, ")");
+}
+
+absl::Status Communicator::CheckTensor(absl::string_view op, absl::string_view what,
+                                       const Tensor& t) const {
+  if (!t.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(op), ": ", what, " is undefined"));
+  }
+  if (t.device() != device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(op), ": ", what, " ", t.ToString(), " is on ", t.device().ToString(),
+                     ", the ", backend(), " backend needs ", device().ToString(), " tensors"));
+  }
+  if (!t.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(op), ": ", what, " ", t.ToString(), " is not contiguous"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::CheckRoot(absl::string_view op, int root) const {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(op), ": root ", root, " is not in [0, ", size_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::AllGather(Tensor& output, const Tensor& input) {
+  constexpr absl::string_view kOp = "all_gather";
+  if (absl::Status s = CheckTensor(kOp, "input", input); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(kOp, "output", output); !s.ok()) return s;
+  if (output.dtype() != input.dtype() || output.numel() != size_ * input.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kOp), ": output ", output.ToString(), " must hold ", size_, " * ",
+                     input.numel(), " = ", size_ * input.numel(),
+                     " elements of the input's dtype (input ", input.ToString(), ")"));
+  }
+  if (input.numel() == 0) return absl::OkStatus();
+  const int64_t bytes_per_rank = input.nbytes();
+  const void* my_slot = static_cast<const char*>(output.data_ptr()) + rank_ * bytes_per_rank;
+  if (input.data_ptr() != my_slot &&
+      Overlaps(input.data_ptr(), bytes_per_rank, output.data_ptr(), output.nbytes())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kOp), ": input overlaps output without being output's slice ", rank_));
+  }
+  return DoAllGather(output.data_ptr(), input.data_ptr(), bytes_per_rank);
+}
+
+absl::Status Communicator::AllGatherV(Tensor& output, const Tensor& input,
+                                      absl::Span<const int64_t> counts) {
+  constexpr absl::string_view kOp = "all_gather_v";
+  if (absl::Status s = CheckTensor(kOp, "input", input); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(kOp, "output", output); !s.ok()) return s;
+  if (static_cast<int64_t>(counts.size()) != size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kOp), ": ", counts.size(), " counts for ", size_, " ranks"));
+  }
+  int64_t total = 0;
+  int64_t my_offset = 0;
+  for (int i = 0; i < size_; ++i) {
+    if (counts[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kOp), ": counts[", i, "] = ", counts[i], " is negative"));
+    }
+    if (i == rank_) my_offset = total;
+    total += counts[i];
+  }
+  if (counts[rank_] != input.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kOp), ": counts[", rank_, "] = ", counts[rank_], " but the input ",
+                     input.ToString(), " has ", input.numel(), " elements"));
+  }
+  if (output.dtype() != input.dtype() || output.numel() != total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kOp), ": output ", output.ToString(), " must hold sum(counts) = ", total,
+                     " elements of the input's dtype ", DTypeName(input.dtype()), " (counts [",
+                     absl::StrJoin(counts, ", "), "])"));
+  }
+  if (total == 0) return absl::OkStatus();
+  const int64_t element_size = input.element_size();
+  const void* my_slot = static_cast<const char*>(output.data_ptr()) + my_offset * element_size;
+  if (input.data_ptr() != my_slot &&
+      Overlaps(input.data_ptr(), input.nbytes(), output.data_ptr(), output.nbytes())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kOp), ": input overlaps output without being output's slice ", rank_));
+  }
+  std::vector<int64_t> byte_counts(counts.begin(), counts.end());
+  for (int64_t& c : byte_counts) c *= element_size;
+  return DoAllGatherV(output.data_ptr(), input.data_ptr(), byte_counts);
+}
+
+absl::Status Communicator::Broadcast(absl::Span<Tensor> tensors, int root) {
+  constexpr absl::string_view kOp = "broadcast";
+  if (absl::Status s = CheckRoot(kOp, root); !s.ok()) return s;
+  std::vector<Tensor> non_empty;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (absl::Status s = CheckTensor(kOp, absl::StrCat("tensors[", i, "]"), tensors[i]); !s.ok()) {
+      return s;
+    }
+    if (tensors[i].numel() == 0) continue;
+    for (const Tensor& seen : non_empty) {
+      if (Overlaps(seen.data_ptr(), seen.nbytes(), tensors[i].data_ptr(), tensors[i].nbytes())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(kOp), ": tensors[", i, "] ", tensors[i].ToString(), " overlaps another tensor"));
+      }
+    }
+    non_empty.push_back(tensors[i]);
+  }
+  if (non_empty.empty()) return absl::OkStatus();
+  return DoBroadcast(non_empty, root);
+}
+
+absl::Status Communicator::AllReduce(Tensor& tensor, ReduceOp op) {
+  constexpr absl::string_view kOp = "all_reduce";
+  if (absl::Status s = CheckTensor(kOp, "tensor", tensor); !s.ok()) return s;
+  const DType dtype = tensor.dtype();
+  if (dtype == DType::kFloat8E4M3FN || dtype == DType::kFloat8E5M2 ||
+      (dtype == DType::kBool && op == ReduceOp::kAvg)) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": reduce op ", ReduceOpName(op),
+                                                   " is not supported for ", DTypeName(dtype)));
+  }
+  if (tensor.numel() == 0) return absl::OkStatus();
+  return DoAllReduce(tensor, op);
+}
+
+absl::Status Communicator::BroadcastBytes(std::string* bytes, int root) {
+  constexpr absl::string_view kOp = "broadcast_bytes";
+  if (bytes == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": bytes is null"));
+  }
+  if (absl::Status s = CheckRoot(kOp, root); !s.ok()) return s;
+  return DoBroadcastBytes(bytes, root);
+}
+
+absl::StatusOr<std::vector<std::string>> Communicator::AllGatherBytes(const std::string& mine) {
+  return DoAllGatherBytes(mine);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
+  return DoSplit(color, key);
+}
+
+absl::Status Communicator::Barrier() { return DoBarrier(); }
+
+}  // namespace sdrt

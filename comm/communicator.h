@@ -1,0 +1,131 @@
+// Communicator: the collectives sdrt needs, over one group of ranks, behind one interface
+// with an MPI backend (CPU tensors, comm/mpi_communicator.h) and an NCCL one (CUDA tensors).
+//
+// The public calls are thin and non-virtual: each validates its arguments here, in one
+// place, and only then hands raw contiguous buffers to the backend (the protected Do*
+// functions). A validation error is returned without any communication, so when every
+// rank makes the same mistake, all of them get the error and none is left waiting. Errors
+// are absl::Status values whose message names the op, "rank R of N" and the values that
+// disagree: InvalidArgument for bad arguments, the backend's own code (via
+// SDRT_MPI_RETURN_IF_ERROR / SDRT_NCCL_RETURN_IF_ERROR) for failures of the library.
+//
+// Every rank of the group must make the same sequence of calls with matching arguments
+// (the collective contract of MPI, NCCL and torch.distributed); what "matching" means is
+// written beside each call. Tensors are sizes and strides in elements, PyTorch order; they
+// must be defined, contiguous and on device() (MPI: the CPU; a CUDA or meta tensor is
+// InvalidArgument). Zero-element calls are cheap but keep the ranks in step (cases/gather.md
+// case-003): a collective whose total element count is zero on every rank returns OK
+// without moving data. All calls are blocking: on return the data is in place.
+//
+// Thread-safety: one thread at a time per Communicator (DESIGN.md "Logging, threads").
+#ifndef SDRT_COMM_COMMUNICATOR_H_
+#define SDRT_COMM_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tensor/device.h"
+#include "tensor/placement.h"
+#include "tensor/tensor.h"
+
+namespace sdrt {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // This process's rank in [0, size()) and the number of ranks in the group.
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // "mpi" or "nccl", for messages.
+  virtual absl::string_view backend() const = 0;
+  // The device every tensor argument must live on.
+  virtual Device device() const = 0;
+
+  // torch.distributed.all_gather_into_tensor(output, input). Every rank passes an `input`
+  // of the same element count n and dtype; `output` (any shape) holds size() * n elements
+  // of that dtype, and rank i's input lands in elements [i * n, (i + 1) * n) of it. In
+  // place when `input` is exactly that slice of `output` (same bytes); otherwise the two
+  // must not overlap. n == 0 returns OK without communicating.
+  absl::Status AllGather(Tensor& output, const Tensor& input);
+
+  // torch.distributed.all_gather(tensor_list, input) with uneven sizes, as one buffer.
+  // `counts[i]` is rank i's element count (the same list on every rank; counts[rank()]
+  // == input.numel()); `output` holds sum(counts) elements of input's dtype, and rank i's
+  // input lands at elements [counts[0] + ... + counts[i-1], + counts[i]). Ranks may
+  // contribute 0 elements; when all do, returns OK without communicating. In-place
+  // condition as AllGather.
+  absl::Status AllGatherV(Tensor& output, const Tensor& input, absl::Span<const int64_t> counts);
+
+  // torch.distributed.broadcast(tensor, src=root) of several tensors as one grouped
+  // operation (ncclGroupStart/End): `root`'s tensors are copied into the other ranks'.
+  // Every rank passes tensors of the same number, dtypes and element counts, in the same
+  // order; zero-element tensors are skipped. The tensors must not overlap one another.
+  absl::Status Broadcast(absl::Span<Tensor> tensors, int root);
+
+  // torch.distributed.all_reduce(tensor, op), in place: afterwards every rank's `tensor`
+  // holds the element-wise reduction over the ranks (same dtype and element count on
+  // every rank). kAvg is the sum divided by size() (integers: truncated, as ncclAvg).
+  // float16 and bfloat16 are reduced in float32 and rounded to the dtype after each
+  // combining step. bool follows ProcessGroupNCCL: sum is logical or, product logical
+  // and, avg is InvalidArgument. float8 is InvalidArgument.
+  absl::Status AllReduce(Tensor& tensor, ReduceOp op);
+
+  // torch.distributed.broadcast_object_list for a byte string: afterwards *bytes on
+  // every rank equals root's (its previous contents are replaced). Any length, 0 included.
+  absl::Status BroadcastBytes(std::string* bytes, int root);
+
+  // torch.distributed.all_gather_object for byte strings: element i of the result is
+  // rank i's `mine`. Lengths may differ, 0 included.
+  absl::StatusOr<std::vector<std::string>> AllGatherBytes(const std::string& mine);
+
+  // torch.distributed.new_subgroups_by_enumeration / ncclCommSplit: collective over this
+  // group; ranks passing the same `color` (>= 0) form a new group ordered by (key, old
+  // rank). A negative color (NCCL_SPLIT_NOCOLOR) joins no group and returns nullptr.
+  // The new communicator is independent of this one and may outlive it.
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+
+  // torch.distributed.barrier: returns once every rank has entered it.
+  absl::Status Barrier();
+
+ protected:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+
+  // The backend's halves of the calls above, entered only with validated arguments and
+  // at least one byte to move (Split, Barrier and the *Bytes calls always). Buffers are
+  // contiguous on device(); sizes are in bytes.
+  virtual absl::Status DoAllGather(void* output, const void* input, int64_t bytes_per_rank) = 0;
+  virtual absl::Status DoAllGatherV(void* output, const void* input,
+                                    absl::Span<const int64_t> byte_counts) = 0;
+  // `tensors` holds only the non-empty ones.
+  virtual absl::Status DoBroadcast(absl::Span<const Tensor> tensors, int root) = 0;
+  // `tensor` is non-empty and (dtype, op) a supported pair (see AllReduce).
+  virtual absl::Status DoAllReduce(Tensor& tensor, ReduceOp op) = 0;
+  virtual absl::Status DoBroadcastBytes(std::string* bytes, int root) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) = 0;
+  virtual absl::Status DoBarrier() = 0;
+
+  // "all_gather (mpi, rank 1 of 4)": the prefix of every message about `op`.
+  std::string Where(absl::string_view op) const;
+
+ private:
+  // InvalidArgument unless `t` is defined, contiguous and on device(); `what` names it.
+  absl::Status CheckTensor(absl::string_view op, absl::string_view what, const Tensor& t) const;
+  absl::Status CheckRoot(absl::string_view op, int root) const;
+
+  int rank_;
+  int size_;
+};
+
+}  // namespace sdrt
+
+#endif  // SDRT_COMM_COMMUNICATOR_H_

@@ -1,0 +1,33 @@
+// The MPI check macro, the twin of cuda/cuda_check.h and cuda/nccl_check.h: an MPI return
+// code becomes an absl::Status carrying the call text, file:line and MPI's own error
+// string. Internal to comm/ (it includes mpi.h); only built when SDRT_HAVE_MPI. The MPI
+// backend sets MPI_ERRORS_RETURN on its communicators, so errors come back here instead of
+// aborting the job.
+//
+//   SDRT_MPI_RETURN_IF_ERROR(MPI_Bcast(data, count, MPI_BYTE, root, comm));
+#ifndef SDRT_COMM_INTERNAL_MPI_CHECK_H_
+#define SDRT_COMM_INTERNAL_MPI_CHECK_H_
+
+#include <mpi.h>
+
+#include "absl/status/status.h"
+
+namespace sdrt::internal {
+
+// OK for MPI_SUCCESS; otherwise a Status describing `call` at file:line. The code maps
+// MPI_ERR_ARG, MPI_ERR_COUNT, MPI_ERR_TYPE, MPI_ERR_OP, MPI_ERR_ROOT, MPI_ERR_COMM and
+// MPI_ERR_BUFFER to InvalidArgument, MPI_ERR_NO_MEM to ResourceExhausted, everything else
+// to Internal.
+absl::Status MpiStatus(int result, const char* call, const char* file, int line);
+
+}  // namespace sdrt::internal
+
+#define SDRT_MPI_STATUS(expr) ::sdrt::internal::MpiStatus((expr), #expr, __FILE__, __LINE__)
+
+#define SDRT_MPI_RETURN_IF_ERROR(expr)                       \
+  do {                                                       \
+    ::absl::Status sdrt_mpi_status_ = SDRT_MPI_STATUS(expr); \
+    if (!sdrt_mpi_status_.ok()) return sdrt_mpi_status_;     \
+  } while (0)
+
+#endif  // SDRT_COMM_INTERNAL_MPI_CHECK_H_

@@ -103,9 +103,9 @@ absl::StatusOr<size_t> SequenceIndex(PathSpan path, size_t depth, const Value& s
   }
   const int64_t index = std::get<int64_t>(item);
   if (index > kMaxListIndex) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "SetElement: path \"", PathToString(path), "\": index ", index, " at ", Where(path, depth),
-        " would pad a list past ", kMaxListIndex, " entries"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("SetElement: path \"", PathToString(path), "\": index ", index, " at ",
+                     Where(path, depth), " would pad a list past ", kMaxListIndex, " entries"));
   }
   if (index >= 0) return static_cast<size_t>(index);
   const int64_t size = static_cast<int64_t>(seq.items().size());

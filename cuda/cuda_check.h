@@ -23,10 +23,10 @@ absl::Status CudaStatus(cudaError_t err, const char* call, const char* file, int
 
 #define SDRT_CUDA_STATUS(expr) ::sdrt::internal::CudaStatus((expr), #expr, __FILE__, __LINE__)
 
-#define SDRT_CUDA_RETURN_IF_ERROR(expr)                                                  \
-  do {                                                                                   \
-    ::absl::Status sdrt_cuda_status_ = SDRT_CUDA_STATUS(expr);                           \
-    if (!sdrt_cuda_status_.ok()) return sdrt_cuda_status_;                               \
+#define SDRT_CUDA_RETURN_IF_ERROR(expr)                        \
+  do {                                                         \
+    ::absl::Status sdrt_cuda_status_ = SDRT_CUDA_STATUS(expr); \
+    if (!sdrt_cuda_status_.ok()) return sdrt_cuda_status_;     \
   } while (0)
 
 #endif  // SDRT_CUDA_CUDA_CHECK_H_

@@ -10,9 +10,9 @@ absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file,
   if (result == ncclSuccess) return absl::OkStatus();
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
-  const std::string message = absl::StrCat(call, " failed at ", file, ":", line, " on device ",
-                                           device, ": NCCL error ", static_cast<int>(result),
-                                           " (", ncclGetErrorString(result), ")");
+  const std::string message =
+      absl::StrCat(call, " failed at ", file, ":", line, " on device ", device, ": NCCL error ",
+                   static_cast<int>(result), " (", ncclGetErrorString(result), ")");
   switch (result) {
     case ncclInvalidArgument:
     case ncclInvalidUsage:

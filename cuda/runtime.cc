@@ -132,7 +132,8 @@ absl::StatusOr<std::shared_ptr<Storage>> PinnedHostAllocator::Allocate(int64_t n
     return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kPinnedHost, nullptr);
   }
   void* ptr = nullptr;
-  SDRT_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocPortable));
+  SDRT_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocPortable));
   return Storage::Wrap(ptr, nbytes, Device::CPU(), StorageKind::kPinnedHost,
                        [](void* p) { (void)cudaFreeHost(p); });
 }

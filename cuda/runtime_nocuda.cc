@@ -61,8 +61,7 @@ absl::Status PinStorage(Storage& storage, unsigned) {
 namespace sdrt {
 
 absl::Status StridedCopyDevice(void*, const void*, int64_t, absl::Span<const int64_t>,
-                               absl::Span<const int64_t>, absl::Span<const int64_t>,
-                               StreamHandle) {
+                               absl::Span<const int64_t>, absl::Span<const int64_t>, StreamHandle) {
   return absl::UnavailableError("StridedCopyDevice: sdrt was built without CUDA");
 }
 

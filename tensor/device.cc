@@ -4,8 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace sdrt {
 

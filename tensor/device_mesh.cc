@@ -34,9 +34,9 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(IntSpan shape, std::vector<int64_t
   if (!dim_names.empty() &&
       (dim_names.size() != shape.size() ||
        std::set<std::string>(dim_names.begin(), dim_names.end()).size() != dim_names.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DeviceMesh: need ", shape.size(), " distinct dim names, got [",
-        absl::StrJoin(dim_names, ", "), "]"));
+    return absl::InvalidArgumentError(absl::StrCat("DeviceMesh: need ", shape.size(),
+                                                   " distinct dim names, got [",
+                                                   absl::StrJoin(dim_names, ", "), "]"));
   }
   DeviceMesh mesh;
   mesh.shape_.assign(shape.begin(), shape.end());

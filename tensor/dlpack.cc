@@ -73,8 +73,8 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
     return absl::InvalidArgumentError(absl::StrCat("FromDLPack: bad ndim ", dl.ndim));
   }
   const IntVector shape(dl.shape, dl.shape + dl.ndim);
-  const IntVector strides =
-      dl.strides != nullptr ? IntVector(dl.strides, dl.strides + dl.ndim) : ContiguousStrides(shape);
+  const IntVector strides = dl.strides != nullptr ? IntVector(dl.strides, dl.strides + dl.ndim)
+                                                  : ContiguousStrides(shape);
   absl::StatusOr<int64_t> numel = CheckedNumel(shape);
   if (!numel.ok()) return numel.status();
   // Bytes reachable from the first element: the storage this tensor borrows. Computed

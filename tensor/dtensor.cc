@@ -11,16 +11,16 @@ absl::StatusOr<DTensor> DTensor::Make(Tensor local, std::shared_ptr<const Device
   if (!local.defined()) return absl::InvalidArgumentError("DTensor: undefined local tensor");
   if (mesh == nullptr) return absl::InvalidArgumentError("DTensor: null mesh");
   if (static_cast<int>(placements.size()) != mesh->ndim()) {
-    return absl::InvalidArgumentError(absl::StrCat("DTensor: ", placements.size(),
-                                                   " placements ", PlacementsToString(placements),
-                                                   " for a ", mesh->ndim(), "-d mesh"));
+    return absl::InvalidArgumentError(absl::StrCat("DTensor: ", placements.size(), " placements ",
+                                                   PlacementsToString(placements), " for a ",
+                                                   mesh->ndim(), "-d mesh"));
   }
   const int ndim = static_cast<int>(global_shape.size());
   for (const Placement& p : placements) {
     if (p.is_shard_like() && p.dim() >= ndim) {
-      return absl::InvalidArgumentError(absl::StrCat("DTensor: placement ", p.ToString(),
-                                                     " shards dim ", p.dim(), " of a ", ndim,
-                                                     "-d global shape ", ShapeToString(global_shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("DTensor: placement ", p.ToString(), " shards dim ", p.dim(), " of a ", ndim,
+                       "-d global shape ", ShapeToString(global_shape)));
     }
   }
   if (local.dim() != ndim) {

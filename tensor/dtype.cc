@@ -1,8 +1,8 @@
 #include "tensor/dtype.h"
 
 #include "absl/status/status.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace sdrt {
 
@@ -42,8 +42,7 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code) {
   if (code == st) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE_ST)
 #undef SDRT_DTYPE_PARSE_ST
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown safetensors dtype '", code, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown safetensors dtype '", code, "'"));
 }
 
 DLPackType ToDLPackType(DType dtype) {
@@ -66,8 +65,8 @@ absl::StatusOr<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes
   if (code == dl_code && bits == dl_bits) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE_DL)
 #undef SDRT_DTYPE_PARSE_DL
-  return absl::InvalidArgumentError(absl::StrCat(
-      "DLPack dtype code=", code, " bits=", bits, " has no sdrt dtype"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("DLPack dtype code=", code, " bits=", bits, " has no sdrt dtype"));
 }
 
 }  // namespace sdrt

@@ -18,18 +18,18 @@ namespace sdrt {
 // DLPack codes follow DLPack 1.1 (kDLInt=0, kDLUInt=1, kDLFloat=2, kDLBfloat=4,
 // kDLBool=6, kDLFloat8_e4m3fn=10, kDLFloat8_e5m2=12); Debian ships dlpack.h 0.6, which
 // lacks the last three names, so the numbers are written here.
-#define SDRT_DTYPE_TABLE(X)                                     \
-  X(Bool, "bool", "BOOL", 1, 6, 8)                              \
-  X(UInt8, "uint8", "U8", 1, 1, 8)                              \
-  X(Int8, "int8", "I8", 1, 0, 8)                                \
-  X(Int16, "int16", "I16", 2, 0, 16)                            \
-  X(Int32, "int32", "I32", 4, 0, 32)                            \
-  X(Int64, "int64", "I64", 8, 0, 64)                            \
-  X(Float16, "float16", "F16", 2, 2, 16)                        \
-  X(BFloat16, "bfloat16", "BF16", 2, 4, 16)                     \
-  X(Float32, "float32", "F32", 4, 2, 32)                        \
-  X(Float64, "float64", "F64", 8, 2, 64)                        \
-  X(Float8E4M3FN, "float8_e4m3fn", "F8_E4M3", 1, 10, 8)         \
+#define SDRT_DTYPE_TABLE(X)                             \
+  X(Bool, "bool", "BOOL", 1, 6, 8)                      \
+  X(UInt8, "uint8", "U8", 1, 1, 8)                      \
+  X(Int8, "int8", "I8", 1, 0, 8)                        \
+  X(Int16, "int16", "I16", 2, 0, 16)                    \
+  X(Int32, "int32", "I32", 4, 0, 32)                    \
+  X(Int64, "int64", "I64", 8, 0, 64)                    \
+  X(Float16, "float16", "F16", 2, 2, 16)                \
+  X(BFloat16, "bfloat16", "BF16", 2, 4, 16)             \
+  X(Float32, "float32", "F32", 4, 2, 32)                \
+  X(Float64, "float64", "F64", 8, 2, 64)                \
+  X(Float8E4M3FN, "float8_e4m3fn", "F8_E4M3", 1, 10, 8) \
   X(Float8E5M2, "float8_e5m2", "F8_E5M2", 1, 12, 8)
 
 enum class DType : uint8_t {
@@ -55,7 +55,7 @@ constexpr int64_t ElementSize(DType dtype) {
 }
 
 // The table's invariants: DLPack bits agree with the element size; sizes are powers of 2.
-#define SDRT_DTYPE_CHECK(e, name, st, size, dl_code, dl_bits)                \
+#define SDRT_DTYPE_CHECK(e, name, st, size, dl_code, dl_bits)                  \
   static_assert((dl_bits) == 8 * (size), "DLPack bits != 8 * size for " name); \
   static_assert((size) == 1 || (size) == 2 || (size) == 4 || (size) == 8,      \
                 "element size must be 1, 2, 4 or 8 for " name);

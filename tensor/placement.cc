@@ -56,8 +56,8 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   name = absl::StripAsciiWhitespace(name);
   absl::ConsumePrefix(&name, "'");
   absl::ConsumeSuffix(&name, "'");
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
-                      ReduceOp::kProduct}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
     if (name == ReduceOpName(op)) return op;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", name, "'"));
@@ -113,12 +113,11 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
 }
 
 std::string PlacementsToString(const std::vector<Placement>& placements) {
-  return absl::StrCat("[",
-                      absl::StrJoin(placements, ", ",
-                                    [](std::string* out, const Placement& p) {
-                                      out->append(p.ToString());
-                                    }),
-                      "]");
+  return absl::StrCat(
+      "[",
+      absl::StrJoin(placements, ", ",
+                    [](std::string* out, const Placement& p) { out->append(p.ToString()); }),
+      "]");
 }
 
 absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text) {

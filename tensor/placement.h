@@ -39,7 +39,7 @@ class Placement {
   bool is_partial() const { return kind_ == Kind::kPartial; }
   // Shard or _StridedShard: the placement changes the local shape.
   bool is_shard_like() const { return kind_ == Kind::kShard || kind_ == Kind::kStridedShard; }
-  int dim() const { return dim_; }                       // tensor dim of a shard-like placement
+  int dim() const { return dim_; }                        // tensor dim of a shard-like placement
   int64_t split_factor() const { return split_factor_; }  // 1 unless kStridedShard
   ReduceOp reduce_op() const { return reduce_op_; }       // meaningful for kPartial
 

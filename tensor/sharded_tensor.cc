@@ -16,8 +16,8 @@ absl::StatusOr<RemoteDevice> ParseRemoteDevice(absl::string_view text) {
   RemoteDevice out;
   if (!absl::ConsumePrefix(&rest, "rank:") || slash == absl::string_view::npos ||
       !absl::SimpleAtoi(text.substr(5, slash - 5), &out.rank) || out.rank < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot parse shard placement '", text, "' (want rank:R/cpu or rank:R/cuda:D)"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot parse shard placement '", text,
+                                                   "' (want rank:R/cpu or rank:R/cuda:D)"));
   }
   absl::StatusOr<Device> device = ParseDevice(text.substr(slash + 1));
   if (!device.ok()) return device.status();
@@ -60,8 +60,8 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Make(IntVector global_shape, DType 
     if (!shard.tensor.defined() || shard.tensor.dtype() != dtype ||
         shard.tensor.shape() != shard.metadata.sizes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ShardedTensor: local shard ", i, " is ", shard.tensor.ToString(), " but its metadata says ",
-          DTypeName(dtype), ShapeToString(shard.metadata.sizes)));
+          "ShardedTensor: local shard ", i, " is ", shard.tensor.ToString(),
+          " but its metadata says ", DTypeName(dtype), ShapeToString(shard.metadata.sizes)));
     }
   }
   ShardedTensor out;
@@ -74,9 +74,9 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Make(IntVector global_shape, DType 
 
 absl::StatusOr<ShardedTensor> ShardedTensor::WithLocalTensors(std::vector<Tensor> tensors) const {
   if (tensors.size() != local_shards_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ShardedTensor::WithLocalTensors: ",
-                                                   tensors.size(), " tensors for ",
-                                                   local_shards_.size(), " local shards"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShardedTensor::WithLocalTensors: ", tensors.size(), " tensors for ",
+                     local_shards_.size(), " local shards"));
   }
   std::vector<LocalShard> shards = local_shards_;
   for (size_t i = 0; i < shards.size(); ++i) shards[i].tensor = std::move(tensors[i]);

@@ -53,8 +53,8 @@ void Storage::AddFinalizer(std::function<void()> finalizer, bool marks_pinned) {
   if (marks_pinned) registered_ = true;
 }
 
-std::shared_ptr<Storage> Storage::Wrap(void* data, int64_t nbytes, Device device,
-                                       StorageKind kind, Release release) {
+std::shared_ptr<Storage> Storage::Wrap(void* data, int64_t nbytes, Device device, StorageKind kind,
+                                       Release release) {
   return std::shared_ptr<Storage>(new Storage(data, nbytes, device, kind, std::move(release)));
 }
 
@@ -63,8 +63,7 @@ std::shared_ptr<Storage> Storage::Borrow(void* data, int64_t nbytes, Device devi
   return Wrap(data, nbytes, device, StorageKind::kBorrowed, std::move(release));
 }
 
-absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes,
-                                                              int64_t alignment) {
+absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, int64_t alignment) {
   if (nbytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("AllocateCpu: negative size ", nbytes));
   }
@@ -96,8 +95,9 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateShared(int64_t nbytes)
   std::string name;
   int fd = -1;
   for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    name = absl::StrCat("/sdrt-", ::getpid(), "-", absl::Hex(salt ^ (static_cast<uint64_t>(attempt) << 48)),
-                        "-", counter.fetch_add(1));
+    name = absl::StrCat("/sdrt-", ::getpid(), "-",
+                        absl::Hex(salt ^ (static_cast<uint64_t>(attempt) << 48)), "-",
+                        counter.fetch_add(1));
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno != EEXIST) return ErrnoError("shm_open", name, errno);
   }
@@ -119,25 +119,24 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateShared(int64_t nbytes)
     ::shm_unlink(name.c_str());
     const std::string what = absl::StrCat(name, " (", nbytes, " bytes)");
     if (err == ENOSPC) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "posix_fallocate failed for ", what, ": no space left in /dev/shm (", std::strerror(err),
-          ")"));
+      return absl::ResourceExhaustedError(absl::StrCat("posix_fallocate failed for ", what,
+                                                       ": no space left in /dev/shm (",
+                                                       std::strerror(err), ")"));
     }
     return ErrnoError("posix_fallocate", what, err);
   }
-  void* data = ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE, MAP_SHARED,
-                      fd, 0);
+  void* data =
+      ::mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   err = errno;
   ::close(fd);
   if (data == MAP_FAILED) {
     ::shm_unlink(name.c_str());
     return ErrnoError("mmap", absl::StrCat(name, " (", nbytes, " bytes)"), err);
   }
-  auto storage = Wrap(data, nbytes, Device::CPU(), StorageKind::kShared,
-                      [name, nbytes](void* p) {
-                        ::munmap(p, static_cast<size_t>(nbytes));
-                        ::shm_unlink(name.c_str());
-                      });
+  auto storage = Wrap(data, nbytes, Device::CPU(), StorageKind::kShared, [name, nbytes](void* p) {
+    ::munmap(p, static_cast<size_t>(nbytes));
+    ::shm_unlink(name.c_str());
+  });
   storage->shm_name_ = name;
   return storage;
 }

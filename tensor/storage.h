@@ -26,12 +26,12 @@ namespace sdrt {
 
 // How the bytes were obtained; printed by ToString and used by tests and `sdrt inspect`.
 enum class StorageKind : uint8_t {
-  kCpu,             // aligned_alloc
-  kShared,          // POSIX shared memory
-  kBorrowed,        // someone else's pointer
-  kPinnedHost,      // cudaHostAlloc
-  kCudaDevice,      // cudaMalloc
-  kMappedFile,      // a read-only mmap of a file (safetensors reader)
+  kCpu,         // aligned_alloc
+  kShared,      // POSIX shared memory
+  kBorrowed,    // someone else's pointer
+  kPinnedHost,  // cudaHostAlloc
+  kCudaDevice,  // cudaMalloc
+  kMappedFile,  // a read-only mmap of a file (safetensors reader)
 };
 absl::string_view StorageKindName(StorageKind kind);
 
@@ -65,8 +65,8 @@ class Storage {
                                          Release release = nullptr);
 
   // General constructor used by allocators outside tensor/ (cuda/, the file reader).
-  static std::shared_ptr<Storage> Wrap(void* data, int64_t nbytes, Device device,
-                                       StorageKind kind, Release release);
+  static std::shared_ptr<Storage> Wrap(void* data, int64_t nbytes, Device device, StorageKind kind,
+                                       Release release);
 
   ~Storage();
   Storage(const Storage&) = delete;

@@ -30,8 +30,7 @@ inline constexpr int kMaxCopyDims = 12;
 //   - the inverse, a contiguous buffer into a sub-block of a strided tensor,
 //   - Tensor::Contiguous and Tensor::CopyFrom between differently strided tensors.
 absl::Status StridedCopyHost(void* dst, const void* src, int64_t elem_size,
-                             absl::Span<const int64_t> sizes,
-                             absl::Span<const int64_t> dst_strides,
+                             absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                              absl::Span<const int64_t> src_strides);
 
 // Pad: copies `src_bytes` from src to the start of dst and zero-fills dst up to

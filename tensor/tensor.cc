@@ -38,7 +38,9 @@ absl::StatusOr<int64_t> CheckedNumel(IntSpan shape) {
   return numel;
 }
 
-std::string ShapeToString(IntSpan shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeToString(IntSpan shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 namespace {
 
@@ -68,9 +70,9 @@ bool NonOverlappingAndDense(const Tensor& t) {
 absl::Status CheckCopyOverlap(const Tensor& dst, const Tensor& src) {
   for (int d = 0; d < dst.dim(); ++d) {
     if (dst.shape()[d] > 1 && dst.strides()[d] == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CopyFrom: destination ", dst.ToString(),
-          " has several elements at one memory location (stride 0 on dim ", d, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CopyFrom: destination ", dst.ToString(),
+                       " has several elements at one memory location (stride 0 on dim ", d, ")"));
     }
   }
   if (dst.storage() == nullptr || dst.storage() != src.storage()) return absl::OkStatus();
@@ -81,9 +83,9 @@ absl::Status CheckCopyOverlap(const Tensor& dst, const Tensor& src) {
   const int64_t dst_end = dst.storage_offset() + dst.numel();
   const int64_t src_end = src.storage_offset() + src.numel();
   if (dst.storage_offset() < src_end && src.storage_offset() < dst_end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CopyFrom: source ", src.ToString(), " and destination ", dst.ToString(),
-        " partly overlap in memory; copy from a Clone() of the source"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyFrom: source ", src.ToString(), " and destination ", dst.ToString(),
+                     " partly overlap in memory; copy from a Clone() of the source"));
   }
   return absl::OkStatus();
 }
@@ -106,8 +108,8 @@ absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) 
   if (!numel.ok()) return numel.status();
   int64_t nbytes = 0;
   if (__builtin_mul_overflow(*numel, ElementSize(dtype), &nbytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Empty: ", ShapeToString(shape), " of ", DTypeName(dtype), " overflows int64 bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("Empty: ", ShapeToString(shape), " of ",
+                                                   DTypeName(dtype), " overflows int64 bytes"));
   }
   std::shared_ptr<Storage> storage;
   switch (device.type) {
@@ -151,8 +153,7 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
 }
 
 absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DType dtype,
-                                           IntSpan shape, IntSpan strides,
-                                           int64_t storage_offset) {
+                                           IntSpan shape, IntSpan strides, int64_t storage_offset) {
   if (storage == nullptr) return absl::InvalidArgumentError("FromStorage: null storage");
   if (shape.size() != strides.size()) {
     return absl::InvalidArgumentError(absl::StrCat("FromStorage: shape ", ShapeToString(shape),
@@ -187,15 +188,14 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
                                               DTypeName(dtype), " overflows int64 bytes"));
   }
   if (*numel > 0 && (last + 1) > storage->nbytes() / elem) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "FromStorage: ", ShapeToString(shape), " strides ", ShapeToString(strides), " offset ",
-        storage_offset, " of ", DTypeName(dtype), " needs ", (last + 1) * elem,
-        " bytes but the storage has ", storage->nbytes()));
+    return absl::OutOfRangeError(
+        absl::StrCat("FromStorage: ", ShapeToString(shape), " strides ", ShapeToString(strides),
+                     " offset ", storage_offset, " of ", DTypeName(dtype), " needs ",
+                     (last + 1) * elem, " bytes but the storage has ", storage->nbytes()));
   }
   const Device device = storage->device();
-  return Tensor(std::move(storage), dtype, device,
-                IntVector(shape.begin(), shape.end()), IntVector(strides.begin(), strides.end()),
-                storage_offset);
+  return Tensor(std::move(storage), dtype, device, IntVector(shape.begin(), shape.end()),
+                IntVector(strides.begin(), strides.end()), storage_offset);
 }
 
 int64_t Tensor::size(int dim) const {
@@ -248,8 +248,8 @@ absl::StatusOr<Tensor> Tensor::To(Device device, bool non_blocking, StreamHandle
   if (!defined_) return absl::FailedPreconditionError("To: undefined tensor");
   if (device == device_) return *this;
   if (is_meta()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "To(", device.ToString(), "): ", ToString(), " is a meta tensor and has no data"));
+    return absl::FailedPreconditionError(absl::StrCat("To(", device.ToString(), "): ", ToString(),
+                                                      " is a meta tensor and has no data"));
   }
   absl::StatusOr<Tensor> out = Empty(shape_, dtype_, device);
   if (!out.ok() || device.is_meta()) return out;
@@ -259,7 +259,8 @@ absl::StatusOr<Tensor> Tensor::To(Device device, bool non_blocking, StreamHandle
 }
 
 absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle stream) {
-  if (!defined_ || !src.defined_) return absl::FailedPreconditionError("CopyFrom: undefined tensor");
+  if (!defined_ || !src.defined_)
+    return absl::FailedPreconditionError("CopyFrom: undefined tensor");
   if (shape_ != src.shape_ || dtype_ != src.dtype_) {
     return absl::InvalidArgumentError(absl::StrCat("CopyFrom: destination ", ToString(),
                                                    " and source ", src.ToString(),
@@ -267,8 +268,9 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
   }
   if (is_meta() || src.is_meta()) {
     if (is_meta() && src.is_meta()) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CopyFrom: cannot copy between ", src.ToString(), " and ", ToString(), " (meta has no data)"));
+    return absl::FailedPreconditionError(absl::StrCat("CopyFrom: cannot copy between ",
+                                                      src.ToString(), " and ", ToString(),
+                                                      " (meta has no data)"));
   }
   if (numel_ == 0) return absl::OkStatus();
   absl::Status overlap = CheckCopyOverlap(*this, src);

@@ -126,9 +126,10 @@ class Tensor {
   // conversion: InvalidArgument naming both shapes/dtypes otherwise). Any strides on
   // either side, as long as they merge to at most 12 dims (kMaxCopyDims). Like PyTorch,
   // InvalidArgument when the destination has aliased elements (stride 0) or partly
-  // overlaps the source; copying a tensor onto itself is a no-op. CPU<->CPU runs here; anything touching CUDA goes through the CUDA
-  // backend on `stream`. non_blocking is honoured when both sides are contiguous; a copy
-  // that must be staged through a temporary completes before returning.
+  // overlaps the source; copying a tensor onto itself is a no-op. CPU<->CPU runs here; anything
+  // touching CUDA goes through the CUDA backend on `stream`. non_blocking is honoured when both
+  // sides are contiguous; a copy that must be staged through a temporary completes before
+  // returning.
   absl::Status CopyFrom(const Tensor& src, bool non_blocking = false,
                         StreamHandle stream = nullptr);
 

@@ -17,13 +17,13 @@ absl::StatusOr<IntVector> InferShape(IntSpan shape, int64_t numel, const char* o
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       if (infer_dim >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(op, ": only one dim may be -1 in ",
-                                                       ShapeToString(shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": only one dim may be -1 in ", ShapeToString(shape)));
       }
       infer_dim = static_cast<int>(i);
     } else if (shape[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": invalid size ", shape[i], " at dim ", i, " of ", ShapeToString(shape)));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": invalid size ", shape[i], " at dim ", i,
+                                                     " of ", ShapeToString(shape)));
     } else if (__builtin_mul_overflow(known, shape[i], &known)) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": ", ShapeToString(shape), " overflows"));
     }
@@ -47,7 +47,8 @@ std::optional<IntVector> ViewStrides(IntSpan old_shape, IntSpan old_strides, Int
                                      int64_t numel) {
   if (old_shape.empty()) return IntVector(new_shape.size(), 1);
   if (numel == 0) {
-    if (IntVector(old_shape.begin(), old_shape.end()) == IntVector(new_shape.begin(), new_shape.end())) {
+    if (IntVector(old_shape.begin(), old_shape.end()) ==
+        IntVector(new_shape.begin(), new_shape.end())) {
       return IntVector(old_strides.begin(), old_strides.end());
     }
     return ContiguousStrides(new_shape);
@@ -84,8 +85,8 @@ std::optional<IntVector> ViewStrides(IntSpan old_shape, IntSpan old_strides, Int
 absl::StatusOr<int> Tensor::WrapDim(int dim, const char* op) const {
   const int n = this->dim();
   if (dim < -n || dim >= n || n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", dim, " out of range for ",
-                                                   n, "-d tensor ", ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dim ", dim, " out of range for ", n, "-d tensor ", ToString()));
   }
   return dim < 0 ? dim + n : dim;
 }
@@ -103,7 +104,8 @@ absl::StatusOr<Tensor> Tensor::Narrow(int dim, int64_t start, int64_t length) co
   // `length > size - start` rather than `start + length > size`: no overflow.
   if (start < 0 || start > size || length < 0 || length > size - start) {
     return absl::InvalidArgumentError(absl::StrCat("Narrow: start ", start, " length ", length,
-                                                   " out of range for dim ", *d, " of size ", size));
+                                                   " out of range for dim ", *d, " of size ",
+                                                   size));
   }
   IntVector shape = shape_;
   shape[*d] = length;
@@ -136,8 +138,8 @@ absl::StatusOr<Tensor> Tensor::Select(int dim, int64_t index) const {
   if (!d.ok()) return d.status();
   const int64_t size = shape_[*d];
   if (index < -size || index >= size) {
-    return absl::InvalidArgumentError(absl::StrCat("Select: index ", index,
-                                                   " out of range for dim ", *d, " of size ", size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Select: index ", index, " out of range for dim ", *d, " of size ", size));
   }
   if (index < 0) index += size;
   IntVector shape = shape_;
@@ -153,9 +155,9 @@ absl::StatusOr<Tensor> Tensor::View(IntSpan shape) const {
   if (!inferred.ok()) return inferred.status();
   std::optional<IntVector> strides = ViewStrides(shape_, strides_, *inferred, numel_);
   if (!strides.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "View: ", ToString(), " cannot be viewed as ", ShapeToString(*inferred),
-        " without a copy (its strides span several chunks); use Reshape"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("View: ", ToString(), " cannot be viewed as ", ShapeToString(*inferred),
+                     " without a copy (its strides span several chunks); use Reshape"));
   }
   return WithGeometry(*std::move(inferred), *std::move(strides), storage_offset_);
 }
@@ -182,8 +184,8 @@ absl::StatusOr<Tensor> Tensor::Flatten(int start_dim, int end_dim) const {
   absl::StatusOr<int> end = WrapDim(end_dim, "Flatten");
   if (!end.ok()) return end.status();
   if (*start > *end) {
-    return absl::InvalidArgumentError(absl::StrCat("Flatten: start_dim ", *start,
-                                                   " is after end_dim ", *end));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Flatten: start_dim ", *start, " is after end_dim ", *end));
   }
   IntVector shape(shape_.begin(), shape_.begin() + *start);
   int64_t merged = 1;

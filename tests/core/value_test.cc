@@ -116,7 +116,8 @@ TEST(Value, AssigningAPartOfItselfIsSafe) {
 TEST(Value, EraseIfRemovesManyKeysInOnePass) {
   Map m;
   for (int i = 0; i < 1000; ++i) m.Set(absl::StrCat("k", i), i);
-  const size_t removed = m.EraseIf([](const std::string&, const Value& v) { return v.as_int() % 2 == 1; });
+  const size_t removed =
+      m.EraseIf([](const std::string&, const Value& v) { return v.as_int() % 2 == 1; });
   EXPECT_EQ(removed, 500u);
   ASSERT_EQ(m.size(), 500u);
   EXPECT_EQ(m.key(1), "k2");

@@ -13,11 +13,11 @@
 namespace sdrt {
 namespace {
 
-#define SKIP_WITHOUT_DEVICE()                                                  \
-  do {                                                                         \
-    if (CudaDeviceCount() == 0) {                                              \
-      GTEST_SKIP() << "no CUDA device: " << CudaAvailable().message();         \
-    }                                                                          \
+#define SKIP_WITHOUT_DEVICE()                                          \
+  do {                                                                 \
+    if (CudaDeviceCount() == 0) {                                      \
+      GTEST_SKIP() << "no CUDA device: " << CudaAvailable().message(); \
+    }                                                                  \
   } while (0)
 
 Tensor RandomBytes(IntSpan shape, DType dtype, uint32_t seed) {

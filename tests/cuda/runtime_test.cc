@@ -19,7 +19,8 @@ TEST(CudaRuntime, NoDeviceMeansCleanErrors) {
   EXPECT_FALSE(AllocateDeviceBuffer(1024, 0).ok());
   EXPECT_FALSE(PinnedHostAllocator::Allocate(1024).ok());
   char buffer[64];
-  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(buffer, 64, kHostRegisterDefault);
+  absl::StatusOr<HostRegistration> reg =
+      HostRegistration::Register(buffer, 64, kHostRegisterDefault);
   EXPECT_FALSE(reg.ok());
   if (!BuiltWithCuda()) {
     EXPECT_EQ(stream.status().code(), absl::StatusCode::kUnavailable);
@@ -32,7 +33,8 @@ TEST(CudaRuntime, NoDeviceMeansCleanErrors) {
 }
 
 TEST(CudaRuntime, ZeroBytesAreNeverRegistered) {
-  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(nullptr, 0, kHostRegisterPortable);
+  absl::StatusOr<HostRegistration> reg =
+      HostRegistration::Register(nullptr, 0, kHostRegisterPortable);
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_FALSE(reg->is_registered());
   EXPECT_TRUE(reg->Release().ok());
@@ -42,8 +44,8 @@ TEST(CudaRuntime, ZeroBytesAreNeverRegistered) {
 }
 
 TEST(CudaRuntime, PinStorageRefusesDeviceMemory) {
-  std::shared_ptr<Storage> fake_device =
-      Storage::Wrap(reinterpret_cast<void*>(0x1000), 64, Device::CUDA(0), StorageKind::kCudaDevice, nullptr);
+  std::shared_ptr<Storage> fake_device = Storage::Wrap(
+      reinterpret_cast<void*>(0x1000), 64, Device::CUDA(0), StorageKind::kCudaDevice, nullptr);
   absl::Status s = PinStorage(*fake_device, kHostRegisterDefault);
   if (!BuiltWithCuda()) {
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);

@@ -20,11 +20,16 @@ struct Row {
 
 // The table DESIGN.md gives, written out independently of the X-macro.
 const Row kExpected[] = {
-    {DType::kBool, "bool", "BOOL", 1},           {DType::kUInt8, "uint8", "U8", 1},
-    {DType::kInt8, "int8", "I8", 1},             {DType::kInt16, "int16", "I16", 2},
-    {DType::kInt32, "int32", "I32", 4},          {DType::kInt64, "int64", "I64", 8},
-    {DType::kFloat16, "float16", "F16", 2},      {DType::kBFloat16, "bfloat16", "BF16", 2},
-    {DType::kFloat32, "float32", "F32", 4},      {DType::kFloat64, "float64", "F64", 8},
+    {DType::kBool, "bool", "BOOL", 1},
+    {DType::kUInt8, "uint8", "U8", 1},
+    {DType::kInt8, "int8", "I8", 1},
+    {DType::kInt16, "int16", "I16", 2},
+    {DType::kInt32, "int32", "I32", 4},
+    {DType::kInt64, "int64", "I64", 8},
+    {DType::kFloat16, "float16", "F16", 2},
+    {DType::kBFloat16, "bfloat16", "BF16", 2},
+    {DType::kFloat32, "float32", "F32", 4},
+    {DType::kFloat64, "float64", "F64", 8},
     {DType::kFloat8E4M3FN, "float8_e4m3fn", "F8_E4M3", 1},
     {DType::kFloat8E5M2, "float8_e5m2", "F8_E5M2", 1},
 };

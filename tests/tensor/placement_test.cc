@@ -81,8 +81,8 @@ TEST(ShardedTensor, MetadataAndPlacementStrings) {
   Tensor shard = *Tensor::Zeros({5, 10}, DType::kFloat32);
   ShardedTensor st = *ShardedTensor::Make({10, 10}, DType::kFloat32, {m0, m1}, {{shard, m0}});
   EXPECT_EQ(st.ToString(), "ShardedTensor(float32[10, 10], 2 shards, 1 local)");
-  absl::StatusOr<ShardedTensor> wrong =
-      ShardedTensor::Make({10, 10}, DType::kFloat32, {m0}, {{*Tensor::Zeros({4, 10}, DType::kFloat32), m0}});
+  absl::StatusOr<ShardedTensor> wrong = ShardedTensor::Make(
+      {10, 10}, DType::kFloat32, {m0}, {{*Tensor::Zeros({4, 10}, DType::kFloat32), m0}});
   EXPECT_THAT(wrong.status().message(), HasSubstr("local shard 0"));
   ShardMetadata negative{{-1, 0}, {5, 10}, m0.placement};
   EXPECT_FALSE(ShardedTensor::Make({10, 10}, DType::kFloat32, {negative}, {}).ok());

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/strings/str_cat.h"
 #include "tensor/device.h"
 #include "tensor/tensor.h"
 
@@ -121,8 +121,8 @@ TEST(Storage, SharedNamesSurviveLeftoversOfTheSamePid) {
 
 TEST(Storage, FromStorageRejectsByteCountOverflow) {
   std::shared_ptr<Storage> one = *Storage::AllocateCpu(4);
-  absl::StatusOr<Tensor> t = Tensor::FromStorage(one, DType::kFloat32,
-                                                 {int64_t{1} << 30, int64_t{1} << 30, 4}, {0, 0, 0});
+  absl::StatusOr<Tensor> t =
+      Tensor::FromStorage(one, DType::kFloat32, {int64_t{1} << 30, int64_t{1} << 30, 4}, {0, 0, 0});
   EXPECT_EQ(t.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(t.status().message(), HasSubstr("overflows"));
 }

@@ -49,8 +49,7 @@ int RunInspect(const InspectArgs& args) {
     }
     out["entries"] = std::move(entries);
     // Invalid UTF-8 (in a path, say) is replaced rather than thrown on.
-    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-              << "\n";
+    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   Table table({"name", "dtype", "shape", "bytes"}, {false, false, false, true});
@@ -63,9 +62,8 @@ int RunInspect(const InspectArgs& args) {
   table.Print(std::cout);
   std::cout << "\n"
             << file->entries().size() << (file->entries().size() == 1 ? " tensor, " : " tensors, ")
-            << WithThousands(parameters)
-            << " parameters, " << WithThousands(bytes) << " bytes (" << HumanBytes(bytes)
-            << ") of data in a " << HumanBytes(file->file_size()) << " file\n";
+            << WithThousands(parameters) << " parameters, " << WithThousands(bytes) << " bytes ("
+            << HumanBytes(bytes) << ") of data in a " << HumanBytes(file->file_size()) << " file\n";
   if (file->metadata().empty()) {
     std::cout << "metadata: none\n";
   } else {

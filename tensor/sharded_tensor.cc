@@ -1,5 +1,7 @@
 #include "tensor/sharded_tensor.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -23,6 +25,31 @@ absl::StatusOr<RemoteDevice> ParseRemoteDevice(absl::string_view text) {
   if (!device.ok()) return device.status();
   out.device = *device;
   return out;
+}
+
+absl::StatusOr<std::vector<ShardMetadata>> ChunkShardingSpec(
+    int dim, const std::vector<RemoteDevice>& placements, IntSpan global_shape) {
+  const int ndim = static_cast<int>(global_shape.size());
+  if (dim < 0 || dim >= ndim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ChunkShardingSpec: dim ", dim, " out of range for shape ", ShapeToString(global_shape)));
+  }
+  if (placements.empty()) return absl::InvalidArgumentError("ChunkShardingSpec: no placements");
+  const int64_t n = global_shape[dim];
+  const int64_t m = static_cast<int64_t>(placements.size());
+  const int64_t split = n / m + (n % m != 0 ? 1 : 0);
+  std::vector<ShardMetadata> shards;
+  shards.reserve(placements.size());
+  for (int64_t i = 0; i < m; ++i) {
+    ShardMetadata shard;
+    shard.offsets.assign(ndim, 0);
+    shard.sizes.assign(global_shape.begin(), global_shape.end());
+    shard.offsets[dim] = split * i;
+    shard.sizes[dim] = std::max<int64_t>(std::min(n, split * (i + 1)) - split * i, 0);
+    shard.placement = placements[i];
+    shards.push_back(std::move(shard));
+  }
+  return shards;
 }
 
 std::string ShardMetadata::ToString() const {

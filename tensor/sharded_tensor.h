@@ -32,6 +32,15 @@ struct LocalShard {
   ShardMetadata metadata;
 };
 
+// The shard metadata of torch.distributed._shard's ChunkShardingSpec(dim, placements)
+// for a tensor of `global_shape`: with m = placements.size() and split = ceil(n / m) for
+// n = global_shape[dim], shard i has offset split * i along `dim` (0 elsewhere) and size
+// max(min(n, split * (i + 1)) - split * i, 0) along `dim` (full elsewhere), on
+// placements[i]. Trailing shards may be empty and their offsets may exceed n, exactly as
+// PyTorch makes them. InvalidArgument for a dim out of range or no placements.
+absl::StatusOr<std::vector<ShardMetadata>> ChunkShardingSpec(
+    int dim, const std::vector<RemoteDevice>& placements, IntSpan global_shape);
+
 class ShardedTensor {
  public:
   // Validates: offsets/sizes of every shard have the global rank and are >= 0 (sizes may

@@ -1,5 +1,6 @@
 #include "tensor/placement.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/device_mesh.h"
@@ -87,6 +88,38 @@ TEST(ShardedTensor, MetadataAndPlacementStrings) {
   ShardMetadata negative{{-1, 0}, {5, 10}, m0.placement};
   EXPECT_FALSE(ShardedTensor::Make({10, 10}, DType::kFloat32, {negative}, {}).ok());
   EXPECT_FALSE(st.WithLocalTensors({}).ok());
+}
+
+}  // namespace
+}  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+// SPEC 3.1: ChunkShardingSpec over 4 placements; 10 rows -> 3,3,3,1; 5 rows -> 2,2,1,0 with
+// the empty shard's offset past the end (6), as PyTorch makes it.
+TEST(ShardedTensor, ChunkShardingSpecMatchesPyTorch) {
+  std::vector<RemoteDevice> devices;
+  for (int r = 0; r < 4; ++r)
+    devices.push_back(*ParseRemoteDevice(absl::StrCat("rank:", r, "/cpu")));
+  std::vector<ShardMetadata> ten = *ChunkShardingSpec(0, devices, {10, 3});
+  ASSERT_EQ(ten.size(), 4u);
+  EXPECT_THAT(ten[0].offsets, ElementsAre(0, 0));
+  EXPECT_THAT(ten[3].offsets, ElementsAre(9, 0));
+  EXPECT_THAT(ten[3].sizes, ElementsAre(1, 3));
+  std::vector<ShardMetadata> five = *ChunkShardingSpec(0, devices, {5});
+  EXPECT_THAT(five[2].sizes, ElementsAre(1));
+  EXPECT_THAT(five[3].sizes, ElementsAre(0));
+  EXPECT_THAT(five[3].offsets, ElementsAre(6));
+  EXPECT_EQ(five[3].placement.rank, 3);
+  std::vector<ShardMetadata> cols = *ChunkShardingSpec(1, devices, {2, 7});
+  EXPECT_THAT(cols[1].offsets, ElementsAre(0, 2));
+  EXPECT_THAT(cols[1].sizes, ElementsAre(2, 2));
+  EXPECT_THAT(cols[3].sizes, ElementsAre(2, 1));
+  EXPECT_FALSE(ChunkShardingSpec(2, devices, {2, 7}).ok());
+  EXPECT_FALSE(ChunkShardingSpec(0, {}, {2, 7}).ok());
+  // The spec's metadata builds a valid ShardedTensor even with the offset past the end.
+  EXPECT_TRUE(ShardedTensor::Make({5}, DType::kFloat32, five, {}).ok());
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ absl::Status Communicator::CheckTensor(absl::string_view op, absl::string_view w
   if (!t.defined()) {
     return absl::InvalidArgumentError(absl::StrCat(Where(op), ": ", what, " is undefined"));
   }
-  if (t.device() != device()) {
+  if (t.device() != device() && !(t.device().is_cpu() && StagesCpuTensors())) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(op), ": ", what, " ", t.ToString(), " is on ", t.device().ToString(),
                      ", the ", backend(), " backend needs ", device().ToString(), " tensors"));

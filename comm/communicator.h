@@ -13,9 +13,10 @@
 // (the collective contract of MPI, NCCL and torch.distributed); what "matching" means is
 // written beside each call. Tensors are sizes and strides in elements, PyTorch order; they
 // must be defined, contiguous and on device() (MPI: the CPU; a CUDA or meta tensor is
-// InvalidArgument). Zero-element calls are cheap but keep the ranks in step (cases/gather.md
-// case-003): a collective whose total element count is zero on every rank returns OK
-// without moving data. All calls are blocking: on return the data is in place.
+// InvalidArgument), or on the CPU when the backend stages CPU tensors through its device
+// (NCCL, cases/broadcast.md case-013). Zero-element calls are cheap but keep the ranks in step
+// (cases/gather.md case-003): a collective whose total element count is zero on every rank returns
+// OK without moving data. All calls are blocking: on return the data is in place.
 //
 // Thread-safety: one thread at a time per Communicator (DESIGN.md "Logging, threads").
 #ifndef SDRT_COMM_COMMUNICATOR_H_
@@ -114,11 +115,15 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) = 0;
   virtual absl::Status DoBarrier() = 0;
 
+  // True when CPU tensors are accepted besides device() ones and staged by the backend.
+  virtual bool StagesCpuTensors() const { return false; }
+
   // "all_gather (mpi, rank 1 of 4)": the prefix of every message about `op`.
   std::string Where(absl::string_view op) const;
 
  private:
-  // InvalidArgument unless `t` is defined, contiguous and on device(); `what` names it.
+  // InvalidArgument unless `t` is defined, contiguous and on device() (or on the CPU when
+  // StagesCpuTensors()); `what` names it.
   absl::Status CheckTensor(absl::string_view op, absl::string_view what, const Tensor& t) const;
   absl::Status CheckRoot(absl::string_view op, int root) const;
 

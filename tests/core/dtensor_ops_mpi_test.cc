@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/sharding.h"
+#include "tests/comm/mpi_test_main.h"
 
 namespace sdrt {
 namespace {
@@ -390,38 +391,7 @@ TEST(DTensorOpsMpi, ShardedGatherErrorsOnEveryRank) {
   EXPECT_THAT(full.status().message(), HasSubstr("float32[8]"));
 }
 
-// Prints only failed assertions, prefixed with the rank (for ranks other than 0).
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace sdrt
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  absl::StatusOr<std::unique_ptr<sdrt::MpiCommunicator>> world = sdrt::MpiCommunicator::World();
-  if (!world.ok()) {
-    std::fprintf(stderr, "MpiCommunicator::World: %s\n", world.status().ToString().c_str());
-    return 1;
-  }
-  sdrt::g_world = world->get();
-  if ((*world)->rank() != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new sdrt::FailurePrinter((*world)->rank()));
-  }
-  const int result = RUN_ALL_TESTS();
-  world->reset();
-  return result;
-}
+int main(int argc, char** argv) { return sdrt::test::RunMpiTests(argc, argv, &sdrt::g_world); }

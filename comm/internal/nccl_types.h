@@ -1,0 +1,23 @@
+// The dtype and reduce-op mappings of the NCCL backend, exposed for tests. Values are
+// ncclDataType_t / ncclRedOp_t as int so that this header does not include nccl.h; the
+// definitions live in comm/nccl_communicator.cc. Built only with NCCL.
+#ifndef SDRT_COMM_INTERNAL_NCCL_TYPES_H_
+#define SDRT_COMM_INTERNAL_NCCL_TYPES_H_
+
+#include "tensor/dtype.h"
+#include "tensor/placement.h"
+
+namespace sdrt::internal {
+
+// The ncclDataType_t `dtype` is reduced as: bool as ncclUint8 (0 or 1), float8 as
+// ncclFloat8e4m3 / ncclFloat8e5m2 (NCCL >= 2.24). ncclNumTypes means none: int16 (NCCL
+// has no 16-bit integer) and float8 before NCCL 2.24.
+int NcclDataType(DType dtype);
+
+// The ncclRedOp_t for (dtype, op): bool maps sum to ncclMax (logical or) and product to
+// ncclMin (logical and) like ProcessGroupNCCL; avg is ncclAvg.
+int NcclReduceOp(DType dtype, ReduceOp op);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_COMM_INTERNAL_NCCL_TYPES_H_

@@ -1,0 +1,485 @@
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "comm/internal/nccl_types.h"
+#include "cuda/cuda_check.h"
+#include "cuda/nccl_check.h"
+
+namespace sdrt {
+namespace internal {
+
+int NcclDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+      return ncclUint8;
+    case DType::kUInt8:
+      return ncclUint8;
+    case DType::kInt8:
+      return ncclInt8;
+    case DType::kInt16:
+      return ncclNumTypes;  // NCCL has no 16-bit integer type
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+    case DType::kFloat8E4M3FN:
+      return ncclFloat8e4m3;
+    case DType::kFloat8E5M2:
+      return ncclFloat8e5m2;
+#else
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return ncclNumTypes;
+#endif
+  }
+  return ncclNumTypes;
+}
+
+int NcclReduceOp(DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return dtype == DType::kBool ? ncclMax : ncclSum;
+    case ReduceOp::kProduct:
+      return dtype == DType::kBool ? ncclMin : ncclProd;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+  }
+  return ncclNumOps;
+}
+
+}  // namespace internal
+
+namespace {
+
+static_assert(NcclUniqueId::kBytes == NCCL_UNIQUE_ID_BYTES, "NcclUniqueId must match NCCL's");
+static_assert(sizeof(ncclUniqueId) == NcclUniqueId::kBytes, "NcclUniqueId must match NCCL's");
+
+constexpr std::chrono::microseconds kPollInterval(100);
+
+ncclComm_t ToComm(void* comm) { return static_cast<ncclComm_t>(comm); }
+cudaStream_t ToStream(StreamHandle stream) { return static_cast<cudaStream_t>(stream); }
+
+// Makes `device` current for a scope and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  absl::Status Enter(int device) {
+    SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
+    if (previous_ != device) SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    return absl::OkStatus();
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
+
+// True when `ptr` is host memory (pageable or pinned), which the backend stages.
+absl::StatusOr<bool> IsHost(const void* ptr) {
+  cudaPointerAttributes attributes;
+  SDRT_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, ptr));
+  return attributes.type == cudaMemoryTypeHost || attributes.type == cudaMemoryTypeUnregistered;
+}
+
+// `status` with "`where`: " in front of its message.
+absl::Status Prefixed(absl::string_view where, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+// Copies a staged result back into the CPU tensor it came from (no-op for device tensors).
+absl::Status CopyBack(const Tensor& original, const Tensor& staged, StreamHandle stream) {
+  if (!original.device().is_cpu()) return absl::OkStatus();
+  Tensor destination = original;
+  return destination.CopyFrom(staged, /*non_blocking=*/false, stream);
+}
+
+}  // namespace
+
+absl::StatusOr<NcclUniqueId> NcclUniqueId::Generate() {
+  ncclUniqueId nccl_id;
+  SDRT_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&nccl_id));
+  NcclUniqueId id;
+  std::memcpy(id.bytes, &nccl_id, kBytes);
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int rank, int size,
+                                                                           int device,
+                                                                           const NcclUniqueId& id,
+                                                                           Options options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NcclCommunicator::Create: rank ", rank, " is not in [0, size = ", size, ")"));
+  }
+  const int device_count = CudaDeviceCount();
+  if (device < 0 || device >= device_count) {
+    return absl::InvalidArgumentError(absl::StrCat("NcclCommunicator::Create (rank ", rank, " of ",
+                                                   size, "): device ", device, " is not in [0, ",
+                                                   device_count, ") (the visible CUDA devices)"));
+  }
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device); !s.ok()) return s;
+  std::optional<CudaStream> owned;
+  StreamHandle stream = options.stream;
+  if (stream == nullptr) {
+    absl::StatusOr<CudaStream> created = CudaStream::Create(device);
+    if (!created.ok()) return created.status();
+    owned.emplace(std::move(*created));
+    stream = owned->handle();
+  }
+  ncclUniqueId nccl_id;
+  std::memcpy(&nccl_id, id.bytes, NcclUniqueId::kBytes);
+  ncclComm_t comm = nullptr;
+  SDRT_NCCL_RETURN_IF_ERROR(ncclCommInitRank(&comm, size, nccl_id, rank));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, rank, size, device, std::move(owned), stream, options.timeout));
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateFromCommunicator(
+    Communicator& bootstrap, int device, Options options) {
+  absl::Status generated;
+  std::string id_bytes;
+  if (bootstrap.rank() == 0) {
+    absl::StatusOr<NcclUniqueId> id = NcclUniqueId::Generate();
+    if (id.ok()) {
+      id_bytes.assign(id->bytes, NcclUniqueId::kBytes);
+    } else {
+      generated = id.status();
+    }
+  }
+  if (absl::Status s = bootstrap.BroadcastBytes(&id_bytes, 0); !s.ok()) return s;
+  if (!generated.ok()) return generated;
+  if (id_bytes.size() != NcclUniqueId::kBytes) {
+    return absl::UnavailableError(absl::StrCat("NcclCommunicator::CreateFromCommunicator (rank ",
+                                               bootstrap.rank(), " of ", bootstrap.size(),
+                                               "): rank 0 could not generate an NCCL unique id"));
+  }
+  // Every rank learns whether every device is usable before any rank enters
+  // ncclCommInitRank, so a bad device on one rank is an error everywhere, not a hang.
+  const int device_count = CudaDeviceCount();
+  const bool usable = device >= 0 && device < device_count;
+  absl::StatusOr<std::vector<std::string>> ready = bootstrap.AllGatherBytes(usable ? "1" : "0");
+  if (!ready.ok()) return ready.status();
+  for (int i = 0; i < bootstrap.size(); ++i) {
+    if ((*ready)[i] != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NcclCommunicator::CreateFromCommunicator (rank ", bootstrap.rank(), " of ",
+          bootstrap.size(), "): rank ", i, "'s device is not a visible CUDA device",
+          i == bootstrap.rank() ? absl::StrCat(" (", device, " of ", device_count, ")") : ""));
+    }
+  }
+  NcclUniqueId id;
+  std::memcpy(id.bytes, id_bytes.data(), NcclUniqueId::kBytes);
+  return Create(bootstrap.rank(), bootstrap.size(), device, id, options);
+}
+
+NcclCommunicator::NcclCommunicator(void* comm, int rank, int size, int device,
+                                   std::optional<CudaStream> owned, StreamHandle stream,
+                                   std::chrono::milliseconds timeout)
+    : Communicator(rank, size),
+      comm_(comm),
+      device_(device),
+      owned_stream_(std::move(owned)),
+      stream_(stream),
+      timeout_(timeout) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ == nullptr) return;
+  DeviceGuard guard;
+  if (guard.Enter(device_).ok()) (void)ncclCommDestroy(ToComm(comm_));
+}
+
+absl::Status NcclCommunicator::CheckUsable(absl::string_view op) const {
+  if (comm_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      Where(op), ": the NCCL communicator was aborted by an earlier error or timeout"));
+}
+
+void NcclCommunicator::Abort() {
+  if (comm_ == nullptr) return;
+  (void)ncclCommAbort(ToComm(comm_));
+  comm_ = nullptr;
+}
+
+absl::Status NcclCommunicator::Wait(absl::string_view op) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (true) {
+    const cudaError_t done = cudaStreamQuery(ToStream(stream_));
+    if (done == cudaSuccess) return absl::OkStatus();
+    if (done != cudaErrorNotReady) {
+      absl::Status error = SDRT_CUDA_STATUS(done);
+      Abort();
+      return Prefixed(Where(op), error);
+    }
+    ncclResult_t async_error = ncclSuccess;
+    absl::Status query = SDRT_NCCL_STATUS(ncclCommGetAsyncError(ToComm(comm_), &async_error));
+    if (query.ok() && async_error != ncclSuccess && async_error != ncclInProgress) {
+      query = internal::NcclStatus(async_error, "ncclCommGetAsyncError", __FILE__, __LINE__);
+    }
+    if (!query.ok()) {
+      Abort();
+      return Prefixed(Where(op), query);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      Abort();
+      return absl::DeadlineExceededError(absl::StrCat(
+          Where(op), ": not complete after ", timeout_.count(),
+          " ms; the NCCL communicator was aborted (is a rank missing from the collective?)"));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const void* input,
+                                      absl::Span<const int64_t> byte_counts) {
+  if (absl::Status s = CheckUsable(op); !s.ok()) return s;
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  std::vector<int64_t> offsets(size());
+  int64_t total = 0;
+  bool even = true;
+  for (int i = 0; i < size(); ++i) {
+    offsets[i] = total;
+    total += byte_counts[i];
+    even = even && byte_counts[i] == byte_counts[0];
+  }
+  const int64_t mine = byte_counts[rank()];
+  char* out = static_cast<char*>(output);
+  const bool in_place = input == out + offsets[rank()];
+  absl::StatusOr<bool> out_host = IsHost(output);
+  if (!out_host.ok()) return out_host.status();
+  bool in_host = false;
+  if (mine > 0) {
+    absl::StatusOr<bool> host = in_place ? out_host : IsHost(input);
+    if (!host.ok()) return host.status();
+    in_host = *host;
+  }
+  // Staging buffers for host memory, freed after the wait.
+  DeviceBuffer out_buffer;
+  DeviceBuffer in_buffer;
+  char* device_out = out;
+  if (*out_host) {
+    absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(total, device_);
+    if (!buffer.ok()) return buffer.status();
+    out_buffer = *std::move(buffer);
+    device_out = static_cast<char*>(out_buffer->data());
+  }
+  const char* device_in = static_cast<const char*>(input);
+  if (in_place) {
+    device_in = device_out + offsets[rank()];
+  } else if (in_host) {
+    absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(mine, device_);
+    if (!buffer.ok()) return buffer.status();
+    in_buffer = *std::move(buffer);
+    device_in = static_cast<const char*>(in_buffer->data());
+  }
+  const cudaStream_t stream = ToStream(stream_);
+  if (in_host) {
+    SDRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(const_cast<char*>(device_in), input, mine, cudaMemcpyHostToDevice, stream));
+  }
+  const ncclComm_t comm = ToComm(comm_);
+  if (even) {
+    SDRT_NCCL_RETURN_IF_ERROR(ncclAllGather(device_in, device_out, mine, ncclUint8, comm, stream));
+  } else {
+    // torch's all_gather with uneven sizes: one grouped broadcast per contributing rank.
+    SDRT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+    absl::Status enqueued;
+    for (int i = 0; i < size() && enqueued.ok(); ++i) {
+      if (byte_counts[i] == 0) continue;
+      char* slot = device_out + offsets[i];
+      enqueued = SDRT_NCCL_STATUS(ncclBroadcast(i == rank() ? device_in : slot, slot,
+                                                byte_counts[i], ncclUint8, i, comm, stream));
+    }
+    const absl::Status ended = SDRT_NCCL_STATUS(ncclGroupEnd());
+    if (!enqueued.ok()) return enqueued;
+    if (!ended.ok()) return ended;
+  }
+  if (absl::Status s = Wait(op); !s.ok() || !*out_host) return s;
+  // Copied back only after the wait: a copy into pageable memory may block the host until
+  // the collective ends, which would bypass the watchdog.
+  SDRT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(output, device_out, total, cudaMemcpyDeviceToHost, stream));
+  return Wait(op);
+}
+
+absl::Status NcclCommunicator::DoAllGather(void* output, const void* input,
+                                           int64_t bytes_per_rank) {
+  return Gather("all_gather", output, input, std::vector<int64_t>(size(), bytes_per_rank));
+}
+
+absl::Status NcclCommunicator::DoAllGatherV(void* output, const void* input,
+                                            absl::Span<const int64_t> byte_counts) {
+  return Gather("all_gather_v", output, input, byte_counts);
+}
+
+absl::Status NcclCommunicator::DoBroadcast(absl::Span<const Tensor> tensors, int root) {
+  constexpr absl::string_view kOp = "broadcast";
+  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  std::vector<Tensor> staged;
+  staged.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    absl::StatusOr<Tensor> on_device = t.To(device(), /*non_blocking=*/false, stream_);
+    if (!on_device.ok()) return on_device.status();
+    staged.push_back(*std::move(on_device));
+  }
+  SDRT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  absl::Status enqueued;
+  for (size_t i = 0; i < staged.size() && enqueued.ok(); ++i) {
+    void* data = staged[i].data_ptr();
+    enqueued = SDRT_NCCL_STATUS(ncclBroadcast(data, data, staged[i].nbytes(), ncclUint8, root,
+                                              ToComm(comm_), ToStream(stream_)));
+  }
+  const absl::Status ended = SDRT_NCCL_STATUS(ncclGroupEnd());
+  if (!enqueued.ok()) return enqueued;
+  if (!ended.ok()) return ended;
+  if (absl::Status s = Wait(kOp); !s.ok()) return s;
+  for (size_t i = 0; i < staged.size(); ++i) {
+    if (absl::Status s = CopyBack(tensors[i], staged[i], stream_); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
+  constexpr absl::string_view kOp = "all_reduce";
+  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  const int datatype = internal::NcclDataType(tensor.dtype());
+  if (datatype == ncclNumTypes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kOp), ": NCCL cannot reduce ", DTypeName(tensor.dtype()), " (as ProcessGroupNCCL)"));
+  }
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  absl::StatusOr<Tensor> staged = tensor.To(device(), /*non_blocking=*/false, stream_);
+  if (!staged.ok()) return staged.status();
+  void* data = staged->data_ptr();
+  SDRT_NCCL_RETURN_IF_ERROR(
+      ncclAllReduce(data, data, staged->numel(), static_cast<ncclDataType_t>(datatype),
+                    static_cast<ncclRedOp_t>(internal::NcclReduceOp(tensor.dtype(), op)),
+                    ToComm(comm_), ToStream(stream_)));
+  if (absl::Status s = Wait(kOp); !s.ok()) return s;
+  return CopyBack(tensor, *staged, stream_);
+}
+
+absl::Status NcclCommunicator::BroadcastHost(absl::string_view op, void* data, int64_t bytes,
+                                             int root) {
+  if (absl::Status s = CheckUsable(op); !s.ok()) return s;
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(bytes, device_);
+  if (!buffer.ok()) return buffer.status();
+  void* staging = (*buffer)->data();
+  const cudaStream_t stream = ToStream(stream_);
+  if (rank() == root) {
+    SDRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, stream));
+  }
+  SDRT_NCCL_RETURN_IF_ERROR(
+      ncclBroadcast(staging, staging, bytes, ncclUint8, root, ToComm(comm_), stream));
+  if (absl::Status s = Wait(op); !s.ok()) return s;  // before the copy back, as in Gather
+  SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, stream));
+  return Wait(op);
+}
+
+absl::Status NcclCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
+  constexpr absl::string_view kOp = "broadcast_bytes";
+  int64_t length = static_cast<int64_t>(bytes->size());
+  if (absl::Status s = BroadcastHost(kOp, &length, sizeof(length), root); !s.ok()) return s;
+  if (rank() != root) bytes->assign(length, '\0');
+  if (length == 0) return absl::OkStatus();
+  return BroadcastHost(kOp, bytes->data(), length, root);
+}
+
+absl::StatusOr<std::vector<std::string>> NcclCommunicator::DoAllGatherBytes(
+    const std::string& mine) {
+  constexpr absl::string_view kOp = "all_gather_bytes";
+  const int64_t my_length = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lengths(size());
+  if (absl::Status s =
+          Gather(kOp, lengths.data(), &my_length, std::vector<int64_t>(size(), sizeof(int64_t)));
+      !s.ok()) {
+    return s;
+  }
+  int64_t total = 0;
+  for (int64_t length : lengths) total += length;
+  std::string all(total, '\0');
+  if (total > 0) {
+    if (absl::Status s = Gather(kOp, all.data(), mine.data(), lengths); !s.ok()) return s;
+  }
+  std::vector<std::string> result;
+  result.reserve(size());
+  int64_t offset = 0;
+  for (int64_t length : lengths) {
+    result.push_back(all.substr(offset, length));
+    offset += length;
+  }
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int color, int key) {
+  constexpr absl::string_view kOp = "split";
+  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  ncclComm_t child = nullptr;
+  if (absl::Status s = SDRT_NCCL_STATUS(ncclCommSplit(
+          ToComm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
+      !s.ok()) {
+    return Prefixed(Where(kOp), s);
+  }
+  if (child == nullptr) return std::unique_ptr<Communicator>();
+  int child_rank = 0;
+  int child_size = 0;
+  absl::Status s = SDRT_NCCL_STATUS(ncclCommUserRank(child, &child_rank));
+  if (s.ok()) s = SDRT_NCCL_STATUS(ncclCommCount(child, &child_size));
+  absl::StatusOr<CudaStream> stream = CudaStream::Create(device_);
+  if (s.ok()) s = stream.status();
+  if (!s.ok()) {
+    (void)ncclCommDestroy(child);
+    return Prefixed(Where(kOp), s);
+  }
+  std::optional<CudaStream> owned(std::move(*stream));
+  const StreamHandle handle = owned->handle();
+  return std::unique_ptr<Communicator>(new NcclCommunicator(child, child_rank, child_size, device_,
+                                                            std::move(owned), handle, timeout_));
+}
+
+absl::Status NcclCommunicator::DoBarrier() {
+  constexpr absl::string_view kOp = "barrier";
+  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  DeviceGuard guard;
+  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(sizeof(int32_t), device_);
+  if (!buffer.ok()) return buffer.status();
+  void* one = (*buffer)->data();
+  const cudaStream_t stream = ToStream(stream_);
+  SDRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(one, 0, sizeof(int32_t), stream));
+  SDRT_NCCL_RETURN_IF_ERROR(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, ToComm(comm_), stream));
+  return Wait(kOp);
+}
+
+}  // namespace sdrt

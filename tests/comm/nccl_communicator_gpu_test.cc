@@ -1,0 +1,198 @@
+// GPU tests of the NCCL backend (label gpu; each skips without a device): one rank
+// (size 1) on device 0, so every collective must leave the data as it was (avg divides by
+// 1) while going through NCCL, the staging of CPU tensors (case-013), split and the byte
+// calls.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/nccl_communicator.h"
+#include "cuda/runtime.h"
+#include "gtest/gtest.h"
+#if SDRT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace sdrt {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
+
+constexpr DType kAllDTypes[] = {DType::kBool,    DType::kUInt8,        DType::kInt8,
+                                DType::kInt16,   DType::kInt32,        DType::kInt64,
+                                DType::kFloat16, DType::kBFloat16,     DType::kFloat32,
+                                DType::kFloat64, DType::kFloat8E4M3FN, DType::kFloat8E5M2};
+
+std::unique_ptr<NcclCommunicator> SingleRank() {
+  absl::StatusOr<NcclUniqueId> id = NcclUniqueId::Generate();
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(0, 1, 0, *id);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  return comm.ok() ? *std::move(comm) : nullptr;
+}
+
+// A CPU tensor of `n` elements whose bytes are a pattern that is a finite value in every
+// float format (each byte < 0x40) and 0 or 1 for bool.
+Tensor Pattern(int64_t n, DType dtype, int seed = 0) {
+  Tensor t = *Tensor::Empty({n}, dtype);
+  auto* bytes = static_cast<unsigned char*>(t.data_ptr());
+  for (int64_t i = 0; i < t.nbytes(); ++i) {
+    bytes[i] = dtype == DType::kBool ? (i + seed) % 2
+                                     : static_cast<unsigned char>((i * 7 + seed) % 0x3F + 1);
+  }
+  return t;
+}
+
+std::string Bytes(const Tensor& t) {
+  Tensor cpu = *t.To(Device::CPU());
+  return std::string(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
+}
+
+TEST(NcclCommunicatorGpuTest, Identity) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->backend(), "nccl");
+  EXPECT_EQ(comm->device(), Device::CUDA(0));
+  EXPECT_NE(comm->stream(), nullptr);
+  EXPECT_TRUE(comm->Barrier().ok());
+}
+
+TEST(NcclCommunicatorGpuTest, AllGatherEveryDType) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  for (DType dtype : kAllDTypes) {
+    const Tensor expected = Pattern(37, dtype);
+    Tensor input = *expected.To(Device::CUDA(0));
+    Tensor output = *Tensor::Zeros({37}, dtype, Device::CUDA(0));
+    ASSERT_TRUE(comm->AllGather(output, input).ok()) << DTypeName(dtype);
+    EXPECT_EQ(Bytes(output), Bytes(expected)) << DTypeName(dtype);
+    Tensor v_output = *Tensor::Zeros({37}, dtype, Device::CUDA(0));
+    const int64_t counts[] = {37};
+    ASSERT_TRUE(comm->AllGatherV(v_output, input, counts).ok()) << DTypeName(dtype);
+    EXPECT_EQ(Bytes(v_output), Bytes(expected)) << DTypeName(dtype);
+  }
+}
+
+TEST(NcclCommunicatorGpuTest, BroadcastEveryDTypeAsOneGroup) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  std::vector<Tensor> tensors;
+  std::vector<std::string> expected;
+  for (DType dtype : kAllDTypes) {
+    tensors.push_back(*Pattern(19, dtype, 3).To(Device::CUDA(0)));
+    expected.push_back(Bytes(tensors.back()));
+  }
+  ASSERT_TRUE(comm->Broadcast(absl::MakeSpan(tensors), 0).ok());
+  for (size_t i = 0; i < tensors.size(); ++i) EXPECT_EQ(Bytes(tensors[i]), expected[i]) << i;
+}
+
+TEST(NcclCommunicatorGpuTest, AllReduceEveryDTypeAndOp) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  for (DType dtype : kAllDTypes) {
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      const Tensor expected = Pattern(23, dtype, 5);
+      Tensor tensor = *expected.To(Device::CUDA(0));
+      const absl::Status s = comm->AllReduce(tensor, op);
+      const bool unsupported = dtype == DType::kInt16 || dtype == DType::kFloat8E4M3FN ||
+                               dtype == DType::kFloat8E5M2 ||
+                               (dtype == DType::kBool && op == ReduceOp::kAvg);
+      if (unsupported) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << DTypeName(dtype) << s;
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << DTypeName(dtype) << " " << ReduceOpName(op) << ": " << s;
+      EXPECT_EQ(Bytes(tensor), Bytes(expected)) << DTypeName(dtype) << " " << ReduceOpName(op);
+    }
+  }
+}
+
+// case-013: CPU tensors are staged through the GPU and come back on the CPU.
+TEST(NcclCommunicatorGpuTest, CpuTensorsAreStaged) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  const Tensor expected = Pattern(11, DType::kFloat32, 1);
+
+  Tensor reduced = *expected.Clone();
+  ASSERT_TRUE(comm->AllReduce(reduced, ReduceOp::kSum).ok());
+  EXPECT_TRUE(reduced.device().is_cpu());
+  EXPECT_EQ(Bytes(reduced), Bytes(expected));
+
+  std::vector<Tensor> tensors = {*Tensor::Zeros({1}, DType::kFloat32), *expected.Clone()};
+  ASSERT_TRUE(comm->Broadcast(absl::MakeSpan(tensors), 0).ok());
+  EXPECT_EQ(Bytes(tensors[1]), Bytes(expected));
+  EXPECT_EQ(Bytes(tensors[0]), std::string(4, '\0'));
+
+  Tensor gathered = *Tensor::Zeros({11}, DType::kFloat32);
+  ASSERT_TRUE(comm->AllGather(gathered, expected).ok());
+  EXPECT_EQ(Bytes(gathered), Bytes(expected));
+  // In place, and a CPU input gathered into a CUDA output.
+  Tensor in_place = *expected.Clone();
+  ASSERT_TRUE(comm->AllGather(in_place, in_place).ok());
+  EXPECT_EQ(Bytes(in_place), Bytes(expected));
+  Tensor on_gpu = *Tensor::Zeros({11}, DType::kFloat32, Device::CUDA(0));
+  ASSERT_TRUE(comm->AllGather(on_gpu, expected).ok());
+  EXPECT_EQ(Bytes(on_gpu), Bytes(expected));
+}
+
+TEST(NcclCommunicatorGpuTest, Bytes) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  for (const std::string& text : {std::string(), std::string("sdrt"), std::string(100000, 'x')}) {
+    std::string bytes = text;
+    ASSERT_TRUE(comm->BroadcastBytes(&bytes, 0).ok());
+    EXPECT_EQ(bytes, text);
+    absl::StatusOr<std::vector<std::string>> all = comm->AllGatherBytes(text);
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(*all, std::vector<std::string>{text});
+  }
+}
+
+TEST(NcclCommunicatorGpuTest, Split) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  ASSERT_NE(comm, nullptr);
+  absl::StatusOr<std::unique_ptr<Communicator>> none = comm->Split(-1, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  absl::StatusOr<std::unique_ptr<Communicator>> child = comm->Split(7, 0);
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_NE(*child, nullptr);
+  EXPECT_EQ((*child)->rank(), 0);
+  EXPECT_EQ((*child)->size(), 1);
+  comm.reset();  // the child outlives its parent
+  Tensor t = *Pattern(5, DType::kInt32).To(Device::CUDA(0));
+  const std::string before = Bytes(t);
+  ASSERT_TRUE((*child)->AllReduce(t, ReduceOp::kMax).ok());
+  EXPECT_EQ(Bytes(t), before);
+  EXPECT_TRUE((*child)->Barrier().ok());
+}
+
+#if SDRT_HAVE_MPI
+TEST(NcclCommunicatorGpuTest, BootstrapOverMpi) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> world = MpiCommunicator::World();
+  ASSERT_TRUE(world.ok()) << world.status();
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+      NcclCommunicator::CreateFromCommunicator(**world, 0);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ((*comm)->rank(), (*world)->rank());
+  EXPECT_EQ((*comm)->size(), (*world)->size());
+  EXPECT_TRUE((*comm)->Barrier().ok());
+}
+#endif
+
+}  // namespace
+}  // namespace sdrt

@@ -1,0 +1,96 @@
+// CPU tests of the NCCL backend (label cpu): what needs no GPU, i.e. argument checks made
+// before any NCCL call, the unique id, and the dtype / reduce-op mapping tables.
+#include "comm/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <cstring>
+
+#include "comm/internal/nccl_types.h"
+#include "cuda/runtime.h"
+#include "gtest/gtest.h"
+#if SDRT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace sdrt {
+namespace {
+
+TEST(NcclUniqueIdTest, GenerateGivesFreshIds) {
+  absl::StatusOr<NcclUniqueId> a = NcclUniqueId::Generate();
+  absl::StatusOr<NcclUniqueId> b = NcclUniqueId::Generate();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(std::memcmp(a->bytes, b->bytes, NcclUniqueId::kBytes), 0);
+}
+
+TEST(NcclCommunicatorTest, RankOutsideGroupIsInvalidArgument) {
+  const NcclUniqueId id;
+  for (auto [rank, size] : {std::pair{1, 1}, std::pair{-1, 2}, std::pair{0, 0}}) {
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+        NcclCommunicator::Create(rank, size, 0, id);
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << rank << " " << size;
+    EXPECT_NE(comm.status().message().find("is not in [0, size"), absl::string_view::npos);
+  }
+}
+
+TEST(NcclCommunicatorTest, DeviceBeyondVisibleOnesIsInvalidArgument) {
+  const NcclUniqueId id;
+  for (int device : {-1, CudaDeviceCount()}) {
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+        NcclCommunicator::Create(0, 1, device, id);
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << device;
+    EXPECT_NE(comm.status().message().find("visible CUDA devices"), absl::string_view::npos)
+        << comm.status();
+  }
+}
+
+#if SDRT_HAVE_MPI
+// The bootstrap checks every rank's device before ncclCommInitRank (one MPI rank here).
+TEST(NcclCommunicatorTest, BootstrapRejectsInvisibleDeviceOnEveryRank) {
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> world = MpiCommunicator::World();
+  ASSERT_TRUE(world.ok()) << world.status();
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+      NcclCommunicator::CreateFromCommunicator(**world, CudaDeviceCount());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(comm.status().message().find("rank 0's device is not a visible CUDA device"),
+            absl::string_view::npos)
+      << comm.status();
+}
+#endif
+
+TEST(NcclTypesTest, DTypeMapping) {
+  const std::pair<DType, int> expected[] = {
+    {DType::kBool, ncclUint8},
+    {DType::kUInt8, ncclUint8},
+    {DType::kInt8, ncclInt8},
+    {DType::kInt16, ncclNumTypes},
+    {DType::kInt32, ncclInt32},
+    {DType::kInt64, ncclInt64},
+    {DType::kFloat16, ncclFloat16},
+    {DType::kBFloat16, ncclBfloat16},
+    {DType::kFloat32, ncclFloat32},
+    {DType::kFloat64, ncclFloat64},
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+    {DType::kFloat8E4M3FN, ncclFloat8e4m3},
+    {DType::kFloat8E5M2, ncclFloat8e5m2},
+#endif
+  };
+  for (const auto& [dtype, nccl] : expected) {
+    EXPECT_EQ(internal::NcclDataType(dtype), nccl) << DTypeName(dtype);
+  }
+}
+
+TEST(NcclTypesTest, ReduceOpMapping) {
+  EXPECT_EQ(internal::NcclReduceOp(DType::kFloat32, ReduceOp::kSum), ncclSum);
+  EXPECT_EQ(internal::NcclReduceOp(DType::kFloat32, ReduceOp::kProduct), ncclProd);
+  EXPECT_EQ(internal::NcclReduceOp(DType::kInt32, ReduceOp::kMin), ncclMin);
+  EXPECT_EQ(internal::NcclReduceOp(DType::kInt32, ReduceOp::kMax), ncclMax);
+  EXPECT_EQ(internal::NcclReduceOp(DType::kBFloat16, ReduceOp::kAvg), ncclAvg);
+  // bool: sum is logical or, product logical and (ProcessGroupNCCL).
+  EXPECT_EQ(internal::NcclReduceOp(DType::kBool, ReduceOp::kSum), ncclMax);
+  EXPECT_EQ(internal::NcclReduceOp(DType::kBool, ReduceOp::kProduct), ncclMin);
+}
+
+}  // namespace
+}  // namespace sdrt

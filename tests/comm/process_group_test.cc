@@ -1,0 +1,95 @@
+// ProcessGroup picks the communicator by tensor device. A one-rank loopback communicator
+// stands in for the backends, so this runs without MPI processes or a GPU.
+#include "comm/process_group.h"
+
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A single-rank communicator on `device`: every collective is a local copy.
+class Loopback final : public Communicator {
+ public:
+  Loopback(Device device, int rank, int size, const char* name)
+      : Communicator(rank, size), device_(device), name_(name) {}
+  absl::string_view backend() const override { return name_; }
+  Device device() const override { return device_; }
+
+ protected:
+  absl::Status DoAllGather(void* output, const void* input, int64_t bytes) override {
+    std::memcpy(output, input, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status DoAllGatherV(void* output, const void* input,
+                            absl::Span<const int64_t> byte_counts) override {
+    std::memcpy(output, input, static_cast<size_t>(byte_counts[0]));
+    return absl::OkStatus();
+  }
+  absl::Status DoBroadcast(absl::Span<const Tensor>, int) override { return absl::OkStatus(); }
+  absl::Status DoAllReduce(Tensor&, ReduceOp) override { return absl::OkStatus(); }
+  absl::Status DoBroadcastBytes(std::string*, int) override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override {
+    return std::vector<std::string>{mine};
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int, int) override {
+    return std::unique_ptr<Communicator>(new Loopback(device_, 0, 1, name_));
+  }
+  absl::Status DoBarrier() override { return absl::OkStatus(); }
+
+ private:
+  Device device_;
+  const char* name_;
+};
+
+TEST(ProcessGroup, ChoosesTheBackendByTensorDevice) {
+  auto cpu = std::make_unique<Loopback>(Device::CPU(), 0, 1, "mpi");
+  auto cuda = std::make_unique<Loopback>(Device::CUDA(0), 0, 1, "nccl");
+  Communicator* cpu_ptr = cpu.get();
+  Communicator* cuda_ptr = cuda.get();
+  ProcessGroup pg = *ProcessGroup::Create(std::move(cpu), std::move(cuda));
+  EXPECT_EQ(*pg.For(Device::CPU()), cpu_ptr);
+  EXPECT_EQ(*pg.For(Device::CUDA(0)), cuda_ptr);
+  EXPECT_EQ(&pg.metadata(), cpu_ptr);
+  absl::Status wrong_gpu = pg.For(Device::CUDA(1)).status();
+  EXPECT_EQ(wrong_gpu.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong_gpu.message(), HasSubstr("cuda:1"));
+  // The chosen communicator really moves the tensor.
+  Tensor in = *Tensor::Zeros({3}, DType::kInt32);
+  in.data<int32_t>()[2] = 7;
+  Tensor out = *Tensor::Zeros({3}, DType::kInt32);
+  ASSERT_TRUE((*pg.For(in.device()))->AllGather(out, in).ok());
+  EXPECT_EQ(out.data<int32_t>()[2], 7);
+}
+
+TEST(ProcessGroup, MissingBackendIsAnErrorNamingTheDevice) {
+  ProcessGroup cpu_only =
+      *ProcessGroup::Create(std::make_unique<Loopback>(Device::CPU(), 0, 1, "mpi"), nullptr);
+  absl::Status s = cpu_only.For(Device::CUDA(0)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("no communicator for cuda:0 tensors"));
+  // Without a CPU communicator, CPU tensors and metadata go to the CUDA one (it stages).
+  ProcessGroup cuda_only =
+      *ProcessGroup::Create(nullptr, std::make_unique<Loopback>(Device::CUDA(0), 0, 1, "nccl"));
+  EXPECT_EQ((*cuda_only.For(Device::CPU()))->backend(), "nccl");
+}
+
+TEST(ProcessGroup, CreateChecksDevicesAndRanks) {
+  EXPECT_FALSE(ProcessGroup::Create(nullptr, nullptr).ok());
+  absl::Status swapped =
+      ProcessGroup::Create(std::make_unique<Loopback>(Device::CUDA(0), 0, 1, "nccl"), nullptr)
+          .status();
+  EXPECT_THAT(swapped.message(), HasSubstr("works on cuda:0"));
+  absl::Status ranks =
+      ProcessGroup::Create(std::make_unique<Loopback>(Device::CPU(), 0, 2, "mpi"),
+                           std::make_unique<Loopback>(Device::CUDA(0), 1, 2, "nccl"))
+          .status();
+  EXPECT_THAT(ranks.message(), HasSubstr("mpi is rank 0 of 2 but nccl is rank 1 of 2"));
+}
+
+}  // namespace
+}  // namespace sdrt

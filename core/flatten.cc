@@ -32,6 +32,11 @@ class Walker {
   // Visits `v`, reached from the current path by `item` (a string or an index).
   template <typename Item>
   absl::Status Visit(const Item& item, const Value& v) {
+    if (depth_ >= kMaxNestingDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict nested deeper than ", kMaxNestingDepth, " levels at ", key_,
+                       " (PyTorch stops at its recursion limit, about 1,000)"));
+    }
     if (depth_ == path_.size()) path_.emplace_back();
     path_[depth_++] = item;
     absl::Status s = VisitValue(v);

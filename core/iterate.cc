@@ -108,6 +108,11 @@ class Engine {
   }
 
   absl::StatusOr<Value> Visit(const Value& obj, const Value* companion) {
+    if (path_.size() > kMaxNestingDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict nested deeper than ", kMaxNestingDepth, " levels at ",
+                       JoinPath(path_), " (PyTorch stops at its recursion limit, about 1,000)"));
+    }
     if (companion != nullptr && companion->is_none()) companion = nullptr;
     absl::StatusOr<Value> ret = Transform(obj, companion);
     if (!ret.ok()) return ret;

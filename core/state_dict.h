@@ -117,6 +117,11 @@ class Map {
   absl::flat_hash_map<absl::string_view, size_t> index_;
 };
 
+// The deepest nesting of maps, lists and tuples the operations walk (they recurse, as
+// PyTorch's do; PyTorch stops at its recursion limit of about 1,000). Deeper trees are
+// InvalidArgument instead of a stack overflow.
+inline constexpr size_t kMaxNestingDepth = 1000;
+
 enum class ValueKind : uint8_t {
   kNone,
   kBool,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/flatten.h"
 #include "core/internal/iterate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -333,6 +334,29 @@ TEST(Similarity, OpaqueWithoutCloneIsNotSimilar) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), StartsWith("CompareStateDicts: "));
   EXPECT_TRUE(CheckStateDictSimilarity(Map{{"o", Unknown("Foo")}}, Map{{"o", 1}}));
+}
+
+}  // namespace
+}  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+// Found by review: thousands of nesting levels overflowed the stack; now an error.
+TEST(StateDictOpsReview, DeepNestingIsAnErrorNotAStackOverflow) {
+  Value deep = 1;
+  for (size_t i = 0; i < kMaxNestingDepth + 5; ++i) deep = Map{{"x", std::move(deep)}};
+  const Map& sd = deep.as_map();
+  absl::Status offload = OffloadStateDictToCpu(sd).status();
+  EXPECT_EQ(offload.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(offload.message(), ::testing::HasSubstr("nested deeper than 1000 levels"));
+  EXPECT_FALSE(CheckStateDictSimilarity(sd, sd));
+  absl::Status flat = FlattenStateDict(sd).status();
+  EXPECT_THAT(flat.message(), ::testing::HasSubstr("nested deeper than 1000 levels"));
+  Value shallow = 1;
+  for (int i = 0; i < 100; ++i) shallow = Map{{"x", std::move(shallow)}};
+  EXPECT_TRUE(OffloadStateDictToCpu(shallow.as_map()).ok());
+  EXPECT_TRUE(FlattenStateDict(shallow.as_map()).ok());
 }
 
 }  // namespace

@@ -178,7 +178,7 @@ void CheckGroupedBroadcast(int root, uint64_t seed) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (rank == root) {
       Fill(tensors[i], seed + i, root);
-    } else {
+    } else if (tensors[i].nbytes() > 0) {  // an empty tensor has no data pointer
       std::memset(tensors[i].data_ptr(), 0, tensors[i].nbytes());
     }
   }

@@ -75,7 +75,8 @@ Tensor Pattern(IntSpan shape, DType dtype) {
 
 bool SameBytes(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && a.is_contiguous() &&
-         b.is_contiguous() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+         b.is_contiguous() &&
+         (a.nbytes() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
 }
 
 // Checks, element by element, that `local` is full[I_0 x I_1 x ...] for this rank's owned

@@ -164,4 +164,27 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int
 
 absl::Status Communicator::Barrier() { return DoBarrier(); }
 
+absl::StatusOr<std::vector<std::string>> Communicator::AllGatherBytesVia(
+    const std::string& mine,
+    const std::function<absl::Status(void*, const void*, absl::Span<const int64_t>)>& gather_host) {
+  const int64_t my_length = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lengths(size());
+  const std::vector<int64_t> length_bytes(size(), sizeof(int64_t));
+  if (absl::Status s = gather_host(lengths.data(), &my_length, length_bytes); !s.ok()) return s;
+  int64_t total = 0;
+  for (int64_t length : lengths) total += length;
+  std::string all(total, '\0');
+  if (total > 0) {
+    if (absl::Status s = gather_host(all.data(), mine.data(), lengths); !s.ok()) return s;
+  }
+  std::vector<std::string> result;
+  result.reserve(size());
+  int64_t offset = 0;
+  for (int64_t length : lengths) {
+    result.push_back(all.substr(offset, length));
+    offset += length;
+  }
+  return result;
+}
+
 }  // namespace sdrt

@@ -23,6 +23,7 @@
 #define SDRT_COMM_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,14 @@ class Communicator {
   virtual absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) = 0;
   virtual absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) = 0;
   virtual absl::Status DoBarrier() = 0;
+
+  // AllGatherBytes in terms of a backend's all-gather-v of host bytes (`gather_host`
+  // takes output, input and per-rank byte counts): one exchange of the lengths, then one
+  // of the bytes unless every string is empty. Shared by the backends' DoAllGatherBytes.
+  absl::StatusOr<std::vector<std::string>> AllGatherBytesVia(
+      const std::string& mine,
+      const std::function<absl::Status(void*, const void*, absl::Span<const int64_t>)>&
+          gather_host);
 
   // True when CPU tensors are accepted besides device() ones and staged by the backend.
   virtual bool StagesCpuTensors() const { return false; }

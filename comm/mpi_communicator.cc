@@ -327,24 +327,10 @@ absl::Status MpiCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
 
 absl::StatusOr<std::vector<std::string>> MpiCommunicator::DoAllGatherBytes(
     const std::string& mine) {
-  const int64_t my_length = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lengths(size());
-  SDRT_MPI_RETURN_IF_ERROR(
-      MPI_Allgather(&my_length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, ToComm(comm_)));
-  int64_t total = 0;
-  for (int64_t length : lengths) total += length;
-  std::string all(total, '\0');
-  if (total > 0) {
-    if (absl::Status s = DoAllGatherV(all.data(), mine.data(), lengths); !s.ok()) return s;
-  }
-  std::vector<std::string> result;
-  result.reserve(size());
-  int64_t offset = 0;
-  for (int64_t length : lengths) {
-    result.push_back(all.substr(offset, length));
-    offset += length;
-  }
-  return result;
+  return AllGatherBytesVia(
+      mine, [this](void* out, const void* in, absl::Span<const int64_t> byte_counts) {
+        return DoAllGatherV(out, in, byte_counts);
+      });
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::DoSplit(int color, int key) {

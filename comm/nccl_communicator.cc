@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/internal/nccl_types.h"
 #include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
 #include "cuda/nccl_check.h"
 
 namespace sdrt {
@@ -79,22 +80,6 @@ constexpr std::chrono::microseconds kPollInterval(100);
 ncclComm_t ToComm(void* comm) { return static_cast<ncclComm_t>(comm); }
 cudaStream_t ToStream(StreamHandle stream) { return static_cast<cudaStream_t>(stream); }
 
-// Makes `device` current for a scope and restores the caller's device afterwards.
-class DeviceGuard {
- public:
-  absl::Status Enter(int device) {
-    SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
-    if (previous_ != device) SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    return absl::OkStatus();
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-};
-
 // True when `ptr` is host memory (pageable or pinned), which the backend stages.
 absl::StatusOr<bool> IsHost(const void* ptr) {
   cudaPointerAttributes attributes;
@@ -139,7 +124,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
                                                    size, "): device ", device, " is not in [0, ",
                                                    device_count, ") (the visible CUDA devices)"));
   }
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device); !s.ok()) return s;
   std::optional<CudaStream> owned;
   StreamHandle stream = options.stream;
@@ -207,7 +192,7 @@ NcclCommunicator::NcclCommunicator(void* comm, int rank, int size, int device,
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (guard.Enter(device_).ok()) (void)ncclCommDestroy(ToComm(comm_));
 }
 
@@ -255,7 +240,7 @@ absl::Status NcclCommunicator::Wait(absl::string_view op) {
 absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const void* input,
                                       absl::Span<const int64_t> byte_counts) {
   if (absl::Status s = CheckUsable(op); !s.ok()) return s;
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
   std::vector<int64_t> offsets(size());
   int64_t total = 0;
@@ -338,7 +323,7 @@ absl::Status NcclCommunicator::DoAllGatherV(void* output, const void* input,
 absl::Status NcclCommunicator::DoBroadcast(absl::Span<const Tensor> tensors, int root) {
   constexpr absl::string_view kOp = "broadcast";
   if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
   std::vector<Tensor> staged;
   staged.reserve(tensors.size());
@@ -372,7 +357,7 @@ absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(kOp), ": NCCL cannot reduce ", DTypeName(tensor.dtype()), " (as ProcessGroupNCCL)"));
   }
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
   absl::StatusOr<Tensor> staged = tensor.To(device(), /*non_blocking=*/false, stream_);
   if (!staged.ok()) return staged.status();
@@ -388,7 +373,7 @@ absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
 absl::Status NcclCommunicator::BroadcastHost(absl::string_view op, void* data, int64_t bytes,
                                              int root) {
   if (absl::Status s = CheckUsable(op); !s.ok()) return s;
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
   absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(bytes, device_);
   if (!buffer.ok()) return buffer.status();
@@ -416,34 +401,16 @@ absl::Status NcclCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
 
 absl::StatusOr<std::vector<std::string>> NcclCommunicator::DoAllGatherBytes(
     const std::string& mine) {
-  constexpr absl::string_view kOp = "all_gather_bytes";
-  const int64_t my_length = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lengths(size());
-  if (absl::Status s =
-          Gather(kOp, lengths.data(), &my_length, std::vector<int64_t>(size(), sizeof(int64_t)));
-      !s.ok()) {
-    return s;
-  }
-  int64_t total = 0;
-  for (int64_t length : lengths) total += length;
-  std::string all(total, '\0');
-  if (total > 0) {
-    if (absl::Status s = Gather(kOp, all.data(), mine.data(), lengths); !s.ok()) return s;
-  }
-  std::vector<std::string> result;
-  result.reserve(size());
-  int64_t offset = 0;
-  for (int64_t length : lengths) {
-    result.push_back(all.substr(offset, length));
-    offset += length;
-  }
-  return result;
+  return AllGatherBytesVia(
+      mine, [this](void* out, const void* in, absl::Span<const int64_t> byte_counts) {
+        return Gather("all_gather_bytes", out, in, byte_counts);
+      });
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int color, int key) {
   constexpr absl::string_view kOp = "split";
   if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
   ncclComm_t child = nullptr;
   if (absl::Status s = SDRT_NCCL_STATUS(ncclCommSplit(
@@ -471,7 +438,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
 absl::Status NcclCommunicator::DoBarrier() {
   constexpr absl::string_view kOp = "barrier";
   if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
-  DeviceGuard guard;
+  internal::DeviceGuard guard;
   if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
   absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(sizeof(int32_t), device_);
   if (!buffer.ok()) return buffer.status();

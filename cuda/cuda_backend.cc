@@ -6,29 +6,13 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
 #include "cuda/kernels.h"
 #include "cuda/runtime.h"
 #include "tensor/device_backend.h"
 
 namespace sdrt {
 namespace {
-
-// Makes `device` current for a scope and restores the caller's device afterwards, like
-// PyTorch's device guard, so a copy to cuda:1 does not leave the caller on device 1.
-class DeviceGuard {
- public:
-  absl::Status Enter(int device) {
-    SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
-    if (previous_ != device) SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    return absl::OkStatus();
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-};
 
 class CudaBackend final : public DeviceBackend {
  public:
@@ -39,7 +23,7 @@ class CudaBackend final : public DeviceBackend {
   absl::Status Memcpy(void* dst, Device dst_device, const void* src, Device src_device,
                       int64_t nbytes, StreamHandle stream, bool non_blocking) override {
     if (nbytes == 0) return absl::OkStatus();
-    DeviceGuard guard;
+    internal::DeviceGuard guard;
     absl::Status entered = guard.Enter(dst_device.is_cuda() ? dst_device.index : src_device.index);
     if (!entered.ok()) return entered;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -54,7 +38,7 @@ class CudaBackend final : public DeviceBackend {
                            absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                            absl::Span<const int64_t> src_strides, Device device,
                            StreamHandle stream, bool non_blocking) override {
-    DeviceGuard guard;
+    internal::DeviceGuard guard;
     absl::Status entered = guard.Enter(device.index);
     if (!entered.ok()) return entered;
     absl::Status launched =

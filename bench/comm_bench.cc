@@ -1,15 +1,19 @@
-// comm_bench: all_gather and broadcast of 1 MiB..64 MiB float32 buffers through
+// comm_bench: all_gather and broadcast of 1 MiB..256 MiB float32 buffers through
 // Communicator (MpiCommunicator) and through the raw MPI call, side by side, printed in
 // nccl-tests' columns: size (bytes of the full buffer: all-gather output, broadcast
 // buffer), count (elements), type, root, time (us per call, slowest rank, averaged over
 // the timed iterations), algbw (size / time, GB/s = 1e9 B/s), busbw (all_gather: algbw *
 // (n - 1) / n; broadcast: algbw) and #wrong (bytes that differ from the expected data,
-// summed over ranks, checked after the timed calls). Run under `mpiexec -n N`;
-// `--json PATH` also writes the rows as a JSON array (rank 0).
+// summed over ranks, checked after the timed calls). Run under `mpiexec -n N`. Flags:
+// `--json PATH` also writes the rows as a JSON array (rank 0); `--max-mib M` stops at the
+// largest size (1, 4, 16, 64, 256 MiB) not above M (default 256); `--iters N` and
+// `--warmup N` set the timed and warm-up calls per row (default 10 and 2).
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -22,8 +26,8 @@
 
 namespace {
 
-constexpr int kWarmup = 2;
-constexpr int kIterations = 10;
+int g_warmup = 2;
+int g_iterations = 10;
 
 // The value of byte `index` of rank `rank`'s contribution.
 uint8_t Expected(int rank, int64_t index) {
@@ -41,14 +45,14 @@ struct Row {
   int64_t wrong;
 };
 
-// Runs `call` kWarmup + kIterations times between barriers; returns the slowest rank's
+// Runs `call` g_warmup + g_iterations times between barriers; returns the slowest rank's
 // mean time per call in seconds.
 double Time(const std::function<void()>& call) {
-  for (int i = 0; i < kWarmup; ++i) call();
+  for (int i = 0; i < g_warmup; ++i) call();
   MPI_Barrier(MPI_COMM_WORLD);
   const double start = MPI_Wtime();
-  for (int i = 0; i < kIterations; ++i) call();
-  double elapsed = (MPI_Wtime() - start) / kIterations;
+  for (int i = 0; i < g_iterations; ++i) call();
+  double elapsed = (MPI_Wtime() - start) / g_iterations;
   MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return elapsed;
 }
@@ -70,12 +74,16 @@ int main(int argc, char** argv) {
   const int rank = comm.rank();
   const int n = comm.size();
   std::string json_path;
+  int64_t max_mib = 256;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) json_path = argv[i + 1];
+    if (std::strcmp(argv[i], "--max-mib") == 0) max_mib = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--iters") == 0) g_iterations = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--warmup") == 0) g_warmup = std::max(0, std::atoi(argv[i + 1]));
   }
 
   std::vector<Row> rows;
-  for (int64_t size = int64_t{1} << 20; size <= int64_t{64} << 20; size *= 4) {
+  for (int64_t size = int64_t{1} << 20; size <= (max_mib << 20); size *= 4) {
     const int64_t per_rank = size / n / 4 * 4;  // whole float32 elements
     const int64_t gathered = per_rank * n;
     sdrt::Tensor input = *sdrt::Tensor::Empty({per_rank / 4}, sdrt::DType::kFloat32);
@@ -120,7 +128,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json json = nlohmann::json::array();
   if (rank == 0) {
-    std::printf("# ranks %d, %d iterations after %d warm-up\n", n, kIterations, kWarmup);
+    std::printf("# ranks %d, %d iterations after %d warm-up\n", n, g_iterations, g_warmup);
     std::printf("%-10s %-5s %12s %12s %8s %5s %10s %8s %8s %7s\n", "op", "path", "size", "count",
                 "type", "root", "time(us)", "algbw", "busbw", "#wrong");
   }

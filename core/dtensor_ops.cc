@@ -8,8 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/partial_fill.h"
+#include "tensor/region_copy.h"
 #include "tensor/sharding.h"
-#include "tensor/strided_copy.h"
 
 // Status plumbing local to this file: declare-and-assign from a StatusOr, or return its
 // error; return a non-OK Status.
@@ -30,90 +31,6 @@
 namespace sdrt {
 namespace {
 
-// Copies between a contiguous `piece` of shape `piece_shape` and the positions
-// full[lists[0][i0], lists[1][i1], ...] of the contiguous `full` of shape `full_shape`:
-// into `full` when `into_full`, else out of it. A last dim whose list is a contiguous run
-// moves as whole rows.
-void OuterProductCopy(char* full, IntSpan full_shape, char* piece, IntSpan piece_shape,
-                      const std::vector<std::vector<int64_t>>& lists, int64_t elem,
-                      bool into_full) {
-  const int ndim = static_cast<int>(piece_shape.size());
-  int64_t numel = 1;
-  for (int64_t s : piece_shape) numel *= s;
-  if (numel == 0) return;
-  if (ndim == 0) {
-    into_full ? std::memcpy(full, piece, elem) : std::memcpy(piece, full, elem);
-    return;
-  }
-  const IntVector full_strides = ContiguousStrides(full_shape);
-  const std::vector<int64_t>& last = lists[ndim - 1];
-  const int64_t row = piece_shape[ndim - 1];
-  bool run = true;
-  for (int64_t j = 1; j < row; ++j) run = run && last[j] == last[0] + j;
-  IntVector index(static_cast<size_t>(ndim), 0);
-  for (int64_t row_start = 0; row_start < numel; row_start += row) {
-    int64_t base = 0;
-    for (int d = 0; d + 1 < ndim; ++d) base += lists[d][index[d]] * full_strides[d];
-    char* p = piece + row_start * elem;
-    if (run) {
-      char* f = full + (base + last[0]) * elem;
-      into_full ? std::memcpy(f, p, row * elem) : std::memcpy(p, f, row * elem);
-    } else {
-      for (int64_t j = 0; j < row; ++j) {
-        char* f = full + (base + last[j]) * elem;
-        into_full ? std::memcpy(f, p + j * elem, elem) : std::memcpy(p + j * elem, f, elem);
-      }
-    }
-    for (int d = ndim - 2; d >= 0; --d) {
-      if (++index[d] < piece_shape[d]) break;
-      index[d] = 0;
-    }
-  }
-}
-
-std::vector<std::vector<int64_t>> AllOwnedIndices(const LocalShardInfo& info) {
-  std::vector<std::vector<int64_t>> lists;
-  for (int d = 0; d < static_cast<int>(info.global_offset.size()); ++d) {
-    lists.push_back(OwnedIndices(info, d));
-  }
-  return lists;
-}
-
-// Fills a contiguous tensor with the value one of its dtype.
-void FillOne(Tensor& t) {
-  uint64_t one = 0;
-  switch (t.dtype()) {
-    case DType::kFloat16:
-      one = 0x3c00;
-      break;
-    case DType::kBFloat16:
-      one = 0x3f80;
-      break;
-    case DType::kFloat32: {
-      const float f = 1.0f;
-      std::memcpy(&one, &f, sizeof(f));
-      break;
-    }
-    case DType::kFloat64: {
-      const double f = 1.0;
-      std::memcpy(&one, &f, sizeof(f));
-      break;
-    }
-    case DType::kFloat8E4M3FN:
-      one = 0x38;
-      break;
-    case DType::kFloat8E5M2:
-      one = 0x3c;
-      break;
-    default:  // bool and the integers, little-endian
-      one = 1;
-      break;
-  }
-  char* data = static_cast<char*>(t.data_ptr());
-  const int64_t elem = t.element_size();
-  for (int64_t i = 0; i < t.numel(); ++i) std::memcpy(data + i * elem, &one, elem);
-}
-
 std::string EncodeInts(const std::vector<int64_t>& values) {
   std::string bytes(values.size() * sizeof(int64_t), '\0');
   if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
@@ -126,14 +43,38 @@ std::vector<int64_t> DecodeInts(const std::string& bytes) {
   return values;
 }
 
+// InvalidArgument naming `op` unless `t` is on a device `comm` serves: its own device, or
+// the CPU (the MPI backend's device; staged by the NCCL backend).
+absl::Status CheckServedDevice(absl::string_view op, absl::string_view what, const Tensor& t,
+                               const Communicator& comm) {
+  if (t.device() == comm.device() || t.device().is_cpu()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", what, " ", t.ToString(), " is on ", t.device().ToString(), ", which the ",
+      comm.backend(), " communicator (on ", comm.device().ToString(), ") does not serve"));
+}
+
+// True when rank `q` only holds a copy of what a rank at coordinate 0 holds: its
+// coordinate is not 0 on some mesh dim that does not shard (Replicate, or Partial once
+// all-reduced).
+bool HoldsACopy(const DeviceMesh& mesh, const std::vector<Placement>& placements, int64_t q) {
+  const IntVector coord = *mesh.Coordinate(q);
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (!placements[i].is_shard_like() && coord[i] != 0) return true;
+  }
+  return false;
+}
+
+// The contiguous `count` elements of the 1-D `flat` from `start`, viewed as `shape`.
+absl::StatusOr<Tensor> Piece(const Tensor& flat, int64_t start, int64_t count, IntSpan shape) {
+  SDRT_ASSIGN_OR_RETURN(const Tensor run, flat.Narrow(0, start, count));
+  return run.View(shape);
+}
+
 }  // namespace
 
 absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
                                          const std::vector<Placement>& placements, int64_t rank) {
-  if (!full.device().is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributeTensor: the full tensor must be on the CPU, got ", full.ToString()));
-  }
+  if (!full.defined()) return absl::InvalidArgumentError("DistributeTensor: undefined tensor");
   if (mesh == nullptr) return absl::InvalidArgumentError("DistributeTensor: null mesh");
   const std::optional<IntVector> coord = mesh->Coordinate(rank);
   if (!coord.has_value()) {
@@ -142,31 +83,14 @@ absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<con
   }
   SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
                         ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
-  Tensor local;
-  if (info.is_slice) {
-    Tensor view = full;
-    for (int d = 0; d < full.dim(); ++d) {
-      SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, info.global_offset[d], info.local_shape[d]));
-    }
-    SDRT_ASSIGN_OR_RETURN(local, view.Clone());
+  SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(*mesh, placements, *coord));
+  SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype(), full.device()));
+  if (fill == PartialIdentity::kNone) {
+    const IntVector origin(static_cast<size_t>(full.dim()), 0);
+    SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, local, OwnedRuns(info), /*to_local=*/true));
   } else {
-    SDRT_ASSIGN_OR_RETURN(const Tensor source, full.Contiguous());
-    SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(info.local_shape, full.dtype()));
-    OuterProductCopy(static_cast<char*>(source.data_ptr()), full.shape(),
-                     static_cast<char*>(local.data_ptr()), info.local_shape, AllOwnedIndices(info),
-                     full.element_size(), /*into_full=*/false);
-  }
-  bool zero = false;
-  bool one = false;
-  for (int i = 0; i < mesh->ndim(); ++i) {
-    if (!placements[i].is_partial() || (*coord)[i] == 0) continue;
-    zero = zero || placements[i].reduce_op() == ReduceOp::kSum;
-    one = one || placements[i].reduce_op() == ReduceOp::kProduct;
-  }
-  if (zero) {
-    std::memset(local.data_ptr(), 0, static_cast<size_t>(local.nbytes()));
-  } else if (one) {
-    FillOne(local);
+    // Every element is overwritten by the identity: nothing to copy first.
+    SDRT_RETURN_IF_ERROR(FillPartialIdentity(local, *mesh, placements, *coord));
   }
   return DTensor::Make(std::move(local), std::move(mesh), placements, full.shape());
 }
@@ -177,19 +101,24 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
     return absl::InvalidArgumentError(
         absl::StrCat("FullTensor: ", dtensor.ToString(), " is not on ", mesh.ToString()));
   }
-  if (!dtensor.local().device().is_cpu()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FullTensor: the local tensor must be on the CPU: ", dtensor.ToString()));
-  }
+  Communicator& comm = mesh_comm.comm();
+  SDRT_RETURN_IF_ERROR(CheckServedDevice("FullTensor", "the local tensor", dtensor.local(), comm));
   const std::vector<Placement>& placements = dtensor.placements();
   const IntVector& global_shape = dtensor.global_shape();
-  Communicator& comm = mesh_comm.comm();
   SDRT_RETURN_IF_ERROR(
       ValidateLocalShape(dtensor.local().shape(), global_shape, mesh, placements, comm.rank()));
   SDRT_ASSIGN_OR_RETURN(const std::vector<int> order, MeshDimsToReplicate(mesh, placements));
   if (order.empty()) return dtensor.local();
 
-  SDRT_ASSIGN_OR_RETURN(Tensor local, dtensor.local().Clone());
+  bool reduces = false;
+  for (int i : order) reduces = reduces || placements[i].is_partial();
+  // The all-reduces work in place on a copy; the all-gather only reads the local.
+  Tensor local;
+  if (reduces) {
+    SDRT_ASSIGN_OR_RETURN(local, dtensor.local().Clone());
+  } else {
+    SDRT_ASSIGN_OR_RETURN(local, dtensor.local().Contiguous());
+  }
   for (int i : order) {
     if (!placements[i].is_partial()) continue;
     SDRT_ASSIGN_OR_RETURN(Communicator * dim_comm, mesh_comm.DimComm(i));
@@ -198,9 +127,11 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
   if (NumShards(mesh, placements) == 1) return local;
 
   // Every rank's piece, in communicator rank order (a mesh rank is a communicator rank).
-  std::vector<int64_t> counts(static_cast<size_t>(comm.size()));
+  // A rank holding a copy sends nothing: its piece equals the one at coordinate 0.
+  std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 0);
   int64_t total = 0;
   for (int q = 0; q < comm.size(); ++q) {
+    if (HoldsACopy(mesh, placements, q)) continue;
     SDRT_ASSIGN_OR_RETURN(const IntVector shape,
                           ComputeLocalShape(global_shape, mesh, placements, q));
     int64_t n = 1;
@@ -208,25 +139,22 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
     counts[q] = n;
     total += n;
   }
-  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, local.dtype()));
-  SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, local, counts));
-  SDRT_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty(global_shape, local.dtype()));
-  const int64_t elem = local.element_size();
+  SDRT_ASSIGN_OR_RETURN(const Tensor flat, local.Flatten());
+  SDRT_ASSIGN_OR_RETURN(const Tensor input, flat.Narrow(0, 0, counts[comm.rank()]));
+  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, local.dtype(), local.device()));
+  SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, input, counts));
+  SDRT_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty(global_shape, local.dtype(), local.device()));
+  // The pieces of the ranks that hold no copy tile the full tensor.
+  const IntVector origin(global_shape.size(), 0);
   int64_t start = 0;
   for (int q = 0; q < comm.size(); ++q) {
     const int64_t begin = start;
     start += counts[q];
-    // The ranks off coordinate 0 of a non-shard mesh dim hold copies; skip them.
-    const IntVector coord = *mesh.Coordinate(q);
-    bool copy = false;
-    for (int i = 0; i < mesh.ndim(); ++i)
-      copy = copy || (!placements[i].is_shard_like() && coord[i] != 0);
-    if (copy || counts[q] == 0) continue;
+    if (counts[q] == 0) continue;
     SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
                           ComputeLocalShapeAndGlobalOffset(global_shape, mesh, placements, q));
-    OuterProductCopy(static_cast<char*>(full.data_ptr()), global_shape,
-                     static_cast<char*>(gathered.data_ptr()) + begin * elem, info.local_shape,
-                     AllOwnedIndices(info), elem, /*into_full=*/true);
+    SDRT_ASSIGN_OR_RETURN(const Tensor piece, Piece(gathered, begin, counts[q], info.local_shape));
+    SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, piece, OwnedRuns(info), /*to_local=*/false));
   }
   return full;
 }
@@ -306,46 +234,62 @@ absl::StatusOr<DTensor> FromLocal(const Tensor& local, std::shared_ptr<const Dev
 absl::StatusOr<Tensor> GatherShardedTensor(const ShardedTensor& st, Communicator& comm) {
   const IntVector& global_shape = st.global_shape();
   const int ndim = static_cast<int>(global_shape.size());
-  // Message: [dtype, ndim, global shape..., then per local shard offsets..., sizes...].
-  std::vector<int64_t> message = {static_cast<int64_t>(st.dtype()), ndim};
-  message.insert(message.end(), global_shape.begin(), global_shape.end());
+  // Where this rank's local shards live: kNoShard, kCpu, kCommDevice (comm.device()), or
+  // kBadDevice (a device comm does not serve, or several devices), with `bad` saying why.
+  constexpr int64_t kBadDevice = -1, kNoShard = 0, kCpu = 1, kCommDevice = 2;
+  int64_t where = kNoShard;
+  std::string bad;
   int64_t mine = 0;
   for (const LocalShard& shard : st.local_shards()) {
-    if (!shard.tensor.device().is_cpu()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GatherShardedTensor: local shard ", shard.metadata.ToString(), " is not on the CPU"));
+    const Device device = shard.tensor.device();
+    const int64_t kind = device.is_cpu()           ? kCpu
+                         : device == comm.device() ? kCommDevice
+                                                   : kBadDevice;
+    if (kind == kBadDevice) {
+      bad = absl::StrCat("local shard ", shard.metadata.ToString(), " is on ", device.ToString(),
+                         ", which the ", comm.backend(), " communicator (on ",
+                         comm.device().ToString(), ") does not serve");
+    } else if (where != kNoShard && where != kBadDevice && kind != where) {
+      bad = "its local shards are on both the CPU and " + comm.device().ToString();
     }
-    message.insert(message.end(), shard.metadata.offsets.begin(), shard.metadata.offsets.end());
-    message.insert(message.end(), shard.metadata.sizes.begin(), shard.metadata.sizes.end());
+    where = bad.empty() ? kind : kBadDevice;
     mine += shard.tensor.numel();
   }
-  SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty({mine}, st.dtype()));
-  const int64_t elem = local.element_size();
-  int64_t at = 0;
+  // Message: [dtype, ndim, where, number of local shards, global shape..., then per local
+  // shard offsets..., sizes...] (a 0-dim shard has neither and holds one element).
+  constexpr size_t kShape = 4;
+  const auto shards = static_cast<int64_t>(st.local_shards().size());
+  std::vector<int64_t> message = {static_cast<int64_t>(st.dtype()), ndim, where, shards};
+  message.insert(message.end(), global_shape.begin(), global_shape.end());
   for (const LocalShard& shard : st.local_shards()) {
-    SDRT_ASSIGN_OR_RETURN(
-        Tensor dst,
-        Tensor::FromStorage(local.storage(), st.dtype(), shard.tensor.shape(),
-                            ContiguousStrides(shard.tensor.shape()), local.storage_offset() + at));
-    SDRT_RETURN_IF_ERROR(dst.CopyFrom(shard.tensor));
-    at += shard.tensor.numel();
+    message.insert(message.end(), shard.metadata.offsets.begin(), shard.metadata.offsets.end());
+    message.insert(message.end(), shard.metadata.sizes.begin(), shard.metadata.sizes.end());
   }
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all,
                         comm.AllGatherBytes(EncodeInts(message)));
   std::vector<std::vector<int64_t>> metas;
   std::vector<int64_t> counts;
   int64_t total = 0;
+  int64_t first_where = kNoShard;  // of the lowest rank holding local shards
   for (int q = 0; q < comm.size(); ++q) {
     std::vector<int64_t> m = DecodeInts(all[q]);
     if (m[0] != message[0] || m[1] != ndim ||
-        !std::equal(m.begin() + 2, m.begin() + 2 + ndim, global_shape.begin())) {
+        !std::equal(m.begin() + kShape, m.begin() + kShape + ndim, global_shape.begin())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GatherShardedTensor: rank ", q, " has a ShardedTensor of ",
-          DTypeName(static_cast<DType>(m[0])), ShapeToString(IntSpan(m).subspan(2, m[1])),
+          DTypeName(static_cast<DType>(m[0])), ShapeToString(IntSpan(m).subspan(kShape, m[1])),
           ", rank ", comm.rank(), " one of ", DTypeName(st.dtype()), ShapeToString(global_shape)));
     }
+    if (m[2] == kBadDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GatherShardedTensor: rank ", q, "'s local shards are not all on one device the ",
+          comm.backend(), " communicator serves (the CPU or ", comm.device().ToString(), ")",
+          q == comm.rank() ? absl::StrCat(": ", bad) : ""));
+    }
+    if (first_where == kNoShard) first_where = m[2];
     int64_t count = 0;
-    for (size_t s = 2 + ndim; s < m.size(); s += 2 * ndim) {
+    for (int64_t k = 0; k < m[3]; ++k) {
+      const size_t s = kShape + ndim + 2 * ndim * k;
       int64_t n = 1;
       for (int d = 0; d < ndim; ++d) {
         const int64_t offset = m[s + d];
@@ -365,25 +309,36 @@ absl::StatusOr<Tensor> GatherShardedTensor(const ShardedTensor& st, Communicator
     total += count;
     metas.push_back(std::move(m));
   }
-  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, st.dtype()));
+  // The result lives with this rank's local shards; a rank without any follows the lowest
+  // rank that has some, and with none anywhere it is on the communicator's device.
+  const int64_t here = where != kNoShard ? where : first_where;
+  const Device device = here == kCpu ? Device::CPU() : comm.device();
+
+  // This rank's shards packed in list order, the order of its metadata in the message.
+  SDRT_ASSIGN_OR_RETURN(const Tensor local, Tensor::Empty({mine}, st.dtype(), device));
+  int64_t at = 0;
+  for (const LocalShard& shard : st.local_shards()) {
+    SDRT_ASSIGN_OR_RETURN(Tensor dst, Piece(local, at, shard.tensor.numel(), shard.tensor.shape()));
+    SDRT_RETURN_IF_ERROR(dst.CopyFrom(shard.tensor));
+    at += shard.tensor.numel();
+  }
+  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, st.dtype(), device));
   SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, local, counts));
-  SDRT_ASSIGN_OR_RETURN(Tensor full, Tensor::Zeros(global_shape, st.dtype()));
-  const IntVector full_strides = ContiguousStrides(global_shape);
-  const char* src = static_cast<const char*>(gathered.data_ptr());
+  SDRT_ASSIGN_OR_RETURN(Tensor full, Tensor::Zeros(global_shape, st.dtype(), device));
+  const IntVector origin(global_shape.size(), 0);
+  int64_t src = 0;
   for (const std::vector<int64_t>& m : metas) {
-    for (size_t s = 2 + ndim; s < m.size(); s += 2 * ndim) {
+    for (int64_t k = 0; k < m[3]; ++k) {
+      const size_t s = kShape + ndim + 2 * ndim * k;
       const IntSpan offsets = IntSpan(m).subspan(s, ndim);
       const IntSpan sizes = IntSpan(m).subspan(s + ndim, ndim);
       int64_t n = 1;
-      int64_t base = 0;
-      for (int d = 0; d < ndim; ++d) {
-        n *= sizes[d];
-        base += offsets[d] * full_strides[d];
-      }
+      for (int d = 0; d < ndim; ++d) n *= sizes[d];
       if (n == 0) continue;
-      SDRT_RETURN_IF_ERROR(StridedCopyHost(static_cast<char*>(full.data_ptr()) + base * elem, src,
-                                           elem, sizes, full_strides, ContiguousStrides(sizes)));
-      src += n * elem;
+      SDRT_ASSIGN_OR_RETURN(const Tensor piece, Piece(gathered, src, n, sizes));
+      SDRT_RETURN_IF_ERROR(
+          CopyRuns(full, origin, piece, BoxRuns(offsets, sizes), /*to_local=*/false));
+      src += n;
     }
   }
   return full;

@@ -9,6 +9,7 @@ packages=(
   mpich libmpich-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev
+  xxhash
 )
 
 missing=()

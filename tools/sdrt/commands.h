@@ -16,6 +16,13 @@ inline constexpr int kExitBadInput = 2;
 
 // Registers a subcommand whose action sets *exit_code when the app runs it.
 void AddInspectCommand(CLI::App& app, int* exit_code);
+void AddShardCommand(CLI::App& app, int* exit_code);
+void AddMakeCommand(CLI::App& app, int* exit_code);
+void AddDemoCommand(CLI::App& app, int* exit_code);
+#if SDRT_CLI_HAVE_DISTRIBUTED
+void AddGatherCommand(CLI::App& app, int* exit_code);
+void AddLoadCommand(CLI::App& app, int* exit_code);
+#endif
 
 }  // namespace sdrt::cli
 

@@ -13,7 +13,7 @@ void PrintVersion() {
             << "  " << sdrt::CudaVersionString() << ", " << sdrt::CudaDeviceCount()
             << " device(s)\n"
             << "  NCCL: " << (SDRT_CLI_HAVE_NCCL ? "found and linked" : "not found")
-            << " (communicator backends arrive with comm/)\n"
+            << "\n"
             << "  MPI: " << (SDRT_CLI_HAVE_MPI ? "found" : "not found") << "\n";
 }
 
@@ -26,6 +26,13 @@ int main(int argc, char** argv) {
   app.add_flag("--version", version, "print the version and the CUDA/NCCL/MPI support");
   int exit_code = sdrt::cli::kExitOk;
   sdrt::cli::AddInspectCommand(app, &exit_code);
+  sdrt::cli::AddShardCommand(app, &exit_code);
+  sdrt::cli::AddMakeCommand(app, &exit_code);
+#if SDRT_CLI_HAVE_DISTRIBUTED
+  sdrt::cli::AddGatherCommand(app, &exit_code);
+  sdrt::cli::AddLoadCommand(app, &exit_code);
+#endif
+  sdrt::cli::AddDemoCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,7 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace sdrt::cli {
+
+// The exit code for a failed Status: 2 (bad input) for InvalidArgument, NotFound,
+// AlreadyExists, FailedPrecondition and OutOfRange, which the user's files or arguments
+// cause; 1 (runtime failure) for everything else (I/O errors, memory, internal errors).
+int ExitCodeFor(const absl::Status& status);
+
+// "[2, 3]".
+std::string ShapeText(const std::vector<int64_t>& shape);
 
 // "90.86 MB" (decimal units, as file sizes are usually quoted), "512 B".
 std::string HumanBytes(int64_t bytes);

@@ -1,0 +1,266 @@
+// `sdrt demo [--checkpoint FILE] [--ranks 4]`: the whole path on one machine. Without a
+// checkpoint it generates the deterministic tiny-llama one into the cache folder; then for
+// fsdp (mesh N) and fsdp-tp (mesh 2 x N/2) it shards the file, gathers it back under
+// `mpiexec -n N sdrt gather` and compares the result with the source tensor by tensor, and
+// loads it under `mpiexec -n N sdrt load --verify`, printing one summary table.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/safetensors.h"
+#include "core/sharded_checkpoint.h"
+#include "core/sharding_plan.h"
+#include "nlohmann/json.hpp"
+#include "tools/sdrt/commands.h"
+#include "tools/sdrt/output.h"
+#include "tools/sdrt/session.h"
+#include "tools/sdrt/synthetic.h"
+
+namespace sdrt::cli {
+namespace {
+
+struct DemoArgs {
+  std::string checkpoint;
+  int ranks = 4;
+  int64_t bucket_mib = 256;
+  std::string cache_dir;
+  bool json = false;
+};
+
+std::string CacheDir(const DemoArgs& args) {
+  if (!args.cache_dir.empty()) return args.cache_dir;
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg != nullptr && *xdg != '\0' ? xdg
+                           : home != nullptr              ? absl::StrCat(home, "/.cache")
+                                                          : "/tmp";
+  return absl::StrCat(base, "/sdrt/demo");
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  std::string prefix;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      prefix = path.substr(0, i);
+      if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::ErrnoToStatus(errno, absl::StrCat("mkdir ", prefix));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The built-in checkpoint: tiny-llama, float32, seed 0 (written once, atomically).
+absl::StatusOr<std::string> DefaultCheckpoint(const std::string& cache) {
+  const std::string path = absl::StrCat(cache, "/tiny-llama.safetensors");
+  if (SafetensorsFile::Open(path).ok()) return path;
+  absl::StatusOr<ArchConfig> config = ScaledArch("tiny-llama", 1.0);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> tensors =
+      MakeSyntheticStateDict(*config, DType::kFloat32, 0);
+  if (!tensors.ok()) return tensors.status();
+  absl::Status written = WriteSafetensors(path, *tensors, SyntheticMetadata(*config, 1.0, 0));
+  if (!written.ok()) return written;
+  return path;
+}
+
+// The tensors of `a` and `b` are the same (names, dtypes, shapes, bytes) and so is the
+// metadata; else the first difference.
+absl::Status SameCheckpoint(const std::string& a_path, const std::string& b_path) {
+  absl::StatusOr<SafetensorsFile> a = SafetensorsFile::Open(a_path);
+  if (!a.ok()) return a.status();
+  absl::StatusOr<SafetensorsFile> b = SafetensorsFile::Open(b_path);
+  if (!b.ok()) return b.status();
+  if (a->entries().size() != b->entries().size()) {
+    return absl::DataLossError(absl::StrCat(b_path, " has ", b->entries().size(),
+                                            " tensors, ", a_path, " ", a->entries().size()));
+  }
+  if (a->metadata() != b->metadata()) {
+    return absl::DataLossError(absl::StrCat(b_path, ": __metadata__ differs"));
+  }
+  for (const SafetensorsEntry& e : a->entries()) {
+    const SafetensorsEntry* f = b->Find(e.name);
+    if (f == nullptr || f->dtype != e.dtype || f->shape != e.shape) {
+      return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " is missing or has ",
+                                              "another dtype or shape"));
+    }
+    absl::StatusOr<Tensor> x = a->Get(e.name);
+    absl::StatusOr<Tensor> y = b->Get(e.name);
+    if (!x.ok()) return x.status();
+    if (!y.ok()) return y.status();
+    absl::StatusOr<uint64_t> hx = TensorXxh64(*x);
+    absl::StatusOr<uint64_t> hy = TensorXxh64(*y);
+    if (!hx.ok()) return hx.status();
+    if (!hy.ok()) return hy.status();
+    if (*hx != *hy) return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " differs"));
+  }
+  return absl::OkStatus();
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs `mpiexec -n N <this sdrt> <args> --json`, returns the JSON rank 0 printed.
+absl::StatusOr<nlohmann::json> RunUnderMpi(int ranks, const std::string& args) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return absl::InternalError("cannot find the sdrt executable (/proc/self/exe)");
+  self[n] = '\0';
+  const char* mpiexec = std::getenv("SDRT_MPIEXEC");
+  const std::string command =
+      absl::StrCat(mpiexec != nullptr ? mpiexec : "mpiexec", " -n ", ranks, " ", Quote(self),
+                   " ", args, " --json");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("popen ", command));
+  std::string out;
+  std::array<char, 4096> buffer;
+  size_t got;
+  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), got);
+  const int status = pclose(pipe);
+  if (status != 0) {
+    return absl::InternalError(absl::StrCat("`", command, "` failed (status ", status, ")"));
+  }
+  const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::InternalError(absl::StrCat("`", command, "` printed no JSON: ", out));
+  }
+  return j;
+}
+
+struct Row {
+  std::string plan, mesh, step;
+  int64_t bytes = 0;
+  double seconds = 0;
+  int64_t collectives = 0;
+  bool exact = false;
+};
+
+absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::string& cache,
+                     const std::string& plan_name, const std::string& mesh_text,
+                     std::vector<Row>& rows) {
+  absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(file);
+  if (!source.ok()) return source.status();
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(mesh_text);
+  if (!mesh.ok()) return mesh.status();
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::Builtin(plan_name);
+  if (!plan.ok()) return plan.status();
+  const std::string dir = absl::StrCat(cache, "/sharded-", plan_name);
+  WriteShardedCheckpointOptions options;
+  options.source_name = file;
+  options.overwrite = true;
+  const double start = NowSeconds();
+  absl::StatusOr<ShardedCheckpointIndex> index = WriteShardedCheckpoint(
+      *source, std::make_shared<const DeviceMesh>(*std::move(mesh)), *plan, dir, options);
+  if (!index.ok()) return index.status();
+  int64_t bytes = 0;
+  for (const SafetensorsEntry& e : source->entries()) bytes += e.data_end - e.data_begin;
+  rows.push_back({plan_name, mesh_text, "shard", bytes, NowSeconds() - start, 0, true});
+
+  const std::string out = absl::StrCat(cache, "/gathered-", plan_name, ".safetensors");
+  absl::StatusOr<nlohmann::json> gather = RunUnderMpi(
+      args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out), " --bucket-mib ",
+                               args.bucket_mib));
+  if (!gather.ok()) return gather.status();
+  const absl::Status same = SameCheckpoint(file, out);
+  if (!same.ok()) std::cerr << "sdrt demo: " << same.message() << "\n";
+  rows.push_back({plan_name, mesh_text, "gather", (*gather)["bytes"].get<int64_t>(),
+                  (*gather)["gather_seconds"].get<double>(),
+                  (*gather)["collectives"].get<int64_t>(), same.ok()});
+
+  absl::StatusOr<nlohmann::json> load = RunUnderMpi(
+      args.ranks, absl::StrCat("load ", Quote(file), " --mesh ", mesh_text, " --plan ", plan_name,
+                               " --verify ", Quote(dir), " --bucket-mib ", args.bucket_mib));
+  if (!load.ok()) return load.status();
+  rows.push_back({plan_name, mesh_text, "load", (*load)["bytes"].get<int64_t>(),
+                  (*load)["seconds"].get<double>(), (*load)["collectives"].get<int64_t>(),
+                  (*load)["bit_exact"].get<bool>()});
+  return absl::OkStatus();
+}
+
+int RunDemo(const DemoArgs& args) {
+  const auto fail = [](const absl::Status& status) {
+    std::cerr << "sdrt demo: " << status.message() << "\n";
+    return ExitCodeFor(status);
+  };
+  if (args.ranks < 1) return fail(absl::InvalidArgumentError("--ranks must be at least 1"));
+  const std::string cache = CacheDir(args);
+  absl::Status status = MakeDirs(cache);
+  if (!status.ok()) return fail(status);
+  std::string file = args.checkpoint;
+  if (file.empty()) {
+    absl::StatusOr<std::string> made = DefaultCheckpoint(cache);
+    if (!made.ok()) return fail(made.status());
+    file = *made;
+  }
+  std::vector<std::pair<std::string, std::string>> plans = {
+      {"fsdp", absl::StrCat(args.ranks)}};
+  if (args.ranks % 2 == 0) plans.emplace_back("fsdp-tp", absl::StrCat("2x", args.ranks / 2));
+  std::vector<Row> rows;
+  for (const auto& [plan, mesh] : plans) {
+    status = RunPlan(args, file, cache, plan, mesh, rows);
+    if (!status.ok()) return fail(status);
+  }
+  bool all_exact = true;
+  for (const Row& r : rows) all_exact = all_exact && r.exact;
+  if (args.json) {
+    nlohmann::ordered_json out = {{"checkpoint", file}, {"ranks", args.ranks}, {"rows", {}}};
+    for (const Row& r : rows) {
+      out["rows"].push_back({{"plan", r.plan},
+                             {"mesh", r.mesh},
+                             {"step", r.step},
+                             {"bytes", r.bytes},
+                             {"seconds", r.seconds},
+                             {"gbps", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0},
+                             {"collectives", r.collectives},
+                             {"bit_exact", r.exact}});
+    }
+    out["bit_exact"] = all_exact;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << "sdrt demo: " << Printable(file) << " on " << args.ranks
+              << " ranks (mpiexec), work files in " << Printable(cache) << "\n";
+    Table table({"plan", "mesh", "step", "ranks", "bytes", "time", "GB/s", "collectives",
+                 "bit-exact"},
+                {false, false, false, true, true, true, true, true, false});
+    for (const Row& r : rows) {
+      table.AddRow({r.plan, r.mesh, r.step, r.step == "shard" ? "1" : absl::StrCat(args.ranks),
+                    HumanBytes(r.bytes), absl::StrFormat("%.3f s", r.seconds),
+                    absl::StrFormat("%.2f", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0),
+                    r.step == "shard" ? "-" : absl::StrCat(r.collectives),
+                    r.exact ? "yes" : "NO"});
+    }
+    table.Print(std::cout);
+  }
+  return all_exact ? kExitOk : kExitRuntimeError;
+}
+
+}  // namespace
+
+void AddDemoCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<DemoArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "shard -> gather -> load round trips under mpiexec, with a summary table");
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "safetensors file to use (default: generate tiny-llama in the cache)");
+  cmd->add_option("--ranks", args->ranks, "ranks mpiexec starts")->capture_default_str();
+  cmd->add_option("--bucket-mib", args->bucket_mib, "bucket size, MiB")->capture_default_str();
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "work folder (default: $XDG_CACHE_HOME or ~/.cache, then sdrt/demo)");
+  cmd->add_flag("--json", args->json, "print the results as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunDemo(*args); });
+}
+
+}  // namespace sdrt::cli

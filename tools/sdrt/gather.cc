@@ -1,0 +1,180 @@
+// `mpiexec -n N sdrt gather INDIR OUT.safetensors [--device cpu|cuda] [--bucket-mib 256]`:
+// every rank loads its file of a sharded checkpoint as DTensors, GatherStateDict gathers
+// them with ranks_only {0} and cpu_offload, and rank 0 checks each full tensor against the
+// index's xxh64 and writes OUT atomically (the source's tensors, in its order, with its
+// __metadata__).
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/distributed_state_dict.h"
+#include "core/safetensors.h"
+#include "core/sharded_checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "tools/sdrt/commands.h"
+#include "tools/sdrt/output.h"
+#include "tools/sdrt/session.h"
+
+namespace sdrt::cli {
+namespace {
+
+struct GatherArgs {
+  std::string in_dir;
+  std::string out;
+  std::string device = "cpu";
+  int64_t bucket_mib = 256;
+  bool json = false;
+};
+
+// This rank's shards as a state dict of DTensors on the session's device.
+absl::StatusOr<Map> LoadShards(const GatherArgs& args, const Session& session,
+                               ShardedCheckpointIndex* index) {
+  absl::StatusOr<RankShards> shards = LoadRankShards(args.in_dir, session.rank());
+  if (!shards.ok()) return shards.status();
+  if (shards->index.world_size != session.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        args.in_dir, " has ", shards->index.world_size, " ranks but mpiexec started ",
+        session.size(), " (run with -n ", shards->index.world_size, ")"));
+  }
+  Map state_dict;
+  state_dict.Reserve(shards->tensors.size());
+  for (auto& [name, dtensor] : shards->tensors) {
+    if (session.device.is_cpu()) {
+      state_dict.Set(name, Value(dtensor));
+      continue;
+    }
+    absl::StatusOr<Tensor> local = dtensor.local().To(session.device);
+    if (!local.ok()) return local.status();
+    absl::StatusOr<DTensor> moved = dtensor.WithLocal(*std::move(local));
+    if (!moved.ok()) return moved.status();
+    state_dict.Set(name, Value(*std::move(moved)));
+  }
+  *index = std::move(shards->index);
+  return state_dict;
+}
+
+// Rank 0: checks every gathered tensor against the index and writes OUT.
+absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex& index,
+                           const Map& gathered) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    const Value* v = gathered.Find(t.name);
+    if (v == nullptr || v->kind() != ValueKind::kTensor) {
+      return absl::InternalError(absl::StrCat("tensor ", t.name, " missing from the gather"));
+    }
+    absl::StatusOr<uint64_t> hash = TensorXxh64(v->as_tensor());
+    if (!hash.ok()) return hash.status();
+    if (*hash != t.xxh64) {
+      return absl::DataLossError(absl::StrCat(
+          "tensor ", t.name, ": the gathered bytes hash to ", FormatXxh64(*hash), " but ",
+          args.in_dir, "/index.json says ", FormatXxh64(t.xxh64)));
+    }
+    tensors.emplace_back(t.name, v->as_tensor());
+  }
+  return WriteSafetensors(args.out, tensors, index.metadata);
+}
+
+int RunGather(const GatherArgs& args) {
+  absl::StatusOr<Session> session = StartSession(args.device);
+  if (!session.ok()) {
+    std::cerr << "sdrt gather: " << session.status().message() << "\n";
+    return ExitCodeFor(session.status());
+  }
+  const auto fail = [&](const absl::Status& status) {
+    if (session->rank() == 0) std::cerr << "sdrt gather: " << status.message() << "\n";
+    return ExitCodeFor(status);
+  };
+  if (args.bucket_mib < 1) {
+    return fail(absl::InvalidArgumentError("--bucket-mib must be at least 1"));
+  }
+  ShardedCheckpointIndex index;
+  absl::StatusOr<Map> shards = LoadShards(args, *session, &index);
+  absl::Status status = AgreeOnStatus(*session->world, shards.status());
+  if (!status.ok()) return fail(status);
+
+  GatherOptions options;
+  options.comm = &session->data();
+  options.cpu_offload = true;
+  options.ranks_only = {0};
+  options.bucket_bytes = args.bucket_mib << 20;
+  CollectiveStats stats;
+  options.stats = &stats;
+  status = session->world->Barrier();
+  if (!status.ok()) return fail(status);
+  const double start = NowSeconds();
+  absl::StatusOr<Map> gathered = GatherStateDict(*shards, options);
+  const double gather_seconds = NowSeconds() - start;
+  status = AgreeOnStatus(*session->world, gathered.status());
+  if (!status.ok()) return fail(status);
+  shards->EraseIf([](const std::string&, const Value&) { return true; });  // unmap early
+
+  absl::Status written = absl::OkStatus();
+  const double write_start = NowSeconds();
+  if (session->rank() == 0) written = CheckAndWrite(args, index, *gathered);
+  const double write_seconds = NowSeconds() - write_start;
+  status = AgreeOnStatus(*session->world, written);
+  if (!status.ok()) return fail(status);
+  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(*session->world);
+  if (!peaks.ok()) return fail(peaks.status());
+  if (session->rank() != 0) return kExitOk;
+
+  int64_t bytes = 0;
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    int64_t n = ElementSize(t.dtype);
+    for (int64_t s : t.shape) n *= s;
+    bytes += n;
+  }
+  const double gbps = gather_seconds > 0 ? bytes / gather_seconds / 1e9 : 0;
+  if (args.json) {
+    nlohmann::ordered_json out = {{"command", "gather"},
+                                  {"in_dir", args.in_dir},
+                                  {"out", args.out},
+                                  {"ranks", session->size()},
+                                  {"device", args.device},
+                                  {"tensors", index.tensors.size()},
+                                  {"bytes", bytes},
+                                  {"gather_seconds", gather_seconds},
+                                  {"gather_gbps", gbps},
+                                  {"write_seconds", write_seconds},
+                                  {"collectives", stats.collectives},
+                                  {"data_collectives", stats.data_collectives},
+                                  {"buckets", stats.buckets},
+                                  {"verified", true},
+                                  {"peak_rss_bytes", *peaks}};
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "gathered " << index.tensors.size() << " tensors (" << HumanBytes(bytes)
+            << ") from " << session->size() << " ranks into " << Printable(args.out) << "\n"
+            << "  gather " << absl::StrFormat("%.3f s, %.2f GB/s", gather_seconds, gbps)
+            << "; " << stats.collectives << " collectives (" << stats.data_collectives
+            << " moving data, " << stats.buckets << " buckets of at most " << args.bucket_mib
+            << " MiB); write " << absl::StrFormat("%.3f s", write_seconds) << "\n"
+            << "  every tensor matches the index's xxh64\n  peak memory per rank:";
+  for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
+  std::cout << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddGatherCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<GatherArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "gather",
+      "gather a sharded checkpoint into one safetensors file (run under mpiexec -n WORLD_SIZE)");
+  cmd->add_option("INDIR", args->in_dir, "sharded checkpoint folder (sdrt shard)")->required();
+  cmd->add_option("OUT", args->out, "safetensors file to write (rank 0; atomic)")->required();
+  cmd->add_option("--device", args->device, "where the shards are gathered: cpu or cuda")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mib", args->bucket_mib, "bytes gathered per collective, MiB")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "print the results as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunGather(*args); });
+}
+
+}  // namespace sdrt::cli

@@ -1,0 +1,294 @@
+// `mpiexec -n N sdrt load FILE --mesh 2x2 --plan P [--verify INDIR] [--device cpu|cuda]`:
+// what an inference engine does at start-up. Rank 0 maps FILE (pinned with --device cuda)
+// and sends the other ranks its tensor list; every rank makes meta DTensors with the
+// plan's placements, BroadcastStateDict fills them, and every rank checks its pieces by
+// xxh64 against INDIR's rank file (or against its own slicing of FILE without --verify).
+// Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/distributed_state_dict.h"
+#include "core/dtensor_ops.h"
+#include "core/safetensors.h"
+#include "core/sharded_checkpoint.h"
+#include "core/sharding_plan.h"
+#include "nlohmann/json.hpp"
+#include "tools/sdrt/commands.h"
+#include "tools/sdrt/output.h"
+#include "tools/sdrt/session.h"
+
+namespace sdrt::cli {
+namespace {
+
+struct LoadArgs {
+  std::string file;
+  std::string mesh;
+  std::string plan;
+  std::string verify_dir;
+  std::string device = "cpu";
+  int64_t bucket_mib = 256;
+  bool json = false;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;
+};
+
+// Rank 0's tensor list, sent to every rank (what the engine's model definition knows).
+absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
+                                                        const SafetensorsFile* file) {
+  std::string bytes;
+  if (file != nullptr) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const SafetensorsEntry& e : file->entries()) {
+      list.push_back({e.name, std::string(DTypeName(e.dtype)), std::vector<int64_t>(
+                                                                   e.shape.begin(), e.shape.end())});
+    }
+    const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(list);
+    bytes.assign(cbor.begin(), cbor.end());
+  }
+  absl::Status status = session.world->BroadcastBytes(&bytes, 0);
+  if (!status.ok()) return status;
+  std::vector<TensorInfo> infos;
+  for (const nlohmann::json& e : nlohmann::json::from_cbor(bytes)) {
+    TensorInfo info;
+    info.name = e[0].get<std::string>();
+    absl::StatusOr<DType> dtype = DTypeFromName(e[1].get<std::string>());
+    if (!dtype.ok()) return dtype.status();
+    info.dtype = *dtype;
+    for (int64_t s : e[2].get<std::vector<int64_t>>()) info.shape.push_back(s);
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+// Meta DTensors with the plan's placements: the local state dict before loading.
+absl::StatusOr<Map> MetaStateDict(const std::vector<TensorInfo>& infos,
+                                  const std::shared_ptr<const DeviceMesh>& mesh,
+                                  const ShardingPlan& plan) {
+  Map local;
+  local.Reserve(infos.size());
+  for (const TensorInfo& info : infos) {
+    absl::StatusOr<std::vector<Placement>> placements =
+        plan.PlacementsFor(info.name, info.shape, *mesh);
+    if (!placements.ok()) return placements.status();
+    absl::StatusOr<Tensor> meta = Tensor::Meta(IntVector(info.shape.size(), 0), info.dtype);
+    if (!meta.ok()) return meta.status();
+    absl::StatusOr<DTensor> d = DTensor::Make(*std::move(meta), mesh, *placements, info.shape);
+    if (!d.ok()) return d.status();
+    local.Set(info.name, Value(*std::move(d)));
+  }
+  return local;
+}
+
+// Checks this rank's loaded pieces; returns the names that differ.
+absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Session& session,
+                                                const Map& local) {
+  std::vector<std::string> wrong;
+  std::optional<RankShards> expected;
+  std::optional<SafetensorsFile> file;
+  if (!args.verify_dir.empty()) {
+    absl::StatusOr<RankShards> shards = LoadRankShards(args.verify_dir, session.rank());
+    if (!shards.ok()) return shards.status();
+    expected = *std::move(shards);
+  } else {
+    absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file);
+    if (!opened.ok()) return opened.status();
+    file = *std::move(opened);
+  }
+  for (size_t i = 0; i < local.size(); ++i) {
+    const DTensor& got = local.value(i).as_dtensor();
+    absl::StatusOr<Tensor> mine = got.local().To(Device::CPU());
+    if (!mine.ok()) return mine.status();
+    Tensor want;
+    if (expected.has_value()) {
+      const auto it = std::find_if(expected->tensors.begin(), expected->tensors.end(),
+                                   [&](const auto& p) { return p.first == local.key(i); });
+      if (it == expected->tensors.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(args.verify_dir, " has no tensor ",
+                                                       local.key(i)));
+      }
+      if (it->second.placements() != got.placements()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(local.key(i), ": ", args.verify_dir, " holds it as ",
+                         PlacementsToString(it->second.placements()), ", the plan gives ",
+                         PlacementsToString(got.placements())));
+      }
+      want = it->second.local();
+    } else {
+      absl::StatusOr<Tensor> full = file->Get(local.key(i));
+      if (!full.ok()) return full.status();
+      absl::StatusOr<DTensor> piece =
+          DistributeTensor(*full, got.mesh(), got.placements(), session.rank());
+      if (!piece.ok()) return piece.status();
+      want = piece->local();
+    }
+    absl::StatusOr<uint64_t> a = TensorXxh64(*mine);
+    absl::StatusOr<uint64_t> b = TensorXxh64(want);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    if (*a != *b || mine->shape() != want.shape()) wrong.push_back(local.key(i));
+  }
+  return wrong;
+}
+
+int RunLoad(const LoadArgs& args) {
+  absl::StatusOr<Session> session = StartSession(args.device);
+  if (!session.ok()) {
+    std::cerr << "sdrt load: " << session.status().message() << "\n";
+    return ExitCodeFor(session.status());
+  }
+  const auto fail = [&](const absl::Status& status) {
+    if (session->rank() == 0) std::cerr << "sdrt load: " << status.message() << "\n";
+    return ExitCodeFor(status);
+  };
+  // Rank 0 maps the file; every rank checks the mesh and the plan.
+  absl::Status status = args.bucket_mib >= 1
+                            ? absl::OkStatus()
+                            : absl::InvalidArgumentError("--bucket-mib must be at least 1");
+  std::optional<SafetensorsFile> file;
+  if (status.ok() && session->rank() == 0) {
+    SafetensorsFile::Options open_options;
+    open_options.pin_mapping = session->device.is_cuda();
+    absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file, open_options);
+    if (opened.ok()) {
+      file = *std::move(opened);
+    } else {
+      status = opened.status();
+    }
+  }
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(args.mesh);
+  if (status.ok() && !mesh.ok()) status = mesh.status();
+  if (status.ok() && mesh->num_ranks() != session->size()) {
+    status = absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " has ",
+                                                     mesh->num_ranks(), " ranks but mpiexec started ",
+                                                     session->size()));
+  }
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
+  if (status.ok() && !plan.ok()) status = plan.status();
+  if (status.ok() && plan.ok()) status = plan->CheckMesh(*mesh);
+  status = AgreeOnStatus(*session->world, status);
+  if (!status.ok()) return fail(status);
+
+  absl::StatusOr<std::vector<TensorInfo>> infos =
+      ShareTensorList(*session, file.has_value() ? &*file : nullptr);
+  if (!infos.ok()) return fail(infos.status());
+  auto shared_mesh = std::make_shared<const DeviceMesh>(*std::move(mesh));
+  absl::StatusOr<Map> local = MetaStateDict(*infos, shared_mesh, *plan);
+  Map full;
+  if (file.has_value()) {
+    for (const SafetensorsEntry& e : file->entries()) {
+      absl::StatusOr<Tensor> t = file->Get(e.name);
+      if (!t.ok()) {
+        status = t.status();
+        break;
+      }
+      full.Set(e.name, Value(*std::move(t)));
+    }
+  }
+  status = AgreeOnStatus(*session->world, local.ok() ? status : local.status());
+  if (!status.ok()) return fail(status);
+
+  BroadcastOptions options;
+  options.comm = &session->data();
+  options.device = session->device;
+  options.bucket_bytes = args.bucket_mib << 20;
+  options.strict = true;
+  CollectiveStats stats;
+  options.stats = &stats;
+  status = session->world->Barrier();
+  if (!status.ok()) return fail(status);
+  const double start = NowSeconds();
+  absl::StatusOr<BroadcastResult> result = BroadcastStateDict(full, *local, options);
+  const double seconds = NowSeconds() - start;
+  status = AgreeOnStatus(*session->world, result.status());
+  if (!status.ok()) return fail(status);
+
+  absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *local);
+  status = AgreeOnStatus(*session->world, wrong.status());
+  if (!status.ok()) return fail(status);
+  std::string wrong_text;
+  for (const std::string& name : *wrong) absl::StrAppend(&wrong_text, wrong_text.empty() ? "" : ",", name);
+  absl::StatusOr<std::vector<std::string>> all_wrong = session->world->AllGatherBytes(wrong_text);
+  if (!all_wrong.ok()) return fail(all_wrong.status());
+  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(*session->world);
+  if (!peaks.ok()) return fail(peaks.status());
+  if (session->rank() != 0) return kExitOk;
+
+  int64_t bytes = 0;
+  for (const TensorInfo& info : *infos) {
+    int64_t n = ElementSize(info.dtype);
+    for (int64_t s : info.shape) n *= s;
+    bytes += n;
+  }
+  std::vector<std::string> mismatches;
+  for (int q = 0; q < session->size(); ++q) {
+    if (!(*all_wrong)[q].empty()) mismatches.push_back(absl::StrCat("rank ", q, ": ", (*all_wrong)[q]));
+  }
+  const double gbps = seconds > 0 ? bytes / seconds / 1e9 : 0;
+  const std::string against = args.verify_dir.empty() ? args.file : args.verify_dir;
+  if (args.json) {
+    nlohmann::ordered_json out = {{"command", "load"},
+                                  {"file", args.file},
+                                  {"mesh", args.mesh},
+                                  {"plan", plan->name()},
+                                  {"ranks", session->size()},
+                                  {"device", args.device},
+                                  {"tensors", infos->size()},
+                                  {"bytes", bytes},
+                                  {"seconds", seconds},
+                                  {"gbps", gbps},
+                                  {"collectives", stats.collectives},
+                                  {"data_collectives", stats.data_collectives},
+                                  {"buckets", stats.buckets},
+                                  {"verified_against", against},
+                                  {"mismatches", mismatches},
+                                  {"bit_exact", mismatches.empty()},
+                                  {"peak_rss_bytes", *peaks}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << "loaded " << infos->size() << " tensors (" << HumanBytes(bytes) << ") from "
+              << Printable(args.file) << " into " << session->size() << " ranks, mesh "
+              << args.mesh << ", plan " << plan->name() << "\n"
+              << "  broadcast " << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; "
+              << stats.collectives << " collectives (" << stats.data_collectives
+              << " moving data, " << stats.buckets << " buckets of at most " << args.bucket_mib
+              << " MiB)\n"
+              << "  verified against " << Printable(against) << ": "
+              << (mismatches.empty() ? "every piece matches" : "MISMATCH") << "\n";
+    for (const std::string& m : mismatches) std::cout << "    " << Printable(m) << "\n";
+    std::cout << "  peak memory per rank:";
+    for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
+    std::cout << "\n";
+  }
+  return mismatches.empty() ? kExitOk : kExitRuntimeError;
+}
+
+}  // namespace
+
+void AddLoadCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<LoadArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "load",
+      "broadcast a full checkpoint from rank 0 into every rank's shards (run under mpiexec)");
+  cmd->add_option("FILE", args->file, "full safetensors checkpoint (read by rank 0)")->required();
+  cmd->add_option("--mesh", args->mesh, "device mesh shape, e.g. 4 or 2x2")->required();
+  cmd->add_option("--plan", args->plan, "fsdp, hsdp, tp, fsdp-tp or PLAN.json")->required();
+  cmd->add_option("--verify", args->verify_dir,
+                  "sharded checkpoint to compare every piece with (default: slice FILE)");
+  cmd->add_option("--device", args->device, "where the shards go: cpu or cuda")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mib", args->bucket_mib, "bytes broadcast per collective, MiB")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "print the results as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunLoad(*args); });
+}
+
+}  // namespace sdrt::cli

@@ -1,0 +1,98 @@
+#include "tools/sdrt/session.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "cuda/runtime.h"
+#if SDRT_CLI_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+#if SDRT_CLI_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+#endif
+
+namespace sdrt::cli {
+
+absl::StatusOr<Session> StartSession(const std::string& device) {
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got \"", device, "\""));
+  }
+#if SDRT_CLI_HAVE_MPI
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>>* world =
+      new absl::StatusOr<std::unique_ptr<MpiCommunicator>>(MpiCommunicator::World());
+  if (!world->ok()) return world->status();
+  Session session;
+  session.world = world->value().get();
+  if (device == "cuda") {
+#if SDRT_CLI_HAVE_NCCL
+    const int count = CudaDeviceCount();
+    if (count <= 0) {
+      return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
+    }
+    const int gpu = session.world->rank() % count;
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl =
+        NcclCommunicator::CreateFromCommunicator(*session.world, gpu);
+    if (!nccl.ok()) return nccl.status();
+    session.nccl = *std::move(nccl);
+    session.device = Device::CUDA(gpu);
+#else
+    return absl::FailedPreconditionError("--device cuda: sdrt was built without NCCL");
+#endif
+  }
+  return session;
+#else
+  return absl::FailedPreconditionError(
+      "this command runs under mpiexec and sdrt was built without MPI");
+#endif
+}
+
+absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& mine) {
+  std::string message;
+  if (!mine.ok()) {
+    const int32_t code = static_cast<int32_t>(mine.code());
+    message.assign(reinterpret_cast<const char*>(&code), sizeof(code));
+    message.append(mine.message().data(), mine.message().size());
+  }
+  absl::StatusOr<std::vector<std::string>> all = comm.AllGatherBytes(message);
+  if (!all.ok()) return all.status();
+  for (int q = 0; q < comm.size(); ++q) {
+    const std::string& m = (*all)[q];
+    if (m.empty()) continue;
+    int32_t code = 0;
+    std::memcpy(&code, m.data(), sizeof(code));
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        absl::StrCat("rank ", q, ": ", m.substr(sizeof(code))));
+  }
+  return absl::OkStatus();
+}
+
+int64_t PeakRssBytes() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
+  const int64_t mine = PeakRssBytes();
+  absl::StatusOr<std::vector<std::string>> all =
+      comm.AllGatherBytes(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+  if (!all.ok()) return all.status();
+  std::vector<int64_t> out;
+  for (const std::string& s : *all) {
+    int64_t v = 0;
+    std::memcpy(&v, s.data(), sizeof(v));
+    out.push_back(v);
+  }
+  return out;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace sdrt::cli

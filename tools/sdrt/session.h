@@ -1,0 +1,50 @@
+// What the multi-rank subcommands (`sdrt gather`, `sdrt load`) share: the communicators of
+// a run under mpiexec, agreement on errors so that every rank exits alike, peak memory and
+// wall time.
+#ifndef SDRT_TOOLS_SDRT_SESSION_H_
+#define SDRT_TOOLS_SDRT_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "tensor/device.h"
+
+namespace sdrt::cli {
+
+struct Session {
+  Communicator* world = nullptr;       // MPI world (metadata, barriers, CPU data)
+  std::unique_ptr<Communicator> nccl;  // with --device cuda: NCCL over the same ranks
+  Device device = Device::CPU();
+
+  int rank() const { return world->rank(); }
+  int size() const { return world->size(); }
+  // The communicator tensor data moves over: NCCL for CUDA, else the MPI world.
+  Communicator& data() const { return nccl != nullptr ? *nccl : *world; }
+};
+
+// Starts MPI (MpiCommunicator::World) and, for `device` "cuda", NCCL on GPU rank % count.
+// InvalidArgument for another device name; FailedPrecondition when sdrt was built without
+// MPI (or without NCCL for "cuda"); the backends' errors.
+absl::StatusOr<Session> StartSession(const std::string& device);
+
+// Collective: OK when every rank's `mine` is OK, else the lowest failing rank's status,
+// prefixed "rank R: ", on every rank.
+absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& mine);
+
+// This process's peak resident memory (getrusage ru_maxrss), bytes.
+int64_t PeakRssBytes();
+
+// Collective: every rank's PeakRssBytes(), in rank order.
+absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm);
+
+// Seconds on a monotonic clock.
+double NowSeconds();
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_SESSION_H_

@@ -1,0 +1,129 @@
+// `sdrt shard FILE OUTDIR --mesh 2x2 --plan fsdp|hsdp|tp|fsdp-tp|PLAN.json`: cut a full
+// safetensors checkpoint into a sharded checkpoint folder (core/sharded_checkpoint.h), in
+// one process.
+#include <sys/stat.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/safetensors.h"
+#include "core/sharded_checkpoint.h"
+#include "core/sharding_plan.h"
+#include "nlohmann/json.hpp"
+#include "tools/sdrt/commands.h"
+#include "tools/sdrt/output.h"
+
+namespace sdrt::cli {
+namespace {
+
+struct ShardArgs {
+  std::string source;
+  std::string out_dir;
+  std::string mesh;
+  std::string dim_names;
+  std::string plan;
+  bool overwrite = false;
+  bool json = false;
+};
+
+int Fail(const absl::Status& status) {
+  std::cerr << "sdrt shard: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+int RunShard(const ShardArgs& args) {
+  absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(args.source);
+  if (!source.ok()) {
+    std::cerr << "sdrt shard: " << source.status().message() << "\n";
+    return kExitBadInput;
+  }
+  absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(args.mesh);
+  if (!shape_only.ok()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--mesh \"", args.mesh, "\": ", shape_only.status().message())));
+  }
+  std::vector<std::string> names;
+  if (!args.dim_names.empty()) names = absl::StrSplit(args.dim_names, ',');
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(shape_only->shape(), {}, names);
+  if (!mesh.ok()) {
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " --mesh-dim-names ",
+                                                args.dim_names, ": ", mesh.status().message())));
+  }
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
+  if (!plan.ok()) return Fail(plan.status());
+
+  WriteShardedCheckpointOptions options;
+  options.source_name = args.source;
+  options.overwrite = args.overwrite;
+  absl::StatusOr<ShardedCheckpointIndex> index = WriteShardedCheckpoint(
+      *source, std::make_shared<const DeviceMesh>(*std::move(mesh)), *plan, args.out_dir, options);
+  if (!index.ok()) return Fail(index.status());
+
+  std::vector<int64_t> file_sizes;
+  for (int64_t r = 0; r < index->world_size; ++r) {
+    struct stat st;
+    file_sizes.push_back(stat(index->RankFilePath(r).c_str(), &st) == 0 ? st.st_size : -1);
+  }
+  const DeviceMesh& m = *index->mesh;
+  const std::string mesh_text = absl::StrJoin(m.shape(), "x");
+  if (args.json) {
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (int64_t r = 0; r < index->world_size; ++r) {
+      files.push_back({{"rank", r}, {"file", index->files[r]}, {"file_size", file_sizes[r]}});
+    }
+    nlohmann::ordered_json out = {
+        {"source", args.source},
+        {"dir", args.out_dir},
+        {"plan", index->plan},
+        {"mesh",
+         {{"shape", std::vector<int64_t>(m.shape().begin(), m.shape().end())},
+          {"dim_names", m.dim_names()}}},
+        {"world_size", index->world_size},
+        {"tensors", index->tensors.size()},
+        {"files", std::move(files)}};
+    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+  std::cout << "wrote " << args.out_dir << ": " << index->tensors.size() << " tensors of "
+            << args.source << ", plan " << index->plan << " on mesh " << mesh_text;
+  if (!m.dim_names().empty()) std::cout << " (" << absl::StrJoin(m.dim_names(), ", ") << ")";
+  std::cout << ", " << index->world_size << " rank files\n\n";
+  Table table({"rank", "file", "bytes"}, {true, false, true});
+  for (int64_t r = 0; r < index->world_size; ++r) {
+    table.AddRow({std::to_string(r), index->files[r], WithThousands(file_sizes[r])});
+  }
+  table.Print(std::cout);
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddShardCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ShardArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "shard",
+      "Cut a full safetensors checkpoint into a sharded checkpoint folder: index.json plus one "
+      "rank-NNNNN-of-NNNNN.safetensors per rank.");
+  cmd->add_option("FILE", args->source, "the full safetensors checkpoint")->required();
+  cmd->add_option("OUTDIR", args->out_dir,
+                  "the folder to write (created atomically; must not exist, be empty, or be a "
+                  "sharded checkpoint with --overwrite)")
+      ->required();
+  cmd->add_option("--mesh", args->mesh, "mesh shape over ranks 0..N-1: 4, 2x2, 2x2x2")->required();
+  cmd->add_option("--plan", args->plan,
+                  "fsdp ([S(0)] on every mesh dim), hsdp ([R, S(0)], 2-D mesh), tp (by tensor "
+                  "name), fsdp-tp (FSDP2 over TP, 2-D dp x tp mesh) or a PLAN.json file")
+      ->required();
+  cmd->add_option("--mesh-dim-names", args->dim_names,
+                  "comma-separated mesh dim names recorded in the index, e.g. dp,tp");
+  cmd->add_flag("--overwrite", args->overwrite, "replace OUTDIR when it is a sharded checkpoint");
+  cmd->add_flag("--json", args->json, "print machine-readable JSON instead of a table");
+  cmd->callback([args, exit_code] { *exit_code = RunShard(*args); });
+}
+
+}  // namespace sdrt::cli

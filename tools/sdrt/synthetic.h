@@ -1,0 +1,78 @@
+// Deterministic synthetic checkpoints with real architecture names and shape ratios, for
+// `sdrt make` and the demos: the tensors a Llama, BERT or GPT-2 state dict holds, filled
+// with seeded noise (not a trained model). The same (arch, scale, dtype, seed) always gives
+// the same bytes, on every machine.
+#ifndef SDRT_TOOLS_SDRT_SYNTHETIC_H_
+#define SDRT_TOOLS_SDRT_SYNTHETIC_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+
+namespace sdrt::cli {
+
+enum class ArchFamily : uint8_t { kLlama, kBert, kGpt2 };
+
+// The sizes of one architecture, after scaling.
+struct ArchConfig {
+  std::string name;  // "llama-8b"
+  ArchFamily family = ArchFamily::kLlama;
+  int64_t hidden = 0;        // = heads * head_dim
+  int64_t intermediate = 0;  // MLP width
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // Llama GQA; = heads elsewhere
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  int64_t max_positions = 0;  // BERT and GPT-2 position embeddings; 0 for Llama (RoPE)
+  int64_t type_vocab = 0;     // BERT token types
+};
+
+// The architectures `sdrt make` knows, in help order: "tiny-llama" (hidden 64, 4 heads / 2
+// kv heads, intermediate 172, 2 layers, vocab 256: about 0.5 MB in float32), "llama-8b"
+// (Llama 3 8B: 4096, 32 / 8, 14336, 32 layers, vocab 128256), "llama-70b" (8192, 64 / 8,
+// 28672, 80, 128256), "bert-base" (768, 12 heads, 3072, 12 layers, vocab 30522, 512
+// positions), "gpt2" (768, 12 heads, 3072, 12 layers, vocab 50257, 1024 positions).
+std::vector<std::string> ArchNames();
+
+// The configuration of `arch` scaled by `scale` (> 0, at most 16): head_dim, intermediate,
+// vocab and layers are multiplied by it and rounded to the nearest integer, at least 1;
+// the head counts are kept (so the GQA ratio is) and hidden = heads * head_dim; position
+// tables are kept. InvalidArgument naming an unknown arch (and the known ones) or a bad
+// scale.
+absl::StatusOr<ArchConfig> ScaledArch(absl::string_view arch, double scale);
+
+// The state dict of `config` in the architecture's order and with its real names (Llama:
+// model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight,
+// model.layers.{i}.mlp.{gate,up,down}_proj.weight, model.layers.{i}.input_layernorm.weight,
+// model.layers.{i}.post_attention_layernorm.weight, model.norm.weight, lm_head.weight;
+// BERT and GPT-2 as Hugging Face saves BertModel and GPT2Model). Shapes as nn.Linear
+// ([out, in]), except GPT-2's Conv1D ([in, out]). Values: weights uniform in
+// [-1, 1) / sqrt(fan_in), norm weights 1 + uniform [-0.1, 0.1), biases uniform
+// [-0.02, 0.02); element i of a tensor comes from splitmix64(XXH64(name, seed) + i), so a
+// tensor's values do not depend on the others. BERT's embeddings.position_ids is int64
+// 0..max_positions-1. `dtype` is float32, float16 or bfloat16 (rounded to nearest even);
+// InvalidArgument otherwise; ResourceExhausted when memory runs out (the whole state dict
+// is held in memory).
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> MakeSyntheticStateDict(
+    const ArchConfig& config, DType dtype, uint64_t seed);
+
+// The __metadata__ `sdrt make` writes: "format" = "pt", "sdrt.arch", "sdrt.scale",
+// "sdrt.seed", "sdrt.config" (the sizes as JSON).
+std::map<std::string, std::string> SyntheticMetadata(const ArchConfig& config, double scale,
+                                                     uint64_t seed);
+
+// float32 -> IEEE float16 / bfloat16 bits, round to nearest even (NaN stays NaN).
+uint16_t FloatToHalfBits(float value);
+uint16_t FloatToBFloat16Bits(float value);
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_SYNTHETIC_H_

@@ -2,6 +2,7 @@
 // ranks agree on their local skeletons and plan the same buckets, then the tensor bytes
 // travel bucket by bucket, pipelined with packing on the root and slicing everywhere.
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -132,14 +133,18 @@ class BucketPipeline {
  public:
   BucketPipeline(Communicator& comm, int root, const std::vector<internal::Bucket>& buckets,
                  const std::vector<const Tensor*>& sources, const std::vector<Target*>& targets,
-                 const std::vector<DType>& dtypes, CollectiveStats& stats)
+                 const std::vector<DType>& dtypes, CollectiveStats& stats,
+                 const std::function<void(int64_t, int64_t)>& progress)
       : comm_(comm),
         root_(root),
         buckets_(buckets),
         sources_(sources),
         targets_(targets),
         dtypes_(dtypes),
-        stats_(stats) {}
+        stats_(stats),
+        progress_(progress) {
+    for (const internal::Bucket& b : buckets_) total_bytes_ += b.bytes;
+  }
 
   absl::Status Run(int64_t bucket_bytes) {
     if (buckets_.empty()) return absl::OkStatus();
@@ -201,8 +206,11 @@ class BucketPipeline {
     ++stats_.collectives;
     ++stats_.data_collectives;
     ++stats_.buckets;
+    SDRT_RETURN_IF_ERROR(comm_.Broadcast(absl::MakeSpan(&bytes, 1), root_));
+    done_bytes_ += buckets_[k].bytes;
     if (comm_.rank() == root_) stats_.bytes += buckets_[k].bytes;
-    return comm_.Broadcast(absl::MakeSpan(&bytes, 1), root_);
+    if (progress_) progress_(done_bytes_, total_bytes_);
+    return absl::OkStatus();
   }
 
   absl::Status Slice(int k, const Tensor& buffer) {
@@ -227,6 +235,9 @@ class BucketPipeline {
   const std::vector<Target*>& targets_;
   const std::vector<DType>& dtypes_;
   CollectiveStats& stats_;
+  const std::function<void(int64_t, int64_t)>& progress_;
+  int64_t total_bytes_ = 0;
+  int64_t done_bytes_ = 0;
   std::vector<Tensor> buffers_;
 };
 
@@ -343,7 +354,8 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
 
   // 3. Data, then the local tree.
   const std::vector<internal::Bucket> buckets = internal::PlanBuckets(planned, options.bucket_bytes);
-  BucketPipeline pipeline(comm, options.root, buckets, sources, target_of, dtypes, stats);
+  BucketPipeline pipeline(comm, options.root, buckets, sources, target_of, dtypes, stats,
+                          options.progress);
   SDRT_RETURN_IF_ERROR(pipeline.Run(options.bucket_bytes));
   for (std::unique_ptr<Target>& target : targets) {
     SDRT_RETURN_IF_ERROR(Commit(*target, comm, options.cpu_offload));

@@ -35,6 +35,7 @@
 #define SDRT_CORE_DISTRIBUTED_STATE_DICT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ struct GatherOptions {
   int64_t bucket_bytes = kDefaultBucketBytes;
   // Filled when not null.
   CollectiveStats* stats = nullptr;
+  // Called on the calling thread after each bucket's collective with the bytes moved so
+  // far and in all (CollectiveStats::bytes units), e.g. to show progress. May be empty.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
 // Mirrors `_gather_state_dict(state_dict, pg, device, cpu_offload, ranks_only,
@@ -111,6 +115,9 @@ struct BroadcastOptions {
   // The rank of `comm` whose `full` is broadcast.
   int root = 0;
   CollectiveStats* stats = nullptr;
+  // Called on the calling thread after each bucket's collective with the bytes moved so
+  // far and in all (CollectiveStats::bytes units), e.g. to show progress. May be empty.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
 struct BroadcastResult {

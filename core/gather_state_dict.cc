@@ -366,8 +366,9 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
 
   // 3. Buckets of consecutive items, at most bucket_bytes gathered each (one item alone
   // may exceed it).
-  size_t begin = 0;
-  while (begin < items.size()) {
+  std::vector<std::pair<size_t, size_t>> ranges;  // [begin, end) of items
+  int64_t total_bytes = 0;
+  for (size_t begin = 0; begin < items.size();) {
     size_t end = begin;
     int64_t bytes = 0;
     while (end < items.size()) {
@@ -377,6 +378,11 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       bytes += item_bytes;
       ++end;
     }
+    ranges.emplace_back(begin, end);
+    total_bytes += bytes;
+    begin = end;
+  }
+  for (const auto& [begin, end] : ranges) {
     std::vector<Item*> bucket;
     for (size_t i = begin; i < end; ++i) bucket.push_back(&items[i]);
     std::vector<Tensor> fulls(bucket.size());
@@ -390,7 +396,7 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
         results[key] = Value(std::move(fulls[i]));
       }
     }
-    begin = end;
+    if (options.progress) options.progress(stats.bytes, total_bytes);
   }
 
   // 4. The result tree (excluded ranks: an empty map; nothing more is computed).

@@ -103,6 +103,7 @@ int RunGather(const GatherArgs& args) {
   options.bucket_bytes = args.bucket_mib << 20;
   CollectiveStats stats;
   options.stats = &stats;
+  options.progress = ProgressLine("gather", session->rank() == 0 && !args.json);
   status = session->world->Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();

@@ -203,6 +203,7 @@ int RunLoad(const LoadArgs& args) {
   options.strict = true;
   CollectiveStats stats;
   options.stats = &stats;
+  options.progress = ProgressLine("load", session->rank() == 0 && !args.json);
   status = session->world->Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();

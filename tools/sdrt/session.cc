@@ -1,12 +1,15 @@
 #include "tools/sdrt/session.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "cuda/runtime.h"
+#include "tools/sdrt/output.h"
 #if SDRT_CLI_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -93,6 +96,18 @@ absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled) {
+  if (!enabled || isatty(STDERR_FILENO) == 0) return {};
+  const double start = NowSeconds();
+  return [what, start](int64_t done, int64_t total) {
+    const double seconds = NowSeconds() - start;
+    std::fprintf(stderr, "\r%s: %s of %s, %.2f GB/s   %s", what.c_str(), HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str(), seconds > 0 ? done / seconds / 1e9 : 0.0,
+                 done >= total ? "\n" : "");
+    std::fflush(stderr);
+  };
 }
 
 }  // namespace sdrt::cli

@@ -5,6 +5,7 @@
 #define SDRT_TOOLS_SDRT_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm);
 
 // Seconds on a monotonic clock.
 double NowSeconds();
+
+// A progress callback for GatherOptions/BroadcastOptions::progress that rewrites one line
+// on stderr ("gather: 1.2 GB of 3.4 GB, 2.10 GB/s") and ends it when done; an empty
+// function unless `enabled` and stderr is a terminal.
+std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled);
 
 }  // namespace sdrt::cli
 

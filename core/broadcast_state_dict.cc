@@ -151,7 +151,9 @@ class BucketPipeline {
     int64_t largest = 0;
     for (const internal::Bucket& b : buckets_) largest = std::max(largest, b.bytes);
     const bool pipelined = buckets_.size() > 1 && bucket_bytes >= kPipelineMinBucketBytes;
-    const int count = pipelined ? 3 : 1;
+    // The root packs, sends and slices three buckets at once; a receiving rank holds only
+    // the one in flight and the one it slices.
+    const int count = !pipelined ? 1 : comm_.rank() == root_ ? 3 : 2;
     for (int i = 0; i < count; ++i) {
       SDRT_ASSIGN_OR_RETURN(Tensor buffer,
                             Tensor::Empty({largest}, DType::kUInt8, comm_.device()));
@@ -172,13 +174,16 @@ class BucketPipeline {
     for (int k = 0; k <= n; ++k) {
       absl::Status pack_status, slice_status;
       std::thread packer, slicer;
-      if (k + 1 < n) {
-        packer = std::thread([&, k] { pack_status = Pack(k + 1, buffers_[(k + 1) % 3]); });
+      if (k + 1 < n && comm_.rank() == root_) {
+        packer =
+            std::thread([&, k] { pack_status = Pack(k + 1, buffers_[(k + 1) % count]); });
       }
       if (k >= 1) {
-        slicer = std::thread([&, k] { slice_status = Slice(k - 1, buffers_[(k - 1) % 3]); });
+        slicer =
+            std::thread([&, k] { slice_status = Slice(k - 1, buffers_[(k - 1) % count]); });
       }
-      const absl::Status send_status = k < n ? Send(k, buffers_[k % 3]) : absl::OkStatus();
+      const absl::Status send_status =
+          k < n ? Send(k, buffers_[k % count]) : absl::OkStatus();
       if (packer.joinable()) packer.join();
       if (slicer.joinable()) slicer.join();
       SDRT_RETURN_IF_ERROR(send_status);

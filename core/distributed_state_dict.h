@@ -134,7 +134,7 @@ struct BroadcastResult {
 // in buckets, a tensor larger than a bucket in bucket-sized pieces, pipelined: while one
 // bucket is broadcast, the next is packed on the root and the previous one is sliced on
 // every rank straight into its `local` leaves. Peak extra memory of a receiving rank is
-// about three buckets.
+// two buckets (three on the root), besides the tensors it receives.
 // For each checkpoint leaf whose path is in `local`:
 //   * non-tensor or 0-dim tensor: the local leaf is replaced by the value (0-dim tensors
 //     on the CPU);

@@ -1,7 +1,8 @@
 // Peak memory of BroadcastStateDict (issue 5's memory test): rank 0 holds a 1 GiB state
 // dict of 64 float32 tensors (1024 x 4096 each); every rank's local holds meta DTensors
 // [Shard(0)] on the 1-D mesh of 4, and the dict is broadcast with 64 MiB buckets. A
-// receiving rank must stay within its shards (256 MiB) + 3 buckets + 64 MiB of overhead:
+// receiving rank must stay within its shards (256 MiB) + 2 buckets + 64 MiB of overhead
+// (PERF.md: shards + 2 buckets; the issue allows 3):
 // its peak resident set (getrusage's ru_maxrss, KiB on Linux) may grow by no more than
 // that over the peak reached just before the call. Rank 0's growth is printed but not
 // bounded (it holds the full dict). CTest runs this binary under `mpiexec -n 4` only, on
@@ -43,7 +44,7 @@ float ValueAt(int t, int64_t i) { return static_cast<float>((i + 7919 * t) & 0xF
 
 std::string Name(int t) { return absl::StrCat("layers.", t, ".weight"); }
 
-TEST(BroadcastMemoryMpi, ReceivingRankPeakStaysWithinShardsPlusThreeBuckets) {
+TEST(BroadcastMemoryMpi, ReceivingRankPeakStaysWithinShardsPlusTwoBuckets) {
   if (WorldSize() != 4) GTEST_SKIP() << "the memory test is for 4 ranks";
   const int n = WorldSize();
   const auto mesh = Mesh({n});
@@ -77,7 +78,7 @@ TEST(BroadcastMemoryMpi, ReceivingRankPeakStaysWithinShardsPlusThreeBuckets) {
   ASSERT_TRUE(AllTrue(result.ok())) << result.status();
 
   const int64_t shard_bytes = kTensors * local_rows * kCols * 4;  // 256 MiB
-  const int64_t bound_kib = (shard_bytes + 3 * kBucketBytes + 64 * kMiB) / 1024;
+  const int64_t bound_kib = (shard_bytes + 2 * kBucketBytes + 64 * kMiB) / 1024;
   const int64_t increase = after - before;
   absl::StatusOr<std::vector<std::string>> lines = g_world->AllGatherBytes(absl::StrCat(
       "rank ", Rank(), ": peak RSS ", before / 1024, " MiB before, ", after / 1024, " MiB after, +",

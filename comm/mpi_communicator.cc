@@ -271,6 +271,13 @@ absl::Status MpiCommunicator::DoAllGatherV(void* output, const void* input,
   }
   char* my_slot = out + offsets[rank()];
   const bool in_place = input == my_slot;
+  if (byte_counts[0] <= max_message_bytes_ &&
+      std::all_of(byte_counts.begin(), byte_counts.end(),
+                  [&](int64_t c) { return c == byte_counts[0]; })) {
+    // Equal counts (even FSDP shards): MPI_Allgather, whose algorithms MPICH tunes better
+    // than Allgatherv's (its ring pipeline stalls when ranks outnumber cores).
+    return DoAllGather(output, input, byte_counts[0]);
+  }
   if (one_message) {
     std::vector<int> counts(byte_counts.begin(), byte_counts.end());
     std::vector<int> displacements(offsets.begin(), offsets.end());

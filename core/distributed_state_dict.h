@@ -133,7 +133,9 @@ struct BroadcastResult {
 // each tensor; 0-dim tensors and non-tensor leaves travel inline), then the tensor bytes
 // in buckets, a tensor larger than a bucket in bucket-sized pieces, pipelined: while one
 // bucket is broadcast, the next is packed on the root and the previous one is sliced on
-// every rank straight into its `local` leaves. Peak extra memory of a receiving rank is
+// every rank straight into its `local` leaves (with buckets of 1 MiB or more, on CUDA, or
+// on the CPU when the machine has at least two cores per rank of the communicator;
+// otherwise one bucket after the other). Peak extra memory of a receiving rank is
 // two buckets (three on the root), besides the tensors it receives.
 // For each checkpoint leaf whose path is in `local`:
 //   * non-tensor or 0-dim tensor: the local leaf is replaced by the value (0-dim tensors

@@ -147,9 +147,18 @@ class SafetensorsFile {
 // names, undefined or meta tensors, and names or metadata that are not valid UTF-8.
 // I/O failures return the errno's code with the call; every message starts with
 // `WriteSafetensors("<path>"): ` and names other paths (temporary file, folder) only.
+struct WriteSafetensorsOptions {
+  // Lay the data out in the given order instead of by element size (e.g. to reproduce a
+  // file whose bytes are in another order, as `sdrt gather` does). A tensor may then start
+  // at an offset that is not a multiple of its element size; SafetensorsFile::Get copies
+  // such tensors instead of borrowing them.
+  bool data_in_given_order = false;
+};
+
 absl::Status WriteSafetensors(const std::string& path,
                               absl::Span<const std::pair<std::string, Tensor>> tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+                              const std::map<std::string, std::string>& metadata = {},
+                              const WriteSafetensorsOptions& options = {});
 
 }  // namespace sdrt
 

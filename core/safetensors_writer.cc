@@ -122,7 +122,10 @@ struct Layout {
 // of its element size and, the data region starting at a multiple of 8, the zero-copy
 // reader borrows every one. InvalidArgument for the reserved name, duplicates, and undefined
 // or meta tensors.
-absl::StatusOr<Layout> LayOut(absl::Span<const std::pair<std::string, Tensor>> tensors) {
+// With `given_order`, the data follows the given order instead (a tensor may then start
+// at an address that is not a multiple of its element size; readers copy those).
+absl::StatusOr<Layout> LayOut(absl::Span<const std::pair<std::string, Tensor>> tensors,
+                              bool given_order) {
   Layout layout;
   std::set<absl::string_view> names;
   for (const auto& [name, tensor] : tensors) {
@@ -141,9 +144,12 @@ absl::StatusOr<Layout> LayOut(absl::Span<const std::pair<std::string, Tensor>> t
     layout.entries.push_back(SafetensorsEntry{name, tensor.dtype(), tensor.shape(), 0, 0});
     layout.data_order.push_back(layout.data_order.size());
   }
-  std::stable_sort(layout.data_order.begin(), layout.data_order.end(), [&](size_t a, size_t b) {
-    return tensors[a].second.element_size() > tensors[b].second.element_size();
-  });
+  if (!given_order) {
+    std::stable_sort(layout.data_order.begin(), layout.data_order.end(),
+                     [&](size_t a, size_t b) {
+                       return tensors[a].second.element_size() > tensors[b].second.element_size();
+                     });
+  }
   int64_t offset = 0;
   for (size_t i : layout.data_order) {
     layout.entries[i].data_begin = offset;
@@ -189,8 +195,9 @@ absl::StatusOr<std::string> FollowSymlinks(const std::string& path) {
 
 absl::Status WriteAll(const std::string& path,
                       absl::Span<const std::pair<std::string, Tensor>> tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  absl::StatusOr<Layout> layout = LayOut(tensors);
+                      const std::map<std::string, std::string>& metadata,
+                      const WriteSafetensorsOptions& options) {
+  absl::StatusOr<Layout> layout = LayOut(tensors, options.data_in_given_order);
   if (!layout.ok()) return layout.status();
   absl::StatusOr<std::string> header =
       internal::SerializeSafetensorsHeader(layout->entries, metadata);
@@ -233,8 +240,9 @@ absl::Status WriteAll(const std::string& path,
 
 absl::Status WriteSafetensors(const std::string& path,
                               absl::Span<const std::pair<std::string, Tensor>> tensors,
-                              const std::map<std::string, std::string>& metadata) {
-  absl::Status status = WriteAll(path, tensors, metadata);
+                              const std::map<std::string, std::string>& metadata,
+                              const WriteSafetensorsOptions& options) {
+  absl::Status status = WriteAll(path, tensors, metadata, options);
   if (status.ok()) return status;
   return absl::Status(status.code(),
                       absl::StrCat("WriteSafetensors(\"", path, "\"): ", status.message()));

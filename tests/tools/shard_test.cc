@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/core/sharded_checkpoint_test_util.h"
 #include "tests/test_util.h"
+#include "tests/tools/command_util.h"
 
 namespace sdrt {
 namespace {
@@ -27,28 +28,10 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using test::CommandResult;
 
 CommandResult Sdrt(const std::string& args) {
-  CommandResult result;
-  const std::string err_path =
-      (fs::path(test::TestTmpRoot()) / absl::StrCat("shard_test_stderr_", getpid())).string();
-  FILE* pipe = popen((std::string(SDRT_BINARY) + " " + args + " 2>" + err_path).c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream s;
-  s << err.rdbuf();
-  result.err = s.str();
-  return result;
+  return test::RunCommand(std::string(SDRT_BINARY) + " " + args);
 }
 
 std::string ReadBytes(const std::string& path) {

@@ -12,7 +12,6 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -208,13 +207,6 @@ int RunDemo(const DemoArgs& args) {
     absl::StatusOr<std::string> made = DefaultCheckpoint(cache);
     if (!made.ok()) return fail(made.status());
     file = *made;
-  }
-  if (args.ranks > static_cast<int>(std::thread::hardware_concurrency())) {
-    // More ranks than cores: MPICH's ring all-gather then waits for the scheduler at every
-    // step (1.5 s instead of 0.1 s for 3 MB on 4 ranks over 2 cores, measured); Bruck's
-    // algorithm has log2(ranks) steps. The user's own setting wins.
-    setenv("MPIR_CVAR_ALLGATHERV_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
-    setenv("MPIR_CVAR_ALLGATHER_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
   }
   std::vector<std::pair<std::string, std::string>> plans = {
       {"fsdp", absl::StrCat(args.ranks)}};

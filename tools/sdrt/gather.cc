@@ -75,7 +75,10 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
     }
     tensors.emplace_back(t.name, v->as_tensor());
   }
-  return WriteSafetensors(args.out, tensors, index.metadata);
+  // The index lists the tensors in the source's byte order; OUT keeps it.
+  WriteSafetensorsOptions write_options;
+  write_options.data_in_given_order = true;
+  return WriteSafetensors(args.out, tensors, index.metadata, write_options);
 }
 
 int RunGather(const GatherArgs& args) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/distributed_state_dict.h"
 #include "core/dtensor_ops.h"
 #include "core/safetensors.h"
@@ -88,9 +89,10 @@ absl::StatusOr<Map> MetaStateDict(const std::vector<TensorInfo>& infos,
   return local;
 }
 
-// Checks this rank's loaded pieces; returns the names that differ.
+// Checks this rank's loaded pieces; returns the names that differ. InvalidArgument when
+// --verify names a checkpoint of another mesh or plan (its pieces cannot match).
 absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Session& session,
-                                                const Map& local) {
+                                                const DeviceMesh& mesh, const Map& local) {
   std::vector<std::string> wrong;
   std::optional<RankShards> expected;
   std::optional<SafetensorsFile> file;
@@ -98,37 +100,53 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
     absl::StatusOr<RankShards> shards = LoadRankShards(args.verify_dir, session.rank());
     if (!shards.ok()) return shards.status();
     expected = *std::move(shards);
+    if (expected->index.mesh->shape() != mesh.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          args.verify_dir, " is sharded on mesh ",
+          absl::StrJoin(expected->index.mesh->shape(), "x"), " but --mesh is ", args.mesh));
+    }
   } else {
     absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file);
     if (!opened.ok()) return opened.status();
     file = *std::move(opened);
   }
   for (size_t i = 0; i < local.size(); ++i) {
-    const DTensor& got = local.value(i).as_dtensor();
-    absl::StatusOr<Tensor> mine = got.local().To(Device::CPU());
+    // A DTensor, or the full tensor for a 0-dim one (BroadcastStateDict replaces 0-dim
+    // leaves by the checkpoint's value, as PyTorch).
+    const Value& value = local.value(i);
+    const DTensor* got = value.kind() == ValueKind::kDTensor ? &value.as_dtensor() : nullptr;
+    if (got == nullptr && value.kind() != ValueKind::kTensor) {
+      return absl::InternalError(absl::StrCat(local.key(i), ": the load left no tensor"));
+    }
+    absl::StatusOr<Tensor> mine =
+        (got != nullptr ? got->local() : value.as_tensor()).To(Device::CPU());
     if (!mine.ok()) return mine.status();
     Tensor want;
     if (expected.has_value()) {
       const auto it = std::find_if(expected->tensors.begin(), expected->tensors.end(),
                                    [&](const auto& p) { return p.first == local.key(i); });
       if (it == expected->tensors.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(args.verify_dir, " has no tensor ",
-                                                       local.key(i)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(args.verify_dir, " has no tensor ", local.key(i)));
       }
-      if (it->second.placements() != got.placements()) {
+      if (got != nullptr && it->second.placements() != got->placements()) {
         return absl::InvalidArgumentError(
             absl::StrCat(local.key(i), ": ", args.verify_dir, " holds it as ",
                          PlacementsToString(it->second.placements()), ", the plan gives ",
-                         PlacementsToString(got.placements())));
+                         PlacementsToString(got->placements())));
       }
       want = it->second.local();
     } else {
       absl::StatusOr<Tensor> full = file->Get(local.key(i));
       if (!full.ok()) return full.status();
-      absl::StatusOr<DTensor> piece =
-          DistributeTensor(*full, got.mesh(), got.placements(), session.rank());
-      if (!piece.ok()) return piece.status();
-      want = piece->local();
+      if (got != nullptr) {
+        absl::StatusOr<DTensor> piece =
+            DistributeTensor(*full, got->mesh(), got->placements(), session.rank());
+        if (!piece.ok()) return piece.status();
+        want = piece->local();
+      } else {
+        want = *full;
+      }
     }
     absl::StatusOr<uint64_t> a = TensorXxh64(*mine);
     absl::StatusOr<uint64_t> b = TensorXxh64(want);
@@ -212,7 +230,7 @@ int RunLoad(const LoadArgs& args) {
   status = AgreeOnStatus(*session->world, result.status());
   if (!status.ok()) return fail(status);
 
-  absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *local);
+  absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *shared_mesh, *local);
   status = AgreeOnStatus(*session->world, wrong.status());
   if (!status.ok()) return fail(status);
   std::string wrong_text;

@@ -64,9 +64,8 @@ std::string Describe(DType dtype, IntSpan shape) {
 
 // Plans the target of checkpoint tensor `entry` in local leaf `leaf`; allocations of new
 // tensors happen here (on `device`), before any data moves.
-absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry,
-                                  internal::MutableLeaf& leaf, const Communicator& comm,
-                                  Device device) {
+absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry, internal::MutableLeaf& leaf,
+                                  const Communicator& comm, Device device) {
   Target target;
   target.leaf = &leaf;
   const Value& v = *leaf.value;
@@ -75,9 +74,9 @@ absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry,
     const DTensor& d = v.as_dtensor();
     if (d.dtype() != entry.dtype || !std::equal(d.global_shape().begin(), d.global_shape().end(),
                                                 entry.shape.begin(), entry.shape.end())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
-          " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
+                       " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
     }
     if (d.mesh() == nullptr || d.mesh()->num_ranks() != comm.size() ||
         !d.mesh()->Coordinate(comm.rank()).has_value()) {
@@ -85,9 +84,9 @@ absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry,
                                                      " is not on a mesh of the communicator's ",
                                                      comm.size(), " ranks"));
     }
-    SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
-                          ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(),
-                                                           d.placements(), comm.rank()));
+    SDRT_ASSIGN_OR_RETURN(
+        const LocalShardInfo info,
+        ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), comm.rank()));
     Tensor dest;
     if (d.local().device().is_meta()) {
       target.kind = Target::Kind::kFreshDTensor;
@@ -104,9 +103,8 @@ absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry,
   }
   if (v.kind() == ValueKind::kShardedTensor) {
     const ShardedTensor& st = v.as_sharded();
-    if (st.dtype() != entry.dtype ||
-        !std::equal(st.global_shape().begin(), st.global_shape().end(), entry.shape.begin(),
-                    entry.shape.end())) {
+    if (st.dtype() != entry.dtype || !std::equal(st.global_shape().begin(), st.global_shape().end(),
+                                                 entry.shape.begin(), entry.shape.end())) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
           " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
@@ -121,8 +119,7 @@ absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry,
         if (s.metadata.sizes[dim] > 0 &&
             s.metadata.offsets[dim] + s.metadata.sizes[dim] > entry.shape[dim]) {
           return absl::InvalidArgumentError(absl::StrCat(where, ": local shard ",
-                                                         s.metadata.ToString(),
-                                                         " does not fit in ",
+                                                         s.metadata.ToString(), " does not fit in ",
                                                          ShapeToString(entry.shape)));
         }
       }
@@ -160,14 +157,13 @@ class BucketPipeline {
     if (buckets_.empty()) return absl::OkStatus();
     int64_t largest = 0;
     for (const internal::Bucket& b : buckets_) largest = std::max(largest, b.bytes);
-    const bool pipelined = buckets_.size() > 1 && bucket_bytes >= kPipelineMinBucketBytes &&
-                           HasSpareCores(comm_);
+    const bool pipelined =
+        buckets_.size() > 1 && bucket_bytes >= kPipelineMinBucketBytes && HasSpareCores(comm_);
     // The root packs, sends and slices three buckets at once; a receiving rank holds only
     // the one in flight and the one it slices.
     const int count = !pipelined ? 1 : comm_.rank() == root_ ? 3 : 2;
     for (int i = 0; i < count; ++i) {
-      SDRT_ASSIGN_OR_RETURN(Tensor buffer,
-                            Tensor::Empty({largest}, DType::kUInt8, comm_.device()));
+      SDRT_ASSIGN_OR_RETURN(Tensor buffer, Tensor::Empty({largest}, DType::kUInt8, comm_.device()));
       buffers_.push_back(std::move(buffer));
     }
     const int n = static_cast<int>(buckets_.size());
@@ -186,15 +182,12 @@ class BucketPipeline {
       absl::Status pack_status, slice_status;
       std::thread packer, slicer;
       if (k + 1 < n && comm_.rank() == root_) {
-        packer =
-            std::thread([&, k] { pack_status = Pack(k + 1, buffers_[(k + 1) % count]); });
+        packer = std::thread([&, k] { pack_status = Pack(k + 1, buffers_[(k + 1) % count]); });
       }
       if (k >= 1) {
-        slicer =
-            std::thread([&, k] { slice_status = Slice(k - 1, buffers_[(k - 1) % count]); });
+        slicer = std::thread([&, k] { slice_status = Slice(k - 1, buffers_[(k - 1) % count]); });
       }
-      const absl::Status send_status =
-          k < n ? Send(k, buffers_[k % count]) : absl::OkStatus();
+      const absl::Status send_status = k < n ? Send(k, buffers_[k % count]) : absl::OkStatus();
       if (packer.joinable()) packer.join();
       if (slicer.joinable()) slicer.join();
       SDRT_RETURN_IF_ERROR(send_status);
@@ -293,29 +286,48 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
                                                    const BroadcastOptions& options) {
   SDRT_ASSIGN_OR_RETURN(Communicator * comm_ptr, internal::ResolveCommunicator(options.comm, kOp));
   Communicator& comm = *comm_ptr;
+  CollectiveStats local_stats;
+  CollectiveStats& stats = options.stats != nullptr ? *options.stats : local_stats;
+  stats = CollectiveStats{};
+  const bool is_root = comm.rank() == options.root;
+  const Device device =
+      options.cpu_offload ? Device::CPU() : options.device.value_or(comm.device());
+
+  // 1. The root's skeleton, to everyone, together with every rank's options (one
+  // collective): ranks that disagree on the root or the bucket size would otherwise issue
+  // mismatched collectives.
+  const std::string my_options =
+      absl::StrCat("root ", options.root, ", bucket_bytes ", options.bucket_bytes);
+  std::vector<Tensor> root_tensors;
+  std::string message = absl::StrCat(my_options.size(), ":", my_options);
+  if (is_root) message += internal::EncodeBroadcastSkeleton(full, &root_tensors);
+  ++stats.collectives;
+  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all, comm.AllGatherBytes(message));
+  std::vector<std::string> options_of(all.size());
+  std::vector<std::string> payload_of(all.size());
+  for (size_t q = 0; q < all.size(); ++q) {
+    const size_t colon = all[q].find(':');
+    const size_t n = std::stoul(all[q].substr(0, colon));
+    options_of[q] = all[q].substr(colon + 1, n);
+    payload_of[q] = all[q].substr(colon + 1 + n);
+  }
+  for (size_t q = 1; q < all.size(); ++q) {
+    if (options_of[q] != options_of[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": ranks disagree on the options: rank 0 has ", options_of[0],
+                       ", rank ", q, " has ", options_of[q]));
+    }
+  }
   if (options.root < 0 || options.root >= comm.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": root ", options.root,
-                                                   " is not a rank of the communicator of ",
-                                                   comm.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": root ", options.root, " is not a rank of the communicator of ", comm.size()));
   }
   if (options.bucket_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": bucket_bytes must be at least 1, got ", options.bucket_bytes));
   }
-  CollectiveStats local_stats;
-  CollectiveStats& stats = options.stats != nullptr ? *options.stats : local_stats;
-  stats = CollectiveStats{};
-  const bool is_root = comm.rank() == options.root;
-  const Device device = options.cpu_offload ? Device::CPU() : options.device.value_or(comm.device());
-
-  // 1. The root's skeleton, to everyone (one collective).
-  std::vector<Tensor> root_tensors;
-  std::string encoded;
-  if (is_root) encoded = internal::EncodeBroadcastSkeleton(full, &root_tensors);
-  ++stats.collectives;
-  SDRT_RETURN_IF_ERROR(comm.BroadcastBytes(&encoded, options.root));
   SDRT_ASSIGN_OR_RETURN(std::vector<internal::SkeletonEntry> entries,
-                        internal::DecodeBroadcastSkeleton(encoded));
+                        internal::DecodeBroadcastSkeleton(payload_of[options.root]));
 
   // 2. Match against the local leaves; plan targets; agree (one collective).
   absl::StatusOr<std::vector<internal::MutableLeaf>> leaves_or =
@@ -369,7 +381,8 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   SDRT_RETURN_IF_ERROR(internal::AgreeAcrossRanks(comm, kOp, skeleton, local_error, &stats));
 
   // 3. Data, then the local tree.
-  const std::vector<internal::Bucket> buckets = internal::PlanBuckets(planned, options.bucket_bytes);
+  const std::vector<internal::Bucket> buckets =
+      internal::PlanBuckets(planned, options.bucket_bytes);
   BucketPipeline pipeline(comm, options.root, buckets, sources, target_of, dtypes, stats,
                           options.progress);
   SDRT_RETURN_IF_ERROR(pipeline.Run(options.bucket_bytes));

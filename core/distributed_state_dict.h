@@ -19,6 +19,9 @@
 //     mesh dim keeps the value, the others the reduction's identity), where PyTorch gives
 //     every rank the full value (SPEC 11.1, 11.7).
 //   * The root of a broadcast is any rank of the communicator (PyTorch: global rank 0).
+//   * The options that shape the collectives (bucket size, root, ranks_only, cpu_offload)
+//     are compared across ranks with the skeleton: a rank that differs gets the same
+//     error as every other rank, not a mismatched collective.
 //
 // Collectives: every function that takes a communicator is collective over it; every rank
 // calls it with structurally matching state dicts. The meshes of the DTensors must span

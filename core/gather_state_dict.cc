@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/device_mesh_comm.h"
 #include "core/distributed_state_dict.h"
 #include "core/internal/agreement.h"
@@ -67,9 +68,9 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
       const DTensor& d = v.as_dtensor();
       if (d.mesh() == nullptr || d.mesh()->num_ranks() != comm.size() ||
           !d.mesh()->Coordinate(comm.rank()).has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", leaf.path, "': ", d.ToString(), " is not on a mesh of the communicator's ",
-            comm.size(), " ranks"));
+        return absl::InvalidArgumentError(absl::StrCat("'", leaf.path, "': ", d.ToString(),
+                                                       " is not on a mesh of the communicator's ",
+                                                       comm.size(), " ranks"));
       }
       for (int64_t r : d.mesh()->ranks()) {
         if (r < 0 || r >= comm.size()) {
@@ -101,8 +102,8 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
       return absl::OkStatus();
     case ValueKind::kOpaque:
       if (options.type_check && v.as_opaque().type_name != internal::kBytesIOTypeName) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", leaf.path, "': unexpected value type ", v.as_opaque().type_name));
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", leaf.path, "': unexpected value type ", v.as_opaque().type_name));
       }
       return absl::OkStatus();
     default:
@@ -147,10 +148,10 @@ absl::Status ExchangeShardBoxes(Communicator& comm, std::vector<Item*>& items,
           numel *= sizes[d];
           if (sizes[d] < 0 || offsets[d] < 0 ||
               (sizes[d] > 0 && offsets[d] + sizes[d] > item->global_shape[d])) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                kOp, ": a shard of rank ", q, " at offsets ", ShapeToString(offsets),
-                " with sizes ", ShapeToString(sizes), " does not fit in ",
-                ShapeToString(item->global_shape)));
+            return absl::InvalidArgumentError(
+                absl::StrCat(kOp, ": a shard of rank ", q, " at offsets ", ShapeToString(offsets),
+                             " with sizes ", ShapeToString(sizes), " does not fit in ",
+                             ShapeToString(item->global_shape)));
           }
         }
         item->rank_bytes[q] += numel * ElementSize(item->dtype);
@@ -248,27 +249,32 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<Item* const> bucket, bo
 }  // namespace
 
 absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& options) {
-  SDRT_ASSIGN_OR_RETURN(Communicator * comm_ptr,
-                        internal::ResolveCommunicator(options.comm, kOp));
+  SDRT_ASSIGN_OR_RETURN(Communicator * comm_ptr, internal::ResolveCommunicator(options.comm, kOp));
   Communicator& comm = *comm_ptr;
-  if (options.bucket_bytes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": bucket_bytes must be at least 1, got ", options.bucket_bytes));
-  }
   CollectiveStats local_stats;
   CollectiveStats& stats = options.stats != nullptr ? *options.stats : local_stats;
   stats = CollectiveStats{};
   const bool keep = options.ranks_only.empty() ||
-                    std::find(options.ranks_only.begin(), options.ranks_only.end(),
-                              comm.rank()) != options.ranks_only.end();
+                    std::find(options.ranks_only.begin(), options.ranks_only.end(), comm.rank()) !=
+                        options.ranks_only.end();
 
   // 1. Skeleton and local checks, then agreement (one collective).
   absl::StatusOr<std::vector<internal::Leaf>> leaves_or = internal::CollectLeaves(state_dict);
   absl::Status local_error = leaves_or.status();
   std::vector<internal::Leaf> leaves;
   if (leaves_or.ok()) leaves = *std::move(leaves_or);
+  if (local_error.ok() && options.bucket_bytes < 1) {
+    local_error = absl::InvalidArgumentError(
+        absl::StrCat("bucket_bytes must be at least 1, got ", options.bucket_bytes));
+  }
+  // The options every rank must share go first, so that a difference is an error on every
+  // rank rather than mismatched collectives.
   internal::Skeleton skeleton;
-  skeleton.reserve(leaves.size());
+  skeleton.reserve(leaves.size() + 1);
+  skeleton.emplace_back("<options>",
+                        absl::StrCat("bucket_bytes ", options.bucket_bytes, ", ranks_only [",
+                                     absl::StrJoin(options.ranks_only, ", "), "], cpu_offload ",
+                                     options.cpu_offload ? "true" : "false"));
   for (const internal::Leaf& leaf : leaves) {
     skeleton.emplace_back(leaf.path, internal::DescribeForAgreement(*leaf.value));
     if (local_error.ok()) local_error = ValidateLeaf(leaf, comm, options);
@@ -312,8 +318,8 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
         ++stats.collectives;
         SDRT_RETURN_IF_ERROR(dim_comm->AllReduce(local, placements[i].reduce_op()));
       }
-      const Device target = options.cpu_offload ? Device::CPU()
-                                                : options.device.value_or(d.local().device());
+      const Device target =
+          options.cpu_offload ? Device::CPU() : options.device.value_or(d.local().device());
       if (NumShards(mesh, placements) == 1) {
         if (keep) {
           if (reduced || local.device() != target) {
@@ -335,8 +341,9 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       item.rank_bytes.assign(static_cast<size_t>(comm.size()), 0);
       for (int q = 0; q < comm.size(); ++q) {
         if (IsCopyRank(mesh, placements, q)) continue;
-        SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info, ComputeLocalShapeAndGlobalOffset(
-                                                             d.global_shape(), mesh, placements, q));
+        SDRT_ASSIGN_OR_RETURN(
+            const LocalShardInfo info,
+            ComputeLocalShapeAndGlobalOffset(d.global_shape(), mesh, placements, q));
         int64_t numel = 1;
         for (int64_t s : info.local_shape) numel *= s;
         item.rank_bytes[q] = numel * ElementSize(d.dtype());
@@ -350,11 +357,11 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       item.leaf = &v;
       item.dtype = st.dtype();
       item.global_shape = st.global_shape();
-      item.target = options.cpu_offload ? Device::CPU()
-                                        : options.device.value_or(
-                                              st.local_shards().empty()
-                                                  ? Device::CPU()
-                                                  : st.local_shards().front().tensor.device());
+      item.target = options.cpu_offload
+                        ? Device::CPU()
+                        : options.device.value_or(st.local_shards().empty()
+                                                      ? Device::CPU()
+                                                      : st.local_shards().front().tensor.device());
       items.push_back(std::move(item));
     }
   }
@@ -405,8 +412,7 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
     visitors.dtensor = [&results](const DTensor& d, const Value*) -> absl::StatusOr<Value> {
       return results.at(&d);
     };
-    visitors.sharded = [&results](const ShardedTensor& st,
-                                  const Value*) -> absl::StatusOr<Value> {
+    visitors.sharded = [&results](const ShardedTensor& st, const Value*) -> absl::StatusOr<Value> {
       return results.at(&st);
     };
   }

@@ -950,6 +950,43 @@ TEST(DistributeStateDictMpi, LocalDisagreesWithCheckpointFailsOnEveryRank) {
   }
 }
 
+// Options that shape the collectives differ between ranks (a review found a hang, wrong
+// values and an MPI abort here): the same InvalidArgument on every rank, before any data
+// moves. One rank passing an invalid bucket size is the same case.
+TEST(DistributedStateDictMpi, OptionsThatDifferBetweenRanksAreAnErrorOnEveryRank) {
+  const int n = WorldSize();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const auto m1 = Mesh({n});
+  const Tensor full = Pattern({6, 4}, DType::kFloat32, 1);
+  Map sd{{"w", *DistributeTensor(full, m1, PlacementsOf("[S(0)]"), Rank())}};
+  for (int64_t other : {int64_t{0}, int64_t{1}}) {
+    GatherOptions gather = WorldGather();
+    gather.bucket_bytes = Rank() == 1 ? other : 1024;
+    absl::StatusOr<Map> got = GatherStateDict(sd, gather);
+    ExpectSameStatusOnEveryRank(got.status());
+    ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("bucket_bytes"));
+
+    Map local{{"w", *DTensor::Make(*Tensor::Meta({0, 0}, DType::kFloat32), m1,
+                                   PlacementsOf("[S(0)]"), {6, 4})}};
+    BroadcastOptions broadcast = WorldBroadcast();
+    broadcast.bucket_bytes = Rank() == 1 ? other : 1024;
+    absl::StatusOr<BroadcastResult> result =
+        BroadcastStateDict(Rank() == 0 ? Map{{"w", full}} : Map{}, local, broadcast);
+    ExpectSameStatusOnEveryRank(result.status());
+    ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr("bucket_bytes"));
+  }
+  Map local{{"w", *DTensor::Make(*Tensor::Meta({0, 0}, DType::kFloat32), m1,
+                                 PlacementsOf("[S(0)]"), {6, 4})}};
+  BroadcastOptions broadcast = WorldBroadcast();
+  broadcast.root = Rank() == 1 ? 1 : 0;
+  absl::StatusOr<BroadcastResult> result = BroadcastStateDict(Map{{"w", full}}, local, broadcast);
+  ExpectSameStatusOnEveryRank(result.status());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("root 1"));
+}
+
 }  // namespace
 }  // namespace sdrt::test
 

@@ -3,6 +3,7 @@
 // them with ranks_only {0} and cpu_offload, and rank 0 checks each full tensor against the
 // index's xxh64 and writes OUT atomically (the source's tensors, in its order, with its
 // __metadata__).
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -36,9 +37,9 @@ absl::StatusOr<Map> LoadShards(const GatherArgs& args, const Session& session,
   absl::StatusOr<RankShards> shards = LoadRankShards(args.in_dir, session.rank());
   if (!shards.ok()) return shards.status();
   if (shards->index.world_size != session.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        args.in_dir, " has ", shards->index.world_size, " ranks but mpiexec started ",
-        session.size(), " (run with -n ", shards->index.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(args.in_dir, " has ", shards->index.world_size, " ranks but mpiexec started ",
+                     session.size(), " (run with -n ", shards->index.world_size, ")"));
   }
   Map state_dict;
   state_dict.Reserve(shards->tensors.size());
@@ -57,6 +58,27 @@ absl::StatusOr<Map> LoadShards(const GatherArgs& args, const Session& session,
   return state_dict;
 }
 
+// Rank 0, before any data moves: OUT must be writable as a file, and not inside INDIR
+// (writing there would replace a file of the checkpoint being read).
+absl::Status CheckOut(const GatherArgs& args) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out = fs::absolute(args.out, ec);
+  const fs::path in = fs::weakly_canonical(fs::absolute(args.in_dir, ec), ec);
+  const fs::path parent = fs::weakly_canonical(out.parent_path(), ec);
+  if (fs::is_directory(out, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(args.out, " is a folder, not a file"));
+  }
+  if (!fs::is_directory(parent, ec)) {
+    return absl::NotFoundError(absl::StrCat("the folder of ", args.out, " does not exist"));
+  }
+  if (parent == in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(args.out, " is inside ", args.in_dir, ", the checkpoint being gathered"));
+  }
+  return absl::OkStatus();
+}
+
 // Rank 0: checks every gathered tensor against the index and writes OUT.
 absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex& index,
                            const Map& gathered) {
@@ -69,9 +91,10 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
     absl::StatusOr<uint64_t> hash = TensorXxh64(v->as_tensor());
     if (!hash.ok()) return hash.status();
     if (*hash != t.xxh64) {
-      return absl::DataLossError(absl::StrCat(
-          "tensor ", t.name, ": the gathered bytes hash to ", FormatXxh64(*hash), " but ",
-          args.in_dir, "/index.json says ", FormatXxh64(t.xxh64)));
+      return absl::DataLossError(absl::StrCat("tensor ", t.name, ": the gathered bytes hash to ",
+                                              FormatXxh64(*hash), " but ", args.in_dir,
+                                              "/index.json says ", FormatXxh64(t.xxh64),
+                                              " (a rank file's data or the index is damaged)"));
     }
     tensors.emplace_back(t.name, v->as_tensor());
   }
@@ -91,12 +114,15 @@ int RunGather(const GatherArgs& args) {
     if (session->rank() == 0) std::cerr << "sdrt gather: " << status.message() << "\n";
     return ExitCodeFor(status);
   };
-  if (args.bucket_mib < 1) {
-    return fail(absl::InvalidArgumentError("--bucket-mib must be at least 1"));
+  if (args.bucket_mib < 1 || args.bucket_mib > kMaxBucketMib) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--bucket-mib must be in [1, ", kMaxBucketMib, "], got ", args.bucket_mib)));
   }
   ShardedCheckpointIndex index;
   absl::StatusOr<Map> shards = LoadShards(args, *session, &index);
-  absl::Status status = AgreeOnStatus(*session->world, shards.status());
+  absl::Status status = shards.status();
+  if (status.ok() && session->rank() == 0) status = CheckOut(args);
+  status = AgreeOnStatus(*session->world, status);
   if (!status.ok()) return fail(status);
 
   GatherOptions options;
@@ -152,12 +178,12 @@ int RunGather(const GatherArgs& args) {
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
-  std::cout << "gathered " << index.tensors.size() << " tensors (" << HumanBytes(bytes)
-            << ") from " << session->size() << " ranks into " << Printable(args.out) << "\n"
-            << "  gather " << absl::StrFormat("%.3f s, %.2f GB/s", gather_seconds, gbps)
-            << "; " << stats.collectives << " collectives (" << stats.data_collectives
-            << " moving data, " << stats.buckets << " buckets of at most " << args.bucket_mib
-            << " MiB); write " << absl::StrFormat("%.3f s", write_seconds) << "\n"
+  std::cout << "gathered " << index.tensors.size() << " tensors (" << HumanBytes(bytes) << ") from "
+            << session->size() << " ranks into " << Printable(args.out) << "\n"
+            << "  gather " << absl::StrFormat("%.3f s, %.2f GB/s", gather_seconds, gbps) << "; "
+            << stats.collectives << " collectives (" << stats.data_collectives << " moving data, "
+            << stats.buckets << " buckets of at most " << args.bucket_mib << " MiB); write "
+            << absl::StrFormat("%.3f s", write_seconds) << "\n"
             << "  every tensor matches the index's xxh64\n  peak memory per rank:";
   for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
   std::cout << "\n";

@@ -49,8 +49,8 @@ absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
   if (file != nullptr) {
     nlohmann::json list = nlohmann::json::array();
     for (const SafetensorsEntry& e : file->entries()) {
-      list.push_back({e.name, std::string(DTypeName(e.dtype)), std::vector<int64_t>(
-                                                                   e.shape.begin(), e.shape.end())});
+      list.push_back({e.name, std::string(DTypeName(e.dtype)),
+                      std::vector<int64_t>(e.shape.begin(), e.shape.end())});
     }
     const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(list);
     bytes.assign(cbor.begin(), cbor.end());
@@ -168,9 +168,11 @@ int RunLoad(const LoadArgs& args) {
     return ExitCodeFor(status);
   };
   // Rank 0 maps the file; every rank checks the mesh and the plan.
-  absl::Status status = args.bucket_mib >= 1
-                            ? absl::OkStatus()
-                            : absl::InvalidArgumentError("--bucket-mib must be at least 1");
+  absl::Status status =
+      args.bucket_mib >= 1 && args.bucket_mib <= kMaxBucketMib
+          ? absl::OkStatus()
+          : absl::InvalidArgumentError(absl::StrCat("--bucket-mib must be in [1, ", kMaxBucketMib,
+                                                    "], got ", args.bucket_mib));
   std::optional<SafetensorsFile> file;
   if (status.ok() && session->rank() == 0) {
     SafetensorsFile::Options open_options;
@@ -185,9 +187,9 @@ int RunLoad(const LoadArgs& args) {
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(args.mesh);
   if (status.ok() && !mesh.ok()) status = mesh.status();
   if (status.ok() && mesh->num_ranks() != session->size()) {
-    status = absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " has ",
-                                                     mesh->num_ranks(), " ranks but mpiexec started ",
-                                                     session->size()));
+    status =
+        absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " has ", mesh->num_ranks(),
+                                                " ranks but mpiexec started ", session->size()));
   }
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (status.ok() && !plan.ok()) status = plan.status();
@@ -234,7 +236,8 @@ int RunLoad(const LoadArgs& args) {
   status = AgreeOnStatus(*session->world, wrong.status());
   if (!status.ok()) return fail(status);
   std::string wrong_text;
-  for (const std::string& name : *wrong) absl::StrAppend(&wrong_text, wrong_text.empty() ? "" : ",", name);
+  for (const std::string& name : *wrong)
+    absl::StrAppend(&wrong_text, wrong_text.empty() ? "" : ",", name);
   absl::StatusOr<std::vector<std::string>> all_wrong = session->world->AllGatherBytes(wrong_text);
   if (!all_wrong.ok()) return fail(all_wrong.status());
   absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(*session->world);
@@ -249,7 +252,8 @@ int RunLoad(const LoadArgs& args) {
   }
   std::vector<std::string> mismatches;
   for (int q = 0; q < session->size(); ++q) {
-    if (!(*all_wrong)[q].empty()) mismatches.push_back(absl::StrCat("rank ", q, ": ", (*all_wrong)[q]));
+    if (!(*all_wrong)[q].empty())
+      mismatches.push_back(absl::StrCat("rank ", q, ": ", (*all_wrong)[q]));
   }
   const double gbps = seconds > 0 ? bytes / seconds / 1e9 : 0;
   const std::string against = args.verify_dir.empty() ? args.file : args.verify_dir;
@@ -274,12 +278,11 @@ int RunLoad(const LoadArgs& args) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << "loaded " << infos->size() << " tensors (" << HumanBytes(bytes) << ") from "
-              << Printable(args.file) << " into " << session->size() << " ranks, mesh "
-              << args.mesh << ", plan " << plan->name() << "\n"
+              << Printable(args.file) << " into " << session->size() << " ranks, mesh " << args.mesh
+              << ", plan " << plan->name() << "\n"
               << "  broadcast " << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; "
-              << stats.collectives << " collectives (" << stats.data_collectives
-              << " moving data, " << stats.buckets << " buckets of at most " << args.bucket_mib
-              << " MiB)\n"
+              << stats.collectives << " collectives (" << stats.data_collectives << " moving data, "
+              << stats.buckets << " buckets of at most " << args.bucket_mib << " MiB)\n"
               << "  verified against " << Printable(against) << ": "
               << (mismatches.empty() ? "every piece matches" : "MISMATCH") << "\n";
     for (const std::string& m : mismatches) std::cout << "    " << Printable(m) << "\n";
@@ -301,7 +304,8 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--mesh", args->mesh, "device mesh shape, e.g. 4 or 2x2")->required();
   cmd->add_option("--plan", args->plan, "fsdp, hsdp, tp, fsdp-tp or PLAN.json")->required();
   cmd->add_option("--verify", args->verify_dir,
-                  "sharded checkpoint to compare every piece with (default: slice FILE)");
+                  "sharded checkpoint to compare every piece with (default: every rank "
+                  "slices FILE itself, so FILE must be readable on every rank)");
   cmd->add_option("--device", args->device, "where the shards go: cpu or cuda")
       ->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "bytes broadcast per collective, MiB")

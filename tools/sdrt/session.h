@@ -17,6 +17,9 @@
 
 namespace sdrt::cli {
 
+// The largest --bucket-mib the commands accept (1 TiB).
+inline constexpr int64_t kMaxBucketMib = int64_t{1} << 20;
+
 struct Session {
   Communicator* world = nullptr;       // MPI world (metadata, barriers, CPU data)
   std::unique_ptr<Communicator> nccl;  // with --device cuda: NCCL over the same ranks

@@ -9,24 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/internal/partial_fill.h"
+#include "core/internal/status_macros.h"
 #include "tensor/region_copy.h"
 #include "tensor/sharding.h"
-
-// Status plumbing local to this file: declare-and-assign from a StatusOr, or return its
-// error; return a non-OK Status.
-#define SDRT_OPS_CONCAT_INNER(a, b) a##b
-#define SDRT_OPS_CONCAT(a, b) SDRT_OPS_CONCAT_INNER(a, b)
-#define SDRT_OPS_ASSIGN_OR_RETURN_IMPL(var, tmp, expr) \
-  auto tmp = (expr);                                   \
-  if (!tmp.ok()) return tmp.status();                  \
-  var = *std::move(tmp)
-#define SDRT_ASSIGN_OR_RETURN(var, expr) \
-  SDRT_OPS_ASSIGN_OR_RETURN_IMPL(var, SDRT_OPS_CONCAT(status_or_, __LINE__), expr)
-#define SDRT_RETURN_IF_ERROR(expr)       \
-  do {                                   \
-    const absl::Status status_ = (expr); \
-    if (!status_.ok()) return status_;   \
-  } while (false)
 
 namespace sdrt {
 namespace {

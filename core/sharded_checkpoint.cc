@@ -26,29 +26,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tensor/sharding.h"
 #include "xxhash.h"
-
 #if SDRT_HAVE_MPI || SDRT_HAVE_NCCL
 #include "core/dtensor_ops.h"
 #endif
-
-// Status plumbing local to this file: declare-and-assign from a StatusOr, or return its
-// error; return a non-OK Status.
-#define SDRT_SC_CONCAT_INNER(a, b) a##b
-#define SDRT_SC_CONCAT(a, b) SDRT_SC_CONCAT_INNER(a, b)
-#define SDRT_SC_ASSIGN_OR_RETURN_IMPL(var, tmp, expr) \
-  auto tmp = (expr);                                  \
-  if (!tmp.ok()) return tmp.status();                 \
-  var = *std::move(tmp)
-#define SDRT_SC_ASSIGN_OR_RETURN(var, expr) \
-  SDRT_SC_ASSIGN_OR_RETURN_IMPL(var, SDRT_SC_CONCAT(status_or_, __LINE__), expr)
-#define SDRT_SC_RETURN_IF_ERROR(expr)    \
-  do {                                   \
-    const absl::Status status_ = (expr); \
-    if (!status_.ok()) return status_;   \
-  } while (false)
 
 namespace sdrt {
 namespace {
@@ -160,20 +144,20 @@ absl::StatusOr<bool> IsEmptyDir(const std::string& dir) {
 absl::StatusOr<Tensor> CutLocal(const Tensor& full, const std::shared_ptr<const DeviceMesh>& mesh,
                                 const std::vector<Placement>& placements, int64_t rank) {
 #if SDRT_HAVE_MPI || SDRT_HAVE_NCCL
-  SDRT_SC_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, rank));
+  SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, rank));
   return piece.local();
 #else
-  SDRT_SC_ASSIGN_OR_RETURN(const LocalShardInfo info,
-                           ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
+  SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
+                        ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
   if (info.is_slice) {
     Tensor view = full;
     for (int d = 0; d < full.dim(); ++d) {
-      SDRT_SC_ASSIGN_OR_RETURN(view, view.Narrow(d, info.global_offset[d], info.local_shape[d]));
+      SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, info.global_offset[d], info.local_shape[d]));
     }
     return view;
   }
-  SDRT_SC_ASSIGN_OR_RETURN(const Tensor source, full.Contiguous());
-  SDRT_SC_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype()));
+  SDRT_ASSIGN_OR_RETURN(const Tensor source, full.Contiguous());
+  SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype()));
   const int ndim = full.dim();
   std::vector<std::vector<int64_t>> lists;
   for (int d = 0; d < ndim; ++d) lists.push_back(OwnedIndices(info, d));
@@ -287,7 +271,7 @@ absl::StatusOr<IntVector> GetShape(const Json& value, const std::string& where,
   }
   IntVector out;
   for (const Json& item : value) {
-    SDRT_SC_ASSIGN_OR_RETURN(const int64_t v, GetInt(item, where, field, min));
+    SDRT_ASSIGN_OR_RETURN(const int64_t v, GetInt(item, where, field, min));
     out.push_back(v);
   }
   return out;
@@ -307,22 +291,22 @@ absl::StatusOr<uint64_t> ParseXxh64(const std::string& text, const std::string& 
 absl::StatusOr<ShardedCheckpointTensor> ParseTensor(const Json& value, const DeviceMesh& mesh,
                                                     const std::string& where) {
   if (!value.is_object()) return Bad(where, "must be an object");
-  SDRT_SC_RETURN_IF_ERROR(
+  SDRT_RETURN_IF_ERROR(
       CheckFields(value, {"name", "dtype", "shape", "placements", "xxh64"}, where));
   ShardedCheckpointTensor t;
-  SDRT_SC_ASSIGN_OR_RETURN(t.name, GetString(value["name"], where, "name"));
+  SDRT_ASSIGN_OR_RETURN(t.name, GetString(value["name"], where, "name"));
   if (t.name.empty() || t.name == kSafetensorsMetadataKey) {
     return Bad(where, absl::StrCat("invalid tensor name \"", t.name, "\""));
   }
   const std::string named = absl::StrCat(where, " (", t.name, ")");
-  SDRT_SC_ASSIGN_OR_RETURN(const std::string code, GetString(value["dtype"], named, "dtype"));
+  SDRT_ASSIGN_OR_RETURN(const std::string code, GetString(value["dtype"], named, "dtype"));
   absl::StatusOr<DType> dtype = DTypeFromSafetensors(code);
   if (!dtype.ok()) return Bad(named, dtype.status().message());
   t.dtype = *dtype;
-  SDRT_SC_ASSIGN_OR_RETURN(t.shape, GetShape(value["shape"], named, "shape", 0));
+  SDRT_ASSIGN_OR_RETURN(t.shape, GetShape(value["shape"], named, "shape", 0));
   if (!CheckedNumel(t.shape).ok()) return Bad(named, "the shape's element count overflows int64");
-  SDRT_SC_ASSIGN_OR_RETURN(const std::string placements,
-                           GetString(value["placements"], named, "placements"));
+  SDRT_ASSIGN_OR_RETURN(const std::string placements,
+                        GetString(value["placements"], named, "placements"));
   absl::StatusOr<std::vector<Placement>> parsed = ParsePlacements(placements);
   if (!parsed.ok()) return Bad(named, parsed.status().message());
   t.placements = *std::move(parsed);
@@ -343,8 +327,8 @@ absl::StatusOr<ShardedCheckpointTensor> ParseTensor(const Json& value, const Dev
   }
   absl::StatusOr<IntVector> local = ComputeLocalShape(t.shape, mesh, t.placements, 0);
   if (!local.ok()) return Bad(named, local.status().message());
-  SDRT_SC_ASSIGN_OR_RETURN(const std::string hash, GetString(value["xxh64"], named, "xxh64"));
-  SDRT_SC_ASSIGN_OR_RETURN(t.xxh64, ParseXxh64(hash, named));
+  SDRT_ASSIGN_OR_RETURN(const std::string hash, GetString(value["xxh64"], named, "xxh64"));
+  SDRT_ASSIGN_OR_RETURN(t.xxh64, ParseXxh64(hash, named));
   return t;
 }
 
@@ -360,7 +344,7 @@ absl::StatusOr<uint64_t> TensorXxh64(const Tensor& tensor) {
         absl::StrCat("TensorXxh64: the tensor must be defined and on the CPU, got ",
                      tensor.defined() ? tensor.ToString() : "an undefined tensor"));
   }
-  SDRT_SC_ASSIGN_OR_RETURN(const Tensor contiguous, tensor.Contiguous());
+  SDRT_ASSIGN_OR_RETURN(const Tensor contiguous, tensor.Contiguous());
   const void* data = contiguous.nbytes() > 0 ? contiguous.data_ptr() : "";
   return static_cast<uint64_t>(XXH64(data, static_cast<size_t>(contiguous.nbytes()), 0));
 }
@@ -401,7 +385,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
         absl::StrCat("WriteShardedCheckpoint: the mesh ", mesh->ToString(), " has more than ",
                      kMaxShardedCheckpointRanks, " ranks (one file each)"));
   }
-  SDRT_SC_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
+  SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
 
   // Everything that can be refused is refused before anything is written.
   ShardedCheckpointIndex index;
@@ -450,7 +434,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
       return absl::AlreadyExistsError(
           absl::StrCat(target, ": exists and is not a folder; refusing to replace it"));
     }
-    SDRT_SC_ASSIGN_OR_RETURN(const bool empty, IsEmptyDir(target));
+    SDRT_ASSIGN_OR_RETURN(const bool empty, IsEmptyDir(target));
     const std::string old_index = absl::StrCat(target, "/", kShardedCheckpointIndexName);
     if (empty) {
       replace = Replace::kEmpty;
@@ -471,18 +455,18 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   }
 
   TempDir tmp;
-  SDRT_SC_RETURN_IF_ERROR(tmp.Create(parent, base));
+  SDRT_RETURN_IF_ERROR(tmp.Create(parent, base));
 
   // Hashes of the full tensors, then one rank file at a time.
   for (ShardedCheckpointTensor& t : index.tensors) {
-    SDRT_SC_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
-    SDRT_SC_ASSIGN_OR_RETURN(t.xxh64, TensorXxh64(full));
+    SDRT_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
+    SDRT_ASSIGN_OR_RETURN(t.xxh64, TensorXxh64(full));
   }
   for (int64_t r = 0; r < index.world_size; ++r) {
     std::vector<std::pair<std::string, Tensor>> locals;
     locals.reserve(index.tensors.size());
     for (const ShardedCheckpointTensor& t : index.tensors) {
-      SDRT_SC_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
+      SDRT_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
       if (NumShards(*mesh, t.placements) == 1) {
         locals.emplace_back(t.name, full);  // every rank holds the whole tensor
         continue;
@@ -496,8 +480,8 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
       }
       locals.emplace_back(t.name, *std::move(local));
     }
-    SDRT_SC_RETURN_IF_ERROR(WriteSafetensors(absl::StrCat(tmp.path(), "/", index.files[r]), locals,
-                                             RankMetadata(*mesh, r)));
+    SDRT_RETURN_IF_ERROR(WriteSafetensors(absl::StrCat(tmp.path(), "/", index.files[r]), locals,
+                                          RankMetadata(*mesh, r)));
   }
   std::string json;
   try {
@@ -505,9 +489,9 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   } catch (const Json::exception& e) {
     return absl::InternalError(absl::StrCat(target, ": cannot serialise the index: ", e.what()));
   }
-  SDRT_SC_RETURN_IF_ERROR(
+  SDRT_RETURN_IF_ERROR(
       WriteWholeFile(absl::StrCat(tmp.path(), "/", kShardedCheckpointIndexName), json));
-  SDRT_SC_RETURN_IF_ERROR(FsyncPath(tmp.path()));
+  SDRT_RETURN_IF_ERROR(FsyncPath(tmp.path()));
 
   // Into place.
   if (replace == Replace::kExchange) {
@@ -515,7 +499,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
       if (errno != EINVAL && errno != ENOSYS) return IoError(errno, "renameat2", target);
       // No RENAME_EXCHANGE here: move the old folder aside, the new one in, then drop it.
       TempDir aside;
-      SDRT_SC_RETURN_IF_ERROR(aside.Create(parent, base + ".old"));
+      SDRT_RETURN_IF_ERROR(aside.Create(parent, base + ".old"));
       const std::string old = aside.path() + "/old";
       if (rename(target.c_str(), old.c_str()) != 0) return IoError(errno, "rename", target);
       if (rename(tmp.path().c_str(), target.c_str()) != 0) {
@@ -531,7 +515,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
       return IoError(errno, "rename", tmp.path());
     tmp.Release();
   }
-  SDRT_SC_RETURN_IF_ERROR(FsyncPath(parent));
+  SDRT_RETURN_IF_ERROR(FsyncPath(parent));
   return index;
 }
 
@@ -561,25 +545,25 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
     return Bad(path, absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!doc.is_object()) return Bad(path, "the top level must be an object");
-  SDRT_SC_RETURN_IF_ERROR(CheckFields(
+  SDRT_RETURN_IF_ERROR(CheckFields(
       doc,
       {"format", "format_version", "world_size", "mesh", "plan", "files", "metadata", "tensors"},
       path));
-  SDRT_SC_ASSIGN_OR_RETURN(const std::string format, GetString(doc["format"], path, "format"));
+  SDRT_ASSIGN_OR_RETURN(const std::string format, GetString(doc["format"], path, "format"));
   if (format != kShardedCheckpointFormat) {
     return Bad(path, absl::StrCat("\"format\" is \"", format, "\", expected \"",
                                   kShardedCheckpointFormat, "\""));
   }
   ShardedCheckpointIndex index;
   index.dir = dir;
-  SDRT_SC_ASSIGN_OR_RETURN(const int64_t version,
-                           GetInt(doc["format_version"], path, "format_version", 1));
+  SDRT_ASSIGN_OR_RETURN(const int64_t version,
+                        GetInt(doc["format_version"], path, "format_version", 1));
   if (version != kShardedCheckpointFormatVersion) {
     return Bad(path, absl::StrCat("format_version ", version, " is not the one this sdrt reads (",
                                   kShardedCheckpointFormatVersion, ")"));
   }
   index.format_version = static_cast<int>(version);
-  SDRT_SC_ASSIGN_OR_RETURN(index.world_size, GetInt(doc["world_size"], path, "world_size", 1));
+  SDRT_ASSIGN_OR_RETURN(index.world_size, GetInt(doc["world_size"], path, "world_size", 1));
   if (index.world_size > kMaxShardedCheckpointRanks) {
     return Bad(path, absl::StrCat("world_size ", index.world_size, " is above the limit of ",
                                   kMaxShardedCheckpointRanks, " ranks"));
@@ -587,14 +571,14 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
 
   const Json& mesh_json = doc["mesh"];
   if (!mesh_json.is_object()) return Bad(path, "\"mesh\" must be an object");
-  SDRT_SC_RETURN_IF_ERROR(CheckFields(mesh_json, {"shape", "dim_names"}, path + ": mesh"));
-  SDRT_SC_ASSIGN_OR_RETURN(const IntVector mesh_shape,
-                           GetShape(mesh_json["shape"], path, "mesh.shape", 1));
+  SDRT_RETURN_IF_ERROR(CheckFields(mesh_json, {"shape", "dim_names"}, path + ": mesh"));
+  SDRT_ASSIGN_OR_RETURN(const IntVector mesh_shape,
+                        GetShape(mesh_json["shape"], path, "mesh.shape", 1));
   if (mesh_shape.empty()) return Bad(path, "\"mesh.shape\" must not be empty");
   std::vector<std::string> dim_names;
   if (!mesh_json["dim_names"].is_array()) return Bad(path, "\"mesh.dim_names\" must be an array");
   for (const Json& n : mesh_json["dim_names"]) {
-    SDRT_SC_ASSIGN_OR_RETURN(std::string name, GetString(n, path, "mesh.dim_names"));
+    SDRT_ASSIGN_OR_RETURN(std::string name, GetString(n, path, "mesh.dim_names"));
     dim_names.push_back(std::move(name));
   }
   if (!dim_names.empty() && dim_names.size() != mesh_shape.size()) {
@@ -616,7 +600,7 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(mesh_shape, {}, dim_names);
   if (!mesh.ok()) return Bad(path, mesh.status().message());
   index.mesh = std::make_shared<const DeviceMesh>(*std::move(mesh));
-  SDRT_SC_ASSIGN_OR_RETURN(index.plan, GetString(doc["plan"], path, "plan"));
+  SDRT_ASSIGN_OR_RETURN(index.plan, GetString(doc["plan"], path, "plan"));
 
   const Json& files = doc["files"];
   if (!files.is_array() || static_cast<int64_t>(files.size()) != index.world_size) {
@@ -624,7 +608,7 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
                absl::StrCat("\"files\" must list world_size = ", index.world_size, " rank files"));
   }
   for (int64_t r = 0; r < index.world_size; ++r) {
-    SDRT_SC_ASSIGN_OR_RETURN(std::string name, GetString(files[r], path, "files"));
+    SDRT_ASSIGN_OR_RETURN(std::string name, GetString(files[r], path, "files"));
     const std::string expected = RankFileName(r, index.world_size);
     if (name != expected) {
       return Bad(path,
@@ -645,15 +629,15 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
   const Json& metadata = doc["metadata"];
   if (!metadata.is_object()) return Bad(path, "\"metadata\" must be an object of strings");
   for (auto it = metadata.begin(); it != metadata.end(); ++it) {
-    SDRT_SC_ASSIGN_OR_RETURN(index.metadata[it.key()],
-                             GetString(it.value(), path, absl::StrCat("metadata.", it.key())));
+    SDRT_ASSIGN_OR_RETURN(index.metadata[it.key()],
+                          GetString(it.value(), path, absl::StrCat("metadata.", it.key())));
   }
 
   const Json& tensors = doc["tensors"];
   if (!tensors.is_array()) return Bad(path, "\"tensors\" must be an array");
   std::set<std::string> seen;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    SDRT_SC_ASSIGN_OR_RETURN(
+    SDRT_ASSIGN_OR_RETURN(
         ShardedCheckpointTensor t,
         ParseTensor(tensors[i], *index.mesh, absl::StrCat(path, ": tensors[", i, "]")));
     if (!seen.insert(t.name).second) {
@@ -666,7 +650,7 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
     for (int64_t r = 0; r < index.world_size; ++r) {
       absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(index.RankFilePath(r));
       if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
-      SDRT_SC_RETURN_IF_ERROR(CheckRankFile(index, r, *file));
+      SDRT_RETURN_IF_ERROR(CheckRankFile(index, r, *file));
     }
   }
   return index;
@@ -695,8 +679,8 @@ absl::Status CheckRankFile(const ShardedCheckpointIndex& index, int64_t rank,
       return Bad(path, absl::StrCat("tensor ", t.name, " is ", SafetensorsCode(e->dtype),
                                     " but the index says ", SafetensorsCode(t.dtype)));
     }
-    SDRT_SC_ASSIGN_OR_RETURN(const IntVector local,
-                             ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
+    SDRT_ASSIGN_OR_RETURN(const IntVector local,
+                          ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
     if (e->shape != local) {
       return Bad(path, absl::StrCat("tensor ", t.name, " has shape ", ShapeString(e->shape),
                                     " but rank ", rank, " of global shape ", ShapeString(t.shape),
@@ -718,17 +702,17 @@ absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank) 
   ReadShardedCheckpointOptions options;
   options.check_rank_files = false;
   RankShards out;
-  SDRT_SC_ASSIGN_OR_RETURN(out.index, ReadShardedCheckpointIndex(dir, options));
+  SDRT_ASSIGN_OR_RETURN(out.index, ReadShardedCheckpointIndex(dir, options));
   if (rank < 0 || rank >= out.index.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": rank ", rank, " is not in [0, ", out.index.world_size, ")"));
   }
   out.rank = rank;
-  SDRT_SC_ASSIGN_OR_RETURN(const SafetensorsFile file,
-                           SafetensorsFile::Open(out.index.RankFilePath(rank)));
-  SDRT_SC_RETURN_IF_ERROR(CheckRankFile(out.index, rank, file));
+  SDRT_ASSIGN_OR_RETURN(const SafetensorsFile file,
+                        SafetensorsFile::Open(out.index.RankFilePath(rank)));
+  SDRT_RETURN_IF_ERROR(CheckRankFile(out.index, rank, file));
   for (const ShardedCheckpointTensor& t : out.index.tensors) {
-    SDRT_SC_ASSIGN_OR_RETURN(Tensor local, file.Get(t.name));
+    SDRT_ASSIGN_OR_RETURN(Tensor local, file.Get(t.name));
     absl::StatusOr<DTensor> dtensor =
         DTensor::Make(std::move(local), out.index.mesh, t.placements, t.shape);
     if (!dtensor.ok()) {

@@ -210,7 +210,11 @@ int RunDemo(const DemoArgs& args) {
   }
   std::vector<std::pair<std::string, std::string>> plans = {
       {"fsdp", absl::StrCat(args.ranks)}};
-  if (args.ranks % 2 == 0) plans.emplace_back("fsdp-tp", absl::StrCat("2x", args.ranks / 2));
+  if (args.ranks % 2 == 0) {
+    plans.emplace_back("fsdp-tp", absl::StrCat("2x", args.ranks / 2));
+  } else if (!args.json) {
+    std::cerr << "sdrt demo: fsdp-tp needs a 2 x N/2 mesh, so an even --ranks; skipped\n";
+  }
   std::vector<Row> rows;
   for (const auto& [plan, mesh] : plans) {
     status = RunPlan(args, file, cache, plan, mesh, rows);

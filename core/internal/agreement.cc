@@ -17,17 +17,15 @@ namespace {
 constexpr size_t kHeader = sizeof(uint64_t) + sizeof(int32_t);
 
 uint64_t HashSkeleton(const Skeleton& skeleton) {
-  XXH64_state_t* state = XXH64_createState();
-  XXH64_reset(state, 0);
+  // Length-prefixed paths and descriptions, hashed in one call.
+  std::string bytes;
   for (const auto& [path, description] : skeleton) {
     const uint64_t sizes[2] = {path.size(), description.size()};
-    XXH64_update(state, sizes, sizeof(sizes));
-    XXH64_update(state, path.data(), path.size());
-    XXH64_update(state, description.data(), description.size());
+    bytes.append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
+    bytes += path;
+    bytes += description;
   }
-  const uint64_t hash = XXH64_digest(state);
-  XXH64_freeState(state);
-  return hash;
+  return XXH64(bytes.data(), bytes.size(), 0);
 }
 
 }  // namespace

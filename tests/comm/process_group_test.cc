@@ -6,45 +6,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/comm/loopback_communicator.h"
 
 namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
 
-// A single-rank communicator on `device`: every collective is a local copy.
-class Loopback final : public Communicator {
- public:
-  Loopback(Device device, int rank, int size, const char* name)
-      : Communicator(rank, size), device_(device), name_(name) {}
-  absl::string_view backend() const override { return name_; }
-  Device device() const override { return device_; }
-
- protected:
-  absl::Status DoAllGather(void* output, const void* input, int64_t bytes) override {
-    std::memcpy(output, input, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoAllGatherV(void* output, const void* input,
-                            absl::Span<const int64_t> byte_counts) override {
-    std::memcpy(output, input, static_cast<size_t>(byte_counts[0]));
-    return absl::OkStatus();
-  }
-  absl::Status DoBroadcast(absl::Span<const Tensor>, int) override { return absl::OkStatus(); }
-  absl::Status DoAllReduce(Tensor&, ReduceOp) override { return absl::OkStatus(); }
-  absl::Status DoBroadcastBytes(std::string*, int) override { return absl::OkStatus(); }
-  absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override {
-    return std::vector<std::string>{mine};
-  }
-  absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int, int) override {
-    return std::unique_ptr<Communicator>(new Loopback(device_, 0, 1, name_));
-  }
-  absl::Status DoBarrier() override { return absl::OkStatus(); }
-
- private:
-  Device device_;
-  const char* name_;
-};
+using test::Loopback;
 
 TEST(ProcessGroup, ChoosesTheBackendByTensorDevice) {
   auto cpu = std::make_unique<Loopback>(Device::CPU(), 0, 1, "mpi");

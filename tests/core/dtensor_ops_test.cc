@@ -13,48 +13,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/sharding.h"
+#include "tests/comm/loopback_communicator.h"
 
 namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
 
-// A single-rank communicator on `device` whose collectives are local copies; with
-// `stages_cpu` it also takes CPU tensors, as the NCCL backend does.
-class Loopback final : public Communicator {
- public:
-  Loopback(Device device, bool stages_cpu, const char* name)
-      : Communicator(0, 1), device_(device), stages_cpu_(stages_cpu), name_(name) {}
-  absl::string_view backend() const override { return name_; }
-  Device device() const override { return device_; }
-
- protected:
-  absl::Status DoAllGather(void* output, const void* input, int64_t bytes) override {
-    std::memmove(output, input, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoAllGatherV(void* output, const void* input,
-                            absl::Span<const int64_t> byte_counts) override {
-    std::memmove(output, input, static_cast<size_t>(byte_counts[0]));
-    return absl::OkStatus();
-  }
-  absl::Status DoBroadcast(absl::Span<const Tensor>, int) override { return absl::OkStatus(); }
-  absl::Status DoAllReduce(Tensor&, ReduceOp) override { return absl::OkStatus(); }
-  absl::Status DoBroadcastBytes(std::string*, int) override { return absl::OkStatus(); }
-  absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override {
-    return std::vector<std::string>{mine};
-  }
-  absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int, int) override {
-    return std::unique_ptr<Communicator>(new Loopback(device_, stages_cpu_, name_));
-  }
-  absl::Status DoBarrier() override { return absl::OkStatus(); }
-  bool StagesCpuTensors() const override { return stages_cpu_; }
-
- private:
-  Device device_;
-  bool stages_cpu_;
-  const char* name_;
-};
+using test::Loopback;
 
 std::shared_ptr<const DeviceMesh> Mesh(IntSpan shape) {
   return std::make_shared<const DeviceMesh>(*DeviceMesh::Create(shape));
@@ -71,7 +37,7 @@ std::vector<float> Values(const Tensor& t) {
 }
 
 TEST(DTensorOps, ZeroDimShardedTensorGathersItsOneElement) {
-  Loopback comm(Device::CPU(), false, "mpi");
+  Loopback comm(Device::CPU(), 0, 1, "mpi", false);
   const ShardMetadata m{{}, {}, {0, Device::CPU()}};
   absl::StatusOr<ShardedTensor> st =
       ShardedTensor::Make({}, DType::kFloat32, {m}, {{Floats({}, 42.0f), m}});
@@ -83,7 +49,7 @@ TEST(DTensorOps, ZeroDimShardedTensorGathersItsOneElement) {
 }
 
 TEST(DTensorOps, ShardedGatherPlacesShardsInAnyOrderAndZeroesTheRest) {
-  Loopback comm(Device::CPU(), false, "mpi");
+  Loopback comm(Device::CPU(), 0, 1, "mpi", false);
   const std::vector<ShardMetadata> m = {{{0, 2}, {2, 2}, {0, Device::CPU()}},
                                         {{2, 0}, {1, 3}, {0, Device::CPU()}}};
   // The second shard is a strided view (every other element of a row).
@@ -98,7 +64,7 @@ TEST(DTensorOps, ShardedGatherPlacesShardsInAnyOrderAndZeroesTheRest) {
 }
 
 TEST(DTensorOps, ShardedGatherRejectsShardsOnADeviceTheCommunicatorDoesNotServe) {
-  Loopback comm(Device::CPU(), false, "mpi");
+  Loopback comm(Device::CPU(), 0, 1, "mpi", false);
   const ShardMetadata m{{0}, {3}, {0, Device::CPU()}};
   absl::StatusOr<ShardedTensor> st =
       ShardedTensor::Make({3}, DType::kFloat32, {m}, {{*Tensor::Meta({3}, DType::kFloat32), m}});
@@ -112,7 +78,7 @@ TEST(DTensorOps, ShardedGatherRejectsShardsOnADeviceTheCommunicatorDoesNotServe)
 // CPU tensors through a communicator on a GPU that stages them (the NCCL backend's rule):
 // the results stay on the CPU; no CUDA memory is touched.
 TEST(DTensorOps, CpuTensorsThroughAStagingCommunicatorStayOnTheCpu) {
-  Loopback comm(Device::CUDA(0), true, "nccl");
+  Loopback comm(Device::CUDA(0), 0, 1, "nccl", true);
   const ShardMetadata m{{0, 0}, {2, 3}, {0, Device::CPU()}};
   absl::StatusOr<Tensor> full = GatherShardedTensor(
       *ShardedTensor::Make({2, 3}, DType::kFloat32, {m}, {{Floats({2, 3}, 1), m}}), comm);
@@ -132,7 +98,7 @@ TEST(DTensorOps, CpuTensorsThroughAStagingCommunicatorStayOnTheCpu) {
 }
 
 TEST(DTensorOps, FullTensorRejectsALocalTheCommunicatorDoesNotServe) {
-  Loopback comm(Device::CPU(), false, "mpi");
+  Loopback comm(Device::CPU(), 0, 1, "mpi", false);
   DeviceMeshComm mc = *DeviceMeshComm::Create(Mesh({1}), comm);
   const DTensor dt = *DTensor::Make(*Tensor::Meta({2, 3}, DType::kFloat32), mc.mesh(),
                                     {Placement::Shard(0)}, IntVector{2, 3});

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "tensor/sharding.h"
 #include "tests/core/sharded_checkpoint_test_util.h"
+#include "tests/support/minilm.h"
 #include "tests/test_util.h"
 
 namespace sdrt {
@@ -521,20 +522,9 @@ TEST_F(Corrupted, TruncatedRankFile) {
   ExpectError({"rank-00003-of-00004.safetensors"});
 }
 
-// The real all-MiniLM-L6-v2 checkpoint (scripts/fetch-model.sh), when it is in the cache.
+// The real all-MiniLM-L6-v2 checkpoint (the minilm fixture, tests/support/minilm.h).
 TEST(MiniLM, TpAndFsdpTpRoundTrip) {
-  const char* cache = std::getenv("SDRT_CACHE_DIR");
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string base = cache != nullptr  ? cache
-                           : xdg != nullptr  ? std::string(xdg) + "/sdrt"
-                           : home != nullptr ? std::string(home) + "/.cache/sdrt"
-                                             : "";
-  const std::string path = base + "/all-MiniLM-L6-v2/model.safetensors";
-  if (base.empty() || !fs::exists(path)) {
-    GTEST_SKIP() << "all-MiniLM-L6-v2 is not in the cache (" << path
-                 << "); scripts/fetch-model.sh puts it there";
-  }
+  SDRT_MINILM_OR_SKIP(path);
   absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(path);
   ASSERT_TRUE(source.ok()) << source.status();
   const std::string root = test::FreshDir("sharded_checkpoint_minilm");

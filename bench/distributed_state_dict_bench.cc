@@ -1,6 +1,6 @@
 // distributed_state_dict_bench: GatherStateDict, BroadcastStateDict and DistributeStateDict
-// (core/distributed_state_dict.h) over MPI on the CPU, each against the simplest way to move
-// the same bytes, timed in the same run (../shared/docs/PERF.md):
+// (core/distributed/distributed_state_dict.h) over MPI on the CPU, each against the simplest way to
+// move the same bytes, timed in the same run (../shared/docs/PERF.md):
 //
 //   gather          every rank holds DTensors [Shard(0)] on a 1-D mesh of all ranks (FSDP);
 //                   GatherStateDict (comm = MPI world) vs one MPI_Allgatherv of the same
@@ -69,15 +69,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "comm/mpi_communicator.h"
-#include "core/distributed_state_dict.h"
-#include "core/dtensor_ops.h"
-#include "core/safetensors.h"
-#include "core/state_dict.h"
 #include "nlohmann/json.hpp"
-#include "tensor/device_mesh.h"
-#include "tensor/placement.h"
-#include "tensor/tensor.h"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/dtensor_ops.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace {
 

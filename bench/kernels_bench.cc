@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "bench/bench_util.h"
-#include "tensor/strided_copy.h"
+#include "sdrt/bench/bench_util.h"
+#include "sdrt/tensor/backend/strided_copy.h"
 
 #if SDRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/kernels.h"
+#include "sdrt/cuda/kernels.h"
 #endif
 
 namespace sdrt {

@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/flatten.h"
-#include "core/state_dict.h"
+#include "sdrt/core/state_dict/flatten.h"
+#include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt {
 namespace {

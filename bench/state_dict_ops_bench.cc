@@ -1,4 +1,4 @@
-// The single-process state-dict operations (core/state_dict_ops.h) against the simplest
+// The single-process state-dict operations (core/state_dict/state_dict_ops.h) against the simplest
 // way to move the same bytes, in the same run (bench/RESULTS.md, PERF.md):
 //
 //   CPU: CopyStateDict of a 1 GiB state dict of 300 float32 tensors (deterministic,
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_util.h"
-#include "core/state_dict_ops.h"
-#include "cuda/runtime.h"
+#include "sdrt/bench/bench_util.h"
+#include "sdrt/core/state_dict/state_dict_ops.h"
+#include "sdrt/cuda/runtime.h"
 
 namespace sdrt {
 namespace {

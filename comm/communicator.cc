@@ -1,4 +1,4 @@
-#include "comm/communicator.h"
+#include "sdrt/comm/communicator.h"
 
 #include <cstdint>
 #include <utility>

@@ -32,9 +32,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "tensor/device.h"
-#include "tensor/placement.h"
-#include "tensor/tensor.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
 

@@ -1,4 +1,4 @@
-#include "comm/mpi_communicator.h"
+#include "sdrt/comm/mpi_communicator.h"
 
 #include <mpi.h>
 
@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "comm/internal/float16.h"
-#include "comm/internal/mpi_check.h"
+#include "sdrt/comm/internal/float16.h"
+#include "sdrt/comm/internal/mpi_check.h"
 
 namespace sdrt {
 namespace {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "comm/communicator.h"
+#include "sdrt/comm/communicator.h"
 
 namespace sdrt {
 

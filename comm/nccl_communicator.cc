@@ -1,4 +1,4 @@
-#include "comm/nccl_communicator.h"
+#include "sdrt/comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -8,10 +8,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "comm/internal/nccl_types.h"
-#include "cuda/cuda_check.h"
-#include "cuda/device_guard.h"
-#include "cuda/nccl_check.h"
+#include "sdrt/comm/internal/nccl_check.h"
+#include "sdrt/comm/internal/nccl_types.h"
+#include "sdrt/cuda/cuda_check.h"
+#include "sdrt/cuda/device_guard.h"
 
 namespace sdrt {
 namespace internal {

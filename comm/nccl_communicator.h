@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "comm/communicator.h"
-#include "cuda/runtime.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/cuda/runtime.h"
 
 namespace sdrt {
 

@@ -1,4 +1,4 @@
-#include "comm/process_group.h"
+#include "sdrt/comm/process_group.h"
 
 #include "absl/strings/str_cat.h"
 

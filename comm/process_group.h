@@ -10,8 +10,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "comm/communicator.h"
-#include "tensor/device.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt {
 

@@ -5,11 +5,11 @@
 // on sdrt_cuda_backend_anchor (Note [backend registration]).
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_guard.h"
-#include "cuda/kernels.h"
-#include "cuda/runtime.h"
-#include "tensor/device_backend.h"
+#include "sdrt/cuda/cuda_check.h"
+#include "sdrt/cuda/device_guard.h"
+#include "sdrt/cuda/kernels.h"
+#include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/backend/device_backend.h"
 
 namespace sdrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.h"
+#include "sdrt/cuda/cuda_check.h"
 
 #include "absl/strings/str_cat.h"
 

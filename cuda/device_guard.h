@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
-#include "cuda/cuda_check.h"
+#include "sdrt/cuda/cuda_check.h"
 
 namespace sdrt::internal {
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/cuda_check.h"
-#include "cuda/runtime.h"
+#include "sdrt/cuda/cuda_check.h"
+#include "sdrt/cuda/runtime.h"
 
 namespace sdrt {
 

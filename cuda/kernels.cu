@@ -6,10 +6,10 @@
 //     persistent grid of as many blocks as fit on the device at once (no grid.y limits);
 //   - kUnroll accesses per thread per iteration, all loads issued before the first
 //     store, so that several independent loads are in flight per thread;
-//   - offsets from the same index functions the host paths run (tensor/index_math.h),
+//   - offsets from the same index functions the host paths run (tensor/backend/index_math.h),
 //     with the div/mod in 32 bits when the access count fits in int32 (several times
 //     cheaper than 64-bit division on the GPU) and the offsets in int64 always.
-// Validation and planning are tensor/internal/copy_validation.h's, shared with the host
+// Validation and planning are tensor/backend/copy_validation.h's, shared with the host
 // paths, so a launcher only picks the template instance and launches.
 #include <cuda_runtime_api.h>
 #include <vector_types.h>
@@ -20,10 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "cuda/cuda_check.h"
-#include "cuda/kernels.h"
-#include "tensor/index_math.h"
-#include "tensor/internal/copy_validation.h"
+#include "sdrt/cuda/cuda_check.h"
+#include "sdrt/cuda/kernels.h"
+#include "sdrt/tensor/backend/copy_validation.h"
+#include "sdrt/tensor/backend/index_math.h"
 
 namespace sdrt {
 namespace {

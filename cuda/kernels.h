@@ -1,9 +1,9 @@
 // The GPU copy kernels: pad, strided (narrow/slice) copy and unshard.
 //
 // Each function is the device twin of the host path of the same name in
-// tensor/strided_copy.h: same parameters (sizes, strides and offsets in elements,
+// tensor/backend/strided_copy.h: same parameters (sizes, strides and offsets in elements,
 // elem_size in bytes, 1, 2, 4, 8 or 16), same validation (messages name the device
-// function), same plan (tensor/index_math.h), and a bit-identical result. The kernels
+// function), same plan (tensor/backend/index_math.h), and a bit-identical result. The kernels
 // move `width`-byte accesses, 16 bytes where the addresses and strides allow, with int64
 // offsets.
 //
@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "tensor/device.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt {
 

@@ -1,12 +1,12 @@
 // CUDA build of cuda/runtime.h (see runtime_nocuda.cc for the other one).
-#include "cuda/runtime.h"
+#include "sdrt/cuda/runtime.h"
 
 #include <cuda_runtime_api.h>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/cuda_check.h"
+#include "sdrt/cuda/cuda_check.h"
 
 namespace sdrt {
 namespace {

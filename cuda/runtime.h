@@ -14,8 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tensor/device.h"
-#include "tensor/storage.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/storage.h"
 
 namespace sdrt {
 

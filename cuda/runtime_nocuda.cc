@@ -1,8 +1,8 @@
 // Build without CUDA: the public API of cuda/ exists so that callers compile unchanged,
 // and every call that would need the GPU says so with absl::UnavailableError.
 #include "absl/strings/str_cat.h"
-#include "cuda/kernels.h"
-#include "cuda/runtime.h"
+#include "sdrt/cuda/kernels.h"
+#include "sdrt/cuda/runtime.h"
 
 namespace sdrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "tensor/device.h"
+#include "sdrt/tensor/device.h"
 
 #include <algorithm>
 

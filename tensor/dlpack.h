@@ -10,7 +10,7 @@
 #include <dlpack/dlpack.h>
 
 #include "absl/status/statusor.h"
-#include "tensor/tensor.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
 

@@ -1,4 +1,4 @@
-#include "tensor/dtype.h"
+#include "sdrt/tensor/dtype.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

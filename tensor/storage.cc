@@ -1,4 +1,4 @@
-#include "tensor/storage.h"
+#include "sdrt/tensor/storage.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

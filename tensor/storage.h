@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tensor/device.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt {
 

@@ -1,5 +1,5 @@
 // Tensor construction, metadata and copies. Views are in tensor_views.cc.
-#include "tensor/tensor.h"
+#include "sdrt/tensor/tensor.h"
 
 #include <algorithm>
 #include <cassert>
@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "tensor/device_backend.h"
-#include "tensor/strided_copy.h"
+#include "sdrt/tensor/backend/device_backend.h"
+#include "sdrt/tensor/backend/strided_copy.h"
 
 namespace sdrt {
 

@@ -22,9 +22,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "tensor/device.h"
-#include "tensor/dtype.h"
-#include "tensor/storage.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/storage.h"
 
 namespace sdrt {
 

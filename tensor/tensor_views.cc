@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "tensor/tensor.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
 namespace {

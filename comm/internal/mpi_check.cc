@@ -1,4 +1,4 @@
-#include "comm/internal/mpi_check.h"
+#include "sdrt/comm/internal/mpi_check.h"
 
 #include <string>
 

@@ -4,8 +4,8 @@
 #ifndef SDRT_COMM_INTERNAL_NCCL_TYPES_H_
 #define SDRT_COMM_INTERNAL_NCCL_TYPES_H_
 
-#include "tensor/dtype.h"
-#include "tensor/placement.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/dtype.h"
 
 namespace sdrt::internal {
 

@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "comm/communicator.h"
-#include "comm/internal/float16.h"
-#include "comm/internal/mpi_check.h"
-#include "comm/mpi_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/storage.h"
-#include "tests/comm/mpi_test_main.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/comm/internal/float16.h"
+#include "sdrt/comm/internal/mpi_check.h"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/tensor/storage.h"
+#include "sdrt/tests/support/mpi_test_main.h"
 
 namespace sdrt {
 namespace {

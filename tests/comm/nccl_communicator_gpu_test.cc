@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/nccl_communicator.h"
-#include "cuda/runtime.h"
 #include "gtest/gtest.h"
+#include "sdrt/comm/nccl_communicator.h"
+#include "sdrt/cuda/runtime.h"
 #if SDRT_HAVE_MPI
-#include "comm/mpi_communicator.h"
+#include "sdrt/comm/mpi_communicator.h"
 #endif
 
 namespace sdrt {

@@ -1,16 +1,16 @@
 // CPU tests of the NCCL backend (label cpu): what needs no GPU, i.e. argument checks made
 // before any NCCL call, the unique id, and the dtype / reduce-op mapping tables.
-#include "comm/nccl_communicator.h"
+#include "sdrt/comm/nccl_communicator.h"
 
 #include <nccl.h>
 
 #include <cstring>
 
-#include "comm/internal/nccl_types.h"
-#include "cuda/runtime.h"
 #include "gtest/gtest.h"
+#include "sdrt/comm/internal/nccl_types.h"
+#include "sdrt/cuda/runtime.h"
 #if SDRT_HAVE_MPI
-#include "comm/mpi_communicator.h"
+#include "sdrt/comm/mpi_communicator.h"
 #endif
 
 namespace sdrt {

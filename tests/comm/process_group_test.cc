@@ -1,12 +1,12 @@
 // ProcessGroup picks the communicator by tensor device. A one-rank loopback communicator
 // stands in for the backends, so this runs without MPI processes or a GPU.
-#include "comm/process_group.h"
+#include "sdrt/comm/process_group.h"
 
 #include <cstring>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/comm/loopback_communicator.h"
+#include "sdrt/tests/support/loopback_communicator.h"
 
 namespace sdrt {
 namespace {

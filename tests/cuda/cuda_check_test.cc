@@ -1,6 +1,6 @@
 // SDRT_CUDA_* turns CUDA error codes into Status with the call, file:line and CUDA's
 // names, and clears the error. Runs without a GPU: the codes are passed in directly.
-#include "cuda/cuda_check.h"
+#include "sdrt/cuda/cuda_check.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/kernels.h"
-#include "tensor/strided_copy.h"
-#include "tests/tensor/copy_test_util.h"
+#include "sdrt/cuda/kernels.h"
+#include "sdrt/tensor/backend/strided_copy.h"
+#include "sdrt/tests/tensor/backend/copy_test_util.h"
 
 namespace sdrt {
 namespace {

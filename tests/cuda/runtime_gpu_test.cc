@@ -4,11 +4,11 @@
 #include <numeric>
 #include <random>
 
-#include "cuda/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/dlpack.h"
-#include "tensor/tensor.h"
+#include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/dlpack.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
 namespace {

@@ -1,6 +1,6 @@
 // cuda/runtime.h on any machine: with no GPU (or no CUDA in the build) every call that
 // needs a device fails with a Status, and zero-byte requests never reach CUDA.
-#include "cuda/runtime.h"
+#include "sdrt/cuda/runtime.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

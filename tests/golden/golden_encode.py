@@ -1,4 +1,4 @@
-"""The shared golden encoding (tests/core/golden_codec.h) for the golden scripts here.
+"""The shared golden encoding (tests/support/golden_codec.h) for the golden scripts here.
 
 Imported by make_iterate_golden.py and make_state_dict_golden.py, which are run BY HAND
 from the repository root (`~/venv-torch/bin/python tests/golden/<script>.py`); Python puts

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for sdrt's distributed state-dict operations (core/distributed_state_dict.h).
+"""Golden data for sdrt's distributed state-dict operations (core/distributed/distributed_state_dict.h).
 
 Run BY HAND (never in CI) with PyTorch, from the repository root:
 
@@ -10,7 +10,7 @@ gloo process group per world size over tcp://127.0.0.1:<free port>, DeviceMeshes
 "cpu"), builds on every rank a nested state dict whose DTensors torch itself makes with
 `distribute_tensor` from full tensors whose values are a function of the global index, and
 records per rank, in the shared golden encoding (golden_encode.py,
-tests/core/golden_codec.h):
+tests/support/golden_codec.h):
 
   input                   the rank's local state dict (DTensors with their local tensors)
   gathered                torch's `_gather_state_dict(input)`

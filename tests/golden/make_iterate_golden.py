@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for sdrt's state-dict operations (core/state_dict_ops.h).
+"""Golden data for sdrt's state-dict operations (core/state_dict/state_dict_ops.h).
 
 Run BY HAND (never in CI) with PyTorch:
 
@@ -10,7 +10,7 @@ It runs PyTorch's own `_copy_state_dict`, `_check_state_dict_similarity`,
 torch/distributed/_state_dict_utils.py on small inputs, in a one-rank gloo process group
 (ranks_only needs a rank; DTensors need a mesh), and writes what they return or raise to
 tests/data/state_dict/iterate_golden.json. Values use the shared golden encoding
-(tests/core/golden_codec.h, written by golden_encode.py). Sections:
+(tests/support/golden_codec.h, written by golden_encode.py). Sections:
 
   companion   src/dst pairs: whether `_copy_state_dict` raises (and the exception type) or
               its result; whether `_check_state_dict_similarity` returns True/False or

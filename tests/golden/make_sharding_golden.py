@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for sdrt's DTensor sharding arithmetic (tensor/sharding.h).
+"""Golden data for sdrt's DTensor sharding arithmetic (tensor/sharding/sharding.h).
 
 Run BY HAND (never in CI) with PyTorch:
 

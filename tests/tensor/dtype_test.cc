@@ -1,4 +1,4 @@
-#include "tensor/dtype.h"
+#include "sdrt/tensor/dtype.h"
 
 #include <set>
 #include <string>

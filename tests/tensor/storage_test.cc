@@ -1,4 +1,4 @@
-#include "tensor/storage.h"
+#include "sdrt/tensor/storage.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/device.h"
-#include "tensor/tensor.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
 namespace {

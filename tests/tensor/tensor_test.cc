@@ -1,10 +1,10 @@
-#include "tensor/tensor.h"
+#include "sdrt/tensor/tensor.h"
 
 #include <cstring>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {

@@ -2,8 +2,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tensor/tensor.h"
-#include "tests/test_util.h"
+#include "sdrt/tensor/tensor.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {

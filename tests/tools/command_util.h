@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "tests/test_util.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt::test {
 
@@ -35,10 +35,9 @@ inline std::string ShellQuote(const std::string& s) {
 // Runs `command` with /bin/sh; stderr goes through a file under TestTmpRoot().
 inline CommandResult RunCommand(const std::string& command) {
   static std::atomic<int> counter{0};
-  const std::string err_path =
-      (std::filesystem::path(TestTmpRoot()) /
-       absl::StrCat("command_stderr_", getpid(), "_", counter++))
-          .string();
+  const std::string err_path = (std::filesystem::path(TestTmpRoot()) /
+                                absl::StrCat("command_stderr_", getpid(), "_", counter++))
+                                   .string();
   CommandResult result;
   FILE* pipe = popen((command + " 2>" + ShellQuote(err_path)).c_str(), "r");
   if (pipe == nullptr) return result;

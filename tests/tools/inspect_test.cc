@@ -7,13 +7,13 @@
 #include <fstream>
 #include <string>
 
-#include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/test_util.h"
-#include "tests/support/minilm.h"
-#include "tests/tools/command_util.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tests/support/minilm.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
 
 namespace sdrt {
 namespace {

@@ -11,14 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/safetensors.h"
-#include "core/sharded_checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/core/sharded_checkpoint_test_util.h"
-#include "tests/test_util.h"
-#include "tests/tools/command_util.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
 
 namespace sdrt {
 namespace {

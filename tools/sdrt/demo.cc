@@ -17,14 +17,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/safetensors.h"
-#include "core/sharded_checkpoint.h"
-#include "core/sharding_plan.h"
 #include "nlohmann/json.hpp"
-#include "tools/sdrt/commands.h"
-#include "tools/sdrt/output.h"
-#include "tools/sdrt/session.h"
-#include "tools/sdrt/synthetic.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/session.h"
+#include "sdrt/tools/sdrt/synthetic.h"
 
 namespace sdrt::cli {
 namespace {
@@ -85,8 +85,8 @@ absl::Status SameCheckpoint(const std::string& a_path, const std::string& b_path
   absl::StatusOr<SafetensorsFile> b = SafetensorsFile::Open(b_path);
   if (!b.ok()) return b.status();
   if (a->entries().size() != b->entries().size()) {
-    return absl::DataLossError(absl::StrCat(b_path, " has ", b->entries().size(),
-                                            " tensors, ", a_path, " ", a->entries().size()));
+    return absl::DataLossError(absl::StrCat(b_path, " has ", b->entries().size(), " tensors, ",
+                                            a_path, " ", a->entries().size()));
   }
   if (a->metadata() != b->metadata()) {
     return absl::DataLossError(absl::StrCat(b_path, ": __metadata__ differs"));
@@ -105,7 +105,8 @@ absl::Status SameCheckpoint(const std::string& a_path, const std::string& b_path
     absl::StatusOr<uint64_t> hy = TensorXxh64(*y);
     if (!hx.ok()) return hx.status();
     if (!hy.ok()) return hy.status();
-    if (*hx != *hy) return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " differs"));
+    if (*hx != *hy)
+      return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " differs"));
   }
   return absl::OkStatus();
 }
@@ -123,9 +124,8 @@ absl::StatusOr<nlohmann::json> RunUnderMpi(int ranks, const std::string& args) {
   if (n <= 0) return absl::InternalError("cannot find the sdrt executable (/proc/self/exe)");
   self[n] = '\0';
   const char* mpiexec = std::getenv("SDRT_MPIEXEC");
-  const std::string command =
-      absl::StrCat(mpiexec != nullptr ? mpiexec : "mpiexec", " -n ", ranks, " ", Quote(self),
-                   " ", args, " --json");
+  const std::string command = absl::StrCat(mpiexec != nullptr ? mpiexec : "mpiexec", " -n ", ranks,
+                                           " ", Quote(self), " ", args, " --json");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("popen ", command));
   std::string out;
@@ -174,8 +174,8 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
 
   const std::string out = absl::StrCat(cache, "/gathered-", plan_name, ".safetensors");
   absl::StatusOr<nlohmann::json> gather = RunUnderMpi(
-      args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out), " --bucket-mib ",
-                               args.bucket_mib));
+      args.ranks,
+      absl::StrCat("gather ", Quote(dir), " ", Quote(out), " --bucket-mib ", args.bucket_mib));
   if (!gather.ok()) return gather.status();
   const absl::Status same = SameCheckpoint(file, out);
   if (!same.ok()) std::cerr << "sdrt demo: " << same.message() << "\n";
@@ -208,8 +208,7 @@ int RunDemo(const DemoArgs& args) {
     if (!made.ok()) return fail(made.status());
     file = *made;
   }
-  std::vector<std::pair<std::string, std::string>> plans = {
-      {"fsdp", absl::StrCat(args.ranks)}};
+  std::vector<std::pair<std::string, std::string>> plans = {{"fsdp", absl::StrCat(args.ranks)}};
   if (args.ranks % 2 == 0) {
     plans.emplace_back("fsdp-tp", absl::StrCat("2x", args.ranks / 2));
   } else if (!args.json) {
@@ -239,15 +238,14 @@ int RunDemo(const DemoArgs& args) {
   } else {
     std::cout << "sdrt demo: " << Printable(file) << " on " << args.ranks
               << " ranks (mpiexec), work files in " << Printable(cache) << "\n";
-    Table table({"plan", "mesh", "step", "ranks", "bytes", "time", "GB/s", "collectives",
-                 "bit-exact"},
-                {false, false, false, true, true, true, true, true, false});
+    Table table(
+        {"plan", "mesh", "step", "ranks", "bytes", "time", "GB/s", "collectives", "bit-exact"},
+        {false, false, false, true, true, true, true, true, false});
     for (const Row& r : rows) {
       table.AddRow({r.plan, r.mesh, r.step, r.step == "shard" ? "1" : absl::StrCat(args.ranks),
                     HumanBytes(r.bytes), absl::StrFormat("%.3f s", r.seconds),
                     absl::StrFormat("%.2f", r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0),
-                    r.step == "shard" ? "-" : absl::StrCat(r.collectives),
-                    r.exact ? "yes" : "NO"});
+                    r.step == "shard" ? "-" : absl::StrCat(r.collectives), r.exact ? "yes" : "NO"});
     }
     table.Print(std::cout);
   }

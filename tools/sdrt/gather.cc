@@ -12,13 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/distributed_state_dict.h"
-#include "core/safetensors.h"
-#include "core/sharded_checkpoint.h"
 #include "nlohmann/json.hpp"
-#include "tools/sdrt/commands.h"
-#include "tools/sdrt/output.h"
-#include "tools/sdrt/session.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/session.h"
 
 namespace sdrt::cli {
 namespace {

@@ -8,12 +8,12 @@
 #include <string>
 
 #include "absl/strings/str_join.h"
-#include "core/safetensors.h"
-#include "core/sharded_checkpoint.h"
 #include "nlohmann/json.hpp"
-#include "tensor/sharding.h"
-#include "tools/sdrt/commands.h"
-#include "tools/sdrt/output.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/output.h"
 
 namespace sdrt::cli {
 namespace {

@@ -2,9 +2,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "cuda/runtime.h"
+#include "sdrt/cuda/runtime.h"
+#include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/version.h"
-#include "tools/sdrt/commands.h"
 
 namespace {
 
@@ -12,8 +12,7 @@ void PrintVersion() {
   std::cout << "sdrt " << sdrt::Version() << "\n"
             << "  " << sdrt::CudaVersionString() << ", " << sdrt::CudaDeviceCount()
             << " device(s)\n"
-            << "  NCCL: " << (SDRT_CLI_HAVE_NCCL ? "found and linked" : "not found")
-            << "\n"
+            << "  NCCL: " << (SDRT_CLI_HAVE_NCCL ? "found and linked" : "not found") << "\n"
             << "  MPI: " << (SDRT_CLI_HAVE_MPI ? "found" : "not found") << "\n";
 }
 

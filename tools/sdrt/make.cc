@@ -4,11 +4,11 @@
 #include <memory>
 #include <string>
 
-#include "core/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "tools/sdrt/commands.h"
-#include "tools/sdrt/output.h"
-#include "tools/sdrt/synthetic.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/synthetic.h"
 
 namespace sdrt::cli {
 namespace {

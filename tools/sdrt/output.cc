@@ -1,4 +1,4 @@
-#include "tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/output.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "tools/sdrt/session.h"
+#include "sdrt/tools/sdrt/session.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -10,13 +10,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/runtime.h"
-#include "tools/sdrt/output.h"
+#include "sdrt/cuda/runtime.h"
+#include "sdrt/tools/sdrt/output.h"
 #if SDRT_CLI_HAVE_MPI
-#include "comm/mpi_communicator.h"
+#include "sdrt/comm/mpi_communicator.h"
 #endif
 #if SDRT_CLI_HAVE_NCCL
-#include "comm/nccl_communicator.h"
+#include "sdrt/comm/nccl_communicator.h"
 #endif
 
 namespace sdrt::cli {
@@ -106,8 +106,7 @@ absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
 }
 
 double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled) {

@@ -12,8 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "comm/communicator.h"
-#include "tensor/device.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt::cli {
 

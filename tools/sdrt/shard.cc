@@ -1,6 +1,6 @@
 // `sdrt shard FILE OUTDIR --mesh 2x2 --plan fsdp|hsdp|tp|fsdp-tp|PLAN.json`: cut a full
-// safetensors checkpoint into a sharded checkpoint folder (core/sharded_checkpoint.h), in
-// one process.
+// safetensors checkpoint into a sharded checkpoint folder (core/checkpoint/sharded_checkpoint.h),
+// in one process.
 #include <sys/stat.h>
 
 #include <iostream>
@@ -10,12 +10,12 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/safetensors.h"
-#include "core/sharded_checkpoint.h"
-#include "core/sharding_plan.h"
 #include "nlohmann/json.hpp"
-#include "tools/sdrt/commands.h"
-#include "tools/sdrt/output.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/output.h"
 
 namespace sdrt::cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/sdrt/synthetic.h"
+#include "sdrt/tools/sdrt/synthetic.h"
 
 #include <algorithm>
 #include <cmath>

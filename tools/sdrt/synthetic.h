@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tensor/dtype.h"
-#include "tensor/tensor.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt::cli {
 

@@ -1,0 +1,29 @@
+#include "sdrt/comm/internal/nccl_check.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace sdrt::internal {
+
+absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file, int line) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
+  const std::string message =
+      absl::StrCat(call, " failed at ", file, ":", line, " on device ", device, ": NCCL error ",
+                   static_cast<int>(result), " (", ncclGetErrorString(result), ")");
+  switch (result) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return absl::InvalidArgumentError(message);
+    case ncclInProgress:
+      return absl::UnavailableError(message);
+    case ncclRemoteError:
+      return absl::AbortedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+}  // namespace sdrt::internal

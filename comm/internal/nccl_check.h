@@ -1,0 +1,31 @@
+// The NCCL check macro, the twin of cuda_check.h's: an ncclResult_t becomes an
+// absl::Status carrying the call text, file:line, the current CUDA device and NCCL's own
+// error string. Internal to cuda/ and the NCCL backend (it includes nccl.h); only built
+// when SDRT_HAVE_NCCL.
+//
+//   SDRT_NCCL_RETURN_IF_ERROR(ncclAllGather(send, recv, count, ncclBfloat16, comm, stream));
+#ifndef SDRT_COMM_INTERNAL_NCCL_CHECK_H_
+#define SDRT_COMM_INTERNAL_NCCL_CHECK_H_
+
+#include <nccl.h>
+
+#include "absl/status/status.h"
+
+namespace sdrt::internal {
+
+// OK for ncclSuccess; otherwise a Status describing `call` at file:line. The code maps
+// ncclInvalidArgument/ncclInvalidUsage to InvalidArgument, ncclInProgress to
+// Unavailable, ncclRemoteError to Aborted, everything else to Internal.
+absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file, int line);
+
+}  // namespace sdrt::internal
+
+#define SDRT_NCCL_STATUS(expr) ::sdrt::internal::NcclStatus((expr), #expr, __FILE__, __LINE__)
+
+#define SDRT_NCCL_RETURN_IF_ERROR(expr)                        \
+  do {                                                         \
+    ::absl::Status sdrt_nccl_status_ = SDRT_NCCL_STATUS(expr); \
+    if (!sdrt_nccl_status_.ok()) return sdrt_nccl_status_;     \
+  } while (0)
+
+#endif  // SDRT_COMM_INTERNAL_NCCL_CHECK_H_

@@ -1,0 +1,186 @@
+// Sharded checkpoints on disk: a full safetensors state dict cut into one safetensors file
+// per rank of a DeviceMesh, with an index that says how to put the pieces back together.
+//
+// A checkpoint is a folder:
+//
+//   index.json
+//   rank-00000-of-00004.safetensors
+//   ...
+//   rank-00003-of-00004.safetensors
+//
+// index.json (format_version 1; every field is written, unknown fields are errors):
+//
+//   {
+//     "format": "sdrt-sharded-checkpoint",
+//     "format_version": 1,
+//     "world_size": 4,
+//     "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]},   // dim_names [] when unnamed
+//     "plan": "fsdp-tp",                                      // informational
+//     "files": ["rank-00000-of-00004.safetensors", ...],      // rank order
+//     "metadata": {"format": "pt"},                           // the source's __metadata__
+//     "tensors": [                                            // the source's tensor order
+//       {"name": "model.layers.0.self_attn.q_proj.weight", "dtype": "BF16",
+//        "shape": [4096, 4096], "placements": "[_S(0, 2), S(0)]",
+//        "xxh64": "0123456789abcdef"},
+//       ...
+//     ]
+//   }
+//
+// The mesh is row-major over ranks 0..world_size-1 (DeviceMesh::Create with no ranks).
+// "dtype" is the safetensors code; "shape" the global shape; "placements" PyTorch's
+// printing (tensor/dtensor/placement.h), one per mesh dim, never Partial; "xxh64" the XXH64 (seed
+// 0) of the full tensor's contiguous row-major little-endian bytes, 16 lower-case hex
+// digits. The source's tensor order is the order of its bytes in the file
+// (SafetensorsFile::entries()).
+//
+// Rank file r holds, under the same names and dtypes, the local tensor of every index
+// tensor for rank r: ComputeLocalShapeAndGlobalOffset(shape, mesh, placements, r) gives its
+// shape (possibly with zero elements) and, through OwnedIndices, where its elements sit in
+// the full tensor (Full[I_0 x I_1 x ...]; tensor/sharding/sharding.h). Its __metadata__ holds
+// "sdrt.format_version" ("1"), "sdrt.rank", "sdrt.world_size", "sdrt.mesh" ("2x2") and,
+// for a mesh with dim names, "sdrt.mesh_dim_names" ("dp,tp").
+//
+// Errors are absl::Status; messages name the folder or file, the tensor and the rule.
+#ifndef SDRT_CORE_CHECKPOINT_SHARDED_CHECKPOINT_H_
+#define SDRT_CORE_CHECKPOINT_SHARDED_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt {
+
+inline constexpr int kShardedCheckpointFormatVersion = 1;
+inline constexpr absl::string_view kShardedCheckpointFormat = "sdrt-sharded-checkpoint";
+inline constexpr absl::string_view kShardedCheckpointIndexName = "index.json";
+// The most ranks (files) a sharded checkpoint may have: the five digits of RankFileName.
+inline constexpr int64_t kMaxShardedCheckpointRanks = 99999;
+
+// "rank-00002-of-00004.safetensors". Preconditions: 0 <= rank < world_size.
+std::string RankFileName(int64_t rank, int64_t world_size);
+
+// XXH64 (seed 0) of the bytes of `tensor` in contiguous row-major order (a non-contiguous
+// tensor is hashed as Contiguous() would lay it out). CPU tensors only: InvalidArgument
+// otherwise; ResourceExhausted when a contiguous copy cannot be made.
+absl::StatusOr<uint64_t> TensorXxh64(const Tensor& tensor);
+// The 16 lower-case hex digits index.json stores, "ef46db3751d8e999".
+std::string FormatXxh64(uint64_t hash);
+
+// One tensor of the index.
+struct ShardedCheckpointTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;                    // global shape, elements
+  std::vector<Placement> placements;  // one per mesh dim
+  uint64_t xxh64 = 0;                 // of the full tensor's bytes
+};
+
+// A parsed and validated index.json.
+struct ShardedCheckpointIndex {
+  std::string dir;  // the folder as given
+  int format_version = kShardedCheckpointFormatVersion;
+  int64_t world_size = 0;
+  std::shared_ptr<const DeviceMesh> mesh;  // shape + dim names, ranks 0..world_size-1
+  std::string plan;
+  std::vector<std::string> files;                // rank file names (not paths), rank order
+  std::map<std::string, std::string> metadata;   // the source file's __metadata__
+  std::vector<ShardedCheckpointTensor> tensors;  // source order
+
+  // dir + "/" + files[rank]. Precondition: 0 <= rank < world_size.
+  std::string RankFilePath(int64_t rank) const;
+  // The tensor named `name`, or nullptr.
+  const ShardedCheckpointTensor* Find(absl::string_view name) const;
+};
+
+struct WriteShardedCheckpointOptions {
+  // Names the source in messages and is recorded nowhere else (SafetensorsFile does not
+  // keep its path); e.g. the path it was opened from.
+  std::string source_name = "<source>";
+  // Replace `out_dir` when it already is a sharded checkpoint (has an index.json). An
+  // empty folder is always replaced; any other existing path is refused.
+  bool overwrite = false;
+};
+
+// Cuts every tensor of `source` (the full state dict) by `plan` on `mesh` and writes the
+// sharded checkpoint folder `out_dir`. Each rank's pieces are cut on the CPU by
+// DistributeTensor (core/distributed/dtensor_ops.h; a fully replicated tensor is written from the
+// source mapping without a copy) one rank at a time, so memory peaks at about one rank's
+// share of the checkpoint. `mesh` must be over ranks 0..N-1 in row-major order (what
+// DeviceMesh::Create and FromString make without explicit ranks), as the index records it.
+//
+// Atomic: everything is written into a temporary folder `.<name>.tmp.<pid>.<random>`
+// beside `out_dir` (each file fsynced, then the folder), which is then renamed onto
+// `out_dir` (an existing checkpoint, with `overwrite`, is swapped out by
+// renameat2(RENAME_EXCHANGE) and then deleted; where the file system lacks it, it is moved
+// aside first) and the parent folder is fsynced. On any error the temporary folder is
+// removed and `out_dir` is left as it was.
+//
+// Returns the index written. InvalidArgument naming the source, the tensor and the rule
+// for a mesh that is not over 0..N-1 in order or has more than kMaxShardedCheckpointRanks
+// ranks, and for a plan that does not fit the mesh (CheckMesh, PlacementsFor);
+// AlreadyExists when `out_dir` exists and is not replaceable (see `overwrite`); the
+// errno's code for I/O failures (NotFound for a missing parent folder), naming the path.
+absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
+    const SafetensorsFile& source, std::shared_ptr<const DeviceMesh> mesh, const ShardingPlan& plan,
+    const std::string& out_dir, const WriteShardedCheckpointOptions& options = {});
+
+struct ReadShardedCheckpointOptions {
+  // Also open every rank file (SafetensorsFile::Open: header and layout validation, no
+  // tensor bytes read) and check it against the index (CheckRankFile).
+  bool check_rank_files = true;
+};
+
+// Reads and validates `dir`/index.json: JSON syntax, every field present with its type,
+// format and format_version, world_size == product of the mesh shape, the file names
+// RankFileName gives, present as regular files in `dir`; per tensor a non-empty unique
+// name, a known dtype code, a non-negative shape, one non-Partial placement per mesh dim
+// whose shard dims the tensor has, 16 hex digits of hash. InvalidArgument naming the file
+// (and the tensor) and the rule for every failure, including a missing folder, index.json
+// or rank file, and the errors of CheckRankFile when check_rank_files.
+absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
+    const std::string& dir, const ReadShardedCheckpointOptions& options = {});
+
+// Checks that `file` (the opened rank file of `rank`) matches `index`: its __metadata__
+// names this rank, world size and mesh; it holds exactly the index's tensors, each with the
+// index's dtype and the local shape ComputeLocalShape gives for `rank`. InvalidArgument
+// naming the file, the tensor and what differs.
+absl::Status CheckRankFile(const ShardedCheckpointIndex& index, int64_t rank,
+                           const SafetensorsFile& file);
+
+// One rank's part of a sharded checkpoint.
+struct RankShards {
+  ShardedCheckpointIndex index;
+  int64_t rank = 0;
+  // Index order. Each DTensor's local tensor is a zero-copy view of the rank file's
+  // mapping where aligned (read-only: Clone() it to modify; SafetensorsFile::Get), the
+  // mesh is index.mesh, the placements and global shape the index's.
+  std::vector<std::pair<std::string, DTensor>> tensors;
+
+  // The tensors as a flat state dict (name -> DTensor value), index order.
+  Map ToStateDict() const;
+};
+
+// Reads the index of `dir` (without opening the other ranks' files), opens the file of
+// `rank`, checks it (CheckRankFile) and returns its tensors as DTensors built by
+// DTensor::Make. InvalidArgument for a rank outside [0, world_size) and for every error of
+// ReadShardedCheckpointIndex and CheckRankFile; the errors of SafetensorsFile::Open.
+absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank);
+
+}  // namespace sdrt
+
+#endif  // SDRT_CORE_CHECKPOINT_SHARDED_CHECKPOINT_H_

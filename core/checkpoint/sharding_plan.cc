@@ -1,0 +1,384 @@
+#include "sdrt/core/checkpoint/sharding_plan.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace sdrt {
+
+struct ShardingPlan::Rule {
+  std::string pattern;
+  std::regex regex;
+  std::vector<Placement> placements;
+};
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Trailing-component patterns of the built-in tp plan, searched in the name in this order.
+struct TpPattern {
+  const char* regex;
+  TpRole role;
+};
+
+const std::vector<std::pair<std::regex, TpRole>>& TpPatterns() {
+  static const auto* patterns = [] {
+    const TpPattern kPatterns[] = {
+        // Llama / Mistral / Qwen.
+        {R"((^|\.)(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$)", TpRole::kColumn},
+        {R"((^|\.)(o_proj|down_proj)\.(weight|bias)$)", TpRole::kRow},
+        {R"((^|\.)(embed_tokens|lm_head)\.weight$)", TpRole::kVocab},
+        // BERT.
+        {R"((^|\.)attention\.self\.(query|key|value)\.(weight|bias)$)", TpRole::kColumn},
+        {R"((^|\.)intermediate\.dense\.(weight|bias)$)", TpRole::kColumn},
+        {R"((^|\.)output\.dense\.(weight|bias)$)", TpRole::kRow},  // also attention.output
+        {R"((^|\.)word_embeddings\.weight$)", TpRole::kVocab},
+        // GPT-2 (Conv1D, [in, out]).
+        {R"((^|\.)(c_attn|c_fc)\.(weight|bias)$)", TpRole::kConv1DColumn},
+        {R"((^|\.)c_proj\.(weight|bias)$)", TpRole::kConv1DRow},
+        {R"((^|\.)wte\.weight$)", TpRole::kVocab},
+    };
+    auto* out = new std::vector<std::pair<std::regex, TpRole>>();
+    for (const TpPattern& p : kPatterns) {
+      out->emplace_back(std::regex(p.regex, std::regex::ECMAScript | std::regex::optimize), p.role);
+    }
+    return out;
+  }();
+  return *patterns;
+}
+
+std::string MeshShapeString(const DeviceMesh& mesh) { return absl::StrJoin(mesh.shape(), "x"); }
+
+absl::Status NeedsMeshDims(absl::string_view plan, int needed, const DeviceMesh& mesh) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("plan ", plan, " needs a ", needed, "-D mesh (",
+                   plan == "fsdp-tp" ? "dp x tp" : "replicate x shard", "), got the ", mesh.ndim(),
+                   "-D mesh ", MeshShapeString(mesh)));
+}
+
+absl::StatusOr<std::vector<Placement>> ParsePlacementsJson(const Json& value,
+                                                           const std::string& where) {
+  std::vector<Placement> out;
+  if (value.is_string()) {
+    absl::StatusOr<std::vector<Placement>> parsed = ParsePlacements(value.get<std::string>());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", parsed.status().message()));
+    }
+    out = *std::move(parsed);
+  } else if (value.is_array()) {
+    for (const Json& item : value) {
+      if (!item.is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": placements must be strings like \"S(0)\", got ", item.dump()));
+      }
+      absl::StatusOr<Placement> p = ParsePlacement(item.get<std::string>());
+      if (!p.ok())
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", p.status().message()));
+      out.push_back(*p);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": placements must be a string like \"[R, S(0)]\" or an array of strings, got ",
+        value.dump()));
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": an empty placement list"));
+  }
+  for (const Placement& p : out) {
+    if (p.is_partial()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", p.ToString(),
+                       " is not allowed in a checkpoint plan (a checkpoint holds values, not "
+                       "pending reductions)"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::string_view TpRoleName(TpRole role) {
+  switch (role) {
+    case TpRole::kReplicate:
+      return "replicate";
+    case TpRole::kColumn:
+      return "column";
+    case TpRole::kRow:
+      return "row";
+    case TpRole::kConv1DColumn:
+      return "conv1d-column";
+    case TpRole::kConv1DRow:
+      return "conv1d-row";
+    case TpRole::kVocab:
+      return "vocab";
+  }
+  return "invalid";
+}
+
+TpRole TpRoleOf(absl::string_view name) {
+  const std::string text(name);
+  for (const auto& [regex, role] : TpPatterns()) {
+    if (std::regex_search(text, regex)) return role;
+  }
+  return TpRole::kReplicate;
+}
+
+Placement TpPlacement(TpRole role, int ndim) {
+  if (ndim == 0) return Placement::Replicate();
+  const bool weight = ndim >= 2;
+  switch (role) {
+    case TpRole::kReplicate:
+      return Placement::Replicate();
+    case TpRole::kColumn:
+    case TpRole::kVocab:
+      return Placement::Shard(0);
+    case TpRole::kRow:
+      return weight ? Placement::Shard(1) : Placement::Replicate();
+    case TpRole::kConv1DColumn:
+      return weight ? Placement::Shard(1) : Placement::Shard(0);
+    case TpRole::kConv1DRow:
+      return weight ? Placement::Shard(0) : Placement::Replicate();
+  }
+  return Placement::Replicate();
+}
+
+absl::StatusOr<ShardingPlan> ShardingPlan::Builtin(absl::string_view name) {
+  ShardingPlan plan;
+  if (name == "fsdp") {
+    plan.kind_ = Kind::kFsdp;
+  } else if (name == "hsdp") {
+    plan.kind_ = Kind::kHsdp;
+  } else if (name == "tp") {
+    plan.kind_ = Kind::kTp;
+  } else if (name == "fsdp-tp") {
+    plan.kind_ = Kind::kFsdpTp;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown plan \"", name, "\": expected fsdp, hsdp, tp, fsdp-tp or a PLAN.json file"));
+  }
+  plan.name_ = std::string(name);
+  return plan;
+}
+
+absl::StatusOr<ShardingPlan> ShardingPlan::FromSpec(const std::string& spec) {
+  absl::StatusOr<ShardingPlan> builtin = Builtin(spec);
+  if (builtin.ok()) return builtin;
+  struct stat st;
+  if (stat(spec.c_str(), &st) == 0 || absl::EndsWith(spec, ".json")) return FromJsonFile(spec);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown plan \"", spec,
+                   "\": not fsdp, hsdp, tp or fsdp-tp, and no PLAN.json file of that name"));
+}
+
+absl::StatusOr<ShardingPlan> ShardingPlan::FromJsonFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("plan file ", path, ": cannot be read"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("plan file ", path, ": cannot be read"));
+  }
+  return FromJson(text.str(), path);
+}
+
+absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
+                                                    absl::string_view source) {
+  const std::string file = absl::StrCat("plan file ", source);
+  Json doc;
+  try {
+    doc = Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": not valid JSON: ", e.what()));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": the top level must be an object"));
+  }
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key() != "rules" && it.key() != "default" && it.key() != "mesh_ndim" &&
+        it.key() != "comment") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": unknown field \"", it.key(),
+                       "\" (expected rules, default, mesh_ndim, comment)"));
+    }
+  }
+  auto rules = std::make_shared<std::vector<Rule>>();
+  auto add_rule = [&](const std::string& pattern, const Json& placements,
+                      size_t index) -> absl::Status {
+    const std::string where = absl::StrCat(file, ": rule ", index, " (\"", pattern, "\")");
+    Rule rule;
+    rule.pattern = pattern;
+    try {
+      rule.regex = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": bad regex: ", e.what()));
+    }
+    absl::StatusOr<std::vector<Placement>> parsed = ParsePlacementsJson(placements, where);
+    if (!parsed.ok()) return parsed.status();
+    rule.placements = *std::move(parsed);
+    rules->push_back(std::move(rule));
+    return absl::OkStatus();
+  };
+  if (doc.contains("rules")) {
+    const Json& list = doc["rules"];
+    if (list.is_array()) {
+      for (size_t i = 0; i < list.size(); ++i) {
+        const Json& r = list[i];
+        if (!r.is_object() || !r.contains("pattern") || !r["pattern"].is_string() ||
+            !r.contains("placements")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              file, ": rule ", i,
+              " must be an object with a string \"pattern\" and \"placements\", got ", r.dump()));
+        }
+        absl::Status s = add_rule(r["pattern"].get<std::string>(), r["placements"], i);
+        if (!s.ok()) return s;
+      }
+    } else if (list.is_object()) {
+      size_t i = 0;
+      for (auto it = list.begin(); it != list.end(); ++it, ++i) {
+        absl::Status s = add_rule(it.key(), it.value(), i);
+        if (!s.ok()) return s;
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file,
+                       ": \"rules\" must be an array of {pattern, placements} or an "
+                       "object of pattern: placements"));
+    }
+  }
+  std::shared_ptr<std::vector<Placement>> fallback;
+  if (doc.contains("default")) {
+    absl::StatusOr<std::vector<Placement>> parsed =
+        ParsePlacementsJson(doc["default"], absl::StrCat(file, ": default"));
+    if (!parsed.ok()) return parsed.status();
+    fallback = std::make_shared<std::vector<Placement>>(*std::move(parsed));
+  }
+  int ndim = 0;
+  std::string ndim_from;
+  auto agree = [&](size_t n, const std::string& what) -> absl::Status {
+    if (ndim == 0) {
+      ndim = static_cast<int>(n);
+      ndim_from = what;
+      return absl::OkStatus();
+    }
+    if (static_cast<int>(n) != ndim) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": ", what, " has ", n,
+                                                     " placements but ", ndim_from, " has ", ndim,
+                                                     " (one per mesh dim)"));
+    }
+    return absl::OkStatus();
+  };
+  if (doc.contains("mesh_ndim")) {
+    const Json& m = doc["mesh_ndim"];
+    if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": \"mesh_ndim\" must be an integer in [1, 64], got ", m.dump()));
+    }
+    ndim = static_cast<int>(m.get<int64_t>());
+    ndim_from = "mesh_ndim";
+  }
+  for (size_t i = 0; i < rules->size(); ++i) {
+    absl::Status s = agree((*rules)[i].placements.size(),
+                           absl::StrCat("rule ", i, " (\"", (*rules)[i].pattern, "\")"));
+    if (!s.ok()) return s;
+  }
+  if (fallback != nullptr) {
+    absl::Status s = agree(fallback->size(), "default");
+    if (!s.ok()) return s;
+  }
+  if (ndim == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": no rule, default or mesh_ndim: the plan says nothing about the mesh"));
+  }
+  ShardingPlan plan;
+  plan.kind_ = Kind::kCustom;
+  plan.name_ = std::string(source);
+  plan.rules_ = std::move(rules);
+  plan.default_ = std::move(fallback);
+  plan.mesh_ndim_ = ndim;
+  return plan;
+}
+
+absl::Status ShardingPlan::CheckMesh(const DeviceMesh& mesh) const {
+  switch (kind_) {
+    case Kind::kFsdp:
+    case Kind::kTp:
+      return absl::OkStatus();
+    case Kind::kHsdp:
+    case Kind::kFsdpTp:
+      if (mesh.ndim() != 2) return NeedsMeshDims(name_, 2, mesh);
+      return absl::OkStatus();
+    case Kind::kCustom:
+      if (mesh.ndim() != mesh_ndim_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan ", name_, " gives ", mesh_ndim_, " placements per tensor (a ", mesh_ndim_,
+            "-D mesh), got the ", mesh.ndim(), "-D mesh ", MeshShapeString(mesh)));
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Placement>> ShardingPlan::PlacementsFor(absl::string_view name,
+                                                                   IntSpan shape,
+                                                                   const DeviceMesh& mesh) const {
+  absl::Status mesh_ok = CheckMesh(mesh);
+  if (!mesh_ok.ok()) return mesh_ok;
+  const int n = mesh.ndim();
+  const int ndim = static_cast<int>(shape.size());
+  if (ndim == 0) return std::vector<Placement>(n, Placement::Replicate());
+  switch (kind_) {
+    case Kind::kFsdp:
+      return std::vector<Placement>(n, Placement::Shard(0));
+    case Kind::kHsdp:
+      return std::vector<Placement>{Placement::Replicate(), Placement::Shard(0)};
+    case Kind::kTp: {
+      std::vector<Placement> out(n, Placement::Replicate());
+      out[n - 1] = TpPlacement(TpRoleOf(name), ndim);
+      return out;
+    }
+    case Kind::kFsdpTp: {
+      const Placement tp = TpPlacement(TpRoleOf(name), ndim);
+      const int64_t tp_size = mesh.size(1);
+      // _fsdp_param.py: split_factor = the number of shards the TP spec puts on FSDP's
+      // shard dim (0); > 1 makes FSDP's placement a _StridedShard.
+      const bool strided = tp.is_shard_like() && tp.dim() == 0 && tp_size > 1;
+      return std::vector<Placement>{
+          strided ? Placement::StridedShard(0, tp_size) : Placement::Shard(0), tp};
+    }
+    case Kind::kCustom: {
+      const std::vector<Placement>* chosen = default_.get();
+      std::string rule = "default";
+      for (size_t i = 0; i < rules_->size(); ++i) {
+        const Rule& r = (*rules_)[i];
+        if (std::regex_search(name.begin(), name.end(), r.regex)) {
+          chosen = &r.placements;
+          rule = absl::StrCat("rule ", i, " (\"", r.pattern, "\")");
+          break;
+        }
+      }
+      if (chosen == nullptr) return std::vector<Placement>(n, Placement::Replicate());
+      for (const Placement& p : *chosen) {
+        if (p.is_shard_like() && p.dim() >= ndim) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "plan ", name_, ": ", rule, " gives ", PlacementsToString(*chosen), " to tensor ",
+              name, " of shape [", absl::StrJoin(shape, ", "), "], which has no dim ", p.dim()));
+        }
+      }
+      return *chosen;
+    }
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace sdrt

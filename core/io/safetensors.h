@@ -1,0 +1,165 @@
+// safetensors checkpoint I/O: read a file by mapping it, write one atomically.
+//
+// The format (https://github.com/huggingface/safetensors): 8 bytes little-endian u64 header
+// length N, N bytes of UTF-8 JSON, then the data region. The JSON object maps each tensor
+// name to {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, offsets in
+// bytes relative to the start of the data region, elements row-major little-endian, and may
+// hold "__metadata__": an object of string to string.
+//
+// Reading validates the file before handing out any tensor, with the rules of the reference
+// implementation, safetensors 0.8.0: header length at most 100,000,000 bytes and inside the
+// file; UTF-8 JSON, one object (whitespace around it allowed, nothing else, no NUL byte;
+// nesting at most 127 deep); each entry an object with a dtype, a shape of non-negative
+// integers and data_offsets [begin, end] (other fields ignored), shape x element size ==
+// end - begin; ranges that tile the data region exactly; "__metadata__" null or an object
+// of strings. A file the reference loads is refused only for (a) duplicate keys, which the
+// reference resolves silently by keeping the last, (b) a dtype sdrt lacks (U16, U32, U64,
+// C64, F4, F6_*, F8_E8M0, F8_*FNUZ: reported as valid but unsupported), (c) a dimension
+// above 2^63 - 1 in a shape holding a 0. Conversely, of 600 crafted headers compared with
+// 0.8.0, none it refuses does sdrt load.
+// Every error is an absl::Status naming the file, the tensor or metadata key and the rule.
+// Tensors borrow the mapping zero-copy when their address is a multiple of their element
+// size and are copied into aligned memory otherwise (files from other writers may leave
+// the data region unaligned: a header length that is not a multiple of 8).
+//
+// Writing lays the data out largest element size first (so every tensor is aligned for the
+// zero-copy read), pads the header with spaces so the data starts at a multiple of 8,
+// writes a temporary file beside the target, fsyncs it and renames it over the target, so
+// a reader never sees a partial file.
+//
+// Thread-safety: a SafetensorsFile is immutable after Open; its const methods may be
+// called from several threads.
+#ifndef SDRT_CORE_IO_SAFETENSORS_H_
+#define SDRT_CORE_IO_SAFETENSORS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/storage.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt {
+
+// The reference implementation's cap on the JSON header length N, in bytes.
+inline constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+
+// The reserved header key holding the string-to-string metadata; no tensor may use it.
+inline constexpr absl::string_view kSafetensorsMetadataKey = "__metadata__";
+
+// One tensor as the header describes it.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;         // elements per dim, PyTorch order; empty for a 0-dim tensor
+  int64_t data_begin = 0;  // bytes, relative to the start of the data region
+  int64_t data_end = 0;    // bytes, exclusive; data_end - data_begin == numel * element size
+};
+
+// An opened, fully validated safetensors file (or in-memory image of one). Cheap to move;
+// copies share the mapping. The bytes stay mapped while this object or any tensor returned
+// by Get() lives.
+class SafetensorsFile {
+ public:
+  struct Options {
+    // Registers the whole mapping with CUDA as page-locked, read-only memory
+    // (cudaHostRegisterReadOnly | cudaHostRegisterPortable) so that host-to-device copies
+    // from the returned tensors need no staging buffer; undone when the mapping is released.
+    // Open fails with Unavailable in a build without CUDA or on a machine without a GPU.
+    bool pin_mapping = false;
+  };
+
+  // Maps `path` read-only (mmap PROT_READ) and validates the header and the layout.
+  // Errors: NotFound / PermissionDenied / ... (errno) when the file cannot be opened or
+  // mapped; InvalidArgument when it is not a regular file (refused without waiting: a FIFO
+  // is opened non-blocking) or any format rule is broken (the message names the path once,
+  // the tensor or metadata key, and the rule); Unavailable when pin_mapping is set and CUDA
+  // cannot register the mapping.
+  // The file must not be truncated while mapped (reading a vanished page raises SIGBUS).
+  static absl::StatusOr<SafetensorsFile> Open(const std::string& path, Options options);
+  static absl::StatusOr<SafetensorsFile> Open(const std::string& path) {
+    return Open(path, Options());
+  }
+
+  // Validates a whole file image already in host memory (tests, fuzzing, network buffers).
+  // The returned tensors borrow `bytes` like Open's borrow the mapping. InvalidArgument for
+  // a null or non-CPU storage and for every format rule Open checks.
+  static absl::StatusOr<SafetensorsFile> FromBuffer(std::shared_ptr<Storage> bytes);
+
+  // The tensors sorted by data_begin (the order of their bytes in the file); zero-length
+  // entries sharing an offset keep the header's order. JSON key order is not meaningful in
+  // safetensors (the reference writer sorts by alignment, then name), so none is promised.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  // The entry named `name`, or nullptr. The pointer lives as long as this object.
+  const SafetensorsEntry* Find(absl::string_view name) const;
+  // The "__metadata__" object; empty when the header has none.
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // The tensor `name` as a contiguous CPU tensor. Zero-copy (a view of storage(), which for
+  // Open is read-only: writing to it faults; Clone() it to modify) when the tensor's address
+  // is a multiple of its element size, else a copy in fresh 256-byte-aligned memory.
+  // Tensors with no elements own an empty storage. NotFound naming the tensor and the file
+  // when absent; ResourceExhausted when a copy cannot be allocated.
+  absl::StatusOr<Tensor> Get(absl::string_view name) const;
+
+  // The whole file image: a kMappedFile storage for Open, the caller's bytes for FromBuffer.
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  int64_t file_size() const { return storage_->nbytes(); }  // bytes
+  int64_t header_size() const { return header_size_; }      // N, bytes of JSON incl. padding
+  int64_t data_offset() const { return 8 + header_size_; }  // bytes from the file start
+
+ private:
+  SafetensorsFile() = default;
+  // Validates the image in `storage`; `source` (a path or "<buffer>") prefixes messages.
+  static absl::StatusOr<SafetensorsFile> Parse(std::shared_ptr<Storage> storage,
+                                               std::string source);
+
+  std::shared_ptr<Storage> storage_;
+  std::string source_;
+  int64_t header_size_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t, std::less<>> index_;  // name -> position in entries_
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `tensors` and `metadata` to `path` in safetensors format. The header lists the
+// tensors in the given order; their data is laid out back to back sorted by element size,
+// largest first, the given order within a size, so each starts at a multiple of its element
+// size (and SafetensorsFile::entries(), in data order, differs from the given order).
+// Any existing file is replaced atomically: the bytes go to a temporary file
+// `.<name>.tmp.<pid>.<random>` in the same folder, which is fsynced and renamed over the
+// target, and the folder is fsynced. When `path` is a symlink (or a chain of them), the
+// target is the file it resolves to, written in that file's folder; the link stays. A
+// replaced file's permission bits carry over; a new file gets 0666 & ~umask. On any error
+// before the rename the temporary file is removed and the target is left as it was (an
+// error from the final fsync of the folder is returned with the new file already in place).
+// Tensors may have any strides and live on CPU or CUDA (copied to host one at a time).
+// InvalidArgument, before any file is created, for a tensor named "__metadata__", duplicate
+// names, undefined or meta tensors, and names or metadata that are not valid UTF-8.
+// I/O failures return the errno's code with the call; every message starts with
+// `WriteSafetensors("<path>"): ` and names other paths (temporary file, folder) only.
+struct WriteSafetensorsOptions {
+  // Lay the data out in the given order instead of by element size (e.g. to reproduce a
+  // file whose bytes are in another order, as `sdrt gather` does). A tensor may then start
+  // at an offset that is not a multiple of its element size; SafetensorsFile::Get copies
+  // such tensors instead of borrowing them.
+  bool data_in_given_order = false;
+};
+
+absl::Status WriteSafetensors(const std::string& path,
+                              absl::Span<const std::pair<std::string, Tensor>> tensors,
+                              const std::map<std::string, std::string>& metadata = {},
+                              const WriteSafetensorsOptions& options = {});
+
+}  // namespace sdrt
+
+#endif  // SDRT_CORE_IO_SAFETENSORS_H_

@@ -1,0 +1,129 @@
+// SafetensorsFile: map, validate, hand out tensors.
+//
+// The file is mapped PROT_READ and wrapped in one kMappedFile Storage whose release is
+// munmap; every zero-copy tensor holds that storage, so the mapping lives as long as any
+// of them. A tensor whose address is not a multiple of its element size (other writers may
+// leave the data region unaligned: case-045) is copied instead, never reinterpreted through
+// a misaligned pointer.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/io/internal/safetensors_header.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/cuda/runtime.h"
+
+namespace sdrt {
+namespace {
+
+// Adds `source` (the path, or "<buffer>") in front of a status message, keeping the code;
+// the messages below it never name the path themselves.
+absl::Status WithSource(const absl::Status& status, absl::string_view source) {
+  return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
+}
+
+// Maps the whole regular file at `path` read-only. O_NONBLOCK: opening a FIFO (or a
+// device) must not wait for a writer before fstat can refuse it; it changes nothing for a
+// regular file.
+absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, "open");
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::ErrnoToStatus(err, "fstat");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError("not a regular file");
+  }
+  const int64_t size = st.st_size;
+  if (size == 0) {  // mmap refuses empty ranges; Parse reports the short file
+    close(fd);
+    return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kMappedFile, nullptr);
+  }
+  void* data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  close(fd);  // the mapping keeps the file referenced
+  if (data == MAP_FAILED) return absl::ErrnoToStatus(err, "mmap");
+  return Storage::Wrap(data, size, Device::CPU(), StorageKind::kMappedFile,
+                       [size](void* p) { munmap(p, static_cast<size_t>(size)); });
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, Options options) {
+  absl::StatusOr<std::shared_ptr<Storage>> mapping = MapFile(path);
+  if (!mapping.ok()) return WithSource(mapping.status(), path);
+  absl::StatusOr<SafetensorsFile> file = Parse(*std::move(mapping), path);
+  if (!file.ok() || !options.pin_mapping) return file;
+  absl::Status pinned = PinStorage(*file->storage_, kHostRegisterReadOnly | kHostRegisterPortable);
+  if (!pinned.ok()) return WithSource(pinned, absl::StrCat(path, ": pinning the mapping"));
+  return file;
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBuffer(std::shared_ptr<Storage> bytes) {
+  if (bytes == nullptr || !bytes->device().is_cpu()) {
+    return absl::InvalidArgumentError("SafetensorsFile::FromBuffer: needs a CPU storage");
+  }
+  return Parse(std::move(bytes), "<buffer>");
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<Storage> storage,
+                                                       std::string source) {
+  const char* bytes = static_cast<const char*>(storage->data());
+  const int64_t size = storage->nbytes();
+  absl::StatusOr<int64_t> header_size =
+      internal::ParseSafetensorsHeaderLength(absl::string_view(bytes, size < 8 ? 0 : 8), size);
+  if (!header_size.ok()) return WithSource(header_size.status(), source);
+  absl::StatusOr<internal::SafetensorsHeader> header = internal::ParseSafetensorsHeader(
+      absl::string_view(bytes + 8, *header_size), size - 8 - *header_size);
+  if (!header.ok()) return WithSource(header.status(), source);
+
+  SafetensorsFile file;
+  file.storage_ = std::move(storage);
+  file.source_ = std::move(source);
+  file.header_size_ = *header_size;
+  file.entries_ = std::move(header->entries);
+  file.metadata_ = std::move(header->metadata);
+  for (size_t i = 0; i < file.entries_.size(); ++i) file.index_[file.entries_[i].name] = i;
+  return file;
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(absl::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+absl::StatusOr<Tensor> SafetensorsFile::Get(absl::string_view name) const {
+  const SafetensorsEntry* entry = Find(name);
+  if (entry == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat(source_, ": no tensor named \"", absl::Utf8SafeCHexEscape(name), "\""));
+  }
+  const int64_t element_size = ElementSize(entry->dtype);
+  const int64_t offset = data_offset() + entry->data_begin;  // bytes from the file start
+  const char* base = static_cast<const char*>(storage_->data());
+  const bool aligned =
+      offset % element_size == 0 && reinterpret_cast<uintptr_t>(base) % element_size == 0;
+  if (entry->data_end > entry->data_begin && aligned) {
+    return Tensor::FromStorage(storage_, entry->dtype, entry->shape,
+                               ContiguousStrides(entry->shape), offset / element_size);
+  }
+  absl::StatusOr<Tensor> copy = Tensor::Empty(entry->shape, entry->dtype);
+  if (!copy.ok()) return WithSource(copy.status(), absl::StrCat(source_, ": ", entry->name));
+  if (copy->nbytes() > 0) std::memcpy(copy->data_ptr(), base + offset, copy->nbytes());
+  return copy;
+}
+
+}  // namespace sdrt

@@ -1,0 +1,143 @@
+// CreateCpuStateDict (core/state_dict/state_dict_ops.h): the CPU staging state dict, from one
+// arena.
+//
+// Two passes over the same tree in the engine's visiting order (internal::ForEachTensor
+// walks it exactly as IterateStateDict does): the first gives every tensor that needs
+// bytes a 256-byte aligned slot, the arena is then allocated (and pinned) once, and the
+// second pass, through the engine, makes each tensor a contiguous view of its slot. A
+// tensor that appears twice (tied weights) gets two slots, as PyTorch makes two buffers.
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/core/state_dict/state_dict_ops.h"
+
+namespace sdrt {
+namespace {
+
+// Whether `t` gets a slot in the arena: it has dims, elements and data (SPEC 6 rules 3-5).
+bool NeedsSlot(const Tensor& t) { return t.dim() > 0 && t.numel() > 0 && t.data_ptr() != nullptr; }
+
+int64_t AlignUp(int64_t n, int64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+
+class ArenaBuilder {
+ public:
+  explicit ArenaBuilder(const CreateCpuOptions& options) : options_(options) {}
+
+  // Pass 1: a slot for `t` if it needs one.
+  void Plan(const Tensor& t) {
+    if (!NeedsSlot(t)) return;
+    const int64_t offset = AlignUp(total_bytes_, Storage::kDefaultAlignment);
+    slots_.push_back(Slot{offset, t.nbytes()});
+    total_bytes_ = offset + t.nbytes();
+  }
+
+  // One allocation for every slot (none when no tensor needs bytes).
+  absl::Status Allocate() {
+    if (total_bytes_ == 0) return absl::OkStatus();
+    absl::StatusOr<std::shared_ptr<Storage>> arena;
+    if (options_.share_memory) {
+      arena = Storage::AllocateShared(total_bytes_);
+      if (arena.ok() && options_.pin_memory) {
+        absl::Status pinned = PinStorage(**arena, kHostRegisterPortable);
+        if (!pinned.ok()) arena = pinned;
+      }
+    } else if (options_.pin_memory) {
+      arena = PinnedHostAllocator::Allocate(total_bytes_);
+    } else {
+      arena = Storage::AllocateCpu(total_bytes_, Storage::kDefaultAlignment);
+    }
+    if (!arena.ok()) {
+      return absl::Status(arena.status().code(),
+                          absl::StrCat("CreateCpuStateDict: the ", total_bytes_, "-byte arena (",
+                                       options_.pin_memory ? "pinned" : "not pinned", ", ",
+                                       options_.share_memory ? "shared" : "not shared", ") for ",
+                                       slots_.size(), " tensors: ", arena.status().message()));
+    }
+    arena_ = *std::move(arena);
+    return absl::OkStatus();
+  }
+
+  // Pass 2: the CPU buffer standing for `t` (SPEC 6 tensor rules).
+  absl::StatusOr<Tensor> Make(const Tensor& t) {
+    if (t.dim() == 0) return Tensor::Zeros({}, t.dtype());
+    if (!NeedsSlot(t)) return Zeros(t);
+    if (next_slot_ >= slots_.size() || slots_[next_slot_].nbytes != t.nbytes()) {
+      return absl::InternalError(
+          absl::StrCat("CreateCpuStateDict: slot ", next_slot_, " does not match ", t.ToString()));
+    }
+    const Slot& slot = slots_[next_slot_++];
+    return Tensor::FromStorage(arena_, t.dtype(), t.shape(), ContiguousStrides(t.shape()),
+                               slot.offset / t.element_size());
+  }
+
+ private:
+  struct Slot {
+    int64_t offset;  // bytes from the start of the arena, a multiple of 256
+    int64_t nbytes;
+  };
+
+  // CPU zeros for a tensor without elements or without data; a meta tensor with elements
+  // gets its own (zero-filled) shared segment when sharing, never pinned.
+  absl::StatusOr<Tensor> Zeros(const Tensor& t) const {
+    if (!options_.share_memory || t.numel() == 0) return Tensor::Zeros(t.shape(), t.dtype());
+    absl::StatusOr<std::shared_ptr<Storage>> shared = Storage::AllocateShared(t.nbytes());
+    if (!shared.ok()) return shared.status();
+    return Tensor::FromStorage(*std::move(shared), t.dtype(), t.shape());
+  }
+
+  const CreateCpuOptions& options_;
+  std::vector<Slot> slots_;
+  int64_t total_bytes_ = 0;
+  std::shared_ptr<Storage> arena_;
+  size_t next_slot_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Map> CreateCpuStateDict(const Map& state_dict, const CreateCpuOptions& options) {
+  ArenaBuilder arena(options);
+  const auto plan = [&arena](const Tensor& t) { arena.Plan(t); };
+  for (size_t i = 0; i < state_dict.size(); ++i) internal::ForEachTensor(state_dict.value(i), plan);
+  absl::Status allocated = arena.Allocate();
+  if (!allocated.ok()) return allocated;
+
+  internal::IterateVisitors visitors;
+  visitors.tensor = [&arena](const Tensor& t, const Value*) -> absl::StatusOr<Value> {
+    absl::StatusOr<Tensor> out = arena.Make(t);
+    if (!out.ok()) return out.status();
+    return Value(*std::move(out));
+  };
+  visitors.dtensor = [&arena](const DTensor& dt, const Value*) -> absl::StatusOr<Value> {
+    absl::StatusOr<Tensor> local = arena.Make(dt.local());
+    if (!local.ok()) return local.status();
+    absl::StatusOr<DTensor> out = dt.WithLocal(*std::move(local));
+    if (!out.ok()) return out.status();
+    return Value(*std::move(out));
+  };
+  visitors.sharded = [&arena](const ShardedTensor& st, const Value*) -> absl::StatusOr<Value> {
+    if (st.local_shards().empty()) return Value(st);
+    std::vector<Tensor> tensors;
+    for (const LocalShard& shard : st.local_shards()) {
+      absl::StatusOr<Tensor> out = arena.Make(shard.tensor);
+      if (!out.ok()) return out.status();
+      tensors.push_back(*std::move(out));
+    }
+    absl::StatusOr<ShardedTensor> out = internal::ShardedOnCpu(st, std::move(tensors));
+    if (!out.ok()) return out.status();
+    return Value(*std::move(out));
+  };
+  internal::IterateOptions iterate;
+  iterate.type_check = false;
+  absl::StatusOr<Map> out = internal::IterateStateDict(state_dict, visitors, nullptr, iterate);
+  if (!out.ok()) {
+    return absl::Status(out.status().code(),
+                        absl::StrCat("CreateCpuStateDict: ", out.status().message()));
+  }
+  return out;
+}
+
+}  // namespace sdrt

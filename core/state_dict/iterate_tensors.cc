@@ -1,0 +1,86 @@
+// Tensor helpers of the iteration engine (core/state_dict/iterate.h): moving a tensor-like
+// value to the CPU, walking a tree's tensors, and a ShardedTensor's CPU form.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/state_dict/iterate.h"
+
+namespace sdrt::internal {
+
+absl::StatusOr<Value> MoveToCpu(const Value& value) {
+  switch (value.kind()) {
+    case ValueKind::kTensor: {
+      absl::StatusOr<Tensor> cpu = value.as_tensor().To(Device::CPU());
+      if (!cpu.ok()) return cpu.status();
+      return Value(*std::move(cpu));
+    }
+    case ValueKind::kDTensor: {
+      const DTensor& dt = value.as_dtensor();
+      if (dt.local().device().is_cpu()) return value;
+      absl::StatusOr<Tensor> cpu = dt.local().To(Device::CPU());
+      if (!cpu.ok()) return cpu.status();
+      absl::StatusOr<DTensor> out = dt.WithLocal(*std::move(cpu));
+      if (!out.ok()) return out.status();
+      return Value(*std::move(out));
+    }
+    default: {
+      const ShardedTensor& st = value.as_sharded();
+      const bool on_cpu =
+          std::all_of(st.local_shards().begin(), st.local_shards().end(),
+                      [](const LocalShard& s) { return s.tensor.device().is_cpu(); });
+      if (on_cpu) return value;
+      std::vector<Tensor> tensors;
+      for (const LocalShard& shard : st.local_shards()) {
+        absl::StatusOr<Tensor> cpu = shard.tensor.To(Device::CPU());
+        if (!cpu.ok()) return cpu.status();
+        tensors.push_back(*std::move(cpu));
+      }
+      absl::StatusOr<ShardedTensor> out = ShardedOnCpu(st, std::move(tensors));
+      if (!out.ok()) return out.status();
+      return Value(*std::move(out));
+    }
+  }
+}
+
+void ForEachTensor(const Value& value, const std::function<void(const Tensor&)>& fn) {
+  switch (value.kind()) {
+    case ValueKind::kTensor:
+      fn(value.as_tensor());
+      return;
+    case ValueKind::kDTensor:
+      fn(value.as_dtensor().local());
+      return;
+    case ValueKind::kShardedTensor:
+      for (const LocalShard& shard : value.as_sharded().local_shards()) fn(shard.tensor);
+      return;
+    case ValueKind::kMap:
+      for (size_t i = 0; i < value.as_map().size(); ++i) ForEachTensor(value.as_map().value(i), fn);
+      return;
+    case ValueKind::kList:
+    case ValueKind::kTuple:
+      for (const Value& item : value.items()) ForEachTensor(item, fn);
+      return;
+    default:
+      return;
+  }
+}
+
+absl::StatusOr<ShardedTensor> ShardedOnCpu(const ShardedTensor& st, std::vector<Tensor> tensors) {
+  if (tensors.size() != st.local_shards().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ShardedOnCpu: ", tensors.size(),
+                                                   " tensors for ", st.local_shards().size(),
+                                                   " local shards"));
+  }
+  std::vector<ShardMetadata> metadata = st.shards_metadata();
+  for (ShardMetadata& m : metadata) m.placement.device = Device::CPU();
+  std::vector<LocalShard> shards = st.local_shards();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    shards[i].tensor = std::move(tensors[i]);
+    shards[i].metadata.placement.device = Device::CPU();
+  }
+  return ShardedTensor::Make(st.global_shape(), st.dtype(), std::move(metadata), std::move(shards));
+}
+
+}  // namespace sdrt::internal

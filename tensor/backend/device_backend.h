@@ -1,0 +1,54 @@
+// DeviceBackend: how tensor/ reaches memory it cannot touch itself.
+//
+// tensor/ sits below cuda/ and never includes CUDA headers, yet Tensor::Empty on a CUDA
+// device, Tensor::To and Tensor::CopyFrom across devices need cudaMalloc and
+// cudaMemcpyAsync. cuda/ implements this interface and registers it for
+// DeviceType::kCUDA when its library is linked (see cuda/cuda_backend.cc); a build
+// without CUDA leaves it unregistered and those calls return FailedPrecondition.
+#ifndef SDRT_TENSOR_BACKEND_DEVICE_BACKEND_H_
+#define SDRT_TENSOR_BACKEND_DEVICE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/storage.h"
+
+namespace sdrt {
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // Uninitialised memory of `nbytes` bytes on `device`.
+  virtual absl::StatusOr<std::shared_ptr<Storage>> Allocate(int64_t nbytes, Device device) = 0;
+
+  // Copies `nbytes` contiguous bytes between any two of {host, this backend's devices}.
+  // Enqueued on `stream`; when `non_blocking` is false the call returns after the copy is
+  // complete. Host memory that is not pinned makes the copy synchronous in practice.
+  virtual absl::Status Memcpy(void* dst, Device dst_device, const void* src, Device src_device,
+                              int64_t nbytes, StreamHandle stream, bool non_blocking) = 0;
+
+  // Element-wise strided copy with both pointers on `device` (see tensor/backend/strided_copy.h
+  // for the meaning of the arguments); enqueued on `stream`, synchronous unless
+  // `non_blocking`.
+  virtual absl::Status StridedCopy(void* dst, const void* src, int64_t elem_size,
+                                   absl::Span<const int64_t> sizes,
+                                   absl::Span<const int64_t> dst_strides,
+                                   absl::Span<const int64_t> src_strides, Device device,
+                                   StreamHandle stream, bool non_blocking) = 0;
+};
+
+// Installs `backend` (not owned; must outlive every later call) for `type`. Passing
+// nullptr removes it. Thread-safe.
+void RegisterDeviceBackend(DeviceType type, DeviceBackend* backend);
+
+// The backend for `type`, or FailedPrecondition saying that sdrt was built without it.
+absl::StatusOr<DeviceBackend*> GetDeviceBackend(DeviceType type);
+
+}  // namespace sdrt
+
+#endif  // SDRT_TENSOR_BACKEND_DEVICE_BACKEND_H_

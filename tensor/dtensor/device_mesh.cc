@@ -1,0 +1,90 @@
+#include "sdrt/tensor/dtensor/device_mesh.h"
+
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace sdrt {
+
+absl::StatusOr<DeviceMesh> DeviceMesh::Create(IntSpan shape, std::vector<int64_t> ranks,
+                                              std::vector<std::string> dim_names,
+                                              std::string device_type) {
+  if (shape.empty()) return absl::InvalidArgumentError("DeviceMesh: empty shape");
+  int64_t total = 1;
+  for (int64_t s : shape) {
+    if (s <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeviceMesh: shape ", ShapeToString(shape), " has a non-positive dim"));
+    }
+    total *= s;
+  }
+  if (ranks.empty()) {
+    for (int64_t r = 0; r < total; ++r) ranks.push_back(r);
+  }
+  if (static_cast<int64_t>(ranks.size()) != total) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceMesh: shape ", ShapeToString(shape),
+                                                   " needs ", total, " ranks, got ", ranks.size()));
+  }
+  if (std::set<int64_t>(ranks.begin(), ranks.end()).size() != ranks.size()) {
+    return absl::InvalidArgumentError("DeviceMesh: duplicate ranks");
+  }
+  if (!dim_names.empty() &&
+      (dim_names.size() != shape.size() ||
+       std::set<std::string>(dim_names.begin(), dim_names.end()).size() != dim_names.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceMesh: need ", shape.size(),
+                                                   " distinct dim names, got [",
+                                                   absl::StrJoin(dim_names, ", "), "]"));
+  }
+  DeviceMesh mesh;
+  mesh.shape_.assign(shape.begin(), shape.end());
+  mesh.ranks_ = std::move(ranks);
+  mesh.dim_names_ = std::move(dim_names);
+  mesh.device_type_ = std::move(device_type);
+  return mesh;
+}
+
+absl::StatusOr<DeviceMesh> DeviceMesh::FromString(absl::string_view shape,
+                                                  std::string device_type) {
+  IntVector dims;
+  for (absl::string_view part : absl::StrSplit(shape, 'x')) {
+    int64_t d = 0;
+    if (!absl::SimpleAtoi(part, &d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeviceMesh: cannot parse mesh shape '", shape, "' (want e.g. 2x2)"));
+    }
+    dims.push_back(d);
+  }
+  return Create(dims, {}, {}, std::move(device_type));
+}
+
+std::optional<IntVector> DeviceMesh::Coordinate(int64_t rank) const {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i] != rank) continue;
+    IntVector coord(shape_.size());
+    int64_t rest = static_cast<int64_t>(i);
+    for (int d = ndim() - 1; d >= 0; --d) {
+      coord[d] = rest % shape_[d];
+      rest /= shape_[d];
+    }
+    return coord;
+  }
+  return std::nullopt;
+}
+
+int64_t DeviceMesh::RankAt(IntSpan coordinate) const {
+  int64_t index = 0;
+  for (int d = 0; d < ndim(); ++d) index = index * shape_[d] + coordinate[d];
+  return ranks_[index];
+}
+
+std::string DeviceMesh::ToString() const {
+  std::string out = absl::StrCat("DeviceMesh(", device_type_, ", ", absl::StrJoin(shape_, "x"),
+                                 ", ranks=[", absl::StrJoin(ranks_, ", "), "]");
+  if (!dim_names_.empty()) absl::StrAppend(&out, ", names=[", absl::StrJoin(dim_names_, ", "), "]");
+  return out + ")";
+}
+
+}  // namespace sdrt

@@ -1,0 +1,99 @@
+#include "sdrt/tensor/sharding/partial_fill.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace sdrt {
+namespace {
+
+// The bytes of the value one of `dtype`, little-endian, in the low ElementSize(dtype)
+// bytes.
+uint64_t OneBits(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return 0x3c00;
+    case DType::kBFloat16:
+      return 0x3f80;
+    case DType::kFloat32: {
+      const float f = 1.0f;
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, sizeof(f));
+      return bits;
+    }
+    case DType::kFloat64: {
+      const double f = 1.0;
+      uint64_t bits = 0;
+      std::memcpy(&bits, &f, sizeof(f));
+      return bits;
+    }
+    case DType::kFloat8E4M3FN:
+      return 0x38;
+    case DType::kFloat8E5M2:
+      return 0x3c;
+    default:  // bool and the integers
+      return 1;
+  }
+}
+
+// Writes the fill into a contiguous CPU tensor.
+void FillHost(Tensor& t, PartialIdentity fill) {
+  char* data = static_cast<char*>(t.data_ptr());
+  if (fill == PartialIdentity::kZero) {
+    std::memset(data, 0, static_cast<size_t>(t.nbytes()));
+    return;
+  }
+  const uint64_t one = OneBits(t.dtype());
+  const int64_t elem = t.element_size();
+  for (int64_t i = 0; i < t.numel(); ++i) std::memcpy(data + i * elem, &one, elem);
+}
+
+}  // namespace
+
+absl::StatusOr<PartialIdentity> PartialIdentityOf(const DeviceMesh& mesh,
+                                                  const std::vector<Placement>& placements,
+                                                  IntSpan coordinate) {
+  if (static_cast<int>(placements.size()) != mesh.ndim() ||
+      static_cast<int>(coordinate.size()) != mesh.ndim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PartialIdentityOf: ", mesh.ToString(), " has ", mesh.ndim(), " dims but ",
+        PlacementsToString(placements), " has ", placements.size(), " placements and coordinate ",
+        ShapeToString(coordinate), " ", coordinate.size(), " entries"));
+  }
+  bool zero = false;
+  bool one = false;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (coordinate[i] < 0 || coordinate[i] >= mesh.size(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("PartialIdentityOf: coordinate ",
+                                                     ShapeToString(coordinate), " is outside ",
+                                                     mesh.ToString()));
+    }
+    if (!placements[i].is_partial() || coordinate[i] == 0) continue;
+    zero = zero || placements[i].reduce_op() == ReduceOp::kSum;
+    one = one || placements[i].reduce_op() == ReduceOp::kProduct;
+  }
+  if (zero) return PartialIdentity::kZero;
+  return one ? PartialIdentity::kOne : PartialIdentity::kNone;
+}
+
+absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
+                                 const std::vector<Placement>& placements, IntSpan coordinate) {
+  const absl::StatusOr<PartialIdentity> fill = PartialIdentityOf(mesh, placements, coordinate);
+  if (!fill.ok()) return fill.status();
+  if (!local.defined())
+    return absl::FailedPreconditionError("FillPartialIdentity: undefined tensor");
+  if (*fill == PartialIdentity::kNone || local.numel() == 0 || local.is_meta()) {
+    return absl::OkStatus();
+  }
+  if (local.device().is_cpu() && local.is_contiguous()) {
+    FillHost(local, *fill);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Tensor> host = Tensor::Empty(local.shape(), local.dtype());
+  if (!host.ok()) return host.status();
+  FillHost(*host, *fill);
+  return local.CopyFrom(*host);
+}
+
+}  // namespace sdrt

@@ -1,0 +1,55 @@
+// The values a rank holds for a Partial placement when it is made from a full tensor:
+// what DistributeTensor (core/distributed/dtensor_ops.h) and the state-dict distribute put into a
+// local tensor so that reducing the locals over every Partial mesh dim, in any order,
+// gives back the full tensor. Not public API. PyTorch's distribute_tensor rejects
+// Partial placements and its _distribute_tensors gives every rank the full value (SPEC
+// 11.7: a Partial(sum) DTensor then stands for N times the value); sdrt's rule instead:
+//   * off coordinate 0 of some Partial(sum) mesh dim: zeros (the identity of sum; of
+//     logical or for bool);
+//   * otherwise off coordinate 0 of some Partial(product) mesh dim: ones (the identity of
+//     product; of logical and for bool);
+//   * otherwise (coordinate 0 of every Partial(sum/product) dim, or only avg / min / max
+//     Partials, which are idempotent over equal values): the full tensor's values.
+#ifndef SDRT_TENSOR_SHARDING_PARTIAL_FILL_H_
+#define SDRT_TENSOR_SHARDING_PARTIAL_FILL_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt {
+
+// What a rank's local tensor holds under the rule above.
+enum class PartialIdentity {
+  kNone,  // the full tensor's values
+  kZero,  // zeros
+  kOne,   // ones
+};
+
+// The rule above for the rank at mesh coordinate `coordinate`. Pure arithmetic, no
+// tensor. InvalidArgument when placements.size() or coordinate.size() differs from
+// mesh.ndim() or a coordinate is outside [0, mesh.size(i)).
+absl::StatusOr<PartialIdentity> PartialIdentityOf(const DeviceMesh& mesh,
+                                                  const std::vector<Placement>& placements,
+                                                  IntSpan coordinate);
+
+// Overwrites every element of `local` (any shape and strides, any dtype, on the CPU or a
+// CUDA device) with the identity PartialIdentityOf gives: zero bytes for kZero; the value
+// one of the dtype for kOne (1.0 in the float formats, float8 included; 1 for the
+// integers; true for bool). Returns OK without touching `local` for kNone, for a tensor
+// with no elements and for a meta tensor. The fill is written on the host and copied
+// (Tensor::CopyFrom, blocking, CUDA's default stream) into a device or non-contiguous
+// `local`; a contiguous CPU `local` is written in place. Errors: those of
+// PartialIdentityOf (before anything is written), FailedPrecondition for an undefined
+// `local`, and the allocation and copy errors of Tensor (e.g. a CUDA tensor in a build
+// without CUDA).
+absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
+                                 const std::vector<Placement>& placements, IntSpan coordinate);
+
+}  // namespace sdrt
+
+#endif  // SDRT_TENSOR_SHARDING_PARTIAL_FILL_H_

@@ -1,0 +1,129 @@
+#include "sdrt/tensor/sharding/region_copy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace sdrt {
+namespace {
+
+std::vector<IndexRun> RunsOfList(const std::vector<int64_t>& list) {
+  std::vector<IndexRun> runs;
+  for (int64_t i = 0; i < static_cast<int64_t>(list.size()); ++i) {
+    if (!runs.empty() && runs.back().global + runs.back().length == list[i]) {
+      ++runs.back().length;
+    } else {
+      runs.push_back({list[i], i, 1});
+    }
+  }
+  return runs;
+}
+
+// Narrows `t` on every dim to [start[d], start[d] + length[d]).
+absl::StatusOr<Tensor> Block(const Tensor& t, IntSpan start, IntSpan length) {
+  Tensor view = t;
+  for (int d = 0; d < t.dim(); ++d) {
+    absl::StatusOr<Tensor> next = view.Narrow(d, start[d], length[d]);
+    if (!next.ok()) return next.status();
+    view = *std::move(next);
+  }
+  return view;
+}
+
+}  // namespace
+
+ShardRuns OwnedRuns(const LocalShardInfo& info) {
+  ShardRuns runs(info.global_offset.size());
+  for (size_t d = 0; d < runs.size(); ++d) {
+    if (d < info.index_lists.size() && !info.index_lists[d].empty()) {
+      runs[d] = RunsOfList(info.index_lists[d]);
+    } else if (info.local_shape[d] > 0) {
+      runs[d].push_back({info.global_offset[d], 0, info.local_shape[d]});
+    }
+  }
+  return runs;
+}
+
+ShardRuns BoxRuns(IntSpan offsets, IntSpan sizes) {
+  ShardRuns runs(offsets.size());
+  for (size_t d = 0; d < offsets.size(); ++d) {
+    if (sizes[d] > 0) runs[d].push_back({offsets[d], 0, sizes[d]});
+  }
+  return runs;
+}
+
+ShardRuns ClipRuns(const ShardRuns& runs, IntSpan begin, IntSpan end) {
+  ShardRuns clipped(runs.size());
+  for (size_t d = 0; d < runs.size(); ++d) {
+    for (const IndexRun& r : runs[d]) {
+      const int64_t lo = std::max(r.global, begin[d]);
+      const int64_t hi = std::min(r.global + r.length, end[d]);
+      if (lo < hi) clipped[d].push_back({lo, r.local + (lo - r.global), hi - lo});
+    }
+  }
+  return clipped;
+}
+
+int64_t RunsNumel(const ShardRuns& runs) {
+  int64_t n = 1;
+  for (const std::vector<IndexRun>& dim : runs) {
+    int64_t sum = 0;
+    for (const IndexRun& r : dim) sum += r.length;
+    n *= sum;
+  }
+  return n;
+}
+
+absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
+                      bool to_local) {
+  const int ndim = box.dim();
+  if (local.dim() != ndim || static_cast<int>(runs.size()) != ndim ||
+      static_cast<int>(origin.size()) != ndim || local.dtype() != box.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyRuns: box ", box.ToString(), " and local ", local.ToString(),
+                     " need the same dtype and rank as the ", runs.size(), " dims of runs and the ",
+                     origin.size(), " of the origin"));
+  }
+  // Every run is checked before anything is copied, so an error leaves both tensors as
+  // they were, and a bad run is reported even when another dim owns nothing.
+  for (int d = 0; d < ndim; ++d) {
+    for (const IndexRun& r : runs[d]) {
+      const int64_t start = r.global - origin[d];
+      if (r.length < 0 || start < 0 || start > box.size(d) - r.length || r.local < 0 ||
+          r.local > local.size(d) - r.length) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "CopyRuns: run of global indices [", r.global, ", ", r.global + r.length,
+            ") at local index ", r.local, " on dim ", d, " is outside the box ", box.ToString(),
+            " at origin ", ShapeToString(origin), " or the local ", local.ToString()));
+      }
+    }
+  }
+  if (RunsNumel(runs) == 0) return absl::OkStatus();
+  // Odometer over one run per dim.
+  std::vector<size_t> pick(static_cast<size_t>(ndim), 0);
+  IntVector box_start(static_cast<size_t>(ndim)), local_start(static_cast<size_t>(ndim)),
+      length(static_cast<size_t>(ndim));
+  while (true) {
+    for (int d = 0; d < ndim; ++d) {
+      const IndexRun& r = runs[d][pick[d]];
+      box_start[d] = r.global - origin[d];
+      local_start[d] = r.local;
+      length[d] = r.length;
+    }
+    absl::StatusOr<Tensor> b = Block(box, box_start, length);
+    if (!b.ok()) return b.status();
+    absl::StatusOr<Tensor> l = Block(local, local_start, length);
+    if (!l.ok()) return l.status();
+    const absl::Status s = to_local ? l->CopyFrom(*b) : b->CopyFrom(*l);
+    if (!s.ok()) return s;
+    int d = ndim - 1;
+    for (; d >= 0; --d) {
+      if (++pick[d] < runs[d].size()) break;
+      pick[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt

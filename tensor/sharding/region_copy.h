@@ -1,0 +1,67 @@
+// Moving a shard's elements between its local tensor and a box of the global tensor, on
+// any device: the piece of a DTensor (owned index sets, SPEC 1.5) or of a ShardedTensor
+// (metadata offsets and sizes) is described per global dim as runs of consecutive global
+// indices, and every combination of runs is one strided copy of a rectangular block
+// (Tensor::CopyFrom on views). A Shard or uneven piece is one run per dim, one copy; a
+// _StridedShard piece has up to split_factor runs on its dim.
+//
+// Used by the gather (local piece -> full tensor), the broadcast (bucket -> local piece)
+// and the distribute (full tensor -> local piece) of core/.
+#ifndef SDRT_TENSOR_SHARDING_REGION_COPY_H_
+#define SDRT_TENSOR_SHARDING_REGION_COPY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt {
+
+// Global indices [global, global + length) along one dim, held at local indices
+// [local, local + length) of the shard.
+struct IndexRun {
+  int64_t global = 0;
+  int64_t local = 0;
+  int64_t length = 0;
+
+  friend bool operator==(const IndexRun& a, const IndexRun& b) {
+    return a.global == b.global && a.local == b.local && a.length == b.length;
+  }
+};
+
+// Per global dim, the runs of a shard. For a rank in the mesh only.
+using ShardRuns = std::vector<std::vector<IndexRun>>;
+
+// The runs `info` owns along each global dim, in local order (maximal runs of its
+// OwnedIndices, without expanding a slice into a list). Precondition: info is of a rank
+// in the mesh (global_offset has one entry per dim).
+ShardRuns OwnedRuns(const LocalShardInfo& info);
+
+// One run per dim: the box [offsets, offsets + sizes) of a ShardedTensor shard.
+ShardRuns BoxRuns(IntSpan offsets, IntSpan sizes);
+
+// The part of `runs` whose global indices lie in [begin[d], end[d]) on every dim d, with
+// the local indices kept. Dims may come out with no run (nothing owned in the box).
+// Precondition: begin and end have runs.size() entries.
+ShardRuns ClipRuns(const ShardRuns& runs, IntSpan begin, IntSpan end);
+
+// Number of elements the runs cover (product over dims of the summed lengths; 1 for 0-dim).
+int64_t RunsNumel(const ShardRuns& runs);
+
+// Copies between `box`, which holds the global elements [origin[d], origin[d] +
+// box.size(d)) of every dim, and `local`, the shard's local tensor, the elements named by
+// `runs` (which must lie within the box and within local's shape): into `local` when
+// `to_local`, else into `box`. Both tensors have the same dtype and rank, any strides and
+// any devices (Tensor::CopyFrom rules; blocking). InvalidArgument when a run falls
+// outside either tensor (checked for every run before anything is copied, also when
+// another dim has no run) or the dtypes or ranks differ.
+absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
+                      bool to_local);
+
+}  // namespace sdrt
+
+#endif  // SDRT_TENSOR_SHARDING_REGION_COPY_H_

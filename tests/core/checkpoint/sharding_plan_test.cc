@@ -1,0 +1,240 @@
+// The built-in sharding plans (fsdp, hsdp, tp, fsdp-tp) and PLAN.json files.
+#include "sdrt/core/checkpoint/sharding_plan.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/tests/support/test_util.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+DeviceMesh Mesh(const char* shape) { return *DeviceMesh::FromString(shape); }
+
+std::string Placements(const ShardingPlan& plan, const std::string& name, IntVector shape,
+                       const DeviceMesh& mesh) {
+  absl::StatusOr<std::vector<Placement>> p = plan.PlacementsFor(name, shape, mesh);
+  if (!p.ok()) return "error: " + std::string(p.status().message());
+  return PlacementsToString(*p);
+}
+
+TEST(TpRole, LlamaBertAndGpt2Names) {
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.q_proj.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.k_proj.bias"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.v_proj.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.mlp.gate_proj.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.mlp.up_proj.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.o_proj.weight"), TpRole::kRow);
+  EXPECT_EQ(TpRoleOf("model.layers.3.mlp.down_proj.weight"), TpRole::kRow);
+  EXPECT_EQ(TpRoleOf("model.layers.3.input_layernorm.weight"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("model.norm.weight"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("model.embed_tokens.weight"), TpRole::kVocab);
+  EXPECT_EQ(TpRoleOf("lm_head.weight"), TpRole::kVocab);
+
+  EXPECT_EQ(TpRoleOf("encoder.layer.0.attention.self.query.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("bert.encoder.layer.0.attention.self.value.bias"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("encoder.layer.0.attention.output.dense.weight"), TpRole::kRow);
+  EXPECT_EQ(TpRoleOf("encoder.layer.0.attention.output.LayerNorm.weight"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("encoder.layer.0.intermediate.dense.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("encoder.layer.0.output.dense.bias"), TpRole::kRow);
+  EXPECT_EQ(TpRoleOf("embeddings.word_embeddings.weight"), TpRole::kVocab);
+  EXPECT_EQ(TpRoleOf("embeddings.position_embeddings.weight"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("pooler.dense.weight"), TpRole::kReplicate);
+
+  EXPECT_EQ(TpRoleOf("transformer.h.0.attn.c_attn.weight"), TpRole::kConv1DColumn);
+  EXPECT_EQ(TpRoleOf("h.11.mlp.c_fc.bias"), TpRole::kConv1DColumn);
+  EXPECT_EQ(TpRoleOf("h.0.attn.c_proj.weight"), TpRole::kConv1DRow);
+  EXPECT_EQ(TpRoleOf("h.0.mlp.c_proj.bias"), TpRole::kConv1DRow);
+  EXPECT_EQ(TpRoleOf("transformer.wte.weight"), TpRole::kVocab);
+  EXPECT_EQ(TpRoleOf("wpe.weight"), TpRole::kReplicate);
+  // Only whole components match.
+  EXPECT_EQ(TpRoleOf("model.layers.0.self_attn.xq_proj.weight"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("model.layers.0.self_attn.q_proj.weight_scale"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleName(TpRole::kConv1DRow), "conv1d-row");
+}
+
+TEST(TpPlacement, WeightsBiasesAndScalars) {
+  EXPECT_EQ(TpPlacement(TpRole::kColumn, 2), Placement::Shard(0));
+  EXPECT_EQ(TpPlacement(TpRole::kColumn, 1), Placement::Shard(0));
+  EXPECT_EQ(TpPlacement(TpRole::kRow, 2), Placement::Shard(1));
+  EXPECT_EQ(TpPlacement(TpRole::kRow, 1), Placement::Replicate());
+  EXPECT_EQ(TpPlacement(TpRole::kConv1DColumn, 2), Placement::Shard(1));
+  EXPECT_EQ(TpPlacement(TpRole::kConv1DColumn, 1), Placement::Shard(0));
+  EXPECT_EQ(TpPlacement(TpRole::kConv1DRow, 2), Placement::Shard(0));
+  EXPECT_EQ(TpPlacement(TpRole::kConv1DRow, 1), Placement::Replicate());
+  EXPECT_EQ(TpPlacement(TpRole::kVocab, 2), Placement::Shard(0));
+  EXPECT_EQ(TpPlacement(TpRole::kColumn, 0), Placement::Replicate());
+}
+
+TEST(ShardingPlan, Fsdp) {
+  const ShardingPlan plan = *ShardingPlan::Builtin("fsdp");
+  EXPECT_EQ(plan.kind(), ShardingPlan::Kind::kFsdp);
+  EXPECT_EQ(plan.name(), "fsdp");
+  EXPECT_EQ(Placements(plan, "w", {8, 4}, Mesh("4")), "[S(0)]");
+  EXPECT_EQ(Placements(plan, "b", {8}, Mesh("4")), "[S(0)]");
+  EXPECT_EQ(Placements(plan, "w", {8, 4}, Mesh("2x2")), "[S(0), S(0)]");
+  EXPECT_EQ(Placements(plan, "w", {8, 4}, Mesh("2x1x2")), "[S(0), S(0), S(0)]");
+  EXPECT_EQ(Placements(plan, "step", {}, Mesh("2x2")), "[R, R]");
+}
+
+TEST(ShardingPlan, Hsdp) {
+  const ShardingPlan plan = *ShardingPlan::Builtin("hsdp");
+  EXPECT_EQ(Placements(plan, "w", {8, 4}, Mesh("2x2")), "[R, S(0)]");
+  EXPECT_EQ(Placements(plan, "b", {3}, Mesh("3x2")), "[R, S(0)]");
+  EXPECT_EQ(Placements(plan, "step", {}, Mesh("2x2")), "[R, R]");
+}
+
+TEST(ShardingPlan, TpOnOneAndTwoDimMeshes) {
+  const ShardingPlan plan = *ShardingPlan::Builtin("tp");
+  const DeviceMesh m4 = Mesh("4");
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.q_proj.weight", {8, 8}, m4), "[S(0)]");
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.o_proj.weight", {8, 8}, m4), "[S(1)]");
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.o_proj.bias", {8}, m4), "[R]");
+  EXPECT_EQ(Placements(plan, "model.layers.0.input_layernorm.weight", {8}, m4), "[R]");
+  EXPECT_EQ(Placements(plan, "h.0.attn.c_attn.weight", {8, 24}, m4), "[S(1)]");
+  EXPECT_EQ(Placements(plan, "h.0.attn.c_attn.bias", {24}, m4), "[S(0)]");
+  EXPECT_EQ(Placements(plan, "h.0.mlp.c_proj.weight", {32, 8}, m4), "[S(0)]");
+  EXPECT_EQ(Placements(plan, "model.embed_tokens.weight", {100, 8}, m4), "[S(0)]");
+  // N-D: the last mesh dim is TP, the others replicas.
+  EXPECT_EQ(Placements(plan, "model.layers.0.mlp.down_proj.weight", {8, 16}, Mesh("2x2")),
+            "[R, S(1)]");
+  EXPECT_EQ(Placements(plan, "scale", {}, Mesh("2x2")), "[R, R]");
+}
+
+TEST(ShardingPlan, FsdpTpMirrorsFullyShardOverTp) {
+  const ShardingPlan plan = *ShardingPlan::Builtin("fsdp-tp");
+  const DeviceMesh m = Mesh("2x4");
+  // TP Shard(0) and FSDP Shard(0) on the same dim: _StridedShard(0, tp size).
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.q_proj.weight", {64, 64}, m),
+            "[_S(0, 4), S(0)]");
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.q_proj.bias", {64}, m), "[_S(0, 4), S(0)]");
+  EXPECT_EQ(Placements(plan, "model.embed_tokens.weight", {100, 8}, m), "[_S(0, 4), S(0)]");
+  // TP on another dim or replicated: plain Shard(0).
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.o_proj.weight", {64, 64}, m),
+            "[S(0), S(1)]");
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.o_proj.bias", {64}, m), "[S(0), R]");
+  EXPECT_EQ(Placements(plan, "model.norm.weight", {64}, m), "[S(0), R]");
+  EXPECT_EQ(Placements(plan, "h.0.attn.c_attn.weight", {8, 24}, m), "[S(0), S(1)]");
+  EXPECT_EQ(Placements(plan, "h.0.attn.c_proj.weight", {8, 8}, m), "[_S(0, 4), S(0)]");
+  EXPECT_EQ(Placements(plan, "step", {}, m), "[R, R]");
+  // A tp dim of size 1: split factor 1 is plain Shard(0), as PyTorch writes it.
+  EXPECT_EQ(Placements(plan, "model.layers.0.self_attn.q_proj.weight", {64, 64}, Mesh("4x1")),
+            "[S(0), S(0)]");
+}
+
+TEST(ShardingPlan, TwoDimPlansRefuseOtherMeshes) {
+  for (const char* name : {"hsdp", "fsdp-tp"}) {
+    const ShardingPlan plan = *ShardingPlan::Builtin(name);
+    for (const char* mesh : {"4", "2x2x2"}) {
+      absl::Status s = plan.CheckMesh(Mesh(mesh));
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << " " << mesh;
+      EXPECT_THAT(s.message(),
+                  AllOf(HasSubstr(name), HasSubstr("needs a 2-D mesh"), HasSubstr(mesh)));
+      EXPECT_FALSE(plan.PlacementsFor("w", {4}, Mesh(mesh)).ok());
+    }
+  }
+}
+
+TEST(ShardingPlan, UnknownPlan) {
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::Builtin("zero3");
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), AllOf(HasSubstr("zero3"), HasSubstr("fsdp-tp")));
+  plan = ShardingPlan::FromSpec("fsdpx");
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("unknown plan \"fsdpx\""));
+  plan = ShardingPlan::FromSpec("/nonexistent/plan.json");
+  EXPECT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("/nonexistent/plan.json"));
+}
+
+TEST(ShardingPlan, JsonRulesFirstMatchWins) {
+  const std::string text = R"json({
+    "rules": [
+      {"pattern": "\\.(q|k|v)_proj\\.weight$", "placements": "[R, S(0)]"},
+      {"pattern": "proj", "placements": ["S(1)", "R"]},
+      {"pattern": "^cube$", "placements": "_S(2, 2), S(0)"}
+    ],
+    "default": "[S(0), R]",
+    "mesh_ndim": 2
+  })json";
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromJson(text, "PLAN.json");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kind(), ShardingPlan::Kind::kCustom);
+  EXPECT_EQ(plan->name(), "PLAN.json");
+  const DeviceMesh m = Mesh("2x2");
+  EXPECT_EQ(Placements(*plan, "layers.0.q_proj.weight", {4, 4}, m), "[R, S(0)]");
+  EXPECT_EQ(Placements(*plan, "layers.0.o_proj.weight", {4, 4}, m), "[S(1), R]");
+  EXPECT_EQ(Placements(*plan, "cube", {4, 4, 4}, m), "[_S(2, 2), S(0)]");
+  EXPECT_EQ(Placements(*plan, "norm", {4}, m), "[S(0), R]");
+  EXPECT_EQ(Placements(*plan, "scalar", {}, m), "[R, R]");
+  // A rule that shards a dim the tensor lacks names the rule and the tensor.
+  const std::string bad = Placements(*plan, "layers.0.o_proj.bias", {4}, m);
+  EXPECT_THAT(bad, AllOf(HasSubstr("rule 1 (\"proj\")"), HasSubstr("layers.0.o_proj.bias"),
+                         HasSubstr("no dim 1")));
+  EXPECT_THAT(Placements(*plan, "w", {4}, Mesh("4")), HasSubstr("2-D mesh"));
+}
+
+TEST(ShardingPlan, JsonObjectFormAndDefaultReplicate) {
+  absl::StatusOr<ShardingPlan> plan =
+      ShardingPlan::FromJson(R"({"rules": {"weight$": "[S(0)]", ".*": "[S(0)]"}})", "p.json");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(Placements(*plan, "a.weight", {4, 2}, Mesh("4")), "[S(0)]");
+  plan = ShardingPlan::FromJson(R"({"mesh_ndim": 1})", "p.json");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(Placements(*plan, "a.weight", {4, 2}, Mesh("4")), "[R]");
+}
+
+TEST(ShardingPlan, JsonErrorsNameTheFileAndRule) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"{", "not valid JSON"},
+      {"[]", "top level must be an object"},
+      {R"({"rulez": []})", "unknown field \"rulez\""},
+      {R"({"rules": [{"pattern": "(", "placements": "[S(0)]"}]})", "rule 0 (\"(\"): bad regex"},
+      {R"({"rules": [{"pattern": "a", "placements": "[Q(0)]"}]})", "rule 0 (\"a\")"},
+      {R"({"rules": [{"pattern": "a", "placements": "[P(sum)]"}]})", "not allowed"},
+      {R"({"rules": [{"pattern": "a", "placements": 3}]})", "placements must be"},
+      {R"({"rules": [{"pattern": "a"}]})", "rule 0 must be an object"},
+      {R"({"rules": [{"pattern": "a", "placements": "[S(0)]"},
+                     {"pattern": "b", "placements": "[S(0), R]"}]})",
+       "rule 1 (\"b\") has 2 placements but rule 0 (\"a\") has 1"},
+      {R"({"default": "[R]", "mesh_ndim": 2})", "default has 1 placements but mesh_ndim has 2"},
+      {R"({"default": "[]"})", "empty placement list"},
+      {R"({})", "says nothing about the mesh"},
+      {R"({"rules": 5})", "\"rules\" must be"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromJson(c.text, "my/PLAN.json");
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(plan.status().message(), AllOf(HasSubstr("my/PLAN.json"), HasSubstr(c.message)))
+        << c.text;
+  }
+}
+
+TEST(ShardingPlan, FromSpecReadsAFile) {
+  const std::string path =
+      (std::filesystem::path(test::TestTmpRoot()) / "sharding_plan_test.json").string();
+  {
+    std::ofstream out(path);
+    out << R"({"rules": [{"pattern": "norm", "placements": "[R]"}], "default": "[S(0)]"})";
+  }
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(path);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->name(), path);
+  EXPECT_EQ(Placements(*plan, "model.norm.weight", {4}, Mesh("3")), "[R]");
+  EXPECT_EQ(Placements(*plan, "w", {4}, Mesh("3")), "[S(0)]");
+  EXPECT_THAT(plan->CheckMesh(Mesh("2x2")).message(), AllOf(HasSubstr(path), HasSubstr("1-D")));
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -1,0 +1,126 @@
+#include "sdrt/tensor/dtensor/placement.h"
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/dtensor/sharded_tensor.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(Placement, PrintsAsPyTorch) {
+  EXPECT_EQ(Placement::Shard(0).ToString(), "S(0)");
+  EXPECT_EQ(Placement::Replicate().ToString(), "R");
+  EXPECT_EQ(Placement::Partial().ToString(), "P(sum)");
+  EXPECT_EQ(Placement::Partial(ReduceOp::kMax).ToString(), "P(max)");
+  EXPECT_EQ(Placement::StridedShard(0, 2).ToString(), "_S(0, 2)");
+  EXPECT_EQ(PlacementsToString({Placement::StridedShard(0, 2), Placement::Shard(0)}),
+            "[_S(0, 2), S(0)]");
+}
+
+TEST(Placement, ParsesShortAndLongForms) {
+  EXPECT_EQ(*ParsePlacement("S(1)"), Placement::Shard(1));
+  EXPECT_EQ(*ParsePlacement("Shard(dim=2)"), Placement::Shard(2));
+  EXPECT_EQ(*ParsePlacement("Replicate()"), Placement::Replicate());
+  EXPECT_EQ(*ParsePlacement("P(avg)"), Placement::Partial(ReduceOp::kAvg));
+  EXPECT_EQ(*ParsePlacement("Partial()"), Placement::Partial(ReduceOp::kSum));
+  EXPECT_EQ(*ParsePlacement("_StridedShard(dim=0, sf=4)"), Placement::StridedShard(0, 4));
+  std::vector<Placement> both = *ParsePlacements("[_S(0, 2), S(0)]");
+  EXPECT_THAT(both, ElementsAre(Placement::StridedShard(0, 2), Placement::Shard(0)));
+  EXPECT_TRUE(ParsePlacements("[]")->empty());
+  EXPECT_THAT(ParsePlacement("S(-1)").status().message(), HasSubstr("S(-1)"));
+  EXPECT_FALSE(ParsePlacement("_S(0)").ok());
+  EXPECT_FALSE(ParsePlacement("P(mean)").ok());
+  EXPECT_FALSE(ParsePlacement("X").ok());
+}
+
+TEST(DeviceMesh, RowMajorCoordinates) {
+  DeviceMesh mesh = *DeviceMesh::FromString("2x4");
+  EXPECT_THAT(mesh.shape(), ElementsAre(2, 4));
+  EXPECT_THAT(*mesh.Coordinate(5), ElementsAre(1, 1));
+  EXPECT_THAT(*mesh.Coordinate(3), ElementsAre(0, 3));
+  EXPECT_FALSE(mesh.Coordinate(8).has_value());
+  EXPECT_EQ(mesh.RankAt({1, 2}), 6);
+  DeviceMesh custom = *DeviceMesh::Create({2}, {7, 3}, {"dp"}, "cuda");
+  EXPECT_THAT(*custom.Coordinate(3), ElementsAre(1));
+  EXPECT_EQ(custom.ToString(), "DeviceMesh(cuda, 2, ranks=[7, 3], names=[dp])");
+  EXPECT_THAT(DeviceMesh::Create({2, 2}, {0, 1, 2}).status().message(), HasSubstr("needs 4 ranks"));
+  EXPECT_FALSE(DeviceMesh::Create({2}, {1, 1}).ok());
+  EXPECT_FALSE(DeviceMesh::FromString("2x").ok());
+  EXPECT_FALSE(DeviceMesh::Create({2, 2}, {}, {"a", "a"}).ok());
+}
+
+TEST(DTensor, MetadataIsValidated) {
+  auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("4"));
+  Tensor local = *Tensor::Zeros({2, 4}, DType::kFloat32);
+  DTensor d = *DTensor::Make(local, mesh, {Placement::Shard(0)}, {8, 4});
+  EXPECT_THAT(d.global_stride(), ElementsAre(4, 1));
+  EXPECT_EQ(d.ToString(), "DTensor(float32[8, 4] global, local float32[2, 4] cpu, [S(0)], mesh 4)");
+  EXPECT_THAT(DTensor::Make(local, mesh, {Placement::Shard(2)}, {8, 4}).status().message(),
+              HasSubstr("shards dim 2"));
+  EXPECT_THAT(DTensor::Make(local, mesh, {}, {8, 4}).status().message(), HasSubstr("0 placements"));
+  EXPECT_FALSE(DTensor::Make(local, mesh, {Placement::Shard(0)}, {8}).ok());
+  DTensor moved = *d.WithLocal(*Tensor::Zeros({2, 4}, DType::kFloat32));
+  EXPECT_EQ(moved.mesh(), mesh);
+  EXPECT_FALSE(d.WithLocal(*Tensor::Zeros({2, 4}, DType::kInt32)).ok());
+}
+
+TEST(ShardedTensor, MetadataAndPlacementStrings) {
+  RemoteDevice rd = *ParseRemoteDevice("rank:3/cuda:1");
+  EXPECT_EQ(rd.rank, 3);
+  EXPECT_EQ(rd.device, Device::CUDA(1));
+  EXPECT_EQ(rd.ToString(), "rank:3/cuda:1");
+  EXPECT_FALSE(ParseRemoteDevice("3/cuda:1").ok());
+  EXPECT_FALSE(ParseRemoteDevice("rank:x/cpu").ok());
+  ShardMetadata m0{{0, 0}, {5, 10}, *ParseRemoteDevice("rank:0/cpu")};
+  ShardMetadata m1{{5, 0}, {5, 10}, *ParseRemoteDevice("rank:1/cpu")};
+  Tensor shard = *Tensor::Zeros({5, 10}, DType::kFloat32);
+  ShardedTensor st = *ShardedTensor::Make({10, 10}, DType::kFloat32, {m0, m1}, {{shard, m0}});
+  EXPECT_EQ(st.ToString(), "ShardedTensor(float32[10, 10], 2 shards, 1 local)");
+  absl::StatusOr<ShardedTensor> wrong = ShardedTensor::Make(
+      {10, 10}, DType::kFloat32, {m0}, {{*Tensor::Zeros({4, 10}, DType::kFloat32), m0}});
+  EXPECT_THAT(wrong.status().message(), HasSubstr("local shard 0"));
+  ShardMetadata negative{{-1, 0}, {5, 10}, m0.placement};
+  EXPECT_FALSE(ShardedTensor::Make({10, 10}, DType::kFloat32, {negative}, {}).ok());
+  EXPECT_FALSE(st.WithLocalTensors({}).ok());
+}
+
+}  // namespace
+}  // namespace sdrt
+
+namespace sdrt {
+namespace {
+
+// SPEC 3.1: ChunkShardingSpec over 4 placements; 10 rows -> 3,3,3,1; 5 rows -> 2,2,1,0 with
+// the empty shard's offset past the end (6), as PyTorch makes it.
+TEST(ShardedTensor, ChunkShardingSpecMatchesPyTorch) {
+  std::vector<RemoteDevice> devices;
+  for (int r = 0; r < 4; ++r)
+    devices.push_back(*ParseRemoteDevice(absl::StrCat("rank:", r, "/cpu")));
+  std::vector<ShardMetadata> ten = *ChunkShardingSpec(0, devices, {10, 3});
+  ASSERT_EQ(ten.size(), 4u);
+  EXPECT_THAT(ten[0].offsets, ElementsAre(0, 0));
+  EXPECT_THAT(ten[3].offsets, ElementsAre(9, 0));
+  EXPECT_THAT(ten[3].sizes, ElementsAre(1, 3));
+  std::vector<ShardMetadata> five = *ChunkShardingSpec(0, devices, {5});
+  EXPECT_THAT(five[2].sizes, ElementsAre(1));
+  EXPECT_THAT(five[3].sizes, ElementsAre(0));
+  EXPECT_THAT(five[3].offsets, ElementsAre(6));
+  EXPECT_EQ(five[3].placement.rank, 3);
+  std::vector<ShardMetadata> cols = *ChunkShardingSpec(1, devices, {2, 7});
+  EXPECT_THAT(cols[1].offsets, ElementsAre(0, 2));
+  EXPECT_THAT(cols[1].sizes, ElementsAre(2, 2));
+  EXPECT_THAT(cols[3].sizes, ElementsAre(2, 1));
+  EXPECT_FALSE(ChunkShardingSpec(2, devices, {2, 7}).ok());
+  EXPECT_FALSE(ChunkShardingSpec(0, {}, {2, 7}).ok());
+  // The spec's metadata builds a valid ShardedTensor even with the offset past the end.
+  EXPECT_TRUE(ShardedTensor::Make({5}, DType::kFloat32, five, {}).ok());
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -77,6 +77,7 @@
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace {

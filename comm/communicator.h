@@ -33,7 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "sdrt/tensor/device.h"
-#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/reduce_op.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt {

@@ -13,35 +13,6 @@
 
 namespace sdrt {
 
-IntVector ContiguousStrides(IntSpan shape) {
-  IntVector strides(shape.size());
-  int64_t running = 1;
-  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
-    strides[i] = running;
-    running *= shape[i] > 1 ? shape[i] : 1;
-  }
-  return strides;
-}
-
-absl::StatusOr<int64_t> CheckedNumel(IntSpan shape) {
-  int64_t numel = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shape ", ShapeToString(shape), ": dim ", i, " has negative size"));
-    }
-    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shape ", ShapeToString(shape), ": element count overflows int64"));
-    }
-  }
-  return numel;
-}
-
-std::string ShapeToString(IntSpan shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 namespace {
 
 // torch's is_non_overlapping_and_dense: the elements fill a contiguous range exactly

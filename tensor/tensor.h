@@ -24,21 +24,10 @@
 #include "absl/types/span.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/shape.h"
 #include "sdrt/tensor/storage.h"
 
 namespace sdrt {
-
-// Sizes, strides and offsets in elements. Six dims inline, more on the heap.
-using IntVector = absl::InlinedVector<int64_t, 6>;
-using IntSpan = absl::Span<const int64_t>;
-
-// Row-major strides of a contiguous tensor of `shape` (size-1 and size-0 dims get the
-// stride they would have with size 1, as PyTorch does).
-IntVector ContiguousStrides(IntSpan shape);
-// Product of `shape`; InvalidArgument on negative sizes or int64 overflow.
-absl::StatusOr<int64_t> CheckedNumel(IntSpan shape);
-// "[3, 4]".
-std::string ShapeToString(IntSpan shape);
 
 class Tensor;
 // The overlap rules of Tensor::CopyFrom (see there); OK when the copy is well defined.

@@ -1,11 +1,11 @@
 // The dtype and reduce-op mappings of the NCCL backend, exposed for tests. Values are
 // ncclDataType_t / ncclRedOp_t as int so that this header does not include nccl.h; the
-// definitions live in comm/nccl_communicator.cc. Built only with NCCL.
+// definitions are in nccl_types.cc beside it. Built only with NCCL.
 #ifndef SDRT_COMM_INTERNAL_NCCL_TYPES_H_
 #define SDRT_COMM_INTERNAL_NCCL_TYPES_H_
 
-#include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/reduce_op.h"
 
 namespace sdrt::internal {
 

@@ -27,12 +27,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #include "xxhash.h"
-#if SDRT_HAVE_MPI || SDRT_HAVE_NCCL
-#include "sdrt/core/distributed/dtensor_ops.h"
-#endif
 
 namespace sdrt {
 namespace {
@@ -139,14 +137,10 @@ absl::StatusOr<bool> IsEmptyDir(const std::string& dir) {
   return empty;
 }
 
-// The local tensor of `rank`: DistributeTensor where it is built (MPI builds); elsewhere
-// the same cut done here (a slice is a view, other pieces gathered by their index lists).
+// The local tensor of `rank`: a view of `full` when the piece is one contiguous slice of it
+// (no copy), else DistributeTensor's copy.
 absl::StatusOr<Tensor> CutLocal(const Tensor& full, const std::shared_ptr<const DeviceMesh>& mesh,
                                 const std::vector<Placement>& placements, int64_t rank) {
-#if SDRT_HAVE_MPI || SDRT_HAVE_NCCL
-  SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, rank));
-  return piece.local();
-#else
   SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
                         ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
   if (info.is_slice) {
@@ -154,29 +148,10 @@ absl::StatusOr<Tensor> CutLocal(const Tensor& full, const std::shared_ptr<const 
     for (int d = 0; d < full.dim(); ++d) {
       SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, info.global_offset[d], info.local_shape[d]));
     }
-    return view;
+    if (view.is_contiguous()) return view;
   }
-  SDRT_ASSIGN_OR_RETURN(const Tensor source, full.Contiguous());
-  SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype()));
-  const int ndim = full.dim();
-  std::vector<std::vector<int64_t>> lists;
-  for (int d = 0; d < ndim; ++d) lists.push_back(OwnedIndices(info, d));
-  const IntVector strides = ContiguousStrides(full.shape());
-  const int64_t elem = full.element_size();
-  const char* src = static_cast<const char*>(source.data_ptr());
-  char* dst = static_cast<char*>(local.data_ptr());
-  IntVector index(static_cast<size_t>(ndim), 0);
-  for (int64_t i = 0; i < local.numel(); ++i) {
-    int64_t offset = 0;
-    for (int d = 0; d < ndim; ++d) offset += lists[d][index[d]] * strides[d];
-    std::memcpy(dst + i * elem, src + offset * elem, static_cast<size_t>(elem));
-    for (int d = ndim - 1; d >= 0; --d) {
-      if (++index[d] < info.local_shape[d]) break;
-      index[d] = 0;
-    }
-  }
-  return local;
-#endif
+  SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, rank));
+  return piece.local();
 }
 
 std::map<std::string, std::string> RankMetadata(const DeviceMesh& mesh, int64_t rank) {

@@ -19,7 +19,7 @@
 #include "sdrt/core/distributed/internal/default_comm.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
-#include "sdrt/tensor/sharding/partial_fill.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"

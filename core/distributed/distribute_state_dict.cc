@@ -13,6 +13,7 @@
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
 

@@ -8,7 +8,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "sdrt/tensor/sharding/partial_fill.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -56,29 +55,6 @@ absl::StatusOr<Tensor> Piece(const Tensor& flat, int64_t start, int64_t count, I
 }
 
 }  // namespace
-
-absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
-                                         const std::vector<Placement>& placements, int64_t rank) {
-  if (!full.defined()) return absl::InvalidArgumentError("DistributeTensor: undefined tensor");
-  if (mesh == nullptr) return absl::InvalidArgumentError("DistributeTensor: null mesh");
-  const std::optional<IntVector> coord = mesh->Coordinate(rank);
-  if (!coord.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DistributeTensor: rank ", rank, " is not in ", mesh->ToString()));
-  }
-  SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
-                        ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
-  SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(*mesh, placements, *coord));
-  SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype(), full.device()));
-  if (fill == PartialIdentity::kNone) {
-    const IntVector origin(static_cast<size_t>(full.dim()), 0);
-    SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, local, OwnedRuns(info), /*to_local=*/true));
-  } else {
-    // Every element is overwritten by the identity: nothing to copy first.
-    SDRT_RETURN_IF_ERROR(FillPartialIdentity(local, *mesh, placements, *coord));
-  }
-  return DTensor::Make(std::move(local), std::move(mesh), placements, full.shape());
-}
 
 absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_comm) {
   const DeviceMesh& mesh = *mesh_comm.mesh();

@@ -36,22 +36,6 @@
 
 namespace sdrt {
 
-// Mirrors torch.distributed.tensor.distribute_tensor(full, mesh, placements), without
-// communication: every rank already holds `full` (any strides, on any device: CPU, CUDA,
-// or meta, which gives a meta local) and cuts its own piece, Full[I_0 x I_1 x ...] with
-// the owned index lists of `rank` (SPEC 1.5), into a new contiguous tensor on full's
-// device: one strided copy per combination of owned runs (one for a Shard or uneven
-// piece, up to split_factor per _StridedShard dim). Partial placements (which PyTorch's
-// distribute_tensor rejects) get values whose reduction in any mesh-dim order gives back
-// `full` (tensor/sharding/partial_fill.h): a rank off coordinate 0 of some Partial(sum)
-// mesh dim holds zeros; otherwise a rank off coordinate 0 of some Partial(product) mesh
-// dim holds ones; every other rank (avg, min, max) holds `full`'s values. CUDA copies and
-// fills complete before returning. InvalidArgument for an undefined `full`, a null mesh,
-// a rank not in the mesh and the errors of ComputeLocalShapeAndGlobalOffset; the
-// allocation and copy errors of Tensor (e.g. a CUDA `full` in a build without CUDA).
-absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
-                                         const std::vector<Placement>& placements, int64_t rank);
-
 // Mirrors DTensor.full_tensor(): the global tensor, contiguous, on every rank, on the
 // local tensor's device. Partial mesh dims are all-reduced (on a copy of the local) on
 // their mesh-dim communicator in MeshDimsToReplicate order; then, if the tensor is sharded

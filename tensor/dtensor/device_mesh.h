@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sdrt/tensor/tensor.h"
+#include "sdrt/tensor/shape.h"
 
 namespace sdrt {
 

@@ -36,33 +36,6 @@ bool SplitCall(absl::string_view text, absl::string_view* name, std::vector<std:
 
 }  // namespace
 
-absl::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-  }
-  return "invalid";
-}
-
-absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
-  name = absl::StripAsciiWhitespace(name);
-  absl::ConsumePrefix(&name, "'");
-  absl::ConsumeSuffix(&name, "'");
-  for (ReduceOp op :
-       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-    if (name == ReduceOpName(op)) return op;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", name, "'"));
-}
-
 std::string Placement::ToString() const {
   switch (kind_) {
     case Kind::kReplicate:

@@ -11,13 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/tensor/reduce_op.h"
 
 namespace sdrt {
-
-// The reduce operations a Partial placement may carry.
-enum class ReduceOp : uint8_t { kSum, kAvg, kMin, kMax, kProduct };
-absl::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", ...
-absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
 class Placement {
  public:

@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/cuda/runtime.h"
-#include "sdrt/tensor/dlpack.h"
+#include "sdrt/tensor/backend/dlpack.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt {

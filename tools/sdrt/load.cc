@@ -19,6 +19,7 @@
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/output.h"
 #include "sdrt/tools/sdrt/session.h"

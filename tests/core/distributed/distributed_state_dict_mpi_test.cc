@@ -30,6 +30,7 @@
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/core/distributed/distributed_state_dict_test_util.h"
 #include "sdrt/tests/support/mpi_test_main.h"

@@ -23,6 +23,7 @@
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 
 namespace sdrt::test {

@@ -1,4 +1,4 @@
-// GPU tests of core/distributed/dtensor_ops.h and tensor/sharding/partial_fill.h (label gpu; each
+// GPU tests of core/distributed/dtensor_ops.h and tensor/sharding/distribute.h (label gpu; each
 // test skips without a CUDA device): CUDA tensors through a single-rank NcclCommunicator made
 // without MPI, and CPU tensors staged through it (cases/broadcast.md case-013).
 //
@@ -20,7 +20,7 @@
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/cuda/runtime.h"
-#include "sdrt/tensor/sharding/partial_fill.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 
 namespace sdrt {

@@ -18,6 +18,7 @@
 #include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 

@@ -4,8 +4,8 @@
 // DLManagedTensor holds a reference to the sdrt Storage until its deleter runs; an
 // imported one is released (its deleter called) when the last sdrt tensor viewing it
 // goes away. Dtypes map through the table in tensor/dtype.h (DLPack 1.1 codes).
-#ifndef SDRT_TENSOR_DLPACK_H_
-#define SDRT_TENSOR_DLPACK_H_
+#ifndef SDRT_TENSOR_BACKEND_DLPACK_H_
+#define SDRT_TENSOR_BACKEND_DLPACK_H_
 
 #include <dlpack/dlpack.h>
 
@@ -34,4 +34,4 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed);
 
 }  // namespace sdrt
 
-#endif  // SDRT_TENSOR_DLPACK_H_
+#endif  // SDRT_TENSOR_BACKEND_DLPACK_H_

@@ -1,4 +1,4 @@
-#include "sdrt/tensor/dlpack.h"
+#include "sdrt/tensor/backend/dlpack.h"
 
 #include <memory>
 

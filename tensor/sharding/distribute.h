@@ -1,23 +1,28 @@
-// The values a rank holds for a Partial placement when it is made from a full tensor:
-// what DistributeTensor (core/distributed/dtensor_ops.h) and the state-dict distribute put into a
-// local tensor so that reducing the locals over every Partial mesh dim, in any order,
-// gives back the full tensor. Not public API. PyTorch's distribute_tensor rejects
-// Partial placements and its _distribute_tensors gives every rank the full value (SPEC
-// 11.7: a Partial(sum) DTensor then stands for N times the value); sdrt's rule instead:
+// Local sharding that needs no communicator: cut a rank's piece out of a full tensor
+// (DistributeTensor), and the values a rank holds for a Partial placement when it is made
+// from a full tensor, so that reducing the locals over every Partial mesh dim, in any
+// order, gives back the full tensor. Present in every build (no MPI or NCCL needed).
+//
+// The Partial rule. PyTorch's distribute_tensor rejects Partial placements and its
+// _distribute_tensors gives every rank the full value (docs/SEMANTICS.md 11.7: a
+// Partial(sum) DTensor then stands for N times the value); sdrt's rule instead:
 //   * off coordinate 0 of some Partial(sum) mesh dim: zeros (the identity of sum; of
 //     logical or for bool);
 //   * otherwise off coordinate 0 of some Partial(product) mesh dim: ones (the identity of
 //     product; of logical and for bool);
 //   * otherwise (coordinate 0 of every Partial(sum/product) dim, or only avg / min / max
 //     Partials, which are idempotent over equal values): the full tensor's values.
-#ifndef SDRT_TENSOR_SHARDING_PARTIAL_FILL_H_
-#define SDRT_TENSOR_SHARDING_PARTIAL_FILL_H_
+#ifndef SDRT_TENSOR_SHARDING_DISTRIBUTE_H_
+#define SDRT_TENSOR_SHARDING_DISTRIBUTE_H_
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
 
@@ -50,6 +55,22 @@ absl::StatusOr<PartialIdentity> PartialIdentityOf(const DeviceMesh& mesh,
 absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
                                  const std::vector<Placement>& placements, IntSpan coordinate);
 
+// Mirrors torch.distributed.tensor.distribute_tensor(full, mesh, placements), without
+// communication: every rank already holds `full` (any strides, on any device: CPU, CUDA,
+// or meta, which gives a meta local) and cuts its own piece, Full[I_0 x I_1 x ...] with
+// the owned index lists of `rank` (SPEC 1.5), into a new contiguous tensor on full's
+// device: one strided copy per combination of owned runs (one for a Shard or uneven
+// piece, up to split_factor per _StridedShard dim). Partial placements (which PyTorch's
+// distribute_tensor rejects) get values whose reduction in any mesh-dim order gives back
+// `full` (PartialIdentityOf below): a rank off coordinate 0 of some Partial(sum)
+// mesh dim holds zeros; otherwise a rank off coordinate 0 of some Partial(product) mesh
+// dim holds ones; every other rank (avg, min, max) holds `full`'s values. CUDA copies and
+// fills complete before returning. InvalidArgument for an undefined `full`, a null mesh,
+// a rank not in the mesh and the errors of ComputeLocalShapeAndGlobalOffset; the
+// allocation and copy errors of Tensor (e.g. a CUDA `full` in a build without CUDA).
+absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
+                                         const std::vector<Placement>& placements, int64_t rank);
+
 }  // namespace sdrt
 
-#endif  // SDRT_TENSOR_SHARDING_PARTIAL_FILL_H_
+#endif  // SDRT_TENSOR_SHARDING_DISTRIBUTE_H_

@@ -1,6 +1,6 @@
-// The Partial identity rule and fill (tensor/sharding/partial_fill.h) on the CPU; the CUDA
+// The Partial identity rule and fill (tensor/sharding/distribute.h) on the CPU; the CUDA
 // fill is in tests/core/distributed/dtensor_ops_gpu_test.cc.
-#include "sdrt/tensor/sharding/partial_fill.h"
+#include "sdrt/tensor/sharding/distribute.h"
 
 #include <cstdint>
 #include <cstring>

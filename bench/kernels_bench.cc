@@ -1,4 +1,5 @@
-// Bandwidth of the copy kernels against plain memcpy of the same bytes.
+// Bandwidth of the strided copy kernel (and its host path) against plain memcpy of the
+// same bytes.
 //
 // Each case moves about 64 MiB (more than an H100/H200's L2, so repeated runs measure
 // device memory, not the cache). Counted bytes are bytes read plus bytes written, once
@@ -9,8 +10,8 @@
 // answer cannot hide.
 //
 // CPU: StridedCopyHost contiguous and narrowed vs std::memcpy.
-// GPU (built with CUDA, skipped without a device): pad, narrow along rows (one contiguous
-// block), along columns (8 KiB runs), a bf16 transpose, and unshard, vs cudaMemcpyAsync
+// GPU (built with CUDA, skipped without a device): narrow along rows (one contiguous
+// block), along columns (8 KiB runs) and a bf16 transpose, vs cudaMemcpyAsync
 // device to device; timed with CUDA events around each call (manual time), after one
 // warm-up call.
 #include <benchmark/benchmark.h>
@@ -205,21 +206,6 @@ void BM_DeviceMemcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_DeviceMemcpy)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// A bf16 shard of 30 Mi + 3 elements padded to a 32 Mi-element chunk (64 MiB).
-void BM_PadDevice(benchmark::State& state) {
-  Gpu gpu(state);
-  if (!gpu.ok()) return;
-  const int64_t src_bytes = (30 * kMiB + 3) * 2, dst_bytes = 64 * kMiB;
-  const std::vector<uint8_t> src = RandomBytes(src_bytes, 5);
-  std::vector<uint8_t> expected(dst_bytes);
-  uint8_t* d_src = gpu.Upload(src);
-  uint8_t* d_dst = gpu.Upload(expected);
-  gpu.Time([&] { return PadDevice(d_dst, dst_bytes, d_src, src_bytes, gpu.stream()); });
-  if (!gpu.ok() || !PadHost(expected.data(), dst_bytes, src.data(), src_bytes).ok()) return;
-  Report(state, src_bytes + dst_bytes, CountMismatches(gpu.Download(d_dst, dst_bytes), expected));
-}
-BENCHMARK(BM_PadDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
-
 // One strided copy of `elem_size`-byte elements out of a random source of `src_elems`
 // elements, starting `src_offset` elements in, into a contiguous [sizes] destination.
 void RunStridedCopy(benchmark::State& state, int64_t elem_size, int64_t src_elems,
@@ -261,29 +247,6 @@ void BM_TransposeDevice(benchmark::State& state) {
 }
 BENCHMARK(BM_TransposeDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// Full float32 [8, 4096, 512] (64 MiB) from 3 chunks split along dim state.range(0).
-void BM_UnshardDevice(benchmark::State& state) {
-  Gpu gpu(state);
-  if (!gpu.ok()) return;
-  const std::vector<int64_t> shape = {8, 4096, 512};
-  const int dim = static_cast<int>(state.range(0));
-  const int64_t num_chunks = 3;
-  std::vector<int64_t> chunk_shape = shape;
-  chunk_shape[dim] = (shape[dim] + num_chunks - 1) / num_chunks;
-  const std::vector<uint8_t> gathered =
-      RandomBytes(num_chunks * chunk_shape[0] * chunk_shape[1] * chunk_shape[2] * 4, 7);
-  std::vector<uint8_t> expected(shape[0] * shape[1] * shape[2] * 4);
-  uint8_t* d_gathered = gpu.Upload(gathered);
-  uint8_t* d_full = gpu.Upload(expected);
-  gpu.Time(
-      [&] { return UnshardDevice(d_full, d_gathered, 4, shape, dim, num_chunks, gpu.stream()); });
-  if (!gpu.ok() || !UnshardHost(expected.data(), gathered.data(), 4, shape, dim, num_chunks).ok()) {
-    return;
-  }
-  const int64_t bytes = static_cast<int64_t>(expected.size());
-  Report(state, 2 * bytes, CountMismatches(gpu.Download(d_full, bytes), expected));
-}
-BENCHMARK(BM_UnshardDevice)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 #endif  // SDRT_HAVE_CUDA
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The copy kernels of cuda/kernels.h and their launchers.
+// The strided copy kernel of cuda/kernels.h and its launcher.
 //
-// Design. All three kernels are memory-bound moves, so they share one shape:
+// Design. The copy is a memory-bound move:
 //   - a 1-D grid-stride loop over accesses of W bytes (W = 1, 2, 4, 8 or 16, chosen on
 //     the host from the addresses and strides; element types never matter), on a
 //     persistent grid of as many blocks as fit on the device at once (no grid.y limits);
@@ -9,8 +9,8 @@
 //   - offsets from the same index functions the host paths run (tensor/backend/index_math.h),
 //     with the div/mod in 32 bits when the access count fits in int32 (several times
 //     cheaper than 64-bit division on the GPU) and the offsets in int64 always.
-// Validation and planning are tensor/backend/copy_validation.h's, shared with the host
-// paths, so a launcher only picks the template instance and launches.
+// Validation and planning are PrepareStridedCopy's (tensor/backend/strided_copy.h), shared
+// with the host path, so the launcher only picks the template instance and launches.
 #include <cuda_runtime_api.h>
 #include <vector_types.h>
 
@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/kernels.h"
-#include "sdrt/tensor/backend/copy_validation.h"
+#include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/backend/index_math.h"
 
 namespace sdrt {
@@ -59,69 +59,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (base + static_cast<IndexT>(u * kThreads) < numel) dst[offsets[u].dst] = values[u];
-    }
-  }
-}
-
-// Unit i of W bytes covers dst bytes [i * W, i * W + W). Units wholly below src_bytes
-// are copied and units wholly inside [src_bytes, dst_bytes) are zeroed, both as single
-// accesses; the at most two units straddling src_bytes or dst_bytes go byte by byte, so
-// W needs to divide only the two addresses, not the byte counts.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    PadKernel(char* __restrict__ dst, const char* __restrict__ src, int64_t dst_bytes,
-              int64_t src_bytes) {
-  constexpr int64_t W = sizeof(T);
-  const int64_t copy_units = src_bytes / W;
-  const int64_t units = (dst_bytes + W - 1) / W;
-  T* dst_units = reinterpret_cast<T*>(dst);
-  const T* src_units = reinterpret_cast<const T*>(src);
-  for (int64_t base = blockIdx.x * kTile + threadIdx.x; base < units; base += gridDim.x * kTile) {
-    T values[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + u * kThreads;
-      if (i < copy_units) values[u] = src_units[i];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + u * kThreads;
-      if (i < copy_units) {
-        dst_units[i] = values[u];
-      } else if (i < units) {
-        const int64_t begin = i * W;
-        const int64_t end = begin + W;
-        if (begin >= src_bytes && end <= dst_bytes) {
-          dst_units[i] = T{};
-        } else {
-          for (int64_t b = begin; b < end && b < dst_bytes; ++b) {
-            dst[b] = b < src_bytes ? src[b] : 0;
-          }
-        }
-      }
-    }
-  }
-}
-
-// Full access a (row-major over [pre, n, post]) reads gathered[UnshardSourceIndex(a)]:
-// the writes are sequential and the reads are runs of `post` accesses.
-template <typename T, typename IndexT>
-__global__ void __launch_bounds__(kThreads)
-    UnshardKernel(const UnshardPlan plan, T* __restrict__ full, const T* __restrict__ gathered) {
-  const IndexT numel = static_cast<IndexT>(plan.pre * plan.n * plan.post);
-  const IndexT step = static_cast<IndexT>(gridDim.x) * static_cast<IndexT>(kTile);
-  for (IndexT base = static_cast<IndexT>(blockIdx.x) * static_cast<IndexT>(kTile) + threadIdx.x;
-       base < numel; base += step) {
-    T values[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const IndexT a = base + static_cast<IndexT>(u * kThreads);
-      if (a < numel) values[u] = gathered[UnshardSourceIndex<IndexT>(plan, a)];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const IndexT a = base + static_cast<IndexT>(u * kThreads);
-      if (a < numel) full[a] = values[u];
     }
   }
 }
@@ -191,38 +128,6 @@ absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
       using IndexT = decltype(index_tag);
       return Launch(StridedCopyKernel<T, IndexT>, plan->numel, stream, *plan, static_cast<T*>(dst),
                     static_cast<const T*>(src));
-    });
-  });
-}
-
-absl::Status PadDevice(void* dst, int64_t dst_bytes, const void* src, int64_t src_bytes,
-                       StreamHandle stream) {
-  absl::Status status = internal::ValidatePad("PadDevice", dst, dst_bytes, src, src_bytes);
-  if (!status.ok()) return status;
-  if (dst_bytes == 0) return absl::OkStatus();
-  const int64_t width =
-      WidestAccessWidth(reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src));
-  return DispatchWidth(width, [&](auto width_tag) {
-    using T = decltype(width_tag);
-    return Launch(PadKernel<T>, (dst_bytes + width - 1) / width, stream, static_cast<char*>(dst),
-                  static_cast<const char*>(src), dst_bytes, src_bytes);
-  });
-}
-
-absl::Status UnshardDevice(void* full, const void* gathered, int64_t elem_size,
-                           absl::Span<const int64_t> full_shape, int dim, int64_t num_chunks,
-                           StreamHandle stream) {
-  absl::StatusOr<UnshardPlan> plan = internal::PrepareUnshard(
-      "UnshardDevice", full, gathered, elem_size, full_shape, dim, num_chunks);
-  if (!plan.ok()) return plan.status();
-  const int64_t numel = plan->pre * plan->n * plan->post;
-  if (numel == 0) return absl::OkStatus();
-  return DispatchWidth(plan->width, [&](auto width_tag) {
-    using T = decltype(width_tag);
-    return DispatchIndex(numel, [&](auto index_tag) {
-      using IndexT = decltype(index_tag);
-      return Launch(UnshardKernel<T, IndexT>, numel, stream, *plan, static_cast<T*>(full),
-                    static_cast<const T*>(gathered));
     });
   });
 }

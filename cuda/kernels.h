@@ -1,7 +1,9 @@
-// The GPU copy kernels: pad, strided (narrow/slice) copy and unshard.
+// The GPU copy kernel: the strided (narrow/slice) copy that Tensor::CopyFrom runs for CUDA
+// tensors (through the DeviceBackend cuda/ registers), so every region copy of the
+// distributed operations (gather unpacking, broadcast slicing, DistributeTensor) on a GPU
+// is this kernel.
 //
-// Each function is the device twin of the host path of the same name in
-// tensor/backend/strided_copy.h: same parameters (sizes, strides and offsets in elements,
+// It is the device twin of StridedCopyHost in tensor/backend/strided_copy.h: same parameters (sizes, strides and offsets in elements,
 // elem_size in bytes, 1, 2, 4, 8 or 16), same validation (messages name the device
 // function), same plan (tensor/backend/index_math.h), and a bit-identical result. The kernels
 // move `width`-byte accesses, 16 bytes where the addresses and strides allow, with int64
@@ -45,25 +47,6 @@ absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
                                absl::Span<const int64_t> sizes,
                                absl::Span<const int64_t> dst_strides,
                                absl::Span<const int64_t> src_strides, StreamHandle stream);
-
-// Copies `src_bytes` from src to the start of dst and zero-fills dst bytes
-// [src_bytes, dst_bytes); 0 <= src_bytes <= dst_bytes, else InvalidArgument (see
-// PadHost); also InvalidArgument for a null pointer with a nonzero byte count. src may
-// be null when src_bytes is 0 (a pure zero fill).
-absl::Status PadDevice(void* dst, int64_t dst_bytes, const void* src, int64_t src_bytes,
-                       StreamHandle stream);
-
-// Writes the contiguous full tensor of shape `full_shape` from `gathered`, which holds
-// `num_chunks` contiguous chunks in rank order, chunk r having the full shape with dim
-// `dim` replaced by c = ceil(full_shape[dim] / num_chunks):
-//   full[.., j, ..] = chunk[j / c][.., j % c, ..]   for j in [0, full_shape[dim]).
-// Padding rows of the chunks are never read. gathered holds num_chunks * c * (product
-// of the other dims) elements. See UnshardHost. InvalidArgument for elem_size not in
-// {1, 2, 4, 8, 16}, dim outside [0, rank), num_chunks <= 0, a negative size, a gathered
-// buffer of more than 2^63 - 1 bytes, or a null pointer for a non-empty tensor.
-absl::Status UnshardDevice(void* full, const void* gathered, int64_t elem_size,
-                           absl::Span<const int64_t> full_shape, int dim, int64_t num_chunks,
-                           StreamHandle stream);
 
 }  // namespace sdrt
 

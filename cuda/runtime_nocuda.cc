@@ -65,13 +65,4 @@ absl::Status StridedCopyDevice(void*, const void*, int64_t, absl::Span<const int
   return absl::UnavailableError("StridedCopyDevice: sdrt was built without CUDA");
 }
 
-absl::Status PadDevice(void*, int64_t, const void*, int64_t, StreamHandle) {
-  return absl::UnavailableError("PadDevice: sdrt was built without CUDA");
-}
-
-absl::Status UnshardDevice(void*, const void*, int64_t, absl::Span<const int64_t>, int, int64_t,
-                           StreamHandle) {
-  return absl::UnavailableError("UnshardDevice: sdrt was built without CUDA");
-}
-
 }  // namespace sdrt

@@ -17,14 +17,11 @@
 // mmap'd safetensors file, moves in two 4-byte accesses) with one rule. Every offset
 // is int64: shards of many GB have offsets beyond 2^31 elements and bytes.
 //
-// This header has no CUDA or absl dependencies of its own beyond strided_copy.h's
-// constant; every function is constexpr or inline.
+// This header has no CUDA or absl dependencies; every function is constexpr or inline.
 #ifndef SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 #define SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 
 #include <cstdint>
-
-#include "sdrt/tensor/backend/strided_copy.h"
 
 #if defined(__CUDACC__)
 #define SDRT_HD __host__ __device__
@@ -33,6 +30,9 @@
 #endif
 
 namespace sdrt {
+
+// Most dims a copy may have after adjacent contiguous dims are merged.
+inline constexpr int kMaxCopyDims = 12;
 
 // Dims a CopyPlan can hold: kMaxCopyDims element dims plus the split of a misaligned
 // element into narrower accesses (Note [Copy plans], step 2).
@@ -166,63 +166,6 @@ SDRT_HD inline CopyOffsets CopyPlanOffsets(const CopyPlan& plan, IndexT linear) 
     offsets.src += static_cast<int64_t>(linear) * plan.src_strides[0];
   }
   return offsets;
-}
-
-// Unshard as a (pre, n, post) view: the full tensor is contiguous [pre, n, post] with n
-// the sharded dim; the gathered buffer holds num_chunks contiguous chunks of shape
-// [pre, chunk, post], chunk = ceil(n / num_chunks), rows past n being padding. Units
-// are accesses of `width` bytes (post is scaled by VectorizeUnshardPlan).
-struct UnshardPlan {
-  int64_t pre;         // product of the full shape's dims before the sharded dim.
-  int64_t n;           // the sharded dim's full size.
-  int64_t post;        // product of the dims after it, in units of width.
-  int64_t chunk;       // rows of the sharded dim per chunk, ceil(n / num_chunks).
-  int64_t num_chunks;  // chunks (ranks) in the gathered buffer.
-  int64_t width;       // bytes per unit.
-};
-
-// The plan of an unshard in element units. Preconditions (checked by the callers'
-// validation): 0 <= dim < rank, shape entries >= 0, num_chunks > 0, and the gathered
-// buffer's byte size num_chunks * pre * chunk * post * elem_size fits in int64.
-inline UnshardPlan MakeUnshardPlan(int64_t elem_size, const int64_t* full_shape, int rank, int dim,
-                                   int64_t num_chunks) {
-  UnshardPlan plan{1, full_shape[dim], 1, 0, num_chunks, elem_size};
-  for (int d = 0; d < dim; ++d) plan.pre *= full_shape[d];
-  for (int d = dim + 1; d < rank; ++d) plan.post *= full_shape[d];
-  plan.chunk = plan.n / num_chunks + (plan.n % num_chunks != 0 ? 1 : 0);  // No overflow.
-  return plan;
-}
-
-// Reinterprets `plan` in units of the widest access width dividing a row's byte length
-// (post * width) and both base addresses. Every offset of the mapping is a multiple of
-// post, so the mapping is unchanged apart from the unit.
-inline UnshardPlan VectorizeUnshardPlan(UnshardPlan plan, uintptr_t full_address,
-                                        uintptr_t gathered_address) {
-  const int64_t row_bytes = plan.post * plan.width;
-  const int64_t w =
-      WidestAccessWidth(static_cast<uint64_t>(row_bytes) | full_address | gathered_address);
-  plan.post = row_bytes / w;
-  plan.width = w;
-  return plan;
-}
-
-// Gathered index of the full tensor's element `full_index`, row-major over [pre, n, post]
-// (0 <= full_index < pre * n * post): with full_index = (p * n + j) * post + q,
-//   full[p, j, q] = gathered[(j / chunk) * pre*chunk*post + p*chunk*post + (j % chunk)*post + q].
-// IndexT is the type of the div/mod, as in CopyPlanOffsets; the result is int64 (the
-// gathered buffer is larger than the full tensor by its padding).
-template <typename IndexT>
-SDRT_HD inline int64_t UnshardSourceIndex(const UnshardPlan& plan, IndexT full_index) {
-  const IndexT post = static_cast<IndexT>(plan.post);
-  const IndexT n = static_cast<IndexT>(plan.n);
-  const IndexT chunk = static_cast<IndexT>(plan.chunk);
-  const IndexT q = full_index % post;
-  const IndexT pj = full_index / post;
-  const IndexT j = pj % n;
-  const IndexT p = pj / n;
-  const int64_t row = plan.chunk * plan.post;
-  return static_cast<int64_t>(j / chunk) * plan.pre * row + static_cast<int64_t>(p) * row +
-         static_cast<int64_t>(j % chunk) * plan.post + static_cast<int64_t>(q);
 }
 
 }  // namespace sdrt

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "sdrt/tensor/backend/copy_validation.h"
 #include "sdrt/tensor/backend/index_math.h"
 
 namespace sdrt {
@@ -112,69 +111,6 @@ absl::StatusOr<CopyPlan> PrepareStridedCopy(absl::string_view op, void* dst, con
   return plan;
 }
 
-absl::Status ValidatePad(absl::string_view op, void* dst, int64_t dst_bytes, const void* src,
-                         int64_t src_bytes) {
-  if (src_bytes < 0 || dst_bytes < src_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": need 0 <= src_bytes <= dst_bytes, got src_bytes ", src_bytes,
-                     ", dst_bytes ", dst_bytes));
-  }
-  if ((dst == nullptr && dst_bytes > 0) || (src == nullptr && src_bytes > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": null ", dst == nullptr ? "dst" : "src",
-                                                   " with dst_bytes ", dst_bytes, ", src_bytes ",
-                                                   src_bytes));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<UnshardPlan> PrepareUnshard(absl::string_view op, void* full, const void* gathered,
-                                           int64_t elem_size, absl::Span<const int64_t> full_shape,
-                                           int dim, int64_t num_chunks) {
-  if (!ValidElemSize(elem_size)) return ElemSizeError(op, elem_size);
-  const int rank = static_cast<int>(full_shape.size());
-  if (dim < 0 || dim >= rank) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", dim, " is out of range for the ",
-                                                   rank, "-dim shape ", Brackets(full_shape)));
-  }
-  if (num_chunks <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": num_chunks must be positive, got ", num_chunks));
-  }
-  for (int d = 0; d < rank; ++d) {
-    if (full_shape[d] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", d, " has size ", full_shape[d],
-                                                     " (full_shape ", Brackets(full_shape), ")"));
-    }
-  }
-  // The gathered buffer has the full shape with n replaced by num_chunks * chunk >= n,
-  // so its byte size bounds every index and byte offset of the mapping.
-  const int64_t n = full_shape[dim];
-  const int64_t chunk = n / num_chunks + (n % num_chunks != 0 ? 1 : 0);
-  int64_t gathered_bytes = 0;
-  if (!CheckedProduct(full_shape.subspan(0, dim), &gathered_bytes) ||
-      __builtin_mul_overflow(gathered_bytes, num_chunks, &gathered_bytes) ||
-      __builtin_mul_overflow(gathered_bytes, chunk, &gathered_bytes) ||
-      __builtin_mul_overflow(gathered_bytes, elem_size, &gathered_bytes)) {
-    gathered_bytes = -1;
-  }
-  int64_t post = 0;
-  if (gathered_bytes < 0 || !CheckedProduct(full_shape.subspan(dim + 1), &post) ||
-      __builtin_mul_overflow(gathered_bytes, post, &gathered_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": the gathered buffer of ", num_chunks, " chunks of full_shape ",
-                     Brackets(full_shape), " split along dim ", dim, " exceeds 2^63 - 1 bytes"));
-  }
-  UnshardPlan plan = MakeUnshardPlan(elem_size, full_shape.data(), rank, dim, num_chunks);
-  if (plan.pre * plan.n * plan.post == 0) return plan;
-  if (full == nullptr || gathered == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": null ",
-                                                   full == nullptr ? "full" : "gathered",
-                                                   " for full_shape ", Brackets(full_shape)));
-  }
-  return VectorizeUnshardPlan(plan, reinterpret_cast<uintptr_t>(full),
-                              reinterpret_cast<uintptr_t>(gathered));
-}
-
 }  // namespace internal
 
 namespace {
@@ -227,37 +163,6 @@ absl::Status StridedCopyHost(void* dst, const void* src, int64_t elem_size,
     default:
       RunCopyPlan<16>(*plan, d, s);
       break;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PadHost(void* dst, int64_t dst_bytes, const void* src, int64_t src_bytes) {
-  absl::Status status = internal::ValidatePad("PadHost", dst, dst_bytes, src, src_bytes);
-  if (!status.ok()) return status;
-  if (src_bytes > 0) std::memcpy(dst, src, src_bytes);
-  if (dst_bytes > src_bytes)
-    std::memset(static_cast<char*>(dst) + src_bytes, 0, dst_bytes - src_bytes);
-  return absl::OkStatus();
-}
-
-absl::Status UnshardHost(void* full, const void* gathered, int64_t elem_size,
-                         absl::Span<const int64_t> full_shape, int dim, int64_t num_chunks) {
-  absl::StatusOr<UnshardPlan> plan = internal::PrepareUnshard(
-      "UnshardHost", full, gathered, elem_size, full_shape, dim, num_chunks);
-  if (!plan.ok()) return plan.status();
-  const UnshardPlan& u = *plan;
-  if (u.pre * u.n * u.post == 0) return absl::OkStatus();
-  // Rows [r * chunk, r * chunk + rows) of one p are contiguous in both buffers.
-  char* f = static_cast<char*>(full);
-  const char* g = static_cast<const char*>(gathered);
-  const int64_t row_bytes = u.post * u.width;
-  for (int64_t p = 0; p < u.pre; ++p) {
-    for (int64_t j = 0; j < u.n; j += u.chunk) {
-      const int64_t rows = std::min(u.chunk, u.n - j);
-      const int64_t full_index = (p * u.n + j) * u.post;
-      std::memcpy(f + full_index * u.width,
-                  g + UnshardSourceIndex<int64_t>(u, full_index) * u.width, rows * row_bytes);
-    }
   }
   return absl::OkStatus();
 }

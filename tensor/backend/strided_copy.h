@@ -1,5 +1,6 @@
-// Host (CPU) paths of sdrt's three copy kernels, and the contract the CUDA kernels in
-// cuda/kernels.h follow bit for bit.
+// The host (CPU) strided copy, and the contract the CUDA kernel in cuda/kernels.h follows
+// bit for bit (the same validation and plan, PrepareStridedCopy, and the same index
+// arithmetic).
 //
 // All sizes, strides and offsets are in ELEMENTS (PyTorch order: dim 0 outermost);
 // `elem_size` is in bytes (1, 2, 4, 8 or 16). Pointers are raw: these functions know
@@ -16,12 +17,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "sdrt/tensor/backend/index_math.h"
 
 namespace sdrt {
-
-// Most dims a copy may have after adjacent contiguous dims are merged.
-inline constexpr int kMaxCopyDims = 12;
 
 // dst[i0, .., in] = src[i0, .., in] for every index of `sizes`, where element (i...) of
 // src lives at src + elem_size * sum(i_k * src_strides[k]) and likewise for dst.
@@ -33,20 +34,20 @@ absl::Status StridedCopyHost(void* dst, const void* src, int64_t elem_size,
                              absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                              absl::Span<const int64_t> src_strides);
 
-// Pad: copies `src_bytes` from src to the start of dst and zero-fills dst up to
-// `dst_bytes` (dst_bytes >= src_bytes, else InvalidArgument). Used to make an all-gather
-// input of `chunk` elements out of a shorter flat shard.
-absl::Status PadHost(void* dst, int64_t dst_bytes, const void* src, int64_t src_bytes);
+namespace internal {
 
-// Unshard: `gathered` holds `num_chunks` contiguous chunks in rank order, chunk r being a
-// contiguous tensor of shape `full_shape` with dim `dim` replaced by
-// c = ceil(full_shape[dim] / num_chunks) (every shard padded to c). Writes the full
-// tensor, contiguous with shape `full_shape`, to `full`:
-//   full[.., j, ..] = chunk[j / c][.., j % c, ..]   for j in [0, full_shape[dim]).
-// Padding entries are never read. This is the "all-gather then cat along dim, then
-// narrow" of PyTorch's Shard(dim) -> Replicate for dim > 0 in one pass.
-absl::Status UnshardHost(void* full, const void* gathered, int64_t elem_size,
-                         absl::Span<const int64_t> full_shape, int dim, int64_t num_chunks);
+// Validates a strided copy (see StridedCopyHost) and returns its plan for these
+// addresses; plan.numel == 0 for an empty copy, whose pointers may be null.
+// InvalidArgument, prefixed with `op`, for: elem_size not in {1, 2, 4, 8, 16}; spans of
+// different lengths; a negative size or stride; more than 2^63 - 1 elements or bytes
+// spanned by either layout; more than kMaxCopyDims dims after merging; a null pointer
+// for a non-empty copy.
+absl::StatusOr<CopyPlan> PrepareStridedCopy(absl::string_view op, void* dst, const void* src,
+                                            int64_t elem_size, absl::Span<const int64_t> sizes,
+                                            absl::Span<const int64_t> dst_strides,
+                                            absl::Span<const int64_t> src_strides);
+
+}  // namespace internal
 
 }  // namespace sdrt
 

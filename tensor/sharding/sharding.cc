@@ -111,11 +111,6 @@ absl::Status ValidateArguments(IntSpan global_shape, const DeviceMesh& mesh,
   return absl::OkStatus();
 }
 
-absl::Status NotInMesh(const DeviceMesh& mesh, int64_t rank) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("sharding: rank ", rank, " is not in ", mesh.ToString()));
-}
-
 }  // namespace
 
 ChunkPiece ShardPiece(int64_t n, int64_t k, int64_t r) {
@@ -203,25 +198,6 @@ std::vector<int64_t> OwnedIndices(const LocalShardInfo& info, int dim) {
     indices[j] = info.global_offset[dim] + static_cast<int64_t>(j);
   }
   return indices;
-}
-
-absl::StatusOr<std::vector<IntVector>> MeshDimLogicalShapes(
-    IntSpan global_shape, const DeviceMesh& mesh, const std::vector<Placement>& placements,
-    int64_t rank) {
-  if (absl::Status s = ValidateArguments(global_shape, mesh, placements); !s.ok()) return s;
-  std::optional<IntVector> coord = mesh.Coordinate(rank);
-  if (!coord.has_value()) return NotInMesh(mesh, rank);
-  std::vector<IntVector> shapes;
-  shapes.reserve(static_cast<size_t>(mesh.ndim()));
-  IntVector current(global_shape.begin(), global_shape.end());
-  for (int i = 0; i < mesh.ndim(); ++i) {
-    shapes.push_back(current);
-    const Placement& p = placements[i];
-    if (p.is_shard_like()) {
-      current[p.dim()] = PieceSize(p, current[p.dim()], mesh.size(i), (*coord)[i]);
-    }
-  }
-  return shapes;
 }
 
 int64_t NumShards(const DeviceMesh& mesh, const std::vector<Placement>& placements) {

@@ -90,20 +90,10 @@ absl::StatusOr<IntVector> ComputeLocalShape(IntSpan global_shape, const DeviceMe
                                             const std::vector<Placement>& placements, int64_t rank);
 
 // The global indices `info` owns along global dim `dim`, in local order, whether or not
-// they are a contiguous run. Precondition: 0 <= dim < info.global_offset.size().
+// they are a contiguous run: the reference, one index at a time, that OwnedRuns
+// (region_copy.h) is tested against and that tests use to check pieces element by
+// element. Precondition: 0 <= dim < info.global_offset.size().
 std::vector<int64_t> OwnedIndices(const LocalShardInfo& info, int dim);
-
-// The per-mesh-dim logical shapes of SPEC 2 step 1 for `rank`, one per mesh dim: L[0] =
-// global_shape; L[i + 1] is L[i] with dim p_i.dim replaced by this rank's piece size
-// along mesh dim i (ShardPiece or StridedShardSize of L[i][dim]) when p_i is shard-like.
-// L[i] is the shape whose dim p_i.dim is re-assembled when mesh dim i is replicated.
-// Mirrors mesh_dims_to_logical_shape in _redistribute.py's greedy planner (which, in
-// torch 2.15, leaves the shape unchanged after a _StridedShard; sdrt shrinks it, as the
-// graph planner PyTorch uses for _StridedShard does). Errors as ComputeLocalShape, plus
-// InvalidArgument when `rank` is not in the mesh.
-absl::StatusOr<std::vector<IntVector>> MeshDimLogicalShapes(
-    IntSpan global_shape, const DeviceMesh& mesh, const std::vector<Placement>& placements,
-    int64_t rank);
 
 // Product of the mesh sizes of the shard-like mesh dims (DTensorSpec.num_shards).
 // Precondition: placements.size() == mesh.ndim().

@@ -1,9 +1,7 @@
-// GPU copy kernels against their host paths: the same random input through
-// StridedCopyDevice / PadDevice / UnshardDevice and StridedCopyHost / PadHost /
-// UnshardHost, compared byte for byte, destination bytes outside the copy included (both
-// destinations start as the same random bytes). Tests that need a device skip without
-// one; the validation tests run anywhere, since arguments are checked before any CUDA
-// call.
+// The GPU copy kernel against its host path: the same random input through
+// StridedCopyDevice and StridedCopyHost, compared byte for byte, destination bytes outside the copy
+// included (both destinations start as the same random bytes). Tests that need a device skip
+// without one; the validation tests run anywhere, since arguments are checked before any CUDA call.
 #include <cuda_runtime_api.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -184,73 +182,6 @@ TEST_F(KernelsGpuTest, StridedCopyFromPinnedHostMemory) {
   cudaFreeHost(pinned);
 }
 
-TEST_F(KernelsGpuTest, PadMatchesHost) {
-  const std::vector<std::pair<int64_t, int64_t>> cases = {
-      {1003, 2048}, {2048, 2048}, {0, 77}, {5, 6}, {17, 33}, {64 * kMiB + 13, 80 * kMiB}};
-  for (const auto& [src_bytes, dst_bytes] : cases) {
-    for (const auto& [dst_misalign, src_misalign] :
-         std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 4}, {3, 3}, {8, 8}}) {
-      SCOPED_TRACE(testing::Message() << src_bytes << " -> " << dst_bytes << " misalign "
-                                      << dst_misalign << "/" << src_misalign);
-      const std::vector<uint8_t> src = RandomBytes(src_bytes, src_bytes);
-      std::vector<uint8_t> expected = RandomBytes(dst_bytes, ~dst_bytes);
-      DeviceBytes device_src(src, src_misalign);
-      DeviceBytes device_dst(expected, dst_misalign);
-      ASSERT_TRUE(PadHost(expected.data(), dst_bytes, src.data(), src_bytes).ok());
-      const absl::Status status =
-          PadDevice(device_dst.data(), dst_bytes, src_bytes > 0 ? device_src.data() : nullptr,
-                    src_bytes, stream_);
-      ASSERT_TRUE(status.ok()) << status;
-      ASSERT_CUDA(cudaStreamSynchronize(stream_));
-      EXPECT_EQ(FirstMismatch(device_dst.ToHost(), expected), -1);
-    }
-  }
-}
-
-void ExpectUnshardMatchesHost(cudaStream_t stream, int64_t elem_size,
-                              const std::vector<int64_t>& shape, int dim, int64_t k,
-                              int64_t misalign, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "elem_size " << elem_size << " shape "
-                                  << testing::PrintToString(shape) << " dim " << dim << " k " << k
-                                  << " misalign " << misalign);
-  std::vector<int64_t> chunk_shape = shape;
-  chunk_shape[dim] = (shape[dim] + k - 1) / k;
-  const std::vector<uint8_t> gathered = RandomBytes(k * Numel(chunk_shape) * elem_size, seed);
-  std::vector<uint8_t> expected = RandomBytes(Numel(shape) * elem_size, ~seed);
-  DeviceBytes device_gathered(gathered, misalign);
-  DeviceBytes device_full(expected, 0);
-  ASSERT_TRUE(UnshardHost(expected.data(), gathered.data(), elem_size, shape, dim, k).ok());
-  const absl::Status status =
-      UnshardDevice(device_full.data(), device_gathered.data(), elem_size, shape, dim, k, stream);
-  ASSERT_TRUE(status.ok()) << status;
-  ASSERT_CUDA(cudaStreamSynchronize(stream));
-  EXPECT_EQ(FirstMismatch(device_full.ToHost(), expected), -1);
-}
-
-TEST_F(KernelsGpuTest, UnshardMatchesHost) {
-  uint64_t seed = 1;
-  for (int64_t elem_size : kElemSizes) {
-    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
-             {10, 3, 5}, {5, 10, 3}, {3, 4, 10}, {4, 0, 3}, {7}, {3, 5, 1, 2}}) {
-      for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
-        for (int64_t k : {1, 3, 4, 12}) {
-          for (int64_t misalign : {0, 2}) {
-            ExpectUnshardMatchesHost(stream_, elem_size, shape, dim, k, misalign, ++seed);
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST_F(KernelsGpuTest, UnshardLarge) {
-  // 64 MiB of float32, 4096 rows split 3 ways (the last chunk padded), on dims 1 and 2.
-  ExpectUnshardMatchesHost(stream_, 4, {4, 4096, 1024}, 1, 3, 0, 11);
-  ExpectUnshardMatchesHost(stream_, 2, {4, 4096, 2048}, 2, 3, 0, 12);
-  // 1-byte units and more than INT32_MAX of them: the 64-bit index path.
-  ExpectUnshardMatchesHost(stream_, 1, {2, 5, 214748367}, 1, 4, 0, 13);
-}
-
 void ExpectInvalid(const absl::Status& status, const std::string& message) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr(message));
@@ -263,15 +194,7 @@ TEST(KernelsValidationTest, DeviceCallsValidateBeforeLaunching) {
                 "StridedCopyDevice: dim 2 has size -1");
   ExpectInvalid(StridedCopyDevice(a, b, 3, {2}, {1}, {1}, nullptr),
                 "StridedCopyDevice: elem_size must be 1, 2, 4, 8 or 16 bytes, got 3");
-  ExpectInvalid(PadDevice(a, 4, b, 10, nullptr),
-                "PadDevice: need 0 <= src_bytes <= dst_bytes, got src_bytes 10, dst_bytes 4");
-  ExpectInvalid(UnshardDevice(a, b, 4, {2, 3}, 2, 2, nullptr),
-                "UnshardDevice: dim 2 is out of range for the 2-dim shape [2, 3]");
-  ExpectInvalid(UnshardDevice(a, b, 4, {2, 3}, 1, 0, nullptr),
-                "UnshardDevice: num_chunks must be positive, got 0");
   EXPECT_TRUE(StridedCopyDevice(nullptr, nullptr, 4, {3, 0}, {0, 1}, {0, 1}, nullptr).ok());
-  EXPECT_TRUE(PadDevice(nullptr, 0, nullptr, 0, nullptr).ok());
-  EXPECT_TRUE(UnshardDevice(nullptr, nullptr, 4, {0, 3}, 1, 2, nullptr).ok());
 }
 
 }  // namespace

@@ -192,8 +192,6 @@ TEST(Sharding, RejectsBadArguments) {
   EXPECT_THAT(ComputeLocalShape({4}, Mesh({2}), {SS(0, 0)}, 0).status().message(),
               HasSubstr("split factor below 1"));
   EXPECT_EQ(MeshDimsToReplicate(mesh, {kR}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(MeshDimLogicalShapes({4}, mesh, {S(0), kR}, 9).status().message(),
-              HasSubstr("rank 9 is not in"));
 }
 
 TEST(Sharding, ValidateLocalShapeNamesExpectedAndActual) {
@@ -218,16 +216,6 @@ TEST(Sharding, ValidateLocalShapeNamesExpectedAndActual) {
               HasSubstr("must hold no elements"));
   EXPECT_EQ(ValidateLocalShape({2}, {4}, sub, {S(1)}, 0).code(),
             absl::StatusCode::kInvalidArgument);
-}
-
-TEST(Sharding, LogicalShapesPerMeshDim) {
-  // SPEC 2 step 1: L[i] is the shape before mesh dim i re-splits it.
-  std::vector<IntVector> l = *MeshDimLogicalShapes({5, 4}, Mesh({2, 2}), {S(0), S(0)}, 3);
-  EXPECT_THAT(l, ElementsAre(IntVector{5, 4}, IntVector{2, 4}));
-  l = *MeshDimLogicalShapes({15, 5}, Mesh({4, 2, 2}), {SS(0, 2), S(1), S(0)}, 15);
-  EXPECT_THAT(l, ElementsAre(IntVector{15, 5}, IntVector{3, 5}, IntVector{3, 2}));
-  l = *MeshDimLogicalShapes({6}, Mesh({2}), {kR}, 1);
-  EXPECT_THAT(l, ElementsAre(IntVector{6}));
 }
 
 TEST(Sharding, MeshDimsToReplicateOrder) {

@@ -4,8 +4,11 @@ timed through torch.distributed._state_dict_utils on the gloo backend (CPU).
 
 Run by hand (not part of the build or the tests), right after the sdrt runs:
 
-    ~/venv-torch/bin/python bench/peer/pytorch_distributed_peer.py --ranks 2 --workload llama
-    ~/venv-torch/bin/python bench/peer/pytorch_distributed_peer.py --ranks 4 --workload small
+    VENV/bin/python bench/peer/pytorch_distributed_peer.py --ranks 2 --workload llama
+    VENV/bin/python bench/peer/pytorch_distributed_peer.py --ranks 4 --workload small
+
+VENV is a virtualenv with torch (the CPU wheel is enough), safetensors and numpy:
+`python3 -m venv VENV && VENV/bin/pip install torch safetensors numpy`.
 
 Rows (as the sdrt benchmark; each against a flat gloo collective of the same bytes, timed in
 the same run, alternating which goes first):
@@ -101,7 +104,8 @@ def make_tensor(index, shape, dtype):
 def load_minilm():
     from safetensors.torch import load_file
 
-    path = os.path.expanduser("~/.cache/sdrt/all-MiniLM-L6-v2/model.safetensors")
+    # Where scripts/fetch-model.sh puts the file by default, as the sdrt benchmark looks for it.
+    path = os.path.join(os.environ["HOME"], ".cache/sdrt/all-MiniLM-L6-v2/model.safetensors")
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))

@@ -1,8 +1,8 @@
 """The shared golden encoding (tests/support/golden_codec.h) for the golden scripts here.
 
 Imported by make_iterate_golden.py and make_state_dict_golden.py, which are run BY HAND
-from the repository root (`~/venv-torch/bin/python tests/golden/<script>.py`); Python puts
-this folder on the import path.
+from the repository root (`VENV/bin/python tests/golden/<script>.py`, where VENV is a virtualenv
+with torch: tests/golden/README.md); Python puts this folder on the import path.
 """
 import math
 

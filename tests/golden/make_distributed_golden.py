@@ -3,7 +3,9 @@
 
 Run BY HAND (never in CI) with PyTorch, from the repository root:
 
-    ~/venv-torch/bin/python tests/golden/make_distributed_golden.py
+    VENV/bin/python tests/golden/make_distributed_golden.py
+
+VENV is a virtualenv with torch (tests/golden/README.md gives the install line).
 
 For world sizes 1, 2, 3 and 4 it spawns that many processes (torch.multiprocessing, one
 gloo process group per world size over tcp://127.0.0.1:<free port>, DeviceMeshes on

@@ -3,7 +3,9 @@
 
 Run BY HAND (never in CI) with PyTorch:
 
-    ~/venv-torch/bin/python tests/golden/make_iterate_golden.py
+    VENV/bin/python tests/golden/make_iterate_golden.py
+
+VENV is a virtualenv with torch (tests/golden/README.md gives the install line).
 
 It runs PyTorch's own `_copy_state_dict`, `_check_state_dict_similarity`,
 `_offload_state_dict_to_cpu` (with `ranks_only`) and `_create_cpu_state_dict` from

@@ -3,11 +3,13 @@
 
 Run BY HAND (never in CI) with PyTorch and the official safetensors package:
 
-    ~/venv-torch/bin/python tests/golden/make_safetensors_golden.py
+    VENV/bin/python tests/golden/make_safetensors_golden.py
         writes tests/data/safetensors/*.safetensors and expected.json
-    ~/venv-torch/bin/python tests/golden/make_safetensors_golden.py --check DIR
+    VENV/bin/python tests/golden/make_safetensors_golden.py --check DIR
         reads the files sdrt's golden test wrote into DIR (SDRT_TEST_TMP/sdrt_written) with
         the official package and compares them bit-exactly with the tensors defined here
+
+VENV is a virtualenv with torch (tests/golden/README.md gives the install line).
 
 The tensors are defined once (GOLDEN below); expected.json holds, for each file, the header
 length, the metadata and each tensor's dtype code, shape, data offsets and bytes as hex.

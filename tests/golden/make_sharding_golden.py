@@ -3,7 +3,9 @@
 
 Run BY HAND (never in CI) with PyTorch:
 
-    ~/venv-torch/bin/python tests/golden/make_sharding_golden.py
+    VENV/bin/python tests/golden/make_sharding_golden.py
+
+VENV is a virtualenv with torch (tests/golden/README.md gives the install line).
 
 For every case (global shape, mesh shape, placements) and every rank of the mesh it calls
 PyTorch's own `torch.distributed.tensor._utils.compute_local_shape_and_global_offset` and

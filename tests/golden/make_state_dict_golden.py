@@ -3,7 +3,9 @@
 
 Run BY HAND (never in CI) with PyTorch:
 
-    ~/venv-torch/bin/python tests/golden/make_state_dict_golden.py
+    VENV/bin/python tests/golden/make_state_dict_golden.py
+
+VENV is a virtualenv with torch (tests/golden/README.md gives the install line).
 
 It runs PyTorch's own `_flatten_state_dict`, `_unflatten_state_dict` and `_set_element`
 from torch/distributed/_state_dict_utils.py on small inputs and writes what they return or

@@ -4,7 +4,9 @@
 Run BY HAND (never in CI), alone on the machine (it needs about 3 GB), from the repository
 root:
 
-    ~/venv-torch/bin/python tests/golden/measure_broadcast_memory.py
+    VENV/bin/python tests/golden/measure_broadcast_memory.py
+
+VENV is a virtualenv with torch (tests/golden/README.md gives the install line).
 
 Four gloo processes (tcp://127.0.0.1:<free port>, a 1-D "cpu" DeviceMesh of 4). Rank 0
 holds a full state dict of 64 float32 tensors of 1024 x 4096 (1 GiB in all); every rank's

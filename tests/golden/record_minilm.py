@@ -1,7 +1,7 @@
 """Records what the official safetensors package reports for all-MiniLM-L6-v2.
 
-Run by hand, never in CI:
-    ~/venv-torch/bin/python tests/golden/record_minilm.py "$(scripts/fetch-model.sh | tail -1)"
+Run by hand, never in CI (VENV: a virtualenv with torch; tests/golden/README.md):
+    VENV/bin/python tests/golden/record_minilm.py "$(scripts/fetch-model.sh | tail -1)"
 Writes tests/data/minilm_expected.json: tensor count, parameter total, byte total, and
 each tensor's dtype and shape, which `sdrt inspect` must reproduce.
 """

@@ -1,6 +1,6 @@
 // distributed_state_dict_bench: GatherStateDict, BroadcastStateDict and DistributeStateDict
 // (core/distributed/distributed_state_dict.h) over MPI on the CPU, each against the simplest way to
-// move the same bytes, timed in the same run (../shared/docs/PERF.md):
+// move the same bytes, timed in the same run (docs/PERFORMANCE.md):
 //
 //   gather          every rank holds DTensors [Shard(0)] on a 1-D mesh of all ranks (FSDP);
 //                   GatherStateDict (comm = MPI world) vs one MPI_Allgatherv of the same
@@ -26,7 +26,7 @@
 // mean bit-identical results.
 //
 // Every row: warm-up runs, then timed runs; in each run sdrt, the baseline into a warm
-// buffer ("base", PERF.md's baseline) and the same baseline into a freshly allocated,
+// buffer ("base", docs/PERFORMANCE.md's baseline) and the same baseline into a freshly allocated,
 // untouched buffer ("fresh": what any API returning new tensors pays at least for first
 // touching its output) take turns, which goes first rotating. A run's time is the slowest
 // rank's (barrier before, MPI_MAX after); the table gives the median and [min..max] over the
@@ -651,7 +651,7 @@ int main(int argc, char** argv) {
         g_warmup);
     std::printf("# time: median [min..max] over runs of the slowest rank, ms\n");
     std::printf(
-        "# base: the flat collective (distribute: memcpy) into a warm buffer (PERF.md's "
+        "# base: the flat collective (distribute: memcpy) into a warm buffer (docs/PERFORMANCE.md's "
         "baseline); fresh: the same into a new, untouched buffer (page faults included)\n");
     std::printf(
         "# fltMiB: minor page faults in one sdrt call (the most of any rank, median) x 4 KiB\n");

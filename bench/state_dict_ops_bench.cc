@@ -1,5 +1,5 @@
 // The single-process state-dict operations (core/state_dict/state_dict_ops.h) against the simplest
-// way to move the same bytes, in the same run (bench/RESULTS.md, PERF.md):
+// way to move the same bytes, in the same run (bench/RESULTS.md, docs/PERFORMANCE.md):
 //
 //   CPU: CopyStateDict of a 1 GiB state dict of 300 float32 tensors (deterministic,
 //        varied sizes) into a CreateCpuStateDict buffer vs one std::memcpy of the same

@@ -14,11 +14,11 @@
 // written beside each call. Tensors are sizes and strides in elements, PyTorch order; they
 // must be defined, contiguous and on device() (MPI: the CPU; a CUDA or meta tensor is
 // InvalidArgument), or on the CPU when the backend stages CPU tensors through its device
-// (NCCL, cases/broadcast.md case-013). Zero-element calls are cheap but keep the ranks in step
-// (cases/gather.md case-003): a collective whose total element count is zero on every rank returns
+// (NCCL, case-013). Zero-element calls are cheap but keep the ranks in step
+// (case-003): a collective whose total element count is zero on every rank returns
 // OK without moving data. All calls are blocking: on return the data is in place.
 //
-// Thread-safety: one thread at a time per Communicator (DESIGN.md "Logging, threads").
+// Thread-safety: one thread at a time per Communicator (docs/PLAN.md "Logging, threads").
 #ifndef SDRT_COMM_COMMUNICATOR_H_
 #define SDRT_COMM_COMMUNICATOR_H_
 

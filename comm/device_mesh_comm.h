@@ -1,7 +1,7 @@
 // DeviceMeshComm: a DeviceMesh bound to a Communicator, with one sub-communicator per mesh
 // dim, as torch.distributed.device_mesh.DeviceMesh.get_group(mesh_dim) provides them
-// (SPEC 1.1): the group of mesh dim d seen from a rank holds the ranks whose coordinates
-// agree with it on every other dim, ordered by coordinate d, so group rank == coord[d].
+// (docs/SEMANTICS.md 1.1): the group of mesh dim d seen from a rank holds the ranks whose
+// coordinates agree with it on every other dim, ordered by coordinate d, so group rank == coord[d].
 //
 // The communicator's size must equal the mesh size and the mesh's ranks are ranks of the
 // communicator. Sub-communicators are made lazily by Communicator::Split, which is

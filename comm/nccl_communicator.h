@@ -8,7 +8,7 @@
 // bfloat16 are native in NCCL). NCCL has no 16-bit integer type, so an int16 all-reduce
 // is InvalidArgument here (as in ProcessGroupNCCL); the MPI backend reduces int16. CPU tensors are
 // accepted too and staged through the GPU: copied to device memory, reduced or gathered there,
-// copied back (cases/broadcast.md case-013); so are the *Bytes calls, through small device staging
+// copied back (case-013); so are the *Bytes calls, through small device staging
 // buffers.
 //
 // Stream: every call is enqueued on the communicator's stream (one it owns, or

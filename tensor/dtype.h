@@ -61,7 +61,7 @@ constexpr int64_t ElementSize(DType dtype) {
                 "element size must be 1, 2, 4 or 8 for " name);
 SDRT_DTYPE_TABLE(SDRT_DTYPE_CHECK)
 #undef SDRT_DTYPE_CHECK
-static_assert(kNumDTypes == 12, "the dtype table lists the 12 dtypes of DESIGN.md");
+static_assert(kNumDTypes == 12, "the dtype table lists the 12 dtypes of docs/PLAN.md");
 
 // "float32", as PyTorch prints the dtype without the "torch." prefix.
 absl::string_view DTypeName(DType dtype);

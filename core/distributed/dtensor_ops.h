@@ -1,12 +1,12 @@
 // Collectives over DTensor and ShardedTensor: make a DTensor out of a full tensor or out
 // of this rank's local piece, and gather either kind back into the full tensor on every
-// rank (SPEC 1.5, 1.6, 2 and 3). Built with any communicator backend (SDRT_HAVE_MPI or
+// rank (docs/SEMANTICS.md 1.5, 1.6, 2 and 3). Built with any communicator backend (SDRT_HAVE_MPI or
 // SDRT_HAVE_NCCL); only the Communicator interface is used.
 //
 // Devices: tensors live on a device the communicator serves, and results come back on
 // the device of the tensors passed in: CPU tensors over an MpiCommunicator; CUDA tensors
 // over an NcclCommunicator on their device, and CPU tensors over an NcclCommunicator
-// (staged through its GPU, cases/broadcast.md case-013). Elements move between local
+// (staged through its GPU, case-013). Elements move between local
 // pieces and full tensors by region copies (tensor/sharding/region_copy.h, Tensor::CopyFrom on
 // views: CUDA copies run on CUDA's default stream and complete before the call returns),
 // so no host code reads device memory. The caller's work on other streams must be
@@ -41,8 +41,8 @@ namespace sdrt {
 // their mesh-dim communicator in MeshDimsToReplicate order; then, if the tensor is sharded
 // (NumShards > 1), the ranks' zero-padding-free local buffers are all-gathered into one
 // buffer on the local's device (AllGatherV, counts from the sharding arithmetic) and
-// copied into the result by their owned index runs (SPEC 2, "equivalent C++ strategy"),
-// which places uneven, empty and _StridedShard pieces bit-exactly. Only the ranks at
+// copied into the result by their owned index runs (docs/SEMANTICS.md 2, "equivalent C++
+// strategy"), which places uneven, empty and _StridedShard pieces bit-exactly. Only the ranks at
 // coordinate 0 of every Replicate and Partial mesh dim contribute elements; the others
 // hold copies of those pieces and send 0 elements, so the gather moves each piece once.
 // With nothing to replicate the local tensor itself is returned (aliasing, as PyTorch
@@ -61,7 +61,7 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
 // ranks is 10, never PyTorch's even-sharding guess of 12); along other dims the local
 // size. Then every rank's local shape must be ComputeLocalShape's for the global shape:
 // InvalidArgument on every rank otherwise, naming `name`, each offending rank, its
-// expected and actual local shape (cases/gather.md case-004); also when the ranks pass
+// expected and actual local shape (case-004); also when the ranks pass
 // different tensor ranks or different global shapes, or comm.size() != mesh size. The
 // global stride is contiguous. `local` is kept as it is (any device).
 absl::StatusOr<DTensor> FromLocal(const Tensor& local, std::shared_ptr<const DeviceMesh> mesh,
@@ -70,10 +70,10 @@ absl::StatusOr<DTensor> FromLocal(const Tensor& local, std::shared_ptr<const Dev
                                   absl::string_view name = "");
 
 // Mirrors torch.distributed._state_dict_utils._all_gather_sharded_tensor(st, pg), without
-// its FSDP1 assumptions (SPEC 3.2): the ranks exchange the metadata of their local shards
-// (AllGatherBytes) and their data (one AllGatherV, zero elements allowed), and every rank
+// its FSDP1 assumptions (docs/SEMANTICS.md 3.2): the ranks exchange the metadata of their local
+// shards (AllGatherBytes) and their data (one AllGatherV, zero elements allowed), and every rank
 // places every shard at its metadata offsets, in any number per rank and any order
-// (cases/gather.md case-002, case-003). A global shape with a zero dim gives an empty
+// (case-002, case-003). A global shape with a zero dim gives an empty
 // tensor of that shape; a 0-dim one, its one element. Elements no shard covers are zero.
 // A rank's local shards are all on the CPU or all on comm.device(); the gather buffers
 // and the result are on that device. A rank without local shards takes the device (CPU

@@ -16,7 +16,8 @@
 namespace sdrt {
 namespace {
 
-// Whether `t` gets a slot in the arena: it has dims, elements and data (SPEC 6 rules 3-5).
+// Whether `t` gets a slot in the arena: it has dims, elements and data
+// (docs/SEMANTICS.md 6 rules 3-5).
 bool NeedsSlot(const Tensor& t) { return t.dim() > 0 && t.numel() > 0 && t.data_ptr() != nullptr; }
 
 int64_t AlignUp(int64_t n, int64_t alignment) {
@@ -61,7 +62,7 @@ class ArenaBuilder {
     return absl::OkStatus();
   }
 
-  // Pass 2: the CPU buffer standing for `t` (SPEC 6 tensor rules).
+  // Pass 2: the CPU buffer standing for `t` (docs/SEMANTICS.md 6 tensor rules).
   absl::StatusOr<Tensor> Make(const Tensor& t) {
     if (t.dim() == 0) return Tensor::Zeros({}, t.dtype());
     if (!NeedsSlot(t)) return Zeros(t);

@@ -1,5 +1,5 @@
 // The state-dict iteration engine, mirroring PyTorch's `_iterate_state_dict`
-// (torch/distributed/_state_dict_utils.py; SPEC.md section 5). Not public API: offload,
+// (torch/distributed/_state_dict_utils.py; docs/SEMANTICS.md section 5). Not public API: offload,
 // copy, create_cpu, similarity (core/state_dict/state_dict_ops.h) and gather are built on it.
 //
 // IterateStateDict(obj, visitors, companion, options) walks `obj` depth first, in map
@@ -34,7 +34,7 @@
 // <path>: " and names what differs (kinds; keys missing from / only in the companion as
 // flattened dotted names; list lengths with the flattened names of the extra items;
 // shapes and dtypes). PyTorch raises CompanionMismatch for some of these and crashes with
-// AttributeError/AssertionError/IndexError/RuntimeError for others (SPEC 11.8,
+// AttributeError/AssertionError/IndexError/RuntimeError for others (docs/SEMANTICS.md 11.8,
 // tests/golden/README.md); sdrt always returns the clean error. IsCompanionMismatch() recognises
 // it.
 //

@@ -21,7 +21,7 @@ absl::Status Named(absl::string_view op, const absl::Status& status) {
 
 // Similarity's tensor visitor. The engine checks kinds, shapes and dtypes against a
 // companion; a None companion, which the engine takes as "no companion", is a difference
-// for a plain tensor (PyTorch fails reading its dtype, SPEC 11.8).
+// for a plain tensor (PyTorch fails reading its dtype, docs/SEMANTICS.md 11.8).
 absl::StatusOr<Value> CompareTensor(const Tensor& t, const Value* companion) {
   if (companion == nullptr) {
     return internal::CompanionMismatch(internal::KindsDiffer(Value(t), Value()));

@@ -2,7 +2,7 @@
 // dict, create CPU (pinned and/or shared) staging buffers, and structural similarity.
 // Each mirrors one function of PyTorch's torch/distributed/_state_dict_utils.py (named
 // in its comment) and is built on the iteration engine of core/state_dict/iterate.h
-// (`_iterate_state_dict`, SPEC.md sections 5 and 6).
+// (`_iterate_state_dict`, docs/SEMANTICS.md sections 5 and 6).
 //
 // Common rules:
 //   * Results are new container trees (maps keep the source's key order, tuples stay
@@ -19,7 +19,7 @@
 //     keys missing from / only in the second dict, list lengths, kinds (dict vs list vs
 //     tensor), shapes and dtypes. IsCompanionMismatch() recognises it. PyTorch raises
 //     CompanionMismatch for some of these and crashes (AttributeError, AssertionError,
-//     RuntimeError) for others (SPEC 11.8, tests/golden/README.md).
+//     RuntimeError) for others (docs/SEMANTICS.md 11.8, tests/golden/README.md).
 //   * A value of None in the second dict means "nothing to match below", as in PyTorch:
 //     CopyStateDict copies a tensor whose counterpart is None nowhere (the result holds
 //     the source's tensor); only the similarity check counts a plain tensor against None
@@ -116,7 +116,8 @@ struct CreateCpuOptions {
 // Every view holds the arena, so its memory (and the registration, and the shm name) is
 // released when the last tensor of the result goes away, not key by key.
 // Per tensor:
-//   * 0-dim: a new CPU scalar holding 0 (value not copied), never in the arena (SPEC 6.1);
+//   * 0-dim: a new CPU scalar holding 0 (value not copied), never in the arena
+//     (docs/SEMANTICS.md 6.1);
 //   * numel == 0 or no data (meta): CPU zeros of the same shape and dtype, never pinned,
 //     nothing mapped for 0 bytes (case-021); a meta tensor with elements gets its own
 //     zero-filled shared segment when share_memory (as PyTorch's share_memory_());

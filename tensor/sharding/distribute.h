@@ -58,7 +58,7 @@ absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
 // Mirrors torch.distributed.tensor.distribute_tensor(full, mesh, placements), without
 // communication: every rank already holds `full` (any strides, on any device: CPU, CUDA,
 // or meta, which gives a meta local) and cuts its own piece, Full[I_0 x I_1 x ...] with
-// the owned index lists of `rank` (SPEC 1.5), into a new contiguous tensor on full's
+// the owned index lists of `rank` (docs/SEMANTICS.md 1.5), into a new contiguous tensor on full's
 // device: one strided copy per combination of owned runs (one for a Shard or uneven
 // piece, up to split_factor per _StridedShard dim). Partial placements (which PyTorch's
 // distribute_tensor rejects) get values whose reduction in any mesh-dim order gives back

@@ -1,7 +1,7 @@
 // Moving a shard's elements between its local tensor and a box of the global tensor, on
-// any device: the piece of a DTensor (owned index sets, SPEC 1.5) or of a ShardedTensor
-// (metadata offsets and sizes) is described per global dim as runs of consecutive global
-// indices, and every combination of runs is one strided copy of a rectangular block
+// any device: the piece of a DTensor (owned index sets, docs/SEMANTICS.md 1.5) or of a
+// ShardedTensor (metadata offsets and sizes) is described per global dim as runs of consecutive
+// global indices, and every combination of runs is one strided copy of a rectangular block
 // (Tensor::CopyFrom on views). A Shard or uneven piece is one run per dim, one copy; a
 // _StridedShard piece has up to split_factor runs on its dim.
 //

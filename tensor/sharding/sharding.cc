@@ -46,7 +46,7 @@ Runs PiecePositions(const Placement& p, int64_t n, int64_t k, int64_t r) {
 }
 
 // The global indices at local positions `positions` of the owned set `owned`: the
-// composition idx[d] = [idx[d][i] for i in mine] of SPEC 1.5, on runs.
+// composition idx[d] = [idx[d][i] for i in mine] of docs/SEMANTICS.md 1.5, on runs.
 Runs Compose(const Runs& owned, const Runs& positions) {
   Runs result;
   for (const IndexRun& want : positions) {

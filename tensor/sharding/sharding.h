@@ -5,7 +5,7 @@
 // Note [Owned index sets]: placements are applied left to right (mesh dim order). Along a
 // tensor dim, a Shard keeps one contiguous piece of what the rank owned so far, a
 // _StridedShard keeps up to split_factor pieces, so a rank owns a *set* of global indices
-// per dim, and its local tensor is Full[I_0 x I_1 x ...] (SPEC 1.5's outer-product
+// per dim, and its local tensor is Full[I_0 x I_1 x ...] (docs/SEMANTICS.md 1.5's outer-product
 // property). The .cc keeps each set as a few runs (start, size), so plain Shards never
 // materialise index lists; only a set that is not one contiguous run is listed.
 #ifndef SDRT_TENSOR_SHARDING_SHARDING_H_
@@ -36,21 +36,21 @@ struct ChunkPiece {
 };
 
 // Piece r of a length-n dim split into k pieces with torch.chunk semantics, padded with
-// empty pieces to exactly k (SPEC 1.3): start = ChunkSize(n, k) * r, size clamped to
+// empty pieces to exactly k (docs/SEMANTICS.md 1.3): start = ChunkSize(n, k) * r, size clamped to
 // [0, n - start], offset clamped to n (an empty trailing piece reports offset n). Mirrors
 // Shard.local_shard_size_and_offset. Preconditions: n >= 0, k >= 1, 0 <= r < k.
 ChunkPiece ShardPiece(int64_t n, int64_t k, int64_t r);
 
 // Number of indices piece r gets when _StridedShard(dim, split_factor) splits a length-n
-// dim over k ranks (SPEC 1.4): the sum over the split_factor pieces of n of their
+// dim over k ranks (docs/SEMANTICS.md 1.4): the sum over the split_factor pieces of n of their
 // ShardPiece over k. O(split_factor), no allocation. Preconditions: n >= 0, k >= 1,
 // split_factor >= 1, 0 <= r < k.
 int64_t StridedShardSize(int64_t n, int64_t k, int64_t split_factor, int64_t r);
 
 // The indices (in [0, n)) piece r gets under _StridedShard over k ranks, in local order:
 // chunk [0, n) into split_factor pieces, chunk each into k sub-pieces, concatenate sub-piece
-// r of every piece (SPEC 1.4). n=5, k=2, sf=2: r=0 -> [0, 1, 3], r=1 -> [2, 4]. Mirrors
-// _StridedShard.local_shard_size_and_offset(offset_mode=ALL). Same preconditions.
+// r of every piece (docs/SEMANTICS.md 1.4). n=5, k=2, sf=2: r=0 -> [0, 1, 3], r=1 -> [2, 4].
+// Mirrors _StridedShard.local_shard_size_and_offset(offset_mode=ALL). Same preconditions.
 std::vector<int64_t> StridedShardIndices(int64_t n, int64_t k, int64_t split_factor, int64_t r);
 
 // Where one rank's local tensor sits in the global tensor.
@@ -73,7 +73,7 @@ struct LocalShardInfo {
 // Local shape and global offset of `rank`'s shard of a DTensor of `global_shape`, plus
 // its owned index sets (Note [Owned index sets]). Mirrors
 // torch.distributed.tensor._utils.compute_local_shape_and_global_offset (index-list
-// composition; SPEC 1.5): Replicate and Partial leave the shape alone, each shard-like
+// composition; docs/SEMANTICS.md 1.5): Replicate and Partial leave the shape alone, each shard-like
 // placement re-splits what the rank owns along its dim, an empty shard reports offset =
 // global dim size. A rank not in the mesh gets local_shape {0} and an empty offset, as
 // PyTorch returns ((0,), ()). Cost: O(sum of split factors) per placement, plus the size
@@ -99,9 +99,9 @@ std::vector<int64_t> OwnedIndices(const LocalShardInfo& info, int dim);
 // Precondition: placements.size() == mesh.ndim().
 int64_t NumShards(const DeviceMesh& mesh, const std::vector<Placement>& placements);
 
-// The mesh dims to turn into Replicate for full_tensor(), in processing order (SPEC 2 steps
-// 2-3): last to first when NumShards > 1, else first to last; Replicate dims and size-1
-// mesh dims are left out. InvalidArgument when placements.size() != mesh.ndim().
+// The mesh dims to turn into Replicate for full_tensor(), in processing order
+// (docs/SEMANTICS.md 2 steps 2-3): last to first when NumShards > 1, else first to last; Replicate
+// dims and size-1 mesh dims are left out. InvalidArgument when placements.size() != mesh.ndim().
 absl::StatusOr<std::vector<int>> MeshDimsToReplicate(const DeviceMesh& mesh,
                                                      const std::vector<Placement>& placements);
 

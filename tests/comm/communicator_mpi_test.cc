@@ -96,7 +96,7 @@ TEST(CommunicatorMpi, AllGatherInPlace) {
   }
 }
 
-// cases/gather.md case-003: every rank contributes a (1, 0, 2) tensor.
+// case-003: every rank contributes a (1, 0, 2) tensor.
 TEST(CommunicatorMpi, AllGatherOfZeroElements) {
   Tensor input = Make({1, 0, 2}, DType::kFloat32);
   Tensor output = Make({g_world->size(), 0, 2}, DType::kFloat32);

@@ -55,7 +55,7 @@ def error_of(e):
 def flatten_cases():
     w = t(2, 3)
     return [
-        # SPEC 4.2: the empty dict "e" vanishes, None is a leaf, int key 5 becomes "5".
+        # docs/SEMANTICS.md 4.2: the empty dict "e" vanishes, None is a leaf, int key 5 becomes "5".
         ("spec_4_2_example",
          {"a": {"b": 1, "c": [2, (3, 4)], "e": {}}, 5: {"x": None}, "t": (7,)}),
         # case-030: keys depend on container contents; an empty list flattens to nothing.
@@ -125,7 +125,7 @@ def unflatten_cases():
     ]
 
 
-# SPEC 4.3 / PyTorch test_traverse.py test_set_element, on one root.
+# docs/SEMANTICS.md 4.3 / PyTorch test_traverse.py test_set_element, on one root.
 SET_ELEMENT_STEPS = [
     (("k",), 10), (("k1", 2), 1), (("k1", 1), 99), (("k1", 3), 88), (("k2", "k3"), 3),
     (("k2", "k4", 0, 0), 99),

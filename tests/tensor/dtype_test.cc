@@ -18,7 +18,7 @@ struct Row {
   int64_t size;
 };
 
-// The table DESIGN.md gives, written out independently of the X-macro.
+// The table docs/PLAN.md gives, written out independently of the X-macro.
 const Row kExpected[] = {
     {DType::kBool, "bool", "BOOL", 1},
     {DType::kUInt8, "uint8", "U8", 1},

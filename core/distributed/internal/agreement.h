@@ -2,7 +2,7 @@
 // rank is about to move (one entry per leaf: its path and a description without per-rank
 // values) and what went wrong locally, and exchange a hash of it in one small collective,
 // so that a mismatch or a local error becomes the same error on every rank, found before
-// any data collective (cases/broadcast.md case-012, case-015, case-016). Not public API.
+// any data collective (case-012, case-015, case-016). Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_AGREEMENT_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_AGREEMENT_H_
 

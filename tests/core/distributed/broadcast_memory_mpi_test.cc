@@ -2,7 +2,7 @@
 // dict of 64 float32 tensors (1024 x 4096 each); every rank's local holds meta DTensors
 // [Shard(0)] on the 1-D mesh of 4, and the dict is broadcast with 64 MiB buckets. A
 // receiving rank must stay within its shards (256 MiB) + 2 buckets + 64 MiB of overhead
-// (PERF.md: shards + 2 buckets; the issue allows 3):
+// (docs/PERFORMANCE.md: shards + 2 buckets; the issue allows 3):
 // its peak resident set (getrusage's ru_maxrss, KiB on Linux) may grow by no more than
 // that over the peak reached just before the call. Rank 0's growth is printed but not
 // bounded (it holds the full dict). CTest runs this binary under `mpiexec -n 4` only, on

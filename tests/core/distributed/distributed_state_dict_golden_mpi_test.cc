@@ -9,7 +9,7 @@
 //
 // Where PyTorch's result differs from sdrt's documented semantics the golden case carries
 // a note naming the key and "expected_by_spec", the value sdrt must give instead (PyTorch's
-// _distribute_tensors slicing a non-contiguous _StridedShard by offset and shape, SPEC
+// _distribute_tensors slicing a non-contiguous _StridedShard by offset and shape, docs/SEMANTICS.md
 // 11.1; a None local leaf, which PyTorch leaves None and sdrt replaces by the full tensor);
 // those keys are compared with that value. Rank 0 prints GoogleTest's usual output; other
 // ranks print only their failures.

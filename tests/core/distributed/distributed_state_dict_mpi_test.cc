@@ -5,7 +5,7 @@
 // global index) holds a value computed from i and the tensor's path, so each rank checks
 // its own pieces and results without communicating. Meshes follow the world size: the 1-D
 // mesh of all ranks, 1xN and Nx1, and 2x2 when N == 4. The cases of
-// /work/shared/cases/gather.md (case-001 to case-006) and broadcast.md (case-010 to
+// docs/CASES.md (gather: case-001 to case-006; broadcast: case-010 to
 // case-016) are named in the tests; case-010 on its 2x4 mesh is in
 // distributed_state_dict_np8_mpi_test.cc. Rank 0 prints GoogleTest's usual output; other
 // ranks print only their failures.

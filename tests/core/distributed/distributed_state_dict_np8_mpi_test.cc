@@ -1,6 +1,6 @@
 // Multi-rank tests of core/distributed/distributed_state_dict.h on 2x4 meshes: CTest runs this
 // binary under `mpiexec -n 8` only (a 2x4 mesh needs 8 ranks; with fewer every test skips).
-// cases/broadcast.md case-010 as reported, then a gather and a broadcast of a mixed state
+// case-010 as reported, then a gather and a broadcast of a mixed state
 // dict with HSDP [R, S(0)], FSDP2+TP [_S(0, 4), S(0)] and [_S(0, 2), S(0)], 2-D
 // [S(0), S(1)], FSDP [S(0)] over all 8 ranks, Partial, a ShardedTensor and non-tensor
 // leaves. 8 ranks on a small machine make each collective slow (MPICH busy-polls), so

@@ -1,6 +1,6 @@
 // GPU tests of core/distributed/dtensor_ops.h and tensor/sharding/distribute.h (label gpu; each
 // test skips without a CUDA device): CUDA tensors through a single-rank NcclCommunicator made
-// without MPI, and CPU tensors staged through it (cases/broadcast.md case-013).
+// without MPI, and CPU tensors staged through it (case-013).
 //
 // One rank cannot run the gather of FullTensor (every mesh has one rank, so nothing is
 // sharded and the local comes back aliased); the device paths it shares are covered here

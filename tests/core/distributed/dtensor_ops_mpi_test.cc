@@ -1,7 +1,7 @@
 // Multi-rank tests of core/distributed/dtensor_ops.h and comm/device_mesh_comm.h over MPI. CTest
 // runs this binary under `mpiexec -n N` for N = 1, 2, 3, 4; every rank runs every test. Every rank
 // builds the same full tensor, whose element i holds bytes derived from i, so each rank checks its
-// own piece and its own gathered result. Cases of /work/shared/cases/gather.md are named in the
+// own piece and its own gathered result. Cases of docs/CASES.md (gather) are named in the
 // test names. Rank 0 prints GoogleTest's usual output; other ranks print only their failures.
 #include <cstdint>
 #include <cstdio>
@@ -80,7 +80,7 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
 }
 
 // Checks, element by element, that `local` is full[I_0 x I_1 x ...] for this rank's owned
-// index lists (SPEC 1.5's outer-product property).
+// index lists (docs/SEMANTICS.md 1.5's outer-product property).
 void ExpectLocalPiece(const Tensor& local, const Tensor& full, const DeviceMesh& mesh,
                       const std::vector<Placement>& placements) {
   const LocalShardInfo info =

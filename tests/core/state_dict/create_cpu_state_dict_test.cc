@@ -1,4 +1,4 @@
-// CPU tests of CreateCpuStateDict (one arena), and SPEC 9 item 5 re-expressed on CPU:
+// CPU tests of CreateCpuStateDict (one arena), and docs/SEMANTICS.md 9 item 5 re-expressed on CPU:
 // create, similarity, copy, for flags none and share. Pinning is tested in
 // state_dict_ops_gpu_test.cc; here only what needs no GPU (case-021 in every flag
 // combination: nothing to pin; the shared-memory half of case-020).
@@ -213,7 +213,8 @@ TEST(CreateCpuStateDict, PinningWithoutADeviceNamesTheArena) {
       HasSubstr("CreateCpuStateDict: the 16-byte arena (pinned, not shared) for 1 tensors"));
 }
 
-// SPEC 9 item 5 (test_create_cpu_state_dict) re-expressed on CPU for flags none and share.
+// docs/SEMANTICS.md 9 item 5 (test_create_cpu_state_dict) re-expressed on CPU for flags none and
+// share.
 TEST(CreateCpuStateDict, CreateCompareCopySpec9Item5) {
   const Map source{{"tensor1", Arange({10})},
                    {"tensor2", Full({10}, 1.0f)},

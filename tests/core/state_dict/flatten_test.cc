@@ -1,5 +1,5 @@
-// Traverse / flatten / unflatten / set_element: SPEC 4.2-4.4 vectors, case-030/031/032,
-// aliasing, error codes and messages, and the mapping container.
+// Traverse / flatten / unflatten / set_element: docs/SEMANTICS.md 4.2-4.4 vectors,
+// case-030/031/032, aliasing, error codes and messages, and the mapping container.
 #include "sdrt/core/state_dict/flatten.h"
 
 #include <random>

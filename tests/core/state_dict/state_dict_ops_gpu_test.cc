@@ -1,6 +1,6 @@
 // GPU tests of the state-dict operations (label gpu; each skips without a device):
 // pinned arenas (case-020, case-021), the non-blocking copy into pinned memory and its
-// completion event (case-022), offload of CUDA tensors, and SPEC 9 items 3, 5 and 7.
+// completion event (case-022), offload of CUDA tensors, and docs/SEMANTICS.md 9 items 3, 5 and 7.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -129,7 +129,7 @@ TEST(StateDictOpsGpu, OffloadMovesDistributedTypesKeepingMetadata) {
   EXPECT_EQ(Floats(cst.local_shards()[0].tensor), Floats(Arange({5, 10})));
 }
 
-// SPEC 9 item 5 with a CUDA source: `gpu` selects CUDA tensors (else their CPU twins,
+// docs/SEMANTICS.md 9 item 5 with a CUDA source: `gpu` selects CUDA tensors (else their CPU twins,
 // the expected values after a copy).
 Map Spec9Item5Source(bool gpu, const Opaque& bytes_io) {
   const auto place = [gpu](const Tensor& t) { return gpu ? OnGpu(t) : t; };

@@ -1,7 +1,8 @@
 // CPU tests of the iteration engine and of OffloadStateDictToCpu, CopyStateDict and the
-// similarity check: companion mismatch messages for every rule, ranks_only (SPEC 9 item
-// 3 on CPU), tuples (case-032), type_check, strided copies (case-005-like), case-030.
-// CreateCpuStateDict and SPEC 9 item 5 are in create_cpu_state_dict_test.cc.
+// similarity check: companion mismatch messages for every rule, ranks_only
+// (docs/SEMANTICS.md 9 item 3 on CPU), tuples (case-032), type_check, strided copies
+// (case-005-like), case-030. CreateCpuStateDict and docs/SEMANTICS.md 9 item 5 are in
+// create_cpu_state_dict_test.cc.
 #include "sdrt/core/state_dict/state_dict_ops.h"
 
 #include <string>
@@ -154,7 +155,7 @@ TEST(Iterate, VisitorErrorsGetThePath) {
 }
 
 TEST(Iterate, ExcludedRanksRunEveryVisitorAndGetAnEmptyMap) {
-  // SPEC 5 step B: collectives inside visitors must stay matched on every rank.
+  // docs/SEMANTICS.md 5 step B: collectives inside visitors must stay matched on every rank.
   int visits = 0;
   internal::IterateVisitors visitors = internal::IdentityVisitors();
   visitors.tensor = [&visits](const Tensor& t, const Value*) -> absl::StatusOr<Value> {
@@ -174,7 +175,7 @@ TEST(Iterate, ExcludedRanksRunEveryVisitorAndGetAnEmptyMap) {
 }
 
 TEST(Offload, RanksOnlyCpuTensorsSpec9Item3) {
-  // SPEC 9 item 3 on CPU: {tensor1: arange(10), tensor2: ones(10)}, ranks_only {0, 2}.
+  // docs/SEMANTICS.md 9 item 3 on CPU: {tensor1: arange(10), tensor2: ones(10)}, ranks_only {0, 2}.
   const Map sd{{"tensor1", Arange({10})}, {"tensor2", Full({10}, 1.0f)}};
   for (int rank = 0; rank < 4; ++rank) {
     absl::StatusOr<Map> out = OffloadStateDictToCpu(sd, OffloadOptions{rank, {0, 2}});
@@ -311,7 +312,8 @@ TEST(Similarity, ComparesWhatACopyNeedsAndNeverWritesIntoB) {
   EXPECT_EQ(Floats(b_t), std::vector<float>(6, -1.0f));  // PyTorch would have copied a into b
   ExpectMismatch(CompareStateDicts(Map{{"w", a_t}}, Map{{"w", Arange({2, 3}, DType::kInt64)}}),
                  "companion mismatch at w: source float32[2, 3], companion int64[2, 3]");
-  // A tensor against None: PyTorch raises AttributeError (SPEC 11.8); sdrt: a difference.
+  // A tensor against None: PyTorch raises AttributeError (docs/SEMANTICS.md 11.8); sdrt: a
+  // difference.
   ExpectMismatch(CompareStateDicts(Map{{"w", a_t}}, Map{{"w", None{}}}),
                  "companion mismatch at w: source is a Tensor, companion is None");
   ExpectMismatch(CompareStateDicts(Map{{"d", Map{{"w", a_t}}}}, Map{{"d", None{}}}),

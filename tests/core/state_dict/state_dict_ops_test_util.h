@@ -44,7 +44,7 @@ inline DTensor ShardedRows(Tensor local, int64_t world, std::string mesh_device 
   return *DTensor::Make(std::move(local), std::move(mesh), {Placement::Shard(0)}, global);
 }
 
-// SPEC 9 item 5's ShardedTensor as rank `rank` of `world` holds it: global (5W, 10),
+// docs/SEMANTICS.md 9 item 5's ShardedTensor as rank `rank` of `world` holds it: global (5W, 10),
 // shard r = arange(50r, 50r + 50) as (5, 10) at (5r, 0), placed "rank:r/<device>".
 // `local` replaces the shard tensor when given (e.g. a CUDA copy).
 inline ShardedTensor SpecShardedTensor(int64_t rank, int64_t world, Device device = Device::CPU(),

@@ -96,8 +96,8 @@ TEST(ShardedTensor, MetadataAndPlacementStrings) {
 namespace sdrt {
 namespace {
 
-// SPEC 3.1: ChunkShardingSpec over 4 placements; 10 rows -> 3,3,3,1; 5 rows -> 2,2,1,0 with
-// the empty shard's offset past the end (6), as PyTorch makes it.
+// docs/SEMANTICS.md 3.1: ChunkShardingSpec over 4 placements; 10 rows -> 3,3,3,1; 5 rows -> 2,2,1,0
+// with the empty shard's offset past the end (6), as PyTorch makes it.
 TEST(ShardedTensor, ChunkShardingSpecMatchesPyTorch) {
   std::vector<RemoteDevice> devices;
   for (int r = 0; r < 4; ++r)

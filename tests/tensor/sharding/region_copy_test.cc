@@ -74,7 +74,7 @@ TEST(RegionCopy, OwnedRunsOfAnEmptyShardHaveNoRunOnItsDim) {
 }
 
 TEST(RegionCopy, OwnedRunsOfStridedShardFollowTheIndexList) {
-  // SPEC 1.4: n=5, k=2, sf=2 -> rank 0 holds [0, 1, 3], rank 1 [2, 4].
+  // docs/SEMANTICS.md 1.4: n=5, k=2, sf=2 -> rank 0 holds [0, 1, 3], rank 1 [2, 4].
   EXPECT_THAT(OwnedRuns(Info({5}, {2}, "[_S(0, 2)]", 0))[0], ElementsAre(IR(0, 0, 2), IR(3, 2, 1)));
   EXPECT_THAT(OwnedRuns(Info({5}, {2}, "[_S(0, 2)]", 1))[0], ElementsAre(IR(2, 0, 1), IR(4, 1, 1)));
   // On dim 1 of a 2-D tensor, dim 0 stays one run.

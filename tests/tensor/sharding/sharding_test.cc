@@ -1,6 +1,6 @@
-// DTensor sharding arithmetic (tensor/sharding/sharding.h): SPEC 1.3's chunk table, 1.4's
-// _StridedShard examples, 1.5's worked examples, case-004 and case-006 directly, and every
-// row of PyTorch's own compute_local_shape_and_global_offset output
+// DTensor sharding arithmetic (tensor/sharding/sharding.h): docs/SEMANTICS.md 1.3's chunk
+// table, 1.4's _StridedShard examples, 1.5's worked examples, case-004 and case-006 directly, and
+// every row of PyTorch's own compute_local_shape_and_global_offset output
 // (tests/data/sharding/local_shape_golden.json, from tests/golden/make_sharding_golden.py).
 #include "sdrt/tensor/sharding/sharding.h"
 
@@ -148,7 +148,7 @@ TEST(Sharding, WorkedExamplesOfSpec15) {
 }
 
 TEST(Sharding, EmptyShardsReportTheGlobalDimSize) {
-  // SPEC 9 item 8: mesh (30, 8), [_S(0, 8), S(0)], (4096, 4096).
+  // docs/SEMANTICS.md 9 item 8: mesh (30, 8), [_S(0, 8), S(0)], (4096, 4096).
   DeviceMesh mesh = Mesh({30, 8});
   for (int64_t tp : {0, 5}) {
     LocalShardInfo dp3 = Info({4096, 4096}, mesh, {SS(0, 8), S(0)}, 3 * 8 + tp);

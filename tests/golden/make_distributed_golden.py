@@ -23,8 +23,8 @@ tests/support/golden_codec.h):
                           missing_keys / unexpected_keys derived from the inputs
 
 into tests/data/distributed/golden_np{N}.json. Where torch's result differs from sdrt's
-documented semantics (docs/SEMANTICS.md section 11) the case carries "notes" naming the key, why, and
-(when it can be stated) "expected_by_spec", the value sdrt must give instead; tests
+documented semantics (docs/SEMANTICS.md section 11) the case carries "notes" naming the key,
+why, and (when it can be stated) "expected_by_spec", the value sdrt must give instead; tests
 compare those keys with that value, never with torch's.
 
 gloo cannot move int16, float8_e4m3fn or float8_e5m2 ("Invalid scalar type"): tensors and
@@ -348,8 +348,9 @@ def broadcast_notes(local_before, local_after, full, spec_of):
             if not (isinstance(after, DTensor) and same_bits(after.to_local(),
                                                               expected.to_local())):
                 notes.append({"key": key, "note": "torch's _distribute_tensors slices "
-                              "full[offset:offset+local_shape] (docs/SEMANTICS.md 11.1); this rank's owned "
-                              "index set is not that slice, so torch's local is wrong here; "
+                              "full[offset:offset+local_shape] (docs/SEMANTICS.md 11.1); "
+                              "this rank's owned index set is not that slice, so torch's "
+                              "local is wrong here; "
                               "sdrt places by the owned index set",
                               "expected_by_spec": encode(expected)})
     return notes

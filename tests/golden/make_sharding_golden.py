@@ -159,7 +159,7 @@ def rows_for_case(global_shape, mesh_shape, placements, source):
 
 
 def spec_cases():
-    """docs/SEMANTICS.md 1.3, 1.4, 1.5 and section 9 items 8-24, as (shape, mesh, placements, src)."""
+    """docs/SEMANTICS.md 1.3, 1.4, 1.5 and 9 items 8-24, as (shape, mesh, placements, src)."""
     cases = []
     for k, n in [(4, 10), (4, 3), (4, 5), (4, 6), (8, 9), (4, 0), (8, 0)]:
         cases.append(((n,), (k,), [S(0)], "spec1.3"))

@@ -1,5 +1,7 @@
-// One check macro per foreign library, turning return codes into absl::Status.
-// Internal to cuda/ and the NCCL backend (it includes CUDA's headers).
+// The check macro for CUDA runtime calls, turning return codes into absl::Status. Public
+// for sdrt code that itself includes CUDA's headers (cuda/ and the NCCL backend in comm/;
+// NCCL's own macro is in comm/internal/nccl_check.h); every other layer sees no CUDA type
+// and uses cuda/runtime.h and cuda/kernels.h instead.
 //
 //   SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(...));
 //   absl::Status s = SDRT_CUDA_STATUS(cudaStreamCreate(&s));

@@ -1,6 +1,7 @@
 // DeviceGuard: makes a CUDA device current for a scope and restores the caller's device
 // afterwards, like PyTorch's device guard, so work on cuda:1 does not leave the caller on
-// device 1. Internal to cuda/ and the NCCL backend (it includes CUDA's headers).
+// device 1. Public for sdrt code that itself includes CUDA's headers (cuda/ and the NCCL
+// backend in comm/), like cuda_check.h.
 #ifndef SDRT_CUDA_DEVICE_GUARD_H_
 #define SDRT_CUDA_DEVICE_GUARD_H_
 

@@ -1,17 +1,14 @@
-// WriteSafetensors: validate everything, then write a temporary file beside the target,
-// fsync it, rename it over the target and fsync the folder. The temporary file is owned by
-// an RAII object that removes it unless the rename happened, so an error at any step
-// leaves neither a partial target nor a stray temporary file. A symlink at the path is
-// followed (the file it resolves to is replaced, the link stays) and an existing target's
-// permission bits carry over to the new file.
+// WriteSafetensors: validate everything, then write the file through an AtomicFile
+// (core/io/atomic_file.h: a temporary file beside the target, fsynced and renamed over it),
+// so an error at any step leaves neither a partial target nor a stray temporary file. A
+// symlink at the path is followed (the file it resolves to is replaced, the link stays) and
+// an existing target's permission bits carry over to the new file.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <set>
 #include <utility>
@@ -19,95 +16,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/io/atomic_file.h"
 #include "sdrt/core/io/internal/safetensors_header.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
 
-// Largest single write(2); Linux transfers at most 0x7ffff000 bytes per call anyway.
-constexpr int64_t kMaxWriteChunk = int64_t{1} << 30;
-
 // Symlinks followed before giving up with ELOOP, as Linux does (MAXSYMLINKS).
 constexpr int kMaxSymlinks = 40;
-
-// Messages name paths other than the one given to WriteSafetensors, which prefixes them.
-absl::Status IoError(int err, absl::string_view call, const std::string& path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
-}
-
-// A file `.<base>.tmp.<pid>.<n>` in `dir`, created exclusively and unlinked on destruction
-// unless Commit() renamed it over the target.
-class TempFile {
- public:
-  // `mode`: the permission bits to give the file (fchmod, so the umask does not apply), or
-  // -1 for 0666 & ~umask, as a newly created file gets.
-  static absl::StatusOr<TempFile> Create(const std::string& dir, const std::string& base,
-                                         int mode) {
-    static std::atomic<uint64_t> counter{0};
-    for (int attempt = 0;; ++attempt) {
-      // Distinct per process (pid), call (counter) and run (clock); O_EXCL settles the rest.
-      const uint64_t tag =
-          (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^
-          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-      TempFile file;
-      file.path_ = absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", absl::Hex(tag));
-      // Owner-only until fchmod, when the target's bits are known (a 0600 target's bytes
-      // must not be readable by others through the temporary file).
-      file.fd_ =
-          open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
-      if (file.fd_ >= 0) {
-        if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
-          return IoError(errno, "fchmod", file.path_);
-        }
-        return file;
-      }
-      const int err = errno;
-      file.path_.clear();  // not ours: never unlink it
-      if (err != EEXIST || attempt == 8) return IoError(err, "open", dir + "/." + base + ".tmp.*");
-    }
-  }
-
-  TempFile(TempFile&& other) noexcept
-      : path_(std::exchange(other.path_, {})), fd_(std::exchange(other.fd_, -1)) {}
-  TempFile& operator=(TempFile&&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) close(fd_);
-    if (!path_.empty()) unlink(path_.c_str());
-  }
-
-  absl::Status Write(const void* data, int64_t nbytes) {
-    const char* p = static_cast<const char*>(data);
-    while (nbytes > 0) {
-      const ssize_t n = write(fd_, p, static_cast<size_t>(std::min(nbytes, kMaxWriteChunk)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return IoError(errno, "write", path_);
-      p += n;
-      nbytes -= n;
-    }
-    return absl::OkStatus();
-  }
-
-  // Makes the bytes durable and atomically moves them to `target` in `dir`.
-  absl::Status Commit(const std::string& dir, const std::string& target) {
-    if (fsync(fd_) != 0) return IoError(errno, "fsync", path_);
-    const int fd = std::exchange(fd_, -1);
-    if (close(fd) != 0) return IoError(errno, "close", path_);
-    if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
-    path_.clear();  // now the target's bytes
-    const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0) return IoError(errno, "open", dir);
-    const int synced = fsync(dir_fd);
-    const int err = errno;
-    close(dir_fd);
-    return synced == 0 ? absl::OkStatus() : IoError(err, "fsync", dir);
-  }
-
- private:
-  TempFile() = default;
-  std::string path_;
-  int fd_ = -1;
-};
 
 // Where each tensor's bytes go: `entries` in the given order (the header's), `data_order`
 // the indices of the tensors in the order of their bytes in the file.
@@ -196,31 +114,27 @@ absl::Status WriteAll(const std::string& path,
                       absl::Span<const std::pair<std::string, Tensor>> tensors,
                       const std::map<std::string, std::string>& metadata,
                       const WriteSafetensorsOptions& options) {
-  absl::StatusOr<Layout> layout = LayOut(tensors, options.data_in_given_order);
-  if (!layout.ok()) return layout.status();
-  absl::StatusOr<std::string> header =
-      internal::SerializeSafetensorsHeader(layout->entries, metadata);
-  if (!header.ok()) return header.status();
+  SDRT_ASSIGN_OR_RETURN(const Layout layout, LayOut(tensors, options.data_in_given_order));
+  SDRT_ASSIGN_OR_RETURN(const std::string header,
+                        internal::SerializeSafetensorsHeader(layout.entries, metadata));
   if (SplitPath(path).second.empty()) {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
-  absl::StatusOr<std::string> target = FollowSymlinks(path);
-  if (!target.ok()) return target.status();
-  const auto [dir, base] = SplitPath(*target);
+  SDRT_ASSIGN_OR_RETURN(const std::string target, FollowSymlinks(path));
+  const auto [dir, base] = SplitPath(target);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
   int mode = -1;  // a new file's default
   struct stat st;
-  if (stat(target->c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+  if (stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
 
-  absl::StatusOr<TempFile> file = TempFile::Create(dir, base, mode);
-  if (!file.ok()) return file.status();
+  SDRT_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(dir, base, mode));
   char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(uint64_t{header->size()} >> (8 * i));
-  if (absl::Status s = file->Write(length, 8); !s.ok()) return s;
-  if (absl::Status s = file->Write(header->data(), header->size()); !s.ok()) return s;
-  for (size_t i : layout->data_order) {
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(uint64_t{header.size()} >> (8 * i));
+  SDRT_RETURN_IF_ERROR(file.Write(length, 8));
+  SDRT_RETURN_IF_ERROR(file.Write(header.data(), static_cast<int64_t>(header.size())));
+  for (size_t i : layout.data_order) {
     const auto& [name, tensor] = tensors[i];
     if (tensor.numel() == 0) continue;
     absl::StatusOr<Tensor> host = tensor.To(Device::CPU());
@@ -230,9 +144,9 @@ absl::Status WriteAll(const std::string& path,
                           absl::StrCat("tensor \"", absl::CHexEscape(name), "\" (",
                                        tensor.ToString(), "): ", host.status().message()));
     }
-    if (absl::Status s = file->Write(host->data_ptr(), host->nbytes()); !s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(file.Write(host->data_ptr(), host->nbytes()));
   }
-  return file->Commit(dir, *target);
+  return file.Commit(dir, target);
 }
 
 }  // namespace

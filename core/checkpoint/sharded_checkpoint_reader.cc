@@ -1,0 +1,173 @@
+// Reading sharded checkpoints: index.json validated field by field (internal/index_json.h),
+// every rank file checked against it, one rank's pieces loaded as DTensors; and the small
+// functions reader and writer share. The format: core/checkpoint/sharded_checkpoint.h.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sdrt/core/checkpoint/internal/index_json.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+#include "xxhash.h"
+
+namespace sdrt {
+namespace {
+
+absl::Status Bad(const std::string& where, absl::string_view what) {
+  return internal::CheckpointError(where, what);
+}
+
+}  // namespace
+
+std::string RankFileName(int64_t rank, int64_t world_size) {
+  return absl::StrFormat("rank-%05d-of-%05d.safetensors", rank, world_size);
+}
+
+absl::StatusOr<uint64_t> TensorXxh64(const Tensor& tensor) {
+  if (!tensor.defined() || !tensor.device().is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TensorXxh64: the tensor must be defined and on the CPU, got ",
+                     tensor.defined() ? tensor.ToString() : "an undefined tensor"));
+  }
+  SDRT_ASSIGN_OR_RETURN(const Tensor contiguous, tensor.Contiguous());
+  const void* data = contiguous.nbytes() > 0 ? contiguous.data_ptr() : "";
+  return static_cast<uint64_t>(XXH64(data, static_cast<size_t>(contiguous.nbytes()), 0));
+}
+
+std::string FormatXxh64(uint64_t hash) { return absl::StrFormat("%016x", hash); }
+
+std::string ShardedCheckpointIndex::RankFilePath(int64_t rank) const {
+  return absl::StrCat(dir, "/", files[static_cast<size_t>(rank)]);
+}
+
+const ShardedCheckpointTensor* ShardedCheckpointIndex::Find(absl::string_view name) const {
+  for (const ShardedCheckpointTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+Map RankShards::ToStateDict() const {
+  Map out;
+  for (const auto& [name, dtensor] : tensors) out.Set(name, Value(dtensor));
+  return out;
+}
+
+absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
+    const std::string& dir, const ReadShardedCheckpointOptions& options) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": cannot open the sharded checkpoint folder: ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": not a folder (a sharded checkpoint is a folder)"));
+  }
+  const std::string path = absl::StrCat(dir, "/", kShardedCheckpointIndexName);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": missing or unreadable (", std::strerror(errno), "); not a sharded checkpoint"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  SDRT_ASSIGN_OR_RETURN(ShardedCheckpointIndex index, internal::ParseIndex(text.str(), path, dir));
+  for (int64_t r = 0; r < index.world_size; ++r) {
+    const std::string rank_path = index.RankFilePath(r);
+    struct stat rank_st;
+    if (stat(rank_path.c_str(), &rank_st) != 0) {
+      return Bad(rank_path, absl::StrCat("rank file ", r, " of ", index.world_size, " is missing (",
+                                         std::strerror(errno), ")"));
+    }
+    if (!S_ISREG(rank_st.st_mode)) {
+      return Bad(rank_path, absl::StrCat("rank file ", r, " is not a regular file"));
+    }
+  }
+  if (options.check_rank_files) {
+    for (int64_t r = 0; r < index.world_size; ++r) {
+      absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(index.RankFilePath(r));
+      if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
+      SDRT_RETURN_IF_ERROR(CheckRankFile(index, r, *file));
+    }
+  }
+  return index;
+}
+
+absl::Status CheckRankFile(const ShardedCheckpointIndex& index, int64_t rank,
+                           const SafetensorsFile& file) {
+  const std::string path = index.RankFilePath(rank);
+  const std::map<std::string, std::string> expected = internal::RankMetadata(*index.mesh, rank);
+  for (const auto& [key, value] : expected) {
+    auto it = file.metadata().find(key);
+    if (it == file.metadata().end()) {
+      return Bad(path, absl::StrCat("__metadata__ lacks \"", key, "\" (expected \"", value, "\")"));
+    }
+    if (it->second != value) {
+      return Bad(path, absl::StrCat("__metadata__ \"", key, "\" is \"", it->second,
+                                    "\" but the index says \"", value, "\""));
+    }
+  }
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    const SafetensorsEntry* e = file.Find(t.name);
+    if (e == nullptr) {
+      return Bad(path, absl::StrCat("tensor ", t.name, " of the index is missing"));
+    }
+    if (e->dtype != t.dtype) {
+      return Bad(path, absl::StrCat("tensor ", t.name, " is ", SafetensorsCode(e->dtype),
+                                    " but the index says ", SafetensorsCode(t.dtype)));
+    }
+    SDRT_ASSIGN_OR_RETURN(const IntVector local,
+                          ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
+    if (e->shape != local) {
+      return Bad(path, absl::StrCat("tensor ", t.name, " has shape ", ShapeToString(e->shape),
+                                    " but rank ", rank, " of global shape ", ShapeToString(t.shape),
+                                    " with ", PlacementsToString(t.placements), " on mesh ",
+                                    internal::MeshShapeString(*index.mesh), " holds ",
+                                    ShapeToString(local)));
+    }
+  }
+  if (file.entries().size() != index.tensors.size()) {
+    for (const SafetensorsEntry& e : file.entries()) {
+      if (index.Find(e.name) == nullptr) {
+        return Bad(path, absl::StrCat("tensor ", e.name, " is not in the index"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank) {
+  ReadShardedCheckpointOptions options;
+  options.check_rank_files = false;
+  RankShards out;
+  SDRT_ASSIGN_OR_RETURN(out.index, ReadShardedCheckpointIndex(dir, options));
+  if (rank < 0 || rank >= out.index.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": rank ", rank, " is not in [0, ", out.index.world_size, ")"));
+  }
+  out.rank = rank;
+  SDRT_ASSIGN_OR_RETURN(const SafetensorsFile file,
+                        SafetensorsFile::Open(out.index.RankFilePath(rank)));
+  SDRT_RETURN_IF_ERROR(CheckRankFile(out.index, rank, file));
+  for (const ShardedCheckpointTensor& t : out.index.tensors) {
+    SDRT_ASSIGN_OR_RETURN(Tensor local, file.Get(t.name));
+    absl::StatusOr<DTensor> dtensor =
+        DTensor::Make(std::move(local), out.index.mesh, t.placements, t.shape);
+    if (!dtensor.ok()) {
+      return Bad(out.index.RankFilePath(rank),
+                 absl::StrCat("tensor ", t.name, ": ", dtensor.status().message()));
+    }
+    out.tensors.emplace_back(t.name, *std::move(dtensor));
+  }
+  return out;
+}
+
+}  // namespace sdrt

@@ -1,0 +1,188 @@
+// Writing sharded checkpoints: everything that can be refused is refused first, then one
+// rank file at a time is cut from the source (a view or DistributeTensor's copy) into an
+// AtomicFolder (core/io/atomic_file.h) that is moved into place at the end, so a reader
+// sees the old checkpoint or the new one, never a part. The format:
+// core/checkpoint/sharded_checkpoint.h.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/checkpoint/internal/index_json.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/io/atomic_file.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether `dir` holds no entries; errno's status when it cannot be listed.
+absl::StatusOr<bool> IsEmptyDir(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return IoError(errno, "opendir", dir);
+  bool empty = true;
+  while (dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      empty = false;
+      break;
+    }
+  }
+  closedir(d);
+  return empty;
+}
+
+// The local tensor of `rank`: a view of `full` when the piece is one contiguous slice of it
+// (no copy), else DistributeTensor's copy.
+absl::StatusOr<Tensor> CutLocal(const Tensor& full, const std::shared_ptr<const DeviceMesh>& mesh,
+                                const std::vector<Placement>& placements, int64_t rank) {
+  SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
+                        ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
+  if (info.is_slice) {
+    Tensor view = full;
+    for (int d = 0; d < full.dim(); ++d) {
+      SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, info.global_offset[d], info.local_shape[d]));
+    }
+    if (view.is_contiguous()) return view;
+  }
+  SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, rank));
+  return piece.local();
+}
+
+// Removes trailing slashes (but keeps "/").
+std::string StripTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
+    const SafetensorsFile& source, std::shared_ptr<const DeviceMesh> mesh, const ShardingPlan& plan,
+    const std::string& out_dir, const WriteShardedCheckpointOptions& options) {
+  const std::string& src = options.source_name;
+  if (mesh == nullptr) return absl::InvalidArgumentError("WriteShardedCheckpoint: null mesh");
+  for (int64_t i = 0; i < mesh->num_ranks(); ++i) {
+    if (mesh->ranks()[static_cast<size_t>(i)] != i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WriteShardedCheckpoint: the mesh must be over ranks 0..N-1 in row-major order, got ",
+          mesh->ToString()));
+    }
+  }
+  if (mesh->num_ranks() > kMaxShardedCheckpointRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteShardedCheckpoint: the mesh ", mesh->ToString(), " has more than ",
+                     kMaxShardedCheckpointRanks, " ranks (one file each)"));
+  }
+  SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
+
+  // Everything that can be refused is refused before anything is written.
+  ShardedCheckpointIndex index;
+  index.world_size = mesh->num_ranks();
+  index.mesh = mesh;
+  index.plan = plan.name();
+  index.metadata = source.metadata();
+  for (int64_t r = 0; r < index.world_size; ++r) {
+    index.files.push_back(RankFileName(r, index.world_size));
+  }
+  for (const SafetensorsEntry& e : source.entries()) {
+    ShardedCheckpointTensor t;
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    absl::StatusOr<std::vector<Placement>> placements = plan.PlacementsFor(e.name, e.shape, *mesh);
+    if (!placements.ok()) {
+      return absl::Status(placements.status().code(),
+                          absl::StrCat(src, ": ", placements.status().message()));
+    }
+    t.placements = *std::move(placements);
+    absl::StatusOr<IntVector> local = ComputeLocalShape(t.shape, *mesh, t.placements, 0);
+    if (!local.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(src, ": tensor ", e.name, " with ",
+                                                     PlacementsToString(t.placements), ": ",
+                                                     local.status().message()));
+    }
+    index.tensors.push_back(std::move(t));
+  }
+
+  const std::string target = StripTrailingSlashes(out_dir);
+  const fs::path target_path(target);
+  const std::string base = target_path.filename().string();
+  if (base.empty() || base == "." || base == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteShardedCheckpoint: \"", out_dir, "\" does not name a folder to create"));
+  }
+  std::string parent = target_path.parent_path().string();
+  if (parent.empty()) parent = ".";
+  index.dir = out_dir;
+
+  enum class Replace { kNone, kEmpty, kExchange } replace = Replace::kNone;
+  struct stat st;
+  if (lstat(target.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(target, ": exists and is not a folder; refusing to replace it"));
+    }
+    SDRT_ASSIGN_OR_RETURN(const bool empty, IsEmptyDir(target));
+    const std::string old_index = absl::StrCat(target, "/", kShardedCheckpointIndexName);
+    if (empty) {
+      replace = Replace::kEmpty;
+    } else if (access(old_index.c_str(), F_OK) != 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(target, ": exists, is not empty and is not a sharded checkpoint (no ",
+                       kShardedCheckpointIndexName, "); refusing to replace it"));
+    } else if (!options.overwrite) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(target,
+                       ": a sharded checkpoint is already there; replace it with "
+                       "overwrite (sdrt shard --overwrite)"));
+    } else {
+      replace = Replace::kExchange;
+    }
+  } else if (errno != ENOENT) {
+    return IoError(errno, "lstat", target);
+  }
+
+  SDRT_ASSIGN_OR_RETURN(AtomicFolder tmp, AtomicFolder::Create(parent, base));
+
+  // Hashes of the full tensors, then one rank file at a time.
+  for (ShardedCheckpointTensor& t : index.tensors) {
+    SDRT_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
+    SDRT_ASSIGN_OR_RETURN(t.xxh64, TensorXxh64(full));
+  }
+  for (int64_t r = 0; r < index.world_size; ++r) {
+    std::vector<std::pair<std::string, Tensor>> locals;
+    locals.reserve(index.tensors.size());
+    for (const ShardedCheckpointTensor& t : index.tensors) {
+      SDRT_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
+      if (NumShards(*mesh, t.placements) == 1) {
+        locals.emplace_back(t.name, full);  // every rank holds the whole tensor
+        continue;
+      }
+      absl::StatusOr<Tensor> local = CutLocal(full, mesh, t.placements, r);
+      if (!local.ok()) {
+        return absl::Status(
+            local.status().code(),
+            absl::StrCat(src, ": tensor ", t.name, " with ", PlacementsToString(t.placements),
+                         " for rank ", r, ": ", local.status().message()));
+      }
+      locals.emplace_back(t.name, *std::move(local));
+    }
+    SDRT_RETURN_IF_ERROR(WriteSafetensors(absl::StrCat(tmp.path(), "/", index.files[r]), locals,
+                                          internal::RankMetadata(*mesh, r)));
+  }
+  SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
+  SDRT_RETURN_IF_ERROR(
+      WriteNewFile(absl::StrCat(tmp.path(), "/", kShardedCheckpointIndexName), json));
+  SDRT_RETURN_IF_ERROR(tmp.Install(parent, target, replace == Replace::kExchange));
+  return index;
+}
+
+}  // namespace sdrt

@@ -1,0 +1,173 @@
+#include "sdrt/core/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt {
+namespace {
+
+// Largest single write(2); Linux transfers at most 0x7ffff000 bytes per call anyway.
+constexpr int64_t kMaxWriteChunk = int64_t{1} << 30;
+
+// Attempts at a fresh temporary name before giving up (each collision is EEXIST).
+constexpr int kMaxNameAttempts = 100;
+
+// `.<base>.tmp.<pid>.<hex>` in `dir`; the tag differs per process (pid), call (counter)
+// and run (clock), and O_EXCL / mkdir settle the rest.
+std::string TempName(const std::string& dir, const std::string& base) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t tag =
+      (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", absl::Hex(tag));
+}
+
+absl::Status WriteAll(int fd, const std::string& path, const char* data, int64_t nbytes) {
+  while (nbytes > 0) {
+    const ssize_t n = write(fd, data, static_cast<size_t>(std::min(nbytes, kMaxWriteChunk)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError(errno, "write", path);
+    data += n;
+    nbytes -= n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncPath(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError(errno, "open", path);
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  return rc == 0 ? absl::OkStatus() : IoError(err, "fsync", path);
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+}  // namespace
+
+absl::Status IoError(int err, absl::string_view call, absl::string_view path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
+}
+
+// --- AtomicFile --------------------------------------------------------------------------
+
+absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& dir, const std::string& base,
+                                              int mode) {
+  for (int attempt = 0;; ++attempt) {
+    AtomicFile file;
+    file.path_ = TempName(dir, base);
+    file.fd_ =
+        open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
+    if (file.fd_ >= 0) {
+      if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
+        return IoError(errno, "fchmod", file.path_);
+      }
+      return file;
+    }
+    const int err = errno;
+    file.path_.clear();  // not ours: never unlink it
+    if (err != EEXIST || attempt == kMaxNameAttempts) {
+      return IoError(err, "open", dir + "/." + base + ".tmp.*");
+    }
+  }
+}
+
+AtomicFile::AtomicFile(AtomicFile&& other) noexcept
+    : path_(std::exchange(other.path_, {})), fd_(std::exchange(other.fd_, -1)) {}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) close(fd_);
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+absl::Status AtomicFile::Write(const void* data, int64_t nbytes) {
+  return WriteAll(fd_, path_, static_cast<const char*>(data), nbytes);
+}
+
+absl::Status AtomicFile::Commit(const std::string& dir, const std::string& target) {
+  if (fsync(fd_) != 0) return IoError(errno, "fsync", path_);
+  const int fd = std::exchange(fd_, -1);
+  if (close(fd) != 0) return IoError(errno, "close", path_);
+  if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
+  path_.clear();  // now the target's bytes
+  return FsyncPath(dir);
+}
+
+// --- AtomicFolder ------------------------------------------------------------------------
+
+absl::StatusOr<AtomicFolder> AtomicFolder::Create(const std::string& parent,
+                                                  const std::string& base) {
+  for (int attempt = 0;; ++attempt) {
+    std::string path = TempName(parent, base);
+    if (mkdir(path.c_str(), 0777) == 0) {
+      AtomicFolder folder;
+      folder.path_ = std::move(path);
+      return folder;
+    }
+    if (errno != EEXIST || attempt == kMaxNameAttempts) return IoError(errno, "mkdir", path);
+  }
+}
+
+AtomicFolder::AtomicFolder(AtomicFolder&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+
+AtomicFolder::~AtomicFolder() {
+  if (!path_.empty()) RemoveTree(path_);
+}
+
+absl::Status AtomicFolder::Install(const std::string& parent, const std::string& target,
+                                   bool replace_existing) {
+  SDRT_RETURN_IF_ERROR(FsyncPath(path_));
+  if (!replace_existing) {
+    if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
+    path_.clear();
+    return FsyncPath(parent);
+  }
+  if (renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    // path_ now holds the old folder; the destructor removes it.
+    return FsyncPath(parent);
+  }
+  if (errno != EINVAL && errno != ENOSYS) return IoError(errno, "renameat2", target);
+  // No RENAME_EXCHANGE on this filesystem: move the old folder aside, this one in, and put
+  // the old one back if that fails.
+  const std::string base = std::filesystem::path(target).filename().string();
+  SDRT_ASSIGN_OR_RETURN(AtomicFolder aside, Create(parent, base + ".old"));
+  const std::string old = aside.path() + "/old";
+  if (rename(target.c_str(), old.c_str()) != 0) return IoError(errno, "rename", target);
+  if (rename(path_.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    rename(old.c_str(), target.c_str());
+    return IoError(err, "rename", path_);
+  }
+  path_.clear();  // `aside` removes the old folder
+  return FsyncPath(parent);
+}
+
+// --- WriteNewFile ------------------------------------------------------------------------
+
+absl::Status WriteNewFile(const std::string& path, absl::string_view bytes) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) return IoError(errno, "open", path);
+  absl::Status status = WriteAll(fd, path, bytes.data(), static_cast<int64_t>(bytes.size()));
+  if (status.ok() && fsync(fd) != 0) status = IoError(errno, "fsync", path);
+  if (close(fd) != 0 && status.ok()) status = IoError(errno, "close", path);
+  return status;
+}
+
+}  // namespace sdrt

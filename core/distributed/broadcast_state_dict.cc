@@ -1,6 +1,7 @@
-// BroadcastStateDict (core/distributed/distributed_state_dict.h): the root sends the skeleton, the
-// ranks agree on their local skeletons and plan the same buckets, then the tensor bytes
-// travel bucket by bucket, pipelined with packing on the root and slicing everywhere.
+// BroadcastStateDict (core/distributed/distributed_state_dict.h): the root's skeleton travels
+// with the agreement on the options (core/distributed/agreement.h), the ranks agree on
+// their local skeletons and plan the same buckets, then the tensor bytes travel bucket by
+// bucket, pipelined with packing on the root and slicing everywhere.
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/broadcast_skeleton.h"
@@ -293,41 +295,32 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   const Device device =
       options.cpu_offload ? Device::CPU() : options.device.value_or(comm.device());
 
-  // 1. The root's skeleton, to everyone, together with every rank's options (one
-  // collective): ranks that disagree on the root or the bucket size would otherwise issue
-  // mismatched collectives.
-  const std::string my_options =
-      absl::StrCat("root ", options.root, ", bucket_bytes ", options.bucket_bytes);
-  std::vector<Tensor> root_tensors;
-  std::string message = absl::StrCat(my_options.size(), ":", my_options);
-  if (is_root) message += internal::EncodeBroadcastSkeleton(full, &root_tensors);
-  ++stats.collectives;
-  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all, comm.AllGatherBytes(message));
-  std::vector<std::string> options_of(all.size());
-  std::vector<std::string> payload_of(all.size());
-  for (size_t q = 0; q < all.size(); ++q) {
-    const size_t colon = all[q].find(':');
-    const size_t n = std::stoul(all[q].substr(0, colon));
-    options_of[q] = all[q].substr(colon + 1, n);
-    payload_of[q] = all[q].substr(colon + 1 + n);
+  // 1. One agreement on the options that shape the collectives (ranks that disagree on
+  // the root or the bucket size would otherwise issue mismatched collectives) and on the
+  // ranks' early errors, carrying the root's skeleton to everyone.
+  absl::Status early = absl::OkStatus();
+  if (options.root < 0 || options.root >= comm.size()) {
+    early = absl::InvalidArgumentError(
+        absl::StrCat("root ", options.root, " is not a rank of the communicator of ", comm.size()));
+  } else if (options.bucket_bytes < 1) {
+    early = absl::InvalidArgumentError(
+        absl::StrCat("bucket_bytes must be at least 1, got ", options.bucket_bytes));
   }
-  for (size_t q = 1; q < all.size(); ++q) {
-    if (options_of[q] != options_of[0]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kOp, ": ranks disagree on the options: rank 0 has ", options_of[0],
-                       ", rank ", q, " has ", options_of[q]));
+  std::vector<Tensor> root_tensors;
+  AgreementPayload root_skeleton;
+  if (early.ok() && is_root) {
+    absl::StatusOr<std::string> encoded = internal::EncodeBroadcastSkeleton(full, &root_tensors);
+    if (encoded.ok()) {
+      root_skeleton.mine = *std::move(encoded);
+    } else {
+      early = encoded.status();
     }
   }
-  if (options.root < 0 || options.root >= comm.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": root ", options.root, " is not a rank of the communicator of ", comm.size()));
-  }
-  if (options.bucket_bytes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": bucket_bytes must be at least 1, got ", options.bucket_bytes));
-  }
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
+      comm, kOp, absl::StrCat("root ", options.root, ", bucket_bytes ", options.bucket_bytes), {},
+      early, &stats, &root_skeleton));
   SDRT_ASSIGN_OR_RETURN(std::vector<internal::SkeletonEntry> entries,
-                        internal::DecodeBroadcastSkeleton(payload_of[options.root]));
+                        internal::DecodeBroadcastSkeleton(root_skeleton.all[options.root]));
 
   // 2. Match against the local leaves; plan targets; agree (one collective).
   absl::StatusOr<std::vector<internal::MutableLeaf>> leaves_or =
@@ -335,7 +328,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   absl::Status local_error = leaves_or.status();
   std::vector<internal::MutableLeaf> leaves;
   if (leaves_or.ok()) leaves = *std::move(leaves_or);
-  internal::Skeleton skeleton;
+  AgreementSkeleton skeleton;
   absl::flat_hash_map<absl::string_view, size_t> by_path;
   for (size_t i = 0; i < leaves.size(); ++i) {
     skeleton.emplace_back(leaves[i].path, internal::DescribeForAgreement(*leaves[i].value));
@@ -378,7 +371,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   for (const internal::MutableLeaf& leaf : leaves) {
     if (!checkpoint_paths.contains(leaf.path)) result.missing_keys.push_back(leaf.path);
   }
-  SDRT_RETURN_IF_ERROR(internal::AgreeAcrossRanks(comm, kOp, skeleton, local_error, &stats));
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, "", skeleton, local_error, &stats));
 
   // 3. Data, then the local tree.
   const std::vector<internal::Bucket> buckets =

@@ -8,9 +8,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
-#include "sdrt/core/distributed/dtensor_ops.h"
-#include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -125,7 +124,7 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
     }
   }
   if (options.comm != nullptr) {
-    SDRT_RETURN_IF_ERROR(internal::AgreeAcrossRanks(*options.comm, kOp, {}, error, nullptr));
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*options.comm, kOp, "", {}, error));
   } else if (!error.ok()) {
     return absl::Status(error.code(), absl::StrCat(kOp, ": ", error.message()));
   }

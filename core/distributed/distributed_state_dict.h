@@ -2,26 +2,31 @@
 // broadcast a full state dict from one rank into every rank's sharded one, and distribute
 // a full state dict that every rank holds. They mirror PyTorch's `_gather_state_dict`,
 // `_broadcast_state_dict` (with `_broadcast_tensors`) and `_distribute_state_dict` (with
-// `_distribute_tensors`) of torch/distributed/_state_dict_utils.py (docs/SEMANTICS.md sections 5
-// and 7), with these differences, each deliberate:
+// `_distribute_tensors`) of torch/distributed/_state_dict_utils.py (docs/SEMANTICS.md
+// sections 5 and 7), with these differences, each deliberate:
 //
 //   * Data moves in buckets, not tensor by tensor: the pieces of consecutive tensors are
 //     packed into one flat buffer of at most `bucket_bytes` and moved by one collective,
-//     so the number of collectives follows the number of buckets, not of tensors.
-//   * Before any data collective the ranks agree on what they are about to move: one
-//     small exchange compares a hash of every rank's skeleton (paths, kinds, global
-//     shapes, dtypes, placements, meshes) and each rank's own validation result. A
+//     so the number of collectives follows the number of buckets, not of tensors. The
+//     gather is the same plan as FullTensor's and GatherShardedTensor's
+//     (core/distributed/dtensor_ops.h), so a state dict gathers to the same bits as its
+//     tensors one by one.
+//   * Before any data collective the ranks agree on what they are about to move
+//     (AgreeAcrossRanks, core/distributed/agreement.h): one small exchange compares every
+//     rank's own validation result, the options that shape the collectives and a hash of
+//     every rank's skeleton (paths, kinds, global shapes, dtypes, placements, meshes). A
 //     mismatch is the same InvalidArgument on every rank, naming the first differing path
-//     and both ranks' values (case-012, case-015, case-016); mismatched
-//     inputs never hang and never give wrong values.
+//     and both ranks' values (case-012, case-015, case-016); mismatched inputs never hang
+//     and never give wrong values.
 //   * Uneven, empty and _StridedShard pieces are placed by their owned index sets, and
 //     Partial placements are honoured when slicing (the rank at coordinate 0 of a Partial
 //     mesh dim keeps the value, the others the reduction's identity), where PyTorch gives
 //     every rank the full value (docs/SEMANTICS.md 11.1, 11.7).
 //   * The root of a broadcast is any rank of the communicator (PyTorch: global rank 0).
 //   * The options that shape the collectives (bucket size, root, ranks_only, cpu_offload)
-//     are compared across ranks with the skeleton: a rank that differs gets the same
-//     error as every other rank, not a mismatched collective.
+//     are compared across ranks in the agreement: a rank that differs gets the same error
+//     as every other rank ("ranks disagree on the options: ..."), not a mismatched
+//     collective.
 //
 // Collectives: every function that takes a communicator is collective over it; every rank
 // calls it with structurally matching state dicts. The meshes of the DTensors must span

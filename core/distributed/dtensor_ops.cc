@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -37,23 +37,6 @@ absl::Status CheckServedDevice(absl::string_view op, absl::string_view what, con
       comm.backend(), " communicator (on ", comm.device().ToString(), ") does not serve"));
 }
 
-// True when rank `q` only holds a copy of what a rank at coordinate 0 holds: its
-// coordinate is not 0 on some mesh dim that does not shard (Replicate, or Partial once
-// all-reduced).
-bool HoldsACopy(const DeviceMesh& mesh, const std::vector<Placement>& placements, int64_t q) {
-  const IntVector coord = *mesh.Coordinate(q);
-  for (int i = 0; i < mesh.ndim(); ++i) {
-    if (!placements[i].is_shard_like() && coord[i] != 0) return true;
-  }
-  return false;
-}
-
-// The contiguous `count` elements of the 1-D `flat` from `start`, viewed as `shape`.
-absl::StatusOr<Tensor> Piece(const Tensor& flat, int64_t start, int64_t count, IntSpan shape) {
-  SDRT_ASSIGN_OR_RETURN(const Tensor run, flat.Narrow(0, start, count));
-  return run.View(shape);
-}
-
 }  // namespace
 
 absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_comm) {
@@ -71,53 +54,18 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
   SDRT_ASSIGN_OR_RETURN(const std::vector<int> order, MeshDimsToReplicate(mesh, placements));
   if (order.empty()) return dtensor.local();
 
-  bool reduces = false;
-  for (int i : order) reduces = reduces || placements[i].is_partial();
-  // The all-reduces work in place on a copy; the all-gather only reads the local.
-  Tensor local;
-  if (reduces) {
-    SDRT_ASSIGN_OR_RETURN(local, dtensor.local().Clone());
-  } else {
-    SDRT_ASSIGN_OR_RETURN(local, dtensor.local().Contiguous());
-  }
-  for (int i : order) {
-    if (!placements[i].is_partial()) continue;
-    SDRT_ASSIGN_OR_RETURN(Communicator * dim_comm, mesh_comm.DimComm(i));
-    SDRT_RETURN_IF_ERROR(dim_comm->AllReduce(local, placements[i].reduce_op()));
-  }
+  // One item, one bucket, both on the local's device (internal/gather_plan.h).
+  const Device device = dtensor.local().device();
+  SDRT_ASSIGN_OR_RETURN(const Tensor local,
+                        internal::ReducePartials(dtensor, mesh_comm, device, nullptr));
   if (NumShards(mesh, placements) == 1) return local;
-
-  // Every rank's piece, in communicator rank order (a mesh rank is a communicator rank).
-  // A rank holding a copy sends nothing: its piece equals the one at coordinate 0.
-  std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 0);
-  int64_t total = 0;
-  for (int q = 0; q < comm.size(); ++q) {
-    if (HoldsACopy(mesh, placements, q)) continue;
-    SDRT_ASSIGN_OR_RETURN(const IntVector shape,
-                          ComputeLocalShape(global_shape, mesh, placements, q));
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    counts[q] = n;
-    total += n;
-  }
-  SDRT_ASSIGN_OR_RETURN(const Tensor flat, local.Flatten());
-  SDRT_ASSIGN_OR_RETURN(const Tensor input, flat.Narrow(0, 0, counts[comm.rank()]));
-  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, local.dtype(), local.device()));
-  SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, input, counts));
-  SDRT_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty(global_shape, local.dtype(), local.device()));
-  // The pieces of the ranks that hold no copy tile the full tensor.
-  const IntVector origin(global_shape.size(), 0);
-  int64_t start = 0;
-  for (int q = 0; q < comm.size(); ++q) {
-    const int64_t begin = start;
-    start += counts[q];
-    if (counts[q] == 0) continue;
-    SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
-                          ComputeLocalShapeAndGlobalOffset(global_shape, mesh, placements, q));
-    SDRT_ASSIGN_OR_RETURN(const Tensor piece, Piece(gathered, begin, counts[q], info.local_shape));
-    SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, piece, OwnedRuns(info), /*to_local=*/false));
-  }
-  return full;
+  SDRT_ASSIGN_OR_RETURN(
+      internal::GatherItem item,
+      internal::MakeDTensorItem(dtensor, local, comm.size(), comm.rank(), device));
+  std::vector<Tensor> full(1);
+  internal::GatherItem* const bucket[] = {&item};
+  SDRT_RETURN_IF_ERROR(internal::GatherBucket(comm, bucket, device, /*keep=*/true, full, nullptr));
+  return full[0];
 }
 
 absl::StatusOr<DTensor> FromLocal(const Tensor& local, std::shared_ptr<const DeviceMesh> mesh,
@@ -193,14 +141,11 @@ absl::StatusOr<DTensor> FromLocal(const Tensor& local, std::shared_ptr<const Dev
 }
 
 absl::StatusOr<Tensor> GatherShardedTensor(const ShardedTensor& st, Communicator& comm) {
-  const IntVector& global_shape = st.global_shape();
-  const int ndim = static_cast<int>(global_shape.size());
   // Where this rank's local shards live: kNoShard, kCpu, kCommDevice (comm.device()), or
   // kBadDevice (a device comm does not serve, or several devices), with `bad` saying why.
   constexpr int64_t kBadDevice = -1, kNoShard = 0, kCpu = 1, kCommDevice = 2;
   int64_t where = kNoShard;
   std::string bad;
-  int64_t mine = 0;
   for (const LocalShard& shard : st.local_shards()) {
     const Device device = shard.tensor.device();
     const int64_t kind = device.is_cpu()           ? kCpu
@@ -214,95 +159,34 @@ absl::StatusOr<Tensor> GatherShardedTensor(const ShardedTensor& st, Communicator
       bad = "its local shards are on both the CPU and " + comm.device().ToString();
     }
     where = bad.empty() ? kind : kBadDevice;
-    mine += shard.tensor.numel();
   }
-  // Message: [dtype, ndim, where, number of local shards, global shape..., then per local
-  // shard offsets..., sizes...] (a 0-dim shard has neither and holds one element).
-  constexpr size_t kShape = 4;
-  const auto shards = static_cast<int64_t>(st.local_shards().size());
-  std::vector<int64_t> message = {static_cast<int64_t>(st.dtype()), ndim, where, shards};
-  message.insert(message.end(), global_shape.begin(), global_shape.end());
-  for (const LocalShard& shard : st.local_shards()) {
-    message.insert(message.end(), shard.metadata.offsets.begin(), shard.metadata.offsets.end());
-    message.insert(message.end(), shard.metadata.sizes.begin(), shard.metadata.sizes.end());
-  }
-  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all,
-                        comm.AllGatherBytes(EncodeInts(message)));
-  std::vector<std::vector<int64_t>> metas;
-  std::vector<int64_t> counts;
-  int64_t total = 0;
+  // One item, one bucket (internal/gather_plan.h); the box exchange also compares the
+  // ranks' dtypes and global shapes and says where each rank's shards are.
+  internal::GatherItem item = internal::MakeShardedItem(st, Device::CPU());
+  internal::StandaloneBoxCheck check;
+  check.device_code = where;
+  internal::GatherItem* const bucket[] = {&item};
+  SDRT_RETURN_IF_ERROR(
+      internal::ExchangeShardBoxes(comm, "GatherShardedTensor", bucket, &check, nullptr));
   int64_t first_where = kNoShard;  // of the lowest rank holding local shards
   for (int q = 0; q < comm.size(); ++q) {
-    std::vector<int64_t> m = DecodeInts(all[q]);
-    if (m[0] != message[0] || m[1] != ndim ||
-        !std::equal(m.begin() + kShape, m.begin() + kShape + ndim, global_shape.begin())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GatherShardedTensor: rank ", q, " has a ShardedTensor of ",
-          DTypeName(static_cast<DType>(m[0])), ShapeToString(IntSpan(m).subspan(kShape, m[1])),
-          ", rank ", comm.rank(), " one of ", DTypeName(st.dtype()), ShapeToString(global_shape)));
-    }
-    if (m[2] == kBadDevice) {
+    const int64_t w = check.rank_device_codes[q];
+    if (w == kBadDevice) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GatherShardedTensor: rank ", q, "'s local shards are not all on one device the ",
           comm.backend(), " communicator serves (the CPU or ", comm.device().ToString(), ")",
           q == comm.rank() ? absl::StrCat(": ", bad) : ""));
     }
-    if (first_where == kNoShard) first_where = m[2];
-    int64_t count = 0;
-    for (int64_t k = 0; k < m[3]; ++k) {
-      const size_t s = kShape + ndim + 2 * ndim * k;
-      int64_t n = 1;
-      for (int d = 0; d < ndim; ++d) {
-        const int64_t offset = m[s + d];
-        const int64_t size = m[s + ndim + d];
-        n *= size;
-        if (size > 0 && offset + size > global_shape[d]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("GatherShardedTensor: a shard of rank ", q, " at offsets ",
-                           ShapeToString(IntSpan(m).subspan(s, ndim)), " with sizes ",
-                           ShapeToString(IntSpan(m).subspan(s + ndim, ndim)), " does not fit in ",
-                           ShapeToString(global_shape)));
-        }
-      }
-      count += n;
-    }
-    counts.push_back(count);
-    total += count;
-    metas.push_back(std::move(m));
+    if (first_where == kNoShard) first_where = w;
   }
   // The result lives with this rank's local shards; a rank without any follows the lowest
   // rank that has some, and with none anywhere it is on the communicator's device.
   const int64_t here = where != kNoShard ? where : first_where;
-  const Device device = here == kCpu ? Device::CPU() : comm.device();
-
-  // This rank's shards packed in list order, the order of its metadata in the message.
-  SDRT_ASSIGN_OR_RETURN(const Tensor local, Tensor::Empty({mine}, st.dtype(), device));
-  int64_t at = 0;
-  for (const LocalShard& shard : st.local_shards()) {
-    SDRT_ASSIGN_OR_RETURN(Tensor dst, Piece(local, at, shard.tensor.numel(), shard.tensor.shape()));
-    SDRT_RETURN_IF_ERROR(dst.CopyFrom(shard.tensor));
-    at += shard.tensor.numel();
-  }
-  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, st.dtype(), device));
-  SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, local, counts));
-  SDRT_ASSIGN_OR_RETURN(Tensor full, Tensor::Zeros(global_shape, st.dtype(), device));
-  const IntVector origin(global_shape.size(), 0);
-  int64_t src = 0;
-  for (const std::vector<int64_t>& m : metas) {
-    for (int64_t k = 0; k < m[3]; ++k) {
-      const size_t s = kShape + ndim + 2 * ndim * k;
-      const IntSpan offsets = IntSpan(m).subspan(s, ndim);
-      const IntSpan sizes = IntSpan(m).subspan(s + ndim, ndim);
-      int64_t n = 1;
-      for (int d = 0; d < ndim; ++d) n *= sizes[d];
-      if (n == 0) continue;
-      SDRT_ASSIGN_OR_RETURN(const Tensor piece, Piece(gathered, src, n, sizes));
-      SDRT_RETURN_IF_ERROR(
-          CopyRuns(full, origin, piece, BoxRuns(offsets, sizes), /*to_local=*/false));
-      src += n;
-    }
-  }
-  return full;
+  item.target = here == kCpu ? Device::CPU() : comm.device();
+  std::vector<Tensor> full(1);
+  SDRT_RETURN_IF_ERROR(
+      internal::GatherBucket(comm, bucket, item.target, /*keep=*/true, full, nullptr));
+  return full[0];
 }
 
 }  // namespace sdrt

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
@@ -122,7 +123,7 @@ int RunGather(const GatherArgs& args) {
   absl::StatusOr<Map> shards = LoadShards(args, *session, &index);
   absl::Status status = shards.status();
   if (status.ok() && session->rank() == 0) status = CheckOut(args);
-  status = AgreeOnStatus(*session->world, status);
+  status = AgreeAcrossRanks(*session->world, "", "", {}, status);
   if (!status.ok()) return fail(status);
 
   GatherOptions options;
@@ -138,7 +139,7 @@ int RunGather(const GatherArgs& args) {
   const double start = NowSeconds();
   absl::StatusOr<Map> gathered = GatherStateDict(*shards, options);
   const double gather_seconds = NowSeconds() - start;
-  status = AgreeOnStatus(*session->world, gathered.status());
+  status = AgreeAcrossRanks(*session->world, "", "", {}, gathered.status());
   if (!status.ok()) return fail(status);
   shards->EraseIf([](const std::string&, const Value&) { return true; });  // unmap early
 
@@ -146,7 +147,7 @@ int RunGather(const GatherArgs& args) {
   const double write_start = NowSeconds();
   if (session->rank() == 0) written = CheckAndWrite(args, index, *gathered);
   const double write_seconds = NowSeconds() - write_start;
-  status = AgreeOnStatus(*session->world, written);
+  status = AgreeAcrossRanks(*session->world, "", "", {}, written);
   if (!status.ok()) return fail(status);
   absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(*session->world);
   if (!peaks.ok()) return fail(peaks.status());

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/core/io/safetensors.h"
@@ -195,7 +196,7 @@ int RunLoad(const LoadArgs& args) {
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (status.ok() && !plan.ok()) status = plan.status();
   if (status.ok() && plan.ok()) status = plan->CheckMesh(*mesh);
-  status = AgreeOnStatus(*session->world, status);
+  status = AgreeAcrossRanks(*session->world, "", "", {}, status);
   if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<TensorInfo>> infos =
@@ -214,7 +215,7 @@ int RunLoad(const LoadArgs& args) {
       full.Set(e.name, Value(*std::move(t)));
     }
   }
-  status = AgreeOnStatus(*session->world, local.ok() ? status : local.status());
+  status = AgreeAcrossRanks(*session->world, "", "", {}, local.ok() ? status : local.status());
   if (!status.ok()) return fail(status);
 
   BroadcastOptions options;
@@ -230,11 +231,11 @@ int RunLoad(const LoadArgs& args) {
   const double start = NowSeconds();
   absl::StatusOr<BroadcastResult> result = BroadcastStateDict(full, *local, options);
   const double seconds = NowSeconds() - start;
-  status = AgreeOnStatus(*session->world, result.status());
+  status = AgreeAcrossRanks(*session->world, "", "", {}, result.status());
   if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *shared_mesh, *local);
-  status = AgreeOnStatus(*session->world, wrong.status());
+  status = AgreeAcrossRanks(*session->world, "", "", {}, wrong.status());
   if (!status.ok()) return fail(status);
   std::string wrong_text;
   for (const std::string& name : *wrong)

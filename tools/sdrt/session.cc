@@ -65,26 +65,6 @@ absl::StatusOr<Session> StartSession(const std::string& device) {
 #endif
 }
 
-absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& mine) {
-  std::string message;
-  if (!mine.ok()) {
-    const int32_t code = static_cast<int32_t>(mine.code());
-    message.assign(reinterpret_cast<const char*>(&code), sizeof(code));
-    message.append(mine.message().data(), mine.message().size());
-  }
-  absl::StatusOr<std::vector<std::string>> all = comm.AllGatherBytes(message);
-  if (!all.ok()) return all.status();
-  for (int q = 0; q < comm.size(); ++q) {
-    const std::string& m = (*all)[q];
-    if (m.empty()) continue;
-    int32_t code = 0;
-    std::memcpy(&code, m.data(), sizeof(code));
-    return absl::Status(static_cast<absl::StatusCode>(code),
-                        absl::StrCat("rank ", q, ": ", m.substr(sizeof(code))));
-  }
-  return absl::OkStatus();
-}
-
 int64_t PeakRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);

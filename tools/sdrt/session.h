@@ -1,6 +1,6 @@
 // What the multi-rank subcommands (`sdrt gather`, `sdrt load`) share: the communicators of
-// a run under mpiexec, agreement on errors so that every rank exits alike, peak memory and
-// wall time.
+// a run under mpiexec, peak memory and wall time. Every step's status is agreed with
+// AgreeAcrossRanks (core/distributed/agreement.h), so that every rank exits alike.
 #ifndef SDRT_TOOLS_SDRT_SESSION_H_
 #define SDRT_TOOLS_SDRT_SESSION_H_
 
@@ -35,10 +35,6 @@ struct Session {
 // InvalidArgument for another device name; FailedPrecondition when sdrt was built without
 // MPI (or without NCCL for "cuda"); the backends' errors.
 absl::StatusOr<Session> StartSession(const std::string& device);
-
-// Collective: OK when every rank's `mine` is OK, else the lowest failing rank's status,
-// prefixed "rank R: ", on every rank.
-absl::Status AgreeOnStatus(Communicator& comm, const absl::Status& mine);
 
 // This process's peak resident memory (getrusage ru_maxrss), bytes.
 int64_t PeakRssBytes();

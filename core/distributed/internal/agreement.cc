@@ -1,32 +1,51 @@
 #include "sdrt/core/distributed/internal/agreement.h"
 
-#include <algorithm>
-#include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
-#include "sdrt/tensor/status_macros.h"
 #define XXH_INLINE_ALL  // header-only use of libxxhash-dev
 #include "xxhash.h"
 
 namespace sdrt::internal {
 namespace {
 
-constexpr size_t kHeader = sizeof(uint64_t) + sizeof(int32_t);
+// The largest absl::StatusCode.
+constexpr uint64_t kMaxStatusCode = static_cast<uint64_t>(absl::StatusCode::kUnauthenticated);
 
-uint64_t HashSkeleton(const Skeleton& skeleton) {
-  // Length-prefixed paths and descriptions, hashed in one call.
-  std::string bytes;
-  for (const auto& [path, description] : skeleton) {
-    const uint64_t sizes[2] = {path.size(), description.size()};
-    bytes.append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
-    bytes += path;
-    bytes += description;
-  }
-  return XXH64(bytes.data(), bytes.size(), 0);
+void PutU64(std::string* out, uint64_t value) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(value));
 }
+
+void PutString(std::string* out, absl::string_view s) {
+  PutU64(out, s.size());
+  out->append(s.data(), s.size());
+}
+
+// Reads what PutU64 and PutString wrote; false when the bytes run out.
+class ByteReader {
+ public:
+  explicit ByteReader(absl::string_view bytes) : rest_(bytes) {}
+
+  bool U64(uint64_t* value) {
+    if (rest_.size() < sizeof(*value)) return false;
+    std::memcpy(value, rest_.data(), sizeof(*value));
+    rest_.remove_prefix(sizeof(*value));
+    return true;
+  }
+  bool String(std::string* s) {
+    uint64_t n = 0;
+    if (!U64(&n) || n > rest_.size()) return false;
+    s->assign(rest_.data(), static_cast<size_t>(n));
+    rest_.remove_prefix(static_cast<size_t>(n));
+    return true;
+  }
+  size_t Remaining() const { return rest_.size(); }
+  bool AtEnd() const { return rest_.empty(); }
+
+ private:
+  absl::string_view rest_;
+};
 
 }  // namespace
 
@@ -51,72 +70,58 @@ std::string DescribeForAgreement(const Value& value) {
   }
 }
 
-absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, const Skeleton& skeleton,
-                              const absl::Status& local_error, CollectiveStats* stats) {
-  std::string mine(kHeader, '\0');
-  const uint64_t hash = HashSkeleton(skeleton);
-  const int32_t code = static_cast<int32_t>(local_error.code());
-  std::memcpy(mine.data(), &hash, sizeof(hash));
-  std::memcpy(mine.data() + sizeof(hash), &code, sizeof(code));
-  mine.append(local_error.message().data(), local_error.message().size());
-  if (stats != nullptr) ++stats->collectives;
-  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all, comm.AllGatherBytes(mine));
+std::string EncodeAgreementMessage(const AgreementMessage& message) {
+  std::string out;
+  out.reserve(5 * sizeof(uint64_t) + message.error.size() + message.options.size() +
+              message.payload.size());
+  PutU64(&out, message.skeleton_hash);
+  PutU64(&out, static_cast<uint64_t>(message.code));
+  PutString(&out, message.error);
+  PutString(&out, message.options);
+  PutString(&out, message.payload);
+  return out;
+}
 
-  std::vector<std::string> errors;
-  absl::StatusCode first_code = absl::StatusCode::kOk;
-  int differing = -1;
-  uint64_t hash0 = 0;
-  for (int q = 0; q < comm.size(); ++q) {
-    const std::string& m = all[q];
-    uint64_t h = 0;
-    int32_t c = 0;
-    std::memcpy(&h, m.data(), sizeof(h));
-    std::memcpy(&c, m.data() + sizeof(h), sizeof(c));
-    if (q == 0) hash0 = h;
-    if (h != hash0 && differing < 0) differing = q;
-    if (c != 0) {
-      if (first_code == absl::StatusCode::kOk) first_code = static_cast<absl::StatusCode>(c);
-      if (errors.size() < 4) {
-        errors.push_back(absl::StrCat("rank ", q, ": ", absl::string_view(m).substr(kHeader)));
-      }
-    }
+std::optional<AgreementMessage> DecodeAgreementMessage(absl::string_view bytes) {
+  ByteReader reader(bytes);
+  AgreementMessage message;
+  uint64_t code = 0;
+  if (!reader.U64(&message.skeleton_hash) || !reader.U64(&code) || code > kMaxStatusCode ||
+      !reader.String(&message.error) || !reader.String(&message.options) ||
+      !reader.String(&message.payload) || !reader.AtEnd()) {
+    return std::nullopt;
   }
-  if (!errors.empty()) {
-    return absl::Status(first_code, absl::StrCat(op, ": ", absl::StrJoin(errors, "; ")));
-  }
-  if (differing < 0) return absl::OkStatus();
+  message.code = static_cast<absl::StatusCode>(code);
+  return message;
+}
 
-  // Second exchange, only on a mismatch: the skeletons themselves, to name the difference.
-  std::string encoded;
-  if (comm.rank() == 0 || comm.rank() == differing) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& [path, description] : skeleton) j.push_back({path, description});
-    const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
-    encoded.assign(cbor.begin(), cbor.end());
+std::string EncodeSkeleton(const AgreementSkeleton& skeleton) {
+  std::string out;
+  PutU64(&out, skeleton.size());
+  for (const auto& [path, description] : skeleton) {
+    PutString(&out, path);
+    PutString(&out, description);
   }
-  if (stats != nullptr) ++stats->collectives;
-  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> skeletons, comm.AllGatherBytes(encoded));
-  const nlohmann::json a = nlohmann::json::from_cbor(skeletons[0]);
-  const nlohmann::json b = nlohmann::json::from_cbor(skeletons[differing]);
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const std::string pa = i < a.size() ? a[i][0].get<std::string>() : "";
-    const std::string pb = i < b.size() ? b[i][0].get<std::string>() : "";
-    const std::string da = i < a.size() ? a[i][1].get<std::string>() : "nothing";
-    const std::string db = i < b.size() ? b[i][1].get<std::string>() : "nothing";
-    if (pa == pb && da == db) continue;
-    if (pa == pb) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": ranks disagree at '", pa,
-                                                     "': rank 0 has ", da, ", rank ", differing,
-                                                     " has ", db));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ranks disagree on the keys: leaf ", i, " is ",
-        i < a.size() ? absl::StrCat("'", pa, "' (", da, ")") : "missing", " on rank 0 but ",
-        i < b.size() ? absl::StrCat("'", pb, "' (", db, ")") : "missing", " on rank ", differing));
+  return out;
+}
+
+uint64_t HashEncodedSkeleton(absl::string_view encoded) {
+  return XXH64(encoded.data(), encoded.size(), 0);
+}
+
+std::optional<AgreementSkeleton> DecodeSkeleton(absl::string_view bytes) {
+  ByteReader reader(bytes);
+  uint64_t count = 0;
+  // Every entry takes two length prefixes at least.
+  if (!reader.U64(&count) || count > reader.Remaining() / (2 * sizeof(uint64_t))) {
+    return std::nullopt;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(op, ": the skeletons of rank 0 and rank ", differing, " hash differently"));
+  AgreementSkeleton skeleton(static_cast<size_t>(count));
+  for (auto& [path, description] : skeleton) {
+    if (!reader.String(&path) || !reader.String(&description)) return std::nullopt;
+  }
+  if (!reader.AtEnd()) return std::nullopt;
+  return skeleton;
 }
 
 }  // namespace sdrt::internal

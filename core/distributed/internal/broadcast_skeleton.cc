@@ -7,6 +7,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
 namespace {
@@ -18,9 +19,72 @@ std::string ToBytes(const json& j) {
   return std::string(cbor.begin(), cbor.end());
 }
 
-std::string EncodeError(const absl::Status& status) {
-  return ToBytes(
-      json{{"error", std::string(status.message())}, {"code", static_cast<int>(status.code())}});
+// Deeper than any skeleton nests (an entry's inline value sits at depth 4).
+constexpr size_t kMaxCborDepth = 16;
+
+// True when `bytes` are exactly one CBOR item with definite lengths, no tags, nested at
+// most kMaxCborDepth deep, whose every length fits in the bytes left. nlohmann's parser
+// reserves what a header claims and recurses once per level, so bytes from another rank
+// must pass this before they reach it (iterative; reads nothing past the end).
+bool IsBoundedCbor(absl::string_view bytes) {
+  size_t at = 0;
+  std::vector<uint64_t> pending = {1};  // items still to read at each open level
+  while (!pending.empty()) {
+    if (pending.back() == 0) {
+      pending.pop_back();
+      continue;
+    }
+    --pending.back();
+    if (at >= bytes.size()) return false;
+    const auto head = static_cast<uint8_t>(bytes[at++]);
+    const int major = head >> 5;
+    const int info = head & 31;
+    uint64_t arg = static_cast<uint64_t>(info);
+    if (info >= 24) {
+      if (info > 27) return false;  // indefinite lengths and reserved values
+      const size_t n = size_t{1} << (info - 24);
+      if (bytes.size() - at < n) return false;
+      arg = 0;
+      for (size_t i = 0; i < n; ++i) arg = arg << 8 | static_cast<uint8_t>(bytes[at++]);
+    }
+    const uint64_t left = bytes.size() - at;
+    switch (major) {
+      case 2:  // byte string
+      case 3:  // text string
+        if (arg > left) return false;
+        at += static_cast<size_t>(arg);
+        break;
+      case 4:  // array: every item takes a byte at least
+      case 5:  // map: every key and value too
+        if (arg > left / (major == 5 ? 2 : 1) || pending.size() > kMaxCborDepth) return false;
+        pending.push_back(major == 5 ? 2 * arg : arg);
+        break;
+      case 6:  // tag
+        return false;
+      default:  // integers, simple values and floats: the argument was all
+        break;
+    }
+  }
+  return at == bytes.size();
+}
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("broadcast skeleton: ", what));
+}
+
+// The member `key` of the object `j`, or nullptr when `j` is not an object or lacks it.
+const json* Field(const json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  const auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+// The string member `key` of `j` into `out`; false when absent or not a string.
+bool StringField(const json& j, const char* key, std::string* out) {
+  const json* f = Field(j, key);
+  if (f == nullptr || !f->is_string()) return false;
+  *out = f->get<std::string>();
+  return true;
 }
 
 json Binary(const void* data, size_t n) {
@@ -62,43 +126,48 @@ absl::StatusOr<json> EncodeInline(const std::string& path, const Value& v) {
   }
 }
 
+// Decodes what EncodeInline made, checking every member's type first (never throws).
 absl::StatusOr<Value> DecodeInline(const json& j) {
-  const std::string k = j.at("k").get<std::string>();
+  std::string k;
+  if (!StringField(j, "k", &k)) return Malformed("an inline value without a kind");
   if (k == "none") return Value(None{});
-  if (k == "bool") return Value(j.at("v").get<bool>());
-  if (k == "int") return Value(j.at("v").get<int64_t>());
-  if (k == "float") return Value(j.at("v").get<double>());
-  const std::vector<uint8_t>& bin = j.at("v").get_binary();
+  const json* v = Field(j, "v");
+  if (v == nullptr) return Malformed(absl::StrCat("an inline ", k, " without a value"));
+  if (k == "bool" && v->is_boolean()) return Value(v->get<bool>());
+  if (k == "int" && v->is_number_integer()) return Value(v->get<int64_t>());
+  if (k == "float" && v->is_number()) return Value(v->get<double>());
+  if (!v->is_binary()) return Malformed(absl::StrCat("an inline ", k, " of the wrong type"));
+  const std::vector<uint8_t>& bin = v->get_binary();
   const std::string bytes(bin.begin(), bin.end());
   if (k == "str") return Value(bytes);
   if (k == "bytes") return Value(Bytes{bytes});
-  if (k == "scalar") {
-    absl::StatusOr<DType> dtype = DTypeFromName(j.at("d").get<std::string>());
-    if (!dtype.ok()) return dtype.status();
-    absl::StatusOr<Tensor> t = Tensor::Empty({}, *dtype);
-    if (!t.ok()) return t.status();
-    if (static_cast<int64_t>(bytes.size()) != t->element_size()) {
-      return absl::DataLossError("broadcast skeleton: scalar of the wrong size");
-    }
-    std::memcpy(t->data_ptr(), bytes.data(), bytes.size());
-    return Value(*std::move(t));
+  std::string dtype_name;
+  if (k != "scalar" || !StringField(j, "d", &dtype_name)) {
+    return Malformed(absl::StrCat("unknown inline kind ", k));
   }
-  return absl::DataLossError(absl::StrCat("broadcast skeleton: unknown inline kind ", k));
+  absl::StatusOr<DType> dtype = DTypeFromName(dtype_name);
+  if (!dtype.ok()) return Malformed(dtype.status().message());
+  absl::StatusOr<Tensor> t = Tensor::Empty({}, *dtype);
+  if (!t.ok()) return t.status();
+  if (static_cast<int64_t>(bytes.size()) != t->element_size()) {
+    return Malformed("scalar of the wrong size");
+  }
+  std::memcpy(t->data_ptr(), bytes.data(), bytes.size());
+  return Value(*std::move(t));
 }
 
 }  // namespace
 
-std::string EncodeBroadcastSkeleton(const Map& full, std::vector<Tensor>* tensors) {
-  absl::StatusOr<std::vector<Leaf>> leaves = CollectLeaves(full);
-  if (!leaves.ok()) return EncodeError(leaves.status());
+absl::StatusOr<std::string> EncodeBroadcastSkeleton(const Map& full, std::vector<Tensor>* tensors) {
+  SDRT_ASSIGN_OR_RETURN(const std::vector<Leaf> leaves, CollectLeaves(full));
   json entries = json::array();
-  for (const Leaf& leaf : *leaves) {
+  for (const Leaf& leaf : leaves) {
     const Value& v = *leaf.value;
     if (v.kind() == ValueKind::kTensor && v.as_tensor().dim() > 0) {
       const Tensor& t = v.as_tensor();
       if (t.device().is_meta()) {
-        return EncodeError(absl::FailedPreconditionError(
-            absl::StrCat("'", leaf.path, "': the full state dict holds a meta tensor (no data)")));
+        return absl::FailedPreconditionError(
+            absl::StrCat("'", leaf.path, "': the full state dict holds a meta tensor (no data)"));
       }
       json shape = json::array();
       for (int64_t s : t.shape()) shape.push_back(s);
@@ -106,44 +175,45 @@ std::string EncodeBroadcastSkeleton(const Map& full, std::vector<Tensor>* tensor
       tensors->push_back(t);
       continue;
     }
-    absl::StatusOr<json> encoded = EncodeInline(leaf.path, v);
-    if (!encoded.ok()) return EncodeError(encoded.status());
-    entries.push_back({{"p", leaf.path}, {"i", *std::move(encoded)}});
+    SDRT_ASSIGN_OR_RETURN(json encoded, EncodeInline(leaf.path, v));
+    entries.push_back({{"p", leaf.path}, {"i", std::move(encoded)}});
   }
   return ToBytes(json{{"entries", std::move(entries)}});
 }
 
 absl::StatusOr<std::vector<SkeletonEntry>> DecodeBroadcastSkeleton(const std::string& bytes) {
+  if (!IsBoundedCbor(bytes)) return Malformed("not CBOR");
   const json j = json::from_cbor(bytes, /*strict=*/true, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::DataLossError("broadcast skeleton: not CBOR");
-  }
-  try {
-    if (j.contains("error")) {
-      return absl::Status(static_cast<absl::StatusCode>(j.at("code").get<int>()),
-                          j.at("error").get<std::string>());
-    }
-    std::vector<SkeletonEntry> entries;
-    for (const json& e : j.at("entries")) {
-      SkeletonEntry entry;
-      entry.path = e.at("p").get<std::string>();
-      if (e.contains("i")) {
-        absl::StatusOr<Value> v = DecodeInline(e.at("i"));
-        if (!v.ok()) return v.status();
-        entry.value = *std::move(v);
-      } else {
-        entry.is_tensor = true;
-        absl::StatusOr<DType> dtype = DTypeFromName(e.at("d").get<std::string>());
-        if (!dtype.ok()) return dtype.status();
-        entry.dtype = *dtype;
-        for (const json& s : e.at("s")) entry.shape.push_back(s.get<int64_t>());
-      }
+  const json* listed = Field(j, "entries");
+  if (j.is_discarded() || listed == nullptr || !listed->is_array()) return Malformed("not CBOR");
+  std::vector<SkeletonEntry> entries;
+  entries.reserve(listed->size());
+  for (const json& e : *listed) {
+    SkeletonEntry entry;
+    if (!StringField(e, "p", &entry.path)) return Malformed("an entry without a path");
+    if (const json* inline_value = Field(e, "i"); inline_value != nullptr) {
+      SDRT_ASSIGN_OR_RETURN(entry.value, DecodeInline(*inline_value));
       entries.push_back(std::move(entry));
+      continue;
     }
-    return entries;
-  } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat("broadcast skeleton: ", e.what()));
+    entry.is_tensor = true;
+    std::string dtype_name;
+    const json* shape = Field(e, "s");
+    if (!StringField(e, "d", &dtype_name) || shape == nullptr || !shape->is_array()) {
+      return Malformed(absl::StrCat("'", entry.path, "' has no dtype or shape"));
+    }
+    absl::StatusOr<DType> dtype = DTypeFromName(dtype_name);
+    if (!dtype.ok()) return Malformed(dtype.status().message());
+    entry.dtype = *dtype;
+    for (const json& s : *shape) {
+      if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+        return Malformed(absl::StrCat("'", entry.path, "' has a bad shape"));
+      }
+      entry.shape.push_back(s.get<int64_t>());
+    }
+    entries.push_back(std::move(entry));
   }
+  return entries;
 }
 
 }  // namespace sdrt::internal

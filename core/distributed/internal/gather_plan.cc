@@ -1,0 +1,301 @@
+#include "sdrt/core/distributed/internal/gather_plan.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/buckets.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+// A 0-dim shard costs no bytes in the box message, so its count is bounded apart.
+constexpr int64_t kMaxZeroDimShards = int64_t{1} << 16;
+
+// True when rank `q` only holds a copy of what a rank at coordinate 0 holds: its
+// coordinate is not 0 on some mesh dim that does not shard (Replicate, or Partial once
+// all-reduced).
+bool HoldsACopy(const DeviceMesh& mesh, const std::vector<Placement>& placements, int64_t q) {
+  const IntVector coord = *mesh.Coordinate(q);
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (!placements[i].is_shard_like() && coord[i] != 0) return true;
+  }
+  return false;
+}
+
+int64_t Numel(IntSpan shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+// Reads the int64 values of one rank's message; false past the end (never throws).
+class Int64Reader {
+ public:
+  explicit Int64Reader(const std::string& bytes) : bytes_(bytes) {}
+
+  bool Read(int64_t* value) {
+    if (bytes_.size() - at_ < sizeof(int64_t)) return false;
+    std::memcpy(value, bytes_.data() + at_, sizeof(int64_t));
+    at_ += sizeof(int64_t);
+    return true;
+  }
+  bool Read(int64_t n, IntVector* values) {
+    if (n < 0 || n > Remaining()) return false;
+    values->resize(static_cast<size_t>(n));
+    for (int64_t& v : *values) Read(&v);
+    return true;
+  }
+  int64_t Remaining() const {
+    return static_cast<int64_t>((bytes_.size() - at_) / sizeof(int64_t));
+  }
+  bool AtEnd() const { return at_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  size_t at_ = 0;
+};
+
+absl::Status Malformed(absl::string_view op, int q) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": rank ", q, " sent a malformed shard box message"));
+}
+
+// Reads rank `q`'s part of the box message for `item` into its pieces.
+absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherItem& item,
+                       StandaloneBoxCheck* standalone, int me) {
+  const ShardedTensor& st = *item.sharded;
+  int64_t ndim = static_cast<int64_t>(item.global_shape.size());
+  if (standalone != nullptr) {
+    int64_t dtype = 0, code = 0;
+    IntVector shape;
+    if (!reader.Read(&dtype) || !reader.Read(&ndim) || !reader.Read(&code) ||
+        !reader.Read(ndim, &shape) || dtype < 0 || dtype >= kNumDTypes) {
+      return Malformed(op, q);
+    }
+    if (static_cast<DType>(dtype) != st.dtype() || shape != item.global_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": rank ", q, " has a ShardedTensor of ",
+                       DTypeName(static_cast<DType>(dtype)), ShapeToString(shape), ", rank ", me,
+                       " one of ", DTypeName(st.dtype()), ShapeToString(item.global_shape)));
+    }
+    standalone->rank_device_codes[q] = code;
+  }
+  int64_t shards = 0;
+  if (!reader.Read(&shards) || shards < 0 ||
+      (ndim > 0 ? shards > reader.Remaining() / (2 * ndim) : shards > kMaxZeroDimShards)) {
+    return Malformed(op, q);
+  }
+  IntVector offsets, sizes;
+  for (int64_t k = 0; k < shards; ++k) {
+    if (!reader.Read(ndim, &offsets) || !reader.Read(ndim, &sizes)) return Malformed(op, q);
+    for (int64_t d = 0; d < ndim; ++d) {
+      if (sizes[d] < 0 || offsets[d] < 0 ||
+          (sizes[d] > 0 && offsets[d] > item.global_shape[d] - sizes[d])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": a shard of rank ", q, " at offsets ", ShapeToString(offsets), " with sizes ",
+            ShapeToString(sizes), " does not fit in ", ShapeToString(item.global_shape)));
+      }
+    }
+    const int64_t numel = Numel(sizes);
+    if (numel == 0) continue;
+    item.rank_bytes[q] += numel * ElementSize(item.dtype);
+    item.rank_pieces[q].push_back({sizes, BoxRuns(offsets, sizes)});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ReducePartials(const DTensor& dtensor, DeviceMeshComm& mesh_comm,
+                                      Device device, CollectiveStats* stats) {
+  const std::vector<Placement>& placements = dtensor.placements();
+  SDRT_ASSIGN_OR_RETURN(const std::vector<int> order,
+                        MeshDimsToReplicate(*dtensor.mesh(), placements));
+  Tensor local = dtensor.local();
+  bool copied = false;
+  for (int i : order) {
+    if (!placements[i].is_partial()) continue;
+    if (!copied) {
+      SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(dtensor.local().shape(), dtensor.dtype(), device));
+      SDRT_RETURN_IF_ERROR(local.CopyFrom(dtensor.local()));
+      copied = true;
+    }
+    SDRT_ASSIGN_OR_RETURN(Communicator * dim_comm, mesh_comm.DimComm(i));
+    if (stats != nullptr) ++stats->collectives;
+    SDRT_RETURN_IF_ERROR(dim_comm->AllReduce(local, placements[i].reduce_op()));
+  }
+  return local;
+}
+
+absl::StatusOr<GatherItem> MakeDTensorItem(const DTensor& dtensor, const Tensor& local,
+                                           int comm_size, int rank, Device target) {
+  const DeviceMesh& mesh = *dtensor.mesh();
+  const std::vector<Placement>& placements = dtensor.placements();
+  GatherItem item;
+  item.dtype = dtensor.dtype();
+  item.global_shape = dtensor.global_shape();
+  item.target = target;
+  item.rank_pieces.resize(static_cast<size_t>(comm_size));
+  item.rank_bytes.assign(static_cast<size_t>(comm_size), 0);
+  for (int q = 0; q < comm_size; ++q) {
+    if (HoldsACopy(mesh, placements, q)) continue;
+    SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
+                          ComputeLocalShapeAndGlobalOffset(item.global_shape, mesh, placements, q));
+    const int64_t numel = Numel(info.local_shape);
+    if (numel == 0) continue;
+    item.rank_bytes[q] = numel * ElementSize(item.dtype);
+    item.rank_pieces[q].push_back({info.local_shape, OwnedRuns(info)});
+  }
+  if (item.rank_bytes[rank] > 0) item.sends.push_back(local);
+  return item;
+}
+
+GatherItem MakeShardedItem(const ShardedTensor& st, Device target) {
+  GatherItem item;
+  item.dtype = st.dtype();
+  item.global_shape = st.global_shape();
+  item.target = target;
+  item.zero_fill = true;
+  item.sharded = &st;
+  for (const LocalShard& shard : st.local_shards()) {
+    if (shard.tensor.numel() > 0) item.sends.push_back(shard.tensor);
+  }
+  return item;
+}
+
+absl::Status ExchangeShardBoxes(Communicator& comm, absl::string_view op,
+                                absl::Span<GatherItem* const> items, StandaloneBoxCheck* standalone,
+                                CollectiveStats* stats) {
+  // Per ShardedTensor item: with `standalone` [dtype, ndim, device code, global shape...],
+  // then [number of local shards, per shard its offsets..., sizes...] (a 0-dim shard has
+  // neither and holds one element).
+  std::vector<int64_t> message;
+  for (const GatherItem* item : items) {
+    if (item->sharded == nullptr) continue;
+    const ShardedTensor& st = *item->sharded;
+    if (standalone != nullptr) {
+      message.push_back(static_cast<int64_t>(st.dtype()));
+      message.push_back(static_cast<int64_t>(st.global_shape().size()));
+      message.push_back(standalone->device_code);
+      message.insert(message.end(), st.global_shape().begin(), st.global_shape().end());
+    }
+    message.push_back(static_cast<int64_t>(st.local_shards().size()));
+    for (const LocalShard& s : st.local_shards()) {
+      message.insert(message.end(), s.metadata.offsets.begin(), s.metadata.offsets.end());
+      message.insert(message.end(), s.metadata.sizes.begin(), s.metadata.sizes.end());
+    }
+  }
+  std::string bytes(message.size() * sizeof(int64_t), '\0');
+  if (!message.empty()) std::memcpy(bytes.data(), message.data(), bytes.size());
+  if (stats != nullptr) ++stats->collectives;
+  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all, comm.AllGatherBytes(bytes));
+
+  const auto size = static_cast<size_t>(comm.size());
+  for (GatherItem* item : items) {
+    if (item->sharded == nullptr) continue;
+    item->rank_pieces.assign(size, {});
+    item->rank_bytes.assign(size, 0);
+  }
+  if (standalone != nullptr) standalone->rank_device_codes.assign(size, 0);
+  for (int q = 0; q < comm.size(); ++q) {
+    Int64Reader reader(all[q]);
+    for (GatherItem* item : items) {
+      if (item->sharded == nullptr) continue;
+      SDRT_RETURN_IF_ERROR(ReadBoxes(op, q, reader, *item, standalone, comm.rank()));
+    }
+    if (!reader.AtEnd()) return Malformed(op, q);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<size_t, size_t>> BucketItems(absl::Span<const GatherItem> items,
+                                                   int64_t bucket_bytes) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t begin = 0; begin < items.size();) {
+    size_t end = begin;
+    int64_t bytes = 0;
+    while (end < items.size()) {
+      const int64_t item_bytes = GatheredBytes(items.subspan(end, 1));
+      if (end > begin && bytes + item_bytes > bucket_bytes) break;
+      bytes += item_bytes;
+      ++end;
+    }
+    ranges.emplace_back(begin, end);
+    begin = end;
+  }
+  return ranges;
+}
+
+int64_t GatheredBytes(absl::Span<const GatherItem> items) {
+  int64_t bytes = 0;
+  for (const GatherItem& item : items) {
+    for (int64_t b : item.rank_bytes) bytes += AlignUp(b);
+  }
+  return bytes;
+}
+
+absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> bucket, Device device,
+                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats) {
+  const int size = comm.size();
+  const int me = comm.rank();
+  // Rank q's segment holds its pieces of the bucket's items in item order, each item's
+  // part starting at a 16-byte aligned offset.
+  std::vector<std::vector<int64_t>> offset(bucket.size(), std::vector<int64_t>(size));
+  std::vector<int64_t> counts(static_cast<size_t>(size), 0);
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    for (int q = 0; q < size; ++q) {
+      offset[i][q] = counts[q];
+      counts[q] += AlignUp(bucket[i]->rank_bytes[q]);
+    }
+  }
+  std::vector<int64_t> rank_base(static_cast<size_t>(size), 0);
+  int64_t total = 0;
+  for (int q = 0; q < size; ++q) {
+    rank_base[q] = total;
+    total += counts[q];
+  }
+  SDRT_ASSIGN_OR_RETURN(Tensor send, Tensor::Empty({counts[me]}, DType::kUInt8, device));
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    int64_t at = offset[i][me];
+    for (const Tensor& t : bucket[i]->sends) {
+      SDRT_ASSIGN_OR_RETURN(Tensor dst, ByteView(send, at, bucket[i]->dtype, t.shape()));
+      SDRT_RETURN_IF_ERROR(dst.CopyFrom(t));
+      at += dst.nbytes();
+    }
+  }
+  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, DType::kUInt8, device));
+  if (stats != nullptr) {
+    ++stats->collectives;
+    ++stats->data_collectives;
+    ++stats->buckets;
+    stats->bytes += total;
+  }
+  SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, send, counts));
+  if (!keep) return absl::OkStatus();
+
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    const GatherItem& item = *bucket[i];
+    Tensor full;
+    if (item.zero_fill) {
+      SDRT_ASSIGN_OR_RETURN(full, Tensor::Zeros(item.global_shape, item.dtype, item.target));
+    } else {
+      SDRT_ASSIGN_OR_RETURN(full, Tensor::Empty(item.global_shape, item.dtype, item.target));
+    }
+    const IntVector origin(item.global_shape.size(), 0);
+    for (int q = 0; q < size; ++q) {
+      int64_t at = rank_base[q] + offset[i][q];
+      for (const GatherPiece& piece : item.rank_pieces[q]) {
+        SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(gathered, at, item.dtype, piece.shape));
+        SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, view, piece.runs, /*to_local=*/false));
+        at += view.nbytes();
+      }
+    }
+    fulls[i] = std::move(full);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

@@ -1,0 +1,217 @@
+// Single-process tests of AgreeAcrossRanks (core/distributed/agreement.h): one rank over the
+// loopback communicator, and rank 0 of up to six ranks whose peers' bytes are scripted
+// (made with the private message codec, or broken on purpose), so that the verdict's order
+// (local errors, then options, then skeletons), its wording, the payload and the refusal of
+// malformed bytes are checked without MPI. The multi-rank behaviour is in
+// agreement_mpi_test.cc.
+#include "sdrt/core/distributed/agreement.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/tests/support/loopback_communicator.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Rank 0 of `size` ranks: the k-th AllGatherBytes returns this rank's bytes followed by
+// replies[k] (the other ranks' bytes), or `failure` when it is not OK.
+class ScriptedPeers final : public Communicator {
+ public:
+  ScriptedPeers(int size, std::vector<std::vector<std::string>> replies)
+      : Communicator(0, size), replies_(std::move(replies)) {}
+  absl::string_view backend() const override { return "scripted"; }
+  Device device() const override { return Device::CPU(); }
+  int calls() const { return calls_; }
+  absl::Status failure = absl::OkStatus();
+
+ protected:
+  absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override {
+    if (!failure.ok()) return failure;
+    std::vector<std::string> all = {mine};
+    const std::vector<std::string>& peers = replies_.at(static_cast<size_t>(calls_++));
+    all.insert(all.end(), peers.begin(), peers.end());
+    return all;
+  }
+  absl::Status DoAllGather(void*, const void*, int64_t) override { return Unused(); }
+  absl::Status DoAllGatherV(void*, const void*, absl::Span<const int64_t>) override {
+    return Unused();
+  }
+  absl::Status DoBroadcast(absl::Span<const Tensor>, int) override { return Unused(); }
+  absl::Status DoAllReduce(Tensor&, ReduceOp) override { return Unused(); }
+  absl::Status DoBroadcastBytes(std::string*, int) override { return Unused(); }
+  absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int, int) override { return Unused(); }
+  absl::Status DoBarrier() override { return Unused(); }
+
+ private:
+  static absl::Status Unused() { return absl::UnimplementedError("not used by the agreement"); }
+  std::vector<std::vector<std::string>> replies_;
+  int calls_ = 0;
+};
+
+const AgreementSkeleton kSkeleton = {{"a", "Tensor float32[2]"},
+                                     {"b.w", "DTensor bfloat16[8, 4] [S(0)] on mesh (2)"}};
+
+// A peer's message: `skeleton`, `options`, an error unless `error` is OK, a payload.
+std::string Peer(const absl::Status& error = absl::OkStatus(), const std::string& options = "o",
+                 const AgreementSkeleton& skeleton = kSkeleton, const std::string& payload = "") {
+  internal::AgreementMessage m;
+  m.skeleton_hash = internal::HashEncodedSkeleton(internal::EncodeSkeleton(skeleton));
+  m.code = error.code();
+  m.error = std::string(error.message());
+  m.options = options;
+  m.payload = payload;
+  return internal::EncodeAgreementMessage(m);
+}
+
+TEST(AgreeAcrossRanks, OneRankAgreesWithItselfAndCarriesThePayload) {
+  test::Loopback comm(Device::CPU(), 0, 1, "mpi");
+  CollectiveStats stats;
+  AgreementPayload payload{"root skeleton", {}};
+  EXPECT_TRUE(
+      AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus(), &stats, &payload).ok());
+  EXPECT_EQ(payload.all, std::vector<std::string>{"root skeleton"});
+  EXPECT_EQ(stats.collectives, 1);
+  EXPECT_EQ(stats.data_collectives, 0);
+}
+
+TEST(AgreeAcrossRanks, OneRankReturnsItsOwnErrorPrefixed) {
+  test::Loopback comm(Device::CPU(), 0, 1, "mpi");
+  const absl::Status s =
+      AgreeAcrossRanks(comm, "Op", "", {}, absl::NotFoundError("no file 'x'"), nullptr, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "Op: rank 0: no file 'x'");
+  // Without an op there is no prefix (the command line prints its own).
+  const absl::Status bare = AgreeAcrossRanks(comm, "", "", {}, absl::NotFoundError("no file"));
+  EXPECT_EQ(bare.message(), "rank 0: no file");
+}
+
+TEST(AgreeAcrossRanks, RanksWithTheSameErrorAreListedTogether) {
+  const absl::Status full = absl::ResourceExhaustedError("disk full");
+  ScriptedPeers comm(4, {{Peer(full), Peer(full), Peer(full)}});
+  const absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "Op: ranks 1-3: disk full");
+
+  ScriptedPeers mixed(4, {{Peer(absl::InvalidArgumentError("b")), Peer(full),
+                           Peer(absl::InvalidArgumentError("b"))}});
+  const absl::Status m = AgreeAcrossRanks(mixed, "Op", "o", kSkeleton, full);
+  EXPECT_EQ(m.code(), absl::StatusCode::kResourceExhausted) << "the lowest failing rank's code";
+  EXPECT_EQ(m.message(), "Op: ranks 0, 2: disk full; ranks 1, 3: b");
+}
+
+TEST(AgreeAcrossRanks, AtMostFourErrorsAreListed) {
+  std::vector<std::string> peers;
+  for (int q = 1; q < 6; ++q) peers.push_back(Peer(absl::InternalError(absl::StrCat("e", q))));
+  ScriptedPeers comm(6, {peers});
+  const absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(),
+            "Op: rank 1: e1; rank 2: e2; rank 3: e3; rank 4: e4; and 1 more ranks failed");
+}
+
+TEST(AgreeAcrossRanks, LocalErrorsComeBeforeOptionsAndOptionsBeforeSkeletons) {
+  const AgreementSkeleton other = {{"a", "Tensor float64[2]"}};
+  // An error, other options and another skeleton: the error wins.
+  ScriptedPeers comm(3, {{Peer(absl::OkStatus(), "x", other), Peer(absl::AbortedError("gone"))}});
+  absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(s.message(), "Op: rank 2: gone");
+  // Other options and another skeleton: the options win, naming the lowest such rank.
+  ScriptedPeers options(3, {{Peer(absl::OkStatus(), "o", other), Peer(absl::OkStatus(), "x")}});
+  s = AgreeAcrossRanks(options, "Op", "root 0, bucket_bytes 2", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "Op: ranks disagree on the options: rank 0 has root 0, bucket_bytes 2, rank 1 has o");
+  EXPECT_EQ(options.calls(), 1) << "no second exchange for options";
+}
+
+TEST(AgreeAcrossRanks, ADifferentSkeletonIsNamedByItsFirstDifferingLeaf) {
+  const AgreementSkeleton other = {{"a", "Tensor float32[2]"},
+                                   {"b.w", "DTensor float32[8, 4] [S(0)] on mesh (2)"}};
+  // The second exchange carries the skeletons of rank 0 and of the first differing rank.
+  ScriptedPeers comm(
+      3, {{Peer(), Peer(absl::OkStatus(), "o", other)}, {"", internal::EncodeSkeleton(other)}});
+  CollectiveStats stats;
+  absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus(), &stats);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "Op: ranks disagree at 'b.w': rank 0 has DTensor bfloat16[8, 4] [S(0)] on mesh (2), "
+            "rank 2 has DTensor float32[8, 4] [S(0)] on mesh (2)");
+  EXPECT_EQ(stats.collectives, 2);
+
+  const AgreementSkeleton shorter = {{"a", "Tensor float32[2]"}};
+  ScriptedPeers keys(2,
+                     {{Peer(absl::OkStatus(), "o", shorter)}, {internal::EncodeSkeleton(shorter)}});
+  s = AgreeAcrossRanks(keys, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "Op: ranks disagree on the keys: leaf 1 is 'b.w' (DTensor bfloat16[8, 4] [S(0)] on "
+            "mesh (2)) on rank 0 but missing on rank 1");
+}
+
+TEST(AgreeAcrossRanks, EveryRanksPayloadComesBackInRankOrder) {
+  ScriptedPeers comm(3, {{Peer(absl::OkStatus(), "o", kSkeleton, "one"),
+                          Peer(absl::OkStatus(), "o", kSkeleton, std::string("t\0o", 3))}});
+  AgreementPayload payload{"zero", {}};
+  ASSERT_TRUE(
+      AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus(), nullptr, &payload).ok());
+  EXPECT_EQ(payload.all, (std::vector<std::string>{"zero", "one", std::string("t\0o", 3)}));
+}
+
+void ExpectMalformed(const std::string& peer_bytes, const std::string& what) {
+  ScriptedPeers comm(2, {{peer_bytes}});
+  const absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+  EXPECT_EQ(s.message(), "Op: rank 1 sent a malformed agreement message") << what;
+}
+
+TEST(AgreeAcrossRanks, MalformedPeerBytesAreInvalidArgumentNeverACrash) {
+  const std::string good = Peer(absl::InternalError("boom"), "options", kSkeleton, "payload");
+  for (size_t n = 0; n < good.size(); ++n) {
+    ExpectMalformed(good.substr(0, n), absl::StrCat("the first ", n, " bytes"));
+  }
+  ExpectMalformed(good + "x", "a trailing byte");
+  std::string bad_code = good;
+  bad_code[8] = 99;  // the status code
+  ExpectMalformed(bad_code, "status code 99");
+  std::string huge = good;
+  for (int i = 0; i < 8; ++i) huge[16 + i] = '\xff';  // the error's length
+  ExpectMalformed(huge, "a length past the end");
+  // A malformed skeleton in the second exchange.
+  ScriptedPeers comm(2, {{Peer(absl::OkStatus(), "o", {})}, {"\x01"}});
+  const absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "Op: rank 1 sent a malformed agreement skeleton");
+}
+
+TEST(AgreeAcrossRanks, ACommunicatorFailureIsReturnedAsItIs) {
+  ScriptedPeers comm(2, {});
+  comm.failure = absl::UnavailableError("all_gather_bytes (mpi): connection lost");
+  const absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
+  EXPECT_EQ(s, comm.failure);
+}
+
+TEST(AgreementCodec, SkeletonsRoundTripAndTheirHashesDiffer) {
+  const std::string encoded = internal::EncodeSkeleton(kSkeleton);
+  const std::optional<AgreementSkeleton> decoded = internal::DecodeSkeleton(encoded);
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(*decoded, kSkeleton);
+  EXPECT_FALSE(internal::DecodeSkeleton(encoded + "x").has_value());
+  EXPECT_FALSE(internal::DecodeSkeleton(encoded.substr(0, encoded.size() - 1)).has_value());
+  // The same strings split differently hash differently (lengths are part of the bytes).
+  const AgreementSkeleton moved = {{"ab", "c"}}, moved_back = {{"a", "bc"}};
+  EXPECT_NE(internal::HashEncodedSkeleton(internal::EncodeSkeleton(moved)),
+            internal::HashEncodedSkeleton(internal::EncodeSkeleton(moved_back)));
+}
+
+}  // namespace
+}  // namespace sdrt

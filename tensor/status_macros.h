@@ -1,5 +1,21 @@
-// Status plumbing for core/ sources: declare-and-assign from a StatusOr or return its
-// error, and return a non-OK Status. Not public API.
+// Status plumbing: public, for every sdrt layer (tensor/, cuda/, comm/, core/, tools/) and
+// for code built on sdrt. They live in tensor/, the bottom layer, so that every layer may
+// include them.
+//
+// SDRT_ASSIGN_OR_RETURN(lhs, expr): evaluates `expr`, an absl::StatusOr<T>; if it holds an
+// error, returns that status (unchanged) from the enclosing function; else moves the value
+// into `lhs`. `lhs` either declares a variable or names an existing one:
+//   SDRT_ASSIGN_OR_RETURN(auto t, Tensor::Empty(shape, dtype));         // declares t
+//   SDRT_ASSIGN_OR_RETURN(const Tensor t, Tensor::Empty(shape, dtype)); // declares const t
+//   SDRT_ASSIGN_OR_RETURN(t, Tensor::Empty(shape, dtype));              // assigns to t
+// It expands to several statements, so it cannot be the body of an unbraced `if`/`for`;
+// its temporary is named after __LINE__, so never write two on one line. `lhs` must not
+// contain a top-level comma (a type such as std::pair<A, B> needs an alias or `auto`).
+//
+// SDRT_RETURN_IF_ERROR(expr): evaluates `expr`, an absl::Status; if it is not OK, returns
+// it (unchanged) from the enclosing function.
+//
+// The enclosing function (or lambda) must return absl::Status or an absl::StatusOr<U>.
 #ifndef SDRT_TENSOR_STATUS_MACROS_H_
 #define SDRT_TENSOR_STATUS_MACROS_H_
 

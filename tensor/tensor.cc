@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "sdrt/tensor/backend/device_backend.h"
 #include "sdrt/tensor/backend/strided_copy.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
@@ -75,10 +76,9 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Device device, Int
 }
 
 absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) {
-  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
-  if (!numel.ok()) return numel.status();
+  SDRT_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape));
   int64_t nbytes = 0;
-  if (__builtin_mul_overflow(*numel, ElementSize(dtype), &nbytes)) {
+  if (__builtin_mul_overflow(numel, ElementSize(dtype), &nbytes)) {
     return absl::InvalidArgumentError(absl::StrCat("Empty: ", ShapeToString(shape), " of ",
                                                    DTypeName(dtype), " overflows int64 bytes"));
   }
@@ -87,17 +87,12 @@ absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) 
     case DeviceType::kMeta:
       break;
     case DeviceType::kCPU: {
-      absl::StatusOr<std::shared_ptr<Storage>> s = Storage::AllocateCpu(nbytes);
-      if (!s.ok()) return s.status();
-      storage = *std::move(s);
+      SDRT_ASSIGN_OR_RETURN(storage, Storage::AllocateCpu(nbytes));
       break;
     }
     case DeviceType::kCUDA: {
-      absl::StatusOr<DeviceBackend*> backend = GetDeviceBackend(DeviceType::kCUDA);
-      if (!backend.ok()) return backend.status();
-      absl::StatusOr<std::shared_ptr<Storage>> s = (*backend)->Allocate(nbytes, device);
-      if (!s.ok()) return s.status();
-      storage = *std::move(s);
+      SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(DeviceType::kCUDA));
+      SDRT_ASSIGN_OR_RETURN(storage, backend->Allocate(nbytes, device));
       break;
     }
   }
@@ -106,11 +101,12 @@ absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) 
 }
 
 absl::StatusOr<Tensor> Tensor::Zeros(IntSpan shape, DType dtype, Device device) {
-  absl::StatusOr<Tensor> host = Empty(shape, dtype, device.is_meta() ? device : Device::CPU());
-  if (!host.ok() || device.is_meta()) return host;
-  if (host->nbytes() > 0) std::memset(host->data_ptr(), 0, static_cast<size_t>(host->nbytes()));
+  SDRT_ASSIGN_OR_RETURN(Tensor host,
+                        Empty(shape, dtype, device.is_meta() ? device : Device::CPU()));
+  if (device.is_meta()) return host;
+  if (host.nbytes() > 0) std::memset(host.data_ptr(), 0, static_cast<size_t>(host.nbytes()));
   if (device.is_cpu()) return host;
-  return host->To(device);
+  return host.To(device);
 }
 
 absl::StatusOr<Tensor> Tensor::Meta(IntSpan shape, DType dtype) {
@@ -131,8 +127,7 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
                                                    " and strides ", ShapeToString(strides),
                                                    " differ in length"));
   }
-  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
-  if (!numel.ok()) return numel.status();
+  SDRT_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape));
   if (storage_offset < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("FromStorage: negative storage offset ", storage_offset));
@@ -144,7 +139,7 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
       return absl::InvalidArgumentError(
           absl::StrCat("FromStorage: dim ", i, " has negative stride ", strides[i]));
     }
-    if (*numel > 0) {
+    if (numel > 0) {
       int64_t reach = 0;
       if (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
           __builtin_add_overflow(last, reach, &last)) {
@@ -154,11 +149,11 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
   }
   const int64_t elem = ElementSize(dtype);
   int64_t nbytes = 0;
-  if (__builtin_mul_overflow(*numel, elem, &nbytes)) {
+  if (__builtin_mul_overflow(numel, elem, &nbytes)) {
     return absl::OutOfRangeError(absl::StrCat("FromStorage: ", ShapeToString(shape), " of ",
                                               DTypeName(dtype), " overflows int64 bytes"));
   }
-  if (*numel > 0 && (last + 1) > storage->nbytes() / elem) {
+  if (numel > 0 && (last + 1) > storage->nbytes() / elem) {
     return absl::OutOfRangeError(
         absl::StrCat("FromStorage: ", ShapeToString(shape), " strides ", ShapeToString(strides),
                      " offset ", storage_offset, " of ", DTypeName(dtype), " needs ",
@@ -208,10 +203,9 @@ absl::StatusOr<Tensor> Tensor::Contiguous() const {
 
 absl::StatusOr<Tensor> Tensor::Clone() const {
   if (!defined_) return absl::FailedPreconditionError("Clone: undefined tensor");
-  absl::StatusOr<Tensor> out = Empty(shape_, dtype_, device_);
-  if (!out.ok() || is_meta()) return out;
-  absl::Status copied = out->CopyFrom(*this);
-  if (!copied.ok()) return copied;
+  SDRT_ASSIGN_OR_RETURN(Tensor out, Empty(shape_, dtype_, device_));
+  if (is_meta()) return out;
+  SDRT_RETURN_IF_ERROR(out.CopyFrom(*this));
   return out;
 }
 
@@ -222,10 +216,9 @@ absl::StatusOr<Tensor> Tensor::To(Device device, bool non_blocking, StreamHandle
     return absl::FailedPreconditionError(absl::StrCat("To(", device.ToString(), "): ", ToString(),
                                                       " is a meta tensor and has no data"));
   }
-  absl::StatusOr<Tensor> out = Empty(shape_, dtype_, device);
-  if (!out.ok() || device.is_meta()) return out;
-  absl::Status copied = out->CopyFrom(*this, non_blocking, stream);
-  if (!copied.ok()) return copied;
+  SDRT_ASSIGN_OR_RETURN(Tensor out, Empty(shape_, dtype_, device));
+  if (device.is_meta()) return out;
+  SDRT_RETURN_IF_ERROR(out.CopyFrom(*this, non_blocking, stream));
   return out;
 }
 
@@ -244,40 +237,36 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
                                                       " (meta has no data)"));
   }
   if (numel_ == 0) return absl::OkStatus();
-  absl::Status overlap = CheckCopyOverlap(*this, src);
-  if (!overlap.ok() || (storage_ == src.storage_ && storage_offset_ == src.storage_offset_ &&
-                        strides_ == src.strides_)) {
-    return overlap;  // an error, or a copy of a tensor onto itself: nothing to do
+  SDRT_RETURN_IF_ERROR(CheckCopyOverlap(*this, src));
+  if (storage_ == src.storage_ && storage_offset_ == src.storage_offset_ &&
+      strides_ == src.strides_) {
+    return absl::OkStatus();  // a copy of a tensor onto itself: nothing to do
   }
   if (device_.is_cpu() && src.device_.is_cpu()) {
     return StridedCopyHost(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
                            src.strides_);
   }
-  absl::StatusOr<DeviceBackend*> backend = GetDeviceBackend(DeviceType::kCUDA);
-  if (!backend.ok()) return backend.status();
+  SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(DeviceType::kCUDA));
   if (device_ == src.device_) {
-    return (*backend)->StridedCopy(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
-                                   src.strides_, device_, stream, non_blocking);
+    return backend->StridedCopy(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
+                                src.strides_, device_, stream, non_blocking);
   }
   // Across devices the bytes move with one contiguous memcpy; a strided side is staged
   // through a contiguous temporary on its own device, synchronously so the temporary
   // outlives the copy.
   if (is_contiguous() && src.is_contiguous()) {
-    return (*backend)->Memcpy(data_ptr(), device_, src.data_ptr(), src.device_, nbytes(), stream,
-                              non_blocking);
+    return backend->Memcpy(data_ptr(), device_, src.data_ptr(), src.device_, nbytes(), stream,
+                           non_blocking);
   }
-  absl::StatusOr<Tensor> packed = src.Contiguous();
-  if (!packed.ok()) return packed.status();
+  SDRT_ASSIGN_OR_RETURN(Tensor packed, src.Contiguous());
   if (is_contiguous()) {
-    return (*backend)->Memcpy(data_ptr(), device_, packed->data_ptr(), src.device_, nbytes(),
-                              stream, /*non_blocking=*/false);
+    return backend->Memcpy(data_ptr(), device_, packed.data_ptr(), src.device_, nbytes(), stream,
+                           /*non_blocking=*/false);
   }
-  absl::StatusOr<Tensor> landing = Empty(shape_, dtype_, device_);
-  if (!landing.ok()) return landing.status();
-  absl::Status moved = (*backend)->Memcpy(landing->data_ptr(), device_, packed->data_ptr(),
-                                          src.device_, nbytes(), stream, /*non_blocking=*/false);
-  if (!moved.ok()) return moved;
-  return CopyFrom(*landing, /*non_blocking=*/false, stream);
+  SDRT_ASSIGN_OR_RETURN(Tensor landing, Empty(shape_, dtype_, device_));
+  SDRT_RETURN_IF_ERROR(backend->Memcpy(landing.data_ptr(), device_, packed.data_ptr(), src.device_,
+                                       nbytes(), stream, /*non_blocking=*/false));
+  return CopyFrom(landing, /*non_blocking=*/false, stream);
 }
 
 }  // namespace sdrt

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
@@ -97,28 +98,25 @@ absl::StatusOr<Tensor> Tensor::WithGeometry(IntVector shape, IntVector strides,
 }
 
 absl::StatusOr<Tensor> Tensor::Narrow(int dim, int64_t start, int64_t length) const {
-  absl::StatusOr<int> d = WrapDim(dim, "Narrow");
-  if (!d.ok()) return d.status();
-  const int64_t size = shape_[*d];
+  SDRT_ASSIGN_OR_RETURN(int d, WrapDim(dim, "Narrow"));
+  const int64_t size = shape_[d];
   if (start < 0) start += size;
   // `length > size - start` rather than `start + length > size`: no overflow.
   if (start < 0 || start > size || length < 0 || length > size - start) {
     return absl::InvalidArgumentError(absl::StrCat("Narrow: start ", start, " length ", length,
-                                                   " out of range for dim ", *d, " of size ",
-                                                   size));
+                                                   " out of range for dim ", d, " of size ", size));
   }
   IntVector shape = shape_;
-  shape[*d] = length;
-  return WithGeometry(std::move(shape), strides_, storage_offset_ + start * strides_[*d]);
+  shape[d] = length;
+  return WithGeometry(std::move(shape), strides_, storage_offset_ + start * strides_[d]);
 }
 
 absl::StatusOr<Tensor> Tensor::Slice(int dim, int64_t start, int64_t end, int64_t step) const {
-  absl::StatusOr<int> d = WrapDim(dim, "Slice");
-  if (!d.ok()) return d.status();
+  SDRT_ASSIGN_OR_RETURN(int d, WrapDim(dim, "Slice"));
   if (step <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Slice: step ", step, " must be positive"));
   }
-  const int64_t size = shape_[*d];
+  const int64_t size = shape_[d];
   auto clamp = [size](int64_t i) {
     if (i < 0) i += size;
     return i < 0 ? 0 : (i > size ? size : i);
@@ -128,46 +126,43 @@ absl::StatusOr<Tensor> Tensor::Slice(int dim, int64_t start, int64_t end, int64_
   const int64_t length = end > start ? (end - start + step - 1) / step : 0;
   IntVector shape = shape_;
   IntVector strides = strides_;
-  shape[*d] = length;
-  strides[*d] *= step;
-  return WithGeometry(std::move(shape), std::move(strides), storage_offset_ + start * strides_[*d]);
+  shape[d] = length;
+  strides[d] *= step;
+  return WithGeometry(std::move(shape), std::move(strides), storage_offset_ + start * strides_[d]);
 }
 
 absl::StatusOr<Tensor> Tensor::Select(int dim, int64_t index) const {
-  absl::StatusOr<int> d = WrapDim(dim, "Select");
-  if (!d.ok()) return d.status();
-  const int64_t size = shape_[*d];
+  SDRT_ASSIGN_OR_RETURN(int d, WrapDim(dim, "Select"));
+  const int64_t size = shape_[d];
   if (index < -size || index >= size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Select: index ", index, " out of range for dim ", *d, " of size ", size));
+        absl::StrCat("Select: index ", index, " out of range for dim ", d, " of size ", size));
   }
   if (index < 0) index += size;
   IntVector shape = shape_;
   IntVector strides = strides_;
-  shape.erase(shape.begin() + *d);
-  strides.erase(strides.begin() + *d);
-  return WithGeometry(std::move(shape), std::move(strides), storage_offset_ + index * strides_[*d]);
+  shape.erase(shape.begin() + d);
+  strides.erase(strides.begin() + d);
+  return WithGeometry(std::move(shape), std::move(strides), storage_offset_ + index * strides_[d]);
 }
 
 absl::StatusOr<Tensor> Tensor::View(IntSpan shape) const {
   if (!defined_) return absl::FailedPreconditionError("View: undefined tensor");
-  absl::StatusOr<IntVector> inferred = InferShape(shape, numel_, "View");
-  if (!inferred.ok()) return inferred.status();
-  std::optional<IntVector> strides = ViewStrides(shape_, strides_, *inferred, numel_);
+  SDRT_ASSIGN_OR_RETURN(IntVector inferred, InferShape(shape, numel_, "View"));
+  std::optional<IntVector> strides = ViewStrides(shape_, strides_, inferred, numel_);
   if (!strides.has_value()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("View: ", ToString(), " cannot be viewed as ", ShapeToString(*inferred),
+        absl::StrCat("View: ", ToString(), " cannot be viewed as ", ShapeToString(inferred),
                      " without a copy (its strides span several chunks); use Reshape"));
   }
-  return WithGeometry(*std::move(inferred), *std::move(strides), storage_offset_);
+  return WithGeometry(std::move(inferred), *std::move(strides), storage_offset_);
 }
 
 absl::StatusOr<Tensor> Tensor::Reshape(IntSpan shape) const {
   absl::StatusOr<Tensor> view = View(shape);
   if (view.ok() || view.status().code() != absl::StatusCode::kFailedPrecondition) return view;
-  absl::StatusOr<Tensor> packed = Contiguous();
-  if (!packed.ok()) return packed.status();
-  return packed->View(shape);
+  SDRT_ASSIGN_OR_RETURN(Tensor packed, Contiguous());
+  return packed.View(shape);
 }
 
 absl::StatusOr<Tensor> Tensor::Flatten(int start_dim, int end_dim) const {
@@ -179,19 +174,17 @@ absl::StatusOr<Tensor> Tensor::Flatten(int start_dim, int end_dim) const {
     }
     return Reshape(IntVector{1});
   }
-  absl::StatusOr<int> start = WrapDim(start_dim, "Flatten");
-  if (!start.ok()) return start.status();
-  absl::StatusOr<int> end = WrapDim(end_dim, "Flatten");
-  if (!end.ok()) return end.status();
-  if (*start > *end) {
+  SDRT_ASSIGN_OR_RETURN(int start, WrapDim(start_dim, "Flatten"));
+  SDRT_ASSIGN_OR_RETURN(int end, WrapDim(end_dim, "Flatten"));
+  if (start > end) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Flatten: start_dim ", *start, " is after end_dim ", *end));
+        absl::StrCat("Flatten: start_dim ", start, " is after end_dim ", end));
   }
-  IntVector shape(shape_.begin(), shape_.begin() + *start);
+  IntVector shape(shape_.begin(), shape_.begin() + start);
   int64_t merged = 1;
-  for (int i = *start; i <= *end; ++i) merged *= shape_[i];
+  for (int i = start; i <= end; ++i) merged *= shape_[i];
   shape.push_back(merged);
-  shape.insert(shape.end(), shape_.begin() + *end + 1, shape_.end());
+  shape.insert(shape.end(), shape_.begin() + end + 1, shape_.end());
   return Reshape(shape);
 }
 

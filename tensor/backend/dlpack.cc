@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -67,16 +68,14 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
       return absl::InvalidArgumentError(
           absl::StrCat("FromDLPack: unsupported DLPack device type ", dl.device.device_type));
   }
-  absl::StatusOr<DType> dtype = DTypeFromDLPack(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes);
-  if (!dtype.ok()) return dtype.status();
+  SDRT_ASSIGN_OR_RETURN(DType dtype, DTypeFromDLPack(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes));
   if (dl.ndim < 0 || (dl.ndim > 0 && dl.shape == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat("FromDLPack: bad ndim ", dl.ndim));
   }
   const IntVector shape(dl.shape, dl.shape + dl.ndim);
   const IntVector strides = dl.strides != nullptr ? IntVector(dl.strides, dl.strides + dl.ndim)
                                                   : ContiguousStrides(shape);
-  absl::StatusOr<int64_t> numel = CheckedNumel(shape);
-  if (!numel.ok()) return numel.status();
+  SDRT_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape));
   // Bytes reachable from the first element: the storage this tensor borrows. Computed
   // with overflow checks before taking ownership, so every error leaves `managed` with
   // the caller.
@@ -87,23 +86,23 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
           absl::StrCat("FromDLPack: negative stride ", strides[i], " at dim ", i));
     }
     int64_t reach = 0;
-    if (*numel > 0 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
-                       __builtin_add_overflow(last, reach, &last))) {
+    if (numel > 0 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                      __builtin_add_overflow(last, reach, &last))) {
       return absl::InvalidArgumentError(absl::StrCat("FromDLPack: shape ", ShapeToString(shape),
                                                      " with strides ", ShapeToString(strides),
                                                      " overflows int64"));
     }
   }
-  const int64_t elem = ElementSize(*dtype);
+  const int64_t elem = ElementSize(dtype);
   int64_t nbytes = 0;
-  if (*numel > 0 && __builtin_mul_overflow(last + 1, elem, &nbytes)) {
+  if (numel > 0 && __builtin_mul_overflow(last + 1, elem, &nbytes)) {
     return absl::InvalidArgumentError("FromDLPack: byte extent overflows int64");
   }
   char* data = static_cast<char*>(dl.data) + dl.byte_offset;
   std::shared_ptr<Storage> storage = Storage::Borrow(data, nbytes, device, [managed](void*) {
     if (managed->deleter != nullptr) managed->deleter(managed);
   });
-  return Tensor::FromStorage(std::move(storage), *dtype, shape, strides, 0);
+  return Tensor::FromStorage(std::move(storage), dtype, shape, strides, 0);
 }
 
 }  // namespace sdrt

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/tensor/backend/index_math.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace internal {
@@ -141,27 +142,27 @@ void RunCopyPlan(const CopyPlan& plan, char* dst, const char* src) {
 absl::Status StridedCopyHost(void* dst, const void* src, int64_t elem_size,
                              absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                              absl::Span<const int64_t> src_strides) {
-  absl::StatusOr<CopyPlan> plan = internal::PrepareStridedCopy(
-      "StridedCopyHost", dst, src, elem_size, sizes, dst_strides, src_strides);
-  if (!plan.ok()) return plan.status();
-  if (plan->numel == 0) return absl::OkStatus();
+  SDRT_ASSIGN_OR_RETURN(CopyPlan plan,
+                        internal::PrepareStridedCopy("StridedCopyHost", dst, src, elem_size, sizes,
+                                                     dst_strides, src_strides));
+  if (plan.numel == 0) return absl::OkStatus();
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
-  switch (plan->width) {
+  switch (plan.width) {
     case 1:
-      RunCopyPlan<1>(*plan, d, s);
+      RunCopyPlan<1>(plan, d, s);
       break;
     case 2:
-      RunCopyPlan<2>(*plan, d, s);
+      RunCopyPlan<2>(plan, d, s);
       break;
     case 4:
-      RunCopyPlan<4>(*plan, d, s);
+      RunCopyPlan<4>(plan, d, s);
       break;
     case 8:
-      RunCopyPlan<8>(*plan, d, s);
+      RunCopyPlan<8>(plan, d, s);
       break;
     default:
-      RunCopyPlan<16>(*plan, d, s);
+      RunCopyPlan<16>(plan, d, s);
       break;
   }
   return absl::OkStatus();

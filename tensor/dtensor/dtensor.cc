@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
@@ -28,8 +29,7 @@ absl::StatusOr<DTensor> DTensor::Make(Tensor local, std::shared_ptr<const Device
                                                    " has a different rank than global shape ",
                                                    ShapeToString(global_shape)));
   }
-  absl::StatusOr<int64_t> numel = CheckedNumel(global_shape);
-  if (!numel.ok()) return numel.status();
+  SDRT_RETURN_IF_ERROR(CheckedNumel(global_shape).status());
   if (global_stride.empty()) global_stride = ContiguousStrides(global_shape);
   if (static_cast<int>(global_stride.size()) != ndim) {
     return absl::InvalidArgumentError(absl::StrCat("DTensor: global stride ",

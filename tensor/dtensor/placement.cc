@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -106,9 +107,8 @@ absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text) {
     if (i < body.size() && body[i] == '(') ++depth;
     if (i < body.size() && body[i] == ')') --depth;
     if (i == body.size() || (body[i] == ',' && depth == 0)) {
-      absl::StatusOr<Placement> p = ParsePlacement(body.substr(start, i - start));
-      if (!p.ok()) return p.status();
-      out.push_back(*p);
+      SDRT_ASSIGN_OR_RETURN(Placement p, ParsePlacement(body.substr(start, i - start)));
+      out.push_back(p);
       start = i + 1;
     }
   }

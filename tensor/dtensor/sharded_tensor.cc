@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
@@ -21,9 +22,7 @@ absl::StatusOr<RemoteDevice> ParseRemoteDevice(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat("cannot parse shard placement '", text,
                                                    "' (want rank:R/cpu or rank:R/cuda:D)"));
   }
-  absl::StatusOr<Device> device = ParseDevice(text.substr(slash + 1));
-  if (!device.ok()) return device.status();
-  out.device = *device;
+  SDRT_ASSIGN_OR_RETURN(out.device, ParseDevice(text.substr(slash + 1)));
   return out;
 }
 
@@ -60,8 +59,7 @@ std::string ShardMetadata::ToString() const {
 absl::StatusOr<ShardedTensor> ShardedTensor::Make(IntVector global_shape, DType dtype,
                                                   std::vector<ShardMetadata> shards_metadata,
                                                   std::vector<LocalShard> local_shards) {
-  absl::StatusOr<int64_t> numel = CheckedNumel(global_shape);
-  if (!numel.ok()) return numel.status();
+  SDRT_RETURN_IF_ERROR(CheckedNumel(global_shape).status());
   auto check = [&](const ShardMetadata& m, const std::string& what) -> absl::Status {
     if (m.offsets.size() != global_shape.size() || m.sizes.size() != global_shape.size()) {
       return absl::InvalidArgumentError(absl::StrCat("ShardedTensor: ", what, " (", m.ToString(),
@@ -77,13 +75,11 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Make(IntVector global_shape, DType 
     return absl::OkStatus();
   };
   for (size_t i = 0; i < shards_metadata.size(); ++i) {
-    absl::Status s = check(shards_metadata[i], absl::StrCat("shard ", i));
-    if (!s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(check(shards_metadata[i], absl::StrCat("shard ", i)));
   }
   for (size_t i = 0; i < local_shards.size(); ++i) {
     const LocalShard& shard = local_shards[i];
-    absl::Status s = check(shard.metadata, absl::StrCat("local shard ", i));
-    if (!s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(check(shard.metadata, absl::StrCat("local shard ", i)));
     if (!shard.tensor.defined() || shard.tensor.dtype() != dtype ||
         shard.tensor.shape() != shard.metadata.sizes) {
       return absl::InvalidArgumentError(absl::StrCat(

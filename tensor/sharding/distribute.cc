@@ -84,21 +84,20 @@ absl::StatusOr<PartialIdentity> PartialIdentityOf(const DeviceMesh& mesh,
 
 absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
                                  const std::vector<Placement>& placements, IntSpan coordinate) {
-  const absl::StatusOr<PartialIdentity> fill = PartialIdentityOf(mesh, placements, coordinate);
-  if (!fill.ok()) return fill.status();
+  SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill,
+                        PartialIdentityOf(mesh, placements, coordinate));
   if (!local.defined())
     return absl::FailedPreconditionError("FillPartialIdentity: undefined tensor");
-  if (*fill == PartialIdentity::kNone || local.numel() == 0 || local.is_meta()) {
+  if (fill == PartialIdentity::kNone || local.numel() == 0 || local.is_meta()) {
     return absl::OkStatus();
   }
   if (local.device().is_cpu() && local.is_contiguous()) {
-    FillHost(local, *fill);
+    FillHost(local, fill);
     return absl::OkStatus();
   }
-  absl::StatusOr<Tensor> host = Tensor::Empty(local.shape(), local.dtype());
-  if (!host.ok()) return host.status();
-  FillHost(*host, *fill);
-  return local.CopyFrom(*host);
+  SDRT_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(local.shape(), local.dtype()));
+  FillHost(host, fill);
+  return local.CopyFrom(host);
 }
 
 absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -23,9 +24,7 @@ std::vector<IndexRun> RunsOfList(const std::vector<int64_t>& list) {
 absl::StatusOr<Tensor> Block(const Tensor& t, IntSpan start, IntSpan length) {
   Tensor view = t;
   for (int d = 0; d < t.dim(); ++d) {
-    absl::StatusOr<Tensor> next = view.Narrow(d, start[d], length[d]);
-    if (!next.ok()) return next.status();
-    view = *std::move(next);
+    SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, start[d], length[d]));
   }
   return view;
 }
@@ -110,12 +109,9 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, co
       local_start[d] = r.local;
       length[d] = r.length;
     }
-    absl::StatusOr<Tensor> b = Block(box, box_start, length);
-    if (!b.ok()) return b.status();
-    absl::StatusOr<Tensor> l = Block(local, local_start, length);
-    if (!l.ok()) return l.status();
-    const absl::Status s = to_local ? l->CopyFrom(*b) : b->CopyFrom(*l);
-    if (!s.ok()) return s;
+    SDRT_ASSIGN_OR_RETURN(Tensor b, Block(box, box_start, length));
+    SDRT_ASSIGN_OR_RETURN(Tensor l, Block(local, local_start, length));
+    SDRT_RETURN_IF_ERROR(to_local ? l.CopyFrom(b) : b.CopyFrom(l));
     int d = ndim - 1;
     for (; d >= 0; --d) {
       if (++pick[d] < runs[d].size()) break;

@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -89,7 +90,7 @@ absl::Status CheckPlacementCount(const DeviceMesh& mesh, const std::vector<Place
 
 absl::Status ValidateArguments(IntSpan global_shape, const DeviceMesh& mesh,
                                const std::vector<Placement>& placements) {
-  if (absl::Status s = CheckPlacementCount(mesh, placements); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckPlacementCount(mesh, placements));
   for (int64_t n : global_shape) {
     if (n < 0) {
       return absl::InvalidArgumentError(
@@ -140,7 +141,7 @@ std::vector<int64_t> StridedShardIndices(int64_t n, int64_t k, int64_t split_fac
 absl::StatusOr<LocalShardInfo> ComputeLocalShapeAndGlobalOffset(
     IntSpan global_shape, const DeviceMesh& mesh, const std::vector<Placement>& placements,
     int64_t rank) {
-  if (absl::Status s = ValidateArguments(global_shape, mesh, placements); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(ValidateArguments(global_shape, mesh, placements));
   LocalShardInfo info;
   std::optional<IntVector> coord = mesh.Coordinate(rank);
   if (!coord.has_value()) {
@@ -178,7 +179,7 @@ absl::StatusOr<LocalShardInfo> ComputeLocalShapeAndGlobalOffset(
 absl::StatusOr<IntVector> ComputeLocalShape(IntSpan global_shape, const DeviceMesh& mesh,
                                             const std::vector<Placement>& placements,
                                             int64_t rank) {
-  if (absl::Status s = ValidateArguments(global_shape, mesh, placements); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(ValidateArguments(global_shape, mesh, placements));
   std::optional<IntVector> coord = mesh.Coordinate(rank);
   if (!coord.has_value()) return IntVector{0};
   IntVector local(global_shape.begin(), global_shape.end());
@@ -211,7 +212,7 @@ int64_t NumShards(const DeviceMesh& mesh, const std::vector<Placement>& placemen
 
 absl::StatusOr<std::vector<int>> MeshDimsToReplicate(const DeviceMesh& mesh,
                                                      const std::vector<Placement>& placements) {
-  if (absl::Status s = CheckPlacementCount(mesh, placements); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckPlacementCount(mesh, placements));
   std::vector<int> order;
   for (int i = 0; i < mesh.ndim(); ++i) {
     if (!placements[i].is_replicate() && mesh.size(i) > 1) order.push_back(i);
@@ -223,8 +224,8 @@ absl::StatusOr<std::vector<int>> MeshDimsToReplicate(const DeviceMesh& mesh,
 absl::Status ValidateLocalShape(IntSpan local_shape, IntSpan global_shape, const DeviceMesh& mesh,
                                 const std::vector<Placement>& placements, int64_t rank,
                                 absl::string_view name) {
-  absl::StatusOr<IntVector> expected = ComputeLocalShape(global_shape, mesh, placements, rank);
-  if (!expected.ok()) return expected.status();
+  SDRT_ASSIGN_OR_RETURN(IntVector expected,
+                        ComputeLocalShape(global_shape, mesh, placements, rank));
   std::optional<IntVector> coord = mesh.Coordinate(rank);
   std::string who = absl::StrCat(name.empty() ? "" : absl::StrCat("'", name, "': "), "rank ", rank);
   if (!coord.has_value()) {
@@ -235,12 +236,12 @@ absl::Status ValidateLocalShape(IntSpan local_shape, IntSpan global_shape, const
         "ValidateLocalShape: ", who, " is not in ", mesh.ToString(),
         " and must hold no elements, but holds a local shape ", ShapeToString(local_shape)));
   }
-  if (IntVector(local_shape.begin(), local_shape.end()) == *expected) return absl::OkStatus();
+  if (IntVector(local_shape.begin(), local_shape.end()) == expected) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "ValidateLocalShape: ", who, " (mesh coordinate ", ShapeToString(*coord),
       ") holds local shape ", ShapeToString(local_shape), " but global shape ",
       ShapeToString(global_shape), " with placements ", PlacementsToString(placements), " on mesh ",
-      ShapeToString(mesh.shape()), " needs local shape ", ShapeToString(*expected)));
+      ShapeToString(mesh.shape()), " needs local shape ", ShapeToString(expected)));
 }
 
 }  // namespace sdrt

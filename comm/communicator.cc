@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -49,8 +50,8 @@ absl::Status Communicator::CheckRoot(absl::string_view op, int root) const {
 
 absl::Status Communicator::AllGather(Tensor& output, const Tensor& input) {
   constexpr absl::string_view kOp = "all_gather";
-  if (absl::Status s = CheckTensor(kOp, "input", input); !s.ok()) return s;
-  if (absl::Status s = CheckTensor(kOp, "output", output); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "input", input));
+  SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "output", output));
   if (output.dtype() != input.dtype() || output.numel() != size_ * input.numel()) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(kOp), ": output ", output.ToString(), " must hold ", size_, " * ",
@@ -71,8 +72,8 @@ absl::Status Communicator::AllGather(Tensor& output, const Tensor& input) {
 absl::Status Communicator::AllGatherV(Tensor& output, const Tensor& input,
                                       absl::Span<const int64_t> counts) {
   constexpr absl::string_view kOp = "all_gather_v";
-  if (absl::Status s = CheckTensor(kOp, "input", input); !s.ok()) return s;
-  if (absl::Status s = CheckTensor(kOp, "output", output); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "input", input));
+  SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "output", output));
   if (static_cast<int64_t>(counts.size()) != size_) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(kOp), ": ", counts.size(), " counts for ", size_, " ranks"));
@@ -113,12 +114,10 @@ absl::Status Communicator::AllGatherV(Tensor& output, const Tensor& input,
 
 absl::Status Communicator::Broadcast(absl::Span<Tensor> tensors, int root) {
   constexpr absl::string_view kOp = "broadcast";
-  if (absl::Status s = CheckRoot(kOp, root); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckRoot(kOp, root));
   std::vector<Tensor> non_empty;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (absl::Status s = CheckTensor(kOp, absl::StrCat("tensors[", i, "]"), tensors[i]); !s.ok()) {
-      return s;
-    }
+    SDRT_RETURN_IF_ERROR(CheckTensor(kOp, absl::StrCat("tensors[", i, "]"), tensors[i]));
     if (tensors[i].numel() == 0) continue;
     for (const Tensor& seen : non_empty) {
       if (Overlaps(seen.data_ptr(), seen.nbytes(), tensors[i].data_ptr(), tensors[i].nbytes())) {
@@ -134,7 +133,7 @@ absl::Status Communicator::Broadcast(absl::Span<Tensor> tensors, int root) {
 
 absl::Status Communicator::AllReduce(Tensor& tensor, ReduceOp op) {
   constexpr absl::string_view kOp = "all_reduce";
-  if (absl::Status s = CheckTensor(kOp, "tensor", tensor); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "tensor", tensor));
   const DType dtype = tensor.dtype();
   if (dtype == DType::kFloat8E4M3FN || dtype == DType::kFloat8E5M2 ||
       (dtype == DType::kBool && op == ReduceOp::kAvg)) {
@@ -150,7 +149,7 @@ absl::Status Communicator::BroadcastBytes(std::string* bytes, int root) {
   if (bytes == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": bytes is null"));
   }
-  if (absl::Status s = CheckRoot(kOp, root); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckRoot(kOp, root));
   return DoBroadcastBytes(bytes, root);
 }
 
@@ -170,12 +169,12 @@ absl::StatusOr<std::vector<std::string>> Communicator::AllGatherBytesVia(
   const int64_t my_length = static_cast<int64_t>(mine.size());
   std::vector<int64_t> lengths(size());
   const std::vector<int64_t> length_bytes(size(), sizeof(int64_t));
-  if (absl::Status s = gather_host(lengths.data(), &my_length, length_bytes); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(gather_host(lengths.data(), &my_length, length_bytes));
   int64_t total = 0;
   for (int64_t length : lengths) total += length;
   std::string all(total, '\0');
   if (total > 0) {
-    if (absl::Status s = gather_host(all.data(), mine.data(), lengths); !s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(gather_host(all.data(), mine.data(), lengths));
   }
   std::vector<std::string> result;
   result.reserve(size());

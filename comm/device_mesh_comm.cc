@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
@@ -47,10 +48,8 @@ absl::StatusOr<Communicator*> DeviceMeshComm::DimComm(int mesh_dim) {
     for (int d = 0; d < mesh_->ndim(); ++d) {
       color = color * mesh_->size(d) + (d == mesh_dim ? 0 : coordinate_[d]);
     }
-    absl::StatusOr<std::unique_ptr<Communicator>> sub =
-        comm_->Split(static_cast<int>(color), static_cast<int>(coordinate_[mesh_dim]));
-    if (!sub.ok()) return sub.status();
-    slot = *std::move(sub);
+    SDRT_ASSIGN_OR_RETURN(
+        slot, comm_->Split(static_cast<int>(color), static_cast<int>(coordinate_[mesh_dim])));
   }
   return slot.get();
 }

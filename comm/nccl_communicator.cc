@@ -12,6 +12,7 @@
 #include "sdrt/comm/internal/nccl_types.h"
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/device_guard.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -69,13 +70,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
                                                    device_count, ") (the visible CUDA devices)"));
   }
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device));
   std::optional<CudaStream> owned;
   StreamHandle stream = options.stream;
   if (stream == nullptr) {
-    absl::StatusOr<CudaStream> created = CudaStream::Create(device);
-    if (!created.ok()) return created.status();
-    owned.emplace(std::move(*created));
+    SDRT_ASSIGN_OR_RETURN(CudaStream created, CudaStream::Create(device));
+    owned.emplace(std::move(created));
     stream = owned->handle();
   }
   ncclUniqueId nccl_id;
@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateFromCo
       generated = id.status();
     }
   }
-  if (absl::Status s = bootstrap.BroadcastBytes(&id_bytes, 0); !s.ok()) return s;
-  if (!generated.ok()) return generated;
+  SDRT_RETURN_IF_ERROR(bootstrap.BroadcastBytes(&id_bytes, 0));
+  SDRT_RETURN_IF_ERROR(generated);
   if (id_bytes.size() != NcclUniqueId::kBytes) {
     return absl::UnavailableError(absl::StrCat("NcclCommunicator::CreateFromCommunicator (rank ",
                                                bootstrap.rank(), " of ", bootstrap.size(),
@@ -109,10 +109,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateFromCo
   // ncclCommInitRank, so a bad device on one rank is an error everywhere, not a hang.
   const int device_count = CudaDeviceCount();
   const bool usable = device >= 0 && device < device_count;
-  absl::StatusOr<std::vector<std::string>> ready = bootstrap.AllGatherBytes(usable ? "1" : "0");
-  if (!ready.ok()) return ready.status();
+  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> ready,
+                        bootstrap.AllGatherBytes(usable ? "1" : "0"));
   for (int i = 0; i < bootstrap.size(); ++i) {
-    if ((*ready)[i] != "1") {
+    if (ready[i] != "1") {
       return absl::InvalidArgumentError(absl::StrCat(
           "NcclCommunicator::CreateFromCommunicator (rank ", bootstrap.rank(), " of ",
           bootstrap.size(), "): rank ", i, "'s device is not a visible CUDA device",
@@ -183,9 +183,9 @@ absl::Status NcclCommunicator::Wait(absl::string_view op) {
 
 absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const void* input,
                                       absl::Span<const int64_t> byte_counts) {
-  if (absl::Status s = CheckUsable(op); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckUsable(op));
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   std::vector<int64_t> offsets(size());
   int64_t total = 0;
   bool even = true;
@@ -197,31 +197,26 @@ absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const 
   const int64_t mine = byte_counts[rank()];
   char* out = static_cast<char*>(output);
   const bool in_place = input == out + offsets[rank()];
-  absl::StatusOr<bool> out_host = IsHost(output);
-  if (!out_host.ok()) return out_host.status();
+  SDRT_ASSIGN_OR_RETURN(const bool out_host, IsHost(output));
   bool in_host = false;
-  if (mine > 0) {
-    absl::StatusOr<bool> host = in_place ? out_host : IsHost(input);
-    if (!host.ok()) return host.status();
-    in_host = *host;
+  if (mine > 0 && in_place) {
+    in_host = out_host;
+  } else if (mine > 0) {
+    SDRT_ASSIGN_OR_RETURN(in_host, IsHost(input));
   }
   // Staging buffers for host memory, freed after the wait.
   DeviceBuffer out_buffer;
   DeviceBuffer in_buffer;
   char* device_out = out;
-  if (*out_host) {
-    absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(total, device_);
-    if (!buffer.ok()) return buffer.status();
-    out_buffer = *std::move(buffer);
+  if (out_host) {
+    SDRT_ASSIGN_OR_RETURN(out_buffer, AllocateDeviceBuffer(total, device_));
     device_out = static_cast<char*>(out_buffer->data());
   }
   const char* device_in = static_cast<const char*>(input);
   if (in_place) {
     device_in = device_out + offsets[rank()];
   } else if (in_host) {
-    absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(mine, device_);
-    if (!buffer.ok()) return buffer.status();
-    in_buffer = *std::move(buffer);
+    SDRT_ASSIGN_OR_RETURN(in_buffer, AllocateDeviceBuffer(mine, device_));
     device_in = static_cast<const char*>(in_buffer->data());
   }
   const cudaStream_t stream = ToStream(stream_);
@@ -243,10 +238,11 @@ absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const 
                                                 byte_counts[i], ncclUint8, i, comm, stream));
     }
     const absl::Status ended = SDRT_NCCL_STATUS(ncclGroupEnd());
-    if (!enqueued.ok()) return enqueued;
-    if (!ended.ok()) return ended;
+    SDRT_RETURN_IF_ERROR(enqueued);
+    SDRT_RETURN_IF_ERROR(ended);
   }
-  if (absl::Status s = Wait(op); !s.ok() || !*out_host) return s;
+  SDRT_RETURN_IF_ERROR(Wait(op));
+  if (!out_host) return absl::OkStatus();
   // Copied back only after the wait: a copy into pageable memory may block the host until
   // the collective ends, which would bypass the watchdog.
   SDRT_CUDA_RETURN_IF_ERROR(
@@ -266,15 +262,14 @@ absl::Status NcclCommunicator::DoAllGatherV(void* output, const void* input,
 
 absl::Status NcclCommunicator::DoBroadcast(absl::Span<const Tensor> tensors, int root) {
   constexpr absl::string_view kOp = "broadcast";
-  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   std::vector<Tensor> staged;
   staged.reserve(tensors.size());
   for (const Tensor& t : tensors) {
-    absl::StatusOr<Tensor> on_device = t.To(device(), /*non_blocking=*/false, stream_);
-    if (!on_device.ok()) return on_device.status();
-    staged.push_back(*std::move(on_device));
+    SDRT_ASSIGN_OR_RETURN(Tensor on_device, t.To(device(), /*non_blocking=*/false, stream_));
+    staged.push_back(std::move(on_device));
   }
   SDRT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
   absl::Status enqueued;
@@ -284,44 +279,42 @@ absl::Status NcclCommunicator::DoBroadcast(absl::Span<const Tensor> tensors, int
                                               ToComm(comm_), ToStream(stream_)));
   }
   const absl::Status ended = SDRT_NCCL_STATUS(ncclGroupEnd());
-  if (!enqueued.ok()) return enqueued;
-  if (!ended.ok()) return ended;
-  if (absl::Status s = Wait(kOp); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(enqueued);
+  SDRT_RETURN_IF_ERROR(ended);
+  SDRT_RETURN_IF_ERROR(Wait(kOp));
   for (size_t i = 0; i < staged.size(); ++i) {
-    if (absl::Status s = CopyBack(tensors[i], staged[i], stream_); !s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(CopyBack(tensors[i], staged[i], stream_));
   }
   return absl::OkStatus();
 }
 
 absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
   constexpr absl::string_view kOp = "all_reduce";
-  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
   const int datatype = internal::NcclDataType(tensor.dtype());
   if (datatype == ncclNumTypes) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(kOp), ": NCCL cannot reduce ", DTypeName(tensor.dtype()), " (as ProcessGroupNCCL)"));
   }
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
-  absl::StatusOr<Tensor> staged = tensor.To(device(), /*non_blocking=*/false, stream_);
-  if (!staged.ok()) return staged.status();
-  void* data = staged->data_ptr();
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
+  SDRT_ASSIGN_OR_RETURN(Tensor staged, tensor.To(device(), /*non_blocking=*/false, stream_));
+  void* data = staged.data_ptr();
   SDRT_NCCL_RETURN_IF_ERROR(
-      ncclAllReduce(data, data, staged->numel(), static_cast<ncclDataType_t>(datatype),
+      ncclAllReduce(data, data, staged.numel(), static_cast<ncclDataType_t>(datatype),
                     static_cast<ncclRedOp_t>(internal::NcclReduceOp(tensor.dtype(), op)),
                     ToComm(comm_), ToStream(stream_)));
-  if (absl::Status s = Wait(kOp); !s.ok()) return s;
-  return CopyBack(tensor, *staged, stream_);
+  SDRT_RETURN_IF_ERROR(Wait(kOp));
+  return CopyBack(tensor, staged, stream_);
 }
 
 absl::Status NcclCommunicator::BroadcastHost(absl::string_view op, void* data, int64_t bytes,
                                              int root) {
-  if (absl::Status s = CheckUsable(op); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckUsable(op));
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
-  absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(bytes, device_);
-  if (!buffer.ok()) return buffer.status();
-  void* staging = (*buffer)->data();
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
+  SDRT_ASSIGN_OR_RETURN(DeviceBuffer buffer, AllocateDeviceBuffer(bytes, device_));
+  void* staging = buffer->data();
   const cudaStream_t stream = ToStream(stream_);
   if (rank() == root) {
     SDRT_CUDA_RETURN_IF_ERROR(
@@ -329,7 +322,7 @@ absl::Status NcclCommunicator::BroadcastHost(absl::string_view op, void* data, i
   }
   SDRT_NCCL_RETURN_IF_ERROR(
       ncclBroadcast(staging, staging, bytes, ncclUint8, root, ToComm(comm_), stream));
-  if (absl::Status s = Wait(op); !s.ok()) return s;  // before the copy back, as in Gather
+  SDRT_RETURN_IF_ERROR(Wait(op));  // before the copy back, as in Gather
   SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, stream));
   return Wait(op);
 }
@@ -337,7 +330,7 @@ absl::Status NcclCommunicator::BroadcastHost(absl::string_view op, void* data, i
 absl::Status NcclCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
   constexpr absl::string_view kOp = "broadcast_bytes";
   int64_t length = static_cast<int64_t>(bytes->size());
-  if (absl::Status s = BroadcastHost(kOp, &length, sizeof(length), root); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(BroadcastHost(kOp, &length, sizeof(length), root));
   if (rank() != root) bytes->assign(length, '\0');
   if (length == 0) return absl::OkStatus();
   return BroadcastHost(kOp, bytes->data(), length, root);
@@ -353,9 +346,9 @@ absl::StatusOr<std::vector<std::string>> NcclCommunicator::DoAllGatherBytes(
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int color, int key) {
   constexpr absl::string_view kOp = "split";
-  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   ncclComm_t child = nullptr;
   if (absl::Status s = SDRT_NCCL_STATUS(ncclCommSplit(
           ToComm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
@@ -381,12 +374,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
 
 absl::Status NcclCommunicator::DoBarrier() {
   constexpr absl::string_view kOp = "barrier";
-  if (absl::Status s = CheckUsable(kOp); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
   internal::DeviceGuard guard;
-  if (absl::Status s = guard.Enter(device_); !s.ok()) return s;
-  absl::StatusOr<DeviceBuffer> buffer = AllocateDeviceBuffer(sizeof(int32_t), device_);
-  if (!buffer.ok()) return buffer.status();
-  void* one = (*buffer)->data();
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
+  SDRT_ASSIGN_OR_RETURN(DeviceBuffer buffer, AllocateDeviceBuffer(sizeof(int32_t), device_));
+  void* one = buffer->data();
   const cudaStream_t stream = ToStream(stream_);
   SDRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(one, 0, sizeof(int32_t), stream));
   SDRT_NCCL_RETURN_IF_ERROR(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, ToComm(comm_), stream));

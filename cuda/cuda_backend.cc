@@ -10,6 +10,7 @@
 #include "sdrt/cuda/kernels.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/backend/device_backend.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -24,8 +25,7 @@ class CudaBackend final : public DeviceBackend {
                       int64_t nbytes, StreamHandle stream, bool non_blocking) override {
     if (nbytes == 0) return absl::OkStatus();
     internal::DeviceGuard guard;
-    absl::Status entered = guard.Enter(dst_device.is_cuda() ? dst_device.index : src_device.index);
-    if (!entered.ok()) return entered;
+    SDRT_RETURN_IF_ERROR(guard.Enter(dst_device.is_cuda() ? dst_device.index : src_device.index));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // Unified addressing lets the runtime infer the direction (and peer copies).
     SDRT_CUDA_RETURN_IF_ERROR(
@@ -39,11 +39,10 @@ class CudaBackend final : public DeviceBackend {
                            absl::Span<const int64_t> src_strides, Device device,
                            StreamHandle stream, bool non_blocking) override {
     internal::DeviceGuard guard;
-    absl::Status entered = guard.Enter(device.index);
-    if (!entered.ok()) return entered;
-    absl::Status launched =
-        StridedCopyDevice(dst, src, elem_size, sizes, dst_strides, src_strides, stream);
-    if (!launched.ok() || non_blocking) return launched;
+    SDRT_RETURN_IF_ERROR(guard.Enter(device.index));
+    SDRT_RETURN_IF_ERROR(
+        StridedCopyDevice(dst, src, elem_size, sizes, dst_strides, src_strides, stream));
+    if (non_blocking) return absl::OkStatus();
     return SDRT_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
@@ -48,10 +49,9 @@ absl::Status PinStorage(Storage& storage, unsigned flags) {
         absl::StrCat("PinStorage: storage is on ", storage.device().ToString(), ", not the host"));
   }
   if (storage.nbytes() == 0 || storage.is_pinned()) return absl::OkStatus();
-  absl::StatusOr<HostRegistration> registration =
-      HostRegistration::Register(storage.data(), storage.nbytes(), flags);
-  if (!registration.ok()) return registration.status();
-  auto owned = std::make_shared<HostRegistration>(*std::move(registration));
+  SDRT_ASSIGN_OR_RETURN(HostRegistration registration,
+                        HostRegistration::Register(storage.data(), storage.nbytes(), flags));
+  auto owned = std::make_shared<HostRegistration>(std::move(registration));
   storage.AddFinalizer([owned] { (void)owned->Release(); }, /*marks_pinned=*/true);
   return absl::OkStatus();
 }

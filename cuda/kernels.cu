@@ -24,6 +24,7 @@
 #include "sdrt/cuda/kernels.h"
 #include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/backend/index_math.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -118,15 +119,15 @@ absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
                                absl::Span<const int64_t> sizes,
                                absl::Span<const int64_t> dst_strides,
                                absl::Span<const int64_t> src_strides, StreamHandle stream) {
-  absl::StatusOr<CopyPlan> plan = internal::PrepareStridedCopy(
-      "StridedCopyDevice", dst, src, elem_size, sizes, dst_strides, src_strides);
-  if (!plan.ok()) return plan.status();
-  if (plan->numel == 0) return absl::OkStatus();
-  return DispatchWidth(plan->width, [&](auto width_tag) {
+  SDRT_ASSIGN_OR_RETURN(const CopyPlan plan,
+                        internal::PrepareStridedCopy("StridedCopyDevice", dst, src, elem_size,
+                                                     sizes, dst_strides, src_strides));
+  if (plan.numel == 0) return absl::OkStatus();
+  return DispatchWidth(plan.width, [&](auto width_tag) {
     using T = decltype(width_tag);
-    return DispatchIndex(plan->numel, [&](auto index_tag) {
+    return DispatchIndex(plan.numel, [&](auto index_tag) {
       using IndexT = decltype(index_tag);
-      return Launch(StridedCopyKernel<T, IndexT>, plan->numel, stream, *plan, static_cast<T*>(dst),
+      return Launch(StridedCopyKernel<T, IndexT>, plan.numel, stream, plan, static_cast<T*>(dst),
                     static_cast<const T*>(src));
     });
   });

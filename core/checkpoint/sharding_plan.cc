@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
@@ -223,9 +224,7 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
     } catch (const std::regex_error& e) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": bad regex: ", e.what()));
     }
-    absl::StatusOr<std::vector<Placement>> parsed = ParsePlacementsJson(placements, where);
-    if (!parsed.ok()) return parsed.status();
-    rule.placements = *std::move(parsed);
+    SDRT_ASSIGN_OR_RETURN(rule.placements, ParsePlacementsJson(placements, where));
     rules->push_back(std::move(rule));
     return absl::OkStatus();
   };
@@ -240,14 +239,12 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
               file, ": rule ", i,
               " must be an object with a string \"pattern\" and \"placements\", got ", r.dump()));
         }
-        absl::Status s = add_rule(r["pattern"].get<std::string>(), r["placements"], i);
-        if (!s.ok()) return s;
+        SDRT_RETURN_IF_ERROR(add_rule(r["pattern"].get<std::string>(), r["placements"], i));
       }
     } else if (list.is_object()) {
       size_t i = 0;
       for (auto it = list.begin(); it != list.end(); ++it, ++i) {
-        absl::Status s = add_rule(it.key(), it.value(), i);
-        if (!s.ok()) return s;
+        SDRT_RETURN_IF_ERROR(add_rule(it.key(), it.value(), i));
       }
     } else {
       return absl::InvalidArgumentError(
@@ -258,10 +255,9 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
   }
   std::shared_ptr<std::vector<Placement>> fallback;
   if (doc.contains("default")) {
-    absl::StatusOr<std::vector<Placement>> parsed =
-        ParsePlacementsJson(doc["default"], absl::StrCat(file, ": default"));
-    if (!parsed.ok()) return parsed.status();
-    fallback = std::make_shared<std::vector<Placement>>(*std::move(parsed));
+    SDRT_ASSIGN_OR_RETURN(std::vector<Placement> parsed,
+                          ParsePlacementsJson(doc["default"], absl::StrCat(file, ": default")));
+    fallback = std::make_shared<std::vector<Placement>>(std::move(parsed));
   }
   int ndim = 0;
   std::string ndim_from;
@@ -288,13 +284,11 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
     ndim_from = "mesh_ndim";
   }
   for (size_t i = 0; i < rules->size(); ++i) {
-    absl::Status s = agree((*rules)[i].placements.size(),
-                           absl::StrCat("rule ", i, " (\"", (*rules)[i].pattern, "\")"));
-    if (!s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(agree((*rules)[i].placements.size(),
+                               absl::StrCat("rule ", i, " (\"", (*rules)[i].pattern, "\")")));
   }
   if (fallback != nullptr) {
-    absl::Status s = agree(fallback->size(), "default");
-    if (!s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(agree(fallback->size(), "default"));
   }
   if (ndim == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -332,8 +326,7 @@ absl::Status ShardingPlan::CheckMesh(const DeviceMesh& mesh) const {
 absl::StatusOr<std::vector<Placement>> ShardingPlan::PlacementsFor(absl::string_view name,
                                                                    IntSpan shape,
                                                                    const DeviceMesh& mesh) const {
-  absl::Status mesh_ok = CheckMesh(mesh);
-  if (!mesh_ok.ok()) return mesh_ok;
+  SDRT_RETURN_IF_ERROR(CheckMesh(mesh));
   const int n = mesh.ndim();
   const int ndim = static_cast<int>(shape.size());
   if (ndim == 0) return std::vector<Placement>(n, Placement::Replicate());

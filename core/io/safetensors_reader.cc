@@ -21,6 +21,7 @@
 #include "sdrt/core/io/internal/safetensors_header.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -65,9 +66,9 @@ absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, Options options) {
   absl::StatusOr<std::shared_ptr<Storage>> mapping = MapFile(path);
   if (!mapping.ok()) return WithSource(mapping.status(), path);
-  absl::StatusOr<SafetensorsFile> file = Parse(*std::move(mapping), path);
-  if (!file.ok() || !options.pin_mapping) return file;
-  absl::Status pinned = PinStorage(*file->storage_, kHostRegisterReadOnly | kHostRegisterPortable);
+  SDRT_ASSIGN_OR_RETURN(SafetensorsFile file, Parse(*std::move(mapping), path));
+  if (!options.pin_mapping) return file;
+  absl::Status pinned = PinStorage(*file.storage_, kHostRegisterReadOnly | kHostRegisterPortable);
   if (!pinned.ok()) return WithSource(pinned, absl::StrCat(path, ": pinning the mapping"));
   return file;
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/core/state_dict/state_dict_ops.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -85,9 +86,8 @@ class ArenaBuilder {
   // gets its own (zero-filled) shared segment when sharing, never pinned.
   absl::StatusOr<Tensor> Zeros(const Tensor& t) const {
     if (!options_.share_memory || t.numel() == 0) return Tensor::Zeros(t.shape(), t.dtype());
-    absl::StatusOr<std::shared_ptr<Storage>> shared = Storage::AllocateShared(t.nbytes());
-    if (!shared.ok()) return shared.status();
-    return Tensor::FromStorage(*std::move(shared), t.dtype(), t.shape());
+    SDRT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> shared, Storage::AllocateShared(t.nbytes()));
+    return Tensor::FromStorage(std::move(shared), t.dtype(), t.shape());
   }
 
   const CreateCpuOptions& options_;
@@ -103,33 +103,27 @@ absl::StatusOr<Map> CreateCpuStateDict(const Map& state_dict, const CreateCpuOpt
   ArenaBuilder arena(options);
   const auto plan = [&arena](const Tensor& t) { arena.Plan(t); };
   for (size_t i = 0; i < state_dict.size(); ++i) internal::ForEachTensor(state_dict.value(i), plan);
-  absl::Status allocated = arena.Allocate();
-  if (!allocated.ok()) return allocated;
+  SDRT_RETURN_IF_ERROR(arena.Allocate());
 
   internal::IterateVisitors visitors;
   visitors.tensor = [&arena](const Tensor& t, const Value*) -> absl::StatusOr<Value> {
-    absl::StatusOr<Tensor> out = arena.Make(t);
-    if (!out.ok()) return out.status();
-    return Value(*std::move(out));
+    SDRT_ASSIGN_OR_RETURN(Tensor out, arena.Make(t));
+    return Value(std::move(out));
   };
   visitors.dtensor = [&arena](const DTensor& dt, const Value*) -> absl::StatusOr<Value> {
-    absl::StatusOr<Tensor> local = arena.Make(dt.local());
-    if (!local.ok()) return local.status();
-    absl::StatusOr<DTensor> out = dt.WithLocal(*std::move(local));
-    if (!out.ok()) return out.status();
-    return Value(*std::move(out));
+    SDRT_ASSIGN_OR_RETURN(Tensor local, arena.Make(dt.local()));
+    SDRT_ASSIGN_OR_RETURN(DTensor out, dt.WithLocal(std::move(local)));
+    return Value(std::move(out));
   };
   visitors.sharded = [&arena](const ShardedTensor& st, const Value*) -> absl::StatusOr<Value> {
     if (st.local_shards().empty()) return Value(st);
     std::vector<Tensor> tensors;
     for (const LocalShard& shard : st.local_shards()) {
-      absl::StatusOr<Tensor> out = arena.Make(shard.tensor);
-      if (!out.ok()) return out.status();
-      tensors.push_back(*std::move(out));
+      SDRT_ASSIGN_OR_RETURN(Tensor out, arena.Make(shard.tensor));
+      tensors.push_back(std::move(out));
     }
-    absl::StatusOr<ShardedTensor> out = internal::ShardedOnCpu(st, std::move(tensors));
-    if (!out.ok()) return out.status();
-    return Value(*std::move(out));
+    SDRT_ASSIGN_OR_RETURN(ShardedTensor out, internal::ShardedOnCpu(st, std::move(tensors)));
+    return Value(std::move(out));
   };
   internal::IterateOptions iterate;
   iterate.type_check = false;

@@ -5,6 +5,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -22,8 +23,7 @@ class Walker {
   absl::Status WalkRoot(const Map& sd) {
     for (size_t i = 0; i < sd.size(); ++i) {
       key_.assign(sd.key(i));
-      absl::Status s = Visit(sd.key(i), sd.value(i));
-      if (!s.ok()) return s;
+      SDRT_RETURN_IF_ERROR(Visit(sd.key(i), sd.value(i)));
     }
     return absl::OkStatus();
   }
@@ -181,15 +181,14 @@ absl::Status ElementSetter::Set(PathSpan path, Value value) {
         child = &map->value(map->size() - 1);
       }
     } else {
-      absl::StatusOr<size_t> index = SequenceIndex(path, depth, *seq);
-      if (!index.ok()) return index.status();
+      SDRT_ASSIGN_OR_RETURN(size_t index, SequenceIndex(path, depth, *seq));
       std::vector<Value>& items = seq->items();
-      if (*index >= items.size() || items[*index].is_none()) {
-        if (seq->is_tuple()) return TupleError(path, depth, *index);
-        if (*index >= items.size()) items.resize(*index + 1);
-        items[*index] = next_is_key ? Value(Map{}) : Value(List{});
+      if (index >= items.size() || items[index].is_none()) {
+        if (seq->is_tuple()) return TupleError(path, depth, index);
+        if (index >= items.size()) items.resize(index + 1);
+        items[index] = next_is_key ? Value(Map{}) : Value(List{});
       }
-      child = &items[*index];
+      child = &items[index];
     }
     map = child->is_map() ? &child->as_map() : nullptr;
     seq = child->is_sequence() ? child : nullptr;
@@ -215,12 +214,11 @@ absl::Status ElementSetter::Set(PathSpan path, Value value) {
       map->Set(std::get<std::string>(path[last]), std::move(value));
     }
   } else {
-    absl::StatusOr<size_t> index = SequenceIndex(path, last, *seq);
-    if (!index.ok()) return index.status();
-    if (seq->is_tuple()) return TupleError(path, last, *index);
+    SDRT_ASSIGN_OR_RETURN(size_t index, SequenceIndex(path, last, *seq));
+    if (seq->is_tuple()) return TupleError(path, last, index);
     std::vector<Value>& items = seq->items();
-    if (*index >= items.size()) items.resize(*index + 1);
-    items[*index] = std::move(value);
+    if (index >= items.size()) items.resize(index + 1);
+    items[index] = std::move(value);
   }
   previous_ = path;
   return absl::OkStatus();
@@ -330,14 +328,14 @@ absl::StatusOr<FlatStateDict> FlattenStateDict(const Map& sd) {
   FlatStateDict out;
   out.mapping.Reserve(leaves, key_chars, path_items);
   out.flat.Reserve(leaves);
-  absl::Status s = Walk(sd, [&out](PathSpan path, absl::string_view key, const Value& leaf) {
+  const auto add = [&out](PathSpan path, absl::string_view key, const Value& leaf) {
     if (!out.mapping.Insert(key, path)) {
       return absl::InvalidArgumentError(absl::StrCat("duplicated flatten key ", key));
     }
     out.flat.Set(std::string(key), leaf);
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  };
+  SDRT_RETURN_IF_ERROR(Walk(sd, add));
   return out;
 }
 
@@ -358,8 +356,7 @@ absl::StatusOr<Map> UnflattenStateDict(const Map& flat, const FlattenMapping& ma
                                               "\" of the flat state dict is not in the "
                                               "mapping"));
     }
-    absl::Status s = setter.Set(*path, flat.value(i));
-    if (!s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(setter.Set(*path, flat.value(i)));
   }
   return nested;
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
 namespace {
@@ -102,9 +103,9 @@ class Engine {
 
   // The top level: a map, whose companion (if any) is a map.
   absl::StatusOr<Map> VisitTop(const Map& obj, const Map* companion) {
-    absl::StatusOr<Map> ret = TransformMap(obj, companion);
-    if (!ret.ok() || included_) return ret;
-    return Map{};
+    SDRT_ASSIGN_OR_RETURN(Map ret, TransformMap(obj, companion));
+    if (!included_) return Map{};
+    return ret;
   }
 
   absl::StatusOr<Value> Visit(const Value& obj, const Value* companion) {
@@ -114,15 +115,14 @@ class Engine {
                        JoinPath(path_), " (PyTorch stops at its recursion limit, about 1,000)"));
     }
     if (companion != nullptr && companion->is_none()) companion = nullptr;
-    absl::StatusOr<Value> ret = Transform(obj, companion);
-    if (!ret.ok()) return ret;
-    if (!included_) return ret->is_map() ? Value(Map{}) : Value();
-    if (!ret->is_any_tensor()) return ret;
+    SDRT_ASSIGN_OR_RETURN(Value ret, Transform(obj, companion));
+    if (!included_) return ret.is_map() ? Value(Map{}) : Value();
+    if (!ret.is_any_tensor()) return ret;
     if (companion == nullptr) {
       if (!options_.cpu_offload) return ret;
-      return WithPath(MoveToCpu(*ret));
+      return WithPath(MoveToCpu(ret));
     }
-    return IntoCompanion(*std::move(ret), *companion);
+    return IntoCompanion(std::move(ret), *companion);
   }
 
  private:
@@ -138,10 +138,10 @@ class Engine {
         if (companion != nullptr && !companion->is_map()) {
           return MismatchAt(JoinPath(path_), KindsDiffer(obj, *companion));
         }
-        absl::StatusOr<Map> map =
-            TransformMap(obj.as_map(), companion != nullptr ? &companion->as_map() : nullptr);
-        if (!map.ok()) return map.status();
-        return Value(*std::move(map));
+        SDRT_ASSIGN_OR_RETURN(
+            Map map,
+            TransformMap(obj.as_map(), companion != nullptr ? &companion->as_map() : nullptr));
+        return Value(std::move(map));
       }
       case ValueKind::kList:
       case ValueKind::kTuple:
@@ -155,8 +155,7 @@ class Engine {
 
   absl::StatusOr<Map> TransformMap(const Map& map, const Map* companion) {
     if (companion != nullptr) {
-      absl::Status keys = CheckKeys(map, *companion);
-      if (!keys.ok()) return keys;
+      SDRT_RETURN_IF_ERROR(CheckKeys(map, *companion));
     }
     Map out;
     for (size_t i = 0; i < map.size(); ++i) {
@@ -263,13 +262,11 @@ class Engine {
     }
     switch (ret.kind()) {
       case ValueKind::kTensor: {
-        absl::Status copied = CopyInto(companion.as_tensor(), ret.as_tensor());
-        if (!copied.ok()) return copied;
+        SDRT_RETURN_IF_ERROR(CopyInto(companion.as_tensor(), ret.as_tensor()));
         break;
       }
       case ValueKind::kDTensor: {
-        absl::Status copied = CopyInto(companion.as_dtensor().local(), ret.as_dtensor().local());
-        if (!copied.ok()) return copied;
+        SDRT_RETURN_IF_ERROR(CopyInto(companion.as_dtensor().local(), ret.as_dtensor().local()));
         break;
       }
       default: {
@@ -281,8 +278,7 @@ class Engine {
                                          " local shards, companion has ", dst.size()));
         }
         for (size_t i = 0; i < dst.size(); ++i) {
-          absl::Status copied = CopyInto(dst[i].tensor, src[i].tensor);
-          if (!copied.ok()) return copied;
+          SDRT_RETURN_IF_ERROR(CopyInto(dst[i].tensor, src[i].tensor));
         }
         break;
       }

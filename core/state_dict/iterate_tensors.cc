@@ -6,24 +6,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
 
 absl::StatusOr<Value> MoveToCpu(const Value& value) {
   switch (value.kind()) {
     case ValueKind::kTensor: {
-      absl::StatusOr<Tensor> cpu = value.as_tensor().To(Device::CPU());
-      if (!cpu.ok()) return cpu.status();
-      return Value(*std::move(cpu));
+      SDRT_ASSIGN_OR_RETURN(Tensor cpu, value.as_tensor().To(Device::CPU()));
+      return Value(std::move(cpu));
     }
     case ValueKind::kDTensor: {
       const DTensor& dt = value.as_dtensor();
       if (dt.local().device().is_cpu()) return value;
-      absl::StatusOr<Tensor> cpu = dt.local().To(Device::CPU());
-      if (!cpu.ok()) return cpu.status();
-      absl::StatusOr<DTensor> out = dt.WithLocal(*std::move(cpu));
-      if (!out.ok()) return out.status();
-      return Value(*std::move(out));
+      SDRT_ASSIGN_OR_RETURN(Tensor cpu, dt.local().To(Device::CPU()));
+      SDRT_ASSIGN_OR_RETURN(DTensor out, dt.WithLocal(std::move(cpu)));
+      return Value(std::move(out));
     }
     default: {
       const ShardedTensor& st = value.as_sharded();
@@ -33,13 +31,11 @@ absl::StatusOr<Value> MoveToCpu(const Value& value) {
       if (on_cpu) return value;
       std::vector<Tensor> tensors;
       for (const LocalShard& shard : st.local_shards()) {
-        absl::StatusOr<Tensor> cpu = shard.tensor.To(Device::CPU());
-        if (!cpu.ok()) return cpu.status();
-        tensors.push_back(*std::move(cpu));
+        SDRT_ASSIGN_OR_RETURN(Tensor cpu, shard.tensor.To(Device::CPU()));
+        tensors.push_back(std::move(cpu));
       }
-      absl::StatusOr<ShardedTensor> out = ShardedOnCpu(st, std::move(tensors));
-      if (!out.ok()) return out.status();
-      return Value(*std::move(out));
+      SDRT_ASSIGN_OR_RETURN(ShardedTensor out, ShardedOnCpu(st, std::move(tensors)));
+      return Value(std::move(out));
     }
   }
 }

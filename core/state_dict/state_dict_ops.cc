@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -66,11 +67,9 @@ absl::StatusOr<CopyResult> CopyStateDict(const Map& src, const Map& dst,
   if (!out.ok()) return Named("CopyStateDict", out.status());
   CopyResult result{*std::move(out), nullptr};
   if (iterate.non_blocking) {
-    absl::StatusOr<CudaEvent> event = CudaEvent::Create();
-    if (!event.ok()) return event.status();
-    absl::Status recorded = event->Record(options.stream);
-    if (!recorded.ok()) return recorded;
-    result.done = std::make_shared<CudaEvent>(*std::move(event));
+    SDRT_ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create());
+    SDRT_RETURN_IF_ERROR(event.Record(options.stream));
+    result.done = std::make_shared<CudaEvent>(std::move(event));
   }
   return result;
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
 namespace {
@@ -388,7 +389,7 @@ absl::StatusOr<int64_t> ParseSafetensorsHeaderLength(absl::string_view prefix, i
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
                                                          int64_t data_bytes) {
-  if (absl::Status utf8 = ValidateUtf8(json, "safetensors header"); !utf8.ok()) return utf8;
+  SDRT_RETURN_IF_ERROR(ValidateUtf8(json, "safetensors header"));
   // nlohmann's lexer takes a NUL byte for the end of input and would ignore what follows.
   if (const size_t nul = json.find('\0'); nul != absl::string_view::npos) {
     return HeaderError(
@@ -414,23 +415,22 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
   std::string first_unsupported;  // the first of them in the header, for the message
   for (const auto& [key, value] : reader.members()) {
     if (key == kSafetensorsMetadataKey) {
-      if (absl::Status s = ParseMetadata(value, &header.metadata); !s.ok()) return s;
+      SDRT_RETURN_IF_ERROR(ParseMetadata(value, &header.metadata));
       continue;
     }
-    absl::StatusOr<ParsedEntry> parsed = ParseEntry(key, value, data_bytes);
-    if (!parsed.ok()) return parsed.status();
-    if (!parsed->unsupported.empty() && unsupported++ == 0) {
-      first_unsupported = absl::StrCat("dtype \"", parsed->unsupported, "\" of tensor \"",
+    SDRT_ASSIGN_OR_RETURN(ParsedEntry parsed, ParseEntry(key, value, data_bytes));
+    if (!parsed.unsupported.empty() && unsupported++ == 0) {
+      first_unsupported = absl::StrCat("dtype \"", parsed.unsupported, "\" of tensor \"",
                                        absl::Utf8SafeCHexEscape(key), "\"");
     }
-    header.entries.push_back(std::move(parsed->entry));
+    header.entries.push_back(std::move(parsed.entry));
   }
   std::stable_sort(header.entries.begin(), header.entries.end(),
                    [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
                      return std::make_pair(a.data_begin, a.data_end) <
                             std::make_pair(b.data_begin, b.data_end);
                    });
-  if (absl::Status s = CheckTiling(header.entries, data_bytes); !s.ok()) return s;
+  SDRT_RETURN_IF_ERROR(CheckTiling(header.entries, data_bytes));
   // Only now, with every other rule checked, is "valid safetensors" true.
   if (unsupported > 0) {
     std::string more;
@@ -454,18 +454,16 @@ absl::StatusOr<std::string> SerializeSafetensorsHeader(
     std::vector<std::string> pairs;
     for (const auto& [key, value] : metadata) {
       for (const std::string* text : {&key, &value}) {
-        absl::Status s = ValidateUtf8(
-            *text, absl::StrCat("metadata key \"", absl::CHexEscape(key), "\" or its value"));
-        if (!s.ok()) return s;
+        SDRT_RETURN_IF_ERROR(ValidateUtf8(
+            *text, absl::StrCat("metadata key \"", absl::CHexEscape(key), "\" or its value")));
       }
       pairs.push_back(absl::StrCat(Quote(key), ":", Quote(value)));
     }
     items.push_back(absl::StrCat("\"__metadata__\":{", absl::StrJoin(pairs, ","), "}"));
   }
   for (const SafetensorsEntry& e : entries) {
-    absl::Status s =
-        ValidateUtf8(e.name, absl::StrCat("tensor name \"", absl::CHexEscape(e.name), "\""));
-    if (!s.ok()) return s;
+    SDRT_RETURN_IF_ERROR(
+        ValidateUtf8(e.name, absl::StrCat("tensor name \"", absl::CHexEscape(e.name), "\"")));
     items.push_back(absl::StrCat(Quote(e.name), ":{\"dtype\":\"", SafetensorsCode(e.dtype),
                                  "\",\"shape\":[", absl::StrJoin(e.shape, ","),
                                  "],\"data_offsets\":[", e.data_begin, ",", e.data_end, "]}"));

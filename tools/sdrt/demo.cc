@@ -21,6 +21,7 @@
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/output.h"
 #include "sdrt/tools/sdrt/session.h"
@@ -66,47 +67,35 @@ constexpr double kDemoScale = 2.0;
 absl::StatusOr<std::string> DefaultCheckpoint(const std::string& cache) {
   const std::string path = absl::StrCat(cache, "/tiny-llama-x2.safetensors");
   if (SafetensorsFile::Open(path).ok()) return path;
-  absl::StatusOr<ArchConfig> config = ScaledArch("tiny-llama", kDemoScale);
-  if (!config.ok()) return config.status();
-  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> tensors =
-      MakeSyntheticStateDict(*config, DType::kFloat32, 0);
-  if (!tensors.ok()) return tensors.status();
-  absl::Status written =
-      WriteSafetensors(path, *tensors, SyntheticMetadata(*config, kDemoScale, 0));
-  if (!written.ok()) return written;
+  SDRT_ASSIGN_OR_RETURN(ArchConfig config, ScaledArch("tiny-llama", kDemoScale));
+  SDRT_ASSIGN_OR_RETURN(const auto tensors, MakeSyntheticStateDict(config, DType::kFloat32, 0));
+  SDRT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, SyntheticMetadata(config, kDemoScale, 0)));
   return path;
 }
 
 // The tensors of `a` and `b` are the same (names, dtypes, shapes, bytes) and so is the
 // metadata; else the first difference.
 absl::Status SameCheckpoint(const std::string& a_path, const std::string& b_path) {
-  absl::StatusOr<SafetensorsFile> a = SafetensorsFile::Open(a_path);
-  if (!a.ok()) return a.status();
-  absl::StatusOr<SafetensorsFile> b = SafetensorsFile::Open(b_path);
-  if (!b.ok()) return b.status();
-  if (a->entries().size() != b->entries().size()) {
-    return absl::DataLossError(absl::StrCat(b_path, " has ", b->entries().size(), " tensors, ",
-                                            a_path, " ", a->entries().size()));
+  SDRT_ASSIGN_OR_RETURN(SafetensorsFile a, SafetensorsFile::Open(a_path));
+  SDRT_ASSIGN_OR_RETURN(SafetensorsFile b, SafetensorsFile::Open(b_path));
+  if (a.entries().size() != b.entries().size()) {
+    return absl::DataLossError(absl::StrCat(b_path, " has ", b.entries().size(), " tensors, ",
+                                            a_path, " ", a.entries().size()));
   }
-  if (a->metadata() != b->metadata()) {
+  if (a.metadata() != b.metadata()) {
     return absl::DataLossError(absl::StrCat(b_path, ": __metadata__ differs"));
   }
-  for (const SafetensorsEntry& e : a->entries()) {
-    const SafetensorsEntry* f = b->Find(e.name);
+  for (const SafetensorsEntry& e : a.entries()) {
+    const SafetensorsEntry* f = b.Find(e.name);
     if (f == nullptr || f->dtype != e.dtype || f->shape != e.shape) {
       return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " is missing or has ",
                                               "another dtype or shape"));
     }
-    absl::StatusOr<Tensor> x = a->Get(e.name);
-    absl::StatusOr<Tensor> y = b->Get(e.name);
-    if (!x.ok()) return x.status();
-    if (!y.ok()) return y.status();
-    absl::StatusOr<uint64_t> hx = TensorXxh64(*x);
-    absl::StatusOr<uint64_t> hy = TensorXxh64(*y);
-    if (!hx.ok()) return hx.status();
-    if (!hy.ok()) return hy.status();
-    if (*hx != *hy)
-      return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " differs"));
+    SDRT_ASSIGN_OR_RETURN(const Tensor x, a.Get(e.name));
+    SDRT_ASSIGN_OR_RETURN(const Tensor y, b.Get(e.name));
+    SDRT_ASSIGN_OR_RETURN(const uint64_t hx, TensorXxh64(x));
+    SDRT_ASSIGN_OR_RETURN(const uint64_t hy, TensorXxh64(y));
+    if (hx != hy) return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " differs"));
   }
   return absl::OkStatus();
 }
@@ -154,42 +143,40 @@ struct Row {
 absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::string& cache,
                      const std::string& plan_name, const std::string& mesh_text,
                      std::vector<Row>& rows) {
-  absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(file);
-  if (!source.ok()) return source.status();
-  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(mesh_text);
-  if (!mesh.ok()) return mesh.status();
-  absl::StatusOr<ShardingPlan> plan = ShardingPlan::Builtin(plan_name);
-  if (!plan.ok()) return plan.status();
+  SDRT_ASSIGN_OR_RETURN(SafetensorsFile source, SafetensorsFile::Open(file));
+  SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::FromString(mesh_text));
+  SDRT_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::Builtin(plan_name));
   const std::string dir = absl::StrCat(cache, "/sharded-", plan_name);
   WriteShardedCheckpointOptions options;
   options.source_name = file;
   options.overwrite = true;
   const double start = NowSeconds();
-  absl::StatusOr<ShardedCheckpointIndex> index = WriteShardedCheckpoint(
-      *source, std::make_shared<const DeviceMesh>(*std::move(mesh)), *plan, dir, options);
-  if (!index.ok()) return index.status();
+  SDRT_RETURN_IF_ERROR(WriteShardedCheckpoint(source,
+                                              std::make_shared<const DeviceMesh>(std::move(mesh)),
+                                              plan, dir, options)
+                           .status());
   int64_t bytes = 0;
-  for (const SafetensorsEntry& e : source->entries()) bytes += e.data_end - e.data_begin;
+  for (const SafetensorsEntry& e : source.entries()) bytes += e.data_end - e.data_begin;
   rows.push_back({plan_name, mesh_text, "shard", bytes, NowSeconds() - start, 0, true});
 
   const std::string out = absl::StrCat(cache, "/gathered-", plan_name, ".safetensors");
-  absl::StatusOr<nlohmann::json> gather = RunUnderMpi(
-      args.ranks,
-      absl::StrCat("gather ", Quote(dir), " ", Quote(out), " --bucket-mib ", args.bucket_mib));
-  if (!gather.ok()) return gather.status();
+  SDRT_ASSIGN_OR_RETURN(nlohmann::json gather,
+                        RunUnderMpi(args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out),
+                                                             " --bucket-mib ", args.bucket_mib)));
   const absl::Status same = SameCheckpoint(file, out);
   if (!same.ok()) std::cerr << "sdrt demo: " << same.message() << "\n";
-  rows.push_back({plan_name, mesh_text, "gather", (*gather)["bytes"].get<int64_t>(),
-                  (*gather)["gather_seconds"].get<double>(),
-                  (*gather)["collectives"].get<int64_t>(), same.ok()});
+  rows.push_back({plan_name, mesh_text, "gather", gather["bytes"].get<int64_t>(),
+                  gather["gather_seconds"].get<double>(), gather["collectives"].get<int64_t>(),
+                  same.ok()});
 
-  absl::StatusOr<nlohmann::json> load = RunUnderMpi(
-      args.ranks, absl::StrCat("load ", Quote(file), " --mesh ", mesh_text, " --plan ", plan_name,
-                               " --verify ", Quote(dir), " --bucket-mib ", args.bucket_mib));
-  if (!load.ok()) return load.status();
-  rows.push_back({plan_name, mesh_text, "load", (*load)["bytes"].get<int64_t>(),
-                  (*load)["seconds"].get<double>(), (*load)["collectives"].get<int64_t>(),
-                  (*load)["bit_exact"].get<bool>()});
+  SDRT_ASSIGN_OR_RETURN(
+      nlohmann::json load,
+      RunUnderMpi(args.ranks,
+                  absl::StrCat("load ", Quote(file), " --mesh ", mesh_text, " --plan ", plan_name,
+                               " --verify ", Quote(dir), " --bucket-mib ", args.bucket_mib)));
+  rows.push_back({plan_name, mesh_text, "load", load["bytes"].get<int64_t>(),
+                  load["seconds"].get<double>(), load["collectives"].get<int64_t>(),
+                  load["bit_exact"].get<bool>()});
   return absl::OkStatus();
 }
 

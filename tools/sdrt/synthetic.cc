@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/tensor/status_macros.h"
 #include "xxhash.h"
 
 namespace sdrt::cli {
@@ -202,22 +203,20 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> MakeSyntheticStateDi
   }
   std::vector<std::pair<std::string, Tensor>> out;
   if (config.family == ArchFamily::kBert) {
-    absl::StatusOr<Tensor> ids = Tensor::Empty({1, config.max_positions}, DType::kInt64);
-    if (!ids.ok()) return ids.status();
-    for (int64_t i = 0; i < config.max_positions; ++i) ids->data<int64_t>()[i] = i;
-    out.emplace_back("embeddings.position_ids", *std::move(ids));
+    SDRT_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty({1, config.max_positions}, DType::kInt64));
+    for (int64_t i = 0; i < config.max_positions; ++i) ids.data<int64_t>()[i] = i;
+    out.emplace_back("embeddings.position_ids", std::move(ids));
   }
   for (const Spec& spec : Specs(config)) {
-    absl::StatusOr<Tensor> t = Tensor::Empty(spec.shape, dtype);
-    if (!t.ok()) return t.status();
+    SDRT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(spec.shape, dtype));
     const uint64_t key = XXH64(spec.name.data(), spec.name.size(), seed);
     const float scale = spec.init == Init::kWeight
                             ? 1.0f / std::sqrt(static_cast<float>(spec.shape[1]))
                         : spec.init == Init::kNorm ? 0.1f
                                                    : 0.02f;
     const float offset = spec.init == Init::kNorm ? 1.0f : 0.0f;
-    const int64_t n = t->numel();
-    char* data = static_cast<char*>(t->data_ptr());
+    const int64_t n = t.numel();
+    char* data = static_cast<char*>(t.data_ptr());
     for (int64_t i = 0; i < n; ++i) {
       // 24 random bits -> [-1, 1), exact in float32.
       const uint64_t bits = SplitMix64(key + static_cast<uint64_t>(i)) >> 40;
@@ -230,7 +229,7 @@ absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> MakeSyntheticStateDi
         std::memcpy(data + 2 * i, &h, 2);
       }
     }
-    out.emplace_back(spec.name, *std::move(t));
+    out.emplace_back(spec.name, std::move(t));
   }
   return out;
 }

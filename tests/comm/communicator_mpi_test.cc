@@ -20,45 +20,31 @@
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/tensor/storage.h"
 #include "sdrt/tests/support/mpi_test_main.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
 
+using test::FillHashBytes;
+using test::HashByte;
+using test::kAllDTypes;
 using ::testing::HasSubstr;
 using ::testing::Test;
 
 MpiCommunicator* g_world = nullptr;
 
-// Byte `index` of rank `rank`'s data in test `seed` (a SplitMix64-style hash).
-uint8_t DataByte(uint64_t seed, int rank, int64_t index) {
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank) * 0xbf58476d1ce4e5b9ull +
-               static_cast<uint64_t>(index);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return static_cast<uint8_t>(x ^ (x >> 31));
-}
-
-void Fill(const Tensor& t, uint64_t seed, int rank, int64_t first_byte = 0) {
-  auto* bytes = static_cast<uint8_t*>(t.data_ptr());
-  for (int64_t i = 0; i < t.nbytes(); ++i) bytes[i] = DataByte(seed, rank, first_byte + i);
-}
-
-// Index of the first byte of `data` (`nbytes` long) that differs from Fill's, or -1.
+// Rank `rank`'s data in test `seed` is FillHashBytes(t, seed, rank): byte i is
+// HashByte(seed, rank, i). Index of the first byte of `data` (`nbytes` long) that differs
+// from it, or -1.
 int64_t FirstWrongByte(const void* data, int64_t nbytes, uint64_t seed, int rank) {
   const auto* bytes = static_cast<const uint8_t*>(data);
   for (int64_t i = 0; i < nbytes; ++i) {
-    if (bytes[i] != DataByte(seed, rank, i)) return i;
+    if (bytes[i] != HashByte(seed, rank, i)) return i;
   }
   return -1;
 }
 
 Tensor Make(IntSpan shape, DType dtype) { return *Tensor::Empty(shape, dtype); }
-
-constexpr DType kAllDTypes[] = {
-#define SDRT_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
-    SDRT_DTYPE_TABLE(SDRT_DTYPE_LIST)
-#undef SDRT_DTYPE_LIST
-};
 
 TEST(CommunicatorMpi, RankAndSize) {
   EXPECT_GE(g_world->size(), 1);
@@ -74,7 +60,7 @@ TEST(CommunicatorMpi, AllGatherEveryDType) {
     SCOPED_TRACE(DTypeName(dtype));
     const uint64_t seed = 100 + static_cast<int>(dtype);
     Tensor input = Make({2, 3}, dtype);
-    Fill(input, seed, g_world->rank());
+    FillHashBytes(input, seed, g_world->rank());
     Tensor output = Make({n, 2, 3}, dtype);
     ASSERT_TRUE(g_world->AllGather(output, input).ok());
     for (int r = 0; r < n; ++r) {
@@ -89,7 +75,7 @@ TEST(CommunicatorMpi, AllGatherInPlace) {
   Tensor output = Make({n, 5}, DType::kInt64);
   std::memset(output.data_ptr(), 0, output.nbytes());
   Tensor mine = *output.Narrow(0, g_world->rank(), 1);
-  Fill(mine, 7, g_world->rank());
+  FillHashBytes(mine, 7, g_world->rank());
   ASSERT_TRUE(g_world->AllGather(output, mine).ok());
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(FirstWrongByte(output.data<int64_t>() + 5 * r, 40, 7, r), -1) << "rank " << r;
@@ -117,7 +103,7 @@ void CheckAllGatherV(Communicator& comm, uint64_t seed, DType dtype) {
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   Tensor input = Make({counts[comm.rank()]}, dtype);
-  Fill(input, seed, comm.rank());
+  FillHashBytes(input, seed, comm.rank());
   Tensor output = Make({total}, dtype);
   ASSERT_TRUE(comm.AllGatherV(output, input, counts).ok());
   int64_t offset = 0;
@@ -155,7 +141,7 @@ TEST(CommunicatorMpi, SplitMessages) {
   CheckAllGatherV(*comm, 21, DType::kInt16);
   const int n = comm->size();
   Tensor input = Make({3}, DType::kFloat32);
-  Fill(input, 22, comm->rank());
+  FillHashBytes(input, 22, comm->rank());
   Tensor output = Make({n, 3}, DType::kFloat32);
   ASSERT_TRUE(comm->AllGather(output, input).ok());
   for (int r = 0; r < n; ++r) {
@@ -177,7 +163,7 @@ void CheckGroupedBroadcast(int root, uint64_t seed) {
                                  Make({1}, DType::kFloat8E4M3FN)};
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (rank == root) {
-      Fill(tensors[i], seed + i, root);
+      FillHashBytes(tensors[i], seed + i, root);
     } else if (tensors[i].nbytes() > 0) {  // an empty tensor has no data pointer
       std::memset(tensors[i].data_ptr(), 0, tensors[i].nbytes());
     }

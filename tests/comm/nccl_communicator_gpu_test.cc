@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tests/support/test_util.h"
 #if SDRT_HAVE_MPI
 #include "sdrt/comm/mpi_communicator.h"
 #endif
@@ -17,13 +18,8 @@
 namespace sdrt {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
-
-constexpr DType kAllDTypes[] = {DType::kBool,    DType::kUInt8,        DType::kInt8,
-                                DType::kInt16,   DType::kInt32,        DType::kInt64,
-                                DType::kFloat16, DType::kBFloat16,     DType::kFloat32,
-                                DType::kFloat64, DType::kFloat8E4M3FN, DType::kFloat8E5M2};
+using test::FiniteBytes;
+using test::kAllDTypes;
 
 std::unique_ptr<NcclCommunicator> SingleRank() {
   absl::StatusOr<NcclUniqueId> id = NcclUniqueId::Generate();
@@ -34,25 +30,13 @@ std::unique_ptr<NcclCommunicator> SingleRank() {
   return comm.ok() ? *std::move(comm) : nullptr;
 }
 
-// A CPU tensor of `n` elements whose bytes are a pattern that is a finite value in every
-// float format (each byte < 0x40) and 0 or 1 for bool.
-Tensor Pattern(int64_t n, DType dtype, int seed = 0) {
-  Tensor t = *Tensor::Empty({n}, dtype);
-  auto* bytes = static_cast<unsigned char*>(t.data_ptr());
-  for (int64_t i = 0; i < t.nbytes(); ++i) {
-    bytes[i] = dtype == DType::kBool ? (i + seed) % 2
-                                     : static_cast<unsigned char>((i * 7 + seed) % 0x3F + 1);
-  }
-  return t;
-}
-
 std::string Bytes(const Tensor& t) {
   Tensor cpu = *t.To(Device::CPU());
   return std::string(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
 }
 
 TEST(NcclCommunicatorGpuTest, Identity) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(comm->rank(), 0);
@@ -64,11 +48,11 @@ TEST(NcclCommunicatorGpuTest, Identity) {
 }
 
 TEST(NcclCommunicatorGpuTest, AllGatherEveryDType) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   for (DType dtype : kAllDTypes) {
-    const Tensor expected = Pattern(37, dtype);
+    const Tensor expected = FiniteBytes({37}, dtype);
     Tensor input = *expected.To(Device::CUDA(0));
     Tensor output = *Tensor::Zeros({37}, dtype, Device::CUDA(0));
     ASSERT_TRUE(comm->AllGather(output, input).ok()) << DTypeName(dtype);
@@ -81,13 +65,13 @@ TEST(NcclCommunicatorGpuTest, AllGatherEveryDType) {
 }
 
 TEST(NcclCommunicatorGpuTest, BroadcastEveryDTypeAsOneGroup) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   std::vector<Tensor> tensors;
   std::vector<std::string> expected;
   for (DType dtype : kAllDTypes) {
-    tensors.push_back(*Pattern(19, dtype, 3).To(Device::CUDA(0)));
+    tensors.push_back(*FiniteBytes({19}, dtype, 3).To(Device::CUDA(0)));
     expected.push_back(Bytes(tensors.back()));
   }
   ASSERT_TRUE(comm->Broadcast(absl::MakeSpan(tensors), 0).ok());
@@ -95,13 +79,13 @@ TEST(NcclCommunicatorGpuTest, BroadcastEveryDTypeAsOneGroup) {
 }
 
 TEST(NcclCommunicatorGpuTest, AllReduceEveryDTypeAndOp) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   for (DType dtype : kAllDTypes) {
     for (ReduceOp op :
          {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-      const Tensor expected = Pattern(23, dtype, 5);
+      const Tensor expected = FiniteBytes({23}, dtype, 5);
       Tensor tensor = *expected.To(Device::CUDA(0));
       const absl::Status s = comm->AllReduce(tensor, op);
       const bool unsupported = dtype == DType::kInt16 || dtype == DType::kFloat8E4M3FN ||
@@ -119,10 +103,10 @@ TEST(NcclCommunicatorGpuTest, AllReduceEveryDTypeAndOp) {
 
 // case-013: CPU tensors are staged through the GPU and come back on the CPU.
 TEST(NcclCommunicatorGpuTest, CpuTensorsAreStaged) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
-  const Tensor expected = Pattern(11, DType::kFloat32, 1);
+  const Tensor expected = FiniteBytes({11}, DType::kFloat32, 1);
 
   Tensor reduced = *expected.Clone();
   ASSERT_TRUE(comm->AllReduce(reduced, ReduceOp::kSum).ok());
@@ -147,7 +131,7 @@ TEST(NcclCommunicatorGpuTest, CpuTensorsAreStaged) {
 }
 
 TEST(NcclCommunicatorGpuTest, Bytes) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   for (const std::string& text : {std::string(), std::string("sdrt"), std::string(100000, 'x')}) {
@@ -161,7 +145,7 @@ TEST(NcclCommunicatorGpuTest, Bytes) {
 }
 
 TEST(NcclCommunicatorGpuTest, Split) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   absl::StatusOr<std::unique_ptr<Communicator>> none = comm->Split(-1, 0);
@@ -173,7 +157,7 @@ TEST(NcclCommunicatorGpuTest, Split) {
   EXPECT_EQ((*child)->rank(), 0);
   EXPECT_EQ((*child)->size(), 1);
   comm.reset();  // the child outlives its parent
-  Tensor t = *Pattern(5, DType::kInt32).To(Device::CUDA(0));
+  Tensor t = *FiniteBytes({5}, DType::kInt32).To(Device::CUDA(0));
   const std::string before = Bytes(t);
   ASSERT_TRUE((*child)->AllReduce(t, ReduceOp::kMax).ok());
   EXPECT_EQ(Bytes(t), before);
@@ -182,7 +166,7 @@ TEST(NcclCommunicatorGpuTest, Split) {
 
 #if SDRT_HAVE_MPI
 TEST(NcclCommunicatorGpuTest, BootstrapOverMpi) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   absl::StatusOr<std::unique_ptr<MpiCommunicator>> world = MpiCommunicator::World();
   ASSERT_TRUE(world.ok()) << world.status();
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =

@@ -48,15 +48,19 @@ TEST(ProcessGroup, MissingBackendIsAnErrorNamingTheDevice) {
 }
 
 TEST(ProcessGroup, CreateChecksDevicesAndRanks) {
-  EXPECT_FALSE(ProcessGroup::Create(nullptr, nullptr).ok());
+  absl::Status none = ProcessGroup::Create(nullptr, nullptr).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.message(), HasSubstr("ProcessGroup: no communicator given"));
   absl::Status swapped =
       ProcessGroup::Create(std::make_unique<Loopback>(Device::CUDA(0), 0, 1, "nccl"), nullptr)
           .status();
+  EXPECT_EQ(swapped.code(), absl::StatusCode::kInvalidArgument) << swapped;
   EXPECT_THAT(swapped.message(), HasSubstr("works on cuda:0"));
   absl::Status ranks =
       ProcessGroup::Create(std::make_unique<Loopback>(Device::CPU(), 0, 2, "mpi"),
                            std::make_unique<Loopback>(Device::CUDA(0), 1, 2, "nccl"))
           .status();
+  EXPECT_EQ(ranks.code(), absl::StatusCode::kInvalidArgument) << ranks;
   EXPECT_THAT(ranks.message(), HasSubstr("mpi is rank 0 of 2 but nccl is rank 1 of 2"));
 }
 

@@ -15,6 +15,7 @@
 
 #include "sdrt/cuda/kernels.h"
 #include "sdrt/tensor/backend/strided_copy.h"
+#include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tensor/backend/copy_test_util.h"
 
 namespace sdrt {
@@ -24,10 +25,10 @@ using ::sdrt::test::Contiguous;
 using ::sdrt::test::ContiguousStrides;
 using ::sdrt::test::Extent;
 using ::sdrt::test::FirstMismatch;
+using ::sdrt::test::HashByteVector;
 using ::sdrt::test::kElemSizes;
 using ::sdrt::test::Layout;
 using ::sdrt::test::Numel;
-using ::sdrt::test::RandomBytes;
 using ::testing::HasSubstr;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -38,12 +39,7 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 class KernelsGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: "
-                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-    }
+    SDRT_SKIP_WITHOUT_GPU();
     ASSERT_CUDA(cudaStreamCreate(&stream_));
   }
   void TearDown() override {
@@ -89,8 +85,8 @@ void ExpectStridedCopyMatchesHost(cudaStream_t stream, int64_t elem_size, const 
                                   << testing::PrintToString(l.src_strides) << " misalign "
                                   << dst_misalign << "/" << src_misalign);
   const std::vector<uint8_t> src =
-      RandomBytes((l.src_offset + Extent(l.sizes, l.src_strides)) * elem_size, seed);
-  std::vector<uint8_t> expected = RandomBytes(Extent(l.sizes, l.dst_strides) * elem_size, ~seed);
+      HashByteVector((l.src_offset + Extent(l.sizes, l.src_strides)) * elem_size, seed);
+  std::vector<uint8_t> expected = HashByteVector(Extent(l.sizes, l.dst_strides) * elem_size, ~seed);
   DeviceBytes device_src(src, src_misalign);
   DeviceBytes device_dst(expected, dst_misalign);
   const int64_t offset = l.src_offset * elem_size;
@@ -164,7 +160,7 @@ TEST_F(KernelsGpuTest, StridedCopyBeyondInt32Accesses) {
 TEST_F(KernelsGpuTest, StridedCopyFromPinnedHostMemory) {
   const std::vector<int64_t> sizes = {300, 70};
   const std::vector<int64_t> src_strides = {100, 1};
-  const std::vector<uint8_t> src = RandomBytes(300 * 100 * 4, 5);
+  const std::vector<uint8_t> src = HashByteVector(300 * 100 * 4, 5);
   void* pinned = nullptr;
   ASSERT_CUDA(cudaHostAlloc(&pinned, src.size(), cudaHostAllocDefault));
   std::memcpy(pinned, src.data(), src.size());
@@ -172,7 +168,7 @@ TEST_F(KernelsGpuTest, StridedCopyFromPinnedHostMemory) {
   ASSERT_TRUE(StridedCopyHost(expected.data(), src.data() + 12, 4, sizes, ContiguousStrides(sizes),
                               src_strides)
                   .ok());
-  DeviceBytes dst(RandomBytes(expected.size(), 6), 0);
+  DeviceBytes dst(HashByteVector(expected.size(), 6), 0);
   const absl::Status status =
       StridedCopyDevice(dst.data(), static_cast<uint8_t*>(pinned) + 12, 4, sizes,
                         ContiguousStrides(sizes), src_strides, stream_);

@@ -1,32 +1,16 @@
 // cuda/runtime.h and Tensor's CUDA paths on a real device (ctest label gpu). Every test
 // skips with a message when no CUDA device is present.
 #include <cstring>
-#include <numeric>
-#include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/backend/dlpack.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                                          \
-  do {                                                                 \
-    if (CudaDeviceCount() == 0) {                                      \
-      GTEST_SKIP() << "no CUDA device: " << CudaAvailable().message(); \
-    }                                                                  \
-  } while (0)
-
-Tensor RandomBytes(IntSpan shape, DType dtype, uint32_t seed) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  std::mt19937 rng(seed);
-  auto* bytes = static_cast<uint8_t*>(t.data_ptr());
-  for (int64_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(rng());
-  return t;
-}
 
 bool SameBytes(const Tensor& a, const Tensor& b) {
   Tensor ca = *a.Contiguous();
@@ -35,7 +19,7 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
 }
 
 TEST(CudaRuntimeGpu, StreamEventAndBuffers) {
-  SKIP_WITHOUT_DEVICE();
+  SDRT_SKIP_WITHOUT_GPU();
   CudaStream stream = *CudaStream::Create(0);
   CudaEvent start = *CudaEvent::Create();
   CudaEvent end = *CudaEvent::Create();
@@ -52,7 +36,7 @@ TEST(CudaRuntimeGpu, StreamEventAndBuffers) {
 
 // case-020: registrations are undone when the memory is released, ten times over.
 TEST(CudaRuntimeGpu, Case020RegistrationIsReleasedWithTheStorage) {
-  SKIP_WITHOUT_DEVICE();
+  SDRT_SKIP_WITHOUT_GPU();
   for (int i = 0; i < 10; ++i) {
     std::shared_ptr<Storage> shared = *Storage::AllocateShared(1024 * 4);
     ASSERT_TRUE(PinStorage(*shared, kHostRegisterPortable).ok());
@@ -69,8 +53,8 @@ TEST(CudaRuntimeGpu, Case020RegistrationIsReleasedWithTheStorage) {
 }
 
 TEST(CudaRuntimeGpu, TensorRoundTripThroughTheDeviceIsBitExact) {
-  SKIP_WITHOUT_DEVICE();
-  Tensor host = RandomBytes({33, 17, 2, 1}, DType::kBFloat16, 7);
+  SDRT_SKIP_WITHOUT_GPU();
+  Tensor host = test::HashBytes({33, 17, 2, 1}, DType::kBFloat16, 7);
   Tensor dev = *host.To(Device::CUDA(0));
   EXPECT_EQ(dev.device(), Device::CUDA(0));
   EXPECT_TRUE(SameBytes(*dev.To(Device::CPU()), host));
@@ -89,8 +73,8 @@ TEST(CudaRuntimeGpu, TensorRoundTripThroughTheDeviceIsBitExact) {
 }
 
 TEST(CudaRuntimeGpu, DLPackExportsCudaTensors) {
-  SKIP_WITHOUT_DEVICE();
-  Tensor dev = *RandomBytes({4, 4}, DType::kFloat32, 3).To(Device::CUDA(0));
+  SDRT_SKIP_WITHOUT_GPU();
+  Tensor dev = *test::HashBytes({4, 4}, DType::kFloat32, 3).To(Device::CUDA(0));
   DLManagedTensor* managed = *ToDLPack(dev);
   EXPECT_EQ(managed->dl_tensor.device.device_type, kDLCUDA);
   Tensor back = *FromDLPack(managed);

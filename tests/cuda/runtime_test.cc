@@ -2,6 +2,8 @@
 // needs a device fails with a Status, and zero-byte requests never reach CUDA.
 #include "sdrt/cuda/runtime.h"
 
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -10,18 +12,31 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Unavailable, naming the call: sdrt's function without CUDA in the build (`sdrt_call`),
+// else CUDA's failed call (`cuda_call`) and CUDA's error name.
+void ExpectNoDevice(const absl::Status& s, const std::string& sdrt_call,
+                    const std::string& cuda_call) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  if (!BuiltWithCuda()) {
+    EXPECT_THAT(s.message(), HasSubstr(sdrt_call + ": sdrt was built without CUDA"));
+  } else {
+    EXPECT_THAT(s.message(), HasSubstr(cuda_call + "("));
+    EXPECT_THAT(s.message(), HasSubstr("cudaError"));
+  }
+}
+
 TEST(CudaRuntime, NoDeviceMeansCleanErrors) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present; see the gpu tests";
-  EXPECT_FALSE(CudaAvailable().ok());
+  ExpectNoDevice(CudaAvailable(), "CudaAvailable", "cudaGetDeviceCount");
   absl::StatusOr<CudaStream> stream = CudaStream::Create(0);
-  EXPECT_FALSE(stream.ok());
-  EXPECT_FALSE(stream.status().message().empty());
-  EXPECT_FALSE(AllocateDeviceBuffer(1024, 0).ok());
-  EXPECT_FALSE(PinnedHostAllocator::Allocate(1024).ok());
+  ExpectNoDevice(stream.status(), "CudaStream::Create", "cudaSetDevice");
+  ExpectNoDevice(AllocateDeviceBuffer(1024, 0).status(), "AllocateDeviceBuffer", "cudaSetDevice");
+  ExpectNoDevice(PinnedHostAllocator::Allocate(1024).status(), "PinnedHostAllocator::Allocate",
+                 "cudaHostAlloc");
   char buffer[64];
   absl::StatusOr<HostRegistration> reg =
       HostRegistration::Register(buffer, 64, kHostRegisterDefault);
-  EXPECT_FALSE(reg.ok());
+  ExpectNoDevice(reg.status(), "HostRegistration::Register", "cudaHostRegister");
   if (!BuiltWithCuda()) {
     EXPECT_EQ(stream.status().code(), absl::StatusCode::kUnavailable);
     EXPECT_THAT(stream.status().message(), HasSubstr("built without CUDA"));

@@ -172,17 +172,20 @@ TEST(GoldenCodec, RejectsMalformedValuesNamingTheProblem) {
   absl::StatusOr<Value> bad_dtype =
       DecodeGoldenValue(json::parse(R"({"type":"tensor","dtype":"complex64","shape":[]})"));
   EXPECT_EQ(bad_dtype.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_dtype.status().message(), HasSubstr("complex64"));
 }
 
 TEST(GoldenCodec, ReadGoldenJson) {
   absl::StatusOr<json> j = ReadGoldenJson("state_dict/flatten_golden.json");
   ASSERT_TRUE(j.ok()) << j.status();
   EXPECT_TRUE(j->is_array());
-  EXPECT_EQ(ReadGoldenJson("state_dict/no_such_file.json").status().code(),
-            absl::StatusCode::kNotFound);
+  const absl::Status missing = ReadGoldenJson("state_dict/no_such_file.json").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("cannot open golden file"));
   // A binary file is not JSON.
-  EXPECT_EQ(ReadGoldenJson("safetensors/dtypes.safetensors").status().code(),
-            absl::StatusCode::kDataLoss);
+  const absl::Status binary = ReadGoldenJson("safetensors/dtypes.safetensors").status();
+  EXPECT_EQ(binary.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(binary.message(), HasSubstr("invalid JSON in"));
 }
 
 }  // namespace

@@ -1,39 +1,28 @@
-// Helpers shared by the tests of several folders: a tensor builder and the folder tests
-// write into. Header-only; test code only.
+// Helpers shared by the tests of several folders (test code only): every dtype, the skip of
+// tests that need a CUDA device, the folder tests write into, and the deterministic fills
+// (fill.h).
 #ifndef SDRT_TESTS_SUPPORT_TEST_UTIL_H_
 #define SDRT_TESTS_SUPPORT_TEST_UTIL_H_
 
-#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
-#include "sdrt/tensor/tensor.h"
+#include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {
 
-// A contiguous CPU tensor of `shape` holding start, start + 1, ... in row-major order.
-// `dtype` is float32, int32 or int64.
-inline Tensor Arange(IntSpan shape, DType dtype = DType::kFloat32, int64_t start = 0) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (dtype) {
-      case DType::kFloat32:
-        t.data<float>()[i] = static_cast<float>(start + i);
-        break;
-      case DType::kInt32:
-        t.data<int32_t>()[i] = static_cast<int32_t>(start + i);
-        break;
-      case DType::kInt64:
-        t.data<int64_t>()[i] = start + i;
-        break;
-      default:
-        ADD_FAILURE() << "Arange: unsupported dtype " << DTypeName(dtype);
-        return t;
-    }
-  }
-  return t;
-}
+// Every dtype, in the order of SDRT_DTYPE_TABLE (tensor/dtype.h), generated from that
+// table so that a dtype added there is covered by every test that loops over this.
+inline constexpr DType kAllDTypes[] = {
+#define SDRT_TEST_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
+    SDRT_DTYPE_TABLE(SDRT_TEST_DTYPE_LIST)
+#undef SDRT_TEST_DTYPE_LIST
+};
+static_assert(sizeof(kAllDTypes) / sizeof(kAllDTypes[0]) == kNumDTypes,
+              "kAllDTypes lists every dtype of the table");
 
 // The folder tests write files into: $SDRT_TEST_TMP (the tests build folder under CTest),
 // else GoogleTest's TempDir().
@@ -43,5 +32,14 @@ inline std::string TestTmpRoot() {
 }
 
 }  // namespace sdrt::test
+
+// Skips the current test (or, in SetUp, the fixture's tests) when no CUDA device can be
+// used: in a build without CUDA, or on a machine without a GPU; the message says why.
+#define SDRT_SKIP_WITHOUT_GPU()                                                \
+  do {                                                                         \
+    if (::sdrt::CudaDeviceCount() == 0) {                                      \
+      GTEST_SKIP() << "no CUDA device: " << ::sdrt::CudaAvailable().message(); \
+    }                                                                          \
+  } while (0)
 
 #endif  // SDRT_TESTS_SUPPORT_TEST_UTIL_H_

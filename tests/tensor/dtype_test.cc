@@ -66,7 +66,9 @@ TEST(DType, UnknownNamesAreErrorsNamingThem) {
   EXPECT_THAT(st.status().message(), HasSubstr("F8_E8M0"));
   EXPECT_THAT(DTypeFromName("complex64").status().message(), HasSubstr("complex64"));
   EXPECT_THAT(DTypeFromDLPack(2, 32, 4).status().message(), HasSubstr("lanes=4"));
-  EXPECT_FALSE(DTypeFromDLPack(5, 64, 1).ok());  // complex has no sdrt dtype
+  absl::Status complex = DTypeFromDLPack(5, 64, 1).status();  // complex has no sdrt dtype
+  EXPECT_EQ(complex.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(complex.message(), HasSubstr("DLPack dtype code=5 bits=64 has no sdrt dtype"));
 }
 
 }  // namespace

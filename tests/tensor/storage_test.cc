@@ -96,17 +96,24 @@ TEST(Device, PrintsAndParsesLikePyTorch) {
   EXPECT_EQ(*ParseDevice("cuda:3"), Device::CUDA(3));
   EXPECT_EQ(*ParseDevice("cuda"), Device::CUDA(0));
   EXPECT_EQ(*ParseDevice("meta"), Device::Meta());
-  EXPECT_THAT(ParseDevice("cuda:x").status().message(), HasSubstr("cuda:x"));
-  EXPECT_FALSE(ParseDevice("cuda:-1").ok());
+  const absl::Status letter = ParseDevice("cuda:x").status();
+  EXPECT_EQ(letter.code(), absl::StatusCode::kInvalidArgument) << letter;
+  EXPECT_THAT(letter.message(), HasSubstr("cannot parse device 'cuda:x'"));
+  absl::Status negative = ParseDevice("cuda:-1").status();
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(negative.message(), HasSubstr("cannot parse device 'cuda:-1'"));
 }
 
-}  // namespace
-}  // namespace sdrt
+TEST(Device, ParseTakesOnlyADecimalCudaIndex) {
+  for (const char* bad : {"cuda:1 ", "cuda:+1", "cuda:"}) {
+    absl::StatusOr<Device> d = ParseDevice(bad);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(d.status().message(), HasSubstr(absl::StrCat("cannot parse device '", bad, "'")));
+  }
+  EXPECT_EQ(*ParseDevice("cuda:12"), Device::CUDA(12));
+}
 
-namespace sdrt {
-namespace {
-
-// Found by review: names must not collide with a segment an earlier process of the same
+// Shared-memory names must not collide with a segment an earlier process of the same
 // pid left behind.
 TEST(Storage, SharedNamesSurviveLeftoversOfTheSamePid) {
   const std::string leftover = absl::StrCat("/sdrt-", ::getpid(), "-0");

@@ -111,8 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ShardedCheckpoint, EmptyShardsOnDimsSmallerThanTheMesh) {
   const std::string root = test::FreshDir("sharded_checkpoint_empty_shards");
   const SafetensorsFile source = test::WriteSource(
-      root + "/full.safetensors", {{"tiny", test::Bytes({2, 3}, DType::kFloat32, 1)},
-                                   {"one", test::Bytes({1}, DType::kInt64, 2)}});
+      root + "/full.safetensors", {{"tiny", test::HashBytes({2, 3}, DType::kFloat32, 1)},
+                                   {"one", test::HashBytes({1}, DType::kInt64, 2)}});
   ASSERT_TRUE(
       WriteShardedCheckpoint(source, Mesh("4"), *ShardingPlan::Builtin("fsdp"), root + "/ckpt")
           .ok());
@@ -131,8 +131,8 @@ TEST(ShardedCheckpoint, IndexJsonLayout) {
   const std::string root = test::FreshDir("sharded_checkpoint_layout");
   const SafetensorsFile source = test::WriteSource(
       root + "/full.safetensors",
-      {{"model.layers.0.self_attn.q_proj.weight", test::Bytes({4, 2}, DType::kBFloat16, 3)},
-       {"model.norm.weight", test::Bytes({2}, DType::kFloat32, 4)}});
+      {{"model.layers.0.self_attn.q_proj.weight", test::HashBytes({4, 2}, DType::kBFloat16, 3)},
+       {"model.norm.weight", test::HashBytes({2}, DType::kFloat32, 4)}});
   auto mesh =
       std::make_shared<const DeviceMesh>(*DeviceMesh::Create(IntVector{2, 2}, {}, {"dp", "tp"}));
   ASSERT_TRUE(
@@ -198,7 +198,7 @@ TEST(Xxh64, PublishedVectorsAndLayout) {
 // xxhsum command line (Debian package xxhash); skipped when neither is installed.
 TEST(Xxh64, AgreesWithAnIndependentImplementation) {
   const std::string path = (fs::path(test::TestTmpRoot()) / "xxh64_golden.bin").string();
-  Tensor t = test::Bytes({1000, 3}, DType::kFloat32, 42);
+  Tensor t = test::HashBytes({1000, 3}, DType::kFloat32, 42);
   {
     std::ofstream out(path, std::ios::binary);
     out.write(static_cast<const char*>(t.data_ptr()), t.nbytes());
@@ -267,7 +267,9 @@ TEST(LoadRankShards, EveryRankAsDTensors) {
   absl::StatusOr<RankShards> bad = LoadRankShards(root + "/ckpt", 6);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("rank 6 is not in [0, 6)"));
-  EXPECT_FALSE(LoadRankShards(root + "/ckpt", -1).ok());
+  bad = LoadRankShards(root + "/ckpt", -1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("rank -1 is not in [0, 6)"));
 }
 
 TEST(WriteShardedCheckpoint, PlanThatNeedsATwoDimMeshLeavesNothing) {
@@ -351,6 +353,8 @@ TEST(WriteShardedCheckpoint, ReplacesOnlyWhatItMay) {
   absl::StatusOr<ShardedCheckpointIndex> file =
       WriteShardedCheckpoint(source, Mesh("2"), fsdp, root + "/full.safetensors", overwrite);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(file.status().message(),
+              HasSubstr("full.safetensors: exists and is not a folder; refusing to replace it"));
   EXPECT_TRUE(Leftovers(root).empty());
   // A missing parent folder.
   absl::StatusOr<ShardedCheckpointIndex> orphan =
@@ -397,7 +401,10 @@ class Corrupted : public ::testing::Test {
 TEST_F(Corrupted, MissingRankFile) {
   fs::remove(dir_ + "/rank-00002-of-00004.safetensors");
   ExpectError({"rank-00002-of-00004.safetensors", "missing"});
-  EXPECT_FALSE(LoadRankShards(dir_, 0).ok());
+  absl::Status load = LoadRankShards(dir_, 0).status();
+  EXPECT_EQ(load.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(load.message(), HasSubstr("rank-00002-of-00004.safetensors: rank file 2 of 4 is "
+                                        "missing"));
 }
 
 TEST_F(Corrupted, MissingIndexAndFolder) {
@@ -504,7 +511,9 @@ TEST_F(Corrupted, ShapeInconsistentWithRankFiles) {
   ReadShardedCheckpointOptions headers_only;
   headers_only.check_rank_files = false;
   EXPECT_TRUE(ReadShardedCheckpointIndex(dir_, headers_only).ok());
-  EXPECT_FALSE(LoadRankShards(dir_, 1).ok());
+  absl::Status load = LoadRankShards(dir_, 1).status();
+  EXPECT_EQ(load.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(load.message(), HasSubstr("tensor ghost of the index is missing"));
 }
 
 TEST_F(Corrupted, SwappedRankFiles) {
@@ -514,6 +523,8 @@ TEST_F(Corrupted, SwappedRankFiles) {
   ExpectError({"rank-00001-of-00004.safetensors", "sdrt.rank", "\"2\"", "\"1\""});
   absl::StatusOr<RankShards> loaded = LoadRankShards(dir_, 1);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loaded.status().message(),
+              HasSubstr("__metadata__ \"sdrt.rank\" is \"2\" but the index says \"1\""));
   EXPECT_TRUE(LoadRankShards(dir_, 0).ok());
 }
 

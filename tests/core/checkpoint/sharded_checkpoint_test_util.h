@@ -22,27 +22,13 @@
 
 namespace sdrt::test {
 
-// A contiguous CPU tensor whose bytes are a counter mixed with `salt`, so that every byte
-// of every tensor differs from its neighbours (a misplaced element changes the bytes).
-inline Tensor Bytes(IntSpan shape, DType dtype, uint32_t salt) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  auto* data = static_cast<unsigned char*>(t.data_ptr());
-  for (int64_t i = 0; i < t.nbytes(); ++i) {
-    data[i] = static_cast<unsigned char>((i * 131 + salt * 7 + (i >> 8) * 17) & 0xff);
-  }
-  if (dtype == DType::kBool) {
-    for (int64_t i = 0; i < t.nbytes(); ++i) data[i] &= 1;
-  }
-  return t;
-}
-
 // Tensors of many ranks, sizes and dtypes with the names the tp plan knows: dims smaller
 // than a mesh of 4 (empty shards), uneven dims, a 0-dim scalar, a zero-element tensor.
 inline std::vector<std::pair<std::string, Tensor>> MixedStateDict() {
   std::vector<std::pair<std::string, Tensor>> out;
   uint32_t salt = 1;
   auto add = [&](const std::string& name, IntVector shape, DType dtype = DType::kFloat32) {
-    out.emplace_back(name, Bytes(shape, dtype, salt++));
+    out.emplace_back(name, HashBytes(shape, dtype, salt++));
   };
   // Llama.
   add("model.embed_tokens.weight", {10, 6});

@@ -137,7 +137,10 @@ TEST(ShardingPlan, TwoDimPlansRefuseOtherMeshes) {
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << " " << mesh;
       EXPECT_THAT(s.message(),
                   AllOf(HasSubstr(name), HasSubstr("needs a 2-D mesh"), HasSubstr(mesh)));
-      EXPECT_FALSE(plan.PlacementsFor("w", {4}, Mesh(mesh)).ok());
+      s = plan.PlacementsFor("w", {4}, Mesh(mesh)).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << " " << mesh;
+      EXPECT_THAT(s.message(),
+                  AllOf(HasSubstr(name), HasSubstr("needs a 2-D mesh"), HasSubstr(mesh)));
     }
   }
 }
@@ -150,7 +153,8 @@ TEST(ShardingPlan, UnknownPlan) {
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(plan.status().message(), HasSubstr("unknown plan \"fsdpx\""));
   plan = ShardingPlan::FromSpec("/nonexistent/plan.json");
-  EXPECT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(plan.status().message(), HasSubstr("cannot be read: No such file or directory"));
   EXPECT_THAT(plan.status().message(), HasSubstr("/nonexistent/plan.json"));
 }
 
@@ -233,7 +237,9 @@ TEST(ShardingPlan, FromSpecReadsAFile) {
   EXPECT_EQ(plan->name(), path);
   EXPECT_EQ(Placements(*plan, "model.norm.weight", {4}, Mesh("3")), "[R]");
   EXPECT_EQ(Placements(*plan, "w", {4}, Mesh("3")), "[S(0)]");
-  EXPECT_THAT(plan->CheckMesh(Mesh("2x2")).message(), AllOf(HasSubstr(path), HasSubstr("1-D")));
+  const absl::Status two_dim = plan->CheckMesh(Mesh("2x2"));
+  EXPECT_EQ(two_dim.code(), absl::StatusCode::kInvalidArgument) << two_dim;
+  EXPECT_THAT(two_dim.message(), AllOf(HasSubstr(path), HasSubstr("1-D")));
 }
 
 }  // namespace

@@ -228,7 +228,7 @@ TEST(GatherStateDictMpi, PartialSumAndMaxAreReduced) {
     want_max.data<int32_t>()[i] = static_cast<int32_t>(n * i);
   }
   Map want{{"sum", want_sum}, {"nested", Map{{"max", want_max}}}};
-  Tensor full2d = Pattern({6, 4}, DType::kFloat32, 11);
+  Tensor full2d = ValuePattern({6, 4}, DType::kFloat32, 11);
   if (n == 4) {
     const auto m2 = Mesh({2, 2});
     const std::vector<Placement> p = PlacementsOf("[P(sum), S(0)]");
@@ -322,7 +322,7 @@ TEST(GatherStateDictMpi, ManySmallTensorsFewCollectives) {
 TEST(GatherStateDictMpi, Case004LocalsNotTheChunkLayoutFailOnEveryRank) {
   const int n = WorldSize();
   const int64_t width = 2 * n + n * (n - 1) / 2;  // 14 at N = 4
-  Map sd{{"layer", Map{{"weight", *DTensor::Make(Pattern({2, 2 + Rank()}, DType::kFloat32, 1),
+  Map sd{{"layer", Map{{"weight", *DTensor::Make(ValuePattern({2, 2 + Rank()}, DType::kFloat32, 1),
                                                  Mesh({n}), PlacementsOf("[S(1)]"), {2, width})}}}};
   absl::StatusOr<Map> got = GatherStateDict(sd, WorldGather());
   ExpectSameStatusOnEveryRank(got.status());
@@ -343,11 +343,14 @@ TEST(GatherStateDictMpi, MetaTensorIsFailedPreconditionOnEveryRank) {
   absl::StatusOr<Map> got = GatherStateDict(Map{{"w", MetaLeaf(s)}}, WorldGather());
   ExpectSameStatusOnEveryRank(got.status());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << got.status();
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("'w': the local tensor is on meta (no data to gather)"));
   GatherOptions zero = WorldGather();
   zero.bucket_bytes = 0;
   got = GatherStateDict(Map{{"w", ShardedLeaf(s)}}, zero);
   ExpectSameStatusOnEveryRank(got.status());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("bucket_bytes must be at least 1, got 0"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -553,7 +556,7 @@ TEST(BroadcastStateDictMpi, Case013CpuTensorsWithCpuDevice) {
   ASSERT_TRUE(AllTrue(result.ok())) << result.status();
   EXPECT_TRUE(local.empty());
   EXPECT_THAT(result->unexpected_keys, ElementsAre("key"));
-  local.Set("key", Pattern({1}, DType::kFloat32, 1));
+  local.Set("key", ValuePattern({1}, DType::kFloat32, 1));
   options.cpu_offload = true;
   result = BroadcastStateDict(full, local, options);
   ASSERT_TRUE(AllTrue(result.ok())) << result.status();
@@ -660,8 +663,8 @@ TEST(BroadcastStateDictMpi, Case016LocalShapesThePlacementsForbid) {
   const auto m1 = Mesh({n});
   const int64_t local_len = Rank() == bad ? 38 : 40;
   const auto make_local = [&] {
-    return Map{{"case016", Map{{"w", *DTensor::Make(Pattern({local_len}, DType::kFloat32, 3), m1,
-                                                    PlacementsOf("[S(0)]"), {40 * n})}}}};
+    return Map{{"case016", Map{{"w", *DTensor::Make(ValuePattern({local_len}, DType::kFloat32, 3),
+                                                    m1, PlacementsOf("[S(0)]"), {40 * n})}}}};
   };
   const auto check = [&](const absl::Status& status) {
     ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
@@ -676,8 +679,9 @@ TEST(BroadcastStateDictMpi, Case016LocalShapesThePlacementsForbid) {
   }
   if (!NoRankFailed()) return;
   {
-    const Map full =
-        Rank() == 0 ? Map{{"case016", Map{{"w", Pattern({40 * n}, DType::kFloat32, 4)}}}} : Map{};
+    const Map full = Rank() == 0
+                         ? Map{{"case016", Map{{"w", ValuePattern({40 * n}, DType::kFloat32, 4)}}}}
+                         : Map{};
     Map local = make_local();
     absl::StatusOr<BroadcastResult> result = BroadcastStateDict(full, local, WorldBroadcast());
     ExpectSameStatusOnEveryRank(result.status());
@@ -720,7 +724,7 @@ TEST(BroadcastStateDictMpi, LocalDisagreesWithCheckpointFailsOnEveryRank) {
   const int n = WorldSize();
   const auto m1 = Mesh({n});
   const Map full =
-      Rank() == 0 ? Map{{"m", Map{{"w", Pattern({6, 4}, DType::kFloat32, 5)}}}} : Map{};
+      Rank() == 0 ? Map{{"m", Map{{"w", ValuePattern({6, 4}, DType::kFloat32, 5)}}}} : Map{};
   {
     const Spec s = DSpec("m.w", {8, 4}, DType::kFloat32, m1, "[S(0)]");
     Map local{{"m", Map{{"w", MetaLeaf(s)}}}};
@@ -753,6 +757,10 @@ TEST(BroadcastStateDictMpi, LocalDisagreesWithCheckpointFailsOnEveryRank) {
     ExpectSameStatusOnEveryRank(result.status());
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
         << "option " << option << ": " << result.status();
+    const std::string want[] = {absl::StrCat("root ", n, " is not a rank of the communicator"),
+                                "root -1 is not a rank of the communicator",
+                                "bucket_bytes must be at least 1, got 0"};
+    EXPECT_THAT(result.status().message(), HasSubstr(want[option]));
     if (!NoRankFailed()) return;
   }
 }
@@ -865,7 +873,7 @@ TEST(DistributeStateDictMpi, Case014OptimizerStateStaysDTensor) {
   const int n = WorldSize();
   const auto mesh = Mesh({n});
   const Spec s = DSpec("exp_avg", {2 * n, 4}, DType::kFloat32, mesh, "[S(0)]");
-  const Tensor step = Pattern({}, DType::kFloat32, 9);
+  const Tensor step = ValuePattern({}, DType::kFloat32, 9);
   const Map full{{"exp_avg", s.Full()}, {"step", step}, {"lr", 0.5}};
   for (Communicator* comm :
        {static_cast<Communicator*>(nullptr), static_cast<Communicator*>(g_world)}) {
@@ -934,7 +942,7 @@ TEST(DistributeStateDictMpi, PartialGivesTheValueAtCoordinateZero) {
 TEST(DistributeStateDictMpi, LocalDisagreesWithCheckpointFailsOnEveryRank) {
   const int n = WorldSize();
   const auto m1 = Mesh({n});
-  const Map full{{"m", Map{{"w", Pattern({6, 4}, DType::kFloat32, 5)}}}};
+  const Map full{{"m", Map{{"w", ValuePattern({6, 4}, DType::kFloat32, 5)}}}};
   const Spec shape = DSpec("m.w", {8, 4}, DType::kFloat32, m1, "[S(0)]");
   const Spec dtype = DSpec("m.w", {6, 4}, DType::kInt32, m1, "[S(0)]");
   for (const Spec* s : {&shape, &dtype}) {
@@ -958,7 +966,7 @@ TEST(DistributedStateDictMpi, OptionsThatDifferBetweenRanksAreAnErrorOnEveryRank
   const int n = WorldSize();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
   const auto m1 = Mesh({n});
-  const Tensor full = Pattern({6, 4}, DType::kFloat32, 1);
+  const Tensor full = ValuePattern({6, 4}, DType::kFloat32, 1);
   Map sd{{"w", *DistributeTensor(full, m1, PlacementsOf("[S(0)]"), Rank())}};
   for (int64_t other : {int64_t{0}, int64_t{1}}) {
     GatherOptions gather = WorldGather();

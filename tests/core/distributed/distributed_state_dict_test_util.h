@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
@@ -25,6 +24,7 @@
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt::test {
 
@@ -32,12 +32,6 @@ inline MpiCommunicator* g_world = nullptr;
 
 inline int Rank() { return g_world->rank(); }
 inline int WorldSize() { return g_world->size(); }
-
-inline constexpr DType kAllDTypes[] = {
-#define SDRT_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
-    SDRT_DTYPE_TABLE(SDRT_DTYPE_LIST)
-#undef SDRT_DTYPE_LIST
-};
 
 // ---------------------------------------------------------------------------------------
 // Rank agreement.
@@ -81,53 +75,8 @@ inline void ExpectSameStatusOnEveryRank(const absl::Status& status) {
 // ---------------------------------------------------------------------------------------
 // Values.
 
-// A contiguous tensor of `shape` whose element i (row-major) holds a value made from
-// k = 3 i + salt, exact in its dtype: bool (i + salt) % 3 == 0, integers and floats
-// small enough to be exact (bfloat16 and float16 in [-128, 128) and [-1024, 1024)), float8
-// a finite byte.
-inline Tensor Pattern(IntSpan shape, DType dtype, int64_t salt) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const int64_t k = 3 * i + salt;
-    switch (dtype) {
-      case DType::kBool:
-        t.data<uint8_t>()[i] = (i + salt) % 3 == 0 ? 1 : 0;
-        break;
-      case DType::kUInt8:
-        t.data<uint8_t>()[i] = static_cast<uint8_t>(7 * k);
-        break;
-      case DType::kInt8:
-        t.data<int8_t>()[i] = static_cast<int8_t>(k % 256 - 128);
-        break;
-      case DType::kFloat8E4M3FN:
-      case DType::kFloat8E5M2:
-        t.data<uint8_t>()[i] = static_cast<uint8_t>(1 + k % 120);
-        break;
-      case DType::kInt16:
-        t.data<int16_t>()[i] = static_cast<int16_t>(k % 65536 - 32768);
-        break;
-      case DType::kInt32:
-        t.data<int32_t>()[i] = static_cast<int32_t>(7 * k - 100000);
-        break;
-      case DType::kInt64:
-        t.data<int64_t>()[i] = k * 1000003 - 5;
-        break;
-      case DType::kFloat16:
-        t.data<uint16_t>()[i] = internal::FloatToFloat16(static_cast<float>(k % 2048 - 1024));
-        break;
-      case DType::kBFloat16:
-        t.data<uint16_t>()[i] = internal::FloatToBFloat16(static_cast<float>(k % 256 - 128));
-        break;
-      case DType::kFloat32:
-        t.data<float>()[i] = static_cast<float>(k % 100000 - 50000) * 0.5f;
-        break;
-      case DType::kFloat64:
-        t.data<double>()[i] = static_cast<double>(k) * 0.25 - 12345.0;
-        break;
-    }
-  }
-  return t;
-}
+// Full tensors are test::ValuePattern(shape, dtype, salt) (tests/support/fill.h): element
+// i holds an exact value made from 3 i + salt.
 
 // A salt from a path, the same on every rank and in every tree built from it.
 inline int64_t SaltOf(absl::string_view path) {
@@ -343,7 +292,7 @@ struct Spec {
   std::vector<Placement> placements;       // kDTensor
   std::vector<ShardMetadata> shards;       // kSharded
 
-  Tensor Full() const { return Pattern(shape, dtype, SaltOf(path)); }
+  Tensor Full() const { return ValuePattern(shape, dtype, SaltOf(path)); }
   IntVector LocalShape() const { return *ComputeLocalShape(shape, *mesh, placements, Rank()); }
   bool HasPartial() const {
     for (const Placement& p : placements) {

@@ -22,22 +22,16 @@
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
 
-#define SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
+using test::kAllDTypes;
 
 const Device kGpu = Device::CUDA(0);
-
-constexpr DType kAllDTypes[] = {
-#define SDRT_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
-    SDRT_DTYPE_TABLE(SDRT_DTYPE_LIST)
-#undef SDRT_DTYPE_LIST
-};
 
 std::unique_ptr<NcclCommunicator> SingleRank() {
   absl::StatusOr<NcclUniqueId> id = NcclUniqueId::Generate();
@@ -48,16 +42,10 @@ std::unique_ptr<NcclCommunicator> SingleRank() {
   return comm.ok() ? *std::move(comm) : nullptr;
 }
 
-// A contiguous CPU tensor of `shape` whose bytes follow a pattern made from the byte index
-// (each byte in [1, 0x3f], a finite value in every float format; 0 or 1 for bool).
+// A contiguous CPU tensor of `shape` whose every element is a finite value
+// (test::FiniteBytes).
 Tensor Pattern(IntSpan shape, DType dtype, int seed = 0) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  auto* bytes = static_cast<unsigned char*>(t.data_ptr());
-  for (int64_t i = 0; i < t.nbytes(); ++i) {
-    bytes[i] = dtype == DType::kBool ? (i + seed) % 2
-                                     : static_cast<unsigned char>((i * 7 + seed) % 0x3F + 1);
-  }
-  return t;
+  return test::FiniteBytes(shape, dtype, seed);
 }
 
 // The bytes of `t` (any device, any strides) in row-major order.
@@ -94,7 +82,7 @@ void ExpectSamePiecesAsCpu(IntSpan shape, DType dtype, IntSpan mesh_shape, const
 }
 
 TEST(DTensorOpsGpuTest, DistributeCutsTheSamePiecesOnTheGpu) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   for (DType dtype : kAllDTypes) {
     ExpectSamePiecesAsCpu({5, 10}, dtype, {4}, "[S(0)]");
     ExpectSamePiecesAsCpu({3, 9}, dtype, {2}, "[S(1)]");
@@ -117,7 +105,7 @@ TEST(DTensorOpsGpuTest, DistributeCutsTheSamePiecesOnTheGpu) {
 }
 
 TEST(DTensorOpsGpuTest, DistributeTakesAStridedGpuTensor) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const Tensor base = Pattern({6, 8}, DType::kFloat32);
   const Tensor cpu_view = *base.Slice(1, 1, 8, 2);  // 6x4, strides (8, 2)
   const Tensor gpu_view = *(*base.To(kGpu)).Slice(1, 1, 8, 2);
@@ -137,7 +125,7 @@ TEST(DTensorOpsGpuTest, DistributeTakesAStridedGpuTensor) {
 // DistributeTensor then FullTensor on a one-rank mesh over NCCL: the local is the whole
 // tensor, on the GPU, and FullTensor returns it.
 TEST(DTensorOpsGpuTest, RoundTripOnOneRankMesh) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   for (const char* mesh_placements : {"[S(0)]", "[P(sum)]", "[_S(0, 2)]", "[_S(1, 3)]", "[R]"}) {
@@ -166,7 +154,7 @@ TEST(DTensorOpsGpuTest, RoundTripOnOneRankMesh) {
 
 // FromLocal exchanges the local shapes over NCCL (AllGatherBytes staged through the GPU).
 TEST(DTensorOpsGpuTest, FromLocalOverNccl) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   const Tensor local = *Pattern({7, 3}, DType::kInt32).To(kGpu);
@@ -180,7 +168,7 @@ TEST(DTensorOpsGpuTest, FromLocalOverNccl) {
 
 // Two local shards of one rank (and an empty one), one of them a strided view, on the GPU.
 TEST(DTensorOpsGpuTest, GatherShardedTensorWithTwoLocalGpuShards) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   const Tensor want = Pattern({5, 4}, DType::kFloat16, 4);
@@ -225,7 +213,7 @@ TEST(DTensorOpsGpuTest, GatherShardedTensorWithTwoLocalGpuShards) {
 
 // CPU tensors through the NCCL communicator: the results stay on the CPU.
 TEST(DTensorOpsGpuTest, CpuTensorsThroughNccl) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   const Tensor want = Pattern({6, 3}, DType::kFloat32, 6);
@@ -256,7 +244,7 @@ TEST(DTensorOpsGpuTest, CpuTensorsThroughNccl) {
 }
 
 TEST(DTensorOpsGpuTest, ShardsOnTwoDevicesAreAnError) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   const std::vector<ShardMetadata> metadata = {{{0}, {2}, {0, Device::CPU()}},
@@ -271,7 +259,7 @@ TEST(DTensorOpsGpuTest, ShardsOnTwoDevicesAreAnError) {
 
 // The Partial fill on the GPU, into a strided view: only the view's elements change.
 TEST(DTensorOpsGpuTest, FillPartialIdentityOnTheGpu) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const DeviceMesh mesh = *DeviceMesh::Create({2, 2});
   const int64_t coordinate[] = {1, 0};
   for (DType dtype : kAllDTypes) {
@@ -293,7 +281,7 @@ TEST(DTensorOpsGpuTest, FillPartialIdentityOnTheGpu) {
 }
 
 TEST(DTensorOpsGpuTest, FullTensorRejectsALocalTheCommunicatorDoesNotServe) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = SingleRank();
   ASSERT_NE(comm, nullptr);
   DeviceMeshComm mc = *DeviceMeshComm::Create(Mesh({1}), *comm);

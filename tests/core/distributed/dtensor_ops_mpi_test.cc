@@ -15,12 +15,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/comm/device_mesh_comm.h"
-#include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/support/mpi_test_main.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -29,49 +29,10 @@ using ::testing::HasSubstr;
 
 MpiCommunicator* g_world = nullptr;
 
-// A contiguous tensor of `shape` whose element i holds a value made from i: for the
-// number types i itself (uint8/int8 modulo 2^8, bool i % 2, floats exact for i < 256),
-// for float8 the byte i % 127 (finite).
-Tensor Pattern(IntSpan shape, DType dtype) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (dtype) {
-      case DType::kBool:
-        t.data<bool>()[i] = i % 2 == 1;
-        break;
-      case DType::kUInt8:
-      case DType::kInt8:
-        t.data<uint8_t>()[i] = static_cast<uint8_t>(i);
-        break;
-      case DType::kFloat8E4M3FN:
-      case DType::kFloat8E5M2:
-        t.data<uint8_t>()[i] = static_cast<uint8_t>(i % 127);
-        break;
-      case DType::kInt16:
-        t.data<int16_t>()[i] = static_cast<int16_t>(i);
-        break;
-      case DType::kInt32:
-        t.data<int32_t>()[i] = static_cast<int32_t>(i);
-        break;
-      case DType::kInt64:
-        t.data<int64_t>()[i] = i;
-        break;
-      case DType::kFloat16:
-        t.data<uint16_t>()[i] = internal::FloatToFloat16(static_cast<float>(i));
-        break;
-      case DType::kBFloat16:
-        t.data<uint16_t>()[i] = internal::FloatToBFloat16(static_cast<float>(i));
-        break;
-      case DType::kFloat32:
-        t.data<float>()[i] = static_cast<float>(i);
-        break;
-      case DType::kFloat64:
-        t.data<double>()[i] = static_cast<double>(i);
-        break;
-    }
-  }
-  return t;
-}
+// A contiguous tensor of `shape` whose element i holds i (test::Arange: exact for the
+// number types while i < 256, wrapping for uint8 and int8, bool i % 2, float8 the finite
+// byte i % 127).
+Tensor Pattern(IntSpan shape, DType dtype) { return test::Arange(shape, dtype); }
 
 bool SameBytes(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && a.is_contiguous() &&
@@ -125,12 +86,6 @@ void RoundTrip(DeviceMeshComm& mesh_comm, IntSpan shape, DType dtype, const char
   EXPECT_TRUE(SameBytes(*gathered, full)) << gathered->ToString();
 }
 
-constexpr DType kAllDTypes[] = {
-#define SDRT_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
-    SDRT_DTYPE_TABLE(SDRT_DTYPE_LIST)
-#undef SDRT_DTYPE_LIST
-};
-
 TEST(DeviceMeshComm, DimCommsFollowCoordinates) {
   const int n = g_world->size();
   const int64_t rows = n == 4 ? 2 : 1;
@@ -144,16 +99,20 @@ TEST(DeviceMeshComm, DimCommsFollowCoordinates) {
     EXPECT_EQ((*c)->rank(), mc->coordinate()[d]);
     EXPECT_EQ(*mc->DimComm(d), *c);  // cached
   }
-  EXPECT_EQ(mc->DimComm(2).status().code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status dim = mc->DimComm(2).status();
+  EXPECT_EQ(dim.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dim.message(), HasSubstr("mesh dim 2 out of range for DeviceMesh"));
   absl::StatusOr<DeviceMeshComm> wrong = DeviceMeshComm::Create(Mesh({n + 1}), *g_world);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(),
+              HasSubstr(absl::StrCat("has ", n + 1, " ranks but the communicator has ", n)));
 }
 
 // case-001 (5x10 Shard(0) over 4 ranks: rows 2,2,1,0) and case-005 (3x9 Shard(1) over 2
 // ranks) at every rank count, for every dtype.
 TEST(DTensorOpsMpi, OneDimShardRoundTripsEveryDType) {
   DeviceMeshComm mc = *DeviceMeshComm::Create(Mesh({g_world->size()}), *g_world);
-  for (DType dtype : kAllDTypes) {
+  for (DType dtype : test::kAllDTypes) {
     RoundTrip(mc, {5, 10}, dtype, "[S(0)]");
     RoundTrip(mc, {3, 9}, dtype, "[S(1)]");
   }

@@ -13,8 +13,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/tensor/sharding/distribute.h"
-#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/support/loopback_communicator.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -27,11 +27,8 @@ std::shared_ptr<const DeviceMesh> Mesh(IntSpan shape) {
   return std::make_shared<const DeviceMesh>(*DeviceMesh::Create(shape));
 }
 
-Tensor Floats(IntSpan shape, float start) {
-  Tensor t = *Tensor::Empty(shape, DType::kFloat32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = start + static_cast<float>(i);
-  return t;
-}
+// A float32 tensor of `shape` holding start, start + 1, ...
+Tensor Floats(IntSpan shape, int64_t start) { return test::Arange(shape, DType::kFloat32, start); }
 
 std::vector<float> Values(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
@@ -41,7 +38,7 @@ TEST(DTensorOps, ZeroDimShardedTensorGathersItsOneElement) {
   Loopback comm(Device::CPU(), 0, 1, "mpi", false);
   const ShardMetadata m{{}, {}, {0, Device::CPU()}};
   absl::StatusOr<ShardedTensor> st =
-      ShardedTensor::Make({}, DType::kFloat32, {m}, {{Floats({}, 42.0f), m}});
+      ShardedTensor::Make({}, DType::kFloat32, {m}, {{Floats({}, 42), m}});
   ASSERT_TRUE(st.ok()) << st.status();
   absl::StatusOr<Tensor> full = GatherShardedTensor(*st, comm);
   ASSERT_TRUE(full.ok()) << full.status();
@@ -54,7 +51,7 @@ TEST(DTensorOps, ShardedGatherPlacesShardsInAnyOrderAndZeroesTheRest) {
   const std::vector<ShardMetadata> m = {{{0, 2}, {2, 2}, {0, Device::CPU()}},
                                         {{2, 0}, {1, 3}, {0, Device::CPU()}}};
   // The second shard is a strided view (every other element of a row).
-  const Tensor row = Floats({1, 6}, 10.0f);
+  const Tensor row = Floats({1, 6}, 10);
   const std::vector<LocalShard> local = {{*row.Slice(1, 0, 6, 2), m[1]}, {Floats({2, 2}, 1), m[0]}};
   absl::StatusOr<Tensor> full =
       GatherShardedTensor(*ShardedTensor::Make({3, 4}, DType::kFloat32, m, local), comm);
@@ -106,42 +103,6 @@ TEST(DTensorOps, FullTensorRejectsALocalTheCommunicatorDoesNotServe) {
   absl::StatusOr<Tensor> full = FullTensor(dt, mc);
   EXPECT_EQ(full.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(full.status().message(), HasSubstr("which the mpi communicator (on cpu)"));
-}
-
-TEST(DTensorOps, DistributeTensorOfMetaAndUndefinedTensors) {
-  // A meta full tensor gives a meta local of the local shape, for every rank.
-  auto mesh = Mesh({4});
-  const Tensor meta = *Tensor::Meta({10, 3}, DType::kBFloat16);
-  for (int64_t rank = 0; rank < 4; ++rank) {
-    for (const char* placements : {"[S(0)]", "[_S(0, 2)]", "[P(sum)]"}) {
-      absl::StatusOr<DTensor> dt = DistributeTensor(meta, mesh, *ParsePlacements(placements), rank);
-      ASSERT_TRUE(dt.ok()) << dt.status();
-      EXPECT_TRUE(dt->local().is_meta());
-      EXPECT_EQ(dt->local().shape(),
-                *ComputeLocalShape(meta.shape(), *mesh, *ParsePlacements(placements), rank));
-    }
-  }
-  EXPECT_EQ(DistributeTensor(Tensor(), mesh, {Placement::Shard(0)}, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(DistributeTensor(meta, mesh, {Placement::Shard(0)}, 4).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-// The Partial fill of DistributeTensor on a strided source.
-TEST(DTensorOps, DistributeTensorFillsPartialsOffCoordinateZero) {
-  auto mesh = Mesh({2, 2});
-  const Tensor base = Floats({3, 8}, 1);
-  const Tensor strided = *base.Slice(1, 0, 8, 2);  // 3x4
-  const std::vector<Placement> p = {Placement::Partial(ReduceOp::kSum),
-                                    Placement::Partial(ReduceOp::kProduct)};
-  const std::vector<std::vector<float>> want = {
-      Values(*strided.Contiguous()), std::vector<float>(12, 1.0f), std::vector<float>(12, 0.0f),
-      std::vector<float>(12, 0.0f)};
-  for (int64_t rank = 0; rank < 4; ++rank) {
-    absl::StatusOr<DTensor> dt = DistributeTensor(strided, mesh, p, rank);
-    ASSERT_TRUE(dt.ok()) << dt.status();
-    EXPECT_EQ(Values(dt->local()), want[rank]) << "rank " << rank;
-  }
 }
 
 }  // namespace

@@ -102,10 +102,12 @@ TEST(SafetensorsHeader, DTypesTheOfficialPackageWritesButSdrtLacksAreUnsupported
   // The claim "valid safetensors" is made only once every other rule holds.
   absl::StatusOr<SafetensorsFile> short_data =
       Parse(Image(R"({"s":{"dtype":"U16","shape":[3],"data_offsets":[0,4]}})", "abcd"));
+  EXPECT_EQ(short_data.status().code(), absl::StatusCode::kInvalidArgument) << short_data.status();
   EXPECT_THAT(short_data.status().message(),
               HasSubstr("tensor \"s\": data_offsets [0, 4] span 4 bytes but U16[3] needs 6"));
   absl::StatusOr<SafetensorsFile> odd_bits =
       Parse(Image(R"({"s":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", "ab"));
+  EXPECT_EQ(odd_bits.status().code(), absl::StatusCode::kInvalidArgument) << odd_bits.status();
   EXPECT_THAT(odd_bits.status().message(),
               HasSubstr("tensor \"s\": F4[3] holds 12 bits, not a whole number of bytes"));
   // Several: the first in the header is named, with the count.

@@ -30,6 +30,7 @@ namespace sdrt {
 namespace {
 
 namespace fs = std::filesystem;
+using ::sdrt::test::HashBytes;
 using ::sdrt::test::Image;
 using ::sdrt::test::Parse;
 using ::testing::ElementsAre;
@@ -63,17 +64,6 @@ void WriteRaw(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// A contiguous CPU tensor whose byte k is (seed * 31 + k * 7) mod 256 (0 or 1 for bool).
-Tensor Patterned(IntSpan shape, DType dtype, int seed) {
-  Tensor t = *Tensor::Empty(shape, dtype);
-  auto* bytes = static_cast<unsigned char*>(t.data_ptr());
-  for (int64_t k = 0; k < t.nbytes(); ++k) {
-    bytes[k] =
-        dtype == DType::kBool ? (k + seed) % 2 : static_cast<unsigned char>(seed * 31 + k * 7);
-  }
-  return t;
-}
-
 // How many times `needle` occurs in `text`.
 int CountOf(absl::string_view text, absl::string_view needle) {
   int n = 0;
@@ -95,7 +85,7 @@ TEST(SafetensorsRoundTrip, EveryDTypeBitExactWithMetadata) {
   NamedTensors tensors;
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType dtype = static_cast<DType>(i);
-    tensors.emplace_back(std::string(DTypeName(dtype)), Patterned(shapes[i % 4], dtype, i));
+    tensors.emplace_back(std::string(DTypeName(dtype)), HashBytes(shapes[i % 4], dtype, i));
   }
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}, {"ключ", "значение"}}).ok());
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
@@ -129,11 +119,11 @@ TEST(SafetensorsRoundTrip, EveryDTypeBitExactWithMetadata) {
 // starts at a multiple of its element size, the header keeps the given order.
 TEST(SafetensorsWriter, LaysDataOutLargestElementFirstSoEveryTensorIsZeroCopy) {
   const std::string path = TestDir() + "/aligned.safetensors";
-  const NamedTensors tensors = {{"a", Patterned({3}, DType::kFloat32, 1)},
-                                {"b", Patterned({}, DType::kBFloat16, 2)},
-                                {"c", Patterned({0, 7}, DType::kInt64, 3)},
-                                {"d", Patterned({5}, DType::kBool, 4)},
-                                {"e", Patterned({2}, DType::kFloat32, 5)}};
+  const NamedTensors tensors = {{"a", HashBytes({3}, DType::kFloat32, 1)},
+                                {"b", HashBytes({}, DType::kBFloat16, 2)},
+                                {"c", HashBytes({0, 7}, DType::kInt64, 3)},
+                                {"d", HashBytes({5}, DType::kBool, 4)},
+                                {"e", HashBytes({2}, DType::kFloat32, 5)}};
   ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
   const std::string json = R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
                            R"("b":{"dtype":"BF16","shape":[],"data_offsets":[20,22]},)"
@@ -188,9 +178,9 @@ TEST(SafetensorsWriter, NonContiguousInputIsWrittenInLogicalOrder) {
 }
 
 TEST(SafetensorsWriter, CudaTensorsAreCopiedToHost) {
-  if (!CudaAvailable().ok()) GTEST_SKIP() << "no CUDA device: " << CudaAvailable();
+  SDRT_SKIP_WITHOUT_GPU();
   const std::string path = TestDir() + "/cuda.safetensors";
-  Tensor host = Patterned({5, 7}, DType::kBFloat16, 3);
+  Tensor host = HashBytes({5, 7}, DType::kBFloat16, 3);
   Tensor device = *host.To(Device::CUDA(0));
   ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", *device.Slice(1, 1, 7, 3)}}).ok());
   EXPECT_EQ(Bytes(*SafetensorsFile::Open(path)->Get("w")), Bytes(*host.Slice(1, 1, 7, 3)));
@@ -274,7 +264,9 @@ TEST(SafetensorsCases, Case044HeaderPastCapOrPastFile) {
   }
   for (int size : {0, 5}) {
     WriteRaw(dir + "/tiny.safetensors", std::string(size, '\x01'));
-    EXPECT_THAT(SafetensorsFile::Open(dir + "/tiny.safetensors").status().message(),
+    const absl::Status tiny = SafetensorsFile::Open(dir + "/tiny.safetensors").status();
+    EXPECT_EQ(tiny.code(), absl::StatusCode::kInvalidArgument) << tiny;
+    EXPECT_THAT(tiny.message(),
                 HasSubstr(absl::StrCat("file has ", size, " bytes, fewer than the 8-byte")));
   }
 }
@@ -411,14 +403,15 @@ TEST(SafetensorsReader, Utf8ValidatorFollowsTheUnicodeTable) {
   for (const char* bad :
        {"\x80", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xf0\x8f\xbf\xbf",
         "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xe2\x82", "a\xc3(", "\xfe"}) {
-    EXPECT_EQ(internal::ValidateUtf8(bad, "s").code(), absl::StatusCode::kInvalidArgument)
-        << absl::CHexEscape(bad);
+    const absl::Status s = internal::ValidateUtf8(bad, "s");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(bad);
+    EXPECT_THAT(s.message(), HasSubstr("is not valid UTF-8 at byte"));
   }
 }
 
 TEST(SafetensorsReader, TensorsKeepTheMappingAliveAndMissingNamesAreNotFound) {
   const std::string path = TestDir() + "/keep.safetensors";
-  Tensor want = Patterned({4, 4}, DType::kFloat64, 9);
+  Tensor want = HashBytes({4, 4}, DType::kFloat64, 9);
   ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", want}}).ok());
   Tensor got;
   {
@@ -442,12 +435,14 @@ TEST(SafetensorsReader, OpenReportsMissingFilesFoldersAndCpuOnlyBuffers) {
   absl::Status folder = SafetensorsFile::Open(dir).status();
   EXPECT_EQ(folder.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(folder.message(), dir + ": not a regular file");
-  EXPECT_EQ(SafetensorsFile::FromBuffer(nullptr).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status null = SafetensorsFile::FromBuffer(nullptr).status();
+  EXPECT_EQ(null.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(null.message(), HasSubstr("FromBuffer: needs a CPU storage"));
   // A device storage is refused without touching its (here fake) pointer.
   auto device = Storage::Borrow(reinterpret_cast<void*>(0x1000), 64, Device::CUDA(0));
-  EXPECT_EQ(SafetensorsFile::FromBuffer(device).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status on_device = SafetensorsFile::FromBuffer(device).status();
+  EXPECT_EQ(on_device.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(on_device.message(), HasSubstr("FromBuffer: needs a CPU storage"));
 }
 
 // A FIFO must be refused without blocking in open(2) until some writer appears.
@@ -469,7 +464,7 @@ TEST(SafetensorsReader, OpenRefusesAFifoWithoutBlocking) {
 
 TEST(SafetensorsReader, PinMappingRegistersWithCudaOrIsUnavailable) {
   const std::string path = TestDir() + "/pin.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", Patterned({64}, DType::kUInt8, 1)}}).ok());
+  ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", HashBytes({64}, DType::kUInt8, 1)}}).ok());
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, {/*pin_mapping=*/true});
   if (CudaAvailable().ok()) {
     ASSERT_TRUE(file.ok()) << file.status();
@@ -496,9 +491,13 @@ TEST(SafetensorsWriter, RefusesBadInputBeforeCreatingAnyFile) {
     EXPECT_THAT(s.message(), HasSubstr(message));
     EXPECT_THAT(s.message(), HasSubstr("WriteSafetensors(\"" + dir + "/x.safetensors\")"));
   }
-  EXPECT_EQ(WriteSafetensors(dir + "/x", {}, {{"k", "\xc3"}}).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(WriteSafetensors(dir + "/", {}).code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status utf8 = WriteSafetensors(dir + "/x", {}, {{"k", "\xc3"}});
+  EXPECT_EQ(utf8.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(utf8.message(),
+              HasSubstr("metadata key \"k\" or its value is not valid UTF-8 at byte 0 (0xc3)"));
+  const absl::Status folder = WriteSafetensors(dir + "/", {});
+  EXPECT_EQ(folder.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(folder.message(), HasSubstr("the path names a folder, not a file"));
   absl::Status huge = WriteSafetensors(dir + "/x", {}, {{"k", std::string(100'000'000, 'a')}});
   EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(huge.message(), HasSubstr("the header would have 100000032 bytes, past the"));
@@ -508,16 +507,19 @@ TEST(SafetensorsWriter, RefusesBadInputBeforeCreatingAnyFile) {
 TEST(SafetensorsWriter, FailedWritesLeaveTheTargetAndNoTemporaryFile) {
   const std::string dir = TestDir();
   const std::string path = dir + "/model.safetensors";
-  Tensor t = Patterned({8}, DType::kInt16, 2);
+  Tensor t = HashBytes({8}, DType::kInt16, 2);
   ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"old", t}}).ok());
   const std::string before = ReadAll(path);
-  EXPECT_FALSE(WriteSafetensors(path, NamedTensors{{"__metadata__", t}}).ok());
+  absl::Status reserved = WriteSafetensors(path, NamedTensors{{"__metadata__", t}});
+  EXPECT_EQ(reserved.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(reserved.message(),
+              HasSubstr("tensor \"__metadata__\": the name is reserved for the header's metadata"));
   EXPECT_EQ(ReadAll(path), before);
   // The rename fails (the target is a non-empty folder) after the temporary file was
   // written: it must be removed.
   fs::create_directories(dir + "/folder/inside");
   absl::Status s = WriteSafetensors(dir + "/folder", NamedTensors{{"w", t}});
-  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("rename"));
   EXPECT_THAT(std::string(s.message()),
               StartsWith("WriteSafetensors(\"" + dir + "/folder\"): rename(\""));
@@ -545,7 +547,7 @@ mode_t ModeOf(const std::string& path) {
 TEST(SafetensorsWriter, RewriteKeepsTheTargetsPermissions) {
   const std::string dir = TestDir();
   const std::string path = dir + "/private.safetensors";
-  const NamedTensors tensors = {{"w", Patterned({4}, DType::kInt32, 1)}};
+  const NamedTensors tensors = {{"w", HashBytes({4}, DType::kInt32, 1)}};
   const mode_t old_umask = umask(022);
   ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
   EXPECT_EQ(ModeOf(path), 0644u);
@@ -567,11 +569,11 @@ TEST(SafetensorsWriter, WritingThroughASymlinkReplacesTheFileItPointsTo) {
   const std::string dir = TestDir();
   fs::create_directories(dir + "/store/sub");
   const std::string real = dir + "/store/sub/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(real, NamedTensors{{"old", Patterned({2}, DType::kInt8, 1)}}).ok());
+  ASSERT_TRUE(WriteSafetensors(real, NamedTensors{{"old", HashBytes({2}, DType::kInt8, 1)}}).ok());
   ASSERT_EQ(chmod(real.c_str(), 0600), 0);
   fs::create_symlink("store/sub/model.safetensors", dir + "/link");  // relative
   fs::create_symlink(dir + "/link", dir + "/chain");                 // absolute, to a link
-  const NamedTensors first = {{"first", Patterned({3}, DType::kFloat32, 2)}};
+  const NamedTensors first = {{"first", HashBytes({3}, DType::kFloat32, 2)}};
   ASSERT_TRUE(WriteSafetensors(dir + "/chain", first).ok());
   EXPECT_TRUE(fs::is_symlink(dir + "/chain"));
   EXPECT_TRUE(fs::is_symlink(dir + "/link"));

@@ -257,21 +257,16 @@ TEST(FlattenMapping, InsertFindCopyAndMove) {
   EXPECT_TRUE(m.Find("z").has_value());
 }
 
-}  // namespace
-}  // namespace sdrt
-
-namespace sdrt {
-namespace {
-
-// Found by review: an index that would pad a list to billions of entries is an error,
-// not an allocation failure that aborts the process.
-TEST(SetElementReview, HugeListIndexIsResourceExhausted) {
+// An index that would pad a list to billions of entries is an error, not an allocation
+// failure that aborts the process.
+TEST(SetElement, HugeListIndexIsResourceExhausted) {
   Map root;
   absl::Status s = SetElement(root, ObjPath{"a", int64_t{1} << 40}, 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), ::testing::HasSubstr("1099511627776"));
-  EXPECT_EQ(SetElement(root, ObjPath{"a", INT64_MAX}, 1).code(),
-            absl::StatusCode::kResourceExhausted);
+  s = SetElement(root, ObjPath{"a", INT64_MAX}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("would pad a list past 16777216 entries"));
   EXPECT_TRUE(SetElement(root, ObjPath{"b", 3}, 1).ok());
 }
 

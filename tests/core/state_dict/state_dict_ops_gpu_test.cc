@@ -5,7 +5,6 @@
 
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,9 +24,6 @@ using testing_ops::Full;
 using testing_ops::Scalar;
 using testing_ops::ShardedRows;
 
-#define SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
-
 Tensor OnGpu(const Tensor& t) { return *t.To(Device::CUDA(0)); }
 
 // True when CUDA knows `ptr` as page-locked host memory (cudaHostAlloc or registered).
@@ -39,7 +35,7 @@ bool IsPageLocked(void* ptr) {
 }
 
 TEST(StateDictOpsGpu, PinnedSharedRegistrationsAreReleasedCase020) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const Map sd{{"w", OnGpu(Arange({1024}))}};
   for (int repeat = 0; repeat < 10; ++repeat) {
     std::weak_ptr<Storage> arena;
@@ -57,18 +53,16 @@ TEST(StateDictOpsGpu, PinnedSharedRegistrationsAreReleasedCase020) {
 }
 
 TEST(StateDictOpsGpu, NonBlockingCopyIntoPinnedIsCompleteAfterDoneCase022) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   // 100 float32 tensors of varied sizes, 64 MiB in all, random bytes.
   constexpr int64_t kTotalFloats = int64_t{16} << 20;
   Map host;
   Map src;
   int64_t left = kTotalFloats;
-  std::mt19937 gen(22);
   for (int i = 0; i < 100; ++i) {
     const int64_t n = i == 99 ? left : kTotalFloats * ((i % 10) + 1) / 550;
     left -= n;
-    Tensor t = *Tensor::Empty({n}, DType::kFloat32);
-    for (int64_t k = 0; k < n; ++k) t.data<uint32_t>()[k] = gen();
+    const Tensor t = test::HashBytes({n}, DType::kFloat32, 22 + i);
     host.Set("t" + std::to_string(i), t);
     src.Set("t" + std::to_string(i), OnGpu(t));
   }
@@ -99,7 +93,7 @@ TEST(StateDictOpsGpu, NonBlockingCopyIntoPinnedIsCompleteAfterDoneCase022) {
 }
 
 TEST(StateDictOpsGpu, OffloadRanksOnlySpec9Item3) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const Map cpu{{"tensor1", Arange({10})}, {"tensor2", Full({10}, 1.0f)}};
   const Map gpu{{"tensor1", OnGpu(Arange({10}))}, {"tensor2", OnGpu(Full({10}, 1.0f))}};
   for (int rank = 0; rank < 4; ++rank) {
@@ -114,7 +108,7 @@ TEST(StateDictOpsGpu, OffloadRanksOnlySpec9Item3) {
 }
 
 TEST(StateDictOpsGpu, OffloadMovesDistributedTypesKeepingMetadata) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const DTensor d = ShardedRows(OnGpu(Arange({2, 3})), 2, "cuda");
   const ShardedTensor st =
       testing_ops::SpecShardedTensor(0, 2, Device::CUDA(0), OnGpu(Arange({5, 10})));
@@ -146,7 +140,7 @@ Map Spec9Item5Source(bool gpu, const Opaque& bytes_io) {
 }
 
 TEST(StateDictOpsGpu, CreateCompareCopyAllFlagsSpec9Item5) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const Opaque bytes_io = BytesIO("contents");
   const Map source = Spec9Item5Source(true, bytes_io);
   const Map expected = Spec9Item5Source(false, bytes_io);
@@ -182,7 +176,7 @@ TEST(StateDictOpsGpu, CreateCompareCopyAllFlagsSpec9Item5) {
 }
 
 TEST(StateDictOpsGpu, CpuOffloadForDTensorSpec9Item7) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const DTensor gpu = ShardedRows(OnGpu(Full({8, 8}, 1.0f)), 1, "cuda");
   const Map source{{"d", gpu}};
   absl::StatusOr<Map> cpu = CreateCpuStateDict(source, CreateCpuOptions{true, false});
@@ -207,7 +201,7 @@ TEST(StateDictOpsGpu, CpuOffloadForDTensorSpec9Item7) {
 }
 
 TEST(StateDictOpsGpu, ZeroByteAndZeroDimCudaTensorsCase021) {
-  SKIP_WITHOUT_GPU();
+  SDRT_SKIP_WITHOUT_GPU();
   const DTensor d0 =
       *DTensor::Make(OnGpu(Scalar(2.5f)),
                      std::make_shared<const DeviceMesh>(*DeviceMesh::Create({1}, {}, {}, "cuda")),

@@ -338,14 +338,8 @@ TEST(Similarity, OpaqueWithoutCloneIsNotSimilar) {
   EXPECT_TRUE(CheckStateDictSimilarity(Map{{"o", Unknown("Foo")}}, Map{{"o", 1}}));
 }
 
-}  // namespace
-}  // namespace sdrt
-
-namespace sdrt {
-namespace {
-
-// Found by review: thousands of nesting levels overflowed the stack; now an error.
-TEST(StateDictOpsReview, DeepNestingIsAnErrorNotAStackOverflow) {
+// Thousands of nesting levels are an error, not a stack overflow.
+TEST(NestingLimit, DeepNestingIsAnErrorNotAStackOverflow) {
   Value deep = 1;
   for (size_t i = 0; i < kMaxNestingDepth + 5; ++i) deep = Map{{"x", std::move(deep)}};
   const Map& sd = deep.as_map();

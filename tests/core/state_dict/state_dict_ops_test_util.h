@@ -1,6 +1,6 @@
 // Builders shared by the state-dict operation tests (CPU, GPU and golden): deterministic
 // tensors, DTensors and ShardedTensors, and opaque objects standing for Python objects.
-// Arange is in tests/support/test_util.h.
+// Arange and Full are test::Arange and test::Full (tests/support/fill.h).
 #ifndef SDRT_TESTS_CORE_STATE_DICT_STATE_DICT_OPS_TEST_UTIL_H_
 #define SDRT_TESTS_CORE_STATE_DICT_STATE_DICT_OPS_TEST_UTIL_H_
 
@@ -18,12 +18,7 @@
 namespace sdrt {
 namespace testing_ops {
 
-// A contiguous float32 CPU tensor of `shape` filled with `value`.
-inline Tensor Full(IntSpan shape, float value) {
-  Tensor t = *Tensor::Empty(shape, DType::kFloat32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = value;
-  return t;
-}
+using test::Full;
 
 // A 0-dim float32 CPU tensor holding `value`.
 inline Tensor Scalar(float value) { return Full({}, value); }

@@ -92,13 +92,7 @@ TEST(Value, DebugStringShowsShapesDtypesAndPlacements) {
   EXPECT_EQ(DebugString(Map{}), "{}");
 }
 
-}  // namespace
-}  // namespace sdrt
-
-namespace sdrt {
-namespace {
-
-// Found by review: assigning a part of a tree to the tree itself.
+// Assigning a part of a tree to the tree itself.
 TEST(Value, AssigningAPartOfItselfIsSafe) {
   Value cur = Map{{"model", Map{{"w", 1}}}};
   cur = cur.as_map().value(0);

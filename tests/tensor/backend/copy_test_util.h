@@ -1,12 +1,11 @@
-// Element sizes, layouts and random data shared by the copy tests
+// Element sizes and layouts shared by the copy tests
 // (tests/tensor/backend/strided_copy_test.cc and tests/cuda/kernels_gpu_test.cc). Header-only; test
-// code only.
+// code only. Their random data is test::HashByteVector (tests/support/fill.h).
 #ifndef SDRT_TESTS_TENSOR_BACKEND_COPY_TEST_UTIL_H_
 #define SDRT_TESTS_TENSOR_BACKEND_COPY_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -67,17 +66,6 @@ inline Layout RandomSlicedPermutation(std::mt19937_64& gen, int64_t max_dim) {
   }
   layout.dst_strides = ContiguousStrides(layout.sizes);
   return layout;
-}
-
-// `n` random bytes, a function of `seed` only.
-inline std::vector<uint8_t> RandomBytes(int64_t n, uint64_t seed) {
-  std::vector<uint8_t> bytes(n);
-  std::mt19937_64 gen(seed);
-  for (int64_t i = 0; i < n; i += 8) {
-    const uint64_t word = gen();
-    std::memcpy(bytes.data() + i, &word, std::min<int64_t>(8, n - i));
-  }
-  return bytes;
 }
 
 // Index of the first byte where `a` and `b` differ (the shorter length when one is a

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/tensor/backend/copy_test_util.h"
 
 namespace sdrt {
@@ -23,10 +24,10 @@ using ::sdrt::test::Contiguous;
 using ::sdrt::test::ContiguousStrides;
 using ::sdrt::test::Extent;
 using ::sdrt::test::FirstMismatch;
+using ::sdrt::test::HashByteVector;
 using ::sdrt::test::kElemSizes;
 using ::sdrt::test::Layout;
 using ::sdrt::test::Numel;
-using ::sdrt::test::RandomBytes;
 using ::testing::HasSubstr;
 
 // `bytes` random bytes, a function of `seed` only, at a base address `misalign` bytes
@@ -36,7 +37,7 @@ class Buffer {
   Buffer(int64_t bytes, int64_t misalign, uint64_t seed) : storage_(bytes + 128), bytes_(bytes) {
     const auto address = reinterpret_cast<uintptr_t>(storage_.data());
     start_ = static_cast<int64_t>((64 - address % 64) % 64) + misalign;
-    const std::vector<uint8_t> contents = RandomBytes(bytes, seed);
+    const std::vector<uint8_t> contents = HashByteVector(bytes, seed);
     std::copy(contents.begin(), contents.end(), data());
   }
   uint8_t* data() { return storage_.data() + start_; }

@@ -1,5 +1,9 @@
 #include "sdrt/tensor/dtensor/placement.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,10 +37,17 @@ TEST(Placement, ParsesShortAndLongForms) {
   std::vector<Placement> both = *ParsePlacements("[_S(0, 2), S(0)]");
   EXPECT_THAT(both, ElementsAre(Placement::StridedShard(0, 2), Placement::Shard(0)));
   EXPECT_TRUE(ParsePlacements("[]")->empty());
-  EXPECT_THAT(ParsePlacement("S(-1)").status().message(), HasSubstr("S(-1)"));
-  EXPECT_FALSE(ParsePlacement("_S(0)").ok());
-  EXPECT_FALSE(ParsePlacement("P(mean)").ok());
-  EXPECT_FALSE(ParsePlacement("X").ok());
+  const absl::Status negative = ParsePlacement("S(-1)").status();
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_THAT(negative.message(), HasSubstr("S(-1)"));
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"_S(0)", "_StridedShard needs a dim and a split factor >= 1"},
+           {"P(mean)", "unknown reduce op 'mean'"},
+           {"X", "unknown placement"}}) {
+    absl::Status s = ParsePlacement(text).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(s.message(), HasSubstr("cannot parse placement '" + text + "': " + why));
+  }
 }
 
 TEST(DeviceMesh, RowMajorCoordinates) {
@@ -49,10 +60,17 @@ TEST(DeviceMesh, RowMajorCoordinates) {
   DeviceMesh custom = *DeviceMesh::Create({2}, {7, 3}, {"dp"}, "cuda");
   EXPECT_THAT(*custom.Coordinate(3), ElementsAre(1));
   EXPECT_EQ(custom.ToString(), "DeviceMesh(cuda, 2, ranks=[7, 3], names=[dp])");
-  EXPECT_THAT(DeviceMesh::Create({2, 2}, {0, 1, 2}).status().message(), HasSubstr("needs 4 ranks"));
-  EXPECT_FALSE(DeviceMesh::Create({2}, {1, 1}).ok());
-  EXPECT_FALSE(DeviceMesh::FromString("2x").ok());
-  EXPECT_FALSE(DeviceMesh::Create({2, 2}, {}, {"a", "a"}).ok());
+  const absl::Status three = DeviceMesh::Create({2, 2}, {0, 1, 2}).status();
+  EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument) << three;
+  EXPECT_THAT(three.message(), HasSubstr("needs 4 ranks"));
+  for (const auto& [made, words] : std::vector<std::pair<absl::Status, std::string>>{
+           {DeviceMesh::Create({2}, {1, 1}).status(), "DeviceMesh: duplicate ranks"},
+           {DeviceMesh::FromString("2x").status(), "cannot parse mesh shape '2x'"},
+           {DeviceMesh::Create({2, 2}, {}, {"a", "a"}).status(),
+            "need 2 distinct dim names, got [a, a]"}}) {
+    EXPECT_EQ(made.code(), absl::StatusCode::kInvalidArgument) << made;
+    EXPECT_THAT(made.message(), HasSubstr(words));
+  }
 }
 
 TEST(DTensor, MetadataIsValidated) {
@@ -61,13 +79,20 @@ TEST(DTensor, MetadataIsValidated) {
   DTensor d = *DTensor::Make(local, mesh, {Placement::Shard(0)}, {8, 4});
   EXPECT_THAT(d.global_stride(), ElementsAre(4, 1));
   EXPECT_EQ(d.ToString(), "DTensor(float32[8, 4] global, local float32[2, 4] cpu, [S(0)], mesh 4)");
-  EXPECT_THAT(DTensor::Make(local, mesh, {Placement::Shard(2)}, {8, 4}).status().message(),
-              HasSubstr("shards dim 2"));
-  EXPECT_THAT(DTensor::Make(local, mesh, {}, {8, 4}).status().message(), HasSubstr("0 placements"));
-  EXPECT_FALSE(DTensor::Make(local, mesh, {Placement::Shard(0)}, {8}).ok());
+  const absl::Status dim = DTensor::Make(local, mesh, {Placement::Shard(2)}, {8, 4}).status();
+  EXPECT_EQ(dim.code(), absl::StatusCode::kInvalidArgument) << dim;
+  EXPECT_THAT(dim.message(), HasSubstr("shards dim 2"));
+  const absl::Status none = DTensor::Make(local, mesh, {}, {8, 4}).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument) << none;
+  EXPECT_THAT(none.message(), HasSubstr("0 placements"));
+  absl::Status rank = DTensor::Make(local, mesh, {Placement::Shard(0)}, {8}).status();
+  EXPECT_EQ(rank.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rank.message(), HasSubstr("has a different rank than global shape [8]"));
   DTensor moved = *d.WithLocal(*Tensor::Zeros({2, 4}, DType::kFloat32));
   EXPECT_EQ(moved.mesh(), mesh);
-  EXPECT_FALSE(d.WithLocal(*Tensor::Zeros({2, 4}, DType::kInt32)).ok());
+  absl::Status dtype = d.WithLocal(*Tensor::Zeros({2, 4}, DType::kInt32)).status();
+  EXPECT_EQ(dtype.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dtype.message(), HasSubstr("int32[2, 4] cpu does not match local float32[2, 4]"));
 }
 
 TEST(ShardedTensor, MetadataAndPlacementStrings) {
@@ -75,8 +100,11 @@ TEST(ShardedTensor, MetadataAndPlacementStrings) {
   EXPECT_EQ(rd.rank, 3);
   EXPECT_EQ(rd.device, Device::CUDA(1));
   EXPECT_EQ(rd.ToString(), "rank:3/cuda:1");
-  EXPECT_FALSE(ParseRemoteDevice("3/cuda:1").ok());
-  EXPECT_FALSE(ParseRemoteDevice("rank:x/cpu").ok());
+  for (const std::string bad : {"3/cuda:1", "rank:x/cpu"}) {
+    absl::Status s = ParseRemoteDevice(bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("cannot parse shard placement '" + bad + "'"));
+  }
   ShardMetadata m0{{0, 0}, {5, 10}, *ParseRemoteDevice("rank:0/cpu")};
   ShardMetadata m1{{5, 0}, {5, 10}, *ParseRemoteDevice("rank:1/cpu")};
   Tensor shard = *Tensor::Zeros({5, 10}, DType::kFloat32);
@@ -84,17 +112,17 @@ TEST(ShardedTensor, MetadataAndPlacementStrings) {
   EXPECT_EQ(st.ToString(), "ShardedTensor(float32[10, 10], 2 shards, 1 local)");
   absl::StatusOr<ShardedTensor> wrong = ShardedTensor::Make(
       {10, 10}, DType::kFloat32, {m0}, {{*Tensor::Zeros({4, 10}, DType::kFloat32), m0}});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument) << wrong.status();
   EXPECT_THAT(wrong.status().message(), HasSubstr("local shard 0"));
   ShardMetadata negative{{-1, 0}, {5, 10}, m0.placement};
-  EXPECT_FALSE(ShardedTensor::Make({10, 10}, DType::kFloat32, {negative}, {}).ok());
-  EXPECT_FALSE(st.WithLocalTensors({}).ok());
+  absl::Status s = ShardedTensor::Make({10, 10}, DType::kFloat32, {negative}, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("shard 0 (offsets=[-1, 0] sizes=[5, 10] rank:0/cpu) has a "
+                                     "negative entry"));
+  s = st.WithLocalTensors({}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("0 tensors for 1 local shards"));
 }
-
-}  // namespace
-}  // namespace sdrt
-
-namespace sdrt {
-namespace {
 
 // docs/SEMANTICS.md 3.1: ChunkShardingSpec over 4 placements; 10 rows -> 3,3,3,1; 5 rows -> 2,2,1,0
 // with the empty shard's offset past the end (6), as PyTorch makes it.
@@ -116,8 +144,12 @@ TEST(ShardedTensor, ChunkShardingSpecMatchesPyTorch) {
   EXPECT_THAT(cols[1].offsets, ElementsAre(0, 2));
   EXPECT_THAT(cols[1].sizes, ElementsAre(2, 2));
   EXPECT_THAT(cols[3].sizes, ElementsAre(2, 1));
-  EXPECT_FALSE(ChunkShardingSpec(2, devices, {2, 7}).ok());
-  EXPECT_FALSE(ChunkShardingSpec(0, {}, {2, 7}).ok());
+  absl::Status s = ChunkShardingSpec(2, devices, {2, 7}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dim 2 out of range for shape [2, 7]"));
+  s = ChunkShardingSpec(0, {}, {2, 7}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("ChunkShardingSpec: no placements"));
   // The spec's metadata builds a valid ShardedTensor even with the offset past the end.
   EXPECT_TRUE(ShardedTensor::Make({5}, DType::kFloat32, five, {}).ok());
 }

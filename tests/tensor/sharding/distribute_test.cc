@@ -1,14 +1,18 @@
-// The Partial identity rule and fill (tensor/sharding/distribute.h) on the CPU; the CUDA
-// fill is in tests/core/distributed/dtensor_ops_gpu_test.cc.
+// DistributeTensor and the Partial identity rule and fill (tensor/sharding/distribute.h) on
+// the CPU, no communicator needed; the CUDA paths are in
+// tests/core/distributed/dtensor_ops_gpu_test.cc.
 #include "sdrt/tensor/sharding/distribute.h"
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -50,16 +54,23 @@ TEST(PartialFill, RuleErrors) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr("is outside"));
   }
-  EXPECT_EQ(PartialIdentityOf(mesh, two, short_coordinate).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PartialIdentityOf(mesh, *ParsePlacements("[P(sum)]"), inside).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  absl::Status s = PartialIdentityOf(mesh, two, short_coordinate).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("coordinate [1] 1 entries"));
+  s = PartialIdentityOf(mesh, *ParsePlacements("[P(sum)]"), inside).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("has 1 placements and coordinate [1, 2] 2 entries"));
   // The fill reports the same errors before writing anything.
   Tensor t = *Tensor::Zeros({3}, DType::kInt32);
-  EXPECT_EQ(FillPartialIdentity(t, mesh, two, outside).code(), absl::StatusCode::kInvalidArgument);
+  s = FillPartialIdentity(t, mesh, two, outside);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is outside"));
+  EXPECT_THAT(std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + 3),
+              ::testing::ElementsAre(0, 0, 0));
   Tensor undefined;
-  EXPECT_EQ(FillPartialIdentity(undefined, mesh, two, inside).code(),
-            absl::StatusCode::kFailedPrecondition);
+  s = FillPartialIdentity(undefined, mesh, two, inside);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("FillPartialIdentity: undefined tensor"));
 }
 
 // The bytes of the value one, little-endian.
@@ -85,16 +96,10 @@ std::vector<uint8_t> OneBytes(DType dtype) {
   }
 }
 
-constexpr DType kAllDTypes[] = {
-#define SDRT_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
-    SDRT_DTYPE_TABLE(SDRT_DTYPE_LIST)
-#undef SDRT_DTYPE_LIST
-};
-
 TEST(PartialFill, FillsZerosAndOnesOfEveryDType) {
   const DeviceMesh mesh = *DeviceMesh::Create({2});
   const int64_t off_zero[] = {1};
-  for (DType dtype : kAllDTypes) {
+  for (DType dtype : test::kAllDTypes) {
     for (const char* placements : {"[P(sum)]", "[P(product)]", "[P(max)]"}) {
       Tensor t = *Tensor::Empty({2, 3}, dtype);
       std::memset(t.data_ptr(), 0x5a, static_cast<size_t>(t.nbytes()));
@@ -132,6 +137,53 @@ TEST(PartialFill, FillsOnlyTheElementsOfAStridedView) {
   EXPECT_TRUE(FillPartialIdentity(empty, mesh, *ParsePlacements("[P(sum)]"), coordinate).ok());
   Tensor meta = *Tensor::Meta({2, 3}, DType::kFloat32);
   EXPECT_TRUE(FillPartialIdentity(meta, mesh, *ParsePlacements("[P(sum)]"), coordinate).ok());
+}
+
+std::shared_ptr<const DeviceMesh> Mesh(IntSpan shape) {
+  return std::make_shared<const DeviceMesh>(*DeviceMesh::Create(shape));
+}
+
+std::vector<float> Values(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+// A meta full tensor gives a meta local of the local shape, for every rank; an undefined
+// tensor and a rank outside the mesh are errors.
+TEST(DistributeTensor, MetaTensorsGiveMetaLocalsOfTheLocalShape) {
+  auto mesh = Mesh({4});
+  const Tensor meta = *Tensor::Meta({10, 3}, DType::kBFloat16);
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    for (const char* placements : {"[S(0)]", "[_S(0, 2)]", "[P(sum)]"}) {
+      absl::StatusOr<DTensor> dt = DistributeTensor(meta, mesh, *ParsePlacements(placements), rank);
+      ASSERT_TRUE(dt.ok()) << dt.status();
+      EXPECT_TRUE(dt->local().is_meta());
+      EXPECT_EQ(dt->local().shape(),
+                *ComputeLocalShape(meta.shape(), *mesh, *ParsePlacements(placements), rank));
+    }
+  }
+  absl::Status s = DistributeTensor(Tensor(), mesh, {Placement::Shard(0)}, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("DistributeTensor: undefined tensor"));
+  s = DistributeTensor(meta, mesh, {Placement::Shard(0)}, 4).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("DistributeTensor: rank 4 is not in DeviceMesh(cpu, 4"));
+}
+
+// The Partial fill of DistributeTensor on a strided source.
+TEST(DistributeTensor, FillsPartialsOffCoordinateZero) {
+  auto mesh = Mesh({2, 2});
+  const Tensor base = test::Arange({3, 8}, DType::kFloat32, 1);
+  const Tensor strided = *base.Slice(1, 0, 8, 2);  // 3x4
+  const std::vector<Placement> p = {Placement::Partial(ReduceOp::kSum),
+                                    Placement::Partial(ReduceOp::kProduct)};
+  const std::vector<std::vector<float>> want = {
+      Values(*strided.Contiguous()), std::vector<float>(12, 1.0f), std::vector<float>(12, 0.0f),
+      std::vector<float>(12, 0.0f)};
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    absl::StatusOr<DTensor> dt = DistributeTensor(strided, mesh, p, rank);
+    ASSERT_TRUE(dt.ok()) << dt.status();
+    EXPECT_EQ(Values(dt->local()), want[rank]) << "rank " << rank;
+  }
 }
 
 }  // namespace

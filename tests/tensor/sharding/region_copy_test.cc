@@ -40,13 +40,6 @@ std::vector<int64_t> Expand(const std::vector<IndexRun>& runs) {
   return indices;
 }
 
-// A float32 tensor of `shape` filled with `value`.
-Tensor Filled(IntSpan shape, float value) {
-  Tensor t = *Tensor::Empty(shape, DType::kFloat32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = value;
-  return t;
-}
-
 // Element `index` of a float32 CPU tensor of any strides.
 float At(const Tensor& t, IntSpan index) {
   int64_t offset = 0;
@@ -178,7 +171,7 @@ TEST(RegionCopy, CopyRunsBothWaysWithStridedViews) {
   const ShardRuns runs = OwnedRuns(info);
   ASSERT_EQ(runs[1].size(), 2u);
   // The local: every other column of a 7x8 buffer (strides (8, 2)).
-  Tensor buffer = Filled({7, 8}, -1.0f);
+  Tensor buffer = test::Full({7, 8}, -1.0f);
   Tensor local = *buffer.Slice(1, 0, 8, 2);
   ASSERT_EQ(local.shape(), (IntVector{7, 4}));
   const int64_t origin[] = {0, 0};
@@ -197,7 +190,7 @@ TEST(RegionCopy, CopyRunsBothWaysWithStridedViews) {
 
   // Back: into a box holding global rows [2, 6) of the 7x8 tensor, itself a strided view
   // (every other row of an 8x8 buffer).
-  Tensor box_buffer = Filled({8, 8}, -2.0f);
+  Tensor box_buffer = test::Full({8, 8}, -2.0f);
   Tensor rows = *box_buffer.Slice(0, 0, 8, 2);
   ASSERT_EQ(rows.shape(), (IntVector{4, 8}));
   const int64_t begin[] = {2, 0};
@@ -224,7 +217,7 @@ TEST(RegionCopy, PiecesOfEveryRankRebuildTheFullTensor) {
     SCOPED_TRACE(placements);
     const IntVector shape = {15, 5};
     const Tensor full = Arange(shape, DType::kFloat32, 1);
-    Tensor rebuilt = Filled(shape, 0.0f);
+    Tensor rebuilt = test::Full(shape, 0.0f);
     const int64_t origin[] = {0, 0};
     int64_t covered = 0;
     for (int64_t rank = 0; rank < 4; ++rank) {
@@ -244,7 +237,7 @@ TEST(RegionCopy, PiecesOfEveryRankRebuildTheFullTensor) {
 
 TEST(RegionCopy, CopyRunsOfABoxIntoAFullTensorAtAnOffset) {
   // A ShardedTensor shard at offsets (1, 2), sizes (2, 3) of a 4x6 tensor.
-  Tensor full = Filled({4, 6}, 0.0f);
+  Tensor full = test::Full({4, 6}, 0.0f);
   const Tensor shard = Arange({2, 3}, DType::kFloat32, 1);
   const int64_t offsets[] = {1, 2};
   const int64_t sizes[] = {2, 3};
@@ -274,8 +267,8 @@ TEST(RegionCopy, ZeroDimCopiesOneElement) {
 }
 
 TEST(RegionCopy, EmptyRunsCopyNothing) {
-  Tensor box = Filled({3, 4}, 1.0f);
-  Tensor local = Filled({2, 0}, 2.0f);
+  Tensor box = test::Full({3, 4}, 1.0f);
+  Tensor local = test::Full({2, 0}, 2.0f);
   const int64_t origin[] = {0, 0};
   // A dim with no run.
   EXPECT_TRUE(CopyRuns(box, origin, local, {{IR(0, 0, 2)}, {}}, /*to_local=*/false).ok());
@@ -290,7 +283,7 @@ TEST(RegionCopy, EmptyRunsCopyNothing) {
 
 TEST(RegionCopy, OutOfRangeRunsAreErrorsAndCopyNothing) {
   const Tensor full = Arange({4, 5});
-  Tensor local = Filled({2, 5}, -1.0f);
+  Tensor local = test::Full({2, 5}, -1.0f);
   const int64_t origin[] = {0, 0};
   const int64_t origin2[] = {2, 0};
   auto expect_error = [&](const Tensor& box, IntSpan at, const ShardRuns& runs,

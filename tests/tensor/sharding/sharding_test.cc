@@ -188,10 +188,14 @@ TEST(Sharding, RejectsBadArguments) {
   EXPECT_THAT(dim.status().message(), HasSubstr("S(2) shards dim 2"));
   absl::StatusOr<LocalShardInfo> negative =
       ComputeLocalShapeAndGlobalOffset({4, -1}, mesh, {S(0), kR}, 0);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument) << negative.status();
   EXPECT_THAT(negative.status().message(), HasSubstr("negative global shape [4, -1]"));
-  EXPECT_THAT(ComputeLocalShape({4}, Mesh({2}), {SS(0, 0)}, 0).status().message(),
-              HasSubstr("split factor below 1"));
-  EXPECT_EQ(MeshDimsToReplicate(mesh, {kR}).status().code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status split = ComputeLocalShape({4}, Mesh({2}), {SS(0, 0)}, 0).status();
+  EXPECT_EQ(split.code(), absl::StatusCode::kInvalidArgument) << split;
+  EXPECT_THAT(split.message(), HasSubstr("split factor below 1"));
+  const absl::Status placements = MeshDimsToReplicate(mesh, {kR}).status();
+  EXPECT_EQ(placements.code(), absl::StatusCode::kInvalidArgument) << placements;
+  EXPECT_THAT(placements.message(), HasSubstr("1 placements [R] for a 2-d mesh [2, 2]"));
 }
 
 TEST(Sharding, ValidateLocalShapeNamesExpectedAndActual) {
@@ -212,10 +216,12 @@ TEST(Sharding, ValidateLocalShapeNamesExpectedAndActual) {
   EXPECT_TRUE(ValidateLocalShape({2, 2}, {2, 14}, mesh, {S(1)}, 3).ok());
   DeviceMesh sub = *DeviceMesh::Create({2}, {0, 1});
   EXPECT_TRUE(ValidateLocalShape({0}, {4}, sub, {S(0)}, 2).ok());
-  EXPECT_THAT(ValidateLocalShape({1}, {4}, sub, {S(0)}, 2).message(),
-              HasSubstr("must hold no elements"));
-  EXPECT_EQ(ValidateLocalShape({2}, {4}, sub, {S(1)}, 0).code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status outside = ValidateLocalShape({1}, {4}, sub, {S(0)}, 2);
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument) << outside;
+  EXPECT_THAT(outside.message(), HasSubstr("must hold no elements"));
+  const absl::Status dim = ValidateLocalShape({2}, {4}, sub, {S(1)}, 0);
+  EXPECT_EQ(dim.code(), absl::StatusCode::kInvalidArgument) << dim;
+  EXPECT_THAT(dim.message(), HasSubstr("S(1) shards dim 1 of a tensor of global shape [4]"));
 }
 
 TEST(Sharding, MeshDimsToReplicateOrder) {

@@ -85,12 +85,16 @@ TEST(DLPack, RoundTripThroughBothDirections) {
 TEST(DLPack, RejectsWhatItCannotRepresent) {
   EXPECT_EQ(ToDLPack(*Tensor::Meta({2}, DType::kFloat32)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_FALSE(FromDLPack(nullptr).ok());
+  absl::Status null = FromDLPack(nullptr).status();
+  EXPECT_EQ(null.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(null.message(), HasSubstr("FromDLPack: null DLManagedTensor"));
   int64_t shape[1] = {2};
   float data[2] = {};
   DLManagedTensor managed = HostFloat32(data, 1, shape);
   managed.dl_tensor.device = DLDevice{kDLVulkan, 0};
-  EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("device type 7"));
+  absl::Status vulkan = FromDLPack(&managed).status();
+  EXPECT_EQ(vulkan.code(), absl::StatusCode::kInvalidArgument) << vulkan;
+  EXPECT_THAT(vulkan.message(), HasSubstr("device type 7"));
   managed.dl_tensor.device = DLDevice{kDLCPU, 0};
   managed.dl_tensor.dtype = DLDataType{kDLComplex, 64, 1};
   EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("code=5"));

@@ -1,6 +1,7 @@
 // Tests of the safetensors header parser, through SafetensorsFile::FromBuffer: what
 // safetensors 0.8.0 loads and sdrt must too, NUL bytes and trailing characters, dtypes the
-// official package writes that sdrt does not support, and the cost of a 100,000-tensor header.
+// official package writes that sdrt does not support, and the cost of a 100,000-tensor header;
+// and the UTF-8 validator the parser and writer use.
 #include "sdrt/core/io/internal/safetensors_header.h"
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -172,6 +174,20 @@ TEST(SafetensorsHeader, DuplicateKeysAreRejectedAtEveryLevel) {
     absl::StatusOr<SafetensorsFile> file = Parse(Image(header, kEight + kEight));
     EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << header;
     EXPECT_THAT(file.status().message(), HasSubstr(message)) << header;
+  }
+}
+
+TEST(SafetensorsHeader, Utf8ValidatorFollowsTheUnicodeTable) {
+  for (const char* good : {"", "ascii", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9d\x84\x9e",
+                           "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf"}) {
+    EXPECT_TRUE(internal::ValidateUtf8(good, "s").ok()) << good;
+  }
+  for (const char* bad :
+       {"\x80", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xf0\x8f\xbf\xbf",
+        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xe2\x82", "a\xc3(", "\xfe"}) {
+    const absl::Status s = internal::ValidateUtf8(bad, "s");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(bad);
+    EXPECT_THAT(s.message(), HasSubstr("is not valid UTF-8 at byte"));
   }
 }
 

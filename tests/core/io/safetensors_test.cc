@@ -17,11 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sdrt/core/io/internal/safetensors_header.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tests/core/io/safetensors_test_util.h"
 #include "sdrt/tests/support/test_util.h"
@@ -392,20 +390,6 @@ TEST(SafetensorsReader, EveryValidationRuleRejectsItsMalformedHeader) {
     absl::StatusOr<SafetensorsFile> file = Parse(Image(c.header, c.data));
     EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << c.header;
     EXPECT_THAT(file.status().message(), HasSubstr(c.message)) << c.header;
-  }
-}
-
-TEST(SafetensorsReader, Utf8ValidatorFollowsTheUnicodeTable) {
-  for (const char* good : {"", "ascii", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9d\x84\x9e",
-                           "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf"}) {
-    EXPECT_TRUE(internal::ValidateUtf8(good, "s").ok()) << good;
-  }
-  for (const char* bad :
-       {"\x80", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xf0\x8f\xbf\xbf",
-        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xe2\x82", "a\xc3(", "\xfe"}) {
-    const absl::Status s = internal::ValidateUtf8(bad, "s");
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(bad);
-    EXPECT_THAT(s.message(), HasSubstr("is not valid UTF-8 at byte"));
   }
 }
 

@@ -1,7 +1,9 @@
 #include "sdrt/core/distributed/internal/gather_plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/buckets.h"
@@ -102,8 +104,9 @@ absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherI
     const int64_t numel = Numel(sizes);
     if (numel == 0) continue;
     item.rank_bytes[q] += numel * ElementSize(item.dtype);
-    item.rank_pieces[q].push_back({sizes, BoxRuns(offsets, sizes)});
+    item.pieces.push_back({sizes, BoxRuns(offsets, sizes)});
   }
+  item.piece_begin[q + 1] = item.pieces.size();
   return absl::OkStatus();
 }
 
@@ -112,6 +115,10 @@ absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherI
 absl::StatusOr<Tensor> ReducePartials(const DTensor& dtensor, DeviceMeshComm& mesh_comm,
                                       Device device, CollectiveStats* stats) {
   const std::vector<Placement>& placements = dtensor.placements();
+  if (std::none_of(placements.begin(), placements.end(),
+                   [](const Placement& p) { return p.is_partial(); })) {
+    return dtensor.local();
+  }
   SDRT_ASSIGN_OR_RETURN(const std::vector<int> order,
                         MeshDimsToReplicate(*dtensor.mesh(), placements));
   Tensor local = dtensor.local();
@@ -138,16 +145,20 @@ absl::StatusOr<GatherItem> MakeDTensorItem(const DTensor& dtensor, const Tensor&
   item.dtype = dtensor.dtype();
   item.global_shape = dtensor.global_shape();
   item.target = target;
-  item.rank_pieces.resize(static_cast<size_t>(comm_size));
+  item.piece_begin.assign(static_cast<size_t>(comm_size) + 1, 0);
   item.rank_bytes.assign(static_cast<size_t>(comm_size), 0);
+  item.pieces.reserve(static_cast<size_t>(comm_size));
   for (int q = 0; q < comm_size; ++q) {
+    item.piece_begin[q + 1] = item.piece_begin[q];
     if (HoldsACopy(mesh, placements, q)) continue;
-    SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
+    SDRT_ASSIGN_OR_RETURN(LocalShardInfo info,
                           ComputeLocalShapeAndGlobalOffset(item.global_shape, mesh, placements, q));
     const int64_t numel = Numel(info.local_shape);
     if (numel == 0) continue;
     item.rank_bytes[q] = numel * ElementSize(item.dtype);
-    item.rank_pieces[q].push_back({info.local_shape, OwnedRuns(info)});
+    ShardRuns runs = OwnedRuns(info);
+    item.pieces.push_back({std::move(info.local_shape), std::move(runs)});
+    ++item.piece_begin[q + 1];
   }
   if (item.rank_bytes[rank] > 0) item.sends.push_back(local);
   return item;
@@ -196,7 +207,8 @@ absl::Status ExchangeShardBoxes(Communicator& comm, absl::string_view op,
   const auto size = static_cast<size_t>(comm.size());
   for (GatherItem* item : items) {
     if (item->sharded == nullptr) continue;
-    item->rank_pieces.assign(size, {});
+    item->pieces.clear();
+    item->piece_begin.assign(size + 1, 0);
     item->rank_bytes.assign(size, 0);
   }
   if (standalone != nullptr) standalone->rank_device_codes.assign(size, 0);
@@ -242,12 +254,12 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
   const int size = comm.size();
   const int me = comm.rank();
   // Rank q's segment holds its pieces of the bucket's items in item order, each item's
-  // part starting at a 16-byte aligned offset.
-  std::vector<std::vector<int64_t>> offset(bucket.size(), std::vector<int64_t>(size));
+  // part starting at a 16-byte aligned offset: offset[i * size + q].
+  std::vector<int64_t> offset(bucket.size() * static_cast<size_t>(size));
   std::vector<int64_t> counts(static_cast<size_t>(size), 0);
   for (size_t i = 0; i < bucket.size(); ++i) {
     for (int q = 0; q < size; ++q) {
-      offset[i][q] = counts[q];
+      offset[i * size + q] = counts[q];
       counts[q] += AlignUp(bucket[i]->rank_bytes[q]);
     }
   }
@@ -259,7 +271,7 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
   }
   SDRT_ASSIGN_OR_RETURN(Tensor send, Tensor::Empty({counts[me]}, DType::kUInt8, device));
   for (size_t i = 0; i < bucket.size(); ++i) {
-    int64_t at = offset[i][me];
+    int64_t at = offset[i * size + me];
     for (const Tensor& t : bucket[i]->sends) {
       SDRT_ASSIGN_OR_RETURN(Tensor dst, ByteView(send, at, bucket[i]->dtype, t.shape()));
       SDRT_RETURN_IF_ERROR(dst.CopyFrom(t));
@@ -286,8 +298,8 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
     }
     const IntVector origin(item.global_shape.size(), 0);
     for (int q = 0; q < size; ++q) {
-      int64_t at = rank_base[q] + offset[i][q];
-      for (const GatherPiece& piece : item.rank_pieces[q]) {
+      int64_t at = rank_base[q] + offset[i * size + q];
+      for (const GatherPiece& piece : item.PiecesOf(q)) {
         SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(gathered, at, item.dtype, piece.shape));
         SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, view, piece.runs, /*to_local=*/false));
         at += view.nbytes();

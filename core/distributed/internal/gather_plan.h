@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -65,11 +66,18 @@ struct GatherItem {
   // nullptr for a DTensor.
   const ShardedTensor* sharded = nullptr;
   // This rank's pieces in the order they are packed; zero-element tensors are skipped.
-  std::vector<Tensor> sends;
-  // Per communicator rank: the pieces it sends, in packing order (zero-element pieces
-  // left out), and their bytes (unpadded).
-  std::vector<std::vector<GatherPiece>> rank_pieces;
+  absl::InlinedVector<Tensor, 1> sends;
+  // Every rank's pieces in rank order, each rank's in packing order (zero-element pieces
+  // left out): rank q's are pieces[piece_begin[q], piece_begin[q + 1]). One list for all
+  // ranks, so an item costs a few allocations, not a few per rank.
+  std::vector<GatherPiece> pieces;
+  std::vector<size_t> piece_begin;  // comm size + 1 entries
+  // Per rank, the bytes of its pieces (unpadded).
   std::vector<int64_t> rank_bytes;
+
+  absl::Span<const GatherPiece> PiecesOf(int q) const {
+    return absl::MakeConstSpan(pieces).subspan(piece_begin[q], piece_begin[q + 1] - piece_begin[q]);
+  }
 };
 
 // The local tensor of `dtensor` with its Partial mesh dims all-reduced: `dtensor.local()`

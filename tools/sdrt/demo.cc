@@ -23,9 +23,9 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
-#include "sdrt/tools/sdrt/output.h"
-#include "sdrt/tools/sdrt/session.h"
-#include "sdrt/tools/sdrt/synthetic.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/session.h"
+#include "sdrt/tools/sdrt/internal/synthetic.h"
 
 namespace sdrt::cli {
 namespace {

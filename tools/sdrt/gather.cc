@@ -18,8 +18,8 @@
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
-#include "sdrt/tools/sdrt/output.h"
-#include "sdrt/tools/sdrt/session.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
 namespace {
@@ -123,7 +123,7 @@ int RunGather(const GatherArgs& args) {
   absl::StatusOr<Map> shards = LoadShards(args, *session, &index);
   absl::Status status = shards.status();
   if (status.ok() && session->rank() == 0) status = CheckOut(args);
-  status = AgreeAcrossRanks(*session->world, "", "", {}, status);
+  status = AgreeAcrossRanks(session->world(), "", "", {}, status);
   if (!status.ok()) return fail(status);
 
   GatherOptions options;
@@ -134,12 +134,12 @@ int RunGather(const GatherArgs& args) {
   CollectiveStats stats;
   options.stats = &stats;
   options.progress = ProgressLine("gather", session->rank() == 0 && !args.json);
-  status = session->world->Barrier();
+  status = session->world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
   absl::StatusOr<Map> gathered = GatherStateDict(*shards, options);
   const double gather_seconds = NowSeconds() - start;
-  status = AgreeAcrossRanks(*session->world, "", "", {}, gathered.status());
+  status = AgreeAcrossRanks(session->world(), "", "", {}, gathered.status());
   if (!status.ok()) return fail(status);
   shards->EraseIf([](const std::string&, const Value&) { return true; });  // unmap early
 
@@ -147,9 +147,9 @@ int RunGather(const GatherArgs& args) {
   const double write_start = NowSeconds();
   if (session->rank() == 0) written = CheckAndWrite(args, index, *gathered);
   const double write_seconds = NowSeconds() - write_start;
-  status = AgreeAcrossRanks(*session->world, "", "", {}, written);
+  status = AgreeAcrossRanks(session->world(), "", "", {}, written);
   if (!status.ok()) return fail(status);
-  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(*session->world);
+  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(session->world());
   if (!peaks.ok()) return fail(peaks.status());
   if (session->rank() != 0) return kExitOk;
 

@@ -13,7 +13,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tools/sdrt/commands.h"
-#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
 namespace {

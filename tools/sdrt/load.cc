@@ -22,8 +22,8 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tools/sdrt/commands.h"
-#include "sdrt/tools/sdrt/output.h"
-#include "sdrt/tools/sdrt/session.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
 namespace {
@@ -57,7 +57,7 @@ absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
     const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(list);
     bytes.assign(cbor.begin(), cbor.end());
   }
-  absl::Status status = session.world->BroadcastBytes(&bytes, 0);
+  absl::Status status = session.world().BroadcastBytes(&bytes, 0);
   if (!status.ok()) return status;
   std::vector<TensorInfo> infos;
   for (const nlohmann::json& e : nlohmann::json::from_cbor(bytes)) {
@@ -196,7 +196,7 @@ int RunLoad(const LoadArgs& args) {
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (status.ok() && !plan.ok()) status = plan.status();
   if (status.ok() && plan.ok()) status = plan->CheckMesh(*mesh);
-  status = AgreeAcrossRanks(*session->world, "", "", {}, status);
+  status = AgreeAcrossRanks(session->world(), "", "", {}, status);
   if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<TensorInfo>> infos =
@@ -215,7 +215,7 @@ int RunLoad(const LoadArgs& args) {
       full.Set(e.name, Value(*std::move(t)));
     }
   }
-  status = AgreeAcrossRanks(*session->world, "", "", {}, local.ok() ? status : local.status());
+  status = AgreeAcrossRanks(session->world(), "", "", {}, local.ok() ? status : local.status());
   if (!status.ok()) return fail(status);
 
   BroadcastOptions options;
@@ -226,23 +226,23 @@ int RunLoad(const LoadArgs& args) {
   CollectiveStats stats;
   options.stats = &stats;
   options.progress = ProgressLine("load", session->rank() == 0 && !args.json);
-  status = session->world->Barrier();
+  status = session->world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
   absl::StatusOr<BroadcastResult> result = BroadcastStateDict(full, *local, options);
   const double seconds = NowSeconds() - start;
-  status = AgreeAcrossRanks(*session->world, "", "", {}, result.status());
+  status = AgreeAcrossRanks(session->world(), "", "", {}, result.status());
   if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *shared_mesh, *local);
-  status = AgreeAcrossRanks(*session->world, "", "", {}, wrong.status());
+  status = AgreeAcrossRanks(session->world(), "", "", {}, wrong.status());
   if (!status.ok()) return fail(status);
   std::string wrong_text;
   for (const std::string& name : *wrong)
     absl::StrAppend(&wrong_text, wrong_text.empty() ? "" : ",", name);
-  absl::StatusOr<std::vector<std::string>> all_wrong = session->world->AllGatherBytes(wrong_text);
+  absl::StatusOr<std::vector<std::string>> all_wrong = session->world().AllGatherBytes(wrong_text);
   if (!all_wrong.ok()) return fail(all_wrong.status());
-  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(*session->world);
+  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(session->world());
   if (!peaks.ok()) return fail(peaks.status());
   if (session->rank() != 0) return kExitOk;
 

@@ -7,8 +7,8 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
-#include "sdrt/tools/sdrt/output.h"
-#include "sdrt/tools/sdrt/synthetic.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/synthetic.h"
 
 namespace sdrt::cli {
 namespace {

@@ -15,7 +15,7 @@
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
-#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
 namespace {

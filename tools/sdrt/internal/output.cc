@@ -1,4 +1,4 @@
-#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 
 #include <algorithm>
 

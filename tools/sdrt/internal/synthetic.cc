@@ -1,4 +1,4 @@
-#include "sdrt/tools/sdrt/synthetic.h"
+#include "sdrt/tools/sdrt/internal/synthetic.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Printing helpers shared by the subcommands: aligned text tables and byte counts.
-#ifndef SDRT_TOOLS_SDRT_OUTPUT_H_
-#define SDRT_TOOLS_SDRT_OUTPUT_H_
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_
 
 #include <cstdint>
 #include <ostream>
@@ -46,4 +46,4 @@ class Table {
 
 }  // namespace sdrt::cli
 
-#endif  // SDRT_TOOLS_SDRT_OUTPUT_H_
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_

@@ -1,8 +1,8 @@
 // What the multi-rank subcommands (`sdrt gather`, `sdrt load`) share: the communicators of
 // a run under mpiexec, peak memory and wall time. Every step's status is agreed with
 // AgreeAcrossRanks (core/distributed/agreement.h), so that every rank exits alike.
-#ifndef SDRT_TOOLS_SDRT_SESSION_H_
-#define SDRT_TOOLS_SDRT_SESSION_H_
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 
 #include <cstdint>
 #include <functional>
@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/comm/process_group.h"
 #include "sdrt/tensor/device.h"
 
 namespace sdrt::cli {
@@ -20,15 +21,20 @@ namespace sdrt::cli {
 // The largest --bucket-mib the commands accept (1 TiB).
 inline constexpr int64_t kMaxBucketMib = int64_t{1} << 20;
 
+// The ranks of a run: a ProcessGroup holding the MPI world (CPU tensors, metadata,
+// barriers) and, with --device cuda, NCCL over the same ranks, and the device the command's
+// tensors live on.
 struct Session {
-  Communicator* world = nullptr;       // MPI world (metadata, barriers, CPU data)
-  std::unique_ptr<Communicator> nccl;  // with --device cuda: NCCL over the same ranks
+  ProcessGroup group;
   Device device = Device::CPU();
+  Communicator* data_comm = nullptr;  // group.For(device), checked by StartSession
 
-  int rank() const { return world->rank(); }
-  int size() const { return world->size(); }
+  // Metadata, barriers and agreement: the MPI world.
+  Communicator& world() const { return group.metadata(); }
   // The communicator tensor data moves over: NCCL for CUDA, else the MPI world.
-  Communicator& data() const { return nccl != nullptr ? *nccl : *world; }
+  Communicator& data() const { return *data_comm; }
+  int rank() const { return world().rank(); }
+  int size() const { return world().size(); }
 };
 
 // Starts MPI (MpiCommunicator::World) and, for `device` "cuda", NCCL on GPU rank % count.
@@ -52,4 +58,4 @@ std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool
 
 }  // namespace sdrt::cli
 
-#endif  // SDRT_TOOLS_SDRT_SESSION_H_
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_

@@ -2,8 +2,8 @@
 // `sdrt make` and the demos: the tensors a Llama, BERT or GPT-2 state dict holds, filled
 // with seeded noise (not a trained model). The same (arch, scale, dtype, seed) always gives
 // the same bytes, on every machine.
-#ifndef SDRT_TOOLS_SDRT_SYNTHETIC_H_
-#define SDRT_TOOLS_SDRT_SYNTHETIC_H_
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_SYNTHETIC_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_SYNTHETIC_H_
 
 #include <cstdint>
 #include <map>
@@ -75,4 +75,4 @@ uint16_t FloatToBFloat16Bits(float value);
 
 }  // namespace sdrt::cli
 
-#endif  // SDRT_TOOLS_SDRT_SYNTHETIC_H_
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_SYNTHETIC_H_

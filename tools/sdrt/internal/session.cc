@@ -1,4 +1,4 @@
-#include "sdrt/tools/sdrt/session.h"
+#include "sdrt/tools/sdrt/internal/session.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,7 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/runtime.h"
-#include "sdrt/tools/sdrt/output.h"
+#include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 #if SDRT_CLI_HAVE_MPI
 #include "sdrt/comm/mpi_communicator.h"
 #endif
@@ -37,27 +38,26 @@ absl::StatusOr<Session> StartSession(const std::string& device) {
     setenv("MPIR_CVAR_ALLGATHERV_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
     setenv("MPIR_CVAR_ALLGATHER_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
   }
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>>* world =
-      new absl::StatusOr<std::unique_ptr<MpiCommunicator>>(MpiCommunicator::World());
-  if (!world->ok()) return world->status();
-  Session session;
-  session.world = world->value().get();
+  SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> world, MpiCommunicator::World());
+  std::unique_ptr<Communicator> nccl;
+  Device data_device = Device::CPU();
   if (device == "cuda") {
 #if SDRT_CLI_HAVE_NCCL
     const int count = CudaDeviceCount();
     if (count <= 0) {
       return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
     }
-    const int gpu = session.world->rank() % count;
-    absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl =
-        NcclCommunicator::CreateFromCommunicator(*session.world, gpu);
-    if (!nccl.ok()) return nccl.status();
-    session.nccl = *std::move(nccl);
-    session.device = Device::CUDA(gpu);
+    const int gpu = world->rank() % count;
+    SDRT_ASSIGN_OR_RETURN(nccl, NcclCommunicator::CreateFromCommunicator(*world, gpu));
+    data_device = Device::CUDA(gpu);
 #else
     return absl::FailedPreconditionError("--device cuda: sdrt was built without NCCL");
 #endif
   }
+  SDRT_ASSIGN_OR_RETURN(ProcessGroup group,
+                        ProcessGroup::Create(std::move(world), std::move(nccl)));
+  Session session{std::move(group), data_device};
+  SDRT_ASSIGN_OR_RETURN(session.data_comm, session.group.For(data_device));
   return session;
 #else
   return absl::FailedPreconditionError(

@@ -24,7 +24,6 @@
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
-#include "sdrt/tools/sdrt/internal/session.h"
 #include "sdrt/tools/sdrt/internal/synthetic.h"
 
 namespace sdrt::cli {

@@ -1,6 +1,10 @@
 #include "sdrt/tools/sdrt/internal/output.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "absl/strings/str_format.h"
 
@@ -108,6 +112,22 @@ void Table::Print(std::ostream& out) const {
   for (size_t c = 0; c < header_.size(); ++c) rule[c] = std::string(width[c], '-');
   print_row(rule);
   for (const auto& row : rows_) print_row(row);
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled) {
+  if (!enabled || isatty(STDERR_FILENO) == 0) return {};
+  const double start = NowSeconds();
+  return [what, start](int64_t done, int64_t total) {
+    const double seconds = NowSeconds() - start;
+    std::fprintf(stderr, "\r%s: %s of %s, %.2f GB/s   %s", what.c_str(), HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str(), seconds > 0 ? done / seconds / 1e9 : 0.0,
+                 done >= total ? "\n" : "");
+    std::fflush(stderr);
+  };
 }
 
 }  // namespace sdrt::cli

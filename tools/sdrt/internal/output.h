@@ -1,8 +1,10 @@
-// Printing helpers shared by the subcommands: aligned text tables and byte counts.
+// Printing helpers shared by the subcommands: aligned text tables, byte counts, wall time
+// and progress lines.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -43,6 +45,14 @@ class Table {
   std::vector<bool> right_aligned_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// Seconds on a monotonic clock.
+double NowSeconds();
+
+// A progress callback for GatherOptions/BroadcastOptions::progress that rewrites one line
+// on stderr ("gather: 1.2 GB of 3.4 GB, 2.10 GB/s") and ends it when done; an empty
+// function unless `enabled` and stderr is a terminal.
+std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled);
 
 }  // namespace sdrt::cli
 

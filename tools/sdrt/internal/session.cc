@@ -1,9 +1,7 @@
 #include "sdrt/tools/sdrt/internal/session.h"
 
 #include <sys/resource.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,22 +81,6 @@ absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
     out.push_back(v);
   }
   return out;
-}
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled) {
-  if (!enabled || isatty(STDERR_FILENO) == 0) return {};
-  const double start = NowSeconds();
-  return [what, start](int64_t done, int64_t total) {
-    const double seconds = NowSeconds() - start;
-    std::fprintf(stderr, "\r%s: %s of %s, %.2f GB/s   %s", what.c_str(), HumanBytes(done).c_str(),
-                 HumanBytes(total).c_str(), seconds > 0 ? done / seconds / 1e9 : 0.0,
-                 done >= total ? "\n" : "");
-    std::fflush(stderr);
-  };
 }
 
 }  // namespace sdrt::cli

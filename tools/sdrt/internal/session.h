@@ -48,14 +48,6 @@ int64_t PeakRssBytes();
 // Collective: every rank's PeakRssBytes(), in rank order.
 absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm);
 
-// Seconds on a monotonic clock.
-double NowSeconds();
-
-// A progress callback for GatherOptions/BroadcastOptions::progress that rewrites one line
-// on stderr ("gather: 1.2 GB of 3.4 GB, 2.10 GB/s") and ends it when done; an empty
-// function unless `enabled` and stderr is a terminal.
-std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled);
-
 }  // namespace sdrt::cli
 
 #endif  // SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_

@@ -2,7 +2,9 @@
 # The test command: installs what is missing, builds, and runs every test with CTest.
 # GPU tests (label gpu) skip with a message when no CUDA device is present. When the main
 # build has CUDA, a second CPU-only build (SDRT_WITH_CUDA=OFF, in build-cpu/) runs the CPU
-# tests too, so both configurations stay green.
+# tests too, so both configurations stay green; a third build without CUDA, MPI and NCCL
+# (build-local/) runs them again, which proves every local operation (DistributeTensor,
+# sharding, checkpoints, state-dict operations) builds and works without a communicator.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SDRT_BUILD_DIR:-$root/build}
@@ -15,3 +17,8 @@ if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt"; the
   echo "== tests: $cpu_build (CUDA off)" >&2
   (cd "$cpu_build" && ctest --output-on-failure -j"$(nproc)" -L cpu "$@")
 fi
+local_build=${SDRT_LOCAL_BUILD_DIR:-$root/build-local}
+SDRT_BUILD_DIR=$local_build "$root/scripts/build.sh" -DSDRT_WITH_CUDA=OFF -DSDRT_WITH_MPI=OFF \
+  -DSDRT_BUILD_BENCH=OFF
+echo "== tests: $local_build (no CUDA, MPI or NCCL)" >&2
+(cd "$local_build" && ctest --output-on-failure -j"$(nproc)" -L cpu "$@")

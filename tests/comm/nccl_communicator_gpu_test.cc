@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tests/support/nccl_single_rank.h"
 #include "sdrt/tests/support/test_util.h"
 #if SDRT_HAVE_MPI
 #include "sdrt/comm/mpi_communicator.h"
@@ -21,15 +22,6 @@ namespace {
 using test::FiniteBytes;
 using test::kAllDTypes;
 
-std::unique_ptr<NcclCommunicator> SingleRank() {
-  absl::StatusOr<NcclUniqueId> id = NcclUniqueId::Generate();
-  EXPECT_TRUE(id.ok()) << id.status();
-  if (!id.ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(0, 1, 0, *id);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return comm.ok() ? *std::move(comm) : nullptr;
-}
-
 std::string Bytes(const Tensor& t) {
   Tensor cpu = *t.To(Device::CPU());
   return std::string(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
@@ -37,7 +29,7 @@ std::string Bytes(const Tensor& t) {
 
 TEST(NcclCommunicatorGpuTest, Identity) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->size(), 1);
@@ -49,7 +41,7 @@ TEST(NcclCommunicatorGpuTest, Identity) {
 
 TEST(NcclCommunicatorGpuTest, AllGatherEveryDType) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   for (DType dtype : kAllDTypes) {
     const Tensor expected = FiniteBytes({37}, dtype);
@@ -66,7 +58,7 @@ TEST(NcclCommunicatorGpuTest, AllGatherEveryDType) {
 
 TEST(NcclCommunicatorGpuTest, BroadcastEveryDTypeAsOneGroup) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   std::vector<Tensor> tensors;
   std::vector<std::string> expected;
@@ -80,7 +72,7 @@ TEST(NcclCommunicatorGpuTest, BroadcastEveryDTypeAsOneGroup) {
 
 TEST(NcclCommunicatorGpuTest, AllReduceEveryDTypeAndOp) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   for (DType dtype : kAllDTypes) {
     for (ReduceOp op :
@@ -104,7 +96,7 @@ TEST(NcclCommunicatorGpuTest, AllReduceEveryDTypeAndOp) {
 // case-013: CPU tensors are staged through the GPU and come back on the CPU.
 TEST(NcclCommunicatorGpuTest, CpuTensorsAreStaged) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   const Tensor expected = FiniteBytes({11}, DType::kFloat32, 1);
 
@@ -132,7 +124,7 @@ TEST(NcclCommunicatorGpuTest, CpuTensorsAreStaged) {
 
 TEST(NcclCommunicatorGpuTest, Bytes) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   for (const std::string& text : {std::string(), std::string("sdrt"), std::string(100000, 'x')}) {
     std::string bytes = text;
@@ -146,7 +138,7 @@ TEST(NcclCommunicatorGpuTest, Bytes) {
 
 TEST(NcclCommunicatorGpuTest, Split) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   absl::StatusOr<std::unique_ptr<Communicator>> none = comm->Split(-1, 0);
   ASSERT_TRUE(none.ok()) << none.status();

@@ -4,18 +4,21 @@
 // its folders searched before sdrt's include folder and after it. It compiles only if
 // neither side shadows the other: sdrt's headers include only "sdrt/..." paths, so they
 // never reach the program's files, and the program's "tensor/tensor.h" is its own
-// whatever the order. Running it checks that sdrt's types work alongside the program's.
+// whatever the order. (It includes its own headers in angle brackets, as a program does
+// with headers found on its include path; quotes would search the same folders.) Running it
+// checks that sdrt's types work alongside the program's.
+#include <comm/communicator.h>  // the program's own headers (tests/embedding/include)
+#include <core/state_dict/state_dict.h>
+#include <tensor/tensor.h>
+
 #include <cstdio>
 
-#include "comm/communicator.h"
-#include "core/state_dict/state_dict.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/state_dict/flatten.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/tensor.h"
-#include "tensor/tensor.h"
 #if SDRT_HAVE_MPI || SDRT_HAVE_NCCL
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"

@@ -22,6 +22,7 @@
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/nccl_single_rank.h"
 #include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
@@ -32,15 +33,6 @@ using ::testing::HasSubstr;
 using test::kAllDTypes;
 
 const Device kGpu = Device::CUDA(0);
-
-std::unique_ptr<NcclCommunicator> SingleRank() {
-  absl::StatusOr<NcclUniqueId> id = NcclUniqueId::Generate();
-  EXPECT_TRUE(id.ok()) << id.status();
-  if (!id.ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(0, 1, 0, *id);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return comm.ok() ? *std::move(comm) : nullptr;
-}
 
 // A contiguous CPU tensor of `shape` whose every element is a finite value
 // (test::FiniteBytes).
@@ -126,7 +118,7 @@ TEST(DTensorOpsGpuTest, DistributeTakesAStridedGpuTensor) {
 // tensor, on the GPU, and FullTensor returns it.
 TEST(DTensorOpsGpuTest, RoundTripOnOneRankMesh) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   for (const char* mesh_placements : {"[S(0)]", "[P(sum)]", "[_S(0, 2)]", "[_S(1, 3)]", "[R]"}) {
     SCOPED_TRACE(mesh_placements);
@@ -155,7 +147,7 @@ TEST(DTensorOpsGpuTest, RoundTripOnOneRankMesh) {
 // FromLocal exchanges the local shapes over NCCL (AllGatherBytes staged through the GPU).
 TEST(DTensorOpsGpuTest, FromLocalOverNccl) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   const Tensor local = *Pattern({7, 3}, DType::kInt32).To(kGpu);
   absl::StatusOr<DTensor> dt = FromLocal(local, Mesh({1}), {Placement::Shard(0)}, *comm);
@@ -169,7 +161,7 @@ TEST(DTensorOpsGpuTest, FromLocalOverNccl) {
 // Two local shards of one rank (and an empty one), one of them a strided view, on the GPU.
 TEST(DTensorOpsGpuTest, GatherShardedTensorWithTwoLocalGpuShards) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   const Tensor want = Pattern({5, 4}, DType::kFloat16, 4);
   const Tensor want_gpu = *want.To(kGpu);
@@ -214,7 +206,7 @@ TEST(DTensorOpsGpuTest, GatherShardedTensorWithTwoLocalGpuShards) {
 // CPU tensors through the NCCL communicator: the results stay on the CPU.
 TEST(DTensorOpsGpuTest, CpuTensorsThroughNccl) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   const Tensor want = Pattern({6, 3}, DType::kFloat32, 6);
   const std::vector<ShardMetadata> metadata = {{{0, 0}, {4, 3}, {0, Device::CPU()}},
@@ -245,7 +237,7 @@ TEST(DTensorOpsGpuTest, CpuTensorsThroughNccl) {
 
 TEST(DTensorOpsGpuTest, ShardsOnTwoDevicesAreAnError) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   const std::vector<ShardMetadata> metadata = {{{0}, {2}, {0, Device::CPU()}},
                                                {{2}, {2}, {0, kGpu}}};
@@ -282,7 +274,7 @@ TEST(DTensorOpsGpuTest, FillPartialIdentityOnTheGpu) {
 
 TEST(DTensorOpsGpuTest, FullTensorRejectsALocalTheCommunicatorDoesNotServe) {
   SDRT_SKIP_WITHOUT_GPU();
-  std::unique_ptr<NcclCommunicator> comm = SingleRank();
+  std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
   DeviceMeshComm mc = *DeviceMeshComm::Create(Mesh({1}), *comm);
   absl::StatusOr<DTensor> dt = DTensor::Make(*Tensor::Meta({2, 3}, DType::kFloat32), mc.mesh(),

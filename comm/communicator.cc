@@ -163,6 +163,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int
 
 absl::Status Communicator::Barrier() { return DoBarrier(); }
 
+absl::Status Communicator::CheckBytesLength(absl::string_view op, int from, int64_t length) const {
+  if (length >= 0 && length <= kMaxBytesMessage) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(Where(op), ": rank ", from,
+                                                 " sent a bytes message of length ", length,
+                                                 " (the limit is ", kMaxBytesMessage, ")"));
+}
+
 absl::StatusOr<std::vector<std::string>> Communicator::AllGatherBytesVia(
     const std::string& mine,
     const std::function<absl::Status(void*, const void*, absl::Span<const int64_t>)>& gather_host) {
@@ -171,7 +178,15 @@ absl::StatusOr<std::vector<std::string>> Communicator::AllGatherBytesVia(
   const std::vector<int64_t> length_bytes(size(), sizeof(int64_t));
   SDRT_RETURN_IF_ERROR(gather_host(lengths.data(), &my_length, length_bytes));
   int64_t total = 0;
-  for (int64_t length : lengths) total += length;
+  for (int q = 0; q < size(); ++q) {
+    SDRT_RETURN_IF_ERROR(CheckBytesLength("all_gather_bytes", q, lengths[q]));
+    total += lengths[q];  // at most size() * 2^30: no overflow
+  }
+  if (total > kMaxBytesGathered) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where("all_gather_bytes"), ": the ranks' messages hold ", total,
+                     " bytes in all, above the limit of ", kMaxBytesGathered));
+  }
   std::string all(total, '\0');
   if (total > 0) {
     SDRT_RETURN_IF_ERROR(gather_host(all.data(), mine.data(), lengths));

@@ -81,12 +81,23 @@ class Communicator {
   // and, avg is InvalidArgument. float8 is InvalidArgument.
   absl::Status AllReduce(Tensor& tensor, ReduceOp op);
 
+  // The most bytes one rank's message may hold in BroadcastBytes and AllGatherBytes, and
+  // the most an AllGatherBytes may gather in all. These calls carry metadata; a length
+  // beyond them (or a negative one, from a rank that sends garbage) is refused before any
+  // memory is allocated for it.
+  static constexpr int64_t kMaxBytesMessage = int64_t{1} << 30;   // 1 GiB
+  static constexpr int64_t kMaxBytesGathered = int64_t{4} << 30;  // 4 GiB
+
   // torch.distributed.broadcast_object_list for a byte string: afterwards *bytes on
-  // every rank equals root's (its previous contents are replaced). Any length, 0 included.
+  // every rank equals root's (its previous contents are replaced). Any length from 0 to
+  // kMaxBytesMessage; beyond it, InvalidArgument on every rank (the root's bytes are not
+  // sent).
   absl::Status BroadcastBytes(std::string* bytes, int root);
 
   // torch.distributed.all_gather_object for byte strings: element i of the result is
-  // rank i's `mine`. Lengths may differ, 0 included.
+  // rank i's `mine`. Lengths may differ, 0 included. InvalidArgument on every rank when a
+  // rank's length is negative or above kMaxBytesMessage or all of them sum above
+  // kMaxBytesGathered (the lengths are exchanged first, so no rank allocates for them).
   absl::StatusOr<std::vector<std::string>> AllGatherBytes(const std::string& mine);
 
   // torch.distributed.new_subgroups_by_enumeration / ncclCommSplit: collective over this
@@ -123,6 +134,11 @@ class Communicator {
       const std::string& mine,
       const std::function<absl::Status(void*, const void*, absl::Span<const int64_t>)>&
           gather_host);
+
+  // OK when `length`, the length of rank `from`'s bytes message (as that rank sent it),
+  // is in [0, kMaxBytesMessage]; else InvalidArgument naming `op` and the rank. Backends
+  // call it on every length they receive before allocating for it.
+  absl::Status CheckBytesLength(absl::string_view op, int from, int64_t length) const;
 
   // True when CPU tensors are accepted besides device() ones and staged by the backend.
   virtual bool StagesCpuTensors() const { return false; }

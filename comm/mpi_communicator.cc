@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/internal/mpi_check.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -327,6 +328,7 @@ absl::Status MpiCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
 absl::Status MpiCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
   int64_t length = static_cast<int64_t>(bytes->size());
   SDRT_MPI_RETURN_IF_ERROR(MPI_Bcast(&length, 1, MPI_INT64_T, root, ToComm(comm_)));
+  SDRT_RETURN_IF_ERROR(CheckBytesLength("broadcast_bytes", root, length));
   if (rank() != root) bytes->assign(length, '\0');
   if (length == 0) return absl::OkStatus();
   return BroadcastPieces({Piece{bytes->data(), length, root}});

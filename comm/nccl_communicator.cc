@@ -331,6 +331,7 @@ absl::Status NcclCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
   constexpr absl::string_view kOp = "broadcast_bytes";
   int64_t length = static_cast<int64_t>(bytes->size());
   SDRT_RETURN_IF_ERROR(BroadcastHost(kOp, &length, sizeof(length), root));
+  SDRT_RETURN_IF_ERROR(CheckBytesLength(kOp, root, length));
   if (rank() != root) bytes->assign(length, '\0');
   if (length == 0) return absl::OkStatus();
   return BroadcastHost(kOp, bytes->data(), length, root);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "absl/status/status.h"
@@ -80,6 +81,10 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, in
   const bool huge = nbytes >= kHugePage;
   if (huge && alignment < kHugePage) alignment = kHugePage;
   // aligned_alloc wants a size that is a multiple of the alignment.
+  if (nbytes > std::numeric_limits<int64_t>::max() - (alignment - 1)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("AllocateCpu: cannot allocate ", nbytes, " bytes"));
+  }
   const int64_t rounded = (nbytes + alignment - 1) / alignment * alignment;
   void* data = std::aligned_alloc(static_cast<size_t>(alignment), static_cast<size_t>(rounded));
   if (data == nullptr) {

@@ -37,14 +37,18 @@ struct DemoArgs {
   bool json = false;
 };
 
+// sdrt's cache folder as scripts/fetch-model.sh finds it ($SDRT_CACHE_DIR, else
+// $XDG_CACHE_HOME/sdrt, else $HOME/.cache/sdrt), then demo/ in it.
 std::string CacheDir(const DemoArgs& args) {
   if (!args.cache_dir.empty()) return args.cache_dir;
+  const char* sdrt = std::getenv("SDRT_CACHE_DIR");
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  const std::string base = xdg != nullptr && *xdg != '\0' ? xdg
-                           : home != nullptr              ? absl::StrCat(home, "/.cache")
-                                                          : "/tmp";
-  return absl::StrCat(base, "/sdrt/demo");
+  const std::string base = sdrt != nullptr && *sdrt != '\0' ? sdrt
+                           : xdg != nullptr && *xdg != '\0' ? absl::StrCat(xdg, "/sdrt")
+                           : home != nullptr                ? absl::StrCat(home, "/.cache/sdrt")
+                                                            : "/tmp/sdrt";
+  return absl::StrCat(base, "/demo");
 }
 
 absl::Status MakeDirs(const std::string& path) {
@@ -249,7 +253,8 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--ranks", args->ranks, "ranks mpiexec starts")->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "bucket size, MiB")->capture_default_str();
   cmd->add_option("--cache-dir", args->cache_dir,
-                  "work folder (default: $XDG_CACHE_HOME or ~/.cache, then sdrt/demo)");
+                  "work folder (default: demo/ in $SDRT_CACHE_DIR, else $XDG_CACHE_HOME/sdrt, else "
+                  "~/.cache/sdrt)");
   cmd->add_flag("--json", args->json, "print the results as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunDemo(*args); });
 }

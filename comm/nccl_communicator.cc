@@ -3,11 +3,14 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/comm/internal/divide.h"
 #include "sdrt/comm/internal/nccl_check.h"
 #include "sdrt/comm/internal/nccl_types.h"
 #include "sdrt/cuda/cuda_check.h"
@@ -20,10 +23,18 @@ namespace {
 static_assert(NcclUniqueId::kBytes == NCCL_UNIQUE_ID_BYTES, "NcclUniqueId must match NCCL's");
 static_assert(sizeof(ncclUniqueId) == NcclUniqueId::kBytes, "NcclUniqueId must match NCCL's");
 
+using Clock = std::chrono::steady_clock;
+
 constexpr std::chrono::microseconds kPollInterval(100);
+// The staging buffer grows in steps of this many bytes (the first covers every metadata
+// call), and staged pieces start at multiples of kStagingAlignment in it.
+constexpr int64_t kStagingGranule = int64_t{1} << 20;
+constexpr int64_t kStagingAlignment = 256;
 
 ncclComm_t ToComm(void* comm) { return static_cast<ncclComm_t>(comm); }
 cudaStream_t ToStream(StreamHandle stream) { return static_cast<cudaStream_t>(stream); }
+
+int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 // True when `ptr` is host memory (pageable or pinned), which the backend stages.
 absl::StatusOr<bool> IsHost(const void* ptr) {
@@ -38,14 +49,58 @@ absl::Status Prefixed(absl::string_view where, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
-// Copies a staged result back into the CPU tensor it came from (no-op for device tensors).
-absl::Status CopyBack(const Tensor& original, const Tensor& staged, StreamHandle stream) {
-  if (!original.device().is_cpu()) return absl::OkStatus();
-  Tensor destination = original;
-  return destination.CopyFrom(staged, /*non_blocking=*/false, stream);
+// `status`, which made the caller abort an NCCL communicator, prefixed with `where` and
+// saying so (with the likely cause of a timeout).
+absl::Status AbortedBy(absl::string_view where, const absl::Status& status) {
+  const bool timed_out = status.code() == absl::StatusCode::kDeadlineExceeded;
+  return absl::Status(
+      status.code(),
+      absl::StrCat(where, ": ", status.message(), "; the NCCL communicator was aborted",
+                   timed_out ? " (is a rank missing from the collective?)" : ""));
+}
+
+// Keeps `buffer` allocated for the rest of the process: the staging buffer of an aborted
+// communicator, which must not be freed (cudaFree synchronises the device and can block
+// behind a kernel of the aborted collective). Reachable from a static, so leak checkers
+// do not report it.
+void KeepForever(DeviceBuffer buffer) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<DeviceBuffer>();
+  std::lock_guard<std::mutex> lock(mutex);
+  kept->push_back(std::move(buffer));
+}
+
+// Polls `comm`'s state (ncclCommGetAsyncError) until it is no longer ncclInProgress: OK
+// for ncclSuccess, NCCL's error for an asynchronous error, DeadlineExceeded ("`call` not
+// complete after T ms") once `deadline` has passed. Aborts nothing.
+absl::Status AwaitComm(ncclComm_t comm, Clock::time_point deadline,
+                       std::chrono::milliseconds timeout, const char* call) {
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    SDRT_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) return absl::OkStatus();
+    if (state != ncclInProgress) {
+      return internal::NcclStatus(state, "ncclCommGetAsyncError", __FILE__, __LINE__);
+    }
+    if (Clock::now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(call, " not complete after ", timeout.count(), " ms"));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+// ncclConfig_t of a non-blocking communicator.
+ncclConfig_t NonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
 }
 
 }  // namespace
+
+// Settle(op, result, "call text", deadline) for an NCCL call.
+#define SDRT_NCCL_SETTLE(op, expr, deadline) Settle((op), (expr), #expr, (deadline))
 
 absl::StatusOr<NcclUniqueId> NcclUniqueId::Generate() {
   ncclUniqueId nccl_id;
@@ -63,12 +118,14 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
     return absl::InvalidArgumentError(
         absl::StrCat("NcclCommunicator::Create: rank ", rank, " is not in [0, size = ", size, ")"));
   }
+  const std::string where =
+      absl::StrCat("NcclCommunicator::Create (rank ", rank, " of ", size, ")");
   const int device_count = CudaDeviceCount();
   if (device < 0 || device >= device_count) {
-    return absl::InvalidArgumentError(absl::StrCat("NcclCommunicator::Create (rank ", rank, " of ",
-                                                   size, "): device ", device, " is not in [0, ",
+    return absl::InvalidArgumentError(absl::StrCat(where, ": device ", device, " is not in [0, ",
                                                    device_count, ") (the visible CUDA devices)"));
   }
+  const Clock::time_point deadline = Clock::now() + options.timeout;
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device));
   std::optional<CudaStream> owned;
@@ -80,8 +137,19 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
   }
   ncclUniqueId nccl_id;
   std::memcpy(&nccl_id, id.bytes, NcclUniqueId::kBytes);
+  ncclConfig_t config = NonBlockingConfig();
   ncclComm_t comm = nullptr;
-  SDRT_NCCL_RETURN_IF_ERROR(ncclCommInitRank(&comm, size, nccl_id, rank));
+  const ncclResult_t started = ncclCommInitRankConfig(&comm, size, nccl_id, rank, &config);
+  absl::Status status =
+      started == ncclInProgress
+          ? absl::OkStatus()
+          : internal::NcclStatus(started, "ncclCommInitRankConfig", __FILE__, __LINE__);
+  if (status.ok()) status = AwaitComm(comm, deadline, options.timeout, "ncclCommInitRankConfig");
+  if (!status.ok()) {
+    if (comm == nullptr) return Prefixed(where, status);
+    (void)ncclCommAbort(comm);
+    return AbortedBy(where, status);
+  }
   return std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(comm, rank, size, device, std::move(owned), stream, options.timeout));
 }
@@ -135,9 +203,22 @@ NcclCommunicator::NcclCommunicator(void* comm, int rank, int size, int device,
       timeout_(timeout) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ == nullptr) return;
+  if (comm_ == nullptr) return;  // aborted: the staging buffer is kept forever
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
-  if (guard.Enter(device_).ok()) (void)ncclCommDestroy(ToComm(comm_));
+  const ncclComm_t comm = ToComm(comm_);
+  bool finalized = guard.Enter(device_).ok();
+  if (finalized) {
+    const ncclResult_t result = ncclCommFinalize(comm);
+    finalized = (result == ncclSuccess || result == ncclInProgress) &&
+                AwaitComm(comm, deadline, timeout_, "ncclCommFinalize").ok();
+  }
+  if (!finalized) {
+    Abort();
+    return;
+  }
+  (void)ncclCommDestroy(comm);
+  comm_ = nullptr;
 }
 
 absl::Status NcclCommunicator::CheckUsable(absl::string_view op) const {
@@ -150,17 +231,29 @@ void NcclCommunicator::Abort() {
   if (comm_ == nullptr) return;
   (void)ncclCommAbort(ToComm(comm_));
   comm_ = nullptr;
+  if (staging_ != nullptr) KeepForever(std::move(staging_));
 }
 
-absl::Status NcclCommunicator::Wait(absl::string_view op) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+absl::Status NcclCommunicator::Settle(absl::string_view op, int result, const char* call,
+                                      Clock::time_point deadline) {
+  const auto nccl_result = static_cast<ncclResult_t>(result);
+  absl::Status status = nccl_result == ncclInProgress
+                            ? absl::OkStatus()
+                            : internal::NcclStatus(nccl_result, call, __FILE__, __LINE__);
+  if (status.ok()) status = AwaitComm(ToComm(comm_), deadline, timeout_, call);
+  if (status.ok()) return status;
+  Abort();
+  return AbortedBy(Where(op), status);
+}
+
+absl::Status NcclCommunicator::Wait(absl::string_view op, Clock::time_point deadline) {
   while (true) {
     const cudaError_t done = cudaStreamQuery(ToStream(stream_));
     if (done == cudaSuccess) return absl::OkStatus();
     if (done != cudaErrorNotReady) {
       absl::Status error = SDRT_CUDA_STATUS(done);
       Abort();
-      return Prefixed(Where(op), error);
+      return AbortedBy(Where(op), error);
     }
     ncclResult_t async_error = ncclSuccess;
     absl::Status query = SDRT_NCCL_STATUS(ncclCommGetAsyncError(ToComm(comm_), &async_error));
@@ -169,21 +262,33 @@ absl::Status NcclCommunicator::Wait(absl::string_view op) {
     }
     if (!query.ok()) {
       Abort();
-      return Prefixed(Where(op), query);
+      return AbortedBy(Where(op), query);
     }
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (Clock::now() > deadline) {
       Abort();
-      return absl::DeadlineExceededError(absl::StrCat(
-          Where(op), ": not complete after ", timeout_.count(),
-          " ms; the NCCL communicator was aborted (is a rank missing from the collective?)"));
+      return AbortedBy(Where(op), absl::DeadlineExceededError(absl::StrCat(
+                                      "not complete after ", timeout_.count(), " ms")));
     }
     std::this_thread::sleep_for(kPollInterval);
   }
 }
 
+absl::StatusOr<char*> NcclCommunicator::Staging(int64_t bytes) {
+  if (staging_ == nullptr || staging_->nbytes() < bytes) {
+    // Nothing of this communicator's is in flight between calls, so the old buffer can go
+    // first (cudaFree); a failed allocation leaves none.
+    staging_.reset();
+    SDRT_ASSIGN_OR_RETURN(
+        staging_,
+        AllocateDeviceBuffer(RoundUp(std::max<int64_t>(bytes, 1), kStagingGranule), device_));
+  }
+  return static_cast<char*>(staging_->data());
+}
+
 absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const void* input,
                                       absl::Span<const int64_t> byte_counts) {
   SDRT_RETURN_IF_ERROR(CheckUsable(op));
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   std::vector<int64_t> offsets(size());
@@ -204,20 +309,20 @@ absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const 
   } else if (mine > 0) {
     SDRT_ASSIGN_OR_RETURN(in_host, IsHost(input));
   }
-  // Staging buffers for host memory, freed after the wait.
-  DeviceBuffer out_buffer;
-  DeviceBuffer in_buffer;
-  char* device_out = out;
-  if (out_host) {
-    SDRT_ASSIGN_OR_RETURN(out_buffer, AllocateDeviceBuffer(total, device_));
-    device_out = static_cast<char*>(out_buffer->data());
+  // Host memory is staged: the output's bytes at the start of the staging buffer, a
+  // separate host input after them.
+  const int64_t in_at = out_host ? RoundUp(total, kStagingAlignment) : 0;
+  const int64_t staged = (out_host ? in_at : 0) + (in_host && !in_place ? mine : 0);
+  char* staging = nullptr;
+  if (staged > 0) {
+    SDRT_ASSIGN_OR_RETURN(staging, Staging(staged));
   }
+  char* device_out = out_host ? staging : out;
   const char* device_in = static_cast<const char*>(input);
   if (in_place) {
     device_in = device_out + offsets[rank()];
   } else if (in_host) {
-    SDRT_ASSIGN_OR_RETURN(in_buffer, AllocateDeviceBuffer(mine, device_));
-    device_in = static_cast<const char*>(in_buffer->data());
+    device_in = staging + in_at;
   }
   const cudaStream_t stream = ToStream(stream_);
   if (in_host) {
@@ -226,7 +331,8 @@ absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const 
   }
   const ncclComm_t comm = ToComm(comm_);
   if (even) {
-    SDRT_NCCL_RETURN_IF_ERROR(ncclAllGather(device_in, device_out, mine, ncclUint8, comm, stream));
+    SDRT_RETURN_IF_ERROR(SDRT_NCCL_SETTLE(
+        op, ncclAllGather(device_in, device_out, mine, ncclUint8, comm, stream), deadline));
   } else {
     // torch's all_gather with uneven sizes: one grouped broadcast per contributing rank.
     SDRT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
@@ -237,17 +343,20 @@ absl::Status NcclCommunicator::Gather(absl::string_view op, void* output, const 
       enqueued = SDRT_NCCL_STATUS(ncclBroadcast(i == rank() ? device_in : slot, slot,
                                                 byte_counts[i], ncclUint8, i, comm, stream));
     }
-    const absl::Status ended = SDRT_NCCL_STATUS(ncclGroupEnd());
-    SDRT_RETURN_IF_ERROR(enqueued);
-    SDRT_RETURN_IF_ERROR(ended);
+    const ncclResult_t ended = ncclGroupEnd();
+    if (!enqueued.ok()) {
+      Abort();
+      return AbortedBy(Where(op), enqueued);
+    }
+    SDRT_RETURN_IF_ERROR(Settle(op, ended, "ncclGroupEnd", deadline));
   }
-  SDRT_RETURN_IF_ERROR(Wait(op));
+  SDRT_RETURN_IF_ERROR(Wait(op, deadline));
   if (!out_host) return absl::OkStatus();
   // Copied back only after the wait: a copy into pageable memory may block the host until
   // the collective ends, which would bypass the watchdog.
   SDRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(output, device_out, total, cudaMemcpyDeviceToHost, stream));
-  return Wait(op);
+  return Wait(op, deadline);
 }
 
 absl::Status NcclCommunicator::DoAllGather(void* output, const void* input,
@@ -263,29 +372,54 @@ absl::Status NcclCommunicator::DoAllGatherV(void* output, const void* input,
 absl::Status NcclCommunicator::DoBroadcast(absl::Span<const Tensor> tensors, int root) {
   constexpr absl::string_view kOp = "broadcast";
   SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device_));
-  std::vector<Tensor> staged;
-  staged.reserve(tensors.size());
-  for (const Tensor& t : tensors) {
-    SDRT_ASSIGN_OR_RETURN(Tensor on_device, t.To(device(), /*non_blocking=*/false, stream_));
-    staged.push_back(std::move(on_device));
+  // CPU tensors are staged at aligned offsets of the staging buffer (staged_at[i] >= 0).
+  std::vector<int64_t> staged_at(tensors.size(), -1);
+  int64_t staged = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].device().is_cpu()) continue;
+    staged_at[i] = staged;
+    staged = RoundUp(staged + tensors[i].nbytes(), kStagingAlignment);
+  }
+  char* staging = nullptr;
+  if (staged > 0) {
+    SDRT_ASSIGN_OR_RETURN(staging, Staging(staged));
+  }
+  const cudaStream_t stream = ToStream(stream_);
+  std::vector<void*> data(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (staged_at[i] < 0) {
+      data[i] = tensors[i].data_ptr();
+      continue;
+    }
+    data[i] = staging + staged_at[i];
+    if (rank() == root) {  // only the root's bytes are sent
+      SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data[i], tensors[i].data_ptr(), tensors[i].nbytes(),
+                                                cudaMemcpyHostToDevice, stream));
+    }
   }
   SDRT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
   absl::Status enqueued;
-  for (size_t i = 0; i < staged.size() && enqueued.ok(); ++i) {
-    void* data = staged[i].data_ptr();
-    enqueued = SDRT_NCCL_STATUS(ncclBroadcast(data, data, staged[i].nbytes(), ncclUint8, root,
-                                              ToComm(comm_), ToStream(stream_)));
+  for (size_t i = 0; i < tensors.size() && enqueued.ok(); ++i) {
+    enqueued = SDRT_NCCL_STATUS(ncclBroadcast(data[i], data[i], tensors[i].nbytes(), ncclUint8,
+                                              root, ToComm(comm_), stream));
   }
-  const absl::Status ended = SDRT_NCCL_STATUS(ncclGroupEnd());
-  SDRT_RETURN_IF_ERROR(enqueued);
-  SDRT_RETURN_IF_ERROR(ended);
-  SDRT_RETURN_IF_ERROR(Wait(kOp));
-  for (size_t i = 0; i < staged.size(); ++i) {
-    SDRT_RETURN_IF_ERROR(CopyBack(tensors[i], staged[i], stream_));
+  const ncclResult_t ended = ncclGroupEnd();
+  if (!enqueued.ok()) {
+    Abort();
+    return AbortedBy(Where(kOp), enqueued);
   }
-  return absl::OkStatus();
+  SDRT_RETURN_IF_ERROR(Settle(kOp, ended, "ncclGroupEnd", deadline));
+  SDRT_RETURN_IF_ERROR(Wait(kOp, deadline));
+  if (rank() == root || staged == 0) return absl::OkStatus();  // the root's are unchanged
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (staged_at[i] < 0) continue;
+    SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tensors[i].data_ptr(), data[i], tensors[i].nbytes(),
+                                              cudaMemcpyDeviceToHost, stream));
+  }
+  return Wait(kOp, deadline);
 }
 
 absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
@@ -296,35 +430,54 @@ absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(kOp), ": NCCL cannot reduce ", DTypeName(tensor.dtype()), " (as ProcessGroupNCCL)"));
   }
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device_));
-  SDRT_ASSIGN_OR_RETURN(Tensor staged, tensor.To(device(), /*non_blocking=*/false, stream_));
-  void* data = staged.data_ptr();
-  SDRT_NCCL_RETURN_IF_ERROR(
-      ncclAllReduce(data, data, staged.numel(), static_cast<ncclDataType_t>(datatype),
+  const bool staged = tensor.device().is_cpu();
+  const int64_t bytes = tensor.nbytes();
+  const cudaStream_t stream = ToStream(stream_);
+  char* data = static_cast<char*>(tensor.data_ptr());
+  if (staged) {
+    SDRT_ASSIGN_OR_RETURN(data, Staging(bytes));
+    SDRT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(data, tensor.data_ptr(), bytes, cudaMemcpyHostToDevice, stream));
+  }
+  SDRT_RETURN_IF_ERROR(SDRT_NCCL_SETTLE(
+      kOp,
+      ncclAllReduce(data, data, tensor.numel(), static_cast<ncclDataType_t>(datatype),
                     static_cast<ncclRedOp_t>(internal::NcclReduceOp(tensor.dtype(), op)),
-                    ToComm(comm_), ToStream(stream_)));
-  SDRT_RETURN_IF_ERROR(Wait(kOp));
-  return CopyBack(tensor, staged, stream_);
+                    ToComm(comm_), stream),
+      deadline));
+  if (op == ReduceOp::kAvg) {  // the sum, divided as the MPI backend divides it
+    SDRT_RETURN_IF_ERROR(
+        internal::DivideOnDevice(data, tensor.dtype(), tensor.numel(), size(), stream_));
+  }
+  SDRT_RETURN_IF_ERROR(Wait(kOp, deadline));
+  if (!staged) return absl::OkStatus();
+  SDRT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(tensor.data_ptr(), data, bytes, cudaMemcpyDeviceToHost, stream));
+  return Wait(kOp, deadline);
 }
 
 absl::Status NcclCommunicator::BroadcastHost(absl::string_view op, void* data, int64_t bytes,
                                              int root) {
   SDRT_RETURN_IF_ERROR(CheckUsable(op));
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device_));
-  SDRT_ASSIGN_OR_RETURN(DeviceBuffer buffer, AllocateDeviceBuffer(bytes, device_));
-  void* staging = buffer->data();
+  SDRT_ASSIGN_OR_RETURN(char* staging, Staging(bytes));
   const cudaStream_t stream = ToStream(stream_);
   if (rank() == root) {
     SDRT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, stream));
   }
-  SDRT_NCCL_RETURN_IF_ERROR(
-      ncclBroadcast(staging, staging, bytes, ncclUint8, root, ToComm(comm_), stream));
-  SDRT_RETURN_IF_ERROR(Wait(op));  // before the copy back, as in Gather
+  SDRT_RETURN_IF_ERROR(SDRT_NCCL_SETTLE(
+      op, ncclBroadcast(staging, staging, bytes, ncclUint8, root, ToComm(comm_), stream),
+      deadline));
+  SDRT_RETURN_IF_ERROR(Wait(op, deadline));  // before the copy back, as in Gather
+  if (rank() == root) return absl::OkStatus();
   SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, stream));
-  return Wait(op);
+  return Wait(op, deadline);
 }
 
 absl::Status NcclCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
@@ -348,24 +501,33 @@ absl::StatusOr<std::vector<std::string>> NcclCommunicator::DoAllGatherBytes(
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int color, int key) {
   constexpr absl::string_view kOp = "split";
   SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device_));
+  // Non-blocking, the split runs in the background on the parent: `child` is set (or left
+  // null for no color) when the parent is no longer in progress. Settle aborts the parent
+  // on failure, which also ends the split; a child made by then is aborted too.
+  ncclConfig_t config = NonBlockingConfig();
   ncclComm_t child = nullptr;
-  if (absl::Status s = SDRT_NCCL_STATUS(ncclCommSplit(
-          ToComm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
-      !s.ok()) {
-    return Prefixed(Where(kOp), s);
+  absl::Status status = SDRT_NCCL_SETTLE(
+      kOp,
+      ncclCommSplit(ToComm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
+      deadline);
+  if (!status.ok()) {
+    if (child != nullptr) (void)ncclCommAbort(child);
+    return status;
   }
   if (child == nullptr) return std::unique_ptr<Communicator>();
+  status = AwaitComm(child, deadline, timeout_, "ncclCommSplit");
   int child_rank = 0;
   int child_size = 0;
-  absl::Status s = SDRT_NCCL_STATUS(ncclCommUserRank(child, &child_rank));
-  if (s.ok()) s = SDRT_NCCL_STATUS(ncclCommCount(child, &child_size));
+  if (status.ok()) status = SDRT_NCCL_STATUS(ncclCommUserRank(child, &child_rank));
+  if (status.ok()) status = SDRT_NCCL_STATUS(ncclCommCount(child, &child_size));
   absl::StatusOr<CudaStream> stream = CudaStream::Create(device_);
-  if (s.ok()) s = stream.status();
-  if (!s.ok()) {
-    (void)ncclCommDestroy(child);
-    return Prefixed(Where(kOp), s);
+  if (status.ok()) status = stream.status();
+  if (!status.ok()) {
+    (void)ncclCommAbort(child);
+    return AbortedBy(Where(kOp), status);
   }
   std::optional<CudaStream> owned(std::move(*stream));
   const StreamHandle handle = owned->handle();
@@ -376,14 +538,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
 absl::Status NcclCommunicator::DoBarrier() {
   constexpr absl::string_view kOp = "barrier";
   SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
+  const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device_));
-  SDRT_ASSIGN_OR_RETURN(DeviceBuffer buffer, AllocateDeviceBuffer(sizeof(int32_t), device_));
-  void* one = buffer->data();
+  SDRT_ASSIGN_OR_RETURN(char* flag, Staging(sizeof(int32_t)));
   const cudaStream_t stream = ToStream(stream_);
-  SDRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(one, 0, sizeof(int32_t), stream));
-  SDRT_NCCL_RETURN_IF_ERROR(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, ToComm(comm_), stream));
-  return Wait(kOp);
+  SDRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0, sizeof(int32_t), stream));
+  SDRT_RETURN_IF_ERROR(SDRT_NCCL_SETTLE(
+      kOp, ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, ToComm(comm_), stream), deadline));
+  return Wait(kOp, deadline);
 }
 
 }  // namespace sdrt

@@ -1,30 +1,60 @@
 // NcclCommunicator: the NCCL backend of Communicator, for CUDA tensors on one device
-// (PyTorch's ProcessGroupNCCL). One process per GPU; the ranks meet through an
+// (PyTorch's ProcessGroupNCCL). One process (or thread) per GPU; the ranks meet through an
 // NcclUniqueId that rank 0 makes and every rank receives: over a bootstrap Communicator
 // (CreateFromCommunicator, e.g. an MpiCommunicator), from the embedding program's own
 // launcher, or made locally for a single rank, so a build without MPI still runs NCCL.
+// The device is the caller's choice: an engine passes the GPU it bound its process to
+// (usually its node-local rank), as the `sdrt` commands do (tools/sdrt/internal/session.h).
 //
 // Data moves as bytes (ncclUint8); only all-reduce uses typed NCCL datatypes (float16 and
 // bfloat16 are native in NCCL). NCCL has no 16-bit integer type, so an int16 all-reduce
-// is InvalidArgument here (as in ProcessGroupNCCL); the MPI backend reduces int16. CPU tensors are
-// accepted too and staged through the GPU: copied to device memory, reduced or gathered there,
-// copied back (case-013); so are the *Bytes calls, through small device staging
-// buffers.
+// is InvalidArgument here (as in ProcessGroupNCCL); the MPI backend reduces int16. CPU
+// tensors are accepted too and staged through the GPU: copied to device memory, reduced or
+// gathered there, copied back (case-013; a broadcast root copies nothing back); so are the
+// *Bytes calls and the barrier's flag. All staging goes through one device buffer per
+// communicator that grows to the largest staged call (in steps of 1 MiB) and is kept for
+// the next call, so a staged call costs no cudaMalloc / cudaFree (each a device-wide
+// synchronisation) once the buffer is large enough; it is freed with the communicator.
 //
-// Stream: every call is enqueued on the communicator's stream (one it owns, or
-// Options::stream) and then waited for, so that on return the data is in place as the
-// Communicator contract says. The wait is a watchdog: it polls cudaStreamQuery and
-// ncclCommGetAsyncError every 100 us; past Options::timeout it aborts the NCCL
-// communicator (ncclCommAbort) and returns DeadlineExceeded naming the op; an
-// asynchronous NCCL error also aborts it and comes back as that error. After an abort
-// every call returns FailedPrecondition. The caller's work on other streams is not
-// ordered with the communicator's: the caller synchronises before handing tensors in.
-// Communicator creation and Split (ncclCommInitRank, ncclCommSplit) block inside NCCL and
-// are not under the watchdog; a communicator made by Split owns a new stream.
+// Reductions match the MPI backend where the arithmetic allows: avg is an ncclSum followed
+// by a division by size() on the device in the tensor's dtype, the MPI backend's own
+// second step (integers truncate; float16 and bfloat16 divide in float32 and round to
+// nearest even), not ncclAvg (which pre-multiplies floats by 1/size()). So integer and bool
+// results (every op, avg included) are bit-equal to the MPI backend's for any rank count,
+// and so are min and max of floats (each picks one rank's value) except where NaN, or
+// zeros of both signs, meet (each library has its own rule). Float sum, product and avg
+// are bit-equal for 2 ranks (one combining step, the same correctly rounded operation in
+// both; for float16 and bfloat16, float32 then rounding equals the correctly rounded
+// 16-bit operation); with 3 or more ranks the two libraries combine the ranks' floats in
+// different orders (NCCL: ring or tree, chunk by chunk; MPI: its algorithm's order), so
+// sums and products, and with them averages, may differ in the last bits, as they may
+// between two MPI implementations. NaN payloads are not kept alike (a GPU returns its
+// canonical NaN).
 //
-// Ownership: the NCCL communicator and an owned stream are destroyed with the object
-// (ncclCommDestroy). This header includes neither nccl.h nor CUDA's headers: handles are
-// opaque. Built only with NCCL (SDRT_HAVE_NCCL).
+// Stream and watchdog: every call is enqueued on the communicator's stream (one it owns,
+// or Options::stream) and then waited for, so that on return the data is in place as the
+// Communicator contract says. NCCL communicators are created non-blocking
+// (ncclCommInitRankConfig and ncclCommSplit with blocking = 0): no NCCL call blocks the
+// host, and each (creation, split, every collective enqueue and ncclGroupEnd, which
+// return ncclInProgress while NCCL connects or enqueues in the background, e.g. the first
+// collective's lazy connection setup) is followed by polling ncclCommGetAsyncError until
+// it is no longer ncclInProgress; then the stream is polled with cudaStreamQuery. Both
+// polls run every 100 us under one deadline per call, Options::timeout from its start;
+// past it the NCCL communicator is aborted (ncclCommAbort) and the call returns
+// DeadlineExceeded naming the op; an NCCL or CUDA error also aborts it and comes back as
+// that error. Create and Split clean up the same way (no communicator is returned). After
+// an abort every call returns FailedPrecondition, and the staging buffer is deliberately
+// leaked (kept for the life of the process): freeing device memory (cudaFree)
+// synchronises the device, which can block forever behind a kernel of the aborted
+// collective. The caller's work on other streams is not ordered with the communicator's:
+// the caller synchronises before handing tensors in. A communicator made by Split owns a
+// new stream.
+//
+// Ownership: the NCCL communicator, an owned stream and the staging buffer are released
+// with the object: ncclCommFinalize, polled under Options::timeout, then ncclCommDestroy;
+// ncclCommAbort instead when finalising fails or times out (e.g. a peer is gone), and then
+// the staging buffer is leaked as above. This header includes neither nccl.h nor CUDA's
+// headers: handles are opaque. Built only with NCCL (SDRT_HAVE_NCCL).
 #ifndef SDRT_COMM_NCCL_COMMUNICATOR_H_
 #define SDRT_COMM_NCCL_COMMUNICATOR_H_
 
@@ -59,10 +89,13 @@ class NcclCommunicator final : public Communicator {
     std::chrono::milliseconds timeout = std::chrono::minutes(10);
   };
 
-  // ncclCommInitRank: collective over the `size` ranks that pass the same `id`; this
-  // process is `rank` and uses CUDA device `device`. InvalidArgument for a rank outside
-  // [0, size), size < 1 or a device outside [0, CudaDeviceCount()) (checked before any
-  // NCCL call); NCCL's or CUDA's error otherwise.
+  // ncclCommInitRankConfig (non-blocking): collective over the `size` ranks that pass the
+  // same `id`; this process (or thread) is `rank` and uses CUDA device `device`, which must
+  // differ from every other rank's on the same host (NCCL refuses duplicate GPUs).
+  // InvalidArgument for a rank outside [0, size), size < 1 or a device outside
+  // [0, CudaDeviceCount()) (checked before any NCCL call); DeadlineExceeded when the
+  // communicator is not ready within options.timeout (e.g. a rank never calls Create; the
+  // half-made communicator is aborted); NCCL's or CUDA's error otherwise.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(int rank, int size, int device,
                                                                   const NcclUniqueId& id,
                                                                   Options options);
@@ -74,7 +107,7 @@ class NcclCommunicator final : public Communicator {
   // Collective over `bootstrap`'s ranks: rank 0 generates the id and broadcasts it with
   // BroadcastBytes, then every rank calls Create(bootstrap.rank(), bootstrap.size(),
   // device, id, options). Rank 0's Generate error is broadcast (as an empty id), and the
-  // ranks all-gather whether their `device` is visible before any enters ncclCommInitRank,
+  // ranks all-gather whether their `device` is visible before any enters NCCL's init,
   // so that such errors come back on every rank instead of a hang. Costs one
   // BroadcastBytes and one AllGatherBytes on `bootstrap`.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateFromCommunicator(
@@ -104,29 +137,45 @@ class NcclCommunicator final : public Communicator {
   bool StagesCpuTensors() const override { return true; }
 
  private:
-  // `comm` is an ncclComm_t.
+  using Clock = std::chrono::steady_clock;
+
+  // `comm` is an ncclComm_t, ready for use.
   NcclCommunicator(void* comm, int rank, int size, int device, std::optional<CudaStream> owned,
                    StreamHandle stream, std::chrono::milliseconds timeout);
 
+  // The deadline of a call starting now: Options::timeout from now.
+  Clock::time_point Deadline() const { return Clock::now() + timeout_; }
   // FailedPrecondition naming `op` once the communicator was aborted.
   absl::Status CheckUsable(absl::string_view op) const;
-  // The watchdog described above: waits for the stream, aborting on timeout or on an
-  // asynchronous NCCL error.
-  absl::Status Wait(absl::string_view op);
-  // Aborts the NCCL communicator (ncclCommAbort); later calls fail.
+  // After the NCCL call `call` returned `result` (an ncclResult_t): OK once the
+  // communicator's state (ncclCommGetAsyncError) is no longer ncclInProgress and is
+  // ncclSuccess, i.e. the call's work is enqueued on the stream. An error result, an
+  // asynchronous error or `deadline` passing aborts the communicator and returns that
+  // error (DeadlineExceeded for the deadline), prefixed with Where(op).
+  absl::Status Settle(absl::string_view op, int result, const char* call,
+                      Clock::time_point deadline);
+  // The stream half of the watchdog: waits for the stream, aborting on an error of CUDA or
+  // NCCL or when `deadline` passes (DeadlineExceeded).
+  absl::Status Wait(absl::string_view op, Clock::time_point deadline);
+  // Aborts the NCCL communicator (ncclCommAbort) and leaks the staging buffer (see
+  // above); later calls fail.
   void Abort();
+  // The staging buffer, grown to hold at least `bytes` bytes (its contents are not kept
+  // when it grows); a device pointer.
+  absl::StatusOr<char*> Staging(int64_t bytes);
   // all-gather / all-gather-v of raw buffers (either may be host memory, then staged):
   // rank i's `byte_counts[i]` bytes land at the sum of the earlier counts in `output`.
   absl::Status Gather(absl::string_view op, void* output, const void* input,
                       absl::Span<const int64_t> byte_counts);
-  // Broadcasts `bytes` host bytes from `root` through a device staging buffer.
+  // Broadcasts `bytes` host bytes from `root` through the staging buffer.
   absl::Status BroadcastHost(absl::string_view op, void* data, int64_t bytes, int root);
 
-  void* comm_;  // ncclComm_t; nullptr once aborted
+  void* comm_;  // ncclComm_t; nullptr once aborted or destroyed
   int device_;
   std::optional<CudaStream> owned_stream_;
   StreamHandle stream_;
   std::chrono::milliseconds timeout_;
+  DeviceBuffer staging_;  // null until a call stages bytes
 };
 
 }  // namespace sdrt

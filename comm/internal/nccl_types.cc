@@ -43,6 +43,7 @@ int NcclDataType(DType dtype) {
 int NcclReduceOp(DType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // divided afterwards (internal/divide.h)
       return dtype == DType::kBool ? ncclMax : ncclSum;
     case ReduceOp::kProduct:
       return dtype == DType::kBool ? ncclMin : ncclProd;
@@ -50,8 +51,6 @@ int NcclReduceOp(DType dtype, ReduceOp op) {
       return ncclMin;
     case ReduceOp::kMax:
       return ncclMax;
-    case ReduceOp::kAvg:
-      return ncclAvg;
   }
   return ncclNumOps;
 }

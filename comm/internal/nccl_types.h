@@ -15,7 +15,9 @@ namespace sdrt::internal {
 int NcclDataType(DType dtype);
 
 // The ncclRedOp_t for (dtype, op): bool maps sum to ncclMax (logical or) and product to
-// ncclMin (logical and) like ProcessGroupNCCL; avg is ncclAvg.
+// ncclMin (logical and) like ProcessGroupNCCL; avg is ncclSum, which the backend then
+// divides by the rank count as the MPI backend does (not ncclAvg, which pre-multiplies
+// floats by 1/n).
 int NcclReduceOp(DType dtype, ReduceOp op);
 
 }  // namespace sdrt::internal

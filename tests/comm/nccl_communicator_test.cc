@@ -86,7 +86,9 @@ TEST(NcclTypesTest, ReduceOpMapping) {
   EXPECT_EQ(internal::NcclReduceOp(DType::kFloat32, ReduceOp::kProduct), ncclProd);
   EXPECT_EQ(internal::NcclReduceOp(DType::kInt32, ReduceOp::kMin), ncclMin);
   EXPECT_EQ(internal::NcclReduceOp(DType::kInt32, ReduceOp::kMax), ncclMax);
-  EXPECT_EQ(internal::NcclReduceOp(DType::kBFloat16, ReduceOp::kAvg), ncclAvg);
+  // avg: the sum, divided afterwards as the MPI backend divides (not ncclAvg).
+  EXPECT_EQ(internal::NcclReduceOp(DType::kBFloat16, ReduceOp::kAvg), ncclSum);
+  EXPECT_EQ(internal::NcclReduceOp(DType::kInt64, ReduceOp::kAvg), ncclSum);
   // bool: sum is logical or, product logical and (ProcessGroupNCCL).
   EXPECT_EQ(internal::NcclReduceOp(DType::kBool, ReduceOp::kSum), ncclMax);
   EXPECT_EQ(internal::NcclReduceOp(DType::kBool, ReduceOp::kProduct), ncclMin);

@@ -226,6 +226,19 @@ MpiCommunicator::~MpiCommunicator() {
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm);
 }
 
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::SplitShared() {
+  MPI_Comm comm = MPI_COMM_NULL;
+  SDRT_MPI_RETURN_IF_ERROR(
+      MPI_Comm_split_type(ToComm(comm_), MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &comm));
+  int rank = 0;
+  int size = 0;
+  if (absl::Status s = ConfigureComm(comm, &rank, &size); !s.ok()) {
+    MPI_Comm_free(&comm);
+    return s;
+  }
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(ToHandle(comm), rank, size));
+}
+
 absl::Status MpiCommunicator::BroadcastPieces(const std::vector<Piece>& pieces) {
   const MPI_Comm comm = ToComm(comm_);
   std::vector<MPI_Request> requests;

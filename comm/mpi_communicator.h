@@ -36,6 +36,13 @@ class MpiCommunicator final : public Communicator {
 
   ~MpiCommunicator() override;
 
+  // This communicator's ranks on this node (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED;
+  // ordered as here): its rank() is this process's node-local rank and its size() the
+  // number of ranks on this node, by which a launcher gives each process its own GPU
+  // (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE). Collective over this communicator.
+  // MPI's error as a Status.
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> SplitShared();
+
   absl::string_view backend() const override { return "mpi"; }
   Device device() const override { return Device::CPU(); }
 

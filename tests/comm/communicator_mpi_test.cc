@@ -386,6 +386,19 @@ TEST(CommunicatorMpi, SplitWithNoColorGivesNull) {
   }
 }
 
+// CTest starts every rank on this machine, so the node's ranks are all of them, in order;
+// the node communicator still moves data.
+TEST(CommunicatorMpi, SplitSharedGivesTheRanksOfThisNode) {
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> node = g_world->SplitShared();
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ((*node)->rank(), g_world->rank());
+  EXPECT_EQ((*node)->size(), g_world->size());
+  Tensor t = Make({1}, DType::kInt32);
+  t.data<int32_t>()[0] = 1;
+  ASSERT_TRUE((*node)->AllReduce(t, ReduceOp::kSum).ok());
+  EXPECT_EQ(t.data<int32_t>()[0], g_world->size());
+}
+
 TEST(CommunicatorMpi, Barrier) { EXPECT_TRUE(g_world->Barrier().ok()); }
 
 // Every rank makes the same mistake, so every rank gets the error and none waits in MPI;

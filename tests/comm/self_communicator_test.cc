@@ -1,0 +1,121 @@
+// SelfCommunicator (comm/self_communicator.h): the one-process communicator gives what an
+// MPI communicator of one rank gives, validates like any backend, and serves as a
+// ProcessGroup's CPU communicator. CPU only.
+#include "sdrt/comm/self_communicator.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/comm/process_group.h"
+#include "sdrt/tests/support/test_util.h"
+
+namespace sdrt {
+namespace {
+
+using test::FiniteBytes;
+using test::kAllDTypes;
+using ::testing::HasSubstr;
+
+std::string Bytes(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.data_ptr()), t.nbytes());
+}
+
+TEST(SelfCommunicator, IsRankZeroOfOneOnTheCpu) {
+  SelfCommunicator self;
+  EXPECT_EQ(self.rank(), 0);
+  EXPECT_EQ(self.size(), 1);
+  EXPECT_EQ(self.backend(), "self");
+  EXPECT_EQ(self.device(), Device::CPU());
+  EXPECT_TRUE(self.Barrier().ok());
+}
+
+TEST(SelfCommunicator, AllGatherCopiesTheInput) {
+  SelfCommunicator self;
+  for (DType dtype : kAllDTypes) {
+    const Tensor input = FiniteBytes({2, 5}, dtype, 3);
+    Tensor output = *Tensor::Zeros({10}, dtype);
+    ASSERT_TRUE(self.AllGather(output, input).ok()) << DTypeName(dtype);
+    EXPECT_EQ(Bytes(output), Bytes(input)) << DTypeName(dtype);
+    Tensor v_output = *Tensor::Zeros({10}, dtype);
+    const int64_t counts[] = {10};
+    ASSERT_TRUE(self.AllGatherV(v_output, input, counts).ok()) << DTypeName(dtype);
+    EXPECT_EQ(Bytes(v_output), Bytes(input)) << DTypeName(dtype);
+  }
+  // In place: the output is its own input.
+  Tensor in_place = FiniteBytes({4}, DType::kInt64, 1);
+  const std::string before = Bytes(in_place);
+  ASSERT_TRUE(self.AllGather(in_place, in_place).ok());
+  EXPECT_EQ(Bytes(in_place), before);
+}
+
+TEST(SelfCommunicator, BroadcastAndAllReduceLeaveTheData) {
+  SelfCommunicator self;
+  std::vector<Tensor> tensors = {FiniteBytes({3}, DType::kFloat32, 1),
+                                 FiniteBytes({7}, DType::kBFloat16, 2)};
+  const std::string first = Bytes(tensors[0]);
+  const std::string second = Bytes(tensors[1]);
+  ASSERT_TRUE(self.Broadcast(absl::MakeSpan(tensors), 0).ok());
+  EXPECT_EQ(Bytes(tensors[0]), first);
+  EXPECT_EQ(Bytes(tensors[1]), second);
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    Tensor t = FiniteBytes({9}, DType::kInt32, 4);
+    const std::string expected = Bytes(t);
+    ASSERT_TRUE(self.AllReduce(t, op).ok()) << ReduceOpName(op);
+    EXPECT_EQ(Bytes(t), expected) << ReduceOpName(op);
+  }
+}
+
+TEST(SelfCommunicator, BytesSplitAndBarrier) {
+  SelfCommunicator self;
+  std::string bytes = "sdrt";
+  ASSERT_TRUE(self.BroadcastBytes(&bytes, 0).ok());
+  EXPECT_EQ(bytes, "sdrt");
+  absl::StatusOr<std::vector<std::string>> all = self.AllGatherBytes("mine");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, std::vector<std::string>{"mine"});
+  absl::StatusOr<std::unique_ptr<Communicator>> none = self.Split(-1, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+  absl::StatusOr<std::unique_ptr<Communicator>> child = self.Split(3, 0);
+  ASSERT_TRUE(child.ok());
+  ASSERT_NE(*child, nullptr);
+  EXPECT_EQ((*child)->backend(), "self");
+  EXPECT_EQ((*child)->size(), 1);
+  EXPECT_TRUE((*child)->Barrier().ok());
+}
+
+// Validation is Communicator's: the same mistakes fail as on a real backend.
+TEST(SelfCommunicator, ArgumentErrorsAreTheBackendsErrors) {
+  SelfCommunicator self;
+  const Tensor input = FiniteBytes({4}, DType::kFloat32);
+  Tensor small = *Tensor::Zeros({3}, DType::kFloat32);
+  absl::Status size = self.AllGather(small, input);
+  EXPECT_EQ(size.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(size.message(), HasSubstr("all_gather (self, rank 0 of 1)"));
+  std::vector<Tensor> one = {input};
+  absl::Status root = self.Broadcast(absl::MakeSpan(one), 1);
+  EXPECT_EQ(root.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(root.message(), HasSubstr("root 1 is not in [0, 1)"));
+  Tensor flags = *Tensor::Zeros({2}, DType::kBool);
+  absl::Status avg = self.AllReduce(flags, ReduceOp::kAvg);
+  EXPECT_EQ(avg.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(avg.message(), HasSubstr("avg"));
+}
+
+TEST(SelfCommunicator, IsAProcessGroupsCpuCommunicator) {
+  auto self = std::make_unique<SelfCommunicator>();
+  Communicator* self_ptr = self.get();
+  absl::StatusOr<ProcessGroup> group = ProcessGroup::Create(std::move(self), nullptr);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ(&group->metadata(), self_ptr);
+  EXPECT_EQ(*group->For(Device::CPU()), self_ptr);
+  EXPECT_EQ(group->size(), 1);
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -13,14 +13,22 @@
 // GPU (built with CUDA, skipped without a device): narrow along rows (one contiguous
 // block), along columns (8 KiB runs) and a bf16 transpose, vs cudaMemcpyAsync
 // device to device; timed with CUDA events around each call (manual time), after one
-// warm-up call.
+// warm-up call. The stream is held at a gate (StreamGate) until the events and the call
+// are enqueued, so host-side launch work (argument checks, the launcher's attribute and
+// occupancy queries) is not counted as device time. Each kernel case also times a
+// cudaMemcpyAsync of its own output's bytes in every iteration (first on even iterations,
+// second on odd ones): its "vs_memcpy" counter is the memcpy time over the kernel time,
+// summed over the run, so the ratio comes from the same run and the same bytes.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -120,6 +128,42 @@ bool CudaOk(benchmark::State& state, cudaError_t err, const char* what) {
   return false;
 }
 
+// Holds a stream at a host function until Open(), so that everything enqueued behind it
+// (the start event, the timed call, the stop event) is queued before the device reaches
+// the start event. A timed call that waited on the stream itself would wait for the gate;
+// the gate opens by itself after kMaxHold and held_too_long() then says the timing is void.
+class StreamGate {
+ public:
+  static constexpr std::chrono::seconds kMaxHold{5};
+
+  absl::Status Close(cudaStream_t stream) {
+    open_.store(false);
+    held_too_long_.store(false);
+    const cudaError_t err = cudaLaunchHostFunc(stream, &StreamGate::Hold, this);
+    if (err == cudaSuccess) return absl::OkStatus();
+    open_.store(true);
+    return absl::InternalError(std::string("cudaLaunchHostFunc: ") + cudaGetErrorString(err));
+  }
+  void Open() { open_.store(true); }
+  bool held_too_long() const { return held_too_long_.load(); }
+
+ private:
+  static void CUDART_CB Hold(void* self) {
+    auto* gate = static_cast<StreamGate*>(self);
+    const auto deadline = std::chrono::steady_clock::now() + kMaxHold;
+    while (!gate->open_.load()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        gate->held_too_long_.store(true);
+        return;
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  std::atomic<bool> open_{true};
+  std::atomic<bool> held_too_long_{false};
+};
+
 // Device memory, its stream and timing events; every failure skips the benchmark.
 class Gpu {
  public:
@@ -131,13 +175,17 @@ class Gpu {
     }
     ok_ = CudaOk(state, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                  "cudaStreamCreate") &&
-          CudaOk(state, cudaEventCreate(&start_), "cudaEventCreate") &&
-          CudaOk(state, cudaEventCreate(&stop_), "cudaEventCreate");
+          CudaOk(state, cudaEventCreate(&events_[0]), "cudaEventCreate") &&
+          CudaOk(state, cudaEventCreate(&events_[1]), "cudaEventCreate") &&
+          CudaOk(state, cudaEventCreate(&events_[2]), "cudaEventCreate");
   }
   ~Gpu() {
+    // The gate's host function reads gate_: let it finish before gate_ goes away.
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     for (void* p : buffers_) cudaFree(p);
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
+    for (cudaEvent_t e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   Gpu(const Gpu&) = delete;
@@ -165,29 +213,66 @@ class Gpu {
   }
 
   // Runs `op` (which enqueues on stream()) once to warm up, then once per iteration
-  // between two events, reporting the events' elapsed time as the iteration time.
+  // between two events behind a closed StreamGate, reporting the events' elapsed time as
+  // the iteration time. With `memcpy_bytes` > 0, every iteration also times a
+  // cudaMemcpyAsync of that many bytes from `memcpy_src` into a scratch buffer (before op
+  // on even iterations, after it on odd ones) and the "vs_memcpy" counter is the memcpy
+  // time over op's time, summed over the run.
   template <typename Op>
-  void Time(Op op) {
-    ok_ = ok_ && Check(state_, op());
+  void Time(Op op, const uint8_t* memcpy_src = nullptr, int64_t memcpy_bytes = 0) {
+    uint8_t* scratch = nullptr;
+    if (memcpy_bytes > 0) scratch = Upload(std::vector<uint8_t>(memcpy_bytes));
+    const auto baseline = [&] {
+      const cudaError_t err =
+          cudaMemcpyAsync(scratch, memcpy_src, memcpy_bytes, cudaMemcpyDeviceToDevice, stream_);
+      return err == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(err));
+    };
+    ok_ = ok_ && Check(state_, op()) && (scratch == nullptr || Check(state_, baseline())) &&
+          CudaOk(state_, cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     if (!ok_) return;
+    double op_ms_sum = 0;
+    double memcpy_ms_sum = 0;
+    int64_t iteration = 0;
     for (auto _ : state_) {
-      float ms = 0;
-      ok_ = CudaOk(state_, cudaEventRecord(start_, stream_), "cudaEventRecord") &&
-            Check(state_, op()) &&
-            CudaOk(state_, cudaEventRecord(stop_, stream_), "cudaEventRecord") &&
-            CudaOk(state_, cudaEventSynchronize(stop_), "cudaEventSynchronize") &&
-            CudaOk(state_, cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+      const bool op_first = scratch == nullptr || iteration++ % 2 == 0;
+      float ms[2] = {0, 0};
+      ok_ = Check(state_, gate_.Close(stream_));
       if (!ok_) break;
-      state_.SetIterationTime(ms / 1e3);
+      ok_ = Record(0) && Check(state_, op_first ? op() : baseline()) && Record(1) &&
+            (scratch == nullptr || (Check(state_, op_first ? baseline() : op()) && Record(2)));
+      gate_.Open();
+      const int last = scratch == nullptr ? 1 : 2;
+      ok_ = ok_ && CudaOk(state_, cudaEventSynchronize(events_[last]), "cudaEventSynchronize") &&
+            Elapsed(0, 1, &ms[0]) && (scratch == nullptr || Elapsed(1, 2, &ms[1]));
+      if (ok_ && gate_.held_too_long()) {
+        state_.SkipWithError("the timed call waited on its own stream (StreamGate held)");
+        ok_ = false;
+      }
+      if (!ok_) break;
+      const float op_ms = op_first ? ms[0] : ms[1];
+      op_ms_sum += op_ms;
+      memcpy_ms_sum += op_first ? ms[1] : ms[0];
+      state_.SetIterationTime(op_ms / 1e3);
+    }
+    if (ok_ && scratch != nullptr && op_ms_sum > 0) {
+      state_.counters["vs_memcpy"] = memcpy_ms_sum / op_ms_sum;
     }
   }
 
  private:
+  bool Record(int i) {
+    return CudaOk(state_, cudaEventRecord(events_[i], stream_), "cudaEventRecord");
+  }
+  bool Elapsed(int from, int to, float* ms) {
+    return CudaOk(state_, cudaEventElapsedTime(ms, events_[from], events_[to]),
+                  "cudaEventElapsedTime");
+  }
+
   benchmark::State& state_;
   bool ok_ = false;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  cudaEvent_t events_[3] = {nullptr, nullptr, nullptr};
+  StreamGate gate_;
   std::vector<void*> buffers_;
 };
 
@@ -218,10 +303,12 @@ void RunStridedCopy(benchmark::State& state, int64_t elem_size, int64_t src_elem
   std::vector<uint8_t> expected(sizes[0] * sizes[1] * elem_size);
   uint8_t* d_src = gpu.Upload(src);
   uint8_t* d_dst = gpu.Upload(expected);
-  gpu.Time([&] {
-    return StridedCopyDevice(d_dst, d_src + src_offset * elem_size, elem_size, sizes, dst_strides,
-                             src_strides, gpu.stream());
-  });
+  gpu.Time(
+      [&] {
+        return StridedCopyDevice(d_dst, d_src + src_offset * elem_size, elem_size, sizes,
+                                 dst_strides, src_strides, gpu.stream());
+      },
+      d_src, static_cast<int64_t>(expected.size()));
   if (!gpu.ok() || !StridedCopyHost(expected.data(), src.data() + src_offset * elem_size, elem_size,
                                     sizes, dst_strides, src_strides)
                         .ok()) {

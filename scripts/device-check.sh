@@ -1,44 +1,354 @@
 #!/usr/bin/env bash
-# The whole GPU check, in one call on a lent GPU machine (which has nvcc and cmake but no
-# MPICH and no Debian -dev packages): build with CUDA and without MPI against the
-# dependencies carried in .devdeps/ (scripts/device-bundle.sh), run the GPU tests, run
-# them again under compute-sanitizer, run the GPU benchmarks against cudaMemcpy, and
-# print a short table last. Logs and JSON go to $OUT when the device tool sets it.
-#   here:   scripts/device-bundle.sh
-#   there:  device run, carry [".devdeps"], command "scripts/device-check.sh"
+# The GPU check, in one call on a lent GPU machine (nvcc, cmake and python3, but no MPICH and
+# no Debian -dev packages), and its dry run on any machine with the CUDA toolkit.
+#
+#   scripts/device-check.sh --dry-run   no GPU needed (CI runs it): makes the dependency
+#       bundle .devdeps/ (scripts/device-bundle.sh), configures exactly as the real check
+#       does but with the machine's own packages ignored (CMAKE_IGNORE_PREFIX_PATH "/usr;/"),
+#       checks in CMakeCache.txt that every package came from the bundle, and builds the
+#       target sdrt_device_check: every test labelled gpu, the benchmarks and the CLI that
+#       the real check runs. Build folder: $SDRT_DEVICE_BUILD_DIR or build-device-dry/.
+#   scripts/device-check.sh             the real check. Here: scripts/device-bundle.sh; then
+#       device run, carry [".devdeps"], command "scripts/device-check.sh", timeout_s 540.
+#
+# The real check runs these steps, each under its own `timeout` and all within
+# $SDRT_CHECK_BUDGET_S seconds (default 450; a step that would start with under 15 s left is
+# "not run"): env (GPUs, driver, tools), configure, build (the target sdrt_device_check),
+# ctest -L gpu (fails when a test skips for want of a device while one is visible; other skips
+# are counted and listed, e.g. the N-ranks NCCL test on one GPU), the kernel and pinned-memory
+# benchmarks (each case against cudaMemcpy of the same bytes in the same run), one-rank
+# `sdrt load --device cuda` of the demo checkpoint and of a gpt2-shaped bf16 one (made on the
+# spot), and compute-sanitizer (--report-api-errors no) memcheck and initcheck on the kernel
+# and runtime tests without their multi-GiB cases, racecheck on one small kernel test.
+# Output in $OUT (or /tmp/sdrt-device-out), at most 8 files: table.txt (the table printed
+# last), env.txt, kernels_bench.json, pinned_bench.json, load.json, load_gpt2.json and
+# logs.tgz (every step's log). Exit status 0 only when every step passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-/tmp/sdrt-device-out}
-build=/tmp/sdrt-gpu
-mkdir -p "$out"
+mode=check
+case "${1:-}" in
+  --dry-run) mode=dry ;;
+  "") ;;
+  *) echo "usage: scripts/device-check.sh [--dry-run]" >&2; exit 2 ;;
+esac
 deps=$root/.devdeps/usr
 arch=x86_64-linux-gnu
-export CMAKE_PREFIX_PATH=$deps:${CMAKE_PREFIX_PATH:-}
-export LD_LIBRARY_PATH=$deps/lib/$arch:${LD_LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSDRT_WITH_MPI=OFF \
-  -DSDRT_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 ||
-  { tail -30 "$out/configure.log"; exit 1; }
-cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-(cd "$build" && ctest -L gpu --output-on-failure) >"$out/ctest-gpu.log" 2>&1
-gpu_rc=$?
-san_rc=0
-for t in "$build"/tests/*gpu_test; do
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$t" >>"$out/sanitizer.log" 2>&1 || san_rc=$?
-done
-"$build/bench/kernels_bench" --benchmark_filter='Device' --benchmark_min_time=0.5 \
-  --benchmark_out="$out/kernels_bench.json" --benchmark_out_format=json >"$out/bench.log" 2>&1
-echo "== GPU tests: $(grep -E 'tests passed' "$out/ctest-gpu.log") (rc=$gpu_rc)"
-echo "== compute-sanitizer memcheck: rc=$san_rc; $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean binaries"
-python3 - "$out/kernels_bench.json" <<'PY'
+export LD_LIBRARY_PATH=$deps/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# The test cases that move GiB of memory, left out of the sanitizer runs (gtest filter).
+sanitizer_skip='*BeyondInt32*'
+# The one small kernel test racecheck runs.
+racecheck_test='KernelsGpuTest.StridedCopyAwkwardLayouts'
+
+# NCCL's header folder and library, one a line, from the first place that has both: the CUDA
+# toolkit, the system folders, or the nvidia-nccl Python package (which ships libnccl.so.2
+# only, so the library is passed to CMake by its full path).
+find_nccl() {
+  local py places place inc lib so
+  py=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null) || py=
+  places=("/usr/local/cuda/include:/usr/local/cuda/lib64" "/usr/include:/usr/lib/$arch")
+  [ -n "$py" ] && places+=("$py/include:$py/lib")
+  for place in "${places[@]}"; do
+    inc=${place%%:*}
+    lib=${place#*:}
+    [ -f "$inc/nccl.h" ] || continue
+    for so in "$lib/libnccl.so" "$lib/libnccl.so.2"; do
+      if [ -e "$so" ]; then
+        printf '%s\n%s\n' "$inc" "$so"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+
+# The configure command line both modes share (plus the ignored prefixes in the dry run).
+configure_args() {
+  local nccl
+  cfg=(-S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSDRT_WITH_MPI=OFF
+       -DSDRT_WITH_CUDA=ON -DSDRT_WITH_NCCL=ON -DCMAKE_CUDA_ARCHITECTURES=90
+       -DSDRT_BUILD_TESTS=ON -DSDRT_BUILD_BENCH=ON "-DCMAKE_PREFIX_PATH=$deps")
+  if command -v ninja >/dev/null && [ ! -f "$build/CMakeCache.txt" ]; then cfg+=(-G Ninja); fi
+  if nccl=$(find_nccl); then
+    cfg+=("-DNCCL_INCLUDE_DIR=${nccl%%$'\n'*}" "-DNCCL_LIBRARY=${nccl#*$'\n'}")
+    LD_LIBRARY_PATH=$(dirname "${nccl#*$'\n'}"):$LD_LIBRARY_PATH
+  fi
+}
+
+if [ "$mode" = dry ]; then
+  set -e
+  start=$SECONDS
+  build=${SDRT_DEVICE_BUILD_DIR:-$root/build-device-dry}
+  "$root/scripts/device-bundle.sh"
+  configure_args
+  cfg+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/")
+  echo "device-check --dry-run: configuring in $build" >&2
+  cmake "${cfg[@]}" >"$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
+  configured=$SECONDS
+  # Every path found (package folders, headers, libraries; CMake's own tools aside) lies in
+  # the bundle or the CUDA toolkit.
+  cuda=$(readlink -f /usr/local/cuda)
+  bad=$(grep -E '^[A-Za-z0-9_]+:(PATH|FILEPATH)=/' "$build/CMakeCache.txt" | grep -v '^CMAKE_' |
+        grep -vE "=($deps|$cuda|/usr/local/cuda)(/|$)" || true)
+  if [ -n "$bad" ]; then
+    echo "device-check --dry-run: found outside the bundle and the CUDA toolkit:" >&2
+    echo "$bad" >&2
+    exit 1
+  fi
+  grep -E '^(absl|GTest|benchmark|CLI11|nlohmann_json|dlpack)_DIR:|^(XXHASH|NCCL)_(INCLUDE_DIR|LIBRARY):' \
+    "$build/CMakeCache.txt" | sed 's/^/  /'
+  echo "device-check --dry-run: building sdrt_device_check" >&2
+  cmake --build "$build" -j"$(nproc)" --target sdrt_device_check >"$build.build.log" 2>&1 ||
+    { tail -60 "$build.build.log"; exit 1; }
+  for f in tests/kernels_gpu_test tests/runtime_gpu_test bench/kernels_bench \
+           bench/state_dict_ops_bench bin/sdrt; do
+    [ -x "$build/$f" ] || { echo "device-check --dry-run: $build/$f was not built" >&2; exit 1; }
+  done
+  gpu_tests=$(ctest --test-dir "$build" -N -L gpu | grep -oE '^Total Tests: [0-9]+' | grep -oE '[0-9]+')
+  echo "device-check --dry-run: passed in $((SECONDS - start)) s (bundle and configure" \
+       "$((configured - start)) s, build $((SECONDS - configured)) s); $gpu_tests tests labelled gpu"
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------------------
+# The real check.
+out=${OUT:-/tmp/sdrt-device-out}
+build=${SDRT_DEVICE_BUILD_DIR:-/tmp/sdrt-gpu}
+budget=${SDRT_CHECK_BUDGET_S:-450}
+logs=$(mktemp -d "${TMPDIR:-/tmp}/sdrt-device-logs.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/sdrt-device-work.XXXXXX")
+mkdir -p "$out"
+deadline=$((SECONDS + budget))
+rows=()
+failed=0
+
+# step NAME LIMIT_S CMD...: runs CMD with its output in $logs/NAME.log under `timeout`, for at
+# most LIMIT_S seconds and never past the deadline; sets rc (124 or 137: timed out; -1: not
+# run, the budget is spent) and took (seconds).
+step() {
+  local name=$1 limit=$2 left
+  shift 2
+  left=$((deadline - SECONDS))
+  took=0
+  if [ "$left" -lt 15 ]; then
+    echo "not run: ${left}s of the check's ${budget}s budget left" >"$logs/$name.log"
+    rc=-1
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (at most ${limit}s)" >&2
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  took=$((SECONDS - t0))
+}
+
+# record NAME RESULT FIGURE: one row of the table; any RESULT but "ok" fails the check.
+record() {
+  rows+=("$1|$2|$took|$3")
+  [ "$2" = ok ] || failed=1
+}
+
+# The result word for exit status $1.
+verdict() {
+  case $1 in
+    0) echo ok ;;
+    -1) echo "not run" ;;
+    124 | 137) echo timeout ;;
+    *) echo "failed rc=$1" ;;
+  esac
+}
+
+# A step's last line of output, for the figure column of a failure.
+last_line() { tail -n 1 "$logs/$1.log" | cut -c1-60; }
+
+# sanitize NAME TOOL BINARY FILTER: compute-sanitizer TOOL on one test binary.
+sanitize() {
+  local name=$1 tool=$2 bin=$3 filter=$4 errors tests
+  step "$name" 90 "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 9 \
+    --print-limit 50 "$bin" --gtest_filter="$filter"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$logs/$name.log" | grep -oE '[0-9]+' | tail -1)
+  tests=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$logs/$name.log" | grep -oE '[0-9]+')
+  skips=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$logs/$name.log" | grep -oE '[0-9]+')
+  if [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ] && [ "${tests:-0}" -gt 0 ]; then
+    record "$name" ok "0 errors, $tests tests passed, ${skips:-0} skipped"
+  elif [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ]; then
+    record "$name" "no tests" "0 tests passed, ${skips:-0} skipped"
+  elif [ "$rc" = -1 ]; then
+    record "$name" "not run" "$(last_line "$name")"
+  else
+    record "$name" "$(verdict "$rc")" "${errors:-?} errors; $(last_line "$name")"
+  fi
+}
+
+# The benchmark and load summaries: bench_summary KIND JSON prints a table of the run's cases
+# to stdout and one figure last; exit 1 when a case errored or reported a wrong byte.
+bench_summary() {
+  python3 - "$@" <<'PY'
 import json, sys
-runs = json.load(open(sys.argv[1]))["benchmarks"]
-base = next((r for r in runs if r["name"].startswith("BM_DeviceMemcpy")), None)
-print(f"{'benchmark':40s} {'time us':>10s} {'GB/s':>8s} {'vs memcpy':>10s}")
+kind, path = sys.argv[1], sys.argv[2]
+runs = json.load(open(path))["benchmarks"]
+bad = [r["name"] for r in runs if r.get("error_occurred") or r.get("wrong", 0) != 0]
+def gbs(r): return r.get("bytes_per_second", 0) / 1e9
+print(f"{'case':48s} {'time ms':>9s} {'GB/s':>8s} {'vs memcpy':>9s} {'wrong':>6s}")
 for r in runs:
-    gbs = r.get("bytes_per_second", 0) / 1e9
-    ratio = gbs / (base["bytes_per_second"] / 1e9) if base else float("nan")
-    print(f"{r['name']:40s} {r['real_time']:10.1f} {gbs:8.1f} {ratio:10.2f}")
+    if r.get("error_occurred"):
+        print(f"{r['name']:48s} error: {r.get('error_message', '')}")
+        continue
+    ratio = f"{r['vs_memcpy']:.2f}" if "vs_memcpy" in r else "-"
+    print(f"{r['name']:48s} {r['real_time']:9.3f} {gbs(r):8.1f} {ratio:>9s} {r.get('wrong', 0):6.0f}")
+ok = [r for r in runs if not r.get("error_occurred")]
+if kind == "kernels":
+    cases = [r for r in ok if "vs_memcpy" in r]
+    worst = min(cases, key=lambda r: r["vs_memcpy"], default=None)
+    base = next((r for r in ok if r["name"].startswith("BM_DeviceMemcpy")), None)
+    fig = f"memcpy {gbs(base):.0f} GB/s" if base else "no memcpy row"
+    if worst:
+        fig += f"; worst {worst['vs_memcpy']:.2f}x ({worst['name'].split('/')[0][3:]})"
+else:
+    copy = next((r for r in ok if r["name"].startswith("BM_CopyStateDictToPinned")), None)
+    arena = next((r for r in ok if r["name"].startswith("BM_CreateCpuPinnedArena/share:0")), None)
+    each = next((r for r in ok if r["name"].startswith("BM_CreateCpuPinnedPerTensor/share:0")), None)
+    fig = f"copy {copy['vs_memcpy']:.2f}x memcpy" if copy and "vs_memcpy" in copy else "no copy row"
+    if arena and each:
+        fig += f"; arena {each['real_time'] / arena['real_time']:.1f}x per-tensor"
+if bad:
+    fig = f"{len(bad)} bad: {bad[0]}"
+print(fig)
+sys.exit(1 if bad or not ok else 0)
 PY
+}
+
+# bench KIND LIMIT_S BINARY ARGS...: one benchmark step (bench-KIND) writing KIND_bench.json.
+bench() {
+  local kind=$1 limit=$2 json=$out/$1_bench.json summary=$logs/bench-$1.summary result
+  shift 2
+  step "bench-$kind" "$limit" "$@" --benchmark_out="$json" --benchmark_out_format=json
+  result=$(verdict "$rc")
+  if ! bench_summary "$kind" "$json" >"$summary" 2>&1 && [ "$rc" = 0 ]; then
+    result="bad cases"
+  fi
+  record "bench-$kind" "$result" "$(tail -1 "$summary" | cut -c1-70)"
+}
+
+# load_summary JSON: one figure from `sdrt load --json`; exit 1 unless bit-exact.
+load_summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['bytes'] / 1e6:.1f} MB, {r['tensors']} tensors, {r['seconds']:.3f} s, "
+      f"{r['gbps']:.2f} GB/s, bit-exact {'yes' if r['bit_exact'] else 'NO'}")
+sys.exit(0 if r["bit_exact"] else 1)
+PY
+}
+
+# load NAME LIMIT_S MAKE_ARGS: makes a synthetic checkpoint, loads it on one rank into the GPU.
+load() {
+  local name=$1 limit=$2 make_args=$3 figure
+  # shellcheck disable=SC2016  # the arguments expand in the inner shell
+  step "$name" "$limit" bash -c '"$1" make $2 "$3" >&2 &&
+    "$1" load "$3" --mesh 1 --plan fsdp --device cuda --json >"$4"' \
+    _ "$build/bin/sdrt" "$make_args" "$work/$name.safetensors" "$out/${name//-/_}.json"
+  if [ "$rc" = 0 ] && figure=$(load_summary "$out/${name//-/_}.json" 2>>"$logs/$name.log"); then
+    record "$name" ok "$figure"
+  else
+    record "$name" "$(verdict "$rc")" "${figure:-$(last_line "$name")}"
+  fi
+  rm -f "$work/$name.safetensors"
+}
+
+# -- env: the GPUs and the tools.
+nccl=$(find_nccl | tr '\n' ' ')
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/compute-sanitizer/compute-sanitizer)
+# shellcheck disable=SC2016
+step env 30 bash -c 'nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv;
+  nvcc --version | tail -2; cmake --version | head -1; "$1" --version | head -2;
+  echo "NCCL: ${2:-not found}"; nproc' _ "$sanitizer" "$nccl"
+cp "$logs/env.log" "$out/env.txt"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" -gt 0 ]; then
+  record env ok "$gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+else
+  record env "no GPU" "$(last_line env)"
+fi
+
+# -- configure and build only what the check runs, against the carried bundle.
+took=0
+if [ -f "$deps/include/xxhash.h" ]; then
+  record bundle ok "$(du -sh "$root/.devdeps" | cut -f1) in .devdeps"
+else
+  record bundle missing "no .devdeps: run scripts/device-bundle.sh and carry .devdeps"
+fi
+configure_args
+step configure 120 cmake "${cfg[@]}"
+record configure "$(verdict "$rc")" "$(grep -oE 'CUDA=[A-Z]+ NCCL=[A-Z]+ MPI=[A-Z]+' "$logs/configure.log")"
+built=1
+if [ "$rc" = 0 ]; then
+  step build 300 cmake --build "$build" -j"$(nproc)" --target sdrt_device_check
+  record build "$(verdict "$rc")" "$(last_line build)"
+  [ "$rc" = 0 ] || built=0
+else
+  built=0
+fi
+
+if [ "$built" = 1 ]; then
+  # -- the GPU tests.
+  step ctest-gpu 180 ctest --test-dir "$build" -L gpu -j4 --timeout 150 --output-on-failure
+  cp "$build/Testing/Temporary/LastTest.log" "$logs/ctest-gpu.LastTest.log" 2>/dev/null
+  total=$(grep -oE 'tests failed out of [0-9]+' "$logs/ctest-gpu.log" | grep -oE '[0-9]+$')
+  nfailed=$(grep -oE '[0-9]+ tests failed out of' "$logs/ctest-gpu.log" | grep -oE '^[0-9]+')
+  skipped=$(grep -cE '\(Skipped\)$' "$logs/ctest-gpu.log")
+  # Why each skipped test skipped (the line after gtest's "Skipped"), counted.
+  grep -A1 -E ': Skipped$' "$logs/ctest-gpu.LastTest.log" 2>/dev/null | grep -vE '(: Skipped|^--)$' |
+    sort | uniq -c >"$logs/ctest-gpu.skips.txt"
+  no_device=$(awk '/no CUDA device/ { n += $1 } END { print n + 0 }' "$logs/ctest-gpu.skips.txt")
+  figure="$((${total:-0} - ${nfailed:-0} - skipped)) passed, ${nfailed:-?} failed, $skipped skipped of ${total:-?}"
+  result=$(verdict "$rc")
+  if [ "$rc" = 0 ] && [ "${total:-0}" = 0 ]; then
+    result="no tests"
+  elif [ "$rc" = 0 ] && [ "$no_device" != 0 ] && [ "$gpus" != 0 ]; then
+    result="bad skips"
+    figure+="; $no_device for 'no CUDA device' with $gpus GPU(s)"
+  fi
+  record ctest-gpu "$result" "$figure"
+
+  # -- the benchmarks, against cudaMemcpy of the same bytes.
+  bench kernels 90 "$build/bench/kernels_bench" --benchmark_filter=Device --benchmark_min_time=0.3
+  bench pinned 120 "$build/bench/state_dict_ops_bench" --benchmark_filter=Pinned \
+    --benchmark_min_time=0.2
+
+  # -- one-rank loads into the GPU: the demo checkpoint (what `sdrt demo` makes) and a
+  # gpt2-shaped bf16 one (about 250 MB).
+  load load 60 "--arch tiny-llama --scale 2 --dtype f32 --seed 0"
+  load load-gpt2 90 "--arch gpt2 --dtype bf16 --seed 1"
+
+  # -- compute-sanitizer on the kernel and runtime tests.
+  sanitize memcheck-kernels memcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
+  sanitize memcheck-runtime memcheck "$build/tests/runtime_gpu_test" "-$sanitizer_skip"
+  sanitize initcheck-kernels initcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
+  sanitize initcheck-runtime initcheck "$build/tests/runtime_gpu_test" "-$sanitizer_skip"
+  sanitize racecheck-kernels racecheck "$build/tests/kernels_gpu_test" "$racecheck_test"
+else
+  took=0
+  for name in ctest-gpu bench-kernels bench-pinned load load-gpt2 memcheck-kernels \
+              memcheck-runtime initcheck-kernels initcheck-runtime racecheck-kernels; do
+    record "$name" "not run" "the build failed"
+  done
+fi
+
+# -- the logs (one file) and the table, printed last.
+tar -czf "$out/logs.tgz" -C "$logs" . 2>/dev/null
+for f in "$logs"/bench-*.summary "$logs/ctest-gpu.skips.txt"; do
+  [ -s "$f" ] && { echo "== $(basename "$f")"; cat "$f"; }
+done
+{
+  printf '%-18s %-14s %5s  %s\n' step result s figure
+  for row in "${rows[@]}"; do
+    IFS='|' read -r name result seconds figure <<<"$row"
+    printf '%-18s %-14s %5s  %s\n' "$name" "$result" "$seconds" "$figure"
+  done
+  echo "device-check: $([ "$failed" = 0 ] && echo passed || echo FAILED)," \
+       "$((SECONDS)) s of a ${budget} s budget; files in $out"
+} | tee "$out/table.txt"
+exit "$failed"

@@ -5,6 +5,10 @@
 # tests too, so both configurations stay green; a third build without CUDA, MPI and NCCL
 # (build-local/) runs them again, which proves every local operation (DistributeTensor,
 # sharding, checkpoints, state-dict operations) builds and works without a communicator.
+# Last, when the main build has CUDA and NCCL, the GPU check's dry run
+# (scripts/device-check.sh --dry-run, in build-device-dry/): the dependency bundle for a lent
+# GPU machine is made and proven, and what the check runs is configured against the bundle
+# alone and built, so a broken bundle or check target fails here, not on the GPU machine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SDRT_BUILD_DIR:-$root/build}
@@ -22,3 +26,8 @@ SDRT_BUILD_DIR=$local_build "$root/scripts/build.sh" -DSDRT_WITH_CUDA=OFF -DSDRT
   -DSDRT_BUILD_BENCH=OFF
 echo "== tests: $local_build (no CUDA, MPI or NCCL)" >&2
 (cd "$local_build" && ctest --output-on-failure -j"$(nproc)" -L cpu "$@")
+if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" &&
+   grep -q '^NCCL_LIBRARY:FILEPATH=/' "$build/CMakeCache.txt"; then
+  echo "== GPU check dry run: ${SDRT_DEVICE_BUILD_DIR:-$root/build-device-dry}" >&2
+  "$root/scripts/device-check.sh" --dry-run
+fi

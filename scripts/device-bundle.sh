@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the Debian build dependencies that a lent GPU machine lacks (Abseil, GoogleTest,
 # Google Benchmark, nlohmann-json, dlpack, CLI11, xxhash: headers, libraries and CMake
-# package files, about 13 MB) into .devdeps/usr/ (git-ignored), then proves the bundle is
+# package files, about 10 MiB) into .devdeps/usr/ (git-ignored), then proves the bundle is
 # complete: a probe CMake project, with the machine's own /usr and / ignored, finds every
 # package in the bundle, and every file and include folder that each package's imported
 # targets name exists there (Debian's benchmark config, for one, stops configure with a

@@ -1,13 +1,16 @@
 // GPU tests of the NCCL backend (label gpu; each skips without a device): one rank
 // (size 1) on device 0, so every collective must leave the data as it was (avg divides by
 // 1) while going through NCCL, the staging of CPU tensors (case-013), split and the byte
-// calls.
+// calls; and avg's division kernel against the host's. Several ranks:
+// nccl_multi_gpu_test.cc.
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sdrt/comm/internal/divide.h"
+#include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tests/support/nccl_single_rank.h"
@@ -154,6 +157,59 @@ TEST(NcclCommunicatorGpuTest, Split) {
   ASSERT_TRUE((*child)->AllReduce(t, ReduceOp::kMax).ok());
   EXPECT_EQ(Bytes(t), before);
   EXPECT_TRUE((*child)->Barrier().ok());
+}
+
+// avg's division on the device gives the MPI backend's host division, bit for bit, for
+// every dtype the NCCL backend averages (its host twin is DivideBy in
+// comm/mpi_communicator.cc: integers truncate, 16-bit floats divide in float32).
+TEST(DivideOnDeviceGpuTest, MatchesTheHostDivision) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const DType dtypes[] = {DType::kUInt8,   DType::kInt8,     DType::kInt32,   DType::kInt64,
+                          DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
+  for (DType dtype : dtypes) {
+    for (int divisor : {3, 7}) {
+      // Signed values for the integers, odd counts so that every width ends mid-word.
+      const Tensor input = test::ValuePattern({1001}, dtype, divisor);
+      Tensor expected = *input.Clone();
+      for (int64_t i = 0; i < expected.numel(); ++i) {
+        switch (dtype) {
+          case DType::kUInt8:
+            expected.data<uint8_t>()[i] =
+                static_cast<uint8_t>(expected.data<uint8_t>()[i] / divisor);
+            break;
+          case DType::kInt8:
+            expected.data<int8_t>()[i] = static_cast<int8_t>(expected.data<int8_t>()[i] / divisor);
+            break;
+          case DType::kInt32:
+            expected.data<int32_t>()[i] /= divisor;
+            break;
+          case DType::kInt64:
+            expected.data<int64_t>()[i] /= divisor;
+            break;
+          case DType::kFloat16: {
+            uint16_t& h = expected.data<uint16_t>()[i];
+            h = internal::FloatToFloat16(internal::Float16ToFloat(h) / static_cast<float>(divisor));
+            break;
+          }
+          case DType::kBFloat16: {
+            uint16_t& h = expected.data<uint16_t>()[i];
+            h = internal::FloatToBFloat16(internal::BFloat16ToFloat(h) /
+                                          static_cast<float>(divisor));
+            break;
+          }
+          case DType::kFloat32:
+            expected.data<float>()[i] /= static_cast<float>(divisor);
+            break;
+          default:
+            expected.data<double>()[i] /= divisor;
+        }
+      }
+      Tensor data = *input.To(Device::CUDA(0));
+      ASSERT_TRUE(
+          internal::DivideOnDevice(data.data_ptr(), dtype, data.numel(), divisor, nullptr).ok());
+      EXPECT_EQ(Bytes(data), Bytes(expected)) << DTypeName(dtype) << " / " << divisor;
+    }
+  }
 }
 
 #if SDRT_HAVE_MPI

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
+#include "sdrt/comm/internal/divide.h"
 #include "sdrt/comm/internal/nccl_types.h"
 #include "sdrt/cuda/runtime.h"
 #if SDRT_HAVE_MPI
@@ -58,6 +59,20 @@ TEST(NcclCommunicatorTest, BootstrapRejectsInvisibleDeviceOnEveryRank) {
       << comm.status();
 }
 #endif
+
+// DivideOnDevice checks its arguments before any CUDA call.
+TEST(DivideOnDeviceTest, RejectsWhatAvgNeverDivides) {
+  const absl::Status by_zero = internal::DivideOnDevice(nullptr, DType::kFloat32, 4, 0, nullptr);
+  EXPECT_EQ(by_zero.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(by_zero.message().find("cannot divide 4 elements by 0"), absl::string_view::npos)
+      << by_zero;
+  for (DType dtype : {DType::kBool, DType::kInt16, DType::kFloat8E4M3FN}) {
+    const absl::Status s = internal::DivideOnDevice(nullptr, dtype, 4, 2, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << DTypeName(dtype);
+    EXPECT_NE(s.message().find("does not average"), absl::string_view::npos) << s;
+  }
+  EXPECT_TRUE(internal::DivideOnDevice(nullptr, DType::kFloat32, 0, 2, nullptr).ok());
+}
 
 TEST(NcclTypesTest, DTypeMapping) {
   const std::pair<DType, int> expected[] = {

@@ -173,8 +173,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateFromCo
                                                bootstrap.rank(), " of ", bootstrap.size(),
                                                "): rank 0 could not generate an NCCL unique id"));
   }
-  // Every rank learns whether every device is usable before any rank enters
-  // ncclCommInitRank, so a bad device on one rank is an error everywhere, not a hang.
+  // Every rank learns whether every device is usable before any rank enters NCCL's init,
+  // so a bad device on one rank is an error everywhere at once, not a wait for the
+  // deadline.
   const int device_count = CudaDeviceCount();
   const bool usable = device >= 0 && device < device_count;
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> ready,

@@ -22,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/kernels.h"
-#include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/backend/index_math.h"
+#include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -69,7 +69,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Launches `kernel` over `accesses` accesses on `stream` and checks the launch. The grid
 // is persistent: enough blocks to give each thread one iteration, capped at the blocks
-// that fit on the current device at once (the loops are grid-stride).
+// that fit on the current device at once (the loops are grid-stride). The launch's
+// status is cudaLaunchKernelEx's own return value, never cudaGetLastError(), which would
+// also report whatever error an earlier, unrelated call left behind.
 template <typename... Params, typename... Args>
 absl::Status Launch(void (*kernel)(Params...), int64_t accesses, StreamHandle stream,
                     Args... args) {
@@ -82,10 +84,12 @@ absl::Status Launch(void (*kernel)(Params...), int64_t accesses, StreamHandle st
       &blocks_per_sm, reinterpret_cast<const void*>(kernel), kThreads, 0));
   const int64_t blocks =
       std::min<int64_t>((accesses + kTile - 1) / kTile, int64_t{sms} * std::max(blocks_per_sm, 1));
-  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      args...);
-  SDRT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = static_cast<cudaStream_t>(stream);
+  return SDRT_CUDA_STATUS(cudaLaunchKernelEx(&config, kernel, args...));
 }
 
 // Calls launch(T{}) with T the unsigned type of `width` bytes (uint4 for 16).

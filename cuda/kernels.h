@@ -3,14 +3,15 @@
 // distributed operations (gather unpacking, broadcast slicing, DistributeTensor) on a GPU
 // is this kernel.
 //
-// It is the device twin of StridedCopyHost in tensor/backend/strided_copy.h: same parameters (sizes, strides and offsets in elements,
-// elem_size in bytes, 1, 2, 4, 8 or 16), same validation (messages name the device
-// function), same plan (tensor/backend/index_math.h), and a bit-identical result. The kernels
-// move `width`-byte accesses, 16 bytes where the addresses and strides allow, with int64
-// offsets.
+// It is the device twin of StridedCopyHost in tensor/backend/strided_copy.h: same parameters
+// (sizes, strides and offsets in elements, elem_size in bytes, 1, 2, 4, 8 or 16), same validation
+// (messages name the device function), same plan (tensor/backend/index_math.h), and a bit-identical
+// result. The kernels move `width`-byte accesses, 16 bytes where the addresses and strides allow,
+// with int64 offsets.
 //
 // Common contract:
-//   - The kernel runs on the current CUDA device, which must own `stream`. Returning OK
+//   - The kernel runs on the current CUDA device, which must own `stream`. The launch's
+//     status is its own (cudaLaunchKernelEx), never an earlier call's error. Returning OK
 //     means the work is ENQUEUED on `stream` (a cudaStream_t; nullptr is the legacy
 //     default stream); it completes asynchronously, in stream order. The caller keeps
 //     both buffers alive and unmodified until then.
@@ -40,9 +41,10 @@ namespace sdrt {
 // src_strides[k]) and likewise for dst; strides >= 0. Narrow/slice into a contiguous
 // buffer, its inverse, and contiguous-ization are all this one call (see
 // StridedCopyHost). InvalidArgument for elem_size not in {1, 2, 4, 8, 16}, spans of
-// different lengths, a negative size or stride, a layout spanning more than 2^63 - 1
-// bytes, more than kMaxCopyDims dims left after merging adjacent dims contiguous in both
-// layouts, or a null pointer for a non-empty copy.
+// different lengths, a negative size or stride, a dst stride of 0 on a dim of size > 1
+// (aliased destination elements), a layout spanning more than 2^63 - 1 bytes, more than
+// kMaxCopyDims dims left after merging adjacent dims contiguous in both layouts, or a
+// null pointer for a non-empty copy (the host path's rules: PrepareStridedCopy).
 absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
                                absl::Span<const int64_t> sizes,
                                absl::Span<const int64_t> dst_strides,

@@ -88,6 +88,16 @@ absl::StatusOr<CopyPlan> PrepareStridedCopy(absl::string_view op, void* dst, con
   plan.width = 1;
   plan.numel = 0;
   if (numel == 0) return plan;
+  // PyTorch's copy_ refuses a destination with internal overlap; the host path would let
+  // the last write win and the kernel an arbitrary one, so both refuse it here.
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] > 1 && dst_strides[d] == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": dst has stride 0 on dim ", d, " of size ", sizes[d],
+                       ", so several elements would be written to one location (dst_strides ",
+                       Brackets(dst_strides), ")"));
+    }
+  }
   for (const auto& [name, strides] :
        {std::pair{"dst", dst_strides}, std::pair{"src", src_strides}}) {
     if (!LayoutBytesFit(elem_size, sizes, strides)) {

@@ -26,7 +26,8 @@ namespace sdrt {
 
 // dst[i0, .., in] = src[i0, .., in] for every index of `sizes`, where element (i...) of
 // src lives at src + elem_size * sum(i_k * src_strides[k]) and likewise for dst.
-// Negative strides are rejected. This one copy covers:
+// Negative strides, and a destination stride of 0 on a dim of size > 1, are rejected
+// (PrepareStridedCopy lists every rule). This one copy covers:
 //   - narrow/slice into a contiguous buffer (src = strided sub-block, dst contiguous),
 //   - the inverse, a contiguous buffer into a sub-block of a strided tensor,
 //   - Tensor::Contiguous and Tensor::CopyFrom between differently strided tensors.
@@ -40,8 +41,10 @@ namespace internal {
 // addresses; plan.numel == 0 for an empty copy, whose pointers may be null.
 // InvalidArgument, prefixed with `op`, for: elem_size not in {1, 2, 4, 8, 16}; spans of
 // different lengths; a negative size or stride; more than 2^63 - 1 elements or bytes
-// spanned by either layout; more than kMaxCopyDims dims after merging; a null pointer
-// for a non-empty copy.
+// spanned by either layout; a non-empty copy whose dst has stride 0 on a dim of size > 1
+// (aliased elements: the result would depend on the order of the writes; a stride-0
+// src, a broadcast read, is fine); more than kMaxCopyDims dims after merging; a null
+// pointer for a non-empty copy. One rule for the host path and the kernel.
 absl::StatusOr<CopyPlan> PrepareStridedCopy(absl::string_view op, void* dst, const void* src,
                                             int64_t elem_size, absl::Span<const int64_t> sizes,
                                             absl::Span<const int64_t> dst_strides,

@@ -178,6 +178,16 @@ TEST_F(KernelsGpuTest, StridedCopyFromPinnedHostMemory) {
   cudaFreeHost(pinned);
 }
 
+// A launch reports its own status: an error an earlier, unchecked call left behind
+// (here a failed cudaMalloc) is not returned by the next copy.
+TEST_F(KernelsGpuTest, LaunchAfterAnUnrelatedErrorIsOk) {
+  void* ptr = nullptr;
+  ASSERT_EQ(cudaMalloc(&ptr, size_t{1} << 62), cudaErrorMemoryAllocation);  // left set
+  ExpectStridedCopyMatchesHost(stream_, 4, {{17, 33}, {33, 1}, {1, 17}});
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);  // still there: not ours to eat
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 void ExpectInvalid(const absl::Status& status, const std::string& message) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr(message));
@@ -191,6 +201,9 @@ TEST(KernelsValidationTest, DeviceCallsValidateBeforeLaunching) {
   ExpectInvalid(StridedCopyDevice(a, b, 3, {2}, {1}, {1}, nullptr),
                 "StridedCopyDevice: elem_size must be 1, 2, 4, 8 or 16 bytes, got 3");
   EXPECT_TRUE(StridedCopyDevice(nullptr, nullptr, 4, {3, 0}, {0, 1}, {0, 1}, nullptr).ok());
+  // An aliased destination is refused as the host path refuses it (strided_copy_test.cc).
+  ExpectInvalid(StridedCopyDevice(a, b, 4, {3, 2}, {0, 1}, {2, 1}, nullptr),
+                "StridedCopyDevice: dst has stride 0 on dim 0 of size 3");
 }
 
 }  // namespace

@@ -215,6 +215,9 @@ TEST(StridedCopyHostTest, RejectsBadArguments) {
                 "StridedCopyHost: null dst for a copy of 2 elements");
   ExpectInvalid(StridedCopyHost(dst, nullptr, 4, {2}, {1}, {1}), "null src");
 
+  ExpectInvalid(StridedCopyHost(dst, src, 4, {3, 2}, {0, 1}, {2, 1}),
+                "StridedCopyHost: dst has stride 0 on dim 0 of size 3");
+
   std::vector<int64_t> sizes(13, 2), dst_strides(13), src_strides(13);
   for (int d = 0; d < 13; ++d) {
     dst_strides[d] = int64_t{1} << (12 - d);
@@ -223,6 +226,26 @@ TEST(StridedCopyHostTest, RejectsBadArguments) {
   std::vector<uint8_t> big(8192);
   ExpectInvalid(StridedCopyHost(big.data(), big.data(), 1, sizes, dst_strides, src_strides),
                 "StridedCopyHost: 13 dims remain after merging");
+}
+
+// A destination with stride 0 on a dim of size > 1 would have one location written
+// several times: the host path would keep the last write and the kernel an arbitrary one.
+// The validation both share (PrepareStridedCopy) refuses it, whatever the op's name; a
+// stride 0 on a size-1 dim, on the source (a broadcast read) or in an empty copy is fine.
+TEST(StridedCopyHostTest, AliasedDestinationIsRefusedByTheSharedValidation) {
+  uint8_t dst[64] = {}, src[64] = {};
+  for (const char* op : {"StridedCopyHost", "StridedCopyDevice"}) {
+    SCOPED_TRACE(op);
+    ExpectInvalid(
+        internal::PrepareStridedCopy(op, dst, src, 4, {2, 3, 2}, {2, 0, 1}, {6, 2, 1}).status(),
+        std::string(op) + ": dst has stride 0 on dim 1 of size 3");
+    EXPECT_TRUE(internal::PrepareStridedCopy(op, dst, src, 4, {1, 2}, {0, 1}, {2, 1}).ok());
+    EXPECT_TRUE(internal::PrepareStridedCopy(op, dst, src, 4, {3, 2}, {2, 1}, {0, 1}).ok());
+    EXPECT_TRUE(internal::PrepareStridedCopy(op, nullptr, nullptr, 4, {3, 0}, {0, 1}, {0, 1}).ok());
+  }
+  for (int i = 0; i < 64; ++i) src[i] = static_cast<uint8_t>(i + 1);
+  ExpectInvalid(StridedCopyHost(dst, src, 1, {4}, {0}, {1}), "dst has stride 0 on dim 0");
+  EXPECT_EQ(dst[0], 0);  // refused before any byte moved
 }
 
 }  // namespace

@@ -34,6 +34,17 @@ class CudaBackend final : public DeviceBackend {
     return absl::OkStatus();
   }
 
+  absl::Status Memset(void* dst, uint8_t value, int64_t nbytes, Device device, StreamHandle stream,
+                      bool non_blocking) override {
+    if (nbytes == 0) return absl::OkStatus();
+    internal::DeviceGuard guard;
+    SDRT_RETURN_IF_ERROR(guard.Enter(device.index));
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    SDRT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, value, static_cast<size_t>(nbytes), s));
+    if (!non_blocking) SDRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+  }
+
   absl::Status StridedCopy(void* dst, const void* src, int64_t elem_size,
                            absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                            absl::Span<const int64_t> src_strides, Device device,

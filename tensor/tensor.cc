@@ -101,12 +101,16 @@ absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) 
 }
 
 absl::StatusOr<Tensor> Tensor::Zeros(IntSpan shape, DType dtype, Device device) {
-  SDRT_ASSIGN_OR_RETURN(Tensor host,
-                        Empty(shape, dtype, device.is_meta() ? device : Device::CPU()));
-  if (device.is_meta()) return host;
-  if (host.nbytes() > 0) std::memset(host.data_ptr(), 0, static_cast<size_t>(host.nbytes()));
-  if (device.is_cpu()) return host;
-  return host.To(device);
+  SDRT_ASSIGN_OR_RETURN(Tensor out, Empty(shape, dtype, device));
+  if (device.is_meta() || out.nbytes() == 0) return out;
+  if (device.is_cpu()) {
+    std::memset(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()));
+    return out;
+  }
+  SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(DeviceType::kCUDA));
+  SDRT_RETURN_IF_ERROR(backend->Memset(out.data_ptr(), 0, out.nbytes(), device, /*stream=*/nullptr,
+                                       /*non_blocking=*/false));
+  return out;
 }
 
 absl::StatusOr<Tensor> Tensor::Meta(IntSpan shape, DType dtype) {
@@ -251,14 +255,23 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
     return backend->StridedCopy(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
                                 src.strides_, device_, stream, non_blocking);
   }
-  // Across devices the bytes move with one contiguous memcpy; a strided side is staged
-  // through a contiguous temporary on its own device, synchronously so the temporary
-  // outlives the copy.
+  // Across devices the bytes move with one contiguous memcpy on `stream`; a strided side
+  // is staged through a contiguous temporary on its own device, and the call completes
+  // before returning so the temporaries outlive the copies. A strided CUDA source is
+  // packed on `stream` when `stream` is its device's (the destination is the host), so
+  // the packing is ordered after the caller's work on that stream; between two devices
+  // `stream` is the destination's and the source packs on its device's default stream.
   if (is_contiguous() && src.is_contiguous()) {
     return backend->Memcpy(data_ptr(), device_, src.data_ptr(), src.device_, nbytes(), stream,
                            non_blocking);
   }
-  SDRT_ASSIGN_OR_RETURN(Tensor packed, src.Contiguous());
+  Tensor packed = src;
+  if (!src.is_contiguous()) {
+    SDRT_ASSIGN_OR_RETURN(packed, Empty(src.shape_, src.dtype_, src.device_));
+    const bool stream_is_src = device_.is_cpu();
+    SDRT_RETURN_IF_ERROR(
+        packed.CopyFrom(src, /*non_blocking=*/stream_is_src, stream_is_src ? stream : nullptr));
+  }
   if (is_contiguous()) {
     return backend->Memcpy(data_ptr(), device_, packed.data_ptr(), src.device_, nbytes(), stream,
                            /*non_blocking=*/false);

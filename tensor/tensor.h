@@ -43,7 +43,8 @@ class Tensor {
   // from the registered CUDA backend (FailedPrecondition without one); meta allocates
   // nothing. InvalidArgument on negative sizes or element-count overflow.
   static absl::StatusOr<Tensor> Empty(IntSpan shape, DType dtype, Device device = Device::CPU());
-  // Zero-filled contiguous CPU tensor (for CUDA: Empty + a copy from zeroed host memory).
+  // Zero-filled contiguous tensor (CPU: memset; CUDA: cudaMemsetAsync on the device's
+  // default stream, complete on return; meta: no data).
   static absl::StatusOr<Tensor> Zeros(IntSpan shape, DType dtype, Device device = Device::CPU());
   // A meta tensor: shape, dtype, contiguous strides, no storage.
   static absl::StatusOr<Tensor> Meta(IntSpan shape, DType dtype);
@@ -116,9 +117,10 @@ class Tensor {
   // either side, as long as they merge to at most 12 dims (kMaxCopyDims). Like PyTorch,
   // InvalidArgument when the destination has aliased elements (stride 0) or partly
   // overlaps the source; copying a tensor onto itself is a no-op. CPU<->CPU runs here; anything
-  // touching CUDA goes through the CUDA backend on `stream`. non_blocking is honoured when both
-  // sides are contiguous; a copy that must be staged through a temporary completes before
-  // returning.
+  // touching CUDA goes through the CUDA backend on `stream`, a stream of the CUDA side's device
+  // (between two CUDA devices, the destination's). non_blocking is honoured when both sides
+  // are contiguous or both are on one device; a copy across devices that must be staged
+  // through a temporary completes before returning.
   absl::Status CopyFrom(const Tensor& src, bool non_blocking = false,
                         StreamHandle stream = nullptr);
 

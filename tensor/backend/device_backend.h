@@ -1,8 +1,8 @@
 // DeviceBackend: how tensor/ reaches memory it cannot touch itself.
 //
-// tensor/ sits below cuda/ and never includes CUDA headers, yet Tensor::Empty on a CUDA
-// device, Tensor::To and Tensor::CopyFrom across devices need cudaMalloc and
-// cudaMemcpyAsync. cuda/ implements this interface and registers it for
+// tensor/ sits below cuda/ and never includes CUDA headers, yet Tensor::Empty and Zeros on a
+// CUDA device, Tensor::To and Tensor::CopyFrom across devices need cudaMalloc,
+// cudaMemsetAsync and cudaMemcpyAsync. cuda/ implements this interface and registers it for
 // DeviceType::kCUDA when its library is linked (see cuda/cuda_backend.cc); a build
 // without CUDA leaves it unregistered and those calls return FailedPrecondition.
 #ifndef SDRT_TENSOR_BACKEND_DEVICE_BACKEND_H_
@@ -31,6 +31,13 @@ class DeviceBackend {
   // complete. Host memory that is not pinned makes the copy synchronous in practice.
   virtual absl::Status Memcpy(void* dst, Device dst_device, const void* src, Device src_device,
                               int64_t nbytes, StreamHandle stream, bool non_blocking) = 0;
+
+  // Sets `nbytes` bytes at `dst` on `device` to `value` (cudaMemsetAsync): Tensor::Zeros
+  // on a device without a host buffer. Enqueued on `stream` (of `device`; nullptr: its
+  // legacy default stream); when `non_blocking` is false the call returns after the bytes
+  // are set.
+  virtual absl::Status Memset(void* dst, uint8_t value, int64_t nbytes, Device device,
+                              StreamHandle stream, bool non_blocking) = 0;
 
   // Element-wise strided copy with both pointers on `device` (see tensor/backend/strided_copy.h
   // for the meaning of the arguments); enqueued on `stream`, synchronous unless

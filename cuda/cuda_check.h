@@ -21,6 +21,13 @@ namespace sdrt::internal {
 // OK for cudaSuccess; otherwise an error Status describing `call` at file:line.
 absl::Status CudaStatus(cudaError_t err, const char* call, const char* file, int line);
 
+// For CUDA calls whose failure nobody can act on (destructors, a guard's restore): clears
+// the error a failed call left (cudaGetLastError), so that it is not reported later by an
+// unrelated call. A sticky error (a faulted kernel) cannot be cleared and stays visible.
+inline void DiscardCudaError(cudaError_t err) {
+  if (err != cudaSuccess) (void)cudaGetLastError();
+}
+
 }  // namespace sdrt::internal
 
 #define SDRT_CUDA_STATUS(expr) ::sdrt::internal::CudaStatus((expr), #expr, __FILE__, __LINE__)

@@ -1,4 +1,5 @@
-// CUDA build of cuda/runtime.h (see runtime_nocuda.cc for the other one).
+// CUDA build of cuda/runtime.h (see runtime_nocuda.cc for the other one). Host
+// registration is in host_registration.cc.
 #include "sdrt/cuda/runtime.h"
 
 #include <cuda_runtime_api.h>
@@ -7,12 +8,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
+#include "sdrt/cuda/device_guard.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
 
 cudaStream_t AsStream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t AsEvent(void* e) { return static_cast<cudaEvent_t>(e); }
+
+// Destroys or frees under a guard on `device`, where the object was made; errors are
+// discarded (nobody can act on them in a destructor).
+template <typename Call>
+void OnDevice(int device, Call call) {
+  internal::DeviceGuard guard;
+  if (!guard.Enter(device).ok()) return;
+  internal::DiscardCudaError(call());
+}
 
 }  // namespace
 
@@ -37,16 +49,18 @@ absl::Status CudaAvailable() {
 std::string CudaVersionString() {
   int runtime = 0;
   int driver = 0;
-  (void)cudaRuntimeGetVersion(&runtime);
-  (void)cudaDriverGetVersion(&driver);
-  (void)cudaGetLastError();
+  internal::DiscardCudaError(cudaRuntimeGetVersion(&runtime));
+  internal::DiscardCudaError(cudaDriverGetVersion(&driver));
   auto fmt = [](int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); };
   return absl::StrCat("CUDA runtime ", fmt(runtime), ", driver ",
                       driver == 0 ? std::string("none") : fmt(driver));
 }
 
+absl::Status SetCurrentCudaDevice(int device) { return SDRT_CUDA_STATUS(cudaSetDevice(device)); }
+
 absl::StatusOr<CudaStream> CudaStream::Create(int device) {
-  SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device));
   cudaStream_t stream = nullptr;
   SDRT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return CudaStream(stream, device);
@@ -57,7 +71,9 @@ CudaStream::CudaStream(CudaStream&& other) noexcept
 
 CudaStream& CudaStream::operator=(CudaStream&& other) noexcept {
   if (this != &other) {
-    if (stream_ != nullptr) (void)cudaStreamDestroy(AsStream(stream_));
+    if (stream_ != nullptr) {
+      OnDevice(device_, [s = AsStream(stream_)] { return cudaStreamDestroy(s); });
+    }
     stream_ = std::exchange(other.stream_, nullptr);
     device_ = other.device_;
   }
@@ -65,46 +81,66 @@ CudaStream& CudaStream::operator=(CudaStream&& other) noexcept {
 }
 
 CudaStream::~CudaStream() {
-  if (stream_ != nullptr) (void)cudaStreamDestroy(AsStream(stream_));
+  if (stream_ != nullptr) {
+    OnDevice(device_, [s = AsStream(stream_)] { return cudaStreamDestroy(s); });
+  }
 }
 
 absl::Status CudaStream::Synchronize() const {
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   return SDRT_CUDA_STATUS(cudaStreamSynchronize(AsStream(stream_)));
 }
 
-absl::StatusOr<CudaEvent> CudaEvent::Create() {
+absl::StatusOr<CudaEvent> CudaEvent::Create(int device, EventTiming timing) {
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device));
   cudaEvent_t event = nullptr;
-  SDRT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event));
-  return CudaEvent(event);
+  const unsigned flags =
+      timing == EventTiming::kEnabled ? cudaEventDefault : cudaEventDisableTiming;
+  SDRT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, flags));
+  return CudaEvent(event, device);
 }
 
-CudaEvent::CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)), device_(other.device_) {}
 
 CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
   if (this != &other) {
-    if (event_ != nullptr) (void)cudaEventDestroy(AsEvent(event_));
+    if (event_ != nullptr) {
+      OnDevice(device_, [e = AsEvent(event_)] { return cudaEventDestroy(e); });
+    }
     event_ = std::exchange(other.event_, nullptr);
+    device_ = other.device_;
   }
   return *this;
 }
 
 CudaEvent::~CudaEvent() {
-  if (event_ != nullptr) (void)cudaEventDestroy(AsEvent(event_));
+  if (event_ != nullptr) OnDevice(device_, [e = AsEvent(event_)] { return cudaEventDestroy(e); });
 }
 
 absl::Status CudaEvent::Record(StreamHandle stream) {
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   return SDRT_CUDA_STATUS(cudaEventRecord(AsEvent(event_), AsStream(stream)));
 }
 
 absl::Status CudaEvent::Synchronize() const {
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   return SDRT_CUDA_STATUS(cudaEventSynchronize(AsEvent(event_)));
 }
 
 absl::Status CudaEvent::Block(StreamHandle stream) const {
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
   return SDRT_CUDA_STATUS(cudaStreamWaitEvent(AsStream(stream), AsEvent(event_), 0));
 }
 
 absl::StatusOr<float> CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(start.device_));
   float ms = 0;
   SDRT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, AsEvent(start.event_), AsEvent(end.event_)));
   return ms;
@@ -117,25 +153,29 @@ absl::StatusOr<DeviceBuffer> AllocateDeviceBuffer(int64_t nbytes, int device) {
   if (nbytes == 0) {
     return Storage::Wrap(nullptr, 0, Device::CUDA(device), StorageKind::kCudaDevice, nullptr);
   }
-  SDRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device));
   void* ptr = nullptr;
   SDRT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, static_cast<size_t>(nbytes)));
   return Storage::Wrap(ptr, nbytes, Device::CUDA(device), StorageKind::kCudaDevice,
-                       [](void* p) { (void)cudaFree(p); });
+                       [device](void* p) { OnDevice(device, [p] { return cudaFree(p); }); });
 }
 
-absl::StatusOr<std::shared_ptr<Storage>> PinnedHostAllocator::Allocate(int64_t nbytes) {
+absl::StatusOr<std::shared_ptr<Storage>> PinnedHostAllocator::Allocate(int64_t nbytes, int device) {
   if (nbytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("PinnedHostAllocator: negative size ", nbytes));
   }
   if (nbytes == 0) {
     return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kPinnedHost, nullptr);
   }
+  SDRT_ASSIGN_OR_RETURN(const int on, internal::ResolveCudaDevice(device));
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(on));
   void* ptr = nullptr;
   SDRT_CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocPortable));
   return Storage::Wrap(ptr, nbytes, Device::CPU(), StorageKind::kPinnedHost,
-                       [](void* p) { (void)cudaFreeHost(p); });
+                       [on](void* p) { OnDevice(on, [p] { return cudaFreeHost(p); }); });
 }
 
 }  // namespace sdrt

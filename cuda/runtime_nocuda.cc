@@ -17,6 +17,7 @@ bool BuiltWithCuda() { return false; }
 int CudaDeviceCount() { return 0; }
 absl::Status CudaAvailable() { return NoCuda("CudaAvailable"); }
 std::string CudaVersionString() { return "built without CUDA"; }
+absl::Status SetCurrentCudaDevice(int) { return NoCuda("SetCurrentCudaDevice"); }
 
 absl::StatusOr<CudaStream> CudaStream::Create(int) { return NoCuda("CudaStream::Create"); }
 CudaStream::CudaStream(CudaStream&& other) noexcept = default;
@@ -24,7 +25,9 @@ CudaStream& CudaStream::operator=(CudaStream&& other) noexcept = default;
 CudaStream::~CudaStream() = default;
 absl::Status CudaStream::Synchronize() const { return NoCuda("CudaStream::Synchronize"); }
 
-absl::StatusOr<CudaEvent> CudaEvent::Create() { return NoCuda("CudaEvent::Create"); }
+absl::StatusOr<CudaEvent> CudaEvent::Create(int, EventTiming) {
+  return NoCuda("CudaEvent::Create");
+}
 CudaEvent::CudaEvent(CudaEvent&& other) noexcept = default;
 CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept = default;
 CudaEvent::~CudaEvent() = default;
@@ -38,11 +41,12 @@ absl::StatusOr<float> CudaEvent::ElapsedMs(const CudaEvent&, const CudaEvent&) {
 absl::StatusOr<DeviceBuffer> AllocateDeviceBuffer(int64_t, int) {
   return NoCuda("AllocateDeviceBuffer");
 }
-absl::StatusOr<std::shared_ptr<Storage>> PinnedHostAllocator::Allocate(int64_t) {
+absl::StatusOr<std::shared_ptr<Storage>> PinnedHostAllocator::Allocate(int64_t, int) {
   return NoCuda("PinnedHostAllocator::Allocate");
 }
 
-absl::StatusOr<HostRegistration> HostRegistration::Register(void*, int64_t nbytes, unsigned) {
+absl::StatusOr<HostRegistration> HostRegistration::Register(void*, int64_t nbytes, unsigned,
+                                                            const HostRegistrationOptions&) {
   if (nbytes == 0) return HostRegistration();
   return NoCuda("HostRegistration::Register");
 }
@@ -51,7 +55,7 @@ HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept
 HostRegistration::~HostRegistration() = default;
 absl::Status HostRegistration::Release() { return absl::OkStatus(); }
 
-absl::Status PinStorage(Storage& storage, unsigned) {
+absl::Status PinStorage(Storage& storage, unsigned, const HostRegistrationOptions&) {
   if (storage.nbytes() == 0) return absl::OkStatus();
   return NoCuda("PinStorage");
 }

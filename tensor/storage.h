@@ -87,6 +87,11 @@ class Storage {
   // `marks_pinned` is true. Not thread-safe against concurrent AddFinalizer calls.
   void AddFinalizer(std::function<void()> finalizer, bool marks_pinned);
 
+  // Records that the bytes are already page-locked by their owner (a DLPack producer's
+  // kDLCUDAHost buffer, a range another library registered): is_pinned() becomes true, and
+  // nothing is unregistered at release, since sdrt did not register them.
+  void MarkPinned() { registered_ = true; }
+
  private:
   Storage(void* data, int64_t nbytes, Device device, StorageKind kind, Release release);
 

@@ -21,6 +21,7 @@
 #include "sdrt/core/distributed/internal/default_comm.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -184,10 +185,16 @@ class BucketPipeline {
       absl::Status pack_status, slice_status;
       std::thread packer, slicer;
       if (k + 1 < n && comm_.rank() == root_) {
-        packer = std::thread([&, k] { pack_status = Pack(k + 1, buffers_[(k + 1) % count]); });
+        packer = std::thread([&, k] {
+          pack_status = EnterCommDevice();
+          if (pack_status.ok()) pack_status = Pack(k + 1, buffers_[(k + 1) % count]);
+        });
       }
       if (k >= 1) {
-        slicer = std::thread([&, k] { slice_status = Slice(k - 1, buffers_[(k - 1) % count]); });
+        slicer = std::thread([&, k] {
+          slice_status = EnterCommDevice();
+          if (slice_status.ok()) slice_status = Slice(k - 1, buffers_[(k - 1) % count]);
+        });
       }
       const absl::Status send_status = k < n ? Send(k, buffers_[k % count]) : absl::OkStatus();
       if (packer.joinable()) packer.join();
@@ -200,6 +207,14 @@ class BucketPipeline {
   }
 
  private:
+  // A new thread starts on CUDA device 0: a helper makes the communicator's device (where
+  // its buffers live) current before any CUDA call, so it opens no context on GPU 0. Other
+  // devices a copy touches are entered by the copy's own guard.
+  absl::Status EnterCommDevice() const {
+    if (!comm_.device().is_cuda()) return absl::OkStatus();
+    return SetCurrentCudaDevice(comm_.device().index);
+  }
+
   absl::Status Pack(int k, const Tensor& buffer) {
     if (comm_.rank() != root_) return absl::OkStatus();
     for (const internal::Piece& p : buckets_[k].pieces) {

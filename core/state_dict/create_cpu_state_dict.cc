@@ -31,6 +31,7 @@ class ArenaBuilder {
 
   // Pass 1: a slot for `t` if it needs one.
   void Plan(const Tensor& t) {
+    if (t.device().is_cuda() && pin_device_ == kCurrentCudaDevice) pin_device_ = t.device().index;
     if (!NeedsSlot(t)) return;
     const int64_t offset = AlignUp(total_bytes_, Storage::kDefaultAlignment);
     slots_.push_back(Slot{offset, t.nbytes()});
@@ -44,11 +45,13 @@ class ArenaBuilder {
     if (options_.share_memory) {
       arena = Storage::AllocateShared(total_bytes_);
       if (arena.ok() && options_.pin_memory) {
-        absl::Status pinned = PinStorage(**arena, kHostRegisterPortable);
+        HostRegistrationOptions registration;
+        registration.device = pin_device_;
+        absl::Status pinned = PinStorage(**arena, kHostRegisterPortable, registration);
         if (!pinned.ok()) arena = pinned;
       }
     } else if (options_.pin_memory) {
-      arena = PinnedHostAllocator::Allocate(total_bytes_);
+      arena = PinnedHostAllocator::Allocate(total_bytes_, pin_device_);
     } else {
       arena = Storage::AllocateCpu(total_bytes_, Storage::kDefaultAlignment);
     }
@@ -91,6 +94,9 @@ class ArenaBuilder {
   }
 
   const CreateCpuOptions& options_;
+  // The context pinning runs in (the memory is portable, usable from every device): the
+  // first CUDA tensor's device, else the calling thread's current device.
+  int pin_device_ = kCurrentCudaDevice;
   std::vector<Slot> slots_;
   int64_t total_bytes_ = 0;
   std::shared_ptr<Storage> arena_;

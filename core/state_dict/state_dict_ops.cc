@@ -67,7 +67,9 @@ absl::StatusOr<CopyResult> CopyStateDict(const Map& src, const Map& dst,
   if (!out.ok()) return Named("CopyStateDict", out.status());
   CopyResult result{*std::move(out), nullptr};
   if (iterate.non_blocking) {
-    SDRT_ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create());
+    // On the copies' device, so that Record(nullptr) is on that device's default stream.
+    SDRT_ASSIGN_OR_RETURN(CudaEvent event,
+                          CudaEvent::Create(*cuda_devices.begin(), EventTiming::kDisabled));
     SDRT_RETURN_IF_ERROR(event.Record(options.stream));
     result.done = std::make_shared<CudaEvent>(std::move(event));
   }

@@ -73,10 +73,12 @@ struct CopyResult {
   // are the destination's objects (aliases of `dst`'s tensors) and whose other leaves are
   // the source's values.
   Map state_dict;
-  // Non-null when `non_blocking` and some tensor is on a CUDA device: an event recorded
-  // on the copy stream after the last copy. After done->Synchronize() (or after making
-  // another stream wait with done->Block(stream)) every byte of every destination tensor
-  // equals its source (case-022). Null when every copy had completed on return.
+  // Non-null when `non_blocking` and some tensor is on a CUDA device: an event of that
+  // device (timing disabled) recorded on the copy stream after the last copy (with a null
+  // stream, on that device's legacy default stream, where the copies ran). After
+  // done->Synchronize() (or after making another stream wait with done->Block(stream))
+  // every byte of every destination tensor equals its source (case-022). Null when every
+  // copy had completed on return.
   std::shared_ptr<CudaEvent> done;
 };
 
@@ -113,6 +115,8 @@ struct CreateCpuOptions {
 //   plain: Storage::AllocateCpu; share: Storage::AllocateShared (one shm segment);
 //   pin: PinnedHostAllocator::Allocate (one cudaHostAlloc);
 //   share + pin: AllocateShared, then one cudaHostRegister(kHostRegisterPortable) of it.
+// Pinning runs in the context of the first CUDA tensor's device (else the calling
+// thread's current device), so it opens no context on another GPU.
 // Every view holds the arena, so its memory (and the registration, and the shm name) is
 // released when the last tensor of the result goes away, not key by key.
 // Per tensor:

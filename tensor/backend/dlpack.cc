@@ -102,6 +102,8 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
   std::shared_ptr<Storage> storage = Storage::Borrow(data, nbytes, device, [managed](void*) {
     if (managed->deleter != nullptr) managed->deleter(managed);
   });
+  // The producer's page-locked memory: pinned, but not sdrt's to register or unregister.
+  if (dl.device.device_type == kDLCUDAHost) storage->MarkPinned();
   return Tensor::FromStorage(std::move(storage), dtype, shape, strides, 0);
 }
 

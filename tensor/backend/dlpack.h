@@ -27,7 +27,9 @@ absl::StatusOr<DLManagedTensor*> ToDLPack(const Tensor& tensor);
 // Imports `managed` without copying. On success sdrt takes ownership and calls
 // managed->deleter(managed) when the last tensor sharing the bytes is destroyed (a null
 // deleter is allowed). On error ownership stays with the caller. Accepted devices:
-// kDLCPU and kDLCUDAHost (-> CPU), kDLCUDA and kDLCUDAManaged (-> CUDA:device_id).
+// kDLCPU and kDLCUDAHost (-> CPU), kDLCUDA and kDLCUDAManaged (-> CUDA:device_id). A
+// kDLCUDAHost storage is pinned (is_pinned()) but not owned: PinStorage leaves it alone and
+// nothing is unregistered when it is released.
 // InvalidArgument for null input, unknown dtypes, lanes != 1, negative sizes or strides,
 // or other device types.
 absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed);

@@ -1,6 +1,7 @@
 // cuda/runtime.h and Tensor's CUDA paths on a real device (ctest label gpu). Every test
 // skips with a message when no CUDA device is present.
 #include <cstring>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -12,6 +13,8 @@
 namespace sdrt {
 namespace {
 
+using ::testing::HasSubstr;
+
 bool SameBytes(const Tensor& a, const Tensor& b) {
   Tensor ca = *a.Contiguous();
   Tensor cb = *b.Contiguous();
@@ -21,8 +24,8 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
 TEST(CudaRuntimeGpu, StreamEventAndBuffers) {
   SDRT_SKIP_WITHOUT_GPU();
   CudaStream stream = *CudaStream::Create(0);
-  CudaEvent start = *CudaEvent::Create();
-  CudaEvent end = *CudaEvent::Create();
+  CudaEvent start = *CudaEvent::Create(0);
+  CudaEvent end = *CudaEvent::Create(0);
   ASSERT_TRUE(start.Record(stream.handle()).ok());
   DeviceBuffer buffer = *AllocateDeviceBuffer(1 << 20, 0);
   EXPECT_EQ(buffer->device(), Device::CUDA(0));
@@ -34,21 +37,37 @@ TEST(CudaRuntimeGpu, StreamEventAndBuffers) {
   EXPECT_TRUE(pinned->is_pinned());
 }
 
-// case-020: registrations are undone when the memory is released, ten times over.
-TEST(CudaRuntimeGpu, Case020RegistrationIsReleasedWithTheStorage) {
+// A completion event (timing disabled) records and synchronizes but has no timestamps:
+// CUDA refuses ElapsedMs for it.
+TEST(CudaRuntimeGpu, EventWithoutTimingHasNoElapsedTime) {
   SDRT_SKIP_WITHOUT_GPU();
-  for (int i = 0; i < 10; ++i) {
-    std::shared_ptr<Storage> shared = *Storage::AllocateShared(1024 * 4);
-    ASSERT_TRUE(PinStorage(*shared, kHostRegisterPortable).ok());
-    EXPECT_TRUE(shared->is_pinned());
-    void* ptr = shared->data();
-    shared.reset();  // unregisters, then unmaps
-    // Registering a fresh range at the same address would fail if the old one leaked.
-    std::shared_ptr<Storage> again = *Storage::AllocateCpu(4096);
-    absl::StatusOr<HostRegistration> reg =
-        HostRegistration::Register(again->data(), 4096, kHostRegisterDefault);
-    ASSERT_TRUE(reg.ok()) << reg.status() << " (previous range " << ptr << ")";
-    EXPECT_TRUE(reg->Release().ok());
+  CudaEvent done = *CudaEvent::Create(0, EventTiming::kDisabled);
+  EXPECT_EQ(done.device(), 0);
+  ASSERT_TRUE(done.Record(nullptr).ok());
+  ASSERT_TRUE(done.Synchronize().ok());
+  const absl::Status elapsed = CudaEvent::ElapsedMs(done, done).status();
+  EXPECT_FALSE(elapsed.ok());
+  EXPECT_THAT(elapsed.message(), HasSubstr("cudaEventElapsedTime"));
+  EXPECT_THAT(elapsed.message(), HasSubstr("cudaErrorInvalidResourceHandle"));
+}
+
+// Zeros on the device: a device memset (no host buffer), every byte zero, also for a
+// size that is not a multiple of 4 bytes, after the memory held other bytes.
+TEST(CudaRuntimeGpu, ZerosOnTheDevice) {
+  SDRT_SKIP_WITHOUT_GPU();
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1001, 3}, {0}, {}}) {
+    {  // cudaMalloc often hands back memory just freed: make it hold non-zero bytes
+      Tensor noise = *test::HashBytes(shape, DType::kUInt8, 9).To(Device::CUDA(0));
+    }
+    absl::StatusOr<Tensor> zeros = Tensor::Zeros(shape, DType::kUInt8, Device::CUDA(0));
+    ASSERT_TRUE(zeros.ok()) << zeros.status();
+    EXPECT_EQ(zeros->device(), Device::CUDA(0));
+    EXPECT_EQ(zeros->storage()->kind(), StorageKind::kCudaDevice);
+    Tensor host = *zeros->To(Device::CPU());
+    const auto* bytes = static_cast<const uint8_t*>(host.data_ptr());
+    EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + host.nbytes()),
+              std::vector<uint8_t>(static_cast<size_t>(host.nbytes()), 0))
+        << testing::PrintToString(shape);
   }
 }
 
@@ -70,6 +89,26 @@ TEST(CudaRuntimeGpu, TensorRoundTripThroughTheDeviceIsBitExact) {
   EXPECT_TRUE(SameBytes(*on_device.To(Device::CPU()), expected));
   EXPECT_TRUE(SameBytes(*(*Tensor::Zeros({5}, DType::kInt32, Device::CUDA(0))).To(Device::CPU()),
                         *Tensor::Zeros({5}, DType::kInt32)));
+}
+
+// A strided CUDA source copied to the host is packed on the caller's stream, after the
+// caller's own work there: here 64 MiB still arriving on a non-blocking stream (which the
+// legacy default stream does not wait for) when the copy of its first column is asked.
+TEST(CudaRuntimeGpu, StagedCopyToHostRunsOnTheCallersStream) {
+  SDRT_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = int64_t{8} << 20;
+  CudaStream stream = *CudaStream::Create(0);
+  Tensor host = test::HashBytes({kRows, 2}, DType::kFloat32, 31);
+  std::shared_ptr<Storage> pinned = *PinnedHostAllocator::Allocate(host.nbytes(), 0);
+  Tensor staged = *Tensor::FromStorage(pinned, DType::kFloat32, {kRows, 2});
+  ASSERT_TRUE(staged.CopyFrom(host).ok());
+  Tensor device = *Tensor::Empty({kRows, 2}, DType::kFloat32, Device::CUDA(0));
+  ASSERT_TRUE(device.CopyFrom(staged, /*non_blocking=*/true, stream.handle()).ok());
+  Tensor column = *device.Slice(1, 0, 1, 1);
+  ASSERT_FALSE(column.is_contiguous());
+  Tensor out = *Tensor::Empty(column.shape(), DType::kFloat32);
+  ASSERT_TRUE(out.CopyFrom(column, /*non_blocking=*/false, stream.handle()).ok());
+  EXPECT_TRUE(SameBytes(out, *host.Slice(1, 0, 1, 1)));
 }
 
 TEST(CudaRuntimeGpu, DLPackExportsCudaTensors) {

@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/state_dict/state_dict_ops.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tests/core/state_dict/state_dict_ops_test_util.h"
+#include "sdrt/tests/support/cuda_memory.h"
 #include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
@@ -26,13 +28,7 @@ using testing_ops::ShardedRows;
 
 Tensor OnGpu(const Tensor& t) { return *t.To(Device::CUDA(0)); }
 
-// True when CUDA knows `ptr` as page-locked host memory (cudaHostAlloc or registered).
-bool IsPageLocked(void* ptr) {
-  unsigned flags = 0;
-  const bool locked = cudaHostGetFlags(&flags, ptr) == cudaSuccess;
-  (void)cudaGetLastError();  // clear the error of a failed query
-  return locked;
-}
+using test::IsPageLocked;
 
 TEST(StateDictOpsGpu, PinnedSharedRegistrationsAreReleasedCase020) {
   SDRT_SKIP_WITHOUT_GPU();
@@ -90,6 +86,32 @@ TEST(StateDictOpsGpu, NonBlockingCopyIntoPinnedIsCompleteAfterDoneCase022) {
   absl::StatusOr<CopyResult> blocking = CopyStateDict(src, *dst);
   ASSERT_TRUE(blocking.ok()) << blocking.status();
   EXPECT_EQ(blocking->done, nullptr);
+}
+
+// The completion event belongs to the tensors' device and is recorded there (on that
+// device's legacy default stream when no stream is given), whatever device the caller is
+// on; it has no timestamps. With two GPUs the tensors are on the last one while the caller
+// stays on device 0.
+TEST(StateDictOpsGpu, CopyStateDictEventIsOnTheTensorsDevice) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const int device = CudaDeviceCount() - 1;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const Tensor want = test::HashBytes({4096, 33}, DType::kBFloat16, 5);
+  const Map src{{"w", *want.To(Device::CUDA(device))}};
+  absl::StatusOr<Map> dst = CreateCpuStateDict(src, CreateCpuOptions{true, false});
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  absl::StatusOr<CopyResult> copied = CopyStateDict(src, *dst, CopyOptions{true, true, nullptr});
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  ASSERT_NE(copied->done, nullptr);
+  EXPECT_EQ(copied->done->device(), device);
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0);
+  ASSERT_TRUE(copied->done->Synchronize().ok());
+  const Tensor& got = copied->state_dict.Find("w")->as_tensor();
+  EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), static_cast<size_t>(want.nbytes())), 0);
+  const absl::Status elapsed = CudaEvent::ElapsedMs(*copied->done, *copied->done).status();
+  EXPECT_THAT(std::string(elapsed.message()), testing::HasSubstr("cudaErrorInvalidResourceHandle"));
 }
 
 TEST(StateDictOpsGpu, OffloadRanksOnlySpec9Item3) {

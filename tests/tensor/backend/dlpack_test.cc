@@ -82,6 +82,24 @@ TEST(DLPack, RoundTripThroughBothDirections) {
   EXPECT_EQ(back.data<int64_t>()[4], 14);
 }
 
+// kDLCUDAHost says the producer page-locked the bytes: the import is pinned (PinStorage
+// leaves it alone) without sdrt owning a registration; kDLCPU bytes are not.
+TEST(DLPack, PinnedHostImportIsPinnedNotOwned) {
+  int64_t shape[1] = {4};
+  float data[4] = {};
+  DLManagedTensor managed = HostFloat32(data, 1, shape);
+  EXPECT_FALSE(FromDLPack(&managed)->storage()->is_pinned());
+  managed.dl_tensor.device = DLDevice{kDLCUDAHost, 0};
+  Tensor t = *FromDLPack(&managed);
+  EXPECT_TRUE(t.device().is_cpu());
+  EXPECT_TRUE(t.storage()->is_pinned());
+  EXPECT_EQ(t.storage()->kind(), StorageKind::kBorrowed);
+  // Exported again, it is reported as pinned host memory.
+  DLManagedTensor* again = *ToDLPack(t);
+  EXPECT_EQ(again->dl_tensor.device.device_type, kDLCUDAHost);
+  again->deleter(again);
+}
+
 TEST(DLPack, RejectsWhatItCannotRepresent) {
   EXPECT_EQ(ToDLPack(*Tensor::Meta({2}, DType::kFloat32)).status().code(),
             absl::StatusCode::kFailedPrecondition);

@@ -1,0 +1,216 @@
+// HostRegistration and PinStorage on a real device (ctest label gpu; each test skips
+// without one): chunked registration, its rollback, its release, read-only ranges, and
+// memory that is already page-locked.
+#include <cuda_runtime_api.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/cuda/registration_chunks.h"
+#include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/backend/dlpack.h"
+#include "sdrt/tests/support/cuda_memory.h"
+#include "sdrt/tests/support/test_util.h"
+
+namespace sdrt {
+namespace {
+
+using ::sdrt::test::HostGetFlagsSucceeds;
+using ::sdrt::test::IsPageLocked;
+using ::testing::HasSubstr;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// An anonymous private mapping (page aligned), unmapped with the object.
+class Mapping {
+ public:
+  explicit Mapping(int64_t nbytes) : nbytes_(nbytes) {
+    void* p = mmap(nullptr, static_cast<size_t>(nbytes), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+    if (data_ != nullptr) std::memset(data_, 0x5A, static_cast<size_t>(nbytes));
+  }
+  ~Mapping() {
+    if (data_ != nullptr) munmap(data_, static_cast<size_t>(nbytes_));
+  }
+  char* data() const { return data_; }
+
+ private:
+  int64_t nbytes_;
+  char* data_ = nullptr;
+};
+
+std::vector<internal::RegistrationChunk> Chunks(const void* ptr, int64_t nbytes, int64_t chunk) {
+  return *internal::PlanRegistrationChunks(reinterpret_cast<uintptr_t>(ptr), nbytes, chunk,
+                                           sysconf(_SC_PAGESIZE));
+}
+
+// 5.5 MiB in 1 MiB chunks: six registrations, every byte page-locked (first and last
+// byte of each chunk checked), then every one undone by Release.
+TEST(HostRegistrationGpu, ChunkedRegistrationCoversTheRangeAndIsReleased) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const int64_t nbytes = 11 * kMiB / 2;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = kMiB;
+  absl::StatusOr<HostRegistration> reg =
+      HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->num_chunks(), 6);
+  const std::vector<internal::RegistrationChunk> chunks = Chunks(mapping.data(), nbytes, kMiB);
+  ASSERT_EQ(chunks.size(), 6u);
+  for (const internal::RegistrationChunk& c : chunks) {
+    EXPECT_TRUE(IsPageLocked(mapping.data() + c.offset)) << "chunk at " << c.offset;
+    EXPECT_TRUE(IsPageLocked(mapping.data() + c.offset + c.nbytes - 1)) << "chunk at " << c.offset;
+  }
+  ASSERT_TRUE(reg->Release().ok());
+  EXPECT_EQ(reg->num_chunks(), 0);
+  for (const internal::RegistrationChunk& c : chunks) {
+    EXPECT_FALSE(IsPageLocked(mapping.data() + c.offset)) << "chunk at " << c.offset;
+    EXPECT_FALSE(HostGetFlagsSucceeds(mapping.data() + c.offset)) << "chunk at " << c.offset;
+  }
+}
+
+// Chunk 3 of 6 is already registered by someone else: its cudaHostRegister fails, the
+// three chunks before it are unregistered again, and the foreign registration stays.
+TEST(HostRegistrationGpu, AFailingChunkRollsBackTheChunksBeforeIt) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const int64_t nbytes = 11 * kMiB / 2;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  char* third = mapping.data() + 3 * kMiB;
+  ASSERT_EQ(cudaHostRegister(third, kMiB, cudaHostRegisterPortable), cudaSuccess);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = kMiB;
+  absl::StatusOr<HostRegistration> reg =
+      HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  EXPECT_FALSE(reg.ok());
+  EXPECT_THAT(reg.status().message(), HasSubstr("chunk 3 of 6"));
+  EXPECT_THAT(reg.status().message(), HasSubstr("cudaHostRegister"));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the failure left no error behind
+  for (int64_t k = 0; k < 3; ++k) {
+    EXPECT_FALSE(IsPageLocked(mapping.data() + k * kMiB)) << "chunk " << k << " was not undone";
+  }
+  EXPECT_FALSE(IsPageLocked(mapping.data() + 4 * kMiB));
+  EXPECT_TRUE(IsPageLocked(third));
+  EXPECT_EQ(cudaHostUnregister(third), cudaSuccess);
+}
+
+// case-020, with a check that sees a leak: after the storage is gone CUDA no longer knows
+// the address (cudaHostGetFlags and cudaPointerGetAttributes both say so).
+TEST(HostRegistrationGpu, Case020RegistrationIsReleasedWithTheStorage) {
+  SDRT_SKIP_WITHOUT_GPU();
+  for (int i = 0; i < 10; ++i) {
+    std::shared_ptr<Storage> shared = *Storage::AllocateShared(4 * kMiB + 4096);
+    HostRegistrationOptions options;
+    options.chunk_bytes = kMiB;
+    ASSERT_TRUE(PinStorage(*shared, kHostRegisterPortable, options).ok());
+    EXPECT_TRUE(shared->is_pinned());
+    char* ptr = static_cast<char*>(shared->data());
+    EXPECT_TRUE(IsPageLocked(ptr));
+    EXPECT_TRUE(IsPageLocked(ptr + 4 * kMiB + 4095));
+    shared.reset();  // unregisters every chunk, then unmaps
+    EXPECT_FALSE(IsPageLocked(ptr));
+    EXPECT_FALSE(HostGetFlagsSucceeds(ptr));
+    EXPECT_FALSE(IsPageLocked(ptr + 4 * kMiB));
+  }
+}
+
+// Memory someone else page-locked is pinned but not ours: PinStorage marks it without a
+// second cudaHostRegister (which would fail with cudaErrorHostMemoryAlreadyRegistered) and
+// leaves its registration alone at release.
+TEST(HostRegistrationGpu, AlreadyRegisteredMemoryIsPinnedNotOwned) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const int64_t nbytes = 2 * kMiB;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  ASSERT_EQ(cudaHostRegister(mapping.data(), nbytes, cudaHostRegisterPortable), cudaSuccess);
+  {
+    std::shared_ptr<Storage> borrowed = Storage::Borrow(mapping.data(), nbytes, Device::CPU());
+    ASSERT_FALSE(borrowed->is_pinned());
+    const absl::Status pinned = PinStorage(*borrowed, kHostRegisterPortable);
+    ASSERT_TRUE(pinned.ok()) << pinned;
+    EXPECT_TRUE(borrowed->is_pinned());
+  }
+  EXPECT_TRUE(IsPageLocked(mapping.data()));  // still the owner's registration
+  EXPECT_EQ(cudaHostUnregister(mapping.data()), cudaSuccess);
+}
+
+// A DLPack kDLCUDAHost buffer (a producer's cudaHostAlloc memory) is imported pinned, and
+// PinStorage does not register it again.
+TEST(HostRegistrationGpu, DLPackPinnedHostBufferIsNotRegisteredAgain) {
+  SDRT_SKIP_WITHOUT_GPU();
+  void* host = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&host, 4096, cudaHostAllocPortable), cudaSuccess);
+  static int64_t shape[1] = {1024};
+  DLManagedTensor managed{};
+  managed.dl_tensor.data = host;
+  managed.dl_tensor.device = DLDevice{kDLCUDAHost, 0};
+  managed.dl_tensor.ndim = 1;
+  managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  managed.dl_tensor.shape = shape;
+  {
+    absl::StatusOr<Tensor> t = FromDLPack(&managed);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_TRUE(t->storage()->is_pinned());
+    EXPECT_TRUE(PinStorage(*t->storage(), kHostRegisterPortable).ok());
+    // Pinned memory moves to the device with a plain asynchronous copy.
+    std::memset(host, 0x3C, 4096);
+    Tensor back = *(*t->To(Device::CUDA(0))).To(Device::CPU());
+    EXPECT_EQ(std::memcmp(back.data_ptr(), host, 4096), 0);
+  }
+  EXPECT_TRUE(HostGetFlagsSucceeds(host));  // still the producer's, still allocated
+  EXPECT_EQ(cudaFreeHost(host), cudaSuccess);
+}
+
+// The mapping of a safetensors file is PROT_READ: read-only registration where the device
+// supports it; on a device without it the error says so, and no chunk stays registered.
+TEST(HostRegistrationGpu, ReadOnlyPagesNeedTheReadOnlyFlag) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const int64_t nbytes = 3 * kMiB;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  ASSERT_EQ(mprotect(mapping.data(), static_cast<size_t>(nbytes), PROT_READ), 0);
+  int read_only = 0;
+  int host_page_tables = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, 0),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&host_page_tables,
+                                   cudaDevAttrPageableMemoryAccessUsesHostPageTables, 0),
+            cudaSuccess);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = kMiB;
+  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(
+      mapping.data(), nbytes, kHostRegisterReadOnly | kHostRegisterPortable, options);
+  if (read_only == 0 && host_page_tables == 0) {
+    EXPECT_EQ(reg.status().code(), absl::StatusCode::kFailedPrecondition) << reg.status();
+    EXPECT_THAT(reg.status().message(), HasSubstr("cudaDevAttrHostRegisterReadOnlySupported"));
+    EXPECT_FALSE(IsPageLocked(mapping.data()));
+    return;
+  }
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->num_chunks(), 3);
+  EXPECT_TRUE(IsPageLocked(mapping.data() + nbytes - 1));
+  // The device reads the read-only pages.
+  DeviceBuffer on_device = *AllocateDeviceBuffer(nbytes, 0);
+  ASSERT_EQ(cudaMemcpy(on_device->data(), mapping.data(), nbytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<char> back(nbytes);
+  ASSERT_EQ(cudaMemcpy(back.data(), on_device->data(), nbytes, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(std::memcmp(back.data(), mapping.data(), nbytes), 0);
+  ASSERT_TRUE(reg->Release().ok());
+  EXPECT_FALSE(IsPageLocked(mapping.data()));
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/storage.h"
 #include "sdrt/tensor/tensor.h"
@@ -72,18 +73,36 @@ class SafetensorsFile {
  public:
   struct Options {
     // Registers the whole mapping with CUDA as page-locked, read-only memory
-    // (cudaHostRegisterReadOnly | cudaHostRegisterPortable) so that host-to-device copies
-    // from the returned tensors need no staging buffer; undone when the mapping is released.
-    // Open fails with Unavailable in a build without CUDA or on a machine without a GPU.
+    // (cudaHostRegisterReadOnly | cudaHostRegisterPortable, one HostRegistration of
+    // pin_chunk_bytes chunks, cuda/runtime.h) so that host-to-device copies from the
+    // returned tensors need no staging buffer; undone when the mapping is released.
     bool pin_mapping = false;
+    // The device whose context registers the mapping and whose attributes decide how
+    // read-only pages are registered (kCurrentCudaDevice: the calling thread's current one).
+    int pin_device = kCurrentCudaDevice;
+    // Bytes per cudaHostRegister call (rounded up to whole pages); must be >= 1.
+    int64_t pin_chunk_bytes = int64_t{1} << 30;
+    // When the registration fails (no CUDA or no device, a device that cannot register
+    // read-only pages, the locked-memory limit, a driver refusing a size), open the file
+    // with its mapping pageable and keep the reason in pin_status() instead of failing;
+    // the chunks registered before the failure are undone either way. Safe for every sdrt
+    // copy out of these tensors (Tensor::CopyFrom and To move host memory with
+    // cudaMemcpyAsync or stage it, and a copy from pageable memory is only slower: it is
+    // synchronous for the host, so non_blocking buys no overlap). NOT safe for a caller
+    // that hands the tensors' host pointers to a kernel, which reads host memory only when
+    // it is registered (StridedCopyDevice's contract): set this to false, or check
+    // pin_status() / storage()->is_pinned() first.
+    bool pageable_fallback = true;
   };
 
   // Maps `path` read-only (mmap PROT_READ) and validates the header and the layout.
   // Errors: NotFound / PermissionDenied / ... (errno) when the file cannot be opened or
   // mapped; InvalidArgument when it is not a regular file (refused without waiting: a FIFO
   // is opened non-blocking) or any format rule is broken (the message names the path once,
-  // the tensor or metadata key, and the rule); Unavailable when pin_mapping is set and CUDA
-  // cannot register the mapping.
+  // the tensor or metadata key, and the rule); InvalidArgument for pin_chunk_bytes < 1;
+  // with pin_mapping and without pageable_fallback, the registration's error
+  // (HostRegistration::Register: Unavailable without CUDA or a device, FailedPrecondition,
+  // ResourceExhausted, ...) after "<path>: pinning the mapping: ".
   // The file must not be truncated while mapped (reading a vanished page raises SIGBUS).
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path, Options options);
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path) {
@@ -111,6 +130,10 @@ class SafetensorsFile {
   // when absent; ResourceExhausted when a copy cannot be allocated.
   absl::StatusOr<Tensor> Get(absl::string_view name) const;
 
+  // OK unless Open was asked to pin the mapping and fell back to pageable memory
+  // (Options::pageable_fallback); then why, as Open would have failed with it.
+  const absl::Status& pin_status() const { return pin_status_; }
+
   // The whole file image: a kMappedFile storage for Open, the caller's bytes for FromBuffer.
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   int64_t file_size() const { return storage_->nbytes(); }  // bytes
@@ -125,6 +148,7 @@ class SafetensorsFile {
 
   std::shared_ptr<Storage> storage_;
   std::string source_;
+  absl::Status pin_status_;
   int64_t header_size_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in entries_

@@ -64,12 +64,24 @@ absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, Options options) {
+  if (options.pin_mapping && options.pin_chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": pin_chunk_bytes must be >= 1, got ", options.pin_chunk_bytes));
+  }
   absl::StatusOr<std::shared_ptr<Storage>> mapping = MapFile(path);
   if (!mapping.ok()) return WithSource(mapping.status(), path);
   SDRT_ASSIGN_OR_RETURN(SafetensorsFile file, Parse(*std::move(mapping), path));
   if (!options.pin_mapping) return file;
-  absl::Status pinned = PinStorage(*file.storage_, kHostRegisterReadOnly | kHostRegisterPortable);
-  if (!pinned.ok()) return WithSource(pinned, absl::StrCat(path, ": pinning the mapping"));
+  HostRegistrationOptions registration;
+  registration.device = options.pin_device;
+  registration.chunk_bytes = options.pin_chunk_bytes;
+  // The mapping is PROT_READ: only a read-only registration can pin it.
+  absl::Status pinned =
+      PinStorage(*file.storage_, kHostRegisterReadOnly | kHostRegisterPortable, registration);
+  if (pinned.ok()) return file;
+  pinned = WithSource(pinned, absl::StrCat(path, ": pinning the mapping"));
+  if (!options.pageable_fallback) return pinned;
+  file.pin_status_ = std::move(pinned);
   return file;
 }
 

@@ -1,7 +1,8 @@
 // `mpiexec -n N sdrt load FILE --mesh 2x2 --plan P [--verify INDIR] [--device cpu|cuda]`:
-// what an inference engine does at start-up. Rank 0 maps FILE (pinned with --device cuda)
-// and sends the other ranks its tensor list; every rank makes meta DTensors with the
-// plan's placements, BroadcastStateDict fills them, and every rank checks its pieces by
+// what an inference engine does at start-up. Rank 0 maps FILE (pinned with --device cuda;
+// pageable, with a one-line warning, when the mapping cannot be registered) and sends the
+// other ranks its tensor list; every rank makes meta DTensors with the plan's placements,
+// BroadcastStateDict fills them, and every rank checks its pieces by
 // xxh64 against INDIR's rank file (or against its own slicing of FILE without --verify).
 // Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank.
 #include <iostream>
@@ -179,9 +180,15 @@ int RunLoad(const LoadArgs& args) {
   if (status.ok() && session->rank() == 0) {
     SafetensorsFile::Options open_options;
     open_options.pin_mapping = session->device.is_cuda();
+    if (session->device.is_cuda()) open_options.pin_device = session->device.index;
     absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file, open_options);
     if (opened.ok()) {
       file = *std::move(opened);
+      // Unpinned is only slower: the broadcast copies out of the mapping with CopyFrom.
+      if (!file->pin_status().ok()) {
+        std::cerr << "sdrt load: warning: copying from pageable memory ("
+                  << file->pin_status().message() << ")\n";
+      }
     } else {
       status = opened.status();
     }

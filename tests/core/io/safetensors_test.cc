@@ -175,15 +175,6 @@ TEST(SafetensorsWriter, NonContiguousInputIsWrittenInLogicalOrder) {
               ElementsAre(0, 6, 12, 1, 7, 13));
 }
 
-TEST(SafetensorsWriter, CudaTensorsAreCopiedToHost) {
-  SDRT_SKIP_WITHOUT_GPU();
-  const std::string path = TestDir() + "/cuda.safetensors";
-  Tensor host = HashBytes({5, 7}, DType::kBFloat16, 3);
-  Tensor device = *host.To(Device::CUDA(0));
-  ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", *device.Slice(1, 1, 7, 3)}}).ok());
-  EXPECT_EQ(Bytes(*SafetensorsFile::Open(path)->Get("w")), Bytes(*host.Slice(1, 1, 7, 3)));
-}
-
 // case-040: several empty tensors share offsets [0, 0] without being "shared storage".
 TEST(SafetensorsCases, Case040SeveralEmptyTensors) {
   const std::string dir = TestDir();
@@ -446,18 +437,39 @@ TEST(SafetensorsReader, OpenRefusesAFifoWithoutBlocking) {
   EXPECT_EQ(status.message(), fifo + ": not a regular file");
 }
 
-TEST(SafetensorsReader, PinMappingRegistersWithCudaOrIsUnavailable) {
+// Pinning without a device (the gpu twin, safetensors_gpu_test.cc, pins for real): by
+// default the file opens pageable and says why; without the fallback Open fails.
+TEST(SafetensorsReader, PinMappingWithoutADeviceFallsBackOrFails) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present; see safetensors_gpu_test";
   const std::string path = TestDir() + "/pin.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", HashBytes({64}, DType::kUInt8, 1)}}).ok());
-  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, {/*pin_mapping=*/true});
-  if (CudaAvailable().ok()) {
-    ASSERT_TRUE(file.ok()) << file.status();
-    EXPECT_TRUE(file->storage()->is_pinned());
-    EXPECT_TRUE(file->Get("w")->storage()->is_pinned());
-  } else {
-    EXPECT_EQ(file.status().code(), absl::StatusCode::kUnavailable);
-    EXPECT_THAT(file.status().message(), HasSubstr("pinning the mapping"));
-  }
+  SafetensorsFile::Options options;
+  options.pin_mapping = true;
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, options);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_FALSE(file->storage()->is_pinned());
+  EXPECT_EQ(file->pin_status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(file->pin_status().message()),
+              StartsWith(path + ": pinning the mapping: "));
+  EXPECT_EQ(Bytes(*file->Get("w")), Bytes(HashBytes({64}, DType::kUInt8, 1)));
+
+  options.pageable_fallback = false;
+  file = SafetensorsFile::Open(path, options);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(file.status().message()), StartsWith(path + ": pinning the mapping: "));
+  // Not asked to pin: nothing to report.
+  EXPECT_TRUE(SafetensorsFile::Open(path)->pin_status().ok());
+}
+
+TEST(SafetensorsReader, PinChunkBytesMustBePositive) {
+  const std::string path = TestDir() + "/pin.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"w", HashBytes({8}, DType::kUInt8, 1)}}).ok());
+  SafetensorsFile::Options options;
+  options.pin_mapping = true;
+  options.pin_chunk_bytes = 0;
+  absl::Status status = SafetensorsFile::Open(path, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), path + ": pin_chunk_bytes must be >= 1, got 0");
 }
 
 TEST(SafetensorsWriter, RefusesBadInputBeforeCreatingAnyFile) {

@@ -118,6 +118,7 @@ build=${SDRT_DEVICE_BUILD_DIR:-/tmp/sdrt-gpu}
 budget=${SDRT_CHECK_BUDGET_S:-450}
 logs=$(mktemp -d "${TMPDIR:-/tmp}/sdrt-device-logs.XXXXXX")
 work=$(mktemp -d "${TMPDIR:-/tmp}/sdrt-device-work.XXXXXX")
+trap 'rm -rf "$logs" "$work"' EXIT
 mkdir -p "$out"
 deadline=$((SECONDS + budget))
 rows=()
@@ -171,7 +172,9 @@ sanitize() {
   errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$logs/$name.log" | grep -oE '[0-9]+' | tail -1)
   tests=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$logs/$name.log" | grep -oE '[0-9]+')
   skips=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$logs/$name.log" | grep -oE '[0-9]+')
-  if [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ] && [ "${tests:-0}" -gt 0 ]; then
+  if [ "$gpus" -gt 0 ] && grep -q 'no CUDA device' "$logs/$name.log"; then
+    record "$name" "bad skips" "'no CUDA device' with $gpus GPU(s); ${tests:-0} tests passed"
+  elif [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ] && [ "${tests:-0}" -gt 0 ]; then
     record "$name" ok "0 errors, $tests tests passed, ${skips:-0} skipped"
   elif [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ]; then
     record "$name" "no tests" "0 tests passed, ${skips:-0} skipped"

@@ -177,12 +177,16 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
 
   // 3. Buckets of consecutive items, at most bucket_bytes gathered each (one item alone
   // may exceed it), one all-gather-v each.
+  // With cpu_offload on a GPU communicator each bucket comes to the host through one pinned
+  // buffer, reused from bucket to bucket (internal::GatherBucket).
   const int64_t total_bytes = internal::GatheredBytes(items);
+  std::shared_ptr<Storage> pinned_staging;
   for (const auto& [begin, end] : internal::BucketItems(items, options.bucket_bytes)) {
     std::vector<internal::GatherItem*> bucket;
     for (size_t i = begin; i < end; ++i) bucket.push_back(&items[i]);
     std::vector<Tensor> fulls(bucket.size());
-    SDRT_RETURN_IF_ERROR(internal::GatherBucket(comm, bucket, comm.device(), keep, fulls, &stats));
+    SDRT_RETURN_IF_ERROR(
+        internal::GatherBucket(comm, bucket, comm.device(), keep, fulls, &stats, &pinned_staging));
     if (keep) {
       for (size_t i = begin; i < end; ++i)
         results[item_keys[i]] = Value(std::move(fulls[i - begin]));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/buckets.h"
+#include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -103,11 +104,37 @@ absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherI
     }
     const int64_t numel = Numel(sizes);
     if (numel == 0) continue;
-    item.rank_bytes[q] += numel * ElementSize(item.dtype);
+    item.rank_bytes[q] += AlignUp(numel * ElementSize(item.dtype));
     item.pieces.push_back({sizes, BoxRuns(offsets, sizes)});
   }
   item.piece_begin[q + 1] = item.pieces.size();
   return absl::OkStatus();
+}
+
+// Copies the bytes of `gathered` (a bucket on a GPU) once into pinned host memory, as
+// *host, when some item of `bucket` is made on the CPU, so that its pieces are unpacked on
+// the host from a single DMA instead of one copy into pageable memory per piece. The
+// pinned memory is *pinned_staging, grown (reallocated) when smaller than the bucket and
+// kept for the next bucket. Leaves *host undefined when there is nothing to stage (no
+// pinned_staging, a CPU bucket, no CPU target) or pinned memory cannot be had (then the
+// pieces are copied from the device one by one, as without staging).
+absl::Status PinnedHostCopy(const Tensor& gathered, absl::Span<GatherItem* const> bucket,
+                            std::shared_ptr<Storage>* pinned_staging, Tensor* host) {
+  if (pinned_staging == nullptr || !gathered.device().is_cuda() ||
+      std::none_of(bucket.begin(), bucket.end(),
+                   [](const GatherItem* item) { return item->target.is_cpu(); })) {
+    return absl::OkStatus();
+  }
+  const int64_t bytes = gathered.nbytes();
+  if (*pinned_staging == nullptr || (*pinned_staging)->nbytes() < bytes) {
+    pinned_staging->reset();  // the old buffer goes first: both need not fit at once
+    absl::StatusOr<std::shared_ptr<Storage>> pinned =
+        PinnedHostAllocator::Allocate(bytes, gathered.device().index);
+    if (!pinned.ok()) return absl::OkStatus();
+    *pinned_staging = *std::move(pinned);
+  }
+  SDRT_ASSIGN_OR_RETURN(*host, Tensor::FromStorage(*pinned_staging, DType::kUInt8, {bytes}));
+  return host->CopyFrom(gathered);
 }
 
 }  // namespace
@@ -155,7 +182,7 @@ absl::StatusOr<GatherItem> MakeDTensorItem(const DTensor& dtensor, const Tensor&
                           ComputeLocalShapeAndGlobalOffset(item.global_shape, mesh, placements, q));
     const int64_t numel = Numel(info.local_shape);
     if (numel == 0) continue;
-    item.rank_bytes[q] = numel * ElementSize(item.dtype);
+    item.rank_bytes[q] = AlignUp(numel * ElementSize(item.dtype));
     ShardRuns runs = OwnedRuns(info);
     item.pieces.push_back({std::move(info.local_shape), std::move(runs)});
     ++item.piece_begin[q + 1];
@@ -244,23 +271,26 @@ std::vector<std::pair<size_t, size_t>> BucketItems(absl::Span<const GatherItem> 
 int64_t GatheredBytes(absl::Span<const GatherItem> items) {
   int64_t bytes = 0;
   for (const GatherItem& item : items) {
-    for (int64_t b : item.rank_bytes) bytes += AlignUp(b);
+    for (int64_t b : item.rank_bytes) bytes += b;  // padded already
   }
   return bytes;
 }
 
 absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> bucket, Device device,
-                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats) {
+                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats,
+                          std::shared_ptr<Storage>* pinned_staging) {
   const int size = comm.size();
   const int me = comm.rank();
-  // Rank q's segment holds its pieces of the bucket's items in item order, each item's
-  // part starting at a 16-byte aligned offset: offset[i * size + q].
+  // Rank q's segment holds its pieces of the bucket's items in item order, every piece
+  // at a 16-byte aligned offset (each padded to a multiple of 16 bytes, so every rank's
+  // segment and every piece in it is aligned, and 16-byte copies apply); item i's part of
+  // it starts at offset[i * size + q].
   std::vector<int64_t> offset(bucket.size() * static_cast<size_t>(size));
   std::vector<int64_t> counts(static_cast<size_t>(size), 0);
   for (size_t i = 0; i < bucket.size(); ++i) {
     for (int q = 0; q < size; ++q) {
       offset[i * size + q] = counts[q];
-      counts[q] += AlignUp(bucket[i]->rank_bytes[q]);
+      counts[q] += bucket[i]->rank_bytes[q];
     }
   }
   std::vector<int64_t> rank_base(static_cast<size_t>(size), 0);
@@ -275,7 +305,7 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
     for (const Tensor& t : bucket[i]->sends) {
       SDRT_ASSIGN_OR_RETURN(Tensor dst, ByteView(send, at, bucket[i]->dtype, t.shape()));
       SDRT_RETURN_IF_ERROR(dst.CopyFrom(t));
-      at += dst.nbytes();
+      at += AlignUp(dst.nbytes());
     }
   }
   SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, DType::kUInt8, device));
@@ -287,9 +317,13 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
   }
   SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, send, counts));
   if (!keep) return absl::OkStatus();
+  Tensor host_gathered;
+  SDRT_RETURN_IF_ERROR(PinnedHostCopy(gathered, bucket, pinned_staging, &host_gathered));
 
   for (size_t i = 0; i < bucket.size(); ++i) {
     const GatherItem& item = *bucket[i];
+    const Tensor& source =
+        item.target.is_cpu() && host_gathered.defined() ? host_gathered : gathered;
     Tensor full;
     if (item.zero_fill) {
       SDRT_ASSIGN_OR_RETURN(full, Tensor::Zeros(item.global_shape, item.dtype, item.target));
@@ -300,9 +334,9 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
     for (int q = 0; q < size; ++q) {
       int64_t at = rank_base[q] + offset[i * size + q];
       for (const GatherPiece& piece : item.PiecesOf(q)) {
-        SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(gathered, at, item.dtype, piece.shape));
+        SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(source, at, item.dtype, piece.shape));
         SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, view, piece.runs, /*to_local=*/false));
-        at += view.nbytes();
+        at += AlignUp(view.nbytes());
       }
     }
     fulls[i] = std::move(full);

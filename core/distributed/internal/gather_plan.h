@@ -22,12 +22,15 @@
 //   3. Buckets. BucketItems groups consecutive items until the bytes gathered reach the
 //      bucket size (one item alone may exceed it).
 //   4. Execution. GatherBucket packs this rank's pieces of the bucket's items into one
-//      byte buffer, each piece at a 16-byte aligned offset (internal/buckets.h), runs one
-//      AllGatherV, and unpacks every rank's pieces into the full tensors by their runs.
+//      byte buffer, each piece at a 16-byte aligned offset (internal/buckets.h; a rank's
+//      several ShardedTensor shards too), runs one AllGatherV, and unpacks every rank's
+//      pieces into the full tensors by their runs; CPU targets of a bucket gathered on a
+//      GPU are unpacked from one copy of the bucket in pinned host memory.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_GATHER_PLAN_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_GATHER_PLAN_H_
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,7 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/storage.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
@@ -72,7 +76,8 @@ struct GatherItem {
   // ranks, so an item costs a few allocations, not a few per rank.
   std::vector<GatherPiece> pieces;
   std::vector<size_t> piece_begin;  // comm size + 1 entries
-  // Per rank, the bytes of its pieces (unpadded).
+  // Per rank, the bytes of its pieces, each piece padded to a multiple of 16 bytes (its
+  // slot in the gathered bucket; internal/buckets.h's AlignUp).
   std::vector<int64_t> rank_bytes;
 
   absl::Span<const GatherPiece> PiecesOf(int q) const {
@@ -136,9 +141,15 @@ int64_t GatheredBytes(absl::Span<const GatherItem> items);
 // `stats` when not null: a collective, a data collective, a bucket and its bytes), then,
 // when `keep`, makes each item's full tensor on its target (zeros first when zero_fill)
 // and writes every rank's pieces into it by their runs; fulls[i] receives bucket[i]'s.
-// `device` must be one `comm` serves. Collective over `comm`.
+// `device` must be one `comm` serves. With `pinned_staging` (not null), a bucket gathered
+// on a GPU with CPU targets (cpu_offload) comes to the host once, into the pinned buffer
+// *pinned_staging (cudaHostAlloc'd on the bucket's device, grown when too small, kept
+// for the caller's next bucket), and its CPU targets are unpacked from there; without it,
+// or when pinned memory cannot be had, each piece is copied from the device on its own.
+// Collective over `comm`.
 absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> bucket, Device device,
-                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats);
+                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats,
+                          std::shared_ptr<Storage>* pinned_staging = nullptr);
 
 }  // namespace sdrt::internal
 

@@ -1,6 +1,7 @@
 // What the multi-rank subcommands (`sdrt gather`, `sdrt load`) share: the communicators of
-// a run under mpiexec, peak memory and wall time. Every step's status is agreed with
-// AgreeAcrossRanks (core/distributed/agreement.h), so that every rank exits alike.
+// a run (under mpiexec, or one process without MPI), peak memory and wall time. Every
+// step's status is agreed with AgreeAcrossRanks (core/distributed/agreement.h), so that
+// every rank exits alike.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 
@@ -21,9 +22,9 @@ namespace sdrt::cli {
 // The largest --bucket-mib the commands accept (1 TiB).
 inline constexpr int64_t kMaxBucketMib = int64_t{1} << 20;
 
-// The ranks of a run: a ProcessGroup holding the MPI world (CPU tensors, metadata,
-// barriers) and, with --device cuda, NCCL over the same ranks, and the device the command's
-// tensors live on.
+// The ranks of a run: a ProcessGroup holding the world (CPU tensors, metadata, barriers:
+// the MPI world, or in a build without MPI a SelfCommunicator, one process) and, with
+// --device cuda, NCCL over the same ranks, and the device the command's tensors live on.
 struct Session {
   ProcessGroup group;
   Device device = Device::CPU();
@@ -37,9 +38,15 @@ struct Session {
   int size() const { return world().size(); }
 };
 
-// Starts MPI (MpiCommunicator::World) and, for `device` "cuda", NCCL on GPU rank % count.
-// InvalidArgument for another device name; FailedPrecondition when sdrt was built without
-// MPI (or without NCCL for "cuda"); the backends' errors.
+// Starts the world: MPI (MpiCommunicator::World) when sdrt is built with it, else one
+// process on its own (SelfCommunicator), so that one-rank `sdrt gather` and `sdrt load`
+// run without MPI. For `device` "cuda" each process then takes the GPU of its node-local
+// rank (MpiCommunicator::SplitShared; 0 without MPI), makes it its current device
+// (SetCurrentCudaDevice) before anything else uses CUDA, and joins NCCL on it
+// (NcclCommunicator::CreateFromCommunicator over the world). InvalidArgument for another
+// device name; FailedPrecondition, the same on every rank, when no GPU is visible or a
+// node runs more ranks than it has visible GPUs (the message names both numbers), and
+// for "cuda" in a build without NCCL; the backends' errors.
 absl::StatusOr<Session> StartSession(const std::string& device);
 
 // This process's peak resident memory (getrusage ru_maxrss), bytes.

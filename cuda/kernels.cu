@@ -15,6 +15,7 @@
 #include <vector_types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -67,29 +68,48 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------
 // Launch helpers.
 
-// Launches `kernel` over `accesses` accesses on `stream` and checks the launch. The grid
-// is persistent: enough blocks to give each thread one iteration, capped at the blocks
-// that fit on the current device at once (the loops are grid-stride). The launch's
-// status is cudaLaunchKernelEx's own return value, never cudaGetLastError(), which would
-// also report whatever error an earlier, unrelated call left behind.
-template <typename... Params, typename... Args>
-absl::Status Launch(void (*kernel)(Params...), int64_t accesses, StreamHandle stream,
-                    Args... args) {
-  int device = 0;
-  SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+// The blocks of `kernel` that fit on `device` at once (multiprocessors times resident
+// blocks per multiprocessor, at least one per multiprocessor). Both queries cost
+// microseconds of host time, more than a small copy's launch, so each kernel instance
+// remembers the answer per device (devices beyond kCachedDevices are asked every time).
+// Racing first calls store the same value.
+template <typename T, typename IndexT>
+absl::StatusOr<int64_t> ResidentBlocks(int device) {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int64_t> cached[kCachedDevices] = {};
+  const bool cacheable = device >= 0 && device < kCachedDevices;
+  if (cacheable) {
+    const int64_t known = cached[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
   int sms = 0;
   SDRT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   int blocks_per_sm = 0;
   SDRT_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks_per_sm, reinterpret_cast<const void*>(kernel), kThreads, 0));
-  const int64_t blocks =
-      std::min<int64_t>((accesses + kTile - 1) / kTile, int64_t{sms} * std::max(blocks_per_sm, 1));
+      &blocks_per_sm, reinterpret_cast<const void*>(StridedCopyKernel<T, IndexT>), kThreads, 0));
+  const int64_t blocks = int64_t{std::max(sms, 1)} * std::max(blocks_per_sm, 1);
+  if (cacheable) cached[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+// Launches StridedCopyKernel<T, IndexT> over plan.numel accesses on `stream`. The grid
+// is persistent: enough blocks to give each thread one iteration, capped at the blocks
+// that fit on the current device at once (the loops are grid-stride). The launch's
+// status is cudaLaunchKernelEx's own return value, never cudaGetLastError(), which would
+// also report whatever error an earlier, unrelated call left behind.
+template <typename T, typename IndexT>
+absl::Status Launch(const CopyPlan& plan, T* dst, const T* src, StreamHandle stream) {
+  int device = 0;
+  SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SDRT_ASSIGN_OR_RETURN(const int64_t resident, (ResidentBlocks<T, IndexT>(device)));
+  const int64_t blocks = std::min<int64_t>((plan.numel + kTile - 1) / kTile, resident);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = 0;
   config.stream = static_cast<cudaStream_t>(stream);
-  return SDRT_CUDA_STATUS(cudaLaunchKernelEx(&config, kernel, args...));
+  return SDRT_CUDA_STATUS(
+      cudaLaunchKernelEx(&config, StridedCopyKernel<T, IndexT>, plan, dst, src));
 }
 
 // Calls launch(T{}) with T the unsigned type of `width` bytes (uint4 for 16).
@@ -131,8 +151,7 @@ absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
     using T = decltype(width_tag);
     return DispatchIndex(plan.numel, [&](auto index_tag) {
       using IndexT = decltype(index_tag);
-      return Launch(StridedCopyKernel<T, IndexT>, plan.numel, stream, plan, static_cast<T*>(dst),
-                    static_cast<const T*>(src));
+      return Launch<T, IndexT>(plan, static_cast<T*>(dst), static_cast<const T*>(src), stream);
     });
   });
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Copies the Debian build dependencies that a lent GPU machine lacks (Abseil, GoogleTest,
-# Google Benchmark, nlohmann-json, dlpack, CLI11, xxhash: headers, libraries and CMake
+# Google Benchmark, nlohmann-json, dlpack, CLI11, xxhash, RE2: headers, libraries and CMake
 # package files, about 10 MiB) into .devdeps/usr/ (git-ignored), then proves the bundle is
 # complete: a probe CMake project, with the machine's own /usr and / ignored, finds every
 # package in the bundle, and every file and include folder that each package's imported
@@ -14,10 +14,10 @@ out=$dest/usr
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 rm -rf "$dest"
 mkdir -p "$out/include" "$out/lib/$arch/cmake" "$out/share/cmake"
-for h in absl gtest gmock benchmark nlohmann dlpack CLI xxhash.h; do cp -a "/usr/include/$h" "$out/include/"; done
+for h in absl gtest gmock benchmark nlohmann dlpack CLI xxhash.h re2; do cp -a "/usr/include/$h" "$out/include/"; done
 cp -a /usr/lib/"$arch"/libabsl_*.so* /usr/lib/"$arch"/libgtest*.a /usr/lib/"$arch"/libgmock*.a \
       /usr/lib/"$arch"/libbenchmark*.so* /usr/lib/"$arch"/libbenchmark*.a \
-      /usr/lib/"$arch"/libxxhash.so* "$out/lib/$arch/"
+      /usr/lib/"$arch"/libxxhash.so* /usr/lib/"$arch"/libre2.so* "$out/lib/$arch/"
 for c in absl GTest benchmark dlpack; do cp -a "/usr/lib/$arch/cmake/$c" "$out/lib/$arch/cmake/"; done
 for c in CLI11 nlohmann_json; do cp -a "/usr/share/cmake/$c" "$out/share/cmake/"; done
 
@@ -39,7 +39,9 @@ foreach(pkg absl GTest benchmark dlpack CLI11 nlohmann_json)
 endforeach()
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(XXHASH_LIBRARY xxhash REQUIRED)
-set(paths "${XXHASH_INCLUDE_DIR}" "${XXHASH_LIBRARY}")
+find_path(RE2_INCLUDE_DIR re2/re2.h REQUIRED)
+find_library(RE2_LIBRARY re2 REQUIRED)
+set(paths "${XXHASH_INCLUDE_DIR}" "${XXHASH_LIBRARY}" "${RE2_INCLUDE_DIR}" "${RE2_LIBRARY}")
 get_directory_property(targets IMPORTED_TARGETS)
 set(checked 0)
 foreach(target IN LISTS targets)

@@ -8,7 +8,7 @@ packages=(
   cmake g++ make pkg-config git ca-certificates python3 python3-pip
   mpich libmpich-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev
+  nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev libre2-dev
   xxhash
 )
 

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -11,13 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "re2/re2.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
 struct ShardingPlan::Rule {
   std::string pattern;
-  std::regex regex;
+  std::shared_ptr<const RE2> regex;  // compiled once, shared by copies of the plan
   std::vector<Placement> placements;
 };
 
@@ -31,7 +31,7 @@ struct TpPattern {
   TpRole role;
 };
 
-const std::vector<std::pair<std::regex, TpRole>>& TpPatterns() {
+const std::vector<std::pair<std::unique_ptr<RE2>, TpRole>>& TpPatterns() {
   static const auto* patterns = [] {
     const TpPattern kPatterns[] = {
         // Llama / Mistral / Qwen.
@@ -48,9 +48,9 @@ const std::vector<std::pair<std::regex, TpRole>>& TpPatterns() {
         {R"((^|\.)c_proj\.(weight|bias)$)", TpRole::kConv1DRow},
         {R"((^|\.)wte\.weight$)", TpRole::kVocab},
     };
-    auto* out = new std::vector<std::pair<std::regex, TpRole>>();
+    auto* out = new std::vector<std::pair<std::unique_ptr<RE2>, TpRole>>();
     for (const TpPattern& p : kPatterns) {
-      out->emplace_back(std::regex(p.regex, std::regex::ECMAScript | std::regex::optimize), p.role);
+      out->emplace_back(std::make_unique<RE2>(p.regex), p.role);
     }
     return out;
   }();
@@ -126,9 +126,8 @@ absl::string_view TpRoleName(TpRole role) {
 }
 
 TpRole TpRoleOf(absl::string_view name) {
-  const std::string text(name);
   for (const auto& [regex, role] : TpPatterns()) {
-    if (std::regex_search(text, regex)) return role;
+    if (RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *regex)) return role;
   }
   return TpRole::kReplicate;
 }
@@ -219,11 +218,14 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
     const std::string where = absl::StrCat(file, ": rule ", index, " (\"", pattern, "\")");
     Rule rule;
     rule.pattern = pattern;
-    try {
-      rule.regex = std::regex(pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": bad regex: ", e.what()));
+    RE2::Options options;
+    options.set_log_errors(false);
+    auto regex = std::make_shared<const RE2>(pattern, options);
+    if (!regex->ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": bad pattern (RE2 syntax): ", regex->error()));
     }
+    rule.regex = std::move(regex);
     SDRT_ASSIGN_OR_RETURN(rule.placements, ParsePlacementsJson(placements, where));
     rules->push_back(std::move(rule));
     return absl::OkStatus();
@@ -354,7 +356,7 @@ absl::StatusOr<std::vector<Placement>> ShardingPlan::PlacementsFor(absl::string_
       std::string rule = "default";
       for (size_t i = 0; i < rules_->size(); ++i) {
         const Rule& r = (*rules_)[i];
-        if (std::regex_search(name.begin(), name.end(), r.regex)) {
+        if (RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *r.regex)) {
           chosen = &r.placements;
           rule = absl::StrCat("rule ", i, " (\"", r.pattern, "\")");
           break;

@@ -36,9 +36,13 @@
 //     "default": "[S(0), R]"
 //   }
 //
-// "pattern" is an ECMAScript std::regex searched in the tensor name (std::regex_search: a
-// match anywhere; anchor with ^ and $). "rules" may also be an object mapping patterns to
-// placements, taken in file order. "placements" is PyTorch's printing ("[R, S(0)]",
+// "pattern" is an RE2 regular expression searched in the tensor name (RE2::PartialMatch: a
+// match anywhere; anchor with ^ and $), as std::regex_search did before. RE2 matches in
+// time linear in the name and without recursion, so no pattern can hang or overflow the
+// stack; it has no backreferences or lookaround, and a pattern RE2 cannot compile is
+// InvalidArgument naming the rule, the pattern and RE2's error. "rules" may also be an object
+// mapping patterns to placements, taken in file order. "placements" is PyTorch's printing ("[R,
+// S(0)]",
 // "_S(0, 2)", brackets optional) or an array of single placements, one per mesh dim.
 // "default" (optional, Replicate on every mesh dim when absent) applies to names no rule
 // matches. "mesh_ndim" (optional) states the mesh rank the file is written for; "comment"

@@ -14,6 +14,14 @@ add_library(sdrt_xxhash INTERFACE)
 target_include_directories(sdrt_xxhash SYSTEM INTERFACE ${XXHASH_INCLUDE_DIR})
 target_link_libraries(sdrt_xxhash INTERFACE ${XXHASH_LIBRARY})
 
+# RE2 (PLAN.json patterns: linear time, no recursion) ships no CMake config in Debian
+# bookworm; libre2-dev has the headers and .so.
+find_path(RE2_INCLUDE_DIR re2/re2.h REQUIRED)
+find_library(RE2_LIBRARY re2 REQUIRED)
+add_library(sdrt_re2 INTERFACE)
+target_include_directories(sdrt_re2 SYSTEM INTERFACE ${RE2_INCLUDE_DIR})
+target_link_libraries(sdrt_re2 INTERFACE ${RE2_LIBRARY})
+
 function(sdrt_resolve_option name found)
   if(${name} STREQUAL "ON" AND NOT ${found})
     message(FATAL_ERROR "${name}=ON but the dependency was not found")

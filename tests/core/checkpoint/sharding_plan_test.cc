@@ -204,7 +204,8 @@ TEST(ShardingPlan, JsonErrorsNameTheFileAndRule) {
       {"{", "not valid JSON"},
       {"[]", "top level must be an object"},
       {R"({"rulez": []})", "unknown field \"rulez\""},
-      {R"({"rules": [{"pattern": "(", "placements": "[S(0)]"}]})", "rule 0 (\"(\"): bad regex"},
+      {R"({"rules": [{"pattern": "(", "placements": "[S(0)]"}]})",
+       "rule 0 (\"(\"): bad pattern (RE2 syntax): missing )"},
       {R"({"rules": [{"pattern": "a", "placements": "[Q(0)]"}]})", "rule 0 (\"a\")"},
       {R"({"rules": [{"pattern": "a", "placements": "[P(sum)]"}]})", "not allowed"},
       {R"({"rules": [{"pattern": "a", "placements": 3}]})", "placements must be"},
@@ -223,6 +224,32 @@ TEST(ShardingPlan, JsonErrorsNameTheFileAndRule) {
     EXPECT_THAT(plan.status().message(), AllOf(HasSubstr("my/PLAN.json"), HasSubstr(c.message)))
         << c.text;
   }
+}
+
+// Findings 6 and 7 of issue 12: std::regex backtracked exponentially on ^(a+)+$ and
+// overflowed the stack on a 50,000-character name; RE2 is linear and does not recurse.
+TEST(ShardingPlan, JsonPatternsAreLinearTimeSearches) {
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromJson(
+      R"({"rules": [{"pattern": "^(a+)+$", "placements": "[S(0)]"},
+                    {"pattern": "layers\\..*\\.weight$", "placements": "[S(1)]"},
+                    {"pattern": "norm", "placements": "[R]"}],
+          "default": "[S(0)]"})",
+      "PLAN.json");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const DeviceMesh m = Mesh("2");
+  EXPECT_EQ(Placements(*plan, std::string(31, 'a'), {4, 4}, m), "[S(0)]");
+  EXPECT_EQ(Placements(*plan, std::string(4000, 'a') + "b", {4, 4}, m), "[S(0)]");
+  const std::string long_name = "layers." + std::string(50000, 'x') + ".weight";
+  EXPECT_EQ(Placements(*plan, long_name, {4, 4}, m), "[S(1)]");
+  // A search, as before: "norm" matches anywhere in the name, unanchored.
+  EXPECT_EQ(Placements(*plan, "model.norm.weight", {4}, m), "[R]");
+  // RE2 has no backreferences: the error names the rule, the pattern and RE2's reason.
+  absl::StatusOr<ShardingPlan> bad = ShardingPlan::FromJson(
+      R"({"rules": [{"pattern": "(a)\\1", "placements": "[S(0)]"}]})", "PLAN.json");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              AllOf(HasSubstr("rule 0 (\"(a)\\1\")"), HasSubstr("RE2 syntax"),
+                    HasSubstr("invalid escape sequence")));
 }
 
 TEST(ShardingPlan, FromSpecReadsAFile) {

@@ -5,14 +5,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #include "xxhash.h"
@@ -72,14 +71,12 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
         absl::StrCat(dir, ": not a folder (a sharded checkpoint is a folder)"));
   }
   const std::string path = absl::StrCat(dir, "/", kShardedCheckpointIndexName);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxJsonFileBytes);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": missing or unreadable (", std::strerror(errno), "); not a sharded checkpoint"));
+        path, ": missing or unreadable (", text.status().message(), "); not a sharded checkpoint"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  SDRT_ASSIGN_OR_RETURN(ShardedCheckpointIndex index, internal::ParseIndex(text.str(), path, dir));
+  SDRT_ASSIGN_OR_RETURN(ShardedCheckpointIndex index, internal::ParseIndex(*text, path, dir));
   for (int64_t r = 0; r < index.world_size; ++r) {
     const std::string rank_path = index.RankFilePath(r);
     struct stat rank_st;

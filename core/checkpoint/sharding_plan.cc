@@ -2,8 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -11,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "re2/re2.h"
+#include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -180,16 +179,13 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromSpec(const std::string& spec) {
 }
 
 absl::StatusOr<ShardingPlan> ShardingPlan::FromJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("plan file ", path, ": cannot be read"));
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxJsonFileBytes);
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat("plan file ", path, ": cannot be read: ", text.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("plan file ", path, ": cannot be read"));
-  }
-  return FromJson(text.str(), path);
+  return FromJson(*text, path);
 }
 
 absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,

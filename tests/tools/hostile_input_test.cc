@@ -1,0 +1,101 @@
+// Hostile input to the CLI (issue 12): files that are not what they claim to be, counts and
+// sizes chosen to hang or exhaust memory. Every case must end at once with exit code 2 and
+// one line naming the input, never hang or die from a signal.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+using test::CommandResult;
+
+// Runs sdrt with `args` under coreutils' timeout, so a hang fails the test (exit 124)
+// instead of blocking it.
+CommandResult Sdrt(const std::string& args) {
+  return test::RunCommand("timeout 20 " + std::string(SDRT_BINARY) + " " + args);
+}
+
+// One line on stderr, nothing on stdout, exit code 2.
+void ExpectBadInput(const CommandResult& r, const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+  for (const std::string& p : parts) EXPECT_THAT(r.err, HasSubstr(p));
+}
+
+// A tiny model to shard; fails the test when `sdrt make` does.
+std::string MakeModel(const std::string& root) {
+  const std::string path = root + "/tiny.safetensors";
+  const CommandResult r = Sdrt("make --arch tiny-llama " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return path;
+}
+
+// Finding 4: index.json and PLAN.json are read by one reader that refuses anything but a
+// regular file (opening a FIFO does not wait for a writer) and caps the size.
+TEST(HostileInput, IndexJsonThatIsNotARegularFileOrTooLarge) {
+  const std::string root = test::FreshDir("hostile_input_index");
+  const std::string fifo_dir = root + "/fifo";
+  fs::create_directories(fifo_dir);
+  ASSERT_EQ(mkfifo((fifo_dir + "/index.json").c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  ExpectBadInput(Sdrt("inspect " + fifo_dir),
+                 {fifo_dir + "/index.json", "not a regular file", "a FIFO"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+
+  const std::string zero_dir = root + "/zero";
+  fs::create_directories(zero_dir);
+  fs::create_symlink("/dev/zero", zero_dir + "/index.json");
+  ExpectBadInput(Sdrt("inspect " + zero_dir), {"not a regular file", "a character device"});
+
+  // A sparse file over the 64 MiB cap is refused from its size, without reading it.
+  const std::string big_dir = root + "/big";
+  fs::create_directories(big_dir);
+  { std::ofstream(big_dir + "/index.json") << "{"; }
+  fs::resize_file(big_dir + "/index.json", (int64_t{64} << 20) + 1);
+  ExpectBadInput(Sdrt("inspect " + big_dir), {"67108865 bytes", "over the limit", "64 MiB"});
+
+  // A link to a regular index.json is still an input like any other: it is read.
+  const std::string linked = root + "/linked";
+  fs::create_directories(linked);
+  { std::ofstream(root + "/real_index.json") << "[]"; }
+  fs::create_symlink(root + "/real_index.json", linked + "/index.json");
+  const CommandResult r = Sdrt("inspect " + linked);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("not a regular file")));
+}
+
+TEST(HostileInput, PlanJsonThatIsNotARegularFile) {
+  const std::string root = test::FreshDir("hostile_input_plan");
+  const std::string model = MakeModel(root);
+  ASSERT_EQ(mkfifo((root + "/PLAN.json").c_str(), 0600), 0);
+  ExpectBadInput(
+      Sdrt("shard " + model + " " + root + "/out --mesh 2 --plan " + root + "/PLAN.json"),
+      {"plan file " + root + "/PLAN.json", "not a regular file (a FIFO)"});
+  fs::create_symlink("/dev/zero", root + "/zero.json");
+  ExpectBadInput(
+      Sdrt("shard " + model + " " + root + "/out --mesh 2 --plan " + root + "/zero.json"),
+      {"zero.json", "a character device"});
+  EXPECT_FALSE(fs::exists(root + "/out"));
+}
+
+}  // namespace
+}  // namespace sdrt

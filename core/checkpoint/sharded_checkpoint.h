@@ -111,8 +111,10 @@ struct WriteShardedCheckpointOptions {
   // Names the source in messages and is recorded nowhere else (SafetensorsFile does not
   // keep its path); e.g. the path it was opened from.
   std::string source_name = "<source>";
-  // Replace `out_dir` when it already is a sharded checkpoint (has an index.json). An
-  // empty folder is always replaced; any other existing path is refused.
+  // Replace `out_dir` when it already is an sdrt sharded checkpoint: an index.json that
+  // ReadShardedCheckpointIndex accepts, the rank files it names and nothing else, all
+  // regular files (what this writer makes). An empty folder is always replaced; any other
+  // existing path (a folder with one more file, a link, a subfolder) is refused, untouched.
   bool overwrite = false;
 };
 
@@ -133,7 +135,8 @@ struct WriteShardedCheckpointOptions {
 // Returns the index written. InvalidArgument naming the source, the tensor and the rule
 // for a mesh that is not over 0..N-1 in order or has more than kMaxShardedCheckpointRanks
 // ranks, and for a plan that does not fit the mesh (CheckMesh, PlacementsFor);
-// AlreadyExists when `out_dir` exists and is not replaceable (see `overwrite`); the
+// AlreadyExists when `out_dir` exists and is not replaceable (see `overwrite`; the message
+// names the entry that makes it not a checkpoint); the
 // errno's code for I/O failures (NotFound for a missing parent folder), naming the path.
 absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     const SafetensorsFile& source, std::shared_ptr<const DeviceMesh> mesh, const ShardingPlan& plan,

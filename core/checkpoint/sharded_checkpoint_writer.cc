@@ -7,10 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
@@ -37,6 +41,53 @@ absl::StatusOr<bool> IsEmptyDir(const std::string& dir) {
   }
   closedir(d);
   return empty;
+}
+
+// Whether the existing folder `target` is exactly what this writer makes, so that replacing
+// it loses nothing of the user's: an index.json that ReadShardedCheckpointIndex accepts, the
+// rank files it names, and nothing else, each a regular file (no links, folders or other
+// entries). AlreadyExists naming the first entry or rule that does not fit otherwise.
+absl::Status CheckIsShardedCheckpoint(const std::string& target) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(target, ": exists and is not a sharded checkpoint written by sdrt (", why,
+                     "); refusing to replace it"));
+  };
+  std::vector<std::string> names;
+  DIR* d = opendir(target.c_str());
+  if (d == nullptr) return IoError(errno, "opendir", target);
+  while (dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      names.emplace_back(e->d_name);
+    }
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    struct stat st;
+    const std::string path = absl::StrCat(target, "/", name);
+    if (lstat(path.c_str(), &st) != 0) return IoError(errno, "lstat", path);
+    if (!S_ISREG(st.st_mode)) {
+      return refuse(absl::StrCat("it holds \"", absl::CHexEscape(name), "\", not a regular file"));
+    }
+  }
+  if (!std::binary_search(names.begin(), names.end(), std::string(kShardedCheckpointIndexName))) {
+    return refuse(absl::StrCat("no ", kShardedCheckpointIndexName));
+  }
+  ReadShardedCheckpointOptions read_options;
+  read_options.check_rank_files = false;
+  absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(target, read_options);
+  if (!index.ok()) return refuse(index.status().message());
+  std::vector<std::string> expected = index->files;
+  expected.emplace_back(kShardedCheckpointIndexName);
+  std::sort(expected.begin(), expected.end());
+  for (const std::string& name : names) {
+    if (!std::binary_search(expected.begin(), expected.end(), name)) {
+      return refuse(absl::StrCat("it holds \"", absl::CHexEscape(name), "\", which ",
+                                 kShardedCheckpointIndexName, " does not name"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The local tensor of `rank`: a view of `full` when the piece is one contiguous slice of it
@@ -131,13 +182,10 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
           absl::StrCat(target, ": exists and is not a folder; refusing to replace it"));
     }
     SDRT_ASSIGN_OR_RETURN(const bool empty, IsEmptyDir(target));
-    const std::string old_index = absl::StrCat(target, "/", kShardedCheckpointIndexName);
     if (empty) {
       replace = Replace::kEmpty;
-    } else if (access(old_index.c_str(), F_OK) != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(target, ": exists, is not empty and is not a sharded checkpoint (no ",
-                       kShardedCheckpointIndexName, "); refusing to replace it"));
+    } else if (const absl::Status ours = CheckIsShardedCheckpoint(target); !ours.ok()) {
+      return ours;
     } else if (!options.overwrite) {
       return absl::AlreadyExistsError(
           absl::StrCat(target,

@@ -1,0 +1,118 @@
+// What the `sdrt` commands that write (shard, gather, make, demo) do to what is already on
+// disk, run as the built binary: they replace only what they made, never write through a
+// link into an input, and leave no temporary files when interrupted.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+namespace fs = std::filesystem;
+using test::CommandResult;
+using test::ShellQuote;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+CommandResult Sdrt(const std::string& args) {
+  return test::RunCommand(ShellQuote(SDRT_BINARY) + " " + args);
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Every path under `root` (links not followed) with its bytes ("<dir>" for folders,
+// "-> target" for links), sorted: equal before and after means nothing was touched.
+std::vector<std::string> Snapshot(const std::string& root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const std::string rel = fs::relative(e.path(), root).string();
+    if (e.is_symlink()) {
+      out.push_back(rel + " -> " + fs::read_symlink(e.path()).string());
+    } else if (e.is_directory()) {
+      out.push_back(rel + " <dir>");
+    } else {
+      out.push_back(rel + " " + ReadBytes(e.path().string()));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A small full checkpoint and its sharded checkpoint (mesh 2, fsdp) under `root`.
+void MakeCheckpoint(const std::string& root) {
+  test::WriteSource(root + "/full.safetensors", test::MixedStateDict());
+  const CommandResult r = Sdrt(absl::StrCat("shard ", ShellQuote(root + "/full.safetensors"), " ",
+                                            ShellQuote(root + "/ckpt"), " --mesh 2 --plan fsdp"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+// --overwrite replaces only a folder that is exactly an sdrt sharded checkpoint.
+TEST(ShardOverwrite, AFolderWithAnIndexJsonAndMoreIsNeverReplaced) {
+  const std::string root = test::FreshDir("output_safety_overwrite");
+  MakeCheckpoint(root);
+  const std::string shard = absl::StrCat("shard ", ShellQuote(root + "/full.safetensors"), " ");
+
+  // A web app's folder with an index.json of its own.
+  const std::string app = root + "/app";
+  fs::create_directories(app + "/sub");
+  WriteBytes(app + "/index.json", "{\"name\": \"my-app\"}");
+  WriteBytes(app + "/precious.txt", "precious");
+  WriteBytes(app + "/sub/more.txt", "more");
+  const std::vector<std::string> app_before = Snapshot(app);
+  CommandResult r = Sdrt(shard + ShellQuote(app) + " --mesh 2 --plan fsdp --overwrite");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, AllOf(HasSubstr(app), HasSubstr("not a sharded checkpoint written by sdrt"),
+                           HasSubstr("refusing to replace it")));
+  EXPECT_EQ(Snapshot(app), app_before);
+
+  // A real checkpoint with one more file, a subfolder, or a link in it.
+  const std::string ckpt = root + "/ckpt";
+  for (const std::string extra : {"notes.txt", "sub", "link"}) {
+    SCOPED_TRACE(extra);
+    if (extra == "sub") {
+      fs::create_directories(ckpt + "/sub");
+    } else if (extra == "link") {
+      fs::create_symlink(root + "/full.safetensors", ckpt + "/link");
+    } else {
+      WriteBytes(ckpt + "/" + extra, "mine");
+    }
+    const std::vector<std::string> before = Snapshot(root);
+    r = Sdrt(shard + ShellQuote(ckpt) + " --mesh 4 --plan fsdp --overwrite");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_THAT(r.err, AllOf(HasSubstr("\"" + extra + "\""), HasSubstr("refusing to replace it")));
+    EXPECT_EQ(Snapshot(root), before);
+    fs::remove_all(ckpt + "/" + extra);
+  }
+  // Without the extra entry it is replaced.
+  r = Sdrt(shard + ShellQuote(ckpt) + " --mesh 4 --plan fsdp --overwrite");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadShardedCheckpointIndex(ckpt)->world_size, 4);
+}
+
+}  // namespace
+}  // namespace sdrt

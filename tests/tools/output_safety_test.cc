@@ -114,5 +114,52 @@ TEST(ShardOverwrite, AFolderWithAnIndexJsonAndMoreIsNeverReplaced) {
   EXPECT_EQ(ReadShardedCheckpointIndex(ckpt)->world_size, 4);
 }
 
+// An output that is a link, or resolves into an input, is refused and the input
+// is left byte-identical, for every command that writes.
+TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
+  const std::string root = test::FreshDir("output_safety_links");
+  test::WriteSource(root + "/full.safetensors", test::MixedStateDict());
+  const std::string ckpt = root + "/ckpt";
+  CommandResult r = Sdrt(absl::StrCat("shard ", ShellQuote(root + "/full.safetensors"), " ",
+                                      ShellQuote(ckpt), " --mesh 1 --plan fsdp"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string rank_file = ckpt + "/" + RankFileName(0, 1);
+  fs::create_symlink(rank_file, root + "/out.safetensors");  // OUT -> a rank file
+  fs::create_symlink(ckpt, root + "/alias");                 // a folder link into INDIR
+  fs::create_symlink(ckpt, root + "/outdir");                // OUTDIR -> the checkpoint
+  WriteBytes(root + "/notes.txt", "not a checkpoint");
+  const std::vector<std::string> before = Snapshot(root);
+
+  struct Case {
+    std::string args;
+    std::vector<std::string> words;
+  };
+  const std::string full = ShellQuote(root + "/full.safetensors");
+  const std::vector<Case> cases = {
+      {"gather " + ShellQuote(ckpt) + " " + ShellQuote(root + "/out.safetensors"),
+       {"out.safetensors", "symbolic link"}},
+      {"gather " + ShellQuote(ckpt) + " " + ShellQuote(root + "/alias/new.safetensors"),
+       {"alias/new.safetensors", "is inside", ckpt}},
+      {"gather " + ShellQuote(root + "/alias") + " " + ShellQuote(rank_file),
+       {rank_file, "is inside"}},
+      {"make " + ShellQuote(root + "/out.safetensors"), {"out.safetensors", "symbolic link"}},
+      // An existing file is replaced only when it is a safetensors file.
+      {"make " + ShellQuote(root + "/notes.txt"), {"notes.txt", "not a safetensors file"}},
+      {"gather " + ShellQuote(ckpt) + " " + ShellQuote(root + "/notes.txt"),
+       {"notes.txt", "not a safetensors file", "refusing to replace it"}},
+      {"shard " + full + " " + ShellQuote(root + "/outdir") + " --mesh 2 --plan fsdp --overwrite",
+       {"outdir", "symbolic link"}},
+      {"shard " + full + " " + ShellQuote(root) + " --mesh 2 --plan fsdp --overwrite",
+       {"contains", "full.safetensors"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    r = Sdrt(c.args);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    for (const std::string& w : c.words) EXPECT_THAT(r.err, HasSubstr(w));
+    EXPECT_EQ(Snapshot(root), before);
+  }
+}
+
 }  // namespace
 }  // namespace sdrt

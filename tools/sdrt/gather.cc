@@ -3,7 +3,8 @@
 // them with ranks_only {0} and cpu_offload, and rank 0 checks each full tensor against the
 // index's xxh64 and writes OUT atomically (the source's tensors, in its order, with its
 // __metadata__).
-#include <filesystem>
+#include <sys/stat.h>
+
 #include <iostream>
 #include <memory>
 #include <string>
@@ -17,8 +18,10 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/output_path.h"
 #include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
@@ -59,25 +62,16 @@ absl::StatusOr<Map> LoadShards(const GatherArgs& args, const Session& session,
   return state_dict;
 }
 
-// Rank 0, before any data moves: OUT must be writable as a file, and not inside INDIR
-// (writing there would replace a file of the checkpoint being read).
+// Rank 0, before any data moves and again just before writing: OUT must be writable as a
+// file, not a symbolic link, not inside INDIR once links are resolved (writing there would
+// replace a file of the checkpoint being read), and absent or a safetensors file.
 absl::Status CheckOut(const GatherArgs& args) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path out = fs::absolute(args.out, ec);
-  const fs::path in = fs::weakly_canonical(fs::absolute(args.in_dir, ec), ec);
-  const fs::path parent = fs::weakly_canonical(out.parent_path(), ec);
-  if (fs::is_directory(out, ec)) {
+  SDRT_RETURN_IF_ERROR(CheckOutputPath(args.out, {args.in_dir}));
+  struct stat st;
+  if (stat(args.out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(args.out, " is a folder, not a file"));
   }
-  if (!fs::is_directory(parent, ec)) {
-    return absl::NotFoundError(absl::StrCat("the folder of ", args.out, " does not exist"));
-  }
-  if (parent == in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(args.out, " is inside ", args.in_dir, ", the checkpoint being gathered"));
-  }
-  return absl::OkStatus();
+  return CheckReplaceableSafetensors(args.out);
 }
 
 // Rank 0: checks every gathered tensor against the index and writes OUT.
@@ -99,6 +93,7 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
     }
     tensors.emplace_back(t.name, v->as_tensor());
   }
+  SDRT_RETURN_IF_ERROR(CheckOut(args));  // nothing has become a link since the first check
   // The index lists the tensors in the source's byte order; OUT keeps it.
   WriteSafetensorsOptions write_options;
   write_options.data_in_given_order = true;

@@ -8,6 +8,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/output_path.h"
 #include "sdrt/tools/sdrt/internal/synthetic.h"
 
 namespace sdrt::cli {
@@ -31,6 +32,12 @@ int RunMake(const MakeArgs& args) {
   } else if (args.dtype != "bf16") {
     std::cerr << "sdrt make: --dtype must be bf16, f16 or f32, got \"" << args.dtype << "\"\n";
     return kExitBadInput;
+  }
+  absl::Status out_ok = CheckOutputPath(args.out, {});
+  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out);
+  if (!out_ok.ok()) {
+    std::cerr << "sdrt make: " << out_ok.message() << "\n";
+    return ExitCodeFor(out_ok);
   }
   absl::StatusOr<ArchConfig> config = ScaledArch(args.arch, args.scale);
   if (!config.ok()) {

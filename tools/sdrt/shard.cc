@@ -16,6 +16,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/output_path.h"
 
 namespace sdrt::cli {
 namespace {
@@ -56,6 +57,9 @@ int RunShard(const ShardArgs& args) {
   }
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (!plan.ok()) return Fail(plan.status());
+  // OUTDIR is replaced as a whole: it must not be a link or hold FILE.
+  const absl::Status out_ok = CheckOutputPath(args.out_dir, {args.source});
+  if (!out_ok.ok()) return Fail(out_ok);
 
   WriteShardedCheckpointOptions options;
   options.source_name = args.source;

@@ -1,0 +1,32 @@
+// Checks on the paths the writing commands (shard, gather, make) create or replace, made
+// before anything is written: an output is never a symbolic link (writing through it would
+// replace the file it points at, e.g. a rank file of the checkpoint being read) and never
+// is, contains or lies inside an input once every link in its folder is resolved.
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_PATH_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_PATH_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace sdrt::cli {
+
+// Checks `out` (a file or folder the command will create or replace atomically) against
+// `inputs` (the files and folders it reads; ones that do not exist are skipped, reading
+// them reports that). `out`'s folder is resolved with realpath(3), `out` itself must not be
+// a symbolic link, and the resolved path must not equal an input's resolved path, lie
+// inside an input folder, or contain an input (a folder replaced as a whole).
+// Errors: InvalidArgument naming `out`, the input and the rule; NotFound when `out`'s
+// folder does not exist; the errno's status when it cannot be examined.
+absl::Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs);
+
+// For a command that writes one safetensors file `out` (gather, make): an existing `out` is
+// replaced only when it is a safetensors file (SafetensorsFile::Open accepts it), so a
+// mistyped path never destroys another file. AlreadyExists naming `out` and why otherwise
+// (not a regular file, or not safetensors: the reader's reason); OK when it does not exist.
+absl::Status CheckReplaceableSafetensors(const std::string& out);
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_PATH_H_

@@ -1,6 +1,8 @@
 #include "sdrt/core/io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,11 +11,18 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <system_error>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -33,6 +42,68 @@ std::string TempName(const std::string& dir, const std::string& base) {
       (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   return absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", absl::Hex(tag));
+}
+
+// The temporary paths this process has created and not yet renamed into place or removed,
+// for RemoveTemporaryPaths (an interrupted command). Leaked: usable during exit.
+struct Registry {
+  std::mutex mu;
+  std::set<std::string> paths;
+};
+Registry& Temporaries() {
+  static Registry* registry = new Registry;
+  return *registry;
+}
+void Register(const std::string& path) {
+  std::lock_guard<std::mutex> lock(Temporaries().mu);
+  Temporaries().paths.insert(path);
+}
+void Unregister(const std::string& path) {
+  std::lock_guard<std::mutex> lock(Temporaries().mu);
+  Temporaries().paths.erase(path);
+}
+
+// The owner pid of `name` when it is exactly `.<base>.tmp.<pid>.<hex>` (TempName's form),
+// else 0.
+pid_t TempOwner(absl::string_view name, const std::string& base) {
+  const std::string prefix = absl::StrCat(".", base, ".tmp.");
+  if (!absl::ConsumePrefix(&name, prefix)) return 0;
+  const size_t dot = name.find('.');
+  if (dot == absl::string_view::npos || dot == 0 || dot + 1 == name.size()) return 0;
+  const absl::string_view pid_text = name.substr(0, dot);
+  const absl::string_view tag = name.substr(dot + 1);
+  const auto is_hex = [](char c) { return absl::ascii_isxdigit(static_cast<unsigned char>(c)); };
+  const auto is_digit = [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); };
+  if (!std::all_of(pid_text.begin(), pid_text.end(), is_digit) ||
+      !std::all_of(tag.begin(), tag.end(), is_hex) || tag.size() > 16) {
+    return 0;
+  }
+  int64_t pid = 0;
+  if (!absl::SimpleAtoi(pid_text, &pid) || pid <= 0 || pid > INT32_MAX) return 0;
+  return static_cast<pid_t>(pid);
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+// Removes the temporary files and folders of `base` in `dir` that a process of this
+// machine left behind when it was killed: names of TempName's exact form whose owner pid
+// no longer exists (kill(pid, 0) fails with ESRCH). A live pid, even a reused one, keeps
+// its names. Best effort: an unreadable folder is left to Create's own error.
+void SweepStale(const std::string& dir, const std::string& base) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = TempOwner(e->d_name, base);
+    if (pid != 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
+      stale.push_back(absl::StrCat(dir, "/", e->d_name));
+    }
+  }
+  closedir(d);
+  for (const std::string& path : stale) RemoveTree(path);
 }
 
 absl::Status WriteAll(int fd, const std::string& path, const char* data, int64_t nbytes) {
@@ -55,27 +126,32 @@ absl::Status FsyncPath(const std::string& path) {
   return rc == 0 ? absl::OkStatus() : IoError(err, "fsync", path);
 }
 
-void RemoveTree(const std::string& path) {
-  std::error_code ignored;
-  std::filesystem::remove_all(path, ignored);
-}
-
 }  // namespace
 
 absl::Status IoError(int err, absl::string_view call, absl::string_view path) {
   return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
 }
 
+int RemoveTemporaryPaths() {
+  std::lock_guard<std::mutex> lock(Temporaries().mu);
+  for (const std::string& path : Temporaries().paths) RemoveTree(path);
+  const int removed = static_cast<int>(Temporaries().paths.size());
+  Temporaries().paths.clear();
+  return removed;
+}
+
 // --- AtomicFile --------------------------------------------------------------------------
 
 absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& dir, const std::string& base,
                                               int mode) {
+  SweepStale(dir, base);
   for (int attempt = 0;; ++attempt) {
     AtomicFile file;
     file.path_ = TempName(dir, base);
     file.fd_ =
         open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
     if (file.fd_ >= 0) {
+      Register(file.path_);
       if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
         return IoError(errno, "fchmod", file.path_);
       }
@@ -94,7 +170,10 @@ AtomicFile::AtomicFile(AtomicFile&& other) noexcept
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) close(fd_);
-  if (!path_.empty()) unlink(path_.c_str());
+  if (!path_.empty()) {
+    unlink(path_.c_str());
+    Unregister(path_);
+  }
 }
 
 absl::Status AtomicFile::Write(const void* data, int64_t nbytes) {
@@ -106,6 +185,7 @@ absl::Status AtomicFile::Commit(const std::string& dir, const std::string& targe
   const int fd = std::exchange(fd_, -1);
   if (close(fd) != 0) return IoError(errno, "close", path_);
   if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
+  Unregister(path_);
   path_.clear();  // now the target's bytes
   return FsyncPath(dir);
 }
@@ -114,9 +194,12 @@ absl::Status AtomicFile::Commit(const std::string& dir, const std::string& targe
 
 absl::StatusOr<AtomicFolder> AtomicFolder::Create(const std::string& parent,
                                                   const std::string& base) {
+  SweepStale(parent, base);
+  SweepStale(parent, base + ".old");  // Install's fallback moves the old folder there
   for (int attempt = 0;; ++attempt) {
     std::string path = TempName(parent, base);
     if (mkdir(path.c_str(), 0777) == 0) {
+      Register(path);
       AtomicFolder folder;
       folder.path_ = std::move(path);
       return folder;
@@ -128,7 +211,10 @@ absl::StatusOr<AtomicFolder> AtomicFolder::Create(const std::string& parent,
 AtomicFolder::AtomicFolder(AtomicFolder&& other) noexcept : path_(std::exchange(other.path_, {})) {}
 
 AtomicFolder::~AtomicFolder() {
-  if (!path_.empty()) RemoveTree(path_);
+  if (!path_.empty()) {
+    RemoveTree(path_);
+    Unregister(path_);
+  }
 }
 
 absl::Status AtomicFolder::Install(const std::string& parent, const std::string& target,
@@ -136,6 +222,7 @@ absl::Status AtomicFolder::Install(const std::string& parent, const std::string&
   SDRT_RETURN_IF_ERROR(FsyncPath(path_));
   if (!replace_existing) {
     if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
+    Unregister(path_);
     path_.clear();
     return FsyncPath(parent);
   }
@@ -155,6 +242,7 @@ absl::Status AtomicFolder::Install(const std::string& parent, const std::string&
     rename(old.c_str(), target.c_str());
     return IoError(err, "rename", path_);
   }
+  Unregister(path_);
   path_.clear();  // `aside` removes the old folder
   return FsyncPath(parent);
 }

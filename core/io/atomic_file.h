@@ -5,8 +5,12 @@
 // (one folder of files).
 //
 // Temporary names are `.<base>.tmp.<pid>.<hex>` in the target's folder: created exclusively
-// (O_EXCL / mkdir), distinct per process, call and run, and only ever removed by the object
-// that created them. Every error is an absl::Status from errno (absl::ErrnoToStatus: ENOENT
+// (O_EXCL / mkdir), distinct per process, call and run, and removed by the object that
+// created them, by RemoveTemporaryPaths (an interrupted process), or, when the process was
+// killed before either could run, by the next Create for the same target in the same
+// folder: it removes the names of exactly that form whose pid is no longer a live process
+// on this machine (kill(pid, 0) gives ESRCH; a live or reused pid keeps its names).
+// Every error is an absl::Status from errno (absl::ErrnoToStatus: ENOENT
 // is NotFound, EACCES PermissionDenied, ENOSPC ResourceExhausted, ...) whose message names
 // the system call and the path.
 #ifndef SDRT_CORE_IO_ATOMIC_FILE_H_
@@ -81,6 +85,13 @@ class AtomicFolder {
   AtomicFolder() = default;
   std::string path_;
 };
+
+// Removes every temporary file and folder this process created through AtomicFile and
+// AtomicFolder that is not yet committed, installed or removed, and returns how many. For
+// a command interrupted by a signal: call it from a normal thread (it takes a lock and
+// allocates; not async-signal-safe), then end the process without running destructors
+// (_exit), since the objects' own cleanup may be in progress on other threads.
+int RemoveTemporaryPaths();
 
 // Writes `bytes` into a new file `path` (O_EXCL: an existing file is an error, AlreadyExists)
 // and fsyncs it. For files inside an AtomicFolder, which is made visible as a whole.

@@ -161,5 +161,98 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
   }
 }
 
+// The names in `dir` that sdrt's temporary paths have (".<base>.tmp.<pid>.<hex>").
+std::vector<std::string> Temporaries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos) out.push_back(name);
+  }
+  return out;
+}
+
+// Starts `sdrt <args>` (output discarded), sends `signo` as soon as a temporary path
+// appears in `dir`, and returns the wait status; *saw_temp says whether one appeared
+// before the command ended by itself.
+int SignalWhenTemporaryAppears(const std::vector<std::string>& args, const std::string& dir,
+                               int signo, bool* saw_temp) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    std::vector<char*> argv = {const_cast<char*>(SDRT_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(SDRT_BINARY, argv.data());
+    _exit(127);
+  }
+  *saw_temp = false;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (!Temporaries(dir).empty()) {
+      *saw_temp = true;
+      kill(pid, signo);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(200);
+  }
+  return status;
+}
+
+// SIGTERM or SIGINT while shard or gather writes removes the temporary paths
+// and exits 1; after SIGKILL the next run writing the same target removes them.
+TEST(Interrupted, NoTemporaryPathOutlivesTheNextRun) {
+  const std::string root = test::FreshDir("output_safety_interrupted");
+  const std::string source = root + "/big.safetensors";
+  // About 85 MB of float32: writing it takes long enough to be caught in the act.
+  CommandResult r = Sdrt("make --arch tiny-llama --scale 6 --dtype f32 " + ShellQuote(source));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string ckpt = root + "/ckpt";
+  const std::vector<std::string> shard = {"shard", source, ckpt, "--mesh", "2", "--plan", "fsdp"};
+  for (const int signo : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(strsignal(signo));
+    bool saw_temp = false;
+    const int status = SignalWhenTemporaryAppears(shard, root, signo, &saw_temp);
+    ASSERT_TRUE(saw_temp) << "shard ended before a temporary folder was seen";
+    ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 1);
+    EXPECT_THAT(Temporaries(root), ::testing::IsEmpty());
+    EXPECT_FALSE(fs::exists(ckpt));
+  }
+  // SIGKILL leaves the folder; the next shard of the same target removes it.
+  bool saw_temp = false;
+  int status = SignalWhenTemporaryAppears(shard, root, SIGKILL, &saw_temp);
+  ASSERT_TRUE(saw_temp);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_EQ(Temporaries(root).size(), 1u);
+  r = Sdrt(
+      absl::StrCat("shard ", ShellQuote(source), " ", ShellQuote(ckpt), " --mesh 2 --plan fsdp"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Temporaries(root), ::testing::IsEmpty());
+
+  // gather (one rank, no mpiexec) of a one-rank checkpoint, interrupted while writing OUT.
+  const std::string one = root + "/one";
+  r = Sdrt(
+      absl::StrCat("shard ", ShellQuote(source), " ", ShellQuote(one), " --mesh 1 --plan fsdp"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string out_dir = root + "/gathered";
+  fs::create_directories(out_dir);
+  const std::vector<std::string> gather = {"gather", one, out_dir + "/out.safetensors"};
+  status = SignalWhenTemporaryAppears(gather, out_dir, SIGTERM, &saw_temp);
+  ASSERT_TRUE(saw_temp) << "gather ended before a temporary file was seen";
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_THAT(Temporaries(out_dir), ::testing::IsEmpty());
+  EXPECT_FALSE(fs::exists(out_dir + "/out.safetensors"));
+  status = SignalWhenTemporaryAppears(gather, out_dir, SIGKILL, &saw_temp);
+  ASSERT_TRUE(saw_temp);
+  ASSERT_EQ(Temporaries(out_dir).size(), 1u);
+  r = Sdrt(absl::StrCat("gather ", ShellQuote(one), " ", ShellQuote(out_dir + "/out.safetensors")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Temporaries(out_dir), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace sdrt

@@ -4,6 +4,7 @@
 #include "CLI/CLI.hpp"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/interrupt.h"
 #include "sdrt/version.h"
 
 namespace {
@@ -19,6 +20,7 @@ void PrintVersion() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sdrt::cli::InstallInterruptCleanup();  // first: no temporary path exists yet
   CLI::App app("sdrt: gather, broadcast and inspect sharded model state dicts", "sdrt");
   app.require_subcommand(0, 1);
   bool version = false;

@@ -1,0 +1,54 @@
+#include "sdrt/tools/sdrt/internal/interrupt.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "sdrt/core/io/atomic_file.h"
+#include "sdrt/tools/sdrt/commands.h"
+
+namespace sdrt::cli {
+namespace {
+
+// The pipe from the handlers to the watcher: [0] read end, [1] write end.
+int g_wake[2] = {-1, -1};
+
+// Async-signal-safe: one byte, the signal number, into the pipe.
+void OnSignal(int signo) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(signo);
+  [[maybe_unused]] const ssize_t n = write(g_wake[1], &byte, 1);
+  errno = saved_errno;
+}
+
+[[noreturn]] void Watch() {
+  unsigned char signo = 0;
+  while (read(g_wake[0], &signo, 1) != 1) {
+    if (errno != EINTR) pause();  // the pipe failed: wait for the process to end otherwise
+  }
+  const int removed = RemoveTemporaryPaths();
+  if (removed > 0) {
+    std::fprintf(stderr, "sdrt: interrupted by %s; removed %d temporary path(s)\n",
+                 strsignal(signo), removed);
+  }
+  _exit(kExitRuntimeError);
+}
+
+}  // namespace
+
+void InstallInterruptCleanup() {
+  if (pipe2(g_wake, O_CLOEXEC) != 0) return;
+  std::thread(Watch).detach();
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (const int signo : {SIGINT, SIGTERM, SIGHUP}) sigaction(signo, &action, nullptr);
+}
+
+}  // namespace sdrt::cli

@@ -13,16 +13,23 @@
 #
 # The real check runs these steps, each under its own `timeout` and all within
 # $SDRT_CHECK_BUDGET_S seconds (default 450; a step that would start with under 15 s left is
-# "not run"): env (GPUs, driver, tools), configure, build (the target sdrt_device_check),
-# ctest -L gpu (fails when a test skips for want of a device while one is visible; other skips
-# are counted and listed, e.g. the N-ranks NCCL test on one GPU), the kernel and pinned-memory
-# benchmarks (each case against cudaMemcpy of the same bytes in the same run), one-rank
-# `sdrt load --device cuda` of the demo checkpoint and of a gpt2-shaped bf16 one (made on the
-# spot), and compute-sanitizer (--report-api-errors no) memcheck and initcheck on the kernel
-# and runtime tests without their multi-GiB cases, racecheck on one small kernel test.
-# Output in $OUT (or /tmp/sdrt-device-out), at most 8 files: table.txt (the table printed
-# last), env.txt, kernels_bench.json, pinned_bench.json, load.json, load_gpt2.json and
-# logs.tgz (every step's log). Exit status 0 only when every step passed.
+# "not run"): env (GPUs, compute mode, driver, tools, the NCCL_* and CUDA_* environment),
+# configure, build (the target sdrt_device_check); then the steps without NCCL: ctest -L gpu
+# without the NCCL tests (fails when a test skips for want of a device while one is visible;
+# other skips are counted and listed, e.g. "needs two CUDA devices" on one GPU),
+# compute-sanitizer (--report-api-errors no) memcheck and initcheck on the kernel and runtime
+# tests without their multi-GiB cases and racecheck on one small kernel test, the kernel and
+# pinned-memory benchmarks (each case against cudaMemcpy of the same bytes in the same run);
+# then an NCCL smoke test (one one-rank communicator, 30 s) and, only when it passes, the
+# steps with NCCL: ctest -L gpu of the NCCL tests and one-rank `sdrt load --device cuda` of
+# the demo checkpoint and of a gpt2-shaped bf16 one (made on the spot). ctest runs 4 tests at
+# a time only when the GPU's compute mode is Default. NCCL logs (NCCL_DEBUG=WARN unless set)
+# go to files in the logs, never to stdout.
+# Output in $OUT (or /tmp/sdrt-device-out), at most 8 files: table.txt, env.txt,
+# kernels_bench.json, pinned_bench.json, load.json, load_gpt2.json and logs.tgz (every
+# step's log); table.txt and logs.tgz are rewritten after every step and on SIGTERM/SIGINT,
+# so a check killed on the way still returns them. The table is printed last. Exit status
+# 0 only when every step passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=check
@@ -123,10 +130,58 @@ mkdir -p "$out"
 deadline=$((SECONDS + budget))
 rows=()
 failed=0
+current=
+child=
+# NCCL's warnings go to a file per process in the logs, never to stdout (where they would
+# corrupt `sdrt load --json`); NCCL_DEBUG=INFO in the caller's environment is kept.
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
+# The GPU test cases that use NCCL (ctest names are gtest's Suite.Test): every Nccl* suite
+# but DivideOnDeviceGpuTest (in the same binary, no NCCL), the DTensor collectives on a
+# one-rank NCCL communicator, the multi-GPU state dicts and the one-rank CLI on GPU 0.
+nccl_tests='^(Nccl[A-Za-z]*|DTensorOpsGpuTest|DistributedStateDictMultiGpu|OneRankCli)\.'
+# The NCCL smoke test: one one-rank communicator and a barrier (under the tests' own
+# 60 s NCCL timeout; the step's limit is shorter still).
+nccl_smoke='NcclCommunicatorGpuTest.Identity'
+
+# The table so far.
+table() {
+  printf '%-18s %-14s %5s  %s\n' step result s figure
+  local row name result seconds figure
+  for row in "${rows[@]}"; do
+    IFS='|' read -r name result seconds figure <<<"$row"
+    printf '%-18s %-14s %5s  %s\n' "$name" "$result" "$seconds" "$figure"
+  done
+}
+
+# Writes table.txt and logs.tgz as they stand (each replaced whole), so that a check killed
+# at any point still leaves both.
+publish() {
+  { table; echo "device-check: $1, $SECONDS s of a ${budget} s budget"; } >"$out/table.txt.part" &&
+    mv -f "$out/table.txt.part" "$out/table.txt"
+  tar -czf "$out/logs.tgz.part" -C "$logs" . 2>/dev/null && mv -f "$out/logs.tgz.part" "$out/logs.tgz"
+}
+
+# On SIGTERM or SIGINT (e.g. the device call's own timeout): stops the running step, records
+# it as killed and publishes what there is.
+# shellcheck disable=SC2317  # called by the traps below
+interrupted() {
+  trap - TERM INT
+  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+  took=0
+  rows+=("${current:-check}|killed|0|the check got SIG$1 $SECONDS s in")
+  publish "KILLED by SIG$1"
+  table >&2
+  exit 1
+}
+trap 'interrupted TERM' TERM
+trap 'interrupted INT' INT
 
 # step NAME LIMIT_S CMD...: runs CMD with its output in $logs/NAME.log under `timeout`, for at
 # most LIMIT_S seconds and never past the deadline; sets rc (124 or 137: timed out; -1: not
-# run, the budget is spent) and took (seconds).
+# run, the budget is spent) and took (seconds). CMD runs in the background and is waited
+# for, so that a signal to this script is handled at once (a trap waits for a foreground
+# command).
 step() {
   local name=$1 limit=$2 left
   shift 2
@@ -140,8 +195,13 @@ step() {
   [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (at most ${limit}s)" >&2
   local t0=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  current=$name
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1 </dev/null &
+  child=$!
+  wait "$child"
   rc=$?
+  child=
+  current=
   took=$((SECONDS - t0))
 }
 
@@ -149,6 +209,7 @@ step() {
 record() {
   rows+=("$1|$2|$took|$3")
   [ "$2" = ok ] || failed=1
+  publish "running"
 }
 
 # The result word for exit status $1.
@@ -164,25 +225,65 @@ verdict() {
 # A step's last line of output, for the figure column of a failure.
 last_line() { tail -n 1 "$logs/$1.log" | cut -c1-60; }
 
-# sanitize NAME TOOL BINARY FILTER: compute-sanitizer TOOL on one test binary.
+# sanitize NAME TOOL BINARY FILTER: compute-sanitizer TOOL on one test binary. memcheck and
+# initcheck end with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards
+# displayed (E errors, W warnings)" (its errors count; warnings are shown).
 sanitize() {
-  local name=$1 tool=$2 bin=$3 filter=$4 errors tests
+  local name=$1 tool=$2 bin=$3 filter=$4 errors tests summary warnings=
   step "$name" 90 "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 9 \
     --print-limit 50 "$bin" --gtest_filter="$filter"
-  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$logs/$name.log" | grep -oE '[0-9]+' | tail -1)
+  if [ "$tool" = racecheck ]; then
+    summary=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)' \
+      "$logs/$name.log" | tail -1)
+    errors=$(sed -nE 's/.*\(([0-9]+) errors?,.*/\1/p' <<<"$summary")
+    warnings=$(sed -nE 's/.*, ([0-9]+) warnings?\)$/\1/p' <<<"$summary")
+  else
+    errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$logs/$name.log" | grep -oE '[0-9]+' | tail -1)
+  fi
   tests=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$logs/$name.log" | grep -oE '[0-9]+')
   skips=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$logs/$name.log" | grep -oE '[0-9]+')
+  local counts="0 errors${warnings:+ ($warnings warnings)}"
   if [ "$gpus" -gt 0 ] && grep -q 'no CUDA device' "$logs/$name.log"; then
     record "$name" "bad skips" "'no CUDA device' with $gpus GPU(s); ${tests:-0} tests passed"
   elif [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ] && [ "${tests:-0}" -gt 0 ]; then
-    record "$name" ok "0 errors, $tests tests passed, ${skips:-0} skipped"
+    record "$name" ok "$counts, $tests tests passed, ${skips:-0} skipped"
   elif [ "$rc" = 0 ] && [ "${errors:-x}" = 0 ]; then
     record "$name" "no tests" "0 tests passed, ${skips:-0} skipped"
+  elif [ "$rc" = 0 ]; then
+    record "$name" "no summary" "no $tool summary in the log; $(last_line "$name")"
   elif [ "$rc" = -1 ]; then
     record "$name" "not run" "$(last_line "$name")"
   else
     record "$name" "$(verdict "$rc")" "${errors:-?} errors; $(last_line "$name")"
   fi
+}
+
+# ctest_step NAME LIMIT_S CTEST_ARGS...: `ctest -L gpu` over some of the GPU tests. Fails when
+# a test skips for want of a device while one is visible; other skips (e.g. "needs two CUDA
+# devices") are counted, and listed with their reasons in $logs/NAME.skips.txt.
+ctest_step() {
+  local name=$1 limit=$2 total nfailed skipped no_device figure result
+  shift 2
+  step "$name" "$limit" ctest --test-dir "$build" -L gpu -j"$jobs" --output-on-failure "$@"
+  cp "$build/Testing/Temporary/LastTest.log" "$logs/$name.LastTest.log" 2>/dev/null
+  total=$(grep -oE 'tests failed out of [0-9]+' "$logs/$name.log" | grep -oE '[0-9]+$')
+  nfailed=$(grep -oE '[0-9]+ tests failed out of' "$logs/$name.log" | grep -oE '^[0-9]+')
+  skipped=$(grep -cE '\(Skipped\)$' "$logs/$name.log")
+  # Why each skipped test skipped (the line after gtest's "Skipped"), counted.
+  grep -A1 -E ': Skipped$' "$logs/$name.LastTest.log" 2>/dev/null | grep -vE '(: Skipped|^--)$' |
+    sort | uniq -c >"$logs/$name.skips.txt"
+  no_device=$(awk '/no CUDA device/ { n += $1 } END { print n + 0 }' "$logs/$name.skips.txt")
+  figure="$((${total:-0} - ${nfailed:-0} - skipped)) passed, ${nfailed:-?} failed, $skipped skipped of ${total:-?}"
+  result=$(verdict "$rc")
+  if [ "$rc" = -1 ]; then
+    figure=$(last_line "$name")
+  elif [ "$rc" = 0 ] && [ "${total:-0}" = 0 ]; then
+    result="no tests"
+  elif [ "$rc" = 0 ] && [ "$no_device" != 0 ] && [ "$gpus" != 0 ]; then
+    result="bad skips"
+    figure+="; $no_device for 'no CUDA device' with $gpus GPU(s)"
+  fi
+  record "$name" "$result" "$figure"
 }
 
 # The benchmark and load summaries: bench_summary KIND JSON prints a table of the run's cases
@@ -235,45 +336,73 @@ bench() {
   record "bench-$kind" "$result" "$(tail -1 "$summary" | cut -c1-70)"
 }
 
-# load_summary JSON: one figure from `sdrt load --json`; exit 1 unless bit-exact.
+# load_summary JSON: one figure from `sdrt load --json`; exit 1 unless bit-exact, 2 (and
+# "bad json: ..." as the figure) when the file is not the JSON summary sdrt writes.
 load_summary() {
   python3 - "$1" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"{r['bytes'] / 1e6:.1f} MB, {r['tensors']} tensors, {r['seconds']:.3f} s, "
-      f"{r['gbps']:.2f} GB/s, bit-exact {'yes' if r['bit_exact'] else 'NO'}")
-sys.exit(0 if r["bit_exact"] else 1)
+try:
+    r = json.load(open(sys.argv[1]))
+    fig = (f"{r['bytes'] / 1e6:.1f} MB, {r['tensors']} tensors, {r['seconds']:.3f} s, "
+           f"{r['gbps']:.2f} GB/s, bit-exact {'yes' if r['bit_exact'] else 'NO'}")
+except Exception as e:  # unreadable, not JSON, or not the summary's fields
+    print(f"bad json: {type(e).__name__}: {e}"[:70])
+    sys.exit(2)
+print(fig)
+sys.exit(0 if r["bit_exact"] is True else 1)
 PY
 }
 
-# load NAME LIMIT_S MAKE_ARGS: makes a synthetic checkpoint, loads it on one rank into the GPU.
+# load NAME LIMIT_S MAKE_ARGS: makes a synthetic checkpoint, loads it on one rank into the GPU
+# (sdrt load has no NCCL timeout flag: the step's limit bounds a hang).
 load() {
-  local name=$1 limit=$2 make_args=$3 figure
+  local name=$1 limit=$2 make_args=$3 json=$out/${1//-/_}.json figure result
   # shellcheck disable=SC2016  # the arguments expand in the inner shell
   step "$name" "$limit" bash -c '"$1" make $2 "$3" >&2 &&
     "$1" load "$3" --mesh 1 --plan fsdp --device cuda --json >"$4"' \
-    _ "$build/bin/sdrt" "$make_args" "$work/$name.safetensors" "$out/${name//-/_}.json"
-  if [ "$rc" = 0 ] && figure=$(load_summary "$out/${name//-/_}.json" 2>>"$logs/$name.log"); then
-    record "$name" ok "$figure"
+    _ "$build/bin/sdrt" "$make_args" "$work/$name.safetensors" "$json"
+  if [ "$rc" = 0 ]; then
+    figure=$(load_summary "$json" 2>>"$logs/$name.log")
+    case $? in
+      0) result=ok ;;
+      1) result="not exact" ;;
+      *) result="bad json" ;;
+    esac
   else
-    record "$name" "$(verdict "$rc")" "${figure:-$(last_line "$name")}"
+    result=$(verdict "$rc")
+    figure=$(last_line "$name")
   fi
+  record "$name" "$result" "$figure"
   rm -f "$work/$name.safetensors"
 }
 
-# -- env: the GPUs and the tools.
+# not_run WHY NAME...: a row "not run" for each step named.
+not_run() {
+  local why=$1 name
+  shift
+  took=0
+  for name in "$@"; do record "$name" "not run" "$why"; done
+}
+
+# -- env: the GPUs, their compute mode, the tools, the NCCL and CUDA environment.
 nccl=$(find_nccl | tr '\n' ' ')
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/compute-sanitizer/compute-sanitizer)
 # shellcheck disable=SC2016
-step env 30 bash -c 'nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv;
+step env 30 bash -c 'nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_mode --format=csv;
   nvcc --version | tail -2; cmake --version | head -1; "$1" --version | head -2;
-  echo "NCCL: ${2:-not found}"; nproc' _ "$sanitizer" "$nccl"
+  echo "NCCL: ${2:-not found}"; nproc; env | grep -E "^(NCCL|CUDA)_" | sort' _ "$sanitizer" "$nccl"
 cp "$logs/env.log" "$out/env.txt"
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+gpus=$(timeout 20 nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# ctest runs 4 tests at a time only when every GPU's compute mode is Default (an exclusive
+# GPU takes one process at a time; unknown counts as exclusive).
+modes=$(timeout 20 nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | sort -u)
+jobs=1
+[ "$modes" = Default ] && jobs=4
 if [ "$gpus" -gt 0 ]; then
-  record env ok "$gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  name=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  record env ok "$gpus x $name, mode ${modes//$'\n'/+}, ctest -j$jobs"
 else
-  record env "no GPU" "$(last_line env)"
+  record env "no GPU" "$(head -n 2 "$logs/env.log" | tr '\n' ' ' | cut -c1-70)"
 fi
 
 # -- configure and build only what the check runs, against the carried bundle.
@@ -295,36 +424,11 @@ else
   built=0
 fi
 
+nccl_steps=(nccl-smoke ctest-nccl load load-gpt2)
 if [ "$built" = 1 ]; then
-  # -- the GPU tests.
-  step ctest-gpu 180 ctest --test-dir "$build" -L gpu -j4 --timeout 150 --output-on-failure
-  cp "$build/Testing/Temporary/LastTest.log" "$logs/ctest-gpu.LastTest.log" 2>/dev/null
-  total=$(grep -oE 'tests failed out of [0-9]+' "$logs/ctest-gpu.log" | grep -oE '[0-9]+$')
-  nfailed=$(grep -oE '[0-9]+ tests failed out of' "$logs/ctest-gpu.log" | grep -oE '^[0-9]+')
-  skipped=$(grep -cE '\(Skipped\)$' "$logs/ctest-gpu.log")
-  # Why each skipped test skipped (the line after gtest's "Skipped"), counted.
-  grep -A1 -E ': Skipped$' "$logs/ctest-gpu.LastTest.log" 2>/dev/null | grep -vE '(: Skipped|^--)$' |
-    sort | uniq -c >"$logs/ctest-gpu.skips.txt"
-  no_device=$(awk '/no CUDA device/ { n += $1 } END { print n + 0 }' "$logs/ctest-gpu.skips.txt")
-  figure="$((${total:-0} - ${nfailed:-0} - skipped)) passed, ${nfailed:-?} failed, $skipped skipped of ${total:-?}"
-  result=$(verdict "$rc")
-  if [ "$rc" = 0 ] && [ "${total:-0}" = 0 ]; then
-    result="no tests"
-  elif [ "$rc" = 0 ] && [ "$no_device" != 0 ] && [ "$gpus" != 0 ]; then
-    result="bad skips"
-    figure+="; $no_device for 'no CUDA device' with $gpus GPU(s)"
-  fi
-  record ctest-gpu "$result" "$figure"
-
-  # -- the benchmarks, against cudaMemcpy of the same bytes.
-  bench kernels 90 "$build/bench/kernels_bench" --benchmark_filter=Device --benchmark_min_time=0.3
-  bench pinned 120 "$build/bench/state_dict_ops_bench" --benchmark_filter=Pinned \
-    --benchmark_min_time=0.2
-
-  # -- one-rank loads into the GPU: the demo checkpoint (what `sdrt demo` makes) and a
-  # gpt2-shaped bf16 one (about 250 MB).
-  load load 60 "--arch tiny-llama --scale 2 --dtype f32 --seed 0"
-  load load-gpt2 90 "--arch gpt2 --dtype bf16 --seed 1"
+  # The steps without NCCL first, so that an NCCL that hangs costs only the steps that need
+  # it. -- the GPU tests without NCCL.
+  ctest_step ctest-gpu 120 --timeout 100 -E "$nccl_tests"
 
   # -- compute-sanitizer on the kernel and runtime tests.
   sanitize memcheck-kernels memcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
@@ -332,26 +436,45 @@ if [ "$built" = 1 ]; then
   sanitize initcheck-kernels initcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
   sanitize initcheck-runtime initcheck "$build/tests/runtime_gpu_test" "-$sanitizer_skip"
   sanitize racecheck-kernels racecheck "$build/tests/kernels_gpu_test" "$racecheck_test"
+
+  # -- the benchmarks, against cudaMemcpy of the same bytes.
+  bench kernels 90 "$build/bench/kernels_bench" --benchmark_filter=Device --benchmark_min_time=0.3
+  bench pinned 120 "$build/bench/state_dict_ops_bench" --benchmark_filter=Pinned \
+    --benchmark_min_time=0.2
+
+  # -- NCCL: one one-rank communicator and a barrier within 30 s, or no NCCL step runs.
+  step nccl-smoke 30 "$build/tests/nccl_communicator_gpu_test" --gtest_filter="$nccl_smoke"
+  if [ "$rc" = 0 ] && grep -qE '^\[  PASSED  \] 1 test' "$logs/nccl-smoke.log" &&
+     ! grep -qE '^\[  SKIPPED \]' "$logs/nccl-smoke.log"; then
+    record nccl-smoke ok "$nccl_smoke passed"
+    # -- the GPU tests that use NCCL.
+    ctest_step ctest-nccl 150 --timeout 90 -R "$nccl_tests"
+    # -- one-rank loads into the GPU: the demo checkpoint (what `sdrt demo` makes) and a
+    # gpt2-shaped bf16 one (about 250 MB).
+    load load 60 "--arch tiny-llama --scale 2 --dtype f32 --seed 0"
+    load load-gpt2 90 "--arch gpt2 --dtype bf16 --seed 1"
+  else
+    if [ "$rc" = 0 ]; then
+      record nccl-smoke "not passed" "$nccl_smoke did not pass; $(last_line nccl-smoke)"
+    elif [ "$rc" = -1 ]; then
+      record nccl-smoke "not run" "$(last_line nccl-smoke)"
+    else
+      record nccl-smoke "$(verdict "$rc")" "$(last_line nccl-smoke)"
+    fi
+    not_run "nccl smoke failed" "${nccl_steps[@]:1}"
+  fi
 else
-  took=0
-  for name in ctest-gpu bench-kernels bench-pinned load load-gpt2 memcheck-kernels \
-              memcheck-runtime initcheck-kernels initcheck-runtime racecheck-kernels; do
-    record "$name" "not run" "the build failed"
-  done
+  not_run "the build failed" ctest-gpu memcheck-kernels memcheck-runtime initcheck-kernels \
+    initcheck-runtime racecheck-kernels bench-kernels bench-pinned "${nccl_steps[@]}"
 fi
 
 # -- the logs (one file) and the table, printed last.
-tar -czf "$out/logs.tgz" -C "$logs" . 2>/dev/null
-for f in "$logs"/bench-*.summary "$logs/ctest-gpu.skips.txt"; do
+current=
+verdict_word=$([ "$failed" = 0 ] && echo passed || echo FAILED)
+publish "$verdict_word"
+for f in "$logs"/bench-*.summary "$logs"/*.skips.txt; do
   [ -s "$f" ] && { echo "== $(basename "$f")"; cat "$f"; }
 done
-{
-  printf '%-18s %-14s %5s  %s\n' step result s figure
-  for row in "${rows[@]}"; do
-    IFS='|' read -r name result seconds figure <<<"$row"
-    printf '%-18s %-14s %5s  %s\n' "$name" "$result" "$seconds" "$figure"
-  done
-  echo "device-check: $([ "$failed" = 0 ] && echo passed || echo FAILED)," \
-       "$((SECONDS)) s of a ${budget} s budget; files in $out"
-} | tee "$out/table.txt"
+table
+echo "device-check: $verdict_word, $SECONDS s of a ${budget} s budget; files in $out"
 exit "$failed"

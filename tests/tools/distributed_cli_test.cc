@@ -448,8 +448,10 @@ TEST(DistributedCli, DemoJsonAndTable) {
                                              "fsdp-tp/2x2/shard", "fsdp-tp/2x2/gather",
                                              "fsdp-tp/2x2/load"}));
   // The demo's own checkpoint is the one a later run reuses.
-  ASSERT_TRUE(fs::exists(cache + "/tiny-llama-x2.safetensors"));
-  ExpectSameTensors(cache + "/tiny-llama-x2.safetensors", cache + "/gathered-fsdp-tp.safetensors");
+  // The work files were in a folder of this run's own, removed at the end.
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(cache)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"tiny-llama-x2.safetensors"});
 
   CommandResult text =
       Shell(env + Quote(SDRT_BINARY) + " demo --cache-dir " + Quote(cache) + " --ranks 3");

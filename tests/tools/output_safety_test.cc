@@ -254,5 +254,34 @@ TEST(Interrupted, NoTemporaryPathOutlivesTheNextRun) {
   EXPECT_THAT(Temporaries(out_dir), ::testing::IsEmpty());
 }
 
+// Four demos at once on one empty cache, two with the built-in checkpoint and
+// two with their own files, all succeed and leave only the built-in checkpoint behind.
+TEST(Demo, FourConcurrentRunsOnOneCacheAllSucceed) {
+  const std::string root = test::FreshDir("output_safety_demo");
+  const std::string cache = root + "/cache";
+  for (const char* name : {"a", "b"}) {
+    test::WriteSource(absl::StrCat(root, "/", name, ".safetensors"), test::MixedStateDict());
+  }
+  const std::string sdrt =
+      absl::StrCat("SDRT_MPIEXEC=", ShellQuote(SDRT_MPIEXEC), " ", ShellQuote(SDRT_BINARY),
+                   " demo --ranks 1 --cache-dir ", ShellQuote(cache));
+  const std::vector<std::string> extra = {"", "",
+                                          " --checkpoint " + ShellQuote(root + "/a.safetensors"),
+                                          " --checkpoint " + ShellQuote(root + "/b.safetensors")};
+  std::string script;
+  for (size_t i = 0; i < extra.size(); ++i) {
+    const std::string log = ShellQuote(absl::StrCat(root, "/log", i));
+    script += absl::StrCat("(", sdrt, extra[i], " >", log, " 2>&1; echo \"run ", i,
+                           " exit $?\"; cat ", log, ") & ");
+  }
+  const CommandResult r = test::RunCommand(script + "wait");
+  for (size_t i = 0; i < extra.size(); ++i) {
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat("run ", i, " exit 0"))) << r.out;
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(cache)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"tiny-llama-x2.safetensors"});
+}
+
 }  // namespace
 }  // namespace sdrt

@@ -1,8 +1,10 @@
 // `sdrt demo [--checkpoint FILE] [--ranks 4]`: the whole path on one machine. Without a
-// checkpoint it generates the deterministic tiny-llama one into the cache folder; then for
-// fsdp (mesh N) and fsdp-tp (mesh 2 x N/2) it shards the file, gathers it back under
-// `mpiexec -n N sdrt gather` and compares the result with the source tensor by tensor, and
-// loads it under `mpiexec -n N sdrt load --verify`, printing one summary table.
+// checkpoint it generates the deterministic tiny-llama one into the cache folder (shared by
+// concurrent runs: written atomically, the same bytes each time). Then, in a work folder of
+// this run's own in the cache, for fsdp (mesh N) and fsdp-tp (mesh 2 x N/2) it shards the
+// file, gathers it back under `mpiexec -n N sdrt gather` and compares the result with the
+// source tensor by tensor, and loads it under `mpiexec -n N sdrt load --verify`, printing
+// one summary table.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/io/atomic_file.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
@@ -143,16 +146,16 @@ struct Row {
   bool exact = false;
 };
 
-absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::string& cache,
+// One plan's shard -> gather -> load, its files in `work` (this run's own folder).
+absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::string& work,
                      const std::string& plan_name, const std::string& mesh_text,
                      std::vector<Row>& rows) {
   SDRT_ASSIGN_OR_RETURN(SafetensorsFile source, SafetensorsFile::Open(file));
   SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::FromString(mesh_text));
   SDRT_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::Builtin(plan_name));
-  const std::string dir = absl::StrCat(cache, "/sharded-", plan_name);
+  const std::string dir = absl::StrCat(work, "/sharded-", plan_name);
   WriteShardedCheckpointOptions options;
   options.source_name = file;
-  options.overwrite = true;
   const double start = NowSeconds();
   SDRT_RETURN_IF_ERROR(WriteShardedCheckpoint(source,
                                               std::make_shared<const DeviceMesh>(std::move(mesh)),
@@ -162,7 +165,7 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
   for (const SafetensorsEntry& e : source.entries()) bytes += e.data_end - e.data_begin;
   rows.push_back({plan_name, mesh_text, "shard", bytes, NowSeconds() - start, 0, true});
 
-  const std::string out = absl::StrCat(cache, "/gathered-", plan_name, ".safetensors");
+  const std::string out = absl::StrCat(work, "/gathered-", plan_name, ".safetensors");
   SDRT_ASSIGN_OR_RETURN(nlohmann::json gather,
                         RunUnderMpi(args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out),
                                                              " --bucket-mib ", args.bucket_mib)));
@@ -204,9 +207,13 @@ int RunDemo(const DemoArgs& args) {
   } else if (!args.json) {
     std::cerr << "sdrt demo: fsdp-tp needs a 2 x N/2 mesh, so an even --ranks; skipped\n";
   }
+  // This run's work files go to a folder of its own (removed at the end, on an interrupt,
+  // or by a later run once this process is gone), so any number of demos share a cache.
+  absl::StatusOr<AtomicFolder> work = AtomicFolder::Create(cache, "run");
+  if (!work.ok()) return fail(work.status());
   std::vector<Row> rows;
   for (const auto& [plan, mesh] : plans) {
-    status = RunPlan(args, file, cache, plan, mesh, rows);
+    status = RunPlan(args, file, work->path(), plan, mesh, rows);
     if (!status.ok()) return fail(status);
   }
   bool all_exact = true;
@@ -227,7 +234,8 @@ int RunDemo(const DemoArgs& args) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << "sdrt demo: " << Printable(file) << " on " << args.ranks
-              << " ranks (mpiexec), work files in " << Printable(cache) << "\n";
+              << " ranks (mpiexec), work files in " << Printable(work->path())
+              << " (removed at the end)\n";
     Table table(
         {"plan", "mesh", "step", "ranks", "bytes", "time", "GB/s", "collectives", "bit-exact"},
         {false, false, false, true, true, true, true, true, false});

@@ -112,10 +112,9 @@ void ExerciseRuntimeFor(int device) {
   EXPECT_EQ(CurrentDevice(), caller);
 }
 
-// The runtime's allocations and objects open no context on device 0 when they are for
-// another device (a thread on the last device), and leave a caller that is on another
-// device there (they used to cudaSetDevice and stay; needs two GPUs).
-TEST(DeviceGuardGpu, RuntimeCallsLeaveTheCallersDevice) {
+// The runtime's allocations and objects for the device a thread is on leave it there
+// (with two GPUs: the last device, opening no context on device 0).
+TEST(DeviceGuardGpu, RuntimeCallsForTheCallersDevice) {
   SDRT_SKIP_WITHOUT_GPU();
   const int last = CudaDeviceCount() - 1;
   const bool fresh = !ContextActive(0);
@@ -127,7 +126,13 @@ TEST(DeviceGuardGpu, RuntimeCallsLeaveTheCallersDevice) {
       EXPECT_FALSE(ContextActive(0));
     }
   }).join();
-  if (last == 0) return;
+}
+
+// The runtime's allocations and objects for another device leave a caller on device 0
+// there (they used to cudaSetDevice and stay).
+TEST(DeviceGuardGpu, RuntimeCallsLeaveTheCallersDevice) {
+  SDRT_SKIP_WITHOUT_GPU();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two CUDA devices";
   std::thread([] {
     ASSERT_TRUE(SetCurrentCudaDevice(0).ok());
     ExerciseRuntimeFor(1);

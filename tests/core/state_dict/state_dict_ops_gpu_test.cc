@@ -90,11 +90,9 @@ TEST(StateDictOpsGpu, NonBlockingCopyIntoPinnedIsCompleteAfterDoneCase022) {
 
 // The completion event belongs to the tensors' device and is recorded there (on that
 // device's legacy default stream when no stream is given), whatever device the caller is
-// on; it has no timestamps. With two GPUs the tensors are on the last one while the caller
-// stays on device 0.
-TEST(StateDictOpsGpu, CopyStateDictEventIsOnTheTensorsDevice) {
-  SDRT_SKIP_WITHOUT_GPU();
-  const int device = CudaDeviceCount() - 1;
+// on; it has no timestamps. Copies a tensor on `device` to the host while the caller is on
+// device 0.
+void CheckCopyEventOnDevice(int device) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   const Tensor want = test::HashBytes({4096, 33}, DType::kBFloat16, 5);
   const Map src{{"w", *want.To(Device::CUDA(device))}};
@@ -112,6 +110,18 @@ TEST(StateDictOpsGpu, CopyStateDictEventIsOnTheTensorsDevice) {
   EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), static_cast<size_t>(want.nbytes())), 0);
   const absl::Status elapsed = CudaEvent::ElapsedMs(*copied->done, *copied->done).status();
   EXPECT_THAT(std::string(elapsed.message()), testing::HasSubstr("cudaErrorInvalidResourceHandle"));
+}
+
+TEST(StateDictOpsGpu, CopyStateDictEventIsOnTheTensorsDevice) {
+  SDRT_SKIP_WITHOUT_GPU();
+  CheckCopyEventOnDevice(0);
+}
+
+// The cross-device half: the tensors on device 1, the caller on device 0.
+TEST(StateDictOpsGpu, CopyStateDictEventIsOnAnotherDevice) {
+  SDRT_SKIP_WITHOUT_GPU();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  CheckCopyEventOnDevice(1);
 }
 
 TEST(StateDictOpsGpu, OffloadRanksOnlySpec9Item3) {

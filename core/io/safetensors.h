@@ -162,7 +162,8 @@ class SafetensorsFile {
 // Any existing file is replaced atomically: the bytes go to a temporary file
 // `.<name>.tmp.<pid>.<random>` in the same folder, which is fsynced and renamed over the
 // target, and the folder is fsynced. When `path` is a symlink (or a chain of them), the
-// target is the file it resolves to, written in that file's folder; the link stays. A
+// target is the file it resolves to, written in that file's folder; the link stays
+// (unless Options::follow_symlinks is false: then the link is replaced). A
 // replaced file's permission bits carry over; a new file gets 0666 & ~umask. On any error
 // before the rename the temporary file is removed and the target is left as it was (an
 // error from the final fsync of the folder is returned with the new file already in place).
@@ -177,6 +178,11 @@ struct WriteSafetensorsOptions {
   // at an offset that is not a multiple of its element size; SafetensorsFile::Get copies
   // such tensors instead of borrowing them.
   bool data_in_given_order = false;
+  // Whether a symbolic link at `path` is followed (the file it resolves to is replaced, the
+  // link stays). With false the link itself is replaced by the new file and whatever it
+  // points at is never written: what a tool that must not write into its inputs wants
+  // (`sdrt gather`, `sdrt make`), whatever the path has become since it was checked.
+  bool follow_symlinks = true;
 };
 
 absl::Status WriteSafetensors(const std::string& path,

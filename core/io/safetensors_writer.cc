@@ -120,14 +120,17 @@ absl::Status WriteAll(const std::string& path,
   if (SplitPath(path).second.empty()) {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
-  SDRT_ASSIGN_OR_RETURN(const std::string target, FollowSymlinks(path));
+  std::string target = path;
+  if (options.follow_symlinks) {
+    SDRT_ASSIGN_OR_RETURN(target, FollowSymlinks(path));
+  }
   const auto [dir, base] = SplitPath(target);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
   int mode = -1;  // a new file's default
   struct stat st;
-  if (stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+  if (lstat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
 
   SDRT_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(dir, base, mode));
   char length[8];

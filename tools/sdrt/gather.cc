@@ -97,6 +97,7 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
   // The index lists the tensors in the source's byte order; OUT keeps it.
   WriteSafetensorsOptions write_options;
   write_options.data_in_given_order = true;
+  write_options.follow_symlinks = false;  // never into INDIR, even if OUT became a link
   return WriteSafetensors(args.out, tensors, index.metadata, write_options);
 }
 

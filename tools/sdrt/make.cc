@@ -50,8 +50,10 @@ int RunMake(const MakeArgs& args) {
     std::cerr << "sdrt make: " << tensors.status().message() << "\n";
     return ExitCodeFor(tensors.status());
   }
-  const absl::Status written =
-      WriteSafetensors(args.out, *tensors, SyntheticMetadata(*config, args.scale, args.seed));
+  WriteSafetensorsOptions write_options;
+  write_options.follow_symlinks = false;  // a link made since the check is replaced, not followed
+  const absl::Status written = WriteSafetensors(
+      args.out, *tensors, SyntheticMetadata(*config, args.scale, args.seed), write_options);
   if (!written.ok()) {
     std::cerr << "sdrt make: " << written.message() << "\n";
     return ExitCodeFor(written);

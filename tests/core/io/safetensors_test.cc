@@ -596,5 +596,26 @@ TEST(SafetensorsWriter, WritingThroughASymlinkReplacesTheFileItPointsTo) {
   EXPECT_EQ(CountOf(loop.message(), dir + "/loop_a"), 1) << loop.message();
 }
 
+// With follow_symlinks false the link itself is replaced by the new file and the file it
+// pointed at keeps its bytes (what sdrt gather needs: OUT may not write into an input).
+TEST(SafetensorsWriter, NotFollowingReplacesTheLinkAndLeavesItsTargetAlone) {
+  const std::string dir = TestDir();
+  const std::string input = dir + "/input.safetensors";
+  ASSERT_TRUE(WriteSafetensors(input, NamedTensors{{"in", HashBytes({4}, DType::kInt8, 3)}}).ok());
+  const std::string before = ReadAll(input);
+  fs::create_symlink("input.safetensors", dir + "/out.safetensors");
+  WriteSafetensorsOptions options;
+  options.follow_symlinks = false;
+  const NamedTensors out = {{"out", HashBytes({2}, DType::kFloat32, 4)}};
+  ASSERT_TRUE(WriteSafetensors(dir + "/out.safetensors", out, {}, options).ok());
+  EXPECT_FALSE(fs::is_symlink(dir + "/out.safetensors"));
+  EXPECT_EQ(ReadAll(input), before);
+  SafetensorsFile file = *SafetensorsFile::Open(dir + "/out.safetensors");
+  absl::StatusOr<Tensor> got = file.Get("out");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(Bytes(*got), Bytes(out[0].second));
+  EXPECT_THAT(ListDir(dir), ElementsAre("input.safetensors", "out.safetensors"));
+}
+
 }  // namespace
 }  // namespace sdrt

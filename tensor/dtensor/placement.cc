@@ -78,8 +78,10 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
       return Placement::Shard(dim);
     }
     int64_t split_factor = 0;
-    if (args.size() != 2 || !absl::SimpleAtoi(args[1], &split_factor) || split_factor < 1) {
-      return Bad(text, "_StridedShard needs a dim and a split factor >= 1");
+    if (args.size() != 2 || !absl::SimpleAtoi(args[1], &split_factor) || split_factor < 1 ||
+        split_factor > kMaxSplitFactor) {
+      return Bad(text, absl::StrCat("_StridedShard needs a dim and a split factor in [1, ",
+                                    kMaxSplitFactor, "]"));
     }
     return Placement::StridedShard(dim, split_factor);
   }

@@ -15,6 +15,11 @@
 
 namespace sdrt {
 
+// The largest _StridedShard split factor sdrt accepts: 2^20. FSDP2 over TP sets it to the
+// product of mesh dim sizes, so it never exceeds a mesh's rank count (kMaxMeshRanks, the
+// same 2^20); the bound keeps a hostile file's 9e18 from reaching any arithmetic.
+inline constexpr int64_t kMaxSplitFactor = int64_t{1} << 20;
+
 class Placement {
  public:
   enum class Kind : uint8_t { kReplicate, kShard, kPartial, kStridedShard };
@@ -59,7 +64,8 @@ class Placement {
 };
 
 // Parses one placement: "S(0)", "Shard(dim=0)", "R", "Replicate()", "P(sum)",
-// "Partial(avg)", "_S(0, 2)", "_StridedShard(dim=0, sf=2)". InvalidArgument otherwise.
+// "Partial(avg)", "_S(0, 2)", "_StridedShard(dim=0, sf=2)". InvalidArgument otherwise,
+// including a split factor outside [1, kMaxSplitFactor].
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text);
 // "[S(0), R]".
 std::string PlacementsToString(const std::vector<Placement>& placements);

@@ -38,7 +38,10 @@ Runs PiecePositions(const Placement& p, int64_t n, int64_t k, int64_t r) {
     AppendRun(runs, piece.offset, piece.size);
     return runs;
   }
-  for (int64_t j = 0; j < p.split_factor(); ++j) {
+  // Only the first ceil(n / c) outer pieces are non-empty (c = ChunkSize(n, split_factor)):
+  // at most n of them, however large the split factor.
+  const int64_t c = ChunkSize(n, p.split_factor());
+  for (int64_t j = 0; j < p.split_factor() && j * c < n; ++j) {
     ChunkPiece outer = ShardPiece(n, p.split_factor(), j);
     ChunkPiece inner = ShardPiece(outer.size, k, r);
     AppendRun(runs, outer.offset + inner.offset, inner.size);
@@ -104,9 +107,10 @@ absl::Status ValidateArguments(IntSpan global_shape, const DeviceMesh& mesh,
           absl::StrCat("sharding: placement ", p.ToString(), " shards dim ", p.dim(),
                        " of a tensor of global shape ", ShapeToString(global_shape)));
     }
-    if (p.split_factor() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sharding: placement ", p.ToString(), " has split factor below 1"));
+    if (p.split_factor() < 1 || p.split_factor() > kMaxSplitFactor) {
+      return absl::InvalidArgumentError(absl::StrCat("sharding: placement ", p.ToString(),
+                                                     " has split factor ", p.split_factor(),
+                                                     ", outside [1, ", kMaxSplitFactor, "]"));
     }
   }
   return absl::OkStatus();
@@ -122,11 +126,13 @@ ChunkPiece ShardPiece(int64_t n, int64_t k, int64_t r) {
 }
 
 int64_t StridedShardSize(int64_t n, int64_t k, int64_t split_factor, int64_t r) {
-  int64_t size = 0;
-  for (int64_t j = 0; j < split_factor; ++j) {
-    size += ShardPiece(ShardPiece(n, split_factor, j).size, k, r).size;
-  }
-  return size;
+  if (n == 0) return 0;
+  // The outer pieces: `full` of size c, then one of size `rest` when c does not divide n,
+  // then empty ones (ceil(n / c) <= split_factor because split_factor * c >= n).
+  const int64_t c = ChunkSize(n, split_factor);
+  const int64_t full = n / c;
+  const int64_t rest = n - full * c;
+  return full * ShardPiece(c, k, r).size + (rest > 0 ? ShardPiece(rest, k, r).size : 0);
 }
 
 std::vector<int64_t> StridedShardIndices(int64_t n, int64_t k, int64_t split_factor, int64_t r) {

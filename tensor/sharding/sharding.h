@@ -43,8 +43,8 @@ ChunkPiece ShardPiece(int64_t n, int64_t k, int64_t r);
 
 // Number of indices piece r gets when _StridedShard(dim, split_factor) splits a length-n
 // dim over k ranks (docs/SEMANTICS.md 1.4): the sum over the split_factor pieces of n of their
-// ShardPiece over k. O(split_factor), no allocation. Preconditions: n >= 0, k >= 1,
-// split_factor >= 1, 0 <= r < k.
+// ShardPiece over k, in closed form: O(1), no allocation, whatever the split factor.
+// Preconditions: n >= 0, k >= 1, split_factor >= 1, 0 <= r < k.
 int64_t StridedShardSize(int64_t n, int64_t k, int64_t split_factor, int64_t r);
 
 // The indices (in [0, n)) piece r gets under _StridedShard over k ranks, in local order:

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ void ExpectBadInput(const CommandResult& r, const std::vector<std::string>& part
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
   for (const std::string& p : parts) EXPECT_THAT(r.err, HasSubstr(p));
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 // A tiny model to shard; fails the test when `sdrt make` does.
@@ -95,6 +103,31 @@ TEST(HostileInput, PlanJsonThatIsNotARegularFile) {
       Sdrt("shard " + model + " " + root + "/out --mesh 2 --plan " + root + "/zero.json"),
       {"zero.json", "a character device"});
   EXPECT_FALSE(fs::exists(root + "/out"));
+}
+
+// Finding 3: a _StridedShard split factor of 9e18 in index.json or PLAN.json looped that many
+// times in validation; it is refused at once, naming the bound.
+TEST(HostileInput, HugeSplitFactorIsRefusedAtOnce) {
+  const std::string root = test::FreshDir("hostile_input_split_factor");
+  const std::string model = MakeModel(root);
+  const std::string ckpt = root + "/ckpt";
+  CommandResult r = Sdrt("shard " + model + " " + ckpt + " --mesh 2x2 --plan fsdp-tp");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string index = ReadBytes(ckpt + "/index.json");
+  const std::string from = "_S(0, 2)";
+  ASSERT_NE(index.find(from), std::string::npos);
+  for (size_t at = index.find(from); at != std::string::npos; at = index.find(from, at)) {
+    index.replace(at, from.size(), "_S(0, 9000000000000000000)");
+  }
+  { std::ofstream(ckpt + "/index.json", std::ios::binary | std::ios::trunc) << index; }
+  const auto start = std::chrono::steady_clock::now();
+  ExpectBadInput(Sdrt("inspect " + ckpt), {"index.json", "split factor in [1, 1048576]"});
+
+  { std::ofstream(root + "/PLAN.json") << R"({"default": "[_S(0, 9000000000000000000), R]"})"; }
+  ExpectBadInput(
+      Sdrt("shard " + model + " " + root + "/out --mesh 2x2 --plan " + root + "/PLAN.json"),
+      {"PLAN.json", "split factor in [1, 1048576]"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace

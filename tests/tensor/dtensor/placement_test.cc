@@ -41,7 +41,9 @@ TEST(Placement, ParsesShortAndLongForms) {
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
   EXPECT_THAT(negative.message(), HasSubstr("S(-1)"));
   for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
-           {"_S(0)", "_StridedShard needs a dim and a split factor >= 1"},
+           {"_S(0)", "_StridedShard needs a dim and a split factor in [1, 1048576]"},
+           {"_S(0, 9000000000000000000)",
+            "_StridedShard needs a dim and a split factor in [1, 1048576]"},
            {"P(mean)", "unknown reduce op 'mean'"},
            {"X", "unknown placement"}}) {
     absl::Status s = ParsePlacement(text).status();

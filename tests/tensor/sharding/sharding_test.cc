@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -16,6 +17,7 @@
 namespace sdrt {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -99,6 +101,45 @@ TEST(Sharding, StridedShardExamplesOfSpec14) {
       EXPECT_EQ(total, n) << "n=" << n << " sf=" << sf;
     }
   }
+}
+
+// The closed-form StridedShardSize against its definition (the sum over the split_factor
+// outer pieces of their ShardPiece over k), split factors above n included.
+TEST(Sharding, StridedShardSizeIsTheSumOverOuterPieces) {
+  for (int64_t n = 0; n <= 40; ++n) {
+    for (int64_t k = 1; k <= 6; ++k) {
+      for (int64_t sf = 1; sf <= 50; ++sf) {
+        for (int64_t r = 0; r < k; ++r) {
+          int64_t expected = 0;
+          for (int64_t j = 0; j < sf; ++j) {
+            expected += ShardPiece(ShardPiece(n, sf, j).size, k, r).size;
+          }
+          ASSERT_EQ(StridedShardSize(n, k, sf, r), expected)
+              << "n=" << n << " k=" << k << " sf=" << sf << " r=" << r;
+          ASSERT_EQ(static_cast<int64_t>(StridedShardIndices(n, k, sf, r).size()), expected);
+        }
+      }
+    }
+  }
+  // O(1) for the largest split factor allowed, on a large dim.
+  EXPECT_EQ(StridedShardSize(int64_t{1} << 40, 2, kMaxSplitFactor, 1), int64_t{1} << 39);
+}
+
+// Issue 12 finding 3: a split factor of 9e18 (from index.json or PLAN.json) looped that
+// many times; it is refused before any arithmetic, naming the bound.
+TEST(Sharding, SplitFactorAboveTheCapIsRefused) {
+  const DeviceMesh mesh = Mesh({2, 2});
+  for (int64_t sf : {int64_t{9000000000000000000}, kMaxSplitFactor + 1, int64_t{0}}) {
+    const std::vector<Placement> placements = {SS(0, sf), S(0)};
+    absl::StatusOr<IntVector> local = ComputeLocalShape({8, 4}, mesh, placements, 0);
+    EXPECT_EQ(local.status().code(), absl::StatusCode::kInvalidArgument) << sf;
+    EXPECT_THAT(local.status().message(),
+                AllOf(HasSubstr(absl::StrCat("split factor ", sf)), HasSubstr("[1, 1048576]")));
+    EXPECT_EQ(ComputeLocalShapeAndGlobalOffset({8, 4}, mesh, placements, 0).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // Split factor 2^20 on a dim of 8: eight outer pieces of one index, all on coordinate 0.
+  EXPECT_EQ(*ComputeLocalShape({8, 4}, mesh, {SS(0, kMaxSplitFactor), S(0)}, 0), IntVector({4, 4}));
 }
 
 TEST(Sharding, StridedShardOf2dTensorTakesColumns) {
@@ -192,7 +233,7 @@ TEST(Sharding, RejectsBadArguments) {
   EXPECT_THAT(negative.status().message(), HasSubstr("negative global shape [4, -1]"));
   const absl::Status split = ComputeLocalShape({4}, Mesh({2}), {SS(0, 0)}, 0).status();
   EXPECT_EQ(split.code(), absl::StatusCode::kInvalidArgument) << split;
-  EXPECT_THAT(split.message(), HasSubstr("split factor below 1"));
+  EXPECT_THAT(split.message(), HasSubstr("split factor 0, outside [1, 1048576]"));
   const absl::Status placements = MeshDimsToReplicate(mesh, {kR}).status();
   EXPECT_EQ(placements.code(), absl::StatusCode::kInvalidArgument) << placements;
   EXPECT_THAT(placements.message(), HasSubstr("1 placements [R] for a 2-d mesh [2, 2]"));

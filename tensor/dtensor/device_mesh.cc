@@ -19,6 +19,11 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(IntSpan shape, std::vector<int64_t
       return absl::InvalidArgumentError(
           absl::StrCat("DeviceMesh: shape ", ShapeToString(shape), " has a non-positive dim"));
     }
+    if (s > kMaxMeshRanks / total) {  // total * s > kMaxMeshRanks, without overflow
+      return absl::InvalidArgumentError(absl::StrCat("DeviceMesh: shape ", ShapeToString(shape),
+                                                     " has more than ", kMaxMeshRanks,
+                                                     " ranks (2^20, the most a mesh may have)"));
+    }
     total *= s;
   }
   if (ranks.empty()) {
@@ -81,8 +86,15 @@ int64_t DeviceMesh::RankAt(IntSpan coordinate) const {
 }
 
 std::string DeviceMesh::ToString() const {
-  std::string out = absl::StrCat("DeviceMesh(", device_type_, ", ", absl::StrJoin(shape_, "x"),
-                                 ", ranks=[", absl::StrJoin(ranks_, ", "), "]");
+  constexpr size_t kListed = 16;
+  std::string out =
+      absl::StrCat("DeviceMesh(", device_type_, ", ", absl::StrJoin(shape_, "x"), ", ranks=[");
+  if (ranks_.size() <= kListed) {
+    absl::StrAppend(&out, absl::StrJoin(ranks_, ", "), "]");
+  } else {
+    absl::StrAppend(&out, absl::StrJoin(ranks_.begin(), ranks_.begin() + kListed, ", "), ", ... (",
+                    ranks_.size(), " ranks)]");
+  }
   if (!dim_names_.empty()) absl::StrAppend(&out, ", names=[", absl::StrJoin(dim_names_, ", "), "]");
   return out + ")";
 }

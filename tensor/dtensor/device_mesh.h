@@ -15,12 +15,18 @@
 
 namespace sdrt {
 
+// The most ranks a DeviceMesh may have: 2^20 (over a million, far beyond any job), checked
+// before anything is allocated so that a hostile `--mesh 3000000000` is an error, not an
+// allocation failure.
+inline constexpr int64_t kMaxMeshRanks = int64_t{1} << 20;
+
 class DeviceMesh {
  public:
   // A mesh of `shape` over `ranks` (row-major; empty means 0..N-1). `dim_names`, when
   // given, has one distinct name per dim. `device_type` is "cpu" or "cuda".
-  // InvalidArgument for empty or non-positive shapes, a rank count != product(shape),
-  // duplicate ranks or names.
+  // InvalidArgument for empty or non-positive shapes, a product(shape) above kMaxMeshRanks
+  // (computed without overflow, checked before any allocation), a rank count !=
+  // product(shape), duplicate ranks or names.
   static absl::StatusOr<DeviceMesh> Create(IntSpan shape, std::vector<int64_t> ranks = {},
                                            std::vector<std::string> dim_names = {},
                                            std::string device_type = "cpu");
@@ -41,7 +47,8 @@ class DeviceMesh {
   // The global rank at `coordinate`.
   int64_t RankAt(IntSpan coordinate) const;
 
-  // "DeviceMesh(cpu, 2x2, ranks=[0, 1, 2, 3], names=[dp, tp])".
+  // "DeviceMesh(cpu, 2x2, ranks=[0, 1, 2, 3], names=[dp, tp])"; past 16 ranks only the
+  // first 16 are listed, then "..." and the count: "ranks=[0, 1, ..., 15, ... (64 ranks)]".
   std::string ToString() const;
 
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) {

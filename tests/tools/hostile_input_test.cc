@@ -130,5 +130,19 @@ TEST(HostileInput, HugeSplitFactorIsRefusedAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// Finding 8: --mesh 3000000000 or 4294967296x4294967296 died of std::bad_alloc; now one
+// short line naming the cap, exit 2, nothing written.
+TEST(HostileInput, MeshOverTheCapIsOneShortLine) {
+  const std::string root = test::FreshDir("hostile_input_mesh");
+  const std::string model = MakeModel(root);
+  for (const char* mesh : {"3000000000", "4294967296x4294967296"}) {
+    const CommandResult r =
+        Sdrt("shard " + model + " " + root + "/out --mesh " + mesh + " --plan fsdp");
+    ExpectBadInput(r, {"more than 1048576 ranks"});
+    EXPECT_LT(r.err.size(), 300u) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(root + "/out"));
+}
+
 }  // namespace
 }  // namespace sdrt

@@ -75,6 +75,24 @@ TEST(DeviceMesh, RowMajorCoordinates) {
   }
 }
 
+// Issue 12 finding 8: a mesh of 3e9 ranks, or one whose product overflows int64, was
+// allocated (std::bad_alloc) before any check; it is refused from its shape, naming the cap
+// and not listing ranks.
+TEST(DeviceMesh, ShapesOverTheCapAreRefusedBeforeAllocating) {
+  for (const char* shape : {"3000000000", "4294967296x4294967296", "1048576x2",
+                            "9223372036854775807x9223372036854775807x2"}) {
+    const absl::Status s = DeviceMesh::FromString(shape).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << shape;
+    EXPECT_THAT(s.message(), HasSubstr("more than 1048576 ranks")) << shape;
+    EXPECT_LT(s.message().size(), 200u) << shape;
+  }
+  const DeviceMesh largest = *DeviceMesh::FromString("1024x1024");
+  EXPECT_EQ(largest.num_ranks(), kMaxMeshRanks);
+  EXPECT_EQ(largest.ToString(),
+            "DeviceMesh(cpu, 1024x1024, ranks=[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, "
+            "15, ... (1048576 ranks)])");
+}
+
 TEST(DTensor, MetadataIsValidated) {
   auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("4"));
   Tensor local = *Tensor::Zeros({2, 4}, DType::kFloat32);

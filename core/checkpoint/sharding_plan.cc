@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "re2/re2.h"
+#include "sdrt/core/checkpoint/internal/strict_json.h"
 #include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -191,12 +192,11 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJsonFile(const std::string& path)
 absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
                                                     absl::string_view source) {
   const std::string file = absl::StrCat("plan file ", source);
-  Json doc;
-  try {
-    doc = Json::parse(text.begin(), text.end());
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": not valid JSON: ", e.what()));
+  absl::StatusOr<Json> parsed = internal::ParseStrictJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", parsed.status().message()));
   }
+  Json doc = *std::move(parsed);
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": the top level must be an object"));
   }

@@ -130,6 +130,21 @@ TEST(HostileInput, HugeSplitFactorIsRefusedAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// index.json naming a key twice was read last-wins; it is refused.
+TEST(HostileInput, DuplicateKeyInIndexJsonIsRefused) {
+  const std::string root = test::FreshDir("hostile_input_duplicate");
+  const std::string model = MakeModel(root);
+  const std::string ckpt = root + "/ckpt";
+  CommandResult r = Sdrt("shard " + model + " " + ckpt + " --mesh 2 --plan fsdp");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string index = ReadBytes(ckpt + "/index.json");
+  const size_t at = index.find("\"plan\"");
+  ASSERT_NE(at, std::string::npos);
+  index.insert(at, "\"plan\": \"tp\", ");
+  { std::ofstream(ckpt + "/index.json", std::ios::binary | std::ios::trunc) << index; }
+  ExpectBadInput(Sdrt("inspect " + ckpt), {"index.json", "duplicate key \"plan\""});
+}
+
 // Finding 8: --mesh 3000000000 or 4294967296x4294967296 died of std::bad_alloc; now one
 // short line naming the cap, exit 2, nothing written.
 TEST(HostileInput, MeshOverTheCapIsOneShortLine) {

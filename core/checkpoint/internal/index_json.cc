@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/internal/strict_json.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -182,12 +183,9 @@ absl::StatusOr<std::string> SerializeIndex(const ShardedCheckpointIndex& index) 
 
 absl::StatusOr<ShardedCheckpointIndex> ParseIndex(absl::string_view text, const std::string& path,
                                                   const std::string& dir) {
-  Json doc;
-  try {
-    doc = Json::parse(text);
-  } catch (const Json::exception& e) {
-    return Bad(path, absl::StrCat("not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<Json> parsed = ParseStrictJson(text);
+  if (!parsed.ok()) return Bad(path, parsed.status().message());
+  Json doc = *std::move(parsed);
   if (!doc.is_object()) return Bad(path, "the top level must be an object");
   SDRT_RETURN_IF_ERROR(CheckFields(
       doc,

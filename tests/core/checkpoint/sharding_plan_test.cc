@@ -217,7 +217,14 @@ TEST(ShardingPlan, JsonErrorsNameTheFileAndRule) {
       {R"({"default": "[]"})", "empty placement list"},
       {R"({})", "says nothing about the mesh"},
       {R"({"rules": 5})", "\"rules\" must be"},
+      // Issue 12: duplicate keys were accepted last-wins.
+      {R"({"default": "[R]", "default": "[S(0)]"})", "duplicate key \"default\" in one object"},
+      {R"({"rules": {"norm": "[R]", "norm": "[S(0)]"}})", "duplicate key \"norm\""},
   };
+  const std::string deep = R"({"comment": )" + std::string(100, '[') + std::string(100, ']') + "}";
+  absl::StatusOr<ShardingPlan> too_deep = ShardingPlan::FromJson(deep, "my/PLAN.json");
+  EXPECT_EQ(too_deep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_deep.status().message(), HasSubstr("nested deeper than 64 levels"));
   for (const Case& c : cases) {
     absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromJson(c.text, "my/PLAN.json");
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << c.text;

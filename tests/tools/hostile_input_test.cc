@@ -159,5 +159,17 @@ TEST(HostileInput, MeshOverTheCapIsOneShortLine) {
   EXPECT_FALSE(fs::exists(root + "/out"));
 }
 
+// Issue 12: `make --seed -1` became 2^64-1 silently; a negative or oversized seed is refused
+// with exit 2, naming the flag and the value, and nothing is written.
+TEST(HostileInput, NegativeSeedIsRefused) {
+  const std::string root = test::FreshDir("hostile_input_seed");
+  for (const char* seed : {"-1", "18446744073709551616", "+3"}) {
+    ExpectBadInput(Sdrt(absl::StrCat("make --seed=", seed, " ", root, "/m.safetensors")),
+                   {"--seed", absl::StrCat("\"", seed, "\"")});
+  }
+  EXPECT_FALSE(fs::exists(root + "/m.safetensors"));
+  EXPECT_EQ(Sdrt("make --seed 18446744073709551615 " + root + "/m.safetensors").exit_code, 0);
+}
+
 }  // namespace
 }  // namespace sdrt

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
@@ -19,11 +20,20 @@ struct MakeArgs {
   std::string arch = "tiny-llama";
   std::string dtype = "bf16";
   double scale = 1.0;
+  std::string seed_text = "0";  // parsed by RunMake into `seed`
   uint64_t seed = 0;
   bool json = false;
 };
 
-int RunMake(const MakeArgs& args) {
+int RunMake(MakeArgs args) {
+  // CLI11 wraps "-1" into a uint64_t silently, so the seed is read as text and refused unless
+  // it is a plain non-negative decimal that fits in 64 bits.
+  if (args.seed_text.empty() || args.seed_text[0] == '-' || args.seed_text[0] == '+' ||
+      !absl::SimpleAtoi(args.seed_text, &args.seed)) {
+    std::cerr << "sdrt make: --seed must be an integer in [0, 18446744073709551615], got \""
+              << args.seed_text << "\"\n";
+    return kExitBadInput;
+  }
   DType dtype = DType::kBFloat16;
   if (args.dtype == "f32") {
     dtype = DType::kFloat32;
@@ -113,7 +123,7 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
                   "multiplies head_dim, intermediate, vocab and layers (each at least 1; head "
                   "counts kept), in (0, 16]")
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "seed of the values")->capture_default_str();
+  cmd->add_option("--seed", args->seed_text, "seed of the values")->capture_default_str();
   cmd->add_flag("--json", args->json, "print machine-readable JSON instead of text");
   cmd->callback([args, exit_code] { *exit_code = RunMake(*args); });
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/cuda/registration_chunks.h"
@@ -50,8 +51,9 @@ std::vector<internal::RegistrationChunk> Chunks(const void* ptr, int64_t nbytes,
                                            sysconf(_SC_PAGESIZE));
 }
 
-// 5.5 MiB in 1 MiB chunks: six registrations, every byte page-locked (first and last
-// byte of each chunk checked), then every one undone by Release.
+// case-056 (a registration larger than one chunk). 5.5 MiB in 1 MiB chunks: six registrations,
+// every byte page-locked (first and last byte of each chunk checked), then every one undone by
+// Release.
 TEST(HostRegistrationGpu, ChunkedRegistrationCoversTheRangeAndIsReleased) {
   SDRT_SKIP_WITHOUT_GPU();
   const int64_t nbytes = 11 * kMiB / 2;
@@ -78,8 +80,9 @@ TEST(HostRegistrationGpu, ChunkedRegistrationCoversTheRangeAndIsReleased) {
   }
 }
 
-// Chunk 3 of 6 is already registered by someone else: its cudaHostRegister fails, the
-// three chunks before it are unregistered again, and the foreign registration stays.
+// case-056, a failing chunk. Chunk 3 of 6 is already registered by someone else: its
+// cudaHostRegister fails, the three chunks before it are unregistered again, the error names
+// the chunk, the size and CUDA's call, and the foreign registration stays.
 TEST(HostRegistrationGpu, AFailingChunkRollsBackTheChunksBeforeIt) {
   SDRT_SKIP_WITHOUT_GPU();
   const int64_t nbytes = 11 * kMiB / 2;
@@ -94,6 +97,7 @@ TEST(HostRegistrationGpu, AFailingChunkRollsBackTheChunksBeforeIt) {
       HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
   EXPECT_FALSE(reg.ok());
   EXPECT_THAT(reg.status().message(), HasSubstr("chunk 3 of 6"));
+  EXPECT_THAT(reg.status().message(), HasSubstr(absl::StrCat(" of ", nbytes)));
   EXPECT_THAT(reg.status().message(), HasSubstr("cudaHostRegister"));
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the failure left no error behind
   for (int64_t k = 0; k < 3; ++k) {

@@ -2,6 +2,8 @@
 # Installs with apt-get whatever sdrt's build and tests need and is missing. Idempotent;
 # prints nothing when everything is already there. The CUDA toolkit and NCCL are not
 # Debian packages: they are used from /usr/local/cuda when present (CUDA builds are AUTO).
+# clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes of Debian's default
+# clang, 14 in bookworm) build the fuzz targets (scripts/fuzz.sh).
 set -euo pipefail
 
 packages=(
@@ -10,6 +12,7 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev libre2-dev
   xxhash
+  clang libclang-rt-14-dev
 )
 
 missing=()

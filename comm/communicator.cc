@@ -158,7 +158,9 @@ absl::StatusOr<std::vector<std::string>> Communicator::AllGatherBytes(const std:
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
-  return DoSplit(color, key);
+  absl::StatusOr<std::unique_ptr<Communicator>> split = DoSplit(color, key);
+  if (split.ok() && *split != nullptr) (*split)->set_timeout(timeout_);
+  return split;
 }
 
 absl::Status Communicator::Barrier() { return DoBarrier(); }

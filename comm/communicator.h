@@ -18,10 +18,20 @@
 // (case-003): a collective whose total element count is zero on every rank returns
 // OK without moving data. All calls are blocking: on return the data is in place.
 //
+// Deadlines (docs/SEMANTICS.md 9.3): every call that waits for other ranks gives up after
+// timeout(), 10 minutes unless set (torch.distributed's default process-group timeout),
+// and returns DeadlineExceeded naming the op and, where the backend can tell, the ranks
+// that did not arrive. The communicator cannot be used after that (every later call
+// returns FailedPrecondition): a collective cannot be taken back from the ranks that
+// joined it. The buffers of the call that timed out may still be written by the backend
+// until the job ends; a program that timed out should end its job (MpiCommunicator's
+// AbortJob) rather than carry on.
+//
 // Thread-safety: one thread at a time per Communicator (docs/PLAN.md "Logging, threads").
 #ifndef SDRT_COMM_COMMUNICATOR_H_
 #define SDRT_COMM_COMMUNICATOR_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,6 +61,13 @@ class Communicator {
   virtual absl::string_view backend() const = 0;
   // The device every tensor argument must live on.
   virtual Device device() const = 0;
+
+  // How long one call may wait for the other ranks (see "Deadlines" above); a communicator
+  // made by Split starts with its parent's. Every rank should set the same value. Setting
+  // it affects the calls that start afterwards.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  static constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(10);
 
   // torch.distributed.all_gather_into_tensor(output, input). Every rank passes an `input`
   // of the same element count n and dtype; `output` (any shape) holds size() * n elements
@@ -154,6 +171,7 @@ class Communicator {
 
   int rank_;
   int size_;
+  std::chrono::milliseconds timeout_ = kDefaultTimeout;
 };
 
 }  // namespace sdrt

@@ -7,11 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/internal/mpi_check.h"
+#include "sdrt/comm/internal/mpi_roll_call.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -182,16 +184,55 @@ void DivideBy(Tensor& tensor, int n) {
   }
 }
 
-absl::Status ConfigureComm(MPI_Comm comm, int* rank, int* size) {
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, rank));
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, size));
-  return absl::OkStatus();
+// Waits for `count` requests until they complete or `deadline` passes, without a roll call
+// (while a communicator is being made there is none yet). DeadlineExceeded names `what`.
+absl::Status AwaitPlain(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline,
+                        std::chrono::milliseconds timeout, absl::string_view what) {
+  while (true) {
+    int done = 0;
+    SDRT_MPI_RETURN_IF_ERROR(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) return absl::OkStatus();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " not complete after ", timeout.count(), " ms (is a rank missing?)"));
+    }
+    std::this_thread::yield();
+  }
+}
+
+// How long a roll call waits for replies: a quarter of the timeout, within [0.2 s, 2 s].
+std::chrono::milliseconds RollCallGrace(std::chrono::milliseconds timeout) {
+  return std::clamp<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(200),
+                                               std::chrono::milliseconds(2000));
+}
+
+// Keeps `buffer` for the rest of the process: an abandoned (timed-out) collective may still
+// read or write it whenever MPI makes progress. Reachable from a static, so leak checkers
+// do not report it.
+void KeepForever(std::shared_ptr<void> buffer) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<std::shared_ptr<void>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  kept->push_back(std::move(buffer));
+}
+
+// `status`, after keeping `buffer` forever when the collective that uses it timed out.
+absl::Status KeptIfTimedOut(absl::Status status, std::shared_ptr<void> buffer) {
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) KeepForever(std::move(buffer));
+  return status;
+}
+
+void FreeComm(MPI_Comm* comm) {
+  int finalized = 0;
+  if (*comm != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
+    MPI_Comm_free(comm);
+  }
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World() {
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(
+    std::chrono::milliseconds timeout) {
   static std::mutex init_mutex;
   std::lock_guard<std::mutex> lock(init_mutex);
   int initialized = 0;
@@ -207,73 +248,155 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World() {
     std::atexit(&FinalizeMpi);
   }
   MPI_Comm comm = MPI_COMM_NULL;
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
-  int rank = 0;
-  int size = 0;
-  if (absl::Status s = ConfigureComm(comm, &rank, &size); !s.ok()) {
-    MPI_Comm_free(&comm);
-    return s;
-  }
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(ToHandle(comm), rank, size));
+  MPI_Request request = MPI_REQUEST_NULL;
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request));
+  SDRT_RETURN_IF_ERROR(AwaitPlain(&request, 1, Clock::now() + timeout, timeout,
+                                  "MpiCommunicator::World: MPI_Comm_idup(MPI_COMM_WORLD)"));
+  return Adopt(ToHandle(comm), timeout);
 }
 
-MpiCommunicator::MpiCommunicator(Handle comm, int rank, int size)
-    : Communicator(rank, size), comm_(comm) {}
+void MpiCommunicator::AbortJob(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this is for the type system
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Adopt(
+    Handle handle, std::chrono::milliseconds timeout) {
+  MPI_Comm comm = ToComm(handle);
+  MPI_Comm roll = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 0;
+  absl::Status status = SDRT_MPI_STATUS(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  if (status.ok()) status = SDRT_MPI_STATUS(MPI_Comm_rank(comm, &rank));
+  if (status.ok()) status = SDRT_MPI_STATUS(MPI_Comm_size(comm, &size));
+  if (status.ok() && size > 1) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    status = SDRT_MPI_STATUS(MPI_Comm_idup(comm, &roll, &request));
+    if (status.ok()) {
+      status = AwaitPlain(&request, 1, Clock::now() + timeout, timeout,
+                          "MPI_Comm_idup of the roll-call communicator");
+    }
+    if (!status.ok()) roll = MPI_COMM_NULL;  // a pending duplicate is not freed
+  }
+  if (!status.ok()) {
+    FreeComm(&comm);
+    return status;
+  }
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(ToHandle(comm), ToHandle(roll), rank, size, timeout));
+}
+
+MpiCommunicator::MpiCommunicator(Handle comm, Handle roll_comm, int rank, int size,
+                                 std::chrono::milliseconds timeout)
+    : Communicator(rank, size), comm_(comm), roll_comm_(roll_comm) {
+  set_timeout(timeout);
+}
 
 MpiCommunicator::~MpiCommunicator() {
-  int finalized = 0;
   MPI_Comm comm = ToComm(comm_);
-  if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm);
+  MPI_Comm roll = ToComm(roll_comm_);
+  FreeComm(&roll);
+  FreeComm(&comm);
+}
+
+absl::Status MpiCommunicator::Begin(absl::string_view op) {
+  if (!timed_out_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(op), ": the communicator cannot be used after an earlier timeout (",
+                     timed_out_, ")"));
+  }
+  ++sequence_;
+  deadline_ = Clock::now() + timeout();
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::Await(absl::string_view op, void* requests_ptr, int count) {
+  auto* requests = static_cast<MPI_Request*>(requests_ptr);
+  internal::MpiRollCall roll(ToComm(roll_comm_), rank(), size());
+  const Clock::time_point start = Clock::now();
+  for (int64_t poll = 1;; ++poll) {
+    int done = 0;
+    SDRT_MPI_RETURN_IF_ERROR(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) return absl::OkStatus();
+    if (poll % 64 != 0) continue;  // the clock and the roll call every 64 polls
+    const Clock::time_point now = Clock::now();
+    const int caller = roll.Answer(sequence_);
+    if (caller < 0 && now <= deadline_) {
+      if (now - start > std::chrono::seconds(30)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      } else if (now - start > std::chrono::seconds(1)) {
+        std::this_thread::yield();
+      }
+      continue;
+    }
+    const internal::RollCallResult result =
+        roll.Call(sequence_, RollCallGrace(timeout()), caller);
+    const std::string why =
+        caller < 0 ? absl::StrCat("not complete after ", timeout().count(), " ms")
+                   : absl::StrCat("rank ", caller, " gave up waiting after its timeout");
+    timed_out_ = absl::StrCat(Where(op), ": ", why, "; ",
+                              internal::DescribeRollCall(result, sequence_));
+    return absl::DeadlineExceededError(timed_out_);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::SplitComm(
+    absl::string_view op, bool shared, int color, int key) {
+  SDRT_RETURN_IF_ERROR(Begin(op));
+  MPI_Request request = MPI_REQUEST_NULL;
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Ibarrier(ToComm(comm_), &request));
+  SDRT_RETURN_IF_ERROR(Await(op, &request, 1));
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (shared) {
+    SDRT_MPI_RETURN_IF_ERROR(
+        MPI_Comm_split_type(ToComm(comm_), MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &comm));
+  } else {
+    SDRT_MPI_RETURN_IF_ERROR(
+        MPI_Comm_split(ToComm(comm_), color < 0 ? MPI_UNDEFINED : color, key, &comm));
+  }
+  if (comm == MPI_COMM_NULL) return std::unique_ptr<MpiCommunicator>();
+  return Adopt(ToHandle(comm), timeout());
 }
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::SplitShared() {
-  MPI_Comm comm = MPI_COMM_NULL;
-  SDRT_MPI_RETURN_IF_ERROR(
-      MPI_Comm_split_type(ToComm(comm_), MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &comm));
-  int rank = 0;
-  int size = 0;
-  if (absl::Status s = ConfigureComm(comm, &rank, &size); !s.ok()) {
-    MPI_Comm_free(&comm);
-    return s;
-  }
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(ToHandle(comm), rank, size));
+  return SplitComm("split_shared", /*shared=*/true, 0, rank());
 }
 
-absl::Status MpiCommunicator::BroadcastPieces(const std::vector<Piece>& pieces) {
+absl::Status MpiCommunicator::BroadcastPieces(absl::string_view op,
+                                              const std::vector<Piece>& pieces) {
   const MPI_Comm comm = ToComm(comm_);
   std::vector<MPI_Request> requests;
+  absl::Status posted = absl::OkStatus();
   for (const Piece& piece : pieces) {
     char* data = static_cast<char*>(piece.data);
-    for (int64_t offset = 0; offset < piece.bytes; offset += max_message_bytes_) {
+    for (int64_t offset = 0; posted.ok() && offset < piece.bytes; offset += max_message_bytes_) {
       const int count = static_cast<int>(std::min(max_message_bytes_, piece.bytes - offset));
       MPI_Request request;
-      const int result = MPI_Ibcast(data + offset, count, MPI_BYTE, piece.root, comm, &request);
-      if (result != MPI_SUCCESS) {
-        // Complete what was started so that no request outlives its buffer.
-        MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-        return SDRT_MPI_STATUS(result);
-      }
-      requests.push_back(request);
+      posted = SDRT_MPI_STATUS(MPI_Ibcast(data + offset, count, MPI_BYTE, piece.root, comm,
+                                          &request));
+      if (posted.ok()) requests.push_back(request);
     }
   }
-  SDRT_MPI_RETURN_IF_ERROR(
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
-  return absl::OkStatus();
+  // Even after a failed post, what was started completes before its buffers can go.
+  SDRT_RETURN_IF_ERROR(Await(op, requests.data(), static_cast<int>(requests.size())));
+  return posted;
 }
 
-absl::Status MpiCommunicator::DoAllGather(void* output, const void* input, int64_t bytes_per_rank) {
+absl::Status MpiCommunicator::GatherEqual(absl::string_view op, void* output, const void* input,
+                                          int64_t bytes_per_rank) {
   if (bytes_per_rank > max_message_bytes_) {
-    return DoAllGatherV(output, input, std::vector<int64_t>(size(), bytes_per_rank));
+    return GatherV(op, output, input, std::vector<int64_t>(size(), bytes_per_rank));
   }
   const int count = static_cast<int>(bytes_per_rank);
   const bool in_place = input == static_cast<char*>(output) + rank() * bytes_per_rank;
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Allgather(in_place ? MPI_IN_PLACE : input, count, MPI_BYTE, output,
-                                         count, MPI_BYTE, ToComm(comm_)));
-  return absl::OkStatus();
+  MPI_Request request;
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Iallgather(in_place ? MPI_IN_PLACE : input, count, MPI_BYTE, output,
+                                          count, MPI_BYTE, ToComm(comm_), &request));
+  return Await(op, &request, 1);
 }
 
-absl::Status MpiCommunicator::DoAllGatherV(void* output, const void* input,
-                                           absl::Span<const int64_t> byte_counts) {
+absl::Status MpiCommunicator::GatherV(absl::string_view op, void* output, const void* input,
+                                      absl::Span<const int64_t> byte_counts) {
   char* out = static_cast<char*>(output);
   std::vector<int64_t> offsets(size());
   int64_t total = 0;
@@ -288,34 +411,54 @@ absl::Status MpiCommunicator::DoAllGatherV(void* output, const void* input,
   if (byte_counts[0] <= max_message_bytes_ &&
       std::all_of(byte_counts.begin(), byte_counts.end(),
                   [&](int64_t c) { return c == byte_counts[0]; })) {
-    // Equal counts (even FSDP shards): MPI_Allgather, whose algorithms MPICH tunes better
-    // than Allgatherv's (its ring pipeline stalls when ranks outnumber cores).
-    return DoAllGather(output, input, byte_counts[0]);
+    // Equal counts (even FSDP shards): MPI_Iallgather, whose algorithms MPICH tunes better
+    // than Iallgatherv's (its ring pipeline stalls when ranks outnumber cores).
+    return GatherEqual(op, output, input, byte_counts[0]);
   }
   if (one_message) {
-    std::vector<int> counts(byte_counts.begin(), byte_counts.end());
-    std::vector<int> displacements(offsets.begin(), offsets.end());
-    SDRT_MPI_RETURN_IF_ERROR(MPI_Allgatherv(in_place ? MPI_IN_PLACE : input, counts[rank()],
-                                            MPI_BYTE, output, counts.data(), displacements.data(),
-                                            MPI_BYTE, ToComm(comm_)));
-    return absl::OkStatus();
+    // MPI reads the count and displacement arrays until the collective completes.
+    auto layout = std::make_shared<std::vector<int>>(byte_counts.begin(), byte_counts.end());
+    layout->insert(layout->end(), offsets.begin(), offsets.end());
+    const int* counts = layout->data();
+    MPI_Request request;
+    SDRT_MPI_RETURN_IF_ERROR(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : input, counts[rank()],
+                                             MPI_BYTE, output, counts, counts + size(), MPI_BYTE,
+                                             ToComm(comm_), &request));
+    return KeptIfTimedOut(Await(op, &request, 1), std::move(layout));
   }
-  // Too large for one MPI_Allgatherv: every rank broadcasts its slice in messages.
+  // Too large for one MPI_Iallgatherv: every rank broadcasts its slice in messages.
   if (!in_place && byte_counts[rank()] > 0) std::memcpy(my_slot, input, byte_counts[rank()]);
   std::vector<Piece> pieces;
   for (int i = 0; i < size(); ++i) {
     if (byte_counts[i] > 0) pieces.push_back(Piece{out + offsets[i], byte_counts[i], i});
   }
-  return BroadcastPieces(pieces);
+  return BroadcastPieces(op, pieces);
+}
+
+absl::Status MpiCommunicator::DoAllGather(void* output, const void* input, int64_t bytes_per_rank) {
+  constexpr absl::string_view kOp = "all_gather";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
+  return GatherEqual(kOp, output, input, bytes_per_rank);
+}
+
+absl::Status MpiCommunicator::DoAllGatherV(void* output, const void* input,
+                                           absl::Span<const int64_t> byte_counts) {
+  constexpr absl::string_view kOp = "all_gather_v";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
+  return GatherV(kOp, output, input, byte_counts);
 }
 
 absl::Status MpiCommunicator::DoBroadcast(absl::Span<const Tensor> tensors, int root) {
+  constexpr absl::string_view kOp = "broadcast";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
   std::vector<Piece> pieces;
   for (const Tensor& t : tensors) pieces.push_back(Piece{t.data_ptr(), t.nbytes(), root});
-  return BroadcastPieces(pieces);
+  return BroadcastPieces(kOp, pieces);
 }
 
 absl::Status MpiCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
+  constexpr absl::string_view kOp = "all_reduce";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
   const DType dtype = tensor.dtype();
   const MPI_Datatype datatype = ReduceDatatype(dtype);
   ScopedOp custom;
@@ -331,47 +474,69 @@ absl::Status MpiCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
   char* data = static_cast<char*>(tensor.data_ptr());
   for (int64_t start = 0; start < tensor.numel(); start += chunk) {
     const int count = static_cast<int>(std::min(chunk, tensor.numel() - start));
-    SDRT_MPI_RETURN_IF_ERROR(MPI_Allreduce(MPI_IN_PLACE, data + start * element_size, count,
-                                           datatype, mpi_op, ToComm(comm_)));
+    MPI_Request request;
+    SDRT_MPI_RETURN_IF_ERROR(MPI_Iallreduce(MPI_IN_PLACE, data + start * element_size, count,
+                                            datatype, mpi_op, ToComm(comm_), &request));
+    SDRT_RETURN_IF_ERROR(Await(kOp, &request, 1));
   }
   if (op == ReduceOp::kAvg) DivideBy(tensor, size());
   return absl::OkStatus();
 }
 
 absl::Status MpiCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
-  int64_t length = static_cast<int64_t>(bytes->size());
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Bcast(&length, 1, MPI_INT64_T, root, ToComm(comm_)));
-  SDRT_RETURN_IF_ERROR(CheckBytesLength("broadcast_bytes", root, length));
-  if (rank() != root) bytes->assign(length, '\0');
-  if (length == 0) return absl::OkStatus();
-  return BroadcastPieces({Piece{bytes->data(), length, root}});
+  constexpr absl::string_view kOp = "broadcast_bytes";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
+  // The length and the bytes travel through buffers of our own, kept if the broadcast
+  // times out (KeepForever), so that the caller's string can go.
+  auto length = std::make_shared<int64_t>(static_cast<int64_t>(bytes->size()));
+  MPI_Request request;
+  SDRT_MPI_RETURN_IF_ERROR(
+      MPI_Ibcast(length.get(), 1, MPI_INT64_T, root, ToComm(comm_), &request));
+  SDRT_RETURN_IF_ERROR(KeptIfTimedOut(Await(kOp, &request, 1), length));
+  SDRT_RETURN_IF_ERROR(CheckBytesLength(kOp, root, *length));
+  if (*length == 0) {
+    bytes->clear();
+    return absl::OkStatus();
+  }
+  auto staged = std::make_shared<std::string>(rank() == root ? *bytes : std::string(*length, '\0'));
+  SDRT_RETURN_IF_ERROR(KeptIfTimedOut(
+      BroadcastPieces(kOp, {Piece{staged->data(), *length, root}}), staged));
+  *bytes = std::move(*staged);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> MpiCommunicator::DoAllGatherBytes(
     const std::string& mine) {
+  constexpr absl::string_view kOp = "all_gather_bytes";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
+  // Each exchange goes through a buffer of our own (this rank's bytes after everyone's),
+  // kept if it times out (KeepForever), so that the caller's buffers can go.
   return AllGatherBytesVia(
-      mine, [this](void* out, const void* in, absl::Span<const int64_t> byte_counts) {
-        return DoAllGatherV(out, in, byte_counts);
+      mine, [this, kOp](void* out, const void* in, absl::Span<const int64_t> byte_counts) {
+        int64_t total = 0;
+        for (int64_t count : byte_counts) total += count;
+        const int64_t my_count = byte_counts[rank()];
+        auto staged = std::make_shared<std::vector<char>>(total + my_count);
+        if (my_count > 0) std::memcpy(staged->data() + total, in, my_count);
+        SDRT_RETURN_IF_ERROR(KeptIfTimedOut(
+            GatherV(kOp, staged->data(), staged->data() + total, byte_counts), staged));
+        if (total > 0) std::memcpy(out, staged->data(), total);
+        return absl::OkStatus();
       });
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::DoSplit(int color, int key) {
-  MPI_Comm comm = MPI_COMM_NULL;
-  SDRT_MPI_RETURN_IF_ERROR(
-      MPI_Comm_split(ToComm(comm_), color < 0 ? MPI_UNDEFINED : color, key, &comm));
-  if (comm == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
-  int rank = 0;
-  int size = 0;
-  if (absl::Status s = ConfigureComm(comm, &rank, &size); !s.ok()) {
-    MPI_Comm_free(&comm);
-    return s;
-  }
-  return std::unique_ptr<Communicator>(new MpiCommunicator(ToHandle(comm), rank, size));
+  SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> split,
+                        SplitComm("split", /*shared=*/false, color, key));
+  return std::unique_ptr<Communicator>(std::move(split));
 }
 
 absl::Status MpiCommunicator::DoBarrier() {
-  SDRT_MPI_RETURN_IF_ERROR(MPI_Barrier(ToComm(comm_)));
-  return absl::OkStatus();
+  constexpr absl::string_view kOp = "barrier";
+  SDRT_RETURN_IF_ERROR(Begin(kOp));
+  MPI_Request request;
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Ibarrier(ToComm(comm_), &request));
+  return Await(kOp, &request, 1);
 }
 
 }  // namespace sdrt

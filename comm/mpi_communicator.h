@@ -9,11 +9,25 @@
 // MPI communicator (a duplicate or a split), with MPI_ERRORS_RETURN set, so sdrt's traffic
 // never matches the embedding program's and MPI errors come back as a Status.
 //
+// Deadlines: every collective is MPI's nonblocking form (MPI_Iallgather, MPI_Ibcast, ...)
+// polled with MPI_Testall until it completes or timeout() passes since the call began
+// (Communicator's "Deadlines"). The poll spins like MPICH's own blocking calls for the
+// first second, then yields the core between polls, and after 30 s sleeps 200 us between
+// them, so a rank left waiting for a stopped peer does not hold a core for ten minutes.
+// On expiry the ranks hold a roll call (comm/internal/mpi_roll_call.h) over a duplicate
+// communicator kept for it, and every live rank returns DeadlineExceeded naming the op and
+// the ranks that did not arrive, e.g. "all_gather (mpi, rank 0 of 3): not complete after
+// 2000 ms; rank 1 did not arrive (ranks 0, 2 waited in collective #4)". A rank whose peer
+// gave up first gives up as soon as it hears of it. Split and SplitShared first meet in a
+// nonblocking barrier under the deadline, then split (MPI_Comm_split has no nonblocking
+// form); communicators are duplicated with MPI_Comm_idup under the deadline.
+//
 // Ownership: the MPI communicator is freed by the destructor (unless MPI was already
 // finalized). This header does not include mpi.h.
 #ifndef SDRT_COMM_MPI_COMMUNICATOR_H_
 #define SDRT_COMM_MPI_COMMUNICATOR_H_
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -31,16 +45,26 @@ class MpiCommunicator final : public Communicator {
   // collective over them. Initializes MPI (MPI_Init_thread asking for
   // MPI_THREAD_SERIALIZED) unless the embedding program already did, in which case its
   // initialization is used as it is. When sdrt initialized MPI it also finalizes it, at
-  // process exit (atexit). FailedPrecondition when MPI was already finalized.
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> World();
+  // process exit (atexit). The communicator's timeout() is `timeout`, which also bounds
+  // the duplication of MPI_COMM_WORLD (DeadlineExceeded when a rank never calls World).
+  // FailedPrecondition when MPI was already finalized.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> World(
+      std::chrono::milliseconds timeout = kDefaultTimeout);
+
+  // Ends every process of the MPI job, this one included, with exit status `exit_code`
+  // (MPI_Abort on MPI_COMM_WORLD; mpiexec kills the other ranks, a stopped one too). What a
+  // program that owns the job does after a DeadlineExceeded, so that nothing is left
+  // running: `sdrt` does. A library embedded in someone else's job should return the error
+  // instead. Does not return.
+  [[noreturn]] static void AbortJob(int exit_code);
 
   ~MpiCommunicator() override;
 
   // This communicator's ranks on this node (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED;
   // ordered as here): its rank() is this process's node-local rank and its size() the
   // number of ranks on this node, by which a launcher gives each process its own GPU
-  // (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE). Collective over this communicator.
-  // MPI's error as a Status.
+  // (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE). Collective over this communicator, under
+  // its timeout() (inherited by the result). MPI's error as a Status.
   absl::StatusOr<std::unique_ptr<MpiCommunicator>> SplitShared();
 
   absl::string_view backend() const override { return "mpi"; }
@@ -67,7 +91,26 @@ class MpiCommunicator final : public Communicator {
   // Handle is MPI_Comm, stored as an integer-sized opaque value so mpi.h stays private:
   // MPICH's MPI_Comm is an int, Open MPI's a pointer; the .cc static_asserts the fit.
   using Handle = intptr_t;
-  MpiCommunicator(Handle comm, int rank, int size);
+  using Clock = std::chrono::steady_clock;
+  MpiCommunicator(Handle comm, Handle roll_comm, int rank, int size,
+                  std::chrono::milliseconds timeout);
+
+  // A communicator over `comm` (adopted: freed with the object, also on error), with its
+  // roll-call duplicate made under `timeout`.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Adopt(Handle comm,
+                                                                std::chrono::milliseconds timeout);
+  // Splits with MPI_Comm_split (color < 0: MPI_UNDEFINED) or, when `shared`, with
+  // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), after a barrier under the deadline; nullptr
+  // for a rank in no group.
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> SplitComm(absl::string_view op, bool shared,
+                                                            int color, int key);
+
+  // Starts the collective `op`: FailedPrecondition once the communicator timed out,
+  // otherwise counts it and starts its deadline.
+  absl::Status Begin(absl::string_view op);
+  // Waits for `count` MPI requests (MPI_Request*) of `op` until they complete or the
+  // deadline started by Begin passes; then the roll call, and DeadlineExceeded.
+  absl::Status Await(absl::string_view op, void* requests, int count);
 
   // `bytes` bytes at `data` that rank `root` broadcasts.
   struct Piece {
@@ -77,10 +120,20 @@ class MpiCommunicator final : public Communicator {
   };
   // Broadcasts every piece, in order, as nonblocking messages of at most
   // max_message_bytes() each, then waits for all of them (one grouped operation).
-  absl::Status BroadcastPieces(const std::vector<Piece>& pieces);
+  absl::Status BroadcastPieces(absl::string_view op, const std::vector<Piece>& pieces);
+  // The all-gathers of DoAllGather and DoAllGatherV, inside a collective begun by the
+  // caller.
+  absl::Status GatherEqual(absl::string_view op, void* output, const void* input,
+                           int64_t bytes_per_rank);
+  absl::Status GatherV(absl::string_view op, void* output, const void* input,
+                       absl::Span<const int64_t> byte_counts);
 
   Handle comm_;
+  Handle roll_comm_;  // the roll call's duplicate; MPI_COMM_NULL for one rank
   int64_t max_message_bytes_ = INT_MAX;
+  int64_t sequence_ = 0;             // collectives begun
+  Clock::time_point deadline_;       // of the collective in progress
+  std::string timed_out_;            // the DeadlineExceeded message; empty while usable
 };
 
 }  // namespace sdrt

@@ -200,8 +200,9 @@ NcclCommunicator::NcclCommunicator(void* comm, int rank, int size, int device,
       comm_(comm),
       device_(device),
       owned_stream_(std::move(owned)),
-      stream_(stream),
-      timeout_(timeout) {}
+      stream_(stream) {
+  set_timeout(timeout);
+}
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;  // aborted: the staging buffer is kept forever
@@ -212,7 +213,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (finalized) {
     const ncclResult_t result = ncclCommFinalize(comm);
     finalized = (result == ncclSuccess || result == ncclInProgress) &&
-                AwaitComm(comm, deadline, timeout_, "ncclCommFinalize").ok();
+                AwaitComm(comm, deadline, timeout(), "ncclCommFinalize").ok();
   }
   if (!finalized) {
     Abort();
@@ -241,7 +242,7 @@ absl::Status NcclCommunicator::Settle(absl::string_view op, int result, const ch
   absl::Status status = nccl_result == ncclInProgress
                             ? absl::OkStatus()
                             : internal::NcclStatus(nccl_result, call, __FILE__, __LINE__);
-  if (status.ok()) status = AwaitComm(ToComm(comm_), deadline, timeout_, call);
+  if (status.ok()) status = AwaitComm(ToComm(comm_), deadline, timeout(), call);
   if (status.ok()) return status;
   Abort();
   return AbortedBy(Where(op), status);
@@ -268,7 +269,7 @@ absl::Status NcclCommunicator::Wait(absl::string_view op, Clock::time_point dead
     if (Clock::now() > deadline) {
       Abort();
       return AbortedBy(Where(op), absl::DeadlineExceededError(absl::StrCat(
-                                      "not complete after ", timeout_.count(), " ms")));
+                                      "not complete after ", timeout().count(), " ms")));
     }
     std::this_thread::sleep_for(kPollInterval);
   }
@@ -519,7 +520,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
     return status;
   }
   if (child == nullptr) return std::unique_ptr<Communicator>();
-  status = AwaitComm(child, deadline, timeout_, "ncclCommSplit");
+  status = AwaitComm(child, deadline, timeout(), "ncclCommSplit");
   int child_rank = 0;
   int child_size = 0;
   if (status.ok()) status = SDRT_NCCL_STATUS(ncclCommUserRank(child, &child_rank));
@@ -533,7 +534,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
   std::optional<CudaStream> owned(std::move(*stream));
   const StreamHandle handle = owned->handle();
   return std::unique_ptr<Communicator>(new NcclCommunicator(child, child_rank, child_size, device_,
-                                                            std::move(owned), handle, timeout_));
+                                                            std::move(owned), handle, timeout()));
 }
 
 absl::Status NcclCommunicator::DoBarrier() {

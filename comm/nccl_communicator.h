@@ -39,7 +39,7 @@
 // return ncclInProgress while NCCL connects or enqueues in the background, e.g. the first
 // collective's lazy connection setup) is followed by polling ncclCommGetAsyncError until
 // it is no longer ncclInProgress; then the stream is polled with cudaStreamQuery. Both
-// polls run every 100 us under one deadline per call, Options::timeout from its start;
+// polls run every 100 us under one deadline per call, timeout() from its start;
 // past it the NCCL communicator is aborted (ncclCommAbort) and the call returns
 // DeadlineExceeded naming the op; an NCCL or CUDA error also aborts it and comes back as
 // that error. Create and Split clean up the same way (no communicator is returned). After
@@ -51,7 +51,7 @@
 // new stream.
 //
 // Ownership: the NCCL communicator, an owned stream and the staging buffer are released
-// with the object: ncclCommFinalize, polled under Options::timeout, then ncclCommDestroy;
+// with the object: ncclCommFinalize, polled under timeout(), then ncclCommDestroy;
 // ncclCommAbort instead when finalising fails or times out (e.g. a peer is gone), and then
 // the staging buffer is leaked as above. This header includes neither nccl.h nor CUDA's
 // headers: handles are opaque. Built only with NCCL (SDRT_HAVE_NCCL).
@@ -85,8 +85,9 @@ class NcclCommunicator final : public Communicator {
     // The stream every call runs on (a cudaStream_t on `device`, borrowed: it must outlive
     // the communicator); nullptr makes the communicator create and own a non-blocking one.
     StreamHandle stream = nullptr;
-    // How long a call may wait for its collective before the communicator is aborted.
-    std::chrono::milliseconds timeout = std::chrono::minutes(10);
+    // How long a call may wait for its collective before the communicator is aborted: the
+    // communicator's timeout() (set_timeout changes it later).
+    std::chrono::milliseconds timeout = kDefaultTimeout;
   };
 
   // ncclCommInitRankConfig (non-blocking): collective over the `size` ranks that pass the
@@ -143,8 +144,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(void* comm, int rank, int size, int device, std::optional<CudaStream> owned,
                    StreamHandle stream, std::chrono::milliseconds timeout);
 
-  // The deadline of a call starting now: Options::timeout from now.
-  Clock::time_point Deadline() const { return Clock::now() + timeout_; }
+  // The deadline of a call starting now: timeout() from now.
+  Clock::time_point Deadline() const { return Clock::now() + timeout(); }
   // FailedPrecondition naming `op` once the communicator was aborted.
   absl::Status CheckUsable(absl::string_view op) const;
   // After the NCCL call `call` returned `result` (an ncclResult_t): OK once the
@@ -174,7 +175,6 @@ class NcclCommunicator final : public Communicator {
   int device_;
   std::optional<CudaStream> owned_stream_;
   StreamHandle stream_;
-  std::chrono::milliseconds timeout_;
   DeviceBuffer staging_;  // null until a call stages bytes
 };
 

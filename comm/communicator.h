@@ -18,7 +18,7 @@
 // (case-003): a collective whose total element count is zero on every rank returns
 // OK without moving data. All calls are blocking: on return the data is in place.
 //
-// Deadlines (docs/SEMANTICS.md 9.3): every call that waits for other ranks gives up after
+// Deadlines (docs/SEMANTICS.md 11.16): every call that waits for other ranks gives up after
 // timeout(), 10 minutes unless set (torch.distributed's default process-group timeout),
 // and returns DeadlineExceeded naming the op and, where the backend can tell, the ranks
 // that did not arrive. The communicator cannot be used after that (every later call

@@ -1,6 +1,6 @@
 // The roll call of the MPI backend: how ranks whose collective passed its deadline find out
 // which ranks never arrived, so that the DeadlineExceeded every live rank returns names
-// them (docs/SEMANTICS.md 9.3). Internal to comm/ (it includes mpi.h).
+// them (docs/SEMANTICS.md 11.16). Internal to comm/ (it includes mpi.h).
 //
 // Each MpiCommunicator owns a second MPI communicator over the same ranks (a duplicate),
 // used only for these messages, so they never match a collective's. A message is one

@@ -1,4 +1,4 @@
-// Deadlines of the MPI backend (Communicator "Deadlines", docs/SEMANTICS.md 9.3): a rank
+// Deadlines of the MPI backend (Communicator "Deadlines", docs/SEMANTICS.md 11.16): a rank
 // that never joins a collective makes every live rank return DeadlineExceeded naming the
 // op and the absent rank within the timeout plus the roll call's grace, instead of
 // waiting forever. CTest runs this binary under `mpiexec -n 2` and `-n 3`.

@@ -4,13 +4,17 @@
 // this run's own in the cache, for fsdp (mesh N) and fsdp-tp (mesh 2 x N/2) it shards the
 // file, gathers it back under `mpiexec -n N sdrt gather` and compares the result with the
 // source tensor by tensor, and loads it under `mpiexec -n N sdrt load --verify`, printing
-// one summary table.
+// one summary table. A step that fails ends the demo with the step's exit class (README,
+// "Exit codes"): a child that exits with 2 (bad input) makes the demo exit 2, any other
+// failure of a child (exit 1, a signal) exits 1.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -112,7 +116,21 @@ std::string Quote(const std::string& s) {
   return out + "'";
 }
 
-// Runs `mpiexec -n N <this sdrt> <args> --json`, returns the JSON rank 0 printed.
+// A child's wait status in words: "exited with code 2", "killed by signal 9 (SIGKILL)".
+std::string WaitStatusText(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    const char* name = sigabbrev_np(signal);
+    return absl::StrCat("killed by signal ", signal,
+                        name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+// Runs `mpiexec -n N <this sdrt> <args> --json`, returns the JSON rank 0 printed. When the
+// child fails (its ranks have printed why on stderr): InvalidArgument if it exited with 2
+// (bad input), else Internal, the message naming the command and how it ended.
 absl::StatusOr<nlohmann::json> RunUnderMpi(int ranks, const std::string& args) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -121,15 +139,20 @@ absl::StatusOr<nlohmann::json> RunUnderMpi(int ranks, const std::string& args) {
   const char* mpiexec = std::getenv("SDRT_MPIEXEC");
   const std::string command = absl::StrCat(mpiexec != nullptr ? mpiexec : "mpiexec", " -n ", ranks,
                                            " ", Quote(self), " ", args, " --json");
-  FILE* pipe = popen(command.c_str(), "r");
+  // `exec`: the shell popen starts becomes mpiexec, so that pclose sees mpiexec's own end
+  // (a signal, not the shell's exit code 128 + N).
+  FILE* pipe = popen(absl::StrCat("exec ", command).c_str(), "r");
   if (pipe == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("popen ", command));
   std::string out;
   std::array<char, 4096> buffer;
   size_t got;
   while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), got);
   const int status = pclose(pipe);
+  if (status == -1) return absl::ErrnoToStatus(errno, absl::StrCat("waiting for `", command, "`"));
   if (status != 0) {
-    return absl::InternalError(absl::StrCat("`", command, "` failed (status ", status, ")"));
+    const std::string message = absl::StrCat("`", command, "` ", WaitStatusText(status));
+    const bool bad_input = WIFEXITED(status) && WEXITSTATUS(status) == kExitBadInput;
+    return bad_input ? absl::InvalidArgumentError(message) : absl::InternalError(message);
   }
   const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
@@ -170,7 +193,7 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
                         RunUnderMpi(args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out),
                                                              " --bucket-mib ", args.bucket_mib)));
   const absl::Status same = SameCheckpoint(file, out);
-  if (!same.ok()) std::cerr << "sdrt demo: " << same.message() << "\n";
+  if (!same.ok()) ReportError("demo", same, LauncherRank());  // reported in the table too
   rows.push_back({plan_name, mesh_text, "gather", gather["bytes"].get<int64_t>(),
                   gather["gather_seconds"].get<double>(), gather["collectives"].get<int64_t>(),
                   same.ok()});
@@ -188,8 +211,7 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
 
 int RunDemo(const DemoArgs& args) {
   const auto fail = [](const absl::Status& status) {
-    std::cerr << "sdrt demo: " << status.message() << "\n";
-    return ExitCodeFor(status);
+    return ReportError("demo", status, LauncherRank());
   };
   if (args.ranks < 1) return fail(absl::InvalidArgumentError("--ranks must be at least 1"));
   const std::string cache = CacheDir(args);

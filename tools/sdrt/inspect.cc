@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
@@ -32,10 +34,7 @@ std::string ShapeOf(const IntVector& shape) {
 
 int InspectShardedCheckpoint(const InspectArgs& args) {
   absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(args.path);
-  if (!index.ok()) {
-    std::cerr << "sdrt inspect: " << index.status().message() << "\n";
-    return ExitCodeFor(index.status());
-  }
+  if (!index.ok()) return ReportError("inspect", index.status(), LauncherRank());
   const DeviceMesh& mesh = *index->mesh;
   const int64_t world = index->world_size;
   // local_shapes[t][r], bytes[r].
@@ -48,8 +47,10 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
     for (int64_t r = 0; r < world; ++r) {
       absl::StatusOr<IntVector> local = ComputeLocalShape(t.shape, mesh, t.placements, r);
       if (!local.ok()) {  // validated by ReadShardedCheckpointIndex
-        std::cerr << "sdrt inspect: " << args.path << ": tensor " << t.name << ": "
-                  << local.status().message() << "\n";
+        ReportError("inspect",
+                    absl::InvalidArgumentError(absl::StrCat(args.path, ": tensor ", t.name, ": ",
+                                                            local.status().message())),
+                    LauncherRank());
         return kExitBadInput;
       }
       int64_t numel = 1;
@@ -143,9 +144,11 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
     }
     table.AddRow(std::move(row));
   }
-  std::cout << args.path << "\n"
+  std::cout << Printable(args.path) << "\n"
             << "sharded checkpoint (format " << index->format_version << "): mesh " << mesh_text;
-  if (!mesh.dim_names().empty()) std::cout << " (" << absl::StrJoin(mesh.dim_names(), ", ") << ")";
+  if (!mesh.dim_names().empty()) {
+    std::cout << " (" << Printable(absl::StrJoin(mesh.dim_names(), ", ")) << ")";
+  }
   std::cout << ", world size " << world << ", plan " << Printable(index->plan) << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
@@ -154,7 +157,7 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
             << HumanBytes(bytes) << ") in full\n\n";
   Table files({"rank", "file", "local bytes", "file size"}, {true, false, true, true});
   for (int64_t r = 0; r < world; ++r) {
-    files.AddRow({std::to_string(r), index->files[r], WithThousands(rank_bytes[r]),
+    files.AddRow({std::to_string(r), Printable(index->files[r]), WithThousands(rank_bytes[r]),
                   HumanBytes(file_sizes[r])});
   }
   files.Print(std::cout);
@@ -177,8 +180,8 @@ int RunInspect(const InspectArgs& args) {
     return InspectShardedCheckpoint(args);
   }
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(args.path);
-  if (!file.ok()) {
-    std::cerr << "sdrt inspect: " << file.status().message() << "\n";
+  if (!file.ok()) {  // any file that cannot be read as safetensors is bad input
+    ReportError("inspect", file.status(), LauncherRank());
     return kExitBadInput;
   }
   int64_t parameters = 0;
@@ -216,7 +219,7 @@ int RunInspect(const InspectArgs& args) {
                   "[" + absl::StrJoin(e.shape, ", ") + "]",
                   WithThousands(e.data_end - e.data_begin)});
   }
-  std::cout << args.path << "\n\n";
+  std::cout << Printable(args.path) << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
             << file->entries().size() << (file->entries().size() == 1 ? " tensor, " : " tensors, ")

@@ -8,9 +8,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +39,7 @@ struct LoadArgs {
   std::string device = "cpu";
   int64_t bucket_mib = 256;
   bool json = false;
+  bool progress = false;
 };
 
 struct TensorInfo {
@@ -98,6 +101,8 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
                                                 const DeviceMesh& mesh, const Map& local) {
   std::vector<std::string> wrong;
   std::optional<RankShards> expected;
+  // INDIR's pieces by name: one lookup per tensor, so verifying n tensors is O(n).
+  absl::flat_hash_map<std::string_view, const DTensor*> expected_by_name;
   std::optional<SafetensorsFile> file;
   if (!args.verify_dir.empty()) {
     absl::StatusOr<RankShards> shards = LoadRankShards(args.verify_dir, session.rank());
@@ -108,6 +113,8 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
           args.verify_dir, " is sharded on mesh ",
           absl::StrJoin(expected->index.mesh->shape(), "x"), " but --mesh is ", args.mesh));
     }
+    expected_by_name.reserve(expected->tensors.size());
+    for (const auto& [name, dtensor] : expected->tensors) expected_by_name.emplace(name, &dtensor);
   } else {
     absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file);
     if (!opened.ok()) return opened.status();
@@ -126,19 +133,19 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
     if (!mine.ok()) return mine.status();
     Tensor want;
     if (expected.has_value()) {
-      const auto it = std::find_if(expected->tensors.begin(), expected->tensors.end(),
-                                   [&](const auto& p) { return p.first == local.key(i); });
-      if (it == expected->tensors.end()) {
+      const auto it = expected_by_name.find(local.key(i));
+      if (it == expected_by_name.end()) {
         return absl::InvalidArgumentError(
             absl::StrCat(args.verify_dir, " has no tensor ", local.key(i)));
       }
-      if (got != nullptr && it->second.placements() != got->placements()) {
+      const DTensor& expected_piece = *it->second;
+      if (got != nullptr && expected_piece.placements() != got->placements()) {
         return absl::InvalidArgumentError(
             absl::StrCat(local.key(i), ": ", args.verify_dir, " holds it as ",
-                         PlacementsToString(it->second.placements()), ", the plan gives ",
+                         PlacementsToString(expected_piece.placements()), ", the plan gives ",
                          PlacementsToString(got->placements())));
       }
-      want = it->second.local();
+      want = expected_piece.local();
     } else {
       absl::StatusOr<Tensor> full = file->Get(local.key(i));
       if (!full.ok()) return full.status();
@@ -162,13 +169,10 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
 
 int RunLoad(const LoadArgs& args) {
   absl::StatusOr<Session> session = StartSession(args.device);
-  if (!session.ok()) {
-    std::cerr << "sdrt load: " << session.status().message() << "\n";
-    return ExitCodeFor(session.status());
-  }
+  // Before the session there is no communicator: the launcher's rank says who prints.
+  if (!session.ok()) return ReportError("load", session.status(), LauncherRank());
   const auto fail = [&](const absl::Status& status) {
-    if (session->rank() == 0) std::cerr << "sdrt load: " << status.message() << "\n";
-    return ExitCodeFor(status);
+    return ReportError("load", status, session->rank());
   };
   // Rank 0 maps the file; every rank checks the mesh and the plan.
   absl::Status status =
@@ -187,7 +191,7 @@ int RunLoad(const LoadArgs& args) {
       // Unpinned is only slower: the broadcast copies out of the mapping with CopyFrom.
       if (!file->pin_status().ok()) {
         std::cerr << "sdrt load: warning: copying from pageable memory ("
-                  << file->pin_status().message() << ")\n";
+                  << Printable(file->pin_status().message()) << ")\n";
       }
     } else {
       status = opened.status();
@@ -232,7 +236,8 @@ int RunLoad(const LoadArgs& args) {
   options.strict = true;
   CollectiveStats stats;
   options.stats = &stats;
-  options.progress = ProgressLine("load", session->rank() == 0 && !args.json);
+  options.progress =
+      ProgressLine("load", session->rank() == 0 && (!args.json || args.progress), args.progress);
   status = session->world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
@@ -287,8 +292,8 @@ int RunLoad(const LoadArgs& args) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << "loaded " << infos->size() << " tensors (" << HumanBytes(bytes) << ") from "
-              << Printable(args.file) << " into " << session->size() << " ranks, mesh " << args.mesh
-              << ", plan " << plan->name() << "\n"
+              << Printable(args.file) << " into " << session->size() << " ranks, mesh "
+              << Printable(args.mesh) << ", plan " << Printable(plan->name()) << "\n"
               << "  broadcast " << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; "
               << stats.collectives << " collectives (" << stats.data_collectives << " moving data, "
               << stats.buckets << " buckets of at most " << args.bucket_mib << " MiB)\n"
@@ -320,6 +325,9 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--bucket-mib", args->bucket_mib, "bytes broadcast per collective, MiB")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the results as JSON");
+  cmd->add_flag("--progress", args->progress,
+                "progress lines on rank 0's stderr even when it is not a terminal (under "
+                "mpiexec it never is)");
   cmd->callback([args, exit_code] { *exit_code = RunLoad(*args); });
 }
 

@@ -1,10 +1,14 @@
 // sdrt: the command line over the state-dict runtime. See `sdrt --help`.
 #include <iostream>
+#include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/interrupt.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/version.h"
 
 namespace {
@@ -17,6 +21,26 @@ void PrintVersion() {
             << "  MPI: " << (SDRT_CLI_HAVE_MPI ? "found" : "not found") << "\n";
 }
 
+// What CLI11 threw: --help prints the help on stdout (exit 0); an error is one line on
+// stderr naming the command and how to get its help (exit 2). Under mpiexec only rank 0
+// prints (README, "Exit codes"); every rank exits alike.
+int ParseFailed(const CLI::App& app, const CLI::ParseError& e, int rank) {
+  if (e.get_exit_code() == 0) {
+    std::ostream none(nullptr);
+    app.exit(e, rank == 0 ? std::cout : none, rank == 0 ? std::cerr : none);
+    return sdrt::cli::kExitOk;
+  }
+  std::string command;
+  for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+  std::string message =
+      absl::StrCat(e.what(), " (see `sdrt ", command, command.empty() ? "" : " ", "--help`)");
+  if (dynamic_cast<const CLI::ExcludesError*>(&e) != nullptr) {
+    message =
+        absl::StrCat("--version takes no command (run `sdrt --version` alone), got ", command);
+  }
+  return sdrt::cli::ReportError(command, absl::InvalidArgumentError(message), rank);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -24,7 +48,8 @@ int main(int argc, char** argv) {
   CLI::App app("sdrt: gather, broadcast and inspect sharded model state dicts", "sdrt");
   app.require_subcommand(0, 1);
   bool version = false;
-  app.add_flag("--version", version, "print the version and the CUDA/NCCL/MPI support");
+  CLI::Option* version_flag =
+      app.add_flag("--version", version, "print the version and the CUDA/NCCL/MPI support");
   int exit_code = sdrt::cli::kExitOk;
   sdrt::cli::AddInspectCommand(app, &exit_code);
   sdrt::cli::AddShardCommand(app, &exit_code);
@@ -34,19 +59,28 @@ int main(int argc, char** argv) {
   sdrt::cli::AddLoadCommand(app, &exit_code);
 #endif
   sdrt::cli::AddDemoCommand(app, &exit_code);
+  // `sdrt --version CMD` is refused (exit 2) before CMD runs: CLI11 checks exclusions
+  // before it runs any command's callback.
+  for (CLI::App* command : app.get_subcommands({})) command->excludes(version_flag);
+  const int rank = sdrt::cli::LauncherRank();  // MPI has not started: its launcher's rank
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : sdrt::cli::kExitBadInput;
+    return ParseFailed(app, e, rank);
   }
   if (version) {
     PrintVersion();
     return sdrt::cli::kExitOk;
   }
   if (app.get_subcommands().empty()) {
-    std::cerr << app.help();
-    return sdrt::cli::kExitBadInput;
+    std::string names;
+    for (const CLI::App* command : app.get_subcommands({})) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", command->get_name());
+    }
+    return sdrt::cli::ReportError("",
+                                  absl::InvalidArgumentError(absl::StrCat(
+                                      "a command is required: ", names, " (see `sdrt --help`)")),
+                                  rank);
   }
   return exit_code;
 }

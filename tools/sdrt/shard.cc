@@ -31,15 +31,12 @@ struct ShardArgs {
   bool json = false;
 };
 
-int Fail(const absl::Status& status) {
-  std::cerr << "sdrt shard: " << status.message() << "\n";
-  return ExitCodeFor(status);
-}
+int Fail(const absl::Status& status) { return ReportError("shard", status, LauncherRank()); }
 
 int RunShard(const ShardArgs& args) {
   absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(args.source);
-  if (!source.ok()) {
-    std::cerr << "sdrt shard: " << source.status().message() << "\n";
+  if (!source.ok()) {  // any file that cannot be read as safetensors is bad input
+    Fail(source.status());
     return kExitBadInput;
   }
   absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(args.mesh);
@@ -93,13 +90,16 @@ int RunShard(const ShardArgs& args) {
     std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
-  std::cout << "wrote " << args.out_dir << ": " << index->tensors.size() << " tensors of "
-            << args.source << ", plan " << index->plan << " on mesh " << mesh_text;
-  if (!m.dim_names().empty()) std::cout << " (" << absl::StrJoin(m.dim_names(), ", ") << ")";
+  std::cout << "wrote " << Printable(args.out_dir) << ": " << index->tensors.size()
+            << " tensors of " << Printable(args.source) << ", plan " << Printable(index->plan)
+            << " on mesh " << mesh_text;
+  if (!m.dim_names().empty()) {
+    std::cout << " (" << Printable(absl::StrJoin(m.dim_names(), ", ")) << ")";
+  }
   std::cout << ", " << index->world_size << " rank files\n\n";
   Table table({"rank", "file", "bytes"}, {true, false, true});
   for (int64_t r = 0; r < index->world_size; ++r) {
-    table.AddRow({std::to_string(r), index->files[r], WithThousands(file_sizes[r])});
+    table.AddRow({std::to_string(r), Printable(index->files[r]), WithThousands(file_sizes[r])});
   }
   table.Print(std::cout);
   return kExitOk;

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <iostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 namespace sdrt::cli {
@@ -56,13 +59,73 @@ std::string WithThousands(int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
-std::string Printable(const std::string& text) {
+int LauncherRank() {
+  for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID"}) {
+    const char* value = std::getenv(name);
+    int rank = 0;
+    if (value != nullptr && absl::SimpleAtoi(value, &rank)) return rank;
+  }
+  return 0;
+}
+
+int ReportError(absl::string_view command, const absl::Status& status, int rank) {
+  if (rank == 0) {
+    std::cerr << "sdrt" << (command.empty() ? "" : " ") << command << ": "
+              << Printable(status.message()) << "\n";
+  }
+  return ExitCodeFor(status);
+}
+
+namespace {
+
+// The length of the valid UTF-8 sequence at the start of `text` (1 to 4 bytes), or 0 when
+// it does not start with one (a stray continuation byte, an overlong form, a surrogate, a
+// code point above U+10FFFF, a cut sequence).
+size_t Utf8Length(absl::string_view text) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char low = 0x80;  // the allowed range of the second byte
+  unsigned char high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;   // overlong
+    if (lead == 0xED) high = 0x9F;  // surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;   // overlong
+    if (lead == 0xF4) high = 0x8F;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (text.size() < length || byte(1) < low || byte(1) > high) return 0;
+  for (size_t i = 2; i < length; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+std::string Printable(absl::string_view text) {
   std::string out;
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t length = Utf8Length(text.substr(i));
+    if (length == 0 || c < 0x20 || c == 0x7f) {  // C0, DEL, not UTF-8
       out += absl::StrFormat("\\x%02x", c);
+      ++i;
+    } else if (length == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[i + 1]));  // C1
+      i += 2;
     } else {
-      out.push_back(static_cast<char>(c));
+      out.append(text.data() + i, length);
+      i += length;
     }
   }
   return out;
@@ -118,14 +181,23 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled) {
-  if (!enabled || isatty(STDERR_FILENO) == 0) return {};
+std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled,
+                                                   bool force) {
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  if (!enabled || (!terminal && !force)) return {};
   const double start = NowSeconds();
-  return [what, start](int64_t done, int64_t total) {
-    const double seconds = NowSeconds() - start;
-    std::fprintf(stderr, "\r%s: %s of %s, %.2f GB/s   %s", what.c_str(), HumanBytes(done).c_str(),
-                 HumanBytes(total).c_str(), seconds > 0 ? done / seconds / 1e9 : 0.0,
-                 done >= total ? "\n" : "");
+  double last = -1.0;  // when the last whole line was written
+  return [what, start, terminal, last](int64_t done, int64_t total) mutable {
+    const double now = NowSeconds();
+    const bool end = done >= total;
+    if (!terminal && !end && last >= 0 && now - last < 1.0) return;
+    last = now;
+    const double seconds = now - start;
+    const char* ending = "\n";  // a whole line in a file
+    if (terminal) ending = end ? "   \n" : "   ";
+    std::fprintf(stderr, "%s%s: %s of %s, %.2f GB/s%s", terminal ? "\r" : "", what.c_str(),
+                 HumanBytes(done).c_str(), HumanBytes(total).c_str(),
+                 seconds > 0 ? done / seconds / 1e9 : 0.0, ending);
     std::fflush(stderr);
   };
 }

@@ -1,5 +1,5 @@
-// Printing helpers shared by the subcommands: aligned text tables, byte counts, wall time
-// and progress lines.
+// Printing helpers shared by the subcommands: error lines, aligned text tables, byte
+// counts, wall time and progress lines.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_H_
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace sdrt::cli {
 
@@ -26,9 +27,24 @@ std::string HumanBytes(int64_t bytes);
 // "22,713,728".
 std::string WithThousands(int64_t value);
 
-// `text` with control characters (newlines, escape sequences, NUL) written as C escapes,
-// so names from a file cannot break or colour the terminal output.
-std::string Printable(const std::string& text);
+// The rank the MPI launcher gave this process, read from its environment before MPI starts:
+// PMI_RANK (MPICH, Intel MPI), OMPI_COMM_WORLD_RANK (Open MPI), PMIX_RANK, else
+// MPI_LOCALRANKID (the node-local rank); 0 when none is set (not started by mpiexec).
+int LauncherRank();
+
+// Prints "sdrt <command>: <message>" (the message through Printable) as one line on
+// stderr when `rank` is 0, and returns ExitCodeFor(status). Every error the `sdrt` commands
+// print goes through here, so each prints once under mpiexec (pass the session's rank, or
+// LauncherRank() before the session starts) and no control character of a path or tensor
+// name echoed in a message reaches the terminal. `command` is "load", "shard", ... ("" for
+// the top level: "sdrt: <message>").
+int ReportError(absl::string_view command, const absl::Status& status, int rank);
+
+// `text` with every control character written as an escape, so that names from a file or
+// the command line cannot break, move or colour the terminal output: C0 controls (newline,
+// ESC, NUL, ...) and DEL as "\x1b", C1 controls (U+0080..U+009F, UTF-8 "\xc2\x9b") as
+// "\u009b", and bytes that are not valid UTF-8 as "\xff". Other UTF-8 text is unchanged.
+std::string Printable(absl::string_view text);
 // The longest prefix of `text` of at most `max_bytes` that does not split a UTF-8 character.
 std::string Utf8Prefix(const std::string& text, size_t max_bytes);
 
@@ -49,10 +65,13 @@ class Table {
 // Seconds on a monotonic clock.
 double NowSeconds();
 
-// A progress callback for GatherOptions/BroadcastOptions::progress that rewrites one line
-// on stderr ("gather: 1.2 GB of 3.4 GB, 2.10 GB/s") and ends it when done; an empty
-// function unless `enabled` and stderr is a terminal.
-std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled);
+// A progress callback for GatherOptions/BroadcastOptions::progress on stderr ("gather:
+// 1.2 GB of 3.4 GB, 2.10 GB/s"). On a terminal it rewrites one line and ends it when done;
+// with `force` (--progress) and stderr not a terminal (a file, or any rank's stderr under
+// mpiexec) it writes whole lines, at most one a second plus the last. An empty function
+// unless `enabled` and stderr is a terminal or `force`.
+std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool enabled,
+                                                   bool force = false);
 
 }  // namespace sdrt::cli
 

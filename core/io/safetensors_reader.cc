@@ -5,10 +5,7 @@
 // of them. A tensor whose address is not a multiple of its element size (other writers may
 // leave the data region unaligned: case-045) is copied instead, never reinterpreted through
 // a misaligned pointer.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -18,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/io/internal/open_regular_file.h"
 #include "sdrt/core/io/internal/safetensors_header.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/cuda/runtime.h"
@@ -32,31 +30,17 @@ absl::Status WithSource(const absl::Status& status, absl::string_view source) {
   return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
 }
 
-// Maps the whole regular file at `path` read-only. O_NONBLOCK: opening a FIFO (or a
-// device) must not wait for a writer before fstat can refuse it; it changes nothing for a
-// regular file.
+// Maps the whole regular file at `path` read-only (internal::OpenRegularFile: a FIFO or a
+// device is refused without waiting for a writer).
 absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, "open");
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return absl::ErrnoToStatus(err, "fstat");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError("not a regular file");
-  }
-  const int64_t size = st.st_size;
+  SDRT_ASSIGN_OR_RETURN(const internal::RegularFile file, internal::OpenRegularFile(path));
+  const int64_t size = file.size();
   if (size == 0) {  // mmap refuses empty ranges; Parse reports the short file
-    close(fd);
     return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kMappedFile, nullptr);
   }
-  void* data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  close(fd);  // the mapping keeps the file referenced
-  if (data == MAP_FAILED) return absl::ErrnoToStatus(err, "mmap");
+  // The mapping keeps the file referenced once `file` closes its descriptor.
+  void* data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, file.fd(), 0);
+  if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, "mmap");
   return Storage::Wrap(data, size, Device::CPU(), StorageKind::kMappedFile,
                        [size](void* p) { munmap(p, static_cast<size_t>(size)); });
 }

@@ -1,0 +1,45 @@
+// Opening an input file that sdrt reads whole or maps (ReadBoundedFile, SafetensorsFile::Open):
+// one place that refuses anything but a regular file without ever blocking on it.
+#ifndef SDRT_CORE_IO_INTERNAL_OPEN_REGULAR_FILE_H_
+#define SDRT_CORE_IO_INTERNAL_OPEN_REGULAR_FILE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace sdrt::internal {
+
+// A regular file open for reading; owns its descriptor (closed on destruction). Move-only.
+class RegularFile {
+ public:
+  RegularFile(int fd, int64_t size) : fd_(fd), size_(size) {}
+  RegularFile(RegularFile&& other) noexcept;
+  RegularFile& operator=(RegularFile&& other) noexcept;
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  ~RegularFile();
+
+  int fd() const { return fd_; }
+  // The size fstat reported when the file was opened, bytes.
+  int64_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  int64_t size_ = 0;
+};
+
+// Opens `path` read-only (a symlink to a regular file is followed) with O_NONBLOCK, so that
+// opening a FIFO or a device never waits for a writer (it changes nothing for a regular
+// file), and O_CLOEXEC; then fstat's the descriptor and refuses anything but a regular file.
+//
+// Errors (the message is the reason alone; callers prefix the path and what the file is):
+//   open failed: the errno's code (NotFound for a missing file), "<strerror>";
+//   fstat failed: the errno's code, "fstat: <strerror>";
+//   not a regular file: InvalidArgument, "not a regular file (a FIFO)" (or a character
+//     device, a block device, a socket, a folder).
+absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_IO_INTERNAL_OPEN_REGULAR_FILE_H_

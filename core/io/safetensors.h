@@ -190,6 +190,42 @@ absl::Status WriteSafetensors(const std::string& path,
                               const std::map<std::string, std::string>& metadata = {},
                               const WriteSafetensorsOptions& options = {});
 
+// What the header says of one tensor to write, before its bytes exist.
+struct SafetensorsTensorSpec {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;  // elements per dim; empty for a 0-dim tensor
+};
+
+// Produces tensor i of the specs given to WriteSafetensorsStreamed: a tensor of exactly that
+// dtype and shape, any strides, on CPU or CUDA. Its bytes are written before the next call,
+// so the writer holds no reference to it afterwards.
+using SafetensorsTensorSource = std::function<absl::StatusOr<Tensor>(size_t index)>;
+
+// WriteSafetensors for tensors made one at a time: the header (all of `specs` in the given
+// order, the same layout, so the file is byte-identical to WriteSafetensors of the same
+// tensors) is written first, then `source(i)` is called once per tensor with elements, in
+// the order of the data (largest element size first, the given order within a size; the
+// given order with options.data_in_given_order), and its bytes written at once: memory
+// peaks near the largest tensor, not the sum. Atomic like WriteSafetensors. Errors: those
+// of WriteSafetensors (InvalidArgument for the reserved name, duplicates, a negative dim or
+// a size above 2^63 - 1 bytes, before any file is created); `source`'s error, after
+// `tensor "<name>": `; InvalidArgument when it gives a tensor of another dtype or shape. On
+// any error the temporary file is removed and the target left as it was.
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      absl::Span<const SafetensorsTensorSpec> specs,
+                                      const SafetensorsTensorSource& source,
+                                      const std::map<std::string, std::string>& metadata = {},
+                                      const WriteSafetensorsOptions& options = {});
+
+// The size in bytes of the file WriteSafetensorsStreamed (or WriteSafetensors of tensors
+// with these names, dtypes and shapes) writes: 8 + the padded header + the data. Errors:
+// InvalidArgument as WriteSafetensorsStreamed's before it creates a file, or a header above
+// kSafetensorsMaxHeaderBytes.
+absl::StatusOr<int64_t> SafetensorsFileBytes(absl::Span<const SafetensorsTensorSpec> specs,
+                                             const std::map<std::string, std::string>& metadata,
+                                             const WriteSafetensorsOptions& options = {});
+
 }  // namespace sdrt
 
 #endif  // SDRT_CORE_IO_SAFETENSORS_H_

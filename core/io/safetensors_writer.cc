@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <functional>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -34,43 +36,57 @@ struct Layout {
   std::vector<size_t> data_order;
 };
 
-// The layout for `tensors`: the data sorted by element size, largest first, the given order
+// The layout for `specs`: the data sorted by element size, largest first, the given order
 // within a size (the reference writer also sorts by alignment). Element sizes are powers of
 // 2 and every tensor's byte count a multiple of its own, so each tensor starts at a multiple
 // of its element size and, the data region starting at a multiple of 8, the zero-copy
-// reader borrows every one. InvalidArgument for the reserved name, duplicates, and undefined
-// or meta tensors.
+// reader borrows every one. InvalidArgument for the reserved name, duplicates, a shape with
+// a negative dim or too many bytes, and whatever `check(i)` (when given) returns for tensor
+// i, checked in order after its name.
 // With `given_order`, the data follows the given order instead (a tensor may then start
 // at an address that is not a multiple of its element size; readers copy those).
-absl::StatusOr<Layout> LayOut(absl::Span<const std::pair<std::string, Tensor>> tensors,
-                              bool given_order) {
+absl::StatusOr<Layout> LayOut(absl::Span<const SafetensorsTensorSpec> specs, bool given_order,
+                              const std::function<absl::Status(size_t)>& check) {
   Layout layout;
   std::set<absl::string_view> names;
-  for (const auto& [name, tensor] : tensors) {
-    const std::string quoted = absl::StrCat("tensor \"", absl::CHexEscape(name), "\"");
-    if (name == kSafetensorsMetadataKey) {
+  std::vector<int64_t> nbytes;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const SafetensorsTensorSpec& spec = specs[i];
+    const std::string quoted = absl::StrCat("tensor \"", absl::CHexEscape(spec.name), "\"");
+    if (spec.name == kSafetensorsMetadataKey) {
       return absl::InvalidArgumentError(
           absl::StrCat(quoted, ": the name is reserved for the header's metadata"));
     }
-    if (!names.insert(name).second) {
+    if (!names.insert(spec.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(quoted, ": duplicate name"));
     }
-    if (!tensor.defined() || tensor.is_meta()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          quoted, ": ", tensor.defined() ? "a meta tensor has no data" : "undefined tensor"));
+    if (check) {
+      absl::Status status = check(i);
+      if (!status.ok()) {
+        return absl::Status(status.code(), absl::StrCat(quoted, ": ", status.message()));
+      }
     }
-    layout.entries.push_back(SafetensorsEntry{name, tensor.dtype(), tensor.shape(), 0, 0});
+    absl::StatusOr<int64_t> numel = CheckedNumel(spec.shape);
+    if (!numel.ok() || *numel > std::numeric_limits<int64_t>::max() / ElementSize(spec.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(quoted, ": shape ", ShapeToString(spec.shape), " is not a valid size"));
+    }
+    nbytes.push_back(*numel * ElementSize(spec.dtype));
+    layout.entries.push_back(SafetensorsEntry{spec.name, spec.dtype, spec.shape, 0, 0});
     layout.data_order.push_back(layout.data_order.size());
   }
   if (!given_order) {
     std::stable_sort(layout.data_order.begin(), layout.data_order.end(), [&](size_t a, size_t b) {
-      return tensors[a].second.element_size() > tensors[b].second.element_size();
+      return ElementSize(specs[a].dtype) > ElementSize(specs[b].dtype);
     });
   }
   int64_t offset = 0;
   for (size_t i : layout.data_order) {
+    if (nbytes[i] > std::numeric_limits<int64_t>::max() - offset) {
+      return absl::InvalidArgumentError("the tensors hold more than 2^63 - 1 bytes");
+    }
     layout.entries[i].data_begin = offset;
-    offset += tensors[i].second.nbytes();
+    offset += nbytes[i];
     layout.entries[i].data_end = offset;
   }
   return layout;
@@ -110,11 +126,10 @@ absl::StatusOr<std::string> FollowSymlinks(const std::string& path) {
   return absl::ErrnoToStatus(ELOOP, "following symbolic links");
 }
 
-absl::Status WriteAll(const std::string& path,
-                      absl::Span<const std::pair<std::string, Tensor>> tensors,
+absl::Status WriteAll(const std::string& path, absl::Span<const SafetensorsTensorSpec> specs,
+                      const Layout& layout, const SafetensorsTensorSource& source,
                       const std::map<std::string, std::string>& metadata,
                       const WriteSafetensorsOptions& options) {
-  SDRT_ASSIGN_OR_RETURN(const Layout layout, LayOut(tensors, options.data_in_given_order));
   SDRT_ASSIGN_OR_RETURN(const std::string header,
                         internal::SerializeSafetensorsHeader(layout.entries, metadata));
   if (SplitPath(path).second.empty()) {
@@ -138,18 +153,35 @@ absl::Status WriteAll(const std::string& path,
   SDRT_RETURN_IF_ERROR(file.Write(length, 8));
   SDRT_RETURN_IF_ERROR(file.Write(header.data(), static_cast<int64_t>(header.size())));
   for (size_t i : layout.data_order) {
-    const auto& [name, tensor] = tensors[i];
-    if (tensor.numel() == 0) continue;
-    absl::StatusOr<Tensor> host = tensor.To(Device::CPU());
+    const SafetensorsEntry& entry = layout.entries[i];
+    if (entry.data_end == entry.data_begin) continue;
+    const std::string quoted = absl::StrCat("tensor \"", absl::CHexEscape(entry.name), "\"");
+    absl::StatusOr<Tensor> tensor = source(i);
+    if (!tensor.ok()) {
+      return absl::Status(tensor.status().code(),
+                          absl::StrCat(quoted, ": ", tensor.status().message()));
+    }
+    if (!tensor->defined() || tensor->is_meta() || tensor->dtype() != specs[i].dtype ||
+        tensor->shape() != specs[i].shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          quoted, ": the header says ", DTypeName(specs[i].dtype), ShapeToString(specs[i].shape),
+          " but the source gave ", tensor->defined() ? tensor->ToString() : "an undefined tensor"));
+    }
+    absl::StatusOr<Tensor> host = tensor->To(Device::CPU());
     if (host.ok()) host = host->Contiguous();
     if (!host.ok()) {
-      return absl::Status(host.status().code(),
-                          absl::StrCat("tensor \"", absl::CHexEscape(name), "\" (",
-                                       tensor.ToString(), "): ", host.status().message()));
+      return absl::Status(host.status().code(), absl::StrCat(quoted, " (", tensor->ToString(),
+                                                             "): ", host.status().message()));
     }
     SDRT_RETURN_IF_ERROR(file.Write(host->data_ptr(), host->nbytes()));
   }
   return file.Commit(dir, target);
+}
+
+absl::Status Prefixed(const std::string& path, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("WriteSafetensors(\"", path, "\"): ", status.message()));
 }
 
 }  // namespace
@@ -158,10 +190,46 @@ absl::Status WriteSafetensors(const std::string& path,
                               absl::Span<const std::pair<std::string, Tensor>> tensors,
                               const std::map<std::string, std::string>& metadata,
                               const WriteSafetensorsOptions& options) {
-  absl::Status status = WriteAll(path, tensors, metadata, options);
-  if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("WriteSafetensors(\"", path, "\"): ", status.message()));
+  std::vector<SafetensorsTensorSpec> specs(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    specs[i].name = tensors[i].first;
+    const Tensor& t = tensors[i].second;
+    if (t.defined() && !t.is_meta()) {
+      specs[i].dtype = t.dtype();
+      specs[i].shape = t.shape();
+    }
+  }
+  const auto check = [&tensors](size_t i) -> absl::Status {
+    const Tensor& t = tensors[i].second;
+    if (t.defined() && !t.is_meta()) return absl::OkStatus();
+    return absl::InvalidArgumentError(t.defined() ? "a meta tensor has no data"
+                                                  : "undefined tensor");
+  };
+  absl::StatusOr<Layout> layout = LayOut(specs, options.data_in_given_order, check);
+  if (!layout.ok()) return Prefixed(path, layout.status());
+  const auto source = [&tensors](size_t i) -> absl::StatusOr<Tensor> { return tensors[i].second; };
+  return Prefixed(path, WriteAll(path, specs, *layout, source, metadata, options));
+}
+
+absl::Status WriteSafetensorsStreamed(const std::string& path,
+                                      absl::Span<const SafetensorsTensorSpec> specs,
+                                      const SafetensorsTensorSource& source,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const WriteSafetensorsOptions& options) {
+  absl::StatusOr<Layout> layout = LayOut(specs, options.data_in_given_order, nullptr);
+  if (!layout.ok()) return Prefixed(path, layout.status());
+  return Prefixed(path, WriteAll(path, specs, *layout, source, metadata, options));
+}
+
+absl::StatusOr<int64_t> SafetensorsFileBytes(absl::Span<const SafetensorsTensorSpec> specs,
+                                             const std::map<std::string, std::string>& metadata,
+                                             const WriteSafetensorsOptions& options) {
+  SDRT_ASSIGN_OR_RETURN(const Layout layout, LayOut(specs, options.data_in_given_order, nullptr));
+  SDRT_ASSIGN_OR_RETURN(const std::string header,
+                        internal::SerializeSafetensorsHeader(layout.entries, metadata));
+  int64_t data = 0;
+  for (const SafetensorsEntry& e : layout.entries) data = std::max(data, e.data_end);
+  return 8 + static_cast<int64_t>(header.size()) + data;
 }
 
 }  // namespace sdrt

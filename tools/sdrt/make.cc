@@ -1,12 +1,20 @@
 // `sdrt make --arch ARCH [--dtype bf16|f16|f32] [--scale S] [--seed N] OUT.safetensors`:
-// a deterministic synthetic checkpoint with a real architecture's names and shapes.
+// a deterministic synthetic checkpoint with a real architecture's names and shapes, streamed
+// to disk one tensor at a time (memory near the largest tensor) after a free-space check.
+#include <sys/statvfs.h>
+
+#include <cerrno>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/io/atomic_file.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
@@ -24,6 +32,29 @@ struct MakeArgs {
   uint64_t seed = 0;
   bool json = false;
 };
+
+// FailedPrecondition (exit 2) "OUT needs N GiB, M GiB free on DIR" when the file system of
+// OUT's folder has fewer bytes available to this user (statvfs f_bavail) than the file
+// takes; the error of SafetensorsFileBytes or statvfs otherwise.
+absl::Status CheckFreeSpace(const std::string& out, absl::Span<const SafetensorsTensorSpec> specs,
+                            const std::map<std::string, std::string>& metadata,
+                            const WriteSafetensorsOptions& options) {
+  SDRT_ASSIGN_OR_RETURN(const int64_t needed, SafetensorsFileBytes(specs, metadata, options));
+  const size_t slash = out.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0                ? "/"
+                                                      : out.substr(0, slash);
+  struct statvfs fs;
+  if (statvfs(dir.c_str(), &fs) != 0) return IoError(errno, "statvfs", dir);
+  const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
+  const uint64_t blocks_needed = (static_cast<uint64_t>(needed) + block - 1) / block;
+  if (fs.f_bavail >= blocks_needed) return absl::OkStatus();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double available = static_cast<double>(fs.f_bavail) * static_cast<double>(block);
+  return absl::FailedPreconditionError(
+      absl::StrFormat("%s needs %.2f GiB (%d bytes), %.2f GiB free on %s", out,
+                      static_cast<double>(needed) / kGiB, needed, available / kGiB, dir));
+}
 
 int RunMake(MakeArgs args) {
   // CLI11 wraps "-1" into a uint64_t silently, so the seed is read as text and refused unless
@@ -54,26 +85,35 @@ int RunMake(MakeArgs args) {
     std::cerr << "sdrt make: " << config.status().message() << "\n";
     return kExitBadInput;
   }
-  absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> tensors =
-      MakeSyntheticStateDict(*config, dtype, args.seed);
-  if (!tensors.ok()) {
-    std::cerr << "sdrt make: " << tensors.status().message() << "\n";
-    return ExitCodeFor(tensors.status());
+  absl::StatusOr<SyntheticStateDict> synthetic =
+      SyntheticStateDict::Create(*config, dtype, args.seed);
+  if (!synthetic.ok()) {
+    std::cerr << "sdrt make: " << synthetic.status().message() << "\n";
+    return ExitCodeFor(synthetic.status());
   }
+  const std::map<std::string, std::string> metadata =
+      SyntheticMetadata(*config, args.scale, args.seed);
   WriteSafetensorsOptions write_options;
   write_options.follow_symlinks = false;  // a link made since the check is replaced, not followed
-  const absl::Status written = WriteSafetensors(
-      args.out, *tensors, SyntheticMetadata(*config, args.scale, args.seed), write_options);
+  // Refused before anything is written when the file cannot fit: the temporary file beside
+  // OUT takes the whole size (an existing OUT is replaced only at the end).
+  absl::Status room = CheckFreeSpace(args.out, synthetic->specs(), metadata, write_options);
+  if (!room.ok()) {
+    std::cerr << "sdrt make: " << room.message() << "\n";
+    return ExitCodeFor(room);
+  }
+  // Streamed: the header first, then one tensor at a time, so memory peaks near the
+  // largest tensor (llama-70b is about 141 GB in bf16).
+  const absl::Status written = WriteSafetensorsStreamed(
+      args.out, synthetic->specs(), [&](size_t i) { return synthetic->MakeTensor(i); }, metadata,
+      write_options);
   if (!written.ok()) {
     std::cerr << "sdrt make: " << written.message() << "\n";
     return ExitCodeFor(written);
   }
-  int64_t parameters = 0;
-  int64_t bytes = 0;
-  for (const auto& [name, t] : *tensors) {
-    parameters += t.numel();
-    bytes += t.nbytes();
-  }
+  const int64_t parameters = synthetic->parameters();
+  const int64_t bytes = synthetic->bytes();
+  const size_t tensor_count = synthetic->specs().size();
   const ArchConfig& c = *config;
   if (args.json) {
     nlohmann::ordered_json out = {{"file", args.out},
@@ -88,7 +128,7 @@ int RunMake(MakeArgs args) {
                                   {"kv_heads", c.kv_heads},
                                   {"head_dim", c.head_dim},
                                   {"vocab", c.vocab},
-                                  {"tensors", tensors->size()},
+                                  {"tensors", tensor_count},
                                   {"parameters", parameters},
                                   {"bytes", bytes}};
     std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
@@ -100,7 +140,7 @@ int RunMake(MakeArgs args) {
             << (c.layers == 1 ? " layer, " : " layers, ") << c.heads << " heads";
   if (c.kv_heads != c.heads) std::cout << " / " << c.kv_heads << " kv heads";
   std::cout << ", vocab " << c.vocab << "\n"
-            << tensors->size() << " tensors, " << WithThousands(parameters) << " parameters, "
+            << tensor_count << " tensors, " << WithThousands(parameters) << " parameters, "
             << WithThousands(bytes) << " bytes (" << HumanBytes(bytes) << ")\n";
   return kExitOk;
 }

@@ -31,6 +31,12 @@ int64_t Scaled(int64_t value, double scale) {
   return std::max<int64_t>(1, std::llround(static_cast<double>(value) * scale));
 }
 
+int64_t Numel(IntSpan shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -38,7 +44,8 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-enum class Init : uint8_t { kWeight, kNorm, kBias };
+// How a tensor is filled; kPositionIds is BERT's embeddings.position_ids (0, 1, ...).
+enum class Init : uint8_t { kWeight, kNorm, kBias, kPositionIds };
 
 // One parameter tensor to make.
 struct Spec {
@@ -195,41 +202,89 @@ absl::StatusOr<ArchConfig> ScaledArch(absl::string_view arch, double scale) {
                                                  absl::StrJoin(ArchNames(), ", ")));
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> MakeSyntheticStateDict(
-    const ArchConfig& config, DType dtype, uint64_t seed) {
+absl::StatusOr<SyntheticStateDict> SyntheticStateDict::Create(const ArchConfig& config,
+                                                              DType dtype, uint64_t seed) {
   if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "synthetic checkpoints are float32, float16 or bfloat16, not ", DTypeName(dtype)));
   }
-  std::vector<std::pair<std::string, Tensor>> out;
+  SyntheticStateDict out;
+  out.seed_ = seed;
   if (config.family == ArchFamily::kBert) {
-    SDRT_ASSIGN_OR_RETURN(Tensor ids, Tensor::Empty({1, config.max_positions}, DType::kInt64));
-    for (int64_t i = 0; i < config.max_positions; ++i) ids.data<int64_t>()[i] = i;
-    out.emplace_back("embeddings.position_ids", std::move(ids));
+    out.specs_.push_back({"embeddings.position_ids", DType::kInt64, {1, config.max_positions}});
+    out.fills_.push_back(static_cast<uint8_t>(Init::kPositionIds));
   }
-  for (const Spec& spec : Specs(config)) {
-    SDRT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(spec.shape, dtype));
-    const uint64_t key = XXH64(spec.name.data(), spec.name.size(), seed);
-    const float scale = spec.init == Init::kWeight
-                            ? 1.0f / std::sqrt(static_cast<float>(spec.shape[1]))
-                        : spec.init == Init::kNorm ? 0.1f
-                                                   : 0.02f;
-    const float offset = spec.init == Init::kNorm ? 1.0f : 0.0f;
-    const int64_t n = t.numel();
-    char* data = static_cast<char*>(t.data_ptr());
-    for (int64_t i = 0; i < n; ++i) {
-      // 24 random bits -> [-1, 1), exact in float32.
-      const uint64_t bits = SplitMix64(key + static_cast<uint64_t>(i)) >> 40;
-      const float u = static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f;
-      const float v = offset + scale * u;
-      if (dtype == DType::kFloat32) {
-        std::memcpy(data + 4 * i, &v, 4);
-      } else {
-        const uint16_t h = dtype == DType::kFloat16 ? FloatToHalfBits(v) : FloatToBFloat16Bits(v);
-        std::memcpy(data + 2 * i, &h, 2);
-      }
+  for (Spec& spec : Specs(config)) {
+    out.specs_.push_back({std::move(spec.name), dtype, std::move(spec.shape)});
+    out.fills_.push_back(static_cast<uint8_t>(spec.init));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> SyntheticStateDict::MakeTensor(size_t index) const {
+  if (index >= specs_.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("tensor ", index, " of a synthetic state dict of ", specs_.size()));
+  }
+  const SafetensorsTensorSpec& spec = specs_[index];
+  const auto init = static_cast<Init>(fills_[index]);
+  SDRT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(spec.shape, spec.dtype));
+  const int64_t n = t.numel();
+  if (init == Init::kPositionIds) {
+    for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = i;
+    return t;
+  }
+  const uint64_t key = XXH64(spec.name.data(), spec.name.size(), seed_);
+  const float scale = init == Init::kWeight ? 1.0f / std::sqrt(static_cast<float>(spec.shape[1]))
+                      : init == Init::kNorm ? 0.1f
+                                            : 0.02f;
+  const float offset = init == Init::kNorm ? 1.0f : 0.0f;
+  char* data = static_cast<char*>(t.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    // 24 random bits -> [-1, 1), exact in float32.
+    const uint64_t bits = SplitMix64(key + static_cast<uint64_t>(i)) >> 40;
+    const float u = static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f;
+    const float v = offset + scale * u;
+    if (spec.dtype == DType::kFloat32) {
+      std::memcpy(data + 4 * i, &v, 4);
+    } else {
+      const uint16_t h =
+          spec.dtype == DType::kFloat16 ? FloatToHalfBits(v) : FloatToBFloat16Bits(v);
+      std::memcpy(data + 2 * i, &h, 2);
     }
-    out.emplace_back(spec.name, std::move(t));
+  }
+  return t;
+}
+
+int64_t SyntheticStateDict::parameters() const {
+  int64_t n = 0;
+  for (const SafetensorsTensorSpec& s : specs_) n += Numel(s.shape);
+  return n;
+}
+
+int64_t SyntheticStateDict::bytes() const {
+  int64_t n = 0;
+  for (const SafetensorsTensorSpec& s : specs_) n += Numel(s.shape) * ElementSize(s.dtype);
+  return n;
+}
+
+int64_t SyntheticStateDict::largest_tensor_bytes() const {
+  int64_t n = 0;
+  for (const SafetensorsTensorSpec& s : specs_) {
+    n = std::max(n, Numel(s.shape) * ElementSize(s.dtype));
+  }
+  return n;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> MakeSyntheticStateDict(
+    const ArchConfig& config, DType dtype, uint64_t seed) {
+  SDRT_ASSIGN_OR_RETURN(const SyntheticStateDict synthetic,
+                        SyntheticStateDict::Create(config, dtype, seed));
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(synthetic.specs().size());
+  for (size_t i = 0; i < synthetic.specs().size(); ++i) {
+    SDRT_ASSIGN_OR_RETURN(Tensor t, synthetic.MakeTensor(i));
+    out.emplace_back(synthetic.specs()[i].name, std::move(t));
   }
   return out;
 }

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/tensor.h"
 
@@ -58,9 +59,35 @@ absl::StatusOr<ArchConfig> ScaledArch(absl::string_view arch, double scale);
 // [-1, 1) / sqrt(fan_in), norm weights 1 + uniform [-0.1, 0.1), biases uniform
 // [-0.02, 0.02); element i of a tensor comes from splitmix64(XXH64(name, seed) + i), so a
 // tensor's values do not depend on the others. BERT's embeddings.position_ids is int64
-// 0..max_positions-1. `dtype` is float32, float16 or bfloat16 (rounded to nearest even);
-// InvalidArgument otherwise; ResourceExhausted when memory runs out (the whole state dict
-// is held in memory).
+// 0..max_positions-1. `dtype` is float32, float16 or bfloat16 (rounded to nearest even).
+// Described up front and made one tensor at a time, so that a writer can stream it
+// (`sdrt make`: WriteSafetensorsStreamed, memory near the largest tensor). Copyable.
+class SyntheticStateDict {
+ public:
+  // InvalidArgument for any other dtype.
+  static absl::StatusOr<SyntheticStateDict> Create(const ArchConfig& config, DType dtype,
+                                                   uint64_t seed);
+
+  // Every tensor's name, dtype and shape, in the architecture's order.
+  const std::vector<SafetensorsTensorSpec>& specs() const { return specs_; }
+  // Tensor `index` of specs() with its values, in fresh CPU memory the caller owns.
+  // OutOfRange for an index past the end; ResourceExhausted when memory runs out.
+  absl::StatusOr<Tensor> MakeTensor(size_t index) const;
+
+  int64_t parameters() const;            // elements of every tensor
+  int64_t bytes() const;                 // bytes of every tensor's data
+  int64_t largest_tensor_bytes() const;  // bytes of the largest tensor
+
+ private:
+  SyntheticStateDict() = default;
+  std::vector<SafetensorsTensorSpec> specs_;
+  std::vector<uint8_t> fills_;  // per tensor, how its values are made (synthetic.cc)
+  uint64_t seed_ = 0;
+};
+
+// The whole of SyntheticStateDict::Create(config, dtype, seed) in memory, in order (for the
+// demo's small checkpoints). InvalidArgument for a bad dtype; ResourceExhausted when memory
+// runs out.
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> MakeSyntheticStateDict(
     const ArchConfig& config, DType dtype, uint64_t seed);
 

@@ -180,9 +180,22 @@ struct RankShards {
 
 // Reads the index of `dir` (without opening the other ranks' files), opens the file of
 // `rank`, checks it (CheckRankFile) and returns its tensors as DTensors built by
-// DTensor::Make. InvalidArgument for a rank outside [0, world_size) and for every error of
-// ReadShardedCheckpointIndex and CheckRankFile; the errors of SafetensorsFile::Open.
+// DTensor::Make. Each tensor whose piece on `rank` is the whole tensor (local shape ==
+// global shape) is hashed and checked against the index's xxh64. InvalidArgument for a
+// rank outside [0, world_size), for every error of ReadShardedCheckpointIndex and
+// CheckRankFile, for any error of SafetensorsFile::Open (a truncated, garbled or missing
+// rank file: "rank file R of N: " and the reader's message, which names the path) and for a
+// whole tensor whose hash differs (naming the rank file, the tensor and both hashes);
+// ResourceExhausted (naming the file and tensor) when a misaligned tensor cannot be copied.
 absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank);
+
+// Checks `full`, the CPU tensor gathered from every rank's piece of `tensor` (one of
+// index.tensors), against the index's xxh64. InvalidArgument when the hash differs, naming
+// the tensor, both hashes, index.json and the paths of the rank files holding elements of
+// the tensor (at most 8 named, then a count): one of them, or the index, is damaged or from
+// another checkpoint. InvalidArgument for a non-CPU tensor (TensorXxh64).
+absl::Status CheckGatheredTensor(const ShardedCheckpointIndex& index,
+                                 const ShardedCheckpointTensor& tensor, const Tensor& full);
 
 }  // namespace sdrt
 

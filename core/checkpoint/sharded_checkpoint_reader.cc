@@ -4,11 +4,15 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/bounded_file.h"
@@ -151,20 +155,66 @@ absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank) 
         absl::StrCat(dir, ": rank ", rank, " is not in [0, ", out.index.world_size, ")"));
   }
   out.rank = rank;
-  SDRT_ASSIGN_OR_RETURN(const SafetensorsFile file,
-                        SafetensorsFile::Open(out.index.RankFilePath(rank)));
-  SDRT_RETURN_IF_ERROR(CheckRankFile(out.index, rank, file));
+  const std::string path = out.index.RankFilePath(rank);
+  // A truncated, garbled or foreign rank file is bad input, whatever the reader's code.
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  if (!file.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank file ", rank, " of ",
+                                                   out.index.world_size, ": ",
+                                                   file.status().message()));
+  }
+  SDRT_RETURN_IF_ERROR(CheckRankFile(out.index, rank, *file));
   for (const ShardedCheckpointTensor& t : out.index.tensors) {
-    SDRT_ASSIGN_OR_RETURN(Tensor local, file.Get(t.name));
+    absl::StatusOr<Tensor> local = file->Get(t.name);
+    if (!local.ok()) {
+      return absl::Status(local.status().code(),
+                          absl::StrCat(path, ": tensor ", t.name, ": ", local.status().message()));
+    }
+    // A rank whose piece is the whole tensor (Replicate, or a shard dim of size 1) checks
+    // it against the index's hash here, so that damage is named with this file.
+    if (local->shape() == t.shape) {
+      SDRT_ASSIGN_OR_RETURN(const uint64_t hash, TensorXxh64(*local));
+      if (hash != t.xxh64) {
+        return Bad(path,
+                   absl::StrCat("tensor ", t.name, " holds the whole tensor, whose bytes hash to ",
+                                FormatXxh64(hash), " but index.json says ", FormatXxh64(t.xxh64),
+                                " (the rank file is damaged or from another checkpoint)"));
+      }
+    }
     absl::StatusOr<DTensor> dtensor =
-        DTensor::Make(std::move(local), out.index.mesh, t.placements, t.shape);
+        DTensor::Make(*std::move(local), out.index.mesh, t.placements, t.shape);
     if (!dtensor.ok()) {
-      return Bad(out.index.RankFilePath(rank),
-                 absl::StrCat("tensor ", t.name, ": ", dtensor.status().message()));
+      return Bad(path, absl::StrCat("tensor ", t.name, ": ", dtensor.status().message()));
     }
     out.tensors.emplace_back(t.name, *std::move(dtensor));
   }
   return out;
+}
+
+absl::Status CheckGatheredTensor(const ShardedCheckpointIndex& index,
+                                 const ShardedCheckpointTensor& tensor, const Tensor& full) {
+  SDRT_ASSIGN_OR_RETURN(const uint64_t hash, TensorXxh64(full));
+  if (hash == tensor.xxh64) return absl::OkStatus();
+  // The rank files that hold elements of the tensor; one of them is damaged (or the index).
+  std::vector<std::string> holders;
+  for (int64_t r = 0; r < index.world_size; ++r) {
+    absl::StatusOr<IntVector> local =
+        ComputeLocalShape(tensor.shape, *index.mesh, tensor.placements, r);
+    if (!local.ok()) return local.status();
+    int64_t numel = 1;
+    for (int64_t d : *local) numel *= d;
+    if (numel > 0) holders.push_back(index.RankFilePath(r));
+  }
+  constexpr size_t kMaxNamed = 8;
+  const size_t unnamed = holders.size() > kMaxNamed ? holders.size() - kMaxNamed : 0;
+  holders.resize(holders.size() - unnamed);
+  std::string named = absl::StrJoin(holders, ", ");
+  if (unnamed > 0) absl::StrAppend(&named, " and ", unnamed, " more");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor ", tensor.name, ": the pieces in ", named, " gather to bytes that hash to ",
+      FormatXxh64(hash), " but ", index.dir, "/", kShardedCheckpointIndexName, " says ",
+      FormatXxh64(tensor.xxh64), " (one of these rank files is damaged or from another "
+      "checkpoint)"));
 }
 
 }  // namespace sdrt

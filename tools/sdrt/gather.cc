@@ -83,14 +83,8 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
     if (v == nullptr || v->kind() != ValueKind::kTensor) {
       return absl::InternalError(absl::StrCat("tensor ", t.name, " missing from the gather"));
     }
-    absl::StatusOr<uint64_t> hash = TensorXxh64(v->as_tensor());
-    if (!hash.ok()) return hash.status();
-    if (*hash != t.xxh64) {
-      return absl::DataLossError(absl::StrCat("tensor ", t.name, ": the gathered bytes hash to ",
-                                              FormatXxh64(*hash), " but ", args.in_dir,
-                                              "/index.json says ", FormatXxh64(t.xxh64),
-                                              " (a rank file's data or the index is damaged)"));
-    }
+    // Bad input (exit 2) naming the rank files that hold the tensor's pieces.
+    SDRT_RETURN_IF_ERROR(CheckGatheredTensor(index, t, v->as_tensor()));
     tensors.emplace_back(t.name, v->as_tensor());
   }
   SDRT_RETURN_IF_ERROR(CheckOut(args));  // nothing has become a link since the first check

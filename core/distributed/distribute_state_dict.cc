@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -124,7 +125,18 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
     }
   }
   if (options.comm != nullptr) {
-    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*options.comm, kOp, "", {}, error));
+    // Every rank must hold the same full state dict: its skeleton (paths, value kinds,
+    // dtypes, shapes; not the values) is compared by hash in the same collective, so a key,
+    // scalar or plain tensor on some ranks only is an error on every rank, not a silent
+    // divergence (case-012).
+    AgreementSkeleton skeleton;
+    if (full_leaves.ok()) {
+      skeleton.reserve(full_leaves->size());
+      for (const internal::Leaf& leaf : *full_leaves) {
+        skeleton.emplace_back(leaf.path, internal::DescribeForAgreement(*leaf.value));
+      }
+    }
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*options.comm, kOp, "", skeleton, error));
   } else if (!error.ok()) {
     return absl::Status(error.code(), absl::StrCat(kOp, ": ", error.message()));
   }

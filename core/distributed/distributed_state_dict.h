@@ -166,9 +166,14 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
                                                    const BroadcastOptions& options = {});
 
 struct DistributeOptions {
-  // When not null, one small metadata exchange (no data moves) makes every rank return
-  // the same error when some rank lacks a checkpoint key its local state dict needs
-  // (case-012). nullptr: no communication at all; errors are this rank's only (case-011).
+  // When not null, one small metadata exchange (no data moves: AgreeAcrossRanks,
+  // core/distributed/agreement.h) makes every rank return the same error when some rank
+  // lacks a checkpoint key its local state dict needs (case-012), and checks that every
+  // rank holds the same full state dict: an XXH64 of its skeleton (each leaf's dotted path
+  // in walk order, its kind, and for tensors dtype and shape; never values, and nothing of
+  // `local`) is compared, and the skeletons themselves are exchanged only when the hashes
+  // differ, to name the first differing key. nullptr: no communication at all; errors are
+  // this rank's only (case-011), and full state dicts that differ go unnoticed.
   Communicator* comm = nullptr;
   // This process's rank in the DTensors' meshes and the ShardedTensors' placements.
   // -1: comm->rank(); then `comm` is required.
@@ -190,7 +195,12 @@ struct DistributeOptions {
 //     there).
 // Errors: InvalidArgument when a local DTensor or ShardedTensor path has no tensor in
 // `full` (naming the path and this rank, suggesting BroadcastStateDict), or a global
-// shape or dtype differs; with `comm`, every rank returns the first rank's error.
+// shape or dtype differs; with `comm`, every rank returns the first rank's error, and when
+// no rank failed but the full state dicts' skeletons differ (a key, a scalar or a plain
+// tensor on some ranks only, a scalar on one rank where another has a tensor, a dtype or
+// shape that differs), InvalidArgument on every rank: "DistributeStateDict: ranks disagree
+// at '<path>': rank 0 has <kind dtype[shape]>, rank R has ..." or "... ranks disagree on
+// the keys: leaf i is '<path>' (...) on rank 0 but ... on rank R", R the lowest such rank.
 absl::Status DistributeStateDict(const Map& full, Map& local,
                                  const DistributeOptions& options = {});
 

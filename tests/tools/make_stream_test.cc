@@ -96,6 +96,9 @@ TEST(SdrtMakeStream, BytesAreThoseOfTheInMemoryWriter) {
 // 31 MiB) stays within the largest tensor (plus slack) of a tiny checkpoint's peak; the
 // in-memory writer held all 115 MiB.
 TEST(SdrtMakeStream, PeakMemoryIsNearTheLargestTensor) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer keeps freed memory in quarantine: peak RSS says nothing";
+#endif
   const std::string root = test::FreshDir("make_stream_rss");
   const int64_t base = PeakRssBytes({"make", "--arch", "tiny-llama", root + "/tiny.safetensors"});
   ASSERT_GT(base, 0);

@@ -232,7 +232,12 @@ class BucketPipeline {
     ++stats_.collectives;
     ++stats_.data_collectives;
     ++stats_.buckets;
-    SDRT_RETURN_IF_ERROR(comm_.Broadcast(absl::MakeSpan(&bytes, 1), root_));
+    if (absl::Status sent = comm_.Broadcast(absl::MakeSpan(&bytes, 1), root_); !sent.ok()) {
+      // Which bucket, so that a timeout or a failed rank can be placed in the run.
+      return absl::Status(sent.code(),
+                          absl::StrCat("bucket ", k + 1, " of ", buckets_.size(), " (",
+                                       buckets_[k].bytes, " bytes): ", sent.message()));
+    }
     done_bytes_ += buckets_[k].bytes;
     if (comm_.rank() == root_) stats_.bytes += buckets_[k].bytes;
     if (progress_) progress_(done_bytes_, total_bytes_);

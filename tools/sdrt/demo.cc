@@ -30,6 +30,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/synthetic.h"
 
@@ -42,6 +43,7 @@ struct DemoArgs {
   int64_t bucket_mib = 256;
   std::string cache_dir;
   bool json = false;
+  double timeout_seconds = kDefaultTimeoutSeconds;  // handed to gather and load
 };
 
 // sdrt's cache folder as scripts/fetch-model.sh finds it ($SDRT_CACHE_DIR, else
@@ -191,7 +193,8 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
   const std::string out = absl::StrCat(work, "/gathered-", plan_name, ".safetensors");
   SDRT_ASSIGN_OR_RETURN(nlohmann::json gather,
                         RunUnderMpi(args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out),
-                                                             " --bucket-mib ", args.bucket_mib)));
+                                                             " --bucket-mib ", args.bucket_mib,
+                                                             " --timeout ", args.timeout_seconds)));
   const absl::Status same = SameCheckpoint(file, out);
   if (!same.ok()) ReportError("demo", same, LauncherRank());  // reported in the table too
   rows.push_back({plan_name, mesh_text, "gather", gather["bytes"].get<int64_t>(),
@@ -202,7 +205,8 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
       nlohmann::json load,
       RunUnderMpi(args.ranks,
                   absl::StrCat("load ", Quote(file), " --mesh ", mesh_text, " --plan ", plan_name,
-                               " --verify ", Quote(dir), " --bucket-mib ", args.bucket_mib)));
+                               " --verify ", Quote(dir), " --bucket-mib ", args.bucket_mib,
+                               " --timeout ", args.timeout_seconds)));
   rows.push_back({plan_name, mesh_text, "load", load["bytes"].get<int64_t>(),
                   load["seconds"].get<double>(), load["collectives"].get<int64_t>(),
                   load["bit_exact"].get<bool>()});
@@ -286,6 +290,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
                   "work folder (default: demo/ in $SDRT_CACHE_DIR, else $XDG_CACHE_HOME/sdrt, else "
                   "~/.cache/sdrt)");
   cmd->add_flag("--json", args->json, "print the results as JSON");
+  AddTimeoutOption(cmd, &args->timeout_seconds);
   cmd->callback([args, exit_code] { *exit_code = RunDemo(*args); });
 }
 

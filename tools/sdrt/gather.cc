@@ -15,11 +15,11 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
-#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
 #include "sdrt/tools/sdrt/internal/session.h"
@@ -33,6 +33,8 @@ struct GatherArgs {
   std::string device = "cpu";
   int64_t bucket_mib = 256;
   bool json = false;
+  bool progress = false;
+  double timeout_seconds = kDefaultTimeoutSeconds;
 };
 
 // This rank's shards as a state dict of DTensors on the session's device.
@@ -96,14 +98,15 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
 }
 
 int RunGather(const GatherArgs& args) {
-  absl::StatusOr<Session> session = StartSession(args.device);
+  absl::StatusOr<Session> session = StartSession(args.device, TimeoutFrom(args.timeout_seconds));
   if (!session.ok()) {
-    std::cerr << "sdrt gather: " << session.status().message() << "\n";
-    return ExitCodeFor(session.status());
+    EndJobIfTimedOut("gather", session.status());
+    // Before the session there is no communicator: the launcher's rank says who prints.
+    return ReportError("gather", session.status(), LauncherRank());
   }
   const auto fail = [&](const absl::Status& status) {
-    if (session->rank() == 0) std::cerr << "sdrt gather: " << status.message() << "\n";
-    return ExitCodeFor(status);
+    EndJobIfTimedOut("gather", status);  // every live rank prints; the job ends
+    return ReportError("gather", status, session->rank());
   };
   if (args.bucket_mib < 1 || args.bucket_mib > kMaxBucketMib) {
     return fail(absl::InvalidArgumentError(
@@ -113,7 +116,7 @@ int RunGather(const GatherArgs& args) {
   absl::StatusOr<Map> shards = LoadShards(args, *session, &index);
   absl::Status status = shards.status();
   if (status.ok() && session->rank() == 0) status = CheckOut(args);
-  status = AgreeAcrossRanks(session->world(), "", "", {}, status);
+  status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
 
   GatherOptions options;
@@ -123,13 +126,14 @@ int RunGather(const GatherArgs& args) {
   options.bucket_bytes = args.bucket_mib << 20;
   CollectiveStats stats;
   options.stats = &stats;
-  options.progress = ProgressLine("gather", session->rank() == 0 && !args.json);
+  options.progress = ProgressLine("gather", session->rank() == 0 && (!args.json || args.progress),
+                                  args.progress);
   status = session->world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
   absl::StatusOr<Map> gathered = GatherStateDict(*shards, options);
   const double gather_seconds = NowSeconds() - start;
-  status = AgreeAcrossRanks(session->world(), "", "", {}, gathered.status());
+  status = AgreeUnlessTimedOut(session->world(), gathered.status());
   if (!status.ok()) return fail(status);
   shards->EraseIf([](const std::string&, const Value&) { return true; });  // unmap early
 
@@ -137,7 +141,7 @@ int RunGather(const GatherArgs& args) {
   const double write_start = NowSeconds();
   if (session->rank() == 0) written = CheckAndWrite(args, index, *gathered);
   const double write_seconds = NowSeconds() - write_start;
-  status = AgreeAcrossRanks(session->world(), "", "", {}, written);
+  status = AgreeUnlessTimedOut(session->world(), written);
   if (!status.ok()) return fail(status);
   absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(session->world());
   if (!peaks.ok()) return fail(peaks.status());
@@ -195,6 +199,10 @@ void AddGatherCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--bucket-mib", args->bucket_mib, "bytes gathered per collective, MiB")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the results as JSON");
+  cmd->add_flag("--progress", args->progress,
+                "progress lines on rank 0's stderr even when it is not a terminal (under "
+                "mpiexec it never is)");
+  AddTimeoutOption(cmd, &args->timeout_seconds);
   cmd->callback([args, exit_code] { *exit_code = RunGather(*args); });
 }
 

@@ -19,12 +19,12 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
-#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/session.h"
 
@@ -40,6 +40,7 @@ struct LoadArgs {
   int64_t bucket_mib = 256;
   bool json = false;
   bool progress = false;
+  double timeout_seconds = kDefaultTimeoutSeconds;
 };
 
 struct TensorInfo {
@@ -168,10 +169,14 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
 }
 
 int RunLoad(const LoadArgs& args) {
-  absl::StatusOr<Session> session = StartSession(args.device);
-  // Before the session there is no communicator: the launcher's rank says who prints.
-  if (!session.ok()) return ReportError("load", session.status(), LauncherRank());
+  absl::StatusOr<Session> session = StartSession(args.device, TimeoutFrom(args.timeout_seconds));
+  if (!session.ok()) {
+    EndJobIfTimedOut("load", session.status());
+    // Before the session there is no communicator: the launcher's rank says who prints.
+    return ReportError("load", session.status(), LauncherRank());
+  }
   const auto fail = [&](const absl::Status& status) {
+    EndJobIfTimedOut("load", status);  // every live rank prints; the job ends
     return ReportError("load", status, session->rank());
   };
   // Rank 0 maps the file; every rank checks the mesh and the plan.
@@ -207,7 +212,7 @@ int RunLoad(const LoadArgs& args) {
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (status.ok() && !plan.ok()) status = plan.status();
   if (status.ok() && plan.ok()) status = plan->CheckMesh(*mesh);
-  status = AgreeAcrossRanks(session->world(), "", "", {}, status);
+  status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<TensorInfo>> infos =
@@ -226,7 +231,7 @@ int RunLoad(const LoadArgs& args) {
       full.Set(e.name, Value(*std::move(t)));
     }
   }
-  status = AgreeAcrossRanks(session->world(), "", "", {}, local.ok() ? status : local.status());
+  status = AgreeUnlessTimedOut(session->world(), local.ok() ? status : local.status());
   if (!status.ok()) return fail(status);
 
   BroadcastOptions options;
@@ -243,11 +248,11 @@ int RunLoad(const LoadArgs& args) {
   const double start = NowSeconds();
   absl::StatusOr<BroadcastResult> result = BroadcastStateDict(full, *local, options);
   const double seconds = NowSeconds() - start;
-  status = AgreeAcrossRanks(session->world(), "", "", {}, result.status());
+  status = AgreeUnlessTimedOut(session->world(), result.status());
   if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *shared_mesh, *local);
-  status = AgreeAcrossRanks(session->world(), "", "", {}, wrong.status());
+  status = AgreeUnlessTimedOut(session->world(), wrong.status());
   if (!status.ok()) return fail(status);
   std::string wrong_text;
   for (const std::string& name : *wrong)
@@ -328,6 +333,7 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--progress", args->progress,
                 "progress lines on rank 0's stderr even when it is not a terminal (under "
                 "mpiexec it never is)");
+  AddTimeoutOption(cmd, &args->timeout_seconds);
   cmd->callback([args, exit_code] { *exit_code = RunLoad(*args); });
 }
 

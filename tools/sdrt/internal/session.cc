@@ -54,7 +54,8 @@ absl::StatusOr<int> ChooseGpu(Communicator& world, int local_rank, int local_siz
 
 }  // namespace
 
-absl::StatusOr<Session> StartSession(const std::string& device) {
+absl::StatusOr<Session> StartSession(const std::string& device,
+                                     std::chrono::milliseconds timeout) {
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be cpu or cuda, got \"", device, "\""));
@@ -70,7 +71,8 @@ absl::StatusOr<Session> StartSession(const std::string& device) {
     setenv("MPIR_CVAR_ALLGATHERV_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
     setenv("MPIR_CVAR_ALLGATHER_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
   }
-  SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi_world, MpiCommunicator::World());
+  SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi_world,
+                        MpiCommunicator::World(timeout));
   int local_rank = 0;
   int local_size = 1;
   if (device == "cuda") {
@@ -82,6 +84,7 @@ absl::StatusOr<Session> StartSession(const std::string& device) {
 #else
   // Without MPI a session is one process, rank 0 of 1, its own world.
   std::unique_ptr<Communicator> world = std::make_unique<SelfCommunicator>();
+  world->set_timeout(timeout);
   const int local_rank = 0;
   const int local_size = 1;
 #endif
@@ -90,7 +93,9 @@ absl::StatusOr<Session> StartSession(const std::string& device) {
   if (device == "cuda") {
 #if SDRT_CLI_HAVE_NCCL
     SDRT_ASSIGN_OR_RETURN(const int gpu, ChooseGpu(*world, local_rank, local_size));
-    SDRT_ASSIGN_OR_RETURN(nccl, NcclCommunicator::CreateFromCommunicator(*world, gpu));
+    NcclCommunicator::Options options;
+    options.timeout = timeout;
+    SDRT_ASSIGN_OR_RETURN(nccl, NcclCommunicator::CreateFromCommunicator(*world, gpu, options));
     data_device = Device::CUDA(gpu);
 #else
     (void)local_rank;

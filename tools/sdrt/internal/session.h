@@ -5,6 +5,7 @@
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,8 +47,10 @@ struct Session {
 // (NcclCommunicator::CreateFromCommunicator over the world). InvalidArgument for another
 // device name; FailedPrecondition, the same on every rank, when no GPU is visible or a
 // node runs more ranks than it has visible GPUs (the message names both numbers), and
-// for "cuda" in a build without NCCL; the backends' errors.
-absl::StatusOr<Session> StartSession(const std::string& device);
+// for "cuda" in a build without NCCL; the backends' errors. Every communicator of the
+// session has `timeout` (--timeout, tools/sdrt/internal/deadline.h): DeadlineExceeded
+// when a rank does not arrive within it, starting with MPI's world.
+absl::StatusOr<Session> StartSession(const std::string& device, std::chrono::milliseconds timeout);
 
 // This process's peak resident memory (getrusage ru_maxrss), bytes.
 int64_t PeakRssBytes();

@@ -181,12 +181,20 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
   // buffer, reused from bucket to bucket (internal::GatherBucket).
   const int64_t total_bytes = internal::GatheredBytes(items);
   std::shared_ptr<Storage> pinned_staging;
-  for (const auto& [begin, end] : internal::BucketItems(items, options.bucket_bytes)) {
+  const auto buckets = internal::BucketItems(items, options.bucket_bytes);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const auto [begin, end] = buckets[b];
     std::vector<internal::GatherItem*> bucket;
     for (size_t i = begin; i < end; ++i) bucket.push_back(&items[i]);
     std::vector<Tensor> fulls(bucket.size());
-    SDRT_RETURN_IF_ERROR(
-        internal::GatherBucket(comm, bucket, comm.device(), keep, fulls, &stats, &pinned_staging));
+    if (absl::Status gathered = internal::GatherBucket(comm, bucket, comm.device(), keep, fulls,
+                                                       &stats, &pinned_staging);
+        !gathered.ok()) {
+      // Which bucket, so that a timeout or a failed rank can be placed in the run.
+      return absl::Status(gathered.code(),
+                          absl::StrCat("bucket ", b + 1, " of ", buckets.size(), " (",
+                                       end - begin, " tensors): ", gathered.message()));
+    }
     if (keep) {
       for (size_t i = begin; i < end; ++i)
         results[item_keys[i]] = Value(std::move(fulls[i - begin]));

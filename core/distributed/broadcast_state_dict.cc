@@ -240,6 +240,7 @@ class BucketPipeline {
     }
     done_bytes_ += buckets_[k].bytes;
     if (comm_.rank() == root_) stats_.bytes += buckets_[k].bytes;
+    stats_.largest_bucket_bytes = std::max(stats_.largest_bucket_bytes, buckets_[k].bytes);
     if (progress_) progress_(done_bytes_, total_bytes_);
     return absl::OkStatus();
   }

@@ -67,6 +67,9 @@ struct CollectiveStats {
   // Bytes the data collectives moved: the gathered buckets (every rank receives all of
   // each), or the buckets the root sent (broadcast); 16-byte alignment padding included.
   int64_t bytes = 0;
+  // The largest of those buckets, in the same bytes: at most bucket_bytes, except a gather
+  // bucket holding one tensor larger than that (a tensor is gathered whole).
+  int64_t largest_bucket_bytes = 0;
 };
 
 struct GatherOptions {

@@ -94,6 +94,18 @@ TEST(ControlCharacters, MeshDimNamesAreEscapedInErrorsAndOutput) {
   ExpectNoControlCharacters(flag.all());
 }
 
+// sdrt make's own checks echo --dtype and --seed; --arch goes through the library.
+TEST(ControlCharacters, MakeEscapesItsFlagValues) {
+  const std::string out = test::FreshDir("cli_output_make") + "/m.safetensors";
+  for (const std::string flag : {"--dtype", "--seed", "--arch"}) {
+    const CommandResult r = Sdrt("make " + ShellQuote(out) + " " + flag + " " +
+                                 ShellQuote("x\x1b[31m"));
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("x\\x1b[31m")) << flag;
+    ExpectNoControlCharacters(r.all());
+  }
+}
+
 TEST(ControlCharacters, TensorNamesAndPathsAreEscapedInLibraryMessages) {
   const std::string root = test::FreshDir("cli_output_tensor_name");
   const std::string evil =

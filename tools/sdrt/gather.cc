@@ -168,6 +168,7 @@ int RunGather(const GatherArgs& args) {
                                   {"collectives", stats.collectives},
                                   {"data_collectives", stats.data_collectives},
                                   {"buckets", stats.buckets},
+                                  {"largest_bucket_bytes", stats.largest_bucket_bytes},
                                   {"verified", true},
                                   {"peak_rss_bytes", *peaks}};
     std::cout << out.dump(2) << "\n";
@@ -177,7 +178,8 @@ int RunGather(const GatherArgs& args) {
             << session->size() << " ranks into " << Printable(args.out) << "\n"
             << "  gather " << absl::StrFormat("%.3f s, %.2f GB/s", gather_seconds, gbps) << "; "
             << stats.collectives << " collectives (" << stats.data_collectives << " moving data, "
-            << stats.buckets << " buckets of at most " << args.bucket_mib << " MiB); write "
+            << stats.buckets << " buckets, the largest " << HumanBytes(stats.largest_bucket_bytes)
+            << "); write "
             << absl::StrFormat("%.3f s", write_seconds) << "\n"
             << "  every tensor matches the index's xxh64\n  peak memory per rank:";
   for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);

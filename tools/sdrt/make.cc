@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/io/atomic_file.h"
@@ -57,13 +58,16 @@ absl::Status CheckFreeSpace(const std::string& out, absl::Span<const Safetensors
 }
 
 int RunMake(MakeArgs args) {
+  // One process, but under mpiexec the launcher's rank 0 alone prints (ReportError).
+  const auto fail = [](const absl::Status& status) {
+    return ReportError("make", status, LauncherRank());
+  };
   // CLI11 wraps "-1" into a uint64_t silently, so the seed is read as text and refused unless
   // it is a plain non-negative decimal that fits in 64 bits.
   if (args.seed_text.empty() || args.seed_text[0] == '-' || args.seed_text[0] == '+' ||
       !absl::SimpleAtoi(args.seed_text, &args.seed)) {
-    std::cerr << "sdrt make: --seed must be an integer in [0, 18446744073709551615], got \""
-              << args.seed_text << "\"\n";
-    return kExitBadInput;
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--seed must be an integer in [0, 18446744073709551615], got \"", args.seed_text, "\"")));
   }
   DType dtype = DType::kBFloat16;
   if (args.dtype == "f32") {
@@ -71,25 +75,22 @@ int RunMake(MakeArgs args) {
   } else if (args.dtype == "f16") {
     dtype = DType::kFloat16;
   } else if (args.dtype != "bf16") {
-    std::cerr << "sdrt make: --dtype must be bf16, f16 or f32, got \"" << args.dtype << "\"\n";
-    return kExitBadInput;
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype must be bf16, f16 or f32, got \"", args.dtype, "\"")));
   }
   absl::Status out_ok = CheckOutputPath(args.out, {});
   if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out);
   if (!out_ok.ok()) {
-    std::cerr << "sdrt make: " << out_ok.message() << "\n";
-    return ExitCodeFor(out_ok);
+    return fail(out_ok);
   }
   absl::StatusOr<ArchConfig> config = ScaledArch(args.arch, args.scale);
   if (!config.ok()) {
-    std::cerr << "sdrt make: " << config.status().message() << "\n";
-    return kExitBadInput;
+    return fail(config.status());  // InvalidArgument: exit 2
   }
   absl::StatusOr<SyntheticStateDict> synthetic =
       SyntheticStateDict::Create(*config, dtype, args.seed);
   if (!synthetic.ok()) {
-    std::cerr << "sdrt make: " << synthetic.status().message() << "\n";
-    return ExitCodeFor(synthetic.status());
+    return fail(synthetic.status());
   }
   const std::map<std::string, std::string> metadata =
       SyntheticMetadata(*config, args.scale, args.seed);
@@ -99,8 +100,7 @@ int RunMake(MakeArgs args) {
   // OUT takes the whole size (an existing OUT is replaced only at the end).
   absl::Status room = CheckFreeSpace(args.out, synthetic->specs(), metadata, write_options);
   if (!room.ok()) {
-    std::cerr << "sdrt make: " << room.message() << "\n";
-    return ExitCodeFor(room);
+    return fail(room);
   }
   // Streamed: the header first, then one tensor at a time, so memory peaks near the
   // largest tensor (llama-70b is about 141 GB in bf16).
@@ -108,8 +108,7 @@ int RunMake(MakeArgs args) {
       args.out, synthetic->specs(), [&](size_t i) { return synthetic->MakeTensor(i); }, metadata,
       write_options);
   if (!written.ok()) {
-    std::cerr << "sdrt make: " << written.message() << "\n";
-    return ExitCodeFor(written);
+    return fail(written);
   }
   const int64_t parameters = synthetic->parameters();
   const int64_t bytes = synthetic->bytes();

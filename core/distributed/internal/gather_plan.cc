@@ -314,6 +314,7 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
     ++stats->data_collectives;
     ++stats->buckets;
     stats->bytes += total;
+    stats->largest_bucket_bytes = std::max(stats->largest_bucket_bytes, total);
   }
   SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, send, counts));
   if (!keep) return absl::OkStatus();

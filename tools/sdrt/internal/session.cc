@@ -3,9 +3,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
@@ -61,16 +59,6 @@ absl::StatusOr<Session> StartSession(const std::string& device,
         absl::StrCat("--device must be cpu or cuda, got \"", device, "\""));
   }
 #if SDRT_CLI_HAVE_MPI
-  // More ranks on this machine than cores (MPICH's mpiexec says how many in PMI_SIZE):
-  // MPICH's ring all-gather then waits for the scheduler at every step (25 s instead of
-  // 0.5 s for MiniLM on 4 ranks over 2 cores, measured); Bruck's algorithm has log2(ranks)
-  // steps. Set before MPI starts; the user's own setting wins.
-  const char* pmi_size = std::getenv("PMI_SIZE");
-  if (pmi_size != nullptr &&
-      std::atol(pmi_size) > static_cast<long>(std::thread::hardware_concurrency())) {
-    setenv("MPIR_CVAR_ALLGATHERV_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
-    setenv("MPIR_CVAR_ALLGATHER_INTRA_ALGORITHM", "brucks", /*overwrite=*/0);
-  }
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi_world,
                         MpiCommunicator::World(timeout));
   int local_rank = 0;

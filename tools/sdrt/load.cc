@@ -195,8 +195,8 @@ int RunLoad(const LoadArgs& args) {
       file = *std::move(opened);
       // Unpinned is only slower: the broadcast copies out of the mapping with CopyFrom.
       if (!file->pin_status().ok()) {
-        std::cerr << "sdrt load: warning: copying from pageable memory ("
-                  << Printable(file->pin_status().message()) << ")\n";
+        WriteStderrLine(absl::StrCat("sdrt load: warning: copying from pageable memory (",
+                                     Printable(file->pin_status().message()), ")"));
       }
     } else {
       status = opened.status();

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace sdrt::cli {
@@ -68,10 +70,23 @@ int LauncherRank() {
   return 0;
 }
 
+void WriteStderrLine(absl::string_view line) {
+  std::cerr << std::flush;  // whatever the stream holds goes first
+  std::string text(line);
+  text.push_back('\n');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr is gone: nothing else can be told
+    done += static_cast<size_t>(n);
+  }
+}
+
 int ReportError(absl::string_view command, const absl::Status& status, int rank) {
   if (rank == 0) {
-    std::cerr << "sdrt" << (command.empty() ? "" : " ") << command << ": "
-              << Printable(status.message()) << "\n";
+    WriteStderrLine(absl::StrCat("sdrt", command.empty() ? "" : " ", command, ": ",
+                                 Printable(status.message())));
   }
   return ExitCodeFor(status);
 }

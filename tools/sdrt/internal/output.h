@@ -32,6 +32,11 @@ std::string WithThousands(int64_t value);
 // MPI_LOCALRANKID (the node-local rank); 0 when none is set (not started by mpiexec).
 int LauncherRank();
 
+// Writes `line` and a newline to stderr in one write(2) (looping only on a short write or
+// EINTR), so that lines of ranks sharing one stderr under mpiexec never interleave inside a
+// line, as they can when an unbuffered stream writes a line in several pieces.
+void WriteStderrLine(absl::string_view line);
+
 // Prints "sdrt <command>: <message>" (the message through Printable) as one line on
 // stderr when `rank` is 0, and returns ExitCodeFor(status). Every error the `sdrt` commands
 // print goes through here, so each prints once under mpiexec (pass the session's rank, or

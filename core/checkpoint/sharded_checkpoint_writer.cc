@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
+#include "sdrt/core/io/bounded_file.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/atomic_file.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -161,6 +162,25 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
                                                      local.status().message()));
     }
     index.tensors.push_back(std::move(t));
+  }
+
+  // What is written must be what the reader accepts (a name it refuses, metadata that
+  // makes index.json larger than it reads): checked on the index text before anything is
+  // written, so a refused checkpoint is never left for `--overwrite` to refuse in turn.
+  {
+    SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
+    if (static_cast<int64_t>(json.size()) > kMaxJsonFileBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ": its index.json would take ", json.size(), " bytes, over the ",
+          kMaxJsonFileBytes, " the reader accepts (metadata or names too large)"));
+    }
+    const absl::StatusOr<ShardedCheckpointIndex> readable =
+        internal::ParseIndex(json, std::string(kShardedCheckpointIndexName), out_dir);
+    if (!readable.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ": cannot be written as a sharded checkpoint that sdrt could read back: ",
+          readable.status().message()));
+    }
   }
 
   const std::string target = StripTrailingSlashes(out_dir);

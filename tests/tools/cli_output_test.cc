@@ -166,7 +166,87 @@ TEST(Demo, AFailedChildIsDescribedAndKeepsItsExitClass) {
   EXPECT_EQ(killed.err.find('\n'), killed.err.size() - 1) << killed.err;
 }
 
+// `make` printed the path it wrote raw ("wrote a<ESC>[31m..."), the one success line that
+// did not go through Printable.
+TEST(ControlCharacters, MakeEscapesThePathItWrote) {
+  const std::string out = test::FreshDir("cli_output_make_path") + "/a\x1b[31mred\n.safetensors";
+  const CommandResult r = Sdrt("make " + ShellQuote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("a\\x1b[31mred\\x0a.safetensors"));
+  ExpectNoControlCharacters(r.all());
+}
+
+// The commands that are whole programs in every process (inspect, make, shard, demo) print
+// their errors whatever rank a launcher's environment gives them; only gather and load
+// (one job under mpiexec) print once, on rank 0. They printed nothing under PMI_RANK=1.
+TEST(Errors, SingleProcessCommandsPrintTheirErrorsUnderAnyLauncherRank) {
+  const std::string root = test::FreshDir("cli_output_launcher_rank");
+  for (const std::string env : {"PMI_RANK=1", "MPI_LOCALRANKID=3"}) {
+    SCOPED_TRACE(env);
+    CommandResult r = test::RunCommand(env + " " + ShellQuote(SDRT_BINARY) + " inspect " +
+                                       ShellQuote(root + "/missing.safetensors"));
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("missing.safetensors"));
+    r = test::RunCommand(env + " " + ShellQuote(SDRT_BINARY) + " make " +
+                         ShellQuote(root + "/no/such/folder/m.safetensors"));
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("does not exist"));
+    r = test::RunCommand(env + " " + ShellQuote(SDRT_BINARY) + " inspect --no-such-flag x");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("--no-such-flag"));
+  }
+}
+
+// Output that cannot be written (a full disk, a closed pipe) is a runtime failure, exit 1
+// with one line on stderr; it was exit 0 with the output lost.
+TEST(Errors, StdoutThatCannotBeWrittenIsExitOne) {
+  const std::string source = test::FreshDir("cli_output_stdout") + "/tiny.safetensors";
+  ASSERT_EQ(Sdrt("make " + ShellQuote(source)).exit_code, 0);
+  const CommandResult r = Sdrt("inspect " + ShellQuote(source) + " > /dev/full");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("standard output could not be written"));
+}
+
+#if SDRT_CLI_DISTRIBUTED
+// --json of a path that is not UTF-8 died of nlohmann's type_error (SIGABRT) in gather, load
+// and demo; every --json output now writes U+FFFD for the bad bytes.
+TEST(Json, APathThatIsNotUtf8IsWrittenNotACrash) {
+  const std::string root = test::FreshDir("cli_output_json_utf8");
+  const std::string source = root + "/b\xff.safetensors";
+  ASSERT_EQ(Sdrt("make " + ShellQuote(source)).exit_code, 0);
+  const CommandResult r = Sdrt("load " + ShellQuote(source) + " --mesh 1 --plan fsdp --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("b\xef\xbf\xbd.safetensors"));  // U+FFFD
+}
+#endif
+
 #if SDRT_CLI_HAVE_MPIEXEC
+// `load --verify INDIR` with pieces that differ: every rank exits 2 (the two checkpoints
+// disagree: bad input, as gather's hash check) and rank 0 says so on stderr; rank 1 exited
+// 0 and rank 0 exit 1 with the verdict on stdout only.
+TEST(Errors, VerifyMismatchIsBadInputOnEveryRank) {
+  const std::string root = test::FreshDir("cli_output_verify");
+  const std::string a = root + "/a.safetensors";
+  const std::string b = root + "/b.safetensors";
+  ASSERT_EQ(Sdrt("make " + ShellQuote(a) + " --seed 1").exit_code, 0);
+  ASSERT_EQ(Sdrt("make " + ShellQuote(b) + " --seed 2").exit_code, 0);
+  ASSERT_EQ(Sdrt("shard " + ShellQuote(a) + " " + ShellQuote(root + "/ck") +
+                 " --mesh 2 --plan fsdp").exit_code, 0);
+  // Each rank reports its own exit code on stderr.
+  const std::string rank_wrapper = absl::StrCat(
+      "sh -c '", SDRT_BINARY, " \"$@\" >/dev/null; c=$?; echo \"exit $c\" >&2; exit $c' sh");
+  const CommandResult r = test::RunCommand(absl::StrCat(
+      ShellQuote(SDRT_MPIEXEC), " -n 2 ", rank_wrapper, " load ", ShellQuote(b),
+      " --mesh 2 --plan fsdp --verify ", ShellQuote(root + "/ck")));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  size_t twos = 0;
+  for (size_t at = r.err.find("exit 2\n"); at != std::string::npos; at = r.err.find("exit 2\n", at + 1)) {
+    ++twos;
+  }
+  EXPECT_EQ(twos, 2u) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("on 2 rank(s) differ from"));
+}
+
 // Under mpiexec no rank's stderr is a terminal: progress shows only with --progress, on
 // rank 0 alone.
 TEST(Progress, ForcedProgressUnderMpiexecGoesToAFile) {

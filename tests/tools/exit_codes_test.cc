@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
@@ -208,15 +209,23 @@ TEST_F(ExitCodes, GatherAndLoadUnderMpiexecPrintOnce) {
   }
 }
 
-// The single-process commands started by mpiexec print their errors once too.
-TEST_F(ExitCodes, OtherCommandsUnderMpiexecPrintOnce) {
+// Without a command, sdrt started by mpiexec prints its error once. The single-process
+// commands (inspect, make, shard, demo) are a whole program in every process: each prints
+// its own error, so that one run by a process that merely inherited a launcher's
+// environment (PMI_RANK=1) never fails silently.
+TEST_F(ExitCodes, OtherCommandsUnderMpiexec) {
+  std::vector<int> codes;
+  ExpectBadArgument(MpiPerRank(2, "--bogus", root_ + "/rc", &codes), "--bogus");
+  EXPECT_EQ(codes, (std::vector<int>{2, 2})) << "exit code per rank";
   for (const Case& c : std::vector<Case>{{"inspect " + Q(missing_), missing_},
-                                         {"--bogus", "--bogus"},
                                          {"shard --mesh 2", "is required"}}) {
     SCOPED_TRACE(c.args);
-    std::vector<int> codes;
-    ExpectBadArgument(MpiPerRank(2, c.args, root_ + "/rc", &codes), c.part);
+    const CommandResult r = MpiPerRank(2, c.args, root_ + "/rc", &codes);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_EQ(codes, (std::vector<int>{2, 2})) << "exit code per rank";
+    const std::vector<std::string> lines = absl::StrSplit(r.err, '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), 2u) << r.err;  // one line per process
+    for (const std::string& line : lines) EXPECT_THAT(line, HasSubstr(c.part));
   }
 }
 #endif

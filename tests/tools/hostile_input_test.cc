@@ -171,5 +171,42 @@ TEST(HostileInput, NegativeSeedIsRefused) {
   EXPECT_EQ(Sdrt("make --seed 18446744073709551615 " + root + "/m.safetensors").exit_code, 0);
 }
 
+// A JSON input of many siblings took time quadratic in their number (the duplicate-key check
+// used nlohmann's parser callback, which rescans an object's parent at every object end):
+// 400,000 empty objects in 1.2 MB ran past any timeout (hours at the 64 MiB cap); the check
+// is now one linear pass.
+TEST(HostileInput, JsonOfManySiblingsIsParsedInLinearTime) {
+  const std::string root = test::FreshDir("hostile_input_siblings");
+  const std::string model = MakeModel(root);
+  std::string siblings = "[";
+  for (int i = 0; i < 400000; ++i) siblings += i == 0 ? "{}" : ",{}";
+  siblings += "]";
+  fs::create_directories(root + "/ckpt");
+  { std::ofstream(root + "/ckpt/index.json") << "{\"x\":" << siblings << "}"; }
+  { std::ofstream(root + "/PLAN.json") << "{\"comment\":" << siblings << ",\"default\":\"[R]\"}"; }
+  const auto start = std::chrono::steady_clock::now();
+  ExpectBadInput(Sdrt("inspect " + root + "/ckpt"), {"index.json"});
+  // PLAN.json ignores fields it does not know ("comment"): the plan is "[R]" for all.
+  const CommandResult r =
+      Sdrt("shard " + model + " " + root + "/out --mesh 2 --plan " + root + "/PLAN.json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// shard wrote checkpoints its own reader refuses (a tensor named "", metadata that makes
+// index.json larger than the reader's cap), which `--overwrite` then refused to replace.
+// What shard writes is checked against the reader first: exit 2, nothing written.
+TEST(HostileInput, ShardRefusesWhatItsReaderWouldRefuse) {
+  const std::string root = test::FreshDir("hostile_input_unreadable");
+  const std::string header = R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  file += header + std::string(8, '\0');
+  { std::ofstream(root + "/empty_name.safetensors", std::ios::binary) << file; }
+  ExpectBadInput(Sdrt("shard " + root + "/empty_name.safetensors " + root + "/out --mesh 2 --plan fsdp"),
+                 {"empty_name.safetensors", "sdrt could read back", "invalid tensor name"});
+  EXPECT_FALSE(fs::exists(root + "/out"));
+}
+
 }  // namespace
 }  // namespace sdrt

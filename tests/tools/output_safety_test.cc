@@ -128,6 +128,13 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
   fs::create_symlink(ckpt, root + "/alias");                 // a folder link into INDIR
   fs::create_symlink(ckpt, root + "/outdir");                // OUTDIR -> the checkpoint
   WriteBytes(root + "/notes.txt", "not a checkpoint");
+  // A checkpoint whose rank file is a link to a file outside it (as in the Hugging Face
+  // cache): OUT naming that file is the rank file, by identity, though no path says so.
+  const std::string linked = root + "/linked";
+  fs::create_directories(linked);
+  fs::copy_file(ckpt + "/index.json", linked + "/index.json");
+  fs::copy_file(rank_file, root + "/rank0.safetensors");
+  fs::create_symlink("../rank0.safetensors", linked + "/" + RankFileName(0, 1));
   const std::vector<std::string> before = Snapshot(root);
 
   struct Case {
@@ -142,6 +149,8 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
        {"alias/new.safetensors", "is inside", ckpt}},
       {"gather " + ShellQuote(root + "/alias") + " " + ShellQuote(rank_file),
        {rank_file, "is inside"}},
+      {"gather " + ShellQuote(linked) + " " + ShellQuote(root + "/rank0.safetensors"),
+       {"rank0.safetensors is", RankFileName(0, 1), "the same file"}},
       {"make " + ShellQuote(root + "/out.safetensors"), {"out.safetensors", "symbolic link"}},
       // An existing file is replaced only when it is a safetensors file.
       {"make " + ShellQuote(root + "/notes.txt"), {"notes.txt", "not a safetensors file"}},
@@ -211,7 +220,9 @@ TEST(Interrupted, NoTemporaryPathOutlivesTheNextRun) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string ckpt = root + "/ckpt";
   const std::vector<std::string> shard = {"shard", source, ckpt, "--mesh", "2", "--plan", "fsdp"};
-  for (const int signo : {SIGTERM, SIGINT}) {
+  // SIGBUS is what reading a mapped input raises when another program truncates it: the
+  // same way out (exit 1, temporaries removed), never death by the signal.
+  for (const int signo : {SIGTERM, SIGINT, SIGBUS}) {
     SCOPED_TRACE(strsignal(signo));
     bool saw_temp = false;
     const int status = SignalWhenTemporaryAppears(shard, root, signo, &saw_temp);

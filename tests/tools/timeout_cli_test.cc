@@ -120,7 +120,7 @@ TEST_F(TimeoutCli, GatherWithTheFirstRankStoppedEndsOnEveryLiveRank) {
 }
 
 TEST_F(TimeoutCli, TimeoutOutOfRangeIsABadArgument) {
-  for (const std::string value : {"0", "-1", "abc", "1e9"}) {
+  for (const std::string value : {"0", "-1", "abc", "1e9", "nan", "NaN", "inf"}) {
     const CommandResult r = test::RunCommand(Sdrt() + " load " + ShellQuote(checkpoint_) +
                                              " --mesh 1 --plan fsdp --timeout " + value);
     EXPECT_EQ(r.exit_code, 2) << value << ": " << r.all();

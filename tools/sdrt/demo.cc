@@ -196,7 +196,7 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
                                                              " --bucket-mib ", args.bucket_mib,
                                                              " --timeout ", args.timeout_seconds)));
   const absl::Status same = SameCheckpoint(file, out);
-  if (!same.ok()) ReportError("demo", same, LauncherRank());  // reported in the table too
+  if (!same.ok()) ReportError("demo", same, /*rank=*/0);  // reported in the table too
   rows.push_back({plan_name, mesh_text, "gather", gather["bytes"].get<int64_t>(),
                   gather["gather_seconds"].get<double>(), gather["collectives"].get<int64_t>(),
                   same.ok()});
@@ -215,7 +215,7 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
 
 int RunDemo(const DemoArgs& args) {
   const auto fail = [](const absl::Status& status) {
-    return ReportError("demo", status, LauncherRank());
+    return ReportError("demo", status, /*rank=*/0);
   };
   if (args.ranks < 1) return fail(absl::InvalidArgumentError("--ranks must be at least 1"));
   const std::string cache = CacheDir(args);
@@ -257,7 +257,7 @@ int RunDemo(const DemoArgs& args) {
                              {"bit_exact", r.exact}});
     }
     out["bit_exact"] = all_exact;
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out, 2) << "\n";
   } else {
     std::cout << "sdrt demo: " << Printable(file) << " on " << args.ranks
               << " ranks (mpiexec), work files in " << Printable(work->path())

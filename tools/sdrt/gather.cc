@@ -171,7 +171,7 @@ int RunGather(const GatherArgs& args) {
                                   {"largest_bucket_bytes", stats.largest_bucket_bytes},
                                   {"verified", true},
                                   {"peak_rss_bytes", *peaks}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out, 2) << "\n";
     return kExitOk;
   }
   std::cout << "gathered " << index.tensors.size() << " tensors (" << HumanBytes(bytes) << ") from "

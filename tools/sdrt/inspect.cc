@@ -34,7 +34,7 @@ std::string ShapeOf(const IntVector& shape) {
 
 int InspectShardedCheckpoint(const InspectArgs& args) {
   absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(args.path);
-  if (!index.ok()) return ReportError("inspect", index.status(), LauncherRank());
+  if (!index.ok()) return ReportError("inspect", index.status(), /*rank=*/0);
   const DeviceMesh& mesh = *index->mesh;
   const int64_t world = index->world_size;
   // local_shapes[t][r], bytes[r].
@@ -50,7 +50,7 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
         ReportError("inspect",
                     absl::InvalidArgumentError(absl::StrCat(args.path, ": tensor ", t.name, ": ",
                                                             local.status().message())),
-                    LauncherRank());
+                    /*rank=*/0);
         return kExitBadInput;
       }
       int64_t numel = 1;
@@ -104,7 +104,7 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
                          {"local_shapes", std::move(shapes)}});
     }
     out["entries"] = std::move(entries);
-    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
   std::vector<std::string> header = {"name", "dtype", "shape", "placements"};
@@ -181,7 +181,7 @@ int RunInspect(const InspectArgs& args) {
   }
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(args.path);
   if (!file.ok()) {  // any file that cannot be read as safetensors is bad input
-    ReportError("inspect", file.status(), LauncherRank());
+    ReportError("inspect", file.status(), /*rank=*/0);
     return kExitBadInput;
   }
   int64_t parameters = 0;
@@ -210,7 +210,7 @@ int RunInspect(const InspectArgs& args) {
     }
     out["entries"] = std::move(entries);
     // Invalid UTF-8 (in a path, say) is replaced rather than thrown on.
-    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
   Table table({"name", "dtype", "shape", "bytes"}, {false, false, false, true});

@@ -5,6 +5,7 @@
 // BroadcastStateDict fills them, and every rank checks its pieces by
 // xxh64 against INDIR's rank file (or against its own slicing of FILE without --verify).
 // Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -261,18 +262,24 @@ int RunLoad(const LoadArgs& args) {
   if (!all_wrong.ok()) return fail(all_wrong.status());
   absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(session->world());
   if (!peaks.ok()) return fail(peaks.status());
-  if (session->rank() != 0) return kExitOk;
+  // Every rank has every rank's verdict, so every rank ends with the same exit code: 2 when
+  // the pieces differ from INDIR (the two checkpoints disagree: bad input, as gather's hash
+  // check), 1 when they differ from this sdrt's own slicing of FILE (a runtime failure).
+  std::vector<std::string> mismatches;
+  for (int q = 0; q < session->size(); ++q) {
+    if (!(*all_wrong)[q].empty())
+      mismatches.push_back(absl::StrCat("rank ", q, ": ", (*all_wrong)[q]));
+  }
+  const int verdict = mismatches.empty()          ? kExitOk
+                      : args.verify_dir.empty() ? kExitRuntimeError
+                                                : kExitBadInput;
+  if (session->rank() != 0) return verdict;
 
   int64_t bytes = 0;
   for (const TensorInfo& info : *infos) {
     int64_t n = ElementSize(info.dtype);
     for (int64_t s : info.shape) n *= s;
     bytes += n;
-  }
-  std::vector<std::string> mismatches;
-  for (int q = 0; q < session->size(); ++q) {
-    if (!(*all_wrong)[q].empty())
-      mismatches.push_back(absl::StrCat("rank ", q, ": ", (*all_wrong)[q]));
   }
   const double gbps = seconds > 0 ? bytes / seconds / 1e9 : 0;
   const std::string against = args.verify_dir.empty() ? args.file : args.verify_dir;
@@ -294,7 +301,7 @@ int RunLoad(const LoadArgs& args) {
                                   {"mismatches", mismatches},
                                   {"bit_exact", mismatches.empty()},
                                   {"peak_rss_bytes", *peaks}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out, 2) << "\n";
   } else {
     std::cout << "loaded " << infos->size() << " tensors (" << HumanBytes(bytes) << ") from "
               << Printable(args.file) << " into " << session->size() << " ranks, mesh "
@@ -309,7 +316,17 @@ int RunLoad(const LoadArgs& args) {
     for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
     std::cout << "\n";
   }
-  return mismatches.empty() ? kExitOk : kExitRuntimeError;
+  if (verdict != kExitOk) {  // the whole list is on stdout; here the count and the first
+    int64_t pieces = 0;
+    for (const std::string& names : *all_wrong) {
+      if (!names.empty()) pieces += 1 + std::count(names.begin(), names.end(), ',');
+    }
+    const std::string& first = mismatches.front();
+    WriteStderrLine(Printable(absl::StrCat(
+        "sdrt load: ", pieces, " piece(s) on ", mismatches.size(), " rank(s) differ from ",
+        against, "; the first: ", Utf8Prefix(first.substr(0, first.find(',')), 500))));
+  }
+  return verdict;
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // sdrt: the command line over the state-dict runtime. See `sdrt --help`.
+#include <csignal>
 #include <iostream>
 #include <string>
 
@@ -21,17 +22,25 @@ void PrintVersion() {
             << "  MPI: " << (SDRT_CLI_HAVE_MPI ? "found" : "not found") << "\n";
 }
 
+// The rank whose output a command shows: the launcher's for the commands that run as one
+// job under mpiexec (gather, load), so that they print once; 0 for the others, which are
+// whole programs in every process that runs them (each prints its own errors).
+int PrintingRank(const std::string& command, int launcher_rank) {
+  return command == "gather" || command == "load" || command.empty() ? launcher_rank : 0;
+}
+
 // What CLI11 threw: --help prints the help on stdout (exit 0); an error is one line on
 // stderr naming the command and how to get its help (exit 2). Under mpiexec only rank 0
 // prints (README, "Exit codes"); every rank exits alike.
-int ParseFailed(const CLI::App& app, const CLI::ParseError& e, int rank) {
+int ParseFailed(const CLI::App& app, const CLI::ParseError& e, int launcher_rank) {
+  std::string command;
+  for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+  const int rank = PrintingRank(command, launcher_rank);
   if (e.get_exit_code() == 0) {
     std::ostream none(nullptr);
     app.exit(e, rank == 0 ? std::cout : none, rank == 0 ? std::cerr : none);
     return sdrt::cli::kExitOk;
   }
-  std::string command;
-  for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
   std::string message =
       absl::StrCat(e.what(), " (see `sdrt ", command, command.empty() ? "" : " ", "--help`)");
   if (dynamic_cast<const CLI::ExcludesError*>(&e) != nullptr) {
@@ -41,9 +50,21 @@ int ParseFailed(const CLI::App& app, const CLI::ParseError& e, int rank) {
   return sdrt::cli::ReportError(command, absl::InvalidArgumentError(message), rank);
 }
 
+// `exit_code`, unless what was printed on stdout did not all get out (a closed pipe, a full
+// disk): then one line on stderr and 1, so that output lost is never success.
+int CheckedExit(int exit_code) {
+  std::cout.flush();
+  if (std::cout.good()) return exit_code;
+  sdrt::cli::WriteStderrLine("sdrt: standard output could not be written (a closed pipe or a full disk)");
+  return sdrt::cli::kExitRuntimeError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed pipe on stdout (`sdrt inspect F | head -1`) is an error from write(2), reported
+  // by CheckedExit, not a SIGPIPE that kills the process.
+  std::signal(SIGPIPE, SIG_IGN);
   sdrt::cli::InstallInterruptCleanup();  // first: no temporary path exists yet
   CLI::App app("sdrt: gather, broadcast and inspect sharded model state dicts", "sdrt");
   app.require_subcommand(0, 1);
@@ -70,7 +91,7 @@ int main(int argc, char** argv) {
   }
   if (version) {
     PrintVersion();
-    return sdrt::cli::kExitOk;
+    return CheckedExit(sdrt::cli::kExitOk);
   }
   if (app.get_subcommands().empty()) {
     std::string names;
@@ -82,5 +103,5 @@ int main(int argc, char** argv) {
                                       "a command is required: ", names, " (see `sdrt --help`)")),
                                   rank);
   }
-  return exit_code;
+  return CheckedExit(exit_code);
 }

@@ -60,7 +60,7 @@ absl::Status CheckFreeSpace(const std::string& out, absl::Span<const Safetensors
 int RunMake(MakeArgs args) {
   // One process, but under mpiexec the launcher's rank 0 alone prints (ReportError).
   const auto fail = [](const absl::Status& status) {
-    return ReportError("make", status, LauncherRank());
+    return ReportError("make", status, /*rank=*/0);
   };
   // CLI11 wraps "-1" into a uint64_t silently, so the seed is read as text and refused unless
   // it is a plain non-negative decimal that fits in 64 bits.
@@ -130,10 +130,10 @@ int RunMake(MakeArgs args) {
                                   {"tensors", tensor_count},
                                   {"parameters", parameters},
                                   {"bytes", bytes}};
-    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
-  std::cout << "wrote " << args.out << ": " << c.name << " (scale " << args.scale << ", seed "
+  std::cout << "wrote " << Printable(args.out) << ": " << c.name << " (scale " << args.scale << ", seed "
             << args.seed << ", " << DTypeName(dtype) << "): hidden " << c.hidden
             << ", intermediate " << c.intermediate << ", " << c.layers
             << (c.layers == 1 ? " layer, " : " layers, ") << c.heads << " heads";

@@ -31,7 +31,7 @@ struct ShardArgs {
   bool json = false;
 };
 
-int Fail(const absl::Status& status) { return ReportError("shard", status, LauncherRank()); }
+int Fail(const absl::Status& status) { return ReportError("shard", status, /*rank=*/0); }
 
 int RunShard(const ShardArgs& args) {
   absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(args.source);
@@ -87,7 +87,7 @@ int RunShard(const ShardArgs& args) {
         {"world_size", index->world_size},
         {"tensors", index->tensors.size()},
         {"files", std::move(files)}};
-    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
   std::cout << "wrote " << Printable(args.out_dir) << ": " << index->tensors.size()

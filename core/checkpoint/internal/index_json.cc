@@ -176,8 +176,8 @@ absl::StatusOr<std::string> SerializeIndex(const ShardedCheckpointIndex& index) 
   out["tensors"] = std::move(tensors);
   try {
     return out.dump(1) + "\n";
-  } catch (const Json::exception& e) {
-    return absl::InternalError(absl::StrCat("cannot serialise the index: ", e.what()));
+  } catch (const Json::exception& e) {  // a name or plan that is not UTF-8: bad input
+    return absl::InvalidArgumentError(absl::StrCat("cannot write index.json: ", e.what()));
   }
 }
 

@@ -26,8 +26,8 @@ std::string MeshShapeString(const DeviceMesh& mesh);
 // sdrt.world_size, sdrt.mesh and, when the mesh names its dims, sdrt.mesh_dim_names.
 std::map<std::string, std::string> RankMetadata(const DeviceMesh& mesh, int64_t rank);
 
-// index.json's text for `index` (one space of indentation, a final newline). Internal
-// error when the JSON library refuses a value (a name that is not UTF-8).
+// index.json's text for `index` (one space of indentation, a final newline).
+// InvalidArgument when the JSON library refuses a value (a name that is not UTF-8).
 absl::StatusOr<std::string> SerializeIndex(const ShardedCheckpointIndex& index);
 
 // Parses and validates index.json's `text` read from `path` (named in every error) of the

@@ -26,13 +26,27 @@ void OnSignal(int signo) {
   errno = saved_errno;
 }
 
+// SIGBUS: a mapped input file was cut short (truncated by another program while sdrt read
+// it). The faulting thread cannot go on (returning would fault again): it hands the signal
+// to the watcher and waits there for _exit.
+void OnBusError(int signo, siginfo_t*, void*) {
+  OnSignal(signo);
+  for (;;) pause();
+}
+
 [[noreturn]] void Watch() {
   unsigned char signo = 0;
   while (read(g_wake[0], &signo, 1) != 1) {
     if (errno != EINTR) pause();  // the pipe failed: wait for the process to end otherwise
   }
   const int removed = RemoveTemporaryPaths();
-  if (removed > 0) {
+  if (signo == SIGBUS) {
+    std::fprintf(stderr,
+                 "sdrt: an input file became shorter while it was read (SIGBUS: another "
+                 "program truncated or replaced it); nothing was completed; removed %d "
+                 "temporary path(s)\n",
+                 removed);
+  } else if (removed > 0) {
     std::fprintf(stderr, "sdrt: interrupted by %s; removed %d temporary path(s)\n",
                  strsignal(signo), removed);
   }
@@ -49,6 +63,11 @@ void InstallInterruptCleanup() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (const int signo : {SIGINT, SIGTERM, SIGHUP}) sigaction(signo, &action, nullptr);
+  struct sigaction bus = {};
+  bus.sa_sigaction = OnBusError;
+  sigemptyset(&bus.sa_mask);
+  bus.sa_flags = SA_SIGINFO;
+  sigaction(SIGBUS, &bus, nullptr);
 }
 
 }  // namespace sdrt::cli

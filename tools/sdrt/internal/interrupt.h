@@ -13,7 +13,9 @@ namespace sdrt::cli {
 // "sdrt: interrupted by <signal>; removed N temporary path(s)" on stderr when it removed
 // any, and ends the process with _exit(1). Call once, first thing in main, before any
 // temporary path exists. Without a pipe (out of descriptors) the signals keep their
-// default action.
+// default action. SIGBUS, which reading a mapped input raises when another program
+// truncates the file meanwhile, takes the same way out with a line saying so (exit 1,
+// temporary paths removed), instead of ending the process by the signal.
 void InstallInterruptCleanup();
 
 }  // namespace sdrt::cli

@@ -30,6 +30,11 @@ int ExitCodeFor(const absl::Status& status) {
   }
 }
 
+std::string JsonText(const nlohmann::ordered_json& json, int indent) {
+  return json.dump(indent, ' ', /*ensure_ascii=*/false,
+                   nlohmann::ordered_json::error_handler_t::replace);
+}
+
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

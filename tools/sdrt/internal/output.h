@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace sdrt::cli {
 
@@ -18,6 +19,11 @@ namespace sdrt::cli {
 // AlreadyExists, FailedPrecondition and OutOfRange, which the user's files or arguments
 // cause; 1 (runtime failure) for everything else (I/O errors, memory, internal errors).
 int ExitCodeFor(const absl::Status& status);
+
+// `json` as text for --json output, indented by `indent` spaces, non-ASCII kept: a string
+// that is not valid UTF-8 (a path or tensor name from the user) is written with U+FFFD in
+// place of its bad bytes instead of throwing. Every --json output goes through here.
+std::string JsonText(const nlohmann::ordered_json& json, int indent);
 
 // "[2, 3]".
 std::string ShapeText(const std::vector<int64_t>& shape);
@@ -39,9 +45,10 @@ void WriteStderrLine(absl::string_view line);
 
 // Prints "sdrt <command>: <message>" (the message through Printable) as one line on
 // stderr when `rank` is 0, and returns ExitCodeFor(status). Every error the `sdrt` commands
-// print goes through here, so each prints once under mpiexec (pass the session's rank, or
-// LauncherRank() before the session starts) and no control character of a path or tensor
-// name echoed in a message reaches the terminal. `command` is "load", "shard", ... ("" for
+// print goes through here, so that gather and load print each once under mpiexec (they
+// pass the session's rank, or LauncherRank() before the session starts; the single-process
+// commands pass 0) and no control character of a path or tensor name echoed in a message
+// reaches the terminal. `command` is "load", "shard", ... ("" for
 // the top level: "sdrt: <message>").
 int ReportError(absl::string_view command, const absl::Status& status, int rank);
 

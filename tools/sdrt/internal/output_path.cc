@@ -4,13 +4,20 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <dirent.h>
+
 #include <cerrno>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/io/atomic_file.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::cli {
 namespace {
@@ -20,6 +27,71 @@ absl::StatusOr<std::string> RealPath(const std::string& path) {
   std::unique_ptr<char, decltype(&free)> resolved(realpath(path.c_str(), nullptr), &free);
   if (resolved == nullptr) return IoError(errno, "realpath", path);
   return std::string(resolved.get());
+}
+
+// A file's identity: device and inode, so that two paths to one file (a symbolic link, a
+// hard link, a bind mount) compare equal where their texts differ.
+using FileId = std::pair<dev_t, ino_t>;
+
+// The most entries of an input folder whose identities are taken (sdrt's folders hold
+// index.json and one file per rank: at most kMaxMeshRanks + 1).
+constexpr int kMaxInputEntries = (1 << 20) + 16;
+
+// stat(2) of `path`, following links as a reader does; nullopt when it cannot be examined.
+std::optional<struct stat> StatFollowing(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return st;
+}
+
+// The identities of `input` and, for a folder, of every entry in it (followed through
+// links): every file a command reading `input` may open.
+std::vector<std::pair<FileId, std::string>> InputIds(const std::string& input) {
+  std::vector<std::pair<FileId, std::string>> ids;
+  const std::optional<struct stat> st = StatFollowing(input);
+  if (!st) return ids;
+  ids.push_back({{st->st_dev, st->st_ino}, input});
+  if (!S_ISDIR(st->st_mode)) return ids;
+  struct CloseDir {
+    void operator()(DIR* d) const { closedir(d); }
+  };
+  std::unique_ptr<DIR, CloseDir> dir(opendir(input.c_str()));
+  if (dir == nullptr) return ids;
+  while (const dirent* entry = readdir(dir.get())) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (static_cast<int>(ids.size()) > kMaxInputEntries) break;
+    const std::string path = absl::StrCat(input, "/", name);
+    if (const std::optional<struct stat> e = StatFollowing(path)) {
+      ids.push_back({{e->st_dev, e->st_ino}, path});
+    }
+  }
+  return ids;
+}
+
+// InvalidArgument when `resolved` (the output, its folders resolved) is, or lies inside,
+// one of the files or folders in `ids` by identity, which no path comparison sees through
+// a link inside an input folder or a bind mount.
+absl::Status CheckIdentity(const std::string& out, const std::string& resolved,
+                           const std::vector<std::pair<FileId, std::string>>& ids) {
+  std::string path = resolved;
+  bool is_out = true;
+  while (true) {
+    if (const std::optional<struct stat> st = StatFollowing(path)) {
+      for (const auto& [id, input] : ids) {
+        if (id != FileId{st->st_dev, st->st_ino}) continue;
+        return absl::InvalidArgumentError(
+            is_out ? absl::StrCat(out, " is ", input, ", which this command reads (the same file)")
+                   : absl::StrCat(out, " is inside ", input,
+                                  ", which this command reads (", path, " is that folder)"));
+      }
+    }
+    if (path == "/") break;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 ? "/" : path.substr(0, slash);
+    is_out = false;
+  }
+  return absl::OkStatus();
 }
 
 // Whether `path` is `folder` or lies inside it (both resolved, absolute).
@@ -77,6 +149,7 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
                                                      ", which this command reads (", *in,
                                                      " is inside ", resolved, ")"));
     }
+    SDRT_RETURN_IF_ERROR(CheckIdentity(out, resolved, InputIds(input)));
   }
   return absl::OkStatus();
 }

@@ -16,7 +16,10 @@ namespace sdrt::cli {
 // `inputs` (the files and folders it reads; ones that do not exist are skipped, reading
 // them reports that). `out`'s folder is resolved with realpath(3), `out` itself must not be
 // a symbolic link, and the resolved path must not equal an input's resolved path, lie
-// inside an input folder, or contain an input (a folder replaced as a whole).
+// inside an input folder, or contain an input (a folder replaced as a whole). The same by
+// identity (device and inode): `out` (when it exists) must not be an input or any file in
+// an input folder as a reader opens it (through a link, e.g. a rank file that links
+// outside its folder), and no folder above `out` may be an input folder (a bind mount).
 // Errors: InvalidArgument naming `out`, the input and the rule; NotFound when `out`'s
 // folder does not exist; the errno's status when it cannot be examined.
 absl::Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs);

@@ -576,7 +576,7 @@ TEST_F(DistributedCliErrors, GatherOfDamagedBytesKeepsTheGoodOut) {
   std::string bytes = ReadBytes(file);
   bytes[at] = static_cast<char>(bytes[at] ^ 0x40);
   std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
-  CommandResult r = Mpi(2, "gather " + Quote(dir) + " " + Quote(out_));
+  CommandResult r = Mpi(2, "gather " + Quote(dir) + " " + Quote(out_) + " --overwrite");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

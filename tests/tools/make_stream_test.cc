@@ -86,7 +86,7 @@ TEST(SdrtMakeStream, BytesAreThoseOfTheInMemoryWriter) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);
     const std::string out = root + "/m.safetensors";
-    const test::CommandResult r = Sdrt("make " + std::string(c.args) + " " + out);
+    const test::CommandResult r = Sdrt("make --overwrite " + std::string(c.args) + " " + out);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(FileXxh64(out), c.xxh64);
   }

@@ -152,9 +152,12 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
       {"gather " + ShellQuote(linked) + " " + ShellQuote(root + "/rank0.safetensors"),
        {"rank0.safetensors is", RankFileName(0, 1), "the same file"}},
       {"make " + ShellQuote(root + "/out.safetensors"), {"out.safetensors", "symbolic link"}},
+      // An existing safetensors file is replaced only with --overwrite.
+      {"make " + full, {"full.safetensors exists", "--overwrite"}},
+      {"gather " + ShellQuote(ckpt) + " " + full, {"full.safetensors exists", "--overwrite"}},
       // An existing file is replaced only when it is a safetensors file.
-      {"make " + ShellQuote(root + "/notes.txt"), {"notes.txt", "not a safetensors file"}},
-      {"gather " + ShellQuote(ckpt) + " " + ShellQuote(root + "/notes.txt"),
+      {"make --overwrite " + ShellQuote(root + "/notes.txt"), {"notes.txt", "not a safetensors file"}},
+      {"gather --overwrite " + ShellQuote(ckpt) + " " + ShellQuote(root + "/notes.txt"),
        {"notes.txt", "not a safetensors file", "refusing to replace it"}},
       {"shard " + full + " " + ShellQuote(root + "/outdir") + " --mesh 2 --plan fsdp --overwrite",
        {"outdir", "symbolic link"}},

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,9 @@
 
 namespace sdrt::cli {
 namespace {
+
+// The most ranks demo starts: it runs every rank on this one machine.
+constexpr int kMaxDemoRanks = 64;
 
 struct DemoArgs {
   std::string checkpoint;
@@ -217,11 +221,16 @@ int RunDemo(const DemoArgs& args) {
   const auto fail = [](const absl::Status& status) {
     return ReportError("demo", status, /*rank=*/0);
   };
-  if (args.ranks < 1) return fail(absl::InvalidArgumentError("--ranks must be at least 1"));
+  if (args.ranks < 1 || args.ranks > kMaxDemoRanks) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--ranks must be in [1, ", kMaxDemoRanks, "] (processes on this machine), got ",
+        args.ranks)));
+  }
   const std::string cache = CacheDir(args);
   absl::Status status = MakeDirs(cache);
   if (!status.ok()) return fail(status);
-  std::string file = args.checkpoint;
+  // Absolute, so that a name starting with '-' reaches the children as a path, not a flag.
+  std::string file = args.checkpoint.empty() ? "" : std::filesystem::absolute(args.checkpoint).string();
   if (file.empty()) {
     absl::StatusOr<std::string> made = DefaultCheckpoint(cache);
     if (!made.ok()) return fail(made.status());
@@ -231,7 +240,7 @@ int RunDemo(const DemoArgs& args) {
   if (args.ranks % 2 == 0) {
     plans.emplace_back("fsdp-tp", absl::StrCat("2x", args.ranks / 2));
   } else if (!args.json) {
-    std::cerr << "sdrt demo: fsdp-tp needs a 2 x N/2 mesh, so an even --ranks; skipped\n";
+    WriteStderrLine("sdrt demo: fsdp-tp needs a 2 x N/2 mesh, so an even --ranks; skipped");
   }
   // This run's work files go to a folder of its own (removed at the end, on an interrupt,
   // or by a later run once this process is gone), so any number of demos share a cache.

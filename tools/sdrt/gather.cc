@@ -33,6 +33,7 @@ struct GatherArgs {
   std::string device = "cpu";
   int64_t bucket_mib = 256;
   bool json = false;
+  bool overwrite = false;
   bool progress = false;
   double timeout_seconds = kDefaultTimeoutSeconds;
 };
@@ -73,7 +74,7 @@ absl::Status CheckOut(const GatherArgs& args) {
   if (stat(args.out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(args.out, " is a folder, not a file"));
   }
-  return CheckReplaceableSafetensors(args.out);
+  return CheckReplaceableSafetensors(args.out, args.overwrite);
 }
 
 // Rank 0: checks every gathered tensor against the index and writes OUT.
@@ -200,6 +201,7 @@ void AddGatherCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "bytes gathered per collective, MiB")
       ->capture_default_str();
+  cmd->add_flag("--overwrite", args->overwrite, "replace OUT when it is a safetensors file");
   cmd->add_flag("--json", args->json, "print the results as JSON");
   cmd->add_flag("--progress", args->progress,
                 "progress lines on rank 0's stderr even when it is not a terminal (under "

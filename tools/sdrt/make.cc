@@ -32,6 +32,7 @@ struct MakeArgs {
   std::string seed_text = "0";  // parsed by RunMake into `seed`
   uint64_t seed = 0;
   bool json = false;
+  bool overwrite = false;
 };
 
 // FailedPrecondition (exit 2) "OUT needs N GiB, M GiB free on DIR" when the file system of
@@ -79,7 +80,7 @@ int RunMake(MakeArgs args) {
         absl::StrCat("--dtype must be bf16, f16 or f32, got \"", args.dtype, "\"")));
   }
   absl::Status out_ok = CheckOutputPath(args.out, {});
-  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out);
+  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.overwrite);
   if (!out_ok.ok()) {
     return fail(out_ok);
   }
@@ -152,7 +153,7 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
       "make",
       "Write a deterministic synthetic checkpoint with a real architecture's tensor names and "
       "shapes (seeded noise, not a trained model).");
-  cmd->add_option("OUT", args->out, "the safetensors file to write (replaced atomically)")
+  cmd->add_option("OUT", args->out, "the safetensors file to write (atomically; an existing one only with --overwrite)")
       ->required();
   std::string archs;
   for (const std::string& a : ArchNames()) archs += (archs.empty() ? "" : ", ") + a;
@@ -163,6 +164,7 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
                   "counts kept), in (0, 16]")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed_text, "seed of the values")->capture_default_str();
+  cmd->add_flag("--overwrite", args->overwrite, "replace OUT when it is a safetensors file");
   cmd->add_flag("--json", args->json, "print machine-readable JSON instead of text");
   cmd->callback([args, exit_code] { *exit_code = RunMake(*args); });
 }

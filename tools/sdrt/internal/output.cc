@@ -90,8 +90,14 @@ void WriteStderrLine(absl::string_view line) {
 
 int ReportError(absl::string_view command, const absl::Status& status, int rank) {
   if (rank == 0) {
-    WriteStderrLine(absl::StrCat("sdrt", command.empty() ? "" : " ", command, ": ",
-                                 Printable(status.message())));
+    // A message may echo a whole hostile value (a 10,000-character placement): the line
+    // keeps its first kMaxErrorBytes and says how long it was.
+    std::string message = Printable(status.message());
+    if (message.size() > kMaxErrorBytes) {
+      message = absl::StrCat(Utf8Prefix(message, kMaxErrorBytes), "... (", message.size(),
+                             " bytes in all)");
+    }
+    WriteStderrLine(absl::StrCat("sdrt", command.empty() ? "" : " ", command, ": ", message));
   }
   return ExitCodeFor(status);
 }

@@ -50,6 +50,8 @@ void WriteStderrLine(absl::string_view line);
 // commands pass 0) and no control character of a path or tensor name echoed in a message
 // reaches the terminal. `command` is "load", "shard", ... ("" for
 // the top level: "sdrt: <message>").
+// Messages longer than kMaxErrorBytes (after escaping) are cut there, with their length.
+inline constexpr size_t kMaxErrorBytes = 2000;
 int ReportError(absl::string_view command, const absl::Status& status, int rank);
 
 // `text` with every control character written as an escape, so that names from a file or

@@ -154,7 +154,7 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
   return absl::OkStatus();
 }
 
-absl::Status CheckReplaceableSafetensors(const std::string& out) {
+absl::Status CheckReplaceableSafetensors(const std::string& out, bool overwrite) {
   struct stat st;
   if (lstat(out.c_str(), &st) != 0) {
     return errno == ENOENT ? absl::OkStatus() : IoError(errno, "lstat", out);
@@ -167,6 +167,10 @@ absl::Status CheckReplaceableSafetensors(const std::string& out) {
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out);
   if (!file.ok()) {
     return refuse(absl::StrCat("is not a safetensors file (", file.status().message(), ")"));
+  }
+  if (!overwrite) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(out, " exists; replace it with --overwrite, or name another path"));
   }
   return absl::OkStatus();
 }

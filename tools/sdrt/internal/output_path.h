@@ -25,10 +25,12 @@ namespace sdrt::cli {
 absl::Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs);
 
 // For a command that writes one safetensors file `out` (gather, make): an existing `out` is
-// replaced only when it is a safetensors file (SafetensorsFile::Open accepts it), so a
-// mistyped path never destroys another file. AlreadyExists naming `out` and why otherwise
-// (not a regular file, or not safetensors: the reader's reason); OK when it does not exist.
-absl::Status CheckReplaceableSafetensors(const std::string& out);
+// replaced only when asked (`overwrite`, the commands' --overwrite) and only when it is a
+// safetensors file (SafetensorsFile::Open accepts it), so neither a mistyped path nor a
+// forgotten checkpoint is destroyed. AlreadyExists naming `out` and why otherwise (exists
+// without --overwrite, not a regular file, not safetensors: the reader's reason); OK when
+// it does not exist.
+absl::Status CheckReplaceableSafetensors(const std::string& out, bool overwrite);
 
 }  // namespace sdrt::cli
 

@@ -1,5 +1,6 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -56,7 +57,11 @@ absl::StatusOr<DeviceMesh> DeviceMesh::FromString(absl::string_view shape,
   IntVector dims;
   for (absl::string_view part : absl::StrSplit(shape, 'x')) {
     int64_t d = 0;
-    if (!absl::SimpleAtoi(part, &d)) {
+    // Digits only: SimpleAtoi alone also takes " 2", "+2" and "2\n".
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (!digits || !absl::SimpleAtoi(part, &d)) {
       return absl::InvalidArgumentError(
           absl::StrCat("DeviceMesh: cannot parse mesh shape '", shape, "' (want e.g. 2x2)"));
     }

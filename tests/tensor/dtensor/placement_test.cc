@@ -73,6 +73,12 @@ TEST(DeviceMesh, RowMajorCoordinates) {
     EXPECT_EQ(made.code(), absl::StatusCode::kInvalidArgument) << made;
     EXPECT_THAT(made.message(), HasSubstr(words));
   }
+  // Digits only, as written: no sign, no space, no newline around a dim.
+  for (const char* shape : {" 2", "+2", "2\n", "2x 2", "-1", "2x+2"}) {
+    EXPECT_EQ(DeviceMesh::FromString(shape).status().code(), absl::StatusCode::kInvalidArgument)
+        << shape;
+  }
+  EXPECT_EQ(DeviceMesh::FromString("02")->shape(), (IntVector{2}));
 }
 
 // Issue 12 finding 8: a mesh of 3e9 ranks, or one whose product overflows int64, was

@@ -54,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/state_dict/state_dict.h"
@@ -141,6 +142,15 @@ struct WriteShardedCheckpointOptions {
 absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     const SafetensorsFile& source, std::shared_ptr<const DeviceMesh> mesh, const ShardingPlan& plan,
     const std::string& out_dir, const WriteShardedCheckpointOptions& options = {});
+
+// The same for any full checkpoint source (checkpoint_source.h: one file, a Hugging Face
+// folder, a folder of safetensors files): its tensors in source.tensors() order, its merged
+// __metadata__ recorded; each tensor is read through source.Get. The SafetensorsFile form
+// above is this over CheckpointSource::FromFile(source, options.source_name).
+absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
+    const CheckpointSource& source, std::shared_ptr<const DeviceMesh> mesh,
+    const ShardingPlan& plan, const std::string& out_dir,
+    const WriteShardedCheckpointOptions& options = {});
 
 struct ReadShardedCheckpointOptions {
   // Also open every rank file (SafetensorsFile::Open: header and layout validation, no

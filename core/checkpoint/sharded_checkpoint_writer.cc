@@ -119,6 +119,14 @@ std::string StripTrailingSlashes(std::string path) {
 absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     const SafetensorsFile& source, std::shared_ptr<const DeviceMesh> mesh, const ShardingPlan& plan,
     const std::string& out_dir, const WriteShardedCheckpointOptions& options) {
+  return WriteShardedCheckpoint(CheckpointSource::FromFile(source, options.source_name),
+                                std::move(mesh), plan, out_dir, options);
+}
+
+absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
+    const CheckpointSource& source, std::shared_ptr<const DeviceMesh> mesh,
+    const ShardingPlan& plan, const std::string& out_dir,
+    const WriteShardedCheckpointOptions& options) {
   const std::string& src = options.source_name;
   if (mesh == nullptr) return absl::InvalidArgumentError("WriteShardedCheckpoint: null mesh");
   for (int64_t i = 0; i < mesh->num_ranks(); ++i) {
@@ -144,7 +152,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   for (int64_t r = 0; r < index.world_size; ++r) {
     index.files.push_back(RankFileName(r, index.world_size));
   }
-  for (const SafetensorsEntry& e : source.entries()) {
+  for (const CheckpointSourceTensor& e : source.tensors()) {
     ShardedCheckpointTensor t;
     t.name = e.name;
     t.dtype = e.dtype;

@@ -1,4 +1,5 @@
-// `sdrt demo [--checkpoint FILE] [--ranks 4]`: the whole path on one machine. Without a
+// `sdrt demo [--checkpoint SRC] [--ranks 4]`: the whole path on one machine (SRC: a
+// safetensors file, a Hugging Face folder or a folder of safetensors files). Without a
 // checkpoint it generates the deterministic tiny-llama one into the cache folder (shared by
 // concurrent runs: written atomically, the same bytes each time). Then, in a work folder of
 // this run's own in the cache, for fsdp (mesh N) and fsdp-tp (mesh 2 x N/2) it shards the
@@ -25,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/atomic_file.h"
@@ -92,16 +94,16 @@ absl::StatusOr<std::string> DefaultCheckpoint(const std::string& cache) {
 // The tensors of `a` and `b` are the same (names, dtypes, shapes, bytes) and so is the
 // metadata; else the first difference.
 absl::Status SameCheckpoint(const std::string& a_path, const std::string& b_path) {
-  SDRT_ASSIGN_OR_RETURN(SafetensorsFile a, SafetensorsFile::Open(a_path));
+  SDRT_ASSIGN_OR_RETURN(CheckpointSource a, CheckpointSource::Open(a_path));
   SDRT_ASSIGN_OR_RETURN(SafetensorsFile b, SafetensorsFile::Open(b_path));
-  if (a.entries().size() != b.entries().size()) {
+  if (a.tensors().size() != b.entries().size()) {
     return absl::DataLossError(absl::StrCat(b_path, " has ", b.entries().size(), " tensors, ",
-                                            a_path, " ", a.entries().size()));
+                                            a_path, " ", a.tensors().size()));
   }
   if (a.metadata() != b.metadata()) {
     return absl::DataLossError(absl::StrCat(b_path, ": __metadata__ differs"));
   }
-  for (const SafetensorsEntry& e : a.entries()) {
+  for (const CheckpointSourceTensor& e : a.tensors()) {
     const SafetensorsEntry* f = b.Find(e.name);
     if (f == nullptr || f->dtype != e.dtype || f->shape != e.shape) {
       return absl::DataLossError(absl::StrCat(b_path, ": tensor ", e.name, " is missing or has ",
@@ -179,7 +181,7 @@ struct Row {
 absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::string& work,
                      const std::string& plan_name, const std::string& mesh_text,
                      std::vector<Row>& rows) {
-  SDRT_ASSIGN_OR_RETURN(SafetensorsFile source, SafetensorsFile::Open(file));
+  SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(file));
   SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::FromString(mesh_text));
   SDRT_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::Builtin(plan_name));
   const std::string dir = absl::StrCat(work, "/sharded-", plan_name);
@@ -190,15 +192,14 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
                                               std::make_shared<const DeviceMesh>(std::move(mesh)),
                                               plan, dir, options)
                            .status());
-  int64_t bytes = 0;
-  for (const SafetensorsEntry& e : source.entries()) bytes += e.data_end - e.data_begin;
+  const int64_t bytes = source.total_bytes();
   rows.push_back({plan_name, mesh_text, "shard", bytes, NowSeconds() - start, 0, true});
 
   const std::string out = absl::StrCat(work, "/gathered-", plan_name, ".safetensors");
-  SDRT_ASSIGN_OR_RETURN(nlohmann::json gather,
-                        RunUnderMpi(args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out),
-                                                             " --bucket-mib ", args.bucket_mib,
-                                                             " --timeout ", args.timeout_seconds)));
+  SDRT_ASSIGN_OR_RETURN(
+      nlohmann::json gather,
+      RunUnderMpi(args.ranks, absl::StrCat("gather ", Quote(dir), " ", Quote(out), " --bucket-mib ",
+                                           args.bucket_mib, " --timeout ", args.timeout_seconds)));
   const absl::Status same = SameCheckpoint(file, out);
   if (!same.ok()) ReportError("demo", same, /*rank=*/0);  // reported in the table too
   rows.push_back({plan_name, mesh_text, "gather", gather["bytes"].get<int64_t>(),
@@ -207,10 +208,9 @@ absl::Status RunPlan(const DemoArgs& args, const std::string& file, const std::s
 
   SDRT_ASSIGN_OR_RETURN(
       nlohmann::json load,
-      RunUnderMpi(args.ranks,
-                  absl::StrCat("load ", Quote(file), " --mesh ", mesh_text, " --plan ", plan_name,
-                               " --verify ", Quote(dir), " --bucket-mib ", args.bucket_mib,
-                               " --timeout ", args.timeout_seconds)));
+      RunUnderMpi(args.ranks, absl::StrCat("load ", Quote(file), " --mesh ", mesh_text, " --plan ",
+                                           plan_name, " --verify ", Quote(dir), " --bucket-mib ",
+                                           args.bucket_mib, " --timeout ", args.timeout_seconds)));
   rows.push_back({plan_name, mesh_text, "load", load["bytes"].get<int64_t>(),
                   load["seconds"].get<double>(), load["collectives"].get<int64_t>(),
                   load["bit_exact"].get<bool>()});
@@ -292,7 +292,8 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "demo", "shard -> gather -> load round trips under mpiexec, with a summary table");
   cmd->add_option("--checkpoint", args->checkpoint,
-                  "safetensors file to use (default: generate tiny-llama in the cache)");
+                  "checkpoint to use: a safetensors file, a Hugging Face folder or a folder of "
+                  "safetensors files (default: generate tiny-llama in the cache)");
   cmd->add_option("--ranks", args->ranks, "ranks mpiexec starts")->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "bucket size, MiB")->capture_default_str();
   cmd->add_option("--cache-dir", args->cache_dir,

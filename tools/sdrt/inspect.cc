@@ -1,16 +1,19 @@
-// `sdrt inspect FILE|DIR [--json]`: what a safetensors checkpoint or a sharded checkpoint
-// folder holds.
+// `sdrt inspect FILE|DIR [--json]`: what a safetensors checkpoint, a Hugging Face folder, a
+// folder of safetensors files or a sharded checkpoint folder holds.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -30,6 +33,23 @@ constexpr int64_t kMaxRankColumns = 8;
 
 std::string ShapeOf(const IntVector& shape) {
   return ShapeText(std::vector<int64_t>(shape.begin(), shape.end()));
+}
+
+// "<title>: none", or the title and one line per entry, long values cut (--json has them).
+void PrintMetadata(absl::string_view title, const std::map<std::string, std::string>& metadata) {
+  if (metadata.empty()) {
+    std::cout << title << ": none\n";
+    return;
+  }
+  std::cout << title << ":\n";
+  for (const auto& [key, value] : metadata) {
+    constexpr size_t kMaxShown = 120;
+    std::cout << "  " << Printable(key) << " = " << Printable(Utf8Prefix(value, kMaxShown))
+              << (value.size() > kMaxShown
+                      ? "... (" + WithThousands(static_cast<int64_t>(value.size())) + " bytes)"
+                      : "")
+              << "\n";
+  }
 }
 
 int InspectShardedCheckpoint(const InspectArgs& args) {
@@ -174,10 +194,98 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
   return kExitOk;
 }
 
+// A Hugging Face folder or a folder of safetensors files: the single file's listing with
+// the file of each tensor, then one row per file.
+int InspectFolderSource(const InspectArgs& args) {
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(args.path);
+  if (!source.ok()) {  // any folder that cannot be read as a checkpoint is bad input
+    ReportError("inspect", source.status(), LauncherRank());
+    return kExitBadInput;
+  }
+  const std::vector<CheckpointSourceFile>& files = source->files();
+  int64_t parameters = 0;
+  std::vector<int64_t> file_tensors(files.size(), 0);
+  std::vector<int64_t> file_bytes(files.size(), 0);
+  for (const CheckpointSourceTensor& t : source->tensors()) {
+    int64_t numel = 1;
+    for (int64_t s : t.shape) numel *= s;
+    parameters += numel;
+    ++file_tensors[static_cast<size_t>(t.file)];
+    file_bytes[static_cast<size_t>(t.file)] += t.nbytes;
+  }
+  int64_t total_file_size = 0;
+  for (const CheckpointSourceFile& f : files) total_file_size += f.size;
+  const bool hf = source->kind() == CheckpointKind::kHfFolder;
+  if (args.json) {
+    nlohmann::ordered_json out;
+    out["dir"] = args.path;
+    out["kind"] = hf ? "huggingface" : "safetensors-folder";
+    out["file_count"] = files.size();
+    out["file_size"] = total_file_size;
+    out["tensors"] = source->tensors().size();
+    out["parameters"] = parameters;
+    out["bytes"] = source->total_bytes();
+    out["metadata"] = source->metadata();
+    if (hf) out["index_metadata"] = source->index_metadata();
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < files.size(); ++i) {
+      list.push_back({{"file", files[i].name},
+                      {"file_size", files[i].size},
+                      {"tensors", file_tensors[i]},
+                      {"bytes", file_bytes[i]}});
+    }
+    out["files"] = std::move(list);
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const CheckpointSourceTensor& t : source->tensors()) {
+      entries.push_back({{"name", t.name},
+                         {"dtype", std::string(SafetensorsCode(t.dtype))},
+                         {"shape", std::vector<int64_t>(t.shape.begin(), t.shape.end())},
+                         {"nbytes", t.nbytes},
+                         {"file", files[static_cast<size_t>(t.file)].name},
+                         {"offset", t.offset}});
+    }
+    out["entries"] = std::move(entries);
+    std::cout << out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+  Table table({"name", "dtype", "shape", "bytes", "file"}, {false, false, false, true, false});
+  for (const CheckpointSourceTensor& t : source->tensors()) {
+    table.AddRow({Printable(t.name), std::string(DTypeName(t.dtype)), ShapeOf(t.shape),
+                  WithThousands(t.nbytes), Printable(files[static_cast<size_t>(t.file)].name)});
+  }
+  const size_t n = source->tensors().size();
+  std::cout << Printable(args.path) << "\n"
+            << (hf ? "Hugging Face checkpoint folder (model.safetensors.index.json), "
+                   : "folder of safetensors files (no index), ")
+            << files.size() << (files.size() == 1 ? " file" : " files") << "\n\n";
+  table.Print(std::cout);
+  std::cout << "\n"
+            << n << (n == 1 ? " tensor, " : " tensors, ") << WithThousands(parameters)
+            << " parameters, " << WithThousands(source->total_bytes()) << " bytes ("
+            << HumanBytes(source->total_bytes()) << ") of data in " << files.size()
+            << (files.size() == 1 ? " file" : " files") << " of " << HumanBytes(total_file_size)
+            << "\n\n";
+  Table file_table({"file", "tensors", "bytes", "file size"}, {false, true, true, true});
+  for (size_t i = 0; i < files.size(); ++i) {
+    file_table.AddRow({Printable(files[i].name), std::to_string(file_tensors[i]),
+                       WithThousands(file_bytes[i]), HumanBytes(files[i].size)});
+  }
+  file_table.Print(std::cout);
+  PrintMetadata("metadata", source->metadata());
+  if (hf) PrintMetadata("index metadata", source->index_metadata());
+  return kExitOk;
+}
+
 int RunInspect(const InspectArgs& args) {
   struct stat st;
   if (stat(args.path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return InspectShardedCheckpoint(args);
+    absl::StatusOr<CheckpointKind> kind = DetectCheckpointKind(args.path);
+    if (!kind.ok()) {
+      ReportError("inspect", kind.status(), LauncherRank());
+      return kExitBadInput;
+    }
+    return *kind == CheckpointKind::kShardedFolder ? InspectShardedCheckpoint(args)
+                                                   : InspectFolderSource(args);
   }
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(args.path);
   if (!file.ok()) {  // any file that cannot be read as safetensors is bad input
@@ -225,21 +333,7 @@ int RunInspect(const InspectArgs& args) {
             << file->entries().size() << (file->entries().size() == 1 ? " tensor, " : " tensors, ")
             << WithThousands(parameters) << " parameters, " << WithThousands(bytes) << " bytes ("
             << HumanBytes(bytes) << ") of data in a " << HumanBytes(file->file_size()) << " file\n";
-  if (file->metadata().empty()) {
-    std::cout << "metadata: none\n";
-  } else {
-    std::cout << "metadata:\n";
-    for (const auto& [key, value] : file->metadata()) {
-      // Long values (padding, embedded JSON) are cut so the table stays readable;
-      // --json prints them whole.
-      constexpr size_t kMaxShown = 120;
-      std::cout << "  " << Printable(key) << " = " << Printable(Utf8Prefix(value, kMaxShown))
-                << (value.size() > kMaxShown
-                        ? "... (" + WithThousands(static_cast<int64_t>(value.size())) + " bytes)"
-                        : "")
-                << "\n";
-    }
-  }
+  PrintMetadata("metadata", file->metadata());
   return kExitOk;
 }
 
@@ -249,10 +343,13 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand(
       "inspect",
-      "List the tensors of a safetensors file (name, dtype, shape, bytes, totals) or of a "
-      "sharded checkpoint folder (also placements and each rank's local shape); the folder "
-      "is validated: index.json and every rank file's header.");
-  cmd->add_option("FILE|DIR", args->path, "safetensors file or sharded checkpoint folder")
+      "List the tensors of a safetensors file (name, dtype, shape, bytes, totals), of a "
+      "Hugging Face folder or a folder of safetensors files (also each tensor's file), or of a "
+      "sharded checkpoint folder (also placements and each rank's local shape); folders are "
+      "validated: their index and every file's header.");
+  cmd->add_option("FILE|DIR", args->path,
+                  "safetensors file, Hugging Face folder (model.safetensors.index.json), folder "
+                  "of safetensors files, or sharded checkpoint folder")
       ->required();
   cmd->add_flag("--json", args->json, "print machine-readable JSON instead of a table");
   cmd->callback([args, exit_code] { *exit_code = RunInspect(*args); });

@@ -1,5 +1,7 @@
-// `mpiexec -n N sdrt load FILE --mesh 2x2 --plan P [--verify INDIR] [--device cpu|cuda]`:
-// what an inference engine does at start-up. Rank 0 maps FILE (pinned with --device cuda;
+// `mpiexec -n N sdrt load SRC --mesh 2x2 --plan P [--verify INDIR] [--device cpu|cuda]`:
+// what an inference engine does at start-up. SRC is a safetensors file, a Hugging Face
+// folder or a folder of safetensors files (CheckpointSource). Rank 0 maps SRC's files
+// (pinned with --device cuda;
 // pageable, with a one-line warning, when the mapping cannot be registered) and sends the
 // other ranks its tensor list; every rank makes meta DTensors with the plan's placements,
 // BroadcastStateDict fills them, and every rank checks its pieces by
@@ -18,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
@@ -52,11 +55,11 @@ struct TensorInfo {
 
 // Rank 0's tensor list, sent to every rank (what the engine's model definition knows).
 absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
-                                                        const SafetensorsFile* file) {
+                                                        const CheckpointSource* source) {
   std::string bytes;
-  if (file != nullptr) {
+  if (source != nullptr) {
     nlohmann::json list = nlohmann::json::array();
-    for (const SafetensorsEntry& e : file->entries()) {
+    for (const CheckpointSourceTensor& e : source->tensors()) {
       list.push_back({e.name, std::string(DTypeName(e.dtype)),
                       std::vector<int64_t>(e.shape.begin(), e.shape.end())});
     }
@@ -105,7 +108,7 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
   std::optional<RankShards> expected;
   // INDIR's pieces by name: one lookup per tensor, so verifying n tensors is O(n).
   absl::flat_hash_map<std::string_view, const DTensor*> expected_by_name;
-  std::optional<SafetensorsFile> file;
+  std::optional<CheckpointSource> file;
   if (!args.verify_dir.empty()) {
     absl::StatusOr<RankShards> shards = LoadRankShards(args.verify_dir, session.rank());
     if (!shards.ok()) return shards.status();
@@ -118,7 +121,7 @@ absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Sess
     expected_by_name.reserve(expected->tensors.size());
     for (const auto& [name, dtensor] : expected->tensors) expected_by_name.emplace(name, &dtensor);
   } else {
-    absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file);
+    absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file);
     if (!opened.ok()) return opened.status();
     file = *std::move(opened);
   }
@@ -186,18 +189,22 @@ int RunLoad(const LoadArgs& args) {
           ? absl::OkStatus()
           : absl::InvalidArgumentError(absl::StrCat("--bucket-mib must be in [1, ", kMaxBucketMib,
                                                     "], got ", args.bucket_mib));
-  std::optional<SafetensorsFile> file;
+  std::optional<CheckpointSource> file;
   if (status.ok() && session->rank() == 0) {
-    SafetensorsFile::Options open_options;
-    open_options.pin_mapping = session->device.is_cuda();
-    if (session->device.is_cuda()) open_options.pin_device = session->device.index;
-    absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(args.file, open_options);
+    CheckpointSource::Options open_options;
+    open_options.file_options.pin_mapping = session->device.is_cuda();
+    if (session->device.is_cuda()) open_options.file_options.pin_device = session->device.index;
+    absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file, open_options);
     if (opened.ok()) {
       file = *std::move(opened);
       // Unpinned is only slower: the broadcast copies out of the mapping with CopyFrom.
-      if (!file->pin_status().ok()) {
-        WriteStderrLine(absl::StrCat("sdrt load: warning: copying from pageable memory (",
-                                     Printable(file->pin_status().message()), ")"));
+      for (size_t i = 0; i < file->files().size(); ++i) {
+        const absl::Status& pinned = file->file(static_cast<int>(i)).pin_status();
+        if (!pinned.ok()) {
+          WriteStderrLine(absl::StrCat("sdrt load: warning: copying from pageable memory (",
+                                       Printable(pinned.message()), ")"));
+          break;
+        }
       }
     } else {
       status = opened.status();
@@ -223,7 +230,7 @@ int RunLoad(const LoadArgs& args) {
   absl::StatusOr<Map> local = MetaStateDict(*infos, shared_mesh, *plan);
   Map full;
   if (file.has_value()) {
-    for (const SafetensorsEntry& e : file->entries()) {
+    for (const CheckpointSourceTensor& e : file->tensors()) {
       absl::StatusOr<Tensor> t = file->Get(e.name);
       if (!t.ok()) {
         status = t.status();
@@ -336,7 +343,10 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "load",
       "broadcast a full checkpoint from rank 0 into every rank's shards (run under mpiexec)");
-  cmd->add_option("FILE", args->file, "full safetensors checkpoint (read by rank 0)")->required();
+  cmd->add_option("SRC", args->file,
+                  "full checkpoint (read by rank 0): a safetensors file, a Hugging Face folder or "
+                  "a folder of safetensors files")
+      ->required();
   cmd->add_option("--mesh", args->mesh, "device mesh shape, e.g. 4 or 2x2")->required();
   cmd->add_option("--plan", args->plan, "fsdp, hsdp, tp, fsdp-tp or PLAN.json")->required();
   cmd->add_option("--verify", args->verify_dir,

@@ -1,6 +1,7 @@
-// `sdrt shard FILE OUTDIR --mesh 2x2 --plan fsdp|hsdp|tp|fsdp-tp|PLAN.json`: cut a full
-// safetensors checkpoint into a sharded checkpoint folder (core/checkpoint/sharded_checkpoint.h),
-// in one process.
+// `sdrt shard SRC OUTDIR --mesh 2x2 --plan fsdp|hsdp|tp|fsdp-tp|PLAN.json`: cut a full
+// checkpoint (a safetensors file, a Hugging Face folder or a folder of safetensors files:
+// core/checkpoint/checkpoint_source.h) into a sharded checkpoint folder
+// (core/checkpoint/sharded_checkpoint.h), in one process.
 #include <sys/stat.h>
 
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
@@ -34,8 +36,8 @@ struct ShardArgs {
 int Fail(const absl::Status& status) { return ReportError("shard", status, /*rank=*/0); }
 
 int RunShard(const ShardArgs& args) {
-  absl::StatusOr<SafetensorsFile> source = SafetensorsFile::Open(args.source);
-  if (!source.ok()) {  // any file that cannot be read as safetensors is bad input
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(args.source);
+  if (!source.ok()) {  // any input that cannot be read as a full checkpoint is bad input
     Fail(source.status());
     return kExitBadInput;
   }
@@ -54,8 +56,10 @@ int RunShard(const ShardArgs& args) {
   }
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (!plan.ok()) return Fail(plan.status());
-  // OUTDIR is replaced as a whole: it must not be a link or hold FILE.
-  const absl::Status out_ok = CheckOutputPath(args.out_dir, {args.source});
+  // OUTDIR is replaced as a whole: it must not be a link or hold SRC or any of its files.
+  std::vector<std::string> inputs = {args.source};
+  for (const CheckpointSourceFile& f : source->files()) inputs.push_back(f.path);
+  const absl::Status out_ok = CheckOutputPath(args.out_dir, inputs);
   if (!out_ok.ok()) return Fail(out_ok);
 
   WriteShardedCheckpointOptions options;
@@ -111,9 +115,13 @@ void AddShardCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ShardArgs>();
   CLI::App* cmd = app.add_subcommand(
       "shard",
-      "Cut a full safetensors checkpoint into a sharded checkpoint folder: index.json plus one "
-      "rank-NNNNN-of-NNNNN.safetensors per rank.");
-  cmd->add_option("FILE", args->source, "the full safetensors checkpoint")->required();
+      "Cut a full checkpoint (a safetensors file, a Hugging Face folder with "
+      "model.safetensors.index.json, or a folder of safetensors files) into a sharded "
+      "checkpoint folder: index.json plus one rank-NNNNN-of-NNNNN.safetensors per rank.");
+  cmd->add_option("SRC", args->source,
+                  "the full checkpoint: a safetensors file, a Hugging Face folder or a folder of "
+                  "safetensors files")
+      ->required();
   cmd->add_option("OUTDIR", args->out_dir,
                   "the folder to write (created atomically; must not exist, be empty, or be a "
                   "sharded checkpoint with --overwrite)")

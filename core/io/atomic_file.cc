@@ -13,8 +13,10 @@
 #include <chrono>
 #include <climits>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <set>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -34,14 +36,26 @@ constexpr int64_t kMaxWriteChunk = int64_t{1} << 30;
 // Attempts at a fresh temporary name before giving up (each collision is EEXIST).
 constexpr int kMaxNameAttempts = 100;
 
-// `.<base>.tmp.<pid>.<hex>` in `dir`; the tag differs per process (pid), call (counter)
+// The longest `base` a temporary name repeats whole: with ".", ".tmp.", a pid and a 16-digit
+// tag the name stays within NAME_MAX (255 bytes) for any target name that is itself legal.
+constexpr size_t kMaxStemBytes = 200;
+
+// `base`, or for a longer one its first bytes and a hash of the whole (std::hash of
+// libstdc++ is the same in every run, which the sweep of a later run relies on).
+std::string TempStem(const std::string& base) {
+  if (base.size() <= kMaxStemBytes) return base;
+  return absl::StrCat(base.substr(0, kMaxStemBytes - 17), "~",
+                      absl::Hex(std::hash<std::string>{}(base), absl::kZeroPad16));
+}
+
+// `.<stem>.tmp.<pid>.<hex>` in `dir`; the tag differs per process (pid), call (counter)
 // and run (clock), and O_EXCL / mkdir settle the rest.
 std::string TempName(const std::string& dir, const std::string& base) {
   static std::atomic<uint64_t> counter{0};
   const uint64_t tag =
       (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  return absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", absl::Hex(tag));
+  return absl::StrCat(dir, "/.", TempStem(base), ".tmp.", getpid(), ".", absl::Hex(tag));
 }
 
 // The temporary paths this process has created and not yet renamed into place or removed,
@@ -66,7 +80,7 @@ void Unregister(const std::string& path) {
 // The owner pid of `name` when it is exactly `.<base>.tmp.<pid>.<hex>` (TempName's form),
 // else 0.
 pid_t TempOwner(absl::string_view name, const std::string& base) {
-  const std::string prefix = absl::StrCat(".", base, ".tmp.");
+  const std::string prefix = absl::StrCat(".", TempStem(base), ".tmp.");
   if (!absl::ConsumePrefix(&name, prefix)) return 0;
   const size_t dot = name.find('.');
   if (dot == absl::string_view::npos || dot == 0 || dot + 1 == name.size()) return 0;

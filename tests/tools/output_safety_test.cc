@@ -173,6 +173,21 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
   }
 }
 
+// A target name of 240 bytes is legal (NAME_MAX is 255), but its temporary name, which
+// repeated it whole, was not: make, shard and gather failed with "File name too long".
+TEST(OutputPaths, LongTargetNamesAreWritten) {
+  const std::string root = test::FreshDir("output_safety_long_names");
+  const std::string name = std::string(240 - 12, 'n') + ".safetensors";
+  CommandResult r = Sdrt("make " + ShellQuote(root + "/" + name));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Sdrt(absl::StrCat("shard ", ShellQuote(root + "/" + name), " ",
+                        ShellQuote(root + "/" + std::string(240, 'd')), " --mesh 1 --plan fsdp"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Sdrt(absl::StrCat("gather ", ShellQuote(root + "/" + std::string(240, 'd')), " ",
+                        ShellQuote(root + "/" + std::string(240 - 12, 'g') + ".safetensors")));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // The names in `dir` that sdrt's temporary paths have (".<base>.tmp.<pid>.<hex>").
 std::vector<std::string> Temporaries(const std::string& dir) {
   std::vector<std::string> out;

@@ -237,6 +237,13 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
               file, ": rule ", i,
               " must be an object with a string \"pattern\" and \"placements\", got ", r.dump()));
         }
+        for (auto field = r.begin(); field != r.end(); ++field) {
+          if (field.key() != "pattern" && field.key() != "placements" && field.key() != "comment") {
+            return absl::InvalidArgumentError(
+                absl::StrCat(file, ": rule ", i, ": unknown field \"", field.key(),
+                             "\" (expected pattern, placements, comment)"));
+          }
+        }
         SDRT_RETURN_IF_ERROR(add_rule(r["pattern"].get<std::string>(), r["placements"], i));
       }
     } else if (list.is_object()) {

@@ -204,6 +204,8 @@ TEST(ShardingPlan, JsonErrorsNameTheFileAndRule) {
       {"{", "not valid JSON"},
       {"[]", "top level must be an object"},
       {R"({"rulez": []})", "unknown field \"rulez\""},
+      {R"({"rules": [{"pattern": "a", "placements": "[S(0)]", "placement": "[R]"}]})",
+       "rule 0: unknown field \"placement\""},
       {R"({"rules": [{"pattern": "(", "placements": "[S(0)]"}]})",
        "rule 0 (\"(\"): bad pattern (RE2 syntax): missing )"},
       {R"({"rules": [{"pattern": "a", "placements": "[Q(0)]"}]})", "rule 0 (\"a\")"},

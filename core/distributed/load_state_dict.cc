@@ -1,0 +1,313 @@
+// LoadStateDict (core/distributed/load_state_dict.h): plan the targets from the local
+// leaves, plan the reads from the source's header, agree, read through the staging pool
+// into the targets, agree again, then write the local tree.
+#include "sdrt/core/distributed/load_state_dict.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/buckets.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/read_plan.h"
+#include "sdrt/core/distributed/internal/staged_reader.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt {
+namespace {
+
+constexpr absl::string_view kOp = "LoadStateDict";
+
+// Where one checkpoint tensor goes on this rank.
+struct Target {
+  enum class Kind { kReplace, kFreshDTensor, kInPlaceDTensor, kSharded };
+  Kind kind = Kind::kReplace;
+  internal::MutableLeaf* leaf = nullptr;
+  const CheckpointSourceTensor* tensor = nullptr;
+  std::vector<Tensor> dests;    // tensors written (one per local shard for kSharded)
+  std::vector<ShardRuns> runs;  // per dest, the global runs it holds
+};
+
+std::string Describe(DType dtype, IntSpan shape) {
+  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
+}
+
+absl::Status CheckCpu(const Tensor& t, const std::string& where) {
+  if (t.device().is_cpu()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(where, ": the local tensor is on ", t.device().ToString(),
+                   "; LoadStateDict writes CPU tensors only (load to the CPU, then move)"));
+}
+
+absl::StatusOr<Target> PlanTarget(const CheckpointSourceTensor& entry, internal::MutableLeaf& leaf,
+                                  const Communicator* comm, int rank) {
+  Target target;
+  target.leaf = &leaf;
+  target.tensor = &entry;
+  const Value& v = *leaf.value;
+  const std::string where = absl::StrCat("'", entry.name, "'");
+  const auto same = [&](DType dtype, IntSpan shape) {
+    return dtype == entry.dtype &&
+           std::equal(shape.begin(), shape.end(), entry.shape.begin(), entry.shape.end());
+  };
+  // A 0-dim checkpoint tensor replaces the local leaf, whatever it is (as BroadcastStateDict
+  // and PyTorch's _broadcast_state_dict do).
+  if (v.kind() == ValueKind::kDTensor && !entry.shape.empty()) {
+    const DTensor& d = v.as_dtensor();
+    if (!same(d.dtype(), d.global_shape())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
+                       " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
+    }
+    if (d.mesh() == nullptr || (comm != nullptr && d.mesh()->num_ranks() != comm->size()) ||
+        !d.mesh()->Coordinate(rank).has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", d.ToString(), " is not on a mesh holding rank ", rank,
+                       comm != nullptr ? " of the communicator" : ""));
+    }
+    SDRT_ASSIGN_OR_RETURN(
+        const LocalShardInfo info,
+        ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rank));
+    Tensor dest;
+    if (d.local().device().is_meta()) {
+      target.kind = Target::Kind::kFreshDTensor;
+      SDRT_ASSIGN_OR_RETURN(dest, Tensor::Empty(info.local_shape, d.dtype(), Device::CPU()));
+    } else {
+      target.kind = Target::Kind::kInPlaceDTensor;
+      SDRT_RETURN_IF_ERROR(CheckCpu(d.local(), where));
+      SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
+                                              d.placements(), rank, entry.name));
+      dest = d.local();
+    }
+    target.dests.push_back(std::move(dest));
+    target.runs.push_back(OwnedRuns(info));
+    return target;
+  }
+  if (v.kind() == ValueKind::kShardedTensor && !entry.shape.empty()) {
+    const ShardedTensor& st = v.as_sharded();
+    if (!same(st.dtype(), st.global_shape())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
+          " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
+    }
+    target.kind = Target::Kind::kSharded;
+    for (const LocalShard& s : st.local_shards()) {
+      if (s.tensor.device().is_meta()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(where, ": a local shard is on meta (nowhere to write)"));
+      }
+      SDRT_RETURN_IF_ERROR(CheckCpu(s.tensor, where));
+      for (size_t dim = 0; dim < entry.shape.size(); ++dim) {
+        if (s.metadata.offsets[dim] < 0 || s.metadata.sizes[dim] < 0 ||
+            (s.metadata.sizes[dim] > 0 &&
+             s.metadata.offsets[dim] > entry.shape[dim] - s.metadata.sizes[dim])) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": local shard ",
+                                                         s.metadata.ToString(), " does not fit in ",
+                                                         ShapeToString(entry.shape)));
+        }
+      }
+      target.dests.push_back(s.tensor);
+      target.runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
+    }
+    return target;
+  }
+  target.kind = Target::Kind::kReplace;
+  SDRT_ASSIGN_OR_RETURN(Tensor dest, Tensor::Empty(entry.shape, entry.dtype, Device::CPU()));
+  target.dests.push_back(std::move(dest));
+  target.runs.push_back(BoxRuns(IntVector(entry.shape.size(), 0), entry.shape));
+  return target;
+}
+
+// Writes a filled target back into `local`.
+absl::Status Commit(Target& target, int rank) {
+  Value& leaf = *target.leaf->value;
+  switch (target.kind) {
+    case Target::Kind::kReplace:
+      leaf = Value(target.dests[0]);
+      break;
+    case Target::Kind::kFreshDTensor:
+    case Target::Kind::kInPlaceDTensor: {
+      const DTensor& d = leaf.as_dtensor();
+      SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
+                                               *d.mesh()->Coordinate(rank)));
+      if (target.kind == Target::Kind::kFreshDTensor) {
+        SDRT_ASSIGN_OR_RETURN(DTensor fresh,
+                              DTensor::Make(target.dests[0], d.mesh(), d.placements(),
+                                            d.global_shape(), d.global_stride()));
+        leaf = Value(std::move(fresh));
+      }
+      break;
+    }
+    case Target::Kind::kSharded:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// Which dest of which target each ReadTensor fills.
+struct ReadDest {
+  Target* target = nullptr;
+  size_t dest = 0;
+};
+
+// Copies the segments of one read out of its staging buffer into their dests.
+absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>& dests,
+                     const internal::Read& read, const Tensor& buffer, int64_t base) {
+  IntVector begin;
+  IntVector end;
+  IntVector box_shape;
+  for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
+    const internal::Segment& s = plan.segments[i];
+    const ReadDest& rd = dests[s.tensor];
+    const CheckpointSourceTensor& entry = *rd.target->tensor;
+    internal::SegmentBox(s, entry.shape, begin, end);
+    box_shape.resize(begin.size());
+    for (size_t d = 0; d < begin.size(); ++d) box_shape[d] = end[d] - begin[d];
+    const int64_t at = base + (s.file_offset - read.offset);
+    Tensor box;
+    if (at % ElementSize(entry.dtype) == 0) {
+      SDRT_ASSIGN_OR_RETURN(box, internal::ByteView(buffer, at, entry.dtype, box_shape));
+    } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
+      SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
+      std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
+    }
+    const ShardRuns runs = ClipRuns(rd.target->runs[rd.dest], begin, end);
+    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, rd.target->dests[rd.dest], runs, /*to_local=*/true));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptions(const LoadOptions& o, int rank) {
+  if (rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " must be >= 0 (or -1 with a communicator)"));
+  }
+  if (o.staging_buffers < 1 || o.staging_bytes < 4096 || o.max_gap_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_buffers ", o.staging_buffers, " must be >= 1, staging_bytes ",
+                     o.staging_bytes, " >= 4096 and max_gap_bytes ", o.max_gap_bytes, " >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+// Plans every target and the reads; the first local error is returned.
+absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::MutableLeaf>& leaves,
+                     const LoadOptions& options, int rank, LoadResult& result,
+                     std::vector<std::unique_ptr<Target>>& targets, std::vector<ReadDest>& dests,
+                     internal::ReadPlan& plan) {
+  absl::flat_hash_map<absl::string_view, size_t> by_path;
+  for (size_t i = 0; i < leaves.size(); ++i) by_path.emplace(leaves[i].path, i);
+  std::vector<internal::ReadTensor> reads;
+  for (const CheckpointSourceTensor& entry : source.tensors()) {
+    const auto it = by_path.find(entry.name);
+    if (it == by_path.end()) {
+      result.unexpected_keys.push_back(entry.name);
+      continue;
+    }
+    if (leaves[it->second].value->is_none()) continue;
+    SDRT_ASSIGN_OR_RETURN(Target target, PlanTarget(entry, leaves[it->second], options.comm, rank));
+    targets.push_back(std::make_unique<Target>(std::move(target)));
+    for (size_t d = 0; d < targets.back()->dests.size(); ++d) {
+      reads.push_back(internal::ReadTensor{entry.file, entry.offset, ElementSize(entry.dtype),
+                                           entry.shape, targets.back()->runs[d]});
+      dests.push_back(ReadDest{targets.back().get(), d});
+    }
+  }
+  for (const internal::MutableLeaf& leaf : leaves) {
+    if (source.Find(leaf.path) == nullptr) result.missing_keys.push_back(leaf.path);
+  }
+  internal::ReadPlanOptions read_options;
+  read_options.max_gap_bytes = options.max_gap_bytes;
+  read_options.max_read_bytes = options.staging_bytes;
+  SDRT_ASSIGN_OR_RETURN(plan, internal::PlanReads(reads, read_options));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
+                                         const LoadOptions& options) {
+  Communicator* comm = options.comm;
+  const int rank = options.rank >= 0 || comm == nullptr ? options.rank : comm->rank();
+  LoadStats local_stats;
+  LoadStats& stats = options.stats != nullptr ? *options.stats : local_stats;
+  stats = LoadStats{};
+
+  absl::Status local_error = CheckOptions(options, rank);
+  std::vector<internal::MutableLeaf> leaves;
+  if (local_error.ok()) {
+    absl::StatusOr<std::vector<internal::MutableLeaf>> leaves_or =
+        internal::CollectMutableLeaves(local);
+    local_error = leaves_or.status();
+    if (leaves_or.ok()) leaves = *std::move(leaves_or);
+  }
+  LoadResult result;
+  std::vector<std::unique_ptr<Target>> targets;
+  std::vector<ReadDest> dests;
+  internal::ReadPlan plan;
+  if (local_error.ok()) {
+    local_error = PlanAll(source, leaves, options, rank, result, targets, dests, plan);
+  }
+  if (comm != nullptr) {
+    AgreementSkeleton skeleton;
+    for (const internal::MutableLeaf& leaf : leaves) {
+      skeleton.emplace_back(leaf.path, internal::DescribeForAgreement(*leaf.value));
+    }
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*comm, kOp, "", skeleton, local_error));
+  } else {
+    SDRT_RETURN_IF_ERROR(local_error);
+  }
+
+  std::vector<internal::StagedFile> files;
+  for (const CheckpointSourceFile& f : source.files()) files.push_back({f.path, f.size});
+  const auto name_of = [&](size_t segment) {
+    return dests[plan.segments[segment].tensor].target->tensor->name;
+  };
+  internal::StagedReadStats read_stats;
+  absl::Status read_status = internal::RunStagedReads(
+      files, plan, name_of, options.staging_buffers, options.staging_bytes,
+      [&](const internal::Read& read, const Tensor& buffer, int64_t base) {
+        return CopyOut(plan, dests, read, buffer, base);
+      },
+      read_stats);
+  stats.bytes_read = read_stats.bytes_read;
+  stats.bytes_kept = plan.kept_bytes;
+  stats.preads = read_stats.preads;
+  stats.reads = static_cast<int64_t>(plan.reads.size());
+  stats.peak_staging_bytes = read_stats.peak_staging_bytes;
+  if (read_status.ok()) {
+    for (std::unique_ptr<Target>& target : targets) {
+      read_status = Commit(*target, rank);
+      if (!read_status.ok()) break;
+    }
+  }
+  if (comm != nullptr) {
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*comm, kOp, "", {}, read_status));
+  } else {
+    SDRT_RETURN_IF_ERROR(read_status);
+  }
+  if (options.strict) {
+    // Backwards, so that erasing from a map leaves the earlier leaves' pointers valid.
+    for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
+      if (source.Find(it->path) != nullptr) continue;
+      if (it->parent_map != nullptr) {
+        it->parent_map->Erase(it->key);
+      } else {
+        *it->value = Value(None{});
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace sdrt

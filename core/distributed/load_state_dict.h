@@ -1,0 +1,113 @@
+// LoadStateDict: every rank reads its own bytes of a full checkpoint (docs/ARCHITECTURE.md,
+// "Parallel load"). Where BroadcastStateDict (distributed_state_dict.h) has one rank read
+// everything and send it, here each rank computes from the checkpoint's header alone the
+// byte runs of the pieces its local state dict keeps, coalesces them into a few large reads
+// per file and reads them with pread into a bounded pool of staging buffers, from which it
+// copies into its local tensors. It mirrors no single PyTorch function: the result is that
+// of `_broadcast_state_dict(full, local, strict=...)` (torch/distributed/_state_dict_utils.py)
+// for the DTensor, ShardedTensor and plain-tensor leaves a safetensors checkpoint can fill,
+// the reading that of safetensors' `get_slice` per rank.
+//
+// What is read: a Shard(0) piece is one byte run; a Shard(1) piece of [R, C] is R runs; a
+// _StridedShard piece is one run per owned index run (owned index sets, tensor/sharding/
+// sharding.h). Runs of one file are joined into one read when the gap between them is at
+// most LoadOptions::max_gap_bytes (1 MiB) and at most 1/32 of the run before the gap
+// (internal::kGapDivisor), so the gaps add at most 1/32 to the bytes kept (read
+// amplification <= 1.032); no read is longer than one staging buffer (a longer run is cut).
+// Nothing else is read. Replicated tensors (and Replicate or Partial mesh dims) are read by
+// every rank that holds them: there is no exchange between ranks.
+//
+// No communicator is needed: without one (LoadOptions::comm == nullptr) every rank works
+// alone and its errors are its own. With one, the ranks agree (AgreeAcrossRanks,
+// core/distributed/agreement.h) before reading, on their local skeletons and planning
+// errors, and after reading, on the read errors, so that one rank's error is the same error
+// on every rank.
+#ifndef SDRT_CORE_DISTRIBUTED_LOAD_STATE_DICT_H_
+#define SDRT_CORE_DISTRIBUTED_LOAD_STATE_DICT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/state_dict/state_dict.h"
+
+namespace sdrt {
+
+// What one rank's LoadStateDict read and kept.
+struct LoadStats {
+  int64_t bytes_read = 0;  // the bytes pread returned (kept bytes plus gaps read through)
+  int64_t bytes_kept = 0;  // the bytes of this rank's pieces
+  int64_t preads = 0;      // pread calls (a read interrupted or cut short takes several)
+  int64_t reads = 0;       // planned reads
+  // The most staging bytes allocated at once: at most staging_buffers x staging_bytes,
+  // less when the largest read is smaller than a buffer.
+  int64_t peak_staging_bytes = 0;
+  // bytes_read / bytes_kept; 1 when nothing is kept.
+  double read_amplification() const {
+    return bytes_kept == 0 ? 1.0 : static_cast<double>(bytes_read) / bytes_kept;
+  }
+};
+
+struct LoadOptions {
+  // When not null, collective over `comm`: the ranks agree before and after reading (see
+  // above), and the DTensors' meshes must span exactly its ranks. nullptr: no
+  // communication; `rank` is required.
+  Communicator* comm = nullptr;
+  // This process's rank in the DTensors' meshes and the ShardedTensors' placements.
+  // -1: comm->rank().
+  int rank = -1;
+  // Remove from `local` every leaf the checkpoint lacks (reported in missing_keys either way).
+  bool strict = false;
+  // The staging pool: this many buffers (>= 1) of this many bytes (>= 4096; the longest
+  // read). With two or more, one thread reads into one buffer while the calling thread
+  // copies out of another.
+  int staging_buffers = 2;
+  int64_t staging_bytes = int64_t{256} << 20;
+  // The largest gap read through (>= 0; see above).
+  int64_t max_gap_bytes = int64_t{1} << 20;
+  LoadStats* stats = nullptr;  // filled when not null
+};
+
+struct LoadResult {
+  // Paths of `local` leaves that the checkpoint lacks, in `local`'s order.
+  std::vector<std::string> missing_keys;
+  // Checkpoint tensors that `local` lacks, in the source's order (CheckpointSource::tensors()).
+  std::vector<std::string> unexpected_keys;
+};
+
+// Fills `local` from `source` (BroadcastStateDict's rules for each leaf whose path names a
+// checkpoint tensor):
+//   * a 0-dim checkpoint tensor: the leaf, whatever it is, is replaced by the value (a
+//     0-dim CPU tensor), as in BroadcastStateDict;
+//   * DTensor with a meta local: replaced by a DTensor with a fresh compact CPU local of
+//     this rank's local shape, same mesh, placements, global shape and stride;
+//   * DTensor with data: this rank's piece is written into its local in place (any
+//     strides; it must have this rank's local shape, ValidateLocalShape);
+//   * ShardedTensor: every local shard is filled from the box its metadata names;
+//   * None: left as it is;
+//   * anything else (a plain tensor, a scalar): replaced by the full tensor, contiguous, on
+//     the CPU.
+// A rank off coordinate 0 of a Partial mesh dim holds the reduction's identity afterwards
+// (FillPartialIdentity), as in BroadcastStateDict; it reads the values first.
+// Tensor leaves must have the checkpoint's global shape and dtype. `source` must stay open
+// and its files unchanged during the call; each file is opened again by path and read with
+// pread (no mapping is touched).
+// Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
+// a local leaf whose global shape or dtype is not the checkpoint's, an invalid local shape,
+// a mesh that does not span the communicator or lacks `rank`, options out of range, a
+// skeleton that differs between ranks; FailedPrecondition for a CUDA (or other non-CPU)
+// local tensor or shard (not supported yet), a meta ShardedTensor shard, or a file whose
+// size is no longer the source's ("<path>: size changed from A to B bytes"); DataLoss for
+// a pread that returns fewer bytes than the file has ("<path>: short read at offset O
+// (tensor 'T')"); the errno's code for a failed open or pread ("<path>: pread at offset
+// O (tensor 'T'): <strerror>"); ResourceExhausted when a buffer or local cannot be
+// allocated. On error `local` may have been partly written.
+absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
+                                         const LoadOptions& options = {});
+
+}  // namespace sdrt
+
+#endif  // SDRT_CORE_DISTRIBUTED_LOAD_STATE_DICT_H_

@@ -1,0 +1,312 @@
+// Multi-rank tests of LoadStateDict (core/distributed/load_state_dict.h) over MPI: every
+// rank reads its own bytes of a Hugging Face folder of 3 files, and the locals it gets are
+// exactly BroadcastStateDict's (fsdp, tp-like Shard(1), 2-D meshes with [S(0), S(1)] and
+// fsdp-tp's [_S(0, 2), S(0)], replicated, Partial, plain, 0-dim and ShardedTensor leaves,
+// uneven and empty pieces). case-057: each rank reads only its pieces' bytes; the sum over
+// ranks is at most 1.05x the checkpoint's tensor bytes for fsdp and tp plans. CTest runs
+// it under `mpiexec -n N`, N = 1..4; rank 0 writes the folder into a fresh temporary
+// folder whose name it broadcasts (the ranks share one machine).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tests/core/distributed/distributed_state_dict_test_util.h"
+#include "sdrt/tests/support/mpi_test_main.h"
+
+namespace sdrt::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The folders made by WriteHfFolder, removed by rank 0 when the tests end (RemoveFolders).
+std::vector<std::string>& Made() {
+  static auto* made = new std::vector<std::string>();
+  return *made;
+}
+
+// A fresh folder made by rank 0, the same path on every rank.
+std::string SharedTempDir() {
+  std::string dir;
+  if (Rank() == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_load_XXXXXX");
+    char* made = mkdtemp(pattern.data());
+    dir = made != nullptr ? std::string(made) : std::string();
+  }
+  EXPECT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  Made().push_back(dir);
+  return dir;
+}
+
+// Rank 0 writes `tensors` as a Hugging Face folder of 3 files (tensor i in file i % 3)
+// under a fresh folder; every rank returns the folder's path once it is written.
+std::string WriteHfFolder(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const std::string dir = SharedTempDir();
+  if (Rank() == 0) {
+    nlohmann::json map = nlohmann::json::object();
+    int64_t total = 0;
+    for (int f = 0; f < 3; ++f) {
+      const std::string name = absl::StrCat("model-0000", f + 1, "-of-00003.safetensors");
+      std::vector<std::pair<std::string, Tensor>> mine;
+      for (size_t i = f; i < tensors.size(); i += 3) {
+        mine.push_back(tensors[i]);
+        map[tensors[i].first] = name;
+        total += tensors[i].second.numel() * tensors[i].second.element_size();
+      }
+      EXPECT_TRUE(WriteSafetensors(absl::StrCat(dir, "/", name), mine).ok());
+    }
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+    FILE* out = std::fopen(absl::StrCat(dir, "/model.safetensors.index.json").c_str(), "w");
+    EXPECT_NE(out, nullptr);
+    if (out != nullptr) {
+      const std::string text = index.dump();
+      std::fwrite(text.data(), 1, text.size(), out);
+      std::fclose(out);
+    }
+  }
+  EXPECT_TRUE(g_world->Barrier().ok());
+  return dir;
+}
+
+std::vector<Spec> MixedSpecs() {
+  const int n = WorldSize();
+  const auto m1 = Mesh({n});
+  const auto m2 = n == 4 ? Mesh({2, 2}) : Mesh({1, n});
+  return {
+      DSpec("fsdp.a", {7, 5}, DType::kFloat32, m1, "[S(0)]"),
+      DSpec("fsdp.b", {13}, DType::kBFloat16, m1, "[S(0)]"),
+      DSpec("fsdp.empty_pieces", {2, 8}, DType::kInt64, m1, "[S(0)]"),
+      DSpec("tp.col", {6, 9}, DType::kFloat32, m1, "[S(1)]"),
+      DSpec("tp.mid", {4, 3, 5}, DType::kFloat16, m1, "[S(1)]"),
+      DSpec("mesh2.fsdp_tp_row", {8, 6}, DType::kFloat32, m2, "[S(0), S(1)]"),
+      DSpec("mesh2.fsdp_tp_col", {12, 3}, DType::kFloat32, m2, "[_S(0, 2), S(0)]"),
+      DSpec("mesh2.hsdp", {9, 4}, DType::kInt32, m2, "[R, S(0)]"),
+      DSpec("strided", {5}, DType::kUInt8, m1, "[_S(0, 2)]"),
+      DSpec("replicated", {9}, DType::kFloat64, m1, "[R]"),
+      DSpec("partial", {3, 4}, DType::kFloat32, m1, "[P(sum)]"),
+      DSpec("dtensor_0dim", {}, DType::kFloat32, m1, "[R]"),
+      PlainSpec("plain", {3, 3}, DType::kFloat32),
+      PlainSpec("plain_0dim", {}, DType::kInt64),
+      SSpec("sharded", {10, 4}, DType::kFloat32, ChunkShards(IntVector{10, 4}, 0)),
+  };
+}
+
+std::vector<std::pair<std::string, Tensor>> Fulls(const std::vector<Spec>& specs) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Spec& s : specs) out.emplace_back(s.path, s.Full());
+  return out;
+}
+
+Map Tree(const std::vector<Spec>& specs, const LeafFn& leaf) {
+  Map m;
+  for (const Spec& s : specs) m.Set(s.path, leaf(s));
+  return m;
+}
+
+LoadOptions WorldLoad(LoadStats* stats = nullptr) {
+  LoadOptions o;
+  o.comm = g_world;
+  o.stats = stats;
+  return o;
+}
+
+TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const std::string dir = WriteHfFolder(Fulls(specs));
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  Map full;
+  if (Rank() == 0) {
+    for (const CheckpointSourceTensor& t : source->tensors())
+      full.Set(t.name, *source->Get(t.name));
+  }
+  for (const LeafFn& leaf : {LeafFn(MetaLeaf), LeafFn(ZeroLeaf)}) {
+    Map broadcast = Tree(specs, leaf);
+    absl::StatusOr<BroadcastResult> b = BroadcastStateDict(full, broadcast, WorldBroadcast());
+    ASSERT_TRUE(AllTrue(b.ok())) << b.status();
+    // Small staging buffers: many reads, runs cut, the reader thread busy.
+    for (int64_t staging : {int64_t{4096}, int64_t{256} << 20}) {
+      SCOPED_TRACE(staging);
+      Map loaded = Tree(specs, leaf);
+      LoadStats stats;
+      LoadOptions options = WorldLoad(&stats);
+      options.staging_bytes = staging;
+      absl::StatusOr<LoadResult> l = LoadStateDict(*source, loaded, options);
+      ASSERT_TRUE(AllTrue(l.ok())) << l.status();
+      EXPECT_TRUE(l->missing_keys.empty());
+      EXPECT_TRUE(l->unexpected_keys.empty());
+      ExpectTreeEq(Value(loaded), Value(broadcast), "");
+      EXPECT_LE(stats.bytes_read, stats.bytes_kept + stats.bytes_kept / 32);
+      EXPECT_LE(stats.peak_staging_bytes, 2 * (staging + 16));
+      EXPECT_GE(stats.preads, stats.reads);
+      ASSERT_TRUE(NoRankFailed());
+    }
+  }
+  // Without a communicator: this rank alone, the same locals.
+  Map broadcast = Tree(specs, MetaLeaf);
+  ASSERT_TRUE(AllTrue(BroadcastStateDict(full, broadcast, WorldBroadcast()).ok()));
+  Map alone = Tree(specs, MetaLeaf);
+  LoadOptions options;
+  options.rank = Rank();
+  options.staging_buffers = 1;
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, alone, options).ok()));
+  ExpectTreeEq(Value(alone), Value(broadcast), "");
+}
+
+TEST(LoadStateDictMpiTest, WritesStridedLocalsInPlace) {
+  const int n = WorldSize();
+  const Spec spec = DSpec("tp.col", {6, 9}, DType::kFloat32, Mesh({n}), "[S(1)]");
+  const std::string dir = WriteHfFolder({{spec.path, spec.Full()}});
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok()));
+  // The local is columns [1, 1 + c) of a zero [6, c + 3] buffer: strided, borrowed.
+  const IntVector local_shape = spec.LocalShape();
+  Tensor buffer = *Tensor::Zeros({6, local_shape[1] + 3}, DType::kFloat32);
+  Tensor view = *buffer.Narrow(1, 1, local_shape[1]);
+  Map local;
+  local.Set(spec.path, Value(*DTensor::Make(view, spec.mesh, spec.placements, spec.shape)));
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, local, WorldLoad()).ok()));
+  const DTensor& got = local.Find(spec.path)->as_dtensor();
+  EXPECT_EQ(got.local().data_ptr(), view.data_ptr());
+  const DTensor want = *DistributeTensor(spec.Full(), spec.mesh, spec.placements, Rank());
+  ExpectSameTensor(got.local(), want.local(), spec.path);
+  // The columns around it are untouched.
+  ExpectSameTensor(*buffer.Narrow(1, 0, 1), *Tensor::Zeros({6, 1}, DType::kFloat32), "left");
+}
+
+TEST(LoadStateDictMpiTest, MissingUnexpectedStrictAndMismatchesNameTheKey) {
+  const int n = WorldSize();
+  const Spec a = DSpec("a", {4, 2}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const Spec b = DSpec("b", {3}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const std::string dir = WriteHfFolder({{a.path, a.Full()}, {b.path, b.Full()}});
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok()));
+  Map local = Tree({a}, MetaLeaf);
+  local.Set("extra", Value(int64_t{7}));
+  LoadOptions options = WorldLoad();
+  options.strict = true;
+  absl::StatusOr<LoadResult> r = LoadStateDict(*source, local, options);
+  ASSERT_TRUE(AllTrue(r.ok()));
+  EXPECT_EQ(r->missing_keys, std::vector<std::string>{"extra"});
+  EXPECT_EQ(r->unexpected_keys, std::vector<std::string>{"b"});
+  EXPECT_EQ(local.Find("extra"), nullptr);
+  // Rank 0 alone expects another dtype: every rank gets its InvalidArgument naming "a".
+  const Spec wrong =
+      DSpec("a", {4, 2}, Rank() == 0 ? DType::kInt32 : DType::kFloat32, Mesh({n}), "[S(0)]");
+  Map bad = Tree({wrong}, MetaLeaf);
+  absl::StatusOr<LoadResult> e = LoadStateDict(*source, bad, WorldLoad());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.status().message(), HasSubstr("'a'"));
+  ExpectSameStatusOnEveryRank(e.status());
+}
+
+TEST(LoadStateDictMpiTest, AFileThatChangedSizeIsTheSameErrorOnEveryRank) {
+  const int n = WorldSize();
+  const Spec a = DSpec("a", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const Spec b = DSpec("b", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const Spec c = DSpec("c", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const std::string dir =
+      WriteHfFolder({{a.path, a.Full()}, {b.path, b.Full()}, {c.path, c.Full()}});
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok()));
+  const std::string victim = source->files()[1].path;
+  if (Rank() == 0) {
+    EXPECT_EQ(truncate(victim.c_str(), source->files()[1].size - 100), 0);
+  }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  Map local = Tree({a, b, c}, MetaLeaf);
+  absl::StatusOr<LoadResult> r = LoadStateDict(*source, local, WorldLoad());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr(absl::StrCat(victim, ": size changed")));
+  ExpectSameStatusOnEveryRank(r.status());
+}
+
+// case-057: a Hugging Face folder of 3 files loaded into the ranks with the fsdp and the tp
+// plans: each rank reads only its pieces' bytes, and the bytes read over all ranks are at
+// most 1.05x the checkpoint's tensor bytes (no tensor here is replicated under either plan).
+TEST(LoadStateDictMpiTest, Case057EveryRankReadsOnlyItsOwnBytes) {
+  const int n = WorldSize();
+  auto mesh = Mesh({n});
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = absl::StrCat("model.layers.", layer, ".");
+    for (const char* name : {"self_attn.q_proj.weight", "self_attn.o_proj.weight",
+                             "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+      const std::string full_name = p + name;
+      tensors.emplace_back(full_name, ValuePattern({64, 96}, DType::kBFloat16, SaltOf(full_name)));
+    }
+  }
+  tensors.emplace_back("model.embed_tokens.weight", ValuePattern({101, 32}, DType::kFloat32, 5));
+  const std::string dir = WriteHfFolder(tensors);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok()));
+  for (const char* plan_name : {"fsdp", "tp"}) {
+    SCOPED_TRACE(plan_name);
+    const ShardingPlan plan = *ShardingPlan::FromSpec(plan_name);
+    Map local;
+    int64_t mine = 0;
+    for (const auto& [name, full] : tensors) {
+      const std::vector<Placement> placements = *plan.PlacementsFor(name, full.shape(), *mesh);
+      const DTensor piece = *DistributeTensor(full, mesh, placements, Rank());
+      mine += piece.local().numel() * piece.local().element_size();
+      local.Set(name, Value(*DTensor::Make(*Tensor::Meta(piece.local().shape(), full.dtype()), mesh,
+                                           placements, full.shape())));
+    }
+    LoadStats stats;
+    ASSERT_TRUE(AllTrue(LoadStateDict(*source, local, WorldLoad(&stats)).ok()));
+    EXPECT_EQ(stats.bytes_kept, mine);
+    EXPECT_LE(stats.bytes_read, stats.bytes_kept + stats.bytes_kept / 32);
+    if (std::string(plan_name) == "fsdp") {
+      EXPECT_EQ(stats.bytes_read, stats.bytes_kept);
+    }
+    absl::StatusOr<std::vector<std::string>> all =
+        g_world->AllGatherBytes(absl::StrCat(stats.bytes_read));
+    ASSERT_TRUE(all.ok());
+    int64_t sum = 0;
+    for (const std::string& s : *all) sum += std::stoll(s);
+    EXPECT_LE(static_cast<double>(sum), 1.05 * static_cast<double>(source->total_bytes()));
+    EXPECT_GE(sum, source->total_bytes());
+    for (const auto& [name, full] : tensors) {
+      const DTensor& got = local.Find(name)->as_dtensor();
+      ExpectSameTensor(got.local(), DistributeTensor(full, mesh, got.placements(), Rank())->local(),
+                       name);
+    }
+    ASSERT_TRUE(NoRankFailed());
+  }
+}
+
+}  // namespace
+}  // namespace sdrt::test
+
+// Each test ends with a collective (the ranks' last LoadStateDict agreement or
+// NoRankFailed), so the TearDown barrier below runs after every rank is done reading.
+class RemoveFolders : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (sdrt::test::g_world == nullptr || !sdrt::test::g_world->Barrier().ok()) return;
+    if (sdrt::test::Rank() != 0) return;
+    for (const std::string& dir : sdrt::test::Made()) std::filesystem::remove_all(dir);
+  }
+};
+
+int main(int argc, char** argv) {
+  ::testing::AddGlobalTestEnvironment(new RemoveFolders);
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+}

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -149,10 +150,10 @@ int64_t TotalBytes(const std::string& path) {
 // The keys every gather --json prints, with their values checked against the run.
 void ExpectGatherJson(const nlohmann::json& j, int ranks, const std::string& source) {
   ASSERT_TRUE(j.is_object()) << j;
-  for (const char* key : {"command", "in_dir", "out", "ranks", "device", "tensors", "bytes",
-                          "gather_seconds", "gather_gbps", "write_seconds", "collectives",
-                          "data_collectives", "buckets", "largest_bucket_bytes", "verified",
-                          "peak_rss_bytes"}) {
+  for (const char* key :
+       {"command", "in_dir", "out", "ranks", "device", "tensors", "bytes", "gather_seconds",
+        "gather_gbps", "write_seconds", "collectives", "data_collectives", "buckets",
+        "largest_bucket_bytes", "verified", "peak_rss_bytes"}) {
     EXPECT_TRUE(j.contains(key)) << "gather --json lacks \"" << key << "\": " << j;
   }
   EXPECT_EQ(j.value("command", ""), "gather");
@@ -174,8 +175,8 @@ void ExpectGatherJson(const nlohmann::json& j, int ranks, const std::string& sou
     EXPECT_EQ(largest, 0) << j;
   } else {
     EXPECT_GT(largest, 0) << j;
-    EXPECT_LE(largest, j.value("bytes", int64_t{0}) +
-                           16 * ranks * j.value("tensors", int64_t{0})) << j;
+    EXPECT_LE(largest, j.value("bytes", int64_t{0}) + 16 * ranks * j.value("tensors", int64_t{0}))
+        << j;
   }
   ASSERT_TRUE(j["peak_rss_bytes"].is_array()) << j;
   ASSERT_EQ(j["peak_rss_bytes"].size(), static_cast<size_t>(ranks));
@@ -186,9 +187,28 @@ void ExpectLoadJson(const nlohmann::json& j, int ranks, const std::string& sourc
                     const std::string& plan, const std::string& mesh,
                     const std::string& verified_against) {
   ASSERT_TRUE(j.is_object()) << j;
-  for (const char* key : {"command", "file", "mesh", "plan", "ranks", "device", "tensors", "bytes",
-                          "seconds", "gbps", "collectives", "data_collectives", "buckets",
-                          "verified_against", "mismatches", "bit_exact", "peak_rss_bytes"}) {
+  for (const char* key : {"command",
+                          "file",
+                          "mesh",
+                          "plan",
+                          "ranks",
+                          "device",
+                          "tensors",
+                          "bytes",
+                          "seconds",
+                          "gbps",
+                          "collectives",
+                          "data_collectives",
+                          "buckets",
+                          "verified_against",
+                          "mismatches",
+                          "bit_exact",
+                          "read",
+                          "read_reason",
+                          "bytes_read",
+                          "bytes_kept",
+                          "read_amplification",
+                          "peak_rss_bytes"}) {
     EXPECT_TRUE(j.contains(key)) << "load --json lacks \"" << key << "\": " << j;
   }
   EXPECT_EQ(j.value("command", ""), "load");
@@ -201,9 +221,17 @@ void ExpectLoadJson(const nlohmann::json& j, int ranks, const std::string& sourc
   EXPECT_EQ(j.value("verified_against", ""), verified_against);
   EXPECT_TRUE(j.value("bit_exact", false)) << j;
   EXPECT_EQ(j["mismatches"], nlohmann::json::array()) << j;
-  // docs/ARCHITECTURE.md: 2 + buckets for broadcast.
-  EXPECT_GE(j.value("buckets", int64_t{0}), 1);
-  EXPECT_EQ(j.value("collectives", int64_t{-1}), 2 + j.value("buckets", int64_t{0})) << j;
+  // docs/ARCHITECTURE.md: 2 + buckets for broadcast; with --read all no bucket moves and
+  // each rank reads at most 1/32 more than it keeps.
+  if (j.value("read", "") == "root") {
+    EXPECT_GE(j.value("buckets", int64_t{0}), 1);
+    EXPECT_EQ(j.value("collectives", int64_t{-1}), 2 + j.value("buckets", int64_t{0})) << j;
+  } else {
+    EXPECT_EQ(j.value("read", ""), "all") << j;
+    ASSERT_EQ(j["read_amplification"].size(), static_cast<size_t>(ranks));
+    for (const nlohmann::json& a : j["read_amplification"])
+      EXPECT_LE(a.get<double>(), 1.0 + 1.0 / 32);
+  }
   ASSERT_TRUE(j["peak_rss_bytes"].is_array()) << j;
   ASSERT_EQ(j["peak_rss_bytes"].size(), static_cast<size_t>(ranks));
   for (const nlohmann::json& p : j["peak_rss_bytes"]) EXPECT_GT(p.get<int64_t>(), 0);
@@ -416,9 +444,39 @@ TEST(DistributedCli, TextOutputOfGatherAndLoad) {
       4, "load " + Quote(source) + " --mesh 2x2 --plan fsdp-tp --verify " + Quote(root + "/ckpt"));
   ASSERT_EQ(l.exit_code, 0) << l.err;
   EXPECT_THAT(l.out, AllOf(HasSubstr("loaded 21 tensors"), HasSubstr("into 4 ranks"),
-                           HasSubstr("GB/s"), HasSubstr("collectives"),
+                           HasSubstr("read: all (auto: every rank sees the same files)"),
+                           HasSubstr("GB/s"), HasSubstr("read amplification"),
                            HasSubstr("every piece matches"), HasSubstr("peak memory per rank")));
-  EXPECT_EQ(std::count(l.out.begin(), l.out.end(), '\n'), 4) << "rank 0 alone prints:\n" << l.out;
+  EXPECT_EQ(std::count(l.out.begin(), l.out.end(), '\n'), 5) << "rank 0 alone prints:\n" << l.out;
+}
+
+// --read all (every rank preads its own bytes) and --read root (rank 0 broadcasts) give the
+// same pieces, each verified bit-exact against its own slicing of the file; auto picks all
+// on one machine.
+TEST(DistributedCli, LoadReadAllAndRootAgree) {
+  const std::string root = test::FreshDir("distributed_cli_read_modes");
+  const std::string source = root + "/tiny.safetensors";
+  ASSERT_EQ(Sdrt("make --dtype bf16 " + Quote(source)).exit_code, 0);
+  std::map<std::string, nlohmann::json> got;
+  for (const char* mode : {"all", "root", "auto"}) {
+    SCOPED_TRACE(mode);
+    CommandResult l = Mpi(2, absl::StrCat("load ", Quote(source), " --mesh 2 --plan fsdp --json",
+                                          std::string(mode) == "auto" ? "" : " --read ",
+                                          std::string(mode) == "auto" ? "" : mode));
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    got[mode] = nlohmann::json::parse(l.out);
+    ExpectLoadJson(got[mode], 2, source, "fsdp", "2", source);
+  }
+  EXPECT_EQ(got["all"]["read"], "all");
+  EXPECT_EQ(got["root"]["read"], "root");
+  EXPECT_EQ(got["auto"]["read"], "all");
+  EXPECT_EQ(got["auto"]["read_reason"], "auto: every rank sees the same files");
+  EXPECT_EQ(got["all"]["bytes_kept"], got["root"]["bytes_kept"]);
+  EXPECT_EQ(got["root"]["bytes_read"], nlohmann::json::array({TotalBytes(source), 0}));
+  int64_t read = 0;
+  for (const nlohmann::json& b : got["all"]["bytes_read"]) read += b.get<int64_t>();
+  EXPECT_LE(static_cast<double>(read), 1.05 * static_cast<double>(TotalBytes(source)));
+  if (!HasFailure()) fs::remove_all(root);
 }
 
 TEST(DistributedCli, DemoJsonAndTable) {

@@ -1,10 +1,11 @@
-// `mpiexec -n N sdrt load SRC --mesh 2x2 --plan P [--verify INDIR] [--device cpu|cuda]`:
-// what an inference engine does at start-up. SRC is a safetensors file, a Hugging Face
-// folder or a folder of safetensors files (CheckpointSource). Rank 0 maps SRC's files
-// (pinned with --device cuda;
-// pageable, with a one-line warning, when the mapping cannot be registered) and sends the
-// other ranks its tensor list; every rank makes meta DTensors with the plan's placements,
-// BroadcastStateDict fills them, and every rank checks its pieces by
+// `mpiexec -n N sdrt load SRC --mesh 2x2 --plan P [--read auto|all|root] [--verify INDIR]
+// [--device cpu|cuda]`: what an inference engine does at start-up. SRC is a safetensors
+// file, a Hugging Face folder or a folder of safetensors files (CheckpointSource). Rank 0
+// maps SRC's files (pinned with --device cuda; pageable, with a one-line warning, when the
+// mapping cannot be registered) and sends the other ranks its tensor list; every rank makes
+// meta DTensors with the plan's placements, which BroadcastStateDict (--read root) or, on
+// every rank from its own view of SRC, LoadStateDict (--read all) fills (read_mode.h says
+// what auto picks); every rank checks its pieces by
 // xxh64 against INDIR's rank file (or against its own slicing of FILE without --verify).
 // Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank.
 #include <algorithm>
@@ -25,11 +26,13 @@
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
+#include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/read_mode.h"
 #include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
@@ -41,6 +44,7 @@ struct LoadArgs {
   std::string plan;
   std::string verify_dir;
   std::string device = "cpu";
+  std::string read = "auto";
   int64_t bucket_mib = 256;
   bool json = false;
   bool progress = false;
@@ -222,6 +226,16 @@ int RunLoad(const LoadArgs& args) {
   if (status.ok() && plan.ok()) status = plan->CheckMesh(*mesh);
   status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
+  // Which ranks read SRC; with `all`, every other rank opens it too.
+  absl::StatusOr<ReadChoice> read =
+      ChooseRead(session->world(), args.file, args.read, session->device.is_cuda());
+  if (read.ok() && read->all && session->rank() != 0) {
+    absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file);
+    if (opened.ok()) file = *std::move(opened);
+    status = opened.status();
+  }
+  status = AgreeUnlessTimedOut(session->world(), read.ok() ? status : read.status());
+  if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<TensorInfo>> infos =
       ShareTensorList(*session, file.has_value() ? &*file : nullptr);
@@ -229,7 +243,7 @@ int RunLoad(const LoadArgs& args) {
   auto shared_mesh = std::make_shared<const DeviceMesh>(*std::move(mesh));
   absl::StatusOr<Map> local = MetaStateDict(*infos, shared_mesh, *plan);
   Map full;
-  if (file.has_value()) {
+  if (file.has_value() && !read->all && session->rank() == 0) {
     for (const CheckpointSourceTensor& e : file->tensors()) {
       absl::StatusOr<Tensor> t = file->Get(e.name);
       if (!t.ok()) {
@@ -253,11 +267,34 @@ int RunLoad(const LoadArgs& args) {
       ProgressLine("load", session->rank() == 0 && (!args.json || args.progress), args.progress);
   status = session->world().Barrier();
   if (!status.ok()) return fail(status);
+  LoadStats load_stats;
   const double start = NowSeconds();
-  absl::StatusOr<BroadcastResult> result = BroadcastStateDict(full, *local, options);
+  if (read->all) {
+    LoadOptions load_options;
+    load_options.comm = &session->data();
+    load_options.strict = true;
+    load_options.stats = &load_stats;
+    status = LoadStateDict(*file, *local, load_options).status();
+  } else {
+    status = BroadcastStateDict(full, *local, options).status();
+  }
   const double seconds = NowSeconds() - start;
-  status = AgreeUnlessTimedOut(session->world(), result.status());
+  status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
+  if (!read->all) {  // rank 0 read everything (its mapping); every rank kept its pieces
+    if (session->rank() == 0) load_stats.bytes_read = file->total_bytes();
+    for (size_t i = 0; i < local->size(); ++i) {
+      const Value& v = local->value(i);
+      const Tensor& t = v.kind() == ValueKind::kDTensor ? v.as_dtensor().local() : v.as_tensor();
+      load_stats.bytes_kept += t.numel() * t.element_size();
+    }
+  }
+  absl::StatusOr<std::vector<int64_t>> bytes_read =
+      AllGatherInt64(session->world(), load_stats.bytes_read);
+  if (!bytes_read.ok()) return fail(bytes_read.status());
+  absl::StatusOr<std::vector<int64_t>> bytes_kept =
+      AllGatherInt64(session->world(), load_stats.bytes_kept);
+  if (!bytes_kept.ok()) return fail(bytes_kept.status());
 
   absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *shared_mesh, *local);
   status = AgreeUnlessTimedOut(session->world(), wrong.status());
@@ -277,7 +314,7 @@ int RunLoad(const LoadArgs& args) {
     if (!(*all_wrong)[q].empty())
       mismatches.push_back(absl::StrCat("rank ", q, ": ", (*all_wrong)[q]));
   }
-  const int verdict = mismatches.empty()          ? kExitOk
+  const int verdict = mismatches.empty()        ? kExitOk
                       : args.verify_dir.empty() ? kExitRuntimeError
                                                 : kExitBadInput;
   if (session->rank() != 0) return verdict;
@@ -290,6 +327,11 @@ int RunLoad(const LoadArgs& args) {
   }
   const double gbps = seconds > 0 ? bytes / seconds / 1e9 : 0;
   const std::string against = args.verify_dir.empty() ? args.file : args.verify_dir;
+  std::vector<double> amplification;
+  for (size_t q = 0; q < bytes_read->size(); ++q) {
+    const int64_t kept = (*bytes_kept)[q];
+    amplification.push_back(kept == 0 ? 1.0 : static_cast<double>((*bytes_read)[q]) / kept);
+  }
   if (args.json) {
     nlohmann::ordered_json out = {{"command", "load"},
                                   {"file", args.file},
@@ -297,6 +339,8 @@ int RunLoad(const LoadArgs& args) {
                                   {"plan", plan->name()},
                                   {"ranks", session->size()},
                                   {"device", args.device},
+                                  {"read", read->all ? "all" : "root"},
+                                  {"read_reason", read->reason},
                                   {"tensors", infos->size()},
                                   {"bytes", bytes},
                                   {"seconds", seconds},
@@ -307,16 +351,29 @@ int RunLoad(const LoadArgs& args) {
                                   {"verified_against", against},
                                   {"mismatches", mismatches},
                                   {"bit_exact", mismatches.empty()},
+                                  {"bytes_read", *bytes_read},
+                                  {"bytes_kept", *bytes_kept},
+                                  {"read_amplification", amplification},
                                   {"peak_rss_bytes", *peaks}};
     std::cout << JsonText(out, 2) << "\n";
   } else {
     std::cout << "loaded " << infos->size() << " tensors (" << HumanBytes(bytes) << ") from "
               << Printable(args.file) << " into " << session->size() << " ranks, mesh "
               << Printable(args.mesh) << ", plan " << Printable(plan->name()) << "\n"
-              << "  broadcast " << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; "
-              << stats.collectives << " collectives (" << stats.data_collectives << " moving data, "
-              << stats.buckets << " buckets of at most " << args.bucket_mib << " MiB)\n"
-              << "  verified against " << Printable(against) << ": "
+              << "  read: " << (read->all ? "all" : "root") << " (" << Printable(read->reason)
+              << ")\n";
+    if (read->all) {
+      std::cout << "  every rank read its pieces "
+                << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; read amplification";
+      for (double a : amplification) std::cout << absl::StrFormat(" %.3f", a);
+      std::cout << "\n";
+    } else {
+      std::cout << "  broadcast " << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; "
+                << stats.collectives << " collectives (" << stats.data_collectives
+                << " moving data, " << stats.buckets << " buckets of at most " << args.bucket_mib
+                << " MiB)\n";
+    }
+    std::cout << "  verified against " << Printable(against) << ": "
               << (mismatches.empty() ? "every piece matches" : "MISMATCH") << "\n";
     for (const std::string& m : mismatches) std::cout << "    " << Printable(m) << "\n";
     std::cout << "  peak memory per rank:";
@@ -330,8 +387,8 @@ int RunLoad(const LoadArgs& args) {
     }
     const std::string& first = mismatches.front();
     WriteStderrLine(Printable(absl::StrCat(
-        "sdrt load: ", pieces, " piece(s) on ", mismatches.size(), " rank(s) differ from ",
-        against, "; the first: ", Utf8Prefix(first.substr(0, first.find(',')), 500))));
+        "sdrt load: ", pieces, " piece(s) on ", mismatches.size(), " rank(s) differ from ", against,
+        "; the first: ", Utf8Prefix(first.substr(0, first.find(',')), 500))));
   }
   return verdict;
 }
@@ -352,6 +409,10 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--verify", args->verify_dir,
                   "sharded checkpoint to compare every piece with (default: every rank "
                   "slices FILE itself, so FILE must be readable on every rank)");
+  cmd->add_option("--read", args->read,
+                  "who reads SRC: all (every rank its own bytes), root (rank 0, broadcast) or "
+                  "auto (all when every rank sees the same files)")
+      ->capture_default_str();
   cmd->add_option("--device", args->device, "where the shards go: cpu or cuda")
       ->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "bytes broadcast per collective, MiB")

@@ -274,10 +274,14 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
     return dests[plan.segments[segment].tensor].target->tensor->name;
   };
   internal::StagedReadStats read_stats;
+  int64_t done_bytes = 0;
   absl::Status read_status = internal::RunStagedReads(
       files, plan, name_of, options.staging_buffers, options.staging_bytes,
       [&](const internal::Read& read, const Tensor& buffer, int64_t base) {
-        return CopyOut(plan, dests, read, buffer, base);
+        SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base));
+        done_bytes += read.bytes;
+        if (options.progress) options.progress(done_bytes, plan.read_bytes);
+        return absl::OkStatus();
       },
       read_stats);
   stats.bytes_read = read_stats.bytes_read;

@@ -26,6 +26,7 @@
 #define SDRT_CORE_DISTRIBUTED_LOAD_STATE_DICT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,10 @@ struct LoadOptions {
   // The largest gap read through (>= 0; see above).
   int64_t max_gap_bytes = int64_t{1} << 20;
   LoadStats* stats = nullptr;  // filled when not null
+  // Called on the calling thread after each read is copied out, with this rank's bytes
+  // read so far and in all (LoadStats::bytes_read units), e.g. to show progress. May be
+  // empty.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
 struct LoadResult {

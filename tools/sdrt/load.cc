@@ -274,6 +274,7 @@ int RunLoad(const LoadArgs& args) {
     load_options.comm = &session->data();
     load_options.strict = true;
     load_options.stats = &load_stats;
+    load_options.progress = options.progress;
     status = LoadStateDict(*file, *local, load_options).status();
   } else {
     status = BroadcastStateDict(full, *local, options).status();

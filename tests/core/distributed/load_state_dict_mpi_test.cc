@@ -148,6 +148,14 @@ TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
       LoadStats stats;
       LoadOptions options = WorldLoad(&stats);
       options.staging_bytes = staging;
+      int64_t last_done = -1;
+      int64_t calls = 0;
+      options.progress = [&](int64_t done, int64_t total) {
+        EXPECT_GT(done, last_done);
+        EXPECT_LE(done, total);
+        last_done = done;
+        ++calls;
+      };
       absl::StatusOr<LoadResult> l = LoadStateDict(*source, loaded, options);
       ASSERT_TRUE(AllTrue(l.ok())) << l.status();
       EXPECT_TRUE(l->missing_keys.empty());
@@ -156,6 +164,10 @@ TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
       EXPECT_LE(stats.bytes_read, stats.bytes_kept + stats.bytes_kept / 32);
       EXPECT_LE(stats.peak_staging_bytes, 2 * (staging + 16));
       EXPECT_GE(stats.preads, stats.reads);
+      EXPECT_EQ(calls, stats.reads);
+      if (stats.reads > 0) {
+        EXPECT_EQ(last_done, stats.bytes_read);
+      }
       ASSERT_TRUE(NoRankFailed());
     }
   }

@@ -20,6 +20,7 @@
 #include "sdrt/core/distributed/internal/buckets.h"
 #include "sdrt/core/distributed/internal/default_comm.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -44,15 +45,6 @@ bool HasSpareCores(const Communicator& comm) {
   return static_cast<int64_t>(std::thread::hardware_concurrency()) >= 2 * int64_t{comm.size()};
 }
 
-// Where one checkpoint tensor goes on this rank.
-struct Target {
-  enum class Kind { kReplace, kFreshDTensor, kInPlaceDTensor, kSharded };
-  Kind kind = Kind::kReplace;
-  internal::MutableLeaf* leaf = nullptr;
-  std::vector<Tensor> dests;    // tensors written (one per local shard for kSharded)
-  std::vector<ShardRuns> runs;  // per dest, the global runs it holds
-};
-
 absl::StatusOr<Tensor> Box(const Tensor& t, IntSpan begin, IntSpan end) {
   Tensor view = t;
   for (int d = 0; d < t.dim(); ++d) {
@@ -61,88 +53,12 @@ absl::StatusOr<Tensor> Box(const Tensor& t, IntSpan begin, IntSpan end) {
   return view;
 }
 
-std::string Describe(DType dtype, IntSpan shape) {
-  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
-}
-
-// Plans the target of checkpoint tensor `entry` in local leaf `leaf`; allocations of new
-// tensors happen here (on `device`), before any data moves.
-absl::StatusOr<Target> PlanTarget(const internal::SkeletonEntry& entry, internal::MutableLeaf& leaf,
-                                  const Communicator& comm, Device device) {
-  Target target;
-  target.leaf = &leaf;
-  const Value& v = *leaf.value;
-  const std::string where = absl::StrCat("'", entry.path, "'");
-  if (v.kind() == ValueKind::kDTensor) {
-    const DTensor& d = v.as_dtensor();
-    if (d.dtype() != entry.dtype || !std::equal(d.global_shape().begin(), d.global_shape().end(),
-                                                entry.shape.begin(), entry.shape.end())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
-                       " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
-    }
-    if (d.mesh() == nullptr || d.mesh()->num_ranks() != comm.size() ||
-        !d.mesh()->Coordinate(comm.rank()).has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", d.ToString(),
-                                                     " is not on a mesh of the communicator's ",
-                                                     comm.size(), " ranks"));
-    }
-    SDRT_ASSIGN_OR_RETURN(
-        const LocalShardInfo info,
-        ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), comm.rank()));
-    Tensor dest;
-    if (d.local().device().is_meta()) {
-      target.kind = Target::Kind::kFreshDTensor;
-      SDRT_ASSIGN_OR_RETURN(dest, Tensor::Empty(info.local_shape, d.dtype(), device));
-    } else {
-      target.kind = Target::Kind::kInPlaceDTensor;
-      SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
-                                              d.placements(), comm.rank(), entry.path));
-      dest = d.local();
-    }
-    target.dests.push_back(std::move(dest));
-    target.runs.push_back(OwnedRuns(info));
-    return target;
-  }
-  if (v.kind() == ValueKind::kShardedTensor) {
-    const ShardedTensor& st = v.as_sharded();
-    if (st.dtype() != entry.dtype || !std::equal(st.global_shape().begin(), st.global_shape().end(),
-                                                 entry.shape.begin(), entry.shape.end())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
-          " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
-    }
-    target.kind = Target::Kind::kSharded;
-    for (const LocalShard& s : st.local_shards()) {
-      if (s.tensor.device().is_meta()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(where, ": a local shard is on meta (nowhere to write)"));
-      }
-      for (size_t dim = 0; dim < entry.shape.size(); ++dim) {
-        if (s.metadata.sizes[dim] > 0 &&
-            s.metadata.offsets[dim] + s.metadata.sizes[dim] > entry.shape[dim]) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": local shard ",
-                                                         s.metadata.ToString(), " does not fit in ",
-                                                         ShapeToString(entry.shape)));
-        }
-      }
-      target.dests.push_back(s.tensor);
-      target.runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
-    }
-    return target;
-  }
-  target.kind = Target::Kind::kReplace;
-  SDRT_ASSIGN_OR_RETURN(Tensor dest, Tensor::Empty(entry.shape, entry.dtype, device));
-  target.dests.push_back(std::move(dest));
-  target.runs.push_back(BoxRuns(IntVector(entry.shape.size(), 0), entry.shape));
-  return target;
-}
-
 // The data phase: buckets broadcast from the root and sliced into the targets.
 class BucketPipeline {
  public:
   BucketPipeline(Communicator& comm, int root, const std::vector<internal::Bucket>& buckets,
-                 const std::vector<const Tensor*>& sources, const std::vector<Target*>& targets,
+                 const std::vector<const Tensor*>& sources,
+                 const std::vector<internal::LocalTarget*>& targets,
                  const std::vector<DType>& dtypes, CollectiveStats& stats,
                  const std::function<void(int64_t, int64_t)>& progress)
       : comm_(comm),
@@ -251,7 +167,7 @@ class BucketPipeline {
       for (size_t d = 0; d < box_shape.size(); ++d) box_shape[d] = p.end[d] - p.begin[d];
       SDRT_ASSIGN_OR_RETURN(const Tensor box,
                             internal::ByteView(buffer, p.offset, dtypes_[p.tensor], box_shape));
-      const Target& target = *targets_[p.tensor];
+      const internal::LocalTarget& target = *targets_[p.tensor];
       for (size_t i = 0; i < target.dests.size(); ++i) {
         const ShardRuns runs = ClipRuns(target.runs[i], p.begin, p.end);
         SDRT_RETURN_IF_ERROR(CopyRuns(box, p.begin, target.dests[i], runs, /*to_local=*/true));
@@ -264,7 +180,7 @@ class BucketPipeline {
   int root_;
   const std::vector<internal::Bucket>& buckets_;
   const std::vector<const Tensor*>& sources_;
-  const std::vector<Target*>& targets_;
+  const std::vector<internal::LocalTarget*>& targets_;
   const std::vector<DType>& dtypes_;
   CollectiveStats& stats_;
   const std::function<void(int64_t, int64_t)>& progress_;
@@ -274,28 +190,9 @@ class BucketPipeline {
 };
 
 // Writes a filled target back into `local` (moving it to the CPU when asked).
-absl::Status Commit(Target& target, const Communicator& comm, bool cpu_offload) {
+absl::Status Commit(internal::LocalTarget& target, const Communicator& comm, bool cpu_offload) {
+  SDRT_RETURN_IF_ERROR(internal::CommitLocalTarget(target, comm.rank()));
   Value& leaf = *target.leaf->value;
-  switch (target.kind) {
-    case Target::Kind::kReplace:
-      leaf = Value(target.dests[0]);
-      break;
-    case Target::Kind::kFreshDTensor:
-    case Target::Kind::kInPlaceDTensor: {
-      const DTensor& d = leaf.as_dtensor();
-      SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
-                                               *d.mesh()->Coordinate(comm.rank())));
-      if (target.kind == Target::Kind::kFreshDTensor) {
-        SDRT_ASSIGN_OR_RETURN(DTensor fresh,
-                              DTensor::Make(target.dests[0], d.mesh(), d.placements(),
-                                            d.global_shape(), d.global_stride()));
-        leaf = Value(std::move(fresh));
-      }
-      break;
-    }
-    case Target::Kind::kSharded:
-      break;
-  }
   if (cpu_offload && leaf.is_any_tensor()) {
     SDRT_ASSIGN_OR_RETURN(Value moved, internal::MoveToCpu(leaf));
     leaf = std::move(moved);
@@ -357,10 +254,10 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   }
   BroadcastResult result;
   absl::flat_hash_set<absl::string_view> checkpoint_paths;
-  std::vector<std::unique_ptr<Target>> targets;
+  std::vector<std::unique_ptr<internal::LocalTarget>> targets;
   std::vector<internal::PlannedTensor> planned;
   std::vector<const Tensor*> sources;
-  std::vector<Target*> target_of;
+  std::vector<internal::LocalTarget*> target_of;
   std::vector<DType> dtypes;
   std::vector<std::pair<internal::MutableLeaf*, const Value*>> inline_writes;
   size_t tensor_index = 0;
@@ -378,12 +275,17 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     }
     // A None local takes nothing, as in PyTorch's _broadcast_tensors.
     if (!local_error.ok() || leaves[it->second].value->is_none()) continue;
-    absl::StatusOr<Target> target = PlanTarget(entry, leaves[it->second], comm, device);
+    internal::LocalTargetRules rules;
+    rules.rank = comm.rank();
+    rules.mesh_ranks = comm.size();
+    rules.device = device;
+    absl::StatusOr<internal::LocalTarget> target =
+        internal::PlanLocalTarget(entry.path, entry.dtype, entry.shape, leaves[it->second], rules);
     if (!target.ok()) {
       local_error = target.status();
       continue;
     }
-    targets.push_back(std::make_unique<Target>(*std::move(target)));
+    targets.push_back(std::make_unique<internal::LocalTarget>(*std::move(target)));
     planned.push_back({entry.shape, ElementSize(entry.dtype)});
     sources.push_back(is_root ? &root_tensors[this_tensor] : nullptr);
     target_of.push_back(targets.back().get());
@@ -400,7 +302,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   BucketPipeline pipeline(comm, options.root, buckets, sources, target_of, dtypes, stats,
                           options.progress);
   SDRT_RETURN_IF_ERROR(pipeline.Run(options.bucket_bytes));
-  for (std::unique_ptr<Target>& target : targets) {
+  for (std::unique_ptr<internal::LocalTarget>& target : targets) {
     SDRT_RETURN_IF_ERROR(Commit(*target, comm, options.cpu_offload));
   }
   for (auto& [leaf, value] : inline_writes) *leaf->value = *value;

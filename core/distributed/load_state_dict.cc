@@ -16,6 +16,7 @@
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/buckets.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/internal/read_plan.h"
 #include "sdrt/core/distributed/internal/staged_reader.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -28,135 +29,10 @@ namespace {
 
 constexpr absl::string_view kOp = "LoadStateDict";
 
-// Where one checkpoint tensor goes on this rank.
-struct Target {
-  enum class Kind { kReplace, kFreshDTensor, kInPlaceDTensor, kSharded };
-  Kind kind = Kind::kReplace;
-  internal::MutableLeaf* leaf = nullptr;
-  const CheckpointSourceTensor* tensor = nullptr;
-  std::vector<Tensor> dests;    // tensors written (one per local shard for kSharded)
-  std::vector<ShardRuns> runs;  // per dest, the global runs it holds
-};
-
-std::string Describe(DType dtype, IntSpan shape) {
-  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
-}
-
-absl::Status CheckCpu(const Tensor& t, const std::string& where) {
-  if (t.device().is_cpu()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(where, ": the local tensor is on ", t.device().ToString(),
-                   "; LoadStateDict writes CPU tensors only (load to the CPU, then move)"));
-}
-
-absl::StatusOr<Target> PlanTarget(const CheckpointSourceTensor& entry, internal::MutableLeaf& leaf,
-                                  const Communicator* comm, int rank) {
-  Target target;
-  target.leaf = &leaf;
-  target.tensor = &entry;
-  const Value& v = *leaf.value;
-  const std::string where = absl::StrCat("'", entry.name, "'");
-  const auto same = [&](DType dtype, IntSpan shape) {
-    return dtype == entry.dtype &&
-           std::equal(shape.begin(), shape.end(), entry.shape.begin(), entry.shape.end());
-  };
-  // A 0-dim checkpoint tensor replaces the local leaf, whatever it is (as BroadcastStateDict
-  // and PyTorch's _broadcast_state_dict do).
-  if (v.kind() == ValueKind::kDTensor && !entry.shape.empty()) {
-    const DTensor& d = v.as_dtensor();
-    if (!same(d.dtype(), d.global_shape())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
-                       " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
-    }
-    if (d.mesh() == nullptr || (comm != nullptr && d.mesh()->num_ranks() != comm->size()) ||
-        !d.mesh()->Coordinate(rank).has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", d.ToString(), " is not on a mesh holding rank ", rank,
-                       comm != nullptr ? " of the communicator" : ""));
-    }
-    SDRT_ASSIGN_OR_RETURN(
-        const LocalShardInfo info,
-        ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rank));
-    Tensor dest;
-    if (d.local().device().is_meta()) {
-      target.kind = Target::Kind::kFreshDTensor;
-      SDRT_ASSIGN_OR_RETURN(dest, Tensor::Empty(info.local_shape, d.dtype(), Device::CPU()));
-    } else {
-      target.kind = Target::Kind::kInPlaceDTensor;
-      SDRT_RETURN_IF_ERROR(CheckCpu(d.local(), where));
-      SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
-                                              d.placements(), rank, entry.name));
-      dest = d.local();
-    }
-    target.dests.push_back(std::move(dest));
-    target.runs.push_back(OwnedRuns(info));
-    return target;
-  }
-  if (v.kind() == ValueKind::kShardedTensor && !entry.shape.empty()) {
-    const ShardedTensor& st = v.as_sharded();
-    if (!same(st.dtype(), st.global_shape())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
-          " but the checkpoint holds ", Describe(entry.dtype, entry.shape)));
-    }
-    target.kind = Target::Kind::kSharded;
-    for (const LocalShard& s : st.local_shards()) {
-      if (s.tensor.device().is_meta()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(where, ": a local shard is on meta (nowhere to write)"));
-      }
-      SDRT_RETURN_IF_ERROR(CheckCpu(s.tensor, where));
-      for (size_t dim = 0; dim < entry.shape.size(); ++dim) {
-        if (s.metadata.offsets[dim] < 0 || s.metadata.sizes[dim] < 0 ||
-            (s.metadata.sizes[dim] > 0 &&
-             s.metadata.offsets[dim] > entry.shape[dim] - s.metadata.sizes[dim])) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": local shard ",
-                                                         s.metadata.ToString(), " does not fit in ",
-                                                         ShapeToString(entry.shape)));
-        }
-      }
-      target.dests.push_back(s.tensor);
-      target.runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
-    }
-    return target;
-  }
-  target.kind = Target::Kind::kReplace;
-  SDRT_ASSIGN_OR_RETURN(Tensor dest, Tensor::Empty(entry.shape, entry.dtype, Device::CPU()));
-  target.dests.push_back(std::move(dest));
-  target.runs.push_back(BoxRuns(IntVector(entry.shape.size(), 0), entry.shape));
-  return target;
-}
-
-// Writes a filled target back into `local`.
-absl::Status Commit(Target& target, int rank) {
-  Value& leaf = *target.leaf->value;
-  switch (target.kind) {
-    case Target::Kind::kReplace:
-      leaf = Value(target.dests[0]);
-      break;
-    case Target::Kind::kFreshDTensor:
-    case Target::Kind::kInPlaceDTensor: {
-      const DTensor& d = leaf.as_dtensor();
-      SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
-                                               *d.mesh()->Coordinate(rank)));
-      if (target.kind == Target::Kind::kFreshDTensor) {
-        SDRT_ASSIGN_OR_RETURN(DTensor fresh,
-                              DTensor::Make(target.dests[0], d.mesh(), d.placements(),
-                                            d.global_shape(), d.global_stride()));
-        leaf = Value(std::move(fresh));
-      }
-      break;
-    }
-    case Target::Kind::kSharded:
-      break;
-  }
-  return absl::OkStatus();
-}
-
 // Which dest of which target each ReadTensor fills.
 struct ReadDest {
-  Target* target = nullptr;
+  internal::LocalTarget* target = nullptr;
+  const CheckpointSourceTensor* tensor = nullptr;
   size_t dest = 0;
 };
 
@@ -169,7 +45,7 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
   for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
     const internal::Segment& s = plan.segments[i];
     const ReadDest& rd = dests[s.tensor];
-    const CheckpointSourceTensor& entry = *rd.target->tensor;
+    const CheckpointSourceTensor& entry = *rd.tensor;
     internal::SegmentBox(s, entry.shape, begin, end);
     box_shape.resize(begin.size());
     for (size_t d = 0; d < begin.size(); ++d) box_shape[d] = end[d] - begin[d];
@@ -203,8 +79,8 @@ absl::Status CheckOptions(const LoadOptions& o, int rank) {
 // Plans every target and the reads; the first local error is returned.
 absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::MutableLeaf>& leaves,
                      const LoadOptions& options, int rank, LoadResult& result,
-                     std::vector<std::unique_ptr<Target>>& targets, std::vector<ReadDest>& dests,
-                     internal::ReadPlan& plan) {
+                     std::vector<std::unique_ptr<internal::LocalTarget>>& targets,
+                     std::vector<ReadDest>& dests, internal::ReadPlan& plan) {
   absl::flat_hash_map<absl::string_view, size_t> by_path;
   for (size_t i = 0; i < leaves.size(); ++i) by_path.emplace(leaves[i].path, i);
   std::vector<internal::ReadTensor> reads;
@@ -215,12 +91,19 @@ absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::Mutab
       continue;
     }
     if (leaves[it->second].value->is_none()) continue;
-    SDRT_ASSIGN_OR_RETURN(Target target, PlanTarget(entry, leaves[it->second], options.comm, rank));
-    targets.push_back(std::make_unique<Target>(std::move(target)));
+    internal::LocalTargetRules rules;
+    rules.rank = rank;
+    if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
+    rules.cpu_locals_only = true;
+    rules.op = kOp;
+    SDRT_ASSIGN_OR_RETURN(
+        internal::LocalTarget target,
+        internal::PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[it->second], rules));
+    targets.push_back(std::make_unique<internal::LocalTarget>(std::move(target)));
     for (size_t d = 0; d < targets.back()->dests.size(); ++d) {
       reads.push_back(internal::ReadTensor{entry.file, entry.offset, ElementSize(entry.dtype),
                                            entry.shape, targets.back()->runs[d]});
-      dests.push_back(ReadDest{targets.back().get(), d});
+      dests.push_back(ReadDest{targets.back().get(), &entry, d});
     }
   }
   for (const internal::MutableLeaf& leaf : leaves) {
@@ -252,7 +135,7 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
     if (leaves_or.ok()) leaves = *std::move(leaves_or);
   }
   LoadResult result;
-  std::vector<std::unique_ptr<Target>> targets;
+  std::vector<std::unique_ptr<internal::LocalTarget>> targets;
   std::vector<ReadDest> dests;
   internal::ReadPlan plan;
   if (local_error.ok()) {
@@ -271,7 +154,7 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   std::vector<internal::StagedFile> files;
   for (const CheckpointSourceFile& f : source.files()) files.push_back({f.path, f.size});
   const auto name_of = [&](size_t segment) {
-    return dests[plan.segments[segment].tensor].target->tensor->name;
+    return dests[plan.segments[segment].tensor].tensor->name;
   };
   internal::StagedReadStats read_stats;
   int64_t done_bytes = 0;
@@ -290,8 +173,8 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
   if (read_status.ok()) {
-    for (std::unique_ptr<Target>& target : targets) {
-      read_status = Commit(*target, rank);
+    for (std::unique_ptr<internal::LocalTarget>& target : targets) {
+      read_status = internal::CommitLocalTarget(*target, rank);
       if (!read_status.ok()) break;
     }
   }

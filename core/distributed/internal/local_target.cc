@@ -1,0 +1,138 @@
+#include "sdrt/core/distributed/internal/local_target.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+std::string Describe(DType dtype, IntSpan shape) {
+  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
+}
+
+absl::Status CheckCpu(const Tensor& t, const std::string& where, const LocalTargetRules& rules) {
+  if (!rules.cpu_locals_only || t.device().is_cpu()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(where, ": the local tensor is on ", t.device().ToString(), "; ", rules.op,
+                   " writes CPU tensors only (load to the CPU, then move)"));
+}
+
+}  // namespace
+
+absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
+                                            MutableLeaf& leaf, const LocalTargetRules& rules) {
+  LocalTarget target;
+  target.leaf = &leaf;
+  const Value& v = *leaf.value;
+  const std::string where = absl::StrCat("'", name, "'");
+  const auto same = [&](DType other_dtype, IntSpan other_shape) {
+    return other_dtype == dtype &&
+           std::equal(other_shape.begin(), other_shape.end(), shape.begin(), shape.end());
+  };
+  // A 0-dim checkpoint tensor replaces the local leaf, whatever it is (as PyTorch's
+  // _broadcast_state_dict does).
+  if (v.kind() == ValueKind::kDTensor && !shape.empty()) {
+    const DTensor& d = v.as_dtensor();
+    if (!same(d.dtype(), d.global_shape())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
+                       " but the checkpoint holds ", Describe(dtype, shape)));
+    }
+    if (d.mesh() == nullptr ||
+        (rules.mesh_ranks.has_value() && d.mesh()->num_ranks() != *rules.mesh_ranks) ||
+        !d.mesh()->Coordinate(rules.rank).has_value()) {
+      return absl::InvalidArgumentError(
+          rules.mesh_ranks.has_value()
+              ? absl::StrCat(where, ": ", d.ToString(), " is not on a mesh of the communicator's ",
+                             *rules.mesh_ranks, " ranks")
+              : absl::StrCat(where, ": ", d.ToString(), " is not on a mesh holding rank ",
+                             rules.rank));
+    }
+    SDRT_ASSIGN_OR_RETURN(
+        const LocalShardInfo info,
+        ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rules.rank));
+    Tensor dest;
+    if (d.local().device().is_meta()) {
+      target.kind = LocalTarget::Kind::kFreshDTensor;
+      SDRT_ASSIGN_OR_RETURN(dest, Tensor::Empty(info.local_shape, d.dtype(), rules.device));
+    } else {
+      target.kind = LocalTarget::Kind::kInPlaceDTensor;
+      SDRT_RETURN_IF_ERROR(CheckCpu(d.local(), where, rules));
+      SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
+                                              d.placements(), rules.rank, std::string(name)));
+      dest = d.local();
+    }
+    target.dests.push_back(std::move(dest));
+    target.runs.push_back(OwnedRuns(info));
+    return target;
+  }
+  if (v.kind() == ValueKind::kShardedTensor && !shape.empty()) {
+    const ShardedTensor& st = v.as_sharded();
+    if (!same(st.dtype(), st.global_shape())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
+          " but the checkpoint holds ", Describe(dtype, shape)));
+    }
+    target.kind = LocalTarget::Kind::kSharded;
+    for (const LocalShard& s : st.local_shards()) {
+      if (s.tensor.device().is_meta()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(where, ": a local shard is on meta (nowhere to write)"));
+      }
+      SDRT_RETURN_IF_ERROR(CheckCpu(s.tensor, where, rules));
+      for (size_t dim = 0; dim < shape.size(); ++dim) {
+        if (s.metadata.offsets[dim] < 0 || s.metadata.sizes[dim] < 0 ||
+            (s.metadata.sizes[dim] > 0 &&
+             s.metadata.offsets[dim] > shape[dim] - s.metadata.sizes[dim])) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": local shard ",
+                                                         s.metadata.ToString(), " does not fit in ",
+                                                         ShapeToString(shape)));
+        }
+      }
+      target.dests.push_back(s.tensor);
+      target.runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
+    }
+    return target;
+  }
+  target.kind = LocalTarget::Kind::kReplace;
+  SDRT_ASSIGN_OR_RETURN(Tensor dest, Tensor::Empty(shape, dtype, rules.device));
+  target.dests.push_back(std::move(dest));
+  target.runs.push_back(BoxRuns(IntVector(shape.size(), 0), shape));
+  return target;
+}
+
+absl::Status CommitLocalTarget(LocalTarget& target, int rank) {
+  Value& leaf = *target.leaf->value;
+  switch (target.kind) {
+    case LocalTarget::Kind::kReplace:
+      leaf = Value(target.dests[0]);
+      break;
+    case LocalTarget::Kind::kFreshDTensor:
+    case LocalTarget::Kind::kInPlaceDTensor: {
+      const DTensor& d = leaf.as_dtensor();
+      SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
+                                               *d.mesh()->Coordinate(rank)));
+      if (target.kind == LocalTarget::Kind::kFreshDTensor) {
+        SDRT_ASSIGN_OR_RETURN(DTensor fresh,
+                              DTensor::Make(target.dests[0], d.mesh(), d.placements(),
+                                            d.global_shape(), d.global_stride()));
+        leaf = Value(std::move(fresh));
+      }
+      break;
+    }
+    case LocalTarget::Kind::kSharded:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

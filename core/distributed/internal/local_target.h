@@ -1,0 +1,62 @@
+// Where one checkpoint tensor goes in a rank's local state dict: the plan of the leaf it
+// fills (a fresh or preallocated DTensor local, the local shards of a ShardedTensor, or a
+// plain tensor that replaces the leaf) and, once its bytes are in, the write back into the
+// tree. Shared by BroadcastStateDict (broadcast_state_dict.cc) and LoadStateDict
+// (load_state_dict.cc), which fill the same targets from different sources.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOCAL_TARGET_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOCAL_TARGET_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt::internal {
+
+struct LocalTarget {
+  enum class Kind { kReplace, kFreshDTensor, kInPlaceDTensor, kSharded };
+  Kind kind = Kind::kReplace;
+  MutableLeaf* leaf = nullptr;
+  std::vector<Tensor> dests;    // tensors written (one per local shard for kSharded)
+  std::vector<ShardRuns> runs;  // per dest, the global runs it holds
+};
+
+// What a target may be, beyond the leaf itself.
+struct LocalTargetRules {
+  int rank = 0;  // this rank in the DTensors' meshes
+  // The ranks a DTensor's mesh must have (the communicator's size); nullopt: any.
+  std::optional<int> mesh_ranks;
+  Device device = Device::CPU();  // where new tensors are allocated
+  // Refuse preallocated locals that are not on the CPU (FailedPrecondition naming `op`).
+  bool cpu_locals_only = false;
+  absl::string_view op;  // for that message
+};
+
+// Plans the target of checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and
+// allocates the new tensors it needs (before any data moves). A DTensor leaf of a
+// tensor of dimension >= 1 gets its local (fresh on rules.device when the local is meta,
+// else the local itself, whose shape must be the rank's local shape); a ShardedTensor leaf
+// its local shards (each within the global shape, none on meta); anything else, and
+// every 0-dim tensor, a new tensor of the full shape that replaces the leaf.
+// InvalidArgument naming the tensor for a dtype or global shape that differs from the
+// checkpoint's, a mesh without this rank or of another size, a local or shard that does
+// not fit; FailedPrecondition for a meta shard or (cpu_locals_only) a local off the CPU;
+// ResourceExhausted when an allocation fails.
+absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
+                                            MutableLeaf& leaf, const LocalTargetRules& rules);
+
+// Writes a filled target back into its leaf: the tensor replaces a kReplace leaf, a fresh
+// local becomes a DTensor with the leaf's mesh and placements, and DTensor locals get the
+// identity of their Partial mesh dims on ranks off coordinate 0 (FillPartialIdentity).
+absl::Status CommitLocalTarget(LocalTarget& target, int rank);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOCAL_TARGET_H_

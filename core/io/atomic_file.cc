@@ -68,9 +68,16 @@ Registry& Temporaries() {
   static Registry* registry = new Registry;
   return *registry;
 }
-void Register(const std::string& path) {
+// Runs `create` (an open with O_EXCL or a mkdir of `path`, returning its result) under the
+// registry's lock and registers the path when it succeeds (result >= 0), so that an
+// interrupt's RemoveTemporaryPaths, which takes the same lock, sees either no path or a
+// registered one: never one created a moment before it was registered.
+template <typename Create>
+int CreateRegistered(const std::string& path, Create create) {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
-  Temporaries().paths.insert(path);
+  const int result = create();
+  if (result >= 0) Temporaries().paths.insert(path);
+  return result;
 }
 void Unregister(const std::string& path) {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
@@ -162,10 +169,11 @@ absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& dir, const std:
   for (int attempt = 0;; ++attempt) {
     AtomicFile file;
     file.path_ = TempName(dir, base);
-    file.fd_ =
-        open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
+    file.fd_ = CreateRegistered(file.path_, [&] {
+      return open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                  mode < 0 ? 0666 : 0600);
+    });
     if (file.fd_ >= 0) {
-      Register(file.path_);
       if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
         return IoError(errno, "fchmod", file.path_);
       }
@@ -212,8 +220,7 @@ absl::StatusOr<AtomicFolder> AtomicFolder::Create(const std::string& parent,
   SweepStale(parent, base + ".old");  // Install's fallback moves the old folder there
   for (int attempt = 0;; ++attempt) {
     std::string path = TempName(parent, base);
-    if (mkdir(path.c_str(), 0777) == 0) {
-      Register(path);
+    if (CreateRegistered(path, [&] { return mkdir(path.c_str(), 0777); }) == 0) {
       AtomicFolder folder;
       folder.path_ = std::move(path);
       return folder;

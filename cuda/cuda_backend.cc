@@ -34,6 +34,20 @@ class CudaBackend final : public DeviceBackend {
     return absl::OkStatus();
   }
 
+  absl::Status Memcpy2D(void* dst, int64_t dst_pitch, Device dst_device, const void* src,
+                        int64_t src_pitch, Device src_device, int64_t width, int64_t height,
+                        StreamHandle stream, bool non_blocking) override {
+    if (width == 0 || height == 0) return absl::OkStatus();
+    internal::DeviceGuard guard;
+    SDRT_RETURN_IF_ERROR(guard.Enter(dst_device.is_cuda() ? dst_device.index : src_device.index));
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    SDRT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
+        static_cast<size_t>(width), static_cast<size_t>(height), cudaMemcpyDefault, s));
+    if (!non_blocking) SDRT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+  }
+
   absl::Status Memset(void* dst, uint8_t value, int64_t nbytes, Device device, StreamHandle stream,
                       bool non_blocking) override {
     if (nbytes == 0) return absl::OkStatus();

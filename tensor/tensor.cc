@@ -5,10 +5,12 @@
 #include <cassert>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/tensor/backend/device_backend.h"
+#include "sdrt/tensor/backend/pitched_copy.h"
 #include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -255,15 +257,31 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
     return backend->StridedCopy(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
                                 src.strides_, device_, stream, non_blocking);
   }
-  // Across devices the bytes move with one contiguous memcpy on `stream`; a strided side
-  // is staged through a contiguous temporary on its own device, and the call completes
-  // before returning so the temporaries outlive the copies. A strided CUDA source is
+  // Across devices the bytes move with one contiguous memcpy on `stream`, or with at most
+  // kMaxPitchedCopies pitched copies when the innermost dim is whole on both sides (a
+  // Shard(1) block, a row-major sub-block: no temporary, non_blocking honoured). Otherwise
+  // a strided side is staged through a contiguous temporary on its own device, and the
+  // call completes before returning so the temporaries outlive the copies. A strided CUDA source is
   // packed on `stream` when `stream` is its device's (the destination is the host), so
   // the packing is ordered after the caller's work on that stream; between two devices
   // `stream` is the destination's and the source packs on its device's default stream.
   if (is_contiguous() && src.is_contiguous()) {
     return backend->Memcpy(data_ptr(), device_, src.data_ptr(), src.device_, nbytes(), stream,
                            non_blocking);
+  }
+  std::vector<internal::PitchedCopy> pitched;
+  if (internal::PlanPitchedCopies(element_size(), shape_, strides_, src.strides_,
+                                  internal::kMaxPitchedCopies, pitched)) {
+    uint8_t* const dst = static_cast<uint8_t*>(data_ptr());
+    const uint8_t* const from = static_cast<const uint8_t*>(src.data_ptr());
+    for (size_t i = 0; i < pitched.size(); ++i) {
+      const internal::PitchedCopy& c = pitched[i];
+      SDRT_RETURN_IF_ERROR(backend->Memcpy2D(
+          dst + c.dst_offset, c.dst_pitch, device_, from + c.src_offset, c.src_pitch,
+          src.device_, c.width, c.height, stream,
+          /*non_blocking=*/non_blocking || i + 1 < pitched.size()));
+    }
+    return absl::OkStatus();
   }
   Tensor packed = src;
   if (!src.is_contiguous()) {

@@ -119,8 +119,10 @@ class Tensor {
   // overlaps the source; copying a tensor onto itself is a no-op. CPU<->CPU runs here; anything
   // touching CUDA goes through the CUDA backend on `stream`, a stream of the CUDA side's device
   // (between two CUDA devices, the destination's). non_blocking is honoured when both sides
-  // are contiguous or both are on one device; a copy across devices that must be staged
-  // through a temporary completes before returning.
+  // are contiguous, both are on one device, or the copy is at most
+  // internal::kMaxPitchedCopies pitched copies (the innermost dim whole on both sides, as
+  // in a Shard(1) block: tensor/backend/pitched_copy.h); a copy across devices that must be
+  // staged through a temporary completes before returning.
   absl::Status CopyFrom(const Tensor& src, bool non_blocking = false,
                         StreamHandle stream = nullptr);
 

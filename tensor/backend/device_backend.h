@@ -32,6 +32,13 @@ class DeviceBackend {
   virtual absl::Status Memcpy(void* dst, Device dst_device, const void* src, Device src_device,
                               int64_t nbytes, StreamHandle stream, bool non_blocking) = 0;
 
+  // Copies `height` rows of `width` bytes from rows `src_pitch` bytes apart at `src` to
+  // rows `dst_pitch` bytes apart at `dst` (cudaMemcpy2DAsync; pitches >= width), between any
+  // two of {host, this backend's devices}. Stream and `non_blocking` as Memcpy.
+  virtual absl::Status Memcpy2D(void* dst, int64_t dst_pitch, Device dst_device, const void* src,
+                                int64_t src_pitch, Device src_device, int64_t width,
+                                int64_t height, StreamHandle stream, bool non_blocking) = 0;
+
   // Sets `nbytes` bytes at `dst` on `device` to `value` (cudaMemsetAsync): Tensor::Zeros
   // on a device without a host buffer. Enqueued on `stream` (of `device`; nullptr: its
   // legacy default stream); when `non_blocking` is false the call returns after the bytes

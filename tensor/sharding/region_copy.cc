@@ -74,7 +74,7 @@ int64_t RunsNumel(const ShardRuns& runs) {
 }
 
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
-                      bool to_local) {
+                      bool to_local, bool non_blocking, StreamHandle stream) {
   const int ndim = box.dim();
   if (local.dim() != ndim || static_cast<int>(runs.size()) != ndim ||
       static_cast<int>(origin.size()) != ndim || local.dtype() != box.dtype()) {
@@ -111,7 +111,8 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, co
     }
     SDRT_ASSIGN_OR_RETURN(Tensor b, Block(box, box_start, length));
     SDRT_ASSIGN_OR_RETURN(Tensor l, Block(local, local_start, length));
-    SDRT_RETURN_IF_ERROR(to_local ? l.CopyFrom(b) : b.CopyFrom(l));
+    SDRT_RETURN_IF_ERROR(to_local ? l.CopyFrom(b, non_blocking, stream)
+                                  : b.CopyFrom(l, non_blocking, stream));
     int d = ndim - 1;
     for (; d >= 0; --d) {
       if (++pick[d] < runs[d].size()) break;

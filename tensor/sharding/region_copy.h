@@ -56,11 +56,13 @@ int64_t RunsNumel(const ShardRuns& runs);
 // box.size(d)) of every dim, and `local`, the shard's local tensor, the elements named by
 // `runs` (which must lie within the box and within local's shape): into `local` when
 // `to_local`, else into `box`. Both tensors have the same dtype and rank, any strides and
-// any devices (Tensor::CopyFrom rules; blocking). InvalidArgument when a run falls
-// outside either tensor (checked for every run before anything is copied, also when
-// another dim has no run) or the dtypes or ranks differ.
+// any devices (Tensor::CopyFrom rules: each block is one CopyFrom on `stream`, blocking
+// unless `non_blocking`, when the caller keeps both tensors' memory alive and unchanged
+// until the stream has run the copies). InvalidArgument when a run falls outside either
+// tensor (checked for every run before anything is copied, also when another dim has no
+// run) or the dtypes or ranks differ.
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
-                      bool to_local);
+                      bool to_local, bool non_blocking = false, StreamHandle stream = nullptr);
 
 }  // namespace sdrt
 

@@ -1,5 +1,6 @@
-// `sdrt inspect FILE|DIR [--json]`: what a safetensors checkpoint, a Hugging Face folder, a
-// folder of safetensors files or a sharded checkpoint folder holds.
+// `sdrt inspect FILE|DIR [--json] [--layout NAME [--mesh M --plan P]]`: what a safetensors
+// checkpoint, a Hugging Face folder, a folder of safetensors files or a sharded checkpoint
+// folder holds; with --layout, which rank holds which part of one tensor (internal/layout.h).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/layout.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
@@ -26,7 +28,25 @@ namespace {
 struct InspectArgs {
   std::string path;
   bool json = false;
+  std::string layout;  // a tensor name: print its layout instead of the listing
+  std::string mesh;
+  std::string plan;
 };
+
+int InspectLayout(const InspectArgs& args) {
+  absl::StatusOr<FoundLayout> found = FindLayout(args.path, args.layout, args.mesh, args.plan);
+  if (!found.ok()) return ReportError("inspect", found.status(), /*rank=*/0);
+  if (args.json) {
+    absl::StatusOr<nlohmann::ordered_json> json = LayoutJson(found->layout, *found->mesh);
+    if (!json.ok()) return ReportError("inspect", json.status(), /*rank=*/0);
+    std::cout << JsonText(*json, 1) << "\n";
+    return kExitOk;
+  }
+  absl::StatusOr<std::string> text = RenderLayout(found->layout, *found->mesh);
+  if (!text.ok()) return ReportError("inspect", text.status(), /*rank=*/0);
+  std::cout << *text;
+  return kExitOk;
+}
 
 // Ranks shown as one column each; more are summarised as distinct shapes with counts.
 constexpr int64_t kMaxRankColumns = 8;
@@ -277,6 +297,12 @@ int InspectFolderSource(const InspectArgs& args) {
 }
 
 int RunInspect(const InspectArgs& args) {
+  if (!args.layout.empty()) return InspectLayout(args);
+  if (!args.mesh.empty() || !args.plan.empty()) {
+    ReportError("inspect", absl::InvalidArgumentError("--mesh and --plan go with --layout NAME"),
+                /*rank=*/0);
+    return kExitBadInput;
+  }
   struct stat st;
   if (stat(args.path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     absl::StatusOr<CheckpointKind> kind = DetectCheckpointKind(args.path);
@@ -352,6 +378,14 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
                   "of safetensors files, or sharded checkpoint folder")
       ->required();
   cmd->add_flag("--json", args->json, "print machine-readable JSON instead of a table");
+  cmd->add_option("--layout", args->layout,
+                  "show which rank holds which rows and columns of this tensor (a table, and "
+                  "a picture for 1-D and 2-D tensors)");
+  cmd->add_option("--mesh", args->mesh,
+                  "with --layout on a checkpoint (not a sharded folder): the device mesh, e.g. "
+                  "4 or 2x2");
+  cmd->add_option("--plan", args->plan,
+                  "with --layout on a checkpoint: fsdp, hsdp, tp, fsdp-tp or a PLAN.json");
   cmd->callback([args, exit_code] { *exit_code = RunInspect(*args); });
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/buckets.h"
+#include "sdrt/core/distributed/internal/device_staging.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/internal/read_plan.h"
@@ -37,8 +39,11 @@ struct ReadDest {
 };
 
 // Copies the segments of one read out of its staging buffer into their dests.
+// With `stream` (a device load), the copies are enqueued on it and the buffer must stay
+// untouched until they have run.
 absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>& dests,
-                     const internal::Read& read, const Tensor& buffer, int64_t base) {
+                     const internal::Read& read, const Tensor& buffer, int64_t base,
+                     StreamHandle stream) {
   IntVector begin;
   IntVector end;
   IntVector box_shape;
@@ -58,9 +63,35 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
     }
     const ShardRuns runs = ClipRuns(rd.target->runs[rd.dest], begin, end);
-    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, rd.target->dests[rd.dest], runs, /*to_local=*/true));
+    // A pageable box (the unaligned case) is copied out of before an asynchronous copy
+    // from it returns, so it may go when this iteration ends.
+    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, rd.target->dests[rd.dest], runs, /*to_local=*/true,
+                                  /*non_blocking=*/stream != nullptr, stream));
   }
   return absl::OkStatus();
+}
+
+// The CUDA device of the targets' tensors (nullopt: all on the CPU). FailedPrecondition
+// for tensors on two CUDA devices or on a device type without a staging path.
+absl::StatusOr<std::optional<int>> LocalsDevice(
+    const std::vector<std::unique_ptr<internal::LocalTarget>>& targets) {
+  std::optional<int> cuda;
+  for (const std::unique_ptr<internal::LocalTarget>& target : targets) {
+    for (const Tensor& dest : target->dests) {
+      if (dest.device().is_cpu()) continue;
+      if (!dest.device().is_cuda()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            kOp, ": a local tensor on ", dest.device().ToString(), " (CPU or CUDA only)"));
+      }
+      if (cuda.has_value() && *cuda != dest.device().index) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            kOp, ": local tensors on cuda:", *cuda, " and cuda:", dest.device().index,
+            " (one CUDA device per call)"));
+      }
+      cuda = dest.device().index;
+    }
+  }
+  return cuda;
 }
 
 absl::Status CheckOptions(const LoadOptions& o, int rank) {
@@ -94,8 +125,7 @@ absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::Mutab
     internal::LocalTargetRules rules;
     rules.rank = rank;
     if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
-    rules.cpu_locals_only = true;
-    rules.op = kOp;
+    rules.device = options.device;
     SDRT_ASSIGN_OR_RETURN(
         internal::LocalTarget target,
         internal::PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[it->second], rules));
@@ -141,6 +171,21 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   if (local_error.ok()) {
     local_error = PlanAll(source, leaves, options, rank, result, targets, dests, plan);
   }
+  // The device the locals are on: the CPU, or one CUDA device for the whole call.
+  std::optional<int> cuda_device;
+  if (local_error.ok()) {
+    absl::StatusOr<std::optional<int>> device = LocalsDevice(targets);
+    local_error = device.status();
+    if (device.ok()) cuda_device = *device;
+  }
+  std::optional<internal::DeviceStaging> staging;
+  if (local_error.ok() && cuda_device.has_value()) {
+    absl::StatusOr<internal::DeviceStaging> created =
+        internal::DeviceStaging::Create(*cuda_device, options.staging_buffers);
+    local_error = created.status();
+    if (created.ok()) staging.emplace(*std::move(created));
+  }
+
   if (comm != nullptr) {
     AgreementSkeleton skeleton;
     for (const internal::MutableLeaf& leaf : leaves) {
@@ -158,10 +203,17 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   };
   internal::StagedReadStats read_stats;
   int64_t done_bytes = 0;
+  internal::StagingPool pool;
+  pool.buffers = options.staging_buffers;
+  pool.buffer_bytes = options.staging_bytes;
+  pool.direct_io = options.direct_io;
+  if (staging.has_value()) staging->Attach(pool);
+  const StreamHandle stream = staging.has_value() ? staging->stream() : nullptr;
   absl::Status read_status = internal::RunStagedReads(
-      files, plan, name_of, options.staging_buffers, options.staging_bytes,
-      [&](const internal::Read& read, const Tensor& buffer, int64_t base) {
-        SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base));
+      files, plan, name_of, pool,
+      [&](const internal::Read& read, const Tensor& buffer, int64_t base, size_t index) {
+        SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
+        if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
         done_bytes += read.bytes;
         if (options.progress) options.progress(done_bytes, plan.read_bytes);
         return absl::OkStatus();

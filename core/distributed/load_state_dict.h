@@ -17,6 +17,14 @@
 // Nothing else is read. Replicated tensors (and Replicate or Partial mesh dims) are read by
 // every rank that holds them: there is no exchange between ranks.
 //
+// Local tensors on a CUDA device (one device per call): the staging buffers are allocated
+// pinned (cudaHostAlloc) once per call and every piece moves from them to the device with
+// cudaMemcpyAsync on one stream of the call's own (cudaMemcpy2DAsync for the rows of a
+// Shard(1) piece); the reading thread waits for a buffer's copies (an event) before it
+// reads into it again, so reading the next buffer overlaps the copy of the last (double
+// buffering with the default two). The file is never mapped; the call returns after the
+// stream has run every copy.
+//
 // No communicator is needed: without one (LoadOptions::comm == nullptr) every rank works
 // alone and its errors are its own. With one, the ranks agree (AgreeAcrossRanks,
 // core/distributed/agreement.h) before reading, on their local skeletons and planning
@@ -34,6 +42,7 @@
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt {
 
@@ -62,11 +71,18 @@ struct LoadOptions {
   int rank = -1;
   // Remove from `local` every leaf the checkpoint lacks (reported in missing_keys either way).
   bool strict = false;
+  // Where new tensors go: fresh locals of meta DTensors and full tensors that replace
+  // plain leaves (CPU or one CUDA device; preallocated locals stay where they are).
+  Device device = Device::CPU();
   // The staging pool: this many buffers (>= 1) of this many bytes (>= 4096; the longest
   // read). With two or more, one thread reads into one buffer while the calling thread
-  // copies out of another.
+  // copies out of another (pinned buffers when the locals are on a CUDA device).
   int staging_buffers = 2;
   int64_t staging_bytes = int64_t{256} << 20;
+  // Read with O_DIRECT (the page cache bypassed: for checkpoints on cold storage that would
+  // only evict what the page cache holds); reads are widened to whole 4096-byte blocks and
+  // LoadStats::bytes_read counts the widening. Default: through the page cache.
+  bool direct_io = false;
   // The largest gap read through (>= 0; see above).
   int64_t max_gap_bytes = int64_t{1} << 20;
   LoadStats* stats = nullptr;  // filled when not null
@@ -87,14 +103,15 @@ struct LoadResult {
 // checkpoint tensor):
 //   * a 0-dim checkpoint tensor: the leaf, whatever it is, is replaced by the value (a
 //     0-dim CPU tensor), as in BroadcastStateDict;
-//   * DTensor with a meta local: replaced by a DTensor with a fresh compact CPU local of
-//     this rank's local shape, same mesh, placements, global shape and stride;
+//   * DTensor with a meta local: replaced by a DTensor with a fresh compact local on
+//     options.device of this rank's local shape, same mesh, placements, global shape and
+//     stride;
 //   * DTensor with data: this rank's piece is written into its local in place (any
 //     strides; it must have this rank's local shape, ValidateLocalShape);
 //   * ShardedTensor: every local shard is filled from the box its metadata names;
 //   * None: left as it is;
 //   * anything else (a plain tensor, a scalar): replaced by the full tensor, contiguous, on
-//     the CPU.
+//     options.device.
 // A rank off coordinate 0 of a Partial mesh dim holds the reduction's identity afterwards
 // (FillPartialIdentity), as in BroadcastStateDict; it reads the values first.
 // Tensor leaves must have the checkpoint's global shape and dtype. `source` must stay open
@@ -103,13 +120,18 @@ struct LoadResult {
 // Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
 // a local leaf whose global shape or dtype is not the checkpoint's, an invalid local shape,
 // a mesh that does not span the communicator or lacks `rank`, options out of range, a
-// skeleton that differs between ranks; FailedPrecondition for a CUDA (or other non-CPU)
-// local tensor or shard (not supported yet), a meta ShardedTensor shard, or a file whose
-// size is no longer the source's ("<path>: size changed from A to B bytes"); DataLoss for
+// skeleton that differs between ranks; FailedPrecondition for local tensors on two CUDA
+// devices (or a device that is neither CPU nor CUDA), a meta ShardedTensor shard, or a
+// file whose size is no longer the source's ("<path>: size changed from A to B bytes");
+// InvalidArgument with direct_io for a file whose file system refuses O_DIRECT;
+// Unavailable for CUDA locals in a build without CUDA; CUDA's error for a failed copy,
+// stream or event; DataLoss for
 // a pread that returns fewer bytes than the file has ("<path>: short read at offset O
 // (tensor 'T')"); the errno's code for a failed open or pread ("<path>: pread at offset
 // O (tensor 'T'): <strerror>"); ResourceExhausted when a buffer or local cannot be
-// allocated. On error `local` may have been partly written.
+// allocated, ResourceExhausted naming the size, device and CUDA's error when a pinned
+// staging buffer cannot be (never a silent fall back to pageable memory). On error `local`
+// may have been partly written.
 absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
                                          const LoadOptions& options = {});
 

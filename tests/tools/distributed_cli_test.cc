@@ -458,20 +458,33 @@ TEST(DistributedCli, LoadReadAllAndRootAgree) {
   const std::string source = root + "/tiny.safetensors";
   ASSERT_EQ(Sdrt("make --dtype bf16 " + Quote(source)).exit_code, 0);
   std::map<std::string, nlohmann::json> got;
-  for (const char* mode : {"all", "root", "auto"}) {
+  for (const char* mode : {"all", "root", "auto", "direct"}) {
     SCOPED_TRACE(mode);
-    CommandResult l = Mpi(2, absl::StrCat("load ", Quote(source), " --mesh 2 --plan fsdp --json",
-                                          std::string(mode) == "auto" ? "" : " --read ",
-                                          std::string(mode) == "auto" ? "" : mode));
+    const std::string m = mode;
+    const std::string flags = m == "auto" ? "" : m == "direct" ? " --read all --direct-io"
+                                                               : " --read " + m;
+    CommandResult l =
+        Mpi(2, absl::StrCat("load ", Quote(source), " --mesh 2 --plan fsdp --json", flags));
     ASSERT_EQ(l.exit_code, 0) << l.err;
     got[mode] = nlohmann::json::parse(l.out);
-    ExpectLoadJson(got[mode], 2, source, "fsdp", "2", source);
+    if (m != "direct") {
+      ExpectLoadJson(got[mode], 2, source, "fsdp", "2", source);
+    } else {  // whole 4096-byte blocks: a small file's amplification is large
+      EXPECT_TRUE(got[mode].value("bit_exact", false)) << got[mode];
+    }
   }
   EXPECT_EQ(got["all"]["read"], "all");
   EXPECT_EQ(got["root"]["read"], "root");
   EXPECT_EQ(got["auto"]["read"], "all");
   EXPECT_EQ(got["auto"]["read_reason"], "auto: every rank sees the same files");
+  EXPECT_EQ(got["direct"]["read"], "all");
   EXPECT_EQ(got["all"]["bytes_kept"], got["root"]["bytes_kept"]);
+  EXPECT_EQ(got["direct"]["bytes_kept"], got["root"]["bytes_kept"]);
+  // --direct-io needs every rank reading: with --read root it is bad input on every rank.
+  CommandResult bad = Mpi(2, absl::StrCat("load ", Quote(source),
+                                          " --mesh 2 --plan fsdp --read root --direct-io"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.all();
+  EXPECT_THAT(bad.err, HasSubstr("--direct-io goes with --read all"));
   EXPECT_EQ(got["root"]["bytes_read"], nlohmann::json::array({TotalBytes(source), 0}));
   int64_t read = 0;
   for (const nlohmann::json& b : got["all"]["bytes_read"]) read += b.get<int64_t>();

@@ -1,8 +1,8 @@
 // `mpiexec -n N sdrt load SRC --mesh 2x2 --plan P [--read auto|all|root] [--verify INDIR]
 // [--device cpu|cuda]`: what an inference engine does at start-up. SRC is a safetensors
 // file, a Hugging Face folder or a folder of safetensors files (CheckpointSource). Rank 0
-// maps SRC's files (pinned with --device cuda; pageable, with a one-line warning, when the
-// mapping cannot be registered) and sends the other ranks its tensor list; every rank makes
+// maps SRC's files (pinned when it broadcasts to GPUs; pageable, with a one-line warning,
+// when the mapping cannot be registered) and sends the other ranks its tensor list; every rank makes
 // meta DTensors with the plan's placements, which BroadcastStateDict (--read root) or, on
 // every rank from its own view of SRC, LoadStateDict (--read all) fills (read_mode.h says
 // what auto picks); every rank checks its pieces by
@@ -11,26 +11,22 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
-#include "sdrt/core/distributed/dtensor_ops.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
-#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
+#include "sdrt/tools/sdrt/internal/load_setup.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/read_mode.h"
 #include "sdrt/tools/sdrt/internal/session.h"
@@ -48,133 +44,9 @@ struct LoadArgs {
   int64_t bucket_mib = 256;
   bool json = false;
   bool progress = false;
+  bool direct_io = false;
   double timeout_seconds = kDefaultTimeoutSeconds;
 };
-
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  IntVector shape;
-};
-
-// Rank 0's tensor list, sent to every rank (what the engine's model definition knows).
-absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
-                                                        const CheckpointSource* source) {
-  std::string bytes;
-  if (source != nullptr) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const CheckpointSourceTensor& e : source->tensors()) {
-      list.push_back({e.name, std::string(DTypeName(e.dtype)),
-                      std::vector<int64_t>(e.shape.begin(), e.shape.end())});
-    }
-    const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(list);
-    bytes.assign(cbor.begin(), cbor.end());
-  }
-  absl::Status status = session.world().BroadcastBytes(&bytes, 0);
-  if (!status.ok()) return status;
-  std::vector<TensorInfo> infos;
-  for (const nlohmann::json& e : nlohmann::json::from_cbor(bytes)) {
-    TensorInfo info;
-    info.name = e[0].get<std::string>();
-    absl::StatusOr<DType> dtype = DTypeFromName(e[1].get<std::string>());
-    if (!dtype.ok()) return dtype.status();
-    info.dtype = *dtype;
-    for (int64_t s : e[2].get<std::vector<int64_t>>()) info.shape.push_back(s);
-    infos.push_back(std::move(info));
-  }
-  return infos;
-}
-
-// Meta DTensors with the plan's placements: the local state dict before loading.
-absl::StatusOr<Map> MetaStateDict(const std::vector<TensorInfo>& infos,
-                                  const std::shared_ptr<const DeviceMesh>& mesh,
-                                  const ShardingPlan& plan) {
-  Map local;
-  local.Reserve(infos.size());
-  for (const TensorInfo& info : infos) {
-    absl::StatusOr<std::vector<Placement>> placements =
-        plan.PlacementsFor(info.name, info.shape, *mesh);
-    if (!placements.ok()) return placements.status();
-    absl::StatusOr<Tensor> meta = Tensor::Meta(IntVector(info.shape.size(), 0), info.dtype);
-    if (!meta.ok()) return meta.status();
-    absl::StatusOr<DTensor> d = DTensor::Make(*std::move(meta), mesh, *placements, info.shape);
-    if (!d.ok()) return d.status();
-    local.Set(info.name, Value(*std::move(d)));
-  }
-  return local;
-}
-
-// Checks this rank's loaded pieces; returns the names that differ. InvalidArgument when
-// --verify names a checkpoint of another mesh or plan (its pieces cannot match).
-absl::StatusOr<std::vector<std::string>> Verify(const LoadArgs& args, const Session& session,
-                                                const DeviceMesh& mesh, const Map& local) {
-  std::vector<std::string> wrong;
-  std::optional<RankShards> expected;
-  // INDIR's pieces by name: one lookup per tensor, so verifying n tensors is O(n).
-  absl::flat_hash_map<std::string_view, const DTensor*> expected_by_name;
-  std::optional<CheckpointSource> file;
-  if (!args.verify_dir.empty()) {
-    absl::StatusOr<RankShards> shards = LoadRankShards(args.verify_dir, session.rank());
-    if (!shards.ok()) return shards.status();
-    expected = *std::move(shards);
-    if (expected->index.mesh->shape() != mesh.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          args.verify_dir, " is sharded on mesh ",
-          absl::StrJoin(expected->index.mesh->shape(), "x"), " but --mesh is ", args.mesh));
-    }
-    expected_by_name.reserve(expected->tensors.size());
-    for (const auto& [name, dtensor] : expected->tensors) expected_by_name.emplace(name, &dtensor);
-  } else {
-    absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file);
-    if (!opened.ok()) return opened.status();
-    file = *std::move(opened);
-  }
-  for (size_t i = 0; i < local.size(); ++i) {
-    // A DTensor, or the full tensor for a 0-dim one (BroadcastStateDict replaces 0-dim
-    // leaves by the checkpoint's value, as PyTorch).
-    const Value& value = local.value(i);
-    const DTensor* got = value.kind() == ValueKind::kDTensor ? &value.as_dtensor() : nullptr;
-    if (got == nullptr && value.kind() != ValueKind::kTensor) {
-      return absl::InternalError(absl::StrCat(local.key(i), ": the load left no tensor"));
-    }
-    absl::StatusOr<Tensor> mine =
-        (got != nullptr ? got->local() : value.as_tensor()).To(Device::CPU());
-    if (!mine.ok()) return mine.status();
-    Tensor want;
-    if (expected.has_value()) {
-      const auto it = expected_by_name.find(local.key(i));
-      if (it == expected_by_name.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(args.verify_dir, " has no tensor ", local.key(i)));
-      }
-      const DTensor& expected_piece = *it->second;
-      if (got != nullptr && expected_piece.placements() != got->placements()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(local.key(i), ": ", args.verify_dir, " holds it as ",
-                         PlacementsToString(expected_piece.placements()), ", the plan gives ",
-                         PlacementsToString(got->placements())));
-      }
-      want = expected_piece.local();
-    } else {
-      absl::StatusOr<Tensor> full = file->Get(local.key(i));
-      if (!full.ok()) return full.status();
-      if (got != nullptr) {
-        absl::StatusOr<DTensor> piece =
-            DistributeTensor(*full, got->mesh(), got->placements(), session.rank());
-        if (!piece.ok()) return piece.status();
-        want = piece->local();
-      } else {
-        want = *full;
-      }
-    }
-    absl::StatusOr<uint64_t> a = TensorXxh64(*mine);
-    absl::StatusOr<uint64_t> b = TensorXxh64(want);
-    if (!a.ok()) return a.status();
-    if (!b.ok()) return b.status();
-    if (*a != *b || mine->shape() != want.shape()) wrong.push_back(local.key(i));
-  }
-  return wrong;
-}
 
 int RunLoad(const LoadArgs& args) {
   absl::StatusOr<Session> session = StartSession(args.device, TimeoutFrom(args.timeout_seconds));
@@ -193,26 +65,14 @@ int RunLoad(const LoadArgs& args) {
           ? absl::OkStatus()
           : absl::InvalidArgumentError(absl::StrCat("--bucket-mib must be in [1, ", kMaxBucketMib,
                                                     "], got ", args.bucket_mib));
+  if (status.ok() && args.direct_io && args.read == "root") {
+    status = absl::InvalidArgumentError("--direct-io goes with --read all (or auto)");
+  }
   std::optional<CheckpointSource> file;
+  // Only a broadcast to GPUs copies out of rank 0's mapping; --read all never maps.
   if (status.ok() && session->rank() == 0) {
-    CheckpointSource::Options open_options;
-    open_options.file_options.pin_mapping = session->device.is_cuda();
-    if (session->device.is_cuda()) open_options.file_options.pin_device = session->device.index;
-    absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file, open_options);
-    if (opened.ok()) {
-      file = *std::move(opened);
-      // Unpinned is only slower: the broadcast copies out of the mapping with CopyFrom.
-      for (size_t i = 0; i < file->files().size(); ++i) {
-        const absl::Status& pinned = file->file(static_cast<int>(i)).pin_status();
-        if (!pinned.ok()) {
-          WriteStderrLine(absl::StrCat("sdrt load: warning: copying from pageable memory (",
-                                       Printable(pinned.message()), ")"));
-          break;
-        }
-      }
-    } else {
-      status = opened.status();
-    }
+    status = OpenOnRoot(args.file, session->device,
+                        session->device.is_cuda() && args.read == "root", file);
   }
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(args.mesh);
   if (status.ok() && !mesh.ok()) status = mesh.status();
@@ -227,12 +87,18 @@ int RunLoad(const LoadArgs& args) {
   status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
   // Which ranks read SRC; with `all`, every other rank opens it too.
-  absl::StatusOr<ReadChoice> read =
-      ChooseRead(session->world(), args.file, args.read, session->device.is_cuda());
+  absl::StatusOr<ReadChoice> read = ChooseRead(session->world(), args.file, args.read);
+  if (read.ok() && !read->all && args.direct_io) {
+    absl::StrAppend(&read->reason, "; --direct-io unused (it is for --read all)");
+  }
   if (read.ok() && read->all && session->rank() != 0) {
     absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file);
     if (opened.ok()) file = *std::move(opened);
     status = opened.status();
+  }
+  if (read.ok() && !read->all && session->device.is_cuda() && args.read != "root" &&
+      session->rank() == 0) {
+    status = OpenOnRoot(args.file, session->device, /*pinned=*/true, file);  // auto: broadcast
   }
   status = AgreeUnlessTimedOut(session->world(), read.ok() ? status : read.status());
   if (!status.ok()) return fail(status);
@@ -272,6 +138,8 @@ int RunLoad(const LoadArgs& args) {
   if (read->all) {
     LoadOptions load_options;
     load_options.comm = &session->data();
+    load_options.device = session->device;
+    load_options.direct_io = args.direct_io;
     load_options.strict = true;
     load_options.stats = &load_stats;
     load_options.progress = options.progress;
@@ -297,7 +165,7 @@ int RunLoad(const LoadArgs& args) {
       AllGatherInt64(session->world(), load_stats.bytes_kept);
   if (!bytes_kept.ok()) return fail(bytes_kept.status());
 
-  absl::StatusOr<std::vector<std::string>> wrong = Verify(args, *session, *shared_mesh, *local);
+  absl::StatusOr<std::vector<std::string>> wrong = VerifyPieces(args.verify_dir, args.file, args.mesh, session->rank(), *shared_mesh, *local);
   status = AgreeUnlessTimedOut(session->world(), wrong.status());
   if (!status.ok()) return fail(status);
   std::string wrong_text;
@@ -400,10 +268,11 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<LoadArgs>();
   CLI::App* cmd = app.add_subcommand(
       "load",
-      "broadcast a full checkpoint from rank 0 into every rank's shards (run under mpiexec)");
+      "load a full checkpoint into every rank's shards: every rank reads its own bytes, or "
+      "rank 0 reads and broadcasts (run under mpiexec)");
   cmd->add_option("SRC", args->file,
-                  "full checkpoint (read by rank 0): a safetensors file, a Hugging Face folder or "
-                  "a folder of safetensors files")
+                  "full checkpoint: a safetensors file, a Hugging Face folder or a folder of "
+                  "safetensors files")
       ->required();
   cmd->add_option("--mesh", args->mesh, "device mesh shape, e.g. 4 or 2x2")->required();
   cmd->add_option("--plan", args->plan, "fsdp, hsdp, tp, fsdp-tp or PLAN.json")->required();
@@ -416,6 +285,8 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--device", args->device, "where the shards go: cpu or cuda")
       ->capture_default_str();
+  cmd->add_flag("--direct-io", args->direct_io,
+                "with --read all: read with O_DIRECT, bypassing the page cache (cold storage)");
   cmd->add_option("--bucket-mib", args->bucket_mib, "bytes broadcast per collective, MiB")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the results as JSON");

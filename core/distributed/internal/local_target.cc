@@ -19,13 +19,6 @@ std::string Describe(DType dtype, IntSpan shape) {
   return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
 }
 
-absl::Status CheckCpu(const Tensor& t, const std::string& where, const LocalTargetRules& rules) {
-  if (!rules.cpu_locals_only || t.device().is_cpu()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(where, ": the local tensor is on ", t.device().ToString(), "; ", rules.op,
-                   " writes CPU tensors only (load to the CPU, then move)"));
-}
-
 }  // namespace
 
 absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
@@ -66,7 +59,6 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
       SDRT_ASSIGN_OR_RETURN(dest, Tensor::Empty(info.local_shape, d.dtype(), rules.device));
     } else {
       target.kind = LocalTarget::Kind::kInPlaceDTensor;
-      SDRT_RETURN_IF_ERROR(CheckCpu(d.local(), where, rules));
       SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
                                               d.placements(), rules.rank, std::string(name)));
       dest = d.local();
@@ -88,7 +80,6 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
         return absl::FailedPreconditionError(
             absl::StrCat(where, ": a local shard is on meta (nowhere to write)"));
       }
-      SDRT_RETURN_IF_ERROR(CheckCpu(s.tensor, where, rules));
       for (size_t dim = 0; dim < shape.size(); ++dim) {
         if (s.metadata.offsets[dim] < 0 || s.metadata.sizes[dim] < 0 ||
             (s.metadata.sizes[dim] > 0 &&

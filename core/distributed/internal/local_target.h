@@ -34,9 +34,6 @@ struct LocalTargetRules {
   // The ranks a DTensor's mesh must have (the communicator's size); nullopt: any.
   std::optional<int> mesh_ranks;
   Device device = Device::CPU();  // where new tensors are allocated
-  // Refuse preallocated locals that are not on the CPU (FailedPrecondition naming `op`).
-  bool cpu_locals_only = false;
-  absl::string_view op;  // for that message
 };
 
 // Plans the target of checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and
@@ -47,7 +44,7 @@ struct LocalTargetRules {
 // every 0-dim tensor, a new tensor of the full shape that replaces the leaf.
 // InvalidArgument naming the tensor for a dtype or global shape that differs from the
 // checkpoint's, a mesh without this rank or of another size, a local or shard that does
-// not fit; FailedPrecondition for a meta shard or (cpu_locals_only) a local off the CPU;
+// not fit; FailedPrecondition for a meta shard;
 // ResourceExhausted when an allocation fails.
 absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
                                             MutableLeaf& leaf, const LocalTargetRules& rules);

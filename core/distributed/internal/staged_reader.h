@@ -26,25 +26,49 @@ struct StagedReadStats {
   int64_t peak_staging_bytes = 0;
 };
 
-// Called once per read, in plan order, on the calling thread: `buffer` (uint8, CPU) holds
-// the read's bytes at [base, base + read.bytes), where base = read.offset % 16, so that a
-// segment at file offset f sits at a buffer offset congruent to f modulo 16. The buffer is
-// reused after the call returns.
-using ConsumeRead =
-    std::function<absl::Status(const Read& read, const Tensor& buffer, int64_t base)>;
+// The staging buffers and how the consumer uses them.
+struct StagingPool {
+  int buffers = 2;                        // >= 1
+  int64_t buffer_bytes = int64_t{256} << 20;  // the longest read
+  // Allocates one buffer of `nbytes` (a uint8 CPU tensor: pinned when the consumer copies
+  // to a device). Empty: Tensor::Empty (pageable).
+  std::function<absl::StatusOr<Tensor>(int64_t nbytes)> allocate;
+  // Called on the reading thread before buffer `index` is filled again (its previous read
+  // consumed); blocks until the consumer's asynchronous work on it (a device copy) is
+  // complete. Its error ends the reading like a read error. Empty: nothing to wait for.
+  std::function<absl::Status(size_t index)> before_refill;
+  // Open the files with O_DIRECT (the page cache is bypassed: for cold storage) and read
+  // whole 4096-byte blocks into 4096-aligned buffers: a read is widened to the blocks
+  // around it (the widening counts as bytes read). A file system that refuses O_DIRECT is
+  // InvalidArgument naming the file.
+  bool direct_io = false;
+  // Called once on the calling thread before the buffers are released, whatever the
+  // outcome: waits for all of the consumer's asynchronous work. Empty: nothing to wait for.
+  std::function<absl::Status()> drain;
+};
+
+// Called once per read, in plan order, on the calling thread: `buffer` (uint8, CPU; the
+// pool's buffer `index`) holds the read's bytes at [base, base + read.bytes), where
+// base = read.offset % 16 (% 4096 with direct_io), so that a segment at file offset f sits
+// at a buffer offset congruent to f modulo 16. The buffer is refilled after the call returns and
+// pool.before_refill(index) has returned.
+using ConsumeRead = std::function<absl::Status(const Read& read, const Tensor& buffer,
+                                               int64_t base, size_t index)>;
 
 // Opens every file a read names (read-only, by path), checks its size against
-// files[i].size, and reads plan.reads into `buffers` (>= 1) buffers of
-// min(buffer_bytes, largest read) + 16 bytes, allocated up front; with two or more
+// files[i].size, and reads plan.reads into pool.buffers buffers of
+// min(pool.buffer_bytes, largest read) + 16 bytes (+ 3 x 4096 with direct_io), allocated up
+// front; with two or more
 // buffers and reads, a reader thread fills the next buffers while `consume` runs. pread
 // is retried on EINTR and continued after a short count. `name_of(segment)` names the
 // tensor of a segment in messages. Errors: FailedPrecondition "<path>: size changed from A
 // to B bytes"; DataLoss "<path>: short read at offset O (tensor 'T')"; the errno's code
 // for open, fstat and pread ("<path>: pread at offset O (tensor 'T'): <strerror>");
-// ResourceExhausted for a buffer; the first error of `consume` (reading stops).
+// ResourceExhausted for a buffer (or the allocator's error); the first error of `consume`,
+// `before_refill` or `drain` (reading stops).
 absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan& plan,
-                            const std::function<std::string(size_t segment)>& name_of, int buffers,
-                            int64_t buffer_bytes, const ConsumeRead& consume,
+                            const std::function<std::string(size_t segment)>& name_of,
+                            const StagingPool& pool, const ConsumeRead& consume,
                             StagedReadStats& stats);
 
 }  // namespace sdrt::internal

@@ -182,6 +182,37 @@ TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
   ExpectTreeEq(Value(alone), Value(broadcast), "");
 }
 
+// --direct-io: the same locals through O_DIRECT (the test folder is on a file system that
+// supports it, as ext4 and xfs do; tmpfs does not, and then the error is checked instead).
+TEST(LoadStateDictMpiTest, DirectIoGivesTheSameLocals) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const std::string dir = WriteHfFolder(Fulls(specs));
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  Map page_cache = Tree(specs, MetaLeaf);
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, page_cache, WorldLoad()).ok()));
+  for (int64_t staging : {int64_t{4096}, int64_t{1} << 20}) {
+    SCOPED_TRACE(staging);
+    Map direct = Tree(specs, MetaLeaf);
+    LoadStats stats;
+    LoadOptions options = WorldLoad(&stats);
+    options.staging_bytes = staging;
+    options.direct_io = true;
+    absl::StatusOr<LoadResult> r = LoadStateDict(*source, direct, options);
+    if (!r.ok() && r.status().code() == absl::StatusCode::kInvalidArgument) {
+      EXPECT_THAT(r.status().message(), HasSubstr("does not support O_DIRECT"));
+      GTEST_SKIP() << r.status();
+    }
+    ASSERT_TRUE(AllTrue(r.ok())) << r.status();
+    ExpectTreeEq(Value(direct), Value(page_cache), "");
+    // Each read widened to whole 4096-byte blocks: at most two more blocks per read.
+    EXPECT_GE(stats.bytes_read, stats.bytes_kept);
+    EXPECT_LE(stats.bytes_read, stats.bytes_kept + stats.bytes_kept / 32 + stats.reads * 8192);
+    EXPECT_LE(stats.peak_staging_bytes, 2 * (staging + 3 * 4096));
+    ASSERT_TRUE(NoRankFailed());
+  }
+}
+
 TEST(LoadStateDictMpiTest, WritesStridedLocalsInPlace) {
   const int n = WorldSize();
   const Spec spec = DSpec("tp.col", {6, 9}, DType::kFloat32, Mesh({n}), "[S(1)]");

@@ -62,20 +62,13 @@ std::string Describe(const std::string& src) {
 }  // namespace
 
 absl::StatusOr<ReadChoice> ChooseRead(Communicator& world, const std::string& src,
-                                      const std::string& requested, bool cuda) {
+                                      const std::string& requested) {
   if (requested == "root") return ReadChoice{false, "--read root"};
-  if (requested == "all") {
-    if (cuda) {
-      return absl::FailedPreconditionError(
-          "--read all loads into CPU memory only: use --read root with --device cuda");
-    }
-    return ReadChoice{true, "--read all"};
-  }
+  if (requested == "all") return ReadChoice{true, "--read all"};
   if (requested != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--read must be auto, all or root, got '", requested, "'"));
   }
-  if (cuda) return ReadChoice{false, "auto: --device cuda loads through rank 0"};
   absl::StatusOr<std::vector<std::string>> all = world.AllGatherBytes(Describe(src));
   if (!all.ok()) return all.status();
   if ((*all)[0].rfind("cannot ", 0) == 0) {

@@ -24,10 +24,10 @@ struct ReadChoice {
 // source's layout, each file's name, size, mtime and an xxh64 of its header bytes: the
 // 8-byte length and the JSON header, at most 100 MiB) or the reason it cannot open them;
 // `all` when every description is rank 0's, else `root`, naming the first rank that
-// differs. `cuda` (the shards go to a GPU): `auto` picks root (LoadStateDict writes CPU
-// locals only) and `all` is FailedPrecondition.
+// differs. The same for CPU and CUDA shards: LoadStateDict stages either through its
+// buffers (pinned for a GPU).
 absl::StatusOr<ReadChoice> ChooseRead(Communicator& world, const std::string& src,
-                                      const std::string& requested, bool cuda);
+                                      const std::string& requested);
 
 // Every rank's value of `mine`, in rank order (one AllGatherBytes).
 absl::StatusOr<std::vector<int64_t>> AllGatherInt64(Communicator& world, int64_t mine);

@@ -1,0 +1,59 @@
+// The parts of `sdrt load` (tools/sdrt/load.cc) around the load itself: rank 0 opening
+// SRC, its tensor list shared with every rank, the meta state dict the load fills, and the
+// check of every rank's pieces afterwards.
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tools/sdrt/internal/session.h"
+
+namespace sdrt::cli {
+
+// One tensor of rank 0's list (what the engine's model definition knows).
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;
+};
+
+// Rank 0's view of SRC into `file`, its mapping registered with CUDA `device` when `pinned`
+// (for a broadcast to GPUs; a mapping that cannot be registered is only slower, said in a
+// one-line warning on stderr). The errors of CheckpointSource::Open.
+absl::Status OpenOnRoot(const std::string& src, const Device& device, bool pinned,
+                        std::optional<CheckpointSource>& file);
+
+// Rank 0's tensor list (from `source`, non-null on rank 0 only), sent to every rank in one
+// BroadcastBytes. The communicator's errors; InvalidArgument for a dtype name it cannot parse.
+absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
+                                                        const CheckpointSource* source);
+
+// Meta DTensors with the plan's placements on `mesh`: the local state dict before loading.
+// The plan's errors (PlacementsFor).
+absl::StatusOr<Map> MetaStateDict(const std::vector<TensorInfo>& infos,
+                                  const std::shared_ptr<const DeviceMesh>& mesh,
+                                  const ShardingPlan& plan);
+
+// Checks rank `rank`'s loaded pieces in `local` by xxh64 against `verify_dir`'s rank file
+// (a sharded checkpoint; `mesh_text` is --mesh, for the message) or, when it is empty,
+// against DistributeTensor of SRC's full tensors; returns the names that differ.
+// InvalidArgument when `verify_dir` is of another mesh or plan (its pieces cannot match) or
+// lacks a tensor; the errors of opening either.
+absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_dir,
+                                                      const std::string& src,
+                                                      const std::string& mesh_text, int rank,
+                                                      const DeviceMesh& mesh, const Map& local);
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_

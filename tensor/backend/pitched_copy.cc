@@ -56,6 +56,7 @@ bool PlanPitchedCopies(int64_t elem_size, absl::Span<const int64_t> sizes,
   if (dims.size() > first_outer) {
     const Dim rows = dims[first_outer];
     if (rows.dst < copy.width || rows.src < copy.width) return false;
+    if (rows.dst > kMaxPitchBytes || rows.src > kMaxPitchBytes) return false;
     copy.height = rows.size;
     copy.dst_pitch = rows.dst;
     copy.src_pitch = rows.src;

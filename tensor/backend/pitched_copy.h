@@ -32,13 +32,17 @@ struct PitchedCopy {
 // strided side instead (more small copies cost more in launches than the packing).
 inline constexpr int64_t kMaxPitchedCopies = 1024;
 
+// The largest pitch (bytes between rows) a pitched copy uses: CUDA's limit on the pitch
+// of cudaMemcpy2D (cudaDevAttrMaxPitch is 2^31 - 1 on current devices).
+inline constexpr int64_t kMaxPitchBytes = (int64_t{1} << 31) - 1;
+
 // Splits the copy dst[i] = src[i] over `sizes` (strides in elements of `elem_size` bytes,
 // row-major, non-negative) into pitched copies, in row-major order of the outer indices:
 // size-1 dims are dropped and adjacent dims contiguous in both layouts are merged; the
 // innermost dim left is the row when it has stride 1 on both sides (else a row is one
 // element), the next dim the rows of each copy, and every further dim one copy per index.
 // Returns false, with `out` cleared, when a pitch is below the width (overlapping or
-// broadcast rows) or the copy needs more than `max_copies` copies. An empty copy (some size 0) is true with no copies. Preconditions:
+// broadcast rows) or above kMaxPitchBytes, or the copy needs more than `max_copies` copies. An empty copy (some size 0) is true with no copies. Preconditions:
 // equal lengths of the three spans, elem_size > 0, and every byte offset fits in int64
 // (PrepareStridedCopy's validation).
 bool PlanPitchedCopies(int64_t elem_size, absl::Span<const int64_t> sizes,

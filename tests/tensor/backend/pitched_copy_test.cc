@@ -80,6 +80,8 @@ TEST(PitchedCopyTest, RefusesWhatIsNotRows) {
   EXPECT_FALSE(ok);
   Plan(1, {5, 2, 2}, {4, 2, 1}, {12, 4, 1}, &ok, /*max_copies=*/4);  // 5 copies > 4
   EXPECT_FALSE(ok);
+  Plan(1, {2, 16}, {16, 1}, {int64_t{1} << 31, 1}, &ok);  // rows 2 GiB apart: past CUDA's pitch
+  EXPECT_FALSE(ok);
   const std::vector<PitchedCopy> empty = Plan(4, {3, 0}, {0, 1}, {4, 1}, &ok);
   EXPECT_TRUE(ok);
   EXPECT_TRUE(empty.empty());

@@ -104,9 +104,19 @@ pid_t TempOwner(absl::string_view name, const std::string& base) {
   return static_cast<pid_t>(pid);
 }
 
+// Passes RemoveTree makes over a folder whose entries keep changing.
+constexpr int kMaxRemovePasses = 100;
+
+// Removes `path` and everything in it, best effort. Another thread of this process may still
+// be creating or renaming files inside (an interrupted writer while RemoveTemporaryPaths
+// runs), which fails a pass (the folder not empty at the end, an entry gone meanwhile): passes
+// are repeated until one succeeds (the path is gone) or kMaxRemovePasses have failed.
 void RemoveTree(const std::string& path) {
-  std::error_code ignored;
-  std::filesystem::remove_all(path, ignored);
+  for (int pass = 0; pass < kMaxRemovePasses; ++pass) {
+    std::error_code error;
+    std::filesystem::remove_all(path, error);
+    if (!error) return;
+  }
 }
 
 // Removes the temporary files and folders of `base` in `dir` that a process of this

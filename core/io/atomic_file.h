@@ -87,10 +87,12 @@ class AtomicFolder {
 };
 
 // Removes every temporary file and folder this process created through AtomicFile and
-// AtomicFolder that is not yet committed, installed or removed, and returns how many. For
-// a command interrupted by a signal: call it from a normal thread (it takes a lock and
-// allocates; not async-signal-safe), then end the process without running destructors
-// (_exit), since the objects' own cleanup may be in progress on other threads.
+// AtomicFolder that is not yet committed, installed or removed, and returns how many (a
+// folder another thread is still writing into is removed pass after pass until it is gone,
+// at most 100 passes). For a command interrupted by a signal: call it from a normal thread
+// (it takes a lock and allocates; not async-signal-safe), then end the process without
+// running destructors (_exit), since the objects' own cleanup may be in progress on other
+// threads.
 int RemoveTemporaryPaths();
 
 // Writes `bytes` into a new file `path` (O_EXCL: an existing file is an error, AlreadyExists)

@@ -1,6 +1,7 @@
 #include "sdrt/core/checkpoint/internal/hf_index.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "absl/status/status.h"
@@ -53,6 +54,21 @@ absl::Status ParseMetadata(const Json& metadata, const std::string& path, HfInde
 }
 
 }  // namespace
+
+std::string HfShardFileName(int64_t i, int64_t n) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05lld-of-%05lld.safetensors",
+                static_cast<long long>(i + 1), static_cast<long long>(n));
+  return name;
+}
+
+std::string SerializeHfIndex(const std::vector<std::pair<std::string, std::string>>& weight_map,
+                             int64_t total_size) {
+  Json map = Json::object();
+  for (const auto& [tensor, file] : weight_map) map[tensor] = file;
+  const Json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", std::move(map)}};
+  return index.dump(2, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
+}
 
 bool IsPlainFileName(absl::string_view name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&

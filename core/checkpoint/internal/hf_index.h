@@ -1,6 +1,7 @@
 // model.safetensors.index.json, the index of a Hugging Face checkpoint folder: its
-// validating parser. Private to core/checkpoint/ (CheckpointSource reads it; the fuzz
-// target tests/fuzz/hf_index_fuzz.cc drives it directly).
+// validating parser, its serialisation and the shard file names. Private to
+// core/checkpoint/ (CheckpointSource reads it, WriteHfCheckpoint writes it; the fuzz
+// target tests/fuzz/hf_index_fuzz.cc drives the parser directly).
 //
 // The format, as huggingface_hub's split_state_dict_into_shards_factory and transformers'
 // save_pretrained write it:
@@ -20,11 +21,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/core/checkpoint/hf_checkpoint_writer.h"
 
 namespace sdrt::internal {
 
 // The file name of the index inside the folder.
-inline constexpr absl::string_view kHfIndexName = "model.safetensors.index.json";
+inline constexpr absl::string_view kHfIndexName = kHfIndexFileName;
 
 // The most shard files an index may name (and a folder of safetensors files may hold).
 inline constexpr int64_t kMaxHfIndexFiles = 99999;
@@ -47,6 +49,18 @@ struct HfIndex {
 // no '/' and no NUL, neither "." nor "..". What it resolves to (a link) is checked by the
 // caller.
 bool IsPlainFileName(absl::string_view name);
+
+// "model-00002-of-00003.safetensors" for i = 1, n = 3: shard i (from 0) of n, numbered
+// from 1 with five digits or more, as huggingface_hub names them.
+std::string HfShardFileName(int64_t i, int64_t n);
+
+// The index text for `weight_map` (in its order) and `total_size`:
+// {"metadata": {"total_size": N}, "weight_map": {...}}, indented by two spaces, non-ASCII
+// escaped as \uXXXX, no final newline: byte for byte what huggingface_hub's
+// save_torch_state_dict writes (json.dump(index, f, indent=2)) for the same map. Bytes that
+// are not UTF-8 are replaced by U+FFFD (the caller compares the parsed map with its names).
+std::string SerializeHfIndex(const std::vector<std::pair<std::string, std::string>>& weight_map,
+                             int64_t total_size);
 
 // Parses `text`, read from `path` (named first in every error). Rules: strict JSON
 // (internal/strict_json.h: a key named twice in one object, at any level, is refused); the

@@ -68,16 +68,11 @@ Registry& Temporaries() {
   static Registry* registry = new Registry;
   return *registry;
 }
-// Runs `create` (an open with O_EXCL or a mkdir of `path`, returning its result) under the
-// registry's lock and registers the path when it succeeds (result >= 0), so that an
-// interrupt's RemoveTemporaryPaths, which takes the same lock, sees either no path or a
-// registered one: never one created a moment before it was registered.
-template <typename Create>
-int CreateRegistered(const std::string& path, Create create) {
+// Registers `path` before it is created, so that a signal arriving once it exists always
+// finds it registered; false when this process has it registered already (not created).
+bool Register(const std::string& path) {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
-  const int result = create();
-  if (result >= 0) Temporaries().paths.insert(path);
-  return result;
+  return Temporaries().paths.insert(path).second;
 }
 void Unregister(const std::string& path) {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
@@ -178,19 +173,21 @@ absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& dir, const std:
   SweepStale(dir, base);
   for (int attempt = 0;; ++attempt) {
     AtomicFile file;
-    file.path_ = TempName(dir, base);
-    file.fd_ = CreateRegistered(file.path_, [&] {
-      return open(file.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                  mode < 0 ? 0666 : 0600);
-    });
-    if (file.fd_ >= 0) {
-      if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
-        return IoError(errno, "fchmod", file.path_);
+    std::string path = TempName(dir, base);
+    int err = EEXIST;  // a name this process has registered already is taken too
+    if (Register(path)) {
+      file.fd_ =
+          open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
+      if (file.fd_ >= 0) {
+        file.path_ = std::move(path);
+        if (mode >= 0 && fchmod(file.fd_, static_cast<mode_t>(mode)) != 0) {
+          return IoError(errno, "fchmod", file.path_);
+        }
+        return file;
       }
-      return file;
+      err = errno;
+      Unregister(path);  // not created: never unlink it
     }
-    const int err = errno;
-    file.path_.clear();  // not ours: never unlink it
     if (err != EEXIST || attempt == kMaxNameAttempts) {
       return IoError(err, "open", dir + "/." + base + ".tmp.*");
     }
@@ -230,12 +227,17 @@ absl::StatusOr<AtomicFolder> AtomicFolder::Create(const std::string& parent,
   SweepStale(parent, base + ".old");  // Install's fallback moves the old folder there
   for (int attempt = 0;; ++attempt) {
     std::string path = TempName(parent, base);
-    if (CreateRegistered(path, [&] { return mkdir(path.c_str(), 0777); }) == 0) {
-      AtomicFolder folder;
-      folder.path_ = std::move(path);
-      return folder;
+    int err = EEXIST;  // a name this process has registered already is taken too
+    if (Register(path)) {
+      if (mkdir(path.c_str(), 0777) == 0) {
+        AtomicFolder folder;
+        folder.path_ = std::move(path);
+        return folder;
+      }
+      err = errno;
+      Unregister(path);  // not created: never remove it
     }
-    if (errno != EEXIST || attempt == kMaxNameAttempts) return IoError(errno, "mkdir", path);
+    if (err != EEXIST || attempt == kMaxNameAttempts) return IoError(err, "mkdir", path);
   }
 }
 

@@ -1,13 +1,14 @@
 // Writing files and folders so that a reader sees the old content or the new one, never a
 // part: everything is written under a temporary name of its own beside the target, made
 // durable (fsync), and renamed into place; on any error the temporary name is removed and
-// the target is untouched. Used by WriteSafetensors (one file) and WriteShardedCheckpoint
-// (one folder of files).
+// the target is untouched. Used by WriteSafetensors (one file), WriteShardedCheckpoint and
+// WriteHfCheckpoint (one folder of files).
 //
 // Temporary names are `.<base>.tmp.<pid>.<hex>` in the target's folder: created exclusively
 // (O_EXCL / mkdir), distinct per process, call and run, and removed by the object that
-// created them, by RemoveTemporaryPaths (an interrupted process), or, when the process was
-// killed before either could run, by the next Create for the same target in the same
+// created them, by RemoveTemporaryPaths (an interrupted process: each name is registered
+// before it is created, so a signal arriving once it exists finds it), or, when the process
+// was killed before either could run, by the next Create for the same target in the same
 // folder: it removes the names of exactly that form whose pid is no longer a live process
 // on this machine (kill(pid, 0) gives ESRCH; a live or reused pid keeps its names).
 // Every error is an absl::Status from errno (absl::ErrnoToStatus: ENOENT

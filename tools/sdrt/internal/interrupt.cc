@@ -1,6 +1,7 @@
 #include "sdrt/tools/sdrt/internal/interrupt.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -57,7 +58,15 @@ void OnBusError(int signo, siginfo_t*, void*) {
 
 void InstallInterruptCleanup() {
   if (pipe2(g_wake, O_CLOEXEC) != 0) return;
+  // The watcher starts with the signals blocked (a thread inherits its creator's mask), so
+  // none is handled on it: a SIGBUS sent with kill(2) would otherwise park it in
+  // OnBusError, and the command would go on and end as if nothing had happened.
+  sigset_t handled, previous;
+  sigemptyset(&handled);
+  for (const int signo : {SIGINT, SIGTERM, SIGHUP, SIGBUS}) sigaddset(&handled, signo);
+  pthread_sigmask(SIG_BLOCK, &handled, &previous);
   std::thread(Watch).detach();
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   struct sigaction action = {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);

@@ -723,7 +723,8 @@ TEST(DistributedCli, HelpNamesTheOptions) {
   CommandResult g = Sdrt("gather --help");
   EXPECT_EQ(g.exit_code, 0);
   EXPECT_THAT(g.out, AllOf(HasSubstr("INDIR"), HasSubstr("OUT"), HasSubstr("--json"),
-                           HasSubstr("--bucket-mib"), HasSubstr("mpiexec")));
+                           HasSubstr("--bucket-mib"), HasSubstr("--max-shard-size"),
+                           HasSubstr("mpiexec")));
   CommandResult l = Sdrt("load --help");
   EXPECT_EQ(l.exit_code, 0);
   EXPECT_THAT(l.out, AllOf(HasSubstr("--mesh"), HasSubstr("--plan"), HasSubstr("--verify"),

@@ -228,8 +228,8 @@ int SignalWhenTemporaryAppears(const std::vector<std::string>& args, const std::
   return status;
 }
 
-// SIGTERM or SIGINT while shard or gather writes removes the temporary paths
-// and exits 1; after SIGKILL the next run writing the same target removes them.
+// SIGTERM or SIGINT while shard or gather (into a file or a folder) writes removes the
+// temporary paths and exits 1; after SIGKILL the next run writing the same target removes them.
 TEST(Interrupted, NoTemporaryPathOutlivesTheNextRun) {
   const std::string root = test::FreshDir("output_safety_interrupted");
   const std::string source = root + "/big.safetensors";
@@ -281,6 +281,24 @@ TEST(Interrupted, NoTemporaryPathOutlivesTheNextRun) {
   r = Sdrt(absl::StrCat("gather ", ShellQuote(one), " ", ShellQuote(out_dir + "/out.safetensors")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(Temporaries(out_dir), ::testing::IsEmpty());
+
+  // The same for gather into a Hugging Face folder: the temporary folder beside it goes.
+  const std::vector<std::string> to_folder = {"gather", one, out_dir + "/hf/", "--max-shard-size",
+                                              "10MB"};
+  status = SignalWhenTemporaryAppears(to_folder, out_dir, SIGTERM, &saw_temp);
+  ASSERT_TRUE(saw_temp) << "gather ended before a temporary folder was seen";
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_THAT(Temporaries(out_dir), ::testing::IsEmpty());
+  EXPECT_FALSE(fs::exists(out_dir + "/hf"));
+  status = SignalWhenTemporaryAppears(to_folder, out_dir, SIGKILL, &saw_temp);
+  ASSERT_TRUE(saw_temp);
+  ASSERT_EQ(Temporaries(out_dir).size(), 1u);
+  r = Sdrt(absl::StrCat("gather ", ShellQuote(one), " ", ShellQuote(out_dir + "/hf/"),
+                        " --max-shard-size 10MB"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Temporaries(out_dir), ::testing::IsEmpty());
+  EXPECT_TRUE(fs::exists(out_dir + "/hf/model.safetensors.index.json"));
 }
 
 // Four demos at once on one empty cache, two with the built-in checkpoint and

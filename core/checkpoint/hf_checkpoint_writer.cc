@@ -229,13 +229,9 @@ absl::StatusOr<HfShardPlan> PlanHfShards(absl::Span<const int64_t> nbytes,
         absl::StrCat("PlanHfShards: ", files, " files, more than the ", internal::kMaxHfIndexFiles,
                      " an index may name (raise the limit)"));
   }
-  plan.file_of.assign(nbytes.size(), 0);
   for (int64_t f = 0; f < files; ++f) {
     plan.files.push_back(files == 1 ? std::string(kHfSingleFileName)
                                     : internal::HfShardFileName(f, files));
-    for (size_t i : plan.file_tensors[static_cast<size_t>(f)]) {
-      plan.file_of[i] = static_cast<int>(f);
-    }
   }
   return plan;
 }

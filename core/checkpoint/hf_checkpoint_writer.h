@@ -60,8 +60,6 @@ struct HfShardPlan {
   std::vector<std::string> files;
   // Per file, the indices of its tensors (into the given list) in the given order.
   std::vector<std::vector<size_t>> file_tensors;
-  // Per tensor (parallel to the given list), the index of its file in `files`.
-  std::vector<int> file_of;
   // The sum of the tensors' bytes: the index's metadata.total_size.
   int64_t total_size = 0;
   // Whether there is an index (more than one file).

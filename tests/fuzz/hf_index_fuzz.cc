@@ -1,7 +1,8 @@
 // libFuzzer target: model.safetensors.index.json of a Hugging Face checkpoint folder
 // (core/checkpoint/internal/hf_index.h, ParseHfIndex). An index that parses keeps its
 // promises (file names plain and sorted, tensor names unique, total_size non-negative), and
-// its weight_map and total_size written back as JSON parse to the same index.
+// its weight_map and total_size written back as JSON (with a total_size, by SerializeHfIndex,
+// the writer's serialiser) parse to the same index.
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -36,12 +37,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SDRT_FUZZ_CHECK(!index->total_size.has_value() || *index->total_size >= 0);
   SDRT_FUZZ_CHECK(index->total_size.has_value() == (index->metadata.count("total_size") == 1));
 
-  nlohmann::ordered_json out;
-  if (index->total_size.has_value()) out["metadata"] = {{"total_size", *index->total_size}};
-  out["weight_map"] = nlohmann::ordered_json::object();
-  for (const auto& [tensor, file] : index->weight_map) out["weight_map"][tensor] = file;
+  // With a total_size, written back as WriteHfCheckpoint writes an index (SerializeHfIndex).
+  std::string written;
+  if (index->total_size.has_value()) {
+    written = sdrt::internal::SerializeHfIndex(index->weight_map, *index->total_size);
+  } else {
+    nlohmann::ordered_json out;
+    out["weight_map"] = nlohmann::ordered_json::object();
+    for (const auto& [tensor, file] : index->weight_map) out["weight_map"][tensor] = file;
+    written = out.dump();
+  }
   absl::StatusOr<sdrt::internal::HfIndex> again =
-      sdrt::internal::ParseHfIndex(out.dump(), "hf/model.safetensors.index.json");
+      sdrt::internal::ParseHfIndex(written, "hf/model.safetensors.index.json");
   SDRT_FUZZ_CHECK(again.ok());
   SDRT_FUZZ_CHECK(again->weight_map == index->weight_map);
   SDRT_FUZZ_CHECK(again->files == index->files);

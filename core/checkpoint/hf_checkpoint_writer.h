@@ -96,8 +96,8 @@ struct WriteHfCheckpointOptions {
 // ignored; its parent folder must exist) by PlanHfShards of their bytes: one safetensors
 // file at a time, each file's tensors in the given order (header and data,
 // WriteSafetensorsOptions::data_in_given_order), every file with `metadata` as its
-// __metadata__ plus "format": "pt" when `metadata` has no "format" (huggingface_hub's loader
-// and transformers refuse a file whose __metadata__ lacks it), and for more than one file
+// __metadata__ plus "format": "pt" when `metadata` has no "format" (huggingface_hub's loader,
+// as transformers', refuses a file whose __metadata__ lacks it), and for more than one file
 // the index (weight_map file by file in the given order, two-space indented as
 // huggingface_hub's json.dump writes it, non-ASCII escaped). `source(i)` is called once per
 // tensor with elements, in file order, and must give the tensor of specs[i]'s dtype and

@@ -26,6 +26,7 @@
 #include "sdrt/bench/bench_util.h"
 #include "sdrt/core/state_dict/state_dict_ops.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
@@ -45,8 +46,11 @@ int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
 absl::StatusOr<Map> MakeSource(const std::vector<IntVector>& shapes, DType dtype,
                                std::shared_ptr<Storage>* arena) {
   int64_t total = 0;
-  for (const IntVector& shape : shapes)
-    total = AlignUp(total) + *CheckedNumel(shape) * ElementSize(dtype);
+  for (const IntVector& shape : shapes) {
+    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(shape));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(dtype, numel));
+    total = AlignUp(total) + bytes;
+  }
   absl::StatusOr<std::shared_ptr<Storage>> storage = Storage::AllocateCpu(total);
   if (!storage.ok()) return storage.status();
   std::mt19937_64 gen(2026);
@@ -56,8 +60,7 @@ absl::StatusOr<Map> MakeSource(const std::vector<IntVector>& shapes, DType dtype
   int64_t offset = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     offset = AlignUp(offset);
-    absl::StatusOr<Tensor> t = Tensor::FromStorage(
-        *storage, dtype, shapes[i], ContiguousStrides(shapes[i]), offset / ElementSize(dtype));
+    absl::StatusOr<Tensor> t = Tensor::AtByteOffset(*storage, offset, dtype, shapes[i]);
     if (!t.ok()) return t.status();
     sd.Set("t" + std::to_string(i), *t);
     offset += t->nbytes();

@@ -17,6 +17,27 @@ bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
 }
 
+// The dtypes all_reduce combines: bool, uint8, the signed integers and the 16/32/64-bit
+// floats. The others (float8, the unsigned integers above 8 bits, complex64 and the
+// sub-byte floats) are moved by the other collectives, never combined.
+bool Reducible(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kFloat32:
+    case DType::kFloat64:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 std::string Communicator::Where(absl::string_view op) const {
@@ -100,15 +121,23 @@ absl::Status Communicator::AllGatherV(Tensor& output, const Tensor& input,
                      absl::StrJoin(counts, ", "), "])"));
   }
   if (total == 0) return absl::OkStatus();
-  const int64_t element_size = input.element_size();
-  const void* my_slot = static_cast<const char*>(output.data_ptr()) + my_offset * element_size;
+  // Byte counts; a sub-byte count must be whole bytes (BytesForElements).
+  std::vector<int64_t> byte_counts(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    absl::StatusOr<int64_t> bytes = BytesForElements(input.dtype(), counts[i]);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kOp), ": counts[", i, "]: ", bytes.status().message()));
+    }
+    byte_counts[i] = *bytes;
+  }
+  SDRT_ASSIGN_OR_RETURN(const int64_t my_byte_offset, BytesForElements(input.dtype(), my_offset));
+  const void* my_slot = static_cast<const char*>(output.data_ptr()) + my_byte_offset;
   if (input.data_ptr() != my_slot &&
       Overlaps(input.data_ptr(), input.nbytes(), output.data_ptr(), output.nbytes())) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(kOp), ": input overlaps output without being output's slice ", rank_));
   }
-  std::vector<int64_t> byte_counts(counts.begin(), counts.end());
-  for (int64_t& c : byte_counts) c *= element_size;
   return DoAllGatherV(output.data_ptr(), input.data_ptr(), byte_counts);
 }
 
@@ -135,8 +164,7 @@ absl::Status Communicator::AllReduce(Tensor& tensor, ReduceOp op) {
   constexpr absl::string_view kOp = "all_reduce";
   SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "tensor", tensor));
   const DType dtype = tensor.dtype();
-  if (dtype == DType::kFloat8E4M3FN || dtype == DType::kFloat8E5M2 ||
-      (dtype == DType::kBool && op == ReduceOp::kAvg)) {
+  if (!Reducible(dtype) || (dtype == DType::kBool && op == ReduceOp::kAvg)) {
     return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": reduce op ", ReduceOpName(op),
                                                    " is not supported for ", DTypeName(dtype)));
   }

@@ -81,7 +81,8 @@ class Communicator {
   // == input.numel()); `output` holds sum(counts) elements of input's dtype, and rank i's
   // input lands at elements [counts[0] + ... + counts[i-1], + counts[i]). Ranks may
   // contribute 0 elements; when all do, returns OK without communicating. In-place
-  // condition as AllGather.
+  // condition as AllGather. For a sub-byte dtype every count must be whole bytes
+  // (InvalidArgument otherwise).
   absl::Status AllGatherV(Tensor& output, const Tensor& input, absl::Span<const int64_t> counts);
 
   // torch.distributed.broadcast(tensor, src=root) of several tensors as one grouped
@@ -95,7 +96,8 @@ class Communicator {
   // every rank). kAvg is the sum divided by size() (integers: truncated, as ncclAvg).
   // float16 and bfloat16 are reduced in float32 and rounded to the dtype after each
   // combining step. bool follows ProcessGroupNCCL: sum is logical or, product logical
-  // and, avg is InvalidArgument. float8 is InvalidArgument.
+  // and, avg is InvalidArgument. float8, uint16/32/64, complex64 and the sub-byte floats
+  // are InvalidArgument.
   absl::Status AllReduce(Tensor& tensor, ReduceOp op);
 
   // The most bytes one rank's message may hold in BroadcastBytes and AllGatherBytes, and

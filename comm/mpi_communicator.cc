@@ -40,7 +40,8 @@ void FinalizeMpi() {
 
 // The MPI datatype each dtype is reduced as, in SDRT_DTYPE_TABLE order (-Wswitch keeps the
 // list complete). The 16-bit floats travel as their bit patterns and are combined by the
-// user-defined ops below; float8 is rejected by Communicator::AllReduce.
+// user-defined ops below; float8 and the later rows of the table are
+// rejected by Communicator::AllReduce.
 MPI_Datatype ReduceDatatype(DType dtype) {
   switch (dtype) {
     case DType::kBool:
@@ -64,6 +65,16 @@ MPI_Datatype ReduceDatatype(DType dtype) {
       return MPI_DOUBLE;
     case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+    case DType::kComplex64:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0FNU:
+    case DType::kFloat6E2M3FN:
+    case DType::kFloat6E3M2FN:
+    case DType::kFloat4E2M1FNx2:
       return MPI_DATATYPE_NULL;
   }
   return MPI_DATATYPE_NULL;
@@ -180,13 +191,24 @@ void DivideBy(Tensor& tensor, int n) {
     case DType::kBool:  // rejected by Communicator::AllReduce
     case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+    case DType::kComplex64:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0FNU:
+    case DType::kFloat6E2M3FN:
+    case DType::kFloat6E3M2FN:
+    case DType::kFloat4E2M1FNx2:
       return;
   }
 }
 
 // Waits for `count` requests until they complete or `deadline` passes, without a roll call
 // (while a communicator is being made there is none yet). DeadlineExceeded names `what`.
-absl::Status AwaitPlain(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline,
+absl::Status AwaitPlain(MPI_Request* requests, int count,
+                        std::chrono::steady_clock::time_point deadline,
                         std::chrono::milliseconds timeout, absl::string_view what) {
   while (true) {
     int done = 0;
@@ -329,19 +351,19 @@ absl::Status MpiCommunicator::Await(absl::string_view op, void* requests_ptr, in
       }
       continue;
     }
-    const internal::RollCallResult result =
-        roll.Call(sequence_, RollCallGrace(timeout()), caller);
+    const internal::RollCallResult result = roll.Call(sequence_, RollCallGrace(timeout()), caller);
     const std::string why =
         caller < 0 ? absl::StrCat("not complete after ", timeout().count(), " ms")
                    : absl::StrCat("rank ", caller, " gave up waiting after its timeout");
-    timed_out_ = absl::StrCat(Where(op), ": ", why, "; ",
-                              internal::DescribeRollCall(result, sequence_));
+    timed_out_ =
+        absl::StrCat(Where(op), ": ", why, "; ", internal::DescribeRollCall(result, sequence_));
     return absl::DeadlineExceededError(timed_out_);
   }
 }
 
-absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::SplitComm(
-    absl::string_view op, bool shared, int color, int key) {
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::SplitComm(absl::string_view op,
+                                                                            bool shared, int color,
+                                                                            int key) {
   SDRT_RETURN_IF_ERROR(Begin(op));
   MPI_Request request = MPI_REQUEST_NULL;
   SDRT_MPI_RETURN_IF_ERROR(MPI_Ibarrier(ToComm(comm_), &request));
@@ -372,8 +394,8 @@ absl::Status MpiCommunicator::BroadcastPieces(absl::string_view op,
     for (int64_t offset = 0; posted.ok() && offset < piece.bytes; offset += max_message_bytes_) {
       const int count = static_cast<int>(std::min(max_message_bytes_, piece.bytes - offset));
       MPI_Request request;
-      posted = SDRT_MPI_STATUS(MPI_Ibcast(data + offset, count, MPI_BYTE, piece.root, comm,
-                                          &request));
+      posted =
+          SDRT_MPI_STATUS(MPI_Ibcast(data + offset, count, MPI_BYTE, piece.root, comm, &request));
       if (posted.ok()) requests.push_back(request);
     }
   }
@@ -469,7 +491,7 @@ absl::Status MpiCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
     SDRT_MPI_RETURN_IF_ERROR(MPI_Op_create(combine, /*commute=*/1, &custom.op));
     mpi_op = custom.op;
   }
-  const int64_t element_size = tensor.element_size();
+  const int64_t element_size = ElementBits(dtype) / 8;  // a reducible dtype: whole bytes
   const int64_t chunk = std::max<int64_t>(1, max_message_bytes_ / element_size);
   char* data = static_cast<char*>(tensor.data_ptr());
   for (int64_t start = 0; start < tensor.numel(); start += chunk) {
@@ -490,8 +512,7 @@ absl::Status MpiCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
   // times out (KeepForever), so that the caller's string can go.
   auto length = std::make_shared<int64_t>(static_cast<int64_t>(bytes->size()));
   MPI_Request request;
-  SDRT_MPI_RETURN_IF_ERROR(
-      MPI_Ibcast(length.get(), 1, MPI_INT64_T, root, ToComm(comm_), &request));
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Ibcast(length.get(), 1, MPI_INT64_T, root, ToComm(comm_), &request));
   SDRT_RETURN_IF_ERROR(KeptIfTimedOut(Await(kOp, &request, 1), length));
   SDRT_RETURN_IF_ERROR(CheckBytesLength(kOp, root, *length));
   if (*length == 0) {
@@ -499,8 +520,8 @@ absl::Status MpiCommunicator::DoBroadcastBytes(std::string* bytes, int root) {
     return absl::OkStatus();
   }
   auto staged = std::make_shared<std::string>(rank() == root ? *bytes : std::string(*length, '\0'));
-  SDRT_RETURN_IF_ERROR(KeptIfTimedOut(
-      BroadcastPieces(kOp, {Piece{staged->data(), *length, root}}), staged));
+  SDRT_RETURN_IF_ERROR(
+      KeptIfTimedOut(BroadcastPieces(kOp, {Piece{staged->data(), *length, root}}), staged));
   *bytes = std::move(*staged);
   return absl::OkStatus();
 }

@@ -6,10 +6,47 @@
 
 namespace sdrt {
 
+absl::StatusOr<int64_t> BytesForElements(DType dtype, int64_t count) {
+  const int bits = ElementBits(dtype);
+  int64_t total = 0;
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative element count ", count, " of ", DTypeName(dtype)));
+  }
+  if (bits % 8 == 0) {
+    if (__builtin_mul_overflow(count, bits / 8, &total)) {
+      return absl::InvalidArgumentError(absl::StrCat(count, " elements of ", DTypeName(dtype),
+                                                     ": the byte count overflows int64"));
+    }
+    return total;
+  }
+  if (__builtin_mul_overflow(count, bits, &total)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(count, " elements of ", DTypeName(dtype), ": the bit count overflows int64"));
+  }
+  if (total % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(count, " elements of ", DTypeName(dtype), " (",
+                                                   bits, " bits each) are ", total,
+                                                   " bits, not a whole number of bytes"));
+  }
+  return total / 8;
+}
+
+absl::StatusOr<int64_t> ElementsForBytes(DType dtype, int64_t bytes) {
+  const int bits = ElementBits(dtype);
+  int64_t total = 0;
+  if (bytes < 0 || __builtin_mul_overflow(bytes, 8, &total) || total % bits != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(bytes, " bytes are not a whole number of ",
+                                                   DTypeName(dtype), " elements (", bits,
+                                                   " bits each)"));
+  }
+  return total / bits;
+}
+
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_NAME(e, name, st, size, dl_code, dl_bits) \
-  case DType::k##e:                                          \
+#define SDRT_DTYPE_NAME(e, name, st, bits, dl_code) \
+  case DType::k##e:                                 \
     return name;
     SDRT_DTYPE_TABLE(SDRT_DTYPE_NAME)
 #undef SDRT_DTYPE_NAME
@@ -19,8 +56,8 @@ absl::string_view DTypeName(DType dtype) {
 
 absl::string_view SafetensorsCode(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_ST(e, name, st, size, dl_code, dl_bits) \
-  case DType::k##e:                                        \
+#define SDRT_DTYPE_ST(e, name, st, bits, dl_code) \
+  case DType::k##e:                               \
     return st;
     SDRT_DTYPE_TABLE(SDRT_DTYPE_ST)
 #undef SDRT_DTYPE_ST
@@ -30,7 +67,7 @@ absl::string_view SafetensorsCode(DType dtype) {
 
 absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
   absl::ConsumePrefix(&name, "torch.");
-#define SDRT_DTYPE_PARSE(e, n, st, size, dl_code, dl_bits) \
+#define SDRT_DTYPE_PARSE(e, n, st, bits, dl_code) \
   if (name == n) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE)
 #undef SDRT_DTYPE_PARSE
@@ -38,7 +75,7 @@ absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
 }
 
 absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code) {
-#define SDRT_DTYPE_PARSE_ST(e, n, st, size, dl_code, dl_bits) \
+#define SDRT_DTYPE_PARSE_ST(e, n, st, bits, dl_code) \
   if (code == st) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE_ST)
 #undef SDRT_DTYPE_PARSE_ST
@@ -47,9 +84,9 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code) {
 
 DLPackType ToDLPackType(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_DL(e, name, st, size, dl_code, dl_bits) \
-  case DType::k##e:                                        \
-    return DLPackType{dl_code, dl_bits};
+#define SDRT_DTYPE_DL(e, name, st, bits, dl_code) \
+  case DType::k##e:                               \
+    return DLPackType{dl_code, bits};
     SDRT_DTYPE_TABLE(SDRT_DTYPE_DL)
 #undef SDRT_DTYPE_DL
   }
@@ -61,8 +98,8 @@ absl::StatusOr<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes
     return absl::InvalidArgumentError(
         absl::StrCat("DLPack dtype with lanes=", lanes, " is not supported (need 1)"));
   }
-#define SDRT_DTYPE_PARSE_DL(e, name, st, size, dl_code, dl_bits) \
-  if (code == dl_code && bits == dl_bits) return DType::k##e;
+#define SDRT_DTYPE_PARSE_DL(e, name, st, b, dl_code) \
+  if (code == dl_code && bits == b) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE_DL)
 #undef SDRT_DTYPE_PARSE_DL
   return absl::InvalidArgumentError(

@@ -12,6 +12,7 @@
 #include "sdrt/tensor/backend/device_backend.h"
 #include "sdrt/tensor/backend/pitched_copy.h"
 #include "sdrt/tensor/backend/strided_copy.h"
+#include "sdrt/tensor/internal/byte_layout.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -79,11 +80,12 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Device device, Int
 
 absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) {
   SDRT_ASSIGN_OR_RETURN(int64_t numel, CheckedNumel(shape));
-  int64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, ElementSize(dtype), &nbytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("Empty: ", ShapeToString(shape), " of ",
-                                                   DTypeName(dtype), " overflows int64 bytes"));
+  absl::StatusOr<int64_t> nbytes_or = BytesForElements(dtype, numel);
+  if (!nbytes_or.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Empty: ", ShapeToString(shape), ": ", nbytes_or.status().message()));
   }
+  const int64_t nbytes = *nbytes_or;
   std::shared_ptr<Storage> storage;
   switch (device.type) {
     case DeviceType::kMeta:
@@ -153,21 +155,49 @@ absl::StatusOr<Tensor> Tensor::FromStorage(std::shared_ptr<Storage> storage, DTy
       }
     }
   }
-  const int64_t elem = ElementSize(dtype);
-  int64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, elem, &nbytes)) {
+  // Bits up to the end of the furthest element; the bytes holding them must exist.
+  int64_t end_bits = 0;
+  if (__builtin_mul_overflow(last + 1, ElementBits(dtype), &end_bits)) {
     return absl::OutOfRangeError(absl::StrCat("FromStorage: ", ShapeToString(shape), " of ",
                                               DTypeName(dtype), " overflows int64 bytes"));
   }
-  if (numel > 0 && (last + 1) > storage->nbytes() / elem) {
+  const int64_t needed = end_bits / 8 + (end_bits % 8 != 0);
+  if (numel > 0 && needed > storage->nbytes()) {
+    return absl::OutOfRangeError(absl::StrCat("FromStorage: ", ShapeToString(shape), " strides ",
+                                              ShapeToString(strides), " offset ", storage_offset,
+                                              " of ", DTypeName(dtype), " needs ", needed,
+                                              " bytes but the storage has ", storage->nbytes()));
+  }
+  SDRT_RETURN_IF_ERROR(
+      internal::CheckByteAddressable("FromStorage", dtype, shape, strides, storage_offset));
+  if (absl::Status bytes = BytesForElements(dtype, numel).status(); !bytes.ok()) {
     return absl::OutOfRangeError(
-        absl::StrCat("FromStorage: ", ShapeToString(shape), " strides ", ShapeToString(strides),
-                     " offset ", storage_offset, " of ", DTypeName(dtype), " needs ",
-                     (last + 1) * elem, " bytes but the storage has ", storage->nbytes()));
+        absl::StrCat("FromStorage: ", ShapeToString(shape), ": ", bytes.message()));
   }
   const Device device = storage->device();
   return Tensor(std::move(storage), dtype, device, IntVector(shape.begin(), shape.end()),
                 IntVector(strides.begin(), strides.end()), storage_offset);
+}
+
+absl::StatusOr<Tensor> Tensor::AtByteOffset(std::shared_ptr<Storage> storage, int64_t byte_offset,
+                                            DType dtype, IntSpan shape) {
+  if (storage == nullptr) return absl::InvalidArgumentError("AtByteOffset: null storage");
+  if (byte_offset < 0 || byte_offset > storage->nbytes()) {
+    return absl::OutOfRangeError(absl::StrCat("AtByteOffset: byte offset ", byte_offset,
+                                              " outside the ", storage->nbytes(), "-byte storage"));
+  }
+  const IntVector strides = ContiguousStrides(shape);
+  if (absl::StatusOr<int64_t> at = ElementsForBytes(dtype, byte_offset); at.ok()) {
+    return FromStorage(std::move(storage), dtype, shape, strides, *at);
+  }
+  char* const data = static_cast<char*>(storage->data()) + byte_offset;
+  const bool pinned = storage->is_pinned();
+  const int64_t rest = storage->nbytes() - byte_offset;
+  const Device device = storage->device();
+  std::shared_ptr<Storage> view =
+      Storage::Borrow(data, rest, device, [keep = std::move(storage)](void*) {});
+  if (pinned) view->MarkPinned();
+  return FromStorage(std::move(view), dtype, shape, strides, 0);
 }
 
 int64_t Tensor::size(int dim) const {
@@ -189,7 +219,12 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   if (storage_ == nullptr || storage_->data() == nullptr) return nullptr;
-  return static_cast<char*>(storage_->data()) + storage_offset_ * element_size();
+  // Whole bytes: the offset of a tensor with elements is checked when it is made (an empty
+  // sub-byte tensor's address is rounded down; nothing is read there).
+  const int bits = ElementBits(dtype_);
+  const int64_t byte_offset =
+      IsSubByte(dtype_) ? storage_offset_ * bits / 8 : storage_offset_ * (bits / 8);
+  return static_cast<char*>(storage_->data()) + byte_offset;
 }
 
 std::string Tensor::ToString() const {
@@ -248,14 +283,24 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
       strides_ == src.strides_) {
     return absl::OkStatus();  // a copy of a tensor onto itself: nothing to do
   }
+  // Sub-byte elements are copied as the bytes that hold them.
+  int64_t unit = ElementBits(dtype_) / 8;
+  internal::ByteCopy geometry{shape_, strides_, src.strides_};
+  if (IsSubByte(dtype_)) {
+    unit = 1;
+    SDRT_ASSIGN_OR_RETURN(
+        geometry, internal::SubByteCopy("CopyFrom", dtype_, shape_, strides_, storage_offset_,
+                                        src.strides_, src.storage_offset_));
+  }
   if (device_.is_cpu() && src.device_.is_cpu()) {
-    return StridedCopyHost(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
-                           src.strides_);
+    return StridedCopyHost(data_ptr(), src.data_ptr(), unit, geometry.sizes, geometry.dst_strides,
+                           geometry.src_strides);
   }
   SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(DeviceType::kCUDA));
   if (device_ == src.device_) {
-    return backend->StridedCopy(data_ptr(), src.data_ptr(), element_size(), shape_, strides_,
-                                src.strides_, device_, stream, non_blocking);
+    return backend->StridedCopy(data_ptr(), src.data_ptr(), unit, geometry.sizes,
+                                geometry.dst_strides, geometry.src_strides, device_, stream,
+                                non_blocking);
   }
   // Across devices the bytes move with one contiguous memcpy on `stream`, or with at most
   // kMaxPitchedCopies pitched copies when the innermost dim is whole on both sides (a

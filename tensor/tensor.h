@@ -5,6 +5,12 @@
 // object is cheap and aliases the same bytes (like a PyTorch tensor handle); Clone()
 // copies the bytes. A meta tensor has a shape and dtype but no storage.
 //
+// A tensor of a sub-byte dtype (tensor/dtype.h) exists only where its bytes can be reached
+// whole: its offset, its runs of adjacent elements and the distances between runs are whole
+// bytes (a contiguous tensor needs only numel * bits / 8 to be whole). A factory or view
+// that would cut an element's byte is InvalidArgument naming the dtype, the geometry and
+// the cut.
+//
 // Views (Narrow, Slice, Select, View, Reshape, Flatten) share the storage. Functions
 // that can fail return absl::Status / absl::StatusOr with a message naming the op, the
 // dim and the sizes; none throws. Negative dims count from the end, as in PyTorch.
@@ -41,7 +47,8 @@ class Tensor {
   // --- factories ---------------------------------------------------------------------
   // Uninitialised contiguous tensor. CPU memory is 256-byte aligned; CUDA memory comes
   // from the registered CUDA backend (FailedPrecondition without one); meta allocates
-  // nothing. InvalidArgument on negative sizes or element-count overflow.
+  // nothing. InvalidArgument on negative sizes, element-count overflow, or elements that
+  // are not a whole number of bytes (BytesForElements).
   static absl::StatusOr<Tensor> Empty(IntSpan shape, DType dtype, Device device = Device::CPU());
   // Zero-filled contiguous tensor (CPU: memset; CUDA: cudaMemsetAsync on the device's
   // default stream, complete on return; meta: no data).
@@ -49,13 +56,19 @@ class Tensor {
   // A meta tensor: shape, dtype, contiguous strides, no storage.
   static absl::StatusOr<Tensor> Meta(IntSpan shape, DType dtype);
   // A view of `storage`. Checks that every reachable element lies inside the storage
-  // (OutOfRange otherwise) and that sizes, strides and offset are non-negative.
+  // (OutOfRange otherwise), that sizes, strides and offset are non-negative, and the
+  // sub-byte rule above (InvalidArgument).
   static absl::StatusOr<Tensor> FromStorage(std::shared_ptr<Storage> storage, DType dtype,
                                             IntSpan shape, IntSpan strides,
                                             int64_t storage_offset = 0);
   // Contiguous view of `storage` from byte 0.
   static absl::StatusOr<Tensor> FromStorage(std::shared_ptr<Storage> storage, DType dtype,
                                             IntSpan shape);
+  // Contiguous view of `storage` from byte `byte_offset`, which need not hold a whole
+  // number of elements (a 6-bit tensor at byte 16): the view then borrows the bytes from
+  // there, keeping `storage` alive (and pinned if it is). Rules and errors as FromStorage.
+  static absl::StatusOr<Tensor> AtByteOffset(std::shared_ptr<Storage> storage, int64_t byte_offset,
+                                             DType dtype, IntSpan shape);
 
   // --- metadata ----------------------------------------------------------------------
   bool defined() const { return defined_; }
@@ -68,8 +81,11 @@ class Tensor {
   int dim() const { return static_cast<int>(shape_.size()); }
   int64_t size(int dim) const;  // dim may be negative; debug-asserts range
   int64_t numel() const { return numel_; }
-  int64_t element_size() const { return ElementSize(dtype_); }  // bytes
-  int64_t nbytes() const { return numel_ * element_size(); }    // bytes of the elements
+  // Bytes of the elements (numel * bits / 8; whole for every tensor that exists).
+  int64_t nbytes() const {
+    const int bits = ElementBits(dtype_);
+    return IsSubByte(dtype_) ? numel_ * bits / 8 : numel_ * (bits / 8);
+  }
   // True when the strides are the row-major ones (ignoring dims of size 1 and tensors
   // with no elements), as torch.Tensor.is_contiguous().
   bool is_contiguous() const;
@@ -131,7 +147,8 @@ class Tensor {
          IntVector strides, int64_t storage_offset);
   // Wraps a possibly negative dim; InvalidArgument naming `op` when out of range.
   absl::StatusOr<int> WrapDim(int dim, const char* op) const;
-  absl::StatusOr<Tensor> WithGeometry(IntVector shape, IntVector strides,
+  // A view of the same storage; the sub-byte rule is checked (errors name `op`).
+  absl::StatusOr<Tensor> WithGeometry(const char* op, IntVector shape, IntVector strides,
                                       int64_t storage_offset) const;
 
   bool defined_ = false;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/internal/byte_layout.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tensor/tensor.h"
 
@@ -92,8 +93,9 @@ absl::StatusOr<int> Tensor::WrapDim(int dim, const char* op) const {
   return dim < 0 ? dim + n : dim;
 }
 
-absl::StatusOr<Tensor> Tensor::WithGeometry(IntVector shape, IntVector strides,
+absl::StatusOr<Tensor> Tensor::WithGeometry(const char* op, IntVector shape, IntVector strides,
                                             int64_t storage_offset) const {
+  SDRT_RETURN_IF_ERROR(internal::CheckByteAddressable(op, dtype_, shape, strides, storage_offset));
   return Tensor(storage_, dtype_, device_, std::move(shape), std::move(strides), storage_offset);
 }
 
@@ -108,7 +110,7 @@ absl::StatusOr<Tensor> Tensor::Narrow(int dim, int64_t start, int64_t length) co
   }
   IntVector shape = shape_;
   shape[d] = length;
-  return WithGeometry(std::move(shape), strides_, storage_offset_ + start * strides_[d]);
+  return WithGeometry("Narrow", std::move(shape), strides_, storage_offset_ + start * strides_[d]);
 }
 
 absl::StatusOr<Tensor> Tensor::Slice(int dim, int64_t start, int64_t end, int64_t step) const {
@@ -128,7 +130,8 @@ absl::StatusOr<Tensor> Tensor::Slice(int dim, int64_t start, int64_t end, int64_
   IntVector strides = strides_;
   shape[d] = length;
   strides[d] *= step;
-  return WithGeometry(std::move(shape), std::move(strides), storage_offset_ + start * strides_[d]);
+  return WithGeometry("Slice", std::move(shape), std::move(strides),
+                      storage_offset_ + start * strides_[d]);
 }
 
 absl::StatusOr<Tensor> Tensor::Select(int dim, int64_t index) const {
@@ -143,7 +146,8 @@ absl::StatusOr<Tensor> Tensor::Select(int dim, int64_t index) const {
   IntVector strides = strides_;
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
-  return WithGeometry(std::move(shape), std::move(strides), storage_offset_ + index * strides_[d]);
+  return WithGeometry("Select", std::move(shape), std::move(strides),
+                      storage_offset_ + index * strides_[d]);
 }
 
 absl::StatusOr<Tensor> Tensor::View(IntSpan shape) const {
@@ -155,7 +159,7 @@ absl::StatusOr<Tensor> Tensor::View(IntSpan shape) const {
         absl::StrCat("View: ", ToString(), " cannot be viewed as ", ShapeToString(inferred),
                      " without a copy (its strides span several chunks); use Reshape"));
   }
-  return WithGeometry(std::move(inferred), *std::move(strides), storage_offset_);
+  return WithGeometry("View", std::move(inferred), *std::move(strides), storage_offset_);
 }
 
 absl::StatusOr<Tensor> Tensor::Reshape(IntSpan shape) const {

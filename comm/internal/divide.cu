@@ -98,6 +98,16 @@ absl::Status DivideOnDevice(void* data, DType dtype, int64_t count, int divisor,
     case DType::kInt16:
     case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+    case DType::kComplex64:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0FNU:
+    case DType::kFloat6E2M3FN:
+    case DType::kFloat6E3M2FN:
+    case DType::kFloat4E2M1FNx2:
       break;
   }
   return absl::InvalidArgumentError(

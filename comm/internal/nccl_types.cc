@@ -36,6 +36,17 @@ int NcclDataType(DType dtype) {
     case DType::kFloat8E5M2:
       return ncclNumTypes;
 #endif
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+    case DType::kComplex64:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0FNU:
+    case DType::kFloat6E2M3FN:
+    case DType::kFloat6E3M2FN:
+    case DType::kFloat4E2M1FNx2:
+      return ncclNumTypes;  // moved as bytes, never reduced
   }
   return ncclNumTypes;
 }

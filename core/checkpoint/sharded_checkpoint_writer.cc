@@ -17,9 +17,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
-#include "sdrt/core/io/bounded_file.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/atomic_file.h"
+#include "sdrt/core/io/bounded_file.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -163,6 +164,11 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
                           absl::StrCat(src, ": ", placements.status().message()));
     }
     t.placements = *std::move(placements);
+    if (absl::Status cut =
+            CheckShardingCutsWholeBytes(e.name, e.dtype, e.shape, *mesh, t.placements);
+        !cut.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(src, ": ", cut.message()));
+    }
     absl::StatusOr<IntVector> local = ComputeLocalShape(t.shape, *mesh, t.placements, 0);
     if (!local.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(src, ": tensor ", e.name, " with ",
@@ -178,9 +184,9 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   {
     SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
     if (static_cast<int64_t>(json.size()) > kMaxJsonFileBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          src, ": its index.json would take ", json.size(), " bytes, over the ",
-          kMaxJsonFileBytes, " the reader accepts (metadata or names too large)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(src, ": its index.json would take ", json.size(), " bytes, over the ",
+                       kMaxJsonFileBytes, " the reader accepts (metadata or names too large)"));
     }
     const absl::StatusOr<ShardedCheckpointIndex> readable =
         internal::ParseIndex(json, std::string(kShardedCheckpointIndexName), out_dir);

@@ -286,7 +286,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
       continue;
     }
     targets.push_back(std::make_unique<internal::LocalTarget>(*std::move(target)));
-    planned.push_back({entry.shape, ElementSize(entry.dtype)});
+    planned.push_back({entry.shape, ElementBits(entry.dtype)});
     sources.push_back(is_root ? &root_tensors[this_tensor] : nullptr);
     target_of.push_back(targets.back().get());
     dtypes.push_back(entry.dtype);

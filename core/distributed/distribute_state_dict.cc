@@ -13,6 +13,7 @@
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
@@ -46,6 +47,14 @@ absl::Status CheckTensorLeaf(const std::string& path, const Tensor& full, const 
         absl::StrCat("'", path, "': the local ", ValueKindName(local.kind()), " is ",
                      DTypeName(dtype), ShapeToString(global), " but the full state dict holds ",
                      DTypeName(full.dtype()), ShapeToString(full.shape())));
+  }
+  if (local.kind() == ValueKind::kDTensor) {
+    const DTensor& d = local.as_dtensor();
+    return CheckShardingCutsWholeBytes(path, dtype, global, *d.mesh(), d.placements());
+  }
+  for (const LocalShard& s : local.as_sharded().local_shards()) {
+    SDRT_RETURN_IF_ERROR(
+        CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets, s.metadata.sizes));
   }
   return absl::OkStatus();
 }

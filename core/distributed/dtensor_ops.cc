@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/internal/gather_plan.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -51,6 +52,8 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
   const IntVector& global_shape = dtensor.global_shape();
   SDRT_RETURN_IF_ERROR(
       ValidateLocalShape(dtensor.local().shape(), global_shape, mesh, placements, comm.rank()));
+  SDRT_RETURN_IF_ERROR(
+      CheckShardingCutsWholeBytes("", dtensor.dtype(), global_shape, mesh, placements));
   SDRT_ASSIGN_OR_RETURN(const std::vector<int> order, MeshDimsToReplicate(mesh, placements));
   if (order.empty()) return dtensor.local();
 

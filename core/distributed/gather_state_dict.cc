@@ -22,6 +22,7 @@
 #include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -53,8 +54,10 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
         return absl::FailedPreconditionError(
             absl::StrCat("'", leaf.path, "': the local tensor is on meta (no data to gather)"));
       }
-      return ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(), d.placements(),
-                                comm.rank(), leaf.path);
+      SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
+                                              d.placements(), comm.rank(), leaf.path));
+      return CheckShardingCutsWholeBytes(leaf.path, d.dtype(), d.global_shape(), *d.mesh(),
+                                         d.placements());
     }
     case ValueKind::kShardedTensor:
       for (const LocalShard& s : v.as_sharded().local_shards()) {
@@ -62,6 +65,9 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
           return absl::FailedPreconditionError(
               absl::StrCat("'", leaf.path, "': a local shard is on meta (no data to gather)"));
         }
+        SDRT_RETURN_IF_ERROR(CheckBoxCutsWholeBytes(leaf.path, v.as_sharded().dtype(),
+                                                    v.as_sharded().global_shape(),
+                                                    s.metadata.offsets, s.metadata.sizes));
       }
       return absl::OkStatus();
     case ValueKind::kTensor:
@@ -192,8 +198,8 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
         !gathered.ok()) {
       // Which bucket, so that a timeout or a failed rank can be placed in the run.
       return absl::Status(gathered.code(),
-                          absl::StrCat("bucket ", b + 1, " of ", buckets.size(), " (",
-                                       end - begin, " tensors): ", gathered.message()));
+                          absl::StrCat("bucket ", b + 1, " of ", buckets.size(), " (", end - begin,
+                                       " tensors): ", gathered.message()));
     }
     if (keep) {
       for (size_t i = begin; i < end; ++i)

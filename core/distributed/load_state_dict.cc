@@ -56,7 +56,7 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
     for (size_t d = 0; d < begin.size(); ++d) box_shape[d] = end[d] - begin[d];
     const int64_t at = base + (s.file_offset - read.offset);
     Tensor box;
-    if (at % ElementSize(entry.dtype) == 0) {
+    if (at % ElementAlignment(entry.dtype) == 0) {
       SDRT_ASSIGN_OR_RETURN(box, internal::ByteView(buffer, at, entry.dtype, box_shape));
     } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
@@ -131,7 +131,7 @@ absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::Mutab
         internal::PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[it->second], rules));
     targets.push_back(std::make_unique<internal::LocalTarget>(std::move(target)));
     for (size_t d = 0; d < targets.back()->dests.size(); ++d) {
-      reads.push_back(internal::ReadTensor{entry.file, entry.offset, ElementSize(entry.dtype),
+      reads.push_back(internal::ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype),
                                            entry.shape, targets.back()->runs[d]});
       dests.push_back(ReadDest{targets.back().get(), &entry, d});
     }

@@ -10,17 +10,18 @@
 // implementation, safetensors 0.8.0: header length at most 100,000,000 bytes and inside the
 // file; UTF-8 JSON, one object (whitespace around it allowed, nothing else, no NUL byte;
 // nesting at most 127 deep); each entry an object with a dtype, a shape of non-negative
-// integers and data_offsets [begin, end] (other fields ignored), shape x element size ==
-// end - begin; ranges that tile the data region exactly; "__metadata__" null or an object
-// of strings. A file the reference loads is refused only for (a) duplicate keys, which the
-// reference resolves silently by keeping the last, (b) a dtype sdrt lacks (U16, U32, U64,
-// C64, F4, F6_*, F8_E8M0, F8_*FNUZ: reported as valid but unsupported), (c) a dimension
-// above 2^63 - 1 in a shape holding a 0. Conversely, of 600 crafted headers compared with
-// 0.8.0, none it refuses does sdrt load.
+// integers and data_offsets [begin, end] (other fields ignored), numel(shape) x bits / 8
+// == end - begin, a whole number of bytes (the shape counts elements, also the 4- and 6-bit
+// ones: F4 [4, 8] is 16 bytes); ranges that tile the data region exactly; "__metadata__"
+// null or an object of strings. Every dtype of 0.8.0 is read (tensor/dtype.h). A file the
+// reference loads is refused only for (a) duplicate keys, which the reference resolves
+// silently by keeping the last, (b) a dimension above 2^63 - 1 in a shape holding a 0.
+// Conversely, of 600 crafted headers compared with 0.8.0, none it refuses does sdrt load.
 // Every error is an absl::Status naming the file, the tensor or metadata key and the rule.
 // Tensors borrow the mapping zero-copy when their address is a multiple of their element
-// size and are copied into aligned memory otherwise (files from other writers may leave
-// the data region unaligned: a header length that is not a multiple of 8).
+// size (any byte for sub-byte dtypes) and are copied into aligned memory otherwise (files
+// from other writers may leave the data region unaligned: a header length that is not a
+// multiple of 8).
 //
 // Writing lays the data out largest element size first (so every tensor is aligned for the
 // zero-copy read), pads the header with spaces so the data starts at a multiple of 8,

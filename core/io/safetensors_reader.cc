@@ -108,14 +108,13 @@ absl::StatusOr<Tensor> SafetensorsFile::Get(absl::string_view name) const {
     return absl::NotFoundError(
         absl::StrCat(source_, ": no tensor named \"", absl::Utf8SafeCHexEscape(name), "\""));
   }
-  const int64_t element_size = ElementSize(entry->dtype);
+  const int64_t alignment = ElementAlignment(entry->dtype);
   const int64_t offset = data_offset() + entry->data_begin;  // bytes from the file start
   const char* base = static_cast<const char*>(storage_->data());
   const bool aligned =
-      offset % element_size == 0 && reinterpret_cast<uintptr_t>(base) % element_size == 0;
+      offset % alignment == 0 && reinterpret_cast<uintptr_t>(base) % alignment == 0;
   if (entry->data_end > entry->data_begin && aligned) {
-    return Tensor::FromStorage(storage_, entry->dtype, entry->shape,
-                               ContiguousStrides(entry->shape), offset / element_size);
+    return Tensor::AtByteOffset(storage_, offset, entry->dtype, entry->shape);
   }
   absl::StatusOr<Tensor> copy = Tensor::Empty(entry->shape, entry->dtype);
   if (!copy.ok()) return WithSource(copy.status(), absl::StrCat(source_, ": ", entry->name));

@@ -67,17 +67,20 @@ absl::StatusOr<Layout> LayOut(absl::Span<const SafetensorsTensorSpec> specs, boo
       }
     }
     absl::StatusOr<int64_t> numel = CheckedNumel(spec.shape);
-    if (!numel.ok() || *numel > std::numeric_limits<int64_t>::max() / ElementSize(spec.dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(quoted, ": shape ", ShapeToString(spec.shape), " is not a valid size"));
+    absl::StatusOr<int64_t> bytes =
+        numel.ok() ? BytesForElements(spec.dtype, *numel) : numel.status();
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(quoted, ": shape ", ShapeToString(spec.shape),
+                                                     " is not a valid size: ",
+                                                     bytes.status().message()));
     }
-    nbytes.push_back(*numel * ElementSize(spec.dtype));
+    nbytes.push_back(*bytes);
     layout.entries.push_back(SafetensorsEntry{spec.name, spec.dtype, spec.shape, 0, 0});
     layout.data_order.push_back(layout.data_order.size());
   }
   if (!given_order) {
     std::stable_sort(layout.data_order.begin(), layout.data_order.end(), [&](size_t a, size_t b) {
-      return ElementSize(specs[a].dtype) > ElementSize(specs[b].dtype);
+      return ElementAlignment(specs[a].dtype) > ElementAlignment(specs[b].dtype);
     });
   }
   int64_t offset = 0;

@@ -75,8 +75,7 @@ class ArenaBuilder {
           absl::StrCat("CreateCpuStateDict: slot ", next_slot_, " does not match ", t.ToString()));
     }
     const Slot& slot = slots_[next_slot_++];
-    return Tensor::FromStorage(arena_, t.dtype(), t.shape(), ContiguousStrides(t.shape()),
-                               slot.offset / t.element_size());
+    return Tensor::AtByteOffset(arena_, slot.offset, t.dtype(), t.shape());
   }
 
  private:

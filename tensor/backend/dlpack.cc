@@ -93,11 +93,12 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
                                                      " overflows int64"));
     }
   }
-  const int64_t elem = ElementSize(dtype);
-  int64_t nbytes = 0;
-  if (numel > 0 && __builtin_mul_overflow(last + 1, elem, &nbytes)) {
+  // The bytes holding elements [0, last] (sub-byte elements are packed, DLPack 1.1).
+  int64_t nbits = 0;
+  if (numel > 0 && __builtin_mul_overflow(last + 1, ElementBits(dtype), &nbits)) {
     return absl::InvalidArgumentError("FromDLPack: byte extent overflows int64");
   }
+  const int64_t nbytes = nbits / 8 + (nbits % 8 != 0);
   char* data = static_cast<char*>(dl.data) + dl.byte_offset;
   std::shared_ptr<Storage> storage = Storage::Borrow(data, nbytes, device, [managed](void*) {
     if (managed->deleter != nullptr) managed->deleter(managed);

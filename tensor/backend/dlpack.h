@@ -20,7 +20,8 @@ namespace sdrt {
 // it must not write; Clone() such tensors first when the consumer may write. The
 // caller (the consumer) owns the result and must call its deleter exactly once. The
 // DLTensor's data is tensor.data_ptr() with byte_offset 0; shape and strides are in
-// elements. Pinned host storage is reported as kDLCUDAHost. FailedPrecondition for
+// elements. Sub-byte dtypes are exported as DLPack 1.1 describes them (bits 4 or 6, packed,
+// shape and strides in elements). Pinned host storage is reported as kDLCUDAHost. FailedPrecondition for
 // undefined and meta tensors (DLPack has no storage-less device).
 absl::StatusOr<DLManagedTensor*> ToDLPack(const Tensor& tensor);
 
@@ -31,7 +32,8 @@ absl::StatusOr<DLManagedTensor*> ToDLPack(const Tensor& tensor);
 // kDLCUDAHost storage is pinned (is_pinned()) but not owned: PinStorage leaves it alone and
 // nothing is unregistered when it is released.
 // InvalidArgument for null input, unknown dtypes, lanes != 1, negative sizes or strides,
-// or other device types.
+// other device types, and sub-byte views whose runs begin or end inside a byte (Tensor's
+// rule).
 absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed);
 
 }  // namespace sdrt

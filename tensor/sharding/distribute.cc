@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -13,8 +14,8 @@
 namespace sdrt {
 namespace {
 
-// The bytes of the value one of `dtype`, little-endian, in the low ElementSize(dtype)
-// bytes.
+// The bytes of the value one of `dtype`, little-endian, in the low ElementBits(dtype) / 8
+// bytes (complex64: 1 + 0i). Not for sub-byte dtypes.
 uint64_t OneBits(DType dtype) {
   switch (dtype) {
     case DType::kFloat16:
@@ -37,6 +38,17 @@ uint64_t OneBits(DType dtype) {
       return 0x38;
     case DType::kFloat8E5M2:
       return 0x3c;
+    case DType::kFloat8E4M3FNUZ:  // exponent bias 8
+    case DType::kFloat8E5M2FNUZ:  // exponent bias 16
+      return 0x40;
+    case DType::kFloat8E8M0FNU:  // 2^(127 - 127)
+      return 0x7f;
+    case DType::kComplex64: {
+      const float f = 1.0f;
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, sizeof(f));
+      return bits;  // the imaginary part's bytes are zero
+    }
     default:  // bool and the integers
       return 1;
   }
@@ -50,7 +62,7 @@ void FillHost(Tensor& t, PartialIdentity fill) {
     return;
   }
   const uint64_t one = OneBits(t.dtype());
-  const int64_t elem = t.element_size();
+  const int64_t elem = ElementBits(t.dtype()) / 8;
   for (int64_t i = 0; i < t.numel(); ++i) std::memcpy(data + i * elem, &one, elem);
 }
 
@@ -91,6 +103,11 @@ absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
   if (fill == PartialIdentity::kNone || local.numel() == 0 || local.is_meta()) {
     return absl::OkStatus();
   }
+  if (fill == PartialIdentity::kOne && IsSubByte(local.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FillPartialIdentity: a Partial(prod) piece of ", local.ToString(),
+                     " needs the value one, which sdrt does not write for sub-byte dtypes"));
+  }
   if (local.device().is_cpu() && local.is_contiguous()) {
     FillHost(local, fill);
     return absl::OkStatus();
@@ -111,6 +128,8 @@ absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<con
   }
   SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
                         ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
+  SDRT_RETURN_IF_ERROR(
+      CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), *mesh, placements));
   SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(*mesh, placements, *coord));
   SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype(), full.device()));
   if (fill == PartialIdentity::kNone) {

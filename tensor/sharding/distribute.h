@@ -50,8 +50,8 @@ absl::StatusOr<PartialIdentity> PartialIdentityOf(const DeviceMesh& mesh,
 // (Tensor::CopyFrom, blocking, CUDA's default stream) into a device or non-contiguous
 // `local`; a contiguous CPU `local` is written in place. Errors: those of
 // PartialIdentityOf (before anything is written), FailedPrecondition for an undefined
-// `local`, and the allocation and copy errors of Tensor (e.g. a CUDA tensor in a build
-// without CUDA).
+// `local`, InvalidArgument for ones of a sub-byte dtype (not written by sdrt), and the allocation
+// and copy errors of Tensor (e.g. a CUDA tensor in a build without CUDA).
 absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
                                  const std::vector<Placement>& placements, IntSpan coordinate);
 
@@ -66,7 +66,9 @@ absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
 // mesh dim holds zeros; otherwise a rank off coordinate 0 of some Partial(product) mesh
 // dim holds ones; every other rank (avg, min, max) holds `full`'s values. CUDA copies and
 // fills complete before returning. InvalidArgument for an undefined `full`, a null mesh,
-// a rank not in the mesh and the errors of ComputeLocalShapeAndGlobalOffset; the
+// a rank not in the mesh, a sub-byte `full` that some rank's piece would cut inside a byte
+// (CheckShardingCutsWholeBytes, sharding/byte_cuts.h) and the errors of
+// ComputeLocalShapeAndGlobalOffset; the
 // allocation and copy errors of Tensor (e.g. a CUDA `full` in a build without CUDA).
 absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
                                          const std::vector<Placement>& placements, int64_t rank);

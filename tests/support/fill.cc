@@ -5,7 +5,20 @@
 
 namespace sdrt::test {
 
+namespace {
+
+// The bytes of a sub-byte tensor, which has no addressable elements: byte k holds
+// (k + salt) mod 256, so every element is distinct from its neighbours.
+Tensor SubByteBytes(IntSpan shape, DType dtype, int64_t salt) {
+  Tensor t = *Tensor::Empty(shape, dtype);
+  for (int64_t k = 0; k < t.nbytes(); ++k) t.data<uint8_t>()[k] = static_cast<uint8_t>(k + salt);
+  return t;
+}
+
+}  // namespace
+
 Tensor Arange(IntSpan shape, DType dtype, int64_t start) {
+  if (IsSubByte(dtype)) return SubByteBytes(shape, dtype, start);
   Tensor t = *Tensor::Empty(shape, dtype);
   for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t v = start + i;
@@ -19,8 +32,28 @@ Tensor Arange(IntSpan shape, DType dtype, int64_t start) {
         break;
       case DType::kFloat8E4M3FN:
       case DType::kFloat8E5M2:
+      case DType::kFloat8E4M3FNUZ:
+      case DType::kFloat8E5M2FNUZ:
+      case DType::kFloat8E8M0FNU:
         t.data<uint8_t>()[i] = static_cast<uint8_t>((v % 127 + 127) % 127);
         break;
+      case DType::kUInt16:
+        t.data<uint16_t>()[i] = static_cast<uint16_t>(v);
+        break;
+      case DType::kUInt32:
+        t.data<uint32_t>()[i] = static_cast<uint32_t>(v);
+        break;
+      case DType::kUInt64:
+        t.data<uint64_t>()[i] = static_cast<uint64_t>(v);
+        break;
+      case DType::kComplex64:
+        t.data<float>()[2 * i] = static_cast<float>(v);
+        t.data<float>()[2 * i + 1] = 0.0f;
+        break;
+      case DType::kFloat6E2M3FN:
+      case DType::kFloat6E3M2FN:
+      case DType::kFloat4E2M1FNx2:
+        break;  // SubByteBytes above
       case DType::kInt16:
         t.data<int16_t>()[i] = static_cast<int16_t>(v);
         break;
@@ -48,6 +81,7 @@ Tensor Arange(IntSpan shape, DType dtype, int64_t start) {
 }
 
 Tensor ValuePattern(IntSpan shape, DType dtype, int64_t salt) {
+  if (IsSubByte(dtype)) return SubByteBytes(shape, dtype, 3 * salt);
   Tensor t = *Tensor::Empty(shape, dtype);
   for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t k = 3 * i + salt;
@@ -63,8 +97,28 @@ Tensor ValuePattern(IntSpan shape, DType dtype, int64_t salt) {
         break;
       case DType::kFloat8E4M3FN:
       case DType::kFloat8E5M2:
+      case DType::kFloat8E4M3FNUZ:
+      case DType::kFloat8E5M2FNUZ:
+      case DType::kFloat8E8M0FNU:
         t.data<uint8_t>()[i] = static_cast<uint8_t>(1 + k % 120);
         break;
+      case DType::kUInt16:
+        t.data<uint16_t>()[i] = static_cast<uint16_t>(k * 31);
+        break;
+      case DType::kUInt32:
+        t.data<uint32_t>()[i] = static_cast<uint32_t>(k * 2654435761u);
+        break;
+      case DType::kUInt64:
+        t.data<uint64_t>()[i] = static_cast<uint64_t>(k) * 0x9e3779b97f4a7c15ull;
+        break;
+      case DType::kComplex64:
+        t.data<float>()[2 * i] = static_cast<float>(k % 1000 - 500) * 0.5f;
+        t.data<float>()[2 * i + 1] = static_cast<float>(k % 77) * -0.25f;
+        break;
+      case DType::kFloat6E2M3FN:
+      case DType::kFloat6E3M2FN:
+      case DType::kFloat4E2M1FNx2:
+        break;  // SubByteBytes above
       case DType::kInt16:
         t.data<int16_t>()[i] = static_cast<int16_t>(k % 65536 - 32768);
         break;

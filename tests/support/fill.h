@@ -21,13 +21,16 @@ namespace sdrt::test {
 // A tensor of `shape` whose element i (row-major) holds start + i: bool (start + i) % 2,
 // uint8 and int8 modulo 2^8, int16 modulo 2^16, float16 and bfloat16 rounded (exact while
 // |start + i| <= 2048 and 256), float8 the byte (start + i) mod 127 (a finite value; the
-// bit pattern, not the number start + i).
+// bit pattern, not the number start + i), uint16/32/64 modulo their range, complex64
+// start + i + 0i. Sub-byte dtypes have no addressable elements: byte k holds
+// (start + k) mod 256.
 Tensor Arange(IntSpan shape, DType dtype = DType::kFloat32, int64_t start = 0);
 
 // A tensor of `shape` whose element i (row-major) holds a value made from k = 3 i + salt,
 // exact in its dtype: bool (i + salt) % 3 == 0, integers spread over their range with both
 // signs, bfloat16 and float16 in [-128, 128) and [-1024, 1024), float32 and float64
-// fractions, float8 a finite nonzero byte. Different salts give different tensors.
+// fractions, float8 a finite nonzero byte, complex64 both parts; sub-byte dtypes byte k
+// (3 salt + k) mod 256. Different salts give different tensors.
 Tensor ValuePattern(IntSpan shape, DType dtype, int64_t salt);
 
 // A tensor of `shape` whose byte k is (7 k + seed) mod 63 + 1, in [1, 0x3f], so that every

@@ -4,6 +4,7 @@
 #ifndef SDRT_TESTS_SUPPORT_TEST_UTIL_H_
 #define SDRT_TESTS_SUPPORT_TEST_UTIL_H_
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -17,12 +18,29 @@ namespace sdrt::test {
 // Every dtype, in the order of SDRT_DTYPE_TABLE (tensor/dtype.h), generated from that
 // table so that a dtype added there is covered by every test that loops over this.
 inline constexpr DType kAllDTypes[] = {
-#define SDRT_TEST_DTYPE_LIST(e, name, st, size, dl_code, dl_bits) DType::k##e,
+#define SDRT_TEST_DTYPE_LIST(e, name, st, bits, dl_code) DType::k##e,
     SDRT_DTYPE_TABLE(SDRT_TEST_DTYPE_LIST)
 #undef SDRT_TEST_DTYPE_LIST
 };
 static_assert(sizeof(kAllDTypes) / sizeof(kAllDTypes[0]) == kNumDTypes,
               "kAllDTypes lists every dtype of the table");
+
+// The dtypes of kAllDTypes whose elements are whole bytes (all but F4 and F6_*), in table
+// order: for the tests whose shapes (odd sizes, uneven shards) or element-wise checks need
+// addressable elements. The sub-byte dtypes have tests of their own.
+inline constexpr int kNumWholeByteDTypes = [] {
+  int n = 0;
+  for (DType d : kAllDTypes) n += IsSubByte(d) ? 0 : 1;
+  return n;
+}();
+inline constexpr std::array<DType, kNumWholeByteDTypes> kWholeByteDTypes = [] {
+  std::array<DType, kNumWholeByteDTypes> out{};
+  size_t i = 0;
+  for (DType d : kAllDTypes) {
+    if (!IsSubByte(d)) out[i++] = d;
+  }
+  return out;
+}();
 
 // The folder tests write files into: $SDRT_TEST_TMP (the tests build folder under CTest),
 // else GoogleTest's TempDir().

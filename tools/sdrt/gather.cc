@@ -93,7 +93,8 @@ std::vector<SafetensorsTensorSpec> Specs(const ShardedCheckpointIndex& index) {
 std::vector<int64_t> TensorBytes(const ShardedCheckpointIndex& index) {
   std::vector<int64_t> nbytes;
   for (const ShardedCheckpointTensor& t : index.tensors) {
-    nbytes.push_back(*CheckedNumel(t.shape) * ElementSize(t.dtype));
+    // Validated by the index reader: whole bytes, no overflow.
+    nbytes.push_back(BytesForElements(t.dtype, *CheckedNumel(t.shape)).value_or(0));
   }
   return nbytes;
 }

@@ -95,13 +95,13 @@ int InspectShardedCheckpoint(const InspectArgs& args) {
       }
       int64_t numel = 1;
       for (int64_t s : *local) numel *= s;
-      rank_bytes[r] += numel * ElementSize(t.dtype);
+      rank_bytes[r] += BytesForElements(t.dtype, numel).value_or(0);  // validated
       shapes.push_back(*std::move(local));
     }
     int64_t numel = 1;
     for (int64_t s : t.shape) numel *= s;
     parameters += numel;
-    bytes += numel * ElementSize(t.dtype);
+    bytes += BytesForElements(t.dtype, numel).value_or(0);  // validated by the reader
     local_shapes.push_back(std::move(shapes));
   }
   std::vector<int64_t> file_sizes;

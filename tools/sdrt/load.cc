@@ -155,7 +155,7 @@ int RunLoad(const LoadArgs& args) {
     for (size_t i = 0; i < local->size(); ++i) {
       const Value& v = local->value(i);
       const Tensor& t = v.kind() == ValueKind::kDTensor ? v.as_dtensor().local() : v.as_tensor();
-      load_stats.bytes_kept += t.numel() * t.element_size();
+      load_stats.bytes_kept += t.nbytes();
     }
   }
   absl::StatusOr<std::vector<int64_t>> bytes_read =
@@ -190,9 +190,9 @@ int RunLoad(const LoadArgs& args) {
 
   int64_t bytes = 0;
   for (const TensorInfo& info : *infos) {
-    int64_t n = ElementSize(info.dtype);
-    for (int64_t s : info.shape) n *= s;
-    bytes += n;
+    int64_t numel = 1;
+    for (int64_t s : info.shape) numel *= s;
+    bytes += BytesForElements(info.dtype, numel).value_or(0);  // validated by the source
   }
   const double gbps = seconds > 0 ? bytes / seconds / 1e9 : 0;
   const std::string against = args.verify_dir.empty() ? args.file : args.verify_dir;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/internal/strict_json.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -106,7 +107,11 @@ absl::StatusOr<ShardedCheckpointTensor> ParseTensor(const Json& value, const Dev
   if (!dtype.ok()) return Bad(named, dtype.status().message());
   t.dtype = *dtype;
   SDRT_ASSIGN_OR_RETURN(t.shape, GetShape(value["shape"], named, "shape", 0));
-  if (!CheckedNumel(t.shape).ok()) return Bad(named, "the shape's element count overflows int64");
+  absl::StatusOr<int64_t> numel = CheckedNumel(t.shape);
+  if (!numel.ok()) return Bad(named, "the shape's element count overflows int64");
+  if (absl::Status bytes = BytesForElements(t.dtype, *numel).status(); !bytes.ok()) {
+    return Bad(named, bytes.message());
+  }
   SDRT_ASSIGN_OR_RETURN(const std::string placements,
                         GetString(value["placements"], named, "placements"));
   absl::StatusOr<std::vector<Placement>> parsed = ParsePlacements(placements);
@@ -129,6 +134,10 @@ absl::StatusOr<ShardedCheckpointTensor> ParseTensor(const Json& value, const Dev
   }
   absl::StatusOr<IntVector> local = ComputeLocalShape(t.shape, mesh, t.placements, 0);
   if (!local.ok()) return Bad(named, local.status().message());
+  if (absl::Status cut = CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, mesh, t.placements);
+      !cut.ok()) {
+    return Bad(where, cut.message());
+  }
   SDRT_ASSIGN_OR_RETURN(const std::string hash, GetString(value["xxh64"], named, "xxh64"));
   SDRT_ASSIGN_OR_RETURN(t.xxh64, ParseXxh64(hash, named));
   return t;

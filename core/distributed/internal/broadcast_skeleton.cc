@@ -117,7 +117,7 @@ absl::StatusOr<json> EncodeInline(const std::string& path, const Value& v) {
       const Tensor& t = cpu->as_tensor();
       return json{{"k", "scalar"},
                   {"d", std::string(DTypeName(t.dtype()))},
-                  {"v", Binary(t.data_ptr(), static_cast<size_t>(t.element_size()))}};
+                  {"v", Binary(t.data_ptr(), static_cast<size_t>(t.nbytes()))}};
     }
     default:
       return absl::InvalidArgumentError(absl::StrCat(
@@ -149,7 +149,7 @@ absl::StatusOr<Value> DecodeInline(const json& j) {
   if (!dtype.ok()) return Malformed(dtype.status().message());
   absl::StatusOr<Tensor> t = Tensor::Empty({}, *dtype);
   if (!t.ok()) return t.status();
-  if (static_cast<int64_t>(bytes.size()) != t->element_size()) {
+  if (static_cast<int64_t>(bytes.size()) != t->nbytes()) {
     return Malformed("scalar of the wrong size");
   }
   std::memcpy(t->data_ptr(), bytes.data(), bytes.size());

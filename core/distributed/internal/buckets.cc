@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/buckets.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -8,14 +9,16 @@ namespace sdrt::internal {
 
 absl::StatusOr<Tensor> ByteView(const Tensor& buffer, int64_t byte_offset, DType dtype,
                                 IntSpan shape) {
-  const int64_t elem = ElementSize(dtype);
-  if (byte_offset % elem != 0 || (buffer.storage_offset() * buffer.element_size()) % elem != 0) {
+  if (buffer.dtype() != DType::kUInt8) {
+    return absl::InternalError(
+        absl::StrCat("ByteView: buffer ", buffer.ToString(), " is not uint8"));
+  }
+  const int64_t at = buffer.storage_offset() + byte_offset;  // bytes from the storage start
+  if (at % ElementAlignment(dtype) != 0) {
     return absl::InternalError(absl::StrCat("ByteView: byte offset ", byte_offset,
                                             " is not aligned for ", DTypeName(dtype)));
   }
-  return Tensor::FromStorage(
-      buffer.storage(), dtype, shape, ContiguousStrides(shape),
-      (buffer.storage_offset() * buffer.element_size() + byte_offset) / elem);
+  return Tensor::AtByteOffset(buffer.storage(), at, dtype, shape);
 }
 
 namespace {
@@ -52,11 +55,33 @@ std::vector<Bucket> PlanBuckets(const std::vector<PlannedTensor>& tensors, int64
     int64_t numel = 1;
     for (int64_t s : shape) numel *= s;
     if (numel == 0) continue;
-    const int64_t elem = tensors[t].element_size;
-    if (numel * elem <= bucket_bytes || ndim == 0) {
-      packer.Add({t, IntVector(shape.size(), 0), shape, numel * elem, 0});
+    const int bits = tensors[t].element_bits;
+    const int64_t total_bytes = numel * bits / 8;  // whole: the tensor exists
+    if (total_bytes <= bucket_bytes || ndim == 0) {
+      packer.Add({t, IntVector(shape.size(), 0), shape, total_bytes, 0});
       continue;
     }
+    if (bits % 8 != 0) {  // sub-byte: cut along dim 0 at whole bytes, or not at all
+      const int64_t row_bits = numel / shape[0] * bits;
+      const int64_t granule = 8 / std::gcd<int64_t>(row_bits, 8);  // rows per whole byte
+      const int64_t rows = bucket_bytes * 8 / row_bits / granule * granule;
+      if (rows == 0) {
+        packer.Add({t, IntVector(shape.size(), 0), shape, total_bytes, 0});
+        continue;
+      }
+      for (int64_t start = 0; start < shape[0]; start += rows) {
+        Piece p;
+        p.tensor = t;
+        p.begin = IntVector(shape.size(), 0);
+        p.end = shape;
+        p.begin[0] = start;
+        p.end[0] = std::min(shape[0], start + rows);
+        p.bytes = (p.end[0] - start) * row_bits / 8;
+        packer.Add(std::move(p));
+      }
+      continue;
+    }
+    const int64_t elem = bits / 8;
     // Split dim k: the first dim whose inner block (dims after k) fits in a bucket.
     int k = ndim - 1;
     int64_t inner_k = elem;  // bytes of one index of dim k: the dims after k, whole

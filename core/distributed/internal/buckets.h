@@ -19,9 +19,10 @@ constexpr int64_t AlignUp(int64_t bytes) {
   return (bytes + kBucketAlignment - 1) / kBucketAlignment * kBucketAlignment;
 }
 
-// The bytes [byte_offset, byte_offset + numel(shape) * element size) of the contiguous
-// uint8 `buffer` as a contiguous tensor of `dtype` and `shape` (shares the storage).
-// byte_offset must be a multiple of the element size.
+// The bytes [byte_offset, byte_offset + BytesForElements(numel(shape))) of the contiguous
+// uint8 `buffer` as a contiguous tensor of `dtype` and `shape` (shares the storage;
+// Tensor::AtByteOffset). byte_offset must be a multiple of ElementAlignment(dtype)
+// (Internal otherwise).
 absl::StatusOr<Tensor> ByteView(const Tensor& buffer, int64_t byte_offset, DType dtype,
                                 IntSpan shape);
 
@@ -31,7 +32,7 @@ struct Piece {
   size_t tensor = 0;   // index into the planned tensors
   IntVector begin;     // per dim, first global index
   IntVector end;       // per dim, one past the last
-  int64_t bytes = 0;   // numel of the box * element size
+  int64_t bytes = 0;   // bytes of the box's elements
   int64_t offset = 0;  // byte offset in its bucket, a multiple of kBucketAlignment
 };
 
@@ -42,14 +43,16 @@ struct Bucket {
 
 struct PlannedTensor {
   IntVector shape;
-  int64_t element_size = 1;
+  int element_bits = 8;  // ElementBits of its dtype
 };
 
 // Packs the tensors, in order, into buckets of at most `bucket_bytes` (>= 1) used bytes:
 // a tensor that fits in a bucket goes whole, into the current bucket if it fits there
 // (after alignment) or else into a new one; a larger tensor is cut into row-major
 // contiguous boxes of at most bucket_bytes (one element at least) that fill buckets the
-// same way. Zero-element tensors get no piece.
+// same way. A larger sub-byte tensor is cut only along dim 0, into boxes of whole bytes;
+// when one such box would exceed bucket_bytes it goes whole, alone. Zero-element tensors
+// get no piece.
 std::vector<Bucket> PlanBuckets(const std::vector<PlannedTensor>& tensors, int64_t bucket_bytes);
 
 }  // namespace sdrt::internal

@@ -104,7 +104,8 @@ absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherI
     }
     const int64_t numel = Numel(sizes);
     if (numel == 0) continue;
-    item.rank_bytes[q] += AlignUp(numel * ElementSize(item.dtype));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
+    item.rank_bytes[q] += AlignUp(bytes);
     item.pieces.push_back({sizes, BoxRuns(offsets, sizes)});
   }
   item.piece_begin[q + 1] = item.pieces.size();
@@ -182,7 +183,8 @@ absl::StatusOr<GatherItem> MakeDTensorItem(const DTensor& dtensor, const Tensor&
                           ComputeLocalShapeAndGlobalOffset(item.global_shape, mesh, placements, q));
     const int64_t numel = Numel(info.local_shape);
     if (numel == 0) continue;
-    item.rank_bytes[q] = AlignUp(numel * ElementSize(item.dtype));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
+    item.rank_bytes[q] = AlignUp(bytes);
     ShardRuns runs = OwnedRuns(info);
     item.pieces.push_back({std::move(info.local_shape), std::move(runs)});
     ++item.piece_begin[q + 1];

@@ -8,6 +8,7 @@
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -50,6 +51,8 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
               : absl::StrCat(where, ": ", d.ToString(), " is not on a mesh holding rank ",
                              rules.rank));
     }
+    SDRT_RETURN_IF_ERROR(
+        CheckShardingCutsWholeBytes(name, dtype, shape, *d.mesh(), d.placements()));
     SDRT_ASSIGN_OR_RETURN(
         const LocalShardInfo info,
         ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rules.rank));
@@ -89,6 +92,8 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
                                                          ShapeToString(shape)));
         }
       }
+      SDRT_RETURN_IF_ERROR(
+          CheckBoxCutsWholeBytes(name, dtype, shape, s.metadata.offsets, s.metadata.sizes));
       target.dests.push_back(s.tensor);
       target.runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
     }

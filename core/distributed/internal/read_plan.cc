@@ -2,6 +2,8 @@
 #include "sdrt/core/distributed/internal/read_plan.h"
 
 #include <algorithm>
+#include <numeric>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,19 +28,24 @@ class SegmentMaker {
       inner_[d] = acc;
       if (MulOverflows(acc, t_.shape[d], &acc)) return false;
     }
-    int64_t bytes = 0;
-    return !MulOverflows(acc, t_.element_size, &bytes) &&
-           !__builtin_add_overflow(t_.offset, bytes, &bytes);
+    int64_t bits = 0;
+    return !MulOverflows(acc, t_.element_bits, &bits) &&
+           !__builtin_add_overflow(t_.offset, bits / 8, &bits);
   }
+
+  // The first segment that would begin or end inside a byte (sub-byte dtypes), or "".
+  const std::string& error() const { return error_; }
 
   // Emits the box: `prefix` (linear index of the fixed dims), [start, start + length) on
   // dim m, whole dims after m; cut to fit max_read_bytes.
   void Emit(int64_t prefix, int m, int64_t start, int64_t length) {
-    const int64_t index_bytes = inner_[m] * t_.element_size;
-    if (length * index_bytes <= max_) {
+    const int64_t index_bits = inner_[m] * t_.element_bits;
+    // Indices per cut: as many as fit a read, a multiple of those that make whole bytes.
+    const int64_t granule = 8 / std::gcd<int64_t>(index_bits, 8);
+    const int64_t chunk = max_ * 8 / index_bits / granule * granule;
+    if (length * index_bits <= max_ * 8) {
       Push(prefix + start * inner_[m], m, length);
-    } else if (index_bytes <= max_) {
-      const int64_t chunk = max_ / index_bytes;
+    } else if (chunk > 0) {  // always on the last dim: a granule (<= 32 bytes) fits a read
       for (int64_t s = start; s < start + length; s += chunk) {
         Push(prefix + s * inner_[m], m, std::min(chunk, start + length - s));
       }
@@ -71,8 +78,14 @@ class SegmentMaker {
     s.first = first;
     s.dim = dim;
     s.length = length;
-    s.bytes = length * inner_[dim] * t_.element_size;
-    s.file_offset = t_.offset + first * t_.element_size;
+    const int64_t first_bits = first * t_.element_bits;
+    const int64_t bits = length * inner_[dim] * t_.element_bits;
+    if ((first_bits % 8 != 0 || bits % 8 != 0) && error_.empty()) {
+      error_ = absl::StrCat("the run of ", length * inner_[dim], " elements from element ", first,
+                            " begins or ends inside a byte (", t_.element_bits, "-bit elements)");
+    }
+    s.bytes = bits / 8;
+    s.file_offset = t_.offset + first_bits / 8;
     out_.push_back(s);
   }
 
@@ -81,14 +94,15 @@ class SegmentMaker {
   int64_t max_;
   std::vector<Segment>& out_;
   IntVector inner_;
+  std::string error_;
 };
 
 absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_bytes,
                         std::vector<Segment>& out) {
   const std::string where = absl::StrCat("PlanReads: tensor ", index);
   const int n = static_cast<int>(t.shape.size());
-  if (t.element_size < 1 || t.element_size > max_read_bytes || t.offset < 0 || t.file < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": element size ", t.element_size,
+  if (t.element_bits < 1 || t.element_bits > 8 * max_read_bytes || t.offset < 0 || t.file < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": element bits ", t.element_bits,
                                                    ", offset ", t.offset, " or file ", t.file,
                                                    " out of range"));
   }
@@ -125,6 +139,9 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
     }
   }
   maker.Walk(0, j, 0);
+  if (!maker.error().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", maker.error()));
+  }
   return absl::OkStatus();
 }
 

@@ -1,5 +1,5 @@
 // Read planning of LoadStateDict (core/distributed/load_state_dict.h): from the header of
-// a checkpoint alone (each tensor's file, byte offset, shape and element size) and the
+// a checkpoint alone (each tensor's file, byte offset, shape and element bits) and the
 // runs of global indices this rank keeps of each tensor (region_copy.h's ShardRuns), the
 // byte runs to read, cut into boxes that fit one staging buffer, and coalesced into a few
 // large reads per file. Pure arithmetic; nothing is read. Not public API.
@@ -30,8 +30,8 @@ struct ReadPlanOptions {
 // a dim without runs, or runs of total length 0, means nothing is kept.
 struct ReadTensor {
   int file = 0;
-  int64_t offset = 0;        // absolute byte offset of element 0 in the file
-  int64_t element_size = 1;  // >= 1
+  int64_t offset = 0;    // absolute byte offset of element 0 in the file
+  int element_bits = 8;  // ElementBits of the dtype, >= 1
   IntVector shape;           // empty for a 0-dim tensor (one element)
   ShardRuns runs;            // one entry per dim of `shape`
 };
@@ -71,9 +71,10 @@ struct ReadPlan {
 // index of its dim is larger), then the reads: segments are taken in (file, offset) order
 // and a segment joins the current read when it is in the same file, does not start before
 // the read's end, its gap passes kGapDivisor's rule, and the read stays within
-// max_read_bytes. InvalidArgument for options out of range, a run outside its tensor's
-// shape, runs of the wrong rank, an element larger than max_read_bytes, or byte counts
-// that overflow int64.
+// max_read_bytes; cuts of sub-byte tensors fall on whole bytes. InvalidArgument for
+// options out of range, a run outside its tensor's shape, runs of the wrong rank, an
+// element larger than max_read_bytes, byte counts that overflow int64, or (sub-byte
+// dtypes) a kept run that begins or ends inside a byte.
 absl::StatusOr<ReadPlan> PlanReads(const std::vector<ReadTensor>& tensors,
                                    const ReadPlanOptions& options);
 

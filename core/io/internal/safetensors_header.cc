@@ -32,17 +32,6 @@ constexpr int kMaxHeaderDepth = 127;
 // JSON's insignificant whitespace (RFC 8259), also the header's padding.
 constexpr absl::string_view kJsonWhitespace = " \t\n\r";
 
-// A dtype the reference implementation (safetensors 0.8.0) defines and sdrt does not, with
-// its size in bits.
-struct ForeignDType {
-  absl::string_view code;
-  int bits;
-};
-constexpr ForeignDType kUnsupportedDTypes[] = {
-    {"F4", 4},          {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
-    {"F8_E5M2FNUZ", 8}, {"U16", 16},    {"U32", 32},    {"C64", 64},    {"U64", 64},
-};
-
 // One SAX pass over the header: checks the syntax, duplicate keys at every level (which
 // a JSON DOM would silently collapse), the depth and trailing characters, and builds the
 // root object's members as (key, value) in the order of the text. Stops at the first
@@ -158,13 +147,6 @@ size_t ObjectEnd(absl::string_view json, size_t start) {
   return json.size();
 }
 
-// "BOOL, U8, ...": the codes sdrt reads, in the dtype table's order.
-std::string SupportedCodes() {
-  std::vector<absl::string_view> codes;
-  for (int i = 0; i < kNumDTypes; ++i) codes.push_back(SafetensorsCode(static_cast<DType>(i)));
-  return absl::StrJoin(codes, ", ");
-}
-
 // `value` as JSON text for a message, cut to 64 bytes (a bad value may be megabytes long).
 std::string Snippet(const Json& value) {
   std::string text = value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
@@ -192,15 +174,8 @@ absl::StatusOr<int64_t> NonNegativeInt(const Json& value, absl::string_view what
       absl::StrCat(what, " must be a non-negative 64-bit integer, got ", Snippet(value)));
 }
 
-// A tensor entry as parsed: `unsupported` holds the dtype code when it is one the reference
-// defines but sdrt lacks (`entry.dtype` is then meaningless); the layout is still checked.
-struct ParsedEntry {
-  SafetensorsEntry entry;
-  std::string unsupported;
-};
-
 // Fields other than dtype, shape and data_offsets are ignored, as the reference does.
-absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& value,
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Json& value,
                                        int64_t data_bytes) {
   if (!value.is_object()) {
     return TensorError(name, absl::StrCat("entry must be an object, got ", value.type_name()));
@@ -212,26 +187,17 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& valu
     if (it == value.end()) return TensorError(name, absl::StrCat("missing \"", kFields[i], "\""));
     fields[i] = &*it;
   }
-  ParsedEntry parsed;
-  SafetensorsEntry& entry = parsed.entry;
+  SafetensorsEntry entry;
   entry.name = name;
   const Json& dtype = *fields[0];
   if (!dtype.is_string()) return TensorError(name, "dtype must be a string");
   const std::string& code = dtype.get_ref<const std::string&>();
-  int64_t bits = 0;  // per element
-  if (absl::StatusOr<DType> known = DTypeFromSafetensors(code); known.ok()) {
-    entry.dtype = *known;
-    bits = 8 * ElementSize(*known);
-  } else {
-    for (const ForeignDType& foreign : kUnsupportedDTypes) {
-      if (foreign.code == code) bits = foreign.bits;
-    }
-    if (bits == 0) {
-      return TensorError(name, absl::StrCat("unknown dtype \"", absl::Utf8SafeCHexEscape(code),
-                                            "\" (not a safetensors dtype)"));
-    }
-    parsed.unsupported = code;
+  absl::StatusOr<DType> known = DTypeFromSafetensors(code);
+  if (!known.ok()) {
+    return TensorError(name, absl::StrCat("unknown dtype \"", absl::Utf8SafeCHexEscape(code),
+                                          "\" (not a safetensors dtype)"));
   }
+  entry.dtype = *known;
 
   const Json& shape = *fields[1];
   if (!shape.is_array()) return TensorError(name, "shape must be an array");
@@ -240,20 +206,18 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& valu
     if (!size.ok()) return TensorError(name, size.status().message());
     entry.shape.push_back(*size);
   }
-  // Whole bytes per element: numel * bytes; sub-byte dtypes: numel * bits, which must be a
-  // whole number of bytes (the reference's rule).
+  // numel * bits, which must be a whole number of bytes (the reference's rule).
   absl::StatusOr<int64_t> numel = CheckedNumel(entry.shape);
-  const bool whole_bytes = bits % 8 == 0;
-  int64_t size = 0;
-  if (!numel.ok() || __builtin_mul_overflow(*numel, whole_bytes ? bits / 8 : bits, &size)) {
+  if (!numel.ok()) {
     return TensorError(
         name, absl::StrCat("byte size of shape ", ShapeToString(entry.shape), " overflows int64"));
   }
-  if (!whole_bytes && size % 8 != 0) {
-    return TensorError(name, absl::StrCat(code, ShapeToString(entry.shape), " holds ", size,
-                                          " bits, not a whole number of bytes"));
+  absl::StatusOr<int64_t> bytes = BytesForElements(entry.dtype, *numel);
+  if (!bytes.ok()) {
+    return TensorError(name, absl::StrCat(code, ShapeToString(entry.shape), ": ",
+                                          bytes.status().message()));
   }
-  const int64_t nbytes = whole_bytes ? size : size / 8;
+  const int64_t nbytes = *bytes;
 
   const Json& offsets = *fields[2];
   if (!offsets.is_array() || offsets.size() != 2) {
@@ -275,7 +239,7 @@ absl::StatusOr<ParsedEntry> ParseEntry(const std::string& name, const Json& valu
   }
   entry.data_begin = *begin;
   entry.data_end = *end;
-  return parsed;
+  return entry;
 }
 
 // null means no metadata, as in the reference.
@@ -411,19 +375,13 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
 
   SafetensorsHeader header;
   header.entries.reserve(reader.members().size());
-  int unsupported = 0;            // tensors whose dtype sdrt lacks
-  std::string first_unsupported;  // the first of them in the header, for the message
   for (const auto& [key, value] : reader.members()) {
     if (key == kSafetensorsMetadataKey) {
       SDRT_RETURN_IF_ERROR(ParseMetadata(value, &header.metadata));
       continue;
     }
-    SDRT_ASSIGN_OR_RETURN(ParsedEntry parsed, ParseEntry(key, value, data_bytes));
-    if (!parsed.unsupported.empty() && unsupported++ == 0) {
-      first_unsupported = absl::StrCat("dtype \"", parsed.unsupported, "\" of tensor \"",
-                                       absl::Utf8SafeCHexEscape(key), "\"");
-    }
-    header.entries.push_back(std::move(parsed.entry));
+    SDRT_ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseEntry(key, value, data_bytes));
+    header.entries.push_back(std::move(entry));
   }
   std::stable_sort(header.entries.begin(), header.entries.end(),
                    [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
@@ -431,17 +389,6 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
                             std::make_pair(b.data_begin, b.data_end);
                    });
   SDRT_RETURN_IF_ERROR(CheckTiling(header.entries, data_bytes));
-  // Only now, with every other rule checked, is "valid safetensors" true.
-  if (unsupported > 0) {
-    std::string more;
-    if (unsupported == 2) more = "; 1 more tensor has an unsupported dtype";
-    if (unsupported > 2) {
-      more = absl::StrCat("; ", unsupported - 1, " more tensors have unsupported dtypes");
-    }
-    return HeaderError(absl::StrCat("the file is valid safetensors, but ", first_unsupported,
-                                    " is not supported by sdrt (sdrt supports ", SupportedCodes(),
-                                    ")", more));
-  }
   return header;
 }
 

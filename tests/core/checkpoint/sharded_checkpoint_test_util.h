@@ -89,6 +89,25 @@ inline std::string FreshDir(const std::string& name) {
 // checks: every rank file opens with SafetensorsFile and holds the local shape; every
 // element of the full tensor is covered; replicas agree; the full bytes equal `source`'s
 // and hash to the index's xxh64. Failures are reported with the tensor's name.
+// The `bits` bits of element `i` of packed little-endian data (any width up to 64), and
+// their replacement: the oracle's element access, bit by bit, independent of sdrt's copies.
+inline uint64_t ElementBitsAt(const unsigned char* data, int64_t i, int bits) {
+  uint64_t v = 0;
+  for (int b = 0; b < bits; ++b) {
+    const int64_t at = i * bits + b;
+    v |= uint64_t{(data[at / 8] >> (at % 8)) & 1u} << b;
+  }
+  return v;
+}
+inline void SetElementBits(unsigned char* data, int64_t i, int bits, uint64_t v) {
+  for (int b = 0; b < bits; ++b) {
+    const int64_t at = i * bits + b;
+    const unsigned mask = 1u << (at % 8);
+    data[at / 8] = static_cast<unsigned char>(((v >> b) & 1) ? data[at / 8] | mask
+                                                             : data[at / 8] & ~mask);
+  }
+}
+
 inline void ExpectRoundTrip(const std::string& dir, const SafetensorsFile& source) {
   absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(dir);
   ASSERT_TRUE(index.ok()) << index.status();
@@ -110,7 +129,7 @@ inline void ExpectRoundTrip(const std::string& dir, const SafetensorsFile& sourc
     Tensor full = *Tensor::Zeros(t.shape, t.dtype);
     std::vector<bool> covered(static_cast<size_t>(full.numel()), false);
     const IntVector strides = ContiguousStrides(t.shape);
-    const int64_t elem = ElementSize(t.dtype);
+    const int bits = ElementBits(t.dtype);
     const int ndim = static_cast<int>(t.shape.size());
     for (int64_t r = 0; r < index->world_size; ++r) {
       absl::StatusOr<LocalShardInfo> info =
@@ -128,10 +147,10 @@ inline void ExpectRoundTrip(const std::string& dir, const SafetensorsFile& sourc
         int64_t offset = 0;
         for (int d = 0; d < ndim; ++d) offset += lists[d][idx[d]] * strides[d];
         if (covered[offset]) {
-          ASSERT_EQ(std::memcmp(dst + offset * elem, src + k * elem, elem), 0)
+          ASSERT_EQ(ElementBitsAt(dst, offset, bits), ElementBitsAt(src, k, bits))
               << t.name << ": replicas disagree at element " << offset << " (rank " << r << ")";
         }
-        std::memcpy(dst + offset * elem, src + k * elem, elem);
+        SetElementBits(dst, offset, bits, ElementBitsAt(src, k, bits));
         covered[offset] = true;
         for (int d = ndim - 1; d >= 0; --d) {
           if (++idx[d] < info->local_shape[d]) break;

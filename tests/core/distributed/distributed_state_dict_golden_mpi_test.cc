@@ -83,7 +83,7 @@ std::string FirstDifference(const Tensor& want, const Tensor& got) {
   if (a.ok()) a = a->Contiguous();
   if (b.ok()) b = b->Contiguous();
   if (!a.ok() || !b.ok()) return "cannot read the bytes";
-  const int64_t elem = a->element_size();
+  const int64_t elem = (ElementBits(a->dtype()) / 8);
   const auto* pa = static_cast<const unsigned char*>(a->data_ptr());
   const auto* pb = static_cast<const unsigned char*>(b->data_ptr());
   for (int64_t i = 0; i < a->numel(); ++i) {

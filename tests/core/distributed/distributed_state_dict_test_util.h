@@ -115,7 +115,7 @@ inline void ExpectSameTensor(const Tensor& got, const Tensor& want, const std::s
   ASSERT_FALSE(got.is_meta()) << what << ": meta tensor";
   const Tensor g = *got.Contiguous();
   const Tensor w = *want.Contiguous();
-  const int64_t elem = w.element_size();
+  const int64_t elem = (ElementBits(w.dtype()) / 8);
   const char* gp = static_cast<const char*>(g.data_ptr());
   const char* wp = static_cast<const char*>(w.data_ptr());
   for (int64_t i = 0; i < w.numel(); ++i) {

@@ -49,7 +49,7 @@ void ExpectLocalPiece(const Tensor& local, const Tensor& full, const DeviceMesh&
   ASSERT_EQ(local.shape(), info.local_shape);
   ASSERT_TRUE(local.is_contiguous());
   const IntVector full_strides = ContiguousStrides(full.shape());
-  const int64_t elem = full.element_size();
+  const int64_t elem = (ElementBits(full.dtype()) / 8);
   IntVector index(local.shape().size(), 0);
   for (int64_t i = 0; i < local.numel(); ++i) {
     int64_t at = 0;
@@ -112,7 +112,7 @@ TEST(DeviceMeshComm, DimCommsFollowCoordinates) {
 // ranks) at every rank count, for every dtype.
 TEST(DTensorOpsMpi, OneDimShardRoundTripsEveryDType) {
   DeviceMeshComm mc = *DeviceMeshComm::Create(Mesh({g_world->size()}), *g_world);
-  for (DType dtype : test::kAllDTypes) {
+  for (DType dtype : test::kWholeByteDTypes) {
     RoundTrip(mc, {5, 10}, dtype, "[S(0)]");
     RoundTrip(mc, {3, 9}, dtype, "[S(1)]");
   }

@@ -68,7 +68,7 @@ std::string WriteHfFolder(const std::vector<std::pair<std::string, Tensor>>& ten
       for (size_t i = f; i < tensors.size(); i += 3) {
         mine.push_back(tensors[i]);
         map[tensors[i].first] = name;
-        total += tensors[i].second.numel() * tensors[i].second.element_size();
+        total += tensors[i].second.nbytes();
       }
       EXPECT_TRUE(WriteSafetensors(absl::StrCat(dir, "/", name), mine).ok());
     }
@@ -308,7 +308,7 @@ TEST(LoadStateDictMpiTest, Case057EveryRankReadsOnlyItsOwnBytes) {
     for (const auto& [name, full] : tensors) {
       const std::vector<Placement> placements = *plan.PlacementsFor(name, full.shape(), *mesh);
       const DTensor piece = *DistributeTensor(full, mesh, placements, Rank());
-      mine += piece.local().numel() * piece.local().element_size();
+      mine += piece.local().nbytes();
       local.Set(name, Value(*DTensor::Make(*Tensor::Meta(piece.local().shape(), full.dtype()), mesh,
                                            placements, full.shape())));
     }

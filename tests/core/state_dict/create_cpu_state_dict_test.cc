@@ -89,7 +89,7 @@ TEST(CreateCpuStateDict, OneArenaWithAlignedSlots) {
       EXPECT_TRUE(t.is_contiguous());
       EXPECT_EQ(t.shape(), sources[i].shape());
       EXPECT_EQ(t.dtype(), sources[i].dtype());
-      const int64_t offset = t.storage_offset() * t.element_size();
+      const int64_t offset = t.storage_offset() * (ElementBits(t.dtype()) / 8);
       EXPECT_EQ(offset % 256, 0) << i;
       EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 256, 0u) << i;
       EXPECT_GE(offset, end) << "slot " << i << " overlaps the previous one";

@@ -114,7 +114,7 @@ TEST(DLPack, RejectsWhatItCannotRepresent) {
   EXPECT_EQ(vulkan.code(), absl::StatusCode::kInvalidArgument) << vulkan;
   EXPECT_THAT(vulkan.message(), HasSubstr("device type 7"));
   managed.dl_tensor.device = DLDevice{kDLCPU, 0};
-  managed.dl_tensor.dtype = DLDataType{kDLComplex, 64, 1};
+  managed.dl_tensor.dtype = DLDataType{kDLComplex, 128, 1};  // complex128: no sdrt dtype
   EXPECT_THAT(FromDLPack(&managed).status().message(), HasSubstr("code=5"));
 }
 

@@ -264,14 +264,15 @@ int64_t SyntheticStateDict::parameters() const {
 
 int64_t SyntheticStateDict::bytes() const {
   int64_t n = 0;
-  for (const SafetensorsTensorSpec& s : specs_) n += Numel(s.shape) * ElementSize(s.dtype);
+  // Whole-byte dtypes only (Create accepts float32, float16 and bfloat16; int64 ids).
+  for (const SafetensorsTensorSpec& s : specs_) n += Numel(s.shape) * ElementBits(s.dtype) / 8;
   return n;
 }
 
 int64_t SyntheticStateDict::largest_tensor_bytes() const {
   int64_t n = 0;
   for (const SafetensorsTensorSpec& s : specs_) {
-    n = std::max(n, Numel(s.shape) * ElementSize(s.dtype));
+    n = std::max(n, Numel(s.shape) * ElementBits(s.dtype) / 8);
   }
   return n;
 }

@@ -44,7 +44,7 @@ std::string Encode(const Map& full, std::vector<Tensor>* tensors) {
 TEST(BroadcastSkeleton, TensorsTravelAsDTypeAndShapeInWalkOrder) {
   Map full;
   std::vector<Tensor> sources;
-  for (DType dtype : test::kAllDTypes) {
+  for (DType dtype : test::kWholeByteDTypes) {
     sources.push_back(test::HashBytes({2, 3}, dtype, 1));
     full.Set(std::string(DTypeName(dtype)), sources.back());
   }
@@ -69,16 +69,16 @@ TEST(BroadcastSkeleton, TensorsTravelAsDTypeAndShapeInWalkOrder) {
     // The root's own tensors, not copies: their bytes go in the buckets.
     EXPECT_EQ(tensors[i].data_ptr(), sources[i].data_ptr());
   }
-  for (int i = 0; i < kNumDTypes; ++i) {
-    EXPECT_EQ((*entries)[static_cast<size_t>(i)].path, DTypeName(test::kAllDTypes[i]));
+  for (int i = 0; i < test::kNumWholeByteDTypes; ++i) {
+    EXPECT_EQ((*entries)[static_cast<size_t>(i)].path, DTypeName(test::kWholeByteDTypes[i]));
   }
-  EXPECT_EQ((*entries)[kNumDTypes].path, "nested.list.0");
-  EXPECT_EQ((*entries)[kNumDTypes + 1].path, "nested.list.1.0");
+  EXPECT_EQ((*entries)[test::kNumWholeByteDTypes].path, "nested.list.0");
+  EXPECT_EQ((*entries)[test::kNumWholeByteDTypes + 1].path, "nested.list.1.0");
 }
 
 TEST(BroadcastSkeleton, ZeroDimTensorsOfEveryDTypeTravelInline) {
   Map full;
-  for (DType dtype : test::kAllDTypes) {
+  for (DType dtype : test::kWholeByteDTypes) {
     full.Set(std::string(DTypeName(dtype)), test::HashBytes({}, dtype, 7));
   }
   std::vector<Tensor> tensors;
@@ -257,8 +257,8 @@ TEST(BroadcastSkeleton, HostileStructuresAreRefused) {
                   "'w' has no dtype or shape");
   ExpectMalformed(Cbor(json{{"entries", {{{"p", "w"}, {"d", 7}, {"s", {3}}}}}}),
                   "'w' has no dtype or shape");
-  ExpectMalformed(Cbor(json{{"entries", {{{"p", "w"}, {"d", "complex64"}, {"s", {3}}}}}}),
-                  "complex64");
+  ExpectMalformed(Cbor(json{{"entries", {{{"p", "w"}, {"d", "complex128"}, {"s", {3}}}}}}),
+                  "complex128");
   ExpectMalformed(Cbor(json{{"entries", {{{"p", "w"}, {"d", "float32"}, {"s", {3, -1}}}}}}),
                   "'w' has a bad shape");
   ExpectMalformed(Cbor(json{{"entries", {{{"p", "w"}, {"d", "float32"}, {"s", {2.5}}}}}}),
@@ -309,7 +309,7 @@ TEST(BroadcastSkeleton, HostileInlineValuesAreRefused) {
   ExpectMalformed(one({{"k", "bytes"}, {"v", 1}}), "an inline bytes of the wrong type");
   ExpectMalformed(one({{"k", "set"}, {"v", two_bytes}}), "unknown inline kind set");
   ExpectMalformed(one({{"k", "scalar"}, {"v", two_bytes}}), "unknown inline kind scalar");
-  ExpectMalformed(one({{"k", "scalar"}, {"d", "complex64"}, {"v", two_bytes}}), "complex64");
+  ExpectMalformed(one({{"k", "scalar"}, {"d", "complex128"}, {"v", two_bytes}}), "complex128");
   ExpectMalformed(one({{"k", "scalar"}, {"d", "float32"}, {"v", two_bytes}}),
                   "scalar of the wrong size");
   // A well-formed scalar decodes.

@@ -20,7 +20,7 @@ using ::testing::HasSubstr;
 PlannedTensor Planned(const IntVector& shape, int64_t element_size) {
   PlannedTensor t;
   t.shape = shape;
-  t.element_size = element_size;
+  t.element_bits = static_cast<int>(8 * element_size);
   return t;
 }
 
@@ -183,7 +183,7 @@ TEST(PlanBuckets, PiecesTileEachTensorInRowMajorOrder) {
         int64_t count = 1;
         for (size_t d = 0; d < t.shape.size(); ++d) count *= p.end[d] - p.begin[d];
         ASSERT_GT(count, 0);
-        EXPECT_EQ(p.bytes, count * t.element_size);
+        EXPECT_EQ(p.bytes, count * t.element_bits / 8);
         if (count > 1) {
           EXPECT_LE(p.bytes, bucket_bytes);
         }

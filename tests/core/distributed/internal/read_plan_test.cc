@@ -31,7 +31,7 @@ LocalShardInfo InfoOf(const IntVector& shape, const IntVector& mesh_shape, const
 
 ReadTensor TensorOf(int file, int64_t offset, int64_t element_size, const IntVector& shape,
                     const LocalShardInfo& info) {
-  return ReadTensor{file, offset, element_size, shape, OwnedRuns(info)};
+  return ReadTensor{file, offset, static_cast<int>(8 * element_size), shape, OwnedRuns(info)};
 }
 
 // The kept byte offsets of `t` (whose runs came from `info`), element by element.
@@ -47,8 +47,9 @@ std::set<std::pair<int, int64_t>> BruteForceBytes(const ReadTensor& t, const Loc
   while (true) {
     int64_t lin = 0;
     for (int d = 0; d < n; ++d) lin = lin * t.shape[d] + sets[d][at[d]];
-    for (int64_t b = 0; b < t.element_size; ++b)
-      out.insert({t.file, t.offset + lin * t.element_size + b});
+    const int64_t element_size = t.element_bits / 8;
+    for (int64_t b = 0; b < element_size; ++b)
+      out.insert({t.file, t.offset + lin * element_size + b});
     int d = n - 1;
     while (d >= 0 && ++at[d] == sets[d].size()) at[d--] = 0;
     if (d < 0) break;
@@ -76,7 +77,7 @@ void ExpectValidPlan(const ReadPlan& plan, const std::vector<ReadTensor>& tensor
     SegmentBox(s, t.shape, begin, end);
     int64_t numel = 1;
     for (size_t d = 0; d < begin.size(); ++d) numel *= end[d] - begin[d];
-    EXPECT_EQ(numel * t.element_size, s.bytes);
+    EXPECT_EQ(numel * t.element_bits / 8, s.bytes);
     for (int64_t b = 0; b < s.bytes; ++b) {
       EXPECT_TRUE(got.insert({t.file, s.file_offset + b}).second) << "byte read twice";
     }

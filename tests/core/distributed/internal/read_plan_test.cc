@@ -225,16 +225,51 @@ TEST(PlanReadsTest, LongRunsAreCutToTheStagingBuffer) {
 }
 
 TEST(PlanReadsTest, RefusesBadInput) {
-  ReadTensor t{0, 0, 4, {4, 4}, BoxRuns(IntVector{2, 0}, IntVector{3, 4})};
+  ReadTensor t{0, 0, 32, {4, 4}, BoxRuns(IntVector{2, 0}, IntVector{3, 4})};
   EXPECT_THAT(PlanReads({t}, {}).status().message(), HasSubstr("outside dim 0"));
   t.runs.pop_back();
   EXPECT_THAT(PlanReads({t}, {}).status().message(), HasSubstr("runs for 1 dims"));
   ReadPlanOptions bad;
   bad.max_read_bytes = 8;
   EXPECT_FALSE(PlanReads({}, bad).ok());
-  ReadTensor huge{0, 0, 8, {int64_t{1} << 40, int64_t{1} << 30}, {}};
+  ReadTensor huge{0, 0, 64, {int64_t{1} << 40, int64_t{1} << 30}, {}};
   huge.runs = BoxRuns(IntVector{0, 0}, huge.shape);
   EXPECT_THAT(PlanReads({huge}, {}).status().message(), HasSubstr("overflows"));
+}
+
+// Sub-byte elements (4 and 6 bits): segments and cuts fall on whole bytes; a kept run that
+// would begin or end inside a byte is refused.
+TEST(PlanReadsTest, SubByteSegmentsAreWholeBytes) {
+  const IntVector w = {4, 8};
+  const LocalShardInfo right = InfoOf(w, {2}, "[S(1)]", 1);
+  ReadTensor f4{0, 40, 4, w, OwnedRuns(right)};
+  absl::StatusOr<ReadPlan> plan = PlanReads({f4}, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->segments.size(), 4u);  // one per row: elements 4..7 are bytes 2..3
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(plan->segments[r].file_offset, 40 + 4 * static_cast<int64_t>(r) + 2);
+    EXPECT_EQ(plan->segments[r].bytes, 2);
+  }
+  f4.runs = OwnedRuns(InfoOf(w, {3}, "[S(1)]", 0));
+  EXPECT_THAT(PlanReads({f4}, {}).status().message(),
+              HasSubstr("begins or ends inside a byte (4-bit elements)"));
+  // One long row cut to fit 16-byte reads: 32 4-bit or 20 6-bit elements per cut.
+  ReadPlanOptions small;
+  small.max_read_bytes = 16;
+  for (const auto& [bits, bytes_per_cut] : {std::pair{4, 16}, std::pair{6, 15}}) {
+    const IntVector row = {1, 96};
+    ReadTensor t{0, 8, bits, row, BoxRuns(IntVector{0, 0}, row)};
+    t.runs[0][0].length = 1;
+    plan = PlanReads({t}, small);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->kept_bytes, 96 * bits / 8);
+    EXPECT_EQ(plan->segments[0].bytes, bytes_per_cut) << bits;
+    int64_t at = 8;
+    for (const Segment& s : plan->segments) {
+      EXPECT_EQ(s.file_offset, at) << bits;
+      at += s.bytes;
+    }
+  }
 }
 
 }  // namespace

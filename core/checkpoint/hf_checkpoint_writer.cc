@@ -264,12 +264,14 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
                        "\": ", spec.name.empty() ? "an empty name" : "named twice"));
     }
     const absl::StatusOr<int64_t> numel = CheckedNumel(spec.shape);
-    if (!numel.ok() || *numel > kMaxBytes / ElementSize(spec.dtype)) {
+    const absl::StatusOr<int64_t> bytes =
+        numel.ok() ? BytesForElements(spec.dtype, *numel) : numel.status();
+    if (!bytes.ok() || *bytes > kMaxBytes) {
       return absl::InvalidArgumentError(absl::StrCat("WriteHfCheckpoint: tensor \"",
                                                      absl::CHexEscape(spec.name), "\": shape ",
                                                      ShapeToString(spec.shape), " is not a size"));
     }
-    nbytes.push_back(*numel * ElementSize(spec.dtype));
+    nbytes.push_back(*bytes);
   }
   SDRT_ASSIGN_OR_RETURN(HfShardPlan plan, PlanHfShards(nbytes, options.max_shard_bytes));
 

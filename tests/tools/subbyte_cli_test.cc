@@ -147,6 +147,30 @@ TEST(SubByteCli, Case055ShardOnDim0AndGatherBitExactCutInsideAByteIsAnError) {
                                "dim 1; a 4-bit element cannot be cut inside a byte"));
 }
 
+// A sharded checkpoint whose index.json was edited to cut `w` inside a byte: `sdrt gather`
+// refuses it when reading the index (exit 2), before any rank file is read.
+TEST(SubByteCli, AnEditedIndexThatCutsAByteIsRefusedByGather) {
+  const std::string root = test::FreshDir("subbyte_cli_edited_index");
+  const std::string dir = root + "/ckpt";
+  CommandResult shard = Sdrt(absl::StrCat("shard ", Quote(kData + "/case055.safetensors"), " ",
+                                          Quote(dir), " --mesh 3 --plan fsdp"));
+  ASSERT_EQ(shard.exit_code, 0) << shard.err;
+  std::ifstream in(dir + "/index.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json index = nlohmann::json::parse(text.str());
+  for (nlohmann::json& t : index["tensors"]) {
+    if (t["name"] == "w") t["placements"] = "[S(1)]";
+  }
+  std::ofstream(dir + "/index.json") << index.dump(1);
+  CommandResult r =
+      Mpi(3, absl::StrCat("gather ", Quote(dir), " ", Quote(root + "/out.safetensors")));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tensor 'w' (float4_e2m1fn_x2 [4, 8]): Shard(1) over 3 ranks gives "
+                               "pieces of 3, 3, 2 elements along dim 1"));
+  EXPECT_FALSE(fs::exists(root + "/out.safetensors"));
+}
+
 // gpt-oss's MXFP4 experts (uint8 blocks and scales, and float8_e8m0fnu scales): experts
 // split on dim 0 (4 over 3 ranks: 2, 2, 0), scales and biases on dim 1, into 2 and 3 ranks.
 TEST(SubByteCli, Mxfp4ExpertsLoadShardAndGatherBitExact) {

@@ -306,8 +306,8 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
   // kMaxPitchedCopies pitched copies when the innermost dim is whole on both sides (a
   // Shard(1) block, a row-major sub-block: no temporary, non_blocking honoured). Otherwise
   // a strided side is staged through a contiguous temporary on its own device, and the
-  // call completes before returning so the temporaries outlive the copies. A strided CUDA source is
-  // packed on `stream` when `stream` is its device's (the destination is the host), so
+  // call completes before returning so the temporaries outlive the copies. A strided CUDA
+  // source is packed on `stream` when `stream` is its device's (the destination is the host), so
   // the packing is ordered after the caller's work on that stream; between two devices
   // `stream` is the destination's and the source packs on its device's default stream.
   if (is_contiguous() && src.is_contiguous()) {
@@ -315,8 +315,8 @@ absl::Status Tensor::CopyFrom(const Tensor& src, bool non_blocking, StreamHandle
                            non_blocking);
   }
   std::vector<internal::PitchedCopy> pitched;
-  if (internal::PlanPitchedCopies(element_size(), shape_, strides_, src.strides_,
-                                  internal::kMaxPitchedCopies, pitched)) {
+  if (internal::PlanPitchedCopies(unit, geometry.sizes, geometry.dst_strides,
+                                  geometry.src_strides, internal::kMaxPitchedCopies, pitched)) {
     uint8_t* const dst = static_cast<uint8_t*>(data_ptr());
     const uint8_t* const from = static_cast<const uint8_t*>(src.data_ptr());
     for (size_t i = 0; i < pitched.size(); ++i) {

@@ -1,0 +1,340 @@
+// load_bench: loading a full safetensors checkpoint into N ranks' shards, three ways on the
+// same file in the same run (docs/PERFORMANCE.md: "every rank reading its own bytes at most
+// 1.5x a plain pread of those bytes, with read amplification at most 1.05"):
+//
+//   floor  every rank preads exactly the bytes of its own pieces (load_workloads.h's
+//          KeptRuns: torch.chunk arithmetic on the header, touching runs joined) back to back
+//          into ONE preallocated, already touched buffer: the physical floor;
+//   all    LoadStateDict (core/distributed/load_state_dict.h; `sdrt load --read all`): every
+//          rank reads its own bytes into meta DTensors with the plan's placements (built as
+//          tools/sdrt/load.cc builds them), comm = MPI world, strict;
+//   root   `sdrt load --read root`: rank 0 maps the file (a fresh CheckpointSource each
+//          repetition, opened outside the timed region, so the mapping's page faults are
+//          timed, as in a fresh process) and BroadcastStateDict sends every rank its pieces.
+//
+// The file is put in the page cache first (rank 0 reads it whole; the fraction of its pages
+// resident, from mincore, is printed before and after the timed runs). Every repetition
+// runs the three in turn, the order rotating; each is timed from a barrier to the slowest
+// rank's end (MPI_MAX). Outside the timed region: the meta state dict is copied afresh
+// (freeing the previous result), rank 0's mapping reopened. The table gives median and
+// [min..max] over the timed repetitions, all/floor and root/floor of the medians, LoadStats
+// of the last `all` run (read amplification = bytes read / bytes kept, the most of any rank;
+// preads, the most of any rank) and two checks after the timed runs: #wrong = tensors whose
+// piece differs between `all` and `root`, summed over ranks (must be 0), and #floor = pieces
+// of `all` that differ from the floor buffer's bytes (must be 0; LoadStats::bytes_kept must
+// equal the floor's bytes on every rank, else the run fails).
+//
+// Run:  load_bench --make llama|small F          (rank 0 writes workload F, load_workloads.h)
+//       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/bench/load_workloads.h"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace {
+
+using sdrt::CheckpointSource;
+using sdrt::Map;
+using sdrt::Tensor;
+using sdrt::Value;
+
+int g_rank = 0;
+
+void Check(const absl::Status& status, const std::string& what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "rank %d: %s: %s\n", g_rank, what.c_str(), status.ToString().c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> value, const std::string& what) {
+  Check(value.status(), what);
+  return *std::move(value);
+}
+
+int64_t Reduce(int64_t value, MPI_Op op) {
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, op, MPI_COMM_WORLD);
+  return value;
+}
+
+double Reduce(double value, MPI_Op op) {
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, op, MPI_COMM_WORLD);
+  return value;
+}
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread Summarize(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return {n % 2 == 1 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2, t.front(), t.back()};
+}
+
+// One way of loading: `prepare` runs outside the timed region, `run` inside.
+struct Path {
+  std::string name;
+  std::function<void()> prepare;
+  std::function<void()> run;
+  std::vector<double> seconds;
+};
+
+// Reads every file of `source` once, whole (rank 0 only: the ranks share the page cache).
+void WarmPageCache(const CheckpointSource& source) {
+  std::vector<uint8_t> chunk(size_t{8} << 20);
+  for (const sdrt::CheckpointSourceFile& f : source.files()) {
+    const int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) Check(absl::NotFoundError(f.path), "warm");
+    while (read(fd, chunk.data(), chunk.size()) > 0) {
+    }
+    close(fd);
+  }
+}
+
+double Resident(const CheckpointSource& source) {
+  double least = 1;
+  for (const sdrt::CheckpointSourceFile& f : source.files()) {
+    least = std::min(least, Check(sdrt::bench::ResidentFraction(f.path), "mincore"));
+  }
+  return least;
+}
+
+// This rank's piece of `name` in a loaded state dict, contiguous.
+Tensor Piece(const Map& local, const std::string& name) {
+  const Value* v = local.Find(name);
+  if (v == nullptr) return Tensor();
+  const Tensor& t = v->kind() == sdrt::ValueKind::kDTensor ? v->as_dtensor().local()
+                    : v->kind() == sdrt::ValueKind::kTensor ? v->as_tensor()
+                                                            : Tensor();
+  return t.defined() && !t.is_meta() ? Check(t.Contiguous(), "contiguous") : Tensor();
+}
+
+bool SameBytes(const Tensor& t, const uint8_t* want, int64_t bytes) {
+  return t.defined() && t.nbytes() == bytes &&
+         (bytes == 0 || std::memcmp(t.data_ptr(), want, static_cast<size_t>(bytes)) == 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string file, plan_name = "fsdp", json_path, make;
+  int repeat = 5, warmup = 1;
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--file") file = argv[i + 1];
+    if (a == "--plan") plan_name = argv[i + 1];
+    if (a == "--json") json_path = argv[i + 1];
+    if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (a == "--warmup") warmup = std::max(0, std::atoi(argv[i + 1]));
+    if (a == "--make" && i + 2 < argc) {
+      make = argv[i + 1];
+      file = argv[i + 2];
+    }
+  }
+  std::unique_ptr<sdrt::MpiCommunicator> world =
+      Check(sdrt::MpiCommunicator::World(), "MPI world");
+  g_rank = world->rank();
+  const int n = world->size();
+  if (file.empty()) {
+    if (g_rank == 0) std::fprintf(stderr, "load_bench: --file F (or --make llama|small F)\n");
+    return 2;
+  }
+  if (!make.empty()) {
+    if (g_rank == 0) Check(sdrt::bench::WriteWorkload(make, file), "make " + file);
+    return 0;
+  }
+
+  CheckpointSource source = Check(CheckpointSource::Open(file), "open " + file);
+  const double resident_before = g_rank == 0 ? Resident(source) : 0;
+  double warm_seconds = MPI_Wtime();
+  if (g_rank == 0) WarmPageCache(source);
+  warm_seconds = MPI_Wtime() - warm_seconds;
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  auto mesh = std::make_shared<const sdrt::DeviceMesh>(
+      Check(sdrt::DeviceMesh::Create({static_cast<int64_t>(n)}), "mesh"));
+  const sdrt::ShardingPlan plan = Check(sdrt::ShardingPlan::Builtin(plan_name), "plan");
+  Map meta;  // as tools/sdrt/load.cc's MetaStateDict
+  meta.Reserve(source.tensors().size());
+  for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
+    std::vector<sdrt::Placement> placements =
+        Check(plan.PlacementsFor(t.name, t.shape, *mesh), "placements " + t.name);
+    Tensor m = Check(Tensor::Meta(sdrt::IntVector(t.shape.size(), 0), t.dtype), "meta");
+    meta.Set(t.name,
+             Value(Check(sdrt::DTensor::Make(std::move(m), mesh, std::move(placements), t.shape),
+                         "DTensor " + t.name)));
+  }
+
+  // floor
+  const std::vector<sdrt::bench::ByteRun> runs =
+      Check(sdrt::bench::KeptRuns(source, plan, *mesh, g_rank), "kept runs");
+  int64_t kept = 0;
+  for (const sdrt::bench::ByteRun& r : runs) kept += r.bytes;
+  std::vector<uint8_t> floor_buffer(static_cast<size_t>(kept), 0);
+  std::vector<int> fds;
+  for (const sdrt::CheckpointSourceFile& f : source.files()) {
+    fds.push_back(open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fds.back() < 0) Check(absl::NotFoundError(f.path), "open");
+  }
+  int64_t floor_preads = 0;
+  // all
+  Map all_local;
+  sdrt::LoadStats stats;
+  sdrt::LoadOptions load_options;
+  load_options.comm = world.get();
+  load_options.strict = true;
+  load_options.stats = &stats;
+  // root
+  Map root_local, full;
+  std::optional<CheckpointSource> mapped;
+  sdrt::BroadcastOptions bcast_options;
+  bcast_options.comm = world.get();
+  bcast_options.device = sdrt::Device::CPU();
+  bcast_options.strict = true;
+
+  std::vector<Path> paths;
+  paths.push_back({"floor", [] {},
+                   [&] { floor_preads = Check(sdrt::bench::PreadRuns(fds, runs, floor_buffer.data()), "floor"); },
+                   {}});
+  paths.push_back({"all", [&] { all_local = meta; },
+                   [&] { Check(sdrt::LoadStateDict(source, all_local, load_options), "load"); },
+                   {}});
+  paths.push_back({"root",
+                   [&] {
+                     root_local = meta;
+                     if (g_rank != 0) return;
+                     full = Map();
+                     mapped.reset();
+                     mapped = Check(CheckpointSource::Open(file), "map " + file);
+                     full.Reserve(mapped->tensors().size());
+                     for (const sdrt::CheckpointSourceTensor& t : mapped->tensors()) {
+                       full.Set(t.name, Value(Check(mapped->Get(t.name), "get " + t.name)));
+                     }
+                   },
+                   [&] {
+                     Check(sdrt::BroadcastStateDict(full, root_local, bcast_options), "broadcast");
+                   },
+                   {}});
+  for (int it = 0; it < warmup + repeat; ++it) {
+    for (size_t k = 0; k < paths.size(); ++k) {
+      Path& p = paths[(k + static_cast<size_t>(it)) % paths.size()];
+      p.prepare();
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double start = MPI_Wtime();
+      p.run();
+      const double seconds = Reduce(MPI_Wtime() - start, MPI_MAX);
+      if (it >= warmup) p.seconds.push_back(seconds);
+    }
+  }
+
+  // Checks: all vs root, all vs the floor's bytes, LoadStats vs the floor's bytes.
+  int64_t wrong = 0, floor_wrong = 0;
+  int64_t at = 0;
+  for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
+    const Tensor a = Piece(all_local, t.name);
+    const Tensor b = Piece(root_local, t.name);
+    const bool same = a.defined() && SameBytes(b, static_cast<const uint8_t*>(a.data_ptr()),
+                                                a.nbytes());
+    wrong += same ? 0 : 1;
+    const int64_t bytes = a.defined() ? a.nbytes() : 0;
+    const bool in_floor = a.defined() && at + bytes <= kept &&
+                          SameBytes(a, floor_buffer.data() + at, bytes);
+    floor_wrong += in_floor ? 0 : 1;
+    at += bytes;
+  }
+  wrong = Reduce(wrong, MPI_SUM);
+  floor_wrong = Reduce(floor_wrong, MPI_SUM);
+  const int64_t kept_mismatch = Reduce(int64_t{stats.bytes_kept != kept || at != kept}, MPI_SUM);
+  const double amplification = Reduce(stats.read_amplification(), MPI_MAX);
+  const int64_t preads = Reduce(stats.preads, MPI_MAX);
+  const int64_t reads = Reduce(stats.reads, MPI_MAX);
+  const int64_t most_kept = Reduce(kept, MPI_MAX);
+  const int64_t floor_calls = Reduce(floor_preads, MPI_MAX);
+  const int64_t total_read = Reduce(stats.bytes_read, MPI_SUM);
+  const double resident_after = g_rank == 0 ? Resident(source) : 0;
+
+  if (g_rank == 0) {
+    const Spread f = Summarize(paths[0].seconds);
+    const Spread a = Summarize(paths[1].seconds);
+    const Spread r = Summarize(paths[2].seconds);
+    std::printf(
+        "# %s: %zu tensors, %lld bytes; %d ranks, plan %s; page cache: %.1f%% resident, rank 0 "
+        "read it whole (%.0f ms), %.1f%% resident after the runs; %d timed repetitions after %d "
+        "warm-up, order rotating\n",
+        file.c_str(), source.tensors().size(), static_cast<long long>(source.total_bytes()), n,
+        plan_name.c_str(), resident_before * 100, warm_seconds * 1e3, resident_after * 100, repeat,
+        warmup);
+    std::printf("# ms: median [min..max] of the slowest rank; kept: the most bytes a rank keeps\n");
+    std::printf("%5s %4s %12s %9s %17s %9s %17s %6s %9s %17s %6s %6s %7s %7s %6s %6s\n", "ranks",
+                "plan", "kept", "floor", "[min..max]", "all", "[min..max]", "a/f", "root",
+                "[min..max]", "r/f", "ampl", "preads", "fpreads", "#wrong", "#floor");
+    const auto mm = [](const Spread& s) {
+      return absl::StrFormat("[%.1f..%.1f]", s.min * 1e3, s.max * 1e3);
+    };
+    std::printf("%5d %4s %12lld %9.2f %17s %9.2f %17s %6.2f %9.2f %17s %6.2f %6.3f %7lld %7lld "
+                "%6lld %6lld\n",
+                n, plan_name.c_str(), static_cast<long long>(most_kept), f.median * 1e3,
+                mm(f).c_str(), a.median * 1e3, mm(a).c_str(), a.median / f.median,
+                r.median * 1e3, mm(r).c_str(), r.median / f.median, amplification,
+                static_cast<long long>(preads), static_cast<long long>(floor_calls),
+                static_cast<long long>(wrong), static_cast<long long>(floor_wrong));
+    if (!json_path.empty()) {
+      nlohmann::json out = {{"file", file},
+                            {"tensors", source.tensors().size()},
+                            {"bytes", source.total_bytes()},
+                            {"ranks", n},
+                            {"plan", plan_name},
+                            {"kept_bytes_max", most_kept},
+                            {"bytes_read_sum", total_read},
+                            {"resident_before", resident_before},
+                            {"resident_after", resident_after},
+                            {"read_amplification_max", amplification},
+                            {"preads_max", preads},
+                            {"reads_max", reads},
+                            {"floor_preads_max", floor_calls},
+                            {"wrong_tensors", wrong},
+                            {"floor_wrong_tensors", floor_wrong}};
+      for (const Path& p : paths) {
+        const Spread s = Summarize(p.seconds);
+        out[p.name] = {{"median_ms", s.median * 1e3}, {"min_ms", s.min * 1e3},
+                       {"max_ms", s.max * 1e3}, {"runs_ms", p.seconds}};
+      }
+      out["all_over_floor"] = a.median / f.median;
+      out["root_over_floor"] = r.median / f.median;
+      std::ofstream(json_path) << out.dump(2) << "\n";
+    }
+    if (kept_mismatch != 0) {
+      std::printf("# FAILED: LoadStats::bytes_kept differs from the floor's bytes on %lld rank(s)\n",
+                  static_cast<long long>(kept_mismatch));
+    }
+  }
+  for (int fd : fds) close(fd);
+  world.reset();
+  return wrong == 0 && floor_wrong == 0 && kept_mismatch == 0 ? 0 : 1;
+}

@@ -144,7 +144,7 @@ bool SameBytes(const Tensor& t, const uint8_t* want, int64_t bytes) {
 
 int main(int argc, char** argv) {
   std::string file, plan_name = "fsdp", json_path, make;
-  int repeat = 5, warmup = 1;
+  int repeat = 5, warmup = 1, staging_buffers = sdrt::LoadOptions().staging_buffers;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--file") file = argv[i + 1];
@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
     if (a == "--json") json_path = argv[i + 1];
     if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--warmup") warmup = std::max(0, std::atoi(argv[i + 1]));
+    if (a == "--staging-buffers") staging_buffers = std::atoi(argv[i + 1]);
     if (a == "--make" && i + 2 < argc) {
       make = argv[i + 1];
       file = argv[i + 2];
@@ -210,6 +211,7 @@ int main(int argc, char** argv) {
   load_options.comm = world.get();
   load_options.strict = true;
   load_options.stats = &stats;
+  load_options.staging_buffers = staging_buffers;
   // root
   Map root_local, full;
   std::optional<CheckpointSource> mapped;

@@ -17,7 +17,9 @@
 // runs the three in turn, the order rotating; each is timed from a barrier to the slowest
 // rank's end (MPI_MAX). Outside the timed region: the meta state dict is copied afresh
 // (freeing the previous result), rank 0's mapping reopened. The table gives median and
-// [min..max] over the timed repetitions, all/floor and root/floor of the medians, LoadStats
+// [min..max] over the timed repetitions, all/floor and root/floor of the medians (and, per
+// path, the median CPU time and voluntary context switches summed over ranks, steadier than
+// wall time on a shared machine; MPI polls, so root's CPU time includes waiting), LoadStats
 // of the last `all` run (read amplification = bytes read / bytes kept, the most of any rank;
 // preads, the most of any rank) and two checks after the timed runs: #wrong = tensors whose
 // piece differs between `all` and `root`, summed over ranks (must be 0), and #floor = pieces
@@ -28,6 +30,7 @@
 //       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
 #include <fcntl.h>
 #include <mpi.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,7 +106,18 @@ struct Path {
   std::function<void()> prepare;
   std::function<void()> run;
   std::vector<double> seconds;
+  std::vector<double> cpu_seconds;  // user + system, all threads, summed over ranks
+  std::vector<double> switches;     // voluntary context switches, summed over ranks
 };
+
+// CPU seconds (user + system) and voluntary context switches of this process so far.
+std::pair<double, double> Usage() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return {static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+              static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6,
+          static_cast<double>(usage.ru_nvcsw)};
+}
 
 // Reads every file of `source` once, whole (rank 0 only: the ranks share the page cache).
 void WarmPageCache(const CheckpointSource& source) {
@@ -129,7 +143,7 @@ double Resident(const CheckpointSource& source) {
 Tensor Piece(const Map& local, const std::string& name) {
   const Value* v = local.Find(name);
   if (v == nullptr) return Tensor();
-  const Tensor& t = v->kind() == sdrt::ValueKind::kDTensor ? v->as_dtensor().local()
+  const Tensor& t = v->kind() == sdrt::ValueKind::kDTensor  ? v->as_dtensor().local()
                     : v->kind() == sdrt::ValueKind::kTensor ? v->as_tensor()
                                                             : Tensor();
   return t.defined() && !t.is_meta() ? Check(t.Contiguous(), "contiguous") : Tensor();
@@ -158,8 +172,7 @@ int main(int argc, char** argv) {
       file = argv[i + 2];
     }
   }
-  std::unique_ptr<sdrt::MpiCommunicator> world =
-      Check(sdrt::MpiCommunicator::World(), "MPI world");
+  std::unique_ptr<sdrt::MpiCommunicator> world = Check(sdrt::MpiCommunicator::World(), "MPI world");
   g_rank = world->rank();
   const int n = world->size();
   if (file.empty()) {
@@ -220,38 +233,47 @@ int main(int argc, char** argv) {
   bcast_options.device = sdrt::Device::CPU();
   bcast_options.strict = true;
 
-  std::vector<Path> paths;
-  paths.push_back({"floor", [] {},
-                   [&] { floor_preads = Check(sdrt::bench::PreadRuns(fds, runs, floor_buffer.data()), "floor"); },
-                   {}});
-  paths.push_back({"all", [&] { all_local = meta; },
-                   [&] { Check(sdrt::LoadStateDict(source, all_local, load_options), "load"); },
-                   {}});
-  paths.push_back({"root",
-                   [&] {
-                     root_local = meta;
-                     if (g_rank != 0) return;
-                     full = Map();
-                     mapped.reset();
-                     mapped = Check(CheckpointSource::Open(file), "map " + file);
-                     full.Reserve(mapped->tensors().size());
-                     for (const sdrt::CheckpointSourceTensor& t : mapped->tensors()) {
-                       full.Set(t.name, Value(Check(mapped->Get(t.name), "get " + t.name)));
-                     }
-                   },
-                   [&] {
-                     Check(sdrt::BroadcastStateDict(full, root_local, bcast_options), "broadcast");
-                   },
-                   {}});
+  std::vector<Path> paths(3);
+  paths[0].name = "floor";
+  paths[0].prepare = [] {};
+  paths[0].run = [&] {
+    floor_preads = Check(sdrt::bench::PreadRuns(fds, runs, floor_buffer.data()), "floor");
+  };
+  paths[1].name = "all";
+  paths[1].prepare = [&] { all_local = meta; };
+  paths[1].run = [&] { Check(sdrt::LoadStateDict(source, all_local, load_options), "load"); };
+  paths[2].name = "root";
+  paths[2].prepare = [&] {
+    root_local = meta;
+    if (g_rank != 0) return;
+    full = Map();
+    mapped.reset();
+    mapped = Check(CheckpointSource::Open(file), "map " + file);
+    full.Reserve(mapped->tensors().size());
+    for (const sdrt::CheckpointSourceTensor& t : mapped->tensors()) {
+      full.Set(t.name, Value(Check(mapped->Get(t.name), "get " + t.name)));
+    }
+  };
+  paths[2].run = [&] {
+    Check(sdrt::BroadcastStateDict(full, root_local, bcast_options), "broadcast");
+  };
   for (int it = 0; it < warmup + repeat; ++it) {
     for (size_t k = 0; k < paths.size(); ++k) {
       Path& p = paths[(k + static_cast<size_t>(it)) % paths.size()];
       p.prepare();
       MPI_Barrier(MPI_COMM_WORLD);
       const double start = MPI_Wtime();
+      const std::pair<double, double> before = Usage();
       p.run();
+      const std::pair<double, double> after = Usage();
       const double seconds = Reduce(MPI_Wtime() - start, MPI_MAX);
-      if (it >= warmup) p.seconds.push_back(seconds);
+      const double cpu = Reduce(after.first - before.first, MPI_SUM);
+      const double switches = Reduce(after.second - before.second, MPI_SUM);
+      if (it >= warmup) {
+        p.seconds.push_back(seconds);
+        p.cpu_seconds.push_back(cpu);
+        p.switches.push_back(switches);
+      }
     }
   }
 
@@ -261,12 +283,12 @@ int main(int argc, char** argv) {
   for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
     const Tensor a = Piece(all_local, t.name);
     const Tensor b = Piece(root_local, t.name);
-    const bool same = a.defined() && SameBytes(b, static_cast<const uint8_t*>(a.data_ptr()),
-                                                a.nbytes());
+    const bool same =
+        a.defined() && SameBytes(b, static_cast<const uint8_t*>(a.data_ptr()), a.nbytes());
     wrong += same ? 0 : 1;
     const int64_t bytes = a.defined() ? a.nbytes() : 0;
-    const bool in_floor = a.defined() && at + bytes <= kept &&
-                          SameBytes(a, floor_buffer.data() + at, bytes);
+    const bool in_floor =
+        a.defined() && at + bytes <= kept && SameBytes(a, floor_buffer.data() + at, bytes);
     floor_wrong += in_floor ? 0 : 1;
     at += bytes;
   }
@@ -299,13 +321,20 @@ int main(int argc, char** argv) {
     const auto mm = [](const Spread& s) {
       return absl::StrFormat("[%.1f..%.1f]", s.min * 1e3, s.max * 1e3);
     };
-    std::printf("%5d %4s %12lld %9.2f %17s %9.2f %17s %6.2f %9.2f %17s %6.2f %6.3f %7lld %7lld "
-                "%6lld %6lld\n",
-                n, plan_name.c_str(), static_cast<long long>(most_kept), f.median * 1e3,
-                mm(f).c_str(), a.median * 1e3, mm(a).c_str(), a.median / f.median,
-                r.median * 1e3, mm(r).c_str(), r.median / f.median, amplification,
-                static_cast<long long>(preads), static_cast<long long>(floor_calls),
-                static_cast<long long>(wrong), static_cast<long long>(floor_wrong));
+    std::printf(
+        "%5d %4s %12lld %9.2f %17s %9.2f %17s %6.2f %9.2f %17s %6.2f %6.3f %7lld %7lld "
+        "%6lld %6lld\n",
+        n, plan_name.c_str(), static_cast<long long>(most_kept), f.median * 1e3, mm(f).c_str(),
+        a.median * 1e3, mm(a).c_str(), a.median / f.median, r.median * 1e3, mm(r).c_str(),
+        r.median / f.median, amplification, static_cast<long long>(preads),
+        static_cast<long long>(floor_calls), static_cast<long long>(wrong),
+        static_cast<long long>(floor_wrong));
+    for (const Path& p : paths) {
+      std::printf(
+          "# %-5s CPU %.1f ms (user + system, summed over ranks), %.0f voluntary context "
+          "switches (medians)\n",
+          p.name.c_str(), Summarize(p.cpu_seconds).median * 1e3, Summarize(p.switches).median);
+    }
     if (!json_path.empty()) {
       nlohmann::json out = {{"file", file},
                             {"tensors", source.tensors().size()},
@@ -324,16 +353,21 @@ int main(int argc, char** argv) {
                             {"floor_wrong_tensors", floor_wrong}};
       for (const Path& p : paths) {
         const Spread s = Summarize(p.seconds);
-        out[p.name] = {{"median_ms", s.median * 1e3}, {"min_ms", s.min * 1e3},
-                       {"max_ms", s.max * 1e3}, {"runs_ms", p.seconds}};
+        out[p.name] = {{"median_ms", s.median * 1e3},
+                       {"min_ms", s.min * 1e3},
+                       {"max_ms", s.max * 1e3},
+                       {"runs_ms", p.seconds},
+                       {"cpu_ms", Summarize(p.cpu_seconds).median * 1e3},
+                       {"voluntary_switches", Summarize(p.switches).median}};
       }
       out["all_over_floor"] = a.median / f.median;
       out["root_over_floor"] = r.median / f.median;
       std::ofstream(json_path) << out.dump(2) << "\n";
     }
     if (kept_mismatch != 0) {
-      std::printf("# FAILED: LoadStats::bytes_kept differs from the floor's bytes on %lld rank(s)\n",
-                  static_cast<long long>(kept_mismatch));
+      std::printf(
+          "# FAILED: LoadStats::bytes_kept differs from the floor's bytes on %lld rank(s)\n",
+          static_cast<long long>(kept_mismatch));
     }
   }
   for (int fd : fds) close(fd);

@@ -17,7 +17,8 @@ namespace sdrt::bench {
 namespace {
 
 absl::Status Errno(const std::string& what) {
-  return absl::Status(absl::ErrnoToStatusCode(errno), absl::StrCat(what, ": ", std::strerror(errno)));
+  return absl::Status(absl::ErrnoToStatusCode(errno),
+                      absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
 std::vector<SafetensorsTensorSpec> LlamaSpecs() {
@@ -75,7 +76,8 @@ absl::Status WriteWorkload(const std::string& which, const std::string& path) {
   } else if (which == "small") {
     specs = SmallSpecs();
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown workload '", which, "' (llama, small)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown workload '", which, "' (llama, small)"));
   }
   const auto make = [&](size_t index) -> absl::StatusOr<Tensor> {
     absl::StatusOr<Tensor> t = Tensor::Empty(specs[index].shape, specs[index].dtype);

@@ -39,8 +39,8 @@ struct ByteRun {
 // `mesh`: a Shard(d) piece is torch.chunk's chunk `rank` of dim d (one run per index of
 // the dims before d), Replicate the whole tensor; in the order of source.tensors() (file
 // order), runs that touch joined (the fewest preads that read exactly these bytes), so the
-// runs read back to back are the rank's pieces, contiguous, in that order. InvalidArgument for a mesh
-// of more than one dim or a placement other than Shard and Replicate.
+// runs read back to back are the rank's pieces, contiguous, in that order. InvalidArgument for a
+// mesh of more than one dim or a placement other than Shard and Replicate.
 absl::StatusOr<std::vector<ByteRun>> KeptRuns(const CheckpointSource& source,
                                               const ShardingPlan& plan, const DeviceMesh& mesh,
                                               int rank);

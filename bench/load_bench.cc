@@ -11,10 +11,14 @@
 //   root   `sdrt load --read root`: rank 0 maps the file (a fresh CheckpointSource each
 //          repetition, opened outside the timed region, so the mapping's page faults are
 //          timed, as in a fresh process) and BroadcastStateDict sends every rank its pieces.
+// and, to tell the cost of new memory from the rest, `fresh`: the floor's preads into a
+// buffer allocated inside the timed region (one Tensor::Empty of the kept bytes: 2 MiB
+// aligned, MADV_HUGEPAGE, as sdrt's large locals), so fresh - floor is the first touch of
+// the kept bytes, which any load returning new tensors pays.
 //
 // The file is put in the page cache first (rank 0 reads it whole; the fraction of its pages
 // resident, from mincore, is printed before and after the timed runs). Every repetition
-// runs the three in turn, the order rotating; each is timed from a barrier to the slowest
+// runs the four in turn, the order rotating; each is timed from a barrier to the slowest
 // rank's end (MPI_MAX). Outside the timed region: the meta state dict is copied afresh
 // (freeing the previous result), rank 0's mapping reopened. The table gives median and
 // [min..max] over the timed repetitions, all/floor and root/floor of the medians (and, per
@@ -233,7 +237,8 @@ int main(int argc, char** argv) {
   bcast_options.device = sdrt::Device::CPU();
   bcast_options.strict = true;
 
-  std::vector<Path> paths(3);
+  std::optional<Tensor> fresh_buffer;
+  std::vector<Path> paths(4);
   paths[0].name = "floor";
   paths[0].prepare = [] {};
   paths[0].run = [&] {
@@ -256,6 +261,13 @@ int main(int argc, char** argv) {
   };
   paths[2].run = [&] {
     Check(sdrt::BroadcastStateDict(full, root_local, bcast_options), "broadcast");
+  };
+  paths[3].name = "fresh";
+  paths[3].prepare = [&] { fresh_buffer.reset(); };
+  paths[3].run = [&] {
+    fresh_buffer = Check(Tensor::Empty({kept}, sdrt::DType::kUInt8), "fresh buffer");
+    Check(sdrt::bench::PreadRuns(fds, runs, static_cast<uint8_t*>(fresh_buffer->data_ptr())),
+          "fresh");
   };
   for (int it = 0; it < warmup + repeat; ++it) {
     for (size_t k = 0; k < paths.size(); ++k) {
@@ -330,10 +342,12 @@ int main(int argc, char** argv) {
         static_cast<long long>(floor_calls), static_cast<long long>(wrong),
         static_cast<long long>(floor_wrong));
     for (const Path& p : paths) {
+      const Spread w = Summarize(p.seconds);
       std::printf(
-          "# %-5s CPU %.1f ms (user + system, summed over ranks), %.0f voluntary context "
-          "switches (medians)\n",
-          p.name.c_str(), Summarize(p.cpu_seconds).median * 1e3, Summarize(p.switches).median);
+          "# %-5s %8.2f ms %17s (%.2fx floor); CPU %.1f ms (user + system, summed over ranks), "
+          "%.0f voluntary context switches (medians)\n",
+          p.name.c_str(), w.median * 1e3, mm(w).c_str(), w.median / f.median,
+          Summarize(p.cpu_seconds).median * 1e3, Summarize(p.switches).median);
     }
     if (!json_path.empty()) {
       nlohmann::json out = {{"file", file},

@@ -38,8 +38,27 @@ struct ReadDest {
   size_t dest = 0;
 };
 
-// Copies the segments of one read out of its staging buffer into their dests.
-// With `stream` (a device load), the copies are enqueued on it and the buffer must stay
+// Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
+// the plan lies in its dest's runs) starts in `dest`, in bytes, when its elements are one
+// contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
+// ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
+// -1 otherwise (also for a sub-byte start that is not a whole byte).
+int64_t ContiguousDestByte(const internal::Segment& s, const Tensor& dest, const ShardRuns& runs,
+                           IntSpan begin, IntSpan end) {
+  if (!dest.device().is_cpu() || !dest.is_contiguous()) return -1;
+  int64_t start = 0;
+  for (size_t d = 0; d < runs.size(); ++d) {
+    if (runs[d].size() != 1) return -1;
+    if (static_cast<int>(d) > s.dim && end[d] - begin[d] != dest.shape()[d]) return -1;
+    start += (begin[d] - runs[d][0].global + runs[d][0].local) * dest.strides()[d];
+  }
+  const absl::StatusOr<int64_t> bytes = BytesForElements(dest.dtype(), start);
+  return bytes.ok() ? *bytes : -1;
+}
+
+// Copies the segments of one read out of its staging buffer into their dests: one memcpy
+// where the segment is a contiguous range of a CPU dest, else a strided CopyRuns. With
+// `stream` (a device load), the copies are enqueued on it and the buffer must stay
 // untouched until they have run.
 absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>& dests,
                      const internal::Read& read, const Tensor& buffer, int64_t base,
@@ -52,6 +71,14 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
     const ReadDest& rd = dests[s.tensor];
     const CheckpointSourceTensor& entry = *rd.tensor;
     internal::SegmentBox(s, entry.shape, begin, end);
+    const Tensor& dest = rd.target->dests[rd.dest];
+    const int64_t start = ContiguousDestByte(s, dest, rd.target->runs[rd.dest], begin, end);
+    if (start >= 0) {
+      std::memcpy(static_cast<uint8_t*>(dest.data_ptr()) + start,
+                  buffer.data<uint8_t>() + base + (s.file_offset - read.offset),
+                  static_cast<size_t>(s.bytes));
+      continue;
+    }
     box_shape.resize(begin.size());
     for (size_t d = 0; d < begin.size(); ++d) box_shape[d] = end[d] - begin[d];
     const int64_t at = base + (s.file_offset - read.offset);
@@ -65,7 +92,7 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
     const ShardRuns runs = ClipRuns(rd.target->runs[rd.dest], begin, end);
     // A pageable box (the unaligned case) is copied out of before an asynchronous copy
     // from it returns, so it may go when this iteration ends.
-    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, rd.target->dests[rd.dest], runs, /*to_local=*/true,
+    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, dest, runs, /*to_local=*/true,
                                   /*non_blocking=*/stream != nullptr, stream));
   }
   return absl::OkStatus();
@@ -209,16 +236,30 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   pool.direct_io = options.direct_io;
   if (staging.has_value()) staging->Attach(pool);
   const StreamHandle stream = staging.has_value() ? staging->stream() : nullptr;
+  // A read of one segment that is a contiguous range of a CPU dest is read straight there.
+  IntVector begin;
+  IntVector end;
+  const auto direct = [&](const internal::Read& read) -> uint8_t* {
+    if (read.segment_count != 1) return nullptr;
+    const internal::Segment& s = plan.segments[read.first_segment];
+    const ReadDest& rd = dests[s.tensor];
+    internal::SegmentBox(s, rd.tensor->shape, begin, end);
+    const Tensor& dest = rd.target->dests[rd.dest];
+    const int64_t start = ContiguousDestByte(s, dest, rd.target->runs[rd.dest], begin, end);
+    return start < 0 ? nullptr : static_cast<uint8_t*>(dest.data_ptr()) + start;
+  };
   absl::Status read_status = internal::RunStagedReads(
       files, plan, name_of, pool,
       [&](const internal::Read& read, const Tensor& buffer, int64_t base, size_t index) {
-        SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
-        if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
+        if (buffer.defined()) {  // else it was read straight into its dest
+          SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
+          if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
+        }
         done_bytes += read.bytes;
         if (options.progress) options.progress(done_bytes, plan.read_bytes);
         return absl::OkStatus();
       },
-      read_stats);
+      read_stats, direct);
   stats.bytes_read = read_stats.bytes_read;
   stats.bytes_kept = plan.kept_bytes;
   stats.preads = read_stats.preads;

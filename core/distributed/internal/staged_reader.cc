@@ -1,5 +1,6 @@
-// RunStagedReads (staged_reader.h): pread into a pool of buffers; one reader thread when
-// there are at least two buffers.
+// RunStagedReads (staged_reader.h): pread into a pool of buffers, consecutive small reads
+// packed into one buffer, large reads with a direct target straight there; one reader
+// thread when there are at least two buffers.
 #include "sdrt/core/distributed/internal/staged_reader.h"
 
 #include <fcntl.h>
@@ -16,17 +17,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
 namespace {
 
 inline constexpr int64_t kAlign = 16;
+// Reads share a buffer up to this many bytes (see RunStagedReads).
+inline constexpr int64_t kBatchBytes = int64_t{1} << 20;
+
+// Reads [first, first + count) of a plan, read into one buffer in one turn; a direct read
+// (read to its own destination, no buffer) is a batch of its own.
+struct Batch {
+  size_t first = 0;
+  size_t count = 0;
+  bool direct = false;
+};
+inline constexpr size_t kNoBuffer = ~size_t{0};
 // O_DIRECT's unit: buffer addresses, file offsets and lengths are multiples of it (4096
 // covers every logical block size Linux file systems use).
 inline constexpr int64_t kBlock = 4096;
-
-// Where read `r`'s first byte sits in its buffer.
-int64_t BaseOf(const Read& r, bool direct) { return r.offset % (direct ? kBlock : kAlign); }
 
 // A view of `buffer` that starts at a multiple of kBlock (the buffer has kBlock spare).
 absl::StatusOr<Tensor> BlockAligned(const Tensor& buffer) {
@@ -63,24 +73,27 @@ class Reader {
  public:
   Reader(const std::vector<StagedFile>& files, const ReadPlan& plan,
          const std::function<std::string(size_t)>& name_of, std::vector<Fd>& fds,
-         StagedReadStats& stats, bool direct)
-      : files_(files), plan_(plan), name_of_(name_of), fds_(fds), stats_(stats), direct_(direct) {}
+         StagedReadStats& stats, bool direct_io)
+      : files_(files),
+        plan_(plan),
+        name_of_(name_of),
+        fds_(fds),
+        stats_(stats),
+        direct_io_(direct_io) {}
 
-  // Reads [start, end) of the file, where start = the read's offset rounded down to kBlock
-  // with direct I/O (else the offset) and end likewise rounded up; with direct I/O the end
-  // of the file may come before `end`, but not before the read's last byte.
-  absl::Status ReadInto(size_t k, Tensor& buffer) {
+  // Reads plan.reads[k] to `dst`. With direct I/O `dst` is block-aligned and receives the
+  // whole blocks around the read (the read's first byte at offset % kBlock); the end of
+  // the file may come before the last block ends, but not before the read does.
+  absl::Status ReadInto(size_t k, uint8_t* dst) {
     const Read& r = plan_.reads[k];
-    const int64_t base = BaseOf(r, direct_);
-    const int64_t start = r.offset - base;
-    const int64_t needed = base + r.bytes;  // bytes from `start` the consumer needs
-    const int64_t wanted = direct_ ? (needed + kBlock - 1) / kBlock * kBlock : needed;
-    uint8_t* dst = buffer.data<uint8_t>() + (direct_ ? 0 : base);
+    const int64_t lead = direct_io_ ? r.offset % kBlock : 0;
+    const int64_t start = r.offset - lead;
+    const int64_t needed = lead + r.bytes;  // bytes from `start` the consumer needs
+    const int64_t wanted = direct_io_ ? (needed + kBlock - 1) / kBlock * kBlock : needed;
     const std::string& path = files_[static_cast<size_t>(r.file)].path;
-    int64_t done = direct_ ? 0 : base;
-    const int64_t first = done;
+    int64_t done = 0;
     while (done < needed) {
-      const ssize_t n = pread(fds_[static_cast<size_t>(r.file)].fd_, dst + done - first,
+      const ssize_t n = pread(fds_[static_cast<size_t>(r.file)].fd_, dst + done,
                               static_cast<size_t>(wanted - done), start + done);
       ++preads_;
       if (n < 0 && errno == EINTR) continue;
@@ -96,7 +109,7 @@ class Reader {
       }
       done += n;
     }
-    bytes_read_ += done - first;
+    bytes_read_ += done;
     return absl::OkStatus();
   }
 
@@ -111,7 +124,7 @@ class Reader {
   const std::function<std::string(size_t)>& name_of_;
   std::vector<Fd>& fds_;
   StagedReadStats& stats_;
-  const bool direct_;
+  const bool direct_io_;
   int64_t preads_ = 0;
   int64_t bytes_read_ = 0;
 };
@@ -121,17 +134,20 @@ class Reader {
 absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan& plan,
                             const std::function<std::string(size_t segment)>& name_of,
                             const StagingPool& pool_options, const ConsumeRead& consume,
-                            StagedReadStats& stats) {
+                            StagedReadStats& stats, const DirectTarget& direct_target) {
   if (plan.reads.empty()) return absl::OkStatus();
   const int buffers = pool_options.buffers;
   const int64_t buffer_bytes = pool_options.buffer_bytes;
+  const bool direct_io = pool_options.direct_io;
+  // Direct I/O reads whole blocks into block-aligned memory: no read goes to a target
+  // (its address is not aligned) and none shares a buffer.
+  const DirectTarget direct = direct_io ? DirectTarget() : direct_target;
   std::vector<Fd> fds(files.size());
   for (const Read& r : plan.reads) {
     const size_t f = static_cast<size_t>(r.file);
     if (fds[f].fd_ >= 0) continue;
-    fds[f].fd_ = open(files[f].path.c_str(),
-                      O_RDONLY | O_CLOEXEC | (pool_options.direct_io ? O_DIRECT : 0));
-    if (fds[f].fd_ < 0 && errno == EINVAL && pool_options.direct_io) {
+    fds[f].fd_ = open(files[f].path.c_str(), O_RDONLY | O_CLOEXEC | (direct_io ? O_DIRECT : 0));
+    if (fds[f].fd_ < 0 && errno == EINVAL && direct_io) {
       return absl::InvalidArgumentError(
           absl::StrCat(files[f].path, ": its file system does not support O_DIRECT (direct I/O)"));
     }
@@ -143,90 +159,156 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
           files[f].path, ": size changed from ", files[f].size, " to ", st.st_size, " bytes"));
     }
   }
+  // Reads of at least kBatchBytes with a direct target go there. The others are packed
+  // into buffers in order, each at a position congruent to its offset modulo kAlign; a
+  // buffer holds at least kBatchBytes (or every read, if less), so that many small reads
+  // cost one handoff between the threads, not one each.
+  std::vector<uint8_t*> direct_to(plan.reads.size(), nullptr);
   int64_t largest = 0;
-  for (const Read& r : plan.reads) largest = std::max(largest, r.bytes);
-  const bool direct = pool_options.direct_io;
+  int64_t padded = 0;
+  for (size_t k = 0; k < plan.reads.size(); ++k) {
+    const Read& r = plan.reads[k];
+    if (direct && r.bytes >= kBatchBytes) direct_to[k] = direct(r);
+    if (direct_to[k] != nullptr) continue;
+    largest = std::max(largest, r.bytes);
+    padded += r.bytes + kAlign;
+  }
   // Direct I/O: up to a block before and after the read, and a block to align the start.
-  const int64_t each = std::min(buffer_bytes, largest) + (direct ? 3 * kBlock : kAlign);
-  const size_t count =
-      std::min<size_t>(static_cast<size_t>(std::max(buffers, 1)), plan.reads.size());
+  const int64_t each =
+      direct_io ? std::min(buffer_bytes, largest) + 3 * kBlock
+                : std::min(buffer_bytes, std::max(largest, std::min(kBatchBytes, padded))) + kAlign;
+  std::vector<int64_t> bases(plan.reads.size());
+  std::vector<Batch> batches;
+  size_t staged_batches = 0;
+  for (size_t k = 0, used = 0; k < plan.reads.size(); ++k) {
+    const Read& r = plan.reads[k];
+    if (direct_to[k] != nullptr) {
+      batches.push_back(Batch{k, 1, true});
+      continue;
+    }
+    int64_t at = static_cast<int64_t>(used) + (r.offset - static_cast<int64_t>(used)) % kAlign;
+    if (at < static_cast<int64_t>(used)) at += kAlign;
+    if (batches.empty() || batches.back().direct || at + r.bytes > each || direct_io) {
+      batches.push_back(Batch{k, 0, false});
+      ++staged_batches;
+      at = r.offset % (direct_io ? kBlock : kAlign);
+    }
+    bases[k] = at;
+    used = static_cast<size_t>(at + r.bytes);
+    ++batches.back().count;
+  }
+  const size_t count = std::min<size_t>(static_cast<size_t>(std::max(buffers, 1)),
+                                        std::max<size_t>(staged_batches, 1));
   std::vector<Tensor> pool;
   for (size_t i = 0; i < count; ++i) {
     absl::StatusOr<Tensor> b = pool_options.allocate ? pool_options.allocate(each)
                                                      : Tensor::Empty({each}, DType::kUInt8);
-    if (b.ok() && direct) b = BlockAligned(*b);
+    if (b.ok() && direct_io) b = BlockAligned(*b);
     if (!b.ok()) return b.status();
     pool.push_back(*std::move(b));
   }
   stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, each * static_cast<int64_t>(count));
-  Reader reader(files, plan, name_of, fds, stats, direct);
-  // The first use of a buffer needs no wait; every later one waits for its last consumer.
+  Reader reader(files, plan, name_of, fds, stats, direct_io);
+  // The first use of a buffer needs no wait; every later one waits for its last consumer's
+  // asynchronous work (StagingPool::before_refill).
   std::vector<bool> used(count, false);
   const auto ready = [&](size_t b) {
-    if (!used[b] || !pool_options.before_refill) return absl::OkStatus();
-    return pool_options.before_refill(b);
+    if (b == kNoBuffer || !used[b]) {
+      if (b != kNoBuffer) used[b] = true;
+      return absl::OkStatus();
+    }
+    return pool_options.before_refill ? pool_options.before_refill(b) : absl::OkStatus();
   };
   const auto finish = [&](absl::Status status) {
     reader.Flush();
     if (pool_options.drain) status.Update(pool_options.drain());
     return status;
   };
-  if (count == 1) {
-    for (size_t k = 0; k < plan.reads.size(); ++k) {
-      absl::Status s = ready(0);
-      if (s.ok()) s = reader.ReadInto(k, pool[0]);
-      used[0] = true;
-      if (s.ok()) s = consume(plan.reads[k], pool[0], BaseOf(plan.reads[k], direct), 0);
-      if (!s.ok()) return finish(s);
+  // Reads batch `i` into buffer `b` (a direct batch: to its target); `done` is how many of
+  // its reads were read.
+  const auto read_batch = [&](size_t i, size_t b, size_t& done) {
+    const Batch& batch = batches[i];
+    done = 0;
+    SDRT_RETURN_IF_ERROR(ready(batch.direct ? kNoBuffer : b));
+    for (; done < batch.count; ++done) {
+      const size_t k = batch.first + done;
+      uint8_t* dst = batch.direct      ? direct_to[k]
+                     : direct_io       ? pool[b].data<uint8_t>()
+                                       : pool[b].data<uint8_t>() + bases[k];
+      absl::Status s = reader.ReadInto(k, dst);
+      if (!s.ok()) return s;
     }
-    return finish(absl::OkStatus());
+    return absl::OkStatus();
+  };
+  // Consumes the first `done` reads of batch `i`, then reports `read_status`.
+  const Tensor none;
+  const auto consume_batch = [&](size_t i, size_t b, size_t done, absl::Status read_status) {
+    for (size_t j = 0; j < done; ++j) {
+      const size_t k = batches[i].first + j;
+      const bool staged = !batches[i].direct;
+      SDRT_RETURN_IF_ERROR(
+          consume(plan.reads[k], staged ? pool[b] : none, bases[k], staged ? b : kNoBuffer));
+    }
+    return read_status;
+  };
+  if (count == 1) {
+    absl::Status s = absl::OkStatus();
+    for (size_t i = 0; i < batches.size() && s.ok(); ++i) {
+      size_t done = 0;
+      absl::Status read_status = read_batch(i, 0, done);
+      s = consume_batch(i, 0, done, std::move(read_status));
+    }
+    return finish(s);
   }
-  // A reader thread fills free buffers in read order; this thread consumes them in order.
+  // A reader thread fills free buffers in batch order; this thread consumes them in order.
+  struct Filled {
+    size_t buffer = 0;
+    size_t done = 0;
+    absl::Status status;
+  };
   std::mutex mu;
   std::condition_variable cv;
   std::deque<size_t> free_buffers;
   for (size_t i = 0; i < count; ++i) free_buffers.push_back(i);
-  std::deque<std::pair<size_t, absl::Status>> filled;  // (buffer, read status), read order
+  std::deque<Filled> filled;  // batch order
   bool stop = false;
   std::thread thread([&] {
-    for (size_t k = 0; k < plan.reads.size(); ++k) {
-      size_t b;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const bool direct_batch = batches[i].direct;
+      size_t b = kNoBuffer;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stop || !free_buffers.empty(); });
+        cv.wait(lock, [&] { return stop || direct_batch || !free_buffers.empty(); });
         if (stop) return;
-        b = free_buffers.front();
-        free_buffers.pop_front();
+        if (!direct_batch) {
+          b = free_buffers.front();
+          free_buffers.pop_front();
+        }
       }
-      absl::Status s = ready(b);
-      used[b] = true;
-      if (s.ok()) s = reader.ReadInto(k, pool[b]);
-      const bool failed = !s.ok();
+      Filled item{b, 0, absl::OkStatus()};
+      item.status = read_batch(i, b, item.done);
+      const bool failed = !item.status.ok();
       {
         std::lock_guard<std::mutex> lock(mu);
-        filled.emplace_back(b, std::move(s));
+        filled.push_back(std::move(item));
       }
       cv.notify_all();
       if (failed) return;
     }
   });
   absl::Status status = absl::OkStatus();
-  for (size_t k = 0; k < plan.reads.size() && status.ok(); ++k) {
-    std::pair<size_t, absl::Status> item;
+  for (size_t i = 0; i < batches.size() && status.ok(); ++i) {
+    Filled item;
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return !filled.empty(); });
       item = std::move(filled.front());
       filled.pop_front();
     }
-    status = item.second;
-    if (status.ok()) {
-      status = consume(plan.reads[k], pool[item.first], BaseOf(plan.reads[k], direct),
-                       item.first);
-    }
+    status = consume_batch(i, item.buffer, item.done, std::move(item.status));
     {
       std::lock_guard<std::mutex> lock(mu);
-      free_buffers.push_back(item.first);
+      if (item.buffer != kNoBuffer) free_buffers.push_back(item.buffer);
       if (!status.ok()) stop = true;
     }
     cv.notify_all();

@@ -48,28 +48,38 @@ struct StagingPool {
 };
 
 // Called once per read, in plan order, on the calling thread: `buffer` (uint8, CPU; the
-// pool's buffer `index`) holds the read's bytes at [base, base + read.bytes), where
-// base = read.offset % 16 (% 4096 with direct_io), so that a segment at file offset f sits
-// at a buffer offset congruent to f modulo 16. The buffer is refilled after the call returns and
+// pool's buffer `index`) holds the read's bytes at [base, base + read.bytes), where base
+// is congruent to read.offset modulo 16 (equal to read.offset % 4096 with direct_io), so
+// that a segment at file offset f sits at a buffer offset congruent to f modulo 16. For a
+// read that went to its DirectTarget, `buffer` is undefined and `index` meaningless. The
+// buffer is refilled after the calls for all the reads it holds have returned and
 // pool.before_refill(index) has returned.
 using ConsumeRead = std::function<absl::Status(const Read& read, const Tensor& buffer,
                                                int64_t base, size_t index)>;
 
-// Opens every file a read names (read-only, by path), checks its size against
-// files[i].size, and reads plan.reads into pool.buffers buffers of
-// min(pool.buffer_bytes, largest read) + 16 bytes (+ 3 x 4096 with direct_io), allocated up
-// front; with two or more
-// buffers and reads, a reader thread fills the next buffers while `consume` runs. pread
-// is retried on EINTR and continued after a short count. `name_of(segment)` names the
-// tensor of a segment in messages. Errors: FailedPrecondition "<path>: size changed from A
-// to B bytes"; DataLoss "<path>: short read at offset O (tensor 'T')"; the errno's code
-// for open, fstat and pread ("<path>: pread at offset O (tensor 'T'): <strerror>");
-// ResourceExhausted for a buffer (or the allocator's error); the first error of `consume`,
-// `before_refill` or `drain` (reading stops).
+// Where a read of at least 1 MiB may be pread instead of into a staging buffer:
+// read.bytes bytes of CPU memory that nothing else touches during the call, or nullptr to
+// stage it. Called on the calling thread before anything is read. `consume` is still
+// called for such a read, in order, with an undefined `buffer`. Not used with direct_io.
+using DirectTarget = std::function<uint8_t*(const Read& read)>;
+
+// Opens every file a read names (read-only, by path; O_DIRECT with pool.direct_io),
+// checks its size against files[i].size, and reads plan.reads into pool.buffers buffers of
+// min(pool.buffer_bytes, max(largest staged read, min(1 MiB, sum of (staged read + 16))))
+// + 16 bytes (with direct_io: min(pool.buffer_bytes, largest read) + 3 x 4096, one read
+// per buffer), allocated up front, consecutive reads sharing a buffer while they fit (a
+// read with a direct target is not staged); with two or more buffers and reads, a reader
+// thread fills the next buffers while `consume` runs. pread is retried on EINTR and
+// continued after a short count. `name_of(segment)` names the tensor of a segment in
+// messages. Errors: FailedPrecondition "<path>: size changed from A to B bytes"; DataLoss
+// "<path>: short read at offset O (tensor 'T')"; the errno's code for open, fstat and
+// pread ("<path>: pread at offset O (tensor 'T'): <strerror>"); InvalidArgument for a file
+// system that refuses O_DIRECT; ResourceExhausted for a buffer (or the allocator's
+// error); the first error of `consume`, `before_refill` or `drain` (reading stops).
 absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan& plan,
                             const std::function<std::string(size_t segment)>& name_of,
                             const StagingPool& pool, const ConsumeRead& consume,
-                            StagedReadStats& stats);
+                            StagedReadStats& stats, const DirectTarget& direct = {});
 
 }  // namespace sdrt::internal
 

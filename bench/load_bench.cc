@@ -32,6 +32,7 @@
 //
 // Run:  load_bench --make llama|small F          (rank 0 writes workload F, load_workloads.h)
 //       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
+//                  [--staging-buffers B]   (LoadOptions::staging_buffers; 1: no reader thread)
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/resource.h>

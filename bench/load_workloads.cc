@@ -121,8 +121,12 @@ absl::StatusOr<std::vector<ByteRun>> KeptRuns(const CheckpointSource& source,
       return absl::InvalidArgumentError(
           absl::StrCat("KeptRuns: ", t.name, ": ", p.ToString(), " is not Shard or Replicate"));
     }
+    if (IsSubByte(t.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KeptRuns: ", t.name, ": the floor's runs take whole-byte dtypes"));
+    }
     const size_t d = static_cast<size_t>(p.dim());
-    int64_t outer = 1, inner = ElementSize(t.dtype);
+    int64_t outer = 1, inner = ElementBits(t.dtype) / 8;
     for (size_t k = 0; k < d; ++k) outer *= t.shape[k];
     for (size_t k = d + 1; k < t.shape.size(); ++k) inner *= t.shape[k];
     int64_t begin = 0, length = 0;

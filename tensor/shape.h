@@ -20,9 +20,21 @@ namespace sdrt {
 using IntVector = absl::InlinedVector<int64_t, 6>;
 using IntSpan = absl::Span<const int64_t>;
 
+// Appends "[3, 4]" to *out.
+inline void AppendShape(std::string* out, IntSpan shape) {
+  out->push_back('[');
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out->append(", ");
+    absl::StrAppend(out, shape[i]);
+  }
+  out->push_back(']');
+}
+
 // "[3, 4]".
 inline std::string ShapeToString(IntSpan shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+  std::string out;
+  AppendShape(&out, shape);
+  return out;
 }
 
 // Row-major strides of a contiguous tensor of `shape` (size-1 and size-0 dims get the

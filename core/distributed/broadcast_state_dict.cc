@@ -246,10 +246,11 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   absl::Status local_error = leaves_or.status();
   std::vector<internal::MutableLeaf> leaves;
   if (leaves_or.ok()) leaves = *std::move(leaves_or);
+  internal::AgreementDescriber describe;
   AgreementSkeleton skeleton;
   absl::flat_hash_map<absl::string_view, size_t> by_path;
   for (size_t i = 0; i < leaves.size(); ++i) {
-    skeleton.emplace_back(leaves[i].path, internal::DescribeForAgreement(*leaves[i].value));
+    skeleton.emplace_back(leaves[i].path, describe(*leaves[i].value));
     by_path.emplace(leaves[i].path, i);
   }
   BroadcastResult result;

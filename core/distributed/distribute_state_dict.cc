@@ -138,11 +138,12 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
     // dtypes, shapes; not the values) is compared by hash in the same collective, so a key,
     // scalar or plain tensor on some ranks only is an error on every rank, not a silent
     // divergence (case-012).
+    internal::AgreementDescriber describe;
     AgreementSkeleton skeleton;
     if (full_leaves.ok()) {
       skeleton.reserve(full_leaves->size());
       for (const internal::Leaf& leaf : *full_leaves) {
-        skeleton.emplace_back(leaf.path, internal::DescribeForAgreement(*leaf.value));
+        skeleton.emplace_back(leaf.path, describe(*leaf.value));
       }
     }
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*options.comm, kOp, "", skeleton, error));

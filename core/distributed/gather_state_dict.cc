@@ -114,10 +114,11 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       absl::StrCat("bucket_bytes ", options.bucket_bytes, ", ranks_only [",
                    absl::StrJoin(options.ranks_only, ", "), "], cpu_offload ",
                    options.cpu_offload ? "true" : "false");
+  internal::AgreementDescriber describe;
   AgreementSkeleton skeleton;
   skeleton.reserve(leaves.size());
   for (const internal::Leaf& leaf : leaves) {
-    skeleton.emplace_back(leaf.path, internal::DescribeForAgreement(*leaf.value));
+    skeleton.emplace_back(leaf.path, describe(*leaf.value));
     if (local_error.ok()) local_error = ValidateLeaf(leaf, comm, options);
   }
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, shared_options, skeleton, local_error, &stats));

@@ -17,6 +17,7 @@
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/buckets.h"
 #include "sdrt/core/distributed/internal/device_staging.h"
+#include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/internal/read_plan.h"
@@ -36,6 +37,7 @@ struct ReadDest {
   internal::LocalTarget* target = nullptr;
   const CheckpointSourceTensor* tensor = nullptr;
   size_t dest = 0;
+  const ShardRuns* runs = nullptr;  // the runs the dest holds (in its ReadTensor)
 };
 
 // Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
@@ -72,7 +74,7 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
     const CheckpointSourceTensor& entry = *rd.tensor;
     internal::SegmentBox(s, entry.shape, begin, end);
     const Tensor& dest = rd.target->dests[rd.dest];
-    const int64_t start = ContiguousDestByte(s, dest, rd.target->runs[rd.dest], begin, end);
+    const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
     if (start >= 0) {
       std::memcpy(static_cast<uint8_t*>(dest.data_ptr()) + start,
                   buffer.data<uint8_t>() + base + (s.file_offset - read.offset),
@@ -89,7 +91,7 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
     }
-    const ShardRuns runs = ClipRuns(rd.target->runs[rd.dest], begin, end);
+    const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
     // A pageable box (the unaligned case) is copied out of before an asynchronous copy
     // from it returns, so it may go when this iteration ends.
     SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, dest, runs, /*to_local=*/true,
@@ -100,11 +102,10 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
 
 // The CUDA device of the targets' tensors (nullopt: all on the CPU). FailedPrecondition
 // for tensors on two CUDA devices or on a device type without a staging path.
-absl::StatusOr<std::optional<int>> LocalsDevice(
-    const std::vector<std::unique_ptr<internal::LocalTarget>>& targets) {
+absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<internal::LocalTarget>& targets) {
   std::optional<int> cuda;
-  for (const std::unique_ptr<internal::LocalTarget>& target : targets) {
-    for (const Tensor& dest : target->dests) {
+  for (const internal::LocalTarget& target : targets) {
+    for (const Tensor& dest : target.dests) {
       if (dest.device().is_cpu()) continue;
       if (!dest.device().is_cuda()) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -134,43 +135,110 @@ absl::Status CheckOptions(const LoadOptions& o, int rank) {
   return absl::OkStatus();
 }
 
-// Plans every target and the reads; the first local error is returned.
+// Lays out and allocates the fresh dests (meta until now: LocalTargetRules::allocate is
+// false) in one arena, in the order of their first segment in the plan, so that a piece
+// that follows another in its file follows it in memory (fresh_arena.h).
+absl::Status AllocateFreshDests(const internal::ReadPlan& plan, std::vector<ReadDest>& dests,
+                                Device device) {
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  struct Chain {
+    size_t first = kNone;  // its first segment
+    size_t last = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
+    bool touching = true;  // its segments follow one another in the plan and in the file
+  };
+  std::vector<Chain> chains(dests.size());
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const internal::Segment& s = plan.segments[i];
+    Chain& c = chains[s.tensor];
+    if (c.first == kNone) {
+      c.first = i;
+      c.begin = s.file_offset;
+    } else if (c.last + 1 != i || s.file_offset != c.end) {
+      c.touching = false;
+    }
+    c.last = i;
+    c.end = s.file_offset + s.bytes;
+  }
+  std::vector<size_t> order;
+  for (size_t t = 0; t < dests.size(); ++t) {
+    if (dests[t].target->dests[dests[t].dest].is_meta()) order.push_back(t);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return chains[a].first < chains[b].first; });
+  std::vector<internal::FreshPiece> pieces(order.size());
+  std::vector<Tensor*> fresh(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const ReadDest& rd = dests[order[i]];
+    Tensor& dest = rd.target->dests[rd.dest];
+    SDRT_ASSIGN_OR_RETURN(pieces[i].bytes, BytesForElements(dest.dtype(), dest.numel()));
+    pieces[i].alignment = ElementAlignment(dest.dtype());
+    const Chain& c = chains[order[i]];
+    if (c.first != kNone && c.touching && c.end - c.begin == pieces[i].bytes) {
+      pieces[i].file = rd.tensor->file;
+      pieces[i].begin = c.begin;
+      pieces[i].end = c.end;
+    }
+    fresh[i] = &dest;
+  }
+  SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(pieces));
+  return internal::AllocateFresh(layout, device, fresh);
+}
+
+// Plans every target and the reads, and allocates the fresh dests; the first local error
+// is returned. matched[i]: leaf i names a checkpoint tensor.
 absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::MutableLeaf>& leaves,
                      const LoadOptions& options, int rank, LoadResult& result,
-                     std::vector<std::unique_ptr<internal::LocalTarget>>& targets,
-                     std::vector<ReadDest>& dests, internal::ReadPlan& plan) {
+                     std::vector<internal::LocalTarget>& targets, std::vector<ReadDest>& dests,
+                     std::vector<internal::ReadTensor>& reads, internal::ReadPlan& plan,
+                     std::vector<bool>& matched) {
   absl::flat_hash_map<absl::string_view, size_t> by_path;
+  by_path.reserve(leaves.size());
   for (size_t i = 0; i < leaves.size(); ++i) by_path.emplace(leaves[i].path, i);
-  std::vector<internal::ReadTensor> reads;
+  matched.assign(leaves.size(), false);
+  internal::LocalTargetRules rules;
+  rules.rank = rank;
+  if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
+  rules.device = options.device;
+  rules.allocate = false;
+  // Reserved so that the pointers dests keep stay valid.
+  targets.reserve(source.tensors().size());
+  // dests[i] fills reads[i]. A ShardedTensor has a dest per local shard, so both may grow
+  // past the reserve: dests point into reads once both are complete.
+  reads.reserve(source.tensors().size());
+  dests.reserve(source.tensors().size());
   for (const CheckpointSourceTensor& entry : source.tensors()) {
     const auto it = by_path.find(entry.name);
     if (it == by_path.end()) {
       result.unexpected_keys.push_back(entry.name);
       continue;
     }
+    matched[it->second] = true;
     if (leaves[it->second].value->is_none()) continue;
-    internal::LocalTargetRules rules;
-    rules.rank = rank;
-    if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
-    rules.device = options.device;
     SDRT_ASSIGN_OR_RETURN(
         internal::LocalTarget target,
         internal::PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[it->second], rules));
-    targets.push_back(std::make_unique<internal::LocalTarget>(std::move(target)));
-    for (size_t d = 0; d < targets.back()->dests.size(); ++d) {
+    targets.push_back(std::move(target));
+    internal::LocalTarget& planned = targets.back();
+    // The runs move into the ReadTensors, which outlive the reads.
+    for (size_t d = 0; d < planned.dests.size(); ++d) {
       reads.push_back(internal::ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype),
-                                           entry.shape, targets.back()->runs[d]});
-      dests.push_back(ReadDest{targets.back().get(), &entry, d});
+                                           entry.shape, std::move(planned.runs[d])});
+      dests.push_back(ReadDest{&planned, &entry, d});
     }
   }
-  for (const internal::MutableLeaf& leaf : leaves) {
-    if (source.Find(leaf.path) == nullptr) result.missing_keys.push_back(leaf.path);
+  for (size_t i = 0; i < dests.size(); ++i) dests[i].runs = &reads[i].runs;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    // A path that two leaves spell alike matched only the first of them above.
+    if (!matched[i]) matched[i] = source.Find(leaves[i].path) != nullptr;
+    if (!matched[i]) result.missing_keys.push_back(leaves[i].path);
   }
   internal::ReadPlanOptions read_options;
   read_options.max_gap_bytes = options.max_gap_bytes;
   read_options.max_read_bytes = options.staging_bytes;
   SDRT_ASSIGN_OR_RETURN(plan, internal::PlanReads(reads, read_options));
-  return absl::OkStatus();
+  return AllocateFreshDests(plan, dests, options.device);
 }
 
 }  // namespace
@@ -192,11 +260,14 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
     if (leaves_or.ok()) leaves = *std::move(leaves_or);
   }
   LoadResult result;
-  std::vector<std::unique_ptr<internal::LocalTarget>> targets;
+  std::vector<internal::LocalTarget> targets;
   std::vector<ReadDest> dests;
   internal::ReadPlan plan;
+  std::vector<internal::ReadTensor> reads;
+  std::vector<bool> matched;
   if (local_error.ok()) {
-    local_error = PlanAll(source, leaves, options, rank, result, targets, dests, plan);
+    local_error =
+        PlanAll(source, leaves, options, rank, result, targets, dests, reads, plan, matched);
   }
   // The device the locals are on: the CPU, or one CUDA device for the whole call.
   std::optional<int> cuda_device;
@@ -214,9 +285,10 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   }
 
   if (comm != nullptr) {
+    internal::AgreementDescriber describe;
     AgreementSkeleton skeleton;
     for (const internal::MutableLeaf& leaf : leaves) {
-      skeleton.emplace_back(leaf.path, internal::DescribeForAgreement(*leaf.value));
+      skeleton.emplace_back(leaf.path, describe(*leaf.value));
     }
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*comm, kOp, "", skeleton, local_error));
   } else {
@@ -236,17 +308,31 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   pool.direct_io = options.direct_io;
   if (staging.has_value()) staging->Attach(pool);
   const StreamHandle stream = staging.has_value() ? staging->stream() : nullptr;
-  // A read of one segment that is a contiguous range of a CPU dest is read straight there.
+  // A read is read straight into its dests when it has no gap and each of its segments
+  // is a contiguous range of a CPU dest that sits where the read's bytes would put it
+  // (one segment; or pieces the fresh arena laid out as they follow in the file).
   IntVector begin;
   IntVector end;
   const auto direct = [&](const internal::Read& read) -> uint8_t* {
-    if (read.segment_count != 1) return nullptr;
-    const internal::Segment& s = plan.segments[read.first_segment];
-    const ReadDest& rd = dests[s.tensor];
-    internal::SegmentBox(s, rd.tensor->shape, begin, end);
-    const Tensor& dest = rd.target->dests[rd.dest];
-    const int64_t start = ContiguousDestByte(s, dest, rd.target->runs[rd.dest], begin, end);
-    return start < 0 ? nullptr : static_cast<uint8_t*>(dest.data_ptr()) + start;
+    uint8_t* first = nullptr;
+    int64_t next = read.offset;
+    for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
+      const internal::Segment& s = plan.segments[i];
+      if (s.file_offset != next) return nullptr;
+      const ReadDest& rd = dests[s.tensor];
+      internal::SegmentBox(s, rd.tensor->shape, begin, end);
+      const Tensor& dest = rd.target->dests[rd.dest];
+      const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
+      if (start < 0) return nullptr;
+      uint8_t* const at = static_cast<uint8_t*>(dest.data_ptr()) + start;
+      if (first == nullptr) {
+        first = at;
+      } else if (at != first + (s.file_offset - read.offset)) {
+        return nullptr;
+      }
+      next = s.file_offset + s.bytes;
+    }
+    return next == read.offset + read.bytes ? first : nullptr;
   };
   absl::Status read_status = internal::RunStagedReads(
       files, plan, name_of, pool,
@@ -266,8 +352,8 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
   if (read_status.ok()) {
-    for (std::unique_ptr<internal::LocalTarget>& target : targets) {
-      read_status = internal::CommitLocalTarget(*target, rank);
+    for (internal::LocalTarget& target : targets) {
+      read_status = internal::CommitLocalTarget(target, rank);
       if (!read_status.ok()) break;
     }
   }
@@ -278,8 +364,9 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   }
   if (options.strict) {
     // Backwards, so that erasing from a map leaves the earlier leaves' pointers valid.
-    for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
-      if (source.Find(it->path) != nullptr) continue;
+    for (size_t i = leaves.size(); i-- > 0;) {
+      if (matched[i]) continue;
+      internal::MutableLeaf* const it = &leaves[i];
       if (it->parent_map != nullptr) {
         it->parent_map->Erase(it->key);
       } else {

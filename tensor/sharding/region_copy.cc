@@ -8,8 +8,8 @@
 namespace sdrt {
 namespace {
 
-std::vector<IndexRun> RunsOfList(const std::vector<int64_t>& list) {
-  std::vector<IndexRun> runs;
+IndexRuns RunsOfList(const std::vector<int64_t>& list) {
+  IndexRuns runs;
   for (int64_t i = 0; i < static_cast<int64_t>(list.size()); ++i) {
     if (!runs.empty() && runs.back().global + runs.back().length == list[i]) {
       ++runs.back().length;
@@ -65,7 +65,7 @@ ShardRuns ClipRuns(const ShardRuns& runs, IntSpan begin, IntSpan end) {
 
 int64_t RunsNumel(const ShardRuns& runs) {
   int64_t n = 1;
-  for (const std::vector<IndexRun>& dim : runs) {
+  for (const IndexRuns& dim : runs) {
     int64_t sum = 0;
     for (const IndexRun& r : dim) sum += r.length;
     n *= sum;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
@@ -33,8 +34,13 @@ struct IndexRun {
   }
 };
 
-// Per global dim, the runs of a shard. For a rank in the mesh only.
-using ShardRuns = std::vector<std::vector<IndexRun>>;
+// The runs of one dim, in local order: one for a Shard or Replicate piece (kept inline),
+// up to split_factor for _StridedShard.
+using IndexRuns = absl::InlinedVector<IndexRun, 1>;
+
+// Per global dim, the runs of a shard (four dims inline, so the common shard costs no
+// allocation). For a rank in the mesh only.
+using ShardRuns = absl::InlinedVector<IndexRuns, 4>;
 
 // The runs `info` owns along each global dim, in local order (maximal runs of its
 // OwnedIndices, without expanding a slice into a list). Precondition: info is of a rank

@@ -155,6 +155,27 @@ absl::StatusOr<LocalShardInfo> ComputeLocalShapeAndGlobalOffset(
     return info;
   }
   const size_t ndim = global_shape.size();
+  const bool strided = std::any_of(placements.begin(), placements.end(), [](const Placement& p) {
+    return p.is_shard_like() && p.kind() != Placement::Kind::kShard;
+  });
+  if (!strided) {
+    // Shard, Replicate and Partial only: every dim stays one run, re-split in place (the
+    // same result as composing runs below, without the lists).
+    info.local_shape.assign(global_shape.begin(), global_shape.end());
+    info.global_offset.assign(ndim, 0);
+    for (int i = 0; i < mesh.ndim(); ++i) {
+      const Placement& p = placements[i];
+      if (!p.is_shard_like()) continue;
+      const ChunkPiece piece = ShardPiece(info.local_shape[p.dim()], mesh.size(i), (*coord)[i]);
+      info.global_offset[p.dim()] += piece.offset;
+      info.local_shape[p.dim()] = piece.size;
+    }
+    for (size_t d = 0; d < ndim; ++d) {
+      if (info.local_shape[d] == 0) info.global_offset[d] = global_shape[d];
+    }
+    info.index_lists.resize(ndim);
+    return info;
+  }
   std::vector<Runs> owned(ndim);
   for (size_t d = 0; d < ndim; ++d) AppendRun(owned[d], 0, global_shape[d]);
   for (int i = 0; i < mesh.ndim(); ++i) {

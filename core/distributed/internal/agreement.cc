@@ -49,7 +49,7 @@ class ByteReader {
 
 }  // namespace
 
-std::string DescribeForAgreement(const Value& value) {
+std::string AgreementDescriber::operator()(const Value& value) {
   switch (value.kind()) {
     case ValueKind::kTensor: {
       const Tensor& t = value.as_tensor();
@@ -57,9 +57,22 @@ std::string DescribeForAgreement(const Value& value) {
     }
     case ValueKind::kDTensor: {
       const DTensor& d = value.as_dtensor();
-      return absl::StrCat("DTensor ", DTypeName(d.dtype()), ShapeToString(d.global_shape()), " ",
-                          PlacementsToString(d.placements()), " on ",
-                          d.mesh() == nullptr ? "no mesh" : d.mesh()->ToString());
+      if (last_placements_text_.empty() || d.placements() != last_placements_) {
+        last_placements_ = d.placements();
+        last_placements_text_ = PlacementsToString(d.placements());
+      }
+      absl::string_view mesh = "no mesh";
+      if (d.mesh() != nullptr) {
+        auto [it, inserted] = meshes_.try_emplace(d.mesh().get());
+        if (inserted) it->second = d.mesh()->ToString();
+        mesh = it->second;
+      }
+      std::string out;
+      out.reserve(24 + 8 * d.global_shape().size() + last_placements_text_.size() + mesh.size());
+      absl::StrAppend(&out, "DTensor ", DTypeName(d.dtype()));
+      AppendShape(&out, d.global_shape());
+      absl::StrAppend(&out, " ", last_placements_text_, " on ", mesh);
+      return out;
     }
     case ValueKind::kShardedTensor: {
       const ShardedTensor& s = value.as_sharded();

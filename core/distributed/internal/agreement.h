@@ -8,18 +8,33 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
 
 namespace sdrt::internal {
 
 // What every rank must agree on about a leaf: "DTensor float32[8, 4] [S(0)] on mesh (2, 2)",
 // "ShardedTensor bfloat16[10]", "Tensor int64[3]", or the kind of a non-tensor ("int").
-// Local shapes and values are left out: they differ between ranks by design.
-std::string DescribeForAgreement(const Value& value);
+// Local shapes and values are left out: they differ between ranks by design. One
+// describer serves the leaves of one call: it prints each mesh once and reuses the text of
+// the placements when a leaf has the same as the leaf before (the common case), so a
+// description costs one string, not a mesh's worth of formatting per leaf.
+class AgreementDescriber {
+ public:
+  std::string operator()(const Value& value);
+
+ private:
+  absl::flat_hash_map<const DeviceMesh*, std::string> meshes_;
+  std::vector<Placement> last_placements_;
+  std::string last_placements_text_;
+};
 
 // One rank's part of the agreement exchange.
 struct AgreementMessage {

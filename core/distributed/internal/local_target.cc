@@ -27,7 +27,12 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
   LocalTarget target;
   target.leaf = &leaf;
   const Value& v = *leaf.value;
-  const std::string where = absl::StrCat("'", name, "'");
+  // Built only for an error message.
+  const auto where = [name] { return absl::StrCat("'", name, "'"); };
+  const auto fresh = [&rules](IntSpan fresh_shape, DType fresh_dtype) {
+    return rules.allocate ? Tensor::Empty(fresh_shape, fresh_dtype, rules.device)
+                          : Tensor::Meta(fresh_shape, fresh_dtype);
+  };
   const auto same = [&](DType other_dtype, IntSpan other_shape) {
     return other_dtype == dtype &&
            std::equal(other_shape.begin(), other_shape.end(), shape.begin(), shape.end());
@@ -38,7 +43,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
     const DTensor& d = v.as_dtensor();
     if (!same(d.dtype(), d.global_shape())) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
+          absl::StrCat(where(), ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
                        " but the checkpoint holds ", Describe(dtype, shape)));
     }
     if (d.mesh() == nullptr ||
@@ -46,9 +51,9 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
         !d.mesh()->Coordinate(rules.rank).has_value()) {
       return absl::InvalidArgumentError(
           rules.mesh_ranks.has_value()
-              ? absl::StrCat(where, ": ", d.ToString(), " is not on a mesh of the communicator's ",
+              ? absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh of the communicator's ",
                              *rules.mesh_ranks, " ranks")
-              : absl::StrCat(where, ": ", d.ToString(), " is not on a mesh holding rank ",
+              : absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh holding rank ",
                              rules.rank));
     }
     SDRT_RETURN_IF_ERROR(
@@ -59,7 +64,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
     Tensor dest;
     if (d.local().device().is_meta()) {
       target.kind = LocalTarget::Kind::kFreshDTensor;
-      SDRT_ASSIGN_OR_RETURN(dest, Tensor::Empty(info.local_shape, d.dtype(), rules.device));
+      SDRT_ASSIGN_OR_RETURN(dest, fresh(info.local_shape, d.dtype()));
     } else {
       target.kind = LocalTarget::Kind::kInPlaceDTensor;
       SDRT_RETURN_IF_ERROR(ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(),
@@ -74,20 +79,20 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
     const ShardedTensor& st = v.as_sharded();
     if (!same(st.dtype(), st.global_shape())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
+          where(), ": the local ShardedTensor is ", Describe(st.dtype(), st.global_shape()),
           " but the checkpoint holds ", Describe(dtype, shape)));
     }
     target.kind = LocalTarget::Kind::kSharded;
     for (const LocalShard& s : st.local_shards()) {
       if (s.tensor.device().is_meta()) {
         return absl::FailedPreconditionError(
-            absl::StrCat(where, ": a local shard is on meta (nowhere to write)"));
+            absl::StrCat(where(), ": a local shard is on meta (nowhere to write)"));
       }
       for (size_t dim = 0; dim < shape.size(); ++dim) {
         if (s.metadata.offsets[dim] < 0 || s.metadata.sizes[dim] < 0 ||
             (s.metadata.sizes[dim] > 0 &&
              s.metadata.offsets[dim] > shape[dim] - s.metadata.sizes[dim])) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": local shard ",
+          return absl::InvalidArgumentError(absl::StrCat(where(), ": local shard ",
                                                          s.metadata.ToString(), " does not fit in ",
                                                          ShapeToString(shape)));
         }
@@ -100,7 +105,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
     return target;
   }
   target.kind = LocalTarget::Kind::kReplace;
-  SDRT_ASSIGN_OR_RETURN(Tensor dest, Tensor::Empty(shape, dtype, rules.device));
+  SDRT_ASSIGN_OR_RETURN(Tensor dest, fresh(shape, dtype));
   target.dests.push_back(std::move(dest));
   target.runs.push_back(BoxRuns(IntVector(shape.size(), 0), shape));
   return target;
@@ -115,12 +120,14 @@ absl::Status CommitLocalTarget(LocalTarget& target, int rank) {
     case LocalTarget::Kind::kFreshDTensor:
     case LocalTarget::Kind::kInPlaceDTensor: {
       const DTensor& d = leaf.as_dtensor();
-      SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
-                                               *d.mesh()->Coordinate(rank)));
+      const bool partial = std::any_of(d.placements().begin(), d.placements().end(),
+                                       [](const Placement& p) { return p.is_partial(); });
+      if (partial) {
+        SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
+                                                 *d.mesh()->Coordinate(rank)));
+      }
       if (target.kind == LocalTarget::Kind::kFreshDTensor) {
-        SDRT_ASSIGN_OR_RETURN(DTensor fresh,
-                              DTensor::Make(target.dests[0], d.mesh(), d.placements(),
-                                            d.global_shape(), d.global_stride()));
+        SDRT_ASSIGN_OR_RETURN(DTensor fresh, d.WithLocal(std::move(target.dests[0])));
         leaf = Value(std::move(fresh));
       }
       break;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -24,8 +25,10 @@ struct LocalTarget {
   enum class Kind { kReplace, kFreshDTensor, kInPlaceDTensor, kSharded };
   Kind kind = Kind::kReplace;
   MutableLeaf* leaf = nullptr;
-  std::vector<Tensor> dests;    // tensors written (one per local shard for kSharded)
-  std::vector<ShardRuns> runs;  // per dest, the global runs it holds
+  // Tensors written (one per local shard for kSharded), and per dest the global runs it
+  // holds; one inline, so a DTensor's target allocates nothing.
+  absl::InlinedVector<Tensor, 1> dests;
+  absl::InlinedVector<ShardRuns, 1> runs;
 };
 
 // What a target may be, beyond the leaf itself.
@@ -34,10 +37,13 @@ struct LocalTargetRules {
   // The ranks a DTensor's mesh must have (the communicator's size); nullopt: any.
   std::optional<int> mesh_ranks;
   Device device = Device::CPU();  // where new tensors are allocated
+  // false: new tensors are not allocated but left as meta tensors of their shape and
+  // dtype, for the caller to allocate (LoadStateDict's one arena, fresh_arena.h).
+  bool allocate = true;
 };
 
 // Plans the target of checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and
-// allocates the new tensors it needs (before any data moves). A DTensor leaf of a
+// allocates the new tensors it needs (before any data moves; see rules.allocate). A DTensor leaf of a
 // tensor of dimension >= 1 gets its local (fresh on rules.device when the local is meta,
 // else the local itself, whose shape must be the rank's local shape); a ShardedTensor leaf
 // its local shards (each within the global shape, none on meta); anything else, and
@@ -52,6 +58,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
 // Writes a filled target back into its leaf: the tensor replaces a kReplace leaf, a fresh
 // local becomes a DTensor with the leaf's mesh and placements, and DTensor locals get the
 // identity of their Partial mesh dims on ranks off coordinate 0 (FillPartialIdentity).
+// A fresh local is moved out of target.dests into the tree.
 absl::Status CommitLocalTarget(LocalTarget& target, int rank);
 
 }  // namespace sdrt::internal

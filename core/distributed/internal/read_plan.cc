@@ -99,22 +99,23 @@ class SegmentMaker {
 
 absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_bytes,
                         std::vector<Segment>& out) {
-  const std::string where = absl::StrCat("PlanReads: tensor ", index);
+  // Built only for an error message.
+  const auto where = [index] { return absl::StrCat("PlanReads: tensor ", index); };
   const int n = static_cast<int>(t.shape.size());
   if (t.element_bits < 1 || t.element_bits > 8 * max_read_bytes || t.offset < 0 || t.file < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": element bits ", t.element_bits,
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": element bits ", t.element_bits,
                                                    ", offset ", t.offset, " or file ", t.file,
                                                    " out of range"));
   }
   if (t.runs.size() != t.shape.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": runs for ", t.runs.size(), " dims, shape has ", n));
+        absl::StrCat(where(), ": runs for ", t.runs.size(), " dims, shape has ", n));
   }
   for (int d = 0; d < n; ++d) {
-    if (t.shape[d] < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative dim"));
+    if (t.shape[d] < 0) return absl::InvalidArgumentError(absl::StrCat(where(), ": negative dim"));
     for (const IndexRun& r : t.runs[d]) {
       if (r.global < 0 || r.length < 0 || r.global > t.shape[d] - r.length) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": run [", r.global, ", +", r.length,
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": run [", r.global, ", +", r.length,
                                                        ") outside dim ", d, " of size ",
                                                        t.shape[d]));
       }
@@ -122,7 +123,7 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
   }
   SegmentMaker maker(t, index, max_read_bytes, out);
   if (!maker.Init()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": byte size overflows"));
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": byte size overflows"));
   }
   if (n == 0) {
     maker.Emit(0, 0, 0, 1);
@@ -140,7 +141,7 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
   }
   maker.Walk(0, j, 0);
   if (!maker.error().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", maker.error()));
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": ", maker.error()));
   }
   return absl::OkStatus();
 }

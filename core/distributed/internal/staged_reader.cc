@@ -159,16 +159,16 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
           files[f].path, ": size changed from ", files[f].size, " to ", st.st_size, " bytes"));
     }
   }
-  // Reads of at least kBatchBytes with a direct target go there. The others are packed
-  // into buffers in order, each at a position congruent to its offset modulo kAlign; a
-  // buffer holds at least kBatchBytes (or every read, if less), so that many small reads
-  // cost one handoff between the threads, not one each.
+  // Reads with a direct target go there, consecutive ones in batches of about kBatchBytes.
+  // The others are packed into buffers in order, each at a position congruent to its
+  // offset modulo kAlign; a buffer holds at least kBatchBytes (or every read, if less), so
+  // that many small reads cost one handoff between the threads, not one each.
   std::vector<uint8_t*> direct_to(plan.reads.size(), nullptr);
   int64_t largest = 0;
   int64_t padded = 0;
   for (size_t k = 0; k < plan.reads.size(); ++k) {
     const Read& r = plan.reads[k];
-    if (direct && r.bytes >= kBatchBytes) direct_to[k] = direct(r);
+    if (direct) direct_to[k] = direct(r);
     if (direct_to[k] != nullptr) continue;
     largest = std::max(largest, r.bytes);
     padded += r.bytes + kAlign;
@@ -180,10 +180,16 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
   std::vector<int64_t> bases(plan.reads.size());
   std::vector<Batch> batches;
   size_t staged_batches = 0;
+  int64_t direct_bytes = 0;  // in the last direct batch
   for (size_t k = 0, used = 0; k < plan.reads.size(); ++k) {
     const Read& r = plan.reads[k];
     if (direct_to[k] != nullptr) {
-      batches.push_back(Batch{k, 1, true});
+      if (batches.empty() || !batches.back().direct || direct_bytes >= kBatchBytes) {
+        batches.push_back(Batch{k, 0, true});
+        direct_bytes = 0;
+      }
+      ++batches.back().count;
+      direct_bytes += r.bytes;
       continue;
     }
     int64_t at = static_cast<int64_t>(used) + (r.offset - static_cast<int64_t>(used)) % kAlign;

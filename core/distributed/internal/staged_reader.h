@@ -57,10 +57,12 @@ struct StagingPool {
 using ConsumeRead = std::function<absl::Status(const Read& read, const Tensor& buffer,
                                                int64_t base, size_t index)>;
 
-// Where a read of at least 1 MiB may be pread instead of into a staging buffer:
-// read.bytes bytes of CPU memory that nothing else touches during the call, or nullptr to
-// stage it. Called on the calling thread before anything is read. `consume` is still
-// called for such a read, in order, with an undefined `buffer`. Not used with direct_io.
+// Where a read may be pread instead of into a staging buffer: read.bytes bytes of CPU
+// memory that nothing else touches during the call, or nullptr to stage it. Called on the
+// calling thread for every read before anything is read; consecutive direct reads are
+// read in batches of about 1 MiB (one handoff between the threads per batch). `consume`
+// is still called for such a read, in order, with an undefined `buffer`. Not used with
+// direct_io.
 using DirectTarget = std::function<uint8_t*(const Read& read)>;
 
 // Opens every file a read names (read-only, by path; O_DIRECT with pool.direct_io),

@@ -31,7 +31,7 @@ LocalShardInfo Info(IntVector shape, IntVector mesh_shape, const char* placement
 }
 
 // The global indices the runs of one dim name, in local order (runs sorted by local).
-std::vector<int64_t> Expand(const std::vector<IndexRun>& runs) {
+std::vector<int64_t> Expand(const IndexRuns& runs) {
   std::vector<int64_t> indices;
   for (const IndexRun& r : runs) {
     EXPECT_EQ(r.local, static_cast<int64_t>(indices.size())) << "runs are in local order";

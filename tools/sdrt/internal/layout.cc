@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<RankPiece>> Pieces(const TensorLayout& layout, const 
 std::string Interval(int64_t begin, int64_t end) { return absl::StrCat("[", begin, ", ", end, ")"); }
 
 // "[0, 4) [8, 12)", or "none" for a dim with nothing owned.
-std::string RunsText(const std::vector<IndexRun>& runs) {
+std::string RunsText(const IndexRuns& runs) {
   std::vector<std::string> parts;
   for (const IndexRun& run : runs) {
     if (run.length > 0) parts.push_back(Interval(run.global, run.global + run.length));
@@ -77,7 +77,7 @@ std::vector<int64_t> Cuts(const std::vector<RankPiece>& pieces, int dim, int64_t
   return std::vector<int64_t>(cuts.begin(), cuts.end());
 }
 
-bool Owns(const std::vector<IndexRun>& runs, int64_t begin, int64_t end) {
+bool Owns(const IndexRuns& runs, int64_t begin, int64_t end) {
   for (const IndexRun& run : runs) {
     if (run.length > 0 && run.global <= begin && end <= run.global + run.length) return true;
   }
@@ -183,7 +183,7 @@ absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const Devic
     if (listed++ == kMaxLayoutRanks) break;
     std::vector<std::string> row = {absl::StrCat(p.rank), ShapeToString(p.coordinate),
                                     ShapeToString(p.local_shape)};
-    for (const std::vector<IndexRun>& runs : p.runs) row.push_back(RunsText(runs));
+    for (const IndexRuns& runs : p.runs) row.push_back(RunsText(runs));
     table.AddRow(std::move(row));
   }
   table.Print(out);
@@ -207,7 +207,7 @@ absl::StatusOr<nlohmann::ordered_json> LayoutJson(const TensorLayout& layout,
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const RankPiece& p : *pieces) {
     nlohmann::ordered_json runs = nlohmann::ordered_json::array();
-    for (const std::vector<IndexRun>& dim : p.runs) {
+    for (const IndexRuns& dim : p.runs) {
       nlohmann::ordered_json list = nlohmann::ordered_json::array();
       for (const IndexRun& run : dim) {
         if (run.length > 0) list.push_back({run.global, run.global + run.length});

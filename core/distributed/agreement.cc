@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/agreement.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -100,14 +101,14 @@ absl::Status Malformed(absl::string_view op, int q, absl::string_view what) {
       Prefixed(op, absl::StrCat("rank ", q, " sent a malformed agreement ", what)));
 }
 
-}  // namespace
-
-absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::string_view options,
-                              const AgreementSkeleton& skeleton, const absl::Status& local_error,
-                              CollectiveStats* stats, AgreementPayload* payload) {
-  const std::string encoded_skeleton = internal::EncodeSkeleton(skeleton);
+// The agreement over a skeleton of hash `hash`; `encoded_skeleton` is called only on a
+// mismatch, on the two ranks that send theirs.
+absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view options,
+                   uint64_t hash, const std::function<std::string()>& encoded_skeleton,
+                   const absl::Status& local_error, CollectiveStats* stats,
+                   AgreementPayload* payload) {
   internal::AgreementMessage mine;
-  mine.skeleton_hash = internal::HashEncodedSkeleton(encoded_skeleton);
+  mine.skeleton_hash = hash;
   mine.code = local_error.code();
   mine.error = std::string(local_error.message());
   mine.options = std::string(options);
@@ -141,7 +142,7 @@ absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::st
     const bool sends = comm.rank() == 0 || comm.rank() == differing;
     if (stats != nullptr) ++stats->collectives;
     SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> skeletons,
-                          comm.AllGatherBytes(sends ? encoded_skeleton : std::string()));
+                          comm.AllGatherBytes(sends ? encoded_skeleton() : std::string()));
     const std::optional<AgreementSkeleton> a = internal::DecodeSkeleton(skeletons[0]);
     if (!a.has_value()) return Malformed(op, 0, "skeleton");
     const std::optional<AgreementSkeleton> b = internal::DecodeSkeleton(skeletons[differing]);
@@ -153,6 +154,28 @@ absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::st
     for (internal::AgreementMessage& m : messages) payload->all.push_back(std::move(m.payload));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::string_view options,
+                              const AgreementSkeleton& skeleton, const absl::Status& local_error,
+                              CollectiveStats* stats, AgreementPayload* payload) {
+  const std::string encoded = internal::EncodeSkeleton(skeleton);
+  return Agree(comm, op, options, internal::HashEncodedSkeleton(encoded),
+               [&encoded] { return encoded; }, local_error, stats, payload);
+}
+
+absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
+                                    absl::string_view options, const HashedSkeleton& skeleton,
+                                    const absl::Status& local_error, CollectiveStats* stats,
+                                    AgreementPayload* payload) {
+  return Agree(
+      comm, op, options, skeleton.hash,
+      [&skeleton] {
+        return internal::EncodeSkeleton(skeleton.build ? skeleton.build() : AgreementSkeleton());
+      },
+      local_error, stats, payload);
 }
 
 }  // namespace sdrt

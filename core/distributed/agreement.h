@@ -10,6 +10,8 @@
 #ifndef SDRT_CORE_DISTRIBUTED_AGREEMENT_H_
 #define SDRT_CORE_DISTRIBUTED_AGREEMENT_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +59,25 @@ absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::st
                               const AgreementSkeleton& skeleton, const absl::Status& local_error,
                               CollectiveStats* stats = nullptr,
                               AgreementPayload* payload = nullptr);
+
+// A skeleton given by its hash and a way to build it, for state dicts of many leaves: the
+// ranks compare `hash` (the same function of the same leaves on every rank, e.g. of a
+// compact binary record per leaf), and `build` runs only when the hashes differ, to name
+// the difference. Building the text of every leaf on every call costs more than the
+// collective it guards once there are thousands of leaves.
+struct HashedSkeleton {
+  uint64_t hash = 0;
+  std::function<AgreementSkeleton()> build;
+};
+
+// AgreeAcrossRanks over a HashedSkeleton: the same exchange and verdicts. On a mismatch
+// whose built skeletons read alike (the hash saw something their text leaves out), step
+// 3 says "the skeletons of rank 0 and rank R hash differently".
+absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
+                                    absl::string_view options, const HashedSkeleton& skeleton,
+                                    const absl::Status& local_error,
+                                    CollectiveStats* stats = nullptr,
+                                    AgreementPayload* payload = nullptr);
 
 }  // namespace sdrt
 

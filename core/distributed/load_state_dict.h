@@ -112,6 +112,10 @@ struct LoadResult {
 //   * None: left as it is;
 //   * anything else (a plain tensor, a scalar): replaced by the full tensor, contiguous, on
 //     options.device.
+// The new tensors of one call (fresh locals and replacing full tensors) are views of one
+// allocation on options.device, laid out in checkpoint order so that pieces that follow
+// one another in a file are read straight into place; that memory is released when the
+// last of them is destroyed (keeping one small tensor keeps the call's whole arena).
 // A rank off coordinate 0 of a Partial mesh dim holds the reduction's identity afterwards
 // (FillPartialIdentity), as in BroadcastStateDict; it reads the values first.
 // Tensor leaves must have the checkpoint's global shape and dtype. `source` must stay open

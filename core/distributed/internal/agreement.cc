@@ -83,6 +83,71 @@ std::string AgreementDescriber::operator()(const Value& value) {
   }
 }
 
+struct SkeletonHasher::State {
+  XXH64_state_t xxh;
+};
+
+SkeletonHasher::SkeletonHasher() : state_(std::make_unique<State>()) {
+  XXH64_reset(&state_->xxh, 0);
+}
+
+SkeletonHasher::~SkeletonHasher() = default;
+
+uint64_t SkeletonHasher::MeshDigest(const DeviceMesh& mesh) {
+  auto [it, inserted] = meshes_.try_emplace(&mesh, 0);
+  if (!inserted) return it->second;
+  std::string bytes;  // once per mesh: length-prefixed fields, hashed in one call
+  PutString(&bytes, mesh.device_type());
+  PutU64(&bytes, mesh.shape().size());
+  for (int64_t n : mesh.shape()) PutU64(&bytes, static_cast<uint64_t>(n));
+  PutU64(&bytes, mesh.ranks().size());
+  for (int64_t r : mesh.ranks()) PutU64(&bytes, static_cast<uint64_t>(r));
+  PutU64(&bytes, mesh.dim_names().size());
+  for (const std::string& name : mesh.dim_names()) PutString(&bytes, name);
+  it->second = XXH64(bytes.data(), bytes.size(), 0);
+  return it->second;
+}
+
+void SkeletonHasher::Add(absl::string_view path, const Value& value) {
+  std::vector<uint64_t>& r = record_;
+  r.clear();
+  r.push_back(path.size());
+  r.push_back(static_cast<uint64_t>(value.kind()));
+  const auto add_shape = [&r](DType dtype, IntSpan shape) {
+    r.push_back(static_cast<uint64_t>(dtype));
+    r.push_back(shape.size());
+    for (int64_t n : shape) r.push_back(static_cast<uint64_t>(n));
+  };
+  switch (value.kind()) {
+    case ValueKind::kTensor:
+      add_shape(value.as_tensor().dtype(), value.as_tensor().shape());
+      break;
+    case ValueKind::kDTensor: {
+      const DTensor& d = value.as_dtensor();
+      add_shape(d.dtype(), d.global_shape());
+      r.push_back(d.placements().size());
+      for (const Placement& p : d.placements()) {
+        r.push_back(static_cast<uint64_t>(p.kind()));
+        r.push_back(static_cast<uint64_t>(p.dim()));
+        r.push_back(static_cast<uint64_t>(p.split_factor()));
+        r.push_back(static_cast<uint64_t>(p.reduce_op()));
+      }
+      r.push_back(d.mesh() == nullptr ? 0 : 1);
+      if (d.mesh() != nullptr) r.push_back(MeshDigest(*d.mesh()));
+      break;
+    }
+    case ValueKind::kShardedTensor:
+      add_shape(value.as_sharded().dtype(), value.as_sharded().global_shape());
+      break;
+    default:
+      break;
+  }
+  XXH64_update(&state_->xxh, path.data(), path.size());
+  XXH64_update(&state_->xxh, r.data(), r.size() * sizeof(uint64_t));
+}
+
+uint64_t SkeletonHasher::Digest() const { return XXH64_digest(&state_->xxh); }
+
 std::string EncodeAgreementMessage(const AgreementMessage& message) {
   std::string out;
   out.reserve(5 * sizeof(uint64_t) + message.error.size() + message.options.size() +

@@ -203,8 +203,8 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
     used = static_cast<size_t>(at + r.bytes);
     ++batches.back().count;
   }
-  const size_t count = std::min<size_t>(static_cast<size_t>(std::max(buffers, 1)),
-                                        std::max<size_t>(staged_batches, 1));
+  // No buffer at all when every read goes straight to its target.
+  const size_t count = std::min<size_t>(static_cast<size_t>(std::max(buffers, 1)), staged_batches);
   std::vector<Tensor> pool;
   for (size_t i = 0; i < count; ++i) {
     absl::StatusOr<Tensor> b = pool_options.allocate ? pool_options.allocate(each)
@@ -257,7 +257,7 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
     }
     return read_status;
   };
-  if (count == 1) {
+  if (count <= 1) {  // one buffer, or none: read and consume in turn on this thread
     absl::Status s = absl::OkStatus();
     for (size_t i = 0; i < batches.size() && s.ok(); ++i) {
       size_t done = 0;

@@ -69,8 +69,9 @@ using DirectTarget = std::function<uint8_t*(const Read& read)>;
 // checks its size against files[i].size, and reads plan.reads into pool.buffers buffers of
 // min(pool.buffer_bytes, max(largest staged read, min(1 MiB, sum of (staged read + 16))))
 // + 16 bytes (with direct_io: min(pool.buffer_bytes, largest read) + 3 x 4096, one read
-// per buffer), allocated up front, consecutive reads sharing a buffer while they fit (a
-// read with a direct target is not staged); with two or more buffers and reads, a reader
+// per buffer), allocated up front (none when every read has a direct target),
+// consecutive reads sharing a buffer while they fit (a read with a direct target is not
+// staged); with two or more buffers and reads, a reader
 // thread fills the next buffers while `consume` runs. pread is retried on EINTR and
 // continued after a short count. `name_of(segment)` names the tensor of a segment in
 // messages. Errors: FailedPrecondition "<path>: size changed from A to B bytes"; DataLoss

@@ -1,4 +1,5 @@
-// Single-process tests of AgreeAcrossRanks (core/distributed/agreement.h): one rank over the
+// Single-process tests of AgreeAcrossRanks and AgreeAcrossRanksHashed
+// (core/distributed/agreement.h), the skeleton hash and the leaf descriptions: one rank over the
 // loopback communicator, and rank 0 of up to six ranks whose peers' bytes are scripted
 // (made with the private message codec, or broken on purpose), so that the verdict's order
 // (local errors, then options, then skeletons), its wording, the payload and the refusal of
@@ -15,6 +16,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tests/support/loopback_communicator.h"
 
 namespace sdrt {
@@ -211,6 +215,108 @@ TEST(AgreementCodec, SkeletonsRoundTripAndTheirHashesDiffer) {
   const AgreementSkeleton moved = {{"ab", "c"}}, moved_back = {{"a", "bc"}};
   EXPECT_NE(internal::HashEncodedSkeleton(internal::EncodeSkeleton(moved)),
             internal::HashEncodedSkeleton(internal::EncodeSkeleton(moved_back)));
+}
+
+// A peer whose skeleton hashes to `hash` (a HashedSkeleton's).
+std::string HashedPeer(uint64_t hash) {
+  internal::AgreementMessage m;
+  m.skeleton_hash = hash;
+  m.options = "o";
+  return internal::EncodeAgreementMessage(m);
+}
+
+TEST(AgreeAcrossRanksHashed, EqualHashesAgreeWithoutBuildingTheText) {
+  int builds = 0;
+  const HashedSkeleton skeleton{42, [&builds] {
+                                  ++builds;
+                                  return kSkeleton;
+                                }};
+  ScriptedPeers comm(3, {{HashedPeer(42), HashedPeer(42)}});
+  CollectiveStats stats;
+  EXPECT_TRUE(AgreeAcrossRanksHashed(comm, "Op", "o", skeleton, absl::OkStatus(), &stats).ok());
+  EXPECT_EQ(builds, 0);
+  EXPECT_EQ(stats.collectives, 1);
+}
+
+TEST(AgreeAcrossRanksHashed, ADifferentHashBuildsTheTextToNameTheLeaf) {
+  int builds = 0;
+  const HashedSkeleton skeleton{42, [&builds] {
+                                  ++builds;
+                                  return kSkeleton;
+                                }};
+  AgreementSkeleton theirs = kSkeleton;
+  theirs[1].second = "DTensor float32[8, 4] [S(0)] on mesh (2)";
+  ScriptedPeers comm(2, {{HashedPeer(7)}, {internal::EncodeSkeleton(theirs)}});
+  const absl::Status s = AgreeAcrossRanksHashed(comm, "Op", "o", skeleton, absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("Op: ranks disagree at 'b.w': rank 0 has DTensor bfloat16[8, 4]"));
+  EXPECT_EQ(builds, 1);
+  // Texts that read alike although the hashes differ.
+  ScriptedPeers alike(2, {{HashedPeer(7)}, {internal::EncodeSkeleton(kSkeleton)}});
+  EXPECT_THAT(std::string(AgreeAcrossRanksHashed(alike, "Op", "o", skeleton, absl::OkStatus())
+                              .message()),
+              HasSubstr("the skeletons of rank 0 and rank 1 hash differently"));
+}
+
+Value MeshLeaf(const std::shared_ptr<const DeviceMesh>& mesh, const std::string& placements,
+               IntVector shape = {8, 4}, DType dtype = DType::kFloat32) {
+  return Value(*DTensor::Make(*Tensor::Meta(IntVector(shape.size(), 0), dtype), mesh,
+                              *ParsePlacements(placements), shape));
+}
+
+uint64_t DigestOf(const std::vector<std::pair<std::string, Value>>& leaves) {
+  internal::SkeletonHasher hasher;
+  for (const auto& [path, value] : leaves) hasher.Add(path, value);
+  return hasher.Digest();
+}
+
+TEST(SkeletonHasher, LeavesThatDescribeAlikeHashAlikeAndAnyDifferenceShows) {
+  const auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2, 2}));
+  const auto same_mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2, 2}));
+  const auto named = std::make_shared<const DeviceMesh>(
+      *DeviceMesh::Create({2, 2}, {}, {"dp", "tp"}));
+  const auto other_ranks =
+      std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2, 2}, {0, 1, 3, 2}));
+  std::vector<int64_t> many(32);
+  for (int64_t i = 0; i < 32; ++i) many[i] = i;
+  std::vector<int64_t> many_swapped = many;
+  std::swap(many_swapped[30], many_swapped[31]);  // past the 16 ranks a description lists
+  const auto big = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({32}, many));
+  const auto big_swapped = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({32}, many_swapped));
+
+  const Value plain(*Tensor::Zeros({3}, DType::kInt64));
+  const uint64_t base = DigestOf({{"w", MeshLeaf(mesh, "[S(0), R]")}, {"b", plain}});
+  EXPECT_EQ(DigestOf({{"w", MeshLeaf(same_mesh, "[S(0), R]")}, {"b", plain}}), base);
+  for (const auto& leaves : std::vector<std::vector<std::pair<std::string, Value>>>{
+           {{"v", MeshLeaf(mesh, "[S(0), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[S(1), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[_S(0, 2), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[P(sum), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[P(max), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[S(0), R]", {8, 5})}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[S(0), R]", {8, 4}, DType::kBFloat16)}, {"b", plain}},
+           {{"w", MeshLeaf(named, "[S(0), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(other_ranks, "[S(0), R]")}, {"b", plain}},
+           {{"w", MeshLeaf(mesh, "[S(0), R]")}, {"b", Value(*Tensor::Zeros({3}, DType::kInt32))}},
+           {{"w", MeshLeaf(mesh, "[S(0), R]")}, {"b", Value(int64_t{3})}},
+           {{"w", MeshLeaf(mesh, "[S(0), R]")}},
+       }) {
+    EXPECT_NE(DigestOf(leaves), base) << leaves.front().second.as_dtensor().ToString();
+  }
+  EXPECT_NE(DigestOf({{"w", MeshLeaf(big, "[S(0)]", {64})}}),
+            DigestOf({{"w", MeshLeaf(big_swapped, "[S(0)]", {64})}}));
+}
+
+TEST(AgreementDescriber, DescribesEachKindOfLeaf) {
+  const auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2}));
+  internal::AgreementDescriber describe;
+  EXPECT_EQ(describe(MeshLeaf(mesh, "[S(0)]")),
+            "DTensor float32[8, 4] [S(0)] on DeviceMesh(cpu, 2, ranks=[0, 1])");
+  EXPECT_EQ(describe(MeshLeaf(mesh, "[R]", {3})),
+            "DTensor float32[3] [R] on DeviceMesh(cpu, 2, ranks=[0, 1])");
+  EXPECT_EQ(describe(Value(*Tensor::Zeros({2, 3}, DType::kBFloat16))), "Tensor bfloat16[2, 3]");
+  EXPECT_EQ(describe(Value(int64_t{3})), "int");
 }
 
 }  // namespace

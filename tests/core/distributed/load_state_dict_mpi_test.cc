@@ -251,6 +251,48 @@ TEST(LoadStateDictMpiTest, LargePiecesAreReadStraightIntoTheirLocals) {
   }
 }
 
+// New locals come from one arena laid out in file order, so whole tensors that follow one
+// another in a file are read straight into them: one pread per file, no staging buffer.
+TEST(LoadStateDictMpiTest, WholeTensorsThatFollowInTheFileAreReadWithoutStaging) {
+  const auto m1 = Mesh({WorldSize()});
+  std::vector<Spec> specs;
+  for (int i = 0; i < 30; ++i) {
+    const IntVector shape = {1 + i % 4, 3 + i % 5};
+    specs.push_back(i % 2 == 0 ? DSpec(absl::StrCat("r", i), shape, DType::kFloat32, m1, "[R]")
+                               : PlainSpec(absl::StrCat("p", i), shape, DType::kFloat32));
+  }
+  const std::string dir = WriteHfFolder(Fulls(specs));  // 10 tensors in each of 3 files
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  Map full;
+  if (Rank() == 0) {
+    for (const CheckpointSourceTensor& t : source->tensors()) full.Set(t.name, *source->Get(t.name));
+  }
+  // Meta DTensors and plain tensors (which the load replaces): every local is new.
+  const auto leaf = [](const Spec& s) {
+    return s.kind == Spec::Kind::kPlain ? Value(*Tensor::Zeros(s.shape, s.dtype)) : MetaLeaf(s);
+  };
+  Map broadcast = Tree(specs, leaf);
+  ASSERT_TRUE(AllTrue(BroadcastStateDict(full, broadcast, WorldBroadcast()).ok()));
+  Map loaded = Tree(specs, leaf);
+  LoadStats stats;
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, loaded, WorldLoad(&stats)).ok()));
+  ExpectTreeEq(Value(loaded), Value(broadcast), "");
+  EXPECT_EQ(stats.reads, 3);
+  EXPECT_EQ(stats.preads, 3);
+  EXPECT_EQ(stats.peak_staging_bytes, 0);
+  EXPECT_EQ(stats.bytes_read, stats.bytes_kept);
+  // Every new local lives in the one arena.
+  const Value& first = loaded.value(0);
+  ASSERT_EQ(first.kind(), ValueKind::kDTensor);
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    const Value& v = loaded.value(i);
+    const Tensor& t = v.kind() == ValueKind::kDTensor ? v.as_dtensor().local() : v.as_tensor();
+    EXPECT_EQ(t.storage().get(), first.as_dtensor().local().storage().get()) << loaded.key(i);
+  }
+  ASSERT_TRUE(NoRankFailed());
+}
+
 TEST(LoadStateDictMpiTest, WritesStridedLocalsInPlace) {
   const int n = WorldSize();
   const Spec spec = DSpec("tp.col", {6, 9}, DType::kFloat32, Mesh({n}), "[S(1)]");

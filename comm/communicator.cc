@@ -193,6 +193,49 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int
 
 absl::Status Communicator::Barrier() { return DoBarrier(); }
 
+absl::Status Communicator::Exchange(absl::Span<const SendMessage> sends,
+                                    absl::Span<const ReceiveMessage> receives) {
+  constexpr absl::string_view kOp = "exchange";
+  const auto check = [&](absl::string_view what, size_t i, int peer, const void* data,
+                         int64_t bytes) -> absl::Status {
+    if (peer >= 0 && peer < size() && bytes >= 0 && (data != nullptr || bytes == 0)) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": ", what, "[", i, "] to peer ",
+                                                   peer, " of ", bytes, " bytes at ",
+                                                   data == nullptr ? "null" : "a buffer"));
+  };
+  std::vector<int64_t> to_self;
+  for (size_t i = 0; i < sends.size(); ++i) {
+    SDRT_RETURN_IF_ERROR(check("sends", i, sends[i].peer, sends[i].data, sends[i].bytes));
+    if (sends[i].peer == rank()) to_self.push_back(sends[i].bytes);
+  }
+  size_t from_self = 0;
+  for (size_t i = 0; i < receives.size(); ++i) {
+    SDRT_RETURN_IF_ERROR(
+        check("receives", i, receives[i].peer, receives[i].data, receives[i].bytes));
+    if (receives[i].peer != rank()) continue;
+    if (from_self >= to_self.size() || to_self[from_self] != receives[i].bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(kOp), ": receive from self ", from_self, " of ", receives[i].bytes,
+          " bytes has no send to self of that size (", to_self.size(), " sends to self)"));
+    }
+    ++from_self;
+  }
+  if (from_self != to_self.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": ", to_self.size(),
+                                                   " sends to self but ", from_self,
+                                                   " receives from self"));
+  }
+  return DoExchange(sends, receives);
+}
+
+absl::Status Communicator::DoExchange(absl::Span<const SendMessage> /*sends*/,
+                                      absl::Span<const ReceiveMessage> /*receives*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(Where("exchange"), ": the ", backend(), " backend has no point-to-point"));
+}
+
 absl::Status Communicator::CheckBytesLength(absl::string_view op, int from, int64_t length) const {
   if (length >= 0 && length <= kMaxBytesMessage) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(Where(op), ": rank ", from,

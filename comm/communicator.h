@@ -128,6 +128,36 @@ class Communicator {
   // torch.distributed.barrier: returns once every rank has entered it.
   absl::Status Barrier();
 
+  // One message of Exchange: `bytes` bytes at `data` going to rank `peer` (a send) or
+  // coming from it (a receive). Buffers are raw memory on device() (host memory for MPI and
+  // the self communicator, device memory of the communicator's GPU for NCCL).
+  struct SendMessage {
+    int peer = 0;
+    const void* data = nullptr;
+    int64_t bytes = 0;
+  };
+  struct ReceiveMessage {
+    int peer = 0;
+    void* data = nullptr;
+    int64_t bytes = 0;
+  };
+
+  // Grouped point-to-point, as torch.distributed.batch_isend_irecv: every send and
+  // receive is posted at once (MPI_Isend / MPI_Irecv; ncclSend / ncclRecv inside one
+  // ncclGroupStart / ncclGroupEnd) and the call returns when all of them are complete.
+  // Collective in its rhythm: every rank of the group calls it the same number of times,
+  // each with its own messages (either list may be empty), so that the deadline and the
+  // roll call see every rank. Messages between two ranks pair up in order: the k-th send
+  // from rank A to rank B fills the k-th receive on B from A, which must have the same
+  // byte count; a rank may send to itself (the pairs are copied). Buffers must not overlap
+  // one another. InvalidArgument, before anything is sent, for a peer outside [0, size()),
+  // a negative byte count, a null buffer with bytes > 0, or sends to self and receives from
+  // self that differ in number or sizes; a mismatch between two ranks is the backend's
+  // error (MPI_ERR_TRUNCATE) or a deadline. Unimplemented on a backend without
+  // point-to-point.
+  absl::Status Exchange(absl::Span<const SendMessage> sends,
+                        absl::Span<const ReceiveMessage> receives);
+
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
 
@@ -145,6 +175,10 @@ class Communicator {
   virtual absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) = 0;
   virtual absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) = 0;
   virtual absl::Status DoBarrier() = 0;
+  // Entered on every call of Exchange, even with no messages (see Exchange), with valid
+  // peers and sizes. The default is Unimplemented.
+  virtual absl::Status DoExchange(absl::Span<const SendMessage> sends,
+                                  absl::Span<const ReceiveMessage> receives);
 
   // AllGatherBytes in terms of a backend's all-gather-v of host bytes (`gather_host`
   // takes output, input and per-rank byte counts): one exchange of the lengths, then one

@@ -19,13 +19,7 @@
 namespace sdrt {
 namespace {
 
-static_assert(sizeof(MPI_Comm) <= sizeof(intptr_t), "MPI_Comm must fit the opaque handle");
-
-MPI_Comm ToComm(intptr_t handle) {
-  MPI_Comm comm;
-  std::memcpy(&comm, &handle, sizeof(comm));
-  return comm;
-}
+using internal::ToComm;
 
 intptr_t ToHandle(MPI_Comm comm) {
   intptr_t handle = 0;

@@ -86,6 +86,9 @@ class MpiCommunicator final : public Communicator {
   absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override;
   absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) override;
   absl::Status DoBarrier() override;
+  // comm/mpi_exchange.cc.
+  absl::Status DoExchange(absl::Span<const SendMessage> sends,
+                          absl::Span<const ReceiveMessage> receives) override;
 
  private:
   // Handle is MPI_Comm, stored as an integer-sized opaque value so mpi.h stays private:

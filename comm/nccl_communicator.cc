@@ -49,15 +49,7 @@ absl::Status Prefixed(absl::string_view where, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
-// `status`, which made the caller abort an NCCL communicator, prefixed with `where` and
-// saying so (with the likely cause of a timeout).
-absl::Status AbortedBy(absl::string_view where, const absl::Status& status) {
-  const bool timed_out = status.code() == absl::StatusCode::kDeadlineExceeded;
-  return absl::Status(
-      status.code(),
-      absl::StrCat(where, ": ", status.message(), "; the NCCL communicator was aborted",
-                   timed_out ? " (is a rank missing from the collective?)" : ""));
-}
+using internal::AbortedBy;
 
 // Keeps `buffer` allocated for the rest of the process: the staging buffer of an aborted
 // communicator, which must not be freed (cudaFree synchronises the device and can block

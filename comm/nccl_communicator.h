@@ -135,6 +135,9 @@ class NcclCommunicator final : public Communicator {
   absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override;
   absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) override;
   absl::Status DoBarrier() override;
+  // comm/nccl_exchange.cc.
+  absl::Status DoExchange(absl::Span<const SendMessage> sends,
+                          absl::Span<const ReceiveMessage> receives) override;
   bool StagesCpuTensors() const override { return true; }
 
  private:

@@ -10,6 +10,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "absl/status/status.h"
 
 namespace sdrt::internal {
@@ -19,6 +22,15 @@ namespace sdrt::internal {
 // MPI_ERR_BUFFER to InvalidArgument, MPI_ERR_NO_MEM to ResourceExhausted, everything else
 // to Internal.
 absl::Status MpiStatus(int result, const char* call, const char* file, int line);
+
+// MpiCommunicator keeps its MPI_Comm as an integer-sized opaque handle (MPICH's MPI_Comm is
+// an int, Open MPI's a pointer), so that mpi.h stays out of its public header.
+static_assert(sizeof(MPI_Comm) <= sizeof(intptr_t), "MPI_Comm must fit the opaque handle");
+inline MPI_Comm ToComm(intptr_t handle) {
+  MPI_Comm comm;
+  std::memcpy(&comm, &handle, sizeof(comm));
+  return comm;
+}
 
 }  // namespace sdrt::internal
 

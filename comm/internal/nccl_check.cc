@@ -26,4 +26,12 @@ absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file,
   }
 }
 
+absl::Status AbortedBy(absl::string_view where, const absl::Status& status) {
+  const bool timed_out = status.code() == absl::StatusCode::kDeadlineExceeded;
+  return absl::Status(
+      status.code(),
+      absl::StrCat(where, ": ", status.message(), "; the NCCL communicator was aborted",
+                   timed_out ? " (is a rank missing from the collective?)" : ""));
+}
+
 }  // namespace sdrt::internal

@@ -10,6 +10,7 @@
 #include <nccl.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace sdrt::internal {
 
@@ -17,6 +18,10 @@ namespace sdrt::internal {
 // ncclInvalidArgument/ncclInvalidUsage to InvalidArgument, ncclInProgress to
 // Unavailable, ncclRemoteError to Aborted, everything else to Internal.
 absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file, int line);
+
+// `status`, which made the caller abort an NCCL communicator, prefixed with `where` and
+// saying so (with the likely cause of a timeout).
+absl::Status AbortedBy(absl::string_view where, const absl::Status& status);
 
 }  // namespace sdrt::internal
 

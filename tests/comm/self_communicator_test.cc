@@ -107,6 +107,19 @@ TEST(SelfCommunicator, ArgumentErrorsAreTheBackendsErrors) {
   EXPECT_THAT(avg.message(), HasSubstr("avg"));
 }
 
+TEST(SelfCommunicator, ExchangeCopiesEachSendIntoItsReceive) {
+  SelfCommunicator self;
+  const uint8_t a[3] = {1, 2, 3}, b[2] = {9, 8};
+  uint8_t ra[3] = {}, rb[2] = {};
+  ASSERT_TRUE(self.Exchange({{0, a, 3}, {0, b, 2}}, {{0, ra, 3}, {0, rb, 2}}).ok());
+  EXPECT_THAT(ra, ::testing::ElementsAre(1, 2, 3));
+  EXPECT_THAT(rb, ::testing::ElementsAre(9, 8));
+  const absl::Status swapped = self.Exchange({{0, a, 3}, {0, b, 2}}, {{0, rb, 2}, {0, ra, 3}});
+  EXPECT_EQ(swapped.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(swapped.message(), HasSubstr("exchange (self, rank 0 of 1): receive from self 0"));
+  EXPECT_EQ(self.Exchange({{1, a, 3}}, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SelfCommunicator, IsAProcessGroupsCpuCommunicator) {
   auto self = std::make_unique<SelfCommunicator>();
   Communicator* self_ptr = self.get();

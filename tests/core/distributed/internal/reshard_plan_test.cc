@@ -5,8 +5,10 @@
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
@@ -159,6 +161,29 @@ TEST(ReshardPlanTest, Case051Fp8ScalesTransposed) {
         LocalLayout::kTransposed);
 }
 
+// Destination locals given by the engine (here transposed views of its own buffers) are
+// filled in place.
+TEST(ReshardPlanTest, GivenDestinationLocalsAreFilledInPlace) {
+  const ReshardTensor tensor = Describe("w", DType::kFloat32, {9, 5}, MeshLayout({3}, {}, "[S(0)]"),
+                                        MeshLayout({2}, {3, 4}, "[S(1)]"));
+  const Tensor full = HashBytes(tensor.shape, tensor.dtype, 5);
+  const ReshardPlan plan = *internal::PlanReshard({tensor});
+  const RankLocals expected = *PieceLocals(full, tensor, /*source=*/false);
+  std::vector<RankLocals> destinations(1);
+  for (const auto& [rank, locals] : expected) {
+    destinations[0][rank].push_back(
+        *Relayout(Full(locals[0].shape(), 0.0f), LocalLayout::kTransposed));
+  }
+  const std::vector<RankLocals> given = destinations;
+  ASSERT_TRUE(SimulateReshard(plan, {*PieceLocals(full, tensor, true)}, destinations).ok());
+  for (const auto& [rank, locals] : given[0]) {
+    // The same storage, now holding the expected values.
+    EXPECT_EQ(destinations[0][rank][0].storage(), locals[0].storage());
+    const Tensor got = *locals[0].Contiguous();
+    EXPECT_EQ(std::memcmp(got.data_ptr(), expected.at(rank)[0].data_ptr(), got.nbytes()), 0);
+  }
+}
+
 TEST(ReshardPlanTest, ShardedTensorBoxesOnBothSides) {
   std::vector<RemoteDevice> devices;
   for (int64_t r = 0; r < 3; ++r) devices.push_back({r, Device::CPU()});
@@ -188,6 +213,21 @@ TEST(ReshardPlanTest, ZeroDimAndOneElementTensors) {
                  MeshLayout({2}, {}, "[_S(0, 2)]")));
   Check(Describe("none", DType::kFloat32, {0, 3}, MeshLayout({2}, {}, "[S(0)]"),
                  MeshLayout({3}, {}, "[S(1)]")));
+}
+
+// fsdp(512) to [R, S(1)] on 64 x 8 over the same ranks, planned only: every destination
+// needs its column block of all 512 row blocks, and holds 8 rows of it.
+TEST(ReshardPlanTest, FiveHundredTwelveRanksPlanned) {
+  const absl::StatusOr<ReshardPlan> plan = internal::PlanReshard(
+      {Describe("embed", DType::kBFloat16, {4096, 4096}, MeshLayout({512}, {}, "[S(0)]"),
+                MeshLayout({64, 8}, {}, "[R, S(1)]"))});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int64_t needed = int64_t{4096} * 512 * 2, held = int64_t{8} * 512 * 2;
+  EXPECT_EQ(plan->stats.optimum_bytes, 512 * (needed - held));
+  EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
+  EXPECT_EQ(plan->stats.messages, 512 * 511);
+  EXPECT_EQ(plan->stats.max_received_bytes, needed - held);
+  EXPECT_EQ(plan->stats.max_sent_bytes, int64_t{8} * 4096 * 2 * 64 - held);
 }
 
 TEST(ReshardPlanTest, MessagesAreMerged) {

@@ -1,0 +1,47 @@
+// Packing of reshard messages (reshard_plan.h): the boxes of one message copied from a
+// source rank's local tensors into one contiguous byte buffer, and from such a buffer into
+// a destination rank's local tensors. The same code serves the executor (a buffer per
+// peer, sent and received by the communicator) and the one-process simulator of the
+// tests. Not public API.
+//
+// Buffer layout: the message's moves in order, each a row-major tensor of its box's shape
+// (end - begin per dim) starting where the previous one ended (every box is a whole number
+// of bytes, also for sub-byte dtypes); message.bytes in all.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PACK_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PACK_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/tensor/storage.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt::internal {
+
+// Copies the boxes of `message` (of `plan`) from `locals`, the source rank's local tensors
+// of message.tensor indexed by ReshardPiece::local (any strides: transposed views and
+// narrowed buffers are read element by element through their strides), into `buffer`
+// from byte `offset`. `locals` and `buffer` may be on any device (Tensor::CopyFrom rules,
+// on `stream`; blocking unless `non_blocking`, when the caller keeps both alive and
+// unchanged until the stream has run). InvalidArgument naming the tensor, the ranks and
+// the local when a local is missing, undefined, or not of the piece's dtype and shape, or
+// when the buffer is shorter than offset + message.bytes; the errors of CopyRuns.
+absl::Status PackMessage(const ReshardPlan& plan, const ReshardMessage& message,
+                         absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
+                         int64_t offset, bool non_blocking = false, StreamHandle stream = nullptr);
+
+// The inverse: copies the boxes of `message` from `buffer` (from byte `offset`) into
+// `locals`, the destination rank's local tensors of message.tensor indexed by
+// ReshardPiece::local, in place (any strides without overlapping elements). Same rules and
+// errors.
+absl::Status UnpackMessage(const ReshardPlan& plan, const ReshardMessage& message,
+                           const std::shared_ptr<Storage>& buffer, int64_t offset,
+                           absl::Span<const Tensor> locals, bool non_blocking = false,
+                           StreamHandle stream = nullptr);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PACK_H_

@@ -1,0 +1,154 @@
+// Reshard planning (issue 14, phase 1): from compact descriptors alone (per tensor its
+// name, dtype, global shape and the source and destination layouts), which boxes of which
+// tensor go from which source rank to which destination rank. Pure arithmetic, the same on
+// every rank for the same descriptors; nothing is sent and no communicator is involved.
+// The executor (later) and the one-process simulator of the tests run a plan with the
+// packing of reshard_pack.h. Not public API yet.
+//
+// Method. Each piece of a layout (a rank's DTensor local, or one ShardedTensor box) owns
+// a product of per-dim runs of global indices (region_copy.h's ShardRuns). Per dim, the
+// sorted cut points of every source and destination run give the common refinement: a
+// grid of cells each of which lies inside or outside any piece. Each source piece lists
+// itself on the cells it covers; each destination piece walks the cells it covers and
+// takes each one from
+//   * itself, when a source piece on its own rank holds the cell (no wire bytes);
+//   * the one holder, when there is one;
+//   * else all holders: the cell is cut into as many slabs as holders along its largest
+//     dim (never inside a byte of a sub-byte dtype), the largest slab going to the holder
+//     that has sent least so far (ties: piece order), so replicated sources share the load.
+// Moves with the same (source piece, destination piece) are then merged along every dim
+// where they are adjacent and agree elsewhere, so messages stay large. The work is
+// proportional to the cells the pieces cover (no all-pairs scan of ranks).
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+
+namespace sdrt::internal {
+
+// The most dims a resharded tensor may have (the strided copy's kMaxCopyDims).
+inline constexpr int kMaxReshardDims = 12;
+// The most ShardedTensor boxes one layout may list.
+inline constexpr int64_t kMaxReshardBoxes = int64_t{1} << 20;
+// The longest tensor dim a _StridedShard may split: its owned sets are index lists
+// (sharding.h), so a hostile dim size would allocate without bound.
+inline constexpr int64_t kMaxStridedDimSize = int64_t{1} << 26;
+
+// One ShardedTensor shard: the box [offsets, offsets + sizes) on global rank `rank`.
+// Sizes may be 0 (an empty box; its offsets may then exceed the dim, as
+// ChunkShardingSpec makes them).
+struct ReshardBox {
+  IntVector offsets;
+  IntVector sizes;
+  int64_t rank = 0;
+};
+
+// Where a tensor lives on one side: a DTensor layout (mesh over global ranks +
+// placements: Shard, Replicate, _StridedShard) when `mesh` is set, else ShardedTensor
+// boxes. A rank's locals of one tensor are numbered 0, 1, ... : always one (index 0) for a
+// mesh rank, one per box of that rank in box order for boxes.
+struct ReshardLayout {
+  std::shared_ptr<const DeviceMesh> mesh;
+  std::vector<Placement> placements;
+  std::vector<ReshardBox> boxes;
+};
+
+struct ReshardTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;  // global; empty for a 0-dim tensor
+  ReshardLayout source;
+  ReshardLayout destination;
+};
+
+// One piece of a layout: local `local` of global rank `rank`, owning `runs` (per global
+// dim; global and local indices, region_copy.h) and holding `local_shape` elements.
+struct ReshardPiece {
+  int64_t rank = 0;
+  int local = 0;
+  IntVector local_shape;
+  ShardRuns runs;
+};
+
+// One box moved: global indices [begin[d], end[d]) on every dim d (one element for a
+// 0-dim tensor, with begin and end empty), taken from source piece `source` and put into
+// destination piece `destination` (indices into ReshardTensorPlan's pieces). The local
+// coordinates on either side are ClipRuns(piece.runs, begin, end).
+struct ReshardMove {
+  int source = 0;
+  int destination = 0;
+  IntVector begin;
+  IntVector end;
+  int64_t bytes = 0;
+};
+
+// What moves of one tensor from one source rank to one destination rank: its boxes, in
+// the order they are packed (each box row-major over its global indices, the boxes back to
+// back, every box a whole number of bytes), `bytes` in all.
+struct ReshardMessage {
+  size_t tensor = 0;
+  int64_t source_rank = 0;
+  int64_t destination_rank = 0;
+  std::vector<ReshardMove> moves;
+  int64_t bytes = 0;
+};
+
+struct ReshardTensorPlan {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;
+  std::vector<ReshardPiece> source;       // mesh rank order, or box order
+  std::vector<ReshardPiece> destination;  // likewise
+};
+
+// Byte counts of a plan. Wire bytes travel between different ranks; self bytes are
+// copies on one rank.
+struct ReshardStats {
+  int64_t wire_bytes = 0;
+  int64_t self_bytes = 0;
+  // The least any plan must move: over destination pieces, the bytes the piece needs
+  // minus those a source piece on its own rank already holds.
+  int64_t optimum_bytes = 0;
+  int64_t max_sent_bytes = 0;      // wire bytes sent by the busiest rank
+  int64_t max_received_bytes = 0;  // wire bytes received by the busiest rank
+  int64_t messages = 0;            // messages between different ranks
+  int64_t self_messages = 0;
+};
+
+// A plan: a value, kept and executed as often as the layouts stay the same.
+struct ReshardPlan {
+  std::vector<ReshardTensorPlan> tensors;  // in descriptor order
+  std::vector<ReshardMessage> messages;    // by (tensor, source rank, destination rank)
+  ReshardStats stats;
+};
+
+struct ReshardPlanOptions {
+  // The most cells of the common refinement one tensor may have, counting a cell once per
+  // source piece and once per destination piece that covers it, plus the grid itself.
+  int64_t max_cells = int64_t{1} << 22;
+};
+
+// Plans every tensor. Errors, each naming the tensor: InvalidArgument for more than
+// kMaxReshardDims dims, a negative dim, an element count or byte count that overflows,
+// a layout with both a mesh and boxes, the errors of
+// ComputeLocalShapeAndGlobalOffset, a Partial destination, a negative rank, more than
+// kMaxReshardBoxes boxes, a box of the wrong rank or outside the tensor, a
+// _StridedShard dim above kMaxStridedDimSize, a sub-byte layout cut inside a byte
+// (byte_cuts.h), more than max_cells cells, and elements a destination piece needs that no
+// source piece holds; Unimplemented for a Partial source (the reduction on the receiving
+// side is phase 2 of issue 14).
+absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensors,
+                                        const ReshardPlanOptions& options = {});
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_

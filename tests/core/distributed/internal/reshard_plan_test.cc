@@ -1,0 +1,255 @@
+// PlanReshard (core/distributed/internal/reshard_plan.h) and its packing, run by the
+// one-process simulator: every destination piece bit-exact against DistributeTensor of
+// the full tensor, each element delivered once, and wire bytes equal to the optimum,
+// checked element by element (ReshardAndCheck). Cases of docs/CASES.md by id.
+#include "sdrt/core/distributed/internal/reshard_plan.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
+#include "sdrt/tests/core/distributed/internal/reshard_test_util.h"
+#include "sdrt/tests/support/fill.h"
+
+namespace sdrt::test {
+namespace {
+
+using internal::ReshardBox;
+using internal::ReshardPlan;
+using internal::ReshardTensor;
+
+std::vector<int64_t> Ranks(int64_t first, int64_t count) {
+  std::vector<int64_t> ranks;
+  for (int64_t r = first; r < first + count; ++r) ranks.push_back(r);
+  return ranks;
+}
+
+// Plans and simulates one tensor of HashBytes; fails the test on any mismatch.
+ReshardPlan Check(const ReshardTensor& tensor, LocalLayout layout = LocalLayout::kContiguous) {
+  const Tensor full = HashBytes(tensor.shape, tensor.dtype, /*seed=*/7);
+  absl::StatusOr<ReshardPlan> plan = ReshardAndCheck({tensor}, {full}, layout);
+  EXPECT_TRUE(plan.ok()) << tensor.name << ": " << plan.status();
+  return plan.ok() ? *std::move(plan) : ReshardPlan{};
+}
+
+// max bytes sent by one rank within 1.05x of the even split over `holders` senders.
+void ExpectEvenSenders(const ReshardPlan& plan, int64_t holders) {
+  EXPECT_GT(plan.stats.wire_bytes, 0);
+  EXPECT_LE(static_cast<double>(plan.stats.max_sent_bytes),
+            1.05 * static_cast<double>(plan.stats.wire_bytes) / static_cast<double>(holders))
+      << "max sent " << plan.stats.max_sent_bytes << " of " << plan.stats.wire_bytes;
+}
+
+TEST(ReshardPlanTest, FsdpEightToTpFourTimesTwoReplicas) {
+  for (const char* tp : {"[R, S(0)]", "[R, S(1)]"}) {
+    const ReshardPlan plan =
+        Check(Describe("w", DType::kBFloat16, {64, 48}, MeshLayout({8}, {}, "[S(0)]"),
+                       MeshLayout({2, 4}, {}, tp)));
+    EXPECT_GT(plan.stats.self_bytes, 0);
+  }
+  Check(Describe("bias", DType::kFloat32, {48}, MeshLayout({8}, {}, "[S(0)]"),
+                 MeshLayout({2, 4}, {}, "[R, S(0)]")));
+}
+
+TEST(ReshardPlanTest, FourTrainerRanksToFourDisjointEngineRanks) {
+  const ReshardPlan plan =
+      Check(Describe("w", DType::kFloat32, {40, 24}, MeshLayout({4}, Ranks(0, 4), "[S(0)]"),
+                     MeshLayout({4}, Ranks(4, 4), "[S(1)]")));
+  EXPECT_EQ(plan.stats.wire_bytes, 40 * 24 * 4);
+  EXPECT_EQ(plan.stats.messages, 16);
+  EXPECT_EQ(plan.stats.max_received_bytes, 40 * 6 * 4);
+  // A replicated trainer: each engine piece is shared among the four holders.
+  ExpectEvenSenders(
+      Check(Describe("r", DType::kFloat32, {1000, 10}, MeshLayout({4}, Ranks(0, 4), "[R]"),
+                     MeshLayout({4}, Ranks(4, 4), "[S(0)]"))),
+      4);
+}
+
+TEST(ReshardPlanTest, ReplicatedSourceSplitsEvenly) {
+  ExpectEvenSenders(
+      Check(Describe("r", DType::kFloat16, {90, 33}, MeshLayout({3}, Ranks(0, 3), "[R]"),
+                     MeshLayout({2}, Ranks(3, 2), "[R]"))),
+      3);
+  // HSDP-like [R, S(0)] source: two holders per piece.
+  ExpectEvenSenders(
+      Check(Describe("h", DType::kInt32, {64, 64}, MeshLayout({2, 2}, Ranks(0, 4), "[R, S(0)]"),
+                     MeshLayout({3}, Ranks(4, 3), "[S(1)]"))),
+      4);
+  // Sources on the destination ranks copy to themselves: nothing on the wire.
+  const ReshardPlan self =
+      Check(Describe("s", DType::kFloat32, {8, 8}, MeshLayout({2}, {0, 1}, "[R]"),
+                     MeshLayout({2}, {0, 1}, "[S(0)]")));
+  EXPECT_EQ(self.stats.wire_bytes, 0);
+  EXPECT_EQ(self.stats.self_bytes, 8 * 8 * 4);
+}
+
+TEST(ReshardPlanTest, FsdpTpTwoByTwoToThreeRanksUneven) {
+  Check(Describe("w", DType::kFloat32, {10, 7}, MeshLayout({2, 2}, {}, "[S(0), S(1)]"),
+                 MeshLayout({3}, {}, "[S(0)]")));
+  Check(Describe("w", DType::kFloat32, {10, 7}, MeshLayout({2, 2}, {3, 1, 0, 2}, "[S(0), S(1)]"),
+                 MeshLayout({3}, {2, 5, 1}, "[S(1)]")));
+}
+
+TEST(ReshardPlanTest, StridedShardSourcesAndDestinations) {
+  // FSDP2 over TP: [_S(0, 2), S(0)] on a 2x2 mesh, to and from plain layouts.
+  Check(Describe("w", DType::kFloat32, {13, 6}, MeshLayout({2, 2}, {}, "[_S(0, 2), S(0)]"),
+                 MeshLayout({3}, {}, "[S(0)]")));
+  Check(Describe("w", DType::kFloat32, {13, 6}, MeshLayout({3}, {}, "[S(1)]"),
+                 MeshLayout({2, 2}, {1, 2, 3, 4}, "[_S(0, 2), S(0)]")));
+  Check(Describe("w", DType::kUInt8, {11, 9}, MeshLayout({2}, {}, "[_S(1, 3)]"),
+                 MeshLayout({3}, {}, "[_S(0, 2)]")));
+}
+
+// case-052: [2, 8] Shard(0) over 4 ranks (ranks 2 and 3 hold [0, 8]) to Shard(1) over 3
+// ranks and back.
+TEST(ReshardPlanTest, Case052EmptyShards) {
+  const ReshardPlan there = Check(Describe(
+      "w", DType::kFloat32, {2, 8}, MeshLayout({4}, {}, "[S(0)]"), MeshLayout({3}, {}, "[S(1)]")));
+  EXPECT_EQ(there.tensors[0].source[2].local_shape, (IntVector{0, 8}));
+  Check(Describe("w", DType::kFloat32, {2, 8}, MeshLayout({3}, {}, "[S(1)]"),
+                 MeshLayout({4}, {}, "[S(0)]")));
+  Check(Describe("w", DType::kFloat32, {2, 8}, MeshLayout({4}, {}, "[S(0)]"),
+                 MeshLayout({3}, Ranks(4, 3), "[S(1)]")));
+}
+
+// case-053: fsdp over 8 ranks into 3 and 5 ranks with fsdp, and into 2x2 fsdp-tp; every
+// rank's rows are its torch.chunk rows (DistributeTensor), in order.
+TEST(ReshardPlanTest, Case053FsdpEightToOtherWorldSizes) {
+  for (const internal::ReshardLayout& destination :
+       {MeshLayout({3}, {}, "[S(0)]"), MeshLayout({5}, {}, "[S(0)]"),
+        MeshLayout({2, 2}, {}, "[S(0), S(1)]")}) {
+    Check(Describe("layers.0.w", DType::kBFloat16, {17, 6}, MeshLayout({8}, {}, "[S(0)]"),
+                   destination));
+  }
+}
+
+// case-050: source locals that are transposed views (stride (1, rows)) or a narrow() of a
+// larger buffer; the destination holds the logical values.
+TEST(ReshardPlanTest, Case050NonContiguousSourceLocals) {
+  for (LocalLayout layout : {LocalLayout::kTransposed, LocalLayout::kNarrowed}) {
+    Check(Describe("w", DType::kFloat32, {12, 10}, MeshLayout({2}, {}, "[S(0)]"),
+                   MeshLayout({3}, Ranks(2, 3), "[S(1)]")),
+          layout);
+    Check(Describe("w3", DType::kInt16, {5, 6, 4}, MeshLayout({2, 2}, {}, "[S(2), _S(1, 2)]"),
+                   MeshLayout({3}, {}, "[S(0)]")),
+          layout);
+  }
+}
+
+// case-051: an F8_E8M0 scale tensor [rows/128, cols/128] stored as a transpose, beside its
+// F8_E4M3 weight, both Shard(0) over 2 ranks, to other layouts.
+TEST(ReshardPlanTest, Case051Fp8ScalesTransposed) {
+  const ReshardTensor weight =
+      Describe("w", DType::kFloat8E4M3FN, {512, 256}, MeshLayout({2}, {}, "[S(0)]"),
+               MeshLayout({2}, {2, 3}, "[S(1)]"));
+  const ReshardTensor scale =
+      Describe("w.scale", DType::kFloat8E8M0FNU, {4, 2}, MeshLayout({2}, {}, "[S(0)]"),
+               MeshLayout({2}, {2, 3}, "[S(1)]"));
+  const std::vector<Tensor> fulls = {HashBytes(weight.shape, weight.dtype, 1),
+                                     HashBytes(scale.shape, scale.dtype, 2)};
+  for (LocalLayout layout : {LocalLayout::kContiguous, LocalLayout::kTransposed}) {
+    absl::StatusOr<ReshardPlan> plan = ReshardAndCheck({weight, scale}, fulls, layout);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->stats.wire_bytes, 512 * 256 + 4 * 2);
+  }
+  Check(Describe("w.scale", DType::kFloat8E8M0FNU, {4, 2}, MeshLayout({2}, {}, "[S(0)]"),
+                 MeshLayout({3}, {0, 1, 2}, "[R]")),
+        LocalLayout::kTransposed);
+}
+
+// Destination locals given by the engine (here transposed views of its own buffers) are
+// filled in place.
+TEST(ReshardPlanTest, GivenDestinationLocalsAreFilledInPlace) {
+  const ReshardTensor tensor = Describe("w", DType::kFloat32, {9, 5}, MeshLayout({3}, {}, "[S(0)]"),
+                                        MeshLayout({2}, {3, 4}, "[S(1)]"));
+  const Tensor full = HashBytes(tensor.shape, tensor.dtype, 5);
+  const ReshardPlan plan = *internal::PlanReshard({tensor});
+  const RankLocals expected = *PieceLocals(full, tensor, /*source=*/false);
+  std::vector<RankLocals> destinations(1);
+  for (const auto& [rank, locals] : expected) {
+    destinations[0][rank].push_back(
+        *Relayout(Full(locals[0].shape(), 0.0f), LocalLayout::kTransposed));
+  }
+  const std::vector<RankLocals> given = destinations;
+  ASSERT_TRUE(SimulateReshard(plan, {*PieceLocals(full, tensor, true)}, destinations).ok());
+  for (const auto& [rank, locals] : given[0]) {
+    // The same storage, now holding the expected values.
+    EXPECT_EQ(destinations[0][rank][0].storage(), locals[0].storage());
+    const Tensor got = *locals[0].Contiguous();
+    EXPECT_EQ(std::memcmp(got.data_ptr(), expected.at(rank)[0].data_ptr(), got.nbytes()), 0);
+  }
+}
+
+TEST(ReshardPlanTest, ShardedTensorBoxesOnBothSides) {
+  std::vector<RemoteDevice> devices;
+  for (int64_t r = 0; r < 3; ++r) devices.push_back({r, Device::CPU()});
+  std::vector<ReshardBox> chunks;
+  const std::vector<ShardMetadata> spec = *ChunkShardingSpec(0, devices, IntVector{10, 6});
+  for (const ShardMetadata& m : spec) {
+    chunks.push_back({m.offsets, m.sizes, m.placement.rank});
+  }
+  // Rank 4 holds two boxes, rank 5 one; the boxes of rank 4 overlap rank 5's.
+  const std::vector<ReshardBox> grid = {
+      {{0, 0}, {6, 3}, 4}, {{0, 3}, {10, 3}, 5}, {{6, 0}, {4, 3}, 4}, {{2, 2}, {3, 2}, 4}};
+  Check(Describe("st", DType::kFloat32, {10, 6}, BoxLayout(chunks), BoxLayout(grid)));
+  Check(Describe("st", DType::kFloat32, {10, 6}, BoxLayout(grid), MeshLayout({4}, {}, "[S(1)]")));
+  Check(Describe("st", DType::kFloat32, {10, 6}, MeshLayout({2, 2}, {}, "[S(0), R]"),
+                 BoxLayout(chunks)));
+}
+
+TEST(ReshardPlanTest, ZeroDimAndOneElementTensors) {
+  const ReshardPlan scalar =
+      Check(Describe("step", DType::kInt64, {}, MeshLayout({2}, {0, 1}, "[R]"),
+                     MeshLayout({3}, {1, 2, 3}, "[R]")));
+  EXPECT_EQ(scalar.stats.wire_bytes, 2 * 8);
+  EXPECT_EQ(scalar.stats.self_bytes, 8);
+  Check(Describe("one", DType::kFloat32, {1}, MeshLayout({3}, {}, "[S(0)]"),
+                 MeshLayout({2}, Ranks(3, 2), "[S(0)]")));
+  Check(Describe("one", DType::kFloat32, {1, 1}, MeshLayout({2, 2}, {}, "[S(1), S(0)]"),
+                 MeshLayout({2}, {}, "[_S(0, 2)]")));
+  Check(Describe("none", DType::kFloat32, {0, 3}, MeshLayout({2}, {}, "[S(0)]"),
+                 MeshLayout({3}, {}, "[S(1)]")));
+}
+
+// fsdp(512) to [R, S(1)] on 64 x 8 over the same ranks, planned only: every destination
+// needs its column block of all 512 row blocks, and holds 8 rows of it.
+TEST(ReshardPlanTest, FiveHundredTwelveRanksPlanned) {
+  const absl::StatusOr<ReshardPlan> plan = internal::PlanReshard(
+      {Describe("embed", DType::kBFloat16, {4096, 4096}, MeshLayout({512}, {}, "[S(0)]"),
+                MeshLayout({64, 8}, {}, "[R, S(1)]"))});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int64_t needed = int64_t{4096} * 512 * 2, held = int64_t{8} * 512 * 2;
+  EXPECT_EQ(plan->stats.optimum_bytes, 512 * (needed - held));
+  EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
+  EXPECT_EQ(plan->stats.messages, 512 * 511);
+  EXPECT_EQ(plan->stats.max_received_bytes, needed - held);
+  EXPECT_EQ(plan->stats.max_sent_bytes, int64_t{8} * 4096 * 2 * 64 - held);
+}
+
+TEST(ReshardPlanTest, MessagesAreMerged) {
+  // A gather to rank 0: one message per other source rank, one box each.
+  const ReshardPlan gather = Check(Describe(
+      "w", DType::kFloat32, {64, 8}, MeshLayout({8}, {}, "[S(0)]"), MeshLayout({1}, {0}, "[R]")));
+  EXPECT_EQ(gather.stats.messages, 7);
+  for (const internal::ReshardMessage& m : gather.messages) EXPECT_EQ(m.moves.size(), 1u);
+  // Same plan twice: a value every rank computes alike.
+  const ReshardTensor t =
+      Describe("w", DType::kFloat32, {13, 6}, MeshLayout({2, 2}, {}, "[_S(0, 2), S(0)]"),
+               MeshLayout({3}, {}, "[R]"));
+  const ReshardPlan a = *internal::PlanReshard({t}), b = *internal::PlanReshard({t});
+  ASSERT_EQ(a.messages.size(), b.messages.size());
+  for (size_t i = 0; i < a.messages.size(); ++i) {
+    ASSERT_EQ(a.messages[i].moves.size(), b.messages[i].moves.size());
+    for (size_t j = 0; j < a.messages[i].moves.size(); ++j) {
+      EXPECT_EQ(a.messages[i].moves[j].begin, b.messages[i].moves[j].begin);
+      EXPECT_EQ(a.messages[i].moves[j].source, b.messages[i].moves[j].source);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sdrt::test

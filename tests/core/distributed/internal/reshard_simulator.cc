@@ -1,0 +1,195 @@
+#include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/reshard_pack.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/status_macros.h"
+#include "sdrt/tests/support/fill.h"
+
+namespace sdrt::test {
+
+using internal::ReshardMessage;
+using internal::ReshardPiece;
+using internal::ReshardPlan;
+using internal::ReshardTensor;
+using internal::ReshardTensorPlan;
+
+absl::StatusOr<Tensor> Relayout(const Tensor& local, LocalLayout layout) {
+  const int n = local.dim();
+  if (layout == LocalLayout::kContiguous) return local.Clone();
+  if (layout == LocalLayout::kTransposed) {
+    IntVector reversed(local.shape().rbegin(), local.shape().rend());
+    SDRT_ASSIGN_OR_RETURN(const Tensor storage, Tensor::Empty(reversed, local.dtype()));
+    const IntVector contiguous = ContiguousStrides(reversed);
+    IntVector strides(n);
+    for (int d = 0; d < n; ++d) strides[d] = contiguous[n - 1 - d];
+    SDRT_ASSIGN_OR_RETURN(
+        Tensor view, Tensor::FromStorage(storage.storage(), local.dtype(), local.shape(), strides));
+    SDRT_RETURN_IF_ERROR(view.CopyFrom(local));
+    return view;
+  }
+  IntVector bigger = local.shape();
+  for (int64_t& size : bigger) size += 3;
+  Tensor view = HashBytes(bigger, local.dtype(), /*seed=*/99);
+  for (int d = 0; d < n; ++d) {
+    SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, 1, local.size(d)));
+  }
+  SDRT_RETURN_IF_ERROR(view.CopyFrom(local));
+  return view;
+}
+
+absl::StatusOr<RankLocals> PieceLocals(const Tensor& full, const ReshardTensor& tensor,
+                                       bool source) {
+  const internal::ReshardLayout& layout = source ? tensor.source : tensor.destination;
+  RankLocals locals;
+  if (layout.mesh != nullptr) {
+    for (int64_t rank : layout.mesh->ranks()) {
+      SDRT_ASSIGN_OR_RETURN(const DTensor piece,
+                            DistributeTensor(full, layout.mesh, layout.placements, rank));
+      locals[rank].push_back(piece.local());
+    }
+    return locals;
+  }
+  for (const internal::ReshardBox& box : layout.boxes) {
+    bool empty = false;
+    for (int64_t size : box.sizes) empty = empty || size == 0;
+    Tensor piece;
+    if (empty) {
+      SDRT_ASSIGN_OR_RETURN(piece, Tensor::Empty(box.sizes, full.dtype()));
+    } else {
+      piece = full;
+      for (int d = 0; d < full.dim(); ++d) {
+        SDRT_ASSIGN_OR_RETURN(piece, piece.Narrow(d, box.offsets[d], box.sizes[d]));
+      }
+      SDRT_ASSIGN_OR_RETURN(piece, piece.Clone());
+    }
+    locals[box.rank].push_back(std::move(piece));
+  }
+  return locals;
+}
+
+absl::Status SimulateReshard(const ReshardPlan& plan, const std::vector<RankLocals>& sources,
+                             std::vector<RankLocals>& destinations) {
+  if (sources.size() != plan.tensors.size()) {
+    return absl::InvalidArgumentError("SimulateReshard: one RankLocals per tensor");
+  }
+  destinations.resize(plan.tensors.size());
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    RankLocals given;
+    for (const ReshardPiece& piece : plan.tensors[t].destination) {
+      if (destinations[t].count(piece.rank) > 0) continue;
+      SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(piece.local_shape, plan.tensors[t].dtype));
+      given[piece.rank].push_back(std::move(local));
+    }
+    for (auto& [rank, locals] : given) destinations[t][rank] = std::move(locals);
+  }
+  for (const ReshardMessage& message : plan.messages) {
+    const auto from = sources[message.tensor].find(message.source_rank);
+    if (from == sources[message.tensor].end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SimulateReshard: rank ", message.source_rank, " has no locals"));
+    }
+    SDRT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> buffer, Storage::AllocateCpu(message.bytes));
+    SDRT_RETURN_IF_ERROR(internal::PackMessage(plan, message, from->second, buffer, 0));
+    // "Sent": the destination rank now owns the buffer.
+    const std::shared_ptr<Storage> received = std::move(buffer);
+    SDRT_RETURN_IF_ERROR(internal::UnpackMessage(
+        plan, message, received, 0, destinations[message.tensor][message.destination_rank]));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+bool Holds(const ReshardPiece& piece, IntSpan index) {
+  for (size_t d = 0; d < index.size(); ++d) {
+    bool in = false;
+    for (const IndexRun& r : piece.runs[d]) {
+      in = in || (index[d] >= r.global && index[d] < r.global + r.length);
+    }
+    if (!in) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
+  int64_t missing = 0;
+  const size_t ndim = tensor.shape.size();
+  for (const ReshardPiece& dst : tensor.destination) {
+    std::vector<std::vector<int64_t>> owned(ndim);
+    bool empty = false;
+    for (size_t d = 0; d < ndim; ++d) {
+      for (const IndexRun& r : dst.runs[d]) {
+        for (int64_t i = 0; i < r.length; ++i) owned[d].push_back(r.global + i);
+      }
+      empty = empty || owned[d].empty();
+    }
+    if (empty) continue;
+    std::vector<size_t> pick(ndim, 0);
+    IntVector index(ndim);
+    while (true) {
+      for (size_t d = 0; d < ndim; ++d) index[d] = owned[d][pick[d]];
+      bool local = false;
+      for (const ReshardPiece& src : tensor.source) {
+        local = local || (src.rank == dst.rank && Holds(src, index));
+      }
+      missing += local ? 0 : 1;
+      size_t d = ndim;
+      for (; d > 0; --d) {
+        if (++pick[d - 1] < owned[d - 1].size()) break;
+        pick[d - 1] = 0;
+      }
+      if (d == 0) break;
+    }
+  }
+  return missing * ElementBits(tensor.dtype) / 8;
+}
+
+absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& tensors,
+                                            const std::vector<Tensor>& fulls, LocalLayout layout) {
+  SDRT_ASSIGN_OR_RETURN(ReshardPlan plan, internal::PlanReshard(tensors));
+  std::vector<RankLocals> sources, destinations;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    SDRT_ASSIGN_OR_RETURN(RankLocals locals, PieceLocals(fulls[t], tensors[t], true));
+    for (auto& [rank, list] : locals) {
+      for (Tensor& local : list) {
+        SDRT_ASSIGN_OR_RETURN(local, Relayout(local, layout));
+      }
+    }
+    sources.push_back(std::move(locals));
+  }
+  SDRT_RETURN_IF_ERROR(SimulateReshard(plan, sources, destinations));
+  int64_t needed = 0, brute = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    SDRT_ASSIGN_OR_RETURN(const RankLocals expected, PieceLocals(fulls[t], tensors[t], false));
+    for (const auto& [rank, list] : expected) {
+      for (size_t i = 0; i < list.size(); ++i) {
+        SDRT_ASSIGN_OR_RETURN(const Tensor got, destinations[t][rank][i].Contiguous());
+        needed += list[i].nbytes();
+        if (got.shape() != list[i].shape() ||
+            std::memcmp(got.data_ptr(), list[i].data_ptr(), list[i].nbytes()) != 0) {
+          return absl::InternalError(absl::StrCat("tensor '", tensors[t].name, "' rank ", rank,
+                                                  " local ", i, ": got ", got.ToString(),
+                                                  ", not the bytes of ", list[i].ToString()));
+        }
+      }
+    }
+    brute += BruteForceOptimumBytes(plan.tensors[t]);
+  }
+  const internal::ReshardStats& s = plan.stats;
+  if (s.wire_bytes + s.self_bytes != needed || s.wire_bytes != s.optimum_bytes ||
+      s.optimum_bytes != brute) {
+    return absl::InternalError(absl::StrCat("bytes: wire ", s.wire_bytes, " + self ", s.self_bytes,
+                                            " vs needed ", needed, "; optimum ", s.optimum_bytes,
+                                            " vs brute force ", brute));
+  }
+  return plan;
+}
+
+}  // namespace sdrt::test

@@ -1,0 +1,59 @@
+// A one-process reshard (test code only): runs a plan of reshard_plan.h with the real
+// packing of reshard_pack.h, every rank simulated in this process (a message is "sent" by
+// handing its buffer to the destination), and the checks every reshard test makes: each
+// destination piece bit-exact against the piece DistributeTensor (or a box narrowed) cuts
+// from the full tensor, every needed element delivered once, and wire bytes equal to a
+// brute-force optimum computed element by element.
+#ifndef SDRT_TESTS_CORE_DISTRIBUTED_INTERNAL_RESHARD_SIMULATOR_H_
+#define SDRT_TESTS_CORE_DISTRIBUTED_INTERNAL_RESHARD_SIMULATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt::test {
+
+// One tensor's locals on every rank: rank -> its locals, indexed by ReshardPiece::local.
+using RankLocals = std::map<int64_t, std::vector<Tensor>>;
+
+// How a source local is laid out in memory (case-050).
+enum class LocalLayout {
+  kContiguous,
+  kTransposed,  // a view with the dims' strides reversed (stride (1, rows) for 2 dims)
+  kNarrowed,    // a narrow() on every dim of a larger buffer
+};
+
+// The same values as `local` in a new tensor laid out as `layout`.
+absl::StatusOr<Tensor> Relayout(const Tensor& local, LocalLayout layout);
+
+// The locals of every piece of `tensor`'s source (`source`) or destination side, cut from
+// `full`: DistributeTensor's local for a mesh, the box narrowed for boxes; contiguous.
+absl::StatusOr<RankLocals> PieceLocals(const Tensor& full, const internal::ReshardTensor& tensor,
+                                       bool source);
+
+// Runs `plan`: every message packed from sources[tensor][source rank], handed over and
+// unpacked into destinations[tensor][destination rank]. A destination rank without locals
+// for a tensor gets new contiguous CPU locals for its pieces; given ones are filled in place.
+absl::Status SimulateReshard(const internal::ReshardPlan& plan,
+                             const std::vector<RankLocals>& sources,
+                             std::vector<RankLocals>& destinations);
+
+// The least wire bytes, element by element: over destination pieces, the elements not
+// held by a source piece of the same rank, times the element bits, over 8.
+int64_t BruteForceOptimumBytes(const internal::ReshardTensorPlan& tensor);
+
+// Plans `tensors`, builds their source locals from `fulls` (laid out as `layout`),
+// simulates, and checks every destination piece bit-exact, each element delivered once,
+// and stats.wire_bytes == stats.optimum_bytes == the brute-force optimum. Returns the plan.
+absl::StatusOr<internal::ReshardPlan> ReshardAndCheck(
+    const std::vector<internal::ReshardTensor>& tensors, const std::vector<Tensor>& fulls,
+    LocalLayout layout = LocalLayout::kContiguous);
+
+}  // namespace sdrt::test
+
+#endif  // SDRT_TESTS_CORE_DISTRIBUTED_INTERNAL_RESHARD_SIMULATOR_H_

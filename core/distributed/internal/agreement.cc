@@ -6,46 +6,13 @@
 #include "absl/strings/str_cat.h"
 #define XXH_INLINE_ALL  // header-only use of libxxhash-dev
 #include "xxhash.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
 
 namespace sdrt::internal {
 namespace {
 
 // The largest absl::StatusCode.
 constexpr uint64_t kMaxStatusCode = static_cast<uint64_t>(absl::StatusCode::kUnauthenticated);
-
-void PutU64(std::string* out, uint64_t value) {
-  out->append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-
-void PutString(std::string* out, absl::string_view s) {
-  PutU64(out, s.size());
-  out->append(s.data(), s.size());
-}
-
-// Reads what PutU64 and PutString wrote; false when the bytes run out.
-class ByteReader {
- public:
-  explicit ByteReader(absl::string_view bytes) : rest_(bytes) {}
-
-  bool U64(uint64_t* value) {
-    if (rest_.size() < sizeof(*value)) return false;
-    std::memcpy(value, rest_.data(), sizeof(*value));
-    rest_.remove_prefix(sizeof(*value));
-    return true;
-  }
-  bool String(std::string* s) {
-    uint64_t n = 0;
-    if (!U64(&n) || n > rest_.size()) return false;
-    s->assign(rest_.data(), static_cast<size_t>(n));
-    rest_.remove_prefix(static_cast<size_t>(n));
-    return true;
-  }
-  size_t Remaining() const { return rest_.size(); }
-  bool AtEnd() const { return rest_.empty(); }
-
- private:
-  absl::string_view rest_;
-};
 
 }  // namespace
 

@@ -1,0 +1,267 @@
+// PlanReshard / ExecuteReshard (core/distributed/reshard_state_dict.h): the leaves become
+// descriptors (internal/reshard_descriptors.h), exchanged inside the agreement; every rank
+// plans alike (internal/reshard_plan.h) and the executor moves the chunks in rounds
+// (internal/reshard_execute.h).
+#include "sdrt/core/distributed/reshard_state_dict.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/reshard_descriptors.h"
+#include "sdrt/core/distributed/internal/reshard_execute.h"
+#include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt {
+
+struct ReshardPlan::State {
+  Communicator* comm = nullptr;
+  internal::ReshardPlan plan;
+  internal::ReshardSchedule schedule;
+  std::vector<std::string> paths;
+  ReshardStats stats;
+};
+
+const std::vector<std::string>& ReshardPlan::paths() const { return state_->paths; }
+const ReshardStats& ReshardPlan::stats() const { return state_->stats; }
+
+namespace {
+
+// What this rank holds of `value` at `path` on one side; false for a leaf that is not a
+// tensor (nothing to reshard).
+bool Describe(const std::string& path, const Value& value, bool source,
+              internal::LeafLayout& out) {
+  out.path = path;
+  out.source = source;
+  switch (value.kind()) {
+    case ValueKind::kDTensor: {
+      const DTensor& d = value.as_dtensor();
+      out.kind = internal::LeafLayout::Kind::kMesh;
+      out.dtype = d.dtype();
+      out.shape = d.global_shape();
+      out.mesh_shape = d.mesh()->shape();
+      out.mesh_ranks = d.mesh()->ranks();
+      out.mesh_device = d.mesh()->device_type();
+      out.placements = d.placements();
+      return true;
+    }
+    case ValueKind::kShardedTensor: {
+      const ShardedTensor& s = value.as_sharded();
+      out.kind = internal::LeafLayout::Kind::kBoxes;
+      out.dtype = s.dtype();
+      out.shape = s.global_shape();
+      for (const ShardMetadata& m : s.shards_metadata()) {
+        out.boxes.push_back({m.offsets, m.sizes, m.placement.rank});
+      }
+      return true;
+    }
+    case ValueKind::kTensor:
+      out.kind = internal::LeafLayout::Kind::kPlain;
+      out.dtype = value.as_tensor().dtype();
+      out.shape = value.as_tensor().shape();
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status DescribeSide(const Map& tree, bool source, std::vector<internal::LeafLayout>& out) {
+  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::Leaf> leaves, internal::CollectLeaves(tree));
+  for (const internal::Leaf& leaf : leaves) {
+    internal::LeafLayout layout;
+    if (Describe(leaf.path, *leaf.value, source, layout)) out.push_back(std::move(layout));
+  }
+  return absl::OkStatus();
+}
+
+// The local tensors of `value` for this rank's `pieces` of one side (indexed by
+// ReshardPiece::local), or the error naming the leaf. `fresh` collects the pieces to
+// allocate (meta DTensor locals, plain destination leaves) as (local index) when not null.
+absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
+                      const std::vector<const internal::ReshardPiece*>& pieces, bool source,
+                      Device device, std::vector<Tensor>& locals, bool* fresh) {
+  const std::string where =
+      absl::StrCat("reshard of '", tp.name, "' (", source ? "source" : "destination", ")");
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": this rank has no such leaf"));
+  }
+  int count = 0;
+  for (const internal::ReshardPiece* p : pieces) count = std::max(count, p->local + 1);
+  locals.assign(static_cast<size_t>(count), Tensor());
+  for (const internal::ReshardPiece* p : pieces) {
+    Tensor local;
+    if (value->kind() == ValueKind::kDTensor) {
+      local = value->as_dtensor().local();
+      if (!source && local.is_meta()) {
+        SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(p->local_shape, tp.dtype, device));
+        *fresh = true;
+      }
+    } else if (value->kind() == ValueKind::kShardedTensor) {
+      // The piece's box: the rank's p->local-th box in metadata order.
+      int seen = 0;
+      const ShardedTensor& st = value->as_sharded();
+      const ShardMetadata* box = nullptr;
+      for (const ShardMetadata& m : st.shards_metadata()) {
+        if (m.placement.rank == p->rank && seen++ == p->local) box = &m;
+      }
+      for (const LocalShard& shard : st.local_shards()) {
+        if (box != nullptr && shard.metadata.offsets == box->offsets &&
+            shard.metadata.sizes == box->sizes) {
+          local = shard.tensor;
+        }
+      }
+    } else if (value->kind() == ValueKind::kTensor && source) {
+      local = value->as_tensor();
+    } else if (!source) {  // a plain leaf (or a scalar) replaced by the full tensor
+      SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(p->local_shape, tp.dtype, device));
+      *fresh = true;
+    }
+    if (!local.defined() || local.dtype() != tp.dtype || local.shape() != p->local_shape ||
+        local.device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": rank ", p->rank, " needs local ", p->local, " as ", DTypeName(tp.dtype),
+          ShapeToString(p->local_shape), " on ", device.ToString(), "; it holds ",
+          local.defined() ? local.ToString() : "none"));
+    }
+    locals[p->local] = std::move(local);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
+                                        const ReshardOptions& options) {
+  if (options.comm == nullptr) {
+    return absl::FailedPreconditionError("PlanReshard: no communicator (options.comm)");
+  }
+  Communicator& comm = *options.comm;
+  std::vector<internal::LeafLayout> mine;
+  absl::Status local_error = DescribeSide(source, /*source=*/true, mine);
+  if (local_error.ok()) local_error = DescribeSide(destination, /*source=*/false, mine);
+  if (local_error.ok() && options.bucket_bytes < 64) {
+    local_error = absl::InvalidArgumentError(
+        absl::StrCat("bucket_bytes ", options.bucket_bytes, " must be >= 64"));
+  }
+  auto state = std::make_shared<ReshardPlan::State>();
+  state->comm = &comm;
+  CollectiveStats collectives;
+  AgreementPayload payload{internal::EncodeLeafLayouts(mine), {}};
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "PlanReshard",
+                                        absl::StrCat("bucket_bytes ", options.bucket_bytes), {},
+                                        local_error, &collectives, &payload));
+  std::vector<std::vector<internal::LeafLayout>> per_rank;
+  for (int q = 0; q < static_cast<int>(payload.all.size()); ++q) {
+    SDRT_ASSIGN_OR_RETURN(std::vector<internal::LeafLayout> leaves,
+                          internal::DecodeLeafLayouts(payload.all[q], q));
+    per_rank.push_back(std::move(leaves));
+  }
+  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::ReshardTensor> tensors,
+                        internal::MergeLeafLayouts(per_rank));
+  for (const internal::ReshardTensor& t : tensors) state->paths.push_back(t.name);
+  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanReshard(tensors));
+  internal::ReshardExecuteOptions execute;
+  execute.bucket_bytes = options.bucket_bytes;
+  SDRT_ASSIGN_OR_RETURN(state->schedule, internal::ScheduleReshard(state->plan, execute));
+  const internal::ReshardStats& ps = state->plan.stats;
+  ReshardStats& st = state->stats;
+  st.wire_bytes = ps.wire_bytes;
+  st.optimum_bytes = ps.optimum_bytes;
+  st.self_bytes = ps.self_bytes;
+  st.max_sent_bytes = ps.max_sent_bytes;
+  st.max_received_bytes = ps.max_received_bytes;
+  st.messages = ps.messages;
+  st.rounds = static_cast<int64_t>(state->schedule.rounds());
+  st.collectives = collectives.collectives;
+  ReshardPlan plan;
+  plan.state_ = std::move(state);
+  return plan;
+}
+
+absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& destination,
+                            ReshardStats* stats) {
+  if (plan.state_ == nullptr) return absl::FailedPreconditionError("ExecuteReshard: empty plan");
+  const ReshardPlan::State& s = *plan.state_;
+  Communicator& comm = *s.comm;
+  const int64_t me = comm.rank();
+  absl::Status local_error;
+  std::vector<internal::Leaf> src_leaves;
+  std::vector<internal::MutableLeaf> dst_leaves;
+  if (absl::StatusOr<std::vector<internal::Leaf>> l = internal::CollectLeaves(source); l.ok()) {
+    src_leaves = *std::move(l);
+  } else {
+    local_error = l.status();
+  }
+  if (absl::StatusOr<std::vector<internal::MutableLeaf>> l =
+          internal::CollectMutableLeaves(destination);
+      l.ok()) {
+    dst_leaves = *std::move(l);
+  } else if (local_error.ok()) {
+    local_error = l.status();
+  }
+  absl::flat_hash_map<absl::string_view, const Value*> src_by_path;
+  for (const internal::Leaf& leaf : src_leaves) src_by_path.emplace(leaf.path, leaf.value);
+  absl::flat_hash_map<absl::string_view, internal::MutableLeaf*> dst_by_path;
+  for (internal::MutableLeaf& leaf : dst_leaves) dst_by_path.emplace(leaf.path, &leaf);
+  const size_t n = s.plan.tensors.size();
+  std::vector<std::vector<Tensor>> sources(n), destinations(n);
+  std::vector<size_t> fresh;  // tensors whose destination leaf gets new locals
+  for (size_t t = 0; t < n && local_error.ok(); ++t) {
+    const internal::ReshardTensorPlan& tp = s.plan.tensors[t];
+    std::vector<const internal::ReshardPiece*> src_pieces, dst_pieces;
+    for (const internal::ReshardPiece& p : tp.source) {
+      if (p.rank == me) src_pieces.push_back(&p);
+    }
+    for (const internal::ReshardPiece& p : tp.destination) {
+      if (p.rank == me) dst_pieces.push_back(&p);
+    }
+    bool is_fresh = false;
+    if (!src_pieces.empty()) {
+      const auto it = src_by_path.find(tp.name);
+      local_error = LocalsOf(tp, it == src_by_path.end() ? nullptr : it->second, src_pieces,
+                             /*source=*/true, comm.device(), sources[t], &is_fresh);
+    }
+    if (local_error.ok() && !dst_pieces.empty()) {
+      const auto it = dst_by_path.find(tp.name);
+      local_error = LocalsOf(tp, it == dst_by_path.end() ? nullptr : it->second->value,
+                             dst_pieces, /*source=*/false, comm.device(), destinations[t],
+                             &is_fresh);
+      if (is_fresh) fresh.push_back(t);
+    }
+  }
+  ReshardStats local_stats = s.stats;
+  ReshardStats& st = stats != nullptr ? *stats : local_stats;
+  st = s.stats;
+  st.collectives = 1;
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
+  internal::ReshardExecuteStats es;
+  SDRT_RETURN_IF_ERROR(
+      internal::ExecuteReshard(s.plan, s.schedule, comm, sources, destinations, &es));
+  st.sent_bytes = es.sent_bytes;
+  st.received_bytes = es.received_bytes;
+  st.buffer_bytes = es.buffer_bytes;
+  st.collectives += es.rounds;
+  for (size_t t : fresh) {
+    Value& leaf = *dst_by_path[s.plan.tensors[t].name]->value;
+    if (leaf.kind() == ValueKind::kDTensor) {
+      SDRT_ASSIGN_OR_RETURN(DTensor filled, leaf.as_dtensor().WithLocal(destinations[t][0]));
+      leaf = Value(std::move(filled));
+    } else {
+      leaf = Value(destinations[t][0]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,
+                              ReshardStats* stats) {
+  SDRT_ASSIGN_OR_RETURN(const ReshardPlan plan, PlanReshard(source, destination, options));
+  SDRT_RETURN_IF_ERROR(ExecuteReshard(plan, source, destination, stats));
+  if (stats != nullptr) stats->collectives += plan.stats().collectives;
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt

@@ -1,0 +1,105 @@
+// Reshard: any layout to any layout, peer to peer (issue 14). A trainer's state dict held
+// as FSDP (or FSDP+TP) shards on some ranks goes to an inference engine's layout (TP, TP x
+// PP) on the same or other ranks, or a checkpoint saved by 8 ranks as fsdp becomes 4 ranks
+// of tp, without a funnel through one rank: every byte a destination rank needs and does
+// not hold moves once, from a rank that holds it, and a piece held by several ranks
+// (Replicate) is sent by all of them in equal shares. PyTorch's counterpart is
+// DTensor.redistribute (one mesh only; across meshes it raises NotImplementedError).
+//
+//   ReshardOptions options;
+//   options.comm = &world;                        // spans every rank of both sides
+//   ReshardPlan plan = *PlanReshard(trainer, engine, options);   // once
+//   for (step...) ExecuteReshard(plan, trainer, engine);          // every RL step
+//
+// Both calls are collective over options.comm: every rank calls them, with what it holds
+// on each side (either may be empty). The ranks of the meshes and of the ShardedTensor
+// metadata are ranks of options.comm.
+#ifndef SDRT_CORE_DISTRIBUTED_RESHARD_STATE_DICT_H_
+#define SDRT_CORE_DISTRIBUTED_RESHARD_STATE_DICT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/state_dict/state_dict.h"
+
+namespace sdrt {
+
+struct ReshardOptions {
+  Communicator* comm = nullptr;  // required; CPU tensors with MPI, CUDA ones with NCCL
+  // The most bytes a rank sends, or receives, in one round: the peak extra memory per rank
+  // is two such buckets, whatever the size of the largest tensor. >= 64.
+  int64_t bucket_bytes = int64_t{256} << 20;
+};
+
+struct ReshardStats {
+  // The plan's, the same on every rank. Wire bytes move between different ranks; the
+  // optimum is, over destination pieces, the bytes a piece needs minus those a source
+  // piece on its own rank holds (wire_bytes == optimum_bytes for every plan sdrt makes).
+  int64_t wire_bytes = 0;
+  int64_t optimum_bytes = 0;
+  int64_t self_bytes = 0;          // copied from a rank's sources to its destinations
+  int64_t max_sent_bytes = 0;      // by the busiest sender
+  int64_t max_received_bytes = 0;  // by the busiest receiver
+  int64_t messages = 0;            // (tensor, sender, receiver) triples between ranks
+  int64_t rounds = 0;              // one Exchange each
+  // This rank's, in the last ExecuteReshard.
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
+  int64_t buffer_bytes = 0;  // its send and receive buckets
+  int64_t collectives = 0;   // Communicator calls (agreement and rounds)
+};
+
+// The plan of one (source layout, destination layout) pair: a value to keep and execute
+// again while the layouts stay the same. Copies share it.
+class ReshardPlan {
+ public:
+  // The paths planned (leaves some rank holds on the destination side), in plan order.
+  const std::vector<std::string>& paths() const;
+  // The plan's part of ReshardStats.
+  const ReshardStats& stats() const;
+
+  struct State;
+
+ private:
+  friend absl::StatusOr<ReshardPlan> PlanReshard(const Map&, const Map&, const ReshardOptions&);
+  friend absl::Status ExecuteReshard(const ReshardPlan&, const Map&, Map&, ReshardStats*);
+  std::shared_ptr<const State> state_;
+};
+
+// Plans the reshard from `source` (this rank's sharded state dict: DTensors on mesh A,
+// ShardedTensors, plain tensors it holds whole, which count as replicated over the ranks
+// holding them) into `destination` (this rank's target layout: DTensors on mesh B whose
+// locals are meta or allocated, ShardedTensors, plain tensors to be replaced by the full
+// tensor). Leaves are matched by their dotted paths; source leaves no rank wants are left
+// out. One exchange of compact descriptors (per leaf: dtype, global shape, mesh and
+// placements or boxes; never per-element lists), inside the agreement, so every rank
+// builds the same plan or gets the same error: InvalidArgument naming the leaf when ranks
+// describe one side of it differently, source and destination differ in dtype or shape,
+// no rank holds a source of a destination leaf, or a layout is invalid (the planner's
+// errors, reshard_plan.h); Unimplemented for a Partial source; FailedPrecondition without
+// options.comm; the communicator's errors.
+absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
+                                        const ReshardOptions& options);
+
+// Runs `plan` (made by PlanReshard on every rank with the same options): afterwards every
+// destination leaf of this rank holds its piece. A DTensor with a meta local gets a fresh
+// compact local on the communicator's device; an allocated DTensor local and ShardedTensor
+// shards are written in place (any strides); a plain leaf is replaced by the full tensor.
+// The source leaves must have the shapes the plan was made for. One agreement first (a
+// rank whose leaves do not fit the plan fails with every rank, InvalidArgument naming the
+// leaf), then the rounds. `stats`, when not null, gets the plan's and this rank's figures.
+absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& destination,
+                            ReshardStats* stats = nullptr);
+
+// PlanReshard then ExecuteReshard.
+absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,
+                              ReshardStats* stats = nullptr);
+
+}  // namespace sdrt
+
+#endif  // SDRT_CORE_DISTRIBUTED_RESHARD_STATE_DICT_H_

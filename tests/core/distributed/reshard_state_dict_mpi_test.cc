@@ -1,0 +1,180 @@
+// Multi-rank tests of PlanReshard / ExecuteReshard / ReshardStateDict
+// (core/distributed/reshard_state_dict.h) over MPI: a trainer holding fsdp DTensors on the
+// first half of the world pushes its weights to an engine holding meta tp DTensors on the
+// other half (on one rank, both), every step with new values, through a plan built once;
+// a plain tensor the trainer ranks hold whole reaches the engine as a full tensor; every
+// engine piece is bit-exact against DistributeTensor of the step's full tensor; ranks that
+// disagree get the same error. CTest runs it under `mpiexec -n N`, N = 1..4 and 8.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/fill.h"
+#include "sdrt/tests/support/mpi_test_main.h"
+
+namespace sdrt::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+MpiCommunicator* g_world = nullptr;
+
+struct Weight {
+  std::string path;
+  DType dtype;
+  IntVector shape;
+  std::string trainer_placements;
+  std::string engine_placements;
+};
+
+const std::vector<Weight>& Weights() {
+  static const auto* weights = new std::vector<Weight>{
+      {"layers.0.attn.q", DType::kBFloat16, {24, 10}, "[S(0)]", "[S(0)]"},
+      {"layers.0.attn.o", DType::kBFloat16, {10, 24}, "[S(0)]", "[S(1)]"},
+      {"layers.0.mlp.up", DType::kFloat32, {37, 9}, "[S(0)]", "[S(0)]"},
+      {"layers.0.norm", DType::kFloat32, {10}, "[S(0)]", "[R]"},
+      {"embed", DType::kFloat16, {50, 6}, "[_S(0, 2)]", "[S(0)]"},
+  };
+  return *weights;
+}
+
+std::shared_ptr<const DeviceMesh> MeshOver(int64_t from, int64_t to) {
+  std::vector<int64_t> ranks;
+  for (int64_t r = from; r < to; ++r) ranks.push_back(r);
+  return std::make_shared<const DeviceMesh>(
+      *DeviceMesh::Create({static_cast<int64_t>(ranks.size())}, ranks));
+}
+
+Tensor FullOf(const Weight& w, int step) {
+  return HashBytes(w.shape, w.dtype, 100 * step + std::hash<std::string>()(w.path) % 97);
+}
+
+// The trainer's ranks [0, half), the engine's [half, n); both are rank 0 alone at n = 1.
+struct Sides {
+  std::shared_ptr<const DeviceMesh> trainer, engine;
+  bool in_trainer = false, in_engine = false;
+};
+
+Sides WorldSides() {
+  const int64_t n = g_world->size();
+  const int64_t half = std::max<int64_t>(1, n / 2);
+  Sides s;
+  s.trainer = MeshOver(0, half);
+  s.engine = n > 1 ? MeshOver(half, n) : MeshOver(0, 1);
+  s.in_trainer = s.trainer->Coordinate(g_world->rank()).has_value();
+  s.in_engine = s.engine->Coordinate(g_world->rank()).has_value();
+  return s;
+}
+
+Map Trainer(const Sides& s, int step) {
+  Map m;
+  if (!s.in_trainer) return m;
+  for (const Weight& w : Weights()) {
+    m.Set(w.path, Value(*DistributeTensor(FullOf(w, step), s.trainer,
+                                          *ParsePlacements(w.trainer_placements),
+                                          g_world->rank())));
+  }
+  m.Set("lm_head_scale", Value(HashBytes({3}, DType::kFloat32, 7 + step)));
+  return m;
+}
+
+Map EngineMeta(const Sides& s) {
+  Map m;
+  if (!s.in_engine) return m;
+  for (const Weight& w : Weights()) {
+    const std::vector<Placement> p = *ParsePlacements(w.engine_placements);
+    const IntVector local = *ComputeLocalShape(w.shape, *s.engine, p, g_world->rank());
+    m.Set(w.path, Value(*DTensor::Make(*Tensor::Meta(local, w.dtype), s.engine, p, w.shape)));
+  }
+  m.Set("lm_head_scale", Value(*Tensor::Zeros({1}, DType::kFloat32)));  // replaced
+  return m;
+}
+
+void ExpectEngineHolds(const Sides& s, const Map& engine, int step) {
+  if (!s.in_engine) return;
+  for (const Weight& w : Weights()) {
+    const Value* v = engine.Find(w.path);
+    ASSERT_NE(v, nullptr);
+    ASSERT_EQ(v->kind(), ValueKind::kDTensor);
+    const Tensor want = DistributeTensor(FullOf(w, step), s.engine,
+                                         *ParsePlacements(w.engine_placements), g_world->rank())
+                            ->local();
+    const Tensor& got = v->as_dtensor().local();
+    ASSERT_EQ(got.shape(), want.shape()) << w.path;
+    EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()), 0)
+        << w.path << " at step " << step << " on rank " << g_world->rank();
+  }
+  const Value* scale = engine.Find("lm_head_scale");
+  ASSERT_NE(scale, nullptr);
+  const Tensor want = HashBytes({3}, DType::kFloat32, 7 + step);
+  ASSERT_EQ(scale->as_tensor().shape(), want.shape());
+  EXPECT_EQ(std::memcmp(scale->as_tensor().data_ptr(), want.data_ptr(), want.nbytes()), 0);
+}
+
+TEST(ReshardStateDictMpi, TrainerToEngineEveryStepThroughOnePlan) {
+  const Sides s = WorldSides();
+  ReshardOptions options;
+  options.comm = g_world;
+  options.bucket_bytes = 256;  // many rounds
+  Map engine = EngineMeta(s);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(Trainer(s, 0), engine, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->paths().size(), Weights().size() + 1);
+  EXPECT_EQ(plan->stats().wire_bytes, plan->stats().optimum_bytes);
+  EXPECT_GT(plan->stats().rounds, 1);
+  for (int step = 0; step < 3; ++step) {
+    ReshardStats stats;
+    ASSERT_TRUE(ExecuteReshard(*plan, Trainer(s, step), engine, &stats).ok());
+    ExpectEngineHolds(s, engine, step);
+    EXPECT_EQ(stats.collectives, 1 + stats.rounds);
+    EXPECT_LE(stats.buffer_bytes, 2 * 256);
+  }
+}
+
+TEST(ReshardStateDictMpi, ReshardStateDictInOneCall) {
+  const Sides s = WorldSides();
+  ReshardOptions options;
+  options.comm = g_world;
+  Map engine = EngineMeta(s);
+  ReshardStats stats;
+  ASSERT_TRUE(ReshardStateDict(Trainer(s, 5), engine, options, &stats).ok());
+  ExpectEngineHolds(s, engine, 5);
+}
+
+TEST(ReshardStateDictMpi, DisagreementsAreTheSameErrorOnEveryRank) {
+  const Sides s = WorldSides();
+  ReshardOptions options;
+  options.comm = g_world;
+  // The engine wants a leaf nobody holds.
+  Map engine = EngineMeta(s);
+  if (s.in_engine) engine.Set("missing", Value(*Tensor::Zeros({2}, DType::kFloat32)));
+  const absl::Status none = PlanReshard(Trainer(s, 0), engine, options).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(none.message()), HasSubstr("no rank holds a source of 'missing'"));
+  // A plan executed with a source of another shape: every rank fails alike.
+  Map good = EngineMeta(s);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(Trainer(s, 0), good, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Map trainer = Trainer(s, 0);
+  if (g_world->rank() == 0) trainer.Set("layers.0.norm", Value(*Tensor::Zeros({3}, DType::kInt8)));
+  const absl::Status bad = ExecuteReshard(*plan, trainer, good);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("layers.0.norm"));
+}
+
+}  // namespace
+}  // namespace sdrt::test
+
+int main(int argc, char** argv) {
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+}

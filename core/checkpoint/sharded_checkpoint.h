@@ -152,6 +152,52 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     const ShardingPlan& plan, const std::string& out_dir,
     const WriteShardedCheckpointOptions& options = {});
 
+// Writing a sharded checkpoint from several processes, each holding its own ranks' pieces
+// (`sdrt reshard`): the folder still appears whole, as WriteShardedCheckpoint's does.
+//   the installing process: folder = ShardedCheckpointFolder::Begin(index, out_dir, ...);
+//                           it shares folder.path() with the others
+//   every process:          WriteShardedRankFile(path, index, rank, locals) for its ranks
+//   (all agree that every rank file was written)
+//   the installing process: folder.Finish(); or drops the folder, which removes it
+class ShardedCheckpointFolder {
+ public:
+  // Checks what WriteShardedCheckpoint checks before writing (`index` reads back; out_dir
+  // absent, an empty folder, or with `overwrite` an sdrt sharded checkpoint and nothing
+  // else) and makes the temporary folder beside out_dir. `index` needs every field but
+  // dir (the tensors with their xxh64, the files, the mesh over ranks 0..N-1). Errors as
+  // WriteShardedCheckpoint's before it writes (InvalidArgument naming `source_name`,
+  // AlreadyExists, errno's status).
+  static absl::StatusOr<ShardedCheckpointFolder> Begin(ShardedCheckpointIndex index,
+                                                       const std::string& out_dir,
+                                                       const std::string& source_name,
+                                                       bool overwrite);
+  ShardedCheckpointFolder(ShardedCheckpointFolder&&) noexcept;
+  ~ShardedCheckpointFolder();
+
+  // The temporary folder the rank files go into (the same path on every process of one
+  // machine or shared file system).
+  const std::string& path() const;
+  const ShardedCheckpointIndex& index() const;
+  // Writes index.json and moves the folder onto out_dir (swapping out a checkpoint there
+  // when Begin allowed it). Call once, after every rank file is in path(). Errors: those
+  // of the writes and renames; the folder is then removed.
+  absl::Status Finish();
+
+ private:
+  struct State;
+  explicit ShardedCheckpointFolder(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Writes rank `rank`'s file of `index` into `folder` (a ShardedCheckpointFolder's path):
+// `locals` are the rank's local tensors in index order, each of the index's dtype and the
+// local shape ComputeLocalShape gives (any strides, CPU), written as WriteShardedCheckpoint
+// writes them (the same bytes for the same pieces). InvalidArgument naming the tensor for a
+// local that does not fit; the errors of WriteSafetensors.
+absl::Status WriteShardedRankFile(const std::string& folder, const ShardedCheckpointIndex& index,
+                                  int64_t rank,
+                                  const std::vector<std::pair<std::string, Tensor>>& locals);
+
 struct ReadShardedCheckpointOptions {
   // Also open every rank file (SafetensorsFile::Open: header and layout validation, no
   // tensor bytes read) and check it against the index (CheckRankFile).

@@ -3,23 +3,14 @@
 // AtomicFolder (core/io/atomic_file.h) that is moved into place at the end, so a reader
 // sees the old checkpoint or the new one, never a part. The format:
 // core/checkpoint/sharded_checkpoint.h.
-#include <dirent.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/checkpoint/internal/checkpoint_target.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/atomic_file.h"
-#include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -27,70 +18,6 @@
 
 namespace sdrt {
 namespace {
-
-namespace fs = std::filesystem;
-
-// Whether `dir` holds no entries; errno's status when it cannot be listed.
-absl::StatusOr<bool> IsEmptyDir(const std::string& dir) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return IoError(errno, "opendir", dir);
-  bool empty = true;
-  while (dirent* e = readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-      empty = false;
-      break;
-    }
-  }
-  closedir(d);
-  return empty;
-}
-
-// Whether the existing folder `target` is exactly what this writer makes, so that replacing
-// it loses nothing of the user's: an index.json that ReadShardedCheckpointIndex accepts, the
-// rank files it names, and nothing else, each a regular file (no links, folders or other
-// entries). AlreadyExists naming the first entry or rule that does not fit otherwise.
-absl::Status CheckIsShardedCheckpoint(const std::string& target) {
-  const auto refuse = [&](absl::string_view why) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(target, ": exists and is not a sharded checkpoint written by sdrt (", why,
-                     "); refusing to replace it"));
-  };
-  std::vector<std::string> names;
-  DIR* d = opendir(target.c_str());
-  if (d == nullptr) return IoError(errno, "opendir", target);
-  while (dirent* e = readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-      names.emplace_back(e->d_name);
-    }
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    struct stat st;
-    const std::string path = absl::StrCat(target, "/", name);
-    if (lstat(path.c_str(), &st) != 0) return IoError(errno, "lstat", path);
-    if (!S_ISREG(st.st_mode)) {
-      return refuse(absl::StrCat("it holds \"", absl::CHexEscape(name), "\", not a regular file"));
-    }
-  }
-  if (!std::binary_search(names.begin(), names.end(), std::string(kShardedCheckpointIndexName))) {
-    return refuse(absl::StrCat("no ", kShardedCheckpointIndexName));
-  }
-  ReadShardedCheckpointOptions read_options;
-  read_options.check_rank_files = false;
-  absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(target, read_options);
-  if (!index.ok()) return refuse(index.status().message());
-  std::vector<std::string> expected = index->files;
-  expected.emplace_back(kShardedCheckpointIndexName);
-  std::sort(expected.begin(), expected.end());
-  for (const std::string& name : names) {
-    if (!std::binary_search(expected.begin(), expected.end(), name)) {
-      return refuse(absl::StrCat("it holds \"", absl::CHexEscape(name), "\", which ",
-                                 kShardedCheckpointIndexName, " does not name"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // The local tensor of `rank`: a view of `full` when the piece is one contiguous slice of it
 // (no copy), else DistributeTensor's copy.
@@ -107,12 +34,6 @@ absl::StatusOr<Tensor> CutLocal(const Tensor& full, const std::shared_ptr<const 
   }
   SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, rank));
   return piece.local();
-}
-
-// Removes trailing slashes (but keeps "/").
-std::string StripTrailingSlashes(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
 }
 
 }  // namespace
@@ -178,61 +99,11 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     index.tensors.push_back(std::move(t));
   }
 
-  // What is written must be what the reader accepts (a name it refuses, metadata that
-  // makes index.json larger than it reads): checked on the index text before anything is
-  // written, so a refused checkpoint is never left for `--overwrite` to refuse in turn.
-  {
-    SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
-    if (static_cast<int64_t>(json.size()) > kMaxJsonFileBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(src, ": its index.json would take ", json.size(), " bytes, over the ",
-                       kMaxJsonFileBytes, " the reader accepts (metadata or names too large)"));
-    }
-    const absl::StatusOr<ShardedCheckpointIndex> readable =
-        internal::ParseIndex(json, std::string(kShardedCheckpointIndexName), out_dir);
-    if (!readable.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          src, ": cannot be written as a sharded checkpoint that sdrt could read back: ",
-          readable.status().message()));
-    }
-  }
-
-  const std::string target = StripTrailingSlashes(out_dir);
-  const fs::path target_path(target);
-  const std::string base = target_path.filename().string();
-  if (base.empty() || base == "." || base == "..") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WriteShardedCheckpoint: \"", out_dir, "\" does not name a folder to create"));
-  }
-  std::string parent = target_path.parent_path().string();
-  if (parent.empty()) parent = ".";
+  SDRT_RETURN_IF_ERROR(internal::CheckIndexWritable(index, src, out_dir));
+  SDRT_ASSIGN_OR_RETURN(const internal::CheckpointTarget where,
+                        internal::PrepareCheckpointTarget(out_dir, options.overwrite));
   index.dir = out_dir;
-
-  enum class Replace { kNone, kEmpty, kExchange } replace = Replace::kNone;
-  struct stat st;
-  if (lstat(target.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(target, ": exists and is not a folder; refusing to replace it"));
-    }
-    SDRT_ASSIGN_OR_RETURN(const bool empty, IsEmptyDir(target));
-    if (empty) {
-      replace = Replace::kEmpty;
-    } else if (const absl::Status ours = CheckIsShardedCheckpoint(target); !ours.ok()) {
-      return ours;
-    } else if (!options.overwrite) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(target,
-                       ": a sharded checkpoint is already there; replace it with "
-                       "overwrite (sdrt shard --overwrite)"));
-    } else {
-      replace = Replace::kExchange;
-    }
-  } else if (errno != ENOENT) {
-    return IoError(errno, "lstat", target);
-  }
-
-  SDRT_ASSIGN_OR_RETURN(AtomicFolder tmp, AtomicFolder::Create(parent, base));
+  SDRT_ASSIGN_OR_RETURN(AtomicFolder tmp, AtomicFolder::Create(where.parent, where.base));
 
   // Hashes of the full tensors, then one rank file at a time.
   for (ShardedCheckpointTensor& t : index.tensors) {
@@ -263,7 +134,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
   SDRT_RETURN_IF_ERROR(
       WriteNewFile(absl::StrCat(tmp.path(), "/", kShardedCheckpointIndexName), json));
-  SDRT_RETURN_IF_ERROR(tmp.Install(parent, target, replace == Replace::kExchange));
+  SDRT_RETURN_IF_ERROR(tmp.Install(where.parent, where.target, where.exchange));
   return index;
 }
 

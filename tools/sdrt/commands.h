@@ -22,6 +22,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code);
 #if SDRT_CLI_HAVE_DISTRIBUTED
 void AddGatherCommand(CLI::App& app, int* exit_code);
 void AddLoadCommand(CLI::App& app, int* exit_code);
+void AddReshardCommand(CLI::App& app, int* exit_code);
 #endif
 
 }  // namespace sdrt::cli

@@ -57,6 +57,7 @@
 #include "sdrt/bench/load_workloads.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/bench/mpi_bench_util.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/load_state_dict.h"
@@ -71,39 +72,10 @@ using sdrt::Map;
 using sdrt::Tensor;
 using sdrt::Value;
 
-int g_rank = 0;
-
-void Check(const absl::Status& status, const std::string& what) {
-  if (status.ok()) return;
-  std::fprintf(stderr, "rank %d: %s: %s\n", g_rank, what.c_str(), status.ToString().c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> value, const std::string& what) {
-  Check(value.status(), what);
-  return *std::move(value);
-}
-
-int64_t Reduce(int64_t value, MPI_Op op) {
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, op, MPI_COMM_WORLD);
-  return value;
-}
-
-double Reduce(double value, MPI_Op op) {
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, op, MPI_COMM_WORLD);
-  return value;
-}
-
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-Spread Summarize(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  const size_t n = t.size();
-  return {n % 2 == 1 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2, t.front(), t.back()};
-}
+using sdrt::bench::Check;
+using sdrt::bench::Reduce;
+using sdrt::bench::Spread;
+using sdrt::bench::Summarize;
 
 // One way of loading: `prepare` runs outside the timed region, `run` inside.
 struct Path {
@@ -178,21 +150,22 @@ int main(int argc, char** argv) {
     }
   }
   std::unique_ptr<sdrt::MpiCommunicator> world = Check(sdrt::MpiCommunicator::World(), "MPI world");
-  g_rank = world->rank();
+  sdrt::bench::BenchRank() = world->rank();
+  const int me = world->rank();
   const int n = world->size();
   if (file.empty()) {
-    if (g_rank == 0) std::fprintf(stderr, "load_bench: --file F (or --make llama|small F)\n");
+    if (me == 0) std::fprintf(stderr, "load_bench: --file F (or --make llama|small F)\n");
     return 2;
   }
   if (!make.empty()) {
-    if (g_rank == 0) Check(sdrt::bench::WriteWorkload(make, file), "make " + file);
+    if (me == 0) Check(sdrt::bench::WriteWorkload(make, file), "make " + file);
     return 0;
   }
 
   CheckpointSource source = Check(CheckpointSource::Open(file), "open " + file);
-  const double resident_before = g_rank == 0 ? Resident(source) : 0;
+  const double resident_before = me == 0 ? Resident(source) : 0;
   double warm_seconds = MPI_Wtime();
-  if (g_rank == 0) WarmPageCache(source);
+  if (me == 0) WarmPageCache(source);
   warm_seconds = MPI_Wtime() - warm_seconds;
   MPI_Barrier(MPI_COMM_WORLD);
 
@@ -212,7 +185,7 @@ int main(int argc, char** argv) {
 
   // floor
   const std::vector<sdrt::bench::ByteRun> runs =
-      Check(sdrt::bench::KeptRuns(source, plan, *mesh, g_rank), "kept runs");
+      Check(sdrt::bench::KeptRuns(source, plan, *mesh, me), "kept runs");
   int64_t kept = 0;
   for (const sdrt::bench::ByteRun& r : runs) kept += r.bytes;
   std::vector<uint8_t> floor_buffer(static_cast<size_t>(kept), 0);
@@ -251,7 +224,7 @@ int main(int argc, char** argv) {
   paths[2].name = "root";
   paths[2].prepare = [&] {
     root_local = meta;
-    if (g_rank != 0) return;
+    if (me != 0) return;
     full = Map();
     mapped.reset();
     mapped = Check(CheckpointSource::Open(file), "map " + file);
@@ -314,9 +287,9 @@ int main(int argc, char** argv) {
   const int64_t most_kept = Reduce(kept, MPI_MAX);
   const int64_t floor_calls = Reduce(floor_preads, MPI_MAX);
   const int64_t total_read = Reduce(stats.bytes_read, MPI_SUM);
-  const double resident_after = g_rank == 0 ? Resident(source) : 0;
+  const double resident_after = me == 0 ? Resident(source) : 0;
 
-  if (g_rank == 0) {
+  if (me == 0) {
     const Spread f = Summarize(paths[0].seconds);
     const Spread a = Summarize(paths[1].seconds);
     const Spread r = Summarize(paths[2].seconds);

@@ -38,11 +38,12 @@ absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor
     }
     if (p.kind() == Placement::Kind::kStridedShard && p.dim() >= 0 &&
         p.dim() < static_cast<int>(tensor.shape.size()) &&
-        tensor.shape[p.dim()] > kMaxStridedDimSize) {
+        tensor.shape[p.dim()] > kMaxStridedIndices / mesh.num_ranks()) {
       return Invalid(
           tensor, source,
-          absl::StrCat(p.ToString(), " splits dim ", p.dim(), " of ", tensor.shape[p.dim()],
-                       " indices; at most ", kMaxStridedDimSize, " are supported"));
+          absl::StrCat(p.ToString(), " over ", mesh.num_ranks(), " ranks lists dim ", p.dim(),
+                       " of ", tensor.shape[p.dim()], " indices per rank; at most ",
+                       kMaxStridedIndices, " indices in all are supported"));
     }
   }
   std::vector<ReshardPiece> pieces;

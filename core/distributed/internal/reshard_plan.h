@@ -39,9 +39,10 @@ namespace sdrt::internal {
 inline constexpr int kMaxReshardDims = 12;
 // The most ShardedTensor boxes one layout may list.
 inline constexpr int64_t kMaxReshardBoxes = int64_t{1} << 20;
-// The longest tensor dim a _StridedShard may split: its owned sets are index lists
-// (sharding.h), so a hostile dim size would allocate without bound.
-inline constexpr int64_t kMaxStridedDimSize = int64_t{1} << 26;
+// The most indices a _StridedShard layout may list: its owned sets are index lists
+// (sharding.h), one per rank, so the split dim's size times the mesh's rank count is
+// bounded (2^28: a 152,064-row vocabulary over 1,024 ranks fits).
+inline constexpr int64_t kMaxStridedIndices = int64_t{1} << 28;
 
 // One ShardedTensor shard: the box [offsets, offsets + sizes) on global rank `rank`.
 // Sizes may be 0 (an empty box; its offsets may then exceed the dim, as
@@ -142,10 +143,10 @@ struct ReshardPlanOptions {
 // a layout with both a mesh and boxes, the errors of
 // ComputeLocalShapeAndGlobalOffset, a Partial destination, a negative rank, more than
 // kMaxReshardBoxes boxes, a box of the wrong rank or outside the tensor, a
-// _StridedShard dim above kMaxStridedDimSize, a sub-byte layout cut inside a byte
-// (byte_cuts.h), more than max_cells cells, and elements a destination piece needs that no
-// source piece holds; Unimplemented for a Partial source (the reduction on the receiving
-// side is phase 2 of issue 14).
+// _StridedShard dim whose size times the mesh's ranks exceeds kMaxStridedIndices, a sub-byte layout
+// cut inside a byte (byte_cuts.h), more than max_cells cells, and elements a destination piece
+// needs that no source piece holds; Unimplemented for a Partial source (the reduction on the
+// receiving side is phase 2 of issue 14).
 absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensors,
                                         const ReshardPlanOptions& options = {});
 

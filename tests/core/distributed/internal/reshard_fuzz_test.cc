@@ -42,9 +42,10 @@ class Random {
     return std::uniform_int_distribution<int64_t>(lo, hi)(engine_);
   }
   bool Chance(int percent) { return Uniform(0, 99) < percent; }
-  std::vector<int64_t> Subset(int64_t world, int64_t n) {
+  // n of the ranks first, first + 1, ..., first + world - 1, in random order.
+  std::vector<int64_t> Subset(int64_t world, int64_t n, int64_t first = 0) {
     std::vector<int64_t> ranks(static_cast<size_t>(world));
-    for (int64_t r = 0; r < world; ++r) ranks[r] = r;
+    for (int64_t r = 0; r < world; ++r) ranks[r] = first + r;
     std::shuffle(ranks.begin(), ranks.end(), engine_);
     ranks.resize(static_cast<size_t>(n));
     return ranks;
@@ -54,9 +55,10 @@ class Random {
   std::mt19937_64 engine_;
 };
 
-ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim) {
+// A mesh over 1 to `world` of the ranks first .. first + world - 1.
+ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim, int64_t first = 0) {
   const int64_t n = rng.Uniform(1, world);
-  std::vector<int64_t> ranks = rng.Subset(world, n);
+  std::vector<int64_t> ranks = rng.Subset(world, n, first);
   // 1-3 axes whose sizes multiply to n.
   IntVector shape;
   int64_t left = n;
@@ -164,6 +166,32 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   // Most cases move bytes, few sub-byte layouts are refused: the fuzz exercises the plan.
   EXPECT_GT(nonempty, cases / 2);
   EXPECT_LT(refused, cases / 10);
+}
+
+// Replicated sources (Replicate over 2-4 trainer ranks) to random layouts on up to 4
+// disjoint engine ranks, tensors of at least 200 rows: besides the checks above, no
+// source rank sends more than 1.05x the even split of the wire bytes.
+TEST(ReshardFuzzTest, ReplicatedSourcesShareTheLoad) {
+  const int64_t cases = EnvOr("SDRT_RESHARD_FUZZ_CASES", 10000) / 20;
+  const int64_t seed = EnvOr("SDRT_RESHARD_FUZZ_SEED", 1);
+  for (int64_t c = 0; c < cases && !HasFailure(); ++c) {
+    Random rng(static_cast<uint64_t>(seed) * 7919u + static_cast<uint64_t>(c));
+    const IntVector shape = {rng.Uniform(200, 400), rng.Uniform(1, 24)};
+    const int64_t holders = rng.Uniform(2, 4);
+    ReshardLayout source;
+    source.mesh = std::make_shared<const DeviceMesh>(
+        *DeviceMesh::Create(IntVector{holders}, rng.Subset(4, holders)));
+    source.placements = {Placement::Replicate()};
+    ReshardTensor tensor{absl::StrCat("replicated", c), DType::kBFloat16, shape, source,
+                         RandomMesh(rng, 4, 2, /*first=*/4)};
+    absl::StatusOr<internal::ReshardPlan> plan =
+        ReshardAndCheck({tensor}, {HashBytes(shape, tensor.dtype, static_cast<uint64_t>(c))});
+    ASSERT_TRUE(plan.ok()) << "case " << c << ": " << plan.status();
+    const double even = static_cast<double>(plan->stats.wire_bytes) / static_cast<double>(holders);
+    EXPECT_LE(static_cast<double>(plan->stats.max_sent_bytes), 1.05 * even)
+        << "case " << c << ": " << ShapeToString(shape) << " from " << LayoutString(tensor.source)
+        << " to " << LayoutString(tensor.destination);
+  }
 }
 
 }  // namespace

@@ -65,8 +65,10 @@ int64_t CoverOf(const Grid& grid, const ReshardPiece& piece, int64_t limit, Cove
           std::lower_bound(cuts.begin(), cuts.end(), r.global + r.length) - cuts.begin();
       for (int64_t i = lo; i < hi; ++i) cover[d].push_back(i);
     }
-    cells *= static_cast<int64_t>(cover[d].size());
-    if (cells > limit) return -1;
+    if (__builtin_mul_overflow(cells, static_cast<int64_t>(cover[d].size()), &cells) ||
+        cells > limit) {
+      return -1;
+    }
   }
   return cells;
 }
@@ -164,7 +166,9 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
                        absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
                                     ", ", ShapeToString(end), ") that no source rank holds"));
       }
-      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(tensor.dtype, begin, end));
+      const absl::StatusOr<int64_t> box_bytes = BoxBytes(tensor.dtype, begin, end);
+      if (!box_bytes.ok()) return Invalid(tensor, box_bytes.status().message());
+      const int64_t bytes = *box_bytes;
       SDRT_RETURN_IF_ERROR(CheckedAdd(optimum, bytes, tensor));
       for (int h : held) {
         if (tp.source[h].rank == dst.rank) {
@@ -173,8 +177,9 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
           return absl::OkStatus();
         }
       }
-      return SplitAmongHolders(tensor.dtype, tp.shape, tp.source, held, static_cast<int>(p), begin,
-                               end, sent, moves);
+      const absl::Status split = SplitAmongHolders(tensor.dtype, tp.shape, tp.source, held,
+                                                   static_cast<int>(p), begin, end, sent, moves);
+      return split.ok() ? split : Invalid(tensor, split.message());
     }));
   }
   MergeMoves(moves);
@@ -227,8 +232,9 @@ absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensor
     }
     plan.tensors.push_back(std::move(tp));
   }
-  for (const auto& [rank, bytes] : sent)
+  for (const auto& [rank, bytes] : sent) {
     stats.max_sent_bytes = std::max(stats.max_sent_bytes, bytes);
+  }
   for (const auto& [rank, bytes] : received) {
     stats.max_received_bytes = std::max(stats.max_received_bytes, bytes);
   }

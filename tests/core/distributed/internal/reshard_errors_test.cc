@@ -8,7 +8,6 @@
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
-#include "sdrt/tests/core/distributed/internal/reshard_test_util.h"
 #include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {

@@ -12,7 +12,6 @@
 #include "gtest/gtest.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
-#include "sdrt/tests/core/distributed/internal/reshard_test_util.h"
 #include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {
@@ -90,6 +89,10 @@ TEST(ReshardPlanTest, ReplicatedSourceSplitsEvenly) {
 TEST(ReshardPlanTest, FsdpTpTwoByTwoToThreeRanksUneven) {
   Check(Describe("w", DType::kFloat32, {10, 7}, MeshLayout({2, 2}, {}, "[S(0), S(1)]"),
                  MeshLayout({3}, {}, "[S(0)]")));
+  // Three mesh axes: fsdp x tp x cp.
+  Check(Describe("w", DType::kFloat32, {10, 7, 6},
+                 MeshLayout({2, 2, 2}, {}, "[S(0), _S(1, 2), S(1)]"),
+                 MeshLayout({3}, {}, "[S(2)]")));
   Check(Describe("w", DType::kFloat32, {10, 7}, MeshLayout({2, 2}, {3, 1, 0, 2}, "[S(0), S(1)]"),
                  MeshLayout({3}, {2, 5, 1}, "[S(1)]")));
 }

@@ -22,16 +22,23 @@ absl::Status PlanError(const ReshardTensor& tensor, internal::ReshardPlanOptions
   return PlanReshard({tensor}, options).status();
 }
 
-TEST(ReshardErrorsTest, PartialSourceIsUnimplemented) {
-  const absl::Status s =
-      PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[P(sum)]"),
-                         MeshLayout({2}, {}, "[S(0)]")));
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_THAT(s.message(), HasSubstr("'grad'"));
-  EXPECT_EQ(PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[S(0)]"),
-                               MeshLayout({2}, {}, "[P(sum)]")))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+TEST(ReshardErrorsTest, PartialThatCannotBeReducedIsRefused) {
+  const internal::ReshardLayout s0 = MeshLayout({2}, {}, "[S(0)]");
+  const absl::Status avg =
+      PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[P(avg)]"), s0));
+  EXPECT_EQ(avg.code(), absl::StatusCode::kUnimplemented) << avg;
+  EXPECT_THAT(avg.message(), HasSubstr("'grad'"));
+  const absl::Status mixed = PlanError(
+      Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2, 2}, {}, "[P(sum), P(max)]"), s0));
+  EXPECT_EQ(mixed.code(), absl::StatusCode::kUnimplemented) << mixed;
+  const absl::Status fp8 = PlanError(
+      Describe("grad", DType::kFloat8E4M3FN, {4, 4}, MeshLayout({2}, {}, "[P(sum)]"), s0));
+  EXPECT_EQ(fp8.code(), absl::StatusCode::kInvalidArgument) << fp8;
+  EXPECT_THAT(fp8.message(), HasSubstr("cannot be reduced"));
+  EXPECT_EQ(
+      PlanError(Describe("grad", DType::kFloat32, {4, 4}, s0, MeshLayout({2}, {}, "[P(sum)]")))
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ReshardErrorsTest, HostileDescriptorsNameTheTensor) {

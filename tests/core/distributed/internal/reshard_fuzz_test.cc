@@ -1,7 +1,8 @@
 // Seeded fuzz of PlanReshard and its packing (issue 14's proof): random shapes (rank 0-4,
 // uneven and empty pieces), dtypes (sub-byte ones too), source and destination layouts
 // (meshes of 1-3 axes over random subsets of a world of 1-8 ranks with Shard, Replicate
-// and _StridedShard, or ShardedTensor boxes) and source locals laid out contiguous,
+// and _StridedShard, Partial on the source where the dtype reduces, or ShardedTensor
+// boxes) and source locals laid out contiguous,
 // transposed or narrowed (case-050), each simulated in one process and checked bit-exact
 // against DistributeTensor with wire bytes equal to the optimum (ReshardAndCheck).
 //
@@ -19,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/core/distributed/internal/reshard_reduce.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
 #include "sdrt/tests/support/fill.h"
@@ -55,8 +57,10 @@ class Random {
   std::mt19937_64 engine_;
 };
 
-// A mesh over 1 to `world` of the ranks first .. first + world - 1.
-ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim, int64_t first = 0) {
+// A mesh over 1 to `world` of the ranks first .. first + world - 1; with `partial`, some
+// mesh dims may be Partial(*partial).
+ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim, int64_t first = 0,
+                         const ReduceOp* partial = nullptr) {
   const int64_t n = rng.Uniform(1, world);
   std::vector<int64_t> ranks = rng.Subset(world, n, first);
   // 1-3 axes whose sizes multiply to n.
@@ -78,6 +82,10 @@ ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim, int64_t first = 0
   for (size_t a = 0; a < shape.size(); ++a) {
     const int64_t kind = ndim == 0 ? 0 : rng.Uniform(0, 2);
     const int dim = ndim == 0 ? 0 : static_cast<int>(rng.Uniform(0, ndim - 1));
+    if (partial != nullptr && rng.Chance(40)) {
+      layout.placements.push_back(Placement::Partial(*partial));
+      continue;
+    }
     layout.placements.push_back(kind == 0   ? Placement::Replicate()
                                 : kind == 1 ? Placement::Shard(dim)
                                             : Placement::StridedShard(dim, rng.Uniform(1, 3)));
@@ -122,7 +130,7 @@ constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16,       DType::kUI
 TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   const int64_t cases = EnvOr("SDRT_RESHARD_FUZZ_CASES", 10000);
   const int64_t seed = EnvOr("SDRT_RESHARD_FUZZ_SEED", 1);
-  int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0;
+  int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0, reduced = 0;
   for (int64_t c = 0; c < cases && failures < 5; ++c) {
     Random rng(static_cast<uint64_t>(seed) * 1000003u + static_cast<uint64_t>(c));
     const DType dtype = kDTypes[rng.Uniform(0, std::size(kDTypes) - 1)];
@@ -131,14 +139,24 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
     for (int d = 0; d < ndim; ++d) shape.push_back(rng.Chance(5) ? 0 : rng.Uniform(1, 6));
     if (IsSubByte(dtype)) shape.back() = 4 * rng.Uniform(1, 2);  // whole bytes in all
     const int64_t world = rng.Uniform(1, 8);
-    auto layout = [&] {
-      return rng.Chance(15) ? RandomBoxes(rng, world, shape) : RandomMesh(rng, world, ndim);
+    // Partial sources where the dtype reduces (half of those cases).
+    constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
+                                 ReduceOp::kMax};
+    const ReduceOp op = kOps[rng.Uniform(0, 3)];
+    const bool partial = internal::CanReduce(dtype, op) && rng.Chance(50);
+    auto layout = [&](bool source) {
+      return rng.Chance(15) ? RandomBoxes(rng, world, shape)
+                            : RandomMesh(rng, world, ndim, 0, source && partial ? &op : nullptr);
     };
-    ReshardTensor tensor{absl::StrCat("case", c), dtype, shape, layout(), layout()};
+    ReshardTensor tensor{absl::StrCat("case", c), dtype, shape, layout(true), layout(false)};
     const LocalLayout local =
         IsSubByte(dtype) ? LocalLayout::kContiguous : static_cast<LocalLayout>(rng.Uniform(0, 2));
     absl::StatusOr<internal::ReshardPlan> plan =
-        ReshardAndCheck({tensor}, {HashBytes(shape, dtype, static_cast<uint64_t>(c))}, local);
+        ReshardAndCheck({tensor},
+                        // FiniteBytes: no -0 or NaN for a reduction with the identity to change.
+                        {partial ? FiniteBytes(shape, dtype, c)
+                                 : HashBytes(shape, dtype, static_cast<uint64_t>(c))},
+                        local);
     if (!plan.ok() && IsSubByte(dtype) &&
         plan.status().code() == absl::StatusCode::kInvalidArgument &&
         absl::StrContains(plan.status().message(), "byte")) {
@@ -149,6 +167,7 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
       wire += plan->stats.wire_bytes;
       messages += plan->stats.messages;
       nonempty += plan->stats.wire_bytes + plan->stats.self_bytes > 0 ? 1 : 0;
+      reduced += plan->tensors[0].contributions > 1 ? 1 : 0;
     }
     if (!plan.ok()) {
       ++failures;
@@ -162,9 +181,11 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   RecordProperty("cases_moving_bytes", static_cast<int>(nonempty));
   RecordProperty("messages", static_cast<int>(messages));
   RecordProperty("wire_bytes", static_cast<int>(wire));
+  RecordProperty("partial_cases", static_cast<int>(reduced));
   RecordProperty("refused_sub_byte", static_cast<int>(refused));
   // Most cases move bytes, few sub-byte layouts are refused: the fuzz exercises the plan.
   EXPECT_GT(nonempty, cases / 2);
+  EXPECT_GT(reduced, cases / 50);
   EXPECT_LT(refused, cases / 10);
 }
 

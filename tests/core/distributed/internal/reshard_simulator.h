@@ -71,12 +71,14 @@ absl::Status SimulateReshard(const internal::ReshardPlan& plan,
                              const std::vector<RankLocals>& sources,
                              std::vector<RankLocals>& destinations);
 
-// The least wire bytes, element by element: over destination pieces, the elements not
-// held by a source piece of the same rank, times the element bits, over 8.
+// The least wire bytes, element by element: over destination pieces and Partial
+// contributions, the elements not held by a source piece of the same rank and
+// contribution, times the element bits, over 8.
 int64_t BruteForceOptimumBytes(const internal::ReshardTensorPlan& tensor);
 
 // Plans `tensors`, builds their source locals from `fulls` (laid out as `layout`),
-// simulates, and checks every destination piece bit-exact, each element delivered once,
+// simulates, and checks every destination piece bit-exact, each element delivered once
+// per Partial contribution,
 // and stats.wire_bytes == stats.optimum_bytes == the brute-force optimum. Returns the plan.
 absl::StatusOr<internal::ReshardPlan> ReshardAndCheck(
     const std::vector<internal::ReshardTensor>& tensors, const std::vector<Tensor>& fulls,

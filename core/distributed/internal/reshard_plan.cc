@@ -173,9 +173,11 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
       const int64_t bytes = *box_bytes;
       // The holders by contribution (stable: piece order within one).
       group.assign(held.begin(), held.end());
-      std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
-        return tp.source[a].contribution < tp.source[b].contribution;
-      });
+      if (tp.contributions > 1) {
+        std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
+          return tp.source[a].contribution < tp.source[b].contribution;
+        });
+      }
       size_t at = 0;
       for (int64_t c = 0; c < tp.contributions; ++c) {
         const size_t from = at;

@@ -2,7 +2,7 @@
 # Builds the CPU suite with AddressSanitizer + UndefinedBehaviorSanitizer (gcc,
 # -DSDRT_SANITIZE=ON: -fsanitize=address,undefined -fno-omit-frame-pointer; CUDA and the
 # benchmarks off) in ${SDRT_SANITIZE_BUILD_DIR:-build-sanitize} and runs every CPU test
-# with CTest, the multi-rank MPI tests included (labels cpu and mpi). Leaks are errors
+# with CTest, the multi-rank MPI tests included (labels cpu, cpu_fuzz and mpi). Leaks are errors
 # (ASan detect_leaks=1), except MPICH's own allocations at MPI_Init, suppressed by name in
 # scripts/lsan.supp; UBSan halts on the first finding (halt_on_error=1). Huge allocations
 # return null (allocator_may_return_null=1), as they do without ASan, so the tests of
@@ -28,4 +28,4 @@ fi
 echo "sanitize.sh: building in $build (a first build takes about 25 minutes on 2 cores)" >&2
 cmake --build "$build" -j"$(nproc)" >/dev/null || cmake --build "$build" -j1
 echo "== sanitized tests: $build" >&2
-(cd "$build" && ctest --output-on-failure -j"$(nproc)" -L '^(cpu|mpi)$' "$@")
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" -L '^(cpu|cpu_fuzz|mpi)$' "$@")

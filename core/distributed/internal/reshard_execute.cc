@@ -87,11 +87,12 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan,
       if (last == nullptr || last->tensor != message.tensor ||
           last->source_rank != message.source_rank ||
           last->destination_rank != message.destination_rank ||
-          last->bytes + move.bytes > bucket) {
+          last->contribution != message.contribution || last->bytes + move.bytes > bucket) {
         ReshardMessage chunk;
         chunk.tensor = message.tensor;
         chunk.source_rank = message.source_rank;
         chunk.destination_rank = message.destination_rank;
+        chunk.contribution = message.contribution;
         schedule.chunks.push_back(std::move(chunk));
         if (schedule.chunks.size() > kMaxChunks) {
           return absl::InvalidArgumentError("more than 2^24 reshard chunks");
@@ -187,7 +188,14 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
   auto* const receive_base = static_cast<char*>(receive_bucket->data());
   std::vector<Communicator::SendMessage> sends;
   std::vector<Communicator::ReceiveMessage> receives;
-  std::vector<std::pair<const ReshardMessage*, int64_t>> unpack;  // chunk, receive offset
+  // The chunks this rank unpacks in a round, in chunk order (a later Partial contribution
+  // is reduced into what an earlier one wrote): the chunk, its bucket and offset.
+  struct Unpack {
+    const ReshardMessage* chunk;
+    const std::shared_ptr<Storage>* bucket;
+    int64_t at;
+  };
+  std::vector<Unpack> unpack;
   for (size_t round = 0; round < schedule.rounds(); ++round) {
     sends.clear();
     receives.clear();
@@ -198,8 +206,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
       if (c.source_rank == me) {
         SDRT_RETURN_IF_ERROR(PackMessage(plan, c, sources[c.tensor], send_bucket, send_at));
         if (c.destination_rank == me) {
-          SDRT_RETURN_IF_ERROR(
-              UnpackMessage(plan, c, send_bucket, send_at, destinations[c.tensor]));
+          unpack.push_back({&c, &send_bucket, send_at});
           st.self_bytes += c.bytes;
         } else {
           sends.push_back({static_cast<int>(c.destination_rank), send_base + send_at, c.bytes});
@@ -208,15 +215,16 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
         send_at += c.bytes;
       } else if (c.destination_rank == me) {
         receives.push_back({static_cast<int>(c.source_rank), receive_base + receive_at, c.bytes});
-        unpack.emplace_back(&c, receive_at);
+        unpack.push_back({&c, &receive_bucket, receive_at});
         st.received_bytes += c.bytes;
         receive_at += c.bytes;
       }
     }
     SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives));
     ++st.rounds;
-    for (const auto& [c, at] : unpack) {
-      SDRT_RETURN_IF_ERROR(UnpackMessage(plan, *c, receive_bucket, at, destinations[c->tensor]));
+    for (const Unpack& u : unpack) {
+      SDRT_RETURN_IF_ERROR(
+          UnpackMessage(plan, *u.chunk, *u.bucket, u.at, destinations[u.chunk->tensor]));
     }
   }
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/reshard_reduce.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -51,9 +52,20 @@ absl::Status CopyMessage(const ReshardPlan& plan, const ReshardMessage& message,
     IntVector shape(move.begin.size());
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
     SDRT_ASSIGN_OR_RETURN(const Tensor box, Tensor::AtByteOffset(buffer, at, tp.dtype, shape));
-    SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local,
-                                  ClipRuns(piece.runs, move.begin, move.end), to_local,
-                                  non_blocking, stream));
+    const ShardRuns runs = ClipRuns(piece.runs, move.begin, move.end);
+    if (to_local && message.contribution > 0) {
+      // A later Partial contribution: what the local holds, combined with the box, back.
+      if (!buffer->device().is_cpu()) {
+        return absl::UnimplementedError(
+            absl::StrCat(where, ": Partial contributions are reduced from CPU buffers only"));
+      }
+      SDRT_ASSIGN_OR_RETURN(const Tensor acc, Tensor::Empty(shape, tp.dtype));
+      SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/false));
+      SDRT_RETURN_IF_ERROR(ReduceInto(acc, box, tp.reduce_op));
+      SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/true));
+    } else {
+      SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, to_local, non_blocking, stream));
+    }
     at += move.bytes;
   }
   return absl::OkStatus();

@@ -35,8 +35,11 @@ absl::Status PackMessage(const ReshardPlan& plan, const ReshardMessage& message,
 
 // The inverse: copies the boxes of `message` from `buffer` (from byte `offset`) into
 // `locals`, the destination rank's local tensors of message.tensor indexed by
-// ReshardPiece::local, in place (any strides without overlapping elements). Same rules and
-// errors.
+// ReshardPiece::local, in place (any strides without overlapping elements). A message of
+// Partial contribution > 0 is reduced into the locals instead (ReduceInto with the plan's
+// op, blocking, through a CPU temporary of each box; Unimplemented for a buffer off the
+// CPU), so it must come after the contribution-0 messages of its tensor. Same rules and
+// errors otherwise.
 absl::Status UnpackMessage(const ReshardPlan& plan, const ReshardMessage& message,
                            const std::shared_ptr<Storage>& buffer, int64_t offset,
                            absl::Span<const Tensor> locals, bool non_blocking = false,

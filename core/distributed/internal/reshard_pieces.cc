@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/reshard_reduce.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -21,7 +22,9 @@ absl::Status Invalid(const ReshardTensor& tensor, bool source, absl::string_view
   return absl::InvalidArgumentError(absl::StrCat(Where(tensor, source), ": ", what));
 }
 
-absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor, bool source) {
+// The pieces of a mesh layout; for a Partial source also the contributions and their op.
+absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor, bool source,
+                                                     ReshardTensorPlan& plan) {
   const ReshardLayout& layout = source ? tensor.source : tensor.destination;
   const DeviceMesh& mesh = *layout.mesh;
   if (static_cast<int>(layout.placements.size()) != mesh.ndim()) {
@@ -29,21 +32,40 @@ absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor
         tensor, source,
         absl::StrCat(layout.placements.size(), " placements for a mesh of ", mesh.ndim(), " dims"));
   }
-  for (const Placement& p : layout.placements) {
+  std::vector<int> partial_dims;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    const Placement& p = layout.placements[i];
     if (p.is_partial()) {
       if (!source) return Invalid(tensor, source, "a destination cannot be Partial");
-      return absl::UnimplementedError(absl::StrCat(
-          Where(tensor, source), ": Partial placements ", PlacementsToString(layout.placements),
-          " are not resharded yet (the reduction on the receiving side is phase 2 of issue 14)"));
+      if (!partial_dims.empty() && p != layout.placements[partial_dims[0]]) {
+        return absl::UnimplementedError(
+            absl::StrCat(Where(tensor, source), ": Partial mesh dims with different reduce ops ",
+                         PlacementsToString(layout.placements), " are not resharded"));
+      }
+      partial_dims.push_back(i);
+      plan.contributions *= mesh.size(i);
+      plan.reduce_op = p.reduce_op();
     }
     if (p.kind() == Placement::Kind::kStridedShard && p.dim() >= 0 &&
         p.dim() < static_cast<int>(tensor.shape.size()) &&
-        tensor.shape[p.dim()] > kMaxStridedDimSize) {
+        tensor.shape[p.dim()] > kMaxStridedIndices / mesh.num_ranks()) {
       return Invalid(
           tensor, source,
-          absl::StrCat(p.ToString(), " splits dim ", p.dim(), " of ", tensor.shape[p.dim()],
-                       " indices; at most ", kMaxStridedDimSize, " are supported"));
+          absl::StrCat(p.ToString(), " over ", mesh.num_ranks(), " ranks lists dim ", p.dim(),
+                       " of ", tensor.shape[p.dim()], " indices per rank; at most ",
+                       kMaxStridedIndices, " indices in all are supported"));
     }
+  }
+  if (!partial_dims.empty() && plan.reduce_op == ReduceOp::kAvg) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(tensor, source), ": Partial(avg) ", PlacementsToString(layout.placements),
+        " is not resharded (it needs a division after the last contribution)"));
+  }
+  if (!partial_dims.empty() && !CanReduce(tensor.dtype, plan.reduce_op)) {
+    return Invalid(
+        tensor, source,
+        absl::StrCat("Partial contributions of ", DTypeName(tensor.dtype), " cannot be reduced (",
+                     PlacementsToString(layout.placements), ")"));
   }
   std::vector<ReshardPiece> pieces;
   pieces.reserve(mesh.ranks().size());
@@ -56,6 +78,9 @@ absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor
     piece.rank = rank;
     piece.local_shape = info->local_shape;
     piece.runs = OwnedRuns(*info);
+    const IntVector coordinate = *mesh.Coordinate(rank);
+    for (int i : partial_dims)
+      piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
     pieces.push_back(std::move(piece));
   }
   SDRT_RETURN_IF_ERROR(CheckShardingCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, mesh,
@@ -108,9 +133,8 @@ absl::StatusOr<std::vector<ReshardPiece>> BoxPieces(const ReshardTensor& tensor,
   return pieces;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<ReshardPiece>> LayoutPieces(const ReshardTensor& tensor, bool source) {
+absl::StatusOr<std::vector<ReshardPiece>> SidePieces(const ReshardTensor& tensor, bool source,
+                                                     ReshardTensorPlan& plan) {
   if (static_cast<int>(tensor.shape.size()) > kMaxReshardDims) {
     return Invalid(tensor, source,
                    absl::StrCat(tensor.shape.size(), " dims; at most ", kMaxReshardDims));
@@ -123,8 +147,19 @@ absl::StatusOr<std::vector<ReshardPiece>> LayoutPieces(const ReshardTensor& tens
   if (layout.mesh != nullptr && !layout.boxes.empty()) {
     return Invalid(tensor, source, "a layout is a mesh or boxes, not both");
   }
-  if (layout.mesh != nullptr) return MeshPieces(tensor, source);
+  if (layout.mesh != nullptr) return MeshPieces(tensor, source, plan);
   return BoxPieces(tensor, source);
+}
+
+}  // namespace
+
+absl::Status LayoutPieces(const ReshardTensor& tensor, ReshardTensorPlan& plan) {
+  plan.name = tensor.name;
+  plan.dtype = tensor.dtype;
+  plan.shape = tensor.shape;
+  SDRT_ASSIGN_OR_RETURN(plan.source, SidePieces(tensor, /*source=*/true, plan));
+  SDRT_ASSIGN_OR_RETURN(plan.destination, SidePieces(tensor, /*source=*/false, plan));
+  return absl::OkStatus();
 }
 
 }  // namespace sdrt::internal

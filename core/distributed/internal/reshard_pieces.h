@@ -4,19 +4,17 @@
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PIECES_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PIECES_H_
 
-#include <vector>
-
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 
 namespace sdrt::internal {
 
-// The pieces of `tensor` on its source side (`source`) or its destination side: one per
-// mesh rank in mesh order, or one per box in box order (local = how many earlier boxes
-// share its rank). Empty pieces are kept (they have no runs on some dim). Checks the
-// tensor's dims, element and byte counts and, for sub-byte dtypes, that no piece is cut
-// inside a byte. Errors as PlanReshard's, naming the tensor and the side.
-absl::StatusOr<std::vector<ReshardPiece>> LayoutPieces(const ReshardTensor& tensor, bool source);
+// Fills `plan` (name, dtype, shape, pieces of both sides, Partial contributions) from
+// `tensor`: one piece per mesh rank in mesh order, or one per box in box order (local = how
+// many earlier boxes share its rank). Empty pieces are kept (they have no runs on some dim).
+// Checks the tensor's dims, element and byte counts and, for sub-byte dtypes, that no piece
+// is cut inside a byte. Errors as PlanReshard's, naming the tensor and the side.
+absl::Status LayoutPieces(const ReshardTensor& tensor, ReshardTensorPlan& plan);
 
 }  // namespace sdrt::internal
 

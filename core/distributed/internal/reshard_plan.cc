@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string>
@@ -65,8 +66,10 @@ int64_t CoverOf(const Grid& grid, const ReshardPiece& piece, int64_t limit, Cove
           std::lower_bound(cuts.begin(), cuts.end(), r.global + r.length) - cuts.begin();
       for (int64_t i = lo; i < hi; ++i) cover[d].push_back(i);
     }
-    cells *= static_cast<int64_t>(cover[d].size());
-    if (cells > limit) return -1;
+    if (__builtin_mul_overflow(cells, static_cast<int64_t>(cover[d].size()), &cells) ||
+        cells > limit) {
+      return -1;
+    }
   }
   return cells;
 }
@@ -146,6 +149,7 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
     }
   }
   Cover cover;
+  std::vector<int> group;
   for (size_t p = 0; p < tp.destination.size(); ++p) {
     const ReshardPiece& dst = tp.destination[p];
     const int64_t n = CoverOf(grid, dst, budget, cover);
@@ -164,17 +168,40 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
                        absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
                                     ", ", ShapeToString(end), ") that no source rank holds"));
       }
-      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(tensor.dtype, begin, end));
-      SDRT_RETURN_IF_ERROR(CheckedAdd(optimum, bytes, tensor));
-      for (int h : held) {
-        if (tp.source[h].rank == dst.rank) {
-          moves.push_back({h, static_cast<int>(p), begin, end, bytes});
-          optimum -= bytes;
-          return absl::OkStatus();
-        }
+      const absl::StatusOr<int64_t> box_bytes = BoxBytes(tensor.dtype, begin, end);
+      if (!box_bytes.ok()) return Invalid(tensor, box_bytes.status().message());
+      const int64_t bytes = *box_bytes;
+      // The holders by contribution (stable: piece order within one).
+      group.assign(held.begin(), held.end());
+      if (tp.contributions > 1) {
+        std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
+          return tp.source[a].contribution < tp.source[b].contribution;
+        });
       }
-      return SplitAmongHolders(tensor.dtype, tp.shape, tp.source, held, static_cast<int>(p), begin,
-                               end, sent, moves);
+      size_t at = 0;
+      for (int64_t c = 0; c < tp.contributions; ++c) {
+        const size_t from = at;
+        while (at < group.size() && tp.source[group[at]].contribution == c) ++at;
+        if (at == from) {
+          return Invalid(
+              tensor, absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
+                                   ", ", ShapeToString(end), ") of Partial contribution ", c,
+                                   " that no source rank holds"));
+        }
+        SDRT_RETURN_IF_ERROR(CheckedAdd(optimum, bytes, tensor));
+        const absl::Span<const int> holders_c(group.data() + from, at - from);
+        const auto self = std::find_if(holders_c.begin(), holders_c.end(),
+                                       [&](int h) { return tp.source[h].rank == dst.rank; });
+        if (self != holders_c.end()) {
+          moves.push_back({*self, static_cast<int>(p), begin, end, bytes});
+          optimum -= bytes;
+          continue;
+        }
+        const absl::Status split = SplitAmongHolders(tensor.dtype, tp.shape, tp.source, holders_c,
+                                                     static_cast<int>(p), begin, end, sent, moves);
+        if (!split.ok()) return Invalid(tensor, split.message());
+      }
+      return absl::OkStatus();
     }));
   }
   MergeMoves(moves);
@@ -191,28 +218,26 @@ absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensor
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ReshardTensor& tensor = tensors[t];
     ReshardTensorPlan tp;
-    tp.name = tensor.name;
-    tp.dtype = tensor.dtype;
-    tp.shape = tensor.shape;
-    SDRT_ASSIGN_OR_RETURN(tp.source, LayoutPieces(tensor, /*source=*/true));
-    SDRT_ASSIGN_OR_RETURN(tp.destination, LayoutPieces(tensor, /*source=*/false));
+    SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, tp));
     std::vector<ReshardMove> moves;
     int64_t optimum = 0;
     SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, sent, moves, optimum));
     SDRT_RETURN_IF_ERROR(CheckedAdd(stats.optimum_bytes, optimum, tensor));
-    // One message per (source rank, destination rank), its moves in piece and box order.
-    std::sort(moves.begin(), moves.end(), [&](const ReshardMove& a, const ReshardMove& b) {
-      return std::make_tuple(tp.source[a.source].rank, tp.destination[a.destination].rank, a.source,
-                             a.destination, a.begin) <
-             std::make_tuple(tp.source[b.source].rank, tp.destination[b.destination].rank, b.source,
-                             b.destination, b.begin);
-    });
+    // One message per (source rank, destination rank), contribution 0 first, its moves in
+    // piece and box order.
+    auto key = [&](const ReshardMove& m) {
+      return std::make_tuple(tp.source[m.source].contribution, tp.source[m.source].rank,
+                             tp.destination[m.destination].rank, m.source, m.destination,
+                             std::cref(m.begin));
+    };
+    std::sort(moves.begin(), moves.end(),
+              [&](const ReshardMove& a, const ReshardMove& b) { return key(a) < key(b); });
     for (ReshardMove& move : moves) {
       const int64_t from = tp.source[move.source].rank;
       const int64_t to = tp.destination[move.destination].rank;
       if (plan.messages.empty() || plan.messages.back().tensor != t ||
           plan.messages.back().source_rank != from || plan.messages.back().destination_rank != to) {
-        plan.messages.push_back({t, from, to, {}, 0});
+        plan.messages.push_back({t, from, to, tp.source[move.source].contribution, {}, 0});
         ++(from == to ? stats.self_messages : stats.messages);
       }
       ReshardMessage& message = plan.messages.back();
@@ -227,8 +252,9 @@ absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensor
     }
     plan.tensors.push_back(std::move(tp));
   }
-  for (const auto& [rank, bytes] : sent)
+  for (const auto& [rank, bytes] : sent) {
     stats.max_sent_bytes = std::max(stats.max_sent_bytes, bytes);
+  }
   for (const auto& [rank, bytes] : received) {
     stats.max_received_bytes = std::max(stats.max_received_bytes, bytes);
   }

@@ -16,6 +16,10 @@
 //   * else all holders: the cell is cut into as many slabs as holders along its largest
 //     dim (never inside a byte of a sub-byte dtype), the largest slab going to the holder
 //     that has sent least so far (ties: piece order), so replicated sources share the load.
+// A Partial source holds C contributions (C = the product of its Partial mesh dims' sizes;
+// a piece's contribution is its coordinate on those dims, row-major): every destination
+// piece takes each cell once per contribution, each contribution by the rule above among
+// the pieces that hold it, and reduces them (reshard_reduce.h).
 // Moves with the same (source piece, destination piece) are then merged along every dim
 // where they are adjacent and agree elsewhere, so messages stay large. The work is
 // proportional to the cells the pieces cover (no all-pairs scan of ranks).
@@ -31,6 +35,7 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/reduce_op.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 
 namespace sdrt::internal {
@@ -39,9 +44,10 @@ namespace sdrt::internal {
 inline constexpr int kMaxReshardDims = 12;
 // The most ShardedTensor boxes one layout may list.
 inline constexpr int64_t kMaxReshardBoxes = int64_t{1} << 20;
-// The longest tensor dim a _StridedShard may split: its owned sets are index lists
-// (sharding.h), so a hostile dim size would allocate without bound.
-inline constexpr int64_t kMaxStridedDimSize = int64_t{1} << 26;
+// The most indices a _StridedShard layout may list: its owned sets are index lists
+// (sharding.h), one per rank, so the split dim's size times the mesh's rank count is
+// bounded (2^28: a 152,064-row vocabulary over 1,024 ranks fits).
+inline constexpr int64_t kMaxStridedIndices = int64_t{1} << 28;
 
 // One ShardedTensor shard: the box [offsets, offsets + sizes) on global rank `rank`.
 // Sizes may be 0 (an empty box; its offsets may then exceed the dim, as
@@ -77,6 +83,7 @@ struct ReshardPiece {
   int local = 0;
   IntVector local_shape;
   ShardRuns runs;
+  int64_t contribution = 0;  // the Partial contribution it holds; 0 without Partial
 };
 
 // One box moved: global indices [begin[d], end[d]) on every dim d (one element for a
@@ -93,11 +100,14 @@ struct ReshardMove {
 
 // What moves of one tensor from one source rank to one destination rank: its boxes, in
 // the order they are packed (each box row-major over its global indices, the boxes back to
-// back, every box a whole number of bytes), `bytes` in all.
+// back, every box a whole number of bytes), `bytes` in all. Contribution 0 is copied into
+// the destination; a message of a later contribution is reduced into it, so it must be
+// unpacked after every contribution-0 message of its tensor to that rank (the plan's order).
 struct ReshardMessage {
   size_t tensor = 0;
   int64_t source_rank = 0;
   int64_t destination_rank = 0;
+  int64_t contribution = 0;
   std::vector<ReshardMove> moves;
   int64_t bytes = 0;
 };
@@ -108,6 +118,8 @@ struct ReshardTensorPlan {
   IntVector shape;
   std::vector<ReshardPiece> source;       // mesh rank order, or box order
   std::vector<ReshardPiece> destination;  // likewise
+  int64_t contributions = 1;              // Partial contributions of the source (1: none)
+  ReduceOp reduce_op = ReduceOp::kSum;    // how they combine, when contributions > 1
 };
 
 // Byte counts of a plan. Wire bytes travel between different ranks; self bytes are
@@ -116,7 +128,8 @@ struct ReshardStats {
   int64_t wire_bytes = 0;
   int64_t self_bytes = 0;
   // The least any plan must move: over destination pieces, the bytes the piece needs
-  // minus those a source piece on its own rank already holds.
+  // (times the contributions of a Partial source) minus those a source piece on its own
+  // rank already holds.
   int64_t optimum_bytes = 0;
   int64_t max_sent_bytes = 0;      // wire bytes sent by the busiest rank
   int64_t max_received_bytes = 0;  // wire bytes received by the busiest rank
@@ -127,7 +140,8 @@ struct ReshardStats {
 // A plan: a value, kept and executed as often as the layouts stay the same.
 struct ReshardPlan {
   std::vector<ReshardTensorPlan> tensors;  // in descriptor order
-  std::vector<ReshardMessage> messages;    // by (tensor, source rank, destination rank)
+  // By (tensor, contribution, source rank, destination rank).
+  std::vector<ReshardMessage> messages;
   ReshardStats stats;
 };
 
@@ -142,10 +156,10 @@ struct ReshardPlanOptions {
 // a layout with both a mesh and boxes, the errors of
 // ComputeLocalShapeAndGlobalOffset, a Partial destination, a negative rank, more than
 // kMaxReshardBoxes boxes, a box of the wrong rank or outside the tensor, a
-// _StridedShard dim above kMaxStridedDimSize, a sub-byte layout cut inside a byte
-// (byte_cuts.h), more than max_cells cells, and elements a destination piece needs that no
-// source piece holds; Unimplemented for a Partial source (the reduction on the receiving
-// side is phase 2 of issue 14).
+// _StridedShard dim whose size times the mesh's ranks exceeds kMaxStridedIndices, a sub-byte layout
+// cut inside a byte (byte_cuts.h), more than max_cells cells, and elements a destination piece
+// needs that no source piece holds, and a Partial source of a dtype ReduceInto cannot
+// combine; Unimplemented for Partial(avg) and for Partial mesh dims with different ops.
 absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensors,
                                         const ReshardPlanOptions& options = {});
 

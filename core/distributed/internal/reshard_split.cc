@@ -79,7 +79,9 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<Res
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
     moves.push_back(
         {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
-    sent[sources[source].rank] += bytes;
+    if (__builtin_add_overflow(sent[sources[source].rank], bytes, &sent[sources[source].rank])) {
+      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
+    }
   }
   return absl::OkStatus();
 }

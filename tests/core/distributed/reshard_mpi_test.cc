@@ -17,7 +17,6 @@
 #include "sdrt/core/distributed/internal/reshard_execute.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
-#include "sdrt/tests/core/distributed/internal/reshard_test_util.h"
 #include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 

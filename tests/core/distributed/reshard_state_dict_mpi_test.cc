@@ -44,6 +44,8 @@ const std::vector<Weight>& Weights() {
       {"layers.0.mlp.up", DType::kFloat32, {37, 9}, "[S(0)]", "[S(0)]"},
       {"layers.0.norm", DType::kFloat32, {10}, "[S(0)]", "[R]"},
       {"embed", DType::kFloat16, {50, 6}, "[_S(0, 2)]", "[S(0)]"},
+      // A Partial(sum) source (a gradient-like value): reduced on the receiving ranks.
+      {"layers.0.partial_bias", DType::kFloat32, {11}, "[P(sum)]", "[S(0)]"},
   };
   return *weights;
 }

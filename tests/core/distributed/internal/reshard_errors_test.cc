@@ -8,7 +8,6 @@
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
-#include "sdrt/tests/core/distributed/internal/reshard_test_util.h"
 #include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {
@@ -23,16 +22,23 @@ absl::Status PlanError(const ReshardTensor& tensor, internal::ReshardPlanOptions
   return PlanReshard({tensor}, options).status();
 }
 
-TEST(ReshardErrorsTest, PartialSourceIsUnimplemented) {
-  const absl::Status s =
-      PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[P(sum)]"),
-                         MeshLayout({2}, {}, "[S(0)]")));
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_THAT(s.message(), HasSubstr("'grad'"));
-  EXPECT_EQ(PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[S(0)]"),
-                               MeshLayout({2}, {}, "[P(sum)]")))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+TEST(ReshardErrorsTest, PartialThatCannotBeReducedIsRefused) {
+  const internal::ReshardLayout s0 = MeshLayout({2}, {}, "[S(0)]");
+  const absl::Status avg =
+      PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[P(avg)]"), s0));
+  EXPECT_EQ(avg.code(), absl::StatusCode::kUnimplemented) << avg;
+  EXPECT_THAT(avg.message(), HasSubstr("'grad'"));
+  const absl::Status mixed = PlanError(
+      Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2, 2}, {}, "[P(sum), P(max)]"), s0));
+  EXPECT_EQ(mixed.code(), absl::StatusCode::kUnimplemented) << mixed;
+  const absl::Status fp8 = PlanError(
+      Describe("grad", DType::kFloat8E4M3FN, {4, 4}, MeshLayout({2}, {}, "[P(sum)]"), s0));
+  EXPECT_EQ(fp8.code(), absl::StatusCode::kInvalidArgument) << fp8;
+  EXPECT_THAT(fp8.message(), HasSubstr("cannot be reduced"));
+  EXPECT_EQ(
+      PlanError(Describe("grad", DType::kFloat32, {4, 4}, s0, MeshLayout({2}, {}, "[P(sum)]")))
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ReshardErrorsTest, HostileDescriptorsNameTheTensor) {
@@ -52,8 +58,8 @@ TEST(ReshardErrorsTest, HostileDescriptorsNameTheTensor) {
       // nobody holds rows 2..4
       PlanError(Describe("hole", DType::kFloat32, {4, 4}, BoxLayout({{{0, 0}, {2, 4}, 0}}),
                          MeshLayout({1}, {1}, "[R]"))),
-      // a _StridedShard over a dim too long for index lists
-      PlanError(Describe("long", DType::kUInt8, {int64_t{1} << 27},
+      // a _StridedShard over a dim too long for index lists on every rank
+      PlanError(Describe("long", DType::kUInt8, {int64_t{1} << 28},
                          MeshLayout({2}, {}, "[_S(0, 2)]"), s0)),
   };
   for (const absl::Status& s : errors) {

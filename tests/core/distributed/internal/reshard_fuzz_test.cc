@@ -1,7 +1,8 @@
 // Seeded fuzz of PlanReshard and its packing (issue 14's proof): random shapes (rank 0-4,
 // uneven and empty pieces), dtypes (sub-byte ones too), source and destination layouts
 // (meshes of 1-3 axes over random subsets of a world of 1-8 ranks with Shard, Replicate
-// and _StridedShard, or ShardedTensor boxes) and source locals laid out contiguous,
+// and _StridedShard, Partial on the source where the dtype reduces, or ShardedTensor
+// boxes) and source locals laid out contiguous,
 // transposed or narrowed (case-050), each simulated in one process and checked bit-exact
 // against DistributeTensor with wire bytes equal to the optimum (ReshardAndCheck).
 //
@@ -19,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/core/distributed/internal/reshard_reduce.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
 #include "sdrt/tests/support/fill.h"
@@ -42,9 +44,10 @@ class Random {
     return std::uniform_int_distribution<int64_t>(lo, hi)(engine_);
   }
   bool Chance(int percent) { return Uniform(0, 99) < percent; }
-  std::vector<int64_t> Subset(int64_t world, int64_t n) {
+  // n of the ranks first, first + 1, ..., first + world - 1, in random order.
+  std::vector<int64_t> Subset(int64_t world, int64_t n, int64_t first = 0) {
     std::vector<int64_t> ranks(static_cast<size_t>(world));
-    for (int64_t r = 0; r < world; ++r) ranks[r] = r;
+    for (int64_t r = 0; r < world; ++r) ranks[r] = first + r;
     std::shuffle(ranks.begin(), ranks.end(), engine_);
     ranks.resize(static_cast<size_t>(n));
     return ranks;
@@ -54,9 +57,12 @@ class Random {
   std::mt19937_64 engine_;
 };
 
-ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim) {
+// A mesh over 1 to `world` of the ranks first .. first + world - 1; with `partial`, some
+// mesh dims may be Partial(*partial).
+ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim, int64_t first = 0,
+                         const ReduceOp* partial = nullptr) {
   const int64_t n = rng.Uniform(1, world);
-  std::vector<int64_t> ranks = rng.Subset(world, n);
+  std::vector<int64_t> ranks = rng.Subset(world, n, first);
   // 1-3 axes whose sizes multiply to n.
   IntVector shape;
   int64_t left = n;
@@ -76,6 +82,10 @@ ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim) {
   for (size_t a = 0; a < shape.size(); ++a) {
     const int64_t kind = ndim == 0 ? 0 : rng.Uniform(0, 2);
     const int dim = ndim == 0 ? 0 : static_cast<int>(rng.Uniform(0, ndim - 1));
+    if (partial != nullptr && rng.Chance(40)) {
+      layout.placements.push_back(Placement::Partial(*partial));
+      continue;
+    }
     layout.placements.push_back(kind == 0   ? Placement::Replicate()
                                 : kind == 1 ? Placement::Shard(dim)
                                             : Placement::StridedShard(dim, rng.Uniform(1, 3)));
@@ -120,7 +130,7 @@ constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16,       DType::kUI
 TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   const int64_t cases = EnvOr("SDRT_RESHARD_FUZZ_CASES", 10000);
   const int64_t seed = EnvOr("SDRT_RESHARD_FUZZ_SEED", 1);
-  int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0;
+  int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0, reduced = 0;
   for (int64_t c = 0; c < cases && failures < 5; ++c) {
     Random rng(static_cast<uint64_t>(seed) * 1000003u + static_cast<uint64_t>(c));
     const DType dtype = kDTypes[rng.Uniform(0, std::size(kDTypes) - 1)];
@@ -129,14 +139,24 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
     for (int d = 0; d < ndim; ++d) shape.push_back(rng.Chance(5) ? 0 : rng.Uniform(1, 6));
     if (IsSubByte(dtype)) shape.back() = 4 * rng.Uniform(1, 2);  // whole bytes in all
     const int64_t world = rng.Uniform(1, 8);
-    auto layout = [&] {
-      return rng.Chance(15) ? RandomBoxes(rng, world, shape) : RandomMesh(rng, world, ndim);
+    // Partial sources where the dtype reduces (half of those cases).
+    constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
+                                 ReduceOp::kMax};
+    const ReduceOp op = kOps[rng.Uniform(0, 3)];
+    const bool partial = internal::CanReduce(dtype, op) && rng.Chance(50);
+    auto layout = [&](bool source) {
+      return rng.Chance(15) ? RandomBoxes(rng, world, shape)
+                            : RandomMesh(rng, world, ndim, 0, source && partial ? &op : nullptr);
     };
-    ReshardTensor tensor{absl::StrCat("case", c), dtype, shape, layout(), layout()};
+    ReshardTensor tensor{absl::StrCat("case", c), dtype, shape, layout(true), layout(false)};
     const LocalLayout local =
         IsSubByte(dtype) ? LocalLayout::kContiguous : static_cast<LocalLayout>(rng.Uniform(0, 2));
     absl::StatusOr<internal::ReshardPlan> plan =
-        ReshardAndCheck({tensor}, {HashBytes(shape, dtype, static_cast<uint64_t>(c))}, local);
+        ReshardAndCheck({tensor},
+                        // FiniteBytes: no -0 or NaN for a reduction with the identity to change.
+                        {partial ? FiniteBytes(shape, dtype, c)
+                                 : HashBytes(shape, dtype, static_cast<uint64_t>(c))},
+                        local);
     if (!plan.ok() && IsSubByte(dtype) &&
         plan.status().code() == absl::StatusCode::kInvalidArgument &&
         absl::StrContains(plan.status().message(), "byte")) {
@@ -147,6 +167,7 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
       wire += plan->stats.wire_bytes;
       messages += plan->stats.messages;
       nonempty += plan->stats.wire_bytes + plan->stats.self_bytes > 0 ? 1 : 0;
+      reduced += plan->tensors[0].contributions > 1 ? 1 : 0;
     }
     if (!plan.ok()) {
       ++failures;
@@ -160,10 +181,38 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   RecordProperty("cases_moving_bytes", static_cast<int>(nonempty));
   RecordProperty("messages", static_cast<int>(messages));
   RecordProperty("wire_bytes", static_cast<int>(wire));
+  RecordProperty("partial_cases", static_cast<int>(reduced));
   RecordProperty("refused_sub_byte", static_cast<int>(refused));
   // Most cases move bytes, few sub-byte layouts are refused: the fuzz exercises the plan.
   EXPECT_GT(nonempty, cases / 2);
+  EXPECT_GT(reduced, cases / 50);
   EXPECT_LT(refused, cases / 10);
+}
+
+// Replicated sources (Replicate over 2-4 trainer ranks) to random layouts on up to 4
+// disjoint engine ranks, tensors of at least 200 rows: besides the checks above, no
+// source rank sends more than 1.05x the even split of the wire bytes.
+TEST(ReshardFuzzTest, ReplicatedSourcesShareTheLoad) {
+  const int64_t cases = EnvOr("SDRT_RESHARD_FUZZ_CASES", 10000) / 20;
+  const int64_t seed = EnvOr("SDRT_RESHARD_FUZZ_SEED", 1);
+  for (int64_t c = 0; c < cases && !HasFailure(); ++c) {
+    Random rng(static_cast<uint64_t>(seed) * 7919u + static_cast<uint64_t>(c));
+    const IntVector shape = {rng.Uniform(200, 400), rng.Uniform(1, 24)};
+    const int64_t holders = rng.Uniform(2, 4);
+    ReshardLayout source;
+    source.mesh = std::make_shared<const DeviceMesh>(
+        *DeviceMesh::Create(IntVector{holders}, rng.Subset(4, holders)));
+    source.placements = {Placement::Replicate()};
+    ReshardTensor tensor{absl::StrCat("replicated", c), DType::kBFloat16, shape, source,
+                         RandomMesh(rng, 4, 2, /*first=*/4)};
+    absl::StatusOr<internal::ReshardPlan> plan =
+        ReshardAndCheck({tensor}, {HashBytes(shape, tensor.dtype, static_cast<uint64_t>(c))});
+    ASSERT_TRUE(plan.ok()) << "case " << c << ": " << plan.status();
+    const double even = static_cast<double>(plan->stats.wire_bytes) / static_cast<double>(holders);
+    EXPECT_LE(static_cast<double>(plan->stats.max_sent_bytes), 1.05 * even)
+        << "case " << c << ": " << ShapeToString(shape) << " from " << LayoutString(tensor.source)
+        << " to " << LayoutString(tensor.destination);
+  }
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
-#include "sdrt/tests/core/distributed/internal/reshard_test_util.h"
 #include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {
@@ -90,6 +90,10 @@ TEST(ReshardPlanTest, ReplicatedSourceSplitsEvenly) {
 TEST(ReshardPlanTest, FsdpTpTwoByTwoToThreeRanksUneven) {
   Check(Describe("w", DType::kFloat32, {10, 7}, MeshLayout({2, 2}, {}, "[S(0), S(1)]"),
                  MeshLayout({3}, {}, "[S(0)]")));
+  // Three mesh axes: fsdp x tp x cp.
+  Check(Describe("w", DType::kFloat32, {10, 7, 6},
+                 MeshLayout({2, 2, 2}, {}, "[S(0), _S(1, 2), S(1)]"),
+                 MeshLayout({3}, {}, "[S(2)]")));
   Check(Describe("w", DType::kFloat32, {10, 7}, MeshLayout({2, 2}, {3, 1, 0, 2}, "[S(0), S(1)]"),
                  MeshLayout({3}, {2, 5, 1}, "[S(1)]")));
 }
@@ -102,6 +106,85 @@ TEST(ReshardPlanTest, StridedShardSourcesAndDestinations) {
                  MeshLayout({2, 2}, {1, 2, 3, 4}, "[_S(0, 2), S(0)]")));
   Check(Describe("w", DType::kUInt8, {11, 9}, MeshLayout({2}, {}, "[_S(1, 3)]"),
                  MeshLayout({3}, {}, "[_S(0, 2)]")));
+}
+
+// Partial sources: every contribution reaches every destination piece (DistributeTensor's
+// Partial fill makes the reduction give back the full tensor; FiniteBytes has no -0 or NaN
+// for a sum with zeros to change) and the bytes of each count.
+TEST(ReshardPlanTest, PartialSourcesAreReducedOnTheDestination) {
+  struct Case {
+    DType dtype;
+    IntVector mesh;
+    std::vector<int64_t> ranks;
+    const char* placements;
+    int64_t contributions;
+  };
+  for (const Case& c : std::vector<Case>{
+           {DType::kFloat32, {2, 2}, {0, 1, 2, 3}, "[S(0), P(sum)]", 2},
+           {DType::kBFloat16, {2, 2}, {0, 1, 2, 3}, "[P(sum), P(sum)]", 4},
+           {DType::kFloat16, {2, 2}, {3, 2, 1, 0}, "[R, P(max)]", 2},
+           {DType::kInt32, {3}, {0, 4, 5}, "[P(min)]", 3},
+           {DType::kBFloat16, {2, 2}, {0, 1, 2, 3}, "[P(product), _S(1, 2)]", 2},
+           {DType::kBool, {2}, {4, 5}, "[P(sum)]", 2},
+       }) {
+    const ReshardTensor tensor =
+        Describe("grad", c.dtype, {9, 6}, MeshLayout(c.mesh, c.ranks, c.placements),
+                 MeshLayout({3}, {0, 4, 6}, "[S(1)]"));
+    absl::StatusOr<ReshardPlan> plan =
+        ReshardAndCheck({tensor}, {FiniteBytes(tensor.shape, tensor.dtype, 3)});
+    ASSERT_TRUE(plan.ok()) << c.placements << ": " << plan.status();
+    EXPECT_EQ(plan->tensors[0].contributions, c.contributions) << c.placements;
+    // Contribution 0 comes first for every tensor.
+    for (size_t i = 1; i < plan->messages.size(); ++i) {
+      EXPECT_LE(plan->messages[i - 1].contribution, plan->messages[i].contribution);
+    }
+  }
+}
+
+// Partial(sum) contributions that are not the identity fill: contribution c of an int32
+// tensor is random for c > 0 and full minus their (wrapping) sum for c = 0, so only a
+// destination that adds every contribution exactly once gets `full` back.
+TEST(ReshardPlanTest, PartialSumOfRandomContributions) {
+  for (const char* placements : {"[P(sum)]", "[S(0), P(sum)]", "[P(sum), R, _S(1, 2)]"}) {
+    const std::vector<Placement> parsed = *ParsePlacements(placements);
+    const IntVector mesh_shape = parsed.size() == 1   ? IntVector{3}
+                                 : parsed.size() == 2 ? IntVector{2, 2}
+                                                      : IntVector{2, 2, 2};
+    const ReshardTensor tensor =
+        Describe("grad", DType::kInt32, {8, 6}, MeshLayout(mesh_shape, {}, placements),
+                 MeshLayout({3}, {0, 3, 9}, "[S(1)]"));
+    const ReshardPlan plan = *internal::PlanReshard({tensor});
+    const int64_t contributions = plan.tensors[0].contributions;
+    const Tensor full = HashBytes(tensor.shape, DType::kInt32, 1);
+    std::vector<Tensor> parts = {*full.Clone()};
+    for (int64_t c = 1; c < contributions; ++c) {
+      parts.push_back(HashBytes(tensor.shape, DType::kInt32, 10 + static_cast<uint64_t>(c)));
+      for (int64_t i = 0; i < full.numel(); ++i) {
+        uint32_t* first = parts[0].data<uint32_t>();
+        first[i] -= parts.back().data<uint32_t>()[i];
+      }
+    }
+    std::vector<Placement> replicated = parsed;
+    for (Placement& p : replicated) {
+      if (p.is_partial()) p = Placement::Replicate();
+    }
+    std::vector<RankLocals> sources(1), destinations;
+    for (const internal::ReshardPiece& piece : plan.tensors[0].source) {
+      const DTensor local =
+          *DistributeTensor(parts[piece.contribution], tensor.source.mesh, replicated, piece.rank);
+      sources[0][piece.rank].push_back(*Relayout(local.local(), LocalLayout::kTransposed));
+    }
+    ASSERT_TRUE(SimulateReshard(plan, sources, destinations).ok());
+    for (int64_t rank : tensor.destination.mesh->ranks()) {
+      const DTensor expected =
+          *DistributeTensor(full, tensor.destination.mesh, tensor.destination.placements, rank);
+      const Tensor got = *destinations[0][rank][0].Contiguous();
+      EXPECT_EQ(std::memcmp(got.data_ptr(), expected.local().data_ptr(), got.nbytes()), 0)
+          << placements << " rank " << rank;
+    }
+    EXPECT_EQ(plan.stats.wire_bytes, plan.stats.optimum_bytes);
+    EXPECT_EQ(plan.stats.optimum_bytes, BruteForceOptimumBytes(plan.tensors[0]));
+  }
 }
 
 // case-052: [2, 8] Shard(0) over 4 ranks (ranks 2 and 3 hold [0, 8]) to Shard(1) over 3

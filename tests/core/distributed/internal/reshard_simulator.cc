@@ -135,11 +135,14 @@ int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
     IntVector index(ndim);
     while (true) {
       for (size_t d = 0; d < ndim; ++d) index[d] = owned[d][pick[d]];
-      bool local = false;
-      for (const ReshardPiece& src : tensor.source) {
-        local = local || (src.rank == dst.rank && Holds(src, index));
+      // Each Partial contribution not held on the destination's rank travels.
+      for (int64_t c = 0; c < tensor.contributions; ++c) {
+        bool local = false;
+        for (const ReshardPiece& src : tensor.source) {
+          local = local || (src.contribution == c && src.rank == dst.rank && Holds(src, index));
+        }
+        missing += local ? 0 : 1;
       }
-      missing += local ? 0 : 1;
       size_t d = ndim;
       for (; d > 0; --d) {
         if (++pick[d - 1] < owned[d - 1].size()) break;
@@ -171,7 +174,7 @@ absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& te
     for (const auto& [rank, list] : expected) {
       for (size_t i = 0; i < list.size(); ++i) {
         SDRT_ASSIGN_OR_RETURN(const Tensor got, destinations[t][rank][i].Contiguous());
-        needed += list[i].nbytes();
+        needed += list[i].nbytes() * plan.tensors[t].contributions;
         if (got.shape() != list[i].shape() ||
             std::memcmp(got.data_ptr(), list[i].data_ptr(), list[i].nbytes()) != 0) {
           return absl::InternalError(absl::StrCat("tensor '", tensors[t].name, "' rank ", rank,

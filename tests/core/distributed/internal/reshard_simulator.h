@@ -3,20 +3,48 @@
 // handing its buffer to the destination), and the checks every reshard test makes: each
 // destination piece bit-exact against the piece DistributeTensor (or a box narrowed) cuts
 // from the full tensor, every needed element delivered once, and wire bytes equal to a
-// brute-force optimum computed element by element.
+// brute-force optimum computed element by element; and the descriptor builders of the
+// reshard tests.
 #ifndef SDRT_TESTS_CORE_DISTRIBUTED_INTERNAL_RESHARD_SIMULATOR_H_
 #define SDRT_TESTS_CORE_DISTRIBUTED_INTERNAL_RESHARD_SIMULATOR_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::test {
+
+// A DTensor layout: a mesh of `shape` over `ranks` (empty: 0..N-1) with `placements`
+// ("[S(0), R]"). Aborts the test binary on a malformed literal.
+inline internal::ReshardLayout MeshLayout(IntVector shape, std::vector<int64_t> ranks,
+                                          const char* placements) {
+  internal::ReshardLayout layout;
+  layout.mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create(shape, std::move(ranks)));
+  layout.placements = *ParsePlacements(placements);
+  return layout;
+}
+
+inline internal::ReshardLayout BoxLayout(std::vector<internal::ReshardBox> boxes) {
+  internal::ReshardLayout layout;
+  layout.boxes = std::move(boxes);
+  return layout;
+}
+
+inline internal::ReshardTensor Describe(std::string name, DType dtype, IntVector shape,
+                                        internal::ReshardLayout source,
+                                        internal::ReshardLayout destination) {
+  return {std::move(name), dtype, std::move(shape), std::move(source), std::move(destination)};
+}
 
 // One tensor's locals on every rank: rank -> its locals, indexed by ReshardPiece::local.
 using RankLocals = std::map<int64_t, std::vector<Tensor>>;
@@ -43,12 +71,14 @@ absl::Status SimulateReshard(const internal::ReshardPlan& plan,
                              const std::vector<RankLocals>& sources,
                              std::vector<RankLocals>& destinations);
 
-// The least wire bytes, element by element: over destination pieces, the elements not
-// held by a source piece of the same rank, times the element bits, over 8.
+// The least wire bytes, element by element: over destination pieces and Partial
+// contributions, the elements not held by a source piece of the same rank and
+// contribution, times the element bits, over 8.
 int64_t BruteForceOptimumBytes(const internal::ReshardTensorPlan& tensor);
 
 // Plans `tensors`, builds their source locals from `fulls` (laid out as `layout`),
-// simulates, and checks every destination piece bit-exact, each element delivered once,
+// simulates, and checks every destination piece bit-exact, each element delivered once
+// per Partial contribution,
 // and stats.wire_bytes == stats.optimum_bytes == the brute-force optimum. Returns the plan.
 absl::StatusOr<internal::ReshardPlan> ReshardAndCheck(
     const std::vector<internal::ReshardTensor>& tensors, const std::vector<Tensor>& fulls,

@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
         const sdrt::DTensor& got = engine.Find(w.name)->as_dtensor();
         const sdrt::DTensor want = *sdrt::DistributeTensor(FullWeight(w, step), engine_mesh,
                                                            got.placements(), rank);
-        if (std::memcmp(got.local().data_ptr(), want.local().data_ptr(),
+        if (want.local().nbytes() > 0 &&
+            std::memcmp(got.local().data_ptr(), want.local().data_ptr(),
                         want.local().nbytes()) != 0) {
           ++wrong;
         }

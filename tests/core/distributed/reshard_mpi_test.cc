@@ -113,7 +113,7 @@ std::vector<internal::ReshardTensor> Mixed() {
       Describe("case052", DType::kInt64, {2, 8}, MeshLayout({n}, all, "[S(0)]"),
                MeshLayout({n}, all, "[S(1)]")),
       // A 0-dim tensor and a ShardedTensor box layout on the destination.
-      Describe("scalar", DType::kFloat64, {}, MeshLayout({n}, all, "[R]"),
+      Describe("scalar", DType::kFloat64, IntVector(), MeshLayout({n}, all, "[R]"),
                MeshLayout({1}, {n - 1}, "[R]")),
       Describe("to_boxes", DType::kUInt8, {10, 6}, MeshLayout({n}, all, "[S(0)]"),
                BoxLayout({{{0, 0}, {10, 3}, n - 1}, {{0, 3}, {10, 3}, 0}})),

@@ -4,7 +4,8 @@
 // run, (a) the funnel PyTorch's utilities allow: GatherStateDict to rank 0 (ranks_only {0},
 // cpu_offload) then BroadcastStateDict into the destination layout, and (b) the floor: the
 // busiest rank's bytes over the point-to-point bandwidth measured here (one 64 MiB
-// Exchange between ranks 0 and 1 with the others idle). Rows:
+// Exchange between ranks 0 and 1 with the others idle); `--plan-only TENSORS RANKS` times the
+// planner alone in one process (below). Rows:
 //   fsdp8_tp4x2      fsdp over 8 ranks -> tp over 4 ranks, 2 replicas (mesh 2x4, [R, tp])
 //   trainer4_engine4 fsdp on ranks 0-3 -> tp on ranks 4-7 (the funnel does not apply:
 //                    BroadcastStateDict wants every rank's layout on one mesh)
@@ -13,6 +14,9 @@
 // destination pieces against DistributeTensor of the full tensors (#wrong).
 #include <mpi.h>
 
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -28,6 +32,7 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -130,7 +135,52 @@ sdrt::bench::Spread Time(int repeat, const std::function<void()>& prepare,
 
 }  // namespace
 
+// `reshard_bench --plan-only TENSORS RANKS` (one process, no MPI): the time to plan
+// fsdp(RANKS) -> tp(8) x RANKS/8 for TENSORS Llama-shaped descriptors (the shapes of one layer
+// of the file's Llama / 4, repeated), descriptors only.
+int PlanOnly(int64_t tensors, int64_t ranks) {
+  struct Shape {
+    sdrt::IntVector shape;
+    const char* tp;
+  };
+  const Shape shapes[] = {{{1024, 1024}, "[R, S(0)]"}, {{256, 1024}, "[R, S(0)]"},
+                          {{1024, 1024}, "[R, S(1)]"}, {{3584, 1024}, "[R, S(0)]"},
+                          {{1024, 3584}, "[R, S(1)]"}, {{1024}, "[R, R]"}};
+  const Mesh source = MeshOf({ranks}, {});
+  const Mesh destination = MeshOf({ranks / 8, 8}, {});
+  std::vector<sdrt::internal::ReshardTensor> descriptors;
+  for (int64_t i = 0; i < tensors; ++i) {
+    const Shape& s = shapes[i % 6];
+    sdrt::internal::ReshardTensor t;
+    t.name = absl::StrCat("t", i);
+    t.dtype = sdrt::DType::kBFloat16;
+    t.shape = s.shape;
+    t.source.mesh = source;
+    t.source.placements = {Placement::Shard(0)};
+    t.destination.mesh = destination;
+    t.destination.placements = Check(sdrt::ParsePlacements(s.tp), "placements");
+    descriptors.push_back(std::move(t));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const sdrt::internal::ReshardPlan plan =
+      Check(sdrt::internal::PlanReshard(descriptors), "PlanReshard");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("planned %lld tensors, fsdp(%lld) -> tp(8) x %lld, in %.3f s (%.2f us per tensor); "
+              "%zu messages, wire %lld bytes = optimum %lld; peak RSS %.0f MiB\n",
+              static_cast<long long>(tensors), static_cast<long long>(ranks),
+              static_cast<long long>(ranks / 8), seconds, seconds / tensors * 1e6,
+              plan.messages.size(), static_cast<long long>(plan.stats.wire_bytes),
+              static_cast<long long>(plan.stats.optimum_bytes), usage.ru_maxrss / 1024.0);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--plan-only") {
+    return PlanOnly(std::atoll(argv[2]), std::atoll(argv[3]));
+  }
   std::string file_path, json_path;
   int repeat = 3;
   int64_t bucket_mib = 256;

@@ -13,7 +13,6 @@
 // fresh meta destinations (both ways allocate their results). Every rank checks its
 // destination pieces against DistributeTensor of the full tensors (#wrong).
 #include <mpi.h>
-
 #include <sys/resource.h>
 
 #include <chrono>
@@ -90,8 +89,8 @@ Map MetaDict(const Side& side, const sdrt::CheckpointSource& file, int rank) {
     const auto& t = file.tensors()[i];
     const sdrt::IntVector local =
         Check(sdrt::ComputeLocalShape(t.shape, *side.mesh, side.placements[i], rank), "shape");
-    m.Set(t.name, Value(Check(DTensor::Make(Check(Tensor::Meta(local, t.dtype), "meta"),
-                                            side.mesh, side.placements[i], t.shape),
+    m.Set(t.name, Value(Check(DTensor::Make(Check(Tensor::Meta(local, t.dtype), "meta"), side.mesh,
+                                            side.placements[i], t.shape),
                               "dtensor")));
   }
   return m;
@@ -110,7 +109,7 @@ int64_t Wrong(const Map& got, const Side& side, const std::vector<Tensor>& full,
         v->as_dtensor().local().nbytes() != want.local().nbytes() ||
         (want.local().nbytes() > 0 &&
          std::memcmp(v->as_dtensor().local().data_ptr(), want.local().data_ptr(),
-                    want.local().nbytes()) != 0)) {
+                     want.local().nbytes()) != 0)) {
       ++wrong;
     }
   }
@@ -168,12 +167,13 @@ int PlanOnly(int64_t tensors, int64_t ranks) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::printf("planned %lld tensors, fsdp(%lld) -> tp(8) x %lld, in %.3f s (%.2f us per tensor); "
-              "%zu messages, wire %lld bytes = optimum %lld; peak RSS %.0f MiB\n",
-              static_cast<long long>(tensors), static_cast<long long>(ranks),
-              static_cast<long long>(ranks / 8), seconds, seconds / tensors * 1e6,
-              plan.messages.size(), static_cast<long long>(plan.stats.wire_bytes),
-              static_cast<long long>(plan.stats.optimum_bytes), usage.ru_maxrss / 1024.0);
+  std::printf(
+      "planned %lld tensors, fsdp(%lld) -> tp(8) x %lld, in %.3f s (%.2f us per tensor); "
+      "%zu messages, wire %lld bytes = optimum %lld; peak RSS %.0f MiB\n",
+      static_cast<long long>(tensors), static_cast<long long>(ranks),
+      static_cast<long long>(ranks / 8), seconds, seconds / tensors * 1e6, plan.messages.size(),
+      static_cast<long long>(plan.stats.wire_bytes),
+      static_cast<long long>(plan.stats.optimum_bytes), usage.ru_maxrss / 1024.0);
   return 0;
 }
 
@@ -191,8 +191,7 @@ int main(int argc, char** argv) {
     if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--bucket-mib") bucket_mib = std::max(1, std::atoi(argv[i + 1]));
   }
-  std::unique_ptr<sdrt::MpiCommunicator> world =
-      Check(sdrt::MpiCommunicator::World(), "MPI world");
+  std::unique_ptr<sdrt::MpiCommunicator> world = Check(sdrt::MpiCommunicator::World(), "MPI world");
   const int me = world->rank();
   sdrt::bench::BenchRank() = me;
   if (world->size() != 8 || file_path.empty()) {
@@ -238,7 +237,9 @@ int main(int argc, char** argv) {
     if (me == 1) receives.push_back({0, in.data(), probe});
     Check(world->Exchange(sends, receives), "probe");
   };
-  const double p2p_seconds = Time(repeat, [] {}, exchange).median;
+  const double p2p_seconds = Time(
+                                 repeat, [] {}, exchange)
+                                 .median;
   const double p2p_bw = probe / p2p_seconds;
 
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
@@ -246,8 +247,8 @@ int main(int argc, char** argv) {
     std::printf("# %s: %zu tensors, %lld bytes; 8 ranks; point-to-point %.2f GB/s (64 MiB)\n",
                 file_path.c_str(), full.size(), static_cast<long long>(total), p2p_bw / 1e9);
     std::printf("%-17s %9s %9s %8s %10s %10s %8s %9s %9s %6s %7s %6s\n", "row", "plan ms",
-                "reshard", "[min..max]", "funnel ms", "floor ms", "r/funnel", "r/floor",
-                "wire/opt", "rounds", "buf MiB", "#wrong");
+                "reshard", "[min..max]", "funnel ms", "floor ms", "r/funnel", "r/floor", "wire/opt",
+                "rounds", "buf MiB", "#wrong");
   }
   for (const Row& row : rows) {
     sdrt::ReshardOptions options;
@@ -264,8 +265,8 @@ int main(int argc, char** argv) {
     const sdrt::bench::Spread reshard = Time(
         repeat, [&] { destination = MetaDict(row.destination, file, me); },
         [&] { Check(sdrt::ExecuteReshard(plan, source, destination, &stats), "reshard"); });
-    const int64_t wrong = sdrt::bench::Reduce(Wrong(destination, row.destination, full, file, me),
-                                              MPI_SUM);
+    const int64_t wrong =
+        sdrt::bench::Reduce(Wrong(destination, row.destination, full, file, me), MPI_SUM);
     double funnel = 0;
     if (row.funnel) {
       Map gathered, funneled;
@@ -292,8 +293,7 @@ int main(int argc, char** argv) {
       std::printf("%-17s %9.1f %9.1f [%.0f..%.0f] %10s %10.1f %8s %9.2f %9.3f %6lld %7.1f %6lld\n",
                   row.name.c_str(), plan_seconds * 1e3, reshard.median * 1e3, reshard.min * 1e3,
                   reshard.max * 1e3,
-                  row.funnel ? absl::StrFormat("%.1f", funnel * 1e3).c_str() : "n/a",
-                  floor * 1e3,
+                  row.funnel ? absl::StrFormat("%.1f", funnel * 1e3).c_str() : "n/a", floor * 1e3,
                   row.funnel ? absl::StrFormat("%.2f", reshard.median / funnel).c_str() : "n/a",
                   reshard.median / floor,
                   static_cast<double>(stats.wire_bytes) / std::max<int64_t>(1, stats.optimum_bytes),

@@ -46,8 +46,8 @@ absl::Status MpiCommunicator::DoExchange(absl::Span<const SendMessage> sends,
     for (int64_t at = 0; at < m.bytes; at += kPieceBytes) {
       const int n = static_cast<int>(std::min(kPieceBytes, m.bytes - at));
       requests.emplace_back();
-      SDRT_MPI_RETURN_IF_ERROR(MPI_Isend(static_cast<const char*>(m.data) + at, n, MPI_BYTE,
-                                         m.peer, kExchangeTag, comm, &requests.back()));
+      SDRT_MPI_RETURN_IF_ERROR(MPI_Isend(static_cast<const char*>(m.data) + at, n, MPI_BYTE, m.peer,
+                                         kExchangeTag, comm, &requests.back()));
     }
   }
   return Await(kOp, requests.data(), static_cast<int>(requests.size()));

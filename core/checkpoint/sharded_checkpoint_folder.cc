@@ -43,8 +43,8 @@ absl::StatusOr<ShardedCheckpointFolder> ShardedCheckpointFolder::Begin(
                         internal::PrepareCheckpointTarget(out_dir, overwrite));
   SDRT_ASSIGN_OR_RETURN(AtomicFolder tmp, AtomicFolder::Create(where.parent, where.base));
   index.dir = out_dir;
-  return ShardedCheckpointFolder(std::unique_ptr<State>(
-      new State{std::move(index), std::move(where), std::move(tmp)}));
+  return ShardedCheckpointFolder(
+      std::unique_ptr<State>(new State{std::move(index), std::move(where), std::move(tmp)}));
 }
 
 absl::Status ShardedCheckpointFolder::Finish() {
@@ -69,14 +69,14 @@ absl::Status WriteShardedRankFile(const std::string& folder, const ShardedCheckp
     const Tensor& got = locals[i].second;
     if (locals[i].first != t.name || !got.defined() || got.dtype() != t.dtype ||
         got.shape() != local || !got.device().is_cpu()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank file ", rank, ": tensor ", t.name, " needs ", DTypeName(t.dtype),
-          ShapeToString(local), " on the CPU; got '", locals[i].first, "' ",
-          got.defined() ? got.ToString() : "undefined"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank file ", rank, ": tensor ", t.name, " needs ", DTypeName(t.dtype),
+                       ShapeToString(local), " on the CPU; got '", locals[i].first, "' ",
+                       got.defined() ? got.ToString() : "undefined"));
     }
   }
-  return WriteSafetensors(absl::StrCat(folder, "/", index.files[static_cast<size_t>(rank)]),
-                          locals, internal::RankMetadata(*index.mesh, rank));
+  return WriteSafetensors(absl::StrCat(folder, "/", index.files[static_cast<size_t>(rank)]), locals,
+                          internal::RankMetadata(*index.mesh, rank));
 }
 
 }  // namespace sdrt

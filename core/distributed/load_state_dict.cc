@@ -112,9 +112,9 @@ absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<internal::Loca
             kOp, ": a local tensor on ", dest.device().ToString(), " (CPU or CUDA only)"));
       }
       if (cuda.has_value() && *cuda != dest.device().index) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            kOp, ": local tensors on cuda:", *cuda, " and cuda:", dest.device().index,
-            " (one CUDA device per call)"));
+        return absl::FailedPreconditionError(absl::StrCat(kOp, ": local tensors on cuda:", *cuda,
+                                                          " and cuda:", dest.device().index,
+                                                          " (one CUDA device per call)"));
       }
       cuda = dest.device().index;
     }

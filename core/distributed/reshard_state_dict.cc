@@ -32,8 +32,7 @@ namespace {
 
 // What this rank holds of `value` at `path` on one side; false for a leaf that is not a
 // tensor (nothing to reshard).
-bool Describe(const std::string& path, const Value& value, bool source,
-              internal::LeafLayout& out) {
+bool Describe(const std::string& path, const Value& value, bool source, internal::LeafLayout& out) {
   out.path = path;
   out.source = source;
   switch (value.kind()) {
@@ -226,9 +225,8 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
     }
     if (local_error.ok() && !dst_pieces.empty()) {
       const auto it = dst_by_path.find(tp.name);
-      local_error = LocalsOf(tp, it == dst_by_path.end() ? nullptr : it->second->value,
-                             dst_pieces, /*source=*/false, comm.device(), destinations[t],
-                             &is_fresh);
+      local_error = LocalsOf(tp, it == dst_by_path.end() ? nullptr : it->second->value, dst_pieces,
+                             /*source=*/false, comm.device(), destinations[t], &is_fresh);
       if (is_fresh) fresh.push_back(t);
     }
   }

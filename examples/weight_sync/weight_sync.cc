@@ -86,9 +86,9 @@ int main(int argc, char** argv) {
     for (const Weight& w : kWeights) {
       const std::vector<sdrt::Placement> p = *sdrt::ParsePlacements(w.engine);
       const sdrt::IntVector local = *sdrt::ComputeLocalShape(w.shape, *engine_mesh, p, rank);
-      engine.Set(w.name, sdrt::Value(*sdrt::DTensor::Make(
-                             *sdrt::Tensor::Meta(local, sdrt::DType::kFloat32), engine_mesh, p,
-                             w.shape)));
+      engine.Set(w.name,
+                 sdrt::Value(*sdrt::DTensor::Make(*sdrt::Tensor::Meta(local, sdrt::DType::kFloat32),
+                                                  engine_mesh, p, w.shape)));
     }
   }
   const auto trainer_at = [&](int step) {
@@ -107,13 +107,14 @@ int main(int argc, char** argv) {
   if (!plan.ok()) return Fail("PlanReshard", plan.status());
   if (rank == 0) {
     const auto plural = [](int64_t k) { return k == 1 ? "" : "s"; };
-    std::printf("plan: %zu weights from %d trainer rank%s (fsdp) to %lld engine rank%s (tp); "
-                "%lld bytes on the wire per step (the optimum: %lld), %lld round%s\n",
-                plan->paths().size(), trainers, plural(trainers),
-                static_cast<long long>(engine_mesh->num_ranks()), plural(engine_mesh->num_ranks()),
-                static_cast<long long>(plan->stats().wire_bytes),
-                static_cast<long long>(plan->stats().optimum_bytes),
-                static_cast<long long>(plan->stats().rounds), plural(plan->stats().rounds));
+    std::printf(
+        "plan: %zu weights from %d trainer rank%s (fsdp) to %lld engine rank%s (tp); "
+        "%lld bytes on the wire per step (the optimum: %lld), %lld round%s\n",
+        plan->paths().size(), trainers, plural(trainers),
+        static_cast<long long>(engine_mesh->num_ranks()), plural(engine_mesh->num_ranks()),
+        static_cast<long long>(plan->stats().wire_bytes),
+        static_cast<long long>(plan->stats().optimum_bytes),
+        static_cast<long long>(plan->stats().rounds), plural(plan->stats().rounds));
   }
   for (int step = 1; step <= steps; ++step) {
     const sdrt::Map trainer = trainer_at(step);  // the trainer's weights after this step
@@ -127,11 +128,11 @@ int main(int argc, char** argv) {
     if (is_engine) {
       for (const Weight& w : kWeights) {
         const sdrt::DTensor& got = engine.Find(w.name)->as_dtensor();
-        const sdrt::DTensor want = *sdrt::DistributeTensor(FullWeight(w, step), engine_mesh,
-                                                           got.placements(), rank);
+        const sdrt::DTensor want =
+            *sdrt::DistributeTensor(FullWeight(w, step), engine_mesh, got.placements(), rank);
         if (want.local().nbytes() > 0 &&
-            std::memcmp(got.local().data_ptr(), want.local().data_ptr(),
-                        want.local().nbytes()) != 0) {
+            std::memcmp(got.local().data_ptr(), want.local().data_ptr(), want.local().nbytes()) !=
+                0) {
           ++wrong;
         }
       }

@@ -54,6 +54,30 @@ inline CommandResult RunCommand(const std::string& command) {
   return result;
 }
 
+// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+#if defined(SDRT_BINARY)
+// The built `sdrt` (the target's SDRT_BINARY) with `args`, within 120 seconds.
+inline CommandResult RunSdrt(const std::string& args) {
+  return RunCommand("timeout 120 " + ShellQuote(SDRT_BINARY) + " " + args);
+}
+#endif
+
+#if defined(SDRT_BINARY) && defined(SDRT_MPIEXEC) && defined(SDRT_MPIEXEC_NUMPROC_FLAG)
+// `sdrt args` under `mpiexec -n ranks` (the target's SDRT_MPIEXEC), within 300 seconds.
+inline CommandResult RunSdrtMpi(int ranks, const std::string& args) {
+  return RunCommand(absl::StrCat("timeout 300 ", ShellQuote(SDRT_MPIEXEC), " ",
+                                 SDRT_MPIEXEC_NUMPROC_FLAG, " ", ranks, " ",
+                                 ShellQuote(SDRT_BINARY), " ", args));
+}
+#endif
+
 }  // namespace sdrt::test
 
 #endif  // SDRT_TESTS_TOOLS_COMMAND_UTIL_H_

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,29 +27,15 @@ using test::CommandResult;
 using ::testing::HasSubstr;
 
 std::string Quote(const std::string& s) { return test::ShellQuote(s); }
-
-CommandResult Sdrt(const std::string& args) {
-  return test::RunCommand("timeout 120 " + Quote(SDRT_BINARY) + " " + args);
-}
-
-CommandResult Mpi(int ranks, const std::string& args) {
-  return test::RunCommand(absl::StrCat("timeout 300 ", Quote(SDRT_MPIEXEC), " ",
-                                       SDRT_MPIEXEC_NUMPROC_FLAG, " ", ranks, " ",
-                                       Quote(SDRT_BINARY), " ", args));
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::ReadFileText;
+using test::RunSdrt;
+using test::RunSdrtMpi;
 
 // Every file of `dir` with its bytes, by name.
 std::vector<std::string> Files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir)) {
-    out.push_back(e.path().filename().string() + "\n" + ReadText(e.path().string()));
+    out.push_back(e.path().filename().string() + "\n" + ReadFileText(e.path().string()));
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -63,12 +48,13 @@ class ReshardCli : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     full_ = (dir_ / "full.safetensors").string();
-    ASSERT_EQ(Sdrt(absl::StrCat("make ", Quote(full_), " --arch llama-8b --scale 0.02")).exit_code,
-              0);
+    ASSERT_EQ(
+        RunSdrt(absl::StrCat("make ", Quote(full_), " --arch llama-8b --scale 0.02")).exit_code, 0);
     in_ = (dir_ / "fsdp4").string();
-    ASSERT_EQ(Sdrt(absl::StrCat("shard ", Quote(full_), " ", Quote(in_), " --mesh 4 --plan fsdp"))
-                  .exit_code,
-              0);
+    ASSERT_EQ(
+        RunSdrt(absl::StrCat("shard ", Quote(full_), " ", Quote(in_), " --mesh 4 --plan fsdp"))
+            .exit_code,
+        0);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -82,12 +68,12 @@ TEST_F(ReshardCli, EveryTargetIsWhatShardWrites) {
     SCOPED_TRACE(mesh + " " + plan);
     const std::string out = (dir_ / ("out_" + plan)).string();
     const std::string ref = (dir_ / ("ref_" + plan)).string();
-    const CommandResult r = Mpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out),
-                                                " --mesh ", mesh, " --plan ", plan));
+    const CommandResult r = RunSdrtMpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out),
+                                                       " --mesh ", mesh, " --plan ", plan));
     ASSERT_EQ(r.exit_code, 0) << r.all();
     EXPECT_THAT(r.out, HasSubstr("from 4 ranks (fsdp, mesh 4)"));
-    ASSERT_EQ(Sdrt(absl::StrCat("shard ", Quote(full_), " ", Quote(ref), " --mesh ", mesh,
-                                " --plan ", plan))
+    ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(full_), " ", Quote(ref), " --mesh ", mesh,
+                                   " --plan ", plan))
                   .exit_code,
               0);
     EXPECT_EQ(Files(out), Files(ref));
@@ -96,8 +82,8 @@ TEST_F(ReshardCli, EveryTargetIsWhatShardWrites) {
 
 TEST_F(ReshardCli, JsonHasThePlansFigures) {
   const std::string out = (dir_ / "out").string();
-  const CommandResult r =
-      Mpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out), " --mesh 2 --plan tp --json"));
+  const CommandResult r = RunSdrtMpi(
+      4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out), " --mesh 2 --plan tp --json"));
   ASSERT_EQ(r.exit_code, 0) << r.all();
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["command"], "reshard");
@@ -110,23 +96,23 @@ TEST_F(ReshardCli, JsonHasThePlansFigures) {
 TEST_F(ReshardCli, BadInvocationsAreExitTwoAndTouchNothing) {
   const std::vector<std::string> before = Files(in_);
   const std::string out = (dir_ / "out").string();
-  CommandResult few = Mpi(2, absl::StrCat("reshard ", Quote(in_), " ", Quote(out),
-                                          " --mesh 2 --plan fsdp"));
+  CommandResult few =
+      RunSdrtMpi(2, absl::StrCat("reshard ", Quote(in_), " ", Quote(out), " --mesh 2 --plan fsdp"));
   EXPECT_EQ(few.exit_code, 2) << few.all();
   EXPECT_THAT(few.err, HasSubstr("(run with -n 4)"));
   EXPECT_FALSE(fs::exists(out));
   fs::create_directories(out);
   std::ofstream(out + "/mine.txt") << "keep";
-  CommandResult occupied = Mpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out),
-                                               " --mesh 2 --plan fsdp --overwrite"));
+  CommandResult occupied = RunSdrtMpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out),
+                                                      " --mesh 2 --plan fsdp --overwrite"));
   EXPECT_EQ(occupied.exit_code, 2) << occupied.all();
   EXPECT_THAT(occupied.err, HasSubstr("refusing to replace it"));
-  EXPECT_EQ(ReadText(out + "/mine.txt"), "keep");
-  CommandResult onto_input = Mpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(in_),
-                                                 " --mesh 2 --plan fsdp --overwrite"));
+  EXPECT_EQ(ReadFileText(out + "/mine.txt"), "keep");
+  CommandResult onto_input = RunSdrtMpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(in_),
+                                                        " --mesh 2 --plan fsdp --overwrite"));
   EXPECT_EQ(onto_input.exit_code, 2) << onto_input.all();
-  CommandResult bad_plan =
-      Mpi(4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out), " --mesh 2x2 --plan hsdp7"));
+  CommandResult bad_plan = RunSdrtMpi(
+      4, absl::StrCat("reshard ", Quote(in_), " ", Quote(out), " --mesh 2x2 --plan hsdp7"));
   EXPECT_EQ(bad_plan.exit_code, 2) << bad_plan.all();
   EXPECT_EQ(Files(in_), before);
   // No temporary folder is left beside OUTDIR.

@@ -62,8 +62,8 @@ absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const ReshardArgs& args,
                                                    args.dim_names, ": ", mesh.status().message()));
   }
   if (mesh->num_ranks() > kMaxShardedCheckpointRanks) {
-    return absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, ": more than ",
-                                                   kMaxShardedCheckpointRanks, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh ", args.mesh, ": more than ", kMaxShardedCheckpointRanks, " ranks"));
   }
   SDRT_ASSIGN_OR_RETURN(const ShardingPlan plan, ShardingPlan::FromSpec(args.plan));
   SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
@@ -134,10 +134,10 @@ int RunReshard(const ReshardArgs& args) {
   if (status.ok()) {
     const int64_t needed = std::max(source_index->world_size, target->world_size);
     if (session->size() < needed) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          args.in_dir, " has ", source_index->world_size, " ranks and --mesh ", args.mesh, " ",
-          target->world_size, "; mpiexec started ", session->size(), " (run with -n ", needed,
-          ")"));
+      status = absl::InvalidArgumentError(
+          absl::StrCat(args.in_dir, " has ", source_index->world_size, " ranks and --mesh ",
+                       args.mesh, " ", target->world_size, "; mpiexec started ", session->size(),
+                       " (run with -n ", needed, ")"));
     }
   }
   if (status.ok() && rank < source_index->world_size) {
@@ -228,16 +228,15 @@ int RunReshard(const ReshardArgs& args) {
   std::cout << "resharded " << target->tensors.size() << " tensors (" << HumanBytes(bytes)
             << ") of " << Printable(args.in_dir) << " from " << Ranks(source_index->world_size)
             << " (" << Printable(source_index->plan) << ", mesh " << from_mesh << ") to "
-            << Ranks(target->world_size) << " (" << Printable(target->plan) << ", mesh "
-            << to_mesh << ") into " << Printable(args.out_dir) << "\n"
+            << Ranks(target->world_size) << " (" << Printable(target->plan) << ", mesh " << to_mesh
+            << ") into " << Printable(args.out_dir) << "\n"
             << "  " << absl::StrFormat("%.3f s", reshard_seconds) << "; wire "
-            << HumanBytes(stats.wire_bytes) << " (the optimum: "
-            << HumanBytes(stats.optimum_bytes) << "), kept in place "
-            << HumanBytes(stats.self_bytes) << "; the busiest rank sent "
+            << HumanBytes(stats.wire_bytes) << " (the optimum: " << HumanBytes(stats.optimum_bytes)
+            << "), kept in place " << HumanBytes(stats.self_bytes) << "; the busiest rank sent "
             << HumanBytes(stats.max_sent_bytes) << " and received "
             << HumanBytes(stats.max_received_bytes) << "; " << stats.rounds
-            << (stats.rounds == 1 ? " round, " : " rounds, ")
-            << stats.collectives << " collectives\n"
+            << (stats.rounds == 1 ? " round, " : " rounds, ") << stats.collectives
+            << " collectives\n"
             << "  peak memory per rank:";
   for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
   std::cout << "\n";
@@ -257,8 +256,7 @@ void AddReshardCommand(CLI::App& app, int* exit_code) {
                   "the folder to write (created atomically; must not exist, be empty, or be a "
                   "sharded checkpoint with --overwrite)")
       ->required();
-  cmd->add_option("--mesh", args->mesh, "target mesh shape over ranks 0..N-1: 4, 2x2")
-      ->required();
+  cmd->add_option("--mesh", args->mesh, "target mesh shape over ranks 0..N-1: 4, 2x2")->required();
   cmd->add_option("--plan", args->plan, "fsdp, hsdp, tp, fsdp-tp or a PLAN.json file (as shard)")
       ->required();
   cmd->add_option("--mesh-dim-names", args->dim_names,

@@ -103,9 +103,9 @@ absl::Status CheckIndexWritable(const ShardedCheckpointIndex& index, const std::
   const absl::StatusOr<ShardedCheckpointIndex> readable =
       ParseIndex(json, std::string(kShardedCheckpointIndexName), out_dir);
   if (!readable.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        src, ": cannot be written as a sharded checkpoint that sdrt could read back: ",
-        readable.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": cannot be written as a sharded checkpoint that sdrt could read back: ",
+                     readable.status().message()));
   }
   return absl::OkStatus();
 }

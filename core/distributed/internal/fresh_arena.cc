@@ -17,7 +17,8 @@ constexpr int64_t kMaxAlignment = 16;
 // The smallest multiple of both kFreshAlignment and `alignment` at or after `at`, or -1
 // when it would overflow.
 int64_t NextStart(int64_t at, int64_t alignment) {
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max() - 2 * kFreshAlignment * kMaxAlignment;
+  constexpr int64_t kMax =
+      std::numeric_limits<int64_t>::max() - 2 * kFreshAlignment * kMaxAlignment;
   if (at > kMax) return -1;
   at = (at + kFreshAlignment - 1) / kFreshAlignment * kFreshAlignment;
   while (at % alignment != 0) at += kFreshAlignment;  // at most `alignment` steps
@@ -68,8 +69,8 @@ absl::Status AllocateFresh(const FreshLayout& layout, Device device,
   }
   for (size_t i = 0; i < dests.size(); ++i) {
     Tensor& dest = *dests[i];
-    SDRT_ASSIGN_OR_RETURN(dest,
-                          Tensor::AtByteOffset(arena, layout.offsets[i], dest.dtype(), dest.shape()));
+    SDRT_ASSIGN_OR_RETURN(
+        dest, Tensor::AtByteOffset(arena, layout.offsets[i], dest.dtype(), dest.shape()));
   }
   return absl::OkStatus();
 }

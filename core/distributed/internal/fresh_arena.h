@@ -56,7 +56,8 @@ absl::StatusOr<FreshLayout> LayOutFresh(absl::Span<const FreshPiece> pieces);
 // contiguous view at layout.offsets[i]. dests.size() must equal layout.offsets.size().
 // ResourceExhausted when the allocation fails (the size and device in the message);
 // FailedPrecondition for CUDA without a backend.
-absl::Status AllocateFresh(const FreshLayout& layout, Device device, absl::Span<Tensor* const> dests);
+absl::Status AllocateFresh(const FreshLayout& layout, Device device,
+                           absl::Span<Tensor* const> dests);
 
 }  // namespace sdrt::internal
 

@@ -51,8 +51,9 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
         !d.mesh()->Coordinate(rules.rank).has_value()) {
       return absl::InvalidArgumentError(
           rules.mesh_ranks.has_value()
-              ? absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh of the communicator's ",
-                             *rules.mesh_ranks, " ranks")
+              ? absl::StrCat(where(), ": ", d.ToString(),
+                             " is not on a mesh of the communicator's ", *rules.mesh_ranks,
+                             " ranks")
               : absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh holding rank ",
                              rules.rank));
     }

@@ -125,7 +125,8 @@ absl::StatusOr<ReshardLayout> ToLayout(const Side& side, const std::string& path
   const LeafLayout& l = *side.layout;
   switch (l.kind) {
     case LeafLayout::Kind::kMesh: {
-      absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(l.mesh_shape, l.mesh_ranks, {}, l.mesh_device);
+      absl::StatusOr<DeviceMesh> mesh =
+          DeviceMesh::Create(l.mesh_shape, l.mesh_ranks, {}, l.mesh_device);
       if (!mesh.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("reshard of '", path, "': ", mesh.status().message()));
@@ -210,9 +211,9 @@ absl::StatusOr<std::vector<ReshardTensor>> MergeLeafLayouts(
         side.first_rank = rank;
         if (!sides.count({l.path, !l.source})) order.push_back(l.path);
       } else if (!SameLayout(*side.layout, l) && !SamePlain(*side.layout, l)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "reshard: ranks ", side.first_rank, " and ", rank, " describe the ",
-            l.source ? "source" : "destination", " of '", l.path, "' differently"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("reshard: ranks ", side.first_rank, " and ", rank, " describe the ",
+                         l.source ? "source" : "destination", " of '", l.path, "' differently"));
       }
       if (l.kind == LeafLayout::Kind::kPlain) side.plain_holders.push_back(rank);
     }

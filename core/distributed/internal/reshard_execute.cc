@@ -52,7 +52,8 @@ absl::Status SplitMove(const ReshardMove& move, DType dtype, int64_t bucket,
       SDRT_RETURN_IF_ERROR(SplitMove(piece, dtype, bucket, out));
     } else {
       out.push_back(std::move(piece));
-      if (out.size() > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+      if (out.size() > kMaxChunks)
+        return absl::InvalidArgumentError("more than 2^24 reshard chunks");
     }
   }
   return absl::OkStatus();
@@ -131,9 +132,9 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
   ReshardExecuteStats& st = stats != nullptr ? *stats : local_stats;
   st = ReshardExecuteStats{};
   if (sources.size() != plan.tensors.size() || destinations.size() != plan.tensors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
-        " destination lists for a plan of ", plan.tensors.size(), " tensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
+                     " destination lists for a plan of ", plan.tensors.size(), " tensors"));
   }
   const int64_t me = comm.rank();
   // Every local this rank's pieces need, checked before anything moves.
@@ -144,8 +145,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
       for (const ReshardPiece& piece : *side) {
         if (piece.rank != me) continue;
         const bool ok = piece.local < static_cast<int>(locals.size()) &&
-                        locals[piece.local].defined() &&
-                        locals[piece.local].dtype() == tp.dtype &&
+                        locals[piece.local].defined() && locals[piece.local].dtype() == tp.dtype &&
                         locals[piece.local].shape() == piece.local_shape &&
                         locals[piece.local].device() == comm.device();
         if (!ok) {
@@ -168,10 +168,9 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
     for (size_t i = schedule.round_begin[round]; i < schedule.round_begin[round + 1]; ++i) {
       const ReshardMessage& c = schedule.chunks[i];
       if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("ExecuteReshard: the plan moves bytes from rank ", c.source_rank,
-                         " to rank ", c.destination_rank, "; the communicator has ",
-                         comm.size(), " ranks"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ExecuteReshard: the plan moves bytes from rank ", c.source_rank, " to rank ",
+            c.destination_rank, "; the communicator has ", comm.size(), " ranks"));
       }
       if (c.source_rank == me) s += c.bytes;
       if (c.destination_rank == me && c.source_rank != me) r += c.bytes;

@@ -120,7 +120,8 @@ std::vector<internal::ReshardTensor> Mixed() {
   };
   if (n == 4) {
     // 2-D meshes: fsdp-tp [S(0), S(1)] on 2x2 -> tp over 4 ranks of another order.
-    t.push_back(Describe("mesh2d", DType::kFloat32, {9, 10}, MeshLayout({2, 2}, all, "[S(0), S(1)]"),
+    t.push_back(Describe("mesh2d", DType::kFloat32, {9, 10},
+                         MeshLayout({2, 2}, all, "[S(0), S(1)]"),
                          MeshLayout({4}, {3, 1, 2, 0}, "[S(1)]")));
   }
   return t;

@@ -82,9 +82,9 @@ Map Trainer(const Sides& s, int step) {
   Map m;
   if (!s.in_trainer) return m;
   for (const Weight& w : Weights()) {
-    m.Set(w.path, Value(*DistributeTensor(FullOf(w, step), s.trainer,
-                                          *ParsePlacements(w.trainer_placements),
-                                          g_world->rank())));
+    m.Set(w.path,
+          Value(*DistributeTensor(FullOf(w, step), s.trainer,
+                                  *ParsePlacements(w.trainer_placements), g_world->rank())));
   }
   m.Set("lm_head_scale", Value(HashBytes({3}, DType::kFloat32, 7 + step)));
   return m;

@@ -32,13 +32,13 @@ TEST(LayOutFresh, PiecesThatFollowInTheFileFollowInMemory) {
 
 TEST(LayOutFresh, AGapAnotherFileOrAScatteredPieceStartsAfreshOn64Bytes) {
   const absl::StatusOr<FreshLayout> layout = LayOutFresh({
-      InFile(0, 0, 12),   // 0
-      InFile(0, 20, 8),   // a gap of 8 bytes in the file: 64
-      InFile(1, 28, 8),   // another file, though its offset follows: 128
-      Scattered(100),     // 192
-      InFile(1, 36, 8),   // follows file 1's piece, but not the piece before it: 320
-      InFile(1, 44, 0),   // empty, follows: 328
-      InFile(1, 44, 4),   // follows the empty piece: 328
+      InFile(0, 0, 12),  // 0
+      InFile(0, 20, 8),  // a gap of 8 bytes in the file: 64
+      InFile(1, 28, 8),  // another file, though its offset follows: 128
+      Scattered(100),    // 192
+      InFile(1, 36, 8),  // follows file 1's piece, but not the piece before it: 320
+      InFile(1, 44, 0),  // empty, follows: 328
+      InFile(1, 44, 4),  // follows the empty piece: 328
   });
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_THAT(layout->offsets, ElementsAre(0, 64, 128, 192, 320, 328, 328));
@@ -55,9 +55,8 @@ TEST(LayOutFresh, AStartThatBreaksTheAlignmentStartsAfresh) {
 }
 
 TEST(LayOutFresh, RefusesBadPieces) {
-  for (const FreshPiece& bad :
-       {FreshPiece{-1, 4, -1, 0, 0}, FreshPiece{8, 0, -1, 0, 0}, FreshPiece{8, 17, -1, 0, 0},
-        FreshPiece{8, 4, 0, 0, 12}}) {
+  for (const FreshPiece& bad : {FreshPiece{-1, 4, -1, 0, 0}, FreshPiece{8, 0, -1, 0, 0},
+                                FreshPiece{8, 17, -1, 0, 0}, FreshPiece{8, 4, 0, 0, 12}}) {
     const absl::StatusOr<FreshLayout> layout = LayOutFresh({InFile(0, 0, 4), bad});
     EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(layout.status().message(), HasSubstr("fresh piece 1"));
@@ -68,10 +67,9 @@ TEST(LayOutFresh, RefusesBadPieces) {
 }
 
 TEST(AllocateFresh, ViewsOfOneStorageAtTheLayoutsOffsets) {
-  std::vector<Tensor> tensors = {*Tensor::Meta({3}, DType::kFloat32),
-                                 *Tensor::Meta({2, 5}, DType::kFloat32),
-                                 *Tensor::Meta({0}, DType::kInt64),
-                                 *Tensor::Meta({4}, DType::kFloat64)};
+  std::vector<Tensor> tensors = {
+      *Tensor::Meta({3}, DType::kFloat32), *Tensor::Meta({2, 5}, DType::kFloat32),
+      *Tensor::Meta({0}, DType::kInt64), *Tensor::Meta({4}, DType::kFloat64)};
   const absl::StatusOr<FreshLayout> layout =
       LayOutFresh({InFile(0, 8, 12), InFile(0, 20, 40), InFile(0, 60, 0, 8), Scattered(32, 8)});
   ASSERT_TRUE(layout.ok()) << layout.status();
@@ -91,8 +89,7 @@ TEST(AllocateFresh, ViewsOfOneStorageAtTheLayoutsOffsets) {
   EXPECT_THAT(tensors[1].shape(), ElementsAre(2, 5));
   EXPECT_EQ(tensors[3].dtype(), DType::kFloat64);
   EXPECT_GE(tensors[0].storage()->nbytes(), layout->bytes);
-  EXPECT_EQ(AllocateFresh(*layout, Device::CPU(), {dests[0]}).code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(AllocateFresh(*layout, Device::CPU(), {dests[0]}).code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ TEST(ReshardDescriptors, HugeCountsAndUnknownCodesAreRefusedBeforeAllocating) {
   PutU64(&ranks, 0);  // 0-dim
   PutU64(&ranks, 0);  // kMesh
   PutU64(&ranks, 1);
-  PutU64(&ranks, 2);               // mesh shape [2]
+  PutU64(&ranks, 2);                  // mesh shape [2]
   PutU64(&ranks, uint64_t{1} << 40);  // mesh ranks: more than arrived
   EXPECT_FALSE(DecodeLeafLayouts(ranks, 0).ok());
 }

@@ -135,9 +135,9 @@ int RunReshard(const ReshardArgs& args) {
     const int64_t needed = std::max(source_index->world_size, target->world_size);
     if (session->size() < needed) {
       status = absl::InvalidArgumentError(
-          absl::StrCat(args.in_dir, " has ", source_index->world_size, " ranks and --mesh ",
-                       args.mesh, " ", target->world_size, "; mpiexec started ", session->size(),
-                       " (run with -n ", needed, ")"));
+          absl::StrCat(args.in_dir, " has ", Ranks(source_index->world_size), " and --mesh ",
+                       args.mesh, " ", Ranks(target->world_size), "; mpiexec started ",
+                       session->size(), " (run with -n ", needed, ")"));
     }
   }
   if (status.ok() && rank < source_index->world_size) {

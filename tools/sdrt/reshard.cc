@@ -136,7 +136,7 @@ int RunReshard(const ReshardArgs& args) {
     if (session->size() < needed) {
       status = absl::InvalidArgumentError(
           absl::StrCat(args.in_dir, " has ", Ranks(source_index->world_size), " and --mesh ",
-                       args.mesh, " ", Ranks(target->world_size), "; mpiexec started ",
+                       args.mesh, " has ", Ranks(target->world_size), "; mpiexec started ",
                        session->size(), " (run with -n ", needed, ")"));
     }
   }

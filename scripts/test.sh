@@ -9,7 +9,7 @@
 # (scripts/device-check.sh --dry-run, in build-device-dry/): the dependency bundle for a lent
 # GPU machine is made and proven, and what the check runs is configured against the bundle
 # alone and built, so a broken bundle or check target fails here, not on the GPU machine.
-# At the very end, every libFuzzer target for 20 s (scripts/fuzz.sh 20, in build-fuzz/;
+# At the very end, every libFuzzer target for 10 s (scripts/fuzz.sh 10, in build-fuzz/;
 # skipped with a message without clang/libFuzzer): about 3 minutes of build alone on
 # 2 cores, then 2.5 minutes of runs.
 set -euo pipefail
@@ -34,4 +34,4 @@ if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" &&
   echo "== GPU check dry run: ${SDRT_DEVICE_BUILD_DIR:-$root/build-device-dry}" >&2
   "$root/scripts/device-check.sh" --dry-run
 fi
-"$root/scripts/fuzz.sh" 20
+"$root/scripts/fuzz.sh" 10

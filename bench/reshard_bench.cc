@@ -134,10 +134,12 @@ sdrt::bench::Spread Time(int repeat, const std::function<void()>& prepare,
 
 }  // namespace
 
-// `reshard_bench --plan-only TENSORS RANKS` (one process, no MPI): the time to plan
-// fsdp(RANKS) -> tp(8) x RANKS/8 for TENSORS Llama-shaped descriptors (the shapes of one layer
-// of the file's Llama / 4, repeated), descriptors only.
-int PlanOnly(int64_t tensors, int64_t ranks) {
+// `reshard_bench --plan-only TENSORS RANKS [distinct]` (one process, no MPI): the time
+// for rank 0 to plan fsdp(RANKS) -> tp(8) x RANKS/8 for TENSORS Llama-shaped descriptors
+// (the shapes of one layer of the file's Llama / 4, repeated, as a model's layers repeat
+// them), descriptors only; with `distinct`, every tensor gets a shape of its own (rows
+// grow by one per tensor), the planner's worst case.
+int PlanOnly(int64_t tensors, int64_t ranks, bool distinct) {
   struct Shape {
     sdrt::IntVector shape;
     const char* tp;
@@ -154,32 +156,41 @@ int PlanOnly(int64_t tensors, int64_t ranks) {
     t.name = absl::StrCat("t", i);
     t.dtype = sdrt::DType::kBFloat16;
     t.shape = s.shape;
+    if (distinct) t.shape[0] += i;
     t.source.mesh = source;
     t.source.placements = {Placement::Shard(0)};
     t.destination.mesh = destination;
     t.destination.placements = Check(sdrt::ParsePlacements(s.tp), "placements");
     descriptors.push_back(std::move(t));
   }
+  sdrt::internal::ReshardPlanOptions options;
+  options.rank = 0;
   const auto start = std::chrono::steady_clock::now();
   const sdrt::internal::ReshardPlan plan =
-      Check(sdrt::internal::PlanReshard(descriptors), "PlanReshard");
+      Check(sdrt::internal::PlanReshard(descriptors, options), "PlanReshard");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  size_t messages = 0;
+  for (const auto& t : plan.tensors) messages += t.messages().size();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::printf(
-      "planned %lld tensors, fsdp(%lld) -> tp(8) x %lld, in %.3f s (%.2f us per tensor); "
-      "%zu messages, wire %lld bytes = optimum %lld; peak RSS %.0f MiB\n",
-      static_cast<long long>(tensors), static_cast<long long>(ranks),
-      static_cast<long long>(ranks / 8), seconds, seconds / tensors * 1e6, plan.messages.size(),
+      "planned %lld %s tensors for rank 0, fsdp(%lld) -> tp(8) x %lld, in %.3f s (%.2f us per "
+      "tensor); rank 0 keeps %zu of %lld messages; wire %lld bytes = optimum %lld; max sent "
+      "%lld; peak RSS %.0f MiB\n",
+      static_cast<long long>(tensors), distinct ? "distinct" : "repeating",
+      static_cast<long long>(ranks), static_cast<long long>(ranks / 8), seconds,
+      seconds / tensors * 1e6, messages, static_cast<long long>(plan.stats.messages),
       static_cast<long long>(plan.stats.wire_bytes),
-      static_cast<long long>(plan.stats.optimum_bytes), usage.ru_maxrss / 1024.0);
+      static_cast<long long>(plan.stats.optimum_bytes),
+      static_cast<long long>(plan.stats.max_sent_bytes), usage.ru_maxrss / 1024.0);
   return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--plan-only") {
-    return PlanOnly(std::atoll(argv[2]), std::atoll(argv[3]));
+  if ((argc == 4 || argc == 5) && std::string(argv[1]) == "--plan-only") {
+    return PlanOnly(std::atoll(argv[2]), std::atoll(argv[3]),
+                    argc == 5 && std::string(argv[4]) == "distinct");
   }
   std::string file_path, json_path;
   int repeat = 3;

@@ -1,14 +1,16 @@
 // PlanReshard / ExecuteReshard (core/distributed/reshard_state_dict.h): the leaves become
 // descriptors (internal/reshard_descriptors.h), exchanged inside the agreement; every rank
-// plans alike (internal/reshard_plan.h) and the executor moves the chunks in rounds
-// (internal/reshard_execute.h).
+// plans its own messages alike (internal/reshard_plan.h), and the executor moves its
+// chunks in exchanges (internal/reshard_execute.h), as many on every rank.
 #include "sdrt/core/distributed/reshard_state_dict.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/reshard_descriptors.h"
 #include "sdrt/core/distributed/internal/reshard_execute.h"
@@ -21,6 +23,7 @@ struct ReshardPlan::State {
   Communicator* comm = nullptr;
   internal::ReshardPlan plan;
   internal::ReshardSchedule schedule;
+  int64_t exchanges = 0;  // the most of any rank's schedule
   std::vector<std::string> paths;
   ReshardStats stats;
 };
@@ -161,10 +164,30 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   SDRT_ASSIGN_OR_RETURN(const std::vector<internal::ReshardTensor> tensors,
                         internal::MergeLeafLayouts(per_rank));
   for (const internal::ReshardTensor& t : tensors) state->paths.push_back(t.name);
-  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanReshard(tensors));
+  internal::ReshardPlanOptions plan_options;
+  plan_options.rank = comm.rank();
+  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanReshard(tensors, plan_options));
   internal::ReshardExecuteOptions execute;
   execute.bucket_bytes = options.bucket_bytes;
-  SDRT_ASSIGN_OR_RETURN(state->schedule, internal::ScheduleReshard(state->plan, execute));
+  // Every rank makes as many exchanges as the busiest: one more exchange of 8 bytes, which
+  // also carries a rank's failure to schedule (-1) so that no rank is left waiting.
+  absl::StatusOr<internal::ReshardSchedule> schedule =
+      internal::ScheduleReshard(state->plan, comm.rank(), execute);
+  std::string count;
+  internal::PutU64(&count, schedule.ok() ? schedule->exchanges() : ~uint64_t{0});
+  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> counts, comm.AllGatherBytes(count));
+  ++collectives.collectives;
+  if (!schedule.ok()) return schedule.status();
+  state->schedule = *std::move(schedule);
+  for (size_t q = 0; q < counts.size(); ++q) {
+    internal::ByteReader reader(counts[q]);
+    uint64_t n = 0;
+    if (!reader.U64(&n) || n == ~uint64_t{0} || n > (uint64_t{1} << 40)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PlanReshard: rank ", q, " could not schedule its chunks"));
+    }
+    state->exchanges = std::max(state->exchanges, static_cast<int64_t>(n));
+  }
   const internal::ReshardStats& ps = state->plan.stats;
   ReshardStats& st = state->stats;
   st.wire_bytes = ps.wire_bytes;
@@ -173,7 +196,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   st.max_sent_bytes = ps.max_sent_bytes;
   st.max_received_bytes = ps.max_received_bytes;
   st.messages = ps.messages;
-  st.rounds = static_cast<int64_t>(state->schedule.rounds());
+  st.rounds = state->exchanges;
   st.collectives = collectives.collectives;
   ReshardPlan plan;
   plan.state_ = std::move(state);
@@ -211,10 +234,10 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   for (size_t t = 0; t < n && local_error.ok(); ++t) {
     const internal::ReshardTensorPlan& tp = s.plan.tensors[t];
     std::vector<const internal::ReshardPiece*> src_pieces, dst_pieces;
-    for (const internal::ReshardPiece& p : tp.source) {
+    for (const internal::ReshardPiece& p : tp.source()) {
       if (p.rank == me) src_pieces.push_back(&p);
     }
-    for (const internal::ReshardPiece& p : tp.destination) {
+    for (const internal::ReshardPiece& p : tp.destination()) {
       if (p.rank == me) dst_pieces.push_back(&p);
     }
     bool is_fresh = false;
@@ -237,7 +260,8 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
   internal::ReshardExecuteStats es;
   SDRT_RETURN_IF_ERROR(
-      internal::ExecuteReshard(s.plan, s.schedule, comm, sources, destinations, &es));
+      internal::ExecuteReshard(s.plan, s.schedule, s.exchanges, comm, sources, destinations,
+                                 &es));
   st.sent_bytes = es.sent_bytes;
   st.received_bytes = es.received_bytes;
   st.buffer_bytes = es.buffer_bytes;

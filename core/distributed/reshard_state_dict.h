@@ -31,7 +31,7 @@ namespace sdrt {
 
 struct ReshardOptions {
   Communicator* comm = nullptr;  // required; CPU tensors with MPI, CUDA ones with NCCL
-  // The most bytes a rank sends, or receives, in one round: the peak extra memory per rank
+  // The most bytes a rank sends, or receives, in one exchange: the peak extra memory per rank
   // is two such buckets, whatever the size of the largest tensor. >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
 };
@@ -46,12 +46,12 @@ struct ReshardStats {
   int64_t max_sent_bytes = 0;      // by the busiest sender
   int64_t max_received_bytes = 0;  // by the busiest receiver
   int64_t messages = 0;            // (tensor, sender, receiver) triples between ranks
-  int64_t rounds = 0;              // one Exchange each
+  int64_t rounds = 0;              // exchanges every rank makes (the busiest rank's)
   // This rank's, in the last ExecuteReshard.
   int64_t sent_bytes = 0;
   int64_t received_bytes = 0;
   int64_t buffer_bytes = 0;  // its send and receive buckets
-  int64_t collectives = 0;   // Communicator calls (agreement and rounds)
+  int64_t collectives = 0;   // Communicator calls (agreements, exchanges)
 };
 
 // The plan of one (source layout, destination layout) pair: a value to keep and execute
@@ -94,7 +94,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // shards are written in place (any strides); a plain leaf is replaced by the full tensor.
 // The source leaves must have the shapes the plan was made for. One agreement first (a
 // rank whose leaves do not fit the plan fails with every rank, InvalidArgument naming the
-// leaf), then the rounds. `stats`, when not null, gets the plan's and this rank's figures.
+// leaf), then the exchanges. `stats`, when not null, gets the plan's and this rank's figures.
 absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& destination,
                             ReshardStats* stats = nullptr);
 

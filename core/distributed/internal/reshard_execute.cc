@@ -68,80 +68,105 @@ absl::StatusOr<std::shared_ptr<Storage>> Bucket(Device device, int64_t bytes) {
 
 }  // namespace
 
-absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan,
+absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t rank,
                                                 const ReshardExecuteOptions& options) {
   const int64_t bucket = options.bucket_bytes;
   if (bucket < kMinBucketBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("reshard bucket_bytes ", bucket, " must be >= ", kMinBucketBytes));
   }
+  if (rank < 0 || (plan.rank >= 0 && plan.rank != rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("ScheduleReshard: rank ", rank,
+                                                   " of a plan of rank ", plan.rank));
+  }
   ReshardSchedule schedule;
-  for (const ReshardMessage& message : plan.messages) {
-    const DType dtype = plan.tensors[message.tensor].dtype;
-    std::vector<ReshardMove> moves;
-    for (const ReshardMove& move : message.moves) {
-      SDRT_RETURN_IF_ERROR(SplitMove(move, dtype, bucket, moves));
-    }
-    // Consecutive moves share a chunk while it stays within the bucket.
-    for (ReshardMove& move : moves) {
-      const ReshardMessage* last = schedule.chunks.empty() ? nullptr : &schedule.chunks.back();
-      if (last == nullptr || last->tensor != message.tensor ||
-          last->source_rank != message.source_rank ||
-          last->destination_rank != message.destination_rank ||
-          last->contribution != message.contribution || last->bytes + move.bytes > bucket) {
-        ReshardMessage chunk;
-        chunk.tensor = message.tensor;
-        chunk.source_rank = message.source_rank;
-        chunk.destination_rank = message.destination_rank;
-        chunk.contribution = message.contribution;
-        schedule.chunks.push_back(std::move(chunk));
-        if (schedule.chunks.size() > kMaxChunks) {
+  schedule.rank = rank;
+  absl::flat_hash_map<const ReshardLayoutPlan*, std::shared_ptr<const std::vector<ReshardMessage>>>
+      cut;
+  size_t total = 0;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const ReshardTensorPlan& tp = plan.tensors[t];
+    auto [it, fresh] = cut.try_emplace(tp.layout.get());
+    if (fresh) {
+      auto chunks = std::make_shared<std::vector<ReshardMessage>>();
+      for (const ReshardMessage& message : tp.messages()) {
+        if (message.source_rank != rank && message.destination_rank != rank) continue;
+        std::vector<ReshardMove> moves;
+        for (const ReshardMove& move : message.moves) {
+          SDRT_RETURN_IF_ERROR(SplitMove(move, tp.dtype, bucket, moves));
+        }
+        // Consecutive moves share a chunk while it stays within the bucket.
+        bool first = true;
+        for (ReshardMove& move : moves) {
+          if (first || chunks->back().bytes + move.bytes > bucket) {
+            chunks->push_back({message.source_rank, message.destination_rank,
+                               message.contribution, {}, 0});
+            first = false;
+          }
+          chunks->back().bytes += move.bytes;
+          chunks->back().moves.push_back(std::move(move));
+        }
+        if (chunks->size() > kMaxChunks) {
           return absl::InvalidArgumentError("more than 2^24 reshard chunks");
         }
       }
-      schedule.chunks.back().bytes += move.bytes;
-      schedule.chunks.back().moves.push_back(std::move(move));
+      it->second = std::move(chunks);
     }
+    total += it->second->size();
+    if (total > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+    schedule.chunks.push_back(it->second);
+    for (const ReshardMessage& chunk : *it->second) schedule.steps.push_back({t, &chunk});
   }
-  // Rounds: chunks in order; a chunk starts a new round when its sender or receiver would
-  // go past a bucket in this one.
-  absl::flat_hash_map<int64_t, int64_t> sent, received;
-  for (size_t i = 0; i < schedule.chunks.size(); ++i) {
-    const ReshardMessage& c = schedule.chunks[i];
-    int64_t& s = sent[c.source_rank];
-    const bool self = c.source_rank == c.destination_rank;
-    const int64_t r = self ? 0 : received[c.destination_rank];
-    if (i == 0 || (s > 0 && s + c.bytes > bucket) || (!self && r > 0 && r + c.bytes > bucket)) {
-      schedule.round_begin.push_back(i);
-      sent.clear();
-      received.clear();
+  // Exchanges: consecutive chunks while neither side passes a bucket (at least one chunk);
+  // chunks to itself do not count, they go through the send bucket after the exchange.
+  size_t i = 0;
+  while (i < schedule.steps.size()) {
+    schedule.begin.push_back(i);
+    int64_t sent = 0, received = 0;
+    for (; i < schedule.steps.size(); ++i) {
+      const ReshardMessage& c = *schedule.steps[i].chunk;
+      if (c.source_rank == rank && c.destination_rank == rank) {
+        schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, c.bytes);
+        continue;
+      }
+      int64_t& side = c.source_rank == rank ? sent : received;
+      if (side > 0 && side + c.bytes > bucket) break;
+      side += c.bytes;
     }
-    sent[c.source_rank] += c.bytes;
-    if (!self) received[c.destination_rank] += c.bytes;
+    schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, sent);
+    schedule.receive_bucket_bytes = std::max(schedule.receive_bucket_bytes, received);
   }
-  schedule.round_begin.push_back(schedule.chunks.size());
-  if (schedule.chunks.empty()) schedule.round_begin.clear();
+  if (!schedule.begin.empty()) schedule.begin.push_back(i);
   return schedule;
 }
 
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
-                            Communicator& comm, absl::Span<const std::vector<Tensor>> sources,
+                            int64_t exchanges, Communicator& comm,
+                            absl::Span<const std::vector<Tensor>> sources,
                             absl::Span<const std::vector<Tensor>> destinations,
                             ReshardExecuteStats* stats) {
   ReshardExecuteStats local_stats;
   ReshardExecuteStats& st = stats != nullptr ? *stats : local_stats;
   st = ReshardExecuteStats{};
-  if (sources.size() != plan.tensors.size() || destinations.size() != plan.tensors.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
-                     " destination lists for a plan of ", plan.tensors.size(), " tensors"));
+  if (sources.size() != plan.tensors.size() || destinations.size() != plan.tensors.size() ||
+      schedule.chunks.size() != plan.tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
+        " destination lists and a schedule of ", schedule.chunks.size(),
+        " tensors for a plan of ", plan.tensors.size(), " tensors"));
   }
   const int64_t me = comm.rank();
+  if (schedule.rank != me || exchanges < static_cast<int64_t>(schedule.exchanges())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ExecuteReshard: rank ", me, " was given the schedule of rank ", schedule.rank, " with ",
+        schedule.exchanges(), " exchanges, to run in ", exchanges));
+  }
   // Every local this rank's pieces need, checked before anything moves.
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const ReshardTensorPlan& tp = plan.tensors[t];
-    for (const auto* side : {&tp.source, &tp.destination}) {
-      const std::vector<Tensor>& locals = side == &tp.source ? sources[t] : destinations[t];
+    for (const auto* side : {&tp.source(), &tp.destination()}) {
+      const bool is_source = side == &tp.source();
+      const std::vector<Tensor>& locals = is_source ? sources[t] : destinations[t];
       for (const ReshardPiece& piece : *side) {
         if (piece.rank != me) continue;
         const bool ok = piece.local < static_cast<int>(locals.size()) &&
@@ -151,7 +176,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
         if (!ok) {
           return absl::InvalidArgumentError(absl::StrCat(
               "ExecuteReshard: tensor '", tp.name, "': rank ", me, " needs ",
-              side == &tp.source ? "source" : "destination", " local ", piece.local, " as ",
+              is_source ? "source" : "destination", " local ", piece.local, " as ",
               DTypeName(tp.dtype), ShapeToString(piece.local_shape), " on ",
               comm.device().ToString(), "; it gave ",
               piece.local < static_cast<int>(locals.size())
@@ -161,69 +186,62 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
       }
     }
   }
-  // This rank's bucket sizes: its largest round on each side.
-  int64_t send_bytes = 0, receive_bytes = 0;
-  for (size_t round = 0; round < schedule.rounds(); ++round) {
-    int64_t s = 0, r = 0;
-    for (size_t i = schedule.round_begin[round]; i < schedule.round_begin[round + 1]; ++i) {
-      const ReshardMessage& c = schedule.chunks[i];
-      if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ExecuteReshard: the plan moves bytes from rank ", c.source_rank, " to rank ",
-            c.destination_rank, "; the communicator has ", comm.size(), " ranks"));
-      }
-      if (c.source_rank == me) s += c.bytes;
-      if (c.destination_rank == me && c.source_rank != me) r += c.bytes;
+  for (const ReshardSchedule::Step& step : schedule.steps) {
+    const ReshardMessage& c = *step.chunk;
+    if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ExecuteReshard: the plan moves bytes from rank ", c.source_rank, " to rank ",
+          c.destination_rank, "; the communicator has ", comm.size(), " ranks"));
     }
-    send_bytes = std::max(send_bytes, s);
-    receive_bytes = std::max(receive_bytes, r);
   }
   SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> send_bucket,
-                        Bucket(comm.device(), send_bytes));
+                        Bucket(comm.device(), schedule.send_bucket_bytes));
   SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> receive_bucket,
-                        Bucket(comm.device(), receive_bytes));
-  st.buffer_bytes = send_bytes + receive_bytes;
+                        Bucket(comm.device(), schedule.receive_bucket_bytes));
+  st.buffer_bytes = schedule.send_bucket_bytes + schedule.receive_bucket_bytes;
   auto* const send_base = static_cast<char*>(send_bucket->data());
   auto* const receive_base = static_cast<char*>(receive_bucket->data());
   std::vector<Communicator::SendMessage> sends;
   std::vector<Communicator::ReceiveMessage> receives;
-  // The chunks this rank unpacks in a round, in chunk order (a later Partial contribution
-  // is reduced into what an earlier one wrote): the chunk, its bucket and offset.
-  struct Unpack {
-    const ReshardMessage* chunk;
-    const std::shared_ptr<Storage>* bucket;
-    int64_t at;
-  };
-  std::vector<Unpack> unpack;
-  for (size_t round = 0; round < schedule.rounds(); ++round) {
+  for (int64_t e = 0; e < exchanges; ++e) {
     sends.clear();
     receives.clear();
-    unpack.clear();
+    const bool mine = e < static_cast<int64_t>(schedule.exchanges());
+    const size_t first = mine ? schedule.begin[e] : 0, last = mine ? schedule.begin[e + 1] : 0;
     int64_t send_at = 0, receive_at = 0;
-    for (size_t i = schedule.round_begin[round]; i < schedule.round_begin[round + 1]; ++i) {
-      const ReshardMessage& c = schedule.chunks[i];
-      if (c.source_rank == me) {
-        SDRT_RETURN_IF_ERROR(PackMessage(plan, c, sources[c.tensor], send_bucket, send_at));
-        if (c.destination_rank == me) {
-          unpack.push_back({&c, &send_bucket, send_at});
-          st.self_bytes += c.bytes;
-        } else {
-          sends.push_back({static_cast<int>(c.destination_rank), send_base + send_at, c.bytes});
-          st.sent_bytes += c.bytes;
-        }
+    for (size_t i = first; i < last; ++i) {
+      const ReshardSchedule::Step& step = schedule.steps[i];
+      const ReshardMessage& c = *step.chunk;
+      if (c.source_rank == me && c.destination_rank != me) {
+        SDRT_RETURN_IF_ERROR(PackMessage(plan.tensors[step.tensor], c, sources[step.tensor],
+                                         send_bucket, send_at));
+        sends.push_back({static_cast<int>(c.destination_rank), send_base + send_at, c.bytes});
+        st.sent_bytes += c.bytes;
         send_at += c.bytes;
-      } else if (c.destination_rank == me) {
+      } else if (c.source_rank != me) {
         receives.push_back({static_cast<int>(c.source_rank), receive_base + receive_at, c.bytes});
-        unpack.push_back({&c, &receive_bucket, receive_at});
         st.received_bytes += c.bytes;
         receive_at += c.bytes;
       }
     }
     SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives));
     ++st.rounds;
-    for (const Unpack& u : unpack) {
-      SDRT_RETURN_IF_ERROR(
-          UnpackMessage(plan, *u.chunk, *u.bucket, u.at, destinations[u.chunk->tensor]));
+    // Unpacked in plan order (a later Partial contribution is reduced into what an
+    // earlier one wrote); a chunk to itself goes through the send bucket, free now.
+    receive_at = 0;
+    for (size_t i = first; i < last; ++i) {
+      const ReshardSchedule::Step& step = schedule.steps[i];
+      const ReshardMessage& c = *step.chunk;
+      const ReshardTensorPlan& tp = plan.tensors[step.tensor];
+      if (c.source_rank == me && c.destination_rank == me) {
+        SDRT_RETURN_IF_ERROR(PackMessage(tp, c, sources[step.tensor], send_bucket, 0));
+        SDRT_RETURN_IF_ERROR(UnpackMessage(tp, c, send_bucket, 0, destinations[step.tensor]));
+        st.self_bytes += c.bytes;
+      } else if (c.source_rank != me) {
+        SDRT_RETURN_IF_ERROR(
+            UnpackMessage(tp, c, receive_bucket, receive_at, destinations[step.tensor]));
+        receive_at += c.bytes;
+      }
     }
   }
   return absl::OkStatus();

@@ -12,15 +12,9 @@ namespace {
 
 // Copies every move of `message` between `buffer` and `locals`: into the locals when
 // `to_local` (destination side), else into the buffer (source side).
-absl::Status CopyMessage(const ReshardPlan& plan, const ReshardMessage& message,
+absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                          absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
                          int64_t offset, bool to_local, bool non_blocking, StreamHandle stream) {
-  if (message.tensor >= plan.tensors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("reshard message of tensor ", message.tensor,
-                                                   ": the plan has ", plan.tensors.size(),
-                                                   " tensors"));
-  }
-  const ReshardTensorPlan& tp = plan.tensors[message.tensor];
   const std::string where =
       absl::StrCat("reshard of tensor '", tp.name, "', message from rank ", message.source_rank,
                    " to rank ", message.destination_rank);
@@ -29,7 +23,7 @@ absl::Status CopyMessage(const ReshardPlan& plan, const ReshardMessage& message,
                                                    offset, " do not fit the buffer of ",
                                                    buffer == nullptr ? 0 : buffer->nbytes()));
   }
-  const std::vector<ReshardPiece>& pieces = to_local ? tp.destination : tp.source;
+  const std::vector<ReshardPiece>& pieces = to_local ? tp.destination() : tp.source();
   int64_t at = offset;
   for (const ReshardMove& move : message.moves) {
     const int index = to_local ? move.destination : move.source;
@@ -61,7 +55,7 @@ absl::Status CopyMessage(const ReshardPlan& plan, const ReshardMessage& message,
       }
       SDRT_ASSIGN_OR_RETURN(const Tensor acc, Tensor::Empty(shape, tp.dtype));
       SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/false));
-      SDRT_RETURN_IF_ERROR(ReduceInto(acc, box, tp.reduce_op));
+      SDRT_RETURN_IF_ERROR(ReduceInto(acc, box, tp.reduce_op()));
       SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/true));
     } else {
       SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, to_local, non_blocking, stream));
@@ -73,18 +67,18 @@ absl::Status CopyMessage(const ReshardPlan& plan, const ReshardMessage& message,
 
 }  // namespace
 
-absl::Status PackMessage(const ReshardPlan& plan, const ReshardMessage& message,
+absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                          absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
                          int64_t offset, bool non_blocking, StreamHandle stream) {
-  return CopyMessage(plan, message, locals, buffer, offset, /*to_local=*/false, non_blocking,
+  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/false, non_blocking,
                      stream);
 }
 
-absl::Status UnpackMessage(const ReshardPlan& plan, const ReshardMessage& message,
+absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                            const std::shared_ptr<Storage>& buffer, int64_t offset,
                            absl::Span<const Tensor> locals, bool non_blocking,
                            StreamHandle stream) {
-  return CopyMessage(plan, message, locals, buffer, offset, /*to_local=*/true, non_blocking,
+  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/true, non_blocking,
                      stream);
 }
 

@@ -21,26 +21,26 @@
 
 namespace sdrt::internal {
 
-// Copies the boxes of `message` (of `plan`) from `locals`, the source rank's local tensors
-// of message.tensor indexed by ReshardPiece::local (any strides: transposed views and
+// Copies the boxes of `message` (a message of tensor `tp`) from `locals`, the source
+// rank's local tensors of that tensor indexed by ReshardPiece::local (any strides: transposed views and
 // narrowed buffers are read element by element through their strides), into `buffer`
 // from byte `offset`. `locals` and `buffer` may be on any device (Tensor::CopyFrom rules,
 // on `stream`; blocking unless `non_blocking`, when the caller keeps both alive and
 // unchanged until the stream has run). InvalidArgument naming the tensor, the ranks and
 // the local when a local is missing, undefined, or not of the piece's dtype and shape, or
 // when the buffer is shorter than offset + message.bytes; the errors of CopyRuns.
-absl::Status PackMessage(const ReshardPlan& plan, const ReshardMessage& message,
+absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                          absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
                          int64_t offset, bool non_blocking = false, StreamHandle stream = nullptr);
 
 // The inverse: copies the boxes of `message` from `buffer` (from byte `offset`) into
-// `locals`, the destination rank's local tensors of message.tensor indexed by
+// `locals`, the destination rank's local tensors of `tp` indexed by
 // ReshardPiece::local, in place (any strides without overlapping elements). A message of
 // Partial contribution > 0 is reduced into the locals instead (ReduceInto with the plan's
 // op, blocking, through a CPU temporary of each box; Unimplemented for a buffer off the
 // CPU), so it must come after the contribution-0 messages of its tensor. Same rules and
 // errors otherwise.
-absl::Status UnpackMessage(const ReshardPlan& plan, const ReshardMessage& message,
+absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                            const std::shared_ptr<Storage>& buffer, int64_t offset,
                            absl::Span<const Tensor> locals, bool non_blocking = false,
                            StreamHandle stream = nullptr);

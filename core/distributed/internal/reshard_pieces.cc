@@ -24,7 +24,7 @@ absl::Status Invalid(const ReshardTensor& tensor, bool source, absl::string_view
 
 // The pieces of a mesh layout; for a Partial source also the contributions and their op.
 absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor, bool source,
-                                                     ReshardTensorPlan& plan) {
+                                                     ReshardLayoutPlan& plan) {
   const ReshardLayout& layout = source ? tensor.source : tensor.destination;
   const DeviceMesh& mesh = *layout.mesh;
   if (static_cast<int>(layout.placements.size()) != mesh.ndim()) {
@@ -134,7 +134,7 @@ absl::StatusOr<std::vector<ReshardPiece>> BoxPieces(const ReshardTensor& tensor,
 }
 
 absl::StatusOr<std::vector<ReshardPiece>> SidePieces(const ReshardTensor& tensor, bool source,
-                                                     ReshardTensorPlan& plan) {
+                                                     ReshardLayoutPlan& plan) {
   if (static_cast<int>(tensor.shape.size()) > kMaxReshardDims) {
     return Invalid(tensor, source,
                    absl::StrCat(tensor.shape.size(), " dims; at most ", kMaxReshardDims));
@@ -153,10 +153,7 @@ absl::StatusOr<std::vector<ReshardPiece>> SidePieces(const ReshardTensor& tensor
 
 }  // namespace
 
-absl::Status LayoutPieces(const ReshardTensor& tensor, ReshardTensorPlan& plan) {
-  plan.name = tensor.name;
-  plan.dtype = tensor.dtype;
-  plan.shape = tensor.shape;
+absl::Status LayoutPieces(const ReshardTensor& tensor, ReshardLayoutPlan& plan) {
   SDRT_ASSIGN_OR_RETURN(plan.source, SidePieces(tensor, /*source=*/true, plan));
   SDRT_ASSIGN_OR_RETURN(plan.destination, SidePieces(tensor, /*source=*/false, plan));
   return absl::OkStatus();

@@ -9,12 +9,12 @@
 
 namespace sdrt::internal {
 
-// Fills `plan` (name, dtype, shape, pieces of both sides, Partial contributions) from
+// Fills `plan` (the pieces of both sides, the Partial contributions and their op) from
 // `tensor`: one piece per mesh rank in mesh order, or one per box in box order (local = how
 // many earlier boxes share its rank). Empty pieces are kept (they have no runs on some dim).
 // Checks the tensor's dims, element and byte counts and, for sub-byte dtypes, that no piece
 // is cut inside a byte. Errors as PlanReshard's, naming the tensor and the side.
-absl::Status LayoutPieces(const ReshardTensor& tensor, ReshardTensorPlan& plan);
+absl::Status LayoutPieces(const ReshardTensor& tensor, ReshardLayoutPlan& plan);
 
 }  // namespace sdrt::internal
 

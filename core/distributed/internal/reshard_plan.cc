@@ -8,7 +8,9 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/reshard_pieces.h"
 #include "sdrt/core/distributed/internal/reshard_split.h"
 #include "sdrt/tensor/status_macros.h"
@@ -104,12 +106,11 @@ absl::Status CheckedAdd(int64_t& total, int64_t add, const ReshardTensor& tensor
   return absl::OkStatus();
 }
 
-// Plans one tensor: its moves (merged) and its optimum bytes. `sent` is the wire bytes
-// each source rank sends so far (all tensors), for balancing replicated cells.
-absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp,
-                        const ReshardPlanOptions& options, std::map<int64_t, int64_t>& sent,
-                        std::vector<ReshardMove>& moves, int64_t& optimum) {
-  const Grid grid = MakeGrid(tp.shape, tp.source, tp.destination);
+// Plans one tensor: its moves (merged) and its optimum bytes.
+absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp,
+                        const ReshardPlanOptions& options, std::vector<ReshardMove>& moves,
+                        int64_t& optimum) {
+  const Grid grid = MakeGrid(tensor.shape, tp.source, tp.destination);
   int64_t budget = options.max_cells;
   for (int64_t c : grid.counts) {
     if (c == 0) return absl::OkStatus();  // no elements
@@ -155,7 +156,7 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
     const int64_t n = CoverOf(grid, dst, budget, cover);
     if (n < 0) return too_many();
     budget -= n;
-    IntVector begin(tp.shape.size()), end(tp.shape.size());
+    IntVector begin(tensor.shape.size()), end(tensor.shape.size());
     SDRT_RETURN_IF_ERROR(ForEachCell(grid, cover, [&](int64_t cell, IntSpan index) {
       for (size_t d = 0; d < index.size(); ++d) {
         begin[d] = grid.cuts[d][index[d]];
@@ -197,8 +198,9 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
           optimum -= bytes;
           continue;
         }
-        const absl::Status split = SplitAmongHolders(tensor.dtype, tp.shape, tp.source, holders_c,
-                                                     static_cast<int>(p), begin, end, sent, moves);
+        const absl::Status split =
+            SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, holders_c,
+                              static_cast<int>(p), begin, end, cell + static_cast<int64_t>(p), moves);
         if (!split.ok()) return Invalid(tensor, split.message());
       }
       return absl::OkStatus();
@@ -208,49 +210,152 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardTensorPlan& tp
   return absl::OkStatus();
 }
 
+// Plans the layout of `tensor`: its pieces, its messages (those of `rank` only, unless
+// -1) and the stats of one such tensor.
+absl::StatusOr<std::shared_ptr<const ReshardLayoutPlan>> PlanLayout(
+    const ReshardTensor& tensor, const ReshardPlanOptions& options) {
+  auto layout = std::make_shared<ReshardLayoutPlan>();
+  ReshardLayoutPlan& tp = *layout;
+  SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, tp));
+  std::vector<ReshardMove> moves;
+  ReshardStats& stats = tp.stats;
+  SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, moves, stats.optimum_bytes));
+  // One message per (source rank, destination rank), contribution 0 first, its moves in
+  // piece and box order.
+  auto key = [&](const ReshardMove& m) {
+    return std::make_tuple(tp.source[m.source].contribution, tp.source[m.source].rank,
+                           tp.destination[m.destination].rank, m.source, m.destination,
+                           std::cref(m.begin));
+  };
+  std::sort(moves.begin(), moves.end(),
+            [&](const ReshardMove& a, const ReshardMove& b) { return key(a) < key(b); });
+  std::map<int64_t, int64_t> sent, received;
+  bool open = false;  // the last message of `tp.messages` takes the next move's bytes
+  int64_t last_from = -1, last_to = -1, last_contribution = -1;
+  for (ReshardMove& move : moves) {
+    const int64_t from = tp.source[move.source].rank;
+    const int64_t to = tp.destination[move.destination].rank;
+    const int64_t contribution = tp.source[move.source].contribution;
+    if (from != last_from || to != last_to || contribution != last_contribution) {
+      last_from = from;
+      last_to = to;
+      last_contribution = contribution;
+      ++(from == to ? stats.self_messages : stats.messages);
+      open = options.rank < 0 || from == options.rank || to == options.rank;
+      if (open) tp.messages.push_back({from, to, contribution, {}, 0});
+    }
+    if (from == to) {
+      SDRT_RETURN_IF_ERROR(CheckedAdd(stats.self_bytes, move.bytes, tensor));
+    } else {
+      SDRT_RETURN_IF_ERROR(CheckedAdd(stats.wire_bytes, move.bytes, tensor));
+      SDRT_RETURN_IF_ERROR(CheckedAdd(sent[from], move.bytes, tensor));
+      SDRT_RETURN_IF_ERROR(CheckedAdd(received[to], move.bytes, tensor));
+    }
+    if (open) {
+      ReshardMessage& message = tp.messages.back();
+      SDRT_RETURN_IF_ERROR(CheckedAdd(message.bytes, move.bytes, tensor));
+      message.moves.push_back(std::move(move));
+    }
+  }
+  tp.sent.assign(sent.begin(), sent.end());
+  tp.received.assign(received.begin(), received.end());
+  return std::shared_ptr<const ReshardLayoutPlan>(std::move(layout));
+}
+
+// The bytes that decide a tensor's layout plan: dtype, shape and both layouts, a mesh by
+// an id given to each distinct (shape, ranks).
+class LayoutKeys {
+ public:
+  std::string Key(const ReshardTensor& tensor) {
+    std::string key;
+    PutU64(&key, static_cast<uint64_t>(tensor.dtype));
+    PutU64(&key, tensor.shape.size());
+    for (int64_t s : tensor.shape) PutU64(&key, static_cast<uint64_t>(s));
+    for (const ReshardLayout* side : {&tensor.source, &tensor.destination}) {
+      PutU64(&key, side->mesh == nullptr ? 0 : 1 + MeshId(*side->mesh));
+      PutU64(&key, side->placements.size());
+      for (const Placement& p : side->placements) {
+        PutU64(&key, static_cast<uint64_t>(p.kind()));
+        PutU64(&key, static_cast<uint64_t>(p.dim()));
+        PutU64(&key, static_cast<uint64_t>(p.split_factor()));
+        PutU64(&key, static_cast<uint64_t>(p.reduce_op()));
+      }
+      PutU64(&key, side->boxes.size());
+      for (const ReshardBox& box : side->boxes) {
+        PutU64(&key, static_cast<uint64_t>(box.rank));
+        PutU64(&key, box.offsets.size());
+        for (int64_t v : box.offsets) PutU64(&key, static_cast<uint64_t>(v));
+        PutU64(&key, box.sizes.size());
+        for (int64_t v : box.sizes) PutU64(&key, static_cast<uint64_t>(v));
+      }
+    }
+    return key;
+  }
+
+ private:
+  uint64_t MeshId(const DeviceMesh& mesh) {
+    const auto known = by_address_.find(&mesh);
+    if (known != by_address_.end()) return known->second;
+    std::string content;
+    PutU64(&content, mesh.shape().size());
+    for (int64_t s : mesh.shape()) PutU64(&content, static_cast<uint64_t>(s));
+    for (int64_t r : mesh.ranks()) PutU64(&content, static_cast<uint64_t>(r));
+    const uint64_t id = by_content_.emplace(std::move(content), by_content_.size()).first->second;
+    by_address_.emplace(&mesh, id);
+    return id;
+  }
+
+  absl::flat_hash_map<const DeviceMesh*, uint64_t> by_address_;
+  absl::flat_hash_map<std::string, uint64_t> by_content_;
+};
+
+// Adds `times` x `bytes` per rank into `total`.
+absl::Status AddPerRank(const std::vector<std::pair<int64_t, int64_t>>& bytes, int64_t times,
+                        absl::flat_hash_map<int64_t, int64_t>& total) {
+  for (const auto& [rank, b] : bytes) {
+    int64_t scaled = 0;
+    if (__builtin_mul_overflow(b, times, &scaled) ||
+        __builtin_add_overflow(total[rank], scaled, &total[rank])) {
+      return absl::InvalidArgumentError("reshard: bytes moved by one rank overflow int64");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensors,
                                         const ReshardPlanOptions& options) {
   ReshardPlan plan;
+  plan.rank = options.rank < 0 ? -1 : options.rank;
   ReshardStats& stats = plan.stats;
-  std::map<int64_t, int64_t> sent, received;
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    const ReshardTensor& tensor = tensors[t];
-    ReshardTensorPlan tp;
-    SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, tp));
-    std::vector<ReshardMove> moves;
-    int64_t optimum = 0;
-    SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, sent, moves, optimum));
-    SDRT_RETURN_IF_ERROR(CheckedAdd(stats.optimum_bytes, optimum, tensor));
-    // One message per (source rank, destination rank), contribution 0 first, its moves in
-    // piece and box order.
-    auto key = [&](const ReshardMove& m) {
-      return std::make_tuple(tp.source[m.source].contribution, tp.source[m.source].rank,
-                             tp.destination[m.destination].rank, m.source, m.destination,
-                             std::cref(m.begin));
-    };
-    std::sort(moves.begin(), moves.end(),
-              [&](const ReshardMove& a, const ReshardMove& b) { return key(a) < key(b); });
-    for (ReshardMove& move : moves) {
-      const int64_t from = tp.source[move.source].rank;
-      const int64_t to = tp.destination[move.destination].rank;
-      if (plan.messages.empty() || plan.messages.back().tensor != t ||
-          plan.messages.back().source_rank != from || plan.messages.back().destination_rank != to) {
-        plan.messages.push_back({t, from, to, tp.source[move.source].contribution, {}, 0});
-        ++(from == to ? stats.self_messages : stats.messages);
-      }
-      ReshardMessage& message = plan.messages.back();
-      SDRT_RETURN_IF_ERROR(CheckedAdd(message.bytes, move.bytes, tensor));
-      if (from == to) {
-        SDRT_RETURN_IF_ERROR(CheckedAdd(stats.self_bytes, move.bytes, tensor));
-      } else {
-        SDRT_RETURN_IF_ERROR(CheckedAdd(stats.wire_bytes, move.bytes, tensor));
-        SDRT_RETURN_IF_ERROR(CheckedAdd(received[to], move.bytes, tensor));
-      }
-      message.moves.push_back(std::move(move));
+  LayoutKeys keys;
+  // Each distinct layout once, with the number of tensors that share it.
+  absl::flat_hash_map<std::string, std::pair<std::shared_ptr<const ReshardLayoutPlan>, int64_t>>
+      layouts;
+  plan.tensors.reserve(tensors.size());
+  for (const ReshardTensor& tensor : tensors) {
+    auto [it, fresh] = layouts.try_emplace(keys.Key(tensor));
+    if (fresh) {
+      absl::StatusOr<std::shared_ptr<const ReshardLayoutPlan>> layout = PlanLayout(tensor, options);
+      if (!layout.ok()) return layout.status();
+      it->second.first = *std::move(layout);
     }
-    plan.tensors.push_back(std::move(tp));
+    ++it->second.second;
+    const ReshardLayoutPlan& lp = *it->second.first;
+    const std::pair<int64_t*, int64_t> adds[] = {
+        {&stats.wire_bytes, lp.stats.wire_bytes},
+        {&stats.self_bytes, lp.stats.self_bytes},
+        {&stats.optimum_bytes, lp.stats.optimum_bytes},
+        {&stats.messages, lp.stats.messages},
+        {&stats.self_messages, lp.stats.self_messages}};
+    for (const auto& [total, add] : adds) SDRT_RETURN_IF_ERROR(CheckedAdd(*total, add, tensor));
+    plan.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, it->second.first});
+  }
+  absl::flat_hash_map<int64_t, int64_t> sent, received;
+  for (const auto& [key, layout] : layouts) {
+    SDRT_RETURN_IF_ERROR(AddPerRank(layout.first->sent, layout.second, sent));
+    SDRT_RETURN_IF_ERROR(AddPerRank(layout.first->received, layout.second, received));
   }
   for (const auto& [rank, bytes] : sent) {
     stats.max_sent_bytes = std::max(stats.max_sent_bytes, bytes);

@@ -2,7 +2,7 @@
 // name, dtype, global shape and the source and destination layouts), which boxes of which
 // tensor go from which source rank to which destination rank. Pure arithmetic, the same on
 // every rank for the same descriptors; nothing is sent and no communicator is involved.
-// The executor (later) and the one-process simulator of the tests run a plan with the
+// The executor (reshard_execute.h) and the one-process simulator of the tests run a plan with the
 // packing of reshard_pack.h. Not public API yet.
 //
 // Method. Each piece of a layout (a rank's DTensor local, or one ShardedTensor box) owns
@@ -14,21 +14,27 @@
 //   * itself, when a source piece on its own rank holds the cell (no wire bytes);
 //   * the one holder, when there is one;
 //   * else all holders: the cell is cut into as many slabs as holders along its largest
-//     dim (never inside a byte of a sub-byte dtype), the largest slab going to the holder
-//     that has sent least so far (ties: piece order), so replicated sources share the load.
+//     dim (never inside a byte of a sub-byte dtype); slab i goes to holder (i + cell +
+//     destination piece) mod holders, so replicated sources share the load and the choice
+//     depends on nothing but the tensor's own layouts.
 // A Partial source holds C contributions (C = the product of its Partial mesh dims' sizes;
 // a piece's contribution is its coordinate on those dims, row-major): every destination
 // piece takes each cell once per contribution, each contribution by the rule above among
 // the pieces that hold it, and reduces them (reshard_reduce.h).
 // Moves with the same (source piece, destination piece) are then merged along every dim
 // where they are adjacent and agree elsewhere, so messages stay large. The work is
-// proportional to the cells the pieces cover (no all-pairs scan of ranks).
+// proportional to the cells the pieces cover (no all-pairs scan of ranks), and it is done
+// once per distinct (dtype, shape, source layout, destination layout) of a plan: tensors
+// that repeat one (every layer of a model) share its ReshardLayoutPlan, so a plan of
+// 100,000 tensors over 512 ranks costs a hash lookup per tensor after its first few
+// layouts. A plan of one rank (ReshardPlanOptions::rank) keeps only that rank's messages.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,7 +94,7 @@ struct ReshardPiece {
 
 // One box moved: global indices [begin[d], end[d]) on every dim d (one element for a
 // 0-dim tensor, with begin and end empty), taken from source piece `source` and put into
-// destination piece `destination` (indices into ReshardTensorPlan's pieces). The local
+// destination piece `destination` (indices into ReshardLayoutPlan's pieces). The local
 // coordinates on either side are ClipRuns(piece.runs, begin, end).
 struct ReshardMove {
   int source = 0;
@@ -104,7 +110,6 @@ struct ReshardMove {
 // the destination; a message of a later contribution is reduced into it, so it must be
 // unpacked after every contribution-0 message of its tensor to that rank (the plan's order).
 struct ReshardMessage {
-  size_t tensor = 0;
   int64_t source_rank = 0;
   int64_t destination_rank = 0;
   int64_t contribution = 0;
@@ -112,18 +117,8 @@ struct ReshardMessage {
   int64_t bytes = 0;
 };
 
-struct ReshardTensorPlan {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  IntVector shape;
-  std::vector<ReshardPiece> source;       // mesh rank order, or box order
-  std::vector<ReshardPiece> destination;  // likewise
-  int64_t contributions = 1;              // Partial contributions of the source (1: none)
-  ReduceOp reduce_op = ReduceOp::kSum;    // how they combine, when contributions > 1
-};
-
 // Byte counts of a plan. Wire bytes travel between different ranks; self bytes are
-// copies on one rank.
+// copies on one rank. Always every rank's, also in a plan of one rank.
 struct ReshardStats {
   int64_t wire_bytes = 0;
   int64_t self_bytes = 0;
@@ -137,15 +132,47 @@ struct ReshardStats {
   int64_t self_messages = 0;
 };
 
+// What every tensor of one (dtype, global shape, source layout, destination layout) has
+// alike: planned once per plan, shared by those tensors.
+struct ReshardLayoutPlan {
+  std::vector<ReshardPiece> source;       // mesh rank order, or box order
+  std::vector<ReshardPiece> destination;  // likewise
+  int64_t contributions = 1;              // Partial contributions of the source (1: none)
+  ReduceOp reduce_op = ReduceOp::kSum;    // how they combine, when contributions > 1
+  // By (contribution, source rank, destination rank): every rank's messages, or those the
+  // plan's rank sends or receives (ReshardPlanOptions::rank).
+  std::vector<ReshardMessage> messages;
+  // Of one such tensor, every rank's messages counted (max_sent/max_received unset), and
+  // the wire bytes each rank sends and receives: (rank, bytes), by rank.
+  ReshardStats stats;
+  std::vector<std::pair<int64_t, int64_t>> sent;
+  std::vector<std::pair<int64_t, int64_t>> received;
+};
+
+struct ReshardTensorPlan {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;
+  std::shared_ptr<const ReshardLayoutPlan> layout;  // never null in a plan
+
+  const std::vector<ReshardPiece>& source() const { return layout->source; }
+  const std::vector<ReshardPiece>& destination() const { return layout->destination; }
+  int64_t contributions() const { return layout->contributions; }
+  ReduceOp reduce_op() const { return layout->reduce_op; }
+  const std::vector<ReshardMessage>& messages() const { return layout->messages; }
+};
+
 // A plan: a value, kept and executed as often as the layouts stay the same.
 struct ReshardPlan {
   std::vector<ReshardTensorPlan> tensors;  // in descriptor order
-  // By (tensor, contribution, source rank, destination rank).
-  std::vector<ReshardMessage> messages;
+  int64_t rank = -1;                       // whose messages it keeps; -1: every rank's
   ReshardStats stats;
 };
 
 struct ReshardPlanOptions {
+  // Keep only the messages this global rank sends or receives (what its executor needs);
+  // -1: every rank's (the one-process simulator). The stats count every rank either way.
+  int64_t rank = -1;
   // The most cells of the common refinement one tensor may have, counting a cell once per
   // source piece and once per destination piece that covers it, plus the grid itself.
   int64_t max_cells = int64_t{1} << 22;

@@ -3,7 +3,7 @@
 // processes. Every rank derives the same plan and schedule from the same descriptors,
 // holds its source pieces (cut from a full tensor every rank can make from a seed) and
 // checks its destination pieces bit-exact against DistributeTensor's, with buckets small
-// enough that messages are cut and spread over many rounds. The ranks' sent bytes add up
+// enough that messages are cut and spread over many exchanges. The ranks' sent bytes add up
 // to the plan's wire bytes, which equal the optimum. CTest runs it under `mpiexec -n N`,
 // N = 1..4 and 8 (3 ranks: uneven pieces; 8: the trainer/engine halves of 4).
 #include <algorithm>
@@ -49,13 +49,33 @@ std::vector<int64_t> Ranks(int64_t from, int64_t to) {
 void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t bucket,
                     LocalLayout layout = LocalLayout::kContiguous) {
   const int64_t me = g_world->rank();
-  absl::StatusOr<internal::ReshardPlan> plan = internal::PlanReshard(tensors);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  // This rank's plan, checked against the plan of every rank: the same stats, the same
+  // schedule for this rank; the exchanges every rank makes are the busiest rank's.
+  internal::ReshardPlanOptions mine;
+  mine.rank = me;
+  absl::StatusOr<internal::ReshardPlan> plan = internal::PlanReshard(tensors, mine);
+  absl::StatusOr<internal::ReshardPlan> every = internal::PlanReshard(tensors);
+  ASSERT_TRUE(plan.ok() && every.ok()) << plan.status() << every.status();
   EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
+  EXPECT_EQ(plan->stats.wire_bytes, every->stats.wire_bytes);
+  EXPECT_EQ(plan->stats.max_sent_bytes, every->stats.max_sent_bytes);
+  EXPECT_EQ(plan->stats.max_received_bytes, every->stats.max_received_bytes);
+  EXPECT_EQ(plan->stats.messages, every->stats.messages);
   internal::ReshardExecuteOptions options;
   options.bucket_bytes = bucket;
-  absl::StatusOr<internal::ReshardSchedule> schedule = internal::ScheduleReshard(*plan, options);
+  absl::StatusOr<internal::ReshardSchedule> schedule =
+      internal::ScheduleReshard(*plan, me, options);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
+  int64_t exchanges = 0;
+  for (int64_t r = 0; r < g_world->size(); ++r) {
+    absl::StatusOr<internal::ReshardSchedule> theirs = internal::ScheduleReshard(*every, r, options);
+    ASSERT_TRUE(theirs.ok()) << theirs.status();
+    exchanges = std::max(exchanges, static_cast<int64_t>(theirs->exchanges()));
+    if (r == me) {
+      EXPECT_EQ(theirs->exchanges(), schedule->exchanges());
+      EXPECT_EQ(theirs->steps.size(), schedule->steps.size());
+    }
+  }
   std::vector<std::vector<Tensor>> sources(tensors.size()), destinations(tensors.size()),
       expected(tensors.size());
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -71,7 +91,7 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
   }
   internal::ReshardExecuteStats stats;
   const absl::Status s =
-      internal::ExecuteReshard(*plan, *schedule, *g_world, sources, destinations, &stats);
+      internal::ExecuteReshard(*plan, *schedule, exchanges, *g_world, sources, destinations, &stats);
   ASSERT_TRUE(s.ok()) << s;
   for (size_t t = 0; t < tensors.size(); ++t) {
     for (size_t i = 0; i < expected[t].size(); ++i) {
@@ -82,7 +102,7 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
           << tensors[t].name << " local " << i << " on rank " << me;
     }
   }
-  EXPECT_EQ(stats.rounds, static_cast<int64_t>(schedule->rounds()));
+  EXPECT_EQ(stats.rounds, exchanges);
   EXPECT_LE(stats.buffer_bytes, 2 * std::max<int64_t>(bucket, 4096));
   EXPECT_EQ(Sum(stats.sent_bytes), plan->stats.wire_bytes);
   EXPECT_EQ(Sum(stats.received_bytes), plan->stats.wire_bytes);

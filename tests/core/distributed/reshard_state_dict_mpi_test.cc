@@ -128,13 +128,14 @@ TEST(ReshardStateDictMpi, TrainerToEngineEveryStepThroughOnePlan) {
   const Sides s = WorldSides();
   ReshardOptions options;
   options.comm = g_world;
-  options.bucket_bytes = 256;  // many rounds
+  options.bucket_bytes = 256;  // many exchanges, when bytes cross the wire
   Map engine = EngineMeta(s);
   absl::StatusOr<ReshardPlan> plan = PlanReshard(Trainer(s, 0), engine, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->paths().size(), Weights().size() + 1);
   EXPECT_EQ(plan->stats().wire_bytes, plan->stats().optimum_bytes);
-  EXPECT_GT(plan->stats().rounds, 1);
+  // One rank copies to itself only: chunks to itself fill no bucket.
+  EXPECT_GT(plan->stats().rounds, g_world->size() > 1 ? 1 : 0);
   for (int step = 0; step < 3; ++step) {
     ReshardStats stats;
     ASSERT_TRUE(ExecuteReshard(*plan, Trainer(s, step), engine, &stats).ok());

@@ -89,13 +89,14 @@ TEST(ReshardErrorsTest, SubByteLayoutCutInsideAByteIsRefused) {
 
 // Sub-byte moves: every box of the plan begins and ends on whole bytes.
 void ExpectWholeByteBoxes(const ReshardPlan& plan) {
-  for (const internal::ReshardMessage& m : plan.messages) {
-    const internal::ReshardTensorPlan& t = plan.tensors[m.tensor];
-    for (const internal::ReshardMove& move : m.moves) {
-      IntVector size(move.begin.size());
-      for (size_t d = 0; d < size.size(); ++d) size[d] = move.end[d] - move.begin[d];
-      EXPECT_EQ(FirstSubByteCut(t.dtype, t.shape, BoxRuns(move.begin, size)), -1)
-          << t.name << " box at " << ShapeToString(move.begin);
+  for (const internal::ReshardTensorPlan& t : plan.tensors) {
+    for (const internal::ReshardMessage& m : t.messages()) {
+      for (const internal::ReshardMove& move : m.moves) {
+        IntVector size(move.begin.size());
+        for (size_t d = 0; d < size.size(); ++d) size[d] = move.end[d] - move.begin[d];
+        EXPECT_EQ(FirstSubByteCut(t.dtype, t.shape, BoxRuns(move.begin, size)), -1)
+            << t.name << " box at " << ShapeToString(move.begin);
+      }
     }
   }
 }

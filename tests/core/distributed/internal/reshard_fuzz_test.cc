@@ -167,7 +167,7 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
       wire += plan->stats.wire_bytes;
       messages += plan->stats.messages;
       nonempty += plan->stats.wire_bytes + plan->stats.self_bytes > 0 ? 1 : 0;
-      reduced += plan->tensors[0].contributions > 1 ? 1 : 0;
+      reduced += plan->tensors[0].contributions() > 1 ? 1 : 0;
     }
     if (!plan.ok()) {
       ++failures;

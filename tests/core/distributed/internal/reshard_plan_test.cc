@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -133,10 +135,11 @@ TEST(ReshardPlanTest, PartialSourcesAreReducedOnTheDestination) {
     absl::StatusOr<ReshardPlan> plan =
         ReshardAndCheck({tensor}, {FiniteBytes(tensor.shape, tensor.dtype, 3)});
     ASSERT_TRUE(plan.ok()) << c.placements << ": " << plan.status();
-    EXPECT_EQ(plan->tensors[0].contributions, c.contributions) << c.placements;
+    EXPECT_EQ(plan->tensors[0].contributions(), c.contributions) << c.placements;
     // Contribution 0 comes first for every tensor.
-    for (size_t i = 1; i < plan->messages.size(); ++i) {
-      EXPECT_LE(plan->messages[i - 1].contribution, plan->messages[i].contribution);
+    const std::vector<internal::ReshardMessage>& messages = plan->tensors[0].messages();
+    for (size_t i = 1; i < messages.size(); ++i) {
+      EXPECT_LE(messages[i - 1].contribution, messages[i].contribution);
     }
   }
 }
@@ -154,7 +157,7 @@ TEST(ReshardPlanTest, PartialSumOfRandomContributions) {
         Describe("grad", DType::kInt32, {8, 6}, MeshLayout(mesh_shape, {}, placements),
                  MeshLayout({3}, {0, 3, 9}, "[S(1)]"));
     const ReshardPlan plan = *internal::PlanReshard({tensor});
-    const int64_t contributions = plan.tensors[0].contributions;
+    const int64_t contributions = plan.tensors[0].contributions();
     const Tensor full = HashBytes(tensor.shape, DType::kInt32, 1);
     std::vector<Tensor> parts = {*full.Clone()};
     for (int64_t c = 1; c < contributions; ++c) {
@@ -169,7 +172,7 @@ TEST(ReshardPlanTest, PartialSumOfRandomContributions) {
       if (p.is_partial()) p = Placement::Replicate();
     }
     std::vector<RankLocals> sources(1), destinations;
-    for (const internal::ReshardPiece& piece : plan.tensors[0].source) {
+    for (const internal::ReshardPiece& piece : plan.tensors[0].source()) {
       const DTensor local =
           *DistributeTensor(parts[piece.contribution], tensor.source.mesh, replicated, piece.rank);
       sources[0][piece.rank].push_back(*Relayout(local.local(), LocalLayout::kTransposed));
@@ -192,7 +195,7 @@ TEST(ReshardPlanTest, PartialSumOfRandomContributions) {
 TEST(ReshardPlanTest, Case052EmptyShards) {
   const ReshardPlan there = Check(Describe(
       "w", DType::kFloat32, {2, 8}, MeshLayout({4}, {}, "[S(0)]"), MeshLayout({3}, {}, "[S(1)]")));
-  EXPECT_EQ(there.tensors[0].source[2].local_shape, (IntVector{0, 8}));
+  EXPECT_EQ(there.tensors[0].source()[2].local_shape, (IntVector{0, 8}));
   Check(Describe("w", DType::kFloat32, {2, 8}, MeshLayout({3}, {}, "[S(1)]"),
                  MeshLayout({4}, {}, "[S(0)]")));
   Check(Describe("w", DType::kFloat32, {2, 8}, MeshLayout({4}, {}, "[S(0)]"),
@@ -318,20 +321,69 @@ TEST(ReshardPlanTest, MessagesAreMerged) {
   const ReshardPlan gather = Check(Describe(
       "w", DType::kFloat32, {64, 8}, MeshLayout({8}, {}, "[S(0)]"), MeshLayout({1}, {0}, "[R]")));
   EXPECT_EQ(gather.stats.messages, 7);
-  for (const internal::ReshardMessage& m : gather.messages) EXPECT_EQ(m.moves.size(), 1u);
+  for (const internal::ReshardMessage& m : gather.tensors[0].messages()) {
+    EXPECT_EQ(m.moves.size(), 1u);
+  }
   // Same plan twice: a value every rank computes alike.
   const ReshardTensor t =
       Describe("w", DType::kFloat32, {13, 6}, MeshLayout({2, 2}, {}, "[_S(0, 2), S(0)]"),
                MeshLayout({3}, {}, "[R]"));
   const ReshardPlan a = *internal::PlanReshard({t}), b = *internal::PlanReshard({t});
-  ASSERT_EQ(a.messages.size(), b.messages.size());
-  for (size_t i = 0; i < a.messages.size(); ++i) {
-    ASSERT_EQ(a.messages[i].moves.size(), b.messages[i].moves.size());
-    for (size_t j = 0; j < a.messages[i].moves.size(); ++j) {
-      EXPECT_EQ(a.messages[i].moves[j].begin, b.messages[i].moves[j].begin);
-      EXPECT_EQ(a.messages[i].moves[j].source, b.messages[i].moves[j].source);
+  const std::vector<internal::ReshardMessage>&am = a.tensors[0].messages(), &bm = b.tensors[0].messages();
+  ASSERT_EQ(am.size(), bm.size());
+  for (size_t i = 0; i < am.size(); ++i) {
+    ASSERT_EQ(am[i].moves.size(), bm[i].moves.size());
+    for (size_t j = 0; j < am[i].moves.size(); ++j) {
+      EXPECT_EQ(am[i].moves[j].begin, bm[i].moves[j].begin);
+      EXPECT_EQ(am[i].moves[j].source, bm[i].moves[j].source);
     }
   }
+}
+
+// Tensors that repeat a layout share its ReshardLayoutPlan (planned once); the stats count
+// each tensor; the plan of one rank keeps its own messages only, with the same stats.
+TEST(ReshardPlanTest, RepeatedLayoutsArePlannedOnce) {
+  std::vector<ReshardTensor> tensors;
+  const char* tp[] = {"[R, S(0)]", "[R, S(1)]"};
+  for (int i = 0; i < 3000; ++i) {
+    // New mesh objects for every tensor: equal meshes count as one layout.
+    tensors.push_back(Describe(absl::StrCat("layers.", i / 3, ".w", i % 3), DType::kBFloat16,
+                               {256, 64 + 64 * (i % 3 == 2)}, MeshLayout({512}, {}, "[S(0)]"),
+                               MeshLayout({64, 8}, {}, tp[i % 2])));
+  }
+  const absl::StatusOr<ReshardPlan> every = internal::PlanReshard(tensors);
+  ASSERT_TRUE(every.ok()) << every.status();
+  std::set<const internal::ReshardLayoutPlan*> layouts;
+  for (const internal::ReshardTensorPlan& t : every->tensors) layouts.insert(t.layout.get());
+  EXPECT_EQ(layouts.size(), 4u);  // (shape, tp) pairs: i % 6 decides both
+  const absl::StatusOr<ReshardPlan> one = internal::PlanReshard({tensors[0]});
+  ASSERT_TRUE(one.ok());
+  int64_t optimum = 0;
+  for (int k = 0; k < 6; ++k) {
+    optimum += internal::PlanReshard({tensors[k]})->stats.optimum_bytes * 500;
+  }
+  EXPECT_EQ(every->stats.optimum_bytes, optimum);
+  EXPECT_EQ(every->stats.wire_bytes, every->stats.optimum_bytes);
+  internal::ReshardPlanOptions options;
+  options.rank = 77;
+  const absl::StatusOr<ReshardPlan> mine = internal::PlanReshard(tensors, options);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->rank, 77);
+  EXPECT_EQ(mine->stats.wire_bytes, every->stats.wire_bytes);
+  EXPECT_EQ(mine->stats.max_sent_bytes, every->stats.max_sent_bytes);
+  EXPECT_EQ(mine->stats.max_received_bytes, every->stats.max_received_bytes);
+  size_t kept = 0, share = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    for (const internal::ReshardMessage& m : mine->tensors[t].messages()) {
+      EXPECT_TRUE(m.source_rank == 77 || m.destination_rank == 77);
+      ++kept;
+    }
+    for (const internal::ReshardMessage& m : every->tensors[t].messages()) {
+      share += (m.source_rank == 77 || m.destination_rank == 77) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(kept, share);
+  EXPECT_GT(kept, 0u);
 }
 
 }  // namespace

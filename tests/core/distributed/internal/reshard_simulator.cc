@@ -80,25 +80,28 @@ absl::Status SimulateReshard(const ReshardPlan& plan, const std::vector<RankLoca
   destinations.resize(plan.tensors.size());
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     RankLocals given;
-    for (const ReshardPiece& piece : plan.tensors[t].destination) {
+    for (const ReshardPiece& piece : plan.tensors[t].destination()) {
       if (destinations[t].count(piece.rank) > 0) continue;
       SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(piece.local_shape, plan.tensors[t].dtype));
       given[piece.rank].push_back(std::move(local));
     }
     for (auto& [rank, locals] : given) destinations[t][rank] = std::move(locals);
   }
-  for (const ReshardMessage& message : plan.messages) {
-    const auto from = sources[message.tensor].find(message.source_rank);
-    if (from == sources[message.tensor].end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SimulateReshard: rank ", message.source_rank, " has no locals"));
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    for (const ReshardMessage& message : plan.tensors[t].messages()) {
+      const auto from = sources[t].find(message.source_rank);
+      if (from == sources[t].end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("SimulateReshard: rank ", message.source_rank, " has no locals"));
+      }
+      SDRT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> buffer, Storage::AllocateCpu(message.bytes));
+      SDRT_RETURN_IF_ERROR(
+          internal::PackMessage(plan.tensors[t], message, from->second, buffer, 0));
+      // "Sent": the destination rank now owns the buffer.
+      const std::shared_ptr<Storage> received = std::move(buffer);
+      SDRT_RETURN_IF_ERROR(internal::UnpackMessage(plan.tensors[t], message, received, 0,
+                                                   destinations[t][message.destination_rank]));
     }
-    SDRT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> buffer, Storage::AllocateCpu(message.bytes));
-    SDRT_RETURN_IF_ERROR(internal::PackMessage(plan, message, from->second, buffer, 0));
-    // "Sent": the destination rank now owns the buffer.
-    const std::shared_ptr<Storage> received = std::move(buffer);
-    SDRT_RETURN_IF_ERROR(internal::UnpackMessage(
-        plan, message, received, 0, destinations[message.tensor][message.destination_rank]));
   }
   return absl::OkStatus();
 }
@@ -121,7 +124,7 @@ bool Holds(const ReshardPiece& piece, IntSpan index) {
 int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
   int64_t missing = 0;
   const size_t ndim = tensor.shape.size();
-  for (const ReshardPiece& dst : tensor.destination) {
+  for (const ReshardPiece& dst : tensor.destination()) {
     std::vector<std::vector<int64_t>> owned(ndim);
     bool empty = false;
     for (size_t d = 0; d < ndim; ++d) {
@@ -136,9 +139,9 @@ int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
     while (true) {
       for (size_t d = 0; d < ndim; ++d) index[d] = owned[d][pick[d]];
       // Each Partial contribution not held on the destination's rank travels.
-      for (int64_t c = 0; c < tensor.contributions; ++c) {
+      for (int64_t c = 0; c < tensor.contributions(); ++c) {
         bool local = false;
-        for (const ReshardPiece& src : tensor.source) {
+        for (const ReshardPiece& src : tensor.source()) {
           local = local || (src.contribution == c && src.rank == dst.rank && Holds(src, index));
         }
         missing += local ? 0 : 1;
@@ -153,6 +156,49 @@ int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
   }
   return missing * ElementBits(tensor.dtype) / 8;
 }
+
+namespace {
+
+// The plan of one rank keeps exactly the messages of the plan of every rank that it sends
+// or receives, with the same stats; checked for the first rank of each side of tensor 0.
+absl::Status CheckRankPlans(const std::vector<ReshardTensor>& tensors, const ReshardPlan& every) {
+  if (every.tensors.empty()) return absl::OkStatus();
+  std::vector<int64_t> ranks;
+  for (const auto* side : {&every.tensors[0].source(), &every.tensors[0].destination()}) {
+    if (!side->empty()) ranks.push_back(side->front().rank);
+  }
+  for (int64_t rank : ranks) {
+    internal::ReshardPlanOptions options;
+    options.rank = rank;
+    SDRT_ASSIGN_OR_RETURN(const ReshardPlan mine, internal::PlanReshard(tensors, options));
+    const internal::ReshardStats &a = mine.stats, &b = every.stats;
+    if (a.wire_bytes != b.wire_bytes || a.self_bytes != b.self_bytes ||
+        a.max_sent_bytes != b.max_sent_bytes || a.max_received_bytes != b.max_received_bytes ||
+        a.messages != b.messages || mine.rank != rank) {
+      return absl::InternalError(absl::StrCat("the plan of rank ", rank, " has other stats"));
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      std::vector<const ReshardMessage*> want;
+      for (const ReshardMessage& m : every.tensors[t].messages()) {
+        if (m.source_rank == rank || m.destination_rank == rank) want.push_back(&m);
+      }
+      const std::vector<ReshardMessage>& got = mine.tensors[t].messages();
+      bool same = got.size() == want.size();
+      for (size_t i = 0; same && i < got.size(); ++i) {
+        same = got[i].source_rank == want[i]->source_rank &&
+               got[i].destination_rank == want[i]->destination_rank &&
+               got[i].bytes == want[i]->bytes && got[i].moves.size() == want[i]->moves.size();
+      }
+      if (!same) {
+        return absl::InternalError(absl::StrCat("tensor '", tensors[t].name, "': the plan of rank ",
+                                                rank, " keeps other messages than its share"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& tensors,
                                             const std::vector<Tensor>& fulls, LocalLayout layout) {
@@ -174,7 +220,7 @@ absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& te
     for (const auto& [rank, list] : expected) {
       for (size_t i = 0; i < list.size(); ++i) {
         SDRT_ASSIGN_OR_RETURN(const Tensor got, destinations[t][rank][i].Contiguous());
-        needed += list[i].nbytes() * plan.tensors[t].contributions;
+        needed += list[i].nbytes() * plan.tensors[t].contributions();
         if (got.shape() != list[i].shape() ||
             (list[i].nbytes() > 0 &&  // an empty tensor may have no data pointer
              std::memcmp(got.data_ptr(), list[i].data_ptr(), list[i].nbytes()) != 0)) {
@@ -187,6 +233,7 @@ absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& te
     brute += BruteForceOptimumBytes(plan.tensors[t]);
   }
   const internal::ReshardStats& s = plan.stats;
+  SDRT_RETURN_IF_ERROR(CheckRankPlans(tensors, plan));
   if (s.wire_bytes + s.self_bytes != needed || s.wire_bytes != s.optimum_bytes ||
       s.optimum_bytes != brute) {
     return absl::InternalError(absl::StrCat("bytes: wire ", s.wire_bytes, " + self ", s.self_bytes,

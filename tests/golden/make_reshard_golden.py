@@ -15,9 +15,10 @@ placements), builds the source DTensor on every rank and calls
 `source.redistribute(mesh, dst_placements)`. A Shard / Replicate / _StridedShard source is
 `distribute_tensor(full, mesh, placements, src_data_rank=None)` of a full tensor whose values
 are a function of the global index (make_distributed_golden.values). A source with Partial
-placements is `DTensor.from_local` of per-rank locals: each rank has its own contribution
-(small integers, distinct per rank, exactly representable in the dtype, so that the order of
-the reduction cannot change a bit) split by the source's non-Partial placements. Every
+placements is `DTensor.from_local` of per-rank locals: each coordinate of the Partial mesh
+dims has its own contribution (small integers, exactly representable in the dtype, so that
+the order of the reduction cannot change a bit), which the ranks of that coordinate split by
+the source's non-Partial placements. Every
 rank's source and result DTensor are recorded in the shared golden encoding
 (golden_encode.py, tests/support/golden_codec.h), and each result is checked against what
 the semantics say (the destination piece of the full, reduced tensor) before it is written;

@@ -7,8 +7,10 @@
 // Exchange between ranks 0 and 1 with the others idle); `--plan-only TENSORS RANKS` times the
 // planner alone in one process (below). Rows:
 //   fsdp8_tp4x2      fsdp over 8 ranks -> tp over 4 ranks, 2 replicas (mesh 2x4, [R, tp])
-//   trainer4_engine4 fsdp on ranks 0-3 -> tp on ranks 4-7 (the funnel does not apply:
-//                    BroadcastStateDict wants every rank's layout on one mesh)
+//   trainer4_engine4 fsdp on ranks 0-3 -> tp on ranks 4-7 (the funnel: gather over ranks
+//                    0-3 to rank 0, rank 0 sends the full tensors to rank 4, which
+//                    broadcasts over ranks 4-7: BroadcastStateDict wants every rank of its
+//                    communicator to hold the destination layout)
 // A time is the slowest rank's, the median of K repetitions (after one warm-up), each into
 // fresh meta destinations (both ways allocate their results). Every rank checks its
 // destination pieces against DistributeTensor of the full tensors (#wrong).
@@ -67,7 +69,11 @@ struct Side {
 struct Row {
   std::string name;
   Side source, destination;
-  bool funnel = false;
+  // The funnel: GatherStateDict to rank 0, then BroadcastStateDict. kOneWorld: both over
+  // the world (the layouts share its ranks). kRelay: the sides are disjoint, so the gather
+  // runs over the source ranks, rank 0 sends each full tensor to the first destination
+  // rank (one Exchange), which broadcasts over the destination ranks.
+  enum class Funnel { kOneWorld, kRelay } funnel = Funnel::kOneWorld;
 };
 
 Map SourceDict(const Side& side, const std::vector<Tensor>& full,
@@ -133,6 +139,87 @@ sdrt::bench::Spread Time(int repeat, const std::function<void()>& prepare,
 }
 
 }  // namespace
+
+sdrt::GatherOptions GatherToRankZero(sdrt::Communicator& comm, int64_t bucket_mib) {
+  sdrt::GatherOptions g;
+  g.comm = &comm;
+  g.ranks_only = {0};
+  g.cpu_offload = true;
+  g.bucket_bytes = bucket_mib << 20;
+  return g;
+}
+
+// The funnel over the world: gather to rank 0, broadcast into the destination's metas.
+double FunnelOneWorld(const Row& row, sdrt::Communicator& world, const Map& source,
+                      const sdrt::CheckpointSource& file, int repeat, int64_t bucket_mib) {
+  Map gathered, funneled;
+  return Time(
+             repeat, [&] { funneled = MetaDict(row.destination, file, world.rank()); },
+             [&] {
+               gathered = Check(sdrt::GatherStateDict(source, GatherToRankZero(world, bucket_mib)),
+                                "gather");
+               sdrt::BroadcastOptions b;
+               b.comm = &world;
+               b.bucket_bytes = bucket_mib << 20;
+               Check(sdrt::BroadcastStateDict(gathered, funneled, b).status(), "broadcast");
+             })
+      .median;
+}
+
+// The funnel between disjoint sides: gather over the source ranks to rank 0, one Exchange
+// of every full tensor from rank 0 to the first destination rank (into fresh tensors),
+// broadcast over the destination ranks into their metas.
+double FunnelRelay(const Row& row, sdrt::Communicator& world, const Map& source,
+                   const std::vector<Tensor>& full, const sdrt::CheckpointSource& file, int repeat,
+                   int64_t bucket_mib) {
+  const int me = world.rank();
+  const int relay = static_cast<int>(row.destination.mesh->ranks().front());
+  const bool is_source = row.source.mesh->Coordinate(me).has_value();
+  const bool is_destination = row.destination.mesh->Coordinate(me).has_value();
+  const auto sources = Check(world.Split(is_source ? 0 : -1, me), "split sources");
+  const auto destinations = Check(world.Split(is_destination ? 0 : -1, me), "split destinations");
+  const auto hop = Check(world.Split(me == 0 || me == relay ? 0 : -1, me), "split hop");
+  // The destination side as its own communicator numbers it.
+  Side local = row.destination;
+  local.mesh = MeshOf(row.destination.mesh->shape(), {});
+  Map gathered, received, funneled;
+  return Time(
+             repeat,
+             [&] {
+               funneled = is_destination ? MetaDict(local, file, destinations->rank()) : Map();
+             },
+             [&] {
+               if (is_source) {
+                 gathered = Check(
+                     sdrt::GatherStateDict(source, GatherToRankZero(*sources, bucket_mib)),
+                     "gather");
+               }
+               if (hop != nullptr) {
+                 std::vector<sdrt::Communicator::SendMessage> sends;
+                 std::vector<sdrt::Communicator::ReceiveMessage> receives;
+                 received = Map();
+                 for (size_t i = 0; i < full.size(); ++i) {
+                   const std::string& name = file.tensors()[i].name;
+                   if (me == 0) {
+                     const Tensor& t = gathered.Find(name)->as_tensor();
+                     sends.push_back({1, t.data_ptr(), t.nbytes()});
+                   } else {
+                     Tensor t = Check(Tensor::Empty(full[i].shape(), full[i].dtype()), "empty");
+                     receives.push_back({0, t.data_ptr(), t.nbytes()});
+                     received.Set(name, Value(std::move(t)));
+                   }
+                 }
+                 Check(hop->Exchange(sends, receives), "hop");
+               }
+               if (is_destination) {
+                 sdrt::BroadcastOptions b;
+                 b.comm = destinations.get();
+                 b.bucket_bytes = bucket_mib << 20;
+                 Check(sdrt::BroadcastStateDict(received, funneled, b).status(), "broadcast");
+               }
+             })
+      .median;
+}
 
 // `reshard_bench --plan-only TENSORS RANKS [distinct]` (one process, no MPI): the time
 // for rank 0 to plan fsdp(RANKS) -> tp(8) x RANKS/8 for TENSORS Llama-shaped descriptors
@@ -221,12 +308,12 @@ int main(int argc, char** argv) {
   const Mesh tp_shape = MeshOf({4}, {});
   std::vector<Row> rows(2);
   rows[0].name = "fsdp8_tp4x2";
-  rows[0].funnel = true;
   rows[0].source.mesh = MeshOf({8}, {});
   rows[0].destination.mesh = MeshOf({2, 4}, {});
   rows[1].name = "trainer4_engine4";
   rows[1].source.mesh = MeshOf({4}, Ranks(0, 4));
   rows[1].destination.mesh = MeshOf({4}, Ranks(4, 8));
+  rows[1].funnel = Row::Funnel::kRelay;
   for (const auto& t : file.tensors()) {
     const std::vector<Placement> p8 =
         Check(fsdp.PlacementsFor(t.name, t.shape, *rows[0].source.mesh), "fsdp");
@@ -278,25 +365,9 @@ int main(int argc, char** argv) {
         [&] { Check(sdrt::ExecuteReshard(plan, source, destination, &stats), "reshard"); });
     const int64_t wrong =
         sdrt::bench::Reduce(Wrong(destination, row.destination, full, file, me), MPI_SUM);
-    double funnel = 0;
-    if (row.funnel) {
-      Map gathered, funneled;
-      funnel = Time(
-                   repeat, [&] { funneled = MetaDict(row.destination, file, me); },
-                   [&] {
-                     sdrt::GatherOptions g;
-                     g.comm = world.get();
-                     g.ranks_only = {0};
-                     g.cpu_offload = true;
-                     g.bucket_bytes = bucket_mib << 20;
-                     gathered = Check(sdrt::GatherStateDict(source, g), "gather");
-                     sdrt::BroadcastOptions b;
-                     b.comm = world.get();
-                     b.bucket_bytes = bucket_mib << 20;
-                     Check(sdrt::BroadcastStateDict(gathered, funneled, b).status(), "broadcast");
-                   })
-                   .median;
-    }
+    const double funnel = row.funnel == Row::Funnel::kOneWorld
+                              ? FunnelOneWorld(row, *world, source, file, repeat, bucket_mib)
+                              : FunnelRelay(row, *world, source, full, file, repeat, bucket_mib);
     const int64_t busiest = std::max(stats.max_sent_bytes, stats.max_received_bytes);
     const double floor = busiest / p2p_bw;
     const int64_t buffer = sdrt::bench::Reduce(stats.buffer_bytes, MPI_MAX);
@@ -304,8 +375,8 @@ int main(int argc, char** argv) {
       std::printf("%-17s %9.1f %9.1f [%.0f..%.0f] %10s %10.1f %8s %9.2f %9.3f %6lld %7.1f %6lld\n",
                   row.name.c_str(), plan_seconds * 1e3, reshard.median * 1e3, reshard.min * 1e3,
                   reshard.max * 1e3,
-                  row.funnel ? absl::StrFormat("%.1f", funnel * 1e3).c_str() : "n/a", floor * 1e3,
-                  row.funnel ? absl::StrFormat("%.2f", reshard.median / funnel).c_str() : "n/a",
+                  absl::StrFormat("%.1f", funnel * 1e3).c_str(), floor * 1e3,
+                  absl::StrFormat("%.2f", reshard.median / funnel).c_str(),
                   reshard.median / floor,
                   static_cast<double>(stats.wire_bytes) / std::max<int64_t>(1, stats.optimum_bytes),
                   static_cast<long long>(stats.rounds), buffer / 1048576.0,
@@ -315,7 +386,7 @@ int main(int argc, char** argv) {
                          {"reshard_seconds", reshard.median},
                          {"reshard_min", reshard.min},
                          {"reshard_max", reshard.max},
-                         {"funnel_seconds", row.funnel ? nlohmann::json(funnel) : nullptr},
+                         {"funnel_seconds", funnel},
                          {"floor_seconds", floor},
                          {"p2p_bytes_per_second", p2p_bw},
                          {"wire_bytes", stats.wire_bytes},

@@ -151,6 +151,7 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp
   }
   Cover cover;
   std::vector<int> group;
+  std::map<int64_t, int64_t> sent;  // wire bytes each source rank sends so far
   for (size_t p = 0; p < tp.destination.size(); ++p) {
     const ReshardPiece& dst = tp.destination[p];
     const int64_t n = CoverOf(grid, dst, budget, cover);
@@ -200,7 +201,7 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp
         }
         const absl::Status split =
             SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, holders_c,
-                              static_cast<int>(p), begin, end, cell + static_cast<int64_t>(p), moves);
+                              static_cast<int>(p), begin, end, sent, moves);
         if (!split.ok()) return Invalid(tensor, split.message());
       }
       return absl::OkStatus();

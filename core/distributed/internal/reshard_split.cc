@@ -44,7 +44,8 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end) {
 
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<ReshardPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, int64_t rotation, std::vector<ReshardMove>& moves) {
+                               IntSpan end, std::map<int64_t, int64_t>& sent,
+                               std::vector<ReshardMove>& moves) {
   const int64_t k = static_cast<int64_t>(held.size());
   std::vector<std::pair<IntVector, IntVector>> slabs;
   if (k > 1) {
@@ -68,11 +69,19 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<Res
   if (slabs.empty()) {
     slabs.emplace_back(IntVector(begin.begin(), begin.end()), IntVector(end.begin(), end.end()));
   }
+  std::vector<int> order(held.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return sent[sources[held[a]].rank] < sent[sources[held[b]].rank];
+  });
   for (size_t i = 0; i < slabs.size(); ++i) {
-    const int source = held[static_cast<size_t>((static_cast<int64_t>(i) + rotation) % k)];
+    const int source = held[order[i]];
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
     moves.push_back(
         {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
+    if (__builtin_add_overflow(sent[sources[source].rank], bytes, &sent[sources[source].rank])) {
+      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
+    }
   }
   return absl::OkStatus();
 }

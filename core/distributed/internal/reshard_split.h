@@ -4,6 +4,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_SPLIT_H_
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,11 +21,13 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end);
 // none on the destination's rank, at least one). One holder sends the whole cell. Several
 // holders: the cell is cut into min(holders, length) slabs along its longest dim (the
 // first longest; for a sub-byte dtype the longest dim whose slabs begin and end on whole
-// bytes, else not cut), slab sizes differing by at most one index, largest first, and
-// slab i goes to holder (i + rotation) mod holders.
+// bytes, else not cut), slab sizes differing by at most one index, and the slabs, largest
+// first, go to the holders in increasing order of what their ranks have sent so far (ties:
+// holder order). `sent` (wire bytes per source rank) is updated.
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<ReshardPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, int64_t rotation, std::vector<ReshardMove>& moves);
+                               IntSpan end, std::map<int64_t, int64_t>& sent,
+                               std::vector<ReshardMove>& moves);
 
 // Merges moves with the same (source, destination) that are adjacent along one dim and
 // equal on every other, dim by dim from the last to the first. Bytes add up. The order of

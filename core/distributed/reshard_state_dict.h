@@ -81,10 +81,12 @@ class ReshardPlan {
 // builds the same plan or gets the same error: InvalidArgument naming the leaf when ranks
 // describe one side of it differently, source and destination differ in dtype or shape,
 // no rank holds a source of a destination leaf, or a layout is invalid (the planner's
-// errors, reshard_plan.h); Unimplemented for a Partial(avg) source or Partial dims of
-// different ops (sum, product, min and max are reduced on the receiving rank, every
-// contribution's bytes counted as wire bytes); FailedPrecondition without
-// options.comm; the communicator's errors.
+// errors, reshard_plan.h; among them a Partial(avg) source of a non-floating dtype, which
+// PyTorch refuses too); Unimplemented for Partial dims of different ops (sum, product,
+// min, max and avg are reduced on the receiving rank, every contribution's bytes counted
+// as wire bytes; avg is the sum divided by the number of contributions, in the dtype, with
+// the last contribution); FailedPrecondition without options.comm; the communicator's
+// errors.
 absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
                                         const ReshardOptions& options);
 

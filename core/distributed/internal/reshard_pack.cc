@@ -56,6 +56,10 @@ absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
       SDRT_ASSIGN_OR_RETURN(const Tensor acc, Tensor::Empty(shape, tp.dtype));
       SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/false));
       SDRT_RETURN_IF_ERROR(ReduceInto(acc, box, tp.reduce_op()));
+      if (tp.reduce_op() == ReduceOp::kAvg && message.contribution == tp.contributions() - 1) {
+        // The last contribution of these elements: the sum becomes the mean.
+        SDRT_RETURN_IF_ERROR(DivideBy(acc, tp.contributions()));
+      }
       SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/true));
     } else {
       SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, to_local, non_blocking, stream));

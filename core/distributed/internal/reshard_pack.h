@@ -38,8 +38,10 @@ absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
 // ReshardPiece::local, in place (any strides without overlapping elements). A message of
 // Partial contribution > 0 is reduced into the locals instead (ReduceInto with the plan's
 // op, blocking, through a CPU temporary of each box; Unimplemented for a buffer off the
-// CPU), so it must come after the contribution-0 messages of its tensor. Same rules and
-// errors otherwise.
+// CPU), so it must come after the contribution-0 messages of its tensor; for avg the
+// message of the last contribution (contributions() - 1) also divides the sum by
+// contributions() (DivideBy), so it must come after every other contribution's messages
+// of its tensor to that rank (the plan's order). Same rules and errors otherwise.
 absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                            const std::shared_ptr<Storage>& buffer, int64_t offset,
                            absl::Span<const Tensor> locals, bool non_blocking = false,

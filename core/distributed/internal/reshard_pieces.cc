@@ -56,16 +56,13 @@ absl::StatusOr<std::vector<ReshardPiece>> MeshPieces(const ReshardTensor& tensor
                        kMaxStridedIndices, " indices in all are supported"));
     }
   }
-  if (!partial_dims.empty() && plan.reduce_op == ReduceOp::kAvg) {
-    return absl::UnimplementedError(absl::StrCat(
-        Where(tensor, source), ": Partial(avg) ", PlacementsToString(layout.placements),
-        " is not resharded (it needs a division after the last contribution)"));
-  }
   if (!partial_dims.empty() && !CanReduce(tensor.dtype, plan.reduce_op)) {
-    return Invalid(
-        tensor, source,
-        absl::StrCat("Partial contributions of ", DTypeName(tensor.dtype), " cannot be reduced (",
-                     PlacementsToString(layout.placements), ")"));
+    return Invalid(tensor, source,
+                   absl::StrCat("Partial contributions of ", DTypeName(tensor.dtype),
+                                " cannot be reduced (", PlacementsToString(layout.placements),
+                                plan.reduce_op == ReduceOp::kAvg
+                                    ? "; avg divides, for floating dtypes only, as PyTorch's)"
+                                    : ")"));
   }
   std::vector<ReshardPiece> pieces;
   pieces.reserve(mesh.ranks().size());

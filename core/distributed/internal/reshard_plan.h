@@ -20,7 +20,9 @@
 // A Partial source holds C contributions (C = the product of its Partial mesh dims' sizes;
 // a piece's contribution is its coordinate on those dims, row-major): every destination
 // piece takes each cell once per contribution, each contribution by the rule above among
-// the pieces that hold it, and reduces them (reshard_reduce.h).
+// the pieces that hold it, and reduces them (reshard_reduce.h); Partial(avg) sums them
+// and divides by C with the last contribution (PyTorch divides once per Partial mesh dim:
+// the same bits when each mean is exact, as for sums of small integers).
 // Moves with the same (source piece, destination piece) are then merged along every dim
 // where they are adjacent and agree elsewhere, so messages stay large. The work is
 // proportional to the cells the pieces cover (no all-pairs scan of ranks), and it is done
@@ -108,7 +110,8 @@ struct ReshardMove {
 // the order they are packed (each box row-major over its global indices, the boxes back to
 // back, every box a whole number of bytes), `bytes` in all. Contribution 0 is copied into
 // the destination; a message of a later contribution is reduced into it, so it must be
-// unpacked after every contribution-0 message of its tensor to that rank (the plan's order).
+// unpacked after every contribution-0 message of its tensor to that rank (for avg: after
+// every earlier contribution's, the last one divides; the plan's order).
 struct ReshardMessage {
   int64_t source_rank = 0;
   int64_t destination_rank = 0;
@@ -186,7 +189,8 @@ struct ReshardPlanOptions {
 // _StridedShard dim whose size times the mesh's ranks exceeds kMaxStridedIndices, a sub-byte layout
 // cut inside a byte (byte_cuts.h), more than max_cells cells, and elements a destination piece
 // needs that no source piece holds, and a Partial source of a dtype ReduceInto cannot
-// combine; Unimplemented for Partial(avg) and for Partial mesh dims with different ops.
+// combine (Partial(avg) of a non-floating dtype); Unimplemented for Partial mesh dims with
+// different ops.
 absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensors,
                                         const ReshardPlanOptions& options = {});
 

@@ -21,7 +21,7 @@ T Combine(T a, T b, ReduceOp op) {
     if (op == ReduceOp::kSum) return static_cast<T>(x + y);
     if (op == ReduceOp::kProduct) return static_cast<T>(x * y);
   } else {
-    if (op == ReduceOp::kSum) return a + b;
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return a + b;
     if (op == ReduceOp::kProduct) return a * b;
   }
   return op == ReduceOp::kMin ? std::min(a, b) : std::max(a, b);
@@ -48,10 +48,29 @@ void CombineBools(void* acc, const void* in, int64_t n, ReduceOp op) {
   for (int64_t i = 0; i < n; ++i) a[i] = any ? (a[i] | b[i]) : (a[i] & b[i]);
 }
 
+template <typename T>
+void DivideAll(void* acc, int64_t n, int64_t divisor) {
+  T* a = static_cast<T*>(acc);
+  const T d = static_cast<T>(divisor);
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] / d;
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void DivideHalves(void* acc, int64_t n, int64_t divisor) {
+  uint16_t* a = static_cast<uint16_t*>(acc);
+  const float d = static_cast<float>(divisor);
+  for (int64_t i = 0; i < n; ++i) a[i] = FromFloat(ToFloat(a[i]) / d);
+}
+
+bool IsFloating(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 || dtype == DType::kFloat32 ||
+         dtype == DType::kFloat64;
+}
+
 }  // namespace
 
 bool CanReduce(DType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAvg) return false;
+  if (op == ReduceOp::kAvg) return IsFloating(dtype);
   switch (dtype) {
     case DType::kBool:
     case DType::kUInt8:
@@ -109,6 +128,30 @@ absl::Status ReduceInto(const Tensor& acc, const Tensor& in, ReduceOp op) {
       break;
     default:
       CombineAll<double>(a, b, n, op);
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DivideBy(const Tensor& acc, int64_t divisor) {
+  if (!IsFloating(acc.dtype()) || divisor < 1 || !acc.is_contiguous() || !acc.device().is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot divide ", acc.ToString(), " by ", divisor));
+  }
+  void* a = acc.data_ptr();
+  const int64_t n = acc.numel();
+  switch (acc.dtype()) {
+    case DType::kFloat16:
+      DivideHalves<Float16ToFloat, FloatToFloat16>(a, n, divisor);
+      break;
+    case DType::kBFloat16:
+      DivideHalves<BFloat16ToFloat, FloatToBFloat16>(a, n, divisor);
+      break;
+    case DType::kFloat32:
+      DivideAll<float>(a, n, divisor);
+      break;
+    default:
+      DivideAll<double>(a, n, divisor);
       break;
   }
   return absl::OkStatus();

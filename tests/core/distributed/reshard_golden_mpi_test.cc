@@ -5,13 +5,14 @@
 // sdrt for the case's destination placements over the MPI world communicator and compares
 // its destination local, byte for byte, with the local PyTorch's redistribute gave that rank.
 // Cases: Shard <-> Shard / Replicate with uneven and empty pieces, 2x2 meshes, a 3-d tensor,
-// Partial(sum / max / min / product) sources (all-reduce and reduce-scatter), _StridedShard
-// sources and destinations; bfloat16, float16, float32, float64, int32, int64.
+// Partial(sum / max / min / product / avg) sources (all-reduce and reduce-scatter; avg on
+// one and on two Partial mesh dims), _StridedShard sources and destinations; bfloat16,
+// float16, float32, float64, int32, int64.
 //
-// Cases PyTorch does and sdrt refuses, as documented (PlanReshard): a Partial(avg) source
-// (Unimplemented) and a Partial destination (InvalidArgument); those expect the error, on
-// every rank. Cases PyTorch itself refuses are listed under "refused" in the file and not
-// run here. Rank 0 prints GoogleTest's usual output; other ranks print only their failures.
+// A case PyTorch does and sdrt refuses, as documented (PlanReshard): a Partial destination
+// (InvalidArgument); it expects the error, on every rank. Cases PyTorch itself refuses are
+// listed under "refused" in the file and not run here. Rank 0 prints GoogleTest's usual
+// output; other ranks print only their failures.
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -45,7 +46,6 @@ constexpr int kWorld = 4;
 // The cases sdrt refuses, with the error code every rank must get.
 const std::map<std::string, absl::StatusCode>& RefusedBySdrt() {
   static const auto* refused = new std::map<std::string, absl::StatusCode>{
-      {"partial_avg_to_r", absl::StatusCode::kUnimplemented},     // Partial(avg) source
       {"s0_to_partial_sum", absl::StatusCode::kInvalidArgument},  // Partial destination
   };
   return *refused;
@@ -162,6 +162,14 @@ class ReshardGolden : public ::testing::Test {
 
 TEST_F(ReshardGolden, TheFileHoldsTheCases) {
   EXPECT_GE(golden_.cases.size(), 20u) << "torch " << golden_.torch_version;
+  // The Partial(avg) cases, checked like the others.
+  for (const char* name :
+       {"partial_avg_to_r", "partial_avg_bf16_to_s1", "partial_avg_f16_to_s0_uneven",
+        "mesh2d_pavg_s0_to_s1r", "mesh2d_pavg_pavg_to_rs0"}) {
+    bool found = false;
+    for (const Case& c : golden_.cases) found = found || c.name == name;
+    EXPECT_TRUE(found) << name << " is not among the golden cases";
+  }
   for (const auto& [name, code] : RefusedBySdrt()) {
     bool found = false;
     for (const Case& c : golden_.cases) found = found || c.name == name;

@@ -46,6 +46,9 @@ const std::vector<Weight>& Weights() {
       {"embed", DType::kFloat16, {50, 6}, "[_S(0, 2)]", "[S(0)]"},
       // A Partial(sum) source (a gradient-like value): reduced on the receiving ranks.
       {"layers.0.partial_bias", DType::kFloat32, {11}, "[P(sum)]", "[S(0)]"},
+      // Partial(avg): every trainer rank holds the value (DistributeTensor), the mean of
+      // which is the value again; divided once the last contribution is in.
+      {"layers.0.avg_grad", DType::kBFloat16, {13}, "[P(avg)]", "[S(0)]"},
   };
   return *weights;
 }
@@ -58,6 +61,8 @@ std::shared_ptr<const DeviceMesh> MeshOver(int64_t from, int64_t to) {
 }
 
 Tensor FullOf(const Weight& w, int step) {
+  // Small integers for avg: the sum of up to 4 copies stays exact in bfloat16.
+  if (w.trainer_placements == "[P(avg)]") return Arange(w.shape, w.dtype, 5 * step - 30);
   return HashBytes(w.shape, w.dtype, 100 * step + std::hash<std::string>()(w.path) % 97);
 }
 

@@ -24,10 +24,18 @@ absl::Status PlanError(const ReshardTensor& tensor, internal::ReshardPlanOptions
 
 TEST(ReshardErrorsTest, PartialThatCannotBeReducedIsRefused) {
   const internal::ReshardLayout s0 = MeshLayout({2}, {}, "[S(0)]");
+  // avg of an integer: PyTorch refuses it (its avg divides in place), so does the planner.
   const absl::Status avg =
-      PlanError(Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[P(avg)]"), s0));
-  EXPECT_EQ(avg.code(), absl::StatusCode::kUnimplemented) << avg;
+      PlanError(Describe("grad", DType::kInt32, {4, 4}, MeshLayout({2}, {}, "[P(avg)]"), s0));
+  EXPECT_EQ(avg.code(), absl::StatusCode::kInvalidArgument) << avg;
   EXPECT_THAT(avg.message(), HasSubstr("'grad'"));
+  EXPECT_THAT(avg.message(), HasSubstr("floating dtypes only"));
+  EXPECT_EQ(
+      PlanError(Describe("grad", DType::kBool, {4, 4}, MeshLayout({2}, {}, "[P(avg)]"), s0)).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(internal::PlanReshard(
+                  {Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2}, {}, "[P(avg)]"), s0)})
+                  .ok());
   const absl::Status mixed = PlanError(
       Describe("grad", DType::kFloat32, {4, 4}, MeshLayout({2, 2}, {}, "[P(sum), P(max)]"), s0));
   EXPECT_EQ(mixed.code(), absl::StatusCode::kUnimplemented) << mixed;

@@ -1,10 +1,10 @@
 // Seeded fuzz of PlanReshard and its packing (issue 14's proof): random shapes (rank 0-4,
 // uneven and empty pieces), dtypes (sub-byte ones too), source and destination layouts
 // (meshes of 1-3 axes over random subsets of a world of 1-8 ranks with Shard, Replicate
-// and _StridedShard, Partial on the source where the dtype reduces, or ShardedTensor
-// boxes) and source locals laid out contiguous,
-// transposed or narrowed (case-050), each simulated in one process and checked bit-exact
-// against DistributeTensor with wire bytes equal to the optimum (ReshardAndCheck).
+// and _StridedShard, Partial on the source where the dtype reduces (avg: the floats), or
+// ShardedTensor boxes) and source locals laid out contiguous, transposed or narrowed
+// (case-050), each simulated in one process and checked bit-exact against DistributeTensor
+// with wire bytes equal to the optimum (ReshardAndCheck).
 //
 // SDRT_RESHARD_FUZZ_CASES (default 10000) and SDRT_RESHARD_FUZZ_SEED (default 1) choose
 // the run: e.g. SDRT_RESHARD_FUZZ_CASES=1000000 for a long one.
@@ -130,7 +130,8 @@ constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16,       DType::kUI
 TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   const int64_t cases = EnvOr("SDRT_RESHARD_FUZZ_CASES", 10000);
   const int64_t seed = EnvOr("SDRT_RESHARD_FUZZ_SEED", 1);
-  int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0, reduced = 0;
+  int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0, reduced = 0,
+          averaged = 0;
   for (int64_t c = 0; c < cases && failures < 5; ++c) {
     Random rng(static_cast<uint64_t>(seed) * 1000003u + static_cast<uint64_t>(c));
     const DType dtype = kDTypes[rng.Uniform(0, std::size(kDTypes) - 1)];
@@ -139,10 +140,10 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
     for (int d = 0; d < ndim; ++d) shape.push_back(rng.Chance(5) ? 0 : rng.Uniform(1, 6));
     if (IsSubByte(dtype)) shape.back() = 4 * rng.Uniform(1, 2);  // whole bytes in all
     const int64_t world = rng.Uniform(1, 8);
-    // Partial sources where the dtype reduces (half of those cases).
-    constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
-                                 ReduceOp::kMax};
-    const ReduceOp op = kOps[rng.Uniform(0, 3)];
+    // Partial sources where the dtype reduces (half of those cases; avg: the floats).
+    constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                                 ReduceOp::kAvg};
+    const ReduceOp op = kOps[rng.Uniform(0, std::size(kOps) - 1)];
     const bool partial = internal::CanReduce(dtype, op) && rng.Chance(50);
     auto layout = [&](bool source) {
       return rng.Chance(15) ? RandomBoxes(rng, world, shape)
@@ -153,9 +154,12 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
         IsSubByte(dtype) ? LocalLayout::kContiguous : static_cast<LocalLayout>(rng.Uniform(0, 2));
     absl::StatusOr<internal::ReshardPlan> plan =
         ReshardAndCheck({tensor},
-                        // FiniteBytes: no -0 or NaN for a reduction with the identity to change.
-                        {partial ? FiniteBytes(shape, dtype, c)
-                                 : HashBytes(shape, dtype, static_cast<uint64_t>(c))},
+                        // FiniteBytes: no -0 or NaN for a reduction with the identity to
+                        // change; avg: every contribution holds the value, small integers
+                        // whose sum is exact, so that the mean is the value again.
+                        {!partial               ? HashBytes(shape, dtype, static_cast<uint64_t>(c))
+                         : op == ReduceOp::kAvg ? SmallIntegers(shape, dtype, c)
+                                                : FiniteBytes(shape, dtype, c)},
                         local);
     if (!plan.ok() && IsSubByte(dtype) &&
         plan.status().code() == absl::StatusCode::kInvalidArgument &&
@@ -168,6 +172,7 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
       messages += plan->stats.messages;
       nonempty += plan->stats.wire_bytes + plan->stats.self_bytes > 0 ? 1 : 0;
       reduced += plan->tensors[0].contributions() > 1 ? 1 : 0;
+      averaged += plan->tensors[0].contributions() > 1 && op == ReduceOp::kAvg ? 1 : 0;
     }
     if (!plan.ok()) {
       ++failures;
@@ -182,10 +187,12 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   RecordProperty("messages", static_cast<int>(messages));
   RecordProperty("wire_bytes", static_cast<int>(wire));
   RecordProperty("partial_cases", static_cast<int>(reduced));
+  RecordProperty("partial_avg_cases", static_cast<int>(averaged));
   RecordProperty("refused_sub_byte", static_cast<int>(refused));
   // Most cases move bytes, few sub-byte layouts are refused: the fuzz exercises the plan.
   EXPECT_GT(nonempty, cases / 2);
   EXPECT_GT(reduced, cases / 50);
+  EXPECT_GT(averaged, cases / 500);
   EXPECT_LT(refused, cases / 10);
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/comm/internal/float16.h"
 #include "sdrt/core/distributed/internal/reshard_pack.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/status_macros.h"
@@ -40,6 +41,26 @@ absl::StatusOr<Tensor> Relayout(const Tensor& local, LocalLayout layout) {
   }
   SDRT_RETURN_IF_ERROR(view.CopyFrom(local));
   return view;
+}
+
+Tensor FloatsOf(const IntVector& shape, DType dtype, const std::vector<double>& values) {
+  Tensor t = *Tensor::Empty(shape, dtype);
+  for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.numel(); ++i) {
+    const float f = static_cast<float>(values[i]);
+    if (dtype == DType::kFloat64) t.data<double>()[i] = values[i];
+    if (dtype == DType::kFloat32) t.data<float>()[i] = f;
+    if (dtype == DType::kBFloat16) t.data<uint16_t>()[i] = internal::FloatToBFloat16(f);
+    if (dtype == DType::kFloat16) t.data<uint16_t>()[i] = internal::FloatToFloat16(f);
+  }
+  return t;
+}
+
+Tensor SmallIntegers(const IntVector& shape, DType dtype, int64_t seed) {
+  int64_t n = 1;
+  for (int64_t size : shape) n *= size;
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<double>((7 * i + seed) % 31 - 15);
+  return FloatsOf(shape, dtype, values);
 }
 
 absl::StatusOr<RankLocals> PieceLocals(const Tensor& full, const ReshardTensor& tensor,

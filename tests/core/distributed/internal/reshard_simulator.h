@@ -59,6 +59,16 @@ enum class LocalLayout {
 // The same values as `local` in a new tensor laid out as `layout`.
 absl::StatusOr<Tensor> Relayout(const Tensor& local, LocalLayout layout);
 
+// A tensor of `shape` and a floating dtype (float16, bfloat16, float32, float64) holding
+// `values` row-major, each rounded to the dtype (the 16-bit formats through float, which
+// rounds them as the exact value would: float keeps more than twice their bits).
+Tensor FloatsOf(const IntVector& shape, DType dtype, const std::vector<double>& values);
+
+// Small integers for a Partial(avg) source whose every contribution holds the full value
+// (DistributeTensor's fill): element i is (7 i + seed) mod 31 - 15 in a floating dtype, so
+// that up to 16 contributions sum exactly and their mean is the value again.
+Tensor SmallIntegers(const IntVector& shape, DType dtype, int64_t seed);
+
 // The locals of every piece of `tensor`'s source (`source`) or destination side, cut from
 // `full`: DistributeTensor's local for a mesh, the box narrowed for boxes; contiguous.
 absl::StatusOr<RankLocals> PieceLocals(const Tensor& full, const internal::ReshardTensor& tensor,

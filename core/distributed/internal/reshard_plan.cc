@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/reshard_pieces.h"
@@ -106,7 +107,7 @@ absl::Status CheckedAdd(int64_t& total, int64_t add, const ReshardTensor& tensor
   return absl::OkStatus();
 }
 
-// Plans one tensor: its moves (merged) and its optimum bytes.
+// Plans one tensor: its moves (not merged yet) and its optimum bytes.
 absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp,
                         const ReshardPlanOptions& options, std::vector<ReshardMove>& moves,
                         int64_t& optimum) {
@@ -207,7 +208,6 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp
       return absl::OkStatus();
     }));
   }
-  MergeMoves(moves);
   return absl::OkStatus();
 }
 
@@ -221,29 +221,17 @@ absl::StatusOr<std::shared_ptr<const ReshardLayoutPlan>> PlanLayout(
   std::vector<ReshardMove> moves;
   ReshardStats& stats = tp.stats;
   SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, moves, stats.optimum_bytes));
-  // One message per (source rank, destination rank), contribution 0 first, its moves in
-  // piece and box order.
-  auto key = [&](const ReshardMove& m) {
-    return std::make_tuple(tp.source[m.source].contribution, tp.source[m.source].rank,
-                           tp.destination[m.destination].rank, m.source, m.destination,
-                           std::cref(m.begin));
-  };
-  std::sort(moves.begin(), moves.end(),
-            [&](const ReshardMove& a, const ReshardMove& b) { return key(a) < key(b); });
-  std::map<int64_t, int64_t> sent, received;
-  bool open = false;  // the last message of `tp.messages` takes the next move's bytes
-  int64_t last_from = -1, last_to = -1, last_contribution = -1;
+  // The stats count every move (merging changes neither the bytes nor the set of (source
+  // rank, destination rank, contribution) that make the messages); only the moves kept
+  // are merged and sorted.
+  absl::flat_hash_map<int64_t, int64_t> sent, received;
+  absl::flat_hash_set<std::tuple<int64_t, int64_t, int64_t>> messages;
+  std::vector<ReshardMove> kept;
   for (ReshardMove& move : moves) {
     const int64_t from = tp.source[move.source].rank;
     const int64_t to = tp.destination[move.destination].rank;
-    const int64_t contribution = tp.source[move.source].contribution;
-    if (from != last_from || to != last_to || contribution != last_contribution) {
-      last_from = from;
-      last_to = to;
-      last_contribution = contribution;
+    if (messages.insert({from, to, tp.source[move.source].contribution}).second) {
       ++(from == to ? stats.self_messages : stats.messages);
-      open = options.rank < 0 || from == options.rank || to == options.rank;
-      if (open) tp.messages.push_back({from, to, contribution, {}, 0});
     }
     if (from == to) {
       SDRT_RETURN_IF_ERROR(CheckedAdd(stats.self_bytes, move.bytes, tensor));
@@ -252,14 +240,37 @@ absl::StatusOr<std::shared_ptr<const ReshardLayoutPlan>> PlanLayout(
       SDRT_RETURN_IF_ERROR(CheckedAdd(sent[from], move.bytes, tensor));
       SDRT_RETURN_IF_ERROR(CheckedAdd(received[to], move.bytes, tensor));
     }
-    if (open) {
-      ReshardMessage& message = tp.messages.back();
-      SDRT_RETURN_IF_ERROR(CheckedAdd(message.bytes, move.bytes, tensor));
-      message.moves.push_back(std::move(move));
+    if (options.rank < 0 || from == options.rank || to == options.rank) {
+      kept.push_back(std::move(move));
     }
+  }
+  MergeMoves(kept);
+  // One message per (source rank, destination rank), contribution 0 first, its moves in
+  // piece and box order.
+  auto key = [&](const ReshardMove& m) {
+    return std::make_tuple(tp.source[m.source].contribution, tp.source[m.source].rank,
+                           tp.destination[m.destination].rank, m.source, m.destination,
+                           std::cref(m.begin));
+  };
+  std::sort(kept.begin(), kept.end(),
+            [&](const ReshardMove& a, const ReshardMove& b) { return key(a) < key(b); });
+  for (ReshardMove& move : kept) {
+    const int64_t from = tp.source[move.source].rank;
+    const int64_t to = tp.destination[move.destination].rank;
+    const int64_t contribution = tp.source[move.source].contribution;
+    if (tp.messages.empty() || tp.messages.back().source_rank != from ||
+        tp.messages.back().destination_rank != to ||
+        tp.messages.back().contribution != contribution) {
+      tp.messages.push_back({from, to, contribution, {}, 0});
+    }
+    ReshardMessage& message = tp.messages.back();
+    SDRT_RETURN_IF_ERROR(CheckedAdd(message.bytes, move.bytes, tensor));
+    message.moves.push_back(std::move(move));
   }
   tp.sent.assign(sent.begin(), sent.end());
   tp.received.assign(received.begin(), received.end());
+  std::sort(tp.sent.begin(), tp.sent.end());
+  std::sort(tp.received.begin(), tp.received.end());
   return std::shared_ptr<const ReshardLayoutPlan>(std::move(layout));
 }
 

@@ -7,7 +7,9 @@
 // every rank from its own view of SRC, LoadStateDict (--read all) fills (read_mode.h says
 // what auto picks); every rank checks its pieces by
 // xxh64 against INDIR's rank file (or against its own slicing of FILE without --verify).
-// Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank.
+// Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank. SRC may also
+// be an sdrt sharded folder in another layout: then the ranks reshard its rank files
+// (internal/load_sharded.h).
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -27,6 +29,7 @@
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/load_setup.h"
+#include "sdrt/tools/sdrt/internal/load_sharded.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/read_mode.h"
 #include "sdrt/tools/sdrt/internal/session.h"
@@ -59,6 +62,12 @@ int RunLoad(const LoadArgs& args) {
     EndJobIfTimedOut("load", status);  // every live rank prints; the job ends
     return ReportError("load", status, session->rank());
   };
+  if (absl::StatusOr<CheckpointKind> kind = DetectCheckpointKind(args.file);
+      kind.ok() && *kind == CheckpointKind::kShardedFolder) {
+    return LoadShardedFolder({args.file, args.mesh, args.plan, args.verify_dir, args.read,
+                              args.bucket_mib, args.json},
+                             *session);
+  }
   // Rank 0 maps the file; every rank checks the mesh and the plan.
   absl::Status status =
       args.bucket_mib >= 1 && args.bucket_mib <= kMaxBucketMib
@@ -268,11 +277,11 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<LoadArgs>();
   CLI::App* cmd = app.add_subcommand(
       "load",
-      "load a full checkpoint into every rank's shards: every rank reads its own bytes, or "
-      "rank 0 reads and broadcasts (run under mpiexec)");
+      "load a checkpoint into every rank's shards: every rank reads its own bytes, or "
+      "rank 0 reads and broadcasts; a sharded folder is resharded (run under mpiexec)");
   cmd->add_option("SRC", args->file,
-                  "full checkpoint: a safetensors file, a Hugging Face folder or a folder of "
-                  "safetensors files")
+                  "checkpoint: a safetensors file, a Hugging Face folder, a folder of "
+                  "safetensors files, or an sdrt sharded folder in any layout (resharded)")
       ->required();
   cmd->add_option("--mesh", args->mesh, "device mesh shape, e.g. 4 or 2x2")->required();
   cmd->add_option("--plan", args->plan, "fsdp, hsdp, tp, fsdp-tp or PLAN.json")->required();

@@ -16,18 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
-#include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
-#include "sdrt/tensor/sharding/byte_cuts.h"
-#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
+#include "sdrt/tools/sdrt/internal/reshard_target.h"
 #include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
@@ -44,61 +41,6 @@ struct ReshardArgs {
   bool json = false;
   double timeout_seconds = kDefaultTimeoutSeconds;
 };
-
-// The index OUTDIR gets: the source's tensors (names, dtypes, shapes, hashes) and metadata
-// with `plan`'s placements on the --mesh over ranks 0..W-1.
-absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const ReshardArgs& args,
-                                                   const ShardedCheckpointIndex& source) {
-  absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(args.mesh);
-  if (!shape_only.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mesh \"", args.mesh, "\": ", shape_only.status().message()));
-  }
-  std::vector<std::string> names;
-  if (!args.dim_names.empty()) names = absl::StrSplit(args.dim_names, ',');
-  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(shape_only->shape(), {}, names);
-  if (!mesh.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " --mesh-dim-names ",
-                                                   args.dim_names, ": ", mesh.status().message()));
-  }
-  if (mesh->num_ranks() > kMaxShardedCheckpointRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mesh ", args.mesh, ": more than ", kMaxShardedCheckpointRanks, " ranks"));
-  }
-  SDRT_ASSIGN_OR_RETURN(const ShardingPlan plan, ShardingPlan::FromSpec(args.plan));
-  SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
-  ShardedCheckpointIndex index;
-  index.world_size = mesh->num_ranks();
-  index.mesh = std::make_shared<const DeviceMesh>(*std::move(mesh));
-  index.plan = plan.name();
-  index.metadata = source.metadata;
-  for (int64_t r = 0; r < index.world_size; ++r) {
-    index.files.push_back(RankFileName(r, index.world_size));
-  }
-  for (const ShardedCheckpointTensor& s : source.tensors) {
-    ShardedCheckpointTensor t = s;
-    SDRT_ASSIGN_OR_RETURN(t.placements, plan.PlacementsFor(s.name, s.shape, *index.mesh));
-    SDRT_RETURN_IF_ERROR(
-        CheckShardingCutsWholeBytes(s.name, s.dtype, s.shape, *index.mesh, t.placements));
-    index.tensors.push_back(std::move(t));
-  }
-  return index;
-}
-
-// This rank's destination: a meta DTensor per tensor when it is a rank of the target mesh.
-absl::StatusOr<Map> MetaTarget(const ShardedCheckpointIndex& index, int rank) {
-  Map m;
-  if (rank >= index.world_size) return m;
-  for (const ShardedCheckpointTensor& t : index.tensors) {
-    SDRT_ASSIGN_OR_RETURN(const IntVector local,
-                          ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
-    SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(local, t.dtype));
-    SDRT_ASSIGN_OR_RETURN(DTensor d,
-                          DTensor::Make(std::move(meta), index.mesh, t.placements, t.shape));
-    m.Set(t.name, Value(std::move(d)));
-  }
-  return m;
-}
 
 // "1 rank", "4 ranks".
 std::string Ranks(int64_t n) { return absl::StrCat(n, n == 1 ? " rank" : " ranks"); }
@@ -127,7 +69,7 @@ int RunReshard(const ReshardArgs& args) {
   Map source;
   std::optional<ShardedCheckpointIndex> target;
   if (status.ok()) {
-    absl::StatusOr<ShardedCheckpointIndex> made = TargetIndex(args, *source_index);
+    absl::StatusOr<ShardedCheckpointIndex> made = TargetIndex(args.mesh, args.dim_names, args.plan, *source_index);
     status = made.status();
     if (made.ok()) target = *std::move(made);
   }

@@ -1,0 +1,253 @@
+#include "sdrt/tools/sdrt/internal/load_sharded.h"
+
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/deadline.h"
+#include "sdrt/tools/sdrt/internal/load_setup.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/read_mode.h"
+#include "sdrt/tools/sdrt/internal/reshard_target.h"
+
+namespace sdrt::cli {
+namespace {
+
+// The rank files rank `me` of `n` reads: f = me, me + n, ... below the folder's world size.
+std::vector<int64_t> FilesOf(int64_t me, int64_t n, int64_t world) {
+  std::vector<int64_t> files;
+  for (int64_t f = me; f < world; f += n) files.push_back(f);
+  return files;
+}
+
+// This rank's source: the folder's DTensors of its own rank file when the load has at
+// least the folder's ranks; else ShardedTensors whose boxes are every rank file's pieces
+// (rank file f on rank f mod n), holding the pieces of the files this rank reads.
+// `bytes_read` gets the bytes of those pieces.
+absl::StatusOr<Map> SourceOf(const std::string& dir, const ShardedCheckpointIndex& index,
+                             int64_t me, int64_t n, int64_t& bytes_read) {
+  bytes_read = 0;
+  std::vector<RankShards> files;
+  for (int64_t f : FilesOf(me, n, index.world_size)) {
+    SDRT_ASSIGN_OR_RETURN(RankShards shards, LoadRankShards(dir, f));
+    for (const auto& [name, d] : shards.tensors) bytes_read += d.local().nbytes();
+    files.push_back(std::move(shards));
+  }
+  if (index.world_size <= n) return files.empty() ? Map() : files.front().ToStateDict();
+  Map source;
+  for (size_t t = 0; t < index.tensors.size(); ++t) {
+    const ShardedCheckpointTensor& tensor = index.tensors[t];
+    std::vector<ShardMetadata> boxes;
+    for (int64_t f = 0; f < index.world_size; ++f) {
+      SDRT_ASSIGN_OR_RETURN(
+          const LocalShardInfo info,
+          ComputeLocalShapeAndGlobalOffset(tensor.shape, *index.mesh, tensor.placements, f));
+      if (!info.is_slice) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, ": tensor '", tensor.name, "' is ", PlacementsToString(tensor.placements),
+            ", whose pieces are not boxes; load the folder with mpiexec -n ", index.world_size,
+            " or more (one rank per rank file)"));
+      }
+      boxes.push_back({info.global_offset, info.local_shape, {f % n, Device::CPU()}});
+    }
+    std::vector<LocalShard> mine;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const int64_t f = files[i].rank;
+      mine.push_back({files[i].tensors[t].second.local(), boxes[static_cast<size_t>(f)]});
+    }
+    SDRT_ASSIGN_OR_RETURN(ShardedTensor st,
+                          ShardedTensor::Make(tensor.shape, tensor.dtype, boxes, std::move(mine)));
+    source.Set(tensor.name, Value(std::move(st)));
+  }
+  return source;
+}
+
+// Every tensor gathered to rank 0 and compared with the index's xxh64 there; the names
+// that differ (on rank 0; empty elsewhere).
+absl::StatusOr<std::vector<std::string>> CheckAgainstIndex(const ShardedCheckpointIndex& index,
+                                                           const Map& local, Session& session,
+                                                           int64_t bucket_bytes) {
+  GatherOptions options;
+  options.comm = &session.data();
+  options.ranks_only = {0};
+  options.cpu_offload = true;
+  options.bucket_bytes = bucket_bytes;
+  SDRT_ASSIGN_OR_RETURN(const Map full, GatherStateDict(local, options));
+  std::vector<std::string> wrong;
+  if (session.rank() != 0) return wrong;
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    const Value* v = full.Find(t.name);
+    if (v == nullptr || v->kind() != ValueKind::kTensor ||
+        !CheckGatheredTensor(index, t, v->as_tensor()).ok()) {
+      wrong.push_back(t.name);
+    }
+  }
+  return wrong;
+}
+
+std::string Ranks(int64_t n) { return absl::StrCat(n, n == 1 ? " rank" : " ranks"); }
+
+}  // namespace
+
+int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
+  const int me = session.rank();
+  const auto fail = [&](const absl::Status& status) {
+    EndJobIfTimedOut("load", status);
+    return ReportError("load", status, me);
+  };
+  absl::Status status = absl::OkStatus();
+  if (args.read == "root") {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(args.dir,
+                     " is an sdrt sharded folder: every rank reads its own rank files (--read "
+                     "root broadcasts a full checkpoint)"));
+  } else if (session.device.is_cuda()) {
+    status = absl::UnimplementedError(
+        "sdrt load of a sharded folder fills CPU shards only (drop --device cuda)");
+  }
+  ReadShardedCheckpointOptions read_options;
+  read_options.check_rank_files = false;
+  absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(args.dir, read_options);
+  if (status.ok()) status = index.status();
+  absl::StatusOr<ShardedCheckpointIndex> target;
+  if (status.ok()) {
+    target = TargetIndex(args.mesh, "", args.plan, *index);
+    status = target.status();
+  }
+  if (status.ok() && target->world_size != session.size()) {
+    status = absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " has ",
+                                                     Ranks(target->world_size),
+                                                     " but mpiexec started ", session.size()));
+  }
+  int64_t bytes_read = 0;
+  Map source;
+  if (status.ok()) {
+    absl::StatusOr<Map> s = SourceOf(args.dir, *index, me, session.size(), bytes_read);
+    status = s.status();
+    if (s.ok()) source = *std::move(s);
+  }
+  absl::StatusOr<Map> local = status.ok() ? MetaTarget(*target, me) : absl::StatusOr<Map>(Map());
+  status = AgreeUnlessTimedOut(session.world(), local.ok() ? status : local.status());
+  if (!status.ok()) return fail(status);
+
+  ReshardOptions options;
+  options.comm = &session.data();
+  options.bucket_bytes = args.bucket_mib << 20;
+  ReshardStats stats;
+  status = session.world().Barrier();
+  if (!status.ok()) return fail(status);
+  const double start = NowSeconds();
+  status = ReshardStateDict(source, *local, options, &stats);
+  const double seconds = NowSeconds() - start;
+  status = AgreeUnlessTimedOut(session.world(), status);
+  if (!status.ok()) return fail(status);
+  source = Map();  // unmap the rank files
+
+  int64_t kept = 0;
+  for (size_t i = 0; i < local->size(); ++i) kept += local->value(i).as_dtensor().local().nbytes();
+  absl::StatusOr<std::vector<int64_t>> all_read = AllGatherInt64(session.world(), bytes_read);
+  if (!all_read.ok()) return fail(all_read.status());
+  absl::StatusOr<std::vector<int64_t>> all_kept = AllGatherInt64(session.world(), kept);
+  if (!all_kept.ok()) return fail(all_kept.status());
+  // The check: --verify INDIR's rank files, or the folder's own hashes.
+  absl::StatusOr<std::vector<std::string>> wrong =
+      args.verify_dir.empty()
+          ? CheckAgainstIndex(*index, *local, session, options.bucket_bytes)
+          : VerifyPieces(args.verify_dir, args.dir, args.mesh, me, *target->mesh, *local);
+  status = AgreeUnlessTimedOut(session.world(), wrong.status());
+  if (!status.ok()) return fail(status);
+  absl::StatusOr<std::vector<std::string>> all_wrong =
+      session.world().AllGatherBytes(absl::StrJoin(*wrong, ","));
+  if (!all_wrong.ok()) return fail(all_wrong.status());
+  absl::StatusOr<std::vector<int64_t>> peaks = AllPeakRssBytes(session.world());
+  if (!peaks.ok()) return fail(peaks.status());
+  std::vector<std::string> mismatches;
+  for (int q = 0; q < session.size(); ++q) {
+    if (!(*all_wrong)[q].empty()) {
+      mismatches.push_back(absl::StrCat(args.verify_dir.empty() ? "tensors" : "rank ",
+                                        args.verify_dir.empty() ? "" : absl::StrCat(q, ": "),
+                                        (*all_wrong)[q]));
+    }
+  }
+  // A mismatch means the folder (or INDIR) holds other bytes than its index says: bad input.
+  const int verdict = mismatches.empty() ? kExitOk : kExitBadInput;
+  if (me != 0) return verdict;
+
+  int64_t bytes = 0;
+  for (const ShardedCheckpointTensor& t : index->tensors) {
+    bytes += BytesForElements(t.dtype, *CheckedNumel(t.shape)).value_or(0);
+  }
+  const std::string from_mesh = absl::StrJoin(index->mesh->shape(), "x");
+  const std::string against = args.verify_dir.empty()
+                                  ? absl::StrCat(args.dir, "'s index (each tensor gathered)")
+                                  : args.verify_dir;
+  const double gbps = seconds > 0 ? bytes / seconds / 1e9 : 0;
+  if (args.json) {
+    nlohmann::ordered_json out = {
+        {"command", "load"},
+        {"file", args.dir},
+        {"from", {{"ranks", index->world_size}, {"mesh", from_mesh}, {"plan", index->plan}}},
+        {"mesh", args.mesh},
+        {"plan", target->plan},
+        {"ranks", session.size()},
+        {"device", "cpu"},
+        {"read", "all"},
+        {"read_reason", "an sdrt sharded folder: rank files, resharded"},
+        {"tensors", index->tensors.size()},
+        {"bytes", bytes},
+        {"seconds", seconds},
+        {"gbps", gbps},
+        {"wire_bytes", stats.wire_bytes},
+        {"optimum_bytes", stats.optimum_bytes},
+        {"self_bytes", stats.self_bytes},
+        {"max_sent_bytes", stats.max_sent_bytes},
+        {"max_received_bytes", stats.max_received_bytes},
+        {"rounds", stats.rounds},
+        {"collectives", stats.collectives},
+        {"verified_against", against},
+        {"mismatches", mismatches},
+        {"bit_exact", mismatches.empty()},
+        {"bytes_read", *all_read},
+        {"bytes_kept", *all_kept},
+        {"peak_rss_bytes", *peaks}};
+    std::cout << JsonText(out, 2) << "\n";
+  } else {
+    std::cout << "loaded " << index->tensors.size() << " tensors (" << HumanBytes(bytes)
+              << ") from " << Printable(args.dir) << " (" << Ranks(index->world_size) << ", "
+              << Printable(index->plan) << ", mesh " << from_mesh << ") into "
+              << Ranks(session.size()) << ", mesh " << Printable(args.mesh) << ", plan "
+              << Printable(target->plan) << "\n"
+              << "  read: each rank its own rank files; bytes read per rank:";
+    for (int64_t b : *all_read) std::cout << " " << HumanBytes(b);
+    std::cout << "\n  resharded peer to peer " << absl::StrFormat("%.3f s", seconds) << "; wire "
+              << HumanBytes(stats.wire_bytes)
+              << " (the optimum: " << HumanBytes(stats.optimum_bytes) << "), kept in place "
+              << HumanBytes(stats.self_bytes) << "; " << stats.rounds
+              << (stats.rounds == 1 ? " round, " : " rounds, ") << stats.collectives
+              << " collectives\n"
+              << "  verified against " << Printable(against) << ": "
+              << (mismatches.empty() ? "every piece matches" : "MISMATCH") << "\n";
+    for (const std::string& m : mismatches) std::cout << "    " << Printable(m) << "\n";
+    std::cout << "  peak memory per rank:";
+    for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
+    std::cout << "\n";
+  }
+  if (verdict != kExitOk) {
+    WriteStderrLine(Printable(absl::StrCat("sdrt load: pieces differ from ", against, "; ",
+                                           Utf8Prefix(mismatches.front(), 500))));
+  }
+  return verdict;
+}
+
+}  // namespace sdrt::cli

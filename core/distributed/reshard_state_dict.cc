@@ -4,11 +4,15 @@
 // chunks in exchanges (internal/reshard_execute.h), as many on every rank.
 #include "sdrt/core/distributed/reshard_state_dict.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/leaves.h"
@@ -23,7 +27,7 @@ struct ReshardPlan::State {
   Communicator* comm = nullptr;
   internal::ReshardPlan plan;
   internal::ReshardSchedule schedule;
-  int64_t exchanges = 0;  // the most of any rank's schedule
+  internal::ReshardExchangeCounts exchanges;  // the most of any rank's schedule
   std::vector<std::string> paths;
   ReshardStats stats;
 };
@@ -32,6 +36,16 @@ const std::vector<std::string>& ReshardPlan::paths() const { return state_->path
 const ReshardStats& ReshardPlan::stats() const { return state_->stats; }
 
 namespace {
+
+// Host names longer than this are refused in a peer's payload (POSIX: HOST_NAME_MAX 255).
+constexpr size_t kMaxHostNameBytes = 255;
+
+// This machine's host name ("" when gethostname fails: then every such rank shares one).
+std::string HostName() {
+  char name[kMaxHostNameBytes + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return std::string(name, strnlen(name, kMaxHostNameBytes));
+}
 
 // What this rank holds of `value` at `path` on one side; false for a leaf that is not a
 // tensor (nothing to reshard).
@@ -151,42 +165,71 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   auto state = std::make_shared<ReshardPlan::State>();
   state->comm = &comm;
   CollectiveStats collectives;
-  AgreementPayload payload{internal::EncodeLeafLayouts(mine), {}};
-  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "PlanReshard",
-                                        absl::StrCat("bucket_bytes ", options.bucket_bytes), {},
-                                        local_error, &collectives, &payload));
+  if (local_error.ok() && !options.node_of_rank.empty() &&
+      static_cast<int>(options.node_of_rank.size()) != comm.size()) {
+    local_error = absl::InvalidArgumentError(absl::StrCat(
+        "node_of_rank has ", options.node_of_rank.size(), " entries for ", comm.size(), " ranks"));
+  }
+  // Each rank's payload: its host name (for node_of_rank when not given), then its leaves.
+  AgreementPayload payload;
+  internal::PutString(&payload.mine, options.node_of_rank.empty() ? HostName() : "");
+  payload.mine += internal::EncodeLeafLayouts(mine);
+  SDRT_RETURN_IF_ERROR(
+      AgreeAcrossRanks(comm, "PlanReshard",
+                       absl::StrCat("bucket_bytes ", options.bucket_bytes, " node_of_rank [",
+                                    absl::StrJoin(options.node_of_rank, ","), "]"),
+                       {}, local_error, &collectives, &payload));
   std::vector<std::vector<internal::LeafLayout>> per_rank;
+  internal::ReshardPlanOptions plan_options;
+  plan_options.rank = comm.rank();
+  plan_options.node_of_rank = options.node_of_rank;
+  absl::flat_hash_map<std::string, int64_t> hosts;
   for (int q = 0; q < static_cast<int>(payload.all.size()); ++q) {
-    SDRT_ASSIGN_OR_RETURN(std::vector<internal::LeafLayout> leaves,
-                          internal::DecodeLeafLayouts(payload.all[q], q));
+    internal::ByteReader reader(payload.all[q]);
+    std::string host;
+    if (!reader.String(&host) || host.size() > kMaxHostNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PlanReshard: rank ", q, " sent a malformed host name"));
+    }
+    if (options.node_of_rank.empty()) {
+      plan_options.node_of_rank.push_back(
+          hosts.emplace(host, static_cast<int64_t>(hosts.size())).first->second);
+    }
+    SDRT_ASSIGN_OR_RETURN(
+        std::vector<internal::LeafLayout> leaves,
+        internal::DecodeLeafLayouts(
+            payload.all[q].substr(payload.all[q].size() - reader.Remaining()), q));
     per_rank.push_back(std::move(leaves));
   }
   SDRT_ASSIGN_OR_RETURN(const std::vector<internal::ReshardTensor> tensors,
                         internal::MergeLeafLayouts(per_rank));
   for (const internal::ReshardTensor& t : tensors) state->paths.push_back(t.name);
-  internal::ReshardPlanOptions plan_options;
-  plan_options.rank = comm.rank();
   SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanReshard(tensors, plan_options));
   internal::ReshardExecuteOptions execute;
   execute.bucket_bytes = options.bucket_bytes;
-  // Every rank makes as many exchanges as the busiest: one more exchange of 8 bytes, which
-  // also carries a rank's failure to schedule (-1) so that no rank is left waiting.
+  // Every rank makes as many exchanges as the busiest in each phase: one more exchange of
+  // 16 bytes, which also carries a rank's failure to schedule (-1) so that no rank is left
+  // waiting.
   absl::StatusOr<internal::ReshardSchedule> schedule =
       internal::ScheduleReshard(state->plan, comm.rank(), execute);
   std::string count;
-  internal::PutU64(&count, schedule.ok() ? schedule->exchanges() : ~uint64_t{0});
+  internal::PutU64(&count, schedule.ok() ? schedule->direct_exchanges : ~uint64_t{0});
+  internal::PutU64(
+      &count, schedule.ok() ? schedule->exchanges() - schedule->direct_exchanges : ~uint64_t{0});
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> counts, comm.AllGatherBytes(count));
   ++collectives.collectives;
   if (!schedule.ok()) return schedule.status();
   state->schedule = *std::move(schedule);
   for (size_t q = 0; q < counts.size(); ++q) {
     internal::ByteReader reader(counts[q]);
-    uint64_t n = 0;
-    if (!reader.U64(&n) || n == ~uint64_t{0} || n > (uint64_t{1} << 40)) {
+    uint64_t direct = 0, forward = 0;
+    if (!reader.Bounded(uint64_t{1} << 40, &direct) ||
+        !reader.Bounded(uint64_t{1} << 40, &forward)) {
       return absl::InvalidArgumentError(
           absl::StrCat("PlanReshard: rank ", q, " could not schedule its chunks"));
     }
-    state->exchanges = std::max(state->exchanges, static_cast<int64_t>(n));
+    state->exchanges.direct = std::max(state->exchanges.direct, static_cast<int64_t>(direct));
+    state->exchanges.forward = std::max(state->exchanges.forward, static_cast<int64_t>(forward));
   }
   const internal::ReshardStats& ps = state->plan.stats;
   ReshardStats& st = state->stats;
@@ -196,7 +239,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   st.max_sent_bytes = ps.max_sent_bytes;
   st.max_received_bytes = ps.max_received_bytes;
   st.messages = ps.messages;
-  st.rounds = state->exchanges;
+  st.rounds = state->exchanges.direct + state->exchanges.forward;
+  st.internode_bytes = ps.internode_bytes;
   st.collectives = collectives.collectives;
   ReshardPlan plan;
   plan.state_ = std::move(state);
@@ -260,8 +304,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
   internal::ReshardExecuteStats es;
   SDRT_RETURN_IF_ERROR(
-      internal::ExecuteReshard(s.plan, s.schedule, s.exchanges, comm, sources, destinations,
-                                 &es));
+      internal::ExecuteReshard(s.plan, s.schedule, s.exchanges, comm, sources, destinations, &es));
   st.sent_bytes = es.sent_bytes;
   st.received_bytes = es.received_bytes;
   st.buffer_bytes = es.buffer_bytes;

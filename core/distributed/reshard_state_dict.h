@@ -34,6 +34,12 @@ struct ReshardOptions {
   // The most bytes a rank sends, or receives, in one exchange: the peak extra memory per rank
   // is two such buckets, whatever the size of the largest tensor. >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
+  // Which ranks of comm share a node, for the fan-out: a piece that several destination
+  // ranks of one node need and no rank there holds is sent to that node once and forwarded
+  // there (not for Partial sources). Empty: ranks with the same host name (gethostname)
+  // share a node. Else one entry per rank of comm, equal values sharing a node; every rank
+  // passes the same (compared in the agreement).
+  std::vector<int64_t> node_of_rank;
 };
 
 struct ReshardStats {
@@ -46,6 +52,7 @@ struct ReshardStats {
   int64_t max_sent_bytes = 0;      // by the busiest sender
   int64_t max_received_bytes = 0;  // by the busiest receiver
   int64_t messages = 0;            // (tensor, sender, receiver) triples between ranks
+  int64_t internode_bytes = 0;     // wire bytes between ranks of different nodes
   int64_t rounds = 0;              // exchanges every rank makes (the busiest rank's)
   // This rank's, in the last ExecuteReshard.
   int64_t sent_bytes = 0;

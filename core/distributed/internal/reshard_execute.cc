@@ -76,14 +76,15 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
         absl::StrCat("reshard bucket_bytes ", bucket, " must be >= ", kMinBucketBytes));
   }
   if (rank < 0 || (plan.rank >= 0 && plan.rank != rank)) {
-    return absl::InvalidArgumentError(absl::StrCat("ScheduleReshard: rank ", rank,
-                                                   " of a plan of rank ", plan.rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ScheduleReshard: rank ", rank, " of a plan of rank ", plan.rank));
   }
   ReshardSchedule schedule;
   schedule.rank = rank;
   absl::flat_hash_map<const ReshardLayoutPlan*, std::shared_ptr<const std::vector<ReshardMessage>>>
       cut;
   size_t total = 0;
+  std::vector<ReshardSchedule::Step> forwards;
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const ReshardTensorPlan& tp = plan.tensors[t];
     auto [it, fresh] = cut.try_emplace(tp.layout.get());
@@ -99,8 +100,12 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
         bool first = true;
         for (ReshardMove& move : moves) {
           if (first || chunks->back().bytes + move.bytes > bucket) {
-            chunks->push_back({message.source_rank, message.destination_rank,
-                               message.contribution, {}, 0});
+            chunks->push_back({message.source_rank,
+                               message.destination_rank,
+                               message.contribution,
+                               {},
+                               0,
+                               message.forward});
             first = false;
           }
           chunks->back().bytes += move.bytes;
@@ -115,15 +120,22 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
     total += it->second->size();
     if (total > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
     schedule.chunks.push_back(it->second);
-    for (const ReshardMessage& chunk : *it->second) schedule.steps.push_back({t, &chunk});
+    for (const ReshardMessage& chunk : *it->second) {
+      (chunk.forward ? forwards : schedule.steps).push_back({t, &chunk});
+    }
   }
-  // Exchanges: consecutive chunks while neither side passes a bucket (at least one chunk);
-  // chunks to itself do not count, they go through the send bucket after the exchange.
+  const size_t direct_steps = schedule.steps.size();
+  schedule.steps.insert(schedule.steps.end(), forwards.begin(), forwards.end());
+  // Exchanges: consecutive chunks of one phase while neither side passes a bucket (at
+  // least one chunk); chunks to itself do not count, they go through the send bucket
+  // after the exchange.
   size_t i = 0;
   while (i < schedule.steps.size()) {
+    if (i == direct_steps) schedule.direct_exchanges = schedule.begin.size();
     schedule.begin.push_back(i);
+    const size_t phase_end = i < direct_steps ? direct_steps : schedule.steps.size();
     int64_t sent = 0, received = 0;
-    for (; i < schedule.steps.size(); ++i) {
+    for (; i < phase_end; ++i) {
       const ReshardMessage& c = *schedule.steps[i].chunk;
       if (c.source_rank == rank && c.destination_rank == rank) {
         schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, c.bytes);
@@ -136,12 +148,13 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
     schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, sent);
     schedule.receive_bucket_bytes = std::max(schedule.receive_bucket_bytes, received);
   }
+  if (direct_steps == schedule.steps.size()) schedule.direct_exchanges = schedule.begin.size();
   if (!schedule.begin.empty()) schedule.begin.push_back(i);
   return schedule;
 }
 
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
-                            int64_t exchanges, Communicator& comm,
+                            ReshardExchangeCounts exchanges, Communicator& comm,
                             absl::Span<const std::vector<Tensor>> sources,
                             absl::Span<const std::vector<Tensor>> destinations,
                             ReshardExecuteStats* stats) {
@@ -150,16 +163,19 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
   st = ReshardExecuteStats{};
   if (sources.size() != plan.tensors.size() || destinations.size() != plan.tensors.size() ||
       schedule.chunks.size() != plan.tensors.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
-        " destination lists and a schedule of ", schedule.chunks.size(),
-        " tensors for a plan of ", plan.tensors.size(), " tensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
+                     " destination lists and a schedule of ", schedule.chunks.size(),
+                     " tensors for a plan of ", plan.tensors.size(), " tensors"));
   }
   const int64_t me = comm.rank();
-  if (schedule.rank != me || exchanges < static_cast<int64_t>(schedule.exchanges())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ExecuteReshard: rank ", me, " was given the schedule of rank ", schedule.rank, " with ",
-        schedule.exchanges(), " exchanges, to run in ", exchanges));
+  const int64_t mine_direct = static_cast<int64_t>(schedule.direct_exchanges);
+  const int64_t mine_forward = static_cast<int64_t>(schedule.exchanges()) - mine_direct;
+  if (schedule.rank != me || exchanges.direct < mine_direct || exchanges.forward < mine_forward) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExecuteReshard: rank ", me, " was given the schedule of rank ", schedule.rank,
+                     " with ", mine_direct, " + ", mine_forward, " exchanges, to run in ",
+                     exchanges.direct, " + ", exchanges.forward));
   }
   // Every local this rank's pieces need, checked before anything moves.
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
@@ -203,18 +219,25 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
   auto* const receive_base = static_cast<char*>(receive_bucket->data());
   std::vector<Communicator::SendMessage> sends;
   std::vector<Communicator::ReceiveMessage> receives;
-  for (int64_t e = 0; e < exchanges; ++e) {
+  // The source locals of a chunk: a forward's are the relay's destination locals.
+  auto from = [&](const ReshardSchedule::Step& step) -> const std::vector<Tensor>& {
+    return step.chunk->forward ? destinations[step.tensor] : sources[step.tensor];
+  };
+  for (int64_t e = 0; e < exchanges.direct + exchanges.forward; ++e) {
     sends.clear();
     receives.clear();
-    const bool mine = e < static_cast<int64_t>(schedule.exchanges());
-    const size_t first = mine ? schedule.begin[e] : 0, last = mine ? schedule.begin[e + 1] : 0;
+    // This rank's exchange of the phase, if it has that many.
+    const bool direct = e < exchanges.direct;
+    const int64_t k = direct ? e : mine_direct + (e - exchanges.direct);
+    const bool mine = direct ? e < mine_direct : e - exchanges.direct < mine_forward;
+    const size_t first = mine ? schedule.begin[k] : 0, last = mine ? schedule.begin[k + 1] : 0;
     int64_t send_at = 0, receive_at = 0;
     for (size_t i = first; i < last; ++i) {
       const ReshardSchedule::Step& step = schedule.steps[i];
       const ReshardMessage& c = *step.chunk;
       if (c.source_rank == me && c.destination_rank != me) {
-        SDRT_RETURN_IF_ERROR(PackMessage(plan.tensors[step.tensor], c, sources[step.tensor],
-                                         send_bucket, send_at));
+        SDRT_RETURN_IF_ERROR(
+            PackMessage(plan.tensors[step.tensor], c, from(step), send_bucket, send_at));
         sends.push_back({static_cast<int>(c.destination_rank), send_base + send_at, c.bytes});
         st.sent_bytes += c.bytes;
         send_at += c.bytes;
@@ -234,7 +257,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
       const ReshardMessage& c = *step.chunk;
       const ReshardTensorPlan& tp = plan.tensors[step.tensor];
       if (c.source_rank == me && c.destination_rank == me) {
-        SDRT_RETURN_IF_ERROR(PackMessage(tp, c, sources[step.tensor], send_bucket, 0));
+        SDRT_RETURN_IF_ERROR(PackMessage(tp, c, from(step), send_bucket, 0));
         SDRT_RETURN_IF_ERROR(UnpackMessage(tp, c, send_bucket, 0, destinations[step.tensor]));
         st.self_bytes += c.bytes;
       } else if (c.source_rank != me) {

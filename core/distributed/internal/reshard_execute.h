@@ -5,7 +5,9 @@
 // MPI_Isend/Irecv, or ncclSend/ncclRecv in one group) takes the rank's next chunks in that
 // order, sends and receives alike, while neither side passes a bucket, packed into and
 // unpacked from the rank's two buckets; a chunk to itself is packed and unpacked without
-// the wire, at its place in the order. No rank waits on another's schedule: everything
+// the wire, at its place in the order. Fan-out forwards (reshard_plan.h) come after every
+// direct chunk, in exchanges of their own: a relay sends what it has received. No rank
+// waits on another's schedule: everything
 // before the earliest chunk not yet delivered has been delivered, so that chunk is in the
 // current exchange of its sender and of its receiver, and every exchange completes. Peak
 // extra memory per rank: the two buckets (each at most bucket_bytes, or one row of a box
@@ -46,11 +48,19 @@ struct ReshardSchedule {
   // This rank's chunks in plan order: sends to other ranks, receives from other ranks,
   // and chunks to itself.
   std::vector<Step> steps;
-  // Exchange i takes steps [begin[i], begin[i + 1]); exchanges() + 1 entries.
+  // Exchange i takes steps [begin[i], begin[i + 1]); exchanges() + 1 entries. The first
+  // direct_exchanges hold the direct chunks, the others the forwards.
   std::vector<size_t> begin;
+  size_t direct_exchanges = 0;
   int64_t send_bucket_bytes = 0;     // the largest exchange's sends, or self chunk
   int64_t receive_bucket_bytes = 0;  // the largest exchange's receives from other ranks
   size_t exchanges() const { return begin.empty() ? 0 : begin.size() - 1; }
+};
+
+// How many exchanges every rank makes in each phase: the most of any rank's schedule.
+struct ReshardExchangeCounts {
+  int64_t direct = 0;
+  int64_t forward = 0;
 };
 
 // What one rank did in ExecuteReshard.
@@ -75,7 +85,7 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
 
 // Collective over `comm`, whose ranks are the plan's global ranks: every rank calls it
 // with the same plan (or its own plan of one rank), its own schedule (ScheduleReshard for
-// comm.rank()) and the same `exchanges`, at least the largest exchanges() of any rank's
+// comm.rank()) and the same `exchanges`, in each phase at least the most of any rank's
 // schedule (a rank with fewer exchanges makes empty ones, so that every rank calls
 // Exchange alike). `sources[t]` are this rank's source locals of plan tensor t (indexed by
 // ReshardPiece::local; empty when it holds none; any strides), `destinations[t]` its
@@ -90,7 +100,7 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
 // than every rank of the schedule; the communicator's errors (DeadlineExceeded names the
 // missing ranks) as they are; ResourceExhausted when a bucket cannot be allocated.
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
-                            int64_t exchanges, Communicator& comm,
+                            ReshardExchangeCounts exchanges, Communicator& comm,
                             absl::Span<const std::vector<Tensor>> sources,
                             absl::Span<const std::vector<Tensor>> destinations,
                             ReshardExecuteStats* stats = nullptr);

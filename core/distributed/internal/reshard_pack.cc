@@ -23,7 +23,8 @@ absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
                                                    offset, " do not fit the buffer of ",
                                                    buffer == nullptr ? 0 : buffer->nbytes()));
   }
-  const std::vector<ReshardPiece>& pieces = to_local ? tp.destination() : tp.source();
+  const std::vector<ReshardPiece>& pieces =
+      to_local || message.forward ? tp.destination() : tp.source();
   int64_t at = offset;
   for (const ReshardMove& move : message.moves) {
     const int index = to_local ? move.destination : move.source;

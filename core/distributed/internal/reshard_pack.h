@@ -22,7 +22,8 @@
 namespace sdrt::internal {
 
 // Copies the boxes of `message` (a message of tensor `tp`) from `locals`, the source
-// rank's local tensors of that tensor indexed by ReshardPiece::local (any strides: transposed views and
+// rank's local tensors of that tensor (its destination locals for a forward message: the
+// relay's) indexed by ReshardPiece::local (any strides: transposed views and
 // narrowed buffers are read element by element through their strides), into `buffer`
 // from byte `offset`. `locals` and `buffer` may be on any device (Tensor::CopyFrom rules,
 // on `stream`; blocking unless `non_blocking`, when the caller keeps both alive and

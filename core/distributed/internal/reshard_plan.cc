@@ -102,6 +102,33 @@ absl::Status ForEachCell(const Grid& grid, const Cover& cover, Fn fn) {
   }
 }
 
+// Which pieces cover each cell, CSR: pieces list[first[i] .. first[i + 1]) cover cell i,
+// in piece order. False when that takes more cells than `budget` (which counts them down).
+bool CoverCells(const Grid& grid, int64_t cells, const std::vector<ReshardPiece>& pieces,
+                int64_t& budget, std::vector<int64_t>& first, std::vector<int>& list) {
+  std::vector<Cover> covers(pieces.size());
+  first.assign(static_cast<size_t>(cells) + 1, 0);
+  for (size_t s = 0; s < pieces.size(); ++s) {
+    const int64_t n = CoverOf(grid, pieces[s], budget, covers[s]);
+    if (n < 0) return false;
+    budget -= n;
+    ForEachCell(grid, covers[s], [&](int64_t cell, IntSpan) {
+      ++first[cell + 1];
+      return absl::OkStatus();
+    }).IgnoreError();
+  }
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  list.resize(static_cast<size_t>(first.back()));
+  std::vector<int64_t> fill(first.begin(), first.end() - 1);
+  for (size_t s = 0; s < pieces.size(); ++s) {
+    ForEachCell(grid, covers[s], [&](int64_t cell, IntSpan) {
+      list[fill[cell]++] = static_cast<int>(s);
+      return absl::OkStatus();
+    }).IgnoreError();
+  }
+  return true;
+}
+
 absl::Status CheckedAdd(int64_t& total, int64_t add, const ReshardTensor& tensor) {
   if (__builtin_add_overflow(total, add, &total)) return Invalid(tensor, "byte counts overflow");
   return absl::OkStatus();
@@ -128,30 +155,22 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp
   budget -= cells;
   // Holders of each cell, CSR: the source pieces covering cell i are
   // holders[first[i] .. first[i + 1]), in piece order.
-  std::vector<Cover> source_cover(tp.source.size());
-  std::vector<int64_t> first(static_cast<size_t>(cells) + 1, 0);
-  for (size_t s = 0; s < tp.source.size(); ++s) {
-    const int64_t n = CoverOf(grid, tp.source[s], budget, source_cover[s]);
-    if (n < 0) return too_many();
-    budget -= n;
-    SDRT_RETURN_IF_ERROR(ForEachCell(grid, source_cover[s], [&](int64_t cell, IntSpan) {
-      ++first[cell + 1];
-      return absl::OkStatus();
-    }));
+  std::vector<int64_t> first;
+  std::vector<int> holders;
+  if (!CoverCells(grid, cells, tp.source, budget, first, holders)) return too_many();
+  // With fan-out, the destination pieces covering each cell likewise.
+  const bool fan_out = !options.node_of_rank.empty() && tp.contributions == 1;
+  std::vector<int64_t> needs_first;
+  std::vector<int> needs;
+  if (fan_out && !CoverCells(grid, cells, tp.destination, budget, needs_first, needs)) {
+    return too_many();
   }
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  std::vector<int> holders(static_cast<size_t>(first.back()));
-  {
-    std::vector<int64_t> fill(first.begin(), first.end() - 1);
-    for (size_t s = 0; s < tp.source.size(); ++s) {
-      SDRT_RETURN_IF_ERROR(ForEachCell(grid, source_cover[s], [&](int64_t cell, IntSpan) {
-        holders[fill[cell]++] = static_cast<int>(s);
-        return absl::OkStatus();
-      }));
-    }
-  }
+  auto node_of = [&](int64_t rank) {
+    return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
+                                                                    : -1 - rank;
+  };
   Cover cover;
-  std::vector<int> group;
+  std::vector<int> group, on_node;
   std::map<int64_t, int64_t> sent;  // wire bytes each source rank sends so far
   for (size_t p = 0; p < tp.destination.size(); ++p) {
     const ReshardPiece& dst = tp.destination[p];
@@ -174,6 +193,26 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp
       const absl::StatusOr<int64_t> box_bytes = BoxBytes(tensor.dtype, begin, end);
       if (!box_bytes.ok()) return Invalid(tensor, box_bytes.status().message());
       const int64_t bytes = *box_bytes;
+      // Fan-out: no holder on this piece's node, and other pieces on the node need the
+      // cell too: one of them (the relay) takes it from the holders, the others from it.
+      if (fan_out && std::none_of(held.begin(), held.end(), [&](int h) {
+            return node_of(tp.source[h].rank) == node_of(dst.rank);
+          })) {
+        group.clear();
+        for (int64_t i = needs_first[cell]; i < needs_first[cell + 1]; ++i) {
+          if (node_of(tp.destination[needs[i]].rank) == node_of(dst.rank)) {
+            group.push_back(needs[i]);
+          }
+        }
+        const int relay = group[static_cast<size_t>(cell) % group.size()];
+        // A second piece on the relay's rank takes the cell from the holders, as without
+        // nodes: a copy on one rank would not be the wire bytes the optimum counts.
+        if (relay != static_cast<int>(p) && tp.destination[relay].rank != dst.rank) {
+          SDRT_RETURN_IF_ERROR(CheckedAdd(optimum, bytes, tensor));
+          moves.push_back({relay, static_cast<int>(p), begin, end, bytes, /*forward=*/true});
+          return absl::OkStatus();
+        }
+      }
       // The holders by contribution (stable: piece order within one).
       group.assign(held.begin(), held.end());
       if (tp.contributions > 1) {
@@ -200,9 +239,17 @@ absl::Status PlanTensor(const ReshardTensor& tensor, const ReshardLayoutPlan& tp
           optimum -= bytes;
           continue;
         }
-        const absl::Status split =
-            SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, holders_c,
-                              static_cast<int>(p), begin, end, sent, moves);
+        // With nodes, holders on the piece's node send when there are any.
+        absl::Span<const int> senders = holders_c;
+        if (fan_out) {
+          on_node.clear();
+          for (int h : holders_c) {
+            if (node_of(tp.source[h].rank) == node_of(dst.rank)) on_node.push_back(h);
+          }
+          if (!on_node.empty()) senders = on_node;
+        }
+        const absl::Status split = SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, senders,
+                                                     static_cast<int>(p), begin, end, sent, moves);
         if (!split.ok()) return Invalid(tensor, split.message());
       }
       return absl::OkStatus();
@@ -225,13 +272,27 @@ absl::StatusOr<std::shared_ptr<const ReshardLayoutPlan>> PlanLayout(
   // rank, destination rank, contribution) that make the messages); only the moves kept
   // are merged and sorted.
   absl::flat_hash_map<int64_t, int64_t> sent, received;
-  absl::flat_hash_set<std::tuple<int64_t, int64_t, int64_t>> messages;
   std::vector<ReshardMove> kept;
+  // A move's sending rank and contribution (a forward's: its relay's, 0).
+  auto from_of = [&](const ReshardMove& m) {
+    return m.forward ? tp.destination[m.source].rank : tp.source[m.source].rank;
+  };
+  auto contribution_of = [&](const ReshardMove& m) {
+    return m.forward ? int64_t{0} : tp.source[m.source].contribution;
+  };
+  auto node_of = [&](int64_t rank) {
+    return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
+                                                                    : -1 - rank;
+  };
+  absl::flat_hash_set<std::tuple<bool, int64_t, int64_t, int64_t>> pairs;
   for (ReshardMove& move : moves) {
-    const int64_t from = tp.source[move.source].rank;
+    const int64_t from = from_of(move);
     const int64_t to = tp.destination[move.destination].rank;
-    if (messages.insert({from, to, tp.source[move.source].contribution}).second) {
+    if (pairs.insert({move.forward, from, to, contribution_of(move)}).second) {
       ++(from == to ? stats.self_messages : stats.messages);
+    }
+    if (!options.node_of_rank.empty() && node_of(from) != node_of(to)) {
+      SDRT_RETURN_IF_ERROR(CheckedAdd(stats.internode_bytes, move.bytes, tensor));
     }
     if (from == to) {
       SDRT_RETURN_IF_ERROR(CheckedAdd(stats.self_bytes, move.bytes, tensor));
@@ -245,23 +306,23 @@ absl::StatusOr<std::shared_ptr<const ReshardLayoutPlan>> PlanLayout(
     }
   }
   MergeMoves(kept);
-  // One message per (source rank, destination rank), contribution 0 first, its moves in
-  // piece and box order.
+  // One message per (source rank, destination rank), forwards last, contribution 0 first,
+  // its moves in piece and box order.
   auto key = [&](const ReshardMove& m) {
-    return std::make_tuple(tp.source[m.source].contribution, tp.source[m.source].rank,
+    return std::make_tuple(m.forward, contribution_of(m), from_of(m),
                            tp.destination[m.destination].rank, m.source, m.destination,
                            std::cref(m.begin));
   };
   std::sort(kept.begin(), kept.end(),
             [&](const ReshardMove& a, const ReshardMove& b) { return key(a) < key(b); });
   for (ReshardMove& move : kept) {
-    const int64_t from = tp.source[move.source].rank;
+    const int64_t from = from_of(move);
     const int64_t to = tp.destination[move.destination].rank;
-    const int64_t contribution = tp.source[move.source].contribution;
-    if (tp.messages.empty() || tp.messages.back().source_rank != from ||
-        tp.messages.back().destination_rank != to ||
+    const int64_t contribution = contribution_of(move);
+    if (tp.messages.empty() || tp.messages.back().forward != move.forward ||
+        tp.messages.back().source_rank != from || tp.messages.back().destination_rank != to ||
         tp.messages.back().contribution != contribution) {
-      tp.messages.push_back({from, to, contribution, {}, 0});
+      tp.messages.push_back({from, to, contribution, {}, 0, move.forward});
     }
     ReshardMessage& message = tp.messages.back();
     SDRT_RETURN_IF_ERROR(CheckedAdd(message.bytes, move.bytes, tensor));
@@ -360,7 +421,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const std::vector<ReshardTensor>& tensor
         {&stats.self_bytes, lp.stats.self_bytes},
         {&stats.optimum_bytes, lp.stats.optimum_bytes},
         {&stats.messages, lp.stats.messages},
-        {&stats.self_messages, lp.stats.self_messages}};
+        {&stats.self_messages, lp.stats.self_messages},
+        {&stats.internode_bytes, lp.stats.internode_bytes}};
     for (const auto& [total, add] : adds) SDRT_RETURN_IF_ERROR(CheckedAdd(*total, add, tensor));
     plan.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, it->second.first});
   }

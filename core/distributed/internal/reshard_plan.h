@@ -30,6 +30,8 @@
 // that repeat one (every layer of a model) share its ReshardLayoutPlan, so a plan of
 // 100,000 tensors over 512 ranks costs a hash lookup per tensor after its first few
 // layouts. A plan of one rank (ReshardPlanOptions::rank) keeps only that rank's messages.
+// Node-aware fan-out (ReshardPlanOptions::node_of_rank) sends a cell once to each node
+// that needs it and forwards it there.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PLAN_H_
 
@@ -104,6 +106,9 @@ struct ReshardMove {
   IntVector begin;
   IntVector end;
   int64_t bytes = 0;
+  // A fan-out forward: `source` is a destination piece (the relay on the destination's
+  // node), which holds the box once the direct moves are done.
+  bool forward = false;
 };
 
 // What moves of one tensor from one source rank to one destination rank: its boxes, in
@@ -118,6 +123,9 @@ struct ReshardMessage {
   int64_t contribution = 0;
   std::vector<ReshardMove> moves;
   int64_t bytes = 0;
+  // Fan-out forwards (every move forward): packed from the relay's destination locals,
+  // sent after every direct message of the plan has arrived.
+  bool forward = false;
 };
 
 // Byte counts of a plan. Wire bytes travel between different ranks; self bytes are
@@ -133,6 +141,9 @@ struct ReshardStats {
   int64_t max_received_bytes = 0;  // wire bytes received by the busiest rank
   int64_t messages = 0;            // messages between different ranks
   int64_t self_messages = 0;
+  // Bytes between ranks of different nodes (ReshardPlanOptions::node_of_rank; with fan-out
+  // each cell enters a node once); 0 without node_of_rank.
+  int64_t internode_bytes = 0;
 };
 
 // What every tensor of one (dtype, global shape, source layout, destination layout) has
@@ -176,6 +187,12 @@ struct ReshardPlanOptions {
   // Keep only the messages this global rank sends or receives (what its executor needs);
   // -1: every rank's (the one-process simulator). The stats count every rank either way.
   int64_t rank = -1;
+  // The node of each global rank (ranks past its end: a node of their own). When given,
+  // a cell that several destination pieces of one node need and no rank of that node
+  // holds enters the node once: one of those pieces (the relay, rotating by cell) takes
+  // it from the holders, the others get it from the relay in forward messages after the
+  // direct ones. Not for Partial sources (their contributions go straight to each piece).
+  std::vector<int64_t> node_of_rank;
   // The most cells of the common refinement one tensor may have, counting a cell once per
   // source piece and once per destination piece that covers it, plus the grid itself.
   int64_t max_cells = int64_t{1} << 22;

@@ -91,6 +91,7 @@ void MergeMoves(std::vector<ReshardMove>& moves) {
   for (int dim = ndim - 1; dim >= 0; --dim) {
     // Equal but for `dim`'s interval, compared without it.
     auto key_less = [dim, ndim](const ReshardMove& a, const ReshardMove& b) {
+      if (a.forward != b.forward) return a.forward < b.forward;
       if (a.source != b.source) return a.source < b.source;
       if (a.destination != b.destination) return a.destination < b.destination;
       for (int d = 0; d < ndim; ++d) {

@@ -29,7 +29,7 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<Res
                                IntSpan end, std::map<int64_t, int64_t>& sent,
                                std::vector<ReshardMove>& moves);
 
-// Merges moves with the same (source, destination) that are adjacent along one dim and
+// Merges moves with the same (forward, source, destination) that are adjacent along one dim and
 // equal on every other, dim by dim from the last to the first. Bytes add up. The order of
 // `moves` afterwards is unspecified.
 void MergeMoves(std::vector<ReshardMove>& moves);

@@ -47,14 +47,16 @@ std::vector<int64_t> Ranks(int64_t from, int64_t to) {
 // Plans `tensors`, runs the plan with buckets of `bucket` bytes and checks every rank's
 // destination pieces against the full tensors' pieces; `layout` lays out the sources.
 void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t bucket,
-                    LocalLayout layout = LocalLayout::kContiguous) {
+                    LocalLayout layout = LocalLayout::kContiguous,
+                    const std::vector<int64_t>& nodes = {}) {
   const int64_t me = g_world->rank();
   // This rank's plan, checked against the plan of every rank: the same stats, the same
   // schedule for this rank; the exchanges every rank makes are the busiest rank's.
-  internal::ReshardPlanOptions mine;
+  internal::ReshardPlanOptions mine, all;
   mine.rank = me;
+  mine.node_of_rank = all.node_of_rank = nodes;
   absl::StatusOr<internal::ReshardPlan> plan = internal::PlanReshard(tensors, mine);
-  absl::StatusOr<internal::ReshardPlan> every = internal::PlanReshard(tensors);
+  absl::StatusOr<internal::ReshardPlan> every = internal::PlanReshard(tensors, all);
   ASSERT_TRUE(plan.ok() && every.ok()) << plan.status() << every.status();
   EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
   EXPECT_EQ(plan->stats.wire_bytes, every->stats.wire_bytes);
@@ -66,11 +68,15 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
   absl::StatusOr<internal::ReshardSchedule> schedule =
       internal::ScheduleReshard(*plan, me, options);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
-  int64_t exchanges = 0;
+  internal::ReshardExchangeCounts exchanges;
   for (int64_t r = 0; r < g_world->size(); ++r) {
-    absl::StatusOr<internal::ReshardSchedule> theirs = internal::ScheduleReshard(*every, r, options);
+    absl::StatusOr<internal::ReshardSchedule> theirs =
+        internal::ScheduleReshard(*every, r, options);
     ASSERT_TRUE(theirs.ok()) << theirs.status();
-    exchanges = std::max(exchanges, static_cast<int64_t>(theirs->exchanges()));
+    const int64_t direct = static_cast<int64_t>(theirs->direct_exchanges);
+    exchanges.direct = std::max(exchanges.direct, direct);
+    exchanges.forward =
+        std::max(exchanges.forward, static_cast<int64_t>(theirs->exchanges()) - direct);
     if (r == me) {
       EXPECT_EQ(theirs->exchanges(), schedule->exchanges());
       EXPECT_EQ(theirs->steps.size(), schedule->steps.size());
@@ -90,8 +96,8 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
     }
   }
   internal::ReshardExecuteStats stats;
-  const absl::Status s =
-      internal::ExecuteReshard(*plan, *schedule, exchanges, *g_world, sources, destinations, &stats);
+  const absl::Status s = internal::ExecuteReshard(*plan, *schedule, exchanges, *g_world, sources,
+                                                  destinations, &stats);
   ASSERT_TRUE(s.ok()) << s;
   for (size_t t = 0; t < tensors.size(); ++t) {
     for (size_t i = 0; i < expected[t].size(); ++i) {
@@ -102,7 +108,7 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
           << tensors[t].name << " local " << i << " on rank " << me;
     }
   }
-  EXPECT_EQ(stats.rounds, exchanges);
+  EXPECT_EQ(stats.rounds, exchanges.direct + exchanges.forward);
   EXPECT_LE(stats.buffer_bytes, 2 * std::max<int64_t>(bucket, 4096));
   EXPECT_EQ(Sum(stats.sent_bytes), plan->stats.wire_bytes);
   EXPECT_EQ(Sum(stats.received_bytes), plan->stats.wire_bytes);
@@ -152,6 +158,15 @@ TEST(ReshardMpi, EveryLayoutPairBitExactWithSmallBuckets) {
     SCOPED_TRACE(bucket);
     ReshardOverMpi(Mixed(), bucket);
   }
+}
+
+// The same with the ranks on two nodes (the first half and the rest): fan-out forwards
+// run after the direct exchanges.
+TEST(ReshardMpi, FanOutOverTwoNodes) {
+  std::vector<int64_t> nodes;
+  for (int r = 0; r < g_world->size(); ++r) nodes.push_back(r < g_world->size() / 2 ? 0 : 1);
+  for (int64_t bucket : {int64_t{256}, int64_t{1} << 20})
+    ReshardOverMpi(Mixed(), bucket, LocalLayout::kContiguous, nodes);
 }
 
 TEST(ReshardMpi, Case050TransposedAndNarrowedSourcesSendTheirValues) {

@@ -131,7 +131,7 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   const int64_t cases = EnvOr("SDRT_RESHARD_FUZZ_CASES", 10000);
   const int64_t seed = EnvOr("SDRT_RESHARD_FUZZ_SEED", 1);
   int64_t failures = 0, refused = 0, wire = 0, messages = 0, nonempty = 0, reduced = 0,
-          averaged = 0;
+          averaged = 0, fanned = 0;
   for (int64_t c = 0; c < cases && failures < 5; ++c) {
     Random rng(static_cast<uint64_t>(seed) * 1000003u + static_cast<uint64_t>(c));
     const DType dtype = kDTypes[rng.Uniform(0, std::size(kDTypes) - 1)];
@@ -152,6 +152,11 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
     ReshardTensor tensor{absl::StrCat("case", c), dtype, shape, layout(true), layout(false)};
     const LocalLayout local =
         IsSubByte(dtype) ? LocalLayout::kContiguous : static_cast<LocalLayout>(rng.Uniform(0, 2));
+    // A third of the cases place the ranks on up to 3 nodes: fan-out, internode bytes.
+    std::vector<int64_t> nodes;
+    if (rng.Chance(33)) {
+      for (int64_t r = 0; r < world; ++r) nodes.push_back(rng.Uniform(0, 2));
+    }
     absl::StatusOr<internal::ReshardPlan> plan =
         ReshardAndCheck({tensor},
                         // FiniteBytes: no -0 or NaN for a reduction with the identity to
@@ -160,7 +165,7 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
                         {!partial               ? HashBytes(shape, dtype, static_cast<uint64_t>(c))
                          : op == ReduceOp::kAvg ? SmallIntegers(shape, dtype, c)
                                                 : FiniteBytes(shape, dtype, c)},
-                        local);
+                        local, nodes);
     if (!plan.ok() && IsSubByte(dtype) &&
         plan.status().code() == absl::StatusCode::kInvalidArgument &&
         absl::StrContains(plan.status().message(), "byte")) {
@@ -172,6 +177,12 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
       messages += plan->stats.messages;
       nonempty += plan->stats.wire_bytes + plan->stats.self_bytes > 0 ? 1 : 0;
       reduced += plan->tensors[0].contributions() > 1 ? 1 : 0;
+      for (const internal::ReshardMessage& m : plan->tensors[0].messages()) {
+        if (m.forward) {
+          ++fanned;
+          break;
+        }
+      }
       averaged += plan->tensors[0].contributions() > 1 && op == ReduceOp::kAvg ? 1 : 0;
     }
     if (!plan.ok()) {
@@ -189,9 +200,11 @@ TEST(ReshardFuzzTest, RandomLayoutsAreBitExactAtTheOptimum) {
   RecordProperty("partial_cases", static_cast<int>(reduced));
   RecordProperty("partial_avg_cases", static_cast<int>(averaged));
   RecordProperty("refused_sub_byte", static_cast<int>(refused));
+  RecordProperty("fanned_out", static_cast<int>(fanned));
   // Most cases move bytes, few sub-byte layouts are refused: the fuzz exercises the plan.
   EXPECT_GT(nonempty, cases / 2);
   EXPECT_GT(reduced, cases / 50);
+  EXPECT_GT(fanned, cases / 100);  // cases where a relay forwards
   EXPECT_GT(averaged, cases / 500);
   EXPECT_LT(refused, cases / 10);
 }

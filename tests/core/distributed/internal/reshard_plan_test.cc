@@ -249,7 +249,8 @@ TEST(ReshardPlanTest, MessagesAreMerged) {
       Describe("w", DType::kFloat32, {13, 6}, MeshLayout({2, 2}, {}, "[_S(0, 2), S(0)]"),
                MeshLayout({3}, {}, "[R]"));
   const ReshardPlan a = *internal::PlanReshard({t}), b = *internal::PlanReshard({t});
-  const std::vector<internal::ReshardMessage>&am = a.tensors[0].messages(), &bm = b.tensors[0].messages();
+  const std::vector<internal::ReshardMessage>&am = a.tensors[0].messages(),
+        &bm = b.tensors[0].messages();
   ASSERT_EQ(am.size(), bm.size());
   for (size_t i = 0; i < am.size(); ++i) {
     ASSERT_EQ(am[i].moves.size(), bm[i].moves.size());
@@ -304,6 +305,43 @@ TEST(ReshardPlanTest, RepeatedLayoutsArePlannedOnce) {
   }
   EXPECT_EQ(kept, share);
   EXPECT_GT(kept, 0u);
+}
+
+// Node-aware fan-out: ranks 0-1 (node 0) hold the tensor; ranks 2-4 (node 1) and 5-7
+// (node 2) want it whole, or rows of it. Each byte a node needs enters it once: one relay
+// per cell receives it from the holders and forwards it to the node's other ranks.
+TEST(ReshardPlanTest, FanOutEntersEachNodeOnce) {
+  const std::vector<int64_t> nodes = {0, 0, 1, 1, 1, 2, 2, 2};
+  const Tensor full = HashBytes({12, 5}, DType::kFloat32, 3);
+  const int64_t bytes = 12 * 5 * 4;
+  const ReshardTensor whole =
+      Describe("w", DType::kFloat32, {12, 5}, MeshLayout({2}, {0, 1}, "[R]"),
+               MeshLayout({6}, Ranks(2, 6), "[R]"));
+  absl::StatusOr<ReshardPlan> plan =
+      ReshardAndCheck({whole}, {full}, LocalLayout::kContiguous, nodes);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stats.internode_bytes, 2 * bytes);
+  EXPECT_EQ(plan->stats.wire_bytes, 6 * bytes);
+  int64_t forwarded = 0;
+  for (const internal::ReshardMessage& m : plan->tensors[0].messages()) {
+    if (m.forward) forwarded += m.bytes;
+  }
+  EXPECT_EQ(forwarded, 4 * bytes);  // two ranks per node get it from their relay
+  // Without nodes every destination rank takes it from the holders: 6 entries.
+  absl::StatusOr<ReshardPlan> flat = ReshardAndCheck({whole}, {full});
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(flat->stats.internode_bytes, 0);  // not counted without nodes
+  // A holder on the node: node 1 holds rows 6-11 (fsdp over ranks 0-3 = nodes 0, 0, 1, 1),
+  // which its ranks take there; the rest enters once; and [R, S(0)] on 2 x 3 rows.
+  for (const char* placements : {"[R, S(0)]", "[S(0), R]"}) {
+    SCOPED_TRACE(placements);
+    const ReshardTensor t =
+        Describe("w", DType::kFloat32, {12, 5}, MeshLayout({4}, Ranks(0, 4), "[S(0)]"),
+                 MeshLayout({2, 3}, Ranks(2, 6), placements));
+    absl::StatusOr<ReshardPlan> p = ReshardAndCheck({t}, {full}, LocalLayout::kContiguous, nodes);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->stats.wire_bytes, p->stats.optimum_bytes);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -108,20 +109,25 @@ absl::Status SimulateReshard(const ReshardPlan& plan, const std::vector<RankLoca
     }
     for (auto& [rank, locals] : given) destinations[t][rank] = std::move(locals);
   }
-  for (size_t t = 0; t < plan.tensors.size(); ++t) {
-    for (const ReshardMessage& message : plan.tensors[t].messages()) {
-      const auto from = sources[t].find(message.source_rank);
-      if (from == sources[t].end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("SimulateReshard: rank ", message.source_rank, " has no locals"));
+  // The direct messages, then the fan-out forwards (from the relays' destinations).
+  for (const bool forward : {false, true}) {
+    for (size_t t = 0; t < plan.tensors.size(); ++t) {
+      for (const ReshardMessage& message : plan.tensors[t].messages()) {
+        if (message.forward != forward) continue;
+        const RankLocals& held = forward ? destinations[t] : sources[t];
+        const auto from = held.find(message.source_rank);
+        if (from == held.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("SimulateReshard: rank ", message.source_rank, " has no locals"));
+        }
+        SDRT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> buffer, Storage::AllocateCpu(message.bytes));
+        SDRT_RETURN_IF_ERROR(
+            internal::PackMessage(plan.tensors[t], message, from->second, buffer, 0));
+        // "Sent": the destination rank now owns the buffer.
+        const std::shared_ptr<Storage> received = std::move(buffer);
+        SDRT_RETURN_IF_ERROR(internal::UnpackMessage(plan.tensors[t], message, received, 0,
+                                                     destinations[t][message.destination_rank]));
       }
-      SDRT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> buffer, Storage::AllocateCpu(message.bytes));
-      SDRT_RETURN_IF_ERROR(
-          internal::PackMessage(plan.tensors[t], message, from->second, buffer, 0));
-      // "Sent": the destination rank now owns the buffer.
-      const std::shared_ptr<Storage> received = std::move(buffer);
-      SDRT_RETURN_IF_ERROR(internal::UnpackMessage(plan.tensors[t], message, received, 0,
-                                                   destinations[t][message.destination_rank]));
     }
   }
   return absl::OkStatus();
@@ -178,11 +184,42 @@ int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
   return missing * ElementBits(tensor.dtype) / 8;
 }
 
+int64_t BruteForceInternodeBytes(const ReshardTensorPlan& tensor,
+                                 const std::vector<int64_t>& node_of_rank, bool* duplicates) {
+  auto node_of = [&](int64_t rank) {
+    return rank < static_cast<int64_t>(node_of_rank.size()) ? node_of_rank[rank] : -1 - rank;
+  };
+  const size_t ndim = tensor.shape.size();
+  int64_t numel = 1;
+  for (int64_t s : tensor.shape) numel *= s;
+  int64_t missing = 0;
+  IntVector index(ndim);
+  for (int64_t linear = 0; linear < numel; ++linear) {
+    int64_t rest = linear;
+    for (size_t d = ndim; d > 0; --d) {
+      index[d - 1] = rest % tensor.shape[d - 1];
+      rest /= tensor.shape[d - 1];
+    }
+    std::set<int64_t> needing, holding, ranks;
+    for (const ReshardPiece& dst : tensor.destination()) {
+      if (!Holds(dst, index)) continue;
+      needing.insert(node_of(dst.rank));
+      if (!ranks.insert(dst.rank).second && duplicates != nullptr) *duplicates = true;
+    }
+    for (const ReshardPiece& src : tensor.source()) {
+      if (Holds(src, index)) holding.insert(node_of(src.rank));
+    }
+    for (int64_t node : needing) missing += holding.count(node) == 0 ? 1 : 0;
+  }
+  return missing * ElementBits(tensor.dtype) / 8;
+}
+
 namespace {
 
 // The plan of one rank keeps exactly the messages of the plan of every rank that it sends
 // or receives, with the same stats; checked for the first rank of each side of tensor 0.
-absl::Status CheckRankPlans(const std::vector<ReshardTensor>& tensors, const ReshardPlan& every) {
+absl::Status CheckRankPlans(const std::vector<ReshardTensor>& tensors, const ReshardPlan& every,
+                            const std::vector<int64_t>& node_of_rank) {
   if (every.tensors.empty()) return absl::OkStatus();
   std::vector<int64_t> ranks;
   for (const auto* side : {&every.tensors[0].source(), &every.tensors[0].destination()}) {
@@ -191,6 +228,7 @@ absl::Status CheckRankPlans(const std::vector<ReshardTensor>& tensors, const Res
   for (int64_t rank : ranks) {
     internal::ReshardPlanOptions options;
     options.rank = rank;
+    options.node_of_rank = node_of_rank;
     SDRT_ASSIGN_OR_RETURN(const ReshardPlan mine, internal::PlanReshard(tensors, options));
     const internal::ReshardStats &a = mine.stats, &b = every.stats;
     if (a.wire_bytes != b.wire_bytes || a.self_bytes != b.self_bytes ||
@@ -222,8 +260,11 @@ absl::Status CheckRankPlans(const std::vector<ReshardTensor>& tensors, const Res
 }  // namespace
 
 absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& tensors,
-                                            const std::vector<Tensor>& fulls, LocalLayout layout) {
-  SDRT_ASSIGN_OR_RETURN(ReshardPlan plan, internal::PlanReshard(tensors));
+                                            const std::vector<Tensor>& fulls, LocalLayout layout,
+                                            const std::vector<int64_t>& node_of_rank) {
+  internal::ReshardPlanOptions options;
+  options.node_of_rank = node_of_rank;
+  SDRT_ASSIGN_OR_RETURN(ReshardPlan plan, internal::PlanReshard(tensors, options));
   std::vector<RankLocals> sources, destinations;
   for (size_t t = 0; t < tensors.size(); ++t) {
     SDRT_ASSIGN_OR_RETURN(RankLocals locals, PieceLocals(fulls[t], tensors[t], true));
@@ -254,7 +295,19 @@ absl::StatusOr<ReshardPlan> ReshardAndCheck(const std::vector<ReshardTensor>& te
     brute += BruteForceOptimumBytes(plan.tensors[t]);
   }
   const internal::ReshardStats& s = plan.stats;
-  SDRT_RETURN_IF_ERROR(CheckRankPlans(tensors, plan));
+  SDRT_RETURN_IF_ERROR(CheckRankPlans(tensors, plan, node_of_rank));
+  if (!node_of_rank.empty()) {
+    int64_t internode = 0;
+    bool partial = false, duplicates = false;
+    for (const internal::ReshardTensorPlan& t : plan.tensors) {
+      internode += BruteForceInternodeBytes(t, node_of_rank, &duplicates);
+      partial = partial || t.contributions() > 1;
+    }
+    if (!partial && (duplicates ? s.internode_bytes < internode : s.internode_bytes != internode)) {
+      return absl::InternalError(
+          absl::StrCat("internode bytes ", s.internode_bytes, " vs brute force ", internode));
+    }
+  }
   if (s.wire_bytes + s.self_bytes != needed || s.wire_bytes != s.optimum_bytes ||
       s.optimum_bytes != brute) {
     return absl::InternalError(absl::StrCat("bytes: wire ", s.wire_bytes, " + self ", s.self_bytes,

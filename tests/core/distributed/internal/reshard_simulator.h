@@ -86,13 +86,25 @@ absl::Status SimulateReshard(const internal::ReshardPlan& plan,
 // contribution, times the element bits, over 8.
 int64_t BruteForceOptimumBytes(const internal::ReshardTensorPlan& tensor);
 
-// Plans `tensors`, builds their source locals from `fulls` (laid out as `layout`),
-// simulates, and checks every destination piece bit-exact, each element delivered once
-// per Partial contribution,
-// and stats.wire_bytes == stats.optimum_bytes == the brute-force optimum. Returns the plan.
+// The least bytes between nodes, element by element (no Partial source): over nodes, the
+// elements some destination piece of the node needs that no source piece of the node
+// holds, times the element bits, over 8 (ranks past the end of node_of_rank: a node each).
+// `duplicates` (when not null) is set when some element is needed by two pieces of one
+// rank: then a plan may send it into the node twice (once per piece, as the optimum counts).
+int64_t BruteForceInternodeBytes(const internal::ReshardTensorPlan& tensor,
+                                 const std::vector<int64_t>& node_of_rank,
+                                 bool* duplicates = nullptr);
+
+// Plans `tensors` (with fan-out over `node_of_rank` when not empty), builds their source
+// locals from `fulls` (laid out as `layout`), simulates, and checks every destination
+// piece bit-exact, each element delivered once per Partial contribution, and
+// stats.wire_bytes == stats.optimum_bytes == the brute-force optimum; with nodes and no
+// Partial source also stats.internode_bytes == the brute-force internode bytes (at least
+// them when a rank has two pieces of one element). Returns the plan.
 absl::StatusOr<internal::ReshardPlan> ReshardAndCheck(
     const std::vector<internal::ReshardTensor>& tensors, const std::vector<Tensor>& fulls,
-    LocalLayout layout = LocalLayout::kContiguous);
+    LocalLayout layout = LocalLayout::kContiguous,
+    const std::vector<int64_t>& node_of_rank = {});
 
 }  // namespace sdrt::test
 

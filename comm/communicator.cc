@@ -17,27 +17,6 @@ bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
 }
 
-// The dtypes all_reduce combines: bool, uint8, the signed integers and the 16/32/64-bit
-// floats. The others (float8, the unsigned integers above 8 bits, complex64 and the
-// sub-byte floats) are moved by the other collectives, never combined.
-bool Reducible(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
-    case DType::kFloat16:
-    case DType::kBFloat16:
-    case DType::kFloat32:
-    case DType::kFloat64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 std::string Communicator::Where(absl::string_view op) const {
@@ -164,7 +143,7 @@ absl::Status Communicator::AllReduce(Tensor& tensor, ReduceOp op) {
   constexpr absl::string_view kOp = "all_reduce";
   SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "tensor", tensor));
   const DType dtype = tensor.dtype();
-  if (!Reducible(dtype) || (dtype == DType::kBool && op == ReduceOp::kAvg)) {
+  if (!IsReducible(dtype) || (dtype == DType::kBool && op == ReduceOp::kAvg)) {
     return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": reduce op ", ReduceOpName(op),
                                                    " is not supported for ", DTypeName(dtype)));
   }

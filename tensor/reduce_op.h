@@ -1,5 +1,6 @@
 // The reduce operations of an all-reduce and of a Partial placement: sum, avg, min, max,
-// product, named as PyTorch names them ("sum", "avg", ...). Header-only.
+// product, named as PyTorch names them ("sum", "avg", ...), and the dtypes they combine.
+// Header-only.
 #ifndef SDRT_TENSOR_REDUCE_OP_H_
 #define SDRT_TENSOR_REDUCE_OP_H_
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "sdrt/tensor/dtype.h"
 
 namespace sdrt {
 
@@ -44,6 +46,27 @@ inline absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
     if (name == ReduceOpName(op)) return op;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", name, "'"));
+}
+
+// The dtypes a reduction combines: bool, uint8, the signed integers and the 16/32/64-bit
+// floats. The others (float8, the unsigned integers above 8 bits, complex64 and the
+// sub-byte floats) are moved, never combined.
+inline bool IsReducible(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kFloat32:
+    case DType::kFloat64:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace sdrt

@@ -70,22 +70,7 @@ bool IsFloating(DType dtype) {
 }  // namespace
 
 bool CanReduce(DType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAvg) return IsFloating(dtype);
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
-    case DType::kFloat16:
-    case DType::kBFloat16:
-    case DType::kFloat32:
-    case DType::kFloat64:
-      return true;
-    default:
-      return false;
-  }
+  return op == ReduceOp::kAvg ? IsFloating(dtype) : IsReducible(dtype);
 }
 
 absl::Status ReduceInto(const Tensor& acc, const Tensor& in, ReduceOp op) {

@@ -16,6 +16,7 @@
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/internal/reshard_execute.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/tests/core/distributed/internal/reshard_random.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
 #include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/support/mpi_test_main.h"
@@ -167,6 +168,38 @@ TEST(ReshardMpi, FanOutOverTwoNodes) {
   for (int r = 0; r < g_world->size(); ++r) nodes.push_back(r < g_world->size() / 2 ? 0 : 1);
   for (int64_t bucket : {int64_t{256}, int64_t{1} << 20})
     ReshardOverMpi(Mixed(), bucket, LocalLayout::kContiguous, nodes);
+}
+
+// Issue 14's proof under mpiexec: 300 random layout pairs of the fuzz's kind (meshes of 1-3
+// axes over random subsets of this world with Shard, Replicate and _StridedShard, or
+// ShardedTensor boxes; no sub-byte dtypes, no Partial), in two plans of 150 tensors, the
+// second with the ranks on random nodes (fan-out). The same seed on every rank.
+TEST(ReshardMpi, RandomLayoutsOfThisWorld) {
+  constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16,  DType::kUInt8,
+                               DType::kInt64,   DType::kComplex64, DType::kFloat8E4M3FN,
+                               DType::kBool};
+  const int64_t world = g_world->size();
+  Random rng(4242);
+  for (const bool with_nodes : {false, true}) {
+    SCOPED_TRACE(with_nodes ? "on random nodes" : "one node each");
+    std::vector<internal::ReshardTensor> tensors;
+    for (int c = 0; c < 150; ++c) {
+      const DType dtype = kDTypes[rng.Uniform(0, std::size(kDTypes) - 1)];
+      const int ndim = static_cast<int>(rng.Uniform(0, 3));
+      IntVector shape;
+      for (int d = 0; d < ndim; ++d) shape.push_back(rng.Chance(5) ? 0 : rng.Uniform(1, 7));
+      auto layout = [&] {
+        return rng.Chance(15) ? RandomBoxes(rng, world, shape) : RandomMesh(rng, world, ndim);
+      };
+      internal::ReshardLayout source = layout();
+      tensors.push_back({absl::StrCat("random", c), dtype, shape, std::move(source), layout()});
+    }
+    std::vector<int64_t> nodes;
+    if (with_nodes) {
+      for (int64_t r = 0; r < world; ++r) nodes.push_back(rng.Uniform(0, 2));
+    }
+    ReshardOverMpi(tensors, 4096, LocalLayout::kContiguous, nodes);
+  }
 }
 
 TEST(ReshardMpi, Case050TransposedAndNarrowedSourcesSendTheirValues) {

@@ -8,119 +8,29 @@
 //
 // SDRT_RESHARD_FUZZ_CASES (default 10000) and SDRT_RESHARD_FUZZ_SEED (default 1) choose
 // the run: e.g. SDRT_RESHARD_FUZZ_CASES=1000000 for a long one.
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/core/distributed/internal/reshard_reduce.h"
-#include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tests/core/distributed/internal/reshard_random.h"
 #include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
 #include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {
 namespace {
 
-using internal::ReshardBox;
 using internal::ReshardLayout;
 using internal::ReshardTensor;
 
 int64_t EnvOr(const char* name, int64_t fallback) {
   const char* value = std::getenv(name);
   return value != nullptr ? std::strtoll(value, nullptr, 10) : fallback;
-}
-
-class Random {
- public:
-  explicit Random(uint64_t seed) : engine_(seed) {}
-  int64_t Uniform(int64_t lo, int64_t hi) {  // [lo, hi]
-    return std::uniform_int_distribution<int64_t>(lo, hi)(engine_);
-  }
-  bool Chance(int percent) { return Uniform(0, 99) < percent; }
-  // n of the ranks first, first + 1, ..., first + world - 1, in random order.
-  std::vector<int64_t> Subset(int64_t world, int64_t n, int64_t first = 0) {
-    std::vector<int64_t> ranks(static_cast<size_t>(world));
-    for (int64_t r = 0; r < world; ++r) ranks[r] = first + r;
-    std::shuffle(ranks.begin(), ranks.end(), engine_);
-    ranks.resize(static_cast<size_t>(n));
-    return ranks;
-  }
-
- private:
-  std::mt19937_64 engine_;
-};
-
-// A mesh over 1 to `world` of the ranks first .. first + world - 1; with `partial`, some
-// mesh dims may be Partial(*partial).
-ReshardLayout RandomMesh(Random& rng, int64_t world, int ndim, int64_t first = 0,
-                         const ReduceOp* partial = nullptr) {
-  const int64_t n = rng.Uniform(1, world);
-  std::vector<int64_t> ranks = rng.Subset(world, n, first);
-  // 1-3 axes whose sizes multiply to n.
-  IntVector shape;
-  int64_t left = n;
-  const int64_t axes = rng.Uniform(1, 3);
-  for (int64_t a = 0; a + 1 < axes; ++a) {
-    std::vector<int64_t> divisors;
-    for (int64_t d = 1; d <= left; ++d) {
-      if (left % d == 0) divisors.push_back(d);
-    }
-    const int64_t size = divisors[static_cast<size_t>(rng.Uniform(0, divisors.size() - 1))];
-    shape.push_back(size);
-    left /= size;
-  }
-  shape.push_back(left);
-  ReshardLayout layout;
-  layout.mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create(shape, ranks));
-  for (size_t a = 0; a < shape.size(); ++a) {
-    const int64_t kind = ndim == 0 ? 0 : rng.Uniform(0, 2);
-    const int dim = ndim == 0 ? 0 : static_cast<int>(rng.Uniform(0, ndim - 1));
-    if (partial != nullptr && rng.Chance(40)) {
-      layout.placements.push_back(Placement::Partial(*partial));
-      continue;
-    }
-    layout.placements.push_back(kind == 0   ? Placement::Replicate()
-                                : kind == 1 ? Placement::Shard(dim)
-                                            : Placement::StridedShard(dim, rng.Uniform(1, 3)));
-  }
-  return layout;
-}
-
-// ChunkShardingSpec boxes over random ranks, sometimes with a box held twice.
-ReshardLayout RandomBoxes(Random& rng, int64_t world, const IntVector& shape) {
-  ReshardLayout layout;
-  if (shape.empty()) {
-    layout.boxes.push_back({{}, {}, rng.Uniform(0, world - 1)});
-    return layout;
-  }
-  std::vector<RemoteDevice> devices;
-  for (int64_t r : rng.Subset(world, rng.Uniform(1, world))) devices.push_back({r, Device::CPU()});
-  const int dim = static_cast<int>(rng.Uniform(0, static_cast<int64_t>(shape.size()) - 1));
-  const std::vector<ShardMetadata> spec = *ChunkShardingSpec(dim, devices, shape);
-  for (const ShardMetadata& m : spec) {
-    layout.boxes.push_back({m.offsets, m.sizes, m.placement.rank});
-    if (rng.Chance(15)) layout.boxes.push_back({m.offsets, m.sizes, rng.Uniform(0, world - 1)});
-  }
-  return layout;
-}
-
-std::string LayoutString(const ReshardLayout& layout) {
-  if (layout.mesh != nullptr) {
-    return absl::StrCat(layout.mesh->ToString(), " ", PlacementsToString(layout.placements));
-  }
-  std::vector<std::string> boxes;
-  for (const ReshardBox& b : layout.boxes) {
-    boxes.push_back(
-        absl::StrCat(ShapeToString(b.offsets), "+", ShapeToString(b.sizes), "@", b.rank));
-  }
-  return absl::StrCat("boxes {", absl::StrJoin(boxes, " "), "}");
 }
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16,       DType::kUInt8,

@@ -69,7 +69,8 @@ int RunReshard(const ReshardArgs& args) {
   Map source;
   std::optional<ShardedCheckpointIndex> target;
   if (status.ok()) {
-    absl::StatusOr<ShardedCheckpointIndex> made = TargetIndex(args.mesh, args.dim_names, args.plan, *source_index);
+    absl::StatusOr<ShardedCheckpointIndex> made =
+        TargetIndex(args.mesh, args.dim_names, args.plan, *source_index);
     status = made.status();
     if (made.ok()) target = *std::move(made);
   }
@@ -156,14 +157,8 @@ int RunReshard(const ReshardArgs& args) {
                                   {"tensors", target->tensors.size()},
                                   {"bytes", bytes},
                                   {"reshard_seconds", reshard_seconds},
-                                  {"wire_bytes", stats.wire_bytes},
-                                  {"optimum_bytes", stats.optimum_bytes},
-                                  {"self_bytes", stats.self_bytes},
-                                  {"max_sent_bytes", stats.max_sent_bytes},
-                                  {"max_received_bytes", stats.max_received_bytes},
-                                  {"rounds", stats.rounds},
-                                  {"collectives", stats.collectives},
                                   {"peak_rss_bytes", *peaks}};
+    out.update(ReshardStatsJson(stats));
     std::cout << JsonText(out, 2) << "\n";
     return kExitOk;
   }

@@ -208,19 +208,13 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
         {"bytes", bytes},
         {"seconds", seconds},
         {"gbps", gbps},
-        {"wire_bytes", stats.wire_bytes},
-        {"optimum_bytes", stats.optimum_bytes},
-        {"self_bytes", stats.self_bytes},
-        {"max_sent_bytes", stats.max_sent_bytes},
-        {"max_received_bytes", stats.max_received_bytes},
-        {"rounds", stats.rounds},
-        {"collectives", stats.collectives},
         {"verified_against", against},
         {"mismatches", mismatches},
         {"bit_exact", mismatches.empty()},
         {"bytes_read", *all_read},
         {"bytes_kept", *all_kept},
         {"peak_rss_bytes", *peaks}};
+    out.update(ReshardStatsJson(stats));
     std::cout << JsonText(out, 2) << "\n";
   } else {
     std::cout << "loaded " << index->tensors.size() << " tensors (" << HumanBytes(bytes)

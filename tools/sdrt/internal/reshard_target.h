@@ -6,7 +6,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::cli {
@@ -24,6 +26,10 @@ absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const std::string& mesh_spec,
 // Rank `rank`'s destination in `index`: a meta DTensor per tensor (its local shape, the
 // index's mesh and placements), or an empty map for a rank outside the mesh.
 absl::StatusOr<Map> MetaTarget(const ShardedCheckpointIndex& index, int rank);
+
+// The plan's and the run's figures as --json prints them: wire, optimum and self bytes, the
+// busiest rank's sent and received bytes, rounds and collectives.
+nlohmann::ordered_json ReshardStatsJson(const ReshardStats& stats);
 
 }  // namespace sdrt::cli
 

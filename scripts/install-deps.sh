@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config git ca-certificates python3 python3-pip
   mpich libmpich-dev
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev python3-numpy
   nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev libre2-dev
   xxhash
   clang libclang-rt-14-dev

@@ -65,7 +65,9 @@ TEST(ExchangeMpi, RanksWithNothingToMoveStillTakePart) {
     sends.push_back({g_world->rank(), nullptr, 0});
     receives.push_back({g_world->rank(), nullptr, 0});
     ASSERT_TRUE(g_world->Exchange(sends, receives).ok());
-    if (g_world->rank() == last) EXPECT_EQ(got, data);
+    if (g_world->rank() == last) {
+      EXPECT_EQ(got, data);
+    }
   }
 }
 

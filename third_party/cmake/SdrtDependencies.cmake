@@ -56,7 +56,7 @@ endif()
 # --- NCCL (needs CUDA) -------------------------------------------------------
 set(SDRT_HAVE_NCCL OFF)
 if(SDRT_HAVE_CUDA AND NOT SDRT_WITH_NCCL STREQUAL "OFF")
-  find_package(NCCL)  # third_party/cmake/FindNCCL.cmake: the imported target NCCL::NCCL
+  find_package(NCCL QUIET)  # third_party/cmake/FindNCCL.cmake: the imported target NCCL::NCCL
   if(NCCL_FOUND)
     set(SDRT_HAVE_NCCL ON)
   endif()

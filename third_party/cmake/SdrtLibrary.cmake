@@ -29,7 +29,10 @@ target_link_libraries(sdrt PRIVATE $<BUILD_INTERFACE:nlohmann_json::nlohmann_jso
 # RE2 and xxhash have no CMake package on Debian: their library files, by path.
 target_link_libraries(sdrt PRIVATE ${RE2_LIBRARY} ${XXHASH_LIBRARY} rt)
 if(SDRT_HAVE_MPI)
-  target_link_libraries(sdrt PRIVATE MPI::MPI_C)
+  # By path for the installed package: MPI::MPI_C needs the C language enabled in the
+  # program's project, which a C++ program need not have (no MPI header is public).
+  target_link_libraries(sdrt PRIVATE $<BUILD_INTERFACE:MPI::MPI_C>
+    $<INSTALL_INTERFACE:${MPI_C_LIBRARIES}>)
 endif()
 if(SDRT_HAVE_CUDA)
   target_link_libraries(sdrt PRIVATE CUDA::cudart)

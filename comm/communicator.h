@@ -45,8 +45,9 @@
 #include "sdrt/tensor/device.h"
 #include "sdrt/tensor/reduce_op.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class Communicator {
  public:

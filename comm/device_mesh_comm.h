@@ -17,8 +17,9 @@
 #include "sdrt/comm/communicator.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class DeviceMeshComm {
  public:

@@ -36,8 +36,9 @@
 
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class MpiCommunicator final : public Communicator {
  public:

@@ -67,8 +67,9 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // ncclUniqueId as plain bytes (NCCL_UNIQUE_ID_BYTES = 128), to pass between processes.
 struct NcclUniqueId {

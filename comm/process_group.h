@@ -12,8 +12,9 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class ProcessGroup {
  public:

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "sdrt/comm/communicator.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class SelfCommunicator final : public Communicator {
  public:

@@ -33,8 +33,9 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // dst[i0, .., in] = src[i0, .., in] for every index of `sizes` (PyTorch order, dim 0
 // outermost), where element (i...) of src lives at src + elem_size * sum(i_k *

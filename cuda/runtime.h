@@ -24,8 +24,9 @@
 #include "absl/status/statusor.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/tensor/storage.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // True when sdrt was compiled with CUDA.
 bool BuiltWithCuda();

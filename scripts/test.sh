@@ -3,9 +3,14 @@
 # GPU tests (label gpu) skip with a message when no CUDA device is present. When the main
 # build has CUDA, a second CPU-only build (SDRT_WITH_CUDA=OFF, in build-cpu/) runs the CPU
 # tests too, so both configurations stay green (the benchmarks and examples are built by the
-# main build only); a third build without CUDA, MPI and NCCL
-# (build-local/) runs them again, which proves every local operation (DistributeTensor,
-# sharding, checkpoints, state-dict operations) builds and works without a communicator.
+# main build only); a third build without CUDA, MPI and NCCL (build-local/) runs them again,
+# which proves every local operation (DistributeTensor, sharding, checkpoints, state-dict
+# operations) builds and works without a communicator. The main build makes the static
+# libsdrt.a, the other two the shared libsdrt.so (BUILD_SHARED_LIBS=ON; build-cpu's, with
+# MPI, is the one the Python module's test loads). After each build's tests,
+# scripts/install-check.sh installs it into a temporary prefix and builds and runs against
+# it what a user writes: a C++ consumer, the C header alone, and the two examples
+# (examples/engine in C, examples/trainer in C++) under mpiexec when the build has MPI.
 # Last, when the main build has CUDA and NCCL, the GPU check's dry run
 # (scripts/device-check.sh --dry-run, in build-device-dry/): the dependency bundle for a lent
 # GPU machine is made and proven, and what the check runs is configured against the bundle
@@ -20,22 +25,31 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SDRT_BUILD_DIR:-$root/build}
 check_flags=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"
-             "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG")
+             "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG" -DBUILD_SHARED_LIBS=ON)
+# A checking build folder configured before it built the shared library becomes shared.
+shared_again() {
+  if [ -f "$1/CMakeCache.txt" ]; then cmake -B "$1" -DBUILD_SHARED_LIBS=ON >/dev/null; fi
+}
 "$root/scripts/build.sh"
 echo "== tests: $build" >&2
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
+"$root/scripts/install-check.sh" "$build"
 if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt"; then
   cpu_build=${SDRT_CPU_BUILD_DIR:-$root/build-cpu}
+  shared_again "$cpu_build"
   SDRT_BUILD_DIR=$cpu_build "$root/scripts/build.sh" -DSDRT_WITH_CUDA=OFF -DSDRT_BUILD_BENCH=OFF \
     -DSDRT_BUILD_EXAMPLES=OFF "${check_flags[@]}"
-  echo "== tests: $cpu_build (CUDA off)" >&2
+  echo "== tests: $cpu_build (CUDA off; shared libsdrt.so)" >&2
   (cd "$cpu_build" && ctest --output-on-failure -j"$(nproc)" -L cpu "$@")
+  "$root/scripts/install-check.sh" "$cpu_build"
 fi
 local_build=${SDRT_LOCAL_BUILD_DIR:-$root/build-local}
+shared_again "$local_build"
 SDRT_BUILD_DIR=$local_build "$root/scripts/build.sh" -DSDRT_WITH_CUDA=OFF -DSDRT_WITH_MPI=OFF \
   -DSDRT_BUILD_BENCH=OFF "${check_flags[@]}"
-echo "== tests: $local_build (no CUDA, MPI or NCCL)" >&2
+echo "== tests: $local_build (no CUDA, MPI or NCCL; shared libsdrt.so)" >&2
 (cd "$local_build" && ctest --output-on-failure -j"$(nproc)" -L cpu "$@")
+"$root/scripts/install-check.sh" "$local_build"
 if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt" &&
    grep -q '^NCCL_LIBRARY:FILEPATH=/' "$build/CMakeCache.txt"; then
   echo "== GPU check dry run: ${SDRT_DEVICE_BUILD_DIR:-$root/build-device-dry}" >&2

@@ -7,8 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 enum class DeviceType : uint8_t { kCPU, kCUDA, kMeta };
 

@@ -16,8 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // X(Enum, name as PyTorch prints it, safetensors code, bits per element, DLPack type code).
 // The safetensors codes and widths are those of the format's 0.8.0 `Dtype`. The DLPack

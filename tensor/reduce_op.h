@@ -13,8 +13,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "sdrt/tensor/dtype.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMin, kMax, kProduct };
 

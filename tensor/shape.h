@@ -13,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // Sizes, strides and offsets in elements. Six dims inline, more on the heap.
 using IntVector = absl::InlinedVector<int64_t, 6>;

@@ -21,8 +21,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // How the bytes were obtained; printed by ToString and used by tests and `sdrt inspect`.
 enum class StorageKind : uint8_t {

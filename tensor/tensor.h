@@ -32,8 +32,9 @@
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/shape.h"
 #include "sdrt/tensor/storage.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class Tensor;
 // The overlap rules of Tensor::CopyFrom (see there); OK when the copy is well defined.

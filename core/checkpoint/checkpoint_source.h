@@ -27,8 +27,9 @@
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/shape.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 enum class CheckpointKind {
   kSafetensorsFile,    // one .safetensors file

@@ -31,8 +31,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // huggingface_hub's default max_shard_size, "5GB": 5 x 10^9 bytes.
 inline constexpr int64_t kHfDefaultMaxShardBytes = 5'000'000'000;

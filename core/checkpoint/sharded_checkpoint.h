@@ -63,8 +63,9 @@
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 inline constexpr int kShardedCheckpointFormatVersion = 1;
 inline constexpr absl::string_view kShardedCheckpointFormat = "sdrt-sharded-checkpoint";

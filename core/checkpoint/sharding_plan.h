@@ -62,8 +62,9 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // How the built-in tensor-parallel plan treats a tensor, from its name.
 enum class TpRole : uint8_t {

@@ -20,8 +20,9 @@
 #include "absl/strings/string_view.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // What every rank must share about the data it moves: one (path, description) per leaf,
 // in walk order, e.g. ("layers.0.w", "DTensor float32[8, 4] [S(0)] on mesh (2, 2)").

@@ -52,8 +52,9 @@
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // 256 MiB, the default bucket size of every operation here.
 inline constexpr int64_t kDefaultBucketBytes = int64_t{256} << 20;

@@ -39,8 +39,9 @@
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // Mirrors DTensor.full_tensor(): the global tensor, contiguous, on every rank, on the
 // local tensor's device. Partial mesh dims are all-reduced on a copy of the local (made on

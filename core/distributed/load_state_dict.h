@@ -43,8 +43,9 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // What one rank's LoadStateDict read and kept.
 struct LoadStats {

@@ -26,8 +26,9 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 struct ReshardOptions {
   Communicator* comm = nullptr;  // required; CPU tensors with MPI, CUDA ones with NCCL

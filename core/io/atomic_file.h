@@ -23,8 +23,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // The status of a failed system call `call` on `path` with errno `err`:
 // `<call>("<path>"): <strerror>`, the code absl::ErrnoToStatus gives.

@@ -8,8 +8,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // The size limit for a JSON file sdrt reads (index.json, PLAN.json): 64 MiB, far above any
 // real one (an index of 100,000 tensors is a few MiB).

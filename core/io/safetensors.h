@@ -49,8 +49,9 @@
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/storage.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // The reference implementation's cap on the JSON header length N, in bytes.
 inline constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;

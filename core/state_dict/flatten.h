@@ -47,8 +47,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // One step of an object path (PyTorch's OBJ_PATH item): a map key or a list/tuple index.
 using PathItem = std::variant<std::string, int64_t>;

@@ -35,8 +35,9 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class Value;
 

@@ -34,8 +34,9 @@
 #include "absl/status/statusor.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // True for the "companion mismatch" errors of CopyStateDict and CompareStateDicts.
 bool IsCompanionMismatch(const absl::Status& status);

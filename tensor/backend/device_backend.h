@@ -16,8 +16,9 @@
 #include "absl/types/span.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/tensor/storage.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class DeviceBackend {
  public:

@@ -11,8 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // Exports `tensor` (any strides, CPU or CUDA) as a newly allocated DLManagedTensor. The
 // DLPack 0.6 struct has no read-only flag: exporting a tensor that views read-only memory

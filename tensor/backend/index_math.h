@@ -22,6 +22,7 @@
 #define SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 
 #include <cstdint>
+#include "sdrt/export.h"
 
 #if defined(__CUDACC__)
 #define SDRT_HD __host__ __device__
@@ -29,7 +30,7 @@
 #define SDRT_HD
 #endif
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // Most dims a copy may have after adjacent contiguous dims are merged.
 inline constexpr int kMaxCopyDims = 12;

@@ -21,8 +21,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "sdrt/tensor/backend/index_math.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // dst[i0, .., in] = src[i0, .., in] for every index of `sizes`, where element (i...) of
 // src lives at src + elem_size * sum(i_k * src_strides[k]) and likewise for dst.
@@ -35,7 +36,7 @@ absl::Status StridedCopyHost(void* dst, const void* src, int64_t elem_size,
                              absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                              absl::Span<const int64_t> src_strides);
 
-namespace internal {
+namespace internal SDRT_HIDDEN {
 
 // Validates a strided copy (see StridedCopyHost) and returns its plan for these
 // addresses; plan.numel == 0 for an empty copy, whose pointers may be null.

@@ -12,8 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/tensor/shape.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // The most ranks a DeviceMesh may have: 2^20 (over a million, far beyond any job), checked
 // before anything is allocated so that a hostile `--mesh 3000000000` is an error, not an

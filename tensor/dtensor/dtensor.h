@@ -13,8 +13,9 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 class DTensor {
  public:

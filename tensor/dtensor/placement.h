@@ -12,8 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/tensor/reduce_op.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // The largest _StridedShard split factor sdrt accepts: 2^20. FSDP2 over TP sets it to the
 // product of mesh dim sizes, so it never exceeds a mesh's rank count (kMaxMeshRanks, the

@@ -9,8 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // "rank:1/cuda:1" parsed.
 struct RemoteDevice {

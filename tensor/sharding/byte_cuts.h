@@ -13,8 +13,9 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // The first global dim at which the piece `runs` of a row-major tensor of `shape` and
 // `dtype` would begin or end a run of adjacent elements inside a byte, or -1 when it

@@ -25,8 +25,9 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // What a rank's local tensor holds under the rule above.
 enum class PartialIdentity {

@@ -19,8 +19,9 @@
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // Global indices [global, global + length) along one dim, held at local indices
 // [local, local + length) of the shard.

@@ -20,8 +20,9 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/export.h"
 
-namespace sdrt {
+namespace sdrt SDRT_API {
 
 // ceil(n / k): the size of every piece but the trailing ones when a length-n dim is split
 // into k pieces, and the size each piece is padded to for collectives (full_chunk_size in

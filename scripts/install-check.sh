@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# scripts/install-check.sh BUILD_DIR: checks that BUILD_DIR installs as a C++ library is used.
+# Installs it into a temporary prefix, then builds tests/install/consumer.cc (a program using
+# only sdrt/sdrt.h: it writes and reads back a safetensors file and prints sdrt::Version())
+# twice, with -Wall -Wextra -Werror: by CMake (find_package(sdrt CONFIG REQUIRED), sdrt::sdrt)
+# and by plain g++ with `pkg-config --cflags --libs sdrt` (--static for a static libsdrt.a),
+# and runs both. When the build is shared, libsdrt.so must carry its SONAME and its dynamic
+# symbol table must hold the public API alone: sdrt:: C++ symbols outside any internal
+# namespace and the C API's sdrt_* functions; anything else (absl::, std::, nlohmann, re2,
+# XXH_*, sdrt::internal::) is printed and fails the check. Removes only the temporary folder
+# it made. Exit 0 when all of it holds.
+set -euo pipefail
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 BUILD_DIR" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$1" && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sdrt-install-check.XXXXXX")
+trap 'rm -rf -- "$tmp"' EXIT
+prefix=$tmp/prefix
+echo "== install check: $build -> $prefix" >&2
+
+cmake --install "$build" --prefix "$prefix" > "$tmp/install.log"
+for f in include/sdrt/sdrt.h include/sdrt/export.h include/sdrt/version.h bin/sdrt \
+         lib/cmake/sdrt/sdrtConfig.cmake lib/cmake/sdrt/sdrtConfigVersion.cmake \
+         lib/cmake/sdrt/sdrtTargets.cmake lib/pkgconfig/sdrt.pc; do
+  [[ -e $prefix/$f ]] || { echo "install-check: $f was not installed" >&2; exit 1; }
+done
+for dir in tests tools bench; do
+  if [[ -e $prefix/include/sdrt/$dir ]]; then
+    echo "install-check: include/sdrt/$dir was installed" >&2
+    exit 1
+  fi
+done
+"$prefix/bin/sdrt" --version > /dev/null
+
+shared=0
+if [[ -e $prefix/lib/libsdrt.so ]]; then
+  shared=1
+elif [[ ! -e $prefix/lib/libsdrt.a ]]; then
+  echo "install-check: neither lib/libsdrt.a nor lib/libsdrt.so was installed" >&2
+  exit 1
+fi
+
+# 1. The CMake package.
+cmake -S "$root/tests/install" -B "$tmp/cmake-build" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/configure.log" || { cat "$tmp/configure.log" >&2; exit 1; }
+cmake --build "$tmp/cmake-build" > "$tmp/build.log" || { cat "$tmp/build.log" >&2; exit 1; }
+mkdir "$tmp/out-cmake"
+"$tmp/cmake-build/consumer" "$tmp/out-cmake"
+
+# 2. pkg-config and a plain compiler.
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+static_flag=--static
+[[ $shared == 1 ]] && static_flag=
+# shellcheck disable=SC2046,SC2086  # the flags are words
+g++ -Wall -Wextra -Werror -o "$tmp/consumer-pc" "$root/tests/install/consumer.cc" \
+  $(pkg-config --cflags sdrt) $(pkg-config $static_flag --libs sdrt)
+mkdir "$tmp/out-pc"
+LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/consumer-pc" "$tmp/out-pc"
+
+# 3. The shared library's SONAME and exported symbols.
+if [[ $shared == 1 ]]; then
+  soname=$(readelf -d "$prefix/lib/libsdrt.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+  if [[ ! $soname =~ ^libsdrt\.so\.[0-9]+$ ]]; then
+    echo "install-check: libsdrt.so has SONAME '$soname', not libsdrt.so.N" >&2
+    exit 1
+  fi
+  # Names only (after the address and type), without the version suffix.
+  nm -D --defined-only -C "$prefix/lib/libsdrt.so" |
+    sed -E 's/^[0-9a-fA-F]* *[A-Za-z] //; s/@@?SDRT_[0-9]+$//' > "$tmp/symbols"
+  special='(typeinfo|typeinfo name|vtable|VTT|guard variable|construction vtable) for '
+  grep -Ev "^(sdrt_[A-Za-z0-9_]*|SDRT_[0-9]+|($special)?sdrt::.*)$" "$tmp/symbols" \
+    > "$tmp/bad" || true
+  grep -E "^($special)?sdrt::([A-Za-z0-9_]+::)*(internal::|\(anonymous namespace\))" \
+    "$tmp/symbols" >> "$tmp/bad" || true
+  if [[ -s $tmp/bad ]]; then
+    echo "install-check: libsdrt.so exports $(wc -l < "$tmp/bad") symbols outside the public API:" >&2
+    cat "$tmp/bad" >&2
+    exit 1
+  fi
+  echo "install-check: $soname exports $(wc -l < "$tmp/symbols") symbols, all public API" >&2
+fi
+echo "install-check: OK ($([[ $shared == 1 ]] && echo shared || echo static))" >&2

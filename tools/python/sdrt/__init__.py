@@ -1,0 +1,160 @@
+"""sdrt from Python: load, gather and inspect checkpoints through sdrt's C API (ctypes).
+
+For Python-side engines and benchmarks that want sdrt's parallel load (every rank reads its
+own bytes) and its gather without PyTorch's distributed stack. The module is a thin layer
+over ``sdrt/c_api.h``: every call here is one C call, documented there.
+
+Tensors go in as any object with ``__dlpack__`` (NumPy arrays, torch tensors): sdrt borrows
+their memory and writes into it in place (load); they must stay alive during the call.
+Results (gather) come back as new NumPy arrays, copied out of sdrt's memory (bfloat16
+becomes uint16 holding the same bits; NumPy has no bfloat16).
+
+The shared library is found from ``SDRT_LIBRARY`` (a path), else beside this package when
+installed (``<prefix>/lib/sdrt/python/sdrt`` -> ``<prefix>/lib/libsdrt.so``), else by the
+loader's search path. It needs a build with ``-DBUILD_SHARED_LIBS=ON``.
+
+Under ``mpiexec -n N python3 prog.py``, ``world()`` is the communicator of all N ranks (MPI is
+initialized by the library; no mpi4py needed).
+"""
+
+import ctypes
+import os
+
+from sdrt import _c
+from sdrt._c import SdrtError, _check
+
+__all__ = ["DTensor", "SdrtError", "world", "inspect", "load", "gather", "gather_write",
+           "version"]
+
+
+def version():
+    """The library's version, "MAJOR.MINOR.PATCH"."""
+    return _c.lib.sdrt_get_version().decode()
+
+
+class Comm:
+    """A communicator (sdrt_comm_t). Made by world(); close() or garbage collection frees it."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        r, s = ctypes.c_int(), ctypes.c_int()
+        _check("sdrt_comm_rank", _c.lib.sdrt_comm_rank(handle, ctypes.byref(r)))
+        _check("sdrt_comm_size", _c.lib.sdrt_comm_size(handle, ctypes.byref(s)))
+        self.rank, self.size = r.value, s.value
+
+    def close(self):
+        if self._handle:
+            _c.lib.sdrt_comm_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+
+def world(timeout=600.0):
+    """All ranks of the MPI job (collective: every rank calls it). timeout: seconds, the
+    deadline of every collective over it."""
+    options = _c.CommOptions(ctypes.sizeof(_c.CommOptions), float(timeout))
+    handle = ctypes.c_void_p()
+    _check("sdrt_comm_create_world",
+           _c.lib.sdrt_comm_create_world(ctypes.byref(options), ctypes.byref(handle)))
+    return Comm(handle)
+
+
+class DTensor:
+    """A local tensor laid out on a device mesh: ``placements`` as PyTorch prints them
+    ("S(0)", "R", "S(0),R" for 2-D meshes), ``global_shape`` the full tensor's shape,
+    ``mesh_shape`` the mesh (default: one dimension over every rank of the call's comm)."""
+
+    def __init__(self, local, placements, global_shape, mesh_shape=None):
+        self.local, self.placements = local, placements
+        self.global_shape, self.mesh_shape = tuple(global_shape), mesh_shape
+
+
+def inspect(path):
+    """The tensors of a checkpoint (a .safetensors file, a Hugging Face folder or an sdrt
+    sharded folder), in file order: a list of dicts with name, dtype (PyTorch's name),
+    shape (global) and nbytes. Local; no tensor byte is read."""
+    with _c.Checkpoint(path) as ckpt:
+        return [{"name": i.name, "dtype": i.dtype_name, "shape": i.shape, "nbytes": i.nbytes}
+                for i in ckpt.infos()]
+
+
+class _StateDict:
+    """An sdrt_state_dict_t over borrowed tensors; keeps their DLPack capsules alive."""
+
+    def __init__(self, tensors, comm):
+        self.handle = ctypes.c_void_p()
+        _check("sdrt_state_dict_create", _c.lib.sdrt_state_dict_create(ctypes.byref(self.handle)))
+        self._alive = []
+        for name, value in tensors.items():
+            spec = None
+            if isinstance(value, DTensor):
+                mesh = value.mesh_shape or ((comm.size,) if comm else (1,))
+                spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive)
+                value = value.local
+            dl = _c.borrow(value, self._alive)
+            _check(f"sdrt_state_dict_add({name!r})",
+                   _c.lib.sdrt_state_dict_add(self.handle, name.encode(), dl,
+                                              ctypes.byref(spec) if spec else None))
+
+    def arrays(self):
+        """Every entry as a new NumPy array (a copy)."""
+        count = ctypes.c_int64()
+        _check("sdrt_state_dict_count",
+               _c.lib.sdrt_state_dict_count(self.handle, ctypes.byref(count)))
+        out = {}
+        for i in range(count.value):
+            name, dl = ctypes.c_char_p(), ctypes.POINTER(_c.DLTensor)()
+            _check("sdrt_state_dict_get", _c.lib.sdrt_state_dict_get(
+                self.handle, i, ctypes.byref(name), ctypes.byref(dl), None))
+            out[name.value.decode()] = _c.to_numpy(dl.contents)
+        return out
+
+    def close(self):
+        if self.handle:
+            _c.lib.sdrt_state_dict_destroy(self.handle)
+            self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load(path, tensors, comm=None, rank=None, strict=False):
+    """Fills ``tensors`` (name -> array or DTensor of arrays) from the checkpoint at
+    ``path`` in place: each rank reads only its own pieces' bytes (sdrt_load). With
+    ``comm`` the call is collective over it; without, it is local and ``rank`` is this
+    process's rank in the meshes. Returns the call's figures (bytes_read, bytes_kept,
+    reads, seconds)."""
+    with _c.Checkpoint(path) as ckpt, _StateDict(tensors, comm) as sd:
+        options = _c.load_options(comm, rank, strict)
+        _check("sdrt_load", _c.lib.sdrt_load(ckpt.handle, sd.handle, ctypes.byref(options)))
+        return _c.last_stats()
+
+
+def gather(tensors, comm, ranks_only=None):
+    """Every DTensor of ``tensors`` gathered into its full tensor (sdrt_gather with
+    cpu_offload; mirrors torch's _gather_state_dict). Collective over ``comm``. Returns a
+    dict of new NumPy arrays on the ranks in ``ranks_only`` (default: every rank), {} on
+    the others."""
+    with _StateDict(tensors, comm) as sd:
+        options = _c.gather_options(comm, ranks_only)
+        out = _StateDict({}, comm)
+        try:
+            _check("sdrt_gather", _c.lib.sdrt_gather(sd.handle, ctypes.byref(options),
+                                                     ctypes.byref(out.handle)))
+            return out.arrays()
+        finally:
+            out.close()
+
+
+def gather_write(tensors, path, comm):
+    """Gathers as gather() does and writes the full tensors to the safetensors file
+    ``path`` on rank 0 (sdrt_gather_write; one bucket of full data at a time). Collective."""
+    with _StateDict(tensors, comm) as sd:
+        options = _c.gather_options(comm, None)
+        _check("sdrt_gather_write",
+               _c.lib.sdrt_gather_write(sd.handle, os.fsencode(path), ctypes.byref(options)))

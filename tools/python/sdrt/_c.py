@@ -1,0 +1,232 @@
+"""The ctypes declarations of sdrt/c_api.h that the sdrt package uses, and DLPack glue.
+
+Struct layouts follow the header field by field; each starts with struct_size, which the
+library checks, so a layout that drifted from the header is refused, not misread."""
+
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+
+
+def _find_library():
+    path = os.environ.get("SDRT_LIBRARY")
+    if path:
+        return path
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, "..", "..", "..", "libsdrt.so")  # <prefix>/lib/sdrt/python/sdrt
+    if os.path.exists(installed):
+        return installed
+    return ctypes.util.find_library("sdrt") or "libsdrt.so"
+
+
+lib = ctypes.CDLL(_find_library())
+
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", c_int64_p), ("strides", c_int64_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("name", ctypes.c_char_p),
+                ("dtype", DLDataType), ("dtype_name", ctypes.c_char_p),
+                ("ndim", ctypes.c_int32), ("shape", c_int64_p), ("nbytes", ctypes.c_int64)]
+
+
+class CommOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("timeout_seconds", ctypes.c_double)]
+
+
+class DTensorSpec(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("mesh_ndim", ctypes.c_int32),
+                ("mesh_shape", c_int64_p), ("mesh_ranks", c_int64_p),
+                ("placements", ctypes.c_char_p), ("global_ndim", ctypes.c_int32),
+                ("global_shape", c_int64_p)]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (f, ctypes.c_int64) for f in ("bytes_read", "bytes_kept", "reads", "bytes_sent",
+                                      "bytes_received", "bytes_written", "collectives",
+                                      "data_collectives")] + [("seconds", ctypes.c_double)]
+
+
+class LoadOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("comm", ctypes.c_void_p),
+                ("rank", ctypes.c_int32), ("strict", ctypes.c_int32),
+                ("timeout_seconds", ctypes.c_double), ("staging_buffers", ctypes.c_int32),
+                ("staging_bytes", ctypes.c_int64), ("direct_io", ctypes.c_int32),
+                ("max_gap_bytes", ctypes.c_int64), ("stream", ctypes.c_void_p),
+                ("num_missing", c_int64_p), ("num_unexpected", c_int64_p)]
+
+
+class GatherOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("comm", ctypes.c_void_p),
+                ("timeout_seconds", ctypes.c_double),
+                ("ranks_only", ctypes.POINTER(ctypes.c_int32)), ("num_ranks_only", ctypes.c_int32),
+                ("cpu_offload", ctypes.c_int32), ("bucket_bytes", ctypes.c_int64),
+                ("stream", ctypes.c_void_p)]
+
+
+def _declare(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype, f.argtypes = restype, list(argtypes)
+
+
+_P = ctypes.c_void_p
+_S = ctypes.c_int  # sdrt_status_t
+_declare("sdrt_status_string", ctypes.c_char_p, _S)
+_declare("sdrt_last_error", ctypes.c_char_p)
+_declare("sdrt_get_version", ctypes.c_char_p)
+_declare("sdrt_comm_create_world", _S, ctypes.POINTER(CommOptions), ctypes.POINTER(_P))
+_declare("sdrt_comm_rank", _S, _P, ctypes.POINTER(ctypes.c_int))
+_declare("sdrt_comm_size", _S, _P, ctypes.POINTER(ctypes.c_int))
+_declare("sdrt_comm_destroy", _S, _P)
+_declare("sdrt_checkpoint_open", _S, ctypes.c_char_p, ctypes.POINTER(_P))
+_declare("sdrt_checkpoint_num_tensors", _S, _P, c_int64_p)
+_declare("sdrt_checkpoint_tensor_info", _S, _P, ctypes.c_int64, ctypes.POINTER(TensorInfo))
+_declare("sdrt_checkpoint_close", _S, _P)
+_declare("sdrt_state_dict_create", _S, ctypes.POINTER(_P))
+_declare("sdrt_state_dict_add", _S, _P, ctypes.c_char_p, ctypes.POINTER(DLTensor),
+         ctypes.POINTER(DTensorSpec))
+_declare("sdrt_state_dict_count", _S, _P, c_int64_p)
+_declare("sdrt_state_dict_get", _S, _P, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p),
+         ctypes.POINTER(ctypes.POINTER(DLTensor)), ctypes.POINTER(ctypes.c_int))
+_declare("sdrt_state_dict_destroy", _S, _P)
+_declare("sdrt_get_last_stats", _S, ctypes.POINTER(Stats))
+_declare("sdrt_load", _S, _P, _P, ctypes.POINTER(LoadOptions))
+_declare("sdrt_gather", _S, _P, ctypes.POINTER(GatherOptions), ctypes.POINTER(_P))
+_declare("sdrt_gather_write", _S, _P, ctypes.c_char_p, ctypes.POINTER(GatherOptions))
+
+
+class SdrtError(RuntimeError):
+    """A C call failed: `code` is the sdrt_status_t's name, the message is sdrt's."""
+
+    def __init__(self, call, code, message):
+        super().__init__(f"{call}: {code}: {message}")
+        self.code = code
+
+
+def _check(call, status):
+    if status != 0:
+        raise SdrtError(call, lib.sdrt_status_string(status).decode(),
+                        (lib.sdrt_last_error() or b"").decode(errors="replace"))
+
+
+class Checkpoint:
+    """An open sdrt_checkpoint_t (a context manager)."""
+
+    def __init__(self, path):
+        self.handle = _P()
+        _check("sdrt_checkpoint_open",
+               lib.sdrt_checkpoint_open(os.fsencode(path), ctypes.byref(self.handle)))
+
+    def infos(self):
+        count = ctypes.c_int64()
+        _check("sdrt_checkpoint_num_tensors",
+               lib.sdrt_checkpoint_num_tensors(self.handle, ctypes.byref(count)))
+        for i in range(count.value):
+            info = TensorInfo()
+            info.struct_size = ctypes.sizeof(TensorInfo)
+            _check("sdrt_checkpoint_tensor_info",
+                   lib.sdrt_checkpoint_tensor_info(self.handle, i, ctypes.byref(info)))
+            yield _Info(info.name.decode(), info.dtype_name.decode(),
+                        [info.shape[d] for d in range(info.ndim)], info.nbytes)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        lib.sdrt_checkpoint_close(self.handle)
+
+
+class _Info:
+    def __init__(self, name, dtype_name, shape, nbytes):
+        self.name, self.dtype_name, self.shape, self.nbytes = name, dtype_name, shape, nbytes
+
+
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def borrow(array, alive):
+    """The DLTensor of `array` (anything with __dlpack__), its capsule kept in `alive`.
+
+    The capsule is not consumed: when it is dropped its deleter runs, as DLPack says for an
+    unconsumed capsule, and the producer's memory stays the producer's."""
+    capsule = array.__dlpack__()
+    alive.append((array, capsule))
+    managed = _PyCapsule_GetPointer(capsule, b"dltensor")
+    return ctypes.cast(managed, ctypes.POINTER(DLTensor))  # dl_tensor is the first field
+
+
+def dtensor_spec(mesh_shape, placements, global_shape, alive):
+    mesh = (ctypes.c_int64 * len(mesh_shape))(*mesh_shape)
+    shape = (ctypes.c_int64 * max(len(global_shape), 1))(*global_shape)
+    text = placements.encode()
+    alive.extend([mesh, shape, text])
+    return DTensorSpec(ctypes.sizeof(DTensorSpec), len(mesh_shape), mesh, None, text,
+                       len(global_shape), shape)
+
+
+_NUMPY = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64,
+          (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
+          (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
+          (4, 16): np.uint16,  # bfloat16: the bits, as uint16
+          (5, 64): np.complex64, (6, 8): np.bool_}
+
+
+def to_numpy(dl):
+    """A new NumPy array with a copy of the CPU tensor `dl` (contiguous, as sdrt's results)."""
+    key = (dl.dtype.code, dl.dtype.bits)
+    if key not in _NUMPY or dl.device.device_type not in (1, 3):  # kDLCPU, kDLCUDAHost
+        raise TypeError(f"no NumPy array for DLPack dtype {key} on device {dl.device.device_type}")
+    shape = tuple(dl.shape[d] for d in range(dl.ndim))
+    dtype = np.dtype(_NUMPY[key])
+    count = int(np.prod(shape, dtype=np.int64))
+    out = np.empty(shape, dtype)
+    if count:
+        ctypes.memmove(out.ctypes.data, dl.data + dl.byte_offset, count * dtype.itemsize)
+    return out
+
+
+def load_options(comm, rank, strict):
+    o = LoadOptions()
+    o.struct_size = ctypes.sizeof(LoadOptions)
+    o.comm = comm._handle if comm else None
+    o.rank = -1 if rank is None else rank
+    o.strict = 1 if strict else 0
+    o.staging_buffers, o.staging_bytes, o.max_gap_bytes = 2, 256 << 20, 1 << 20
+    return o
+
+
+def gather_options(comm, ranks_only):
+    o = GatherOptions()
+    o.struct_size = ctypes.sizeof(GatherOptions)
+    o.comm = comm._handle
+    o.cpu_offload, o.bucket_bytes = 1, 256 << 20
+    if ranks_only is not None:
+        o._ranks = (ctypes.c_int32 * max(len(ranks_only), 1))(*ranks_only)
+        o.ranks_only, o.num_ranks_only = o._ranks, len(ranks_only)
+    return o
+
+
+def last_stats():
+    s = Stats()
+    s.struct_size = ctypes.sizeof(Stats)
+    _check("sdrt_get_last_stats", lib.sdrt_get_last_stats(ctypes.byref(s)))
+    return {f: getattr(s, f) for f, _ in Stats._fields_[1:]}

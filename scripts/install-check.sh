@@ -4,7 +4,8 @@
 # only sdrt/sdrt.h: it writes and reads back a safetensors file and prints sdrt::Version())
 # twice, with -Wall -Wextra -Werror: by CMake (find_package(sdrt CONFIG REQUIRED), sdrt::sdrt)
 # and by plain g++ with `pkg-config --cflags --libs sdrt` (--static for a static libsdrt.a),
-# and runs both. When the build is shared, libsdrt.so must carry its SONAME and its dynamic
+# and runs both; then the examples (examples/engine, C; examples/trainer, C++) the same way,
+# run under mpiexec when the build has MPI. When the build is shared, libsdrt.so must carry its SONAME and its dynamic
 # symbol table must hold the public API alone: sdrt:: C++ symbols outside any internal
 # namespace and the C API's sdrt_* functions; anything else (absl::, std::, nlohmann, re2,
 # XXH_*, sdrt::internal::) is printed and fails the check. Removes only the temporary folder
@@ -60,7 +61,40 @@ g++ -Wall -Wextra -Werror -o "$tmp/consumer-pc" "$root/tests/install/consumer.cc
 mkdir "$tmp/out-pc"
 LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/consumer-pc" "$tmp/out-pc"
 
-# 3. The shared library's SONAME and exported symbols.
+# 3. The two examples, each configured out of tree against the prefix, built with
+# -Wall -Wextra -Werror, and run under mpiexec when the build has MPI: the C engine loads a
+# synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
+# (3: uneven slices) and checks its slices; the C++ trainer pushes weights and exports on 3.
+# The engine is also built by pkg-config and the C compiler alone (-std=c11 -pedantic).
+mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
+for example in engine trainer; do
+  cmake -S "$root/examples/$example" -B "$tmp/$example" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix" "-DCMAKE_C_FLAGS=-Werror" "-DCMAKE_CXX_FLAGS=-Werror" \
+    > "$tmp/$example.configure.log" || { cat "$tmp/$example.configure.log" >&2; exit 1; }
+  cmake --build "$tmp/$example" > "$tmp/$example.build.log" ||
+    { cat "$tmp/$example.build.log" >&2; exit 1; }
+done
+pc_libs=$(pkg-config $static_flag --libs sdrt)
+[[ $shared == 1 ]] || pc_libs="$pc_libs -lstdc++ -lm"  # a static libsdrt.a is C++
+# shellcheck disable=SC2086
+gcc -std=c11 -pedantic -Wall -Wextra -Werror -o "$tmp/engine-pc" "$root/examples/engine/engine.c" \
+  $(pkg-config --cflags sdrt) $pc_libs
+if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
+  "$prefix/bin/sdrt" make --arch tiny-llama --seed 0 "$tmp/tl.safetensors" > /dev/null
+  export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  for ranks in 2 3; do
+    mpiexec -n $ranks "$tmp/engine/engine" "$tmp/tl.safetensors" > "$tmp/engine.$ranks.log" ||
+      { cat "$tmp/engine.$ranks.log" >&2; exit 1; }
+  done
+  mpiexec -n 2 "$tmp/engine-pc" "$tmp/tl.safetensors" > /dev/null
+  mkdir "$tmp/trainer-out"
+  mpiexec -n 3 "$tmp/trainer/trainer" "$tmp/trainer-out" --steps 2 --engine-ranks 2 \
+    > "$tmp/trainer.log" || { cat "$tmp/trainer.log" >&2; exit 1; }
+  echo "install-check: $(tail -1 "$tmp/engine.3.log")" >&2
+  echo "install-check: trainer: $(tail -1 "$tmp/trainer.log")" >&2
+fi
+
+# 4. The shared library's SONAME and exported symbols.
 if [[ $shared == 1 ]]; then
   soname=$(readelf -d "$prefix/lib/libsdrt.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
   if [[ ! $soname =~ ^libsdrt\.so\.[0-9]+$ ]]; then

@@ -93,3 +93,10 @@ if(NOT BUILD_SHARED_LIBS AND SDRT_HAVE_CUDA)
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/sdrt.pc.in ${PROJECT_BINARY_DIR}/sdrt.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/sdrt.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The Python module over the C API (tools/python/sdrt, ctypes), with a shared library only:
+# lib/sdrt/python/sdrt, which finds lib/libsdrt.so from where it lies.
+if(BUILD_SHARED_LIBS)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/tools/python/sdrt
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/sdrt/python FILES_MATCHING PATTERN "*.py")
+endif()

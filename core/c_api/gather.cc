@@ -64,6 +64,15 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
     scope.stats().collectives = stats.collectives;
     scope.stats().data_collectives = stats.data_collectives;
     if (!gathered.ok()) return gathered.status();
+    // A tensor that needed no gather (one rank) may come back as the caller's strided buffer;
+    // the C API promises contiguous full tensors sdrt owns.
+    for (size_t i = 0; i < gathered->size(); ++i) {
+      sdrt::Value& v = gathered->value(i);
+      if (v.kind() == sdrt::ValueKind::kTensor && !v.as_tensor().is_contiguous()) {
+        SDRT_ASSIGN_OR_RETURN(sdrt::Tensor dense, v.as_tensor().Contiguous());
+        v = sdrt::Value(std::move(dense));
+      }
+    }
     auto handle = std::make_unique<sdrt_state_dict_s>();
     handle->map = *std::move(gathered);
     *out = handle.release();

@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/tests/support/minilm.h"
 
 namespace {
 
@@ -523,6 +525,71 @@ TEST(CApiOffload, CopiesIntoMemorySdrtOwns) {
     }
   }
   sdrt_state_dict_destroy(cpu);
+}
+
+// all-MiniLM-L6-v2 loaded through the C API with every tensor Shard(0) over the world
+// (uneven and empty pieces at 3 ranks), each rank's bytes compared with the file's rows.
+TEST(CApiMiniLM, ShardZeroEveryTensor) {
+  SDRT_MINILM_OR_SKIP(path);
+  sdrt_checkpoint_t ckpt = nullptr;
+  ASSERT_SDRT_OK(sdrt_checkpoint_open(path.c_str(), &ckpt));
+  int64_t count = 0;
+  ASSERT_SDRT_OK(sdrt_checkpoint_num_tensors(ckpt, &count));
+  ASSERT_GT(count, 0);
+  sdrt_state_dict_t sd = nullptr;
+  ASSERT_SDRT_OK(sdrt_state_dict_create(&sd));
+  struct Piece {
+    std::string name;
+    std::vector<char> bytes;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> global;
+    int64_t begin_byte = 0;
+    DLTensor dl;
+    int64_t mesh_shape[1];
+    sdrt_dtensor_spec_t spec;
+  };
+  std::vector<std::unique_ptr<Piece>> pieces;
+  for (int64_t i = 0; i < count; ++i) {
+    sdrt_tensor_info_t info = SDRT_TENSOR_INFO_INIT;
+    ASSERT_SDRT_OK(sdrt_checkpoint_tensor_info(ckpt, i, &info));
+    if (info.ndim == 0) continue;
+    auto p = std::make_unique<Piece>();
+    p->name = info.name;
+    p->global.assign(info.shape, info.shape + info.ndim);
+    p->shape = p->global;
+    const auto [r0, r1] = Chunk(p->global[0], g_size, g_rank);
+    p->shape[0] = r1 - r0;
+    const int64_t row_bytes = p->global[0] == 0 ? 0 : info.nbytes / p->global[0];
+    p->begin_byte = r0 * row_bytes;
+    p->bytes.assign(static_cast<size_t>(std::max<int64_t>(1, (r1 - r0) * row_bytes)), 0);
+    std::memset(&p->dl, 0, sizeof p->dl);
+    p->dl.data = p->bytes.data();
+    p->dl.device.device_type = kDLCPU;
+    p->dl.ndim = info.ndim;
+    p->dl.dtype = info.dtype;
+    p->dl.shape = p->shape.data();
+    p->mesh_shape[0] = g_size;
+    p->spec = SDRT_DTENSOR_SPEC_INIT;
+    p->spec.mesh_ndim = 1;
+    p->spec.mesh_shape = p->mesh_shape;
+    p->spec.placements = "S(0)";
+    p->spec.global_ndim = info.ndim;
+    p->spec.global_shape = p->global.data();
+    ASSERT_SDRT_OK(sdrt_state_dict_add(sd, info.name, &p->dl, &p->spec));
+    pieces.push_back(std::move(p));
+  }
+  ASSERT_SDRT_OK(sdrt_load(ckpt, sd, LoadOptionsPtr()));
+  absl::StatusOr<sdrt::CheckpointSource> source = sdrt::CheckpointSource::Open(path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  for (const auto& p : pieces) {
+    absl::StatusOr<sdrt::Tensor> full = source->Get(p->name);
+    ASSERT_TRUE(full.ok()) << full.status();
+    const size_t n = p->shape[0] == 0 ? 0 : p->bytes.size();  // an empty piece keeps 1 byte
+    const char* file_bytes = static_cast<const char*>(full->data_ptr()) + p->begin_byte;
+    ASSERT_EQ(std::memcmp(p->bytes.data(), file_bytes, n), 0) << p->name;
+  }
+  sdrt_state_dict_destroy(sd);
+  sdrt_checkpoint_close(ckpt);
 }
 
 }  // namespace

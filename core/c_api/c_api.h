@@ -28,17 +28,24 @@
  *     a rank that does not arrive in time makes the call return SDRT_DEADLINE_EXCEEDED on
  *     every live rank, after which the communicator is unusable (SDRT_FAILED_PRECONDITION):
  *     destroy it. "Local" calls need no other rank.
+ *   - Unimplemented on purpose (SDRT_UNIMPLEMENTED): sdrt_comm_create_from_nccl (see
+ *     there); sdrt_load from an sdrt sharded folder (a reshard, not a read); in a build
+ *     without MPI the communicator constructors, and without MPI and NCCL (no
+ *     sdrt_distributed) load, gather, broadcast, distribute and reshard. ShardedTensor
+ *     entries, nested state dicts and non-tensor values are not expressible here.
  *   - Tensors cross as DLPack 0.6 DLTensors (dlpack/dlpack.h), borrowed: sdrt never frees
  *     or reallocates the caller's memory, and writes only into the tensors the caller gave
  *     it. Memory sdrt allocates (gathered or offloaded tensors) belongs to a state dict
  *     handle the caller destroys.
- *   - CUDA: a `stream` field is a cudaStream_t as void* (NULL: none). A call given one
- *     first waits for the work already enqueued on it (an event recorded on it and waited
- *     for on the host), so buffers the engine is still producing there are complete before
- *     sdrt touches them; sdrt's own copies run on its own stream (or the legacy default
- *     stream) and are complete when the call returns; nothing is left enqueued on `stream`.
- *     In a build without CUDA a non-NULL stream and CUDA tensors are SDRT_UNAVAILABLE (the
- *     library's answer for every CUDA call in such a build).
+ *   - CUDA: a `stream` field is a cudaStream_t as void* (NULL: none). When the state dicts
+ *     of the call hold CUDA tensors, a call given one first waits for the work already
+ *     enqueued on it (an event recorded on it, on the first CUDA tensor's device, waited for
+ *     on the host), so buffers the engine is still producing there are complete before sdrt
+ *     touches them; sdrt's own copies run on its own stream (load), the legacy default
+ *     stream (gather, broadcast, distribute, reshard) or `stream` itself (offload), and are
+ *     complete when the call returns: nothing sdrt enqueued is pending on return. In a
+ *     build without CUDA, CUDA tensors are SDRT_UNAVAILABLE (the library's answer for every
+ *     CUDA call in such a build). The calls were tested on CPU buffers only.
  */
 #ifndef SDRT_C_API_H_
 #define SDRT_C_API_H_
@@ -276,7 +283,7 @@ typedef struct sdrt_stats_t {
   int64_t reads;         /* load: planned reads */
   int64_t bytes_sent;    /* gather/broadcast: bytes the data collectives moved; reshard: sent */
   int64_t bytes_received; /* reshard: bytes this rank received */
-  int64_t bytes_written; /* gather and write: bytes of the file written (rank 0) */
+  int64_t bytes_written; /* gather_write: bytes of the file (writing rank); offload: bytes copied */
   int64_t collectives;   /* every Communicator call, metadata ones included */
   int64_t data_collectives; /* gather/broadcast: the ones moving tensor bytes (buckets) */
   double seconds;        /* wall time of the call */
@@ -315,7 +322,8 @@ typedef struct sdrt_load_options_t {
   {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, NULL, NULL, NULL}
 
 /* Fills the engine's buffers in `state_dict` from `checkpoint` (a safetensors file, a
- * Hugging Face folder or a folder of safetensors files) in place: for every entry whose
+ * Hugging Face folder or a folder of safetensors files) in place (an entry added without a
+ * spec is read whole, as a Replicate one): for every entry whose
  * name is a checkpoint tensor, this rank's piece (the whole tensor for a plain entry or a
  * Replicate placement; the owned index runs of Shard/_StridedShard placements, uneven and
  * empty pieces as PyTorch cuts them) is read with pread straight from the files into
@@ -377,10 +385,12 @@ SDRT_C_API sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict,
  * time on ranks that do not write, and the writing rank (ranks_only[0], else 0) writes the
  * full tensors as one safetensors file at `path` (atomically: a temporary file renamed
  * into place; the data laid out as safetensors' Python writer does). `path` is read on the
- * writing rank only. The status is agreed: every rank returns the writer's error.
+ * writing rank only (the others may pass NULL). The status is agreed: every rank returns
+ * the writer's error ("rank R: ..."). Nothing is returned but the file.
  * Errors: as sdrt_gather; the errno's code for a failed write (SDRT_NOT_FOUND for a
- * missing folder, SDRT_PERMISSION_DENIED); SDRT_INVALID_ARGUMENT for NULL path or more
- * than one writer in ranks_only. */
+ * missing folder, SDRT_PERMISSION_DENIED); SDRT_INVALID_ARGUMENT for a NULL path on the
+ * writing rank (on every rank) or more than one rank in ranks_only (on the ranks that
+ * passed it: pass the same options everywhere). */
 SDRT_C_API sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                            const sdrt_gather_options_t* options);
 
@@ -402,11 +412,11 @@ typedef struct sdrt_broadcast_options_t {
 /* Collective over options->comm. `full` (full tensors, read on the root only; other ranks
  * pass any state dict, e.g. an empty one) is sent to every rank, which writes its pieces
  * into the buffers of `local` in place (entries of `local` the root lacks are untouched).
- * Mirrors _broadcast_state_dict(full, local, pg). `local`'s buffers must be preallocated:
- * an entry whose buffer the call would have to replace (a plain entry of another shape) is
- * SDRT_INVALID_ARGUMENT. Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs,
- * options, a shape or dtype differing from the root's, a bad root); SDRT_DEADLINE_EXCEEDED;
- * the backends' errors. */
+ * Mirrors _broadcast_state_dict(full, local, pg). Plain entries of `local` get the whole
+ * tensor, DTensor entries their piece, in their own buffers; `full` may be NULL on the
+ * other ranks. Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, a
+ * shape or dtype differing from the root's, a bad root); SDRT_DEADLINE_EXCEEDED; the
+ * backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
                                         const sdrt_broadcast_options_t* options);
 
@@ -421,8 +431,10 @@ typedef struct sdrt_distribute_options_t {
 /* Every rank holds `full`; each copies its pieces into the buffers of `local` in place (no
  * data moves between ranks). Mirrors _distribute_state_dict(full, local). Collective over
  * options->comm when set (one metadata exchange: every rank returns the same error and
- * full state dicts that differ are found), else local. Errors: SDRT_INVALID_ARGUMENT
- * (NULLs, options, an entry of `local` that `full` lacks, shapes or dtypes that differ). */
+ * full state dicts that differ are found), else local. The library cuts each piece into
+ * a new tensor, which sdrt then copies into the entry's buffer (one extra copy per piece).
+ * Errors: SDRT_INVALID_ARGUMENT (NULLs, options, an entry of `local` that `full` lacks,
+ * shapes or dtypes that differ, no comm and rank -1). */
 SDRT_C_API sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
                                          const sdrt_distribute_options_t* options);
 
@@ -477,8 +489,10 @@ typedef struct sdrt_offload_options_t {
 
 /* Local. A new state dict (*out, the caller destroys it) with a CPU copy of every tensor
  * of `state_dict` (DTensors keep mesh and placements around a CPU local), all in one
- * allocation (pinned or shared when asked; 256-byte aligned slots), copied (blocking; CUDA
- * copies complete on return). Mirrors _create_cpu_state_dict then _copy_state_dict.
+ * allocation (pinned or shared when asked; 256-byte aligned slots), released when *out is
+ * destroyed. CUDA copies are enqueued on `stream` (after the work already there; NULL: the
+ * legacy default stream) and complete on return. Mirrors _create_cpu_state_dict then
+ * _copy_state_dict (torch.distributed._state_dict_utils).
  * Errors: SDRT_INVALID_ARGUMENT (NULLs, options); SDRT_RESOURCE_EXHAUSTED when the memory
  * does not fit; SDRT_UNAVAILABLE for pinned memory or CUDA tensors without CUDA. */
 SDRT_C_API sdrt_status_t sdrt_offload(sdrt_state_dict_t state_dict,

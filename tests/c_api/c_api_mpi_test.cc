@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -19,6 +20,9 @@
 
 #include "gtest/gtest.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/tensor.h"
 #include "sdrt/tests/support/minilm.h"
@@ -258,6 +262,83 @@ TEST(CApiCheckpoint, ListsTensors) {
   info.struct_size = sizeof(info) * 2;
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_checkpoint_tensor_info(ckpt, 0, &info));
   EXPECT_SDRT(SDRT_OK, sdrt_checkpoint_close(ckpt));
+}
+
+// A folder of two safetensors files (no index) loads like the file; an sdrt sharded folder
+// is listed (global shapes) and its load is Unimplemented.
+TEST(CApiCheckpoint, FolderAndShardedFolder) {
+  const std::string folder = g_dir + "/folder";
+  const std::string sharded = g_dir + "/sharded";
+  if (g_rank == 0) {
+    absl::StatusOr<sdrt::SafetensorsFile> file = sdrt::SafetensorsFile::Open(CheckpointPath());
+    ASSERT_TRUE(file.ok());
+    ASSERT_EQ(::mkdir(folder.c_str(), 0755), 0);
+    for (int part = 0; part < 2; ++part) {
+      std::vector<std::pair<std::string, sdrt::Tensor>> tensors;
+      for (int t = part; t < kNumTensors; t += 2) {
+        tensors.emplace_back(kTensors[t].name, *file->Get(kTensors[t].name));
+      }
+      const std::string name = folder + "/part" + std::to_string(part) + ".safetensors";
+      ASSERT_TRUE(sdrt::WriteSafetensors(name, tensors).ok());
+    }
+    auto mesh = std::make_shared<const sdrt::DeviceMesh>(*sdrt::DeviceMesh::FromString("2"));
+    absl::StatusOr<sdrt::ShardedCheckpointIndex> index =
+        sdrt::WriteShardedCheckpoint(*file, mesh, *sdrt::ShardingPlan::Builtin("fsdp"), sharded);
+    ASSERT_TRUE(index.ok()) << index.status();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  sdrt_checkpoint_t ckpt = nullptr;
+  sdrt_checkpoint_kind_t kind;
+  ASSERT_SDRT_OK(sdrt_checkpoint_open(folder.c_str(), &ckpt));
+  ASSERT_SDRT_OK(sdrt_checkpoint_kind(ckpt, &kind));
+  EXPECT_EQ(kind, SDRT_CHECKPOINT_SAFETENSORS_FOLDER);
+  {
+    Local local(kSharded);
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, LoadOptionsPtr()));
+    local.ExpectValues();
+  }
+  sdrt_checkpoint_close(ckpt);
+
+  ASSERT_SDRT_OK(sdrt_checkpoint_open(sharded.c_str(), &ckpt));
+  ASSERT_SDRT_OK(sdrt_checkpoint_kind(ckpt, &kind));
+  EXPECT_EQ(kind, SDRT_CHECKPOINT_SHARDED_FOLDER);
+  int64_t count = 0;
+  ASSERT_SDRT_OK(sdrt_checkpoint_num_tensors(ckpt, &count));
+  EXPECT_EQ(count, kNumTensors);
+  sdrt_tensor_info_t info = SDRT_TENSOR_INFO_INIT;
+  ASSERT_SDRT_OK(sdrt_checkpoint_tensor_info(ckpt, 0, &info));
+  EXPECT_STREQ(info.name, kTensors[0].name);
+  EXPECT_EQ(info.shape[0], kTensors[0].rows);  // global, not a rank's piece
+  {
+    Local local(kSharded);
+    EXPECT_SDRT(SDRT_UNIMPLEMENTED, sdrt_load(ckpt, local.sd, LoadOptionsPtr()));
+  }
+  sdrt_checkpoint_close(ckpt);
+}
+
+// strict removes the entries the checkpoint lacks (and reports them); find by name.
+TEST(CApiLoad, StrictAndFind) {
+  sdrt_checkpoint_t ckpt = OpenCheckpoint();
+  Local local(kSharded);
+  Buffer extra(2, 2, 2);
+  ASSERT_SDRT_OK(sdrt_state_dict_add(local.sd, "not.in.checkpoint", &extra.dl, nullptr));
+  int64_t index = -1;
+  ASSERT_SDRT_OK(sdrt_state_dict_find(local.sd, "not.in.checkpoint", &index));
+  EXPECT_EQ(index, kNumTensors);
+  EXPECT_SDRT(SDRT_NOT_FOUND, sdrt_state_dict_find(local.sd, "nope", &index));
+  int64_t missing = -1;
+  sdrt_load_options_t o = LoadOptions();
+  o.strict = 1;
+  o.num_missing = &missing;
+  ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+  EXPECT_EQ(missing, 1);
+  int64_t count = 0;
+  ASSERT_SDRT_OK(sdrt_state_dict_count(local.sd, &count));
+  EXPECT_EQ(count, kNumTensors);
+  EXPECT_SDRT(SDRT_NOT_FOUND, sdrt_state_dict_find(local.sd, "not.in.checkpoint", &index));
+  EXPECT_EQ(extra.at(0, 0), -1.0f);  // never written
+  local.ExpectValues();
+  sdrt_checkpoint_close(ckpt);
 }
 
 TEST(CApiLoad, EveryPlacementIntoMallocedBuffers) {

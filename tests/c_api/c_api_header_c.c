@@ -94,6 +94,9 @@ int main(void) {
     CHECK(sdrt_state_dict_get(sd, 0, &name, &view, &is_dtensor) == SDRT_OK);
     CHECK(strcmp(name, "layer.weight") == 0 && view->data == buffer && is_dtensor == 0);
     CHECK(sdrt_state_dict_get(sd, 1, &name, &view, NULL) == SDRT_OUT_OF_RANGE);
+    t.data = NULL;
+    CHECK(sdrt_state_dict_add(sd, "null", &t, NULL) == SDRT_INVALID_ARGUMENT);
+    t.data = buffer;
     t.dtype.lanes = 2;
     CHECK(sdrt_state_dict_add(sd, "bad", &t, NULL) == SDRT_INVALID_ARGUMENT);
     t.dtype.lanes = 1;

@@ -21,15 +21,18 @@ namespace sdrt::c_api {
 namespace {
 
 // A DLManagedTensor owning copies of a borrowed DLTensor's shape and strides; its deleter
-// frees only itself.
+// frees only itself, and only once the tensor holds it: a FromDLPack that fails after making
+// its storage runs the deleter too, and BorrowDLTensor then frees the record itself.
 struct Borrowed {
   DLManagedTensor managed{};
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
+  bool handed_over = false;
 };
 
 void DeleteBorrowed(DLManagedTensor* managed) {
-  delete static_cast<Borrowed*>(managed->manager_ctx);
+  Borrowed* borrowed = static_cast<Borrowed*>(managed->manager_ctx);
+  if (borrowed->handed_over) delete borrowed;
 }
 
 }  // namespace
@@ -47,11 +50,17 @@ absl::StatusOr<Tensor> BorrowDLTensor(const DLTensor& dl) {
     borrowed->strides.assign(dl.strides, dl.strides + dl.ndim);
     borrowed->managed.dl_tensor.strides = borrowed->strides.data();
   }
+  bool empty = false;
+  for (int64_t d : borrowed->shape) empty = empty || d == 0;
+  if (dl.data == nullptr && !empty) {
+    return absl::InvalidArgumentError("DLTensor.data is NULL for a tensor with elements");
+  }
   borrowed->managed.manager_ctx = borrowed.get();
   borrowed->managed.deleter = &DeleteBorrowed;
   absl::StatusOr<Tensor> tensor = FromDLPack(&borrowed->managed);
-  if (!tensor.ok()) return tensor.status();  // ownership stays here: freed by unique_ptr
-  borrowed.release();                         // now the tensor's storage owns it
+  if (!tensor.ok()) return tensor.status();  // freed here by unique_ptr
+  borrowed->handed_over = true;               // now the tensor's storage frees it
+  borrowed.release();
   return tensor;
 }
 

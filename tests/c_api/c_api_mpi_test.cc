@@ -608,6 +608,37 @@ TEST(CApiOffload, CopiesIntoMemorySdrtOwns) {
   sdrt_state_dict_destroy(cpu);
 }
 
+// timeout_seconds reaches the communicator: rank 1 skips a gather on a duplicate of the
+// world, the others get DEADLINE_EXCEEDED after about 0.3 s and the communicator is then
+// FAILED_PRECONDITION; rank 1 joins late so that no request is left behind (its status is
+// either). The pattern of tests/comm/mpi_deadline_mpi_test.cc.
+TEST(CApiDeadline, TimeoutOfTheOptionsApplies) {
+  if (g_size < 2) GTEST_SKIP() << "needs a second rank";
+  MPI_Comm world = MPI_COMM_WORLD;
+  sdrt_comm_t comm = nullptr;
+  ASSERT_SDRT_OK(sdrt_comm_create_from_mpi(&world, nullptr, &comm));
+  static Local* local = new Local({"S(0)", "S(1)", "R", ""});  // kept: MPI may still write
+  sdrt_gather_options_t g = SDRT_GATHER_OPTIONS_INIT;
+  g.comm = comm;
+  g.timeout_seconds = 0.3;
+  sdrt_state_dict_t out = nullptr;
+  if (g_rank != 1) {
+    const double start = MPI_Wtime();
+    EXPECT_SDRT(SDRT_DEADLINE_EXCEEDED, sdrt_gather(local->sd, &g, &out));
+    EXPECT_NE(std::strstr(sdrt_last_error(), "rank 1 did not arrive"), nullptr)
+        << sdrt_last_error();
+    EXPECT_LT(MPI_Wtime() - start, 5.0);
+    EXPECT_SDRT(SDRT_FAILED_PRECONDITION, sdrt_gather(local->sd, &g, &out));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 1) {
+    const sdrt_status_t late = sdrt_gather(local->sd, &g, &out);
+    if (late == SDRT_OK) sdrt_state_dict_destroy(out);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  sdrt_comm_destroy(comm);
+}
+
 // all-MiniLM-L6-v2 loaded through the C API with every tensor Shard(0) over the world
 // (uneven and empty pieces at 3 ranks), each rank's bytes compared with the file's rows.
 TEST(CApiMiniLM, ShardZeroEveryTensor) {

@@ -68,6 +68,8 @@ sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, full->map));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, local->map));
     sdrt::Map work = local->map;
     sdrt::DistributeOptions d;
     d.comm = comm;

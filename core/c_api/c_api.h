@@ -10,7 +10,8 @@
  *     ("uncaught exception: ...") or SDRT_RESOURCE_EXHAUSTED (std::bad_alloc).
  *   - On any status other than SDRT_OK, sdrt_last_error() returns the library's message.
  *     It is thread-local and valid until the next sdrt_* call on the same thread (every
- *     call but sdrt_last_error, sdrt_status_string and the version getters resets it).
+ *     call but sdrt_last_error, sdrt_status_string, sdrt_get_last_stats and the version
+ *     getters resets it).
  *     Output parameters are written only on SDRT_OK.
  *   - Handles are opaque pointers; each has one create/open and one destroy/close, which
  *     accepts NULL (and returns SDRT_OK). A NULL handle or output pointer anywhere else is
@@ -425,8 +426,9 @@ typedef struct sdrt_distribute_options_t {
   sdrt_comm_t comm;        /* NULL: no communication (`rank` required) */
   int32_t rank;            /* -1: comm's rank */
   double timeout_seconds;  /* 0: the communicator's */
+  void* stream;            /* cudaStream_t waited for before reading CUDA buffers; NULL */
 } sdrt_distribute_options_t;
-#define SDRT_DISTRIBUTE_OPTIONS_INIT {sizeof(sdrt_distribute_options_t), NULL, -1, 0.0}
+#define SDRT_DISTRIBUTE_OPTIONS_INIT {sizeof(sdrt_distribute_options_t), NULL, -1, 0.0, NULL}
 
 /* Every rank holds `full`; each copies its pieces into the buffers of `local` in place (no
  * data moves between ranks). Mirrors _distribute_state_dict(full, local). Collective over
@@ -464,14 +466,21 @@ SDRT_C_API sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source,
                                                   sdrt_state_dict_t destination,
                                                   const sdrt_reshard_options_t* options,
                                                   sdrt_reshard_plan_t* out);
+typedef struct sdrt_reshard_execute_options_t {
+  size_t struct_size;
+  double timeout_seconds;  /* 0: the communicator's */
+  void* stream;            /* cudaStream_t waited for before reading CUDA buffers; NULL */
+} sdrt_reshard_execute_options_t;
+#define SDRT_RESHARD_EXECUTE_OPTIONS_INIT {sizeof(sdrt_reshard_execute_options_t), 0.0, NULL}
+
 /* Collective over the plan's communicator. Moves the current bytes of `source` into the
  * buffers of `destination`, which must have the layouts planned (the same shapes, dtypes,
- * placements and names; the buffers may be other ones). `timeout_seconds` 0: the
- * communicator's. Errors: SDRT_INVALID_ARGUMENT (NULLs, state dicts that are not the
+ * placements and names; the buffers may be other ones): every RL step, say. `options` may
+ * be NULL. Errors: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
  * planned layouts); SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
                                               sdrt_state_dict_t destination,
-                                              double timeout_seconds);
+                                              const sdrt_reshard_execute_options_t* options);
 /* Local. NULL is a no-op. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_destroy(sdrt_reshard_plan_t plan);
 

@@ -55,19 +55,25 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
 }
 
 sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
-                                   sdrt_state_dict_t destination, double timeout_seconds) {
+                                   sdrt_state_dict_t destination,
+                                   const sdrt_reshard_execute_options_t* options) {
   return Guard("sdrt_reshard_execute", [&]() -> absl::Status {
     c_api::StatsScope scope;
     SDRT_RETURN_IF_ERROR(c_api::NotNull(plan, "plan"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(source, "source"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(destination, "destination"));
-    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(timeout_seconds));
+    SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
+    const sdrt_reshard_execute_options_t o =
+        options != nullptr ? *options
+                           : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
+    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, source->map));
     sdrt::Map work = destination->map;
     sdrt::ReshardStats stats;
     absl::Status status;
     {
-      c_api::ScopedTimeout timeout(plan->comm, timeout_seconds);
+      c_api::ScopedTimeout timeout(plan->comm, o.timeout_seconds);
       status = sdrt::ExecuteReshard(plan->plan, source->map, work, &stats);
     }
     scope.stats().bytes_sent = stats.sent_bytes;

@@ -563,7 +563,9 @@ TEST(CApiReshard, PlanOnceExecuteTwice) {
   r.bucket_bytes = 128;
   sdrt_reshard_plan_t plan = nullptr;
   ASSERT_SDRT_OK(sdrt_reshard_plan_create(source.sd, destination.sd, &r, &plan));
-  ASSERT_SDRT_OK(sdrt_reshard_execute(plan, source.sd, destination.sd, 60));
+  sdrt_reshard_execute_options_t e = SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
+  e.timeout_seconds = 60;
+  ASSERT_SDRT_OK(sdrt_reshard_execute(plan, source.sd, destination.sd, &e));
   destination.ExpectValues();
   sdrt_stats_t stats = SDRT_STATS_INIT;
   ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
@@ -572,9 +574,12 @@ TEST(CApiReshard, PlanOnceExecuteTwice) {
   }
   // The next step: new values in the same buffers, the same plan.
   source.Scale(2.0f);
-  ASSERT_SDRT_OK(sdrt_reshard_execute(plan, source.sd, destination.sd, 0));
+  ASSERT_SDRT_OK(sdrt_reshard_execute(plan, source.sd, destination.sd, nullptr));
   destination.ExpectValues(2.0f);
-  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_reshard_execute(nullptr, source.sd, destination.sd, 0));
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT,
+              sdrt_reshard_execute(nullptr, source.sd, destination.sd, nullptr));
+  e.struct_size = sizeof(e) + 4;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_reshard_execute(plan, source.sd, destination.sd, &e));
   EXPECT_SDRT(SDRT_OK, sdrt_reshard_plan_destroy(plan));
   r.struct_size = 1;
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT,

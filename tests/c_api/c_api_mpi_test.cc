@@ -492,6 +492,17 @@ TEST(CApiGather, GatherAndWriteRoundTrip) {
   EXPECT_GT(stats.collectives, 0);
   sdrt_state_dict_destroy(full);
 
+  // ranks_only: the last rank keeps the result, the others get an empty state dict.
+  const int32_t keeper = g_size - 1;
+  g.ranks_only = &keeper;
+  g.num_ranks_only = 1;
+  ASSERT_SDRT_OK(sdrt_gather(local.sd, &g, &full));
+  ASSERT_SDRT_OK(sdrt_state_dict_count(full, &count));
+  EXPECT_EQ(count, g_rank == keeper ? kNumTensors : 0);
+  sdrt_state_dict_destroy(full);
+  g.ranks_only = nullptr;
+  g.num_ranks_only = 0;
+
   const std::string out = g_dir + "/gathered.safetensors";
   ASSERT_SDRT_OK(sdrt_gather_write(local.sd, g_rank == 0 ? out.c_str() : nullptr, &g));
   MPI_Barrier(MPI_COMM_WORLD);

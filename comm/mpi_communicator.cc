@@ -271,6 +271,47 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(
   return Adopt(ToHandle(comm), timeout);
 }
 
+namespace {
+
+absl::Status CheckMpiRunning(absl::string_view op) {
+  int initialized = 0;
+  int finalized = 0;
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Initialized(&initialized));
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Finalized(&finalized));
+  if (!initialized || finalized) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": MPI is ", finalized ? "already finalized" : "not initialized"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Duplicate(
+    const void* mpi_comm, std::chrono::milliseconds timeout) {
+  if (mpi_comm == nullptr) {
+    return absl::InvalidArgumentError("MpiCommunicator::Duplicate: null MPI_Comm pointer");
+  }
+  SDRT_RETURN_IF_ERROR(CheckMpiRunning("MpiCommunicator::Duplicate"));
+  const MPI_Comm source = *static_cast<const MPI_Comm*>(mpi_comm);
+  if (source == MPI_COMM_NULL) {
+    return absl::InvalidArgumentError("MpiCommunicator::Duplicate: MPI_COMM_NULL");
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  SDRT_MPI_RETURN_IF_ERROR(MPI_Comm_idup(source, &comm, &request));
+  SDRT_RETURN_IF_ERROR(AwaitPlain(&request, 1, Clock::now() + timeout, timeout,
+                                  "MpiCommunicator::Duplicate: MPI_Comm_idup"));
+  return Adopt(ToHandle(comm), timeout);
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::DuplicateFortran(
+    int64_t fortran_handle, std::chrono::milliseconds timeout) {
+  SDRT_RETURN_IF_ERROR(CheckMpiRunning("MpiCommunicator::DuplicateFortran"));
+  const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+  return Duplicate(&comm, timeout);
+}
+
 void MpiCommunicator::AbortJob(int exit_code) {
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this is for the type system

@@ -52,6 +52,17 @@ class MpiCommunicator final : public Communicator {
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> World(
       std::chrono::milliseconds timeout = kDefaultTimeout);
 
+  // A communicator over the ranks of the embedding program's `*mpi_comm` (an MPI_Comm, taken
+  // by pointer so that this header does not include mpi.h), which is duplicated
+  // (MPI_Comm_idup under `timeout`): the program keeps and frees its own. Collective over
+  // its ranks. InvalidArgument for nullptr or MPI_COMM_NULL; FailedPrecondition when MPI is
+  // not initialized or already finalized; DeadlineExceeded; MPI's error.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Duplicate(
+      const void* mpi_comm, std::chrono::milliseconds timeout = kDefaultTimeout);
+  // The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint).
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> DuplicateFortran(
+      int64_t fortran_handle, std::chrono::milliseconds timeout = kDefaultTimeout);
+
   // Ends every process of the MPI job, this one included, with exit status `exit_code`
   // (MPI_Abort on MPI_COMM_WORLD; mpiexec kills the other ranks, a stopped one too). What a
   // program that owns the job does after a DeadlineExceeded, so that nothing is left

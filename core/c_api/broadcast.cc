@@ -1,0 +1,91 @@
+// sdrt/c_api.h: sdrt_broadcast and sdrt_distribute (BroadcastStateDict, DistributeStateDict),
+// writing into the borrowed buffers of `local`.
+#include <vector>
+
+#include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/c_api/internal/errors.h"
+#include "sdrt/core/c_api/internal/handles.h"
+#include "sdrt/tensor/status_macros.h"
+#if SDRT_C_API_HAVE_DISTRIBUTED
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#endif
+
+using sdrt::c_api::Guard;
+namespace c_api = sdrt::c_api;
+
+extern "C" {
+
+sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
+                             const sdrt_broadcast_options_t* options) {
+  return Guard("sdrt_broadcast", [&]() -> absl::Status {
+    c_api::StatsScope scope;
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(local, "local"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
+    SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
+    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
+#if SDRT_C_API_HAVE_DISTRIBUTED
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm,
+                          c_api::CommOf(options->comm, true, "options.comm"));
+    if (comm->rank() == options->root) SDRT_RETURN_IF_ERROR(c_api::NotNull(full, "full"));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(options->stream, local->map));
+    if (full != nullptr) SDRT_RETURN_IF_ERROR(c_api::WaitForStream(options->stream, full->map));
+    std::vector<int64_t> ranks;
+    for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
+    SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(local->map, ranks));
+    const sdrt::Map empty;
+    sdrt::CollectiveStats stats;
+    sdrt::BroadcastOptions bo;
+    bo.comm = comm;
+    bo.root = options->root;
+    bo.bucket_bytes = options->bucket_bytes;
+    bo.stats = &stats;
+    absl::StatusOr<sdrt::BroadcastResult> result;
+    {
+      c_api::ScopedTimeout timeout(comm, options->timeout_seconds);
+      result = sdrt::BroadcastStateDict(full != nullptr ? full->map : empty, work, bo);
+    }
+    scope.stats().bytes_sent = stats.bytes;
+    scope.stats().collectives = stats.collectives;
+    scope.stats().data_collectives = stats.data_collectives;
+    if (!result.ok()) return result.status();
+    return c_api::WriteBack(local->map, work);
+#else
+    (void)full;
+    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
+#endif
+  });
+}
+
+sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
+                              const sdrt_distribute_options_t* options) {
+  return Guard("sdrt_distribute", [&]() -> absl::Status {
+    c_api::StatsScope scope;
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(full, "full"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(local, "local"));
+    SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
+    const sdrt_distribute_options_t o =
+        options != nullptr ? *options : sdrt_distribute_options_t SDRT_DISTRIBUTE_OPTIONS_INIT;
+    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
+#if SDRT_C_API_HAVE_DISTRIBUTED
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, full->map));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, local->map));
+    sdrt::Map work = local->map;
+    sdrt::DistributeOptions d;
+    d.comm = comm;
+    d.rank = o.rank;
+    absl::Status status;
+    {
+      c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
+      status = sdrt::DistributeStateDict(full->map, work, d);
+    }
+    scope.stats().collectives = comm != nullptr ? 1 : 0;
+    SDRT_RETURN_IF_ERROR(status);
+    return c_api::WriteBack(local->map, work);
+#else
+    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
+#endif
+  });
+}
+
+}  // extern "C"

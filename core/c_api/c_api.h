@@ -1,0 +1,515 @@
+/*
+ * sdrt/c_api.h: the C API of sdrt (C11; also valid C++). Include it as "sdrt/c_api.h" and
+ * link sdrt::sdrt (the library target sdrt_c_api holds these functions).
+ *
+ * Conventions (those of nccl.h, ONNX Runtime and ggml):
+ *
+ *   - Every function returns an sdrt_status_t (its values are absl::StatusCode's, which the
+ *     library returns), except the version and string getters. No exception ever crosses
+ *     this boundary: every entry point catches everything and returns SDRT_INTERNAL
+ *     ("uncaught exception: ...") or SDRT_RESOURCE_EXHAUSTED (std::bad_alloc).
+ *   - On any status other than SDRT_OK, sdrt_last_error() returns the library's message.
+ *     It is thread-local and valid until the next sdrt_* call on the same thread (every
+ *     call but sdrt_last_error, sdrt_status_string, sdrt_get_last_stats and the version
+ *     getters resets it).
+ *     Output parameters are written only on SDRT_OK.
+ *   - Handles are opaque pointers; each has one create/open and one destroy/close, which
+ *     accepts NULL (and returns SDRT_OK). A NULL handle or output pointer anywhere else is
+ *     SDRT_INVALID_ARGUMENT. A handle may be used by one thread at a time.
+ *   - Options structs are versioned: the first field is `size_t struct_size`, set by the
+ *     struct's SDRT_*_OPTIONS_INIT macro (which also fills every default). A call refuses a
+ *     struct_size other than the size of the struct this library was built with
+ *     (SDRT_INVALID_ARGUMENT: a too small one is an old or uninitialised struct, a larger
+ *     one is from a newer header). A NULL options pointer means the defaults.
+ *   - Collective calls (marked "Collective") must be called by every rank of the
+ *     communicator, in the same order, with structurally matching state dicts; the ranks
+ *     agree on their inputs before any data moves, so a mismatch is the same
+ *     SDRT_INVALID_ARGUMENT on every rank, never a hang. Every collective's options carry
+ *     `timeout_seconds` (0: the communicator's timeout, set at creation, 600 s by default);
+ *     a rank that does not arrive in time makes the call return SDRT_DEADLINE_EXCEEDED on
+ *     every live rank, after which the communicator is unusable (SDRT_FAILED_PRECONDITION):
+ *     destroy it. "Local" calls need no other rank.
+ *   - Unimplemented on purpose (SDRT_UNIMPLEMENTED): sdrt_comm_create_from_nccl (see
+ *     there); sdrt_load from an sdrt sharded folder (a reshard, not a read); in a build
+ *     without MPI the communicator constructors, and without MPI and NCCL (no
+ *     sdrt_distributed) load, gather, broadcast, distribute and reshard. ShardedTensor
+ *     entries, nested state dicts and non-tensor values are not expressible here.
+ *   - Tensors cross as DLPack 0.6 DLTensors (dlpack/dlpack.h), borrowed: sdrt never frees
+ *     or reallocates the caller's memory, and writes only into the tensors the caller gave
+ *     it. Memory sdrt allocates (gathered or offloaded tensors) belongs to a state dict
+ *     handle the caller destroys.
+ *   - CUDA: a `stream` field is a cudaStream_t as void* (NULL: none). When the state dicts
+ *     of the call hold CUDA tensors, a call given one first waits for the work already
+ *     enqueued on it (an event recorded on it, on the first CUDA tensor's device, waited for
+ *     on the host), so buffers the engine is still producing there are complete before sdrt
+ *     touches them; sdrt's own copies run on its own stream (load), the legacy default
+ *     stream (gather, broadcast, distribute, reshard) or `stream` itself (offload), and are
+ *     complete when the call returns: nothing sdrt enqueued is pending on return. In a
+ *     build without CUDA, CUDA tensors are SDRT_UNAVAILABLE (the library's answer for every
+ *     CUDA call in such a build). The calls were tested on CPU buffers only.
+ */
+#ifndef SDRT_C_API_H_
+#define SDRT_C_API_H_
+
+#include <dlpack/dlpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SDRT_C_API __attribute__((visibility("default")))
+#else
+#define SDRT_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The level of this header: bumped when functions or fields are added. */
+#define SDRT_C_API_VERSION 1
+/* The binary interface: bumped when a struct layout or a signature changes incompatibly. */
+#define SDRT_C_ABI_VERSION 1
+
+/* ------------------------------------------------------------------------------------------
+ * Status, errors, versions (local, any thread, never fail)
+ * ---------------------------------------------------------------------------------------- */
+
+/* absl::StatusCode's values. */
+typedef enum sdrt_status_t {
+  SDRT_OK = 0,
+  SDRT_CANCELLED = 1,
+  SDRT_UNKNOWN = 2,
+  SDRT_INVALID_ARGUMENT = 3,
+  SDRT_DEADLINE_EXCEEDED = 4,
+  SDRT_NOT_FOUND = 5,
+  SDRT_ALREADY_EXISTS = 6,
+  SDRT_PERMISSION_DENIED = 7,
+  SDRT_RESOURCE_EXHAUSTED = 8,
+  SDRT_FAILED_PRECONDITION = 9,
+  SDRT_ABORTED = 10,
+  SDRT_OUT_OF_RANGE = 11,
+  SDRT_UNIMPLEMENTED = 12,
+  SDRT_INTERNAL = 13,
+  SDRT_UNAVAILABLE = 14,
+  SDRT_DATA_LOSS = 15,
+  SDRT_UNAUTHENTICATED = 16
+} sdrt_status_t;
+
+/* "OK", "INVALID_ARGUMENT", ... (static storage); "UNKNOWN_STATUS" for other values. */
+SDRT_C_API const char* sdrt_status_string(sdrt_status_t status);
+
+/* The message of the last failed call on this thread ("" after a call that succeeded);
+ * valid until the next sdrt_* call on this thread. Never NULL. */
+SDRT_C_API const char* sdrt_last_error(void);
+
+/* The library's version "MAJOR.MINOR.PATCH" (static storage; that of the library linked,
+ * which may differ from the header compiled against). */
+SDRT_C_API const char* sdrt_get_version(void);
+/* MAJOR * 10000 + MINOR * 100 + PATCH. */
+SDRT_C_API int sdrt_get_version_number(void);
+/* The SDRT_C_ABI_VERSION the library was built with; a program checks it equals its own. */
+SDRT_C_API int sdrt_get_abi_version(void);
+/* The SDRT_C_API_VERSION the library was built with (>= the program's for every function
+ * the program calls). */
+SDRT_C_API int sdrt_get_api_version(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Communicators
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_comm_s* sdrt_comm_t;
+
+typedef struct sdrt_comm_options_t {
+  size_t struct_size;
+  /* The default deadline of every collective over the communicator (its creation
+   * included), seconds > 0. */
+  double timeout_seconds;
+} sdrt_comm_options_t;
+#define SDRT_COMM_OPTIONS_INIT {sizeof(sdrt_comm_options_t), 600.0}
+
+/* Collective over all processes of the MPI job (MPI_COMM_WORLD), which it duplicates: sdrt's
+ * traffic never matches the program's. Initializes MPI (MPI_Init_thread,
+ * MPI_THREAD_SERIALIZED) unless the program already did, and then finalizes it at exit.
+ * torch.distributed.init_process_group("mpi") is the PyTorch counterpart.
+ * Errors: SDRT_INVALID_ARGUMENT (NULL out, bad options); SDRT_UNIMPLEMENTED in a build
+ * without MPI; SDRT_FAILED_PRECONDITION when MPI was already finalized;
+ * SDRT_DEADLINE_EXCEEDED when a rank does not call it within the timeout; MPI's error. */
+SDRT_C_API sdrt_status_t sdrt_comm_create_world(const sdrt_comm_options_t* options,
+                                                sdrt_comm_t* out);
+
+/* Collective over the ranks of the program's communicator `mpi_comm`, a pointer to an
+ * MPI_Comm (so this header does not include mpi.h), which is duplicated (MPI_Comm_idup):
+ * the program keeps and frees its own. MPI must be initialized. Ranks are mpi_comm's.
+ * Errors as sdrt_comm_create_world, and SDRT_FAILED_PRECONDITION when MPI is not
+ * initialized. */
+SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi(const void* mpi_comm,
+                                                   const sdrt_comm_options_t* options,
+                                                   sdrt_comm_t* out);
+
+/* The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint). */
+SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
+                                                           const sdrt_comm_options_t* options,
+                                                           sdrt_comm_t* out);
+
+/* An engine's ncclComm_t (as void*) of `size` ranks, this one `rank`, on CUDA `device`.
+ * Always SDRT_UNIMPLEMENTED in this version, on purpose: sdrt's NCCL backend creates its
+ * communicators non-blocking and aborts them on a deadline, which it cannot do to a
+ * communicator it does not own. Create sdrt's own NCCL communicator from the MPI ranks with
+ * the C++ API (NcclCommunicator::CreateFromCommunicator) meanwhile. */
+SDRT_C_API sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size,
+                                                    int device,
+                                                    const sdrt_comm_options_t* options,
+                                                    sdrt_comm_t* out);
+
+/* Local. This process's rank / the number of ranks. SDRT_INVALID_ARGUMENT for NULLs. */
+SDRT_C_API sdrt_status_t sdrt_comm_rank(sdrt_comm_t comm, int* rank);
+SDRT_C_API sdrt_status_t sdrt_comm_size(sdrt_comm_t comm, int* size);
+
+/* Frees sdrt's duplicate communicator (local; MPI_Comm_free, unless MPI is finalized).
+ * NULL is a no-op. Every state dict and plan using the communicator must no longer be in a
+ * call. */
+SDRT_C_API sdrt_status_t sdrt_comm_destroy(sdrt_comm_t comm);
+
+/* ------------------------------------------------------------------------------------------
+ * Checkpoints (read-only views of files on disk; local)
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_checkpoint_s* sdrt_checkpoint_t;
+
+typedef enum sdrt_checkpoint_kind_t {
+  SDRT_CHECKPOINT_SAFETENSORS_FILE = 0,   /* one .safetensors file */
+  SDRT_CHECKPOINT_HF_FOLDER = 1,          /* model.safetensors.index.json + shard files */
+  SDRT_CHECKPOINT_SAFETENSORS_FOLDER = 2, /* *.safetensors files, no index */
+  SDRT_CHECKPOINT_SHARDED_FOLDER = 3      /* an sdrt sharded folder (index.json + rank files) */
+} sdrt_checkpoint_kind_t;
+
+/* One tensor of a checkpoint. Pointers are owned by the checkpoint and valid until it is
+ * closed. For a sharded folder, shape is the global shape. */
+typedef struct sdrt_tensor_info_t {
+  size_t struct_size;
+  const char* name;
+  DLDataType dtype;     /* DLPack's code, bits (4 and 6 for packed sub-byte floats), lanes 1 */
+  const char* dtype_name; /* sdrt's (PyTorch's) name: "float32", "bfloat16", ... */
+  int32_t ndim;
+  const int64_t* shape; /* ndim elements (NULL when ndim == 0) */
+  int64_t nbytes;       /* bytes of the (global) tensor */
+} sdrt_tensor_info_t;
+#define SDRT_TENSOR_INFO_INIT {sizeof(sdrt_tensor_info_t), NULL, {0, 0, 0}, NULL, 0, NULL, 0}
+
+/* Local. Opens `path` (a .safetensors file, a Hugging Face folder, a folder of .safetensors
+ * files, or an sdrt sharded folder; told apart by file names, then validated whole: every
+ * header is parsed and checked, no tensor byte is read). The checkpoint maps its files
+ * until sdrt_checkpoint_close. Mirrors safetensors.safe_open / transformers' index
+ * reading. Errors: SDRT_NOT_FOUND for a missing path or a file an index names;
+ * SDRT_INVALID_ARGUMENT for an invalid file or folder (the message names the file and the
+ * rule), NULL arguments; the errno's code when a file cannot be read. */
+SDRT_C_API sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out);
+/* Local. Which layout it is. */
+SDRT_C_API sdrt_status_t sdrt_checkpoint_kind(sdrt_checkpoint_t checkpoint,
+                                              sdrt_checkpoint_kind_t* kind);
+/* Local. The number of tensors. */
+SDRT_C_API sdrt_status_t sdrt_checkpoint_num_tensors(sdrt_checkpoint_t checkpoint,
+                                                     int64_t* count);
+/* Local. Tensor i (0 <= i < count), in the order of the bytes in the files (sharded
+ * folders: the index's order). SDRT_OUT_OF_RANGE for another i; SDRT_INVALID_ARGUMENT for
+ * a bad info->struct_size (set it with SDRT_TENSOR_INFO_INIT). */
+SDRT_C_API sdrt_status_t sdrt_checkpoint_tensor_info(sdrt_checkpoint_t checkpoint, int64_t i,
+                                                     sdrt_tensor_info_t* info);
+/* Local. Unmaps and frees; NULL is a no-op. Infos handed out become invalid. */
+SDRT_C_API sdrt_status_t sdrt_checkpoint_close(sdrt_checkpoint_t checkpoint);
+
+/* ------------------------------------------------------------------------------------------
+ * State dicts: name -> tensor, in insertion order (local)
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_state_dict_s* sdrt_state_dict_t;
+
+/* How a tensor is laid out over a device mesh: a DTensor (torch.distributed.tensor) whose
+ * local tensor is the one added. */
+typedef struct sdrt_dtensor_spec_t {
+  size_t struct_size;
+  int32_t mesh_ndim;          /* >= 1 */
+  const int64_t* mesh_shape;  /* mesh_ndim sizes, e.g. {4} or {2, 2} */
+  const int64_t* mesh_ranks;  /* product(mesh_shape) communicator ranks, row-major; NULL:
+                                 0, 1, ..., product - 1 */
+  /* One placement per mesh dim as PyTorch prints them: "S(0)", "R", "P(sum)", "_S(0, 2)",
+   * "Shard(dim=1), Replicate()", brackets optional. */
+  const char* placements;
+  int32_t global_ndim;          /* the global tensor's rank (== the local's) */
+  const int64_t* global_shape;  /* global_ndim sizes */
+} sdrt_dtensor_spec_t;
+#define SDRT_DTENSOR_SPEC_INIT {sizeof(sdrt_dtensor_spec_t), 0, NULL, NULL, NULL, 0, NULL}
+
+/* Local. An empty state dict. */
+SDRT_C_API sdrt_status_t sdrt_state_dict_create(sdrt_state_dict_t* out);
+
+/* Local. Adds (or replaces, keeping the position) `name` -> `tensor`, borrowed: no byte is
+ * copied, sdrt keeps the shape and strides (copied) and the data pointer, which must stay
+ * valid, and not be freed, until the state dict is destroyed. With `spec` (may be NULL) the
+ * entry is a DTensor whose local tensor is `tensor`; its shape must then be the local shape
+ * the placements give this rank (checked by the calls that use it). tensor->data may be
+ * NULL only for a tensor with no elements. Devices: kDLCPU, kDLCUDAHost (CPU), kDLCUDA.
+ * Names are dotted paths ("layers.0.weight"), as PyTorch's _flatten_state_dict names leaves.
+ * Errors: SDRT_INVALID_ARGUMENT for NULLs, an unknown dtype, lanes != 1, negative sizes or
+ * strides, another device type, a bad spec (mesh, placements, global shape). */
+SDRT_C_API sdrt_status_t sdrt_state_dict_add(sdrt_state_dict_t state_dict, const char* name,
+                                             const DLTensor* tensor,
+                                             const sdrt_dtensor_spec_t* spec);
+/* Local. The number of entries. */
+SDRT_C_API sdrt_status_t sdrt_state_dict_count(sdrt_state_dict_t state_dict, int64_t* count);
+/* Local. Entry i's name and tensor (for a DTensor its local tensor; `is_dtensor` may be
+ * NULL). Both point into the state dict, valid until it is destroyed or changed (add,
+ * load with strict). The tensor's data is the borrowed buffer or memory sdrt owns (results
+ * of gather and offload); it may be read and written, never freed. SDRT_OUT_OF_RANGE for a
+ * bad i; SDRT_FAILED_PRECONDITION for an entry that is not a tensor (a load may replace a
+ * 0-dim tensor by a value; never in practice for safetensors). */
+SDRT_C_API sdrt_status_t sdrt_state_dict_get(sdrt_state_dict_t state_dict, int64_t i,
+                                             const char** name, const DLTensor** tensor,
+                                             int* is_dtensor);
+/* Local. The index of `name`, or SDRT_NOT_FOUND. */
+SDRT_C_API sdrt_status_t sdrt_state_dict_find(sdrt_state_dict_t state_dict, const char* name,
+                                              int64_t* index);
+/* Local. Frees sdrt's records and the memory sdrt allocated for it (never the borrowed
+ * buffers). NULL is a no-op. */
+SDRT_C_API sdrt_status_t sdrt_state_dict_destroy(sdrt_state_dict_t state_dict);
+
+/* ------------------------------------------------------------------------------------------
+ * Statistics of the last call on this thread (local)
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_stats_t {
+  size_t struct_size;
+  int64_t bytes_read;    /* load: bytes pread returned (pieces plus gaps read through) */
+  int64_t bytes_kept;    /* load: bytes of this rank's pieces */
+  int64_t reads;         /* load: planned reads */
+  int64_t bytes_sent;    /* gather/broadcast: bytes the data collectives moved; reshard: sent */
+  int64_t bytes_received; /* reshard: bytes this rank received */
+  int64_t bytes_written; /* gather_write: bytes of the file (writing rank); offload: bytes copied */
+  int64_t collectives;   /* every Communicator call, metadata ones included */
+  int64_t data_collectives; /* gather/broadcast: the ones moving tensor bytes (buckets) */
+  double seconds;        /* wall time of the call */
+} sdrt_stats_t;
+#define SDRT_STATS_INIT {sizeof(sdrt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0}
+
+/* The figures of the last load, gather, broadcast, distribute, reshard execute or offload
+ * call on this thread (successful or not; zeros before any). Fields a call does not
+ * measure are 0. SDRT_INVALID_ARGUMENT for NULL or a bad struct_size. */
+SDRT_C_API sdrt_status_t sdrt_get_last_stats(sdrt_stats_t* stats);
+
+/* ------------------------------------------------------------------------------------------
+ * (1) Load a checkpoint into the engine's buffers: every rank reads its own bytes
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_load_options_t {
+  size_t struct_size;
+  /* NULL: no communication (each rank alone; `rank` required). Else collective over it:
+   * the ranks agree before reading (skeletons, planning errors) and after (read errors),
+   * so one rank's error is every rank's; the meshes must span exactly its ranks. */
+  sdrt_comm_t comm;
+  int32_t rank;            /* this process's rank in the meshes; -1: comm's rank */
+  int32_t strict;          /* nonzero: remove entries the checkpoint lacks */
+  double timeout_seconds;  /* 0: the communicator's */
+  int32_t staging_buffers; /* >= 1 */
+  int64_t staging_bytes;   /* >= 4096: the longest single read */
+  int32_t direct_io;       /* nonzero: O_DIRECT reads (page cache bypassed) */
+  int64_t max_gap_bytes;   /* >= 0: the largest gap between kept runs read through */
+  void* stream;            /* cudaStream_t waited for before writing CUDA buffers; NULL */
+  /* Filled when not NULL: the number of entries the checkpoint lacks / of checkpoint
+   * tensors the state dict lacks. */
+  int64_t* num_missing;
+  int64_t* num_unexpected;
+} sdrt_load_options_t;
+#define SDRT_LOAD_OPTIONS_INIT \
+  {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, NULL, NULL, NULL}
+
+/* Fills the engine's buffers in `state_dict` from `checkpoint` (a safetensors file, a
+ * Hugging Face folder or a folder of safetensors files) in place (an entry added without a
+ * spec is read whole, as a Replicate one): for every entry whose
+ * name is a checkpoint tensor, this rank's piece (the whole tensor for a plain entry or a
+ * Replicate placement; the owned index runs of Shard/_StridedShard placements, uneven and
+ * empty pieces as PyTorch cuts them) is read with pread straight from the files into
+ * staging buffers and copied into the entry's buffer (any strides). sdrt allocates nothing
+ * visible to the caller; staging is staging_buffers x staging_bytes, freed on return.
+ * Nothing goes through another rank: every rank reads only its pieces' bytes (read
+ * amplification <= 1.032). Rank i's piece of a DTensor is the box PyTorch's
+ * compute_local_shape_and_global_offset gives rank i's mesh coordinate; a rank off
+ * coordinate 0 of a Partial mesh dim gets the reduction's identity.
+ * Result: what torch.distributed._state_dict_utils._broadcast_state_dict(full, local)
+ * leaves in local, without the broadcast (LoadStateDict in C++).
+ * Collective over options->comm when it is set, else local. `checkpoint` must stay open and
+ * its files unchanged during the call.
+ * CUDA buffers: one device per call; copies run on sdrt's own stream, complete on return.
+ * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
+ * handles, bad options or struct_size, a buffer whose dtype or global shape is not the
+ * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the
+ * communicator or lacks the rank, ranks whose state dicts differ; SDRT_UNIMPLEMENTED for a
+ * sharded folder (reshard it instead: the C++ CLI `sdrt load DIR`); SDRT_FAILED_PRECONDITION
+ * for buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
+ * buffers without CUDA; SDRT_DATA_LOSS for a short read; the errno's code for a failed
+ * open or pread; SDRT_RESOURCE_EXHAUSTED when staging cannot be allocated;
+ * SDRT_DEADLINE_EXCEEDED past the timeout. On error buffers may be partly written. */
+SDRT_C_API sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_dict,
+                                   const sdrt_load_options_t* options);
+
+/* ------------------------------------------------------------------------------------------
+ * (2) Gather a sharded state dict and write it as one safetensors file
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_gather_options_t {
+  size_t struct_size;
+  sdrt_comm_t comm;        /* required */
+  double timeout_seconds;  /* 0: the communicator's */
+  /* Ranks (of comm) that keep the full tensors (and, in gather_write, write the file);
+   * NULL/0: every rank keeps them (gather_write: rank 0 writes). */
+  const int32_t* ranks_only;
+  int32_t num_ranks_only;
+  int32_t cpu_offload;    /* nonzero: results on the CPU (gather_write always is) */
+  int64_t bucket_bytes;   /* >= 1: the most full bytes one collective moves */
+  void* stream;           /* cudaStream_t waited for before reading CUDA buffers; NULL */
+} sdrt_gather_options_t;
+#define SDRT_GATHER_OPTIONS_INIT \
+  {sizeof(sdrt_gather_options_t), NULL, 0.0, NULL, 0, 0, (int64_t)256 << 20, NULL}
+
+/* Collective over options->comm. Gathers every DTensor of `state_dict` into its full
+ * tensor (Partial mesh dims reduced, shards placed by their owned index sets), plain
+ * tensors passing through, and returns a new state dict (*out, the caller destroys it)
+ * owning contiguous full tensors on the ranks in ranks_only (every rank when empty), an
+ * empty one elsewhere. Mirrors _gather_state_dict(state_dict, pg, cpu_offload, ranks_only).
+ * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, skeletons that
+ * differ, a local shape that is not this rank's, meshes that do not span the communicator);
+ * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
+SDRT_C_API sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict,
+                                     const sdrt_gather_options_t* options,
+                                     sdrt_state_dict_t* out);
+
+/* Collective over options->comm. Gathers as sdrt_gather with cpu_offload, one bucket at a
+ * time on ranks that do not write, and the writing rank (ranks_only[0], else 0) writes the
+ * full tensors as one safetensors file at `path` (atomically: a temporary file renamed
+ * into place; the data laid out as safetensors' Python writer does). `path` is read on the
+ * writing rank only (the others may pass NULL). The status is agreed: every rank returns
+ * the writer's error ("rank R: ..."). Nothing is returned but the file.
+ * Errors: as sdrt_gather; the errno's code for a failed write (SDRT_NOT_FOUND for a
+ * missing folder, SDRT_PERMISSION_DENIED); SDRT_INVALID_ARGUMENT for a NULL path on the
+ * writing rank (on every rank) or more than one rank in ranks_only (on the ranks that
+ * passed it: pass the same options everywhere). */
+SDRT_C_API sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
+                                           const sdrt_gather_options_t* options);
+
+/* ------------------------------------------------------------------------------------------
+ * (3) Broadcast and distribute
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_broadcast_options_t {
+  size_t struct_size;
+  sdrt_comm_t comm;        /* required */
+  double timeout_seconds;  /* 0: the communicator's */
+  int32_t root;            /* the rank whose `full` is sent */
+  int64_t bucket_bytes;    /* >= 1 */
+  void* stream;            /* cudaStream_t waited for first; NULL */
+} sdrt_broadcast_options_t;
+#define SDRT_BROADCAST_OPTIONS_INIT \
+  {sizeof(sdrt_broadcast_options_t), NULL, 0.0, 0, (int64_t)256 << 20, NULL}
+
+/* Collective over options->comm. `full` (full tensors, read on the root only; other ranks
+ * pass any state dict, e.g. an empty one) is sent to every rank, which writes its pieces
+ * into the buffers of `local` in place (entries of `local` the root lacks are untouched).
+ * Mirrors _broadcast_state_dict(full, local, pg). Plain entries of `local` get the whole
+ * tensor, DTensor entries their piece, in their own buffers; `full` may be NULL on the
+ * other ranks. Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, a
+ * shape or dtype differing from the root's, a bad root); SDRT_DEADLINE_EXCEEDED; the
+ * backends' errors. */
+SDRT_C_API sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
+                                        const sdrt_broadcast_options_t* options);
+
+typedef struct sdrt_distribute_options_t {
+  size_t struct_size;
+  sdrt_comm_t comm;        /* NULL: no communication (`rank` required) */
+  int32_t rank;            /* -1: comm's rank */
+  double timeout_seconds;  /* 0: the communicator's */
+  void* stream;            /* cudaStream_t waited for before reading CUDA buffers; NULL */
+} sdrt_distribute_options_t;
+#define SDRT_DISTRIBUTE_OPTIONS_INIT {sizeof(sdrt_distribute_options_t), NULL, -1, 0.0, NULL}
+
+/* Every rank holds `full`; each copies its pieces into the buffers of `local` in place (no
+ * data moves between ranks). Mirrors _distribute_state_dict(full, local). Collective over
+ * options->comm when set (one metadata exchange: every rank returns the same error and
+ * full state dicts that differ are found), else local. The library cuts each piece into
+ * a new tensor, which sdrt then copies into the entry's buffer (one extra copy per piece).
+ * Errors: SDRT_INVALID_ARGUMENT (NULLs, options, an entry of `local` that `full` lacks,
+ * shapes or dtypes that differ, no comm and rank -1). */
+SDRT_C_API sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
+                                         const sdrt_distribute_options_t* options);
+
+/* ------------------------------------------------------------------------------------------
+ * (4) Reshard: plan once, execute every step (peer to peer)
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_reshard_plan_s* sdrt_reshard_plan_t;
+
+typedef struct sdrt_reshard_options_t {
+  size_t struct_size;
+  sdrt_comm_t comm;        /* required; spans every rank of both sides */
+  double timeout_seconds;  /* 0: the communicator's */
+  int64_t bucket_bytes;    /* >= 64: the most a rank sends or receives in one exchange */
+} sdrt_reshard_options_t;
+#define SDRT_RESHARD_OPTIONS_INIT {sizeof(sdrt_reshard_options_t), NULL, 0.0, (int64_t)256 << 20}
+
+/* Collective over options->comm. Plans moving `source` (what this rank holds in the source
+ * layout; may be empty) into `destination` (its buffers in the destination layout; may be
+ * empty): every byte a destination rank needs and does not hold moves once, from a rank
+ * that holds it. The plan keeps the communicator (which must outlive it) and the layouts,
+ * not the buffers. PyTorch's counterpart: DTensor.redistribute (one mesh only).
+ * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, layouts whose
+ * global shapes or dtypes differ, a destination entry no source holds);
+ * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
+SDRT_C_API sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source,
+                                                  sdrt_state_dict_t destination,
+                                                  const sdrt_reshard_options_t* options,
+                                                  sdrt_reshard_plan_t* out);
+typedef struct sdrt_reshard_execute_options_t {
+  size_t struct_size;
+  double timeout_seconds;  /* 0: the communicator's */
+  void* stream;            /* cudaStream_t waited for before reading CUDA buffers; NULL */
+} sdrt_reshard_execute_options_t;
+#define SDRT_RESHARD_EXECUTE_OPTIONS_INIT {sizeof(sdrt_reshard_execute_options_t), 0.0, NULL}
+
+/* Collective over the plan's communicator. Moves the current bytes of `source` into the
+ * buffers of `destination`, which must have the layouts planned (the same shapes, dtypes,
+ * placements and names; the buffers may be other ones): every RL step, say. `options` may
+ * be NULL. Errors: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
+ * planned layouts); SDRT_DEADLINE_EXCEEDED; the backends' errors. */
+SDRT_C_API sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
+                                              sdrt_state_dict_t destination,
+                                              const sdrt_reshard_execute_options_t* options);
+/* Local. NULL is a no-op. */
+SDRT_C_API sdrt_status_t sdrt_reshard_plan_destroy(sdrt_reshard_plan_t plan);
+
+/* ------------------------------------------------------------------------------------------
+ * (5) Offload to CPU memory
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct sdrt_offload_options_t {
+  size_t struct_size;
+  int32_t pin_memory;    /* nonzero: page-locked memory (needs CUDA: SDRT_UNAVAILABLE without) */
+  int32_t share_memory;  /* nonzero: POSIX shared memory */
+  void* stream;          /* cudaStream_t waited for before reading CUDA buffers; NULL */
+} sdrt_offload_options_t;
+#define SDRT_OFFLOAD_OPTIONS_INIT {sizeof(sdrt_offload_options_t), 0, 0, NULL}
+
+/* Local. A new state dict (*out, the caller destroys it) with a CPU copy of every tensor
+ * of `state_dict` (DTensors keep mesh and placements around a CPU local), all in one
+ * allocation (pinned or shared when asked; 256-byte aligned slots), released when *out is
+ * destroyed. CUDA copies are enqueued on `stream` (after the work already there; NULL: the
+ * legacy default stream) and complete on return. Mirrors _create_cpu_state_dict then
+ * _copy_state_dict (torch.distributed._state_dict_utils).
+ * Errors: SDRT_INVALID_ARGUMENT (NULLs, options); SDRT_RESOURCE_EXHAUSTED when the memory
+ * does not fit; SDRT_UNAVAILABLE for pinned memory or CUDA tensors without CUDA. */
+SDRT_C_API sdrt_status_t sdrt_offload(sdrt_state_dict_t state_dict,
+                                      const sdrt_offload_options_t* options,
+                                      sdrt_state_dict_t* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SDRT_C_API_H_ */

@@ -1,0 +1,115 @@
+// sdrt/c_api.h: checkpoints (CheckpointSource, or the index of an sdrt sharded folder).
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/c_api/internal/errors.h"
+#include "sdrt/core/c_api/internal/handles.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/tensor/status_macros.h"
+
+using sdrt::c_api::Guard;
+namespace c_api = sdrt::c_api;
+
+namespace {
+
+sdrt_checkpoint_s::Info InfoOf(const std::string& name, sdrt::DType dtype,
+                               const sdrt::IntVector& shape) {
+  sdrt_checkpoint_s::Info info;
+  info.name = name;
+  const sdrt::DLPackType dl = sdrt::ToDLPackType(dtype);
+  info.dtype = DLDataType{dl.code, dl.bits, 1};
+  info.dtype_name = std::string(sdrt::DTypeName(dtype));
+  info.shape.assign(shape.begin(), shape.end());
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  absl::StatusOr<int64_t> bytes = sdrt::BytesForElements(dtype, numel);
+  info.nbytes = bytes.ok() ? *bytes : 0;
+  return info;
+}
+
+}  // namespace
+
+extern "C" {
+
+sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out) {
+  return Guard("sdrt_checkpoint_open", [&]() -> absl::Status {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(path, "path"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
+    SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointKind kind, sdrt::DetectCheckpointKind(path));
+    auto handle = std::make_unique<sdrt_checkpoint_s>();
+    handle->kind = kind;
+    if (kind == sdrt::CheckpointKind::kShardedFolder) {
+      SDRT_ASSIGN_OR_RETURN(sdrt::ShardedCheckpointIndex index,
+                            sdrt::ReadShardedCheckpointIndex(path));
+      for (const sdrt::ShardedCheckpointTensor& t : index.tensors) {
+        handle->infos.push_back(InfoOf(t.name, t.dtype, t.shape));
+      }
+    } else {
+      SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointSource source, sdrt::CheckpointSource::Open(path));
+      for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
+        handle->infos.push_back(InfoOf(t.name, t.dtype, t.shape));
+      }
+      handle->source.emplace(std::move(source));
+    }
+    *out = handle.release();
+    return absl::OkStatus();
+  });
+}
+
+sdrt_status_t sdrt_checkpoint_kind(sdrt_checkpoint_t checkpoint, sdrt_checkpoint_kind_t* kind) {
+  return Guard("sdrt_checkpoint_kind", [&] {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(kind, "kind"));
+    switch (checkpoint->kind) {
+      case sdrt::CheckpointKind::kSafetensorsFile: *kind = SDRT_CHECKPOINT_SAFETENSORS_FILE; break;
+      case sdrt::CheckpointKind::kHfFolder: *kind = SDRT_CHECKPOINT_HF_FOLDER; break;
+      case sdrt::CheckpointKind::kSafetensorsFolder:
+        *kind = SDRT_CHECKPOINT_SAFETENSORS_FOLDER;
+        break;
+      case sdrt::CheckpointKind::kShardedFolder: *kind = SDRT_CHECKPOINT_SHARDED_FOLDER; break;
+    }
+    return absl::OkStatus();
+  });
+}
+
+sdrt_status_t sdrt_checkpoint_num_tensors(sdrt_checkpoint_t checkpoint, int64_t* count) {
+  return Guard("sdrt_checkpoint_num_tensors", [&] {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(count, "count"));
+    *count = static_cast<int64_t>(checkpoint->infos.size());
+    return absl::OkStatus();
+  });
+}
+
+sdrt_status_t sdrt_checkpoint_tensor_info(sdrt_checkpoint_t checkpoint, int64_t i,
+                                          sdrt_tensor_info_t* info) {
+  return Guard("sdrt_checkpoint_tensor_info", [&]() -> absl::Status {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(info, "info"));
+    SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(info, "info"));
+    const int64_t n = static_cast<int64_t>(checkpoint->infos.size());
+    if (i < 0 || i >= n) {
+      return absl::OutOfRangeError(absl::StrCat("tensor ", i, " of ", n));
+    }
+    const sdrt_checkpoint_s::Info& t = checkpoint->infos[static_cast<size_t>(i)];
+    info->name = t.name.c_str();
+    info->dtype = t.dtype;
+    info->dtype_name = t.dtype_name.c_str();
+    info->ndim = static_cast<int32_t>(t.shape.size());
+    info->shape = t.shape.empty() ? nullptr : t.shape.data();
+    info->nbytes = t.nbytes;
+    return absl::OkStatus();
+  });
+}
+
+sdrt_status_t sdrt_checkpoint_close(sdrt_checkpoint_t checkpoint) {
+  return Guard("sdrt_checkpoint_close", [&] {
+    delete checkpoint;
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,133 @@
+// sdrt/c_api.h: communicators (the MPI world, an MPI_Comm of the program's, NCCL).
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/c_api/internal/errors.h"
+#include "sdrt/core/c_api/internal/handles.h"
+#include "sdrt/tensor/status_macros.h"
+#if SDRT_HAVE_MPI
+#include "sdrt/comm/mpi_communicator.h"
+#endif
+
+namespace sdrt::c_api {
+namespace {
+
+absl::StatusOr<std::chrono::milliseconds> TimeoutOf(const sdrt_comm_options_t* options) {
+  SDRT_RETURN_IF_ERROR(CheckStructSize(options, "options"));
+  const double seconds = options == nullptr ? 600.0 : options->timeout_seconds;
+  if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9) {
+    return absl::InvalidArgumentError("options.timeout_seconds must be > 0 and finite");
+  }
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+}
+
+template <typename Make>
+absl::Status Create(const sdrt_comm_options_t* options, sdrt_comm_t* out, Make make) {
+  SDRT_RETURN_IF_ERROR(NotNull(out, "out"));
+  SDRT_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, TimeoutOf(options));
+#if SDRT_HAVE_MPI
+  SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> comm, make(timeout));
+  auto handle = std::make_unique<sdrt_comm_s>();
+  handle->comm = std::move(comm);
+  *out = handle.release();
+  return absl::OkStatus();
+#else
+  (void)make;
+  return absl::UnimplementedError("sdrt was built without MPI");
+#endif
+}
+
+}  // namespace
+}  // namespace sdrt::c_api
+
+using sdrt::c_api::Guard;
+namespace c_api = sdrt::c_api;
+
+extern "C" {
+
+sdrt_status_t sdrt_comm_create_world(const sdrt_comm_options_t* options, sdrt_comm_t* out) {
+  return Guard("sdrt_comm_create_world", [&] {
+    return c_api::Create(options, out, [](std::chrono::milliseconds timeout) {
+#if SDRT_HAVE_MPI
+      return sdrt::MpiCommunicator::World(timeout);
+#else
+      (void)timeout;
+      return 0;
+#endif
+    });
+  });
+}
+
+sdrt_status_t sdrt_comm_create_from_mpi(const void* mpi_comm, const sdrt_comm_options_t* options,
+                                        sdrt_comm_t* out) {
+  return Guard("sdrt_comm_create_from_mpi", [&] {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(mpi_comm, "mpi_comm"));
+    return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
+#if SDRT_HAVE_MPI
+      return sdrt::MpiCommunicator::Duplicate(mpi_comm, timeout);
+#else
+      (void)timeout;
+      return 0;
+#endif
+    });
+  });
+}
+
+sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
+                                                const sdrt_comm_options_t* options,
+                                                sdrt_comm_t* out) {
+  return Guard("sdrt_comm_create_from_mpi_fortran", [&] {
+    return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
+#if SDRT_HAVE_MPI
+      return sdrt::MpiCommunicator::DuplicateFortran(fortran_handle, timeout);
+#else
+      (void)timeout;
+      return 0;
+#endif
+    });
+  });
+}
+
+sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size, int device,
+                                         const sdrt_comm_options_t* options, sdrt_comm_t* out) {
+  return Guard("sdrt_comm_create_from_nccl", [&] {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(nccl_comm, "nccl_comm"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
+    SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
+    (void)rank;
+    (void)size;
+    (void)device;
+    return absl::UnimplementedError(
+        "adopting an ncclComm_t is not supported: sdrt aborts its NCCL communicators on a "
+        "deadline and so creates its own (NcclCommunicator::CreateFromCommunicator)");
+  });
+}
+
+sdrt_status_t sdrt_comm_rank(sdrt_comm_t comm, int* rank) {
+  return Guard("sdrt_comm_rank", [&] {
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * c, c_api::CommOf(comm, true, "comm"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(rank, "rank"));
+    *rank = c->rank();
+    return absl::OkStatus();
+  });
+}
+
+sdrt_status_t sdrt_comm_size(sdrt_comm_t comm, int* size) {
+  return Guard("sdrt_comm_size", [&] {
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * c, c_api::CommOf(comm, true, "comm"));
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(size, "size"));
+    *size = c->size();
+    return absl::OkStatus();
+  });
+}
+
+sdrt_status_t sdrt_comm_destroy(sdrt_comm_t comm) {
+  return Guard("sdrt_comm_destroy", [&] {
+    delete comm;
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,149 @@
+// sdrt/c_api.h: sdrt_gather and sdrt_gather_write (GatherStateDict + WriteSafetensors).
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/c_api/internal/errors.h"
+#include "sdrt/core/c_api/internal/handles.h"
+#include "sdrt/tensor/status_macros.h"
+#if SDRT_C_API_HAVE_DISTRIBUTED
+#include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/io/safetensors.h"
+#endif
+
+using sdrt::c_api::Guard;
+namespace c_api = sdrt::c_api;
+
+namespace {
+
+#if SDRT_C_API_HAVE_DISTRIBUTED
+// Checks `options` and fills `go` (comm, ranks_only, cpu_offload, bucket_bytes).
+absl::Status Prepare(sdrt_state_dict_t state_dict, const sdrt_gather_options_t* options,
+                     sdrt_gather_options_t* o, sdrt::GatherOptions* go) {
+  SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+  SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
+  SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
+  *o = *options;
+  SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o->timeout_seconds));
+  SDRT_ASSIGN_OR_RETURN(go->comm, c_api::CommOf(o->comm, true, "options.comm"));
+  if (o->num_ranks_only < 0 || (o->num_ranks_only > 0 && o->ranks_only == nullptr)) {
+    return absl::InvalidArgumentError("options.ranks_only is NULL or num_ranks_only < 0");
+  }
+  go->ranks_only.assign(o->ranks_only, o->ranks_only + o->num_ranks_only);
+  go->cpu_offload = o->cpu_offload != 0;
+  go->bucket_bytes = o->bucket_bytes;
+  return c_api::WaitForStream(o->stream, state_dict->map);
+}
+#endif
+
+}  // namespace
+
+extern "C" {
+
+sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_options_t* options,
+                          sdrt_state_dict_t* out) {
+  return Guard("sdrt_gather", [&]() -> absl::Status {
+    c_api::StatsScope scope;
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
+#if SDRT_C_API_HAVE_DISTRIBUTED
+    sdrt_gather_options_t o;
+    sdrt::GatherOptions go;
+    SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
+    sdrt::CollectiveStats stats;
+    go.stats = &stats;
+    absl::StatusOr<sdrt::Map> gathered;
+    {
+      c_api::ScopedTimeout timeout(go.comm, o.timeout_seconds);
+      gathered = sdrt::GatherStateDict(state_dict->map, go);
+    }
+    scope.stats().bytes_sent = stats.bytes;
+    scope.stats().collectives = stats.collectives;
+    scope.stats().data_collectives = stats.data_collectives;
+    if (!gathered.ok()) return gathered.status();
+    // A tensor that needed no gather (one rank) may come back as the caller's strided buffer;
+    // the C API promises contiguous full tensors sdrt owns.
+    for (size_t i = 0; i < gathered->size(); ++i) {
+      sdrt::Value& v = gathered->value(i);
+      if (v.kind() == sdrt::ValueKind::kTensor && !v.as_tensor().is_contiguous()) {
+        SDRT_ASSIGN_OR_RETURN(sdrt::Tensor dense, v.as_tensor().Contiguous());
+        v = sdrt::Value(std::move(dense));
+      }
+    }
+    auto handle = std::make_unique<sdrt_state_dict_s>();
+    handle->map = *std::move(gathered);
+    *out = handle.release();
+    return absl::OkStatus();
+#else
+    (void)state_dict;
+    (void)options;
+    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
+#endif
+  });
+}
+
+sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
+                                const sdrt_gather_options_t* options) {
+  return Guard("sdrt_gather_write", [&]() -> absl::Status {
+    c_api::StatsScope scope;
+#if SDRT_C_API_HAVE_DISTRIBUTED
+    sdrt_gather_options_t o;
+    sdrt::GatherOptions go;
+    SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
+    if (go.ranks_only.size() > 1) {
+      return absl::InvalidArgumentError("options.ranks_only names more than one writer");
+    }
+    const int writer = go.ranks_only.empty() ? 0 : go.ranks_only[0];
+    go.ranks_only = {writer};
+    go.cpu_offload = true;
+    sdrt::CollectiveStats stats;
+    go.stats = &stats;
+    c_api::ScopedTimeout timeout(go.comm, o.timeout_seconds);
+    absl::StatusOr<sdrt::Map> gathered = sdrt::GatherStateDict(state_dict->map, go);
+    scope.stats().bytes_sent = stats.bytes;
+    scope.stats().data_collectives = stats.data_collectives;
+    if (!gathered.ok()) {
+      scope.stats().collectives = stats.collectives;
+      return gathered.status();
+    }
+    absl::Status written = absl::OkStatus();
+    if (go.comm->rank() == writer) {
+      if (path == nullptr) {
+        written = absl::InvalidArgumentError("path is NULL on the writing rank");
+      } else {
+        std::vector<std::pair<std::string, sdrt::Tensor>> tensors;
+        for (size_t i = 0; i < gathered->size() && written.ok(); ++i) {
+          const sdrt::Value& v = gathered->value(i);
+          if (v.kind() != sdrt::ValueKind::kTensor) {
+            written = absl::InvalidArgumentError("entry '" + gathered->key(i) +
+                                                 "' is not a tensor after the gather");
+          } else {
+            tensors.emplace_back(gathered->key(i), v.as_tensor());
+          }
+        }
+        if (written.ok()) written = sdrt::WriteSafetensors(path, tensors);
+        std::error_code ec;
+        if (written.ok()) {
+          scope.stats().bytes_written =
+              static_cast<int64_t>(std::filesystem::file_size(path, ec));
+        }
+      }
+    }
+    // Every rank returns the writer's status.
+    const absl::Status agreed = sdrt::AgreeAcrossRanks(*go.comm, "sdrt_gather_write", "", {},
+                                                       written, &stats);
+    scope.stats().collectives = stats.collectives;
+    return agreed;
+#else
+    (void)state_dict;
+    (void)path;
+    (void)options;
+    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
+#endif
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,95 @@
+// What the C API's opaque handles hold (core/c_api/c_api.h), and the helpers the calls
+// share: borrowing DLTensors, the per-call timeout, waiting for the caller's stream,
+// writing results back into borrowed buffers, the stats of a call.
+#ifndef SDRT_CORE_C_API_INTERNAL_HANDLES_H_
+#define SDRT_CORE_C_API_INTERNAL_HANDLES_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/state_dict/state_dict.h"
+
+struct sdrt_comm_s {
+  std::unique_ptr<sdrt::Communicator> comm;
+};
+
+struct sdrt_checkpoint_s {
+  struct Info {
+    std::string name;
+    DLDataType dtype;
+    std::string dtype_name;
+    std::vector<int64_t> shape;
+    int64_t nbytes = 0;
+  };
+  sdrt::CheckpointKind kind = sdrt::CheckpointKind::kSafetensorsFile;
+  std::optional<sdrt::CheckpointSource> source;  // unset for a sharded folder
+  std::vector<Info> infos;
+};
+
+struct sdrt_state_dict_s {
+  sdrt::Map map;  // flat: name -> Tensor or DTensor
+  // Exported views of map's entries (sdrt_state_dict_get), parallel to map, made on demand;
+  // dropped whenever map changes.
+  std::vector<DLManagedTensor*> views;
+  sdrt_state_dict_s() = default;
+  sdrt_state_dict_s(const sdrt_state_dict_s&) = delete;
+  sdrt_state_dict_s& operator=(const sdrt_state_dict_s&) = delete;
+  ~sdrt_state_dict_s() { DropViews(); }
+  void DropViews();
+};
+
+namespace sdrt::c_api {
+
+// A borrowed tensor of `dl` (shape and strides copied, the bytes not).
+absl::StatusOr<Tensor> BorrowDLTensor(const DLTensor& dl);
+
+// The communicator of a handle; InvalidArgument when the handle is null and required.
+absl::StatusOr<Communicator*> CommOf(sdrt_comm_t comm, bool required, const char* what);
+
+// Sets comm's timeout to `seconds` (> 0) for the scope; 0 leaves it. InvalidArgument from
+// Check for a negative or non-finite value.
+class ScopedTimeout {
+ public:
+  ScopedTimeout(Communicator* comm, double seconds);
+  ~ScopedTimeout();
+  static absl::Status Check(double seconds);
+
+ private:
+  Communicator* comm_ = nullptr;
+  std::chrono::milliseconds saved_{0};
+};
+
+// When `stream` is not null and `map` holds a CUDA tensor: blocks until the work enqueued
+// on `stream` so far is complete (an event recorded on it, on that tensor's device).
+absl::Status WaitForStream(void* stream, const Map& map);
+
+// A copy of `map` in which every plain tensor is a Replicate DTensor over a 1-D mesh of
+// `ranks` (so that the library writes it in place instead of replacing it).
+absl::StatusOr<Map> ReplicatePlainTensors(const Map& map, const std::vector<int64_t>& ranks);
+
+// For every entry of `original` whose leaf in `result` is a tensor in other memory, copies
+// it into the original's buffer (same shape and dtype, else InvalidArgument).
+absl::Status WriteBack(const Map& original, const Map& result);
+
+// Resets the thread's stats and, on destruction, writes the wall time of the scope.
+class StatsScope {
+ public:
+  StatsScope();
+  ~StatsScope();
+  sdrt_stats_t& stats();
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace sdrt::c_api
+
+#endif  // SDRT_CORE_C_API_INTERNAL_HANDLES_H_

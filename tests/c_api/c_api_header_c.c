@@ -1,0 +1,123 @@
+/* sdrt/c_api.h compiled as C11 (-Wall -Wextra -Werror -pedantic, this header alone), and a
+ * small single-process run of the local calls: versions, status strings, the last error,
+ * struct_size checks, NULL handles, a state dict of malloc'd buffers and its offload.
+ * Exit status 0 when every check holds; each failure prints its line. */
+#include "sdrt/c_api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                               \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", \
+              __FILE__, __LINE__, #cond, sdrt_last_error());      \
+      ++failures;                                                 \
+    }                                                             \
+  } while (0)
+
+int main(void) {
+  /* Versions. */
+  char expected[32];
+  const int number = sdrt_get_version_number();
+  snprintf(expected, sizeof expected, "%d.%d.%d", number / 10000, number / 100 % 100,
+           number % 100);
+  CHECK(strcmp(sdrt_get_version(), expected) == 0);
+  CHECK(sdrt_get_abi_version() == SDRT_C_ABI_VERSION);
+  CHECK(sdrt_get_api_version() == SDRT_C_API_VERSION);
+
+  /* Status strings. */
+  CHECK(strcmp(sdrt_status_string(SDRT_OK), "OK") == 0);
+  CHECK(strcmp(sdrt_status_string(SDRT_INVALID_ARGUMENT), "INVALID_ARGUMENT") == 0);
+  CHECK(strcmp(sdrt_status_string(SDRT_UNAUTHENTICATED), "UNAUTHENTICATED") == 0);
+  CHECK(strcmp(sdrt_status_string((sdrt_status_t)99), "UNKNOWN_STATUS") == 0);
+  CHECK(SDRT_NOT_FOUND == 5 && SDRT_DATA_LOSS == 15); /* absl::StatusCode's values */
+
+  /* NULLs and the last error. */
+  CHECK(sdrt_checkpoint_open(NULL, NULL) == SDRT_INVALID_ARGUMENT);
+  CHECK(strstr(sdrt_last_error(), "path is NULL") != NULL);
+  {
+    sdrt_checkpoint_t ckpt = NULL;
+    CHECK(sdrt_checkpoint_open("/nonexistent/sdrt/model.safetensors", &ckpt) == SDRT_NOT_FOUND);
+    CHECK(ckpt == NULL);
+    CHECK(strlen(sdrt_last_error()) > 0);
+  }
+  CHECK(sdrt_state_dict_destroy(NULL) == SDRT_OK);
+  CHECK(strcmp(sdrt_last_error(), "") == 0); /* a call that succeeds clears it */
+  CHECK(sdrt_checkpoint_close(NULL) == SDRT_OK);
+  CHECK(sdrt_comm_destroy(NULL) == SDRT_OK);
+  CHECK(sdrt_reshard_plan_destroy(NULL) == SDRT_OK);
+  {
+    int rank = -1;
+    CHECK(sdrt_comm_rank(NULL, &rank) == SDRT_INVALID_ARGUMENT);
+    CHECK(rank == -1);
+  }
+
+  /* Stats: struct_size checked. */
+  {
+    sdrt_stats_t stats = SDRT_STATS_INIT;
+    CHECK(sdrt_get_last_stats(&stats) == SDRT_OK);
+    stats.struct_size = sizeof(stats) + 8;
+    CHECK(sdrt_get_last_stats(&stats) == SDRT_INVALID_ARGUMENT);
+    stats.struct_size = sizeof(size_t);
+    CHECK(sdrt_get_last_stats(&stats) == SDRT_INVALID_ARGUMENT);
+  }
+
+  /* A state dict of malloc'd buffers, and its offload to CPU memory sdrt owns. */
+  {
+    sdrt_state_dict_t sd = NULL;
+    sdrt_state_dict_t cpu = NULL;
+    int64_t shape[2] = {3, 4};
+    float* buffer = (float*)malloc(12 * sizeof(float));
+    DLTensor t;
+    int i;
+    int64_t count = 0;
+    const char* name = NULL;
+    const DLTensor* view = NULL;
+    int is_dtensor = -1;
+    sdrt_offload_options_t offload = SDRT_OFFLOAD_OPTIONS_INIT;
+    for (i = 0; i < 12; ++i) buffer[i] = (float)i * 0.25f;
+    memset(&t, 0, sizeof t);
+    t.data = buffer;
+    t.device.device_type = kDLCPU;
+    t.ndim = 2;
+    t.dtype.code = kDLFloat;
+    t.dtype.bits = 32;
+    t.dtype.lanes = 1;
+    t.shape = shape;
+    CHECK(sdrt_state_dict_create(&sd) == SDRT_OK);
+    CHECK(sdrt_state_dict_add(sd, "layer.weight", &t, NULL) == SDRT_OK);
+    CHECK(sdrt_state_dict_count(sd, &count) == SDRT_OK && count == 1);
+    CHECK(sdrt_state_dict_get(sd, 0, &name, &view, &is_dtensor) == SDRT_OK);
+    CHECK(strcmp(name, "layer.weight") == 0 && view->data == buffer && is_dtensor == 0);
+    CHECK(sdrt_state_dict_get(sd, 1, &name, &view, NULL) == SDRT_OUT_OF_RANGE);
+    t.data = NULL;
+    CHECK(sdrt_state_dict_add(sd, "null", &t, NULL) == SDRT_INVALID_ARGUMENT);
+    t.data = buffer;
+    t.dtype.lanes = 2;
+    CHECK(sdrt_state_dict_add(sd, "bad", &t, NULL) == SDRT_INVALID_ARGUMENT);
+    t.dtype.lanes = 1;
+    offload.struct_size = 0;
+    CHECK(sdrt_offload(sd, &offload, &cpu) == SDRT_INVALID_ARGUMENT);
+    CHECK(cpu == NULL);
+    offload.struct_size = sizeof offload;
+    CHECK(sdrt_offload(sd, &offload, &cpu) == SDRT_OK);
+    CHECK(sdrt_state_dict_get(cpu, 0, &name, &view, NULL) == SDRT_OK);
+    CHECK(view->data != buffer && memcmp(view->data, buffer, 12 * sizeof(float)) == 0);
+    {
+      sdrt_stats_t stats = SDRT_STATS_INIT;
+      CHECK(sdrt_get_last_stats(&stats) == SDRT_OK);
+      /* The last call with stats was the offload (get is not one). */
+      CHECK(stats.bytes_written == 48);
+    }
+    CHECK(sdrt_state_dict_destroy(cpu) == SDRT_OK);
+    CHECK(sdrt_state_dict_destroy(sd) == SDRT_OK);
+    free(buffer);
+  }
+
+  if (failures == 0) printf("c_api_header_c: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}

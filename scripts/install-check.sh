@@ -61,7 +61,14 @@ g++ -Wall -Wextra -Werror -o "$tmp/consumer-pc" "$root/tests/install/consumer.cc
 mkdir "$tmp/out-pc"
 LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/consumer-pc" "$tmp/out-pc"
 
-# 3. The two examples, each configured out of tree against the prefix, built with
+# 3. The C API's header alone, as C11 and as C++17, pedantic.
+for lang in "gcc -x c -std=c11" "g++ -x c++ -std=c++17"; do
+  # shellcheck disable=SC2086
+  echo '#include "sdrt/c_api.h"' | $lang -pedantic -Wall -Wextra -Werror -fsyntax-only \
+    $(pkg-config --cflags sdrt) - || { echo "install-check: sdrt/c_api.h: $lang failed" >&2; exit 1; }
+done
+
+# 4. The two examples, each configured out of tree against the prefix, built with
 # -Wall -Wextra -Werror, and run under mpiexec when the build has MPI: the C engine loads a
 # synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
 # (3: uneven slices) and checks its slices; the C++ trainer pushes weights and exports on 3.
@@ -94,7 +101,7 @@ if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
   echo "install-check: trainer: $(tail -1 "$tmp/trainer.log")" >&2
 fi
 
-# 4. The shared library's SONAME and exported symbols.
+# 5. The shared library's SONAME and exported symbols.
 if [[ $shared == 1 ]]; then
   soname=$(readelf -d "$prefix/lib/libsdrt.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
   if [[ ! $soname =~ ^libsdrt\.so\.[0-9]+$ ]]; then

@@ -32,7 +32,7 @@ if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt"; the
 fi
 local_build=${SDRT_LOCAL_BUILD_DIR:-$root/build-local}
 if [ -f "$local_build/CMakeCache.txt" ]; then  # a build folder configured before it was shared
-  cmake -B "$local_build" -DBUILD_SHARED_LIBS=ON >/dev/null
+  cmake -S "$root" -B "$local_build" -DBUILD_SHARED_LIBS=ON >/dev/null
 fi
 SDRT_BUILD_DIR=$local_build "$root/scripts/build.sh" -DSDRT_WITH_CUDA=OFF -DSDRT_WITH_MPI=OFF \
   -DSDRT_BUILD_BENCH=OFF -DBUILD_SHARED_LIBS=ON

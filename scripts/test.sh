@@ -28,7 +28,7 @@ check_flags=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"
              "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG" -DBUILD_SHARED_LIBS=ON)
 # A checking build folder configured before it built the shared library becomes shared.
 shared_again() {
-  if [ -f "$1/CMakeCache.txt" ]; then cmake -B "$1" -DBUILD_SHARED_LIBS=ON >/dev/null; fi
+  if [ -f "$1/CMakeCache.txt" ]; then cmake -S "$root" -B "$1" -DBUILD_SHARED_LIBS=ON >/dev/null; fi
 }
 "$root/scripts/build.sh"
 echo "== tests: $build" >&2

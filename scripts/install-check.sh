@@ -76,7 +76,7 @@ done
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
 for example in engine trainer; do
   cmake -S "$root/examples/$example" -B "$tmp/$example" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix" "-DCMAKE_C_FLAGS=-Werror" "-DCMAKE_CXX_FLAGS=-Werror" \
+    -DCMAKE_PREFIX_PATH="$prefix" "-DCMAKE_C_FLAGS=-Werror" "-DCMAKE_CXX_FLAGS=-Werror" --no-warn-unused-cli \
     > "$tmp/$example.configure.log" || { cat "$tmp/$example.configure.log" >&2; exit 1; }
   cmake --build "$tmp/$example" > "$tmp/$example.build.log" ||
     { cat "$tmp/$example.build.log" >&2; exit 1; }

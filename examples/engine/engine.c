@@ -28,13 +28,13 @@ enum { kMaxWeights = 4096, kChecked = 3 };
 
 typedef struct {
   char name[256];
-  DLTensor tensor;         /* the engine's buffer: data it malloc'd, its local shape */
+  DLTensor tensor; /* the engine's buffer: data it malloc'd, its local shape */
   int64_t local_shape[2];
   int64_t global_shape[2];
   int32_t ndim;
-  int shard_dim;           /* 0 or 1; -1: replicated */
-  int64_t offset;          /* the slice's first row (Shard(0)) or column (Shard(1)) */
-  size_t elem;             /* bytes per element */
+  int shard_dim;  /* 0 or 1; -1: replicated */
+  int64_t offset; /* the slice's first row (Shard(0)) or column (Shard(1)) */
+  size_t elem;    /* bytes per element */
 } Weight;
 
 static Weight weights[kMaxWeights];

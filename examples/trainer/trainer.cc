@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<sdrt::MpiCommunicator> world = Must(sdrt::MpiCommunicator::World(), "MPI");
   const int rank = world->rank();
   const int n = world->size();
-  const auto mesh = std::make_shared<const sdrt::DeviceMesh>(
-      Must(sdrt::DeviceMesh::Create({n}), "DeviceMesh"));
+  const auto mesh =
+      std::make_shared<const sdrt::DeviceMesh>(Must(sdrt::DeviceMesh::Create({n}), "DeviceMesh"));
   const sdrt::ShardingPlan tp = Must(sdrt::ShardingPlan::Builtin("tp"), "plan");
 
   // 1. The FSDP state dict (what fully_shard leaves in model.state_dict()), and the
@@ -122,11 +122,11 @@ int main(int argc, char** argv) {
                                          "DistributeTensor")));
     const std::vector<sdrt::Placement> p = Must(tp.PlacementsFor(w.name, w.shape, *mesh), "tp");
     const sdrt::IntVector local = Must(sdrt::ComputeLocalShape(w.shape, *mesh, p, rank), "shape");
-    engine.Set(w.name, sdrt::Value(Must(
-                           sdrt::DTensor::Make(Must(sdrt::Tensor::Meta(local, sdrt::DType::kFloat32),
-                                                    "Meta"),
-                                               mesh, p, w.shape),
-                           "DTensor")));
+    engine.Set(w.name,
+               sdrt::Value(Must(sdrt::DTensor::Make(
+                                    Must(sdrt::Tensor::Meta(local, sdrt::DType::kFloat32), "Meta"),
+                                    mesh, p, w.shape),
+                                "DTensor")));
   }
 
   // 2. Train and push. The plan depends only on the layouts: built once.
@@ -152,12 +152,13 @@ int main(int argc, char** argv) {
     }
     wrong = SumOverRanks(*world, wrong);
     if (rank == 0) {
-      std::printf("step %d: pushed %zu weights fsdp -> tp on %d rank%s, %lld bytes on the wire "
-                  "(optimum %lld); engine %s\n",
-                  step, plan.paths().size(), n, n == 1 ? "" : "s",
-                  static_cast<long long>(plan.stats().wire_bytes),
-                  static_cast<long long>(plan.stats().optimum_bytes),
-                  wrong == 0 ? "matches the trainer" : "DIFFERS");
+      std::printf(
+          "step %d: pushed %zu weights fsdp -> tp on %d rank%s, %lld bytes on the wire "
+          "(optimum %lld); engine %s\n",
+          step, plan.paths().size(), n, n == 1 ? "" : "s",
+          static_cast<long long>(plan.stats().wire_bytes),
+          static_cast<long long>(plan.stats().optimum_bytes),
+          wrong == 0 ? "matches the trainer" : "DIFFERS");
     }
     if (wrong != 0) return 1;
   }
@@ -171,7 +172,8 @@ int main(int argc, char** argv) {
   int64_t wrong = 0;
   if (rank == 0) {
     std::vector<std::pair<std::string, sdrt::Tensor>> tensors;
-    for (size_t i = 0; i < full.size(); ++i) tensors.emplace_back(full.key(i), full.value(i).as_tensor());
+    for (size_t i = 0; i < full.size(); ++i)
+      tensors.emplace_back(full.key(i), full.value(i).as_tensor());
     const std::string file = out_dir + "/model.safetensors";
     if (absl::Status s = sdrt::WriteSafetensors(file, tensors); !s.ok()) Fail("write", s);
     const sdrt::CheckpointSource source = Must(sdrt::CheckpointSource::Open(file), "open");
@@ -186,11 +188,10 @@ int main(int argc, char** argv) {
     for (int64_t r = 0; r < engine_ranks; ++r) {  // each engine rank's file, piece by piece
       const sdrt::RankShards shards = Must(sdrt::LoadRankShards(out_dir + "/sharded", r), "load");
       for (const Weight& w : kWeights) {
-        const sdrt::DTensor want =
-            Must(sdrt::DistributeTensor(FullWeight(w, steps), engine_mesh,
-                                        Must(tp.PlacementsFor(w.name, w.shape, *engine_mesh), "tp"),
-                                        r),
-                 "expected");
+        const sdrt::DTensor want = Must(
+            sdrt::DistributeTensor(FullWeight(w, steps), engine_mesh,
+                                   Must(tp.PlacementsFor(w.name, w.shape, *engine_mesh), "tp"), r),
+            "expected");
         const sdrt::Tensor* got = nullptr;
         for (const auto& [name, piece] : shards.tensors) {
           if (name == w.name) got = &piece.local();
@@ -198,10 +199,11 @@ int main(int argc, char** argv) {
         if (got == nullptr || !SameBytes(*got, want.local())) ++wrong;
       }
     }
-    std::printf("exported %s (%zu tensors, gathered to rank 0) and %s/sharded (%zu rank files, "
-                "tp over %d ranks): %s\n",
-                file.c_str(), tensors.size(), out_dir.c_str(), index.files.size(), engine_ranks,
-                wrong == 0 ? "every element checked" : "WRONG");
+    std::printf(
+        "exported %s (%zu tensors, gathered to rank 0) and %s/sharded (%zu rank files, "
+        "tp over %d ranks): %s\n",
+        file.c_str(), tensors.size(), out_dir.c_str(), index.files.size(), engine_ranks,
+        wrong == 0 ? "every element checked" : "WRONG");
   }
   return SumOverRanks(*world, wrong) == 0 ? 0 : 1;
 }

@@ -1,8 +1,9 @@
 /* An inference engine written in C loads a checkpoint into its own weight buffers,
  * tensor-parallel over the ranks of mpiexec, through sdrt's C API (sdrt/c_api.h).
  *
- * The engine owns its memory: it computes each weight's slice on this rank, mallocs a
- * buffer of exactly that size and hands it to sdrt as a borrowed DLPack tensor with the
+ * The engine owns its memory: it computes each weight's slice on this rank, allocates a
+ * buffer of exactly that size (cudaMalloc on a GPU when built with CUDA and one is there,
+ * else malloc) and hands it to sdrt as a borrowed DLPack tensor with the
  * slice's placement on a 1-D device mesh. One sdrt_load call fills every buffer in place;
  * each rank reads only its own slices' bytes from the files (no rank funnels the others).
  *
@@ -24,6 +25,10 @@
 
 #include "sdrt/c_api.h"
 
+#if ENGINE_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 enum { kMaxWeights = 4096, kChecked = 3 };
 
 typedef struct {
@@ -38,6 +43,61 @@ typedef struct {
 } Weight;
 
 static Weight weights[kMaxWeights];
+
+/* The engine's weight memory: cudaMalloc on GPU rank % devices when the program was built
+ * with CUDA and a device is there, else malloc. */
+static int on_cuda = 0;
+
+static void PickMemory(int rank) {
+#if ENGINE_WITH_CUDA
+  int devices = 0;
+  on_cuda = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0 &&
+            cudaSetDevice(rank % devices) == cudaSuccess;
+#else
+  (void)rank;
+#endif
+}
+
+static void* EngineAlloc(size_t bytes) {
+#if ENGINE_WITH_CUDA
+  if (on_cuda) {
+    void* p = NULL;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+  }
+#endif
+  return malloc(bytes);
+}
+
+static void EngineFree(void* p) {
+#if ENGINE_WITH_CUDA
+  if (on_cuda) {
+    cudaFree(p);
+    return;
+  }
+#endif
+  free(p);
+}
+
+/* A host copy of the engine's buffer (the buffer itself on the CPU); free with HostDone. */
+static const unsigned char* HostView(const void* data, size_t bytes) {
+#if ENGINE_WITH_CUDA
+  if (on_cuda) {
+    void* host = malloc(bytes > 0 ? bytes : 1);
+    if (host != NULL && cudaMemcpy(host, data, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      free(host);
+      host = NULL;
+    }
+    return (const unsigned char*)host;
+  }
+#else
+  (void)bytes;
+#endif
+  return (const unsigned char*)data;
+}
+
+static void HostDone(const unsigned char* view) {
+  if (on_cuda) free((void*)view);
+}
 
 static int Check(sdrt_status_t status, const char* what) {
   if (status == SDRT_OK) return 0;
@@ -60,20 +120,20 @@ static void Slice(int64_t n, int ranks, int rank, int64_t* start, int64_t* len) 
 
 /* Compares weight w's slice with the whole tensor `full` (row-major, same dtype). */
 static int SliceMatches(const Weight* w, const unsigned char* full) {
-  const unsigned char* mine = (const unsigned char*)w->tensor.data;
   const int64_t cols = w->global_shape[1];
-  if (w->shard_dim == 0) {
-    return memcmp(mine, full + (size_t)(w->offset * cols) * w->elem,
-                  (size_t)(w->local_shape[0] * cols) * w->elem) == 0;
+  const size_t bytes = (size_t)(w->local_shape[0] * w->local_shape[1]) * w->elem;
+  const unsigned char* mine = HostView(w->tensor.data, bytes);
+  int same = mine != NULL;
+  if (same && w->shard_dim == 0) {
+    same = memcmp(mine, full + (size_t)(w->offset * cols) * w->elem, bytes) == 0;
   }
-  for (int64_t r = 0; r < w->global_shape[0]; ++r) {
-    if (memcmp(mine + (size_t)(r * w->local_shape[1]) * w->elem,
-               full + (size_t)(r * cols + w->offset) * w->elem,
-               (size_t)w->local_shape[1] * w->elem) != 0) {
-      return 0;
-    }
+  for (int64_t r = 0; same && w->shard_dim == 1 && r < w->global_shape[0]; ++r) {
+    same = memcmp(mine + (size_t)(r * w->local_shape[1]) * w->elem,
+                  full + (size_t)(r * cols + w->offset) * w->elem,
+                  (size_t)w->local_shape[1] * w->elem) == 0;
   }
-  return 1;
+  if (mine != NULL) HostDone(mine);
+  return same;
 }
 
 int main(int argc, char** argv) {
@@ -93,6 +153,7 @@ int main(int argc, char** argv) {
   int rank = 0, ranks = 1;
   Check(sdrt_comm_rank(comm, &rank), "sdrt_comm_rank");
   Check(sdrt_comm_size(comm, &ranks), "sdrt_comm_size");
+  PickMemory(rank);
 
   sdrt_checkpoint_t checkpoint = NULL;
   if (sdrt_checkpoint_open(argv[1], &checkpoint) != SDRT_OK) {
@@ -129,12 +190,16 @@ int main(int argc, char** argv) {
       Slice(info.shape[w->shard_dim], ranks, rank, &w->offset, &w->local_shape[w->shard_dim]);
     }
     for (int d = 0; d < info.ndim; ++d) numel *= w->local_shape[d];
-    w->tensor.data = numel > 0 ? malloc((size_t)numel * w->elem) : NULL;
+    w->tensor.data = numel > 0 ? EngineAlloc((size_t)numel * w->elem) : NULL;
     if (numel > 0 && w->tensor.data == NULL) {
       fprintf(stderr, "engine: out of memory\n");
       return 1;
     }
-    w->tensor.device.device_type = kDLCPU;
+    w->tensor.device.device_type = on_cuda ? kDLCUDA : kDLCPU;
+    w->tensor.device.device_id = 0;
+#if ENGINE_WITH_CUDA
+    if (on_cuda) cudaGetDevice(&w->tensor.device.device_id);
+#endif
     w->tensor.ndim = info.ndim;
     w->tensor.dtype = info.dtype;
     w->tensor.shape = w->local_shape;
@@ -172,6 +237,8 @@ int main(int argc, char** argv) {
     if (full[num_checked] == NULL) return 1;
     full_tensor[num_checked] = w->tensor;
     full_tensor[num_checked].data = full[num_checked];
+    full_tensor[num_checked].device.device_type = kDLCPU;
+    full_tensor[num_checked].device.device_id = 0;
     full_tensor[num_checked].shape = (int64_t*)w->global_shape;
     Check(sdrt_state_dict_add(whole, w->name, &full_tensor[num_checked], NULL),
           "sdrt_state_dict_add");
@@ -188,9 +255,10 @@ int main(int argc, char** argv) {
     }
   }
   if (rank == 0) {
-    printf("engine: tp=%d, rank 0 holds %" PRId64 " of %" PRId64 " bytes of %" PRId64
+    printf("engine: tp=%d (%s memory), rank 0 holds %" PRId64 " of %" PRId64 " bytes of %" PRId64
            " weights, read %" PRId64 " bytes in %.3f s\n",
-           ranks, local_bytes, total_bytes, loaded, stats.bytes_read, stats.seconds);
+           ranks, on_cuda ? "CUDA" : "host", local_bytes, total_bytes, loaded, stats.bytes_read,
+           stats.seconds);
     for (int k = 0; k < num_checked; ++k) {
       const Weight* w = checked[k];
       printf("engine: %s [%" PRId64 ", %" PRId64 "] %s, rank 0's slice [%" PRId64 ", %" PRId64
@@ -202,7 +270,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < num_checked; ++k) free(full[k]);
   sdrt_state_dict_destroy(whole);
   sdrt_state_dict_destroy(engine);
-  for (int64_t i = 0; i < loaded; ++i) free(weights[i].tensor.data);
+  for (int64_t i = 0; i < loaded; ++i) {
+    if (weights[i].tensor.data != NULL) EngineFree(weights[i].tensor.data);
+  }
   sdrt_checkpoint_close(checkpoint);
   sdrt_comm_destroy(comm);
   return wrong == 0 ? 0 : 1;

@@ -68,13 +68,16 @@ for lang in "gcc -x c -std=c11" "g++ -x c++ -std=c++17"; do
     $(pkg-config --cflags sdrt) - || { echo "install-check: sdrt/c_api.h: $lang failed" >&2; exit 1; }
 done
 
-# 4. The two examples, each configured out of tree against the prefix, built with
-# -Wall -Wextra -Werror, and run under mpiexec when the build has MPI: the C engine loads a
+# 4. The two examples (the trainer only when the build has MPI), each configured out of tree
+# against the prefix, built with -Wall -Wextra -Werror, and run under mpiexec when the build
+# has MPI: the C engine loads a
 # synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
 # (3: uneven slices) and checks its slices; the C++ trainer pushes weights and exports on 3.
 # The engine is also built by pkg-config and the C compiler alone (-std=c11 -pedantic).
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
-for example in engine trainer; do
+examples=(engine)
+[[ $mpi == 1 ]] && examples+=(trainer)  # the trainer gathers and reshards: it needs MPI
+for example in "${examples[@]}"; do
   cmake -S "$root/examples/$example" -B "$tmp/$example" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix" "-DCMAKE_C_FLAGS=-Werror" "-DCMAKE_CXX_FLAGS=-Werror" --no-warn-unused-cli \
     > "$tmp/$example.configure.log" || { cat "$tmp/$example.configure.log" >&2; exit 1; }

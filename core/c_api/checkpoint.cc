@@ -47,6 +47,7 @@ sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out) {
       for (const sdrt::ShardedCheckpointTensor& t : index.tensors) {
         handle->infos.push_back(InfoOf(t.name, t.dtype, t.shape));
       }
+      handle->sharded_dir = path;
     } else {
       SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointSource source, sdrt::CheckpointSource::Open(path));
       for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/export.h"
@@ -139,6 +140,51 @@ struct LoadResult {
 // may have been partly written.
 absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
                                          const LoadOptions& options = {});
+
+struct LoadShardedOptions {
+  // Required: the ranks that load. The folder's rank files are read by these ranks (rank
+  // file f by rank f mod comm->size(): each its own when there are at least as many ranks as
+  // files), and the meshes and ShardedTensor placements of `local` name ranks of comm.
+  // CPU tensors with MPI; the rank files are CPU memory.
+  Communicator* comm = nullptr;
+  // As LoadOptions::strict.
+  bool strict = false;
+  // The most bytes a rank sends, or receives, in one exchange (ReshardOptions::bucket_bytes):
+  // the peak extra memory per rank is two such buckets. >= 64.
+  int64_t bucket_bytes = int64_t{256} << 20;
+  // This rank's figures: bytes_read = the bytes of the pieces in the rank files it read,
+  // bytes_kept = the bytes of its destination pieces, reads = the rank files it opened.
+  LoadStats* stats = nullptr;
+  ReshardStats* reshard_stats = nullptr;  // the reshard's figures (reshard_state_dict.h)
+};
+
+// Fills `local` from the sdrt sharded folder `dir` (sharded_checkpoint.h: index.json plus
+// one safetensors file per rank of the layout it was written in), whatever the layout of
+// `local`: the folder's pieces are resharded peer to peer into it (ReshardStateDict), so
+// each rank reads only its rank files (mapped, no staging) and receives over the
+// communicator only the bytes of its pieces it did not read. Any number of ranks loads any
+// folder: with fewer ranks than rank files a rank reads several and their pieces travel as
+// ShardedTensor boxes (then every piece of the folder must be a box: a _StridedShard piece
+// cut into several runs needs at least the folder's ranks). It mirrors no PyTorch function:
+// PyTorch's distributed checkpoint (DCP) loads a checkpoint saved in another layout; the
+// result is that of LoadStateDict on the folder's consolidated file.
+// Leaves are matched by dotted path to the folder's tensor names, with LoadStateDict's
+// rules: a DTensor gets its piece (a meta local: a fresh compact CPU local; an allocated
+// one: written in place, any strides); a ShardedTensor's local shards are written from
+// their boxes; a None leaf is left as it is; any other leaf is replaced by the full tensor.
+// Collective over options.comm; every rank passes a `local` of the same skeleton (an empty
+// map on a rank that receives nothing; ranks of the communicator outside the meshes of
+// `local` still read and send their rank files). Leaves the folder lacks are reported (and
+// with strict removed); tensors of the folder no leaf names are reported and not moved.
+// Errors, the same on every rank: FailedPrecondition without options.comm;
+// InvalidArgument for the errors of ReadShardedCheckpointIndex and LoadRankShards (a
+// missing, damaged or foreign rank file or index, naming the file), a leaf whose dtype or
+// global shape is not the folder's, a layout the reshard planner refuses, a folder whose
+// pieces are not boxes loaded by fewer ranks than it has, bucket_bytes < 64; the
+// communicator's errors (DeadlineExceeded past its timeout). On error `local` is unchanged
+// unless the reshard itself failed midway.
+absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& local,
+                                                 const LoadShardedOptions& options);
 
 }  // namespace sdrt
 

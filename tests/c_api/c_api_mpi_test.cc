@@ -24,6 +24,7 @@
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/tensor.h"
 #include "sdrt/tests/support/minilm.h"
 
@@ -226,8 +227,25 @@ TEST(CApiComm, RankSizeAndOtherConstructors) {
   options.struct_size = 4;
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_world(&options, &dup));
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_mpi(nullptr, nullptr, &dup));
+  // An engine's ncclComm_t: the claims are checked before the pointer is touched, so a
+  // fake one is safe here (the adoption itself runs in nccl_adopt_gpu_test).
   int fake = 0;
-  EXPECT_SDRT(SDRT_UNIMPLEMENTED, sdrt_comm_create_from_nccl(&fake, 0, 1, 0, nullptr, &dup));
+  sdrt_nccl_comm_options_t nccl = SDRT_NCCL_COMM_OPTIONS_INIT;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_nccl(nullptr, 0, 1, 0, &nccl, &dup));
+  nccl.abort_on_error = 2;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_nccl(&fake, 0, 1, 0, &nccl, &dup));
+  nccl = SDRT_NCCL_COMM_OPTIONS_INIT;
+#if SDRT_HAVE_NCCL
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_nccl(&fake, 0, 1, -1, &nccl, &dup));
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_nccl(&fake, 1, 1, 0, &nccl, &dup));
+  if (sdrt::CudaDeviceCount() == 0) {
+    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_nccl(&fake, 0, 1, 0, &nccl, &dup));
+    EXPECT_NE(std::string(sdrt_last_error()).find("visible CUDA devices"), std::string::npos)
+        << sdrt_last_error();
+  }
+#else
+  EXPECT_SDRT(SDRT_UNIMPLEMENTED, sdrt_comm_create_from_nccl(&fake, 0, 1, 0, &nccl, &dup));
+#endif
 }
 
 TEST(CApiCheckpoint, ListsTensors) {
@@ -265,7 +283,7 @@ TEST(CApiCheckpoint, ListsTensors) {
 }
 
 // A folder of two safetensors files (no index) loads like the file; an sdrt sharded folder
-// is listed (global shapes) and its load is Unimplemented.
+// is listed (global shapes) and loads into the same buffers (a reshard from its layout).
 TEST(CApiCheckpoint, FolderAndShardedFolder) {
   const std::string folder = g_dir + "/folder";
   const std::string sharded = g_dir + "/sharded";
@@ -310,8 +328,61 @@ TEST(CApiCheckpoint, FolderAndShardedFolder) {
   EXPECT_STREQ(info.name, kTensors[0].name);
   EXPECT_EQ(info.shape[0], kTensors[0].rows);  // global, not a rank's piece
   {
+    // The 2-rank fsdp folder resharded into this run's buffers (np1: one rank reads both
+    // rank files; np3: uneven and empty pieces, a rank with no rank file).
     Local local(kSharded);
-    EXPECT_SDRT(SDRT_UNIMPLEMENTED, sdrt_load(ckpt, local.sd, LoadOptionsPtr()));
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, LoadOptionsPtr()));
+    local.ExpectValues();
+    sdrt_stats_t stats = SDRT_STATS_INIT;
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    EXPECT_EQ(stats.reads, g_size == 1 ? 2 : (g_rank < 2 ? 1 : 0));
+    int64_t kept = 0;
+    for (const auto& b : local.buffers) kept += b->shape[0] * b->shape[1] * 4;
+    EXPECT_EQ(stats.bytes_kept, kept);
+    // What a rank does not hold in its own rank files arrives over the communicator.
+    EXPECT_GE(stats.bytes_received + stats.bytes_read, stats.bytes_kept);
+  }
+  {
+    // The same again with an entry the folder lacks: strict removes it and counts it.
+    Local local(kSharded);
+    Buffer extra(2, 2, 2);
+    ASSERT_SDRT_OK(sdrt_state_dict_add(local.sd, "not.in.folder", &extra.dl, nullptr));
+    sdrt_load_options_t o = LoadOptions();
+    int64_t missing = -1;
+    int64_t unexpected = -1;
+    o.strict = 1;
+    o.num_missing = &missing;
+    o.num_unexpected = &unexpected;
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+    local.ExpectValues();
+    EXPECT_EQ(missing, 1);
+    EXPECT_EQ(unexpected, 0);
+    int64_t index = -1;
+    EXPECT_SDRT(SDRT_NOT_FOUND, sdrt_state_dict_find(local.sd, "not.in.folder", &index));
+  }
+  {
+    Local local(kSharded);
+    sdrt_load_options_t o = LoadOptions();
+    o.comm = nullptr;
+    o.rank = g_rank;
+    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+    o = LoadOptions();
+    o.direct_io = 1;
+    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+  }
+  // A rank file damaged after the folder was opened is the same error on every rank,
+  // naming the file.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    const std::string rank1 = sharded + "/" + sdrt::RankFileName(1, 2);
+    ASSERT_EQ(::truncate(rank1.c_str(), 20), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    Local local(kSharded);
+    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, LoadOptionsPtr()));
+    EXPECT_NE(std::string(sdrt_last_error()).find(sdrt::RankFileName(1, 2)), std::string::npos)
+        << sdrt_last_error();
   }
   sdrt_checkpoint_close(ckpt);
 }

@@ -31,6 +31,7 @@ struct sdrt_checkpoint_s {
   };
   sdrt::CheckpointKind kind = sdrt::CheckpointKind::kSafetensorsFile;
   std::optional<sdrt::CheckpointSource> source;  // unset for a sharded folder
+  std::string sharded_dir;                       // the sharded folder's path, else empty
   std::vector<Info> infos;
 };
 

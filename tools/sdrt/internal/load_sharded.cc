@@ -11,6 +11,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -23,55 +24,6 @@
 
 namespace sdrt::cli {
 namespace {
-
-// The rank files rank `me` of `n` reads: f = me, me + n, ... below the folder's world size.
-std::vector<int64_t> FilesOf(int64_t me, int64_t n, int64_t world) {
-  std::vector<int64_t> files;
-  for (int64_t f = me; f < world; f += n) files.push_back(f);
-  return files;
-}
-
-// This rank's source: the folder's DTensors of its own rank file when the load has at
-// least the folder's ranks; else ShardedTensors whose boxes are every rank file's pieces
-// (rank file f on rank f mod n), holding the pieces of the files this rank reads.
-// `bytes_read` gets the bytes of those pieces.
-absl::StatusOr<Map> SourceOf(const std::string& dir, const ShardedCheckpointIndex& index,
-                             int64_t me, int64_t n, int64_t& bytes_read) {
-  bytes_read = 0;
-  std::vector<RankShards> files;
-  for (int64_t f : FilesOf(me, n, index.world_size)) {
-    SDRT_ASSIGN_OR_RETURN(RankShards shards, LoadRankShards(dir, f));
-    for (const auto& [name, d] : shards.tensors) bytes_read += d.local().nbytes();
-    files.push_back(std::move(shards));
-  }
-  if (index.world_size <= n) return files.empty() ? Map() : files.front().ToStateDict();
-  Map source;
-  for (size_t t = 0; t < index.tensors.size(); ++t) {
-    const ShardedCheckpointTensor& tensor = index.tensors[t];
-    std::vector<ShardMetadata> boxes;
-    for (int64_t f = 0; f < index.world_size; ++f) {
-      SDRT_ASSIGN_OR_RETURN(
-          const LocalShardInfo info,
-          ComputeLocalShapeAndGlobalOffset(tensor.shape, *index.mesh, tensor.placements, f));
-      if (!info.is_slice) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dir, ": tensor '", tensor.name, "' is ", PlacementsToString(tensor.placements),
-            ", whose pieces are not boxes; load the folder with mpiexec -n ", index.world_size,
-            " or more (one rank per rank file)"));
-      }
-      boxes.push_back({info.global_offset, info.local_shape, {f % n, Device::CPU()}});
-    }
-    std::vector<LocalShard> mine;
-    for (size_t i = 0; i < files.size(); ++i) {
-      const int64_t f = files[i].rank;
-      mine.push_back({files[i].tensors[t].second.local(), boxes[static_cast<size_t>(f)]});
-    }
-    SDRT_ASSIGN_OR_RETURN(ShardedTensor st,
-                          ShardedTensor::Make(tensor.shape, tensor.dtype, boxes, std::move(mine)));
-    source.Set(tensor.name, Value(std::move(st)));
-  }
-  return source;
-}
 
 // Every tensor gathered to rank 0 and compared with the index's xxh64 there; the names
 // that differ (on rank 0; empty elsewhere).
@@ -130,32 +82,27 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
                                                      Ranks(target->world_size),
                                                      " but mpiexec started ", session.size()));
   }
-  int64_t bytes_read = 0;
-  Map source;
-  if (status.ok()) {
-    absl::StatusOr<Map> s = SourceOf(args.dir, *index, me, session.size(), bytes_read);
-    status = s.status();
-    if (s.ok()) source = *std::move(s);
-  }
   absl::StatusOr<Map> local = status.ok() ? MetaTarget(*target, me) : absl::StatusOr<Map>(Map());
   status = AgreeUnlessTimedOut(session.world(), local.ok() ? status : local.status());
   if (!status.ok()) return fail(status);
 
-  ReshardOptions options;
+  LoadShardedOptions options;
   options.comm = &session.data();
   options.bucket_bytes = args.bucket_mib << 20;
+  LoadStats load_stats;
   ReshardStats stats;
+  options.stats = &load_stats;
+  options.reshard_stats = &stats;
   status = session.world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
-  status = ReshardStateDict(source, *local, options, &stats);
+  status = LoadShardedCheckpoint(args.dir, *local, options).status();
   const double seconds = NowSeconds() - start;
   status = AgreeUnlessTimedOut(session.world(), status);
   if (!status.ok()) return fail(status);
-  source = Map();  // unmap the rank files
+  const int64_t bytes_read = load_stats.bytes_read;
+  const int64_t kept = load_stats.bytes_kept;
 
-  int64_t kept = 0;
-  for (size_t i = 0; i < local->size(); ++i) kept += local->value(i).as_dtensor().local().nbytes();
   absl::StatusOr<std::vector<int64_t>> all_read = AllGatherInt64(session.world(), bytes_read);
   if (!all_read.ok()) return fail(all_read.status());
   absl::StatusOr<std::vector<int64_t>> all_kept = AllGatherInt64(session.world(), kept);

@@ -185,11 +185,61 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::CreateFromCo
   return Create(bootstrap.rank(), bootstrap.size(), device, id, options);
 }
 
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Adopt(void* nccl_comm,
+                                                                          int rank, int size,
+                                                                          int device,
+                                                                          AdoptOptions options) {
+  const std::string where = absl::StrCat("NcclCommunicator::Adopt (rank ", rank, " of ", size, ")");
+  if (nccl_comm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": the ncclComm_t is null"));
+  }
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": rank ", rank, " is not in [0, size = ", size, ")"));
+  }
+  const int device_count = CudaDeviceCount();
+  if (device < 0 || device >= device_count) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": device ", device, " is not in [0, ",
+                                                   device_count, ") (the visible CUDA devices)"));
+  }
+  const Clock::time_point deadline = Clock::now() + options.timeout;
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device));
+  const ncclComm_t comm = ToComm(nccl_comm);
+  SDRT_RETURN_IF_ERROR(
+      Prefixed(where, AwaitComm(comm, deadline, options.timeout, "the adopted communicator")));
+  int nccl_rank = -1;
+  int nccl_size = -1;
+  int nccl_device = -1;
+  SDRT_RETURN_IF_ERROR(Prefixed(where, SDRT_NCCL_STATUS(ncclCommUserRank(comm, &nccl_rank))));
+  SDRT_RETURN_IF_ERROR(Prefixed(where, SDRT_NCCL_STATUS(ncclCommCount(comm, &nccl_size))));
+  SDRT_RETURN_IF_ERROR(Prefixed(where, SDRT_NCCL_STATUS(ncclCommCuDevice(comm, &nccl_device))));
+  if (nccl_rank != rank || nccl_size != size || nccl_device != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": NCCL says the communicator is rank ", nccl_rank, " of ", nccl_size,
+        " on CUDA device ", nccl_device, ", not rank ", rank, " of ", size, " on device ",
+        device));
+  }
+  std::optional<CudaStream> owned;
+  StreamHandle stream = options.stream;
+  if (stream == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(CudaStream created, CudaStream::Create(device));
+    owned.emplace(std::move(created));
+    stream = owned->handle();
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(nccl_comm, rank, size, device, std::move(owned), stream,
+                           options.timeout, /*adopted=*/true, options.abort_on_error));
+}
+
 NcclCommunicator::NcclCommunicator(void* comm, int rank, int size, int device,
                                    std::optional<CudaStream> owned, StreamHandle stream,
-                                   std::chrono::milliseconds timeout)
+                                   std::chrono::milliseconds timeout, bool adopted,
+                                   bool abort_adopted)
     : Communicator(rank, size),
       comm_(comm),
+      adopted_(adopted),
+      abort_adopted_(abort_adopted),
       device_(device),
       owned_stream_(std::move(owned)),
       stream_(stream) {
@@ -198,6 +248,9 @@ NcclCommunicator::NcclCommunicator(void* comm, int rank, int size, int device,
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;  // aborted: the staging buffer is kept forever
+  // The caller's communicator stays as it is (every call waited for its stream, so
+  // nothing of this object's is in flight); the staging buffer and stream go.
+  if (adopted_) return;
   const Clock::time_point deadline = Deadline();
   internal::DeviceGuard guard;
   const ncclComm_t comm = ToComm(comm_);
@@ -217,13 +270,19 @@ NcclCommunicator::~NcclCommunicator() {
 
 absl::Status NcclCommunicator::CheckUsable(absl::string_view op) const {
   if (comm_ != nullptr) return absl::OkStatus();
+  if (adopted_ && !abort_adopted_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(op),
+                     ": unusable after an earlier error or timeout (the adopted ncclComm_t was "
+                     "left to its owner, who must abort it)"));
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       Where(op), ": the NCCL communicator was aborted by an earlier error or timeout"));
 }
 
 void NcclCommunicator::Abort() {
   if (comm_ == nullptr) return;
-  (void)ncclCommAbort(ToComm(comm_));
+  if (!adopted_ || abort_adopted_) (void)ncclCommAbort(ToComm(comm_));
   comm_ = nullptr;
   if (staging_ != nullptr) KeepForever(std::move(staging_));
 }

@@ -50,8 +50,8 @@
 // the caller synchronises before handing tensors in. A communicator made by Split owns a
 // new stream.
 //
-// Ownership: the NCCL communicator, an owned stream and the staging buffer are released
-// with the object: ncclCommFinalize, polled under timeout(), then ncclCommDestroy;
+// Ownership: an adopted communicator (Adopt) stays the caller's, see there. Otherwise the
+// NCCL communicator, an owned stream and the staging buffer are released with the object: ncclCommFinalize, polled under timeout(), then ncclCommDestroy;
 // ncclCommAbort instead when finalising fails or times out (e.g. a peer is gone), and then
 // the staging buffer is leaked as above. This header includes neither nccl.h nor CUDA's
 // headers: handles are opaque. Built only with NCCL (SDRT_HAVE_NCCL).
@@ -119,6 +119,43 @@ class NcclCommunicator final : public Communicator {
     return CreateFromCommunicator(bootstrap, device, Options());
   }
 
+  struct AdoptOptions {
+    // As Options::stream: borrowed when set, else the communicator creates and owns one.
+    StreamHandle stream = nullptr;
+    // The communicator's timeout() (every call's deadline).
+    std::chrono::milliseconds timeout = kDefaultTimeout;
+    // What a call that fails or passes its deadline does to the adopted ncclComm_t. false
+    // (the default): nothing; the call returns its error, this NcclCommunicator is
+    // unusable from then on (FailedPrecondition), and recovering the ncclComm_t is the
+    // caller's (ncclCommAbort it: a collective of the failed call may still be pending on
+    // the GPU). true: sdrt calls ncclCommAbort on it at once, as on its own communicators;
+    // the caller must then neither use nor destroy it.
+    bool abort_on_error = false;
+  };
+
+  // Wraps an ncclComm_t the caller made (an engine's own communicator, e.g. from
+  // ncclCommInitRank) without taking it over: the caller keeps ownership and destroys it
+  // after this object (destroying this object finalises nothing and leaves the ncclComm_t
+  // usable). Local: no collective runs. `rank`, `size` and `device` are what the caller
+  // believes of the communicator and are checked against NCCL's own answers
+  // (ncclCommUserRank, ncclCommCount, ncclCommCuDevice), so a wrong pointer or a
+  // communicator of another shape is an error here rather than a hang later. A
+  // communicator still being created non-blocking is waited for (under options.timeout).
+  // Deadlines: every call is watched as on sdrt's own communicators, but a blocking
+  // communicator (NCCL's default, ncclConfig_t.blocking = 1) can block the host inside
+  // NCCL (e.g. while connecting to a peer that never comes), where no deadline reaches;
+  // create it with blocking = 0 for every deadline to hold. Communicators made by Split
+  // are sdrt's own (owned, aborted on error). The caller must not use the ncclComm_t from
+  // another thread while a call of this object runs (NCCL's rule for one communicator).
+  // InvalidArgument for a null `nccl_comm`, a rank outside [0, size), size < 1, a device
+  // outside [0, CudaDeviceCount()) (checked before `nccl_comm` is touched), or a rank, size
+  // or device that differs from NCCL's; DeadlineExceeded when the communicator is still
+  // initialising after options.timeout; NCCL's asynchronous error when it is in one;
+  // CUDA's error when a stream cannot be made. Nothing is aborted on any of these.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Adopt(void* nccl_comm, int rank,
+                                                                 int size, int device,
+                                                                 AdoptOptions options);
+
   ~NcclCommunicator() override;
 
   absl::string_view backend() const override { return "nccl"; }
@@ -144,9 +181,12 @@ class NcclCommunicator final : public Communicator {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // `comm` is an ncclComm_t, ready for use.
+  // `comm` is an ncclComm_t, ready for use; owned (finalised and destroyed with this
+  // object, aborted on error) unless `adopted`, when it is aborted on error only if
+  // `abort_adopted`.
   NcclCommunicator(void* comm, int rank, int size, int device, std::optional<CudaStream> owned,
-                   StreamHandle stream, std::chrono::milliseconds timeout);
+                   StreamHandle stream, std::chrono::milliseconds timeout, bool adopted = false,
+                   bool abort_adopted = false);
 
   // The deadline of a call starting now: timeout() from now.
   Clock::time_point Deadline() const { return Clock::now() + timeout(); }
@@ -162,8 +202,8 @@ class NcclCommunicator final : public Communicator {
   // The stream half of the watchdog: waits for the stream, aborting on an error of CUDA or
   // NCCL or when `deadline` passes (DeadlineExceeded).
   absl::Status Wait(absl::string_view op, Clock::time_point deadline);
-  // Aborts the NCCL communicator (ncclCommAbort) and leaks the staging buffer (see
-  // above); later calls fail.
+  // Aborts the NCCL communicator (ncclCommAbort; an adopted one only when the caller
+  // asked for it) and leaks the staging buffer (see above); later calls fail.
   void Abort();
   // The staging buffer, grown to hold at least `bytes` bytes (its contents are not kept
   // when it grows); a device pointer.
@@ -176,6 +216,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status BroadcastHost(absl::string_view op, void* data, int64_t bytes, int root);
 
   void* comm_;  // ncclComm_t; nullptr once aborted or destroyed
+  bool adopted_;        // the caller's ncclComm_t (Adopt): never finalised or destroyed here
+  bool abort_adopted_;  // AdoptOptions::abort_on_error
   int device_;
   std::optional<CudaStream> owned_stream_;
   StreamHandle stream_;

@@ -29,10 +29,9 @@
  *     a rank that does not arrive in time makes the call return SDRT_DEADLINE_EXCEEDED on
  *     every live rank, after which the communicator is unusable (SDRT_FAILED_PRECONDITION):
  *     destroy it. "Local" calls need no other rank.
- *   - Unimplemented on purpose (SDRT_UNIMPLEMENTED): sdrt_comm_create_from_nccl (see
- *     there); sdrt_load from an sdrt sharded folder (a reshard, not a read); in a build
- *     without MPI the communicator constructors, and without MPI and NCCL (no
- *     sdrt_distributed) load, gather, broadcast, distribute and reshard. ShardedTensor
+ *   - Unimplemented on purpose (SDRT_UNIMPLEMENTED): in a build without MPI the MPI
+ *     communicator constructors, without NCCL sdrt_comm_create_from_nccl, and without MPI
+ *     and NCCL (no sdrt_distributed) load, gather, broadcast, distribute and reshard. ShardedTensor
  *     entries, nested state dicts and non-tensor values are not expressible here.
  *   - Tensors cross as DLPack 0.6 DLTensors (dlpack/dlpack.h), borrowed: sdrt never frees
  *     or reallocates the caller's memory, and writes only into the tensors the caller gave
@@ -65,10 +64,12 @@
 extern "C" {
 #endif
 
-/* The level of this header: bumped when functions or fields are added. */
-#define SDRT_C_API_VERSION 1
-/* The binary interface: bumped when a struct layout or a signature changes incompatibly. */
-#define SDRT_C_ABI_VERSION 1
+/* The level of this header: bumped when functions or fields are added (2: adopting an
+ * ncclComm_t, loading an sdrt sharded folder). */
+#define SDRT_C_API_VERSION 2
+/* The binary interface: bumped when a struct layout or a signature changes incompatibly
+ * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t). */
+#define SDRT_C_ABI_VERSION 2
 
 /* ------------------------------------------------------------------------------------------
  * Status, errors, versions (local, any thread, never fail)
@@ -151,14 +152,50 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handl
                                                            const sdrt_comm_options_t* options,
                                                            sdrt_comm_t* out);
 
-/* An engine's ncclComm_t (as void*) of `size` ranks, this one `rank`, on CUDA `device`.
- * Always SDRT_UNIMPLEMENTED in this version, on purpose: sdrt's NCCL backend creates its
- * communicators non-blocking and aborts them on a deadline, which it cannot do to a
- * communicator it does not own. Create sdrt's own NCCL communicator from the MPI ranks with
- * the C++ API (NcclCommunicator::CreateFromCommunicator) meanwhile. */
+/* Options of sdrt_comm_create_from_nccl. */
+typedef struct sdrt_nccl_comm_options_t {
+  size_t struct_size;
+  /* The default deadline of every collective over the communicator, seconds > 0. */
+  double timeout_seconds;
+  /* What a call that fails or passes its deadline does to the engine's ncclComm_t.
+   * 0 (default): nothing. The call returns its error, sdrt's handle is unusable from then
+   * on (SDRT_FAILED_PRECONDITION; destroy it), and the ncclComm_t is the engine's to
+   * recover: a collective of the failed call may still be pending on the GPU, so the engine
+   * calls ncclCommAbort on it. 1: sdrt calls ncclCommAbort on it at once (as on the
+   * communicators sdrt makes itself); the engine must then neither use nor destroy it. */
+  int abort_on_error;
+  /* A cudaStream_t on `device` that sdrt's collectives run on (borrowed: it must outlive
+   * the handle); NULL: sdrt creates its own. Either way every call waits for its work on
+   * that stream before returning. */
+  void* stream;
+} sdrt_nccl_comm_options_t;
+#define SDRT_NCCL_COMM_OPTIONS_INIT {sizeof(sdrt_nccl_comm_options_t), 600.0, 0, NULL}
+
+/* Local (no collective runs): wraps the engine's own ncclComm_t `nccl_comm` (as void*)
+ * without taking it over, so sdrt's calls move CUDA tensors over the engine's ranks. `rank`,
+ * `size` and `device` are what the engine believes of it and are checked against NCCL
+ * (ncclCommUserRank, ncclCommCount, ncclCommCuDevice); a communicator still being created
+ * non-blocking is waited for. The engine keeps ownership: sdrt_comm_destroy releases only
+ * sdrt's stream and staging memory (nothing is finalised; the ncclComm_t stays usable), and
+ * the engine destroys the ncclComm_t after sdrt's handle. The engine must not use the
+ * ncclComm_t from another thread while an sdrt call on the handle runs (NCCL's rule).
+ * Deadlines: every call is watched (polling ncclCommGetAsyncError and the stream), but a
+ * blocking communicator (NCCL's default) can block the host inside NCCL, e.g. while
+ * connecting to a peer that never comes, where no deadline reaches: create it with
+ * ncclConfig_t.blocking = 0 for every deadline to hold. CPU tensors handed to calls on this
+ * communicator are staged through the GPU; collective metadata (the agreement) moves over it
+ * too, so no MPI is needed. Sub-communicators sdrt splits from it (for meshes of several
+ * dims) are sdrt's own.
+ * Errors: SDRT_INVALID_ARGUMENT for NULL nccl_comm or out, bad options, a rank outside
+ * [0, size), a device that is not a visible CUDA device (checked before nccl_comm is
+ * touched: on a machine without a GPU every device is refused), or a rank, size or device
+ * that differs from NCCL's answer; SDRT_UNIMPLEMENTED in a build without NCCL;
+ * SDRT_DEADLINE_EXCEEDED when the communicator is still initialising after the timeout;
+ * NCCL's error (SDRT_INTERNAL, SDRT_UNAVAILABLE, ...) when it holds one. Nothing is aborted
+ * on any of these. */
 SDRT_C_API sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size,
                                                     int device,
-                                                    const sdrt_comm_options_t* options,
+                                                    const sdrt_nccl_comm_options_t* options,
                                                     sdrt_comm_t* out);
 
 /* Local. This process's rank / the number of ranks. SDRT_INVALID_ARGUMENT for NULLs. */
@@ -336,14 +373,24 @@ typedef struct sdrt_load_options_t {
  * coordinate 0 of a Partial mesh dim gets the reduction's identity.
  * Result: what torch.distributed._state_dict_utils._broadcast_state_dict(full, local)
  * leaves in local, without the broadcast (LoadStateDict in C++).
+ * An sdrt sharded folder (written by `sdrt shard` or `sdrt reshard`, in any layout of any
+ * number of ranks) loads into the same buffers with the same result, as a
+ * reshard from the folder's layout (LoadShardedCheckpoint in C++): options->comm is
+ * required; rank file f is mapped by rank f mod size, and each rank receives over the
+ * communicator only the bytes of its pieces that its own rank files lack. staging_bytes is
+ * then the reshard's bucket (peak extra memory two buckets); staging_buffers and
+ * max_gap_bytes do not apply, direct_io must be 0. The stats give bytes_read (the pieces of
+ * the rank files it mapped), bytes_kept, reads (rank files), bytes_sent, bytes_received.
  * Collective over options->comm when it is set, else local. `checkpoint` must stay open and
  * its files unchanged during the call.
- * CUDA buffers: one device per call; copies run on sdrt's own stream, complete on return.
+ * CUDA buffers: one device per call; copies run on sdrt's own stream, complete on return
+ * (a sharded folder: CPU buffers, with an MPI communicator).
  * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
  * handles, bad options or struct_size, a buffer whose dtype or global shape is not the
  * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the
- * communicator or lacks the rank, ranks whose state dicts differ; SDRT_UNIMPLEMENTED for a
- * sharded folder (reshard it instead: the C++ CLI `sdrt load DIR`); SDRT_FAILED_PRECONDITION
+ * communicator or lacks the rank, ranks whose state dicts differ, a damaged or foreign
+ * rank file of a sharded folder (naming it), a sharded folder without options->comm, with
+ * direct_io or with a rank other than the communicator's; SDRT_FAILED_PRECONDITION
  * for buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
  * buffers without CUDA; SDRT_DATA_LOSS for a short read; the errno's code for a failed
  * open or pread; SDRT_RESOURCE_EXHAUSTED when staging cannot be allocated;

@@ -1,4 +1,5 @@
-// sdrt/c_api.h: communicators (the MPI world, an MPI_Comm of the program's, NCCL).
+// sdrt/c_api.h: communicators (the MPI world, an MPI_Comm of the program's, an engine's
+// ncclComm_t).
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -10,17 +11,23 @@
 #if SDRT_HAVE_MPI
 #include "sdrt/comm/mpi_communicator.h"
 #endif
+#if SDRT_HAVE_NCCL
+#include "sdrt/comm/nccl_communicator.h"
+#endif
 
 namespace sdrt::c_api {
 namespace {
 
-absl::StatusOr<std::chrono::milliseconds> TimeoutOf(const sdrt_comm_options_t* options) {
-  SDRT_RETURN_IF_ERROR(CheckStructSize(options, "options"));
-  const double seconds = options == nullptr ? 600.0 : options->timeout_seconds;
+absl::StatusOr<std::chrono::milliseconds> Timeout(double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9) {
     return absl::InvalidArgumentError("options.timeout_seconds must be > 0 and finite");
   }
   return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+}
+
+absl::StatusOr<std::chrono::milliseconds> TimeoutOf(const sdrt_comm_options_t* options) {
+  SDRT_RETURN_IF_ERROR(CheckStructSize(options, "options"));
+  return Timeout(options == nullptr ? 600.0 : options->timeout_seconds);
 }
 
 template <typename Make>
@@ -91,17 +98,36 @@ sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
 }
 
 sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size, int device,
-                                         const sdrt_comm_options_t* options, sdrt_comm_t* out) {
-  return Guard("sdrt_comm_create_from_nccl", [&] {
+                                         const sdrt_nccl_comm_options_t* options,
+                                         sdrt_comm_t* out) {
+  return Guard("sdrt_comm_create_from_nccl", [&]() -> absl::Status {
     SDRT_RETURN_IF_ERROR(c_api::NotNull(nccl_comm, "nccl_comm"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
+    const sdrt_nccl_comm_options_t o =
+        options != nullptr ? *options : sdrt_nccl_comm_options_t SDRT_NCCL_COMM_OPTIONS_INIT;
+    SDRT_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, c_api::Timeout(o.timeout_seconds));
+    if (o.abort_on_error != 0 && o.abort_on_error != 1) {
+      return absl::InvalidArgumentError("options.abort_on_error must be 0 or 1");
+    }
+#if SDRT_HAVE_NCCL
+    sdrt::NcclCommunicator::AdoptOptions adopt;
+    adopt.stream = o.stream;
+    adopt.timeout = timeout;
+    adopt.abort_on_error = o.abort_on_error == 1;
+    SDRT_ASSIGN_OR_RETURN(std::unique_ptr<sdrt::NcclCommunicator> comm,
+                          sdrt::NcclCommunicator::Adopt(nccl_comm, rank, size, device, adopt));
+    auto handle = std::make_unique<sdrt_comm_s>();
+    handle->comm = std::move(comm);
+    *out = handle.release();
+    return absl::OkStatus();
+#else
     (void)rank;
     (void)size;
     (void)device;
-    return absl::UnimplementedError(
-        "adopting an ncclComm_t is not supported: sdrt aborts its NCCL communicators on a "
-        "deadline and so creates its own (NcclCommunicator::CreateFromCommunicator)");
+    (void)timeout;
+    return absl::UnimplementedError("sdrt was built without NCCL");
+#endif
   });
 }
 

@@ -241,10 +241,10 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
                         internal::DecodeBroadcastSkeleton(root_skeleton.all[options.root]));
 
   // 2. Match against the local leaves; plan targets; agree (one collective).
-  absl::StatusOr<std::vector<internal::MutableLeaf>> leaves_or =
+  absl::StatusOr<internal::MutableLeaves> leaves_or =
       internal::CollectMutableLeaves(local);
   absl::Status local_error = leaves_or.status();
-  std::vector<internal::MutableLeaf> leaves;
+  internal::MutableLeaves leaves;
   if (leaves_or.ok()) leaves = *std::move(leaves_or);
   internal::AgreementDescriber describe;
   AgreementSkeleton skeleton;
@@ -293,7 +293,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     dtypes.push_back(entry.dtype);
   }
   for (const internal::MutableLeaf& leaf : leaves) {
-    if (!checkpoint_paths.contains(leaf.path)) result.missing_keys.push_back(leaf.path);
+    if (!checkpoint_paths.contains(leaf.path)) result.missing_keys.emplace_back(leaf.path);
   }
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, "", skeleton, local_error, &stats));
 
@@ -308,15 +308,11 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   }
   for (auto& [leaf, value] : inline_writes) *leaf->value = *value;
   if (options.strict) {
-    // Backwards, so that erasing from a map leaves the earlier leaves' pointers valid.
-    for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
-      if (checkpoint_paths.contains(it->path)) continue;
-      if (it->parent_map != nullptr) {
-        it->parent_map->Erase(it->key);
-      } else {
-        *it->value = Value(None{});
-      }
+    std::vector<bool> erase(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      erase[i] = !checkpoint_paths.contains(leaves[i].path);
     }
+    internal::EraseLeaves(leaves, erase);
   }
   return result;
 }

@@ -26,7 +26,7 @@ constexpr absl::string_view kOp = "DistributeStateDict";
 bool SameShape(IntSpan a, IntSpan b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
 
 // Checks one checkpoint tensor against the local leaf it goes to.
-absl::Status CheckTensorLeaf(const std::string& path, const Tensor& full, const Value& local) {
+absl::Status CheckTensorLeaf(absl::string_view path, const Tensor& full, const Value& local) {
   if (full.device().is_meta()) {
     return absl::FailedPreconditionError(
         absl::StrCat("'", path, "': the full state dict holds a meta tensor (no data)"));
@@ -100,8 +100,8 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
         absl::StrCat(kOp, ": give this process's rank or a communicator"));
   }
   const int rank = options.rank >= 0 ? options.rank : options.comm->rank();
-  absl::StatusOr<std::vector<internal::Leaf>> full_leaves = internal::CollectLeaves(full);
-  absl::StatusOr<std::vector<internal::MutableLeaf>> local_leaves =
+  absl::StatusOr<internal::Leaves> full_leaves = internal::CollectLeaves(full);
+  absl::StatusOr<internal::MutableLeaves> local_leaves =
       internal::CollectMutableLeaves(local);
   absl::Status error = full_leaves.ok() ? local_leaves.status() : full_leaves.status();
 

@@ -100,9 +100,9 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
                         options.ranks_only.end();
 
   // 1. Skeleton and local checks, then agreement (one collective).
-  absl::StatusOr<std::vector<internal::Leaf>> leaves_or = internal::CollectLeaves(state_dict);
+  absl::StatusOr<internal::Leaves> leaves_or = internal::CollectLeaves(state_dict);
   absl::Status local_error = leaves_or.status();
-  std::vector<internal::Leaf> leaves;
+  internal::Leaves leaves;
   if (leaves_or.ok()) leaves = *std::move(leaves_or);
   if (local_error.ok() && options.bucket_bytes < 1) {
     local_error = absl::InvalidArgumentError(

@@ -91,9 +91,9 @@ absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& lo
   read_options.check_rank_files = false;  // each rank checks the files it opens
   absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(dir, read_options);
   absl::Status local_error = index.status();
-  std::vector<internal::MutableLeaf> leaves;
+  internal::MutableLeaves leaves;
   if (local_error.ok()) {
-    absl::StatusOr<std::vector<internal::MutableLeaf>> collected =
+    absl::StatusOr<internal::MutableLeaves> collected =
         internal::CollectMutableLeaves(local);
     local_error = collected.status();
     if (collected.ok()) leaves = *std::move(collected);
@@ -107,7 +107,7 @@ absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& lo
     for (size_t i = 0; i < leaves.size() && local_error.ok(); ++i) {
       const ShardedCheckpointTensor* tensor = index->Find(leaves[i].path);
       if (tensor == nullptr) {
-        result.missing_keys.push_back(leaves[i].path);
+        result.missing_keys.emplace_back(leaves[i].path);
         continue;
       }
       named.emplace(tensor->name, true);
@@ -120,7 +120,7 @@ absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& lo
       if (destination.Find(leaves[i].path) != nullptr) continue;
       absl::StatusOr<Value> value = DestinationOf(*leaves[i].value, *tensor);
       local_error = value.status();
-      if (value.ok()) destination.Set(leaves[i].path, *std::move(value));
+      if (value.ok()) destination.Set(std::string(leaves[i].path), *std::move(value));
     }
     for (const ShardedCheckpointTensor& t : index->tensors) {
       if (!named.contains(t.name)) result.unexpected_keys.push_back(t.name);
@@ -156,15 +156,9 @@ absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& lo
     if (matched[i] == 1) *leaves[i].value = *destination.Find(leaves[i].path);
   }
   if (options.strict) {
-    // Backwards, so that erasing from a map leaves the earlier leaves' pointers valid.
-    for (size_t i = leaves.size(); i-- > 0;) {
-      if (matched[i] != 0) continue;
-      if (leaves[i].parent_map != nullptr) {
-        leaves[i].parent_map->Erase(leaves[i].key);
-      } else {
-        *leaves[i].value = Value(None{});
-      }
-    }
+    std::vector<bool> erase(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) erase[i] = matched[i] == 0;
+    internal::EraseLeaves(leaves, erase);
   }
   return result;
 }

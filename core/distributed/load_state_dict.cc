@@ -188,7 +188,7 @@ absl::Status AllocateFreshDests(const internal::ReadPlan& plan, std::vector<Read
 
 // Plans every target and the reads, and allocates the fresh dests; the first local error
 // is returned. matched[i]: leaf i names a checkpoint tensor.
-absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::MutableLeaf>& leaves,
+absl::Status PlanAll(const CheckpointSource& source, internal::MutableLeaves& leaves,
                      const LoadOptions& options, int rank, LoadResult& result,
                      std::vector<internal::LocalTarget>& targets, std::vector<ReadDest>& dests,
                      std::vector<internal::ReadTensor>& reads, internal::ReadPlan& plan,
@@ -232,7 +232,7 @@ absl::Status PlanAll(const CheckpointSource& source, std::vector<internal::Mutab
   for (size_t i = 0; i < leaves.size(); ++i) {
     // A path that two leaves spell alike matched only the first of them above.
     if (!matched[i]) matched[i] = source.Find(leaves[i].path) != nullptr;
-    if (!matched[i]) result.missing_keys.push_back(leaves[i].path);
+    if (!matched[i]) result.missing_keys.emplace_back(leaves[i].path);
   }
   internal::ReadPlanOptions read_options;
   read_options.max_gap_bytes = options.max_gap_bytes;
@@ -252,9 +252,9 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   stats = LoadStats{};
 
   absl::Status local_error = CheckOptions(options, rank);
-  std::vector<internal::MutableLeaf> leaves;
+  internal::MutableLeaves leaves;
   if (local_error.ok()) {
-    absl::StatusOr<std::vector<internal::MutableLeaf>> leaves_or =
+    absl::StatusOr<internal::MutableLeaves> leaves_or =
         internal::CollectMutableLeaves(local);
     local_error = leaves_or.status();
     if (leaves_or.ok()) leaves = *std::move(leaves_or);
@@ -372,16 +372,9 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
     SDRT_RETURN_IF_ERROR(read_status);
   }
   if (options.strict) {
-    // Backwards, so that erasing from a map leaves the earlier leaves' pointers valid.
-    for (size_t i = leaves.size(); i-- > 0;) {
-      if (matched[i]) continue;
-      internal::MutableLeaf* const it = &leaves[i];
-      if (it->parent_map != nullptr) {
-        it->parent_map->Erase(it->key);
-      } else {
-        *it->value = Value(None{});
-      }
-    }
+    std::vector<bool> erase(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) erase[i] = !matched[i];
+    internal::EraseLeaves(leaves, erase);
   }
   return result;
 }

@@ -49,8 +49,8 @@ std::string HostName() {
 
 // What this rank holds of `value` at `path` on one side; false for a leaf that is not a
 // tensor (nothing to reshard).
-bool Describe(const std::string& path, const Value& value, bool source, internal::LeafLayout& out) {
-  out.path = path;
+bool Describe(absl::string_view path, const Value& value, bool source, internal::LeafLayout& out) {
+  out.path = std::string(path);
   out.source = source;
   switch (value.kind()) {
     case ValueKind::kDTensor: {
@@ -85,7 +85,7 @@ bool Describe(const std::string& path, const Value& value, bool source, internal
 }
 
 absl::Status DescribeSide(const Map& tree, bool source, std::vector<internal::LeafLayout>& out) {
-  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::Leaf> leaves, internal::CollectLeaves(tree));
+  SDRT_ASSIGN_OR_RETURN(const internal::Leaves leaves, internal::CollectLeaves(tree));
   for (const internal::Leaf& leaf : leaves) {
     internal::LeafLayout layout;
     if (Describe(leaf.path, *leaf.value, source, layout)) out.push_back(std::move(layout));
@@ -254,14 +254,14 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   Communicator& comm = *s.comm;
   const int64_t me = comm.rank();
   absl::Status local_error;
-  std::vector<internal::Leaf> src_leaves;
-  std::vector<internal::MutableLeaf> dst_leaves;
-  if (absl::StatusOr<std::vector<internal::Leaf>> l = internal::CollectLeaves(source); l.ok()) {
+  internal::Leaves src_leaves;
+  internal::MutableLeaves dst_leaves;
+  if (absl::StatusOr<internal::Leaves> l = internal::CollectLeaves(source); l.ok()) {
     src_leaves = *std::move(l);
   } else {
     local_error = l.status();
   }
-  if (absl::StatusOr<std::vector<internal::MutableLeaf>> l =
+  if (absl::StatusOr<internal::MutableLeaves> l =
           internal::CollectMutableLeaves(destination);
       l.ok()) {
     dst_leaves = *std::move(l);

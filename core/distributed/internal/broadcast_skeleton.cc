@@ -93,7 +93,7 @@ json Binary(const void* data, size_t n) {
 }
 
 // The inline form of a non-tensor leaf or a 0-dim tensor; an error for what cannot travel.
-absl::StatusOr<json> EncodeInline(const std::string& path, const Value& v) {
+absl::StatusOr<json> EncodeInline(absl::string_view path, const Value& v) {
   switch (v.kind()) {
     case ValueKind::kNone:
       return json{{"k", "none"}};
@@ -159,7 +159,7 @@ absl::StatusOr<Value> DecodeInline(const json& j) {
 }  // namespace
 
 absl::StatusOr<std::string> EncodeBroadcastSkeleton(const Map& full, std::vector<Tensor>* tensors) {
-  SDRT_ASSIGN_OR_RETURN(const std::vector<Leaf> leaves, CollectLeaves(full));
+  SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(full));
   json entries = json::array();
   for (const Leaf& leaf : leaves) {
     const Value& v = *leaf.value;

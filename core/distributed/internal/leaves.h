@@ -4,31 +4,70 @@
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LEAVES_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LEAVES_H_
 
+#include <cstddef>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::internal {
 
 // A leaf: any value that is not a map, list or tuple (empty containers have no leaves).
 // `value` points into the walked tree; `parent_map` is the map holding it (nullptr when a
-// list or tuple item) under `key`. Pointers stay valid while the tree's structure is not
-// changed.
+// list or tuple item) under `key`. `path` and `key` view the tree's own key strings (a leaf
+// of the top-level map: path == key, nothing is built) or the list's built paths; they stay
+// valid while the tree's keys are not changed and the list lives. Erase leaves only through
+// EraseLeaves (erasing a map key moves the others' strings).
 template <typename V, typename M>
 struct LeafT {
-  std::string path;  // "layers.0.weight": keys and indices joined by '.'
+  absl::string_view path;  // "layers.0.weight": keys and indices joined by '.'
   V* value = nullptr;
   M* parent_map = nullptr;
-  std::string key;
+  absl::string_view key;
 };
+
+// The leaves of one tree and the paths built for its nested ones.
+template <typename V, typename M>
+class LeafList {
+ public:
+  using Leaf = LeafT<V, M>;
+  LeafList() = default;
+  LeafList(LeafList&&) noexcept = default;
+  LeafList& operator=(LeafList&&) noexcept = default;
+  LeafList(const LeafList&) = delete;
+  LeafList& operator=(const LeafList&) = delete;
+
+  size_t size() const { return leaves_.size(); }
+  bool empty() const { return leaves_.empty(); }
+  Leaf& operator[](size_t i) { return leaves_[i]; }
+  const Leaf& operator[](size_t i) const { return leaves_[i]; }
+  typename std::vector<Leaf>::iterator begin() { return leaves_.begin(); }
+  typename std::vector<Leaf>::iterator end() { return leaves_.end(); }
+  typename std::vector<Leaf>::const_iterator begin() const { return leaves_.begin(); }
+  typename std::vector<Leaf>::const_iterator end() const { return leaves_.end(); }
+
+ private:
+  template <typename V2, typename M2>
+  friend absl::StatusOr<LeafList<V2, M2>> CollectLeavesOf(M2& root);
+  std::vector<Leaf> leaves_;
+  std::deque<std::string> paths_;  // nested leaves' paths (a deque: views stay valid)
+};
+
 using Leaf = LeafT<const Value, const Map>;
 using MutableLeaf = LeafT<Value, Map>;
+using Leaves = LeafList<const Value, const Map>;
+using MutableLeaves = LeafList<Value, Map>;
 
 // InvalidArgument naming the path when nesting exceeds kMaxNestingDepth.
-absl::StatusOr<std::vector<Leaf>> CollectLeaves(const Map& root);
-absl::StatusOr<std::vector<MutableLeaf>> CollectMutableLeaves(Map& root);
+absl::StatusOr<Leaves> CollectLeaves(const Map& root);
+absl::StatusOr<MutableLeaves> CollectMutableLeaves(Map& root);
+
+// Removes leaf i for every erase[i] (true): from the map holding it, or, for a list or
+// tuple item, by making it None. One pass per map touched; `leaves` is invalid afterwards.
+void EraseLeaves(MutableLeaves& leaves, const std::vector<bool>& erase);
 
 }  // namespace sdrt::internal
 

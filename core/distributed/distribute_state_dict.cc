@@ -6,16 +6,17 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -92,6 +93,52 @@ absl::StatusOr<Value> Distribute(const Tensor& full, const Value& local, int ran
   return Value(std::move(moved));
 }
 
+// The DTensor leaves whose new local is a fresh CPU tensor of this call (the common case:
+// CPU full tensors, CPU or meta locals): their pieces are laid out in one arena,
+// allocated once, and written in place (DistributeTensorInto), which saves an allocation
+// per tensor. `fresh[i]` gets the arena view of full leaf i (else stays undefined) and
+// `infos[i]` its sharding.
+absl::Status AllocateFreshLocals(const internal::Leaves& full_leaves,
+                                 const internal::MutableLeaves& local_leaves,
+                                 const std::vector<int64_t>& target, int rank,
+                                 const std::optional<Device>& device, std::vector<Tensor>& fresh,
+                                 std::vector<LocalShardInfo>& infos) {
+  std::vector<internal::FreshPiece> pieces;
+  std::vector<size_t> owners;
+  infos.resize(full_leaves.size());
+  for (size_t i = 0; i < full_leaves.size(); ++i) {
+    if (target[i] < 0) continue;
+    const Value& v = *full_leaves[i].value;
+    const Value& leaf = *local_leaves[static_cast<size_t>(target[i])].value;
+    if (v.kind() != ValueKind::kTensor || leaf.kind() != ValueKind::kDTensor) continue;
+    const Tensor& full = v.as_tensor();
+    const DTensor& d = leaf.as_dtensor();
+    if (full.dim() == 0 || !full.device().is_cpu()) continue;
+    const Device to =
+        device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
+    if (!to.is_cpu()) continue;
+    absl::StatusOr<LocalShardInfo> info =
+        ComputeLocalShapeAndGlobalOffset(full.shape(), *d.mesh(), d.placements(), rank);
+    if (!info.ok()) continue;  // DistributeTensor reports it
+    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(info->local_shape));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(full.dtype(), numel));
+    pieces.push_back({bytes, ElementAlignment(full.dtype())});
+    owners.push_back(i);
+    infos[i] = *std::move(info);
+  }
+  if (pieces.empty()) return absl::OkStatus();
+  SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(pieces));
+  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> arena, Storage::AllocateCpu(layout.bytes));
+  fresh.assign(full_leaves.size(), Tensor());
+  for (size_t k = 0; k < owners.size(); ++k) {
+    const size_t i = owners[k];
+    SDRT_ASSIGN_OR_RETURN(fresh[i], Tensor::AtByteOffset(arena, layout.offsets[k],
+                                                         full_leaves[i].value->as_tensor().dtype(),
+                                                         infos[i].local_shape));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOptions& options) {
@@ -101,73 +148,94 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
   }
   const int rank = options.rank >= 0 ? options.rank : options.comm->rank();
   absl::StatusOr<internal::Leaves> full_leaves = internal::CollectLeaves(full);
-  absl::StatusOr<internal::MutableLeaves> local_leaves =
-      internal::CollectMutableLeaves(local);
+  absl::StatusOr<internal::MutableLeaves> local_leaves = internal::CollectMutableLeaves(local);
   absl::Status error = full_leaves.ok() ? local_leaves.status() : full_leaves.status();
 
   // Validation first, so that nothing is written when some rank cannot go on.
-  absl::flat_hash_map<absl::string_view, size_t> local_by_path;
-  absl::flat_hash_map<absl::string_view, const Tensor*> full_tensors;
+  // target[i]: the local leaf full leaf i goes to (-1: none).
+  std::vector<int64_t> target;
   if (error.ok()) {
-    for (size_t i = 0; i < local_leaves->size(); ++i) {
-      local_by_path.emplace((*local_leaves)[i].path, i);
+    const auto path_of = [](const auto& leaf) { return leaf.path; };
+    target = internal::MatchPaths(*full_leaves, *local_leaves, path_of);
+    // Which local leaves a full tensor reaches: the first full leaf of a path, as a map
+    // from paths would keep.
+    std::vector<int64_t> source(local_leaves->size(), -1);
+    for (size_t i = 0; i < full_leaves->size(); ++i) {
+      if (target[i] < 0 || (*full_leaves)[i].value->kind() != ValueKind::kTensor) continue;
+      int64_t& s = source[static_cast<size_t>(target[i])];
+      if (s < 0) s = static_cast<int64_t>(i);
     }
-    for (const internal::Leaf& leaf : *full_leaves) {
-      if (leaf.value->kind() == ValueKind::kTensor) {
-        full_tensors.emplace(leaf.path, &leaf.value->as_tensor());
-      }
-    }
-    for (const internal::MutableLeaf& leaf : *local_leaves) {
+    for (size_t j = 0; j < local_leaves->size() && error.ok(); ++j) {
+      const internal::MutableLeaf& leaf = (*local_leaves)[j];
       const ValueKind kind = leaf.value->kind();
       if (kind != ValueKind::kDTensor && kind != ValueKind::kShardedTensor) continue;
-      const auto it = full_tensors.find(leaf.path);
-      if (it == full_tensors.end()) {
+      if (source[j] < 0) {
         error = absl::InvalidArgumentError(absl::StrCat(
             "rank ", rank, " lacks key '", leaf.path, "' in its full state dict (", full.size(),
             " top-level keys), which its local ", ValueKindName(kind),
             " needs; when only one rank holds the full state dict, use BroadcastStateDict"));
         break;
       }
+      const Tensor& t = (*full_leaves)[static_cast<size_t>(source[j])].value->as_tensor();
       // A 0-dim tensor replaces the local leaf whatever it is (written below).
-      if (it->second->dim() > 0) error = CheckTensorLeaf(leaf.path, *it->second, *leaf.value);
-      if (!error.ok()) break;
+      if (t.dim() > 0) error = CheckTensorLeaf(leaf.path, t, *leaf.value);
     }
   }
   if (options.comm != nullptr) {
     // Every rank must hold the same full state dict: its skeleton (paths, value kinds,
     // dtypes, shapes; not the values) is compared by hash in the same collective, so a key,
     // scalar or plain tensor on some ranks only is an error on every rank, not a silent
-    // divergence (case-012).
-    internal::AgreementDescriber describe;
-    AgreementSkeleton skeleton;
+    // divergence (case-012). The text is built only when the hashes differ.
+    internal::SkeletonHasher hasher;
     if (full_leaves.ok()) {
-      skeleton.reserve(full_leaves->size());
-      for (const internal::Leaf& leaf : *full_leaves) {
-        skeleton.emplace_back(leaf.path, describe(*leaf.value));
-      }
+      for (const internal::Leaf& leaf : *full_leaves) hasher.Add(leaf.path, *leaf.value);
     }
-    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*options.comm, kOp, "", skeleton, error));
+    HashedSkeleton skeleton;
+    skeleton.hash = hasher.Digest();
+    skeleton.build = [&full_leaves] {
+      internal::AgreementDescriber describe;
+      AgreementSkeleton text;
+      if (!full_leaves.ok()) return text;
+      text.reserve(full_leaves->size());
+      for (const internal::Leaf& leaf : *full_leaves) {
+        text.emplace_back(leaf.path, describe(*leaf.value));
+      }
+      return text;
+    };
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*options.comm, kOp, "", skeleton, error));
   } else if (!error.ok()) {
     return absl::Status(error.code(), absl::StrCat(kOp, ": ", error.message()));
   }
 
+  std::vector<Tensor> fresh;
+  std::vector<LocalShardInfo> infos;
+  SDRT_RETURN_IF_ERROR(AllocateFreshLocals(*full_leaves, *local_leaves, target, rank,
+                                           options.device, fresh, infos));
   std::vector<std::pair<std::string, Value>> added;  // appended last: Set may move the values
-  for (const internal::Leaf& leaf : *full_leaves) {
+  for (size_t i = 0; i < full_leaves->size(); ++i) {
+    const internal::Leaf& leaf = (*full_leaves)[i];
     const Value& v = *leaf.value;
-    const auto it = local_by_path.find(leaf.path);
-    Value* target = it == local_by_path.end() ? nullptr : (*local_leaves)[it->second].value;
+    Value* const to = target[i] < 0 ? nullptr : (*local_leaves)[static_cast<size_t>(target[i])].value;
     if (v.kind() == ValueKind::kTensor && v.as_tensor().dim() > 0) {
-      if (target == nullptr || target->is_none()) continue;
-      SDRT_ASSIGN_OR_RETURN(Value piece, Distribute(v.as_tensor(), *target, rank, options.device));
-      *target = std::move(piece);
+      if (to == nullptr || to->is_none()) continue;
+      if (!fresh.empty() && fresh[i].defined()) {
+        const DTensor& d = to->as_dtensor();
+        SDRT_RETURN_IF_ERROR(
+            DistributeTensorInto(v.as_tensor(), *d.mesh(), d.placements(), rank, fresh[i], &infos[i]));
+        SDRT_ASSIGN_OR_RETURN(DTensor result, d.WithLocal(std::move(fresh[i])));
+        *to = Value(std::move(result));
+        continue;
+      }
+      SDRT_ASSIGN_OR_RETURN(Value piece, Distribute(v.as_tensor(), *to, rank, options.device));
+      *to = std::move(piece);
       continue;
     }
     Value value = v;
     if (v.is_any_tensor()) {
       SDRT_ASSIGN_OR_RETURN(value, internal::MoveToCpu(v));
     }
-    if (target != nullptr) {
-      *target = std::move(value);
+    if (to != nullptr) {
+      *to = std::move(value);
     } else if (leaf.parent_map == &full) {
       added.emplace_back(leaf.key, std::move(value));  // added, as PyTorch does
     }

@@ -49,6 +49,17 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(IntSpan shape, std::vector<int64_t
   mesh.ranks_ = std::move(ranks);
   mesh.dim_names_ = std::move(dim_names);
   mesh.device_type_ = std::move(device_type);
+  mesh.consecutive_ = true;
+  for (size_t i = 0; i < mesh.ranks_.size() && mesh.consecutive_; ++i) {
+    mesh.consecutive_ = mesh.ranks_[i] == mesh.ranks_.front() + static_cast<int64_t>(i);
+  }
+  if (!mesh.consecutive_) {
+    mesh.by_rank_.reserve(mesh.ranks_.size());
+    for (size_t i = 0; i < mesh.ranks_.size(); ++i) {
+      mesh.by_rank_.emplace_back(mesh.ranks_[i], static_cast<int64_t>(i));
+    }
+    std::sort(mesh.by_rank_.begin(), mesh.by_rank_.end());
+  }
   return mesh;
 }
 
@@ -70,18 +81,26 @@ absl::StatusOr<DeviceMesh> DeviceMesh::FromString(absl::string_view shape,
   return Create(dims, {}, {}, std::move(device_type));
 }
 
-std::optional<IntVector> DeviceMesh::Coordinate(int64_t rank) const {
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i] != rank) continue;
-    IntVector coord(shape_.size());
-    int64_t rest = static_cast<int64_t>(i);
-    for (int d = ndim() - 1; d >= 0; --d) {
-      coord[d] = rest % shape_[d];
-      rest /= shape_[d];
-    }
-    return coord;
+int64_t DeviceMesh::IndexOf(int64_t rank) const {
+  if (consecutive_) {
+    const int64_t i = rank - ranks_.front();
+    return i >= 0 && i < num_ranks() ? i : -1;
   }
-  return std::nullopt;
+  const auto it = std::lower_bound(by_rank_.begin(), by_rank_.end(),
+                                   std::pair<int64_t, int64_t>(rank, 0));
+  return it != by_rank_.end() && it->first == rank ? it->second : -1;
+}
+
+std::optional<IntVector> DeviceMesh::Coordinate(int64_t rank) const {
+  const int64_t i = IndexOf(rank);
+  if (i < 0) return std::nullopt;
+  IntVector coord(shape_.size());
+  int64_t rest = i;
+  for (int d = ndim() - 1; d >= 0; --d) {
+    coord[d] = rest % shape_[d];
+    rest /= shape_[d];
+  }
+  return coord;
 }
 
 int64_t DeviceMesh::RankAt(IntSpan coordinate) const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,10 +60,18 @@ class DeviceMesh {
   friend bool operator!=(const DeviceMesh& a, const DeviceMesh& b) { return !(a == b); }
 
  private:
+  // The position of `rank` in ranks_, or -1: arithmetic when the ranks are consecutive
+  // (the common mesh), else a binary search of by_rank_.
+  int64_t IndexOf(int64_t rank) const;
+
   IntVector shape_;
   std::vector<int64_t> ranks_;
   std::vector<std::string> dim_names_;
   std::string device_type_;
+  // Derived from ranks_ by Create: consecutive_ when ranks_[i] == ranks_[0] + i for every
+  // i; else (rank, position) pairs sorted by rank.
+  bool consecutive_ = false;
+  std::vector<std::pair<int64_t, int64_t>> by_rank_;
 };
 
 }  // namespace sdrt

@@ -1,5 +1,6 @@
 #include "sdrt/tensor/sharding/distribute.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -117,28 +118,51 @@ absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
   return local.CopyFrom(host);
 }
 
+absl::Status DistributeTensorInto(const Tensor& full, const DeviceMesh& mesh,
+                                  const std::vector<Placement>& placements, int64_t rank,
+                                  Tensor& local, const LocalShardInfo* known) {
+  if (!full.defined()) return absl::InvalidArgumentError("DistributeTensor: undefined tensor");
+  const std::optional<IntVector> coord = mesh.Coordinate(rank);
+  if (!coord.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributeTensor: rank ", rank, " is not in ", mesh.ToString()));
+  }
+  LocalShardInfo computed;
+  if (known == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(computed,
+                          ComputeLocalShapeAndGlobalOffset(full.shape(), mesh, placements, rank));
+  }
+  const LocalShardInfo& info = known != nullptr ? *known : computed;
+  SDRT_RETURN_IF_ERROR(CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), mesh, placements));
+  SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(mesh, placements, *coord));
+  if (!local.defined() || local.dtype() != full.dtype() ||
+      !std::equal(local.shape().begin(), local.shape().end(), info.local_shape.begin(),
+                  info.local_shape.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributeTensor: the local tensor ", local.defined() ? local.ToString() : "(undefined)",
+        " is not rank ", rank, "'s piece ", DTypeName(full.dtype()),
+        ShapeToString(info.local_shape)));
+  }
+  if (fill == PartialIdentity::kNone) {
+    const IntVector origin(static_cast<size_t>(full.dim()), 0);
+    return CopyRuns(full, origin, local, OwnedRuns(info), /*to_local=*/true);
+  }
+  // Every element is overwritten by the identity: nothing to copy first.
+  return FillPartialIdentity(local, mesh, placements, *coord);
+}
+
 absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
                                          const std::vector<Placement>& placements, int64_t rank) {
   if (!full.defined()) return absl::InvalidArgumentError("DistributeTensor: undefined tensor");
   if (mesh == nullptr) return absl::InvalidArgumentError("DistributeTensor: null mesh");
-  const std::optional<IntVector> coord = mesh->Coordinate(rank);
-  if (!coord.has_value()) {
+  if (!mesh->Coordinate(rank).has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("DistributeTensor: rank ", rank, " is not in ", mesh->ToString()));
   }
   SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
                         ComputeLocalShapeAndGlobalOffset(full.shape(), *mesh, placements, rank));
-  SDRT_RETURN_IF_ERROR(
-      CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), *mesh, placements));
-  SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(*mesh, placements, *coord));
   SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(info.local_shape, full.dtype(), full.device()));
-  if (fill == PartialIdentity::kNone) {
-    const IntVector origin(static_cast<size_t>(full.dim()), 0);
-    SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, local, OwnedRuns(info), /*to_local=*/true));
-  } else {
-    // Every element is overwritten by the identity: nothing to copy first.
-    SDRT_RETURN_IF_ERROR(FillPartialIdentity(local, *mesh, placements, *coord));
-  }
+  SDRT_RETURN_IF_ERROR(DistributeTensorInto(full, *mesh, placements, rank, local, &info));
   return DTensor::Make(std::move(local), std::move(mesh), placements, full.shape());
 }
 

@@ -24,6 +24,7 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/tensor.h"
 #include "sdrt/export.h"
 
@@ -73,6 +74,17 @@ absl::Status FillPartialIdentity(Tensor& local, const DeviceMesh& mesh,
 // allocation and copy errors of Tensor (e.g. a CUDA `full` in a build without CUDA).
 absl::StatusOr<DTensor> DistributeTensor(const Tensor& full, std::shared_ptr<const DeviceMesh> mesh,
                                          const std::vector<Placement>& placements, int64_t rank);
+
+// DistributeTensor's work into a `local` the caller allocated: this rank's piece of `full`
+// (or its Partial identity) is written into `local`, which must be defined, of full's
+// dtype and of this rank's local shape (any strides, on any device a copy from full's
+// reaches). The same errors as DistributeTensor, and InvalidArgument for a `local` of
+// another dtype or shape; the sharding is checked before anything is written. `info`, when
+// not null, is ComputeLocalShapeAndGlobalOffset's result for these arguments, which the
+// caller already has (it is then not computed again).
+absl::Status DistributeTensorInto(const Tensor& full, const DeviceMesh& mesh,
+                                  const std::vector<Placement>& placements, int64_t rank,
+                                  Tensor& local, const LocalShardInfo* info = nullptr);
 
 }  // namespace sdrt
 

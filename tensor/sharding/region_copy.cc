@@ -1,8 +1,10 @@
 #include "sdrt/tensor/sharding/region_copy.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -27,6 +29,36 @@ absl::StatusOr<Tensor> Block(const Tensor& t, IntSpan start, IntSpan length) {
     SDRT_ASSIGN_OR_RETURN(view, view.Narrow(d, start[d], length[d]));
   }
   return view;
+}
+
+// The element offset of index `start` in `t` (its storage offset included).
+int64_t ElementOffset(const Tensor& t, IntSpan start) {
+  int64_t at = 0;
+  for (size_t d = 0; d < start.size(); ++d) at += start[d] * t.strides()[d];
+  return at;
+}
+
+// True when a block of `sizes` with `strides` is one dense row-major range.
+bool Dense(IntSpan sizes, IntSpan strides) {
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// One block between host pointers: a memcpy when both sides are dense, else the strided
+// copy (which validates and coalesces).
+absl::Status HostCopy(char* dst, const char* src, int64_t elem, IntSpan sizes,
+                      IntSpan dst_strides, IntSpan src_strides) {
+  if (Dense(sizes, dst_strides) && Dense(sizes, src_strides)) {
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    if (numel > 0) std::memcpy(dst, src, static_cast<size_t>(numel * elem));
+    return absl::OkStatus();
+  }
+  return StridedCopyHost(dst, src, elem, sizes, dst_strides, src_strides);
 }
 
 }  // namespace
@@ -98,8 +130,19 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, co
     }
   }
   if (RunsNumel(runs) == 0) return absl::OkStatus();
+  // Host memory on both sides and whole-byte elements: each block is one host strided copy
+  // between raw pointers (a memcpy when both sides are contiguous), with no tensor views
+  // made per block. Anything else goes through Tensor::CopyFrom on views.
+  // Tensors sharing a storage and a destination with a zero stride take the checked path
+  // (CopyFrom's overlap rules).
+  const Tensor& dst = to_local ? local : box;
+  const bool host = box.device().is_cpu() && local.device().is_cpu() &&
+                    !IsSubByte(box.dtype()) && box.storage() != local.storage() &&
+                    std::none_of(dst.strides().begin(), dst.strides().end(),
+                                 [](int64_t s) { return s == 0; });
+  const int64_t elem = ElementAlignment(box.dtype());
   // Odometer over one run per dim.
-  std::vector<size_t> pick(static_cast<size_t>(ndim), 0);
+  absl::InlinedVector<size_t, 6> pick(static_cast<size_t>(ndim), 0);
   IntVector box_start(static_cast<size_t>(ndim)), local_start(static_cast<size_t>(ndim)),
       length(static_cast<size_t>(ndim));
   while (true) {
@@ -109,10 +152,17 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, co
       local_start[d] = r.local;
       length[d] = r.length;
     }
-    SDRT_ASSIGN_OR_RETURN(Tensor b, Block(box, box_start, length));
-    SDRT_ASSIGN_OR_RETURN(Tensor l, Block(local, local_start, length));
-    SDRT_RETURN_IF_ERROR(to_local ? l.CopyFrom(b, non_blocking, stream)
-                                  : b.CopyFrom(l, non_blocking, stream));
+    if (host) {
+      char* b = static_cast<char*>(box.data_ptr()) + elem * ElementOffset(box, box_start);
+      char* l = static_cast<char*>(local.data_ptr()) + elem * ElementOffset(local, local_start);
+      SDRT_RETURN_IF_ERROR(to_local ? HostCopy(l, b, elem, length, local.strides(), box.strides())
+                                    : HostCopy(b, l, elem, length, box.strides(), local.strides()));
+    } else {
+      SDRT_ASSIGN_OR_RETURN(Tensor b, Block(box, box_start, length));
+      SDRT_ASSIGN_OR_RETURN(Tensor l, Block(local, local_start, length));
+      SDRT_RETURN_IF_ERROR(to_local ? l.CopyFrom(b, non_blocking, stream)
+                                    : b.CopyFrom(l, non_blocking, stream));
+    }
     int d = ndim - 1;
     for (; d >= 0; --d) {
       if (++pick[d] < runs[d].size()) break;

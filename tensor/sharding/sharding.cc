@@ -173,7 +173,6 @@ absl::StatusOr<LocalShardInfo> ComputeLocalShapeAndGlobalOffset(
     for (size_t d = 0; d < ndim; ++d) {
       if (info.local_shape[d] == 0) info.global_offset[d] = global_shape[d];
     }
-    info.index_lists.resize(ndim);
     return info;
   }
   std::vector<Runs> owned(ndim);
@@ -220,7 +219,9 @@ absl::StatusOr<IntVector> ComputeLocalShape(IntSpan global_shape, const DeviceMe
 }
 
 std::vector<int64_t> OwnedIndices(const LocalShardInfo& info, int dim) {
-  if (!info.index_lists[dim].empty()) return info.index_lists[dim];
+  if (static_cast<size_t>(dim) < info.index_lists.size() && !info.index_lists[dim].empty()) {
+    return info.index_lists[dim];
+  }
   std::vector<int64_t> indices(static_cast<size_t>(info.local_shape[dim]));
   for (size_t j = 0; j < indices.size(); ++j) {
     indices[j] = info.global_offset[dim] + static_cast<int64_t>(j);

@@ -61,10 +61,11 @@ struct LocalShardInfo {
   // Per global dim, the first global index owned (0 for a dim no placement shards; the
   // global dim size for an empty shard of a sharded dim); empty for a rank not in the mesh.
   IntVector global_offset;
-  // Per global dim (empty vector for a rank not in the mesh): the global indices owned
-  // along that dim, in local order, when they are NOT one contiguous run; an empty list
-  // when they are the run [global_offset[d], global_offset[d] + local_shape[d]). See
-  // OwnedIndices to get the list either way.
+  // Empty when every dim owns one contiguous run (is_slice) and for a rank not in the
+  // mesh; else per global dim the global indices owned along that dim, in local order,
+  // when they are NOT one contiguous run, and an empty list when they are the run
+  // [global_offset[d], global_offset[d] + local_shape[d]). See OwnedIndices to get the
+  // list either way.
   std::vector<std::vector<int64_t>> index_lists;
   // True when every dim owns one contiguous run, i.e. the local tensor is the slice
   // (global_offset, local_shape) of the global tensor.

@@ -5,10 +5,12 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LEAVES_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/core/state_dict/state_dict.h"
@@ -64,6 +66,30 @@ using MutableLeaves = LeafList<Value, Map>;
 // InvalidArgument naming the path when nesting exceeds kMaxNestingDepth.
 absl::StatusOr<Leaves> CollectLeaves(const Map& root);
 absl::StatusOr<MutableLeaves> CollectMutableLeaves(Map& root);
+
+// For each element of `from`, the index of the element of `to` with the same path, or -1
+// (`path_of` gives an element's path, of either list). When both lists hold the same paths
+// in the same order (state dicts made alike, the common case) this costs one comparison
+// per element and pairs equal paths by position; otherwise a hash map of `to`'s paths
+// answers, the first of equal paths winning.
+template <typename From, typename To, typename PathOf>
+std::vector<int64_t> MatchPaths(const From& from, const To& to, PathOf path_of) {
+  std::vector<int64_t> match(from.size(), -1);
+  bool aligned = from.size() == to.size();
+  for (size_t i = 0; aligned && i < from.size(); ++i) {
+    aligned = absl::string_view(path_of(from[i])) == absl::string_view(path_of(to[i]));
+    match[i] = static_cast<int64_t>(i);
+  }
+  if (aligned) return match;
+  absl::flat_hash_map<absl::string_view, int64_t> by_path;
+  by_path.reserve(to.size());
+  for (size_t j = 0; j < to.size(); ++j) by_path.emplace(path_of(to[j]), static_cast<int64_t>(j));
+  for (size_t i = 0; i < from.size(); ++i) {
+    const auto it = by_path.find(absl::string_view(path_of(from[i])));
+    match[i] = it == by_path.end() ? -1 : it->second;
+  }
+  return match;
+}
 
 // Removes leaf i for every erase[i] (true): from the map holding it, or, for a list or
 // tuple item, by making it None. One pass per map touched; `leaves` is invalid afterwards.

@@ -5,12 +5,14 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_flat.h"
+#include "sdrt/tools/sdrt/internal/deadline.h"
 
 namespace sdrt::cli {
 namespace {
@@ -21,6 +23,31 @@ int64_t DifferingBytes(const uint8_t* got, const uint8_t* want, int64_t bytes) {
   int64_t wrong = 0;
   for (int64_t i = 0; i < bytes; ++i) wrong += got[i] != want[i];
   return wrong;
+}
+
+// memcpy that accepts null pointers for zero bytes (empty tensors have no data pointer).
+void CopyBytes(uint8_t* to, const uint8_t* from, int64_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
+}
+
+// A zeroed CPU buffer: a uint8 tensor, so that running out of memory is ResourceExhausted,
+// not an exception.
+absl::StatusOr<Tensor> ZeroedBuffer(int64_t bytes) {
+  SDRT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({bytes}, DType::kUInt8));
+  if (bytes > 0) std::memset(t.data_ptr(), 0, static_cast<size_t>(bytes));
+  return t;
+}
+
+uint8_t* Data(const Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
+
+// A fresh buffer for the "fresh" baseline, or when memory runs out the warm one (so that
+// this rank still takes part in the collective) and ResourceExhausted.
+uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Status* status) {
+  *fresh = AllocateFresh(bytes);
+  if (*fresh != nullptr) return fresh->get();
+  *status = absl::ResourceExhaustedError(
+      absl::StrCat("sdrt bench: no memory for a fresh buffer of ", bytes, " bytes"));
+  return warm;
 }
 
 }  // namespace
@@ -37,23 +64,32 @@ absl::StatusOr<std::unique_ptr<BenchRunner>> BenchRunner::Create(const BenchWork
                                                                  Communicator& world,
                                                                  const BenchSettings& settings) {
   auto runner = std::unique_ptr<BenchRunner>(new BenchRunner(workload, world, settings));
-  SDRT_ASSIGN_OR_RETURN(DeviceMesh made, DeviceMesh::Create({int64_t{world.size()}}));
-  auto mesh = std::make_shared<const DeviceMesh>(std::move(made));
-  const std::vector<Placement> shard0 = {Placement::Shard(0)};
-  const std::vector<Placement> replicate = {Placement::Replicate()};
-  runner->sharded_.Reserve(workload.full.size());
+  SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create({int64_t{world.size()}}));
+  runner->mesh_ = std::make_shared<const DeviceMesh>(std::move(mesh));
   runner->meta_.Reserve(workload.full.size());
   for (size_t i = 0; i < workload.full.size(); ++i) {
     const Tensor& full = workload.full[i];
-    const std::vector<Placement>& placements = runner->layout_.sharded(i) ? shard0 : replicate;
-    SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh, placements, world.rank()));
-    runner->sharded_.Set(workload.names[i], Value(std::move(piece)));
     SDRT_ASSIGN_OR_RETURN(const Tensor meta_full, Tensor::Meta(full.shape(), full.dtype()));
-    SDRT_ASSIGN_OR_RETURN(DTensor meta,
-                          DistributeTensor(meta_full, mesh, placements, world.rank()));
+    SDRT_ASSIGN_OR_RETURN(DTensor meta, DistributeTensor(meta_full, runner->mesh_,
+                                                         runner->Placements(i), world.rank()));
     runner->meta_.Set(workload.names[i], Value(std::move(meta)));
   }
   return runner;
+}
+
+std::vector<Placement> BenchRunner::Placements(size_t i) const {
+  return {layout_.sharded(i) ? Placement::Shard(0) : Placement::Replicate()};
+}
+
+absl::Status BenchRunner::MakeSharded() {
+  if (!sharded_.empty() || workload_.full.empty()) return absl::OkStatus();
+  sharded_.Reserve(workload_.full.size());
+  for (size_t i = 0; i < workload_.full.size(); ++i) {
+    SDRT_ASSIGN_OR_RETURN(DTensor piece,
+                          DistributeTensor(workload_.full[i], mesh_, Placements(i), rank_));
+    sharded_.Set(workload_.names[i], Value(std::move(piece)));
+  }
+  return absl::OkStatus();
 }
 
 const uint8_t* BenchRunner::Bytes(size_t i) const {
@@ -125,14 +161,17 @@ absl::StatusOr<BenchRow> BenchRunner::Gather(bool offload_to_rank0) {
   // The flat all-gather's buffers: this rank's pieces packed, and every rank's after them.
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  std::vector<uint8_t> send(static_cast<size_t>(counts[rank_]));
+  absl::StatusOr<Tensor> send = ZeroedBuffer(counts[rank_]);
+  absl::StatusOr<Tensor> recv = ZeroedBuffer(total);
+  absl::Status ready = MakeSharded();
+  for (const absl::Status& s : {send.status(), recv.status()}) ready.Update(s);
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
   for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
     if (!layout_.sharded(i)) continue;
     const BenchPiece p = layout_.piece(i, rank_);
-    std::memcpy(send.data() + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
+    CopyBytes(Data(*send) + at, Bytes(i) + p.offset, p.bytes);
     at += static_cast<size_t>(p.bytes);
   }
-  std::vector<uint8_t> recv(static_cast<size_t>(total), 0);
   FreshBuffer fresh;
 
   std::optional<Map> result;
@@ -152,10 +191,11 @@ absl::StatusOr<BenchRow> BenchRunner::Gather(bool offload_to_rank0) {
     result = *std::move(gathered);
     return absl::OkStatus();
   };
-  calls.flat = [&] { (*flat)->Run(send.data(), recv.data()); };
+  calls.flat = [&] { (*flat)->Run(Data(*send), Data(*recv)); };
   calls.fresh = [&] {
-    fresh = AllocateFresh(total);
-    (*flat)->Run(send.data(), fresh.get());
+    absl::Status status;
+    (*flat)->Run(Data(*send), FreshOrWarm(total, Data(*recv), &fresh, &status));
+    return status;
   };
   calls.release = [&] { fresh.reset(); };
   SDRT_RETURN_IF_ERROR(
@@ -168,7 +208,7 @@ absl::StatusOr<BenchRow> BenchRunner::Gather(bool offload_to_rank0) {
     for (size_t i = 0; i < workload_.full.size(); ++i) {
       if (!layout_.sharded(i)) continue;
       const BenchPiece p = layout_.piece(i, q);
-      flat_wrong += DifferingBytes(recv.data() + at, Bytes(i) + p.offset, p.bytes);
+      flat_wrong += DifferingBytes(Data(*recv) + at, Bytes(i) + p.offset, p.bytes);
       at += static_cast<size_t>(p.bytes);
     }
   }
@@ -181,11 +221,12 @@ absl::StatusOr<BenchRow> BenchRunner::Broadcast() {
   const int64_t total = workload_.bytes;
   absl::StatusOr<std::unique_ptr<FlatBroadcast>> flat = FlatBroadcast::Create(total);
   if (!flat.ok()) return flat.status();
-  std::vector<uint8_t> buffer(static_cast<size_t>(total), 0);
+  absl::StatusOr<Tensor> buffer = ZeroedBuffer(total);
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, buffer.status()));
   Map full_on_root;
   if (rank_ == 0) {
     for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-      std::memcpy(buffer.data() + at, Bytes(i), static_cast<size_t>(workload_.full[i].nbytes()));
+      CopyBytes(Data(*buffer) + at, Bytes(i), workload_.full[i].nbytes());
       at += static_cast<size_t>(workload_.full[i].nbytes());
       full_on_root.Set(workload_.names[i], Value(workload_.full[i]));
     }
@@ -199,15 +240,12 @@ absl::StatusOr<BenchRow> BenchRunner::Broadcast() {
   BenchCalls calls;
   calls.prepare = [&] { local = meta_; };
   calls.sdrt = [&] { return BroadcastStateDict(full_on_root, local, options).status(); };
-  calls.flat = [&] { (*flat)->Run(buffer.data()); };
+  calls.flat = [&] { (*flat)->Run(Data(*buffer)); };
   calls.fresh = [&] {
     // The root sends from its (warm) buffer; every other rank receives into a new one.
-    uint8_t* into = buffer.data();
-    if (rank_ != 0) {
-      fresh = AllocateFresh(total);
-      into = fresh.get();
-    }
-    (*flat)->Run(into);
+    absl::Status status;
+    (*flat)->Run(rank_ == 0 ? Data(*buffer) : FreshOrWarm(total, Data(*buffer), &fresh, &status));
+    return status;
   };
   calls.release = [&] { fresh.reset(); };
   SDRT_RETURN_IF_ERROR(
@@ -217,7 +255,7 @@ absl::StatusOr<BenchRow> BenchRunner::Broadcast() {
   int64_t flat_wrong = 0;
   for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
     const int64_t b = workload_.full[i].nbytes();
-    flat_wrong += DifferingBytes(buffer.data() + at, Bytes(i), b);
+    flat_wrong += DifferingBytes(Data(*buffer) + at, Bytes(i), b);
     at += static_cast<size_t>(b);
   }
   row.flat_wrong = SumOverRanks(flat_wrong);
@@ -235,11 +273,12 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
   const auto copy_pieces = [&](uint8_t* out) {
     for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
       const BenchPiece p = layout_.piece(i, rank_);
-      std::memcpy(out + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
+      CopyBytes(out + at, Bytes(i) + p.offset, p.bytes);
       at += static_cast<size_t>(p.bytes);
     }
   };
-  std::vector<uint8_t> warm(static_cast<size_t>(mine), 0);
+  absl::StatusOr<Tensor> warm = ZeroedBuffer(mine);
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, warm.status()));
   FreshBuffer fresh;
   Map local;
   DistributeOptions options;
@@ -247,10 +286,11 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
   BenchCalls calls;
   calls.prepare = [&] { local = meta_; };
   calls.sdrt = [&] { return DistributeStateDict(full_everywhere, local, options); };
-  calls.flat = [&] { copy_pieces(warm.data()); };
+  calls.flat = [&] { copy_pieces(Data(*warm)); };
   calls.fresh = [&] {
-    fresh = AllocateFresh(mine);
-    copy_pieces(fresh.get());
+    absl::Status status;
+    copy_pieces(FreshOrWarm(mine, Data(*warm), &fresh, &status));
+    return status;
   };
   calls.release = [&] { fresh.reset(); };
   SDRT_RETURN_IF_ERROR(
@@ -260,7 +300,7 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
   int64_t flat_wrong = 0;
   for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
     const BenchPiece p = layout_.piece(i, rank_);
-    flat_wrong += DifferingBytes(warm.data() + at, Bytes(i) + p.offset, p.bytes);
+    flat_wrong += DifferingBytes(Data(*warm) + at, Bytes(i) + p.offset, p.bytes);
     at += static_cast<size_t>(p.bytes);
   }
   row.flat_wrong = SumOverRanks(flat_wrong);

@@ -26,6 +26,8 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tools/sdrt/internal/bench_rows.h"
 #include "sdrt/tools/sdrt/internal/bench_workloads.h"
 
@@ -33,15 +35,16 @@ namespace sdrt::cli {
 
 class BenchRunner {
  public:
-  // The inputs of every row on this rank: the sharded DTensors and the meta template.
-  // `world` is the MPI world the sdrt calls run over (its rank and size are this rank and
-  // the mesh). Errors: DistributeTensor's (the same on every rank).
+  // The meta template of this rank's DTensors (the sharded ones are made by the first
+  // Gather). `world` is the MPI world the sdrt calls run over (its rank and size are this
+  // rank and the mesh). Errors: DistributeTensor's (the same on every rank).
   static absl::StatusOr<std::unique_ptr<BenchRunner>> Create(const BenchWorkload& workload,
                                                              Communicator& world,
                                                              const BenchSettings& settings);
 
-  // One row; errors (agreed, the same on every rank): the sdrt call's, and InvalidArgument
-  // when the flat baseline's counts do not fit MPI's int even in the largest common unit.
+  // One row; errors (agreed, the same on every rank): the sdrt call's, ResourceExhausted
+  // for a buffer that cannot be had, and InvalidArgument when the flat baseline's counts do
+  // not fit MPI's int even in the largest common unit.
   absl::StatusOr<BenchRow> Gather(bool offload_to_rank0);
   absl::StatusOr<BenchRow> Broadcast();
   absl::StatusOr<BenchRow> Distribute();
@@ -49,6 +52,10 @@ class BenchRunner {
  private:
   BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);
   BenchRow NewRow(const char* op, int root) const;
+  // [Shard(0)], or [Replicate] for a 0-dim tensor.
+  std::vector<Placement> Placements(size_t i) const;
+  // sharded_, once: this rank's piece of every tensor (DistributeTensor).
+  absl::Status MakeSharded();
   // Bytes of `got` that differ from tensor i's piece on this rank (all of them when `got`
   // has another size or no data).
   int64_t WrongBytes(const Tensor& got, size_t i, bool whole) const;
@@ -62,8 +69,9 @@ class BenchRunner {
   BenchSettings settings_;
   BenchLayout layout_;
   int rank_;
-  Map sharded_;  // this rank's DTensors
-  Map meta_;     // meta DTensors of the same placements
+  std::shared_ptr<const DeviceMesh> mesh_;  // 1-D, every rank
+  Map sharded_;                             // this rank's DTensors
+  Map meta_;                                // meta DTensors of the same placements
 };
 
 }  // namespace sdrt::cli

@@ -54,7 +54,9 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
       switch ((k + it) % 3) {
         case 0: {
           calls.prepare();
-          const Timing t = TimeOnce([&] { status = calls.sdrt(); });
+          absl::Status sdrt;
+          const Timing t = TimeOnce([&] { sdrt = calls.sdrt(); });
+          status.Update(sdrt);
           if (timed) {
             times->sdrt.push_back(t.seconds);
             times->sdrt_faults.push_back(static_cast<double>(t.faults));
@@ -67,7 +69,9 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
           break;
         }
         default: {
-          const Timing t = TimeOnce(calls.fresh);
+          absl::Status fresh;
+          const Timing t = TimeOnce([&] { fresh = calls.fresh(); });
+          status.Update(fresh);
           calls.release();
           if (timed) times->fresh.push_back(t.seconds);
           break;

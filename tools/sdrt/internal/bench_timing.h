@@ -30,19 +30,21 @@ struct BenchTimes {
 };
 
 // What one row runs. `prepare` (untimed) readies sdrt's inputs; `sdrt` is the timed sdrt
-// call, returning its Status; `flat` and `fresh` the two baselines; `release` (untimed)
-// frees what `fresh` allocated.
+// call, returning its Status; `flat` and `fresh` the two baselines (`fresh` returns
+// ResourceExhausted when it could not allocate; it still takes part in its collective);
+// `release` (untimed) frees what `fresh` allocated.
 struct BenchCalls {
   std::function<void()> prepare;
   std::function<absl::Status()> sdrt;
   std::function<void()> flat;
-  std::function<void()> fresh;
+  std::function<absl::Status()> fresh;
   std::function<void()> release;
 };
 
 // `warmup` + `iterations` runs of `calls` into *times (the timed ones only). After every
-// run the sdrt call's Status is agreed over `world` (outside the timed region), so that a
-// failure on any rank stops every rank at the same run with the same error.
+// run its first error (the sdrt call's or the fresh baseline's) is agreed over `world`
+// (outside the timed region), so that a failure on any rank stops every rank at the same
+// run with the same error.
 absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup, int iterations,
                         BenchTimes* times);
 

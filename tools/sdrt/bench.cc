@@ -196,7 +196,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       "sdrt's collectives, not the flat MPI calls. Exit 1 when any byte is wrong.");
   cmd->callback([args, exit_code] { *exit_code = RunBench(*args); });
 #else
-  CLI::App* cmd = app.add_subcommand("bench", what);
+  CLI::App* cmd =
+      app.add_subcommand("bench", absl::StrCat(what, "; needs MPI, which this build lacks"));
   cmd->allow_extras();
   cmd->callback([exit_code] {
     *exit_code = ReportError(

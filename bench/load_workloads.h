@@ -21,9 +21,9 @@ namespace sdrt::bench {
 //   "llama": Llama-3-8B's 291 tensors with every size divided by 4 except the head counts
 //            and the layer count (hidden 1024 = 32 heads x 32, 8 kv heads: k/v 256 x 1024,
 //            intermediate 3584, vocab 32064), bfloat16, 1.00 GB;
-//   "small": bench/distributed_state_dict_bench.cc's 10,000 float32 1-D tensors of
-//            64..1024 elements ("block.{i/100}.param{i%100}"), 20.8 MiB.
-// Bytes: splitmix64 per tensor and word, as distributed_state_dict_bench.cc's. `sdrt make
+//   "small": `sdrt bench`'s 10,000 float32 1-D tensors of 64..1024 elements
+//            ("block.{i/100}.param{i%100}"), 20.8 MiB (tools/sdrt/internal/bench_workloads.h).
+// Bytes: splitmix64 per tensor and word, as `sdrt bench`'s. `sdrt make
 // --arch llama-8b --scale S` cannot make the first: --scale also scales the layer count, so
 // only S = 1 (16 GB) keeps 291 tensors. InvalidArgument for another name.
 absl::Status WriteWorkload(const std::string& which, const std::string& path);

@@ -23,10 +23,12 @@ void PrintVersion() {
 }
 
 // The rank whose output a command shows: the launcher's for the commands that run as one
-// job under mpiexec (gather, load), so that they print once; 0 for the others, which are
+// job under mpiexec (gather, load, bench), so that they print once; 0 for the others, which are
 // whole programs in every process that runs them (each prints its own errors).
 int PrintingRank(const std::string& command, int launcher_rank) {
-  return command == "gather" || command == "load" || command.empty() ? launcher_rank : 0;
+  return command == "gather" || command == "load" || command == "bench" || command.empty()
+             ? launcher_rank
+             : 0;
 }
 
 // What CLI11 threw: --help prints the help on stdout (exit 0); an error is one line on
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   sdrt::cli::AddReshardCommand(app, &exit_code);
 #endif
   sdrt::cli::AddDemoCommand(app, &exit_code);
+  sdrt::cli::AddBenchCommand(app, &exit_code);
   // `sdrt --version CMD` is refused (exit 2) before CMD runs: CLI11 checks exclusions
   // before it runs any command's callback.
   for (CLI::App* command : app.get_subcommands({})) command->excludes(version_flag);

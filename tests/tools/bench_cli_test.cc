@@ -1,0 +1,197 @@
+// `sdrt bench` as the built binary under mpiexec (this test is one process; it starts
+// `mpiexec -n N sdrt bench ...` itself): the JSON list (one row per op, every byte right,
+// ratios above zero), the digests of the synthetic workloads pinned so that their bytes
+// cannot drift from bench/peer/pytorch_distributed_peer.py's, a safetensors file and a
+// folder of them as workloads (every dtype, a 0-dim tensor, empty and uneven shards), the
+// text table's header, and bad arguments (exit 2, one line on stderr, nothing on stdout).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+using test::CommandResult;
+using ::testing::HasSubstr;
+
+// The digests bench/RESULTS.md and the PyTorch peer print for the synthetic workloads.
+constexpr const char* kSmallDigest = "34edf58feaf5cf63";
+constexpr const char* kLlamaDigest = "ca87fcac5ad17ff1";
+const std::vector<std::string> kOps = {"gather", "gather_r0_off", "broadcast", "distribute"};
+
+CommandResult Bench(int ranks, const std::string& args) {
+  return test::RunSdrtMpi(ranks, "bench " + args);
+}
+
+nlohmann::json ParseRows(const CommandResult& r) {
+  nlohmann::json rows = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(rows.is_array()) << r.out << r.err;
+  return rows.is_array() ? rows : nlohmann::json::array();
+}
+
+// Every row of `rows` is right: the ops in order, nothing wrong, ratios above zero, and
+// the workload, digest, tensor count and ranks given.
+void ExpectGoodRows(const nlohmann::json& rows, const std::vector<std::string>& ops,
+                    const std::string& workload, const std::string& digest, int64_t count,
+                    int ranks) {
+  ASSERT_EQ(rows.size(), ops.size()) << rows.dump(1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const nlohmann::json& row = rows[i];
+    SCOPED_TRACE(row.dump());
+    EXPECT_EQ(row.value("op", ""), ops[i]);
+    EXPECT_EQ(row.value("workload", ""), workload);
+    if (!digest.empty()) {
+      EXPECT_EQ(row.value("digest", ""), digest);
+    }
+    EXPECT_EQ(row.value("count", int64_t{-1}), count);
+    EXPECT_EQ(row.value("ranks", -1), ranks);
+    EXPECT_EQ(row.value("wrong", int64_t{-1}), 0);
+    EXPECT_EQ(row.value("flat_wrong", int64_t{-1}), 0);
+    EXPECT_GT(row.value("ratio", 0.0), 0.0);
+    EXPECT_GT(row.value("ratio_fresh", 0.0), 0.0);
+    EXPECT_GT(row.value("time_ms", 0.0), 0.0);
+    EXPECT_LE(row.value("time_min_ms", 1.0), row.value("time_ms", 0.0));
+    EXPECT_GE(row.value("time_max_ms", 0.0), row.value("time_ms", 1.0));
+    EXPECT_EQ(row.value("root", -2), ops[i] == "broadcast" ? 0 : -1);
+    EXPECT_EQ(row.value("backend", ""), "mpi");
+    EXPECT_EQ(row.value("device", ""), "cpu");
+    EXPECT_GE(row.value("cores", 0), 1);
+    EXPECT_EQ(row["time_runs_ms"].size(), 2u);
+    // No collective per tensor: metadata plus one per bucket (distribute: none).
+    const int64_t collectives = row.value("collectives", int64_t{-1});
+    EXPECT_GE(collectives, 0);
+    EXPECT_LE(collectives, 3);
+  }
+}
+
+// The fingerprint of internal/bench_workloads.h, computed here independently.
+std::string Digest(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  uint64_t digest = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const auto* p = static_cast<const unsigned char*>(tensors[t].second.data_ptr());
+    const int64_t n = tensors[t].second.nbytes();
+    uint64_t sum = 0;
+    for (int64_t j = 0; j * 8 < n; ++j) {
+      uint64_t word = 0;
+      std::memcpy(&word, p + j * 8, static_cast<size_t>(std::min<int64_t>(8, n - j * 8)));
+      sum += word * (2 * static_cast<uint64_t>(j) + 1);
+    }
+    digest += sum * (t + 1);
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
+TEST(BenchCliTest, SmallWorkloadJsonOnOneTwoAndThreeRanks) {
+  for (int ranks : {1, 2, 3}) {  // 3: uneven shards, the flat all-gather's Iallgatherv
+    SCOPED_TRACE(absl::StrCat(ranks, " ranks"));
+    const CommandResult r = Bench(ranks, "--workload small --iters 2 --warmup 0 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    ExpectGoodRows(ParseRows(r), kOps, "small", kSmallDigest, 10000, ranks);
+  }
+}
+
+TEST(BenchCliTest, LlamaDigest) {
+  const CommandResult r = Bench(1, "--workload llama --ops distribute --iters 2 --warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json rows = ParseRows(r);
+  ExpectGoodRows(rows, {"distribute"}, "llama", kLlamaDigest, 291, 1);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].value("size", int64_t{0}), 251003904);
+  EXPECT_EQ(rows[0].value("type", ""), "bfloat16");
+}
+
+TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {
+  const CommandResult r =
+      Bench(2, "--workload small --tensors 50 --ops distribute,gather --iters 2 --warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Rows in the fixed order, whatever the order asked; the digest is of the 50 tensors.
+  ExpectGoodRows(ParseRows(r), {"gather", "distribute"}, "small", "", 50, 2);
+}
+
+TEST(BenchCliTest, SafetensorsFileAndFolderWorkloads) {
+  const std::string dir = test::FreshDir("bench_cli_file");
+  const std::vector<std::pair<std::string, Tensor>> mixed = test::MixedStateDict();
+  const std::string file = dir + "/mixed.safetensors";
+  test::WriteSource(file, mixed);
+  std::vector<std::pair<std::string, Tensor>> in_order;  // the file's data order
+  {
+    absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(file);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    for (const SafetensorsEntry& e : opened->entries()) {
+      in_order.emplace_back(e.name, *opened->Get(e.name));
+    }
+    for (int ranks : {3, 4}) {  // dims shorter than the mesh: empty shards; a 0-dim tensor
+      SCOPED_TRACE(absl::StrCat(ranks, " ranks"));
+      const CommandResult r =
+          Bench(ranks, "--workload " + test::ShellQuote(file) + " --iters 2 --warmup 0 --json");
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      const nlohmann::json rows = ParseRows(r);
+      ExpectGoodRows(rows, kOps, file, Digest(in_order), static_cast<int64_t>(mixed.size()), ranks);
+      for (const nlohmann::json& row : rows) EXPECT_EQ(row.value("type", ""), "mixed");
+    }
+  }
+  // A folder of two safetensors files without an index (CheckpointSource).
+  const std::string folder = test::FreshDir("bench_cli_folder");
+  const size_t half = mixed.size() / 2;
+  test::WriteSource(folder + "/a.safetensors", {mixed.begin(), mixed.begin() + half});
+  test::WriteSource(folder + "/b.safetensors", {mixed.begin() + half, mixed.end()});
+  const CommandResult r =
+      Bench(2, "--workload " + test::ShellQuote(folder) + " --iters 2 --warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ExpectGoodRows(ParseRows(r), kOps, folder, "", static_cast<int64_t>(mixed.size()), 2);
+}
+
+TEST(BenchCliTest, TextHeaderAndColumns) {
+  const CommandResult r = Bench(2, "--workload small --tensors 20 --iters 2 --warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("# sdrt bench: workload small: 20 tensors"));
+  EXPECT_THAT(r.out, HasSubstr(", float32, digest "));
+  EXPECT_THAT(r.out, HasSubstr("2 ranks, backend mpi ("));
+  EXPECT_THAT(r.out, HasSubstr("device cpu; sdrt "));
+  EXPECT_THAT(r.out, HasSubstr("time: ms"));
+  EXPECT_THAT(r.out, testing::ContainsRegex(
+                         "op +size +count +type +root +time +\\[min\\.\\.max\\] +algbw +busbw "
+                         "+#wrong +sdrt/flat +sdrt/fresh +collectives\n"));
+  for (const std::string& op : kOps) EXPECT_THAT(r.out, HasSubstr("\n" + op + " "));
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST(BenchCliTest, BadArgumentsExitTwo) {
+  for (const std::string& args :
+       {std::string("--ops nonsense"), std::string("--ops ,"), std::string("--iters 0"),
+        std::string("--warmup -1"), std::string("--bucket-mib 0"),
+        std::string("--workload /nonexistent"), std::string("--tensors -3")}) {
+    SCOPED_TRACE(args);
+    const CommandResult r = Bench(2, args + " --json");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    // One line, printed once (rank 0's), naming the option.
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("sdrt bench: "));
+  }
+  // A missing all-MiniLM-L6-v2 says how to get it.
+  const CommandResult r = test::RunCommand(
+      absl::StrCat("SDRT_CACHE_DIR=", test::ShellQuote(test::FreshDir("bench_cli_no_cache")), " ",
+                   test::ShellQuote(SDRT_MPIEXEC), " ", SDRT_MPIEXEC_NUMPROC_FLAG, " 2 ",
+                   test::ShellQuote(SDRT_BINARY), " bench --workload minilm"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("scripts/fetch-model.sh"));
+}
+
+}  // namespace
+}  // namespace sdrt

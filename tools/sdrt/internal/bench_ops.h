@@ -1,0 +1,79 @@
+// The rows of `sdrt bench`: each sdrt state-dict call against the plainest way to move the
+// same bytes, timed in the same run (bench_timing.h), then every byte checked:
+//
+//   gather         every rank holds DTensors [Shard(0)] on a 1-D mesh of all ranks (FSDP);
+//                  GatherStateDict vs one flat all-gather of the same bytes;
+//   gather_r0_off  the same with cpu_offload and ranks_only {0}, vs the same all-gather;
+//   broadcast      rank 0 holds the full state dict, every rank meta DTensors [Shard(0)];
+//                  BroadcastStateDict vs one MPI_Bcast of the same bytes;
+//   distribute     every rank holds the full state dict and meta DTensors;
+//                  DistributeStateDict (no collective) vs a memcpy of the rank's bytes.
+//
+// The flat all-gather is MPI_Allgather when every rank sends the same bytes and
+// MPI_Iallgatherv + MPI_Wait otherwise, as the MPI communicator does: MPICH's blocking
+// MPI_Allgatherv pipelines around its ring in 32 KiB pieces that each wait for a scheduler
+// tick when ranks outnumber cores (bench/RESULTS.md). Counts are in a contiguous datatype of
+// the largest unit dividing them, so that states of more than 2 GiB fit MPI's int counts.
+// After the timed runs every byte of sdrt's last result and of the baseline's buffer is
+// compared with the source; #wrong is the differing bytes summed over ranks.
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_BENCH_OPS_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_BENCH_OPS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tools/sdrt/internal/bench_rows.h"
+#include "sdrt/tools/sdrt/internal/bench_workloads.h"
+
+namespace sdrt::cli {
+
+class BenchRunner {
+ public:
+  // The meta template of this rank's DTensors (the sharded ones are made by the first
+  // Gather). `world` is the MPI world the sdrt calls run over (its rank and size are this
+  // rank and the mesh). Errors: DistributeTensor's (the same on every rank).
+  static absl::StatusOr<std::unique_ptr<BenchRunner>> Create(const BenchWorkload& workload,
+                                                             Communicator& world,
+                                                             const BenchSettings& settings);
+
+  // One row; errors (agreed, the same on every rank): the sdrt call's, ResourceExhausted
+  // for a buffer that cannot be had, and InvalidArgument when the flat baseline's counts do
+  // not fit MPI's int even in the largest common unit.
+  absl::StatusOr<BenchRow> Gather(bool offload_to_rank0);
+  absl::StatusOr<BenchRow> Broadcast();
+  absl::StatusOr<BenchRow> Distribute();
+
+ private:
+  BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);
+  BenchRow NewRow(const char* op, int root) const;
+  // [Shard(0)], or [Replicate] for a 0-dim tensor.
+  std::vector<Placement> Placements(size_t i) const;
+  // sharded_, once: this rank's piece of every tensor (DistributeTensor).
+  absl::Status MakeSharded();
+  // Bytes of `got` that differ from tensor i's piece on this rank (all of them when `got`
+  // has another size or no data).
+  int64_t WrongBytes(const Tensor& got, size_t i, bool whole) const;
+  // Checks of sdrt's results, summed over ranks.
+  int64_t CheckGathered(const Map& result, bool keep) const;
+  int64_t CheckLocal(const Map& local) const;
+  const uint8_t* Bytes(size_t i) const;
+
+  const BenchWorkload& workload_;
+  Communicator& world_;
+  BenchSettings settings_;
+  BenchLayout layout_;
+  int rank_;
+  std::shared_ptr<const DeviceMesh> mesh_;  // 1-D, every rank
+  Map sharded_;                             // this rank's DTensors
+  Map meta_;                                // meta DTensors of the same placements
+};
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_BENCH_OPS_H_

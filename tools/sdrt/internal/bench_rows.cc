@@ -1,0 +1,134 @@
+#include "sdrt/tools/sdrt/internal/bench_rows.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+
+namespace sdrt::cli {
+namespace {
+
+// The row's derived figures, from the medians.
+struct Figures {
+  BenchSpread sdrt, flat, fresh;
+  double algbw = 0;  // GB/s: size / time
+  double busbw = 0;  // GB/s: gather algbw (n - 1) / n; broadcast algbw; distribute local / time
+  double ratio = 0;  // sdrt / flat
+  double ratio_fresh = 0;
+  double fault_mib = 0;  // minor faults in one sdrt call (median) x 4 KiB
+};
+
+Figures FiguresOf(const BenchRow& row, int ranks) {
+  Figures f;
+  f.sdrt = Summarize(row.times.sdrt);
+  f.flat = Summarize(row.times.flat);
+  f.fresh = Summarize(row.times.fresh);
+  const double t = f.sdrt.median;
+  if (t > 0) {
+    f.algbw = static_cast<double>(row.size) / t / 1e9;
+    const double bus = static_cast<double>(row.busbw_bytes) / t / 1e9;
+    f.busbw = row.op == "gather" || row.op == "gather_r0_off" ? bus * (ranks - 1) / ranks : bus;
+  }
+  if (f.flat.median > 0) f.ratio = t / f.flat.median;
+  if (f.fresh.median > 0) f.ratio_fresh = t / f.fresh.median;
+  f.fault_mib = Summarize(row.times.sdrt_faults).median * 4096 / 1048576.0;
+  return f;
+}
+
+std::vector<double> Milliseconds(const std::vector<double>& seconds) {
+  std::vector<double> ms;
+  for (double s : seconds) ms.push_back(s * 1e3);
+  return ms;
+}
+
+std::string Mib(int64_t bytes) {
+  return absl::StrFormat("%.4g MiB", static_cast<double>(bytes) / 1048576.0);
+}
+
+}  // namespace
+
+void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const BenchMachine& machine,
+                    const BenchSettings& settings, const std::vector<BenchRow>& rows) {
+  out << "# sdrt bench: workload " << Printable(workload.name) << ": " << workload.full.size()
+      << " tensors, " << WithThousands(workload.bytes) << " bytes (" << Mib(workload.bytes) << "), "
+      << workload.type << ", digest " << absl::StrFormat("%016x", workload.digest) << "\n"
+      << "# machine: " << machine.hardware_threads << " cores (" << machine.affinity_cores
+      << " in this rank's affinity), " << machine.ranks << " ranks, backend " << machine.backend
+      << " (" << Printable(machine.mpi_library) << "), device " << machine.device << "; sdrt "
+      << machine.version << "; bucket " << Mib(settings.bucket_bytes) << "\n"
+      << "# " << settings.iterations << " timed runs after " << settings.warmup
+      << " warm-up; time: ms, the median over runs of the slowest rank, [min..max]; "
+         "algbw, busbw: GB/s (1e9 B/s)\n"
+      << "# flat: one MPI collective of the same bytes in one buffer (distribute: memcpy of the "
+         "rank's bytes), warm; fresh: the same into a new, untouched buffer\n";
+  Table table({"op", "size", "count", "type", "root", "time", "[min..max]", "algbw", "busbw",
+               "#wrong", "sdrt/flat", "sdrt/fresh", "collectives"},
+              {false, true, true, false, true, true, true, true, true, true, true, true, true});
+  for (const BenchRow& row : rows) {
+    const Figures f = FiguresOf(row, machine.ranks);
+    table.AddRow({row.op, absl::StrCat(row.size), absl::StrCat(row.count), row.type,
+                  absl::StrCat(row.root), absl::StrFormat("%.2f", f.sdrt.median * 1e3),
+                  absl::StrFormat("[%.2f..%.2f]", f.sdrt.min * 1e3, f.sdrt.max * 1e3),
+                  absl::StrFormat("%.2f", f.algbw), absl::StrFormat("%.2f", f.busbw),
+                  absl::StrCat(row.wrong), absl::StrFormat("%.2f", f.ratio),
+                  absl::StrFormat("%.2f", f.ratio_fresh), absl::StrCat(row.stats.collectives)});
+  }
+  table.Print(out);
+  for (const BenchRow& row : rows) {
+    if (row.flat_wrong != 0) {
+      out << "# " << row.op << ": the flat baseline's buffer differs from the source in "
+          << row.flat_wrong << " bytes\n";
+    }
+  }
+}
+
+nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachine& machine,
+                                 const BenchSettings& settings, const std::vector<BenchRow>& rows) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const BenchRow& row : rows) {
+    const Figures f = FiguresOf(row, machine.ranks);
+    list.push_back({{"workload", workload.name},
+                    {"op", row.op},
+                    {"ratio", f.ratio},
+                    {"ratio_fresh", f.ratio_fresh},
+                    {"impl", "sdrt"},
+                    {"size", row.size},
+                    {"count", row.count},
+                    {"type", row.type},
+                    {"root", row.root},
+                    {"time_ms", f.sdrt.median * 1e3},
+                    {"time_min_ms", f.sdrt.min * 1e3},
+                    {"time_max_ms", f.sdrt.max * 1e3},
+                    {"time_runs_ms", Milliseconds(row.times.sdrt)},
+                    {"flat_ms", f.flat.median * 1e3},
+                    {"flat_min_ms", f.flat.min * 1e3},
+                    {"flat_max_ms", f.flat.max * 1e3},
+                    {"flat_runs_ms", Milliseconds(row.times.flat)},
+                    {"fresh_ms", f.fresh.median * 1e3},
+                    {"fresh_min_ms", f.fresh.min * 1e3},
+                    {"fresh_max_ms", f.fresh.max * 1e3},
+                    {"fresh_runs_ms", Milliseconds(row.times.fresh)},
+                    {"algbw", f.algbw},
+                    {"busbw", f.busbw},
+                    {"wrong", row.wrong},
+                    {"flat_wrong", row.flat_wrong},
+                    {"collectives", row.stats.collectives},
+                    {"data_collectives", row.stats.data_collectives},
+                    {"buckets", row.stats.buckets},
+                    {"fault_mib", f.fault_mib},
+                    {"digest", absl::StrFormat("%016x", workload.digest)},
+                    {"tensors", workload.full.size()},
+                    {"ranks", machine.ranks},
+                    {"cores", machine.hardware_threads},
+                    {"affinity_cores", machine.affinity_cores},
+                    {"backend", machine.backend},
+                    {"device", machine.device},
+                    {"mpi_library", machine.mpi_library},
+                    {"version", machine.version},
+                    {"bucket_bytes", settings.bucket_bytes},
+                    {"warmup", settings.warmup},
+                    {"iters", settings.iterations}});
+  }
+  return list;
+}
+
+}  // namespace sdrt::cli

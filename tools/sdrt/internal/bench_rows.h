@@ -1,0 +1,68 @@
+// What `sdrt bench` prints: a header (the workload and its digest, the machine, the
+// settings) and one row per op in nccl-tests' columns (size, count, type, root, time,
+// algbw, busbw, #wrong) followed by sdrt / flat, sdrt / fresh and collectives; or with
+// --json one list with an object per row. bench/peer/pytorch_distributed_peer.py prints
+// the same header lines, columns and keys for PyTorch.
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_BENCH_ROWS_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_BENCH_ROWS_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/tools/sdrt/internal/bench_timing.h"
+#include "sdrt/tools/sdrt/internal/bench_workloads.h"
+
+namespace sdrt::cli {
+
+// The ops, in the order rows are printed.
+inline constexpr const char* kBenchOps[] = {"gather", "gather_r0_off", "broadcast", "distribute"};
+
+// Where the run happens.
+struct BenchMachine {
+  int hardware_threads = 0;  // std::thread::hardware_concurrency()
+  int affinity_cores = 0;    // CPUs in this process's sched_getaffinity mask
+  int ranks = 0;
+  std::string backend;      // the data communicator's backend: "mpi" (or "nccl")
+  std::string device;       // "cpu", "cuda:0"
+  std::string mpi_library;  // the first line of MPI_Get_library_version
+  std::string version;      // sdrt's
+};
+
+// The settings of a run.
+struct BenchSettings {
+  int64_t bucket_bytes = 0;
+  int warmup = 0;
+  int iterations = 0;
+};
+
+// One op's measurements.
+struct BenchRow {
+  std::string op;
+  int64_t size = 0;   // bytes of the full state dict
+  int64_t count = 0;  // tensors
+  std::string type;   // the dtype, or "mixed"
+  int root = -1;      // 0 for broadcast, -1 where there is none
+  BenchTimes times;
+  // Bytes per second base for busbw: the full size, or for distribute rank 0's local bytes.
+  int64_t busbw_bytes = 0;
+  CollectiveStats stats;   // rank 0's last sdrt call
+  int64_t wrong = 0;       // bytes of sdrt's results that differ from the source, all ranks
+  int64_t flat_wrong = 0;  // the same for the flat baseline's buffer
+};
+
+// The text: header lines starting with "# ", then the table.
+void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const BenchMachine& machine,
+                    const BenchSettings& settings, const std::vector<BenchRow>& rows);
+
+// The --json list: one object per row with workload, op, ratio (sdrt / flat median),
+// every column (times in ms with their min, max and runs), digest, ranks and the machine.
+nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachine& machine,
+                                 const BenchSettings& settings, const std::vector<BenchRow>& rows);
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_BENCH_ROWS_H_

@@ -1,0 +1,64 @@
+// How `sdrt bench` times a row: sdrt's call, the flat baseline into a warm buffer and the
+// same baseline into a fresh one take turns (which goes first rotates from run to run),
+// warm-up runs first; a run's time is the slowest rank's (a barrier before, MPI_MAX after),
+// and a row reports the median and [min..max] over the timed runs. Uses MPI_COMM_WORLD, so
+// MPI must be initialized (the session's MpiCommunicator::World does it).
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_BENCH_TIMING_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_BENCH_TIMING_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "sdrt/comm/communicator.h"
+
+namespace sdrt::cli {
+
+struct BenchSpread {
+  double median = 0, min = 0, max = 0;  // seconds
+};
+
+// Median, min and max of `seconds` (zeros when empty).
+BenchSpread Summarize(std::vector<double> seconds);
+
+// The runs of one row, seconds per timed run, in order.
+struct BenchTimes {
+  std::vector<double> sdrt, flat, fresh;
+  std::vector<double> sdrt_faults;  // minor page faults in one sdrt call, the most of any rank
+};
+
+// What one row runs. `prepare` (untimed) readies sdrt's inputs; `sdrt` is the timed sdrt
+// call, returning its Status; `flat` and `fresh` the two baselines (`fresh` returns
+// ResourceExhausted when it could not allocate; it still takes part in its collective);
+// `release` (untimed) frees what `fresh` allocated.
+struct BenchCalls {
+  std::function<void()> prepare;
+  std::function<absl::Status()> sdrt;
+  std::function<void()> flat;
+  std::function<absl::Status()> fresh;
+  std::function<void()> release;
+};
+
+// `warmup` + `iterations` runs of `calls` into *times (the timed ones only). After every
+// run its first error (the sdrt call's or the fresh baseline's) is agreed over `world`
+// (outside the timed region), so that a failure on any rank stops every rank at the same
+// run with the same error.
+absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup, int iterations,
+                        BenchTimes* times);
+
+// A buffer allocated as a CPU Storage is (aligned_alloc, 256 bytes, untouched), for the
+// "fresh" baseline: what any call returning new memory pays at least for first touching it.
+struct FreeDeleter {
+  void operator()(uint8_t* p) const;
+};
+using FreshBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
+FreshBuffer AllocateFresh(int64_t bytes);
+
+// Sum of `value` over the ranks of MPI_COMM_WORLD.
+int64_t SumOverRanks(int64_t value);
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_BENCH_TIMING_H_

@@ -35,7 +35,9 @@ class EngineComm {
     EXPECT_TRUE(started == ncclSuccess || started == ncclInProgress) << started;
   }
   ~EngineComm() {
-    if (comm_ != nullptr) EXPECT_EQ(ncclCommDestroy(comm_), ncclSuccess);
+    if (comm_ != nullptr) {
+      EXPECT_EQ(ncclCommDestroy(comm_), ncclSuccess);
+    }
   }
   ncclComm_t get() const { return comm_; }
 

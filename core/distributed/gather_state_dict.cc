@@ -5,13 +5,13 @@
 // with the iteration engine (ranks_only, cpu_offload and type_check as in every other
 // state-dict operation).
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/comm/device_mesh_comm.h"
@@ -19,6 +19,7 @@
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/default_comm.h"
+#include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
@@ -31,25 +32,42 @@ namespace {
 
 constexpr absl::string_view kOp = "GatherStateDict";
 
+// Whether a mesh spans the communicator: checked once per mesh object of a call.
+class MeshCheck {
+ public:
+  explicit MeshCheck(const Communicator& comm) : comm_(comm) {}
+
+  absl::Status operator()(absl::string_view path, const DTensor& d) {
+    if (d.mesh() != nullptr && d.mesh().get() == last_) return absl::OkStatus();
+    if (d.mesh() == nullptr || d.mesh()->num_ranks() != comm_.size() ||
+        !d.mesh()->Coordinate(comm_.rank()).has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", path, "': ", d.ToString(),
+                                                     " is not on a mesh of the communicator's ",
+                                                     comm_.size(), " ranks"));
+    }
+    for (int64_t r : d.mesh()->ranks()) {
+      if (r < 0 || r >= comm_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", path, "': mesh ", d.mesh()->ToString(),
+                                                       " holds rank ", r,
+                                                       " outside the communicator"));
+      }
+    }
+    last_ = d.mesh().get();
+    return absl::OkStatus();
+  }
+
+ private:
+  const Communicator& comm_;
+  const DeviceMesh* last_ = nullptr;
+};
+
 absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
-                          const GatherOptions& options) {
+                          const GatherOptions& options, MeshCheck& mesh_check) {
   const Value& v = *leaf.value;
   switch (v.kind()) {
     case ValueKind::kDTensor: {
       const DTensor& d = v.as_dtensor();
-      if (d.mesh() == nullptr || d.mesh()->num_ranks() != comm.size() ||
-          !d.mesh()->Coordinate(comm.rank()).has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat("'", leaf.path, "': ", d.ToString(),
-                                                       " is not on a mesh of the communicator's ",
-                                                       comm.size(), " ranks"));
-      }
-      for (int64_t r : d.mesh()->ranks()) {
-        if (r < 0 || r >= comm.size()) {
-          return absl::InvalidArgumentError(absl::StrCat("'", leaf.path, "': mesh ",
-                                                         d.mesh()->ToString(), " holds rank ", r,
-                                                         " outside the communicator"));
-        }
-      }
+      SDRT_RETURN_IF_ERROR(mesh_check(leaf.path, d));
       if (d.local().device().is_meta()) {
         return absl::FailedPreconditionError(
             absl::StrCat("'", leaf.path, "': the local tensor is on meta (no data to gather)"));
@@ -87,6 +105,34 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
   }
 }
 
+// The full tensors of the items made on the CPU, as views of one arena (zeroed where a
+// ShardedTensor's elements may be left uncovered); the others stay undefined for
+// GatherBucket to allocate.
+absl::Status AllocateCpuFulls(const std::vector<internal::GatherItem>& items,
+                              std::vector<Tensor>& fulls) {
+  std::vector<internal::FreshPiece> pieces;
+  std::vector<size_t> owners;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].target.is_cpu()) continue;
+    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(items[i].global_shape));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(items[i].dtype, numel));
+    pieces.push_back({bytes, ElementAlignment(items[i].dtype)});
+    owners.push_back(i);
+  }
+  if (pieces.empty()) return absl::OkStatus();
+  SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(pieces));
+  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> arena, Storage::AllocateCpu(layout.bytes));
+  for (size_t k = 0; k < owners.size(); ++k) {
+    const internal::GatherItem& item = items[owners[k]];
+    SDRT_ASSIGN_OR_RETURN(fulls[owners[k]], Tensor::AtByteOffset(arena, layout.offsets[k],
+                                                                 item.dtype, item.global_shape));
+    if (item.zero_fill && pieces[k].bytes > 0) {
+      std::memset(fulls[owners[k]].data_ptr(), 0, static_cast<size_t>(pieces[k].bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& options) {
@@ -114,21 +160,37 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       absl::StrCat("bucket_bytes ", options.bucket_bytes, ", ranks_only [",
                    absl::StrJoin(options.ranks_only, ", "), "], cpu_offload ",
                    options.cpu_offload ? "true" : "false");
-  internal::AgreementDescriber describe;
-  AgreementSkeleton skeleton;
-  skeleton.reserve(leaves.size());
+  // The leaves are hashed; their text is written only if the ranks disagree.
+  internal::SkeletonHasher hasher;
+  MeshCheck mesh_check(comm);
   for (const internal::Leaf& leaf : leaves) {
-    skeleton.emplace_back(leaf.path, describe(*leaf.value));
-    if (local_error.ok()) local_error = ValidateLeaf(leaf, comm, options);
+    hasher.Add(leaf.path, *leaf.value);
+    if (local_error.ok()) local_error = ValidateLeaf(leaf, comm, options, mesh_check);
   }
-  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, shared_options, skeleton, local_error, &stats));
+  HashedSkeleton skeleton;
+  skeleton.hash = hasher.Digest();
+  skeleton.build = [&leaves] {
+    internal::AgreementDescriber describe;
+    AgreementSkeleton text;
+    text.reserve(leaves.size());
+    for (const internal::Leaf& leaf : leaves) text.emplace_back(leaf.path, describe(*leaf.value));
+    return text;
+  };
+  SDRT_RETURN_IF_ERROR(
+      AgreeAcrossRanksHashed(comm, kOp, shared_options, skeleton, local_error, &stats));
 
   // 2. The items to gather, in leaf order (internal/gather_plan.h); Partial mesh dims
-  // reduced first, on the communicator's device, where the buckets are.
+  // reduced first, on the communicator's device, where the buckets are. results[k] is the
+  // full tensor of the k-th DTensor or ShardedTensor leaf in walk order (the order the
+  // result tree is rebuilt in), item_slot[i] the k of item i.
   std::vector<internal::GatherItem> items;
-  std::vector<const void*> item_keys;  // the DTensor or ShardedTensor of each item
+  std::vector<size_t> item_slot;
   items.reserve(leaves.size());
-  absl::flat_hash_map<const void*, Value> results;
+  item_slot.reserve(leaves.size());
+  std::vector<Value> results;
+  std::vector<const void*> result_keys;  // the DTensor or ShardedTensor of each result
+  results.reserve(leaves.size());
+  result_keys.reserve(leaves.size());
   std::vector<std::pair<std::shared_ptr<const DeviceMesh>, std::unique_ptr<DeviceMeshComm>>>
       mesh_comms;
   const auto mesh_comm_for =
@@ -141,6 +203,7 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
     return mesh_comms.back().second.get();
   };
   bool any_sharded = false;
+  internal::GatherLayoutCache layouts;
   for (const internal::Leaf& leaf : leaves) {
     const Value& v = *leaf.value;
     if (v.kind() == ValueKind::kDTensor) {
@@ -149,20 +212,23 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
           options.cpu_offload ? Device::CPU() : options.device.value_or(d.local().device());
       SDRT_ASSIGN_OR_RETURN(DeviceMeshComm * mc, mesh_comm_for(d.mesh()));
       SDRT_ASSIGN_OR_RETURN(Tensor local, internal::ReducePartials(d, *mc, comm.device(), &stats));
+      result_keys.push_back(&d);
+      results.emplace_back();
       if (NumShards(*d.mesh(), d.placements()) == 1) {
         if (keep) {
           if (local.device() != target) {
             SDRT_ASSIGN_OR_RETURN(Tensor moved, local.To(target));
             local = std::move(moved);
           }
-          results[&d] = Value(local);
+          results.back() = Value(std::move(local));
         }
         continue;
       }
-      SDRT_ASSIGN_OR_RETURN(internal::GatherItem item,
-                            internal::MakeDTensorItem(d, local, comm.size(), comm.rank(), target));
+      SDRT_ASSIGN_OR_RETURN(
+          internal::GatherItem item,
+          internal::MakeDTensorItem(d, local, comm.size(), comm.rank(), target, &layouts));
       items.push_back(std::move(item));
-      item_keys.push_back(&d);
+      item_slot.push_back(results.size() - 1);
     } else if (v.kind() == ValueKind::kShardedTensor) {
       const ShardedTensor& st = v.as_sharded();
       const Device target =
@@ -172,7 +238,9 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
                                             ? Device::CPU()
                                             : st.local_shards().front().tensor.device());
       items.push_back(internal::MakeShardedItem(st, target));
-      item_keys.push_back(&st);
+      result_keys.push_back(&st);
+      results.emplace_back();
+      item_slot.push_back(results.size() - 1);
       any_sharded = true;
     }
   }
@@ -182,20 +250,28 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
     SDRT_RETURN_IF_ERROR(internal::ExchangeShardBoxes(comm, kOp, all, nullptr, &stats));
   }
 
-  // 3. Buckets of consecutive items, at most bucket_bytes gathered each (one item alone
-  // may exceed it), one all-gather-v each.
+  // 3. The full tensors made on the CPU share one allocation (one arena for the call, not
+  // one allocation per tensor); buckets of consecutive items, at most bucket_bytes
+  // gathered each (one item alone may exceed it), one all-gather-v each.
   // With cpu_offload on a GPU communicator each bucket comes to the host through one pinned
   // buffer, reused from bucket to bucket (internal::GatherBucket).
+  std::vector<Tensor> fulls(items.size());
+  if (keep) SDRT_RETURN_IF_ERROR(AllocateCpuFulls(items, fulls));
   const int64_t total_bytes = internal::GatheredBytes(items);
   std::shared_ptr<Storage> pinned_staging;
   const auto buckets = internal::BucketItems(items, options.bucket_bytes);
+  std::vector<internal::GatherItem*> bucket;
+  std::vector<Tensor> bucket_fulls;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto [begin, end] = buckets[b];
-    std::vector<internal::GatherItem*> bucket;
-    for (size_t i = begin; i < end; ++i) bucket.push_back(&items[i]);
-    std::vector<Tensor> fulls(bucket.size());
-    if (absl::Status gathered = internal::GatherBucket(comm, bucket, comm.device(), keep, fulls,
-                                                       &stats, &pinned_staging);
+    bucket.clear();
+    bucket_fulls.clear();
+    for (size_t i = begin; i < end; ++i) {
+      bucket.push_back(&items[i]);
+      bucket_fulls.push_back(std::move(fulls[i]));
+    }
+    if (absl::Status gathered = internal::GatherBucket(comm, bucket, comm.device(), keep,
+                                                       bucket_fulls, &stats, &pinned_staging);
         !gathered.ok()) {
       // Which bucket, so that a timeout or a failed rank can be placed in the run.
       return absl::Status(gathered.code(),
@@ -203,21 +279,26 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
                                        " tensors): ", gathered.message()));
     }
     if (keep) {
-      for (size_t i = begin; i < end; ++i)
-        results[item_keys[i]] = Value(std::move(fulls[i - begin]));
+      for (size_t i = begin; i < end; ++i) {
+        results[item_slot[i]] = Value(std::move(bucket_fulls[i - begin]));
+      }
     }
     if (options.progress) options.progress(stats.bytes, total_bytes);
   }
 
-  // 4. The result tree (excluded ranks: an empty map; nothing more is computed).
+  // 4. The result tree (excluded ranks: an empty map; nothing more is computed). The walk
+  // meets the DTensors and ShardedTensors in the order of `leaves`, so result k is the k-th.
   internal::IterateVisitors visitors = internal::IdentityVisitors();
+  size_t next = 0;
+  const auto take = [&](const void* key) -> absl::StatusOr<Value> {
+    if (next >= results.size() || result_keys[next] != key) {
+      return absl::InternalError(absl::StrCat(kOp, ": the result tree walk lost its place"));
+    }
+    return std::move(results[next++]);
+  };
   if (keep) {
-    visitors.dtensor = [&results](const DTensor& d, const Value*) -> absl::StatusOr<Value> {
-      return results.at(&d);
-    };
-    visitors.sharded = [&results](const ShardedTensor& st, const Value*) -> absl::StatusOr<Value> {
-      return results.at(&st);
-    };
+    visitors.dtensor = [&take](const DTensor& d, const Value*) { return take(&d); };
+    visitors.sharded = [&take](const ShardedTensor& st, const Value*) { return take(&st); };
   }
   internal::IterateOptions iterate;
   iterate.rank = comm.rank();

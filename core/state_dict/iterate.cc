@@ -158,6 +158,7 @@ class Engine {
       SDRT_RETURN_IF_ERROR(CheckKeys(map, *companion));
     }
     Map out;
+    out.Reserve(map.size());
     for (size_t i = 0; i < map.size(); ++i) {
       path_.push_back(Segment{map.key(i)});
       absl::StatusOr<Value> item =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/tensor/backend/strided_copy.h"
@@ -105,6 +106,84 @@ int64_t RunsNumel(const ShardRuns& runs) {
   return n;
 }
 
+namespace {
+
+// One side of a copy as CopyRuns sees it: its shape and, on the host, its memory.
+struct Side {
+  IntSpan shape;
+  IntSpan strides;
+  char* data = nullptr;  // host memory (the host path), else unused
+  std::string (*describe)(const void*) = nullptr;
+  const void* what = nullptr;
+  std::string Describe() const { return describe(what); }
+};
+
+std::string DescribeTensor(const void* t) { return static_cast<const Tensor*>(t)->ToString(); }
+std::string DescribePacked(const void* shape) {
+  return absl::StrCat("packed piece ", ShapeToString(*static_cast<const IntSpan*>(shape)));
+}
+
+// Every run is checked before anything is copied, so an error leaves both sides as they
+// were, and a bad run is reported even when another dim owns nothing.
+absl::Status CheckRuns(const Side& box, IntSpan origin, const Side& local, const ShardRuns& runs) {
+  for (size_t d = 0; d < runs.size(); ++d) {
+    for (const IndexRun& r : runs[d]) {
+      const int64_t start = r.global - origin[d];
+      if (r.length < 0 || start < 0 || start > box.shape[d] - r.length || r.local < 0 ||
+          r.local > local.shape[d] - r.length) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "CopyRuns: run of global indices [", r.global, ", ", r.global + r.length,
+            ") at local index ", r.local, " on dim ", d, " is outside the box ", box.Describe(),
+            " at origin ", ShapeToString(origin), " or the local ", local.Describe()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The odometer over one run per dim: `block(box_start, local_start, length)` per block.
+template <typename Block>
+absl::Status ForEachBlock(IntSpan origin, const ShardRuns& runs, Block block) {
+  const size_t ndim = runs.size();
+  absl::InlinedVector<size_t, 6> pick(ndim, 0);
+  IntVector box_start(ndim), local_start(ndim), length(ndim);
+  while (true) {
+    for (size_t d = 0; d < ndim; ++d) {
+      const IndexRun& r = runs[d][pick[d]];
+      box_start[d] = r.global - origin[d];
+      local_start[d] = r.local;
+      length[d] = r.length;
+    }
+    SDRT_RETURN_IF_ERROR(block(box_start, local_start, length));
+    size_t d = ndim;
+    for (; d-- > 0;) {
+      if (++pick[d] < runs[d].size()) break;
+      pick[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) return absl::OkStatus();
+  }
+}
+
+// The host path: each block one host strided copy between raw pointers (a memcpy when both
+// sides are dense), no tensor views made per block.
+absl::Status HostCopyRuns(const Side& box, IntSpan origin, const Side& local, int64_t elem,
+                          const ShardRuns& runs, bool to_local) {
+  return ForEachBlock(origin, runs, [&](IntSpan box_start, IntSpan local_start, IntSpan length) {
+    int64_t b = 0;
+    int64_t l = 0;
+    for (size_t d = 0; d < length.size(); ++d) {
+      b += box_start[d] * box.strides[d];
+      l += local_start[d] * local.strides[d];
+    }
+    char* const bp = box.data + elem * b;
+    char* const lp = local.data + elem * l;
+    return to_local ? HostCopy(lp, bp, elem, length, local.strides, box.strides)
+                    : HostCopy(bp, lp, elem, length, box.strides, local.strides);
+  });
+}
+
+}  // namespace
+
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
                       bool to_local, bool non_blocking, StreamHandle stream) {
   const int ndim = box.dim();
@@ -115,62 +194,49 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, co
                      " need the same dtype and rank as the ", runs.size(), " dims of runs and the ",
                      origin.size(), " of the origin"));
   }
-  // Every run is checked before anything is copied, so an error leaves both tensors as
-  // they were, and a bad run is reported even when another dim owns nothing.
-  for (int d = 0; d < ndim; ++d) {
-    for (const IndexRun& r : runs[d]) {
-      const int64_t start = r.global - origin[d];
-      if (r.length < 0 || start < 0 || start > box.size(d) - r.length || r.local < 0 ||
-          r.local > local.size(d) - r.length) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "CopyRuns: run of global indices [", r.global, ", ", r.global + r.length,
-            ") at local index ", r.local, " on dim ", d, " is outside the box ", box.ToString(),
-            " at origin ", ShapeToString(origin), " or the local ", local.ToString()));
-      }
-    }
-  }
+  Side b{box.shape(), box.strides(), static_cast<char*>(box.data_ptr()), DescribeTensor, &box};
+  Side l{local.shape(), local.strides(), static_cast<char*>(local.data_ptr()), DescribeTensor,
+         &local};
+  SDRT_RETURN_IF_ERROR(CheckRuns(b, origin, l, runs));
   if (RunsNumel(runs) == 0) return absl::OkStatus();
-  // Host memory on both sides and whole-byte elements: each block is one host strided copy
-  // between raw pointers (a memcpy when both sides are contiguous), with no tensor views
-  // made per block. Anything else goes through Tensor::CopyFrom on views.
-  // Tensors sharing a storage and a destination with a zero stride take the checked path
-  // (CopyFrom's overlap rules).
+  // Host memory on both sides and whole-byte elements take the host path. Tensors sharing
+  // a storage and a destination with a zero stride take the checked one (CopyFrom's
+  // overlap rules), as does every other device.
   const Tensor& dst = to_local ? local : box;
   const bool host = box.device().is_cpu() && local.device().is_cpu() &&
                     !IsSubByte(box.dtype()) && box.storage() != local.storage() &&
                     std::none_of(dst.strides().begin(), dst.strides().end(),
                                  [](int64_t s) { return s == 0; });
-  const int64_t elem = ElementAlignment(box.dtype());
-  // Odometer over one run per dim.
-  absl::InlinedVector<size_t, 6> pick(static_cast<size_t>(ndim), 0);
-  IntVector box_start(static_cast<size_t>(ndim)), local_start(static_cast<size_t>(ndim)),
-      length(static_cast<size_t>(ndim));
-  while (true) {
-    for (int d = 0; d < ndim; ++d) {
-      const IndexRun& r = runs[d][pick[d]];
-      box_start[d] = r.global - origin[d];
-      local_start[d] = r.local;
-      length[d] = r.length;
-    }
-    if (host) {
-      char* b = static_cast<char*>(box.data_ptr()) + elem * ElementOffset(box, box_start);
-      char* l = static_cast<char*>(local.data_ptr()) + elem * ElementOffset(local, local_start);
-      SDRT_RETURN_IF_ERROR(to_local ? HostCopy(l, b, elem, length, local.strides(), box.strides())
-                                    : HostCopy(b, l, elem, length, box.strides(), local.strides()));
-    } else {
-      SDRT_ASSIGN_OR_RETURN(Tensor b, Block(box, box_start, length));
-      SDRT_ASSIGN_OR_RETURN(Tensor l, Block(local, local_start, length));
-      SDRT_RETURN_IF_ERROR(to_local ? l.CopyFrom(b, non_blocking, stream)
-                                    : b.CopyFrom(l, non_blocking, stream));
-    }
-    int d = ndim - 1;
-    for (; d >= 0; --d) {
-      if (++pick[d] < runs[d].size()) break;
-      pick[d] = 0;
-    }
-    if (d < 0) break;
+  if (host) return HostCopyRuns(b, origin, l, ElementAlignment(box.dtype()), runs, to_local);
+  return ForEachBlock(origin, runs, [&](IntSpan box_start, IntSpan local_start, IntSpan length) {
+    SDRT_ASSIGN_OR_RETURN(Tensor bv, Block(box, box_start, length));
+    SDRT_ASSIGN_OR_RETURN(Tensor lv, Block(local, local_start, length));
+    return to_local ? lv.CopyFrom(bv, non_blocking, stream) : bv.CopyFrom(lv, non_blocking, stream);
+  });
+}
+
+absl::Status CopyRunsPacked(const Tensor& box, IntSpan origin, void* packed, IntSpan packed_shape,
+                            const ShardRuns& runs, bool to_local) {
+  const int ndim = box.dim();
+  if (static_cast<int>(packed_shape.size()) != ndim || static_cast<int>(runs.size()) != ndim ||
+      static_cast<int>(origin.size()) != ndim || !box.device().is_cpu() ||
+      IsSubByte(box.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyRunsPacked: box ", box.ToString(), " (a CPU tensor of whole-byte elements) and a ",
+        packed_shape.size(), "-d packed piece need the rank of the ", runs.size(),
+        " dims of runs and the ", origin.size(), " of the origin"));
   }
-  return absl::OkStatus();
+  const IntVector packed_strides = ContiguousStrides(packed_shape);
+  Side b{box.shape(), box.strides(), static_cast<char*>(box.data_ptr()), DescribeTensor, &box};
+  Side l{packed_shape, packed_strides, static_cast<char*>(packed), DescribePacked, &packed_shape};
+  SDRT_RETURN_IF_ERROR(CheckRuns(b, origin, l, runs));
+  if (RunsNumel(runs) == 0) return absl::OkStatus();
+  if (!to_local && std::any_of(box.strides().begin(), box.strides().end(),
+                               [](int64_t s) { return s == 0; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyRunsPacked: destination ", box.ToString(), " has a zero stride"));
+  }
+  return HostCopyRuns(b, origin, l, ElementAlignment(box.dtype()), runs, to_local);
 }
 
 }  // namespace sdrt

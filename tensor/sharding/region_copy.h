@@ -71,6 +71,15 @@ int64_t RunsNumel(const ShardRuns& runs);
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
                       bool to_local, bool non_blocking = false, StreamHandle stream = nullptr);
 
+// CopyRuns where the local side is `packed`: host memory holding the shard contiguously
+// (row-major) as `packed_shape` elements of box's dtype, e.g. a piece's slot in a
+// gathered or broadcast bucket. `box` must be a CPU tensor of whole-byte elements; no
+// tensor is made for the packed side. The same checks as CopyRuns (InvalidArgument for a
+// run outside either side, mismatched ranks, a CUDA or sub-byte box, and a box with a
+// zero stride when it is written).
+absl::Status CopyRunsPacked(const Tensor& box, IntSpan origin, void* packed, IntSpan packed_shape,
+                            const ShardRuns& runs, bool to_local);
+
 }  // namespace sdrt
 
 #endif  // SDRT_TENSOR_SHARDING_REGION_COPY_H_

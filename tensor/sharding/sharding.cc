@@ -255,7 +255,12 @@ absl::Status ValidateLocalShape(IntSpan local_shape, IntSpan global_shape, const
   SDRT_ASSIGN_OR_RETURN(IntVector expected,
                         ComputeLocalShape(global_shape, mesh, placements, rank));
   std::optional<IntVector> coord = mesh.Coordinate(rank);
-  std::string who = absl::StrCat(name.empty() ? "" : absl::StrCat("'", name, "': "), "rank ", rank);
+  if (coord.has_value() &&
+      std::equal(local_shape.begin(), local_shape.end(), expected.begin(), expected.end())) {
+    return absl::OkStatus();
+  }
+  const std::string who =
+      absl::StrCat(name.empty() ? "" : absl::StrCat("'", name, "': "), "rank ", rank);
   if (!coord.has_value()) {
     for (int64_t n : local_shape) {
       if (n == 0) return absl::OkStatus();
@@ -264,7 +269,6 @@ absl::Status ValidateLocalShape(IntSpan local_shape, IntSpan global_shape, const
         "ValidateLocalShape: ", who, " is not in ", mesh.ToString(),
         " and must hold no elements, but holds a local shape ", ShapeToString(local_shape)));
   }
-  if (IntVector(local_shape.begin(), local_shape.end()) == expected) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "ValidateLocalShape: ", who, " (mesh coordinate ", ShapeToString(*coord),
       ") holds local shape ", ShapeToString(local_shape), " but global shape ",

@@ -67,8 +67,8 @@ absl::Status Malformed(absl::string_view op, int q) {
 }
 
 // Reads rank `q`'s part of the box message for `item` into its pieces.
-absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherItem& item,
-                       StandaloneBoxCheck* standalone, int me) {
+absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, const GatherItem& item,
+                       GatherLayout& layout, StandaloneBoxCheck* standalone, int me) {
   const ShardedTensor& st = *item.sharded;
   int64_t ndim = static_cast<int64_t>(item.global_shape.size());
   if (standalone != nullptr) {
@@ -105,10 +105,10 @@ absl::Status ReadBoxes(absl::string_view op, int q, Int64Reader& reader, GatherI
     const int64_t numel = Numel(sizes);
     if (numel == 0) continue;
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
-    item.rank_bytes[q] += AlignUp(bytes);
-    item.pieces.push_back({sizes, BoxRuns(offsets, sizes)});
+    layout.rank_bytes[q] += AlignUp(bytes);
+    layout.pieces.push_back({sizes, BoxRuns(offsets, sizes)});
   }
-  item.piece_begin[q + 1] = item.pieces.size();
+  layout.piece_begin[q + 1] = layout.pieces.size();
   return absl::OkStatus();
 }
 
@@ -165,31 +165,80 @@ absl::StatusOr<Tensor> ReducePartials(const DTensor& dtensor, DeviceMeshComm& me
   return local;
 }
 
+struct GatherLayoutCache::Entry {
+  const DeviceMesh* mesh;
+  std::vector<Placement> placements;
+  IntVector global_shape;
+  DType dtype;
+  std::shared_ptr<const GatherLayout> layout;
+};
+
+GatherLayoutCache::GatherLayoutCache() = default;
+GatherLayoutCache::~GatherLayoutCache() = default;
+
+uint64_t GatherLayoutCache::Key(const DTensor& dtensor) {
+  // FNV-1a over the mesh's address, the dtype, the shape and the placements.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+  mix(reinterpret_cast<uintptr_t>(dtensor.mesh().get()));
+  mix(static_cast<uint64_t>(dtensor.dtype()));
+  for (int64_t d : dtensor.global_shape()) mix(static_cast<uint64_t>(d));
+  for (const Placement& p : dtensor.placements()) {
+    mix(static_cast<uint64_t>(p.kind()) << 48 ^ static_cast<uint64_t>(p.dim()) << 32 ^
+        static_cast<uint64_t>(p.split_factor()) << 8 ^ static_cast<uint64_t>(p.reduce_op()));
+  }
+  return h;
+}
+
+std::shared_ptr<const GatherLayout> GatherLayoutCache::Find(const DTensor& dtensor) const {
+  const auto it = entries_.find(Key(dtensor));
+  if (it == entries_.end()) return nullptr;
+  for (const Entry& e : it->second) {
+    if (e.mesh == dtensor.mesh().get() && e.dtype == dtensor.dtype() &&
+        e.global_shape == dtensor.global_shape() && e.placements == dtensor.placements()) {
+      return e.layout;
+    }
+  }
+  return nullptr;
+}
+
+void GatherLayoutCache::Add(const DTensor& dtensor, std::shared_ptr<const GatherLayout> layout) {
+  entries_[Key(dtensor)].push_back({dtensor.mesh().get(), dtensor.placements(),
+                                    dtensor.global_shape(), dtensor.dtype(), std::move(layout)});
+}
+
 absl::StatusOr<GatherItem> MakeDTensorItem(const DTensor& dtensor, const Tensor& local,
-                                           int comm_size, int rank, Device target) {
-  const DeviceMesh& mesh = *dtensor.mesh();
-  const std::vector<Placement>& placements = dtensor.placements();
+                                           int comm_size, int rank, Device target,
+                                           GatherLayoutCache* cache) {
   GatherItem item;
   item.dtype = dtensor.dtype();
   item.global_shape = dtensor.global_shape();
   item.target = target;
-  item.piece_begin.assign(static_cast<size_t>(comm_size) + 1, 0);
-  item.rank_bytes.assign(static_cast<size_t>(comm_size), 0);
-  item.pieces.reserve(static_cast<size_t>(comm_size));
-  for (int q = 0; q < comm_size; ++q) {
-    item.piece_begin[q + 1] = item.piece_begin[q];
-    if (HoldsACopy(mesh, placements, q)) continue;
-    SDRT_ASSIGN_OR_RETURN(LocalShardInfo info,
-                          ComputeLocalShapeAndGlobalOffset(item.global_shape, mesh, placements, q));
-    const int64_t numel = Numel(info.local_shape);
-    if (numel == 0) continue;
-    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
-    item.rank_bytes[q] = AlignUp(bytes);
-    ShardRuns runs = OwnedRuns(info);
-    item.pieces.push_back({std::move(info.local_shape), std::move(runs)});
-    ++item.piece_begin[q + 1];
+  if (cache != nullptr) item.layout = cache->Find(dtensor);
+  if (item.layout == nullptr) {
+    const DeviceMesh& mesh = *dtensor.mesh();
+    const std::vector<Placement>& placements = dtensor.placements();
+    auto layout = std::make_shared<GatherLayout>();
+    layout->piece_begin.assign(static_cast<size_t>(comm_size) + 1, 0);
+    layout->rank_bytes.assign(static_cast<size_t>(comm_size), 0);
+    layout->pieces.reserve(static_cast<size_t>(comm_size));
+    for (int q = 0; q < comm_size; ++q) {
+      layout->piece_begin[q + 1] = layout->piece_begin[q];
+      if (HoldsACopy(mesh, placements, q)) continue;
+      SDRT_ASSIGN_OR_RETURN(LocalShardInfo info, ComputeLocalShapeAndGlobalOffset(
+                                                     item.global_shape, mesh, placements, q));
+      const int64_t numel = Numel(info.local_shape);
+      if (numel == 0) continue;
+      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
+      layout->rank_bytes[q] = AlignUp(bytes);
+      ShardRuns runs = OwnedRuns(info);
+      layout->pieces.push_back({std::move(info.local_shape), std::move(runs)});
+      ++layout->piece_begin[q + 1];
+    }
+    item.layout = std::move(layout);
+    if (cache != nullptr) cache->Add(dtensor, item.layout);
   }
-  if (item.rank_bytes[rank] > 0) item.sends.push_back(local);
+  if (item.layout->rank_bytes[rank] > 0) item.sends.push_back(local);
   return item;
 }
 
@@ -234,20 +283,25 @@ absl::Status ExchangeShardBoxes(Communicator& comm, absl::string_view op,
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all, comm.AllGatherBytes(bytes));
 
   const auto size = static_cast<size_t>(comm.size());
-  for (GatherItem* item : items) {
-    if (item->sharded == nullptr) continue;
-    item->pieces.clear();
-    item->piece_begin.assign(size + 1, 0);
-    item->rank_bytes.assign(size, 0);
+  std::vector<std::shared_ptr<GatherLayout>> layouts(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i]->sharded == nullptr) continue;
+    layouts[i] = std::make_shared<GatherLayout>();
+    layouts[i]->piece_begin.assign(size + 1, 0);
+    layouts[i]->rank_bytes.assign(size, 0);
   }
   if (standalone != nullptr) standalone->rank_device_codes.assign(size, 0);
   for (int q = 0; q < comm.size(); ++q) {
     Int64Reader reader(all[q]);
-    for (GatherItem* item : items) {
-      if (item->sharded == nullptr) continue;
-      SDRT_RETURN_IF_ERROR(ReadBoxes(op, q, reader, *item, standalone, comm.rank()));
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i]->sharded == nullptr) continue;
+      SDRT_RETURN_IF_ERROR(
+          ReadBoxes(op, q, reader, *items[i], *layouts[i], standalone, comm.rank()));
     }
     if (!reader.AtEnd()) return Malformed(op, q);
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (layouts[i] != nullptr) items[i]->layout = std::move(layouts[i]);
   }
   return absl::OkStatus();
 }
@@ -273,7 +327,7 @@ std::vector<std::pair<size_t, size_t>> BucketItems(absl::Span<const GatherItem> 
 int64_t GatheredBytes(absl::Span<const GatherItem> items) {
   int64_t bytes = 0;
   for (const GatherItem& item : items) {
-    for (int64_t b : item.rank_bytes) bytes += b;  // padded already
+    for (int64_t b : item.rank_bytes()) bytes += b;  // padded already
   }
   return bytes;
 }
@@ -292,7 +346,7 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
   for (size_t i = 0; i < bucket.size(); ++i) {
     for (int q = 0; q < size; ++q) {
       offset[i * size + q] = counts[q];
-      counts[q] += bucket[i]->rank_bytes[q];
+      counts[q] += bucket[i]->rank_bytes()[q];
     }
   }
   std::vector<int64_t> rank_base(static_cast<size_t>(size), 0);
@@ -305,6 +359,13 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
   for (size_t i = 0; i < bucket.size(); ++i) {
     int64_t at = offset[i * size + me];
     for (const Tensor& t : bucket[i]->sends) {
+      if (send.device().is_cpu() && t.device().is_cpu() && t.is_contiguous()) {
+        // The common piece: one copy of its bytes, no view made.
+        std::memcpy(static_cast<char*>(send.data_ptr()) + at, t.data_ptr(),
+                    static_cast<size_t>(t.nbytes()));
+        at += AlignUp(t.nbytes());
+        continue;
+      }
       SDRT_ASSIGN_OR_RETURN(Tensor dst, ByteView(send, at, bucket[i]->dtype, t.shape()));
       SDRT_RETURN_IF_ERROR(dst.CopyFrom(t));
       at += AlignUp(dst.nbytes());
@@ -327,19 +388,29 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
     const GatherItem& item = *bucket[i];
     const Tensor& source =
         item.target.is_cpu() && host_gathered.defined() ? host_gathered : gathered;
-    Tensor full;
-    if (item.zero_fill) {
+    Tensor full = std::move(fulls[i]);  // the caller's, zeroed when zero_fill
+    if (!full.defined() && item.zero_fill) {
       SDRT_ASSIGN_OR_RETURN(full, Tensor::Zeros(item.global_shape, item.dtype, item.target));
-    } else {
+    } else if (!full.defined()) {
       SDRT_ASSIGN_OR_RETURN(full, Tensor::Empty(item.global_shape, item.dtype, item.target));
     }
     const IntVector origin(item.global_shape.size(), 0);
+    // Host bytes into a host tensor need no view of the piece's slot.
+    const bool host = source.device().is_cpu() && full.device().is_cpu() && !IsSubByte(item.dtype);
     for (int q = 0; q < size; ++q) {
       int64_t at = rank_base[q] + offset[i * size + q];
-      for (const GatherPiece& piece : item.PiecesOf(q)) {
-        SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(source, at, item.dtype, piece.shape));
-        SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, view, piece.runs, /*to_local=*/false));
-        at += AlignUp(view.nbytes());
+      for (const GatherPiece& piece : item.layout->PiecesOf(q)) {
+        SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(piece.shape));
+        SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
+        if (host) {
+          SDRT_RETURN_IF_ERROR(CopyRunsPacked(full, origin,
+                                              static_cast<char*>(source.data_ptr()) + at,
+                                              piece.shape, piece.runs, /*to_local=*/false));
+        } else {
+          SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(source, at, item.dtype, piece.shape));
+          SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, view, piece.runs, /*to_local=*/false));
+        }
+        at += AlignUp(bytes);
       }
     }
     fulls[i] = std::move(full);

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,6 +58,23 @@ struct GatherPiece {
   ShardRuns runs;
 };
 
+// Where every rank's pieces of one tensor come from: shared by the items of one layout
+// (same mesh, placements, global shape and dtype), so a layout is worked out once per
+// call however many tensors have it.
+struct GatherLayout {
+  // Every rank's pieces in rank order, each rank's in packing order (zero-element pieces
+  // left out): rank q's are pieces[piece_begin[q], piece_begin[q + 1]).
+  std::vector<GatherPiece> pieces;
+  std::vector<size_t> piece_begin;  // comm size + 1 entries
+  // Per rank, the bytes of its pieces, each piece padded to a multiple of 16 bytes (its
+  // slot in the gathered bucket; internal/buckets.h's AlignUp).
+  std::vector<int64_t> rank_bytes;
+
+  absl::Span<const GatherPiece> PiecesOf(int q) const {
+    return absl::MakeConstSpan(pieces).subspan(piece_begin[q], piece_begin[q + 1] - piece_begin[q]);
+  }
+};
+
 // One tensor to gather.
 struct GatherItem {
   DType dtype = DType::kFloat32;
@@ -71,18 +89,26 @@ struct GatherItem {
   const ShardedTensor* sharded = nullptr;
   // This rank's pieces in the order they are packed; zero-element tensors are skipped.
   absl::InlinedVector<Tensor, 1> sends;
-  // Every rank's pieces in rank order, each rank's in packing order (zero-element pieces
-  // left out): rank q's are pieces[piece_begin[q], piece_begin[q + 1]). One list for all
-  // ranks, so an item costs a few allocations, not a few per rank.
-  std::vector<GatherPiece> pieces;
-  std::vector<size_t> piece_begin;  // comm size + 1 entries
-  // Per rank, the bytes of its pieces, each piece padded to a multiple of 16 bytes (its
-  // slot in the gathered bucket; internal/buckets.h's AlignUp).
-  std::vector<int64_t> rank_bytes;
+  // Every rank's pieces (a ShardedTensor's own, made by ExchangeShardBoxes).
+  std::shared_ptr<const GatherLayout> layout;
 
-  absl::Span<const GatherPiece> PiecesOf(int q) const {
-    return absl::MakeConstSpan(pieces).subspan(piece_begin[q], piece_begin[q + 1] - piece_begin[q]);
-  }
+  const std::vector<int64_t>& rank_bytes() const { return layout->rank_bytes; }
+};
+
+// The layouts of one call's DTensor items, by (mesh, placements, global shape, dtype):
+// MakeDTensorItem works a layout out once and shares it.
+class GatherLayoutCache {
+ public:
+  GatherLayoutCache();
+  ~GatherLayoutCache();
+  // The cached layout of `dtensor`'s kind of tensor, or nullptr.
+  std::shared_ptr<const GatherLayout> Find(const DTensor& dtensor) const;
+  void Add(const DTensor& dtensor, std::shared_ptr<const GatherLayout> layout);
+
+ private:
+  struct Entry;
+  static uint64_t Key(const DTensor& dtensor);
+  absl::flat_hash_map<uint64_t, std::vector<Entry>> entries_;
 };
 
 // The local tensor of `dtensor` with its Partial mesh dims all-reduced: `dtensor.local()`
@@ -100,8 +126,11 @@ absl::StatusOr<Tensor> ReducePartials(const DTensor& dtensor, DeviceMeshComm& me
 // coordinate is not 0 on some Replicate or Partial mesh dim; every other rank sends its
 // local shape's elements by its owned runs. No communication. Errors of
 // ComputeLocalShapeAndGlobalOffset.
+// With `cache` (not null), the layout comes from it when cached and is added to it
+// otherwise.
 absl::StatusOr<GatherItem> MakeDTensorItem(const DTensor& dtensor, const Tensor& local,
-                                           int comm_size, int rank, Device target);
+                                           int comm_size, int rank, Device target,
+                                           GatherLayoutCache* cache = nullptr);
 
 // The item of a ShardedTensor: this rank sends its local shards in list order; the other
 // ranks' pieces are unknown until ExchangeShardBoxes. `st` must outlive the item.
@@ -141,6 +170,8 @@ int64_t GatheredBytes(absl::Span<const GatherItem> items);
 // `stats` when not null: a collective, a data collective, a bucket and its bytes), then,
 // when `keep`, makes each item's full tensor on its target (zeros first when zero_fill)
 // and writes every rank's pieces into it by their runs; fulls[i] receives bucket[i]'s.
+// A fulls[i] defined on entry is used as that full tensor instead (the caller's memory,
+// of the item's global shape and dtype on its target, already zeroed when zero_fill).
 // `device` must be one `comm` serves. With `pinned_staging` (not null), a bucket gathered
 // on a GPU with CPU targets (cpu_offload) comes to the host once, into the pinned buffer
 // *pinned_staging (cudaHostAlloc'd on the bucket's device, grown when too small, kept

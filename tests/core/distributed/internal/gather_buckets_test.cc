@@ -19,7 +19,9 @@ using ::testing::Pair;
 // An item whose rank q sends rank_bytes[q] bytes (already padded to 16).
 GatherItem Item(std::vector<int64_t> rank_bytes) {
   GatherItem item;
-  item.rank_bytes = std::move(rank_bytes);
+  auto layout = std::make_shared<GatherLayout>();
+  layout->rank_bytes = std::move(rank_bytes);
+  item.layout = std::move(layout);
   return item;
 }
 

@@ -10,8 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
@@ -19,6 +17,7 @@
 #include "sdrt/core/distributed/internal/broadcast_skeleton.h"
 #include "sdrt/core/distributed/internal/buckets.h"
 #include "sdrt/core/distributed/internal/default_comm.h"
+#include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/state_dict/iterate.h"
@@ -133,8 +132,20 @@ class BucketPipeline {
 
   absl::Status Pack(int k, const Tensor& buffer) {
     if (comm_.rank() != root_) return absl::OkStatus();
+    IntVector box_shape;
     for (const internal::Piece& p : buckets_[k].pieces) {
-      SDRT_ASSIGN_OR_RETURN(const Tensor src, Box(*sources_[p.tensor], p.begin, p.end));
+      const Tensor& source = *sources_[p.tensor];
+      if (buffer.device().is_cpu() && source.device().is_cpu() && !IsSubByte(source.dtype())) {
+        // Host to host: the box's runs straight into its slot, no views made.
+        box_shape.resize(p.begin.size());
+        for (size_t d = 0; d < box_shape.size(); ++d) box_shape[d] = p.end[d] - p.begin[d];
+        const PackedBlock slot{static_cast<char*>(buffer.data_ptr()) + p.offset, box_shape};
+        const IntVector origin(p.begin.size(), 0);
+        SDRT_RETURN_IF_ERROR(
+            CopyRuns(source, origin, slot, BoxRuns(p.begin, box_shape), /*to_local=*/true));
+        continue;
+      }
+      SDRT_ASSIGN_OR_RETURN(const Tensor src, Box(source, p.begin, p.end));
       SDRT_ASSIGN_OR_RETURN(Tensor dst,
                             internal::ByteView(buffer, p.offset, dtypes_[p.tensor], src.shape()));
       SDRT_RETURN_IF_ERROR(dst.CopyFrom(src));
@@ -162,14 +173,25 @@ class BucketPipeline {
   }
 
   absl::Status Slice(int k, const Tensor& buffer) {
+    IntVector box_shape;
     for (const internal::Piece& p : buckets_[k].pieces) {
-      IntVector box_shape(p.begin.size());
+      box_shape.resize(p.begin.size());
       for (size_t d = 0; d < box_shape.size(); ++d) box_shape[d] = p.end[d] - p.begin[d];
-      SDRT_ASSIGN_OR_RETURN(const Tensor box,
-                            internal::ByteView(buffer, p.offset, dtypes_[p.tensor], box_shape));
       const internal::LocalTarget& target = *targets_[p.tensor];
+      const bool host = buffer.device().is_cpu() && !IsSubByte(dtypes_[p.tensor]);
+      Tensor box;
       for (size_t i = 0; i < target.dests.size(); ++i) {
         const ShardRuns runs = ClipRuns(target.runs[i], p.begin, p.end);
+        if (host && target.dests[i].device().is_cpu()) {
+          // Host to host: from the slot straight into the local, no views made.
+          const PackedBlock slot{static_cast<char*>(buffer.data_ptr()) + p.offset, box_shape};
+          SDRT_RETURN_IF_ERROR(CopyRuns(slot, p.begin, target.dests[i], runs, /*to_local=*/true));
+          continue;
+        }
+        if (!box.defined()) {
+          SDRT_ASSIGN_OR_RETURN(box,
+                                internal::ByteView(buffer, p.offset, dtypes_[p.tensor], box_shape));
+        }
         SDRT_RETURN_IF_ERROR(CopyRuns(box, p.begin, target.dests[i], runs, /*to_local=*/true));
       }
     }
@@ -198,6 +220,23 @@ absl::Status Commit(internal::LocalTarget& target, const Communicator& comm, boo
     leaf = std::move(moved);
   }
   return absl::OkStatus();
+}
+
+// The fresh CPU locals of the targets (meta until now) as views of one arena, in target
+// order (the order their bytes arrive in), instead of one allocation each.
+absl::Status AllocateFreshTargets(std::vector<std::unique_ptr<internal::LocalTarget>>& targets) {
+  std::vector<internal::FreshPiece> pieces;
+  std::vector<Tensor*> fresh;
+  for (std::unique_ptr<internal::LocalTarget>& target : targets) {
+    for (Tensor& dest : target->dests) {
+      if (!dest.is_meta()) continue;
+      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(dest.dtype(), dest.numel()));
+      pieces.push_back({bytes, ElementAlignment(dest.dtype())});
+      fresh.push_back(&dest);
+    }
+  }
+  SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(pieces));
+  return internal::AllocateFresh(layout, Device::CPU(), absl::MakeSpan(fresh));
 }
 
 }  // namespace
@@ -241,47 +280,47 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
                         internal::DecodeBroadcastSkeleton(root_skeleton.all[options.root]));
 
   // 2. Match against the local leaves; plan targets; agree (one collective).
-  absl::StatusOr<internal::MutableLeaves> leaves_or =
-      internal::CollectMutableLeaves(local);
+  absl::StatusOr<internal::MutableLeaves> leaves_or = internal::CollectMutableLeaves(local);
   absl::Status local_error = leaves_or.status();
   internal::MutableLeaves leaves;
   if (leaves_or.ok()) leaves = *std::move(leaves_or);
-  internal::AgreementDescriber describe;
-  AgreementSkeleton skeleton;
-  absl::flat_hash_map<absl::string_view, size_t> by_path;
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    skeleton.emplace_back(leaves[i].path, describe(*leaves[i].value));
-    by_path.emplace(leaves[i].path, i);
+  const auto path_of = [](const auto& x) { return x.path; };
+  // leaf_of[e]: the local leaf entry e goes to (-1: none); matched[j]: leaf j is named.
+  const std::vector<int64_t> leaf_of = internal::MatchPaths(entries, leaves, path_of);
+  std::vector<bool> matched(leaves.size(), false);
+  for (int64_t j : leaf_of) {
+    if (j >= 0) matched[static_cast<size_t>(j)] = true;
   }
   BroadcastResult result;
-  absl::flat_hash_set<absl::string_view> checkpoint_paths;
   std::vector<std::unique_ptr<internal::LocalTarget>> targets;
   std::vector<internal::PlannedTensor> planned;
   std::vector<const Tensor*> sources;
   std::vector<internal::LocalTarget*> target_of;
   std::vector<DType> dtypes;
   std::vector<std::pair<internal::MutableLeaf*, const Value*>> inline_writes;
+  targets.reserve(entries.size());
+  internal::LocalTargetRules rules;
+  rules.rank = comm.rank();
+  rules.mesh_ranks = comm.size();
+  rules.device = device;
+  rules.allocate = !device.is_cpu();  // CPU: one arena for the call, below
   size_t tensor_index = 0;
-  for (const internal::SkeletonEntry& entry : entries) {
-    checkpoint_paths.insert(entry.path);
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const internal::SkeletonEntry& entry = entries[e];
     const size_t this_tensor = entry.is_tensor ? tensor_index++ : 0;
-    const auto it = by_path.find(entry.path);
-    if (it == by_path.end()) {
-      result.unexpected_keys.push_back(entry.path);
+    if (leaf_of[e] < 0) {
+      result.unexpected_keys.emplace_back(entry.path);
       continue;
     }
+    internal::MutableLeaf& leaf = leaves[static_cast<size_t>(leaf_of[e])];
     if (!entry.is_tensor) {
-      inline_writes.emplace_back(&leaves[it->second], &entry.value);
+      inline_writes.emplace_back(&leaf, &entry.value);
       continue;
     }
     // A None local takes nothing, as in PyTorch's _broadcast_tensors.
-    if (!local_error.ok() || leaves[it->second].value->is_none()) continue;
-    internal::LocalTargetRules rules;
-    rules.rank = comm.rank();
-    rules.mesh_ranks = comm.size();
-    rules.device = device;
+    if (!local_error.ok() || leaf.value->is_none()) continue;
     absl::StatusOr<internal::LocalTarget> target =
-        internal::PlanLocalTarget(entry.path, entry.dtype, entry.shape, leaves[it->second], rules);
+        internal::PlanLocalTarget(entry.path, entry.dtype, entry.shape, leaf, rules);
     if (!target.ok()) {
       local_error = target.status();
       continue;
@@ -292,10 +331,25 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     target_of.push_back(targets.back().get());
     dtypes.push_back(entry.dtype);
   }
-  for (const internal::MutableLeaf& leaf : leaves) {
-    if (!checkpoint_paths.contains(leaf.path)) result.missing_keys.emplace_back(leaf.path);
+  if (local_error.ok()) local_error = AllocateFreshTargets(targets);
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    if (!matched[j]) result.missing_keys.emplace_back(leaves[j].path);
   }
-  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, "", skeleton, local_error, &stats));
+  // The leaves are hashed; their text is written only if the ranks disagree.
+  internal::SkeletonHasher hasher;
+  for (const internal::MutableLeaf& leaf : leaves) hasher.Add(leaf.path, *leaf.value);
+  HashedSkeleton skeleton;
+  skeleton.hash = hasher.Digest();
+  skeleton.build = [&leaves] {
+    internal::AgreementDescriber describe;
+    AgreementSkeleton text;
+    text.reserve(leaves.size());
+    for (const internal::MutableLeaf& leaf : leaves) {
+      text.emplace_back(leaf.path, describe(*leaf.value));
+    }
+    return text;
+  };
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(comm, kOp, "", skeleton, local_error, &stats));
 
   // 3. Data, then the local tree.
   const std::vector<internal::Bucket> buckets =
@@ -309,9 +363,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   for (auto& [leaf, value] : inline_writes) *leaf->value = *value;
   if (options.strict) {
     std::vector<bool> erase(leaves.size());
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      erase[i] = !checkpoint_paths.contains(leaves[i].path);
-    }
+    for (size_t i = 0; i < leaves.size(); ++i) erase[i] = !matched[i];
     internal::EraseLeaves(leaves, erase);
   }
   return result;

@@ -215,28 +215,52 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, co
   });
 }
 
-absl::Status CopyRunsPacked(const Tensor& box, IntSpan origin, void* packed, IntSpan packed_shape,
-                            const ShardRuns& runs, bool to_local) {
-  const int ndim = box.dim();
+namespace {
+
+// The checks of the packed overloads: a CPU tensor of whole-byte elements, ranks that
+// agree, and no zero stride in a tensor that is written.
+absl::Status CheckPacked(const Tensor& t, IntSpan packed_shape, IntSpan origin,
+                         const ShardRuns& runs, bool tensor_written) {
+  const int ndim = t.dim();
   if (static_cast<int>(packed_shape.size()) != ndim || static_cast<int>(runs.size()) != ndim ||
-      static_cast<int>(origin.size()) != ndim || !box.device().is_cpu() ||
-      IsSubByte(box.dtype())) {
+      static_cast<int>(origin.size()) != ndim || !t.device().is_cpu() || IsSubByte(t.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CopyRunsPacked: box ", box.ToString(), " (a CPU tensor of whole-byte elements) and a ",
-        packed_shape.size(), "-d packed piece need the rank of the ", runs.size(),
+        "CopyRuns: ", t.ToString(), " (a CPU tensor of whole-byte elements) and a ",
+        packed_shape.size(), "-d packed block need the rank of the ", runs.size(),
         " dims of runs and the ", origin.size(), " of the origin"));
   }
-  const IntVector packed_strides = ContiguousStrides(packed_shape);
+  if (tensor_written &&
+      std::any_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s == 0; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopyRuns: destination ", t.ToString(), " has a zero stride"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CopyRuns(const Tensor& box, IntSpan origin, const PackedBlock& local,
+                      const ShardRuns& runs, bool to_local) {
+  SDRT_RETURN_IF_ERROR(CheckPacked(box, local.shape, origin, runs, !to_local));
+  const IntVector packed_strides = ContiguousStrides(local.shape);
   Side b{box.shape(), box.strides(), static_cast<char*>(box.data_ptr()), DescribeTensor, &box};
-  Side l{packed_shape, packed_strides, static_cast<char*>(packed), DescribePacked, &packed_shape};
+  Side l{local.shape, packed_strides, static_cast<char*>(local.data), DescribePacked,
+         &local.shape};
   SDRT_RETURN_IF_ERROR(CheckRuns(b, origin, l, runs));
   if (RunsNumel(runs) == 0) return absl::OkStatus();
-  if (!to_local && std::any_of(box.strides().begin(), box.strides().end(),
-                               [](int64_t s) { return s == 0; })) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CopyRunsPacked: destination ", box.ToString(), " has a zero stride"));
-  }
   return HostCopyRuns(b, origin, l, ElementAlignment(box.dtype()), runs, to_local);
+}
+
+absl::Status CopyRuns(const PackedBlock& box, IntSpan origin, const Tensor& local,
+                      const ShardRuns& runs, bool to_local) {
+  SDRT_RETURN_IF_ERROR(CheckPacked(local, box.shape, origin, runs, to_local));
+  const IntVector packed_strides = ContiguousStrides(box.shape);
+  Side b{box.shape, packed_strides, static_cast<char*>(box.data), DescribePacked, &box.shape};
+  Side l{local.shape(), local.strides(), static_cast<char*>(local.data_ptr()), DescribeTensor,
+         &local};
+  SDRT_RETURN_IF_ERROR(CheckRuns(b, origin, l, runs));
+  if (RunsNumel(runs) == 0) return absl::OkStatus();
+  return HostCopyRuns(b, origin, l, ElementAlignment(local.dtype()), runs, to_local);
 }
 
 }  // namespace sdrt

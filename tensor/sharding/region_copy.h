@@ -71,14 +71,23 @@ int64_t RunsNumel(const ShardRuns& runs);
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
                       bool to_local, bool non_blocking = false, StreamHandle stream = nullptr);
 
-// CopyRuns where the local side is `packed`: host memory holding the shard contiguously
-// (row-major) as `packed_shape` elements of box's dtype, e.g. a piece's slot in a
-// gathered or broadcast bucket. `box` must be a CPU tensor of whole-byte elements; no
-// tensor is made for the packed side. The same checks as CopyRuns (InvalidArgument for a
-// run outside either side, mismatched ranks, a CUDA or sub-byte box, and a box with a
-// zero stride when it is written).
-absl::Status CopyRunsPacked(const Tensor& box, IntSpan origin, void* packed, IntSpan packed_shape,
-                            const ShardRuns& runs, bool to_local);
+// A block of host memory holding elements contiguously (row-major) as `shape`, of the
+// dtype of the tensor it is copied to or from: e.g. a piece's slot in a gathered or
+// broadcast bucket, which the overloads below copy without making a tensor of it.
+struct PackedBlock {
+  void* data = nullptr;
+  IntSpan shape;
+};
+
+// CopyRuns with one side a PackedBlock: the local side (gather's unpacking, broadcast's
+// packing) or the box (broadcast's slicing). The tensor must be a CPU tensor of whole-byte
+// elements. The same checks as CopyRuns: InvalidArgument for a run outside either side,
+// ranks that differ, a CUDA or sub-byte tensor, and a tensor with a zero stride when it is
+// written.
+absl::Status CopyRuns(const Tensor& box, IntSpan origin, const PackedBlock& local,
+                      const ShardRuns& runs, bool to_local);
+absl::Status CopyRuns(const PackedBlock& box, IntSpan origin, const Tensor& local,
+                      const ShardRuns& runs, bool to_local);
 
 }  // namespace sdrt
 

@@ -1,5 +1,6 @@
 // libFuzzer target: the skeleton a broadcast root sends (DecodeBroadcastSkeleton,
-// core/distributed/internal/broadcast_skeleton.h): a peer's CBOR bytes, never trusted.
+// core/distributed/internal/broadcast_skeleton.h): a peer's bytes (binary words, inline
+// values as CBOR), never trusted.
 // Decoding returns entries or InvalidArgument; it never throws or crashes.
 #include <cstddef>
 #include <cstdint>

@@ -1,10 +1,13 @@
 #include "sdrt/core/distributed/internal/broadcast_skeleton.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/status_macros.h"
@@ -67,6 +70,15 @@ bool IsBoundedCbor(absl::string_view bytes) {
   }
   return at == bytes.size();
 }
+
+// The format: [version][entry count], then per entry [path] and [kind], a tensor entry
+// followed by [dtype][ndim][extent]..., an inline one by [its CBOR] (byte_codec.h words and
+// strings).
+constexpr uint64_t kSkeletonVersion = 1;
+constexpr uint64_t kTensorEntry = 0;
+constexpr uint64_t kInlineEntry = 1;
+// More dims than any tensor a checkpoint holds.
+constexpr uint64_t kMaxSkeletonDims = 64;
 
 absl::Status Malformed(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("broadcast skeleton: ", what));
@@ -160,59 +172,76 @@ absl::StatusOr<Value> DecodeInline(const json& j) {
 
 absl::StatusOr<std::string> EncodeBroadcastSkeleton(const Map& full, std::vector<Tensor>* tensors) {
   SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(full));
-  json entries = json::array();
+  std::string out;
+  out.reserve(16 + leaves.size() * 64);
+  PutU64(&out, kSkeletonVersion);
+  PutU64(&out, leaves.size());
   for (const Leaf& leaf : leaves) {
     const Value& v = *leaf.value;
+    PutString(&out, leaf.path);
     if (v.kind() == ValueKind::kTensor && v.as_tensor().dim() > 0) {
       const Tensor& t = v.as_tensor();
       if (t.device().is_meta()) {
         return absl::FailedPreconditionError(
             absl::StrCat("'", leaf.path, "': the full state dict holds a meta tensor (no data)"));
       }
-      json shape = json::array();
-      for (int64_t s : t.shape()) shape.push_back(s);
-      entries.push_back({{"p", leaf.path}, {"d", std::string(DTypeName(t.dtype()))}, {"s", shape}});
+      PutU64(&out, kTensorEntry);
+      PutU64(&out, static_cast<uint64_t>(t.dtype()));
+      PutU64(&out, t.shape().size());
+      for (int64_t extent : t.shape()) PutU64(&out, static_cast<uint64_t>(extent));
       tensors->push_back(t);
       continue;
     }
     SDRT_ASSIGN_OR_RETURN(json encoded, EncodeInline(leaf.path, v));
-    entries.push_back({{"p", leaf.path}, {"i", std::move(encoded)}});
+    PutU64(&out, kInlineEntry);
+    PutString(&out, ToBytes(encoded));
   }
-  return ToBytes(json{{"entries", std::move(entries)}});
+  return out;
 }
 
-absl::StatusOr<std::vector<SkeletonEntry>> DecodeBroadcastSkeleton(const std::string& bytes) {
-  if (!IsBoundedCbor(bytes)) return Malformed("not CBOR");
-  const json j = json::from_cbor(bytes, /*strict=*/true, /*allow_exceptions=*/false);
-  const json* listed = Field(j, "entries");
-  if (j.is_discarded() || listed == nullptr || !listed->is_array()) return Malformed("not CBOR");
-  std::vector<SkeletonEntry> entries;
-  entries.reserve(listed->size());
-  for (const json& e : *listed) {
-    SkeletonEntry entry;
-    if (!StringField(e, "p", &entry.path)) return Malformed("an entry without a path");
-    if (const json* inline_value = Field(e, "i"); inline_value != nullptr) {
-      SDRT_ASSIGN_OR_RETURN(entry.value, DecodeInline(*inline_value));
-      entries.push_back(std::move(entry));
+absl::StatusOr<std::vector<SkeletonEntry>> DecodeBroadcastSkeleton(absl::string_view bytes) {
+  ByteReader reader(bytes);
+  uint64_t version = 0;
+  uint64_t count = 0;
+  // Every entry takes three words at least (a path's length, its kind, one more).
+  if (!reader.U64(&version) || version != kSkeletonVersion ||
+      !reader.Bounded(reader.Remaining() / (3 * sizeof(uint64_t)), &count)) {
+    return Malformed("not a broadcast skeleton");
+  }
+  std::vector<SkeletonEntry> entries(static_cast<size_t>(count));
+  for (SkeletonEntry& entry : entries) {
+    uint64_t kind = 0;
+    if (!reader.View(&entry.path) || !reader.U64(&kind)) return Malformed("a truncated entry");
+    if (kind == kInlineEntry) {
+      absl::string_view cbor;
+      if (!reader.View(&cbor) || !IsBoundedCbor(cbor)) {
+        return Malformed(absl::StrCat("'", entry.path, "' has a malformed inline value"));
+      }
+      const json j = json::from_cbor(cbor, /*strict=*/true, /*allow_exceptions=*/false);
+      if (j.is_discarded()) {
+        return Malformed(absl::StrCat("'", entry.path, "' has a malformed inline value"));
+      }
+      SDRT_ASSIGN_OR_RETURN(entry.value, DecodeInline(j));
       continue;
     }
-    entry.is_tensor = true;
-    std::string dtype_name;
-    const json* shape = Field(e, "s");
-    if (!StringField(e, "d", &dtype_name) || shape == nullptr || !shape->is_array()) {
+    uint64_t dtype = 0;
+    uint64_t ndim = 0;
+    if (kind != kTensorEntry || !reader.Bounded(kNumDTypes - 1, &dtype) ||
+        !reader.Bounded(std::min<uint64_t>(kMaxSkeletonDims, reader.Remaining() / 8), &ndim)) {
       return Malformed(absl::StrCat("'", entry.path, "' has no dtype or shape"));
     }
-    absl::StatusOr<DType> dtype = DTypeFromName(dtype_name);
-    if (!dtype.ok()) return Malformed(dtype.status().message());
-    entry.dtype = *dtype;
-    for (const json& s : *shape) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+    entry.is_tensor = true;
+    entry.dtype = static_cast<DType>(dtype);
+    entry.shape.resize(static_cast<size_t>(ndim));
+    for (int64_t& extent : entry.shape) {
+      uint64_t e = 0;
+      if (!reader.Bounded(static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), &e)) {
         return Malformed(absl::StrCat("'", entry.path, "' has a bad shape"));
       }
-      entry.shape.push_back(s.get<int64_t>());
+      extent = static_cast<int64_t>(e);
     }
-    entries.push_back(std::move(entry));
   }
+  if (!reader.AtEnd()) return Malformed("trailing bytes");
   return entries;
 }
 

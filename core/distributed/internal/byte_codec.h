@@ -43,6 +43,14 @@ class ByteReader {
     rest_.remove_prefix(static_cast<size_t>(n));
     return true;
   }
+  // A string as a view of the input (no copy; valid while the input is).
+  bool View(absl::string_view* s) {
+    uint64_t n = 0;
+    if (!U64(&n) || n > rest_.size()) return false;
+    *s = rest_.substr(0, static_cast<size_t>(n));
+    rest_.remove_prefix(static_cast<size_t>(n));
+    return true;
+  }
   size_t Remaining() const { return rest_.size(); }
   bool AtEnd() const { return rest_.empty(); }
 

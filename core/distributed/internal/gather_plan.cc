@@ -403,9 +403,8 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
         SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(piece.shape));
         SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(item.dtype, numel));
         if (host) {
-          SDRT_RETURN_IF_ERROR(CopyRunsPacked(full, origin,
-                                              static_cast<char*>(source.data_ptr()) + at,
-                                              piece.shape, piece.runs, /*to_local=*/false));
+          const PackedBlock slot{static_cast<char*>(source.data_ptr()) + at, piece.shape};
+          SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, slot, piece.runs, /*to_local=*/false));
         } else {
           SDRT_ASSIGN_OR_RETURN(const Tensor view, ByteView(source, at, item.dtype, piece.shape));
           SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, view, piece.runs, /*to_local=*/false));

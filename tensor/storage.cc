@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/tensor/internal/cpu_block_cache.h"
 
 namespace sdrt {
 namespace {
@@ -86,6 +87,28 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, in
         absl::StrCat("AllocateCpu: cannot allocate ", nbytes, " bytes"));
   }
   const int64_t rounded = (nbytes + alignment - 1) / alignment * alignment;
+  if (huge && alignment == kHugePage) {
+    // A block a released storage left in the cache (pages already mapped), or a new one;
+    // either goes back to the cache when this storage is released.
+    internal::CpuBlockCache& cache = internal::CpuBlockCache::Get();
+    int64_t size = 0;
+    void* data = cache.Take(rounded, &size);
+    if (data == nullptr) {
+      size = rounded;
+      data = std::aligned_alloc(static_cast<size_t>(alignment), static_cast<size_t>(rounded));
+      if (data == nullptr) {
+        cache.Release();  // what the cache holds may be what is missing
+        data = std::aligned_alloc(static_cast<size_t>(alignment), static_cast<size_t>(rounded));
+      }
+      if (data == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("AllocateCpu: cannot allocate ", nbytes, " bytes"));
+      }
+      ::madvise(data, static_cast<size_t>(rounded), MADV_HUGEPAGE);  // a hint only
+    }
+    return Wrap(data, nbytes, Device::CPU(), StorageKind::kCpu,
+                [size](void* p) { internal::CpuBlockCache::Get().Give(p, size); });
+  }
   void* data = std::aligned_alloc(static_cast<size_t>(alignment), static_cast<size_t>(rounded));
   if (data == nullptr) {
     return absl::ResourceExhaustedError(
@@ -94,6 +117,11 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, in
   if (huge) ::madvise(data, static_cast<size_t>(rounded), MADV_HUGEPAGE);  // a hint only
   return Wrap(data, nbytes, Device::CPU(), StorageKind::kCpu, [](void* p) { std::free(p); });
 }
+
+int64_t Storage::CachedCpuBytes() { return internal::CpuBlockCache::Get().cached_bytes(); }
+int64_t Storage::CpuCacheLimit() { return internal::CpuBlockCache::Get().limit(); }
+void Storage::SetCpuCacheLimit(int64_t bytes) { internal::CpuBlockCache::Get().SetLimit(bytes); }
+int64_t Storage::ReleaseCpuCache() { return internal::CpuBlockCache::Get().Release(); }
 
 absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateShared(int64_t nbytes) {
   if (nbytes < 0) {

@@ -48,6 +48,12 @@ class Storage {
   // Uninitialised CPU memory of `nbytes` bytes aligned to `alignment` (a power of two).
   // nbytes == 0 gives a storage with a null data pointer. ResourceExhausted when the
   // allocation fails, InvalidArgument for negative sizes or a bad alignment.
+  // Blocks of 2 MiB and more start on a 2 MiB boundary with a transparent-huge-page hint,
+  // and come from the process's CPU cache: when such a storage is released its block is
+  // kept (up to CpuCacheLimit() bytes in all, the largest evicted first) and reused by the
+  // next allocation of the same size up to 5/4 of it, whose pages are then already mapped
+  // (a repeated gather, broadcast or weight sync touches no fresh pages). The memory stays
+  // the process's until ReleaseCpuCache() or SetCpuCacheLimit(0).
   static absl::StatusOr<std::shared_ptr<Storage>> AllocateCpu(
       int64_t nbytes, int64_t alignment = kDefaultAlignment);
 
@@ -68,6 +74,15 @@ class Storage {
   // General constructor used by allocators outside tensor/ (cuda/, the file reader).
   static std::shared_ptr<Storage> Wrap(void* data, int64_t nbytes, Device device, StorageKind kind,
                                        Release release);
+
+  // The CPU cache above: the bytes it holds now, its limit (default 1 GiB, or an eighth of
+  // the machine's memory when less), a new limit (0 disables it; cached blocks beyond the
+  // limit are freed at once), and freeing everything it holds (returns the bytes freed).
+  // Thread-safe.
+  static int64_t CachedCpuBytes();
+  static int64_t CpuCacheLimit();
+  static void SetCpuCacheLimit(int64_t bytes);
+  static int64_t ReleaseCpuCache();
 
   ~Storage();
   Storage(const Storage&) = delete;

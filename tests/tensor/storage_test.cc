@@ -33,6 +33,53 @@ TEST(Storage, CpuAllocationIsAlignedAndSized) {
   EXPECT_THAT(Storage::AllocateCpu(16, 48).status().message(), HasSubstr("power of two"));
 }
 
+// Blocks of 2 MiB and more come back from the CPU cache: the same memory, already mapped,
+// for the next allocation of the same size (up to 5/4 of it), until the cache is released
+// or its limit set to 0; smaller ones are never cached.
+TEST(Storage, LargeCpuBlocksAreReusedFromTheCache) {
+  Storage::ReleaseCpuCache();
+  const int64_t saved_limit = Storage::CpuCacheLimit();
+  Storage::SetCpuCacheLimit(int64_t{64} << 20);
+  constexpr int64_t kBlock = int64_t{4} << 20;
+  void* first = nullptr;
+  {
+    std::shared_ptr<Storage> s = *Storage::AllocateCpu(kBlock);
+    first = s->data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % (uintptr_t{2} << 20), 0u);
+    EXPECT_EQ(Storage::CachedCpuBytes(), 0);
+  }
+  EXPECT_EQ(Storage::CachedCpuBytes(), kBlock);
+  {
+    // A little smaller still fits the cached block; a much smaller one does not.
+    std::shared_ptr<Storage> small = *Storage::AllocateCpu(kBlock / 2);
+    EXPECT_NE(small->data(), first);
+    std::shared_ptr<Storage> again = *Storage::AllocateCpu(kBlock - 4096);
+    EXPECT_EQ(again->data(), first);
+    EXPECT_EQ(again->nbytes(), kBlock - 4096);
+    EXPECT_EQ(Storage::CachedCpuBytes(), 0);
+  }
+  EXPECT_EQ(Storage::CachedCpuBytes(), kBlock + kBlock / 2);
+  EXPECT_EQ(Storage::ReleaseCpuCache(), kBlock + kBlock / 2);
+  EXPECT_EQ(Storage::CachedCpuBytes(), 0);
+  {
+    std::shared_ptr<Storage> below = *Storage::AllocateCpu((int64_t{2} << 20) - 1);
+  }
+  EXPECT_EQ(Storage::CachedCpuBytes(), 0);  // under 2 MiB: freed, not cached
+  Storage::SetCpuCacheLimit(0);
+  {
+    std::shared_ptr<Storage> s = *Storage::AllocateCpu(kBlock);
+  }
+  EXPECT_EQ(Storage::CachedCpuBytes(), 0);  // the cache is off
+  Storage::SetCpuCacheLimit(kBlock);
+  {
+    std::shared_ptr<Storage> a = *Storage::AllocateCpu(kBlock);
+    std::shared_ptr<Storage> b = *Storage::AllocateCpu(kBlock);
+  }
+  EXPECT_EQ(Storage::CachedCpuBytes(), kBlock);  // the limit holds one of the two
+  Storage::SetCpuCacheLimit(saved_limit);
+  Storage::ReleaseCpuCache();
+}
+
 TEST(Storage, SharedMemoryIsNamedVisibleAndUnlinkedOnRelease) {
   std::string name;
   {

@@ -150,14 +150,17 @@ class Communicator {
   // each with its own messages (either list may be empty), so that the deadline and the
   // roll call see every rank. Messages between two ranks pair up in order: the k-th send
   // from rank A to rank B fills the k-th receive on B from A, which must have the same
-  // byte count; a rank may send to itself (the pairs are copied). Buffers must not overlap
-  // one another. InvalidArgument, before anything is sent, for a peer outside [0, size()),
+  // byte count; a rank may send to itself (the pairs are copied). One send buffer may serve
+  // several sends (the same bytes to several peers); a receive buffer must overlap no other
+  // buffer. InvalidArgument, before anything is sent, for a peer outside [0, size()),
   // a negative byte count, a null buffer with bytes > 0, or sends to self and receives from
   // self that differ in number or sizes; a mismatch between two ranks is the backend's
   // error (MPI_ERR_TRUNCATE) or a deadline. Unimplemented on a backend without
   // point-to-point.
   absl::Status Exchange(absl::Span<const SendMessage> sends,
                         absl::Span<const ReceiveMessage> receives);
+  // Whether this backend implements Exchange (MPI, NCCL and the self communicator do).
+  virtual bool SupportsExchange() const { return false; }
 
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}

@@ -80,6 +80,7 @@ class MpiCommunicator final : public Communicator {
   absl::StatusOr<std::unique_ptr<MpiCommunicator>> SplitShared();
 
   absl::string_view backend() const override { return "mpi"; }
+  bool SupportsExchange() const override { return true; }
   Device device() const override { return Device::CPU(); }
 
   // The largest single MPI message, in bytes (default INT_MAX, MPI's count limit); larger

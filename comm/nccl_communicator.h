@@ -159,6 +159,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override;
 
   absl::string_view backend() const override { return "nccl"; }
+  bool SupportsExchange() const override { return true; }
   Device device() const override { return Device::CUDA(device_); }
   // The stream the collectives run on (a cudaStream_t).
   StreamHandle stream() const { return stream_; }

@@ -30,6 +30,7 @@ class SelfCommunicator final : public Communicator {
   SelfCommunicator() : Communicator(/*rank=*/0, /*size=*/1) {}
 
   absl::string_view backend() const override { return "self"; }
+  bool SupportsExchange() const override { return true; }
   Device device() const override { return Device::CPU(); }
 
  protected:

@@ -20,6 +20,7 @@
 #include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/core/distributed/internal/default_comm.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
+#include "sdrt/core/distributed/internal/gather_exchange.h"
 #include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
@@ -252,11 +253,17 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
 
   // 3. The full tensors made on the CPU share one allocation (one arena for the call, not
   // one allocation per tensor); buckets of consecutive items, at most bucket_bytes
-  // gathered each (one item alone may exceed it), one all-gather-v each.
+  // gathered each (one item alone may exceed it), each one collective: on a CPU
+  // communicator a grouped exchange that moves pieces straight into place and only to the
+  // ranks that keep (internal/gather_exchange.h), else an all-gather-v of packed pieces.
   // With cpu_offload on a GPU communicator each bucket comes to the host through one pinned
   // buffer, reused from bucket to bucket (internal::GatherBucket).
   std::vector<Tensor> fulls(items.size());
   if (keep) SDRT_RETURN_IF_ERROR(AllocateCpuFulls(items, fulls));
+  std::vector<bool> keeps(static_cast<size_t>(comm.size()), options.ranks_only.empty());
+  for (int r : options.ranks_only) {
+    if (r >= 0 && r < comm.size()) keeps[static_cast<size_t>(r)] = true;
+  }
   const int64_t total_bytes = internal::GatheredBytes(items);
   std::shared_ptr<Storage> pinned_staging;
   const auto buckets = internal::BucketItems(items, options.bucket_bytes);
@@ -270,9 +277,12 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       bucket.push_back(&items[i]);
       bucket_fulls.push_back(std::move(fulls[i]));
     }
-    if (absl::Status gathered = internal::GatherBucket(comm, bucket, comm.device(), keep,
-                                                       bucket_fulls, &stats, &pinned_staging);
-        !gathered.ok()) {
+    absl::Status gathered =
+        internal::CanExchangeBucket(comm, bucket)
+            ? internal::GatherBucketByExchange(comm, bucket, keeps, bucket_fulls, &stats)
+            : internal::GatherBucket(comm, bucket, comm.device(), keep, bucket_fulls, &stats,
+                                     &pinned_staging);
+    if (!gathered.ok()) {
       // Which bucket, so that a timeout or a failed rank can be placed in the run.
       return absl::Status(gathered.code(),
                           absl::StrCat("bucket ", b + 1, " of ", buckets.size(), " (", end - begin,

@@ -173,7 +173,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int
 absl::Status Communicator::Barrier() { return DoBarrier(); }
 
 absl::Status Communicator::Exchange(absl::Span<const SendMessage> sends,
-                                    absl::Span<const ReceiveMessage> receives) {
+                                    absl::Span<const ReceiveMessage> receives,
+                                    const LocalWork& overlap) {
   constexpr absl::string_view kOp = "exchange";
   const auto check = [&](absl::string_view what, size_t i, int peer, const void* data,
                          int64_t bytes) -> absl::Status {
@@ -206,11 +207,12 @@ absl::Status Communicator::Exchange(absl::Span<const SendMessage> sends,
                                                    " sends to self but ", from_self,
                                                    " receives from self"));
   }
-  return DoExchange(sends, receives);
+  return DoExchange(sends, receives, overlap);
 }
 
 absl::Status Communicator::DoExchange(absl::Span<const SendMessage> /*sends*/,
-                                      absl::Span<const ReceiveMessage> /*receives*/) {
+                                      absl::Span<const ReceiveMessage> /*receives*/,
+                                      const LocalWork& /*overlap*/) {
   return absl::UnimplementedError(
       absl::StrCat(Where("exchange"), ": the ", backend(), " backend has no point-to-point"));
 }

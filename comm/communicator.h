@@ -157,8 +157,14 @@ class Communicator {
   // self that differ in number or sizes; a mismatch between two ranks is the backend's
   // error (MPI_ERR_TRUNCATE) or a deadline. Unimplemented on a backend without
   // point-to-point.
+  // `overlap`, when given, runs on the calling thread while the messages move (after every
+  // send and receive is posted, before waiting for them: e.g. a rank copying its own
+  // pieces into place meanwhile); its error is returned once the messages are done, after
+  // the exchange's own.
+  using LocalWork = std::function<absl::Status()>;
   absl::Status Exchange(absl::Span<const SendMessage> sends,
-                        absl::Span<const ReceiveMessage> receives);
+                        absl::Span<const ReceiveMessage> receives,
+                        const LocalWork& overlap = nullptr);
   // Whether this backend implements Exchange (MPI, NCCL and the self communicator do).
   virtual bool SupportsExchange() const { return false; }
 
@@ -181,8 +187,10 @@ class Communicator {
   virtual absl::Status DoBarrier() = 0;
   // Entered on every call of Exchange, even with no messages (see Exchange), with valid
   // peers and sizes. The default is Unimplemented.
+  // `overlap` may be empty.
   virtual absl::Status DoExchange(absl::Span<const SendMessage> sends,
-                                  absl::Span<const ReceiveMessage> receives);
+                                  absl::Span<const ReceiveMessage> receives,
+                                  const LocalWork& overlap);
 
   // AllGatherBytes in terms of a backend's all-gather-v of host bytes (`gather_host`
   // takes output, input and per-rank byte counts): one exchange of the lengths, then one

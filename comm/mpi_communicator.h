@@ -101,7 +101,8 @@ class MpiCommunicator final : public Communicator {
   absl::Status DoBarrier() override;
   // comm/mpi_exchange.cc.
   absl::Status DoExchange(absl::Span<const SendMessage> sends,
-                          absl::Span<const ReceiveMessage> receives) override;
+                          absl::Span<const ReceiveMessage> receives,
+                          const LocalWork& overlap) override;
 
  private:
   // Handle is MPI_Comm, stored as an integer-sized opaque value so mpi.h stays private:

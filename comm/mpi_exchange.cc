@@ -24,7 +24,8 @@ int64_t Pieces(int64_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; 
 }  // namespace
 
 absl::Status MpiCommunicator::DoExchange(absl::Span<const SendMessage> sends,
-                                         absl::Span<const ReceiveMessage> receives) {
+                                         absl::Span<const ReceiveMessage> receives,
+                                         const LocalWork& overlap) {
   constexpr absl::string_view kOp = "exchange";
   SDRT_RETURN_IF_ERROR(Begin(kOp));
   const MPI_Comm comm = internal::ToComm(comm_);
@@ -50,7 +51,11 @@ absl::Status MpiCommunicator::DoExchange(absl::Span<const SendMessage> sends,
                                          kExchangeTag, comm, &requests.back()));
     }
   }
-  return Await(kOp, requests.data(), static_cast<int>(requests.size()));
+  // The local work runs while MPI moves the messages (a peer pulling from this rank's
+  // buffers needs nothing of this thread); the messages are waited for whatever it gives.
+  const absl::Status local = overlap ? overlap() : absl::OkStatus();
+  SDRT_RETURN_IF_ERROR(Await(kOp, requests.data(), static_cast<int>(requests.size())));
+  return local;
 }
 
 }  // namespace sdrt

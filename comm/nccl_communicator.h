@@ -176,7 +176,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status DoBarrier() override;
   // comm/nccl_exchange.cc.
   absl::Status DoExchange(absl::Span<const SendMessage> sends,
-                          absl::Span<const ReceiveMessage> receives) override;
+                          absl::Span<const ReceiveMessage> receives,
+                          const LocalWork& overlap) override;
   bool StagesCpuTensors() const override { return true; }
 
  private:

@@ -15,7 +15,8 @@
 namespace sdrt {
 
 absl::Status NcclCommunicator::DoExchange(absl::Span<const SendMessage> sends,
-                                          absl::Span<const ReceiveMessage> receives) {
+                                          absl::Span<const ReceiveMessage> receives,
+                                          const LocalWork& overlap) {
   constexpr absl::string_view kOp = "exchange";
   SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
   const Clock::time_point deadline = Deadline();
@@ -43,7 +44,10 @@ absl::Status NcclCommunicator::DoExchange(absl::Span<const SendMessage> sends,
     return internal::AbortedBy(Where(kOp), enqueued);
   }
   SDRT_RETURN_IF_ERROR(Settle(kOp, ended, "ncclGroupEnd", deadline));
-  return Wait(kOp, deadline);
+  // The messages are on the stream; the local work runs while they move.
+  const absl::Status local = overlap ? overlap() : absl::OkStatus();
+  SDRT_RETURN_IF_ERROR(Wait(kOp, deadline));
+  return local;
 }
 
 }  // namespace sdrt

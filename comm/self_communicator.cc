@@ -44,14 +44,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> SelfCommunicator::DoSplit(int colo
 absl::Status SelfCommunicator::DoBarrier() { return absl::OkStatus(); }
 
 absl::Status SelfCommunicator::DoExchange(absl::Span<const SendMessage> sends,
-                                          absl::Span<const ReceiveMessage> receives) {
+                                          absl::Span<const ReceiveMessage> receives,
+                                          const LocalWork& overlap) {
   // Communicator::Exchange has paired them: same number, same sizes, in order.
   for (size_t i = 0; i < receives.size(); ++i) {
     if (receives[i].bytes > 0 && receives[i].data != sends[i].data) {
       std::memmove(receives[i].data, sends[i].data, static_cast<size_t>(receives[i].bytes));
     }
   }
-  return absl::OkStatus();
+  return overlap ? overlap() : absl::OkStatus();
 }
 
 }  // namespace sdrt

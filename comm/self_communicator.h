@@ -45,7 +45,8 @@ class SelfCommunicator final : public Communicator {
   absl::Status DoBarrier() override;
   // Every message is to self: the k-th send is copied into the k-th receive.
   absl::Status DoExchange(absl::Span<const SendMessage> sends,
-                          absl::Span<const ReceiveMessage> receives) override;
+                          absl::Span<const ReceiveMessage> receives,
+                          const LocalWork& overlap) override;
 };
 
 }  // namespace sdrt

@@ -1,7 +1,9 @@
 // BroadcastStateDict (core/distributed/distributed_state_dict.h): the root's skeleton travels
 // with the agreement on the options (core/distributed/agreement.h), the ranks agree on
 // their local skeletons and plan the same buckets, then the tensor bytes travel bucket by
-// bucket, pipelined with packing on the root and slicing everywhere.
+// bucket: as a scatter of each rank's own pieces when every rank keeps only its pieces on
+// a CPU communicator (internal/broadcast_scatter.h), else broadcast whole, pipelined with
+// packing on the root and slicing everywhere.
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/broadcast_scatter.h"
 #include "sdrt/core/distributed/internal/broadcast_skeleton.h"
 #include "sdrt/core/distributed/internal/buckets.h"
 #include "sdrt/core/distributed/internal/default_comm.h"
@@ -56,16 +59,15 @@ absl::StatusOr<Tensor> Box(const Tensor& t, IntSpan begin, IntSpan end) {
 class BucketPipeline {
  public:
   BucketPipeline(Communicator& comm, int root, const std::vector<internal::Bucket>& buckets,
-                 const std::vector<const Tensor*>& sources,
-                 const std::vector<internal::LocalTarget*>& targets,
-                 const std::vector<DType>& dtypes, CollectiveStats& stats,
+                 const internal::ScatterTensors& tensors, CollectiveStats& stats,
                  const std::function<void(int64_t, int64_t)>& progress)
       : comm_(comm),
         root_(root),
         buckets_(buckets),
-        sources_(sources),
-        targets_(targets),
-        dtypes_(dtypes),
+        tensors_(tensors),
+        sources_(tensors.sources),
+        targets_(tensors.targets),
+        dtypes_(tensors.dtypes),
         stats_(stats),
         progress_(progress) {
     for (const internal::Bucket& b : buckets_) total_bytes_ += b.bytes;
@@ -73,6 +75,22 @@ class BucketPipeline {
 
   absl::Status Run(int64_t bucket_bytes) {
     if (buckets_.empty()) return absl::OkStatus();
+    // Every rank keeps only its own pieces: each bucket a scatter from the root.
+    if (std::all_of(buckets_.begin(), buckets_.end(), [&](const internal::Bucket& b) {
+          return internal::CanScatterBucket(comm_, b, tensors_);
+        })) {
+      for (size_t k = 0; k < buckets_.size(); ++k) {
+        if (absl::Status s = internal::ScatterBucket(comm_, root_, buckets_[k], tensors_, stats_);
+            !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("bucket ", k + 1, " of ", buckets_.size(),
+                                                     " (", buckets_[k].bytes,
+                                                     " bytes): ", s.message()));
+        }
+        done_bytes_ += buckets_[k].bytes;
+        if (progress_) progress_(done_bytes_, total_bytes_);
+      }
+      return absl::OkStatus();
+    }
     int64_t largest = 0;
     for (const internal::Bucket& b : buckets_) largest = std::max(largest, b.bytes);
     const bool pipelined =
@@ -201,6 +219,7 @@ class BucketPipeline {
   Communicator& comm_;
   int root_;
   const std::vector<internal::Bucket>& buckets_;
+  const internal::ScatterTensors& tensors_;
   const std::vector<const Tensor*>& sources_;
   const std::vector<internal::LocalTarget*>& targets_;
   const std::vector<DType>& dtypes_;
@@ -354,8 +373,8 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   // 3. Data, then the local tree.
   const std::vector<internal::Bucket> buckets =
       internal::PlanBuckets(planned, options.bucket_bytes);
-  BucketPipeline pipeline(comm, options.root, buckets, sources, target_of, dtypes, stats,
-                          options.progress);
+  const internal::ScatterTensors tensors{dtypes, target_of, sources, planned};
+  BucketPipeline pipeline(comm, options.root, buckets, tensors, stats, options.progress);
   SDRT_RETURN_IF_ERROR(pipeline.Run(options.bucket_bytes));
   for (std::unique_ptr<internal::LocalTarget>& target : targets) {
     SDRT_RETURN_IF_ERROR(Commit(*target, comm, options.cpu_offload));

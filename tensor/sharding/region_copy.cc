@@ -184,6 +184,21 @@ absl::Status HostCopyRuns(const Side& box, IntSpan origin, const Side& local, in
 
 }  // namespace
 
+int64_t ContiguousRangeOffset(IntSpan shape, const ShardRuns& runs, bool use_local) {
+  if (runs.size() != shape.size()) return -1;
+  int64_t offset = 0;
+  bool inner = false;  // past the first dim of more than one index
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (runs[d].size() != 1) return -1;
+    const IndexRun& r = runs[d][0];
+    const int64_t start = use_local ? r.local : r.global;
+    if (r.length <= 0 || (inner && (start != 0 || r.length != shape[d]))) return -1;
+    if (r.length != 1) inner = true;
+    offset = offset * shape[d] + start;
+  }
+  return offset;
+}
+
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
                       bool to_local, bool non_blocking, StreamHandle stream) {
   const int ndim = box.dim();

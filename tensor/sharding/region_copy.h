@@ -71,6 +71,13 @@ int64_t RunsNumel(const ShardRuns& runs);
 absl::Status CopyRuns(const Tensor& box, IntSpan origin, const Tensor& local, const ShardRuns& runs,
                       bool to_local, bool non_blocking = false, StreamHandle stream = nullptr);
 
+// The offset, in elements, of the first element `runs` cover in a row-major tensor of
+// `shape`, when they cover one contiguous range of it in the order of their own row-major
+// block (one run per dim, local indices from 0, every dim after the first one longer than
+// 1 whole); -1 otherwise (and for runs covering nothing). `use_local` takes the runs'
+// local indices instead of their global ones (the range in the shard's local tensor).
+int64_t ContiguousRangeOffset(IntSpan shape, const ShardRuns& runs, bool use_local = false);
+
 // A block of host memory holding elements contiguously (row-major) as `shape`, of the
 // dtype of the tensor it is copied to or from: e.g. a piece's slot in a gathered or
 // broadcast bucket, which the overloads below copy without making a tensor of it.

@@ -24,22 +24,6 @@ struct PieceRef {
   int64_t packed_at = 0;  // its offset in its rank's packed message
 };
 
-// The byte offset of `piece` in a full tensor of `shape` (row-major) when the piece is one
-// contiguous range of it, in the same order as the piece packs; else -1.
-int64_t ContiguousOffset(IntSpan shape, const GatherPiece& piece, int64_t elem) {
-  const size_t ndim = shape.size();
-  int64_t offset = 0;
-  bool inner = false;  // past the piece's first dim of more than one index
-  for (size_t d = 0; d < ndim; ++d) {
-    if (piece.runs[d].size() != 1 || piece.runs[d][0].local != 0) return -1;
-    const IndexRun& r = piece.runs[d][0];
-    if (inner && (r.global != 0 || r.length != shape[d])) return -1;
-    if (r.length != 1) inner = true;
-    offset = offset * shape[d] + r.global;
-  }
-  return offset * elem;
-}
-
 }  // namespace
 
 bool CanExchangeBucket(const Communicator& comm, absl::Span<GatherItem* const> bucket) {
@@ -71,8 +55,11 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
         SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(of_q[k].shape));
         SDRT_ASSIGN_OR_RETURN(ref.bytes, BytesForElements(item.dtype, numel));
         if (ref.bytes >= kDirectPieceBytes) {
-          ref.direct_at =
-              ContiguousOffset(item.global_shape, of_q[k], ElementAlignment(item.dtype));
+          // The piece packs in its local order, which is its order in the full tensor only
+          // when its local indices start at 0 on every dim.
+          const int64_t at = ContiguousRangeOffset(item.global_shape, of_q[k].runs);
+          const int64_t local_at = ContiguousRangeOffset(of_q[k].shape, of_q[k].runs, true);
+          if (at >= 0 && local_at == 0) ref.direct_at = at * ElementAlignment(item.dtype);
         }
         if (ref.direct_at < 0) {
           ref.packed_at = packed_bytes[q];
@@ -130,7 +117,7 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
     }
   }
 
-  // This rank's receives, and its own pieces copied into place.
+  // This rank's receives.
   Tensor received;
   std::vector<int64_t> base(static_cast<size_t>(size), 0);
   if (keep) {
@@ -150,13 +137,18 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
         receives.push_back({q, static_cast<char*>(fulls[p.item].data_ptr()) + p.direct_at, p.bytes});
       }
     }
+  }
+  // This rank's own pieces are copied into place while the messages move.
+  const auto own_pieces = [&]() -> absl::Status {
+    if (!keep) return absl::OkStatus();
     for (const PieceRef& p : of_rank(me)) {
       const Tensor& full = fulls[p.item];
       const IntVector origin(full.shape().size(), 0);
       SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, bucket[p.item]->sends[p.k], p.piece->runs,
                                     /*to_local=*/false));
     }
-  }
+    return absl::OkStatus();
+  };
 
   if (stats != nullptr) {
     ++stats->collectives;
@@ -165,7 +157,7 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
     stats->bytes += total;
     stats->largest_bucket_bytes = std::max(stats->largest_bucket_bytes, total);
   }
-  SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives));
+  SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives, own_pieces));
   if (!keep) return absl::OkStatus();
   for (const PieceRef& p : pieces) {
     if (p.rank == me || p.direct_at >= 0) continue;

@@ -1,4 +1,4 @@
-// `mpiexec -n N sdrt bench [--workload llama|small|minilm|FILE] [--ops gather,...]
+// `mpiexec -n N sdrt bench [--workload llama|small|tiny|minilm|FILE] [--ops gather,...]
 // [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--json]`: GatherStateDict,
 // BroadcastStateDict and DistributeStateDict over MPI on the CPU, each against one flat
 // MPI collective (or memcpy) of the same bytes in the same run, printed in nccl-tests'
@@ -164,7 +164,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("bench", what);
   cmd->add_option("--workload", args->workload,
                   "llama (291 Llama-3-8B tensors / 8, bf16, 239 MiB), small (10,000 f32 "
-                  "tensors, 20.8 MiB), minilm (scripts/fetch-model.sh's file), or a "
+                  "tensors, 20.8 MiB), tiny (small's 10,000 names, 8 f32 each: the per-tensor "
+                  "cost alone), minilm (scripts/fetch-model.sh's file), or a "
                   "safetensors file or Hugging Face folder (write ./llama for a file of that "
                   "name); every tensor Shard(0) over all ranks")
       ->capture_default_str();

@@ -55,6 +55,13 @@ std::vector<Spec> SmallSpecs() {
   return specs;
 }
 
+// small's names with 8 elements each (32 bytes): the per-tensor cost with next to no bytes.
+std::vector<Spec> TinySpecs() {
+  std::vector<Spec> specs = SmallSpecs();
+  for (Spec& s : specs) s.shape = {8};
+  return specs;
+}
+
 // Tensor `index`'s synthetic bytes into `t`.
 void Fill(Tensor& t, uint64_t index) {
   auto* out = static_cast<uint8_t*>(t.data_ptr());
@@ -127,6 +134,8 @@ absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name, int64_t
     SDRT_RETURN_IF_ERROR(Synthesize(LlamaSpecs(), max_tensors, &w));
   } else if (name == "small") {
     SDRT_RETURN_IF_ERROR(Synthesize(SmallSpecs(), max_tensors, &w));
+  } else if (name == "tiny") {
+    SDRT_RETURN_IF_ERROR(Synthesize(TinySpecs(), max_tensors, &w));
   } else if (name == "minilm") {
     const std::string path = MiniLmPath();
     struct stat st;
@@ -140,7 +149,7 @@ absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name, int64_t
     struct stat st;
     if (stat(name.c_str(), &st) != 0) {
       return absl::NotFoundError(absl::StrCat("--workload ", name, ": ", std::strerror(errno),
-                                              " (give llama, small, minilm or a safetensors "
+                                              " (give llama, small, tiny, minilm or a safetensors "
                                               "file or folder)"));
     }
     SDRT_RETURN_IF_ERROR(OpenFile(name, "--workload " + name, max_tensors, &w));

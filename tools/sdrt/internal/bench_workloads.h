@@ -8,6 +8,8 @@
 //             are 128 x 512, intermediate 1792, vocab 16032): bfloat16, 239.4 MiB;
 //   "small":  10,000 float32 1-D tensors of 64..1024 elements ("block.{i/100}.param{i%100}",
 //             element count 64 + (i * 7919) % 961), 20.8 MiB;
+//   "tiny":   small's names with 8 float32 elements each (313 KiB): the per-tensor cost
+//             of an operation with next to no bytes to move;
 //   "minilm": the real all-MiniLM-L6-v2 file where scripts/fetch-model.sh puts it;
 //   a path:   any safetensors file, Hugging Face folder or folder of safetensors files
 //             (CheckpointSource), mapped on every rank.
@@ -28,7 +30,7 @@
 namespace sdrt::cli {
 
 struct BenchWorkload {
-  std::string name;                // "llama", "small", "minilm" or the path given
+  std::string name;                // "llama", "small", "tiny", "minilm" or the path given
   std::vector<std::string> names;  // tensor names, in order
   std::vector<Tensor> full;        // the full tensors (contiguous, CPU), on every rank
   std::shared_ptr<const CheckpointSource> source;  // keeps a mapped file alive

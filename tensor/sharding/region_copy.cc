@@ -168,6 +168,36 @@ absl::Status ForEachBlock(IntSpan origin, const ShardRuns& runs, Block block) {
 // sides are dense), no tensor views made per block.
 absl::Status HostCopyRuns(const Side& box, IntSpan origin, const Side& local, int64_t elem,
                           const ShardRuns& runs, bool to_local) {
+  // The common piece, one block dense on both sides (a Shard(0) piece of contiguous
+  // tensors): one memcpy, no odometer.
+  const size_t ndim = runs.size();
+  int64_t b = 0;
+  int64_t l = 0;
+  int64_t numel = 1;
+  int64_t dense = 1;  // the stride a dense block has on the dim being looked at
+  bool one_dense_block = true;
+  for (size_t d = ndim; d-- > 0 && one_dense_block;) {
+    if (runs[d].size() != 1) {
+      one_dense_block = false;
+      break;
+    }
+    const IndexRun& r = runs[d][0];
+    b += (r.global - origin[d]) * box.strides[d];
+    l += r.local * local.strides[d];
+    if (r.length != 1 && (box.strides[d] != dense || local.strides[d] != dense)) {
+      one_dense_block = false;
+    }
+    dense *= r.length;
+    numel *= r.length;
+  }
+  if (one_dense_block) {
+    char* const bp = box.data + elem * b;
+    char* const lp = local.data + elem * l;
+    if (numel > 0) {
+      std::memcpy(to_local ? lp : bp, to_local ? bp : lp, static_cast<size_t>(numel * elem));
+    }
+    return absl::OkStatus();
+  }
   return ForEachBlock(origin, runs, [&](IntSpan box_start, IntSpan local_start, IntSpan length) {
     int64_t b = 0;
     int64_t l = 0;

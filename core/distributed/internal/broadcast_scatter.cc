@@ -70,6 +70,12 @@ ShardRuns PackedRuns(const Region& region) {
 
 bool CanScatterBucket(const Communicator& comm, const Bucket& bucket, const ScatterTensors& tensors) {
   if (!comm.device().is_cpu() || !comm.SupportsExchange()) return false;
+  // Mostly large pieces, straight into place; for many small ones, packing a message per
+  // rank on the root costs more than broadcasting the bucket (measured: 10,000 tensors of
+  // 2 KiB on 2 ranks, 45 ms scattered against 28 ms broadcast).
+  if (bucket.bytes < static_cast<int64_t>(bucket.pieces.size()) * comm.size() * kDirectPieceBytes) {
+    return false;
+  }
   for (const Piece& piece : bucket.pieces) {
     const LocalTarget* target = tensors.targets[piece.tensor];
     if ((target->kind != LocalTarget::Kind::kFreshDTensor &&

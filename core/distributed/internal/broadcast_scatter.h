@@ -1,8 +1,8 @@
 // A broadcast bucket whose tensors every rank keeps only a piece of, as a scatter: on a CPU
 // communicator with Exchange, when every tensor of the bucket goes into DTensors whose
-// every mesh dim is Shard (each element kept by exactly one rank: FSDP, FSDP x TP), the
-// root sends each rank only its own pieces in one grouped exchange instead of
-// broadcasting all the bytes to everyone. A piece of at least kDirectPieceBytes that is
+// every mesh dim is Shard (each element kept by exactly one rank: FSDP, FSDP x TP) and the
+// pieces are large, the root sends each rank only its own pieces in one grouped exchange
+// instead of broadcasting all the bytes to everyone. A piece of at least kDirectPieceBytes that is
 // one contiguous range of the root's tensor (a Shard(0) piece) goes straight from the
 // root's tensor into the rank's local; the smaller ones travel packed, one message per
 // rank. Every rank's layout is its own local DTensor's (the ranks agreed on their local
@@ -31,8 +31,11 @@ struct ScatterTensors {
 };
 
 // True when ScatterBucket serves `bucket`: the communicator works on the CPU and has
-// Exchange, and every tensor of the bucket has a DTensor target on the CPU of whole-byte
-// elements whose placements are all Shard (no Replicate, Partial or _StridedShard).
+// Exchange, the bucket's pieces give each rank kDirectPieceBytes or more on average (its
+// bytes go mostly straight into place: for many small tensors a broadcast of the bucket is
+// cheaper than packing a message per rank on the root), and every tensor of the bucket has
+// a DTensor target on the CPU of whole-byte elements whose placements are all Shard (no
+// Replicate, Partial or _StridedShard).
 bool CanScatterBucket(const Communicator& comm, const Bucket& bucket, const ScatterTensors& tensors);
 
 // Moves bucket `bucket` from `root` into every rank's targets: the root copies its own

@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/gather_exchange.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -94,6 +95,11 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
     SDRT_ASSIGN_OR_RETURN(packed, Tensor::Empty({packed_bytes[me]}, DType::kUInt8));
     for (const PieceRef& p : of_rank(me)) {
       const Tensor& local = bucket[p.item]->sends[p.k];
+      if (p.direct_at < 0 && local.is_contiguous()) {  // the common small piece: its bytes
+        std::memcpy(static_cast<char*>(packed.data_ptr()) + p.packed_at, local.data_ptr(),
+                    static_cast<size_t>(p.bytes));
+        continue;
+      }
       if (p.direct_at < 0) {
         const IntVector origin(local.shape().size(), 0);
         const PackedBlock slot{static_cast<char*>(packed.data_ptr()) + p.packed_at,

@@ -4,8 +4,8 @@
 // (written in place, one of them strided), Shard(0) and Shard(1), uneven and empty pieces,
 // a 2-D mesh, tensors larger than the bucket cut across buckets; every element compared
 // with DistributeTensor's piece. The bytes the root sends are only the other ranks' shares:
-// fewer than the whole state dict, which a broadcast sends. A state dict holding a Replicate
-// tensor is broadcast whole instead, and gives the same pieces.
+// fewer than the whole state dict, which a broadcast sends. A bucket holding a Replicate
+// tensor, or mostly small tensors, is broadcast whole instead, and gives the same pieces.
 // CTest runs this binary under `mpiexec -n N` for N = 1 to 4.
 #include <cstdint>
 #include <string>
@@ -20,22 +20,26 @@
 namespace sdrt::test {
 namespace {
 
-std::vector<Spec> Specs(bool with_replicate) {
+enum class Extra { kNone, kReplicate, kManySmall };
+
+std::vector<Spec> Specs(Extra extra) {
   const int n = WorldSize();
   const auto line = Mesh({n});
   std::vector<Spec> specs = {
-      DSpec("big_rows", {1000, 100}, DType::kFloat32, line, "[S(0)]"),
-      DSpec("big_cols", {300, 400}, DType::kBFloat16, line, "[S(1)]"),
+      DSpec("big_rows", {2000, 100}, DType::kFloat32, line, "[S(0)]"),
+      DSpec("big_cols", {400, 600}, DType::kBFloat16, line, "[S(1)]"),
       DSpec("uneven", {7 * n + 3, 5}, DType::kInt64, line, "[S(0)]"),
       DSpec("tiny", {2}, DType::kFloat32, line, "[S(0)]"),
   };
-  for (int i = 0; i < 30; ++i) {
-    specs.push_back(DSpec(absl::StrCat("small.", i), {16 + i, 3}, DType::kFloat16, line, "[S(0)]"));
-  }
   if (n % 2 == 0) {
     specs.push_back(DSpec("mesh2d", {512, 256}, DType::kFloat32, Mesh({2, n / 2}), "[S(0), S(1)]"));
   }
-  if (with_replicate) specs.push_back(DSpec("norm", {64}, DType::kFloat32, line, "[R]"));
+  if (extra == Extra::kReplicate) specs.push_back(DSpec("norm", {64}, DType::kFloat32, line, "[R]"));
+  if (extra == Extra::kManySmall) {
+    for (int i = 0; i < 30; ++i) {
+      specs.push_back(DSpec(absl::StrCat("small.", i), {16 + i, 3}, DType::kFloat16, line, "[S(0)]"));
+    }
+  }
   return specs;
 }
 
@@ -51,8 +55,10 @@ Value Local(const Spec& s, size_t index) {
   return *DTensor::Make(view, s.mesh, s.placements, s.shape);
 }
 
-void BroadcastAndCheck(int64_t bucket_bytes, bool with_replicate) {
-  const std::vector<Spec> specs = Specs(with_replicate);
+enum class Expect { kScatter, kBroadcast, kEither };
+
+void BroadcastAndCheck(int64_t bucket_bytes, Extra extra, Expect expect) {
+  const std::vector<Spec> specs = Specs(extra);
   Map full;
   Map local;
   Map want;
@@ -75,20 +81,30 @@ void BroadcastAndCheck(int64_t bucket_bytes, bool with_replicate) {
   if (WorldSize() == 1) return;
   EXPECT_EQ(stats.data_collectives, stats.buckets);
   if (Rank() != 0) return;  // the bytes the root sent
-  if (with_replicate) {
+  if (expect == Expect::kBroadcast) {
     EXPECT_GE(stats.bytes, total);  // everything, broadcast to everyone
-  } else {
+  } else if (expect == Expect::kScatter) {
     EXPECT_LT(stats.bytes, total);  // the other ranks' shares only
     EXPECT_GT(stats.bytes, 0);
   }
 }
 
-TEST(BroadcastScatterMpi, OneBucket) { BroadcastAndCheck(int64_t{256} << 20, false); }
+TEST(BroadcastScatterMpi, LargePiecesAreScattered) {
+  BroadcastAndCheck(int64_t{256} << 20, Extra::kNone, Expect::kScatter);
+}
 
-TEST(BroadcastScatterMpi, BucketsSmallerThanTensors) { BroadcastAndCheck(100 << 10, false); }
+// Buckets cut the tensors; a bucket of large pieces is scattered, one of small pieces (a
+// tensor's tail) broadcast.
+TEST(BroadcastScatterMpi, BucketsSmallerThanTensors) {
+  BroadcastAndCheck(300 << 10, Extra::kNone, Expect::kEither);
+}
+
+TEST(BroadcastScatterMpi, ABucketOfManySmallTensorsIsBroadcastWhole) {
+  BroadcastAndCheck(int64_t{256} << 20, Extra::kManySmall, Expect::kBroadcast);
+}
 
 TEST(BroadcastScatterMpi, AReplicatedTensorIsBroadcastWhole) {
-  BroadcastAndCheck(int64_t{256} << 20, true);
+  BroadcastAndCheck(int64_t{256} << 20, Extra::kReplicate, Expect::kBroadcast);
 }
 
 }  // namespace

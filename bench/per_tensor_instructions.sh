@@ -33,7 +33,7 @@ for op in gather broadcast distribute; do
     f=$out/$op.$r
     total=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
     wait=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-           awk '/MpiCommunicator::Await/{gsub(",","",$1); print $1; exit}')
+           awk '/MpiCommunicator::Await/ && !found {gsub(",","",$1); print $1; found = 1}')
     printf '%-10s rank %d: %6d instructions per tensor per call (%d with MPI waits)\n' "$op" "$r" \
       $(( (total - ${wait:-0}) / tensors / 2 )) $(( total / tensors / 2 ))
   done

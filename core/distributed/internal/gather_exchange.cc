@@ -116,8 +116,10 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
         contiguous.push_back(std::move(dense));
       }
     }
-    for (int q = 0; q < size; ++q) {
-      if (q == me || !keeps[q]) continue;
+    // Peers in ring order from this rank's next, so the ranks do not all start on rank 0.
+    for (int step = 1; step < size; ++step) {
+      const int q = (me + step) % size;
+      if (!keeps[q]) continue;
       if (packed_bytes[me] > 0) sends.push_back({q, packed.data_ptr(), packed_bytes[me]});
       for (const auto& [data, bytes] : direct_sends) sends.push_back({q, data, bytes});
     }
@@ -133,8 +135,8 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
       if (q != me) received_bytes += packed_bytes[q];
     }
     SDRT_ASSIGN_OR_RETURN(received, Tensor::Empty({received_bytes}, DType::kUInt8));
-    for (int q = 0; q < size; ++q) {
-      if (q == me) continue;
+    for (int step = 1; step < size; ++step) {
+      const int q = (me + size - step) % size;  // the ring's other direction: who sends first
       if (packed_bytes[q] > 0) {
         receives.push_back({q, static_cast<char*>(received.data_ptr()) + base[q], packed_bytes[q]});
       }

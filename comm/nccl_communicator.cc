@@ -82,6 +82,21 @@ absl::Status AwaitComm(ncclComm_t comm, Clock::time_point deadline,
   }
 }
 
+// InvalidArgument (prefixed by `where`) for a rank outside [0, size), size < 1 or a device
+// that is not a visible CUDA device; checked before any NCCL call.
+absl::Status CheckRankAndDevice(absl::string_view where, int rank, int size, int device) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": rank ", rank, " is not in [0, size = ", size, ")"));
+  }
+  const int device_count = CudaDeviceCount();
+  if (device < 0 || device >= device_count) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": device ", device, " is not in [0, ",
+                                                   device_count, ") (the visible CUDA devices)"));
+  }
+  return absl::OkStatus();
+}
+
 // ncclConfig_t of a non-blocking communicator.
 ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -106,17 +121,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
                                                                            int device,
                                                                            const NcclUniqueId& id,
                                                                            Options options) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NcclCommunicator::Create: rank ", rank, " is not in [0, size = ", size, ")"));
-  }
   const std::string where =
       absl::StrCat("NcclCommunicator::Create (rank ", rank, " of ", size, ")");
-  const int device_count = CudaDeviceCount();
-  if (device < 0 || device >= device_count) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": device ", device, " is not in [0, ",
-                                                   device_count, ") (the visible CUDA devices)"));
-  }
+  SDRT_RETURN_IF_ERROR(CheckRankAndDevice(where, rank, size, device));
   const Clock::time_point deadline = Clock::now() + options.timeout;
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device));
@@ -193,15 +200,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Adopt(void* 
   if (nccl_comm == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": the ncclComm_t is null"));
   }
-  if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": rank ", rank, " is not in [0, size = ", size, ")"));
-  }
-  const int device_count = CudaDeviceCount();
-  if (device < 0 || device >= device_count) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": device ", device, " is not in [0, ",
-                                                   device_count, ") (the visible CUDA devices)"));
-  }
+  SDRT_RETURN_IF_ERROR(CheckRankAndDevice(where, rank, size, device));
   const Clock::time_point deadline = Clock::now() + options.timeout;
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device));

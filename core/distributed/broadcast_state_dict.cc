@@ -355,19 +355,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     if (!matched[j]) result.missing_keys.emplace_back(leaves[j].path);
   }
   // The leaves are hashed; their text is written only if the ranks disagree.
-  internal::SkeletonHasher hasher;
-  for (const internal::MutableLeaf& leaf : leaves) hasher.Add(leaf.path, *leaf.value);
-  HashedSkeleton skeleton;
-  skeleton.hash = hasher.Digest();
-  skeleton.build = [&leaves] {
-    internal::AgreementDescriber describe;
-    AgreementSkeleton text;
-    text.reserve(leaves.size());
-    for (const internal::MutableLeaf& leaf : leaves) {
-      text.emplace_back(leaf.path, describe(*leaf.value));
-    }
-    return text;
-  };
+  const HashedSkeleton skeleton = internal::HashLeaves(leaves);
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(comm, kOp, "", skeleton, local_error, &stats));
 
   // 3. Data, then the local tree.

@@ -186,22 +186,8 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
     // dtypes, shapes; not the values) is compared by hash in the same collective, so a key,
     // scalar or plain tensor on some ranks only is an error on every rank, not a silent
     // divergence (case-012). The text is built only when the hashes differ.
-    internal::SkeletonHasher hasher;
-    if (full_leaves.ok()) {
-      for (const internal::Leaf& leaf : *full_leaves) hasher.Add(leaf.path, *leaf.value);
-    }
-    HashedSkeleton skeleton;
-    skeleton.hash = hasher.Digest();
-    skeleton.build = [&full_leaves] {
-      internal::AgreementDescriber describe;
-      AgreementSkeleton text;
-      if (!full_leaves.ok()) return text;
-      text.reserve(full_leaves->size());
-      for (const internal::Leaf& leaf : *full_leaves) {
-        text.emplace_back(leaf.path, describe(*leaf.value));
-      }
-      return text;
-    };
+    const HashedSkeleton skeleton =
+        full_leaves.ok() ? internal::HashLeaves(*full_leaves) : HashedSkeleton();
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*options.comm, kOp, "", skeleton, error));
   } else if (!error.ok()) {
     return absl::Status(error.code(), absl::StrCat(kOp, ": ", error.message()));

@@ -162,21 +162,11 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
                    absl::StrJoin(options.ranks_only, ", "), "], cpu_offload ",
                    options.cpu_offload ? "true" : "false");
   // The leaves are hashed; their text is written only if the ranks disagree.
-  internal::SkeletonHasher hasher;
   MeshCheck mesh_check(comm);
   for (const internal::Leaf& leaf : leaves) {
-    hasher.Add(leaf.path, *leaf.value);
     if (local_error.ok()) local_error = ValidateLeaf(leaf, comm, options, mesh_check);
   }
-  HashedSkeleton skeleton;
-  skeleton.hash = hasher.Digest();
-  skeleton.build = [&leaves] {
-    internal::AgreementDescriber describe;
-    AgreementSkeleton text;
-    text.reserve(leaves.size());
-    for (const internal::Leaf& leaf : leaves) text.emplace_back(leaf.path, describe(*leaf.value));
-    return text;
-  };
+  const HashedSkeleton skeleton = internal::HashLeaves(leaves);
   SDRT_RETURN_IF_ERROR(
       AgreeAcrossRanksHashed(comm, kOp, shared_options, skeleton, local_error, &stats));
 

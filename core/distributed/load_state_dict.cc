@@ -286,19 +286,7 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
 
   if (comm != nullptr) {
     // The leaves are hashed; their text is written only if the ranks disagree.
-    internal::SkeletonHasher hasher;
-    for (const internal::MutableLeaf& leaf : leaves) hasher.Add(leaf.path, *leaf.value);
-    HashedSkeleton skeleton;
-    skeleton.hash = hasher.Digest();
-    skeleton.build = [&leaves] {
-      internal::AgreementDescriber describe;
-      AgreementSkeleton text;
-      text.reserve(leaves.size());
-      for (const internal::MutableLeaf& leaf : leaves) {
-        text.emplace_back(leaf.path, describe(*leaf.value));
-      }
-      return text;
-    };
+    const HashedSkeleton skeleton = internal::HashLeaves(leaves);
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*comm, kOp, "", skeleton, local_error));
   } else {
     SDRT_RETURN_IF_ERROR(local_error);

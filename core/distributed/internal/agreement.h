@@ -59,6 +59,25 @@ class SkeletonHasher {
   std::vector<uint64_t> record_;  // reused between leaves
 };
 
+// The HashedSkeleton of a list of leaves (internal/leaves.h, or anything whose elements
+// have `path` and `value`): SkeletonHasher's digest of them, and the AgreementDescriber text
+// built only when the ranks' hashes differ. `leaves` must outlive the result.
+template <typename LeafList>
+HashedSkeleton HashLeaves(const LeafList& leaves) {
+  SkeletonHasher hasher;
+  for (const auto& leaf : leaves) hasher.Add(leaf.path, *leaf.value);
+  HashedSkeleton skeleton;
+  skeleton.hash = hasher.Digest();
+  skeleton.build = [&leaves] {
+    AgreementDescriber describe;
+    AgreementSkeleton text;
+    text.reserve(leaves.size());
+    for (const auto& leaf : leaves) text.emplace_back(leaf.path, describe(*leaf.value));
+    return text;
+  };
+  return skeleton;
+}
+
 // One rank's part of the agreement exchange.
 struct AgreementMessage {
   uint64_t skeleton_hash = 0;

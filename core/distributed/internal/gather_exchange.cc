@@ -158,13 +158,7 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
     return absl::OkStatus();
   };
 
-  if (stats != nullptr) {
-    ++stats->collectives;
-    ++stats->data_collectives;
-    ++stats->buckets;
-    stats->bytes += total;
-    stats->largest_bucket_bytes = std::max(stats->largest_bucket_bytes, total);
-  }
+  CountBucket(stats, total);
   SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives, own_pieces));
   if (!keep) return absl::OkStatus();
   for (const PieceRef& p : pieces) {

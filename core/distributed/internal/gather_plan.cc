@@ -324,6 +324,15 @@ std::vector<std::pair<size_t, size_t>> BucketItems(absl::Span<const GatherItem> 
   return ranges;
 }
 
+void CountBucket(CollectiveStats* stats, int64_t bytes) {
+  if (stats == nullptr) return;
+  ++stats->collectives;
+  ++stats->data_collectives;
+  ++stats->buckets;
+  stats->bytes += bytes;
+  stats->largest_bucket_bytes = std::max(stats->largest_bucket_bytes, bytes);
+}
+
 int64_t GatheredBytes(absl::Span<const GatherItem> items) {
   int64_t bytes = 0;
   for (const GatherItem& item : items) {
@@ -372,13 +381,7 @@ absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> buck
     }
   }
   SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({total}, DType::kUInt8, device));
-  if (stats != nullptr) {
-    ++stats->collectives;
-    ++stats->data_collectives;
-    ++stats->buckets;
-    stats->bytes += total;
-    stats->largest_bucket_bytes = std::max(stats->largest_bucket_bytes, total);
-  }
+  CountBucket(stats, total);
   SDRT_RETURN_IF_ERROR(comm.AllGatherV(gathered, send, counts));
   if (!keep) return absl::OkStatus();
   Tensor host_gathered;

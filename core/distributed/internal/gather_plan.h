@@ -162,6 +162,9 @@ absl::Status ExchangeShardBoxes(Communicator& comm, absl::string_view op,
 std::vector<std::pair<size_t, size_t>> BucketItems(absl::Span<const GatherItem> items,
                                                    int64_t bucket_bytes);
 
+// Counts one bucket of `bytes` moved by one data collective in `stats` (when not null).
+void CountBucket(CollectiveStats* stats, int64_t bytes);
+
 // The bytes one AllGatherV of `items` moves (every rank's pieces, each padded).
 int64_t GatheredBytes(absl::Span<const GatherItem> items);
 

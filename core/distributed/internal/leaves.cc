@@ -88,8 +88,10 @@ void EraseLeaves(MutableLeaves& leaves, const std::vector<bool>& erase) {
       by_map[leaves[i].parent_map].insert(leaves[i].value);
     }
   }
-  for (auto& [map, values] : by_map) {
-    map->EraseIf([&values](const std::string&, const Value& v) { return values.contains(&v); });
+  for (auto& entry : by_map) {
+    const absl::flat_hash_set<const Value*>& values = entry.second;
+    entry.first->EraseIf(
+        [&values](const std::string&, const Value& v) { return values.contains(&v); });
   }
 }
 

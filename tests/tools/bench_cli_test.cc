@@ -104,6 +104,17 @@ TEST(BenchCliTest, SmallWorkloadJsonOnOneTwoAndThreeRanks) {
   }
 }
 
+// Inputs in one arena per rank: the same bytes (digest) and every result right, at 3 ranks
+// (uneven pieces at arena offsets).
+TEST(BenchCliTest, ArenaInputsGiveTheSameBytes) {
+  const CommandResult r =
+      Bench(3, "--workload small --inputs arena --iters 2 --warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json rows = ParseRows(r);
+  ExpectGoodRows(rows, kOps, "small", kSmallDigest, 10000, 3);
+  for (const nlohmann::json& row : rows) EXPECT_EQ(row.value("inputs", ""), "arena");
+}
+
 TEST(BenchCliTest, LlamaDigest) {
   const CommandResult r = Bench(1, "--workload llama --ops distribute --iters 2 --warmup 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -174,7 +185,8 @@ TEST(BenchCliTest, BadArgumentsExitTwo) {
   for (const std::string& args :
        {std::string("--ops nonsense"), std::string("--ops ,"), std::string("--iters 0"),
         std::string("--warmup -1"), std::string("--bucket-mib 0"),
-        std::string("--workload /nonexistent"), std::string("--tensors -3")}) {
+        std::string("--workload /nonexistent"), std::string("--tensors -3"),
+        std::string("--inputs pinned")}) {
     SCOPED_TRACE(args);
     const CommandResult r = Bench(2, args + " --json");
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;

@@ -1,5 +1,5 @@
 // `mpiexec -n N sdrt bench [--workload llama|small|tiny|minilm|FILE] [--ops gather,...]
-// [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--json]`: GatherStateDict,
+// [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--inputs tensors|arena] [--json]`: GatherStateDict,
 // BroadcastStateDict and DistributeStateDict over MPI on the CPU, each against one flat
 // MPI collective (or memcpy) of the same bytes in the same run, printed in nccl-tests'
 // columns with sdrt / flat, sdrt / fresh and the collectives per call; every byte of every
@@ -43,6 +43,7 @@ struct BenchArgs {
   int iters = 5;
   int warmup = 1;
   int64_t tensors = 0;
+  std::string inputs = "tensors";
   bool json = false;
   double timeout_seconds = kDefaultTimeoutSeconds;
 };
@@ -115,10 +116,11 @@ int RunBench(const BenchArgs& args) {
     EndJobIfTimedOut("bench", status);
     return ReportError("bench", status, rank);
   };
-  absl::StatusOr<BenchWorkload> workload = MakeBenchWorkload(args.workload, args.tensors);
+  absl::StatusOr<BenchWorkload> workload =
+      MakeBenchWorkload(args.workload, args.tensors, args.inputs == "arena");
   absl::Status status = AgreeUnlessTimedOut(session->world(), workload.status());
   if (!status.ok()) return fail(status);
-  const BenchSettings settings{*bucket_bytes, args.warmup, args.iters};
+  const BenchSettings settings{*bucket_bytes, args.warmup, args.iters, args.inputs == "arena"};
   absl::StatusOr<std::unique_ptr<BenchRunner>> runner =
       BenchRunner::Create(*workload, session->data(), settings);
   status = AgreeUnlessTimedOut(session->world(), runner.status());
@@ -180,6 +182,13 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "untimed runs before them")
       ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  cmd->add_option("--inputs", args->inputs,
+                  "tensors: each input tensor its own allocation (as a framework's separately "
+                  "allocated parameters are); arena: a synthetic workload's tensors and every "
+                  "rank's pieces are views of one allocation per rank, on 2 MiB pages like the "
+                  "flat baseline's buffer (a flat parameter buffer)")
+      ->check(CLI::IsMember({"tensors", "arena"}))
       ->capture_default_str();
   cmd->add_option("--tensors", args->tensors,
                   "keep only the workload's first T tensors (0: all); the digest is then of "

@@ -10,6 +10,7 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_flat.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
@@ -84,9 +85,37 @@ std::vector<Placement> BenchRunner::Placements(size_t i) const {
 absl::Status BenchRunner::MakeSharded() {
   if (!sharded_.empty() || workload_.full.empty()) return absl::OkStatus();
   sharded_.Reserve(workload_.full.size());
+  // With arena inputs this rank's pieces are views of one allocation, laid out in order at
+  // 64-byte aligned offsets (a training framework's flat parameter buffer).
+  std::shared_ptr<Storage> arena;
+  std::vector<int64_t> offsets(workload_.full.size());
+  if (settings_.arena_inputs) {
+    int64_t total = 0;
+    for (size_t i = 0; i < workload_.full.size(); ++i) {
+      const Tensor& full = workload_.full[i];
+      SDRT_ASSIGN_OR_RETURN(const IntVector shape,
+                            ComputeLocalShape(full.shape(), *mesh_, Placements(i), rank_));
+      SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(shape));
+      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(full.dtype(), numel));
+      offsets[i] = total;
+      total += (bytes + 63) / 64 * 64;
+    }
+    SDRT_ASSIGN_OR_RETURN(arena, Storage::AllocateCpu(total));
+  }
   for (size_t i = 0; i < workload_.full.size(); ++i) {
+    const Tensor& full = workload_.full[i];
+    if (arena == nullptr) {
+      SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, mesh_, Placements(i), rank_));
+      sharded_.Set(workload_.names[i], Value(std::move(piece)));
+      continue;
+    }
+    SDRT_ASSIGN_OR_RETURN(const IntVector shape,
+                          ComputeLocalShape(full.shape(), *mesh_, Placements(i), rank_));
+    SDRT_ASSIGN_OR_RETURN(Tensor local,
+                          Tensor::AtByteOffset(arena, offsets[i], full.dtype(), shape));
+    SDRT_RETURN_IF_ERROR(DistributeTensorInto(full, *mesh_, Placements(i), rank_, local));
     SDRT_ASSIGN_OR_RETURN(DTensor piece,
-                          DistributeTensor(workload_.full[i], mesh_, Placements(i), rank_));
+                          DTensor::Make(std::move(local), mesh_, Placements(i), full.shape()));
     sharded_.Set(workload_.names[i], Value(std::move(piece)));
   }
   return absl::OkStatus();

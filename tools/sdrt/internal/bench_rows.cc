@@ -54,7 +54,8 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
       << "# machine: " << machine.hardware_threads << " cores (" << machine.affinity_cores
       << " in this rank's affinity), " << machine.ranks << " ranks, backend " << machine.backend
       << " (" << Printable(machine.mpi_library) << "), device " << machine.device << "; sdrt "
-      << machine.version << "; bucket " << Mib(settings.bucket_bytes) << "\n"
+      << machine.version << "; bucket " << Mib(settings.bucket_bytes) << "; inputs "
+      << (settings.arena_inputs ? "in one arena per rank" : "one allocation per tensor") << "\n"
       << "# " << settings.iterations << " timed runs after " << settings.warmup
       << " warm-up; time: ms, the median over runs of the slowest rank, [min..max]; "
          "algbw, busbw: GB/s (1e9 B/s)\n"
@@ -125,6 +126,7 @@ nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachi
                     {"mpi_library", machine.mpi_library},
                     {"version", machine.version},
                     {"bucket_bytes", settings.bucket_bytes},
+                    {"inputs", settings.arena_inputs ? "arena" : "tensors"},
                     {"warmup", settings.warmup},
                     {"iters", settings.iterations}});
   }

@@ -37,6 +37,10 @@ struct BenchSettings {
   int64_t bucket_bytes = 0;
   int warmup = 0;
   int iterations = 0;
+  // The synthetic workloads' tensors and every rank's pieces are views of one allocation
+  // per rank (as a training framework's flat parameter buffer is), on 2 MiB pages like the
+  // flat baseline's buffer; else each tensor is its own allocation.
+  bool arena_inputs = false;
 };
 
 // One op's measurements.

@@ -73,11 +73,26 @@ void Fill(Tensor& t, uint64_t index) {
   }
 }
 
-absl::Status Synthesize(const std::vector<Spec>& specs, int64_t max_tensors, BenchWorkload* w) {
+absl::Status Synthesize(const std::vector<Spec>& specs, int64_t max_tensors, bool arena,
+                        BenchWorkload* w) {
   const size_t n =
       max_tensors > 0 ? std::min(specs.size(), static_cast<size_t>(max_tensors)) : specs.size();
+  std::vector<int64_t> offsets(n);
+  int64_t total = 0;
   for (size_t i = 0; i < n; ++i) {
-    SDRT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(specs[i].shape, specs[i].dtype));
+    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(specs[i].shape));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(specs[i].dtype, numel));
+    offsets[i] = total;
+    total += (bytes + 63) / 64 * 64;
+  }
+  std::shared_ptr<Storage> storage;
+  if (arena) {
+    SDRT_ASSIGN_OR_RETURN(storage, Storage::AllocateCpu(total));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SDRT_ASSIGN_OR_RETURN(Tensor t, arena ? Tensor::AtByteOffset(storage, offsets[i],
+                                                                 specs[i].dtype, specs[i].shape)
+                                          : Tensor::Empty(specs[i].shape, specs[i].dtype));
     Fill(t, i);
     w->names.push_back(specs[i].name);
     w->full.push_back(std::move(t));
@@ -127,15 +142,16 @@ std::string MiniLmPath() {
   return absl::StrCat(cache, "/all-MiniLM-L6-v2/model.safetensors");
 }
 
-absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name, int64_t max_tensors) {
+absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name, int64_t max_tensors,
+                                                bool arena) {
   BenchWorkload w;
   w.name = name;
   if (name == "llama") {
-    SDRT_RETURN_IF_ERROR(Synthesize(LlamaSpecs(), max_tensors, &w));
+    SDRT_RETURN_IF_ERROR(Synthesize(LlamaSpecs(), max_tensors, arena, &w));
   } else if (name == "small") {
-    SDRT_RETURN_IF_ERROR(Synthesize(SmallSpecs(), max_tensors, &w));
+    SDRT_RETURN_IF_ERROR(Synthesize(SmallSpecs(), max_tensors, arena, &w));
   } else if (name == "tiny") {
-    SDRT_RETURN_IF_ERROR(Synthesize(TinySpecs(), max_tensors, &w));
+    SDRT_RETURN_IF_ERROR(Synthesize(TinySpecs(), max_tensors, arena, &w));
   } else if (name == "minilm") {
     const std::string path = MiniLmPath();
     struct stat st;

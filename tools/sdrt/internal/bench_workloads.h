@@ -48,8 +48,11 @@ std::string MiniLmPath();
 // message says to run scripts/fetch-model.sh) and for a path that does not exist;
 // CheckpointSource::Open's errors for a bad file; InvalidArgument for a tensor whose dim-0
 // rows are not whole bytes (packed sub-byte dtypes), which Shard(0) cannot cut;
-// ResourceExhausted when memory runs out.
-absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name, int64_t max_tensors);
+// ResourceExhausted when memory runs out. `arena`: a synthetic workload's tensors are views
+// of one allocation (2 MiB pages), each at a 64-byte aligned offset; a file's are mapped
+// either way.
+absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name, int64_t max_tensors,
+                                                bool arena = false);
 
 // SplitMix64 (Steele, Lea, Flood), the generator of the synthetic bytes.
 uint64_t SplitMix64(uint64_t x);

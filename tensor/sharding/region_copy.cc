@@ -32,13 +32,6 @@ absl::StatusOr<Tensor> Block(const Tensor& t, IntSpan start, IntSpan length) {
   return view;
 }
 
-// The element offset of index `start` in `t` (its storage offset included).
-int64_t ElementOffset(const Tensor& t, IntSpan start) {
-  int64_t at = 0;
-  for (size_t d = 0; d < start.size(); ++d) at += start[d] * t.strides()[d];
-  return at;
-}
-
 // True when a block of `sizes` with `strides` is one dense row-major range.
 bool Dense(IntSpan sizes, IntSpan strides) {
   int64_t expected = 1;

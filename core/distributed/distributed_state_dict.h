@@ -105,6 +105,10 @@ struct GatherOptions {
 // cover (placed by metadata offsets; elements no shard covers are zero; any number of
 // shards per rank). Plain tensors and non-tensor leaves pass through as in
 // OffloadStateDictToCpu (aliases unless moved). Result tensors are contiguous.
+// Partial mesh dims are all-reduced in buckets: consecutive DTensors of one mesh, dtype and
+// reduction (Partial mesh dims and ops), up to bucket_bytes, in one collective per Partial
+// mesh dim, on copies (the inputs are not written; a fully replicated result is a view of
+// its bucket's allocation).
 // Each DTensor's local tensor must have the local shape its placements give this rank
 // (ValidateLocalShape, case-004). Errors (the same on every rank, none after data has
 // started moving except backend failures): InvalidArgument for skeleton disagreement,

@@ -23,6 +23,7 @@
 #include "sdrt/core/distributed/internal/gather_exchange.h"
 #include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/partial_buckets.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -193,7 +194,19 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
     mesh_comms.emplace_back(mesh, std::make_unique<DeviceMeshComm>(std::move(mc)));
     return mesh_comms.back().second.get();
   };
+  // The DTensors' Partial mesh dims, all-reduced in buckets (internal/partial_buckets.h).
+  std::vector<internal::PartialInput> partial_inputs;
+  for (const internal::Leaf& leaf : leaves) {
+    if (leaf.value->kind() != ValueKind::kDTensor) continue;
+    const DTensor& d = leaf.value->as_dtensor();
+    SDRT_ASSIGN_OR_RETURN(DeviceMeshComm * mc, mesh_comm_for(d.mesh()));
+    partial_inputs.push_back({&d, mc});
+  }
+  SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> reduced,
+                        internal::ReducePartialsInBuckets(partial_inputs, comm.device(),
+                                                          options.bucket_bytes, &stats));
   bool any_sharded = false;
+  size_t next_dtensor = 0;
   internal::GatherLayoutCache layouts;
   for (const internal::Leaf& leaf : leaves) {
     const Value& v = *leaf.value;
@@ -201,8 +214,7 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       const DTensor& d = v.as_dtensor();
       const Device target =
           options.cpu_offload ? Device::CPU() : options.device.value_or(d.local().device());
-      SDRT_ASSIGN_OR_RETURN(DeviceMeshComm * mc, mesh_comm_for(d.mesh()));
-      SDRT_ASSIGN_OR_RETURN(Tensor local, internal::ReducePartials(d, *mc, comm.device(), &stats));
+      Tensor local = std::move(reduced[next_dtensor++]);
       result_keys.push_back(&d);
       results.emplace_back();
       if (NumShards(*d.mesh(), d.placements()) == 1) {

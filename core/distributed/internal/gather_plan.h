@@ -15,7 +15,9 @@
 //      all-reduced by ReducePartials, always in a copy of the local tensor made on the
 //      device the buckets live on (so the reduced copy is packed without another move),
 //      on each mesh dim's communicator, in MeshDimsToReplicate order. GatherStateDict
-//      keeps its buckets on the communicator's device, FullTensor on the local tensor's
+//      reduces many DTensors in buckets instead (internal/partial_buckets.h), the same
+//      reductions with one all-reduce per bucket and mesh dim. GatherStateDict keeps
+//      its buckets on the communicator's device, FullTensor on the local tensor's
 //      (so a CPU local over a staging NCCL communicator is reduced and gathered on the
 //      CPU and no GPU memory is touched); the reduction itself runs on the same backend
 //      either way, so the results are the same bits.

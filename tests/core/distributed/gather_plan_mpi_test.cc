@@ -305,6 +305,69 @@ TEST_F(GatherPlanMpi, StateDictGatherCountsItsCollectives) {
   }
 }
 
+// Partial DTensors reduce in buckets (internal/partial_buckets.h): the tensors of one mesh,
+// dtype and reduction share all-reduces, consecutive ones up to the bucket size, whatever
+// leaves lie between them. On the line mesh: 12 [P(sum)] float32 tensors of 60 bytes, 6
+// [P(max)] float32 tensors of 16 bytes between them, and Shard(0) tensors among both; on
+// the grid, [P(sum), S(1)] tensors whose pieces are uneven at 3 ranks. Every value is
+// PartialCase's exact one, and the collectives are the agreement, one all-reduce per
+// bucket of each group (bucket_bytes 1: one per tensor; 128: two sums or all six maxima per
+// bucket) and the gather's own.
+TEST_F(GatherPlanMpi, PartialsReduceInBucketsOfConsecutiveTensors) {
+  std::vector<Case> cases;
+  for (int k = 0; k < 12; ++k) {
+    cases.push_back(PartialCase(absl::StrCat("sum_", k), *line_, {5, 3}, "[P(sum)]", 0));
+    if (k % 2 == 0) {
+      cases.push_back(PartialCase(absl::StrCat("max_", k), *line_, {4}, "[P(max)]", 0));
+    }
+    if (k % 4 == 0) {
+      cases.push_back(Sharded(absl::StrCat("s0_", k), *line_,
+                              HashedBytes({7, 2}, DType::kFloat32, 20 + k), "[S(0)]"));
+    }
+  }
+  Map line_sd;
+  for (const Case& c : cases) line_sd.Set(c.key, c.leaf);
+  std::vector<Case> grid_cases = cases;
+  for (int k = 0; k < 3; ++k) {
+    grid_cases.push_back(
+        PartialCase(absl::StrCat("grid_sum_", k), *grid_, {5, 5}, "[P(sum), S(1)]", 0));
+  }
+  Map grid_sd;
+  for (const Case& c : grid_cases) grid_sd.Set(c.key, c.leaf);
+  if (!NoRankFailed()) return;
+  for (const auto& [bucket_bytes, reductions] :
+       {std::pair<int64_t, int64_t>{1, 18}, {128, 7}, {kDefaultBucketBytes, 2}}) {
+    SCOPED_TRACE(absl::StrCat("bucket_bytes ", bucket_bytes));
+    for (const bool grid : {false, true}) {
+      CollectiveStats stats;
+      GatherOptions options;
+      options.comm = g_world;
+      options.bucket_bytes = bucket_bytes;
+      options.stats = &stats;
+      absl::StatusOr<Map> gathered = GatherStateDict(grid ? grid_sd : line_sd, options);
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      for (const Case& c : grid ? grid_cases : cases) {
+        const Value* v = gathered->Find(c.key);
+        ASSERT_NE(v, nullptr) << c.key;
+        ASSERT_EQ(v->kind(), ValueKind::kTensor) << c.key;
+        EXPECT_TRUE(SameBytes(v->as_tensor(), c.want)) << c.key;
+      }
+      // A mesh dim of one rank needs no reduction (MeshDimsToReplicate leaves it out).
+      if (!grid) {
+        EXPECT_EQ(stats.collectives, 1 + (Size() > 1 ? reductions : 0) + stats.data_collectives);
+      }
+    }
+  }
+  // The local tensors are not reduced in place: gathering again gives the same values.
+  GatherOptions options;
+  options.comm = g_world;
+  absl::StatusOr<Map> again = GatherStateDict(line_sd, options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (const Case& c : cases) {
+    EXPECT_TRUE(SameBytes(again->Find(c.key)->as_tensor(), c.want)) << c.key;
+  }
+}
+
 }  // namespace
 }  // namespace sdrt
 

@@ -125,6 +125,21 @@ TEST(BenchCliTest, LlamaDigest) {
   EXPECT_EQ(rows[0].value("type", ""), "bfloat16");
 }
 
+// gather_partial: 10,000 Partial(max) tensors gathered right on 1-3 ranks with one
+// all-reduce for all of them (one bucket) after the agreement; none on one rank.
+TEST(BenchCliTest, GatherPartialReducesEveryTensorInOneBucket) {
+  for (int ranks : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(ranks, " ranks"));
+    const CommandResult r =
+        Bench(ranks, "--workload small --ops gather_partial --iters 2 --warmup 0 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const nlohmann::json rows = ParseRows(r);
+    ExpectGoodRows(rows, {"gather_partial"}, "small", kSmallDigest, 10000, ranks);
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].value("collectives", int64_t{-1}), ranks == 1 ? 1 : 2);
+  }
+}
+
 TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {
   const CommandResult r =
       Bench(2, "--workload small --tensors 50 --ops distribute,gather --iters 2 --warmup 0 --json");

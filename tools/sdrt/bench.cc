@@ -131,7 +131,8 @@ int RunBench(const BenchArgs& args) {
     absl::StatusOr<BenchRow> row = op == "gather"          ? (*runner)->Gather(false)
                                    : op == "gather_r0_off" ? (*runner)->Gather(true)
                                    : op == "broadcast"     ? (*runner)->Broadcast()
-                                                           : (*runner)->Distribute();
+                                   : op == "distribute"    ? (*runner)->Distribute()
+                                                           : (*runner)->GatherPartial();
     if (!row.ok()) return fail(row.status());
     rows.push_back(*std::move(row));
   }
@@ -173,7 +174,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--ops", args->ops,
                   "comma-separated rows: gather, gather_r0_off, broadcast, "
-                  "distribute")
+                  "distribute, gather_partial (every tensor Partial(max) on every rank; "
+                  "not in the default)")
       ->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "sdrt's bucket size, MiB (fractions allowed)")
       ->capture_default_str();

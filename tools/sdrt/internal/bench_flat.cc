@@ -1,5 +1,6 @@
 #include "sdrt/tools/sdrt/internal/bench_flat.h"
 
+#include <algorithm>
 #include <climits>
 #include <utility>
 
@@ -73,6 +74,17 @@ absl::StatusOr<std::unique_ptr<FlatBroadcast>> FlatBroadcast::Create(int64_t byt
 
 void FlatBroadcast::Run(uint8_t* buffer) const {
   MPI_Bcast(buffer, count_, type_->type(), 0, MPI_COMM_WORLD);
+}
+
+void FlatAllReduceMax(uint8_t* buffer, int64_t bytes) {
+  constexpr int64_t kPiece = int64_t{1} << 30;
+  for (int64_t at = 0; at < bytes; at += kPiece) {
+    const int count = static_cast<int>(std::min(kPiece, bytes - at));
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, buffer + at, count, MPI_UINT8_T, MPI_MAX, MPI_COMM_WORLD,
+                   &request);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
 }
 
 }  // namespace sdrt::cli

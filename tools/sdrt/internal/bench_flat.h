@@ -76,6 +76,12 @@ class FlatBroadcast {
   int count_ = 0;
 };
 
+// The element-wise maximum of every rank's `bytes` bytes, in place on every rank, as
+// unsigned bytes (the max of equal values is the same bytes, whatever they encode): the
+// floor of all-reducing a state dict's Partial tensors. MPI_Iallreduce + MPI_Wait, as the
+// MPI communicator does, in pieces of at most 1 GiB (MPI's int counts).
+void FlatAllReduceMax(uint8_t* buffer, int64_t bytes);
+
 }  // namespace sdrt::cli
 
 #endif  // SDRT_TOOLS_SDRT_INTERNAL_BENCH_FLAT_H_

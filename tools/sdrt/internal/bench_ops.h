@@ -7,7 +7,12 @@
 //   broadcast      rank 0 holds the full state dict, every rank meta DTensors [Shard(0)];
 //                  BroadcastStateDict vs one MPI_Bcast of the same bytes;
 //   distribute     every rank holds the full state dict and meta DTensors;
-//                  DistributeStateDict (no collective) vs a memcpy of the rank's bytes.
+//                  DistributeStateDict (no collective) vs a memcpy of the rank's bytes;
+//   gather_partial every rank holds every tensor whole as a DTensor [Partial(max)] (its bytes
+//                  as signed integers of the element's size, so that the max of equal
+//                  values is the same bytes); GatherStateDict, whose all-reduces are
+//                  bucketed, vs one flat all-reduce (max) of the same bytes
+//                  (bench_partial.cc). Not in the default --ops.
 //
 // The flat all-gather is MPI_Allgather when every rank sends the same bytes and
 // MPI_Iallgatherv + MPI_Wait otherwise, as the MPI communicator does: MPICH's blocking
@@ -48,6 +53,8 @@ class BenchRunner {
   absl::StatusOr<BenchRow> Gather(bool offload_to_rank0);
   absl::StatusOr<BenchRow> Broadcast();
   absl::StatusOr<BenchRow> Distribute();
+  // Also InvalidArgument for a dtype of another element size than 1, 2, 4 or 8 bytes.
+  absl::StatusOr<BenchRow> GatherPartial();
 
  private:
   BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);

@@ -19,7 +19,8 @@
 namespace sdrt::cli {
 
 // The ops, in the order rows are printed.
-inline constexpr const char* kBenchOps[] = {"gather", "gather_r0_off", "broadcast", "distribute"};
+inline constexpr const char* kBenchOps[] = {"gather", "gather_r0_off", "broadcast", "distribute",
+                                            "gather_partial"};
 
 // Where the run happens.
 struct BenchMachine {

@@ -337,6 +337,25 @@ TEST(GatherStateDictMpi, Case004LocalsNotTheChunkLayoutFailOnEveryRank) {
               HasSubstr(absl::StrCat("[2, ", ChunkSize(width, n), "]")));
 }
 
+// A wrong local shape after a right one of the same mesh, placements and global shape (the
+// expected shape is then known from the first): the same error, naming the second key.
+TEST(GatherStateDictMpi, WrongLocalShapeAfterARightOneOfTheSameLayoutFails) {
+  const int n = WorldSize();
+  const Spec right = DSpec("a_right", {8, 3}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const int64_t rows = ChunkSize(8, n);
+  const Value model = ShardedLeaf(right);
+  Map sd{{"a_right", model},
+         {"b_wrong", *DTensor::Make(ValuePattern({rows + 1, 3}, DType::kFloat32, 2),
+                                    model.as_dtensor().mesh(),
+                                    PlacementsOf("[S(0)]"), {8, 3})}};
+  absl::StatusOr<Map> got = GatherStateDict(sd, WorldGather());
+  ExpectSameStatusOnEveryRank(got.status());
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("'b_wrong'"));
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr(absl::StrCat("holds local shape [", rows + 1, ", 3]")));
+}
+
 // A DTensor whose local is a meta tensor has nothing to gather.
 TEST(GatherStateDictMpi, MetaTensorIsFailedPreconditionOnEveryRank) {
   const Spec s = DSpec("w", {4, 4}, DType::kFloat32, Mesh({WorldSize()}), "[S(0)]");

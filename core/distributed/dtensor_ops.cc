@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/internal/gather_plan.h"
+#include "sdrt/core/distributed/internal/partial_buckets.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -59,8 +61,12 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
 
   // One item, one bucket, both on the local's device (internal/gather_plan.h).
   const Device device = dtensor.local().device();
-  SDRT_ASSIGN_OR_RETURN(const Tensor local,
-                        internal::ReducePartials(dtensor, mesh_comm, device, nullptr));
+  const internal::PartialInput input{&dtensor, &mesh_comm};
+  SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> reduced,
+                        internal::ReducePartialsInBuckets({&input, 1}, device,
+                                                          std::numeric_limits<int64_t>::max(),
+                                                          nullptr));
+  const Tensor local = std::move(reduced[0]);
   if (NumShards(mesh, placements) == 1) return local;
   SDRT_ASSIGN_OR_RETURN(
       internal::GatherItem item,

@@ -73,7 +73,7 @@ class LocalShapeCheck {
   explicit LocalShapeCheck(int rank) : rank_(rank) {}
 
   absl::Status operator()(absl::string_view path, const DTensor& d) {
-    std::vector<Entry>& slot = entries_[Key(d)];
+    std::vector<Entry>& slot = entries_[internal::HashLayout(d)];
     const Entry* entry = nullptr;
     for (const Entry& e : slot) {
       if (e.mesh == d.mesh().get() && e.global_shape == d.global_shape() &&
@@ -102,19 +102,6 @@ class LocalShapeCheck {
     IntVector global_shape;
     IntVector local_shape;
   };
-  static uint64_t Key(const DTensor& d) {
-    // FNV-1a over the mesh's address, the global shape and the placements.
-    uint64_t h = 0xcbf29ce484222325ULL;
-    const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
-    mix(reinterpret_cast<uintptr_t>(d.mesh().get()));
-    for (int64_t n : d.global_shape()) mix(static_cast<uint64_t>(n));
-    for (const Placement& p : d.placements()) {
-      mix(static_cast<uint64_t>(p.kind()) << 48 ^ static_cast<uint64_t>(p.dim()) << 32 ^
-          static_cast<uint64_t>(p.split_factor()) << 8 ^ static_cast<uint64_t>(p.reduce_op()));
-    }
-    return h;
-  }
-
   int rank_;
   absl::flat_hash_map<uint64_t, std::vector<Entry>> entries_;
 };

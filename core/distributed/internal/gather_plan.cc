@@ -140,31 +140,6 @@ absl::Status PinnedHostCopy(const Tensor& gathered, absl::Span<GatherItem* const
 
 }  // namespace
 
-absl::StatusOr<Tensor> ReducePartials(const DTensor& dtensor, DeviceMeshComm& mesh_comm,
-                                      Device device, CollectiveStats* stats) {
-  const std::vector<Placement>& placements = dtensor.placements();
-  if (std::none_of(placements.begin(), placements.end(),
-                   [](const Placement& p) { return p.is_partial(); })) {
-    return dtensor.local();
-  }
-  SDRT_ASSIGN_OR_RETURN(const std::vector<int> order,
-                        MeshDimsToReplicate(*dtensor.mesh(), placements));
-  Tensor local = dtensor.local();
-  bool copied = false;
-  for (int i : order) {
-    if (!placements[i].is_partial()) continue;
-    if (!copied) {
-      SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(dtensor.local().shape(), dtensor.dtype(), device));
-      SDRT_RETURN_IF_ERROR(local.CopyFrom(dtensor.local()));
-      copied = true;
-    }
-    SDRT_ASSIGN_OR_RETURN(Communicator * dim_comm, mesh_comm.DimComm(i));
-    if (stats != nullptr) ++stats->collectives;
-    SDRT_RETURN_IF_ERROR(dim_comm->AllReduce(local, placements[i].reduce_op()));
-  }
-  return local;
-}
-
 struct GatherLayoutCache::Entry {
   const DeviceMesh* mesh;
   std::vector<Placement> placements;
@@ -176,18 +151,21 @@ struct GatherLayoutCache::Entry {
 GatherLayoutCache::GatherLayoutCache() = default;
 GatherLayoutCache::~GatherLayoutCache() = default;
 
-uint64_t GatherLayoutCache::Key(const DTensor& dtensor) {
-  // FNV-1a over the mesh's address, the dtype, the shape and the placements.
+uint64_t HashLayout(const DTensor& dtensor) {
+  // FNV-1a over the mesh's address, the global shape and the placements.
   uint64_t h = 0xcbf29ce484222325ULL;
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
   mix(reinterpret_cast<uintptr_t>(dtensor.mesh().get()));
-  mix(static_cast<uint64_t>(dtensor.dtype()));
   for (int64_t d : dtensor.global_shape()) mix(static_cast<uint64_t>(d));
   for (const Placement& p : dtensor.placements()) {
     mix(static_cast<uint64_t>(p.kind()) << 48 ^ static_cast<uint64_t>(p.dim()) << 32 ^
         static_cast<uint64_t>(p.split_factor()) << 8 ^ static_cast<uint64_t>(p.reduce_op()));
   }
   return h;
+}
+
+uint64_t GatherLayoutCache::Key(const DTensor& dtensor) {
+  return (HashLayout(dtensor) ^ static_cast<uint64_t>(dtensor.dtype())) * 0x100000001b3ULL;
 }
 
 std::shared_ptr<const GatherLayout> GatherLayoutCache::Find(const DTensor& dtensor) const {

@@ -12,11 +12,10 @@
 //      needs the other ranks' shard boxes: ExchangeShardBoxes fetches them for all
 //      ShardedTensor items at once (one AllGatherBytes) and checks that they fit.
 //   2. Partial reduction. Before its item is made, a DTensor's Partial mesh dims are
-//      all-reduced by ReducePartials, always in a copy of the local tensor made on the
-//      device the buckets live on (so the reduced copy is packed without another move),
-//      on each mesh dim's communicator, in MeshDimsToReplicate order. GatherStateDict
-//      reduces many DTensors in buckets instead (internal/partial_buckets.h), the same
-//      reductions with one all-reduce per bucket and mesh dim. GatherStateDict keeps
+//      all-reduced (internal/partial_buckets.h: many DTensors with one all-reduce per
+//      bucket and mesh dim), always in a copy of the local tensor made on the device the
+//      buckets live on (so the reduced copy is packed without another move), on each
+//      mesh dim's communicator, in MeshDimsToReplicate order. GatherStateDict keeps
 //      its buckets on the communicator's device, FullTensor on the local tensor's
 //      (so a CPU local over a staging NCCL communicator is reduced and gathered on the
 //      CPU and no GPU memory is touched); the reduction itself runs on the same backend
@@ -97,6 +96,11 @@ struct GatherItem {
   const std::vector<int64_t>& rank_bytes() const { return layout->rank_bytes; }
 };
 
+// A hash of `dtensor`'s layout: its mesh's address, global shape and placements (FNV-1a).
+// The key of the per-call caches of what a layout determines (GatherLayoutCache and
+// GatherStateDict's local-shape check); entries still compare the fields themselves.
+uint64_t HashLayout(const DTensor& dtensor);
+
 // The layouts of one call's DTensor items, by (mesh, placements, global shape, dtype):
 // MakeDTensorItem works a layout out once and shares it.
 class GatherLayoutCache {
@@ -113,20 +117,12 @@ class GatherLayoutCache {
   absl::flat_hash_map<uint64_t, std::vector<Entry>> entries_;
 };
 
-// The local tensor of `dtensor` with its Partial mesh dims all-reduced: `dtensor.local()`
-// itself (aliased) when no mesh dim of MeshDimsToReplicate is Partial; else a copy on
-// `device`, all-reduced in place on each Partial mesh dim's communicator of `mesh_comm`
-// in MeshDimsToReplicate order, with that dim's reduce op (ReduceOp semantics of
-// comm/communicator.h). Counts one collective per all-reduce in `stats` when not null.
-// Collective over those dim communicators. Precondition: dtensor is on mesh_comm's mesh.
-absl::StatusOr<Tensor> ReducePartials(const DTensor& dtensor, DeviceMeshComm& mesh_comm,
-                                      Device device, CollectiveStats* stats);
-
 // The item of a DTensor over a communicator of `comm_size` ranks whose mesh is the
-// DTensor's (mesh rank == communicator rank): this rank (`rank`) sends `local` (the
-// ReducePartials result, of this rank's local shape) unless it only holds a copy, i.e. its
-// coordinate is not 0 on some Replicate or Partial mesh dim; every other rank sends its
-// local shape's elements by its owned runs. No communication. Errors of
+// DTensor's (mesh rank == communicator rank): this rank (`rank`) sends `local` (its
+// local with the Partial mesh dims reduced, internal/partial_buckets.h, of this rank's
+// local shape) unless it only holds a copy, i.e. its coordinate is not 0 on some
+// Replicate or Partial mesh dim; every other rank sends its local shape's elements by its
+// owned runs. No communication. Errors of
 // ComputeLocalShapeAndGlobalOffset.
 // With `cache` (not null), the layout comes from it when cached and is added to it
 // otherwise.

@@ -1,7 +1,6 @@
-// Bucketed Partial reductions for GatherStateDict: the Partial mesh dims of many DTensors
-// all-reduced with one collective per bucket and mesh dim, instead of one per DTensor and
-// mesh dim (ReducePartials, internal/gather_plan.h, still serves FullTensor's single
-// tensor). Not public API.
+// Bucketed Partial reductions, for GatherStateDict and FullTensor (one DTensor, one
+// bucket): the Partial mesh dims of many DTensors all-reduced with one collective per
+// bucket and mesh dim, instead of one per DTensor and mesh dim. Not public API.
 //
 // DTensors reduce together when they share the mesh (the same DeviceMeshComm), the dtype
 // and their reduction: the sequence of (mesh dim, reduce op) of their Partial mesh dims in

@@ -93,27 +93,38 @@ absl::Status DescribeSide(const Map& tree, bool source, std::vector<internal::Le
   return absl::OkStatus();
 }
 
-// The local tensors of `value` for this rank's `pieces` of one side (indexed by
-// ReshardPiece::local), or the error naming the leaf. `fresh` collects the pieces to
-// allocate (meta DTensor locals, plain destination leaves) as (local index) when not null.
+// Appends to `out` the local tensors of `value` for the pieces of rank `me` among
+// `pieces` (one side of plan tensor `tp`; indexed by ReshardPiece::local), or returns the
+// error naming the leaf; nothing is needed (and `value` may be null) when the rank holds no
+// piece. `fresh` is set when a local is allocated here (a meta DTensor local, a plain
+// destination leaf).
 absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
-                      const std::vector<const internal::ReshardPiece*>& pieces, bool source,
-                      Device device, std::vector<Tensor>& locals, bool* fresh) {
-  const std::string where =
-      absl::StrCat("reshard of '", tp.name, "' (", source ? "source" : "destination", ")");
-  if (value == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": this rank has no such leaf"));
-  }
+                      const std::vector<internal::ReshardPiece>& pieces, int64_t me, bool source,
+                      Device device, internal::ReshardLocals& out, bool* fresh) {
   int count = 0;
-  for (const internal::ReshardPiece* p : pieces) count = std::max(count, p->local + 1);
-  locals.assign(static_cast<size_t>(count), Tensor());
-  for (const internal::ReshardPiece* p : pieces) {
-    Tensor local;
+  for (const internal::ReshardPiece& p : pieces) {
+    if (p.rank == me) count = std::max(count, p.local + 1);
+  }
+  const size_t first = out.tensors.size();
+  out.tensors.resize(first + static_cast<size_t>(count));
+  out.begin.push_back(out.tensors.size());
+  if (count == 0) return absl::OkStatus();
+  // The text of an error only: this runs per tensor and call.
+  const auto where = [&] {
+    return absl::StrCat("reshard of '", tp.name, "' (", source ? "source" : "destination", ")");
+  };
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": this rank has no such leaf"));
+  }
+  for (const internal::ReshardPiece& piece : pieces) {
+    if (piece.rank != me) continue;
+    const internal::ReshardPiece* const p = &piece;
+    Tensor& local = out.tensors[first + static_cast<size_t>(p->local)];
     if (value->kind() == ValueKind::kDTensor) {
       local = value->as_dtensor().local();
       if (!source && local.is_meta()) {
         SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(p->local_shape, tp.dtype, device));
-        *fresh = true;
+        if (fresh != nullptr) *fresh = true;
       }
     } else if (value->kind() == ValueKind::kShardedTensor) {
       // The piece's box: the rank's p->local-th box in metadata order.
@@ -133,16 +144,15 @@ absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
       local = value->as_tensor();
     } else if (!source) {  // a plain leaf (or a scalar) replaced by the full tensor
       SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(p->local_shape, tp.dtype, device));
-      *fresh = true;
+      if (fresh != nullptr) *fresh = true;
     }
     if (!local.defined() || local.dtype() != tp.dtype || local.shape() != p->local_shape ||
         local.device() != device) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": rank ", p->rank, " needs local ", p->local, " as ", DTypeName(tp.dtype),
+          where(), ": rank ", p->rank, " needs local ", p->local, " as ", DTypeName(tp.dtype),
           ShapeToString(p->local_shape), " on ", device.ToString(), "; it holds ",
           local.defined() ? local.ToString() : "none"));
     }
-    locals[p->local] = std::move(local);
   }
   return absl::OkStatus();
 }
@@ -268,34 +278,32 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   } else if (local_error.ok()) {
     local_error = l.status();
   }
-  absl::flat_hash_map<absl::string_view, const Value*> src_by_path;
-  for (const internal::Leaf& leaf : src_leaves) src_by_path.emplace(leaf.path, leaf.value);
-  absl::flat_hash_map<absl::string_view, internal::MutableLeaf*> dst_by_path;
-  for (internal::MutableLeaf& leaf : dst_leaves) dst_by_path.emplace(leaf.path, &leaf);
+  // Each plan tensor's leaf on either side: one comparison per tensor when the trees hold
+  // the plan's paths in its order.
+  struct PathOf {
+    absl::string_view operator()(const internal::ReshardTensorPlan& tp) const { return tp.name; }
+    absl::string_view operator()(const internal::Leaf& leaf) const { return leaf.path; }
+    absl::string_view operator()(const internal::MutableLeaf& leaf) const { return leaf.path; }
+  };
+  const std::vector<int64_t> src_of = internal::MatchPaths(s.plan.tensors, src_leaves, PathOf());
+  const std::vector<int64_t> dst_of = internal::MatchPaths(s.plan.tensors, dst_leaves, PathOf());
   const size_t n = s.plan.tensors.size();
-  std::vector<std::vector<Tensor>> sources(n), destinations(n);
+  internal::ReshardLocals sources, destinations;
+  sources.tensors.reserve(n);
+  sources.begin.reserve(n + 1);
+  destinations.tensors.reserve(n);
+  destinations.begin.reserve(n + 1);
   std::vector<size_t> fresh;  // tensors whose destination leaf gets new locals
   for (size_t t = 0; t < n && local_error.ok(); ++t) {
     const internal::ReshardTensorPlan& tp = s.plan.tensors[t];
-    std::vector<const internal::ReshardPiece*> src_pieces, dst_pieces;
-    for (const internal::ReshardPiece& p : tp.source()) {
-      if (p.rank == me) src_pieces.push_back(&p);
-    }
-    for (const internal::ReshardPiece& p : tp.destination()) {
-      if (p.rank == me) dst_pieces.push_back(&p);
-    }
+    local_error = LocalsOf(tp, src_of[t] < 0 ? nullptr : src_leaves[src_of[t]].value, tp.source(),
+                           me, /*source=*/true, comm.device(), sources, nullptr);
+    if (!local_error.ok()) break;
     bool is_fresh = false;
-    if (!src_pieces.empty()) {
-      const auto it = src_by_path.find(tp.name);
-      local_error = LocalsOf(tp, it == src_by_path.end() ? nullptr : it->second, src_pieces,
-                             /*source=*/true, comm.device(), sources[t], &is_fresh);
-    }
-    if (local_error.ok() && !dst_pieces.empty()) {
-      const auto it = dst_by_path.find(tp.name);
-      local_error = LocalsOf(tp, it == dst_by_path.end() ? nullptr : it->second->value, dst_pieces,
-                             /*source=*/false, comm.device(), destinations[t], &is_fresh);
-      if (is_fresh) fresh.push_back(t);
-    }
+    local_error = LocalsOf(tp, dst_of[t] < 0 ? nullptr : dst_leaves[dst_of[t]].value,
+                           tp.destination(), me, /*source=*/false, comm.device(), destinations,
+                           &is_fresh);
+    if (is_fresh) fresh.push_back(t);
   }
   ReshardStats local_stats = s.stats;
   ReshardStats& st = stats != nullptr ? *stats : local_stats;
@@ -310,12 +318,12 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   st.buffer_bytes = es.buffer_bytes;
   st.collectives += es.rounds;
   for (size_t t : fresh) {
-    Value& leaf = *dst_by_path[s.plan.tensors[t].name]->value;
+    Value& leaf = *dst_leaves[dst_of[t]].value;
     if (leaf.kind() == ValueKind::kDTensor) {
-      SDRT_ASSIGN_OR_RETURN(DTensor filled, leaf.as_dtensor().WithLocal(destinations[t][0]));
+      SDRT_ASSIGN_OR_RETURN(DTensor filled, leaf.as_dtensor().WithLocal(destinations.of(t)[0]));
       leaf = Value(std::move(filled));
     } else {
-      leaf = Value(destinations[t][0]);
+      leaf = Value(destinations.of(t)[0]);
     }
   }
   return absl::OkStatus();

@@ -66,6 +66,45 @@ absl::StatusOr<std::shared_ptr<Storage>> Bucket(Device device, int64_t bytes) {
   return backend->Allocate(bytes, device);
 }
 
+// Appends the units of one phase's chunks `steps` (in plan order) to `schedule`: a wire
+// chunk of contribution 0 under kDirectRangeBytes joins the open unit of its (sender,
+// receiver) pair while that stays within `bucket` bytes, else opens the pair's next unit
+// at its own place; a chunk to itself, a later Partial contribution and a large chunk
+// (which may go on the wire from its local, DirectRange) are units of their own. Joining only moves a
+// contribution-0 chunk earlier, which its destination allows: those chunks write disjoint
+// elements, and a later contribution, reduced into them, comes after them in plan order.
+void AppendUnits(absl::Span<const ReshardSchedule::Step> steps, int64_t bucket,
+                 ReshardSchedule& schedule) {
+  struct Open {
+    std::vector<ReshardSchedule::Step> members;
+    int64_t bytes = 0;
+    int64_t source_rank = 0;
+    int64_t destination_rank = 0;
+  };
+  std::vector<Open> units;
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, size_t> open;  // pair -> unit
+  for (const ReshardSchedule::Step& step : steps) {
+    const ReshardMessage& c = *step.chunk;
+    if (c.source_rank != c.destination_rank && c.contribution == 0 &&
+        c.bytes < kDirectRangeBytes) {
+      const auto [it, fresh] =
+          open.try_emplace(std::make_pair(c.source_rank, c.destination_rank), units.size());
+      if (!fresh && units[it->second].bytes + c.bytes <= bucket) {
+        units[it->second].members.push_back(step);
+        units[it->second].bytes += c.bytes;
+        continue;
+      }
+      it->second = units.size();
+    }
+    units.push_back({{step}, c.bytes, c.source_rank, c.destination_rank});
+  }
+  for (Open& u : units) {
+    schedule.units.push_back(
+        {schedule.steps.size(), u.members.size(), u.bytes, u.source_rank, u.destination_rank});
+    schedule.steps.insert(schedule.steps.end(), u.members.begin(), u.members.end());
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t rank,
@@ -124,39 +163,41 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
       (chunk.forward ? forwards : schedule.steps).push_back({t, &chunk});
     }
   }
-  const size_t direct_steps = schedule.steps.size();
-  schedule.steps.insert(schedule.steps.end(), forwards.begin(), forwards.end());
-  // Exchanges: consecutive chunks of one phase while neither side passes a bucket (at
-  // least one chunk); chunks to itself do not count, they go through the send bucket
-  // after the exchange.
+  const std::vector<ReshardSchedule::Step> direct = std::move(schedule.steps);
+  schedule.steps.clear();
+  AppendUnits(direct, bucket, schedule);
+  const size_t direct_units = schedule.units.size();
+  AppendUnits(forwards, bucket, schedule);
+  // Exchanges: consecutive units of one phase while neither side passes a bucket (at
+  // least one unit); units to itself do not count, they go through the send bucket after
+  // the exchange.
   size_t i = 0;
-  while (i < schedule.steps.size()) {
-    if (i == direct_steps) schedule.direct_exchanges = schedule.begin.size();
+  while (i < schedule.units.size()) {
+    if (i == direct_units) schedule.direct_exchanges = schedule.begin.size();
     schedule.begin.push_back(i);
-    const size_t phase_end = i < direct_steps ? direct_steps : schedule.steps.size();
+    const size_t phase_end = i < direct_units ? direct_units : schedule.units.size();
     int64_t sent = 0, received = 0;
     for (; i < phase_end; ++i) {
-      const ReshardMessage& c = *schedule.steps[i].chunk;
-      if (c.source_rank == rank && c.destination_rank == rank) {
-        schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, c.bytes);
+      const ReshardSchedule::Unit& u = schedule.units[i];
+      if (u.source_rank == rank && u.destination_rank == rank) {
+        schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, u.bytes);
         continue;
       }
-      int64_t& side = c.source_rank == rank ? sent : received;
-      if (side > 0 && side + c.bytes > bucket) break;
-      side += c.bytes;
+      int64_t& side = u.source_rank == rank ? sent : received;
+      if (side > 0 && side + u.bytes > bucket) break;
+      side += u.bytes;
     }
     schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, sent);
     schedule.receive_bucket_bytes = std::max(schedule.receive_bucket_bytes, received);
   }
-  if (direct_steps == schedule.steps.size()) schedule.direct_exchanges = schedule.begin.size();
+  if (direct_units == schedule.units.size()) schedule.direct_exchanges = schedule.begin.size();
   if (!schedule.begin.empty()) schedule.begin.push_back(i);
   return schedule;
 }
 
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
                             ReshardExchangeCounts exchanges, Communicator& comm,
-                            absl::Span<const std::vector<Tensor>> sources,
-                            absl::Span<const std::vector<Tensor>> destinations,
+                            const ReshardLocals& sources, const ReshardLocals& destinations,
                             ReshardExecuteStats* stats) {
   ReshardExecuteStats local_stats;
   ReshardExecuteStats& st = stats != nullptr ? *stats : local_stats;
@@ -182,7 +223,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
     const ReshardTensorPlan& tp = plan.tensors[t];
     for (const auto* side : {&tp.source(), &tp.destination()}) {
       const bool is_source = side == &tp.source();
-      const std::vector<Tensor>& locals = is_source ? sources[t] : destinations[t];
+      const absl::Span<const Tensor> locals = is_source ? sources.of(t) : destinations.of(t);
       for (const ReshardPiece& piece : *side) {
         if (piece.rank != me) continue;
         const bool ok = piece.local < static_cast<int>(locals.size()) &&
@@ -219,9 +260,10 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
   auto* const receive_base = static_cast<char*>(receive_bucket->data());
   std::vector<Communicator::SendMessage> sends;
   std::vector<Communicator::ReceiveMessage> receives;
+  std::vector<bool> received_direct;  // per unit of the exchange
   // The source locals of a chunk: a forward's are the relay's destination locals.
-  auto from = [&](const ReshardSchedule::Step& step) -> const std::vector<Tensor>& {
-    return step.chunk->forward ? destinations[step.tensor] : sources[step.tensor];
+  auto from = [&](const ReshardSchedule::Step& step) {
+    return step.chunk->forward ? destinations.of(step.tensor) : sources.of(step.tensor);
   };
   for (int64_t e = 0; e < exchanges.direct + exchanges.forward; ++e) {
     sends.clear();
@@ -232,38 +274,76 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
     const bool mine = direct ? e < mine_direct : e - exchanges.direct < mine_forward;
     const size_t first = mine ? schedule.begin[k] : 0, last = mine ? schedule.begin[k + 1] : 0;
     int64_t send_at = 0, receive_at = 0;
+    received_direct.assign(last - first, false);
     for (size_t i = first; i < last; ++i) {
-      const ReshardSchedule::Step& step = schedule.steps[i];
-      const ReshardMessage& c = *step.chunk;
-      if (c.source_rank == me && c.destination_rank != me) {
-        SDRT_RETURN_IF_ERROR(
-            PackMessage(plan.tensors[step.tensor], c, from(step), send_bucket, send_at));
-        sends.push_back({static_cast<int>(c.destination_rank), send_base + send_at, c.bytes});
-        st.sent_bytes += c.bytes;
-        send_at += c.bytes;
-      } else if (c.source_rank != me) {
-        receives.push_back({static_cast<int>(c.source_rank), receive_base + receive_at, c.bytes});
-        st.received_bytes += c.bytes;
-        receive_at += c.bytes;
+      const ReshardSchedule::Unit& u = schedule.units[i];
+      if (u.source_rank == me && u.destination_rank != me) {
+        // A large box of a dense local goes on the wire from where it is.
+        const ReshardSchedule::Step& only = schedule.steps[u.first];
+        if (char* const range = u.count == 1 && comm.device().is_cpu()
+                                    ? DirectRange(plan.tensors[only.tensor], *only.chunk,
+                                                  from(only), /*to_local=*/false)
+                                    : nullptr) {
+          sends.push_back({static_cast<int>(u.destination_rank), range, u.bytes});
+          st.sent_bytes += u.bytes;
+          st.direct_bytes += u.bytes;
+          continue;
+        }
+        int64_t at = send_at;
+        for (size_t j = u.first; j < u.first + u.count; ++j) {
+          const ReshardSchedule::Step& step = schedule.steps[j];
+          SDRT_RETURN_IF_ERROR(
+              PackMessage(plan.tensors[step.tensor], *step.chunk, from(step), send_bucket, at));
+          at += step.chunk->bytes;
+        }
+        sends.push_back({static_cast<int>(u.destination_rank), send_base + send_at, u.bytes});
+        st.sent_bytes += u.bytes;
+        send_at += u.bytes;
+      } else if (u.source_rank != me) {
+        // ... and lands where it belongs.
+        const ReshardSchedule::Step& only = schedule.steps[u.first];
+        char* const range = u.count == 1 && comm.device().is_cpu()
+                                ? DirectRange(plan.tensors[only.tensor], *only.chunk,
+                                              destinations.of(only.tensor), /*to_local=*/true)
+                                : nullptr;
+        received_direct[i - first] = range != nullptr;
+        if (range != nullptr) {
+          receives.push_back({static_cast<int>(u.source_rank), range, u.bytes});
+          st.received_bytes += u.bytes;
+          st.direct_bytes += u.bytes;
+          continue;
+        }
+        receives.push_back({static_cast<int>(u.source_rank), receive_base + receive_at, u.bytes});
+        st.received_bytes += u.bytes;
+        receive_at += u.bytes;
       }
     }
     SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives));
     ++st.rounds;
-    // Unpacked in plan order (a later Partial contribution is reduced into what an
-    // earlier one wrote); a chunk to itself goes through the send bucket, free now.
+    // Unpacked in order (a later Partial contribution is reduced into what an earlier one
+    // wrote); a chunk to itself goes through the send bucket, free now.
     receive_at = 0;
     for (size_t i = first; i < last; ++i) {
-      const ReshardSchedule::Step& step = schedule.steps[i];
-      const ReshardMessage& c = *step.chunk;
-      const ReshardTensorPlan& tp = plan.tensors[step.tensor];
-      if (c.source_rank == me && c.destination_rank == me) {
-        SDRT_RETURN_IF_ERROR(PackMessage(tp, c, from(step), send_bucket, 0));
-        SDRT_RETURN_IF_ERROR(UnpackMessage(tp, c, send_bucket, 0, destinations[step.tensor]));
-        st.self_bytes += c.bytes;
-      } else if (c.source_rank != me) {
-        SDRT_RETURN_IF_ERROR(
-            UnpackMessage(tp, c, receive_bucket, receive_at, destinations[step.tensor]));
-        receive_at += c.bytes;
+      const ReshardSchedule::Unit& u = schedule.units[i];
+      if ((u.source_rank == me && u.destination_rank != me) || received_direct[i - first]) {
+        continue;
+      }
+      for (size_t j = u.first; j < u.first + u.count; ++j) {
+        const ReshardSchedule::Step& step = schedule.steps[j];
+        const ReshardMessage& c = *step.chunk;
+        const ReshardTensorPlan& tp = plan.tensors[step.tensor];
+        if (u.source_rank == me) {
+          if (!CopyMessageDirect(tp, c, from(step), destinations.of(step.tensor))) {
+            SDRT_RETURN_IF_ERROR(PackMessage(tp, c, from(step), send_bucket, 0));
+            SDRT_RETURN_IF_ERROR(
+                UnpackMessage(tp, c, send_bucket, 0, destinations.of(step.tensor)));
+          }
+          st.self_bytes += c.bytes;
+        } else {
+          SDRT_RETURN_IF_ERROR(
+              UnpackMessage(tp, c, receive_bucket, receive_at, destinations.of(step.tensor)));
+          receive_at += c.bytes;
+        }
       }
     }
   }

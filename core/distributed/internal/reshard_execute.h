@@ -1,17 +1,22 @@
 // Running a reshard plan (reshard_plan.h) on one rank of a communicator that spans both
 // sides (issue 14, the executor). The rank's messages are cut into chunks of at most one
 // bucket and put in the plan's order (tensor, contribution, source rank, destination
-// rank, chunk), which every rank derives alike. Each exchange (one Communicator::Exchange:
-// MPI_Isend/Irecv, or ncclSend/ncclRecv in one group) takes the rank's next chunks in that
-// order, sends and receives alike, while neither side passes a bucket, packed into and
-// unpacked from the rank's two buckets; a chunk to itself is packed and unpacked without
-// the wire, at its place in the order. Fan-out forwards (reshard_plan.h) come after every
-// direct chunk, in exchanges of their own: a relay sends what it has received. No rank
-// waits on another's schedule: everything
-// before the earliest chunk not yet delivered has been delivered, so that chunk is in the
-// current exchange of its sender and of its receiver, and every exchange completes. Peak
-// extra memory per rank: the two buckets (each at most bucket_bytes, or one row of a box
-// when a row is larger), whatever the size of the largest tensor. Not public API.
+// rank, chunk), which every rank derives alike. The chunks between one pair of ranks are
+// joined into units, one wire message each (many small tensors cost one message per peer
+// and bucket, not one per tensor); units keep the order of their first chunk. A large
+// chunk whose box is one dense range of its local travels from and into the locals, not
+// through the buckets. Each
+// exchange (one Communicator::Exchange: MPI_Isend/Irecv, or ncclSend/ncclRecv in one
+// group) takes the rank's next units in that order, sends and receives alike, while
+// neither side passes a bucket, packed into and unpacked from the rank's two buckets; a
+// chunk to itself is packed and unpacked without the wire, at its place in the order.
+// Fan-out forwards (reshard_plan.h) come after every direct chunk, in exchanges of their
+// own: a relay sends what it has received. No rank waits on another's schedule:
+// everything before the earliest unit not yet delivered has been delivered, so that unit
+// is in the current exchange of its sender and of its receiver, and every exchange
+// completes. Peak extra memory per rank: the two buckets (each at most bucket_bytes, or
+// one row of a box when a row is larger), whatever the size of the largest tensor. Not
+// public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_EXECUTE_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_EXECUTE_H_
 
@@ -41,20 +46,48 @@ struct ReshardSchedule {
     size_t tensor = 0;
     const ReshardMessage* chunk = nullptr;
   };
+  // One wire message (or one chunk to itself): steps [first, first + count), all from
+  // source_rank to destination_rank, packed back to back, `bytes` in all.
+  struct Unit {
+    size_t first = 0;
+    size_t count = 0;
+    int64_t bytes = 0;
+    int64_t source_rank = 0;
+    int64_t destination_rank = 0;
+  };
   int64_t rank = 0;
   // Per plan tensor, its chunks that this rank sends or receives (shared by the tensors
   // of one layout plan); the steps point into them.
   std::vector<std::shared_ptr<const std::vector<ReshardMessage>>> chunks;
-  // This rank's chunks in plan order: sends to other ranks, receives from other ranks,
+  // This rank's chunks, unit by unit: sends to other ranks, receives from other ranks,
   // and chunks to itself.
   std::vector<Step> steps;
-  // Exchange i takes steps [begin[i], begin[i + 1]); exchanges() + 1 entries. The first
+  // This rank's units in the order of their first chunk in the plan's order.
+  std::vector<Unit> units;
+  // Exchange i takes units [begin[i], begin[i + 1]); exchanges() + 1 entries. The first
   // direct_exchanges hold the direct chunks, the others the forwards.
   std::vector<size_t> begin;
   size_t direct_exchanges = 0;
   int64_t send_bucket_bytes = 0;     // the largest exchange's sends, or self chunk
   int64_t receive_bucket_bytes = 0;  // the largest exchange's receives from other ranks
   size_t exchanges() const { return begin.empty() ? 0 : begin.size() - 1; }
+};
+
+// One side's local tensors of every plan tensor on this rank, back to back in one vector
+// (no allocation per tensor): plan tensor t's are tensors[begin[t], begin[t + 1]), indexed
+// by ReshardPiece::local; none when the rank holds no piece of it.
+struct ReshardLocals {
+  std::vector<Tensor> tensors;
+  std::vector<size_t> begin{0};
+  size_t size() const { return begin.size() - 1; }
+  absl::Span<const Tensor> of(size_t t) const {
+    return absl::Span<const Tensor>(tensors.data() + begin[t], begin[t + 1] - begin[t]);
+  }
+  // Appends the next plan tensor's locals.
+  void Add(absl::Span<const Tensor> locals) {
+    tensors.insert(tensors.end(), locals.begin(), locals.end());
+    begin.push_back(tensors.size());
+  }
 };
 
 // How many exchanges every rank makes in each phase: the most of any rank's schedule.
@@ -70,14 +103,21 @@ struct ReshardExecuteStats {
   int64_t received_bytes = 0;  // from other ranks
   int64_t self_bytes = 0;      // copied from this rank's sources to its destinations
   int64_t buffer_bytes = 0;    // the send and receive buckets, allocated once
+  int64_t direct_bytes = 0;    // of sent and received, straight from or into a local
 };
 
 // Cuts every message of `plan` that global rank `rank` sends or receives so that no chunk
 // holds more than options.bucket_bytes (a box is cut along its first dim of extent > 1
 // into whole rows, whole bytes for sub-byte dtypes; a row larger than a bucket along its
-// next dim; one element or one whole-byte group is never cut), lists the rank's chunks in
-// plan order and groups consecutive ones into exchanges of at most a bucket on each side
-// (a chunk larger than a bucket travels in an exchange of its own). InvalidArgument for
+// next dim; one element or one whole-byte group is never cut) and lists the rank's chunks
+// in plan order. Chunks between one pair of ranks travel as one wire message (a unit)
+// while it stays within a bucket: a chunk joins the pair's open unit of its phase, which
+// moves it earlier (never later) in the order; a later Partial contribution, a chunk to
+// itself and a chunk of kDirectRangeBytes or more (sent from and received into its locals
+// where they are dense, reshard_pack.h) are units of their own. Every rank derives a pair's units alike, from the
+// plan's order of that pair's chunks, so sender and receiver agree on every message.
+// Consecutive units are grouped into exchanges of at most a bucket on each side (a unit
+// larger than a bucket travels in an exchange of its own). InvalidArgument for
 // bucket_bytes < 64, a negative rank, a plan of another rank (ReshardPlan::rank), or more
 // than 2^24 chunks.
 absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t rank,
@@ -87,8 +127,8 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
 // with the same plan (or its own plan of one rank), its own schedule (ScheduleReshard for
 // comm.rank()) and the same `exchanges`, in each phase at least the most of any rank's
 // schedule (a rank with fewer exchanges makes empty ones, so that every rank calls
-// Exchange alike). `sources[t]` are this rank's source locals of plan tensor t (indexed by
-// ReshardPiece::local; empty when it holds none; any strides), `destinations[t]` its
+// Exchange alike). `sources.of(t)` are this rank's source locals of plan tensor t (indexed by
+// ReshardPiece::local; empty when it holds none; any strides), `destinations.of(t)` its
 // destination locals (allocated, of the pieces' shapes and dtype, filled in place; any
 // strides without overlap). Tensors are on comm.device() (the CPU for MPI). On return
 // every destination local holds its piece. Every local this rank's pieces need is checked
@@ -101,8 +141,7 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
 // missing ranks) as they are; ResourceExhausted when a bucket cannot be allocated.
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
                             ReshardExchangeCounts exchanges, Communicator& comm,
-                            absl::Span<const std::vector<Tensor>> sources,
-                            absl::Span<const std::vector<Tensor>> destinations,
+                            const ReshardLocals& sources, const ReshardLocals& destinations,
                             ReshardExecuteStats* stats = nullptr);
 
 }  // namespace sdrt::internal

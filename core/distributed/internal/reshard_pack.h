@@ -48,6 +48,23 @@ absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& me
                            absl::Span<const Tensor> locals, bool non_blocking = false,
                            StreamHandle stream = nullptr);
 
+// A chunk from this rank to itself, without a buffer: when every box of `message` (of
+// contribution 0, whole-byte dtype) is one dense range of a CPU local on both sides,
+// copies each from `from` (the source locals, or the destination locals for a forward)
+// into `to` (the destination locals) and returns true; else copies nothing and returns
+// false, for the caller to pack and unpack through a buffer (which reports any error).
+bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message,
+                       absl::Span<const Tensor> from, absl::Span<const Tensor> to);
+
+// Where a message goes on the wire without a buffer: when `message` is one box of at
+// least kDirectRangeBytes, of contribution 0 and a whole-byte dtype, and that box is one
+// dense range of its CPU local in `locals` (the destination locals when `to_local`, else
+// the source ones, or the relay's destination locals for a forward), that range's first
+// byte; null otherwise (the message is packed or unpacked through a bucket).
+inline constexpr int64_t kDirectRangeBytes = int64_t{64} << 10;
+char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message,
+                  absl::Span<const Tensor> locals, bool to_local);
+
 }  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_PACK_H_

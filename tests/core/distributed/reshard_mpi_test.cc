@@ -49,7 +49,8 @@ std::vector<int64_t> Ranks(int64_t from, int64_t to) {
 // destination pieces against the full tensors' pieces; `layout` lays out the sources.
 void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t bucket,
                     LocalLayout layout = LocalLayout::kContiguous,
-                    const std::vector<int64_t>& nodes = {}) {
+                    const std::vector<int64_t>& nodes = {},
+                    internal::ReshardExecuteStats* stats_out = nullptr) {
   const int64_t me = g_world->rank();
   // This rank's plan, checked against the plan of every rank: the same stats, the same
   // schedule for this rank; the exchanges every rank makes are the busiest rank's.
@@ -97,8 +98,13 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
     }
   }
   internal::ReshardExecuteStats stats;
-  const absl::Status s = internal::ExecuteReshard(*plan, *schedule, exchanges, *g_world, sources,
-                                                  destinations, &stats);
+  internal::ReshardLocals source_locals, destination_locals;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    source_locals.Add(sources[t]);
+    destination_locals.Add(destinations[t]);
+  }
+  const absl::Status s = internal::ExecuteReshard(*plan, *schedule, exchanges, *g_world,
+                                                  source_locals, destination_locals, &stats);
   ASSERT_TRUE(s.ok()) << s;
   for (size_t t = 0; t < tensors.size(); ++t) {
     for (size_t i = 0; i < expected[t].size(); ++i) {
@@ -114,6 +120,7 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
   EXPECT_EQ(Sum(stats.sent_bytes), plan->stats.wire_bytes);
   EXPECT_EQ(Sum(stats.received_bytes), plan->stats.wire_bytes);
   EXPECT_EQ(Sum(stats.self_bytes), plan->stats.self_bytes);
+  if (stats_out != nullptr) *stats_out = stats;
 }
 
 std::vector<internal::ReshardTensor> Mixed() {
@@ -199,6 +206,37 @@ TEST(ReshardMpi, RandomLayoutsOfThisWorld) {
       for (int64_t r = 0; r < world; ++r) nodes.push_back(rng.Uniform(0, 2));
     }
     ReshardOverMpi(tensors, 4096, LocalLayout::kContiguous, nodes);
+  }
+}
+
+// Chunks of 64 KiB and more whose boxes are dense ranges of their locals go on the wire
+// from the source local and land in the destination local (no bucket); the others, and
+// every box of a transposed or narrowed source, are packed. Every layout bit-exact, and
+// the direct bytes counted where the boxes are rows of contiguous locals.
+TEST(ReshardMpi, LargeBoxesTravelFromAndIntoTheirLocals) {
+  const int64_t n = g_world->size();
+  const auto all = Ranks(0, n);
+  const std::vector<internal::ReshardTensor> tensors = {
+      // Rows to every rank: each rank's rows are one dense range on both sides.
+      Describe("rows_to_replicated", DType::kFloat32, {1024, 96}, MeshLayout({n}, all, "[S(0)]"),
+               MeshLayout({n}, all, "[R]")),
+      // Rows to columns: neither side's box is dense (packed).
+      Describe("rows_to_columns", DType::kBFloat16, {1024, 256}, MeshLayout({n}, all, "[S(0)]"),
+               MeshLayout({n}, all, "[S(1)]")),
+      // Replicated to rows: the holders share the sending, dense boxes.
+      Describe("replicated_to_rows", DType::kInt32, {1024, 64}, MeshLayout({n}, all, "[R]"),
+               MeshLayout({n}, all, "[S(0)]")),
+      // A small tensor between them: it joins its pair's unit.
+      Describe("small", DType::kFloat32, {7, 5}, MeshLayout({n}, all, "[S(0)]"),
+               MeshLayout({n}, all, "[R]")),
+  };
+  for (int64_t bucket : {int64_t{100000}, int64_t{1} << 20}) {
+    SCOPED_TRACE(bucket);
+    internal::ReshardExecuteStats stats;
+    ReshardOverMpi(tensors, bucket, LocalLayout::kContiguous, {}, &stats);
+    if (n > 1) EXPECT_GT(Sum(stats.direct_bytes), 0);
+    ReshardOverMpi(tensors, bucket, LocalLayout::kTransposed);
+    ReshardOverMpi(tensors, bucket, LocalLayout::kNarrowed);
   }
 }
 

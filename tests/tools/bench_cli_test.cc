@@ -140,6 +140,22 @@ TEST(BenchCliTest, GatherPartialReducesEveryTensorInOneBucket) {
   }
 }
 
+// gather_planned: 10,000 tensors gathered right on 1-3 ranks by a reshard plan made once
+// into DTensors [Replicate] the caller allocated: per call the agreement and one exchange
+// (every tensor's piece to a peer in one message).
+TEST(BenchCliTest, GatherPlannedMovesEveryTensorInOneExchange) {
+  for (int ranks : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(ranks, " ranks"));
+    const CommandResult r =
+        Bench(ranks, "--workload small --ops gather_planned --iters 2 --warmup 0 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const nlohmann::json rows = ParseRows(r);
+    ExpectGoodRows(rows, {"gather_planned"}, "small", kSmallDigest, 10000, ranks);
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].value("collectives", int64_t{-1}), 2);
+  }
+}
+
 TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {
   const CommandResult r =
       Bench(2, "--workload small --tensors 50 --ops distribute,gather --iters 2 --warmup 0 --json");

@@ -132,7 +132,8 @@ int RunBench(const BenchArgs& args) {
                                    : op == "gather_r0_off" ? (*runner)->Gather(true)
                                    : op == "broadcast"     ? (*runner)->Broadcast()
                                    : op == "distribute"    ? (*runner)->Distribute()
-                                                           : (*runner)->GatherPartial();
+                                   : op == "gather_partial" ? (*runner)->GatherPartial()
+                                                           : (*runner)->GatherPlanned();
     if (!row.ok()) return fail(row.status());
     rows.push_back(*std::move(row));
   }

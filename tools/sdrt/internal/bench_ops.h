@@ -55,6 +55,7 @@ class BenchRunner {
   absl::StatusOr<BenchRow> Distribute();
   // Also InvalidArgument for a dtype of another element size than 1, 2, 4 or 8 bytes.
   absl::StatusOr<BenchRow> GatherPartial();
+  absl::StatusOr<BenchRow> GatherPlanned();
 
  private:
   BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);

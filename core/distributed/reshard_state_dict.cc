@@ -119,13 +119,18 @@ absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
   for (const internal::ReshardPiece& piece : pieces) {
     if (piece.rank != me) continue;
     const internal::ReshardPiece* const p = &piece;
-    Tensor& local = out.tensors[first + static_cast<size_t>(p->local)];
+    const Tensor* found = nullptr;
+    // A local made here for the destination: kept by `out`.
+    const auto make = [&]() -> absl::Status {
+      SDRT_ASSIGN_OR_RETURN(Tensor made, Tensor::Empty(p->local_shape, tp.dtype, device));
+      out.owned.push_back(std::move(made));
+      found = &out.owned.back();
+      if (fresh != nullptr) *fresh = true;
+      return absl::OkStatus();
+    };
     if (value->kind() == ValueKind::kDTensor) {
-      local = value->as_dtensor().local();
-      if (!source && local.is_meta()) {
-        SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(p->local_shape, tp.dtype, device));
-        if (fresh != nullptr) *fresh = true;
-      }
+      found = &value->as_dtensor().local();
+      if (!source && found->is_meta()) SDRT_RETURN_IF_ERROR(make());
     } else if (value->kind() == ValueKind::kShardedTensor) {
       // The piece's box: the rank's p->local-th box in metadata order.
       int seen = 0;
@@ -137,15 +142,16 @@ absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
       for (const LocalShard& shard : st.local_shards()) {
         if (box != nullptr && shard.metadata.offsets == box->offsets &&
             shard.metadata.sizes == box->sizes) {
-          local = shard.tensor;
+          found = &shard.tensor;
         }
       }
     } else if (value->kind() == ValueKind::kTensor && source) {
-      local = value->as_tensor();
+      found = &value->as_tensor();
     } else if (!source) {  // a plain leaf (or a scalar) replaced by the full tensor
-      SDRT_ASSIGN_OR_RETURN(local, Tensor::Empty(p->local_shape, tp.dtype, device));
-      if (fresh != nullptr) *fresh = true;
+      SDRT_RETURN_IF_ERROR(make());
     }
+    static const Tensor kNone;
+    const Tensor& local = found != nullptr ? *found : kNone;
     if (!local.defined() || local.dtype() != tp.dtype || local.shape() != p->local_shape ||
         local.device() != device) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -153,6 +159,7 @@ absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
           ShapeToString(p->local_shape), " on ", device.ToString(), "; it holds ",
           local.defined() ? local.ToString() : "none"));
     }
+    out.tensors[first + static_cast<size_t>(p->local)] = internal::CheckedRef(local);
   }
   return absl::OkStatus();
 }
@@ -271,8 +278,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   } else {
     local_error = l.status();
   }
-  if (absl::StatusOr<internal::MutableLeaves> l =
-          internal::CollectMutableLeaves(destination);
+  if (absl::StatusOr<internal::MutableLeaves> l = internal::CollectMutableLeaves(destination);
       l.ok()) {
     dst_leaves = *std::move(l);
   } else if (local_error.ok()) {
@@ -294,21 +300,55 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   destinations.tensors.reserve(n);
   destinations.begin.reserve(n + 1);
   std::vector<size_t> fresh;  // tensors whose destination leaf gets new locals
+  // The leaves' values and their DTensors are the caller's objects, spread over the heap:
+  // with thousands of tensors each is a cache miss, so the loop asks for them ahead of use,
+  // the values 2 * kAhead tensors ahead and, once a value is in cache, what it holds.
+  constexpr size_t kAhead = 8;
+  const auto value_of = [&](size_t t, bool source) -> const Value* {
+    const int64_t i = source ? src_of[t] : dst_of[t];
+    if (i < 0) return nullptr;
+    return source ? src_leaves[i].value : dst_leaves[i].value;
+  };
+  const auto prefetch = [](const void* p, size_t bytes) {
+    for (size_t at = 0; at < bytes; at += 64) {
+      __builtin_prefetch(static_cast<const char*>(p) + at);
+    }
+    __builtin_prefetch(static_cast<const char*>(p) + bytes - 1);
+  };
+  const auto prefetch_value = [&](size_t t) {
+    for (bool source : {true, false}) {
+      if (const Value* v = value_of(t, source)) prefetch(v, sizeof(Value));
+    }
+  };
+  const auto prefetch_held = [&](size_t t) {
+    for (bool source : {true, false}) {
+      const Value* v = value_of(t, source);
+      if (v != nullptr && v->kind() == ValueKind::kDTensor) {
+        prefetch(&v->as_dtensor(), sizeof(DTensor));
+      }
+    }
+  };
+  for (size_t t = 0; t < std::min(n, 2 * kAhead); ++t) prefetch_value(t);
+  for (size_t t = 0; t < std::min(n, kAhead); ++t) prefetch_held(t);
   for (size_t t = 0; t < n && local_error.ok(); ++t) {
+    if (t + 2 * kAhead < n) prefetch_value(t + 2 * kAhead);
+    if (t + kAhead < n) prefetch_held(t + kAhead);
     const internal::ReshardTensorPlan& tp = s.plan.tensors[t];
     local_error = LocalsOf(tp, src_of[t] < 0 ? nullptr : src_leaves[src_of[t]].value, tp.source(),
                            me, /*source=*/true, comm.device(), sources, nullptr);
     if (!local_error.ok()) break;
     bool is_fresh = false;
-    local_error = LocalsOf(tp, dst_of[t] < 0 ? nullptr : dst_leaves[dst_of[t]].value,
-                           tp.destination(), me, /*source=*/false, comm.device(), destinations,
-                           &is_fresh);
+    local_error =
+        LocalsOf(tp, dst_of[t] < 0 ? nullptr : dst_leaves[dst_of[t]].value, tp.destination(), me,
+                 /*source=*/false, comm.device(), destinations, &is_fresh);
     if (is_fresh) fresh.push_back(t);
   }
   ReshardStats local_stats = s.stats;
   ReshardStats& st = stats != nullptr ? *stats : local_stats;
   st = s.stats;
   st.collectives = 1;
+  // LocalsOf checked every local against its piece and made its ref.
+  sources.checked = destinations.checked = local_error.ok();
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
   internal::ReshardExecuteStats es;
   SDRT_RETURN_IF_ERROR(
@@ -320,10 +360,11 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   for (size_t t : fresh) {
     Value& leaf = *dst_leaves[dst_of[t]].value;
     if (leaf.kind() == ValueKind::kDTensor) {
-      SDRT_ASSIGN_OR_RETURN(DTensor filled, leaf.as_dtensor().WithLocal(destinations.of(t)[0]));
+      SDRT_ASSIGN_OR_RETURN(DTensor filled,
+                            leaf.as_dtensor().WithLocal(*destinations.of(t)[0].tensor));
       leaf = Value(std::move(filled));
     } else {
-      leaf = Value(destinations.of(t)[0]);
+      leaf = Value(*destinations.of(t)[0].tensor);
     }
   }
   return absl::OkStatus();

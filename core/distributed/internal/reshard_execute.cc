@@ -70,8 +70,8 @@ absl::StatusOr<std::shared_ptr<Storage>> Bucket(Device device, int64_t bytes) {
 // chunk of contribution 0 under kDirectRangeBytes joins the open unit of its (sender,
 // receiver) pair while that stays within `bucket` bytes, else opens the pair's next unit
 // at its own place; a chunk to itself, a later Partial contribution and a large chunk
-// (which may go on the wire from its local, DirectRange) are units of their own. Joining only moves a
-// contribution-0 chunk earlier, which its destination allows: those chunks write disjoint
+// (which may go on the wire from its local, DirectRange) are units of their own. Joining only moves
+// a contribution-0 chunk earlier, which its destination allows: those chunks write disjoint
 // elements, and a later contribution, reduced into them, comes after them in plan order.
 void AppendUnits(absl::Span<const ReshardSchedule::Step> steps, int64_t bucket,
                  ReshardSchedule& schedule) {
@@ -85,8 +85,7 @@ void AppendUnits(absl::Span<const ReshardSchedule::Step> steps, int64_t bucket,
   absl::flat_hash_map<std::pair<int64_t, int64_t>, size_t> open;  // pair -> unit
   for (const ReshardSchedule::Step& step : steps) {
     const ReshardMessage& c = *step.chunk;
-    if (c.source_rank != c.destination_rank && c.contribution == 0 &&
-        c.bytes < kDirectRangeBytes) {
+    if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
       const auto [it, fresh] =
           open.try_emplace(std::make_pair(c.source_rank, c.destination_rank), units.size());
       if (!fresh && units[it->second].bytes + c.bytes <= bucket) {
@@ -134,6 +133,18 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
         std::vector<ReshardMove> moves;
         for (const ReshardMove& move : message.moves) {
           SDRT_RETURN_IF_ERROR(SplitMove(move, tp.dtype, bucket, moves));
+        }
+        // Where each box lies in contiguous locals, for the host copies of every call.
+        const std::vector<ReshardPiece>& senders = message.forward ? tp.destination() : tp.source();
+        for (ReshardMove& move : moves) {
+          if (IsSubByte(tp.dtype)) break;
+          if (move.source >= 0 && move.source < static_cast<int>(senders.size())) {
+            move.source_offset = ContiguousBoxOffset(senders[move.source], move);
+          }
+          if (move.destination >= 0 &&
+              move.destination < static_cast<int>(tp.destination().size())) {
+            move.destination_offset = ContiguousBoxOffset(tp.destination()[move.destination], move);
+          }
         }
         // Consecutive moves share a chunk while it stays within the bucket.
         bool first = true;
@@ -197,7 +208,7 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
 
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
                             ReshardExchangeCounts exchanges, Communicator& comm,
-                            const ReshardLocals& sources, const ReshardLocals& destinations,
+                            ReshardLocals& sources, ReshardLocals& destinations,
                             ReshardExecuteStats* stats) {
   ReshardExecuteStats local_stats;
   ReshardExecuteStats& st = stats != nullptr ? *stats : local_stats;
@@ -218,18 +229,20 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
                      " with ", mine_direct, " + ", mine_forward, " exchanges, to run in ",
                      exchanges.direct, " + ", exchanges.forward));
   }
-  // Every local this rank's pieces need, checked before anything moves.
-  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+  // Every local this rank's pieces need, checked before anything moves (unless the
+  // caller did), and its ref made a checked one.
+  for (size_t t = 0; t < plan.tensors.size() && !(sources.checked && destinations.checked); ++t) {
     const ReshardTensorPlan& tp = plan.tensors[t];
     for (const auto* side : {&tp.source(), &tp.destination()}) {
       const bool is_source = side == &tp.source();
-      const absl::Span<const Tensor> locals = is_source ? sources.of(t) : destinations.of(t);
+      ReshardLocals& all = is_source ? sources : destinations;
+      const LocalRefs locals = all.of(t);
       for (const ReshardPiece& piece : *side) {
         if (piece.rank != me) continue;
-        const bool ok = piece.local < static_cast<int>(locals.size()) &&
-                        locals[piece.local].defined() && locals[piece.local].dtype() == tp.dtype &&
-                        locals[piece.local].shape() == piece.local_shape &&
-                        locals[piece.local].device() == comm.device();
+        const Tensor* const local =
+            piece.local < static_cast<int>(locals.size()) ? locals[piece.local].tensor : nullptr;
+        const bool ok = local != nullptr && local->defined() && local->dtype() == tp.dtype &&
+                        local->shape() == piece.local_shape && local->device() == comm.device();
         if (!ok) {
           return absl::InvalidArgumentError(absl::StrCat(
               "ExecuteReshard: tensor '", tp.name, "': rank ", me, " needs ",
@@ -237,12 +250,14 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
               DTypeName(tp.dtype), ShapeToString(piece.local_shape), " on ",
               comm.device().ToString(), "; it gave ",
               piece.local < static_cast<int>(locals.size())
-                  ? (locals[piece.local].defined() ? locals[piece.local].ToString() : "undefined")
+                  ? (local != nullptr && local->defined() ? local->ToString() : "undefined")
                   : absl::StrCat(locals.size(), " locals")));
         }
+        all.tensors[all.begin[t] + static_cast<size_t>(piece.local)] = CheckedRef(*local);
       }
     }
   }
+  sources.checked = destinations.checked = true;
   for (const ReshardSchedule::Step& step : schedule.steps) {
     const ReshardMessage& c = *step.chunk;
     if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {

@@ -21,6 +21,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_RESHARD_EXECUTE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/internal/reshard_pack.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/tensor/tensor.h"
 
@@ -73,19 +75,26 @@ struct ReshardSchedule {
   size_t exchanges() const { return begin.empty() ? 0 : begin.size() - 1; }
 };
 
-// One side's local tensors of every plan tensor on this rank, back to back in one vector
-// (no allocation per tensor): plan tensor t's are tensors[begin[t], begin[t + 1]), indexed
-// by ReshardPiece::local; none when the rank holds no piece of it.
+// One side's local tensors of every plan tensor on this rank, by pointer, back to back in
+// one vector (no copy of a tensor, no allocation per tensor): plan tensor t's are
+// tensors[begin[t], begin[t + 1]), indexed by ReshardPiece::local (a null tensor: none);
+// none when the rank holds no piece of it. The tensors pointed to outlive the
+// ReshardLocals; `owned` holds those made for it (fresh destination locals). `checked`:
+// every ref needed was checked against its piece and made by CheckedRef (the state-dict
+// path does so before its agreement); else ExecuteReshard checks them.
 struct ReshardLocals {
-  std::vector<Tensor> tensors;
+  std::vector<LocalRef> tensors;
   std::vector<size_t> begin{0};
+  std::deque<Tensor> owned;
+  bool checked = false;
   size_t size() const { return begin.size() - 1; }
-  absl::Span<const Tensor> of(size_t t) const {
-    return absl::Span<const Tensor>(tensors.data() + begin[t], begin[t + 1] - begin[t]);
+  LocalRefs of(size_t t) const {
+    return LocalRefs(tensors.data() + begin[t], begin[t + 1] - begin[t]);
   }
-  // Appends the next plan tensor's locals.
+  // Appends the next plan tensor's locals, unchecked: refs of `locals`, which the caller
+  // keeps.
   void Add(absl::Span<const Tensor> locals) {
-    tensors.insert(tensors.end(), locals.begin(), locals.end());
+    for (const Tensor& local : locals) tensors.push_back({&local, nullptr});
     begin.push_back(tensors.size());
   }
 };
@@ -114,9 +123,9 @@ struct ReshardExecuteStats {
 // while it stays within a bucket: a chunk joins the pair's open unit of its phase, which
 // moves it earlier (never later) in the order; a later Partial contribution, a chunk to
 // itself and a chunk of kDirectRangeBytes or more (sent from and received into its locals
-// where they are dense, reshard_pack.h) are units of their own. Every rank derives a pair's units alike, from the
-// plan's order of that pair's chunks, so sender and receiver agree on every message.
-// Consecutive units are grouped into exchanges of at most a bucket on each side (a unit
+// where they are dense, reshard_pack.h) are units of their own. Every rank derives a pair's units
+// alike, from the plan's order of that pair's chunks, so sender and receiver agree on every
+// message. Consecutive units are grouped into exchanges of at most a bucket on each side (a unit
 // larger than a bucket travels in an exchange of its own). InvalidArgument for
 // bucket_bytes < 64, a negative rank, a plan of another rank (ReshardPlan::rank), or more
 // than 2^24 chunks.
@@ -141,7 +150,7 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
 // missing ranks) as they are; ResourceExhausted when a bucket cannot be allocated.
 absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& schedule,
                             ReshardExchangeCounts exchanges, Communicator& comm,
-                            const ReshardLocals& sources, const ReshardLocals& destinations,
+                            ReshardLocals& sources, ReshardLocals& destinations,
                             ReshardExecuteStats* stats = nullptr);
 
 }  // namespace sdrt::internal

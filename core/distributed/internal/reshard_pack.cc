@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/reshard_reduce.h"
 #include "sdrt/tensor/sharding/region_copy.h"
@@ -11,52 +10,27 @@
 namespace sdrt::internal {
 namespace {
 
-// The address of box [move.begin, move.end) in `local`, the CPU local of `piece`, when
-// the piece is one run per dim and the box's elements are one dense range of `local` (in
-// the box's row-major order); null otherwise, and for boxes outside the local (the general
-// path checks and reports those). `elem`: the element's bytes (whole-byte dtypes only).
-char* DenseHostBox(const ReshardPiece& piece, const ReshardMove& move, const Tensor& local,
-                   int64_t elem) {
-  const size_t n = move.begin.size();
-  if (!local.device().is_cpu() || piece.runs.size() != n || local.dim() != n ||
-      local.data_ptr() == nullptr) {
-    return nullptr;
-  }
-  const IntSpan shape = local.shape();
-  const IntSpan strides = local.strides();
-  int64_t offset = 0;
-  int64_t dense = 1;
-  for (size_t d = n; d-- > 0;) {
-    if (piece.runs[d].size() != 1) return nullptr;
-    const IndexRun& r = piece.runs[d][0];
-    const int64_t first = r.local + (move.begin[d] - r.global);
-    const int64_t length = move.end[d] - move.begin[d];
-    if (move.begin[d] < r.global || move.end[d] > r.global + r.length || first < 0 ||
-        length < 0 || first + length > shape[d]) {
-      return nullptr;
-    }
-    if (length != 1 && strides[d] != dense) return nullptr;
-    offset += first * strides[d];
-    dense *= length;
-  }
-  return static_cast<char*>(local.data_ptr()) + offset * elem;
+// The address of the box at element `offset` (ContiguousBoxOffset, -1: none) of a checked
+// local; null when there is none or the local has no `host` address.
+char* BoxAddress(int64_t offset, const LocalRef& ref, DType dtype) {
+  if (offset < 0 || ref.host == nullptr) return nullptr;
+  return ref.host + offset * (ElementBits(dtype) / 8);
 }
 
 // Copies every move of `message` between `buffer` and `locals`: into the locals when
 // `to_local` (destination side), else into the buffer (source side).
 absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
-                         absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
-                         int64_t offset, bool to_local, bool non_blocking, StreamHandle stream) {
+                         LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
+                         bool to_local, bool non_blocking, StreamHandle stream) {
   // The text of an error only: a message of many small tensors is copied per call.
   const auto where = [&] {
     return absl::StrCat("reshard of tensor '", tp.name, "', message from rank ",
                         message.source_rank, " to rank ", message.destination_rank);
   };
   if (buffer == nullptr || offset < 0 || offset > buffer->nbytes() - message.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), ": ", message.bytes,
-                                                   " bytes at offset ", offset,
-                                                   " do not fit the buffer of ",
-                                                   buffer == nullptr ? 0 : buffer->nbytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": ", message.bytes, " bytes at offset ", offset,
+                     " do not fit the buffer of ", buffer == nullptr ? 0 : buffer->nbytes()));
   }
   const std::vector<ReshardPiece>& pieces =
       to_local || message.forward ? tp.destination() : tp.source();
@@ -74,17 +48,11 @@ absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
                                                      locals.size(), " locals, local ", piece.local,
                                                      " is needed"));
     }
-    const Tensor& local = locals[piece.local];
-    if (!local.defined() || local.dtype() != tp.dtype || local.shape() != piece.local_shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where(), ": local ", piece.local, " of rank ", piece.rank, " is ",
-                       local.defined() ? local.ToString() : "undefined", "; expected ",
-                       DTypeName(tp.dtype), ShapeToString(piece.local_shape)));
-    }
-    const bool host = host_buffer && local.device().is_cpu();
-    if (!(to_local && message.contribution > 0) && host && move.bytes > 0) {
-      // The common box (a Shard or Replicate piece of a dense local): one memcpy.
-      if (char* const mine = DenseHostBox(piece, move, local, ElementBits(tp.dtype) / 8)) {
+    const LocalRef& ref = locals[piece.local];
+    if (!(to_local && message.contribution > 0) && host_buffer && move.bytes > 0) {
+      // The common box (a Shard or Replicate piece of a checked dense local): one memcpy.
+      const int64_t box = to_local ? move.destination_offset : move.source_offset;
+      if (char* const mine = BoxAddress(box, ref, tp.dtype)) {
         char* const slot = static_cast<char*>(buffer->data()) + at;
         std::memcpy(to_local ? mine : slot, to_local ? slot : mine,
                     static_cast<size_t>(move.bytes));
@@ -92,6 +60,15 @@ absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
         continue;
       }
     }
+    static const Tensor kNone;
+    const Tensor& local = ref.tensor != nullptr ? *ref.tensor : kNone;
+    if (!local.defined() || local.dtype() != tp.dtype || local.shape() != piece.local_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": local ", piece.local, " of rank ", piece.rank, " is ",
+                       local.defined() ? local.ToString() : "undefined", "; expected ",
+                       DTypeName(tp.dtype), ShapeToString(piece.local_shape)));
+    }
+    const bool host = host_buffer && local.device().is_cpu();
     shape.resize(move.begin.size());
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
     const ShardRuns runs = ClipRuns(piece.runs, move.begin, move.end);
@@ -123,25 +100,76 @@ absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
   return absl::OkStatus();
 }
 
+// Unchecked refs of `locals` (every box through CopyRuns, after the checks).
+absl::InlinedVector<LocalRef, 4> Refs(absl::Span<const Tensor> locals) {
+  absl::InlinedVector<LocalRef, 4> refs;
+  for (const Tensor& t : locals) refs.push_back({&t, nullptr});
+  return refs;
+}
+
 }  // namespace
+
+LocalRef CheckedRef(const Tensor& local) {
+  LocalRef ref{&local, nullptr};
+  if (local.device().is_cpu() && !IsSubByte(local.dtype()) && local.is_contiguous()) {
+    ref.host = static_cast<char*>(local.data_ptr());
+  }
+  return ref;
+}
+
+absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
+                         LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
+                         bool non_blocking, StreamHandle stream) {
+  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/false, non_blocking, stream);
+}
 
 absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                          absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
                          int64_t offset, bool non_blocking, StreamHandle stream) {
-  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/false, non_blocking,
-                     stream);
+  const absl::InlinedVector<LocalRef, 4> refs = Refs(locals);
+  return PackMessage(tp, message, refs, buffer, offset, non_blocking, stream);
+}
+
+absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
+                           const std::shared_ptr<Storage>& buffer, int64_t offset, LocalRefs locals,
+                           bool non_blocking, StreamHandle stream) {
+  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/true, non_blocking, stream);
 }
 
 absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                            const std::shared_ptr<Storage>& buffer, int64_t offset,
                            absl::Span<const Tensor> locals, bool non_blocking,
                            StreamHandle stream) {
-  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/true, non_blocking,
-                     stream);
+  const absl::InlinedVector<LocalRef, 4> refs = Refs(locals);
+  return UnpackMessage(tp, message, buffer, offset, refs, non_blocking, stream);
 }
 
-char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message,
-                  absl::Span<const Tensor> locals, bool to_local) {
+int64_t ContiguousBoxOffset(const ReshardPiece& piece, const ReshardMove& move) {
+  const size_t n = move.begin.size();
+  if (piece.runs.size() != n || piece.local_shape.size() != n || move.end.size() != n) return -1;
+  int64_t offset = 0;
+  int64_t stride = 1;  // the contiguous local's stride of dim d
+  int64_t dense = 1;   // the stride a dense box has on dim d
+  for (size_t d = n; d-- > 0;) {
+    if (piece.runs[d].size() != 1) return -1;
+    const IndexRun& r = piece.runs[d][0];
+    const int64_t first = r.local + (move.begin[d] - r.global);
+    const int64_t length = move.end[d] - move.begin[d];
+    if (move.begin[d] < r.global || move.end[d] > r.global + r.length || first < 0 || length < 0 ||
+        first + length > piece.local_shape[d]) {
+      return -1;
+    }
+    // A dim of one element (on the box or the local) is dense whatever its stride.
+    if (length != 1 && piece.local_shape[d] != 1 && stride != dense) return -1;
+    offset += first * stride;
+    dense *= length;
+    stride *= piece.local_shape[d];
+  }
+  return offset;
+}
+
+char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs locals,
+                  bool to_local) {
   if (message.moves.size() != 1 || message.contribution > 0 || IsSubByte(tp.dtype) ||
       message.bytes < kDirectRangeBytes) {
     return nullptr;
@@ -150,20 +178,17 @@ char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message,
   const std::vector<ReshardPiece>& pieces =
       to_local || message.forward ? tp.destination() : tp.source();
   const int index = to_local ? move.destination : move.source;
-  if (index < 0 || index >= static_cast<int>(pieces.size())) return nullptr;
-  const ReshardPiece& piece = pieces[index];
-  if (piece.local >= static_cast<int>(locals.size())) return nullptr;
-  const Tensor& local = locals[piece.local];
-  if (!local.defined() || local.dtype() != tp.dtype || local.shape() != piece.local_shape) {
+  if (index < 0 || index >= static_cast<int>(pieces.size()) ||
+      pieces[index].local >= static_cast<int>(locals.size())) {
     return nullptr;
   }
-  return DenseHostBox(piece, move, local, ElementBits(tp.dtype) / 8);
+  return BoxAddress(to_local ? move.destination_offset : move.source_offset,
+                    locals[pieces[index].local], tp.dtype);
 }
 
-bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message,
-                       absl::Span<const Tensor> from, absl::Span<const Tensor> to) {
+bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
+                       LocalRefs to) {
   if (message.contribution > 0 || IsSubByte(tp.dtype)) return false;
-  const int64_t elem = ElementBits(tp.dtype) / 8;
   const std::vector<ReshardPiece>& sources = message.forward ? tp.destination() : tp.source();
   const std::vector<ReshardPiece>& destinations = tp.destination();
   // Every box's two addresses first: nothing is copied unless every box goes directly.
@@ -173,19 +198,11 @@ bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& messag
         move.destination < 0 || move.destination >= static_cast<int>(destinations.size())) {
       return false;
     }
-    const ReshardPiece& s = sources[move.source];
-    const ReshardPiece& d = destinations[move.destination];
-    if (s.local >= static_cast<int>(from.size()) || d.local >= static_cast<int>(to.size())) {
-      return false;
-    }
-    const Tensor& src = from[s.local];
-    const Tensor& dst = to[d.local];
-    if (!src.defined() || !dst.defined() || src.dtype() != tp.dtype || dst.dtype() != tp.dtype ||
-        src.shape() != s.local_shape || dst.shape() != d.local_shape) {
-      return false;
-    }
-    const char* const a = move.bytes > 0 ? DenseHostBox(s, move, src, elem) : nullptr;
-    char* const b = move.bytes > 0 ? DenseHostBox(d, move, dst, elem) : nullptr;
+    const int s = sources[move.source].local;
+    const int d = destinations[move.destination].local;
+    if (s >= static_cast<int>(from.size()) || d >= static_cast<int>(to.size())) return false;
+    const char* const a = BoxAddress(move.source_offset, from[s], tp.dtype);
+    char* const b = BoxAddress(move.destination_offset, to[d], tp.dtype);
     if (move.bytes > 0 && (a == nullptr || b == nullptr)) return false;
     boxes.emplace_back(a, b);
   }

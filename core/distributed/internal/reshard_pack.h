@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
@@ -21,8 +22,24 @@
 
 namespace sdrt::internal {
 
+// One local tensor as the executor sees it, by pointer (it copies no tensor).
+struct LocalRef {
+  const Tensor* tensor = nullptr;  // null: none
+  // Set only for a local checked against its piece (dtype, shape, device), by CheckedRef:
+  // its first byte when it is a contiguous CPU tensor of a whole-byte dtype with data, so
+  // that a box at a ContiguousBoxOffset is copied without reading the tensor again.
+  char* host = nullptr;
+};
+// A rank's locals of one plan tensor, indexed by ReshardPiece::local.
+using LocalRefs = absl::Span<const LocalRef>;
+
+// The ref of `local`, which the caller has checked against its piece: `host` set where it
+// applies.
+LocalRef CheckedRef(const Tensor& local);
+
 // Copies the boxes of `message` (a message of tensor `tp`) from `locals`, the source
-// rank's local tensors of that tensor (its destination locals for a forward message: the
+// rank's local tensors of that tensor (a checked ref's box at the move's offset by one
+// memcpy, without reading the tensor) (its destination locals for a forward message: the
 // relay's) indexed by ReshardPiece::local (any strides: transposed views and
 // narrowed buffers are read element by element through their strides), into `buffer`
 // from byte `offset`. `locals` and `buffer` may be on any device (Tensor::CopyFrom rules,
@@ -30,6 +47,9 @@ namespace sdrt::internal {
 // unchanged until the stream has run). InvalidArgument naming the tensor, the ranks and
 // the local when a local is missing, undefined, or not of the piece's dtype and shape, or
 // when the buffer is shorter than offset + message.bytes; the errors of CopyRuns.
+absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
+                         LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
+                         bool non_blocking = false, StreamHandle stream = nullptr);
 absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                          absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
                          int64_t offset, bool non_blocking = false, StreamHandle stream = nullptr);
@@ -44,6 +64,9 @@ absl::Status PackMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
 // contributions() (DivideBy), so it must come after every other contribution's messages
 // of its tensor to that rank (the plan's order). Same rules and errors otherwise.
 absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
+                           const std::shared_ptr<Storage>& buffer, int64_t offset, LocalRefs locals,
+                           bool non_blocking = false, StreamHandle stream = nullptr);
+absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& message,
                            const std::shared_ptr<Storage>& buffer, int64_t offset,
                            absl::Span<const Tensor> locals, bool non_blocking = false,
                            StreamHandle stream = nullptr);
@@ -53,17 +76,24 @@ absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& me
 // copies each from `from` (the source locals, or the destination locals for a forward)
 // into `to` (the destination locals) and returns true; else copies nothing and returns
 // false, for the caller to pack and unpack through a buffer (which reports any error).
-bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message,
-                       absl::Span<const Tensor> from, absl::Span<const Tensor> to);
+bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
+                       LocalRefs to);
+
+// The offset, in elements, of box [move.begin, move.end) in a row-major contiguous local of
+// `piece` (of piece.local_shape) when the piece is one run per dim and the box is one
+// dense range of that local in the box's row-major order; -1 otherwise (also for a box
+// outside the piece). ScheduleReshard stores it in each chunk's moves, so that the copies
+// of a call find a box's bytes with no arithmetic per dim.
+int64_t ContiguousBoxOffset(const ReshardPiece& piece, const ReshardMove& move);
 
 // Where a message goes on the wire without a buffer: when `message` is one box of at
 // least kDirectRangeBytes, of contribution 0 and a whole-byte dtype, and that box is one
-// dense range of its CPU local in `locals` (the destination locals when `to_local`, else
-// the source ones, or the relay's destination locals for a forward), that range's first
-// byte; null otherwise (the message is packed or unpacked through a bucket).
+// dense range (at its move's offset) of a checked contiguous CPU local in `locals` (the destination
+// locals when `to_local`, else the source ones, or the relay's destination locals for a forward),
+// that range's first byte; null otherwise (the message is packed or unpacked through a bucket).
 inline constexpr int64_t kDirectRangeBytes = int64_t{64} << 10;
-char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message,
-                  absl::Span<const Tensor> locals, bool to_local);
+char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs locals,
+                  bool to_local);
 
 }  // namespace sdrt::internal
 

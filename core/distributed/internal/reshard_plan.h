@@ -109,6 +109,11 @@ struct ReshardMove {
   // A fan-out forward: `source` is a destination piece (the relay on the destination's
   // node), which holds the box once the direct moves are done.
   bool forward = false;
+  // Filled by ScheduleReshard (reshard_execute.h) in the chunks it cuts, -1 elsewhere: the
+  // box's first element in the source (destination) piece's local when that local is
+  // row-major contiguous and the box is one dense range of it (ContiguousBoxOffset).
+  int64_t source_offset = -1;
+  int64_t destination_offset = -1;
 };
 
 // What moves of one tensor from one source rank to one destination rank: its boxes, in

@@ -218,13 +218,13 @@ TEST(ReshardMpi, LargeBoxesTravelFromAndIntoTheirLocals) {
   const auto all = Ranks(0, n);
   const std::vector<internal::ReshardTensor> tensors = {
       // Rows to every rank: each rank's rows are one dense range on both sides.
-      Describe("rows_to_replicated", DType::kFloat32, {1024, 96}, MeshLayout({n}, all, "[S(0)]"),
+      Describe("rows_to_replicated", DType::kFloat32, {2048, 96}, MeshLayout({n}, all, "[S(0)]"),
                MeshLayout({n}, all, "[R]")),
       // Rows to columns: neither side's box is dense (packed).
       Describe("rows_to_columns", DType::kBFloat16, {1024, 256}, MeshLayout({n}, all, "[S(0)]"),
                MeshLayout({n}, all, "[S(1)]")),
       // Replicated to rows: the holders share the sending, dense boxes.
-      Describe("replicated_to_rows", DType::kInt32, {1024, 64}, MeshLayout({n}, all, "[R]"),
+      Describe("replicated_to_rows", DType::kInt32, {2048, 64}, MeshLayout({n}, all, "[R]"),
                MeshLayout({n}, all, "[S(0)]")),
       // A small tensor between them: it joins its pair's unit.
       Describe("small", DType::kFloat32, {7, 5}, MeshLayout({n}, all, "[S(0)]"),

@@ -49,6 +49,10 @@ const std::vector<Weight>& Weights() {
       // Partial(avg): every trainer rank holds the value (DistributeTensor), the mean of
       // which is the value again; divided once the last contribution is in.
       {"layers.0.avg_grad", DType::kBFloat16, {13}, "[P(avg)]", "[S(0)]"},
+      // Large enough that each trainer rank's rows (at least 64 KiB up to 4 trainer ranks)
+      // go on the wire from the trainer's local and land in the engine's without a bucket.
+      {"layers.0.big_replicated", DType::kFloat32, {2048, 64}, "[S(0)]", "[R]"},
+      {"layers.0.big_rows", DType::kBFloat16, {4096, 48}, "[S(0)]", "[S(0)]"},
   };
   return *weights;
 }

@@ -91,8 +91,8 @@ class LocalShapeCheck {
       }
     }
     if (entry != nullptr && entry->local_shape == d.local().shape()) return absl::OkStatus();
-    return ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(), d.placements(),
-                              rank_, path);
+    return ValidateLocalShape(d.local().shape(), d.global_shape(), *d.mesh(), d.placements(), rank_,
+                              path);
   }
 
  private:
@@ -260,16 +260,16 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       const DTensor& d = v.as_dtensor();
       const Device target =
           options.cpu_offload ? Device::CPU() : options.device.value_or(d.local().device());
-      Tensor local = std::move(reduced[next_dtensor++]);
+      const Tensor& slot = reduced[next_dtensor++];
+      const Tensor& local = slot.defined() ? slot : d.local();
       result_keys.push_back(&d);
       results.emplace_back();
       if (NumShards(*d.mesh(), d.placements()) == 1) {
-        if (keep) {
-          if (local.device() != target) {
-            SDRT_ASSIGN_OR_RETURN(Tensor moved, local.To(target));
-            local = std::move(moved);
-          }
-          results.back() = Value(std::move(local));
+        if (keep && local.device() != target) {
+          SDRT_ASSIGN_OR_RETURN(Tensor moved, local.To(target));
+          results.back() = Value(std::move(moved));
+        } else if (keep) {
+          results.back() = Value(local);
         }
         continue;
       }

@@ -1,9 +1,9 @@
 // `mpiexec -n N sdrt bench [--workload llama|small|tiny|minilm|FILE] [--ops gather,...]
-// [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--inputs tensors|arena] [--json]`: GatherStateDict,
-// BroadcastStateDict and DistributeStateDict over MPI on the CPU, each against one flat
-// MPI collective (or memcpy) of the same bytes in the same run, printed in nccl-tests'
-// columns with sdrt / flat, sdrt / fresh and the collectives per call; every byte of every
-// result is checked (#wrong). The workloads are internal/bench_workloads.h's, the rows
+// [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--inputs tensors|arena] [--json]`:
+// GatherStateDict, BroadcastStateDict and DistributeStateDict over MPI on the CPU, each against one
+// flat MPI collective (or memcpy) of the same bytes in the same run, printed in nccl-tests' columns
+// with sdrt / flat, sdrt / fresh and the collectives per call; every byte of every result is
+// checked (#wrong). The workloads are internal/bench_workloads.h's, the rows
 // internal/bench_ops.h's; bench/peer/pytorch_distributed_peer.py runs the same with
 // PyTorch. Needs MPI: in a build without it the command says so (exit 2).
 #include <algorithm>
@@ -128,12 +128,14 @@ int RunBench(const BenchArgs& args) {
 
   std::vector<BenchRow> rows;
   for (const std::string& op : *ops) {
-    absl::StatusOr<BenchRow> row = op == "gather"          ? (*runner)->Gather(false)
-                                   : op == "gather_r0_off" ? (*runner)->Gather(true)
-                                   : op == "broadcast"     ? (*runner)->Broadcast()
-                                   : op == "distribute"    ? (*runner)->Distribute()
-                                   : op == "gather_partial" ? (*runner)->GatherPartial()
-                                                           : (*runner)->GatherPlanned();
+    absl::StatusOr<BenchRow> row = op == "gather"              ? (*runner)->Gather(false)
+                                   : op == "gather_r0_off"     ? (*runner)->Gather(true)
+                                   : op == "broadcast"         ? (*runner)->Broadcast()
+                                   : op == "distribute"        ? (*runner)->Distribute()
+                                   : op == "gather_partial"    ? (*runner)->GatherPartial()
+                                   : op == "gather_planned"    ? (*runner)->GatherPlanned()
+                                   : op == "broadcast_planned" ? (*runner)->BroadcastPlanned()
+                                                               : (*runner)->DistributePlanned();
     if (!row.ok()) return fail(row.status());
     rows.push_back(*std::move(row));
   }
@@ -175,8 +177,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--ops", args->ops,
                   "comma-separated rows: gather, gather_r0_off, broadcast, "
-                  "distribute, gather_partial (every tensor Partial(max) on every rank; "
-                  "not in the default)")
+                  "distribute, gather_partial (every tensor Partial(max) on every rank), "
+                  "gather_planned, broadcast_planned, distribute_planned (a reshard plan made "
+                  "once, executed per call into preallocated DTensors); the last four not in "
+                  "the default")
       ->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "sdrt's bucket size, MiB (fractions allowed)")
       ->capture_default_str();

@@ -68,7 +68,8 @@ absl::Status ReduceGroup(const Group& group, absl::Span<const PartialInput> inpu
   for (size_t k = 0; k < group.members.size(); ++k) {
     const Tensor& local = inputs[group.members[k]].dtensor->local();
     Tensor& view = out[group.members[k]];
-    SDRT_ASSIGN_OR_RETURN(view, Tensor::AtByteOffset(storage, starts[k], group.dtype, local.shape()));
+    SDRT_ASSIGN_OR_RETURN(view,
+                          Tensor::AtByteOffset(storage, starts[k], group.dtype, local.shape()));
     SDRT_RETURN_IF_ERROR(view.CopyFrom(local));
   }
 
@@ -103,10 +104,7 @@ absl::StatusOr<std::vector<Tensor>> ReducePartialsInBuckets(absl::Span<const Par
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DTensor& d = *inputs[i].dtensor;
     SDRT_ASSIGN_OR_RETURN(std::vector<Reduction> reductions, ReductionsOf(d));
-    if (reductions.empty()) {
-      out[i] = d.local();
-      continue;
-    }
+    if (reductions.empty()) continue;  // out[i] stays undefined: the local itself
     Group* group = nullptr;
     for (Group& g : groups) {
       if (g.mesh_comm == inputs[i].mesh_comm && g.dtype == d.dtype() &&

@@ -47,9 +47,10 @@ struct PartialInput {
   DeviceMeshComm* mesh_comm = nullptr;
 };
 
-// The local tensor of each input with its Partial mesh dims reduced, in input order:
-// `dtensor->local()` itself (aliased) when it has no Partial mesh dim in
-// MeshDimsToReplicate; else a contiguous view, on `device`, of its group's allocation (the
+// The local tensor of each input with its Partial mesh dims reduced, in input order: an
+// undefined tensor when it has no Partial mesh dim in MeshDimsToReplicate (its local is
+// the result: no copy of 10,000 tensors for a gather without Partial); else a contiguous
+// view, on `device`, of its group's allocation (the
 // views of a group share that storage, which lives while any of them does). The inputs are
 // never written. Counts one collective per all-reduce in `stats` when not null. Collective
 // over the Partial mesh dims' communicators (made by DeviceMeshComm::DimComm on first use,

@@ -13,6 +13,11 @@
 //                  values is the same bytes); GatherStateDict, whose all-reduces are
 //                  bucketed, vs one flat all-reduce (max) of the same bytes
 //                  (bench_partial.cc). Not in the default --ops.
+//   gather_planned, broadcast_planned, distribute_planned
+//                  the same moves as gather, broadcast and distribute by a ReshardPlan
+//                  made once (untimed) and ExecuteReshard every call, into DTensors the
+//                  caller allocated; the same baselines (bench_planned.cc). Not in the
+//                  default --ops.
 //
 // The flat all-gather is MPI_Allgather when every rank sends the same bytes and
 // MPI_Iallgatherv + MPI_Wait otherwise, as the MPI communicator does: MPICH's blocking
@@ -25,6 +30,7 @@
 #define SDRT_TOOLS_SDRT_INTERNAL_BENCH_OPS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -55,7 +61,10 @@ class BenchRunner {
   absl::StatusOr<BenchRow> Distribute();
   // Also InvalidArgument for a dtype of another element size than 1, 2, 4 or 8 bytes.
   absl::StatusOr<BenchRow> GatherPartial();
+  // The planned rows (bench_planned.cc): a ReshardPlan made once, ExecuteReshard timed.
   absl::StatusOr<BenchRow> GatherPlanned();
+  absl::StatusOr<BenchRow> BroadcastPlanned();
+  absl::StatusOr<BenchRow> DistributePlanned();
 
  private:
   BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);
@@ -71,6 +80,14 @@ class BenchRunner {
   int64_t CheckGathered(const Map& result, bool keep) const;
   int64_t CheckLocal(const Map& local) const;
   const uint8_t* Bytes(size_t i) const;
+  // DTensors of every tensor, whole ([Replicate]) when `replicated`, else this rank's
+  // pieces (Placements), with zeroed locals in one allocation: an engine's buffers.
+  absl::StatusOr<Map> AllocatedDTensors(bool replicated) const;
+  // Plans source -> destination once, then times ExecuteReshard against `flat` and
+  // `fresh` (released by `release`) into row.times; row.stats from the last call.
+  absl::Status TimePlanned(const Map& source, Map& destination, const std::function<void()>& flat,
+                           const std::function<absl::Status()>& fresh,
+                           const std::function<void()>& release, BenchRow& row);
 
   const BenchWorkload& workload_;
   Communicator& world_;

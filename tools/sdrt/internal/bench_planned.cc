@@ -1,19 +1,100 @@
-// BenchRunner::GatherPlanned (bench_ops.h): the gather of a weight sync that repeats, a
-// ReshardPlan made once from this rank's Shard(0) DTensors into DTensors [Replicate]
-// whose locals the caller allocated (an inference engine's weight buffers), executed
-// every call, against the flat all-gather of the same bytes.
+// The planned rows of `sdrt bench` (bench_ops.h): a weight sync that repeats, done by a
+// ReshardPlan made once (PlanReshard, untimed) and executed every call (ExecuteReshard,
+// timed) into DTensors whose locals the caller allocated (an inference engine's weight
+// buffers, one allocation per rank), against the same flat baselines as the one-shot rows:
+//
+//   gather_planned      Shard(0) DTensors -> DTensors [Replicate] on every rank, vs the
+//                       flat all-gather;
+//   broadcast_planned   rank 0's full tensors -> Shard(0) DTensors, vs the flat broadcast
+//                       (the plan sends each rank only its rows);
+//   distribute_planned  every rank's full tensors -> Shard(0) DTensors (no wire: each
+//                       rank copies its rows), vs a memcpy of the rank's bytes.
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_flat.h"
 #include "sdrt/tools/sdrt/internal/bench_ops.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 
 namespace sdrt::cli {
+namespace {
+
+uint8_t* Data(const Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
+
+// Bytes of [got, got + bytes) that differ from [want, want + bytes).
+int64_t Differing(const uint8_t* got, const uint8_t* want, int64_t bytes) {
+  if (bytes <= 0 || std::memcmp(got, want, static_cast<size_t>(bytes)) == 0) return 0;
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < bytes; ++i) wrong += got[i] != want[i];
+  return wrong;
+}
+
+}  // namespace
+
+absl::StatusOr<Map> BenchRunner::AllocatedDTensors(bool replicated) const {
+  // Every local a view of one allocation at 64-byte aligned offsets.
+  std::vector<IntVector> shapes;
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (size_t i = 0; i < workload_.full.size(); ++i) {
+    const Tensor& full = workload_.full[i];
+    IntVector shape = full.shape();
+    if (!replicated) {
+      SDRT_ASSIGN_OR_RETURN(shape, ComputeLocalShape(full.shape(), *mesh_, Placements(i), rank_));
+    }
+    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(shape));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(full.dtype(), numel));
+    offsets.push_back(total);
+    shapes.push_back(std::move(shape));
+    total += (bytes + 63) / 64 * 64;
+  }
+  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> arena, Storage::AllocateCpu(total));
+  if (total > 0) std::memset(arena->data(), 0, static_cast<size_t>(total));
+  Map out;
+  out.Reserve(workload_.full.size());
+  for (size_t i = 0; i < workload_.full.size(); ++i) {
+    const Tensor& full = workload_.full[i];
+    SDRT_ASSIGN_OR_RETURN(Tensor local,
+                          Tensor::AtByteOffset(arena, offsets[i], full.dtype(), shapes[i]));
+    SDRT_ASSIGN_OR_RETURN(
+        DTensor d,
+        DTensor::Make(std::move(local), mesh_,
+                      replicated ? std::vector<Placement>{Placement::Replicate()} : Placements(i),
+                      full.shape()));
+    out.Set(workload_.names[i], Value(std::move(d)));
+  }
+  return out;
+}
+
+absl::Status BenchRunner::TimePlanned(const Map& source, Map& destination,
+                                      const std::function<void()>& flat,
+                                      const std::function<absl::Status()>& fresh,
+                                      const std::function<void()>& release, BenchRow& row) {
+  ReshardOptions options;
+  options.comm = &world_;
+  options.bucket_bytes = settings_.bucket_bytes;
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(source, destination, options);
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, plan.status()));
+  ReshardStats stats;
+  BenchCalls calls;
+  calls.prepare = [] {};
+  calls.sdrt = [&] { return ExecuteReshard(*plan, source, destination, &stats); };
+  calls.flat = flat;
+  calls.fresh = fresh;
+  calls.release = release;
+  SDRT_RETURN_IF_ERROR(
+      MeasureRow(world_, calls, settings_.warmup, settings_.iterations, &row.times));
+  row.stats.collectives = stats.collectives;
+  row.stats.data_collectives = stats.rounds;
+  row.stats.bytes = stats.received_bytes;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
   BenchRow row = NewRow("gather_planned", -1);
@@ -26,68 +107,36 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
   absl::Status ready = MakeSharded();
   absl::StatusOr<Tensor> send = Tensor::Empty({counts[rank_]}, DType::kUInt8);
   absl::StatusOr<Tensor> recv = Tensor::Empty({total}, DType::kUInt8);
-  for (const absl::Status& s : {send.status(), recv.status()}) ready.Update(s);
-  // The destination: every tensor whole on every rank, in one allocation (64-byte aligned
-  // offsets), as an engine's preallocated weights.
-  Map destination;
-  destination.Reserve(workload_.full.size());
-  int64_t arena_bytes = 0;
-  std::vector<int64_t> offsets;
-  for (const Tensor& full : workload_.full) {
-    offsets.push_back(arena_bytes);
-    arena_bytes += (full.nbytes() + 63) / 64 * 64;
-  }
-  absl::StatusOr<std::shared_ptr<Storage>> arena = Storage::AllocateCpu(arena_bytes);
-  ready.Update(arena.status());
-  for (size_t i = 0; i < workload_.full.size() && ready.ok(); ++i) {
-    const Tensor& full = workload_.full[i];
-    absl::StatusOr<Tensor> local =
-        Tensor::AtByteOffset(*arena, offsets[i], full.dtype(), full.shape());
-    absl::StatusOr<DTensor> d =
-        local.ok() ? DTensor::Make(*std::move(local), mesh_, {Placement::Replicate()}, full.shape())
-                   : absl::StatusOr<DTensor>(local.status());
-    if (d.ok()) destination.Set(workload_.names[i], Value(*std::move(d)));
-    ready.Update(d.status());
+  absl::StatusOr<Map> destination = AllocatedDTensors(/*replicated=*/true);
+  for (const absl::Status& s : {send.status(), recv.status(), destination.status()}) {
+    ready.Update(s);
   }
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
-  uint8_t* const send_data = static_cast<uint8_t*>(send->data_ptr());
-  uint8_t* const recv_data = static_cast<uint8_t*>(recv->data_ptr());
   for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
     if (!layout_.sharded(i)) continue;
     const BenchPiece p = layout_.piece(i, rank_);
-    if (p.bytes > 0) std::memcpy(send_data + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
+    if (p.bytes > 0)
+      std::memcpy(Data(*send) + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
     at += static_cast<size_t>(p.bytes);
   }
-  ReshardOptions options;
-  options.comm = &world_;
-  options.bucket_bytes = settings_.bucket_bytes;
-  SDRT_ASSIGN_OR_RETURN(const ReshardPlan plan, PlanReshard(sharded_, destination, options));
-  ReshardStats stats;
   FreshBuffer fresh;
-  BenchCalls calls;
-  calls.prepare = [] {};
-  calls.sdrt = [&] { return ExecuteReshard(plan, sharded_, destination, &stats); };
-  calls.flat = [&] { flat->Run(send_data, recv_data); };
-  calls.fresh = [&]() -> absl::Status {
-    fresh = AllocateFresh(total);
-    if (fresh == nullptr) {
-      flat->Run(send_data, recv_data);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("sdrt bench: no memory for a fresh buffer of ", total, " bytes"));
-    }
-    flat->Run(send_data, fresh.get());
-    return absl::OkStatus();
-  };
-  calls.release = [&] { fresh.reset(); };
-  SDRT_RETURN_IF_ERROR(
-      MeasureRow(world_, calls, settings_.warmup, settings_.iterations, &row.times));
-  row.stats.collectives = stats.collectives;
-  row.stats.data_collectives = stats.rounds;
-  row.stats.bytes = stats.received_bytes;
+  SDRT_RETURN_IF_ERROR(TimePlanned(
+      sharded_, *destination, [&] { flat->Run(Data(*send), Data(*recv)); },
+      [&]() -> absl::Status {
+        fresh = AllocateFresh(total);
+        if (fresh == nullptr) {
+          flat->Run(Data(*send), Data(*recv));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("sdrt bench: no memory for a fresh buffer of ", total, " bytes"));
+        }
+        flat->Run(Data(*send), fresh.get());
+        return absl::OkStatus();
+      },
+      [&] { fresh.reset(); }, row));
 
   int64_t wrong = 0;
   for (size_t i = 0; i < workload_.full.size(); ++i) {
-    const Value* v = destination.Find(workload_.names[i]);
+    const Value* v = destination->Find(workload_.names[i]);
     wrong += v != nullptr && v->kind() == ValueKind::kDTensor
                  ? WrongBytes(v->as_dtensor().local(), i, /*whole=*/true)
                  : workload_.full[i].nbytes();
@@ -99,9 +148,95 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
     for (size_t i = 0; i < workload_.full.size(); ++i) {
       if (!layout_.sharded(i)) continue;
       const BenchPiece p = layout_.piece(i, q);
-      for (int64_t k = 0; k < p.bytes; ++k) flat_wrong += recv_data[at + k] != Bytes(i)[p.offset + k];
+      flat_wrong += Differing(Data(*recv) + at, Bytes(i) + p.offset, p.bytes);
       at += static_cast<size_t>(p.bytes);
     }
+  }
+  row.flat_wrong = SumOverRanks(flat_wrong);
+  return row;
+}
+
+absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
+  BenchRow row = NewRow("broadcast_planned", 0);
+  const int64_t total = workload_.bytes;
+  SDRT_ASSIGN_OR_RETURN(std::unique_ptr<FlatBroadcast> flat, FlatBroadcast::Create(total));
+  absl::StatusOr<Tensor> buffer = Tensor::Empty({total}, DType::kUInt8);
+  absl::StatusOr<Map> destination = AllocatedDTensors(/*replicated=*/false);
+  absl::Status ready = buffer.status();
+  ready.Update(destination.status());
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
+  Map full_on_root;
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    const int64_t b = workload_.full[i].nbytes();
+    if (b > 0) std::memcpy(Data(*buffer) + at, Bytes(i), static_cast<size_t>(b));
+    at += static_cast<size_t>(b);
+    if (rank_ == 0) full_on_root.Set(workload_.names[i], Value(workload_.full[i]));
+  }
+  FreshBuffer fresh;
+  SDRT_RETURN_IF_ERROR(TimePlanned(
+      full_on_root, *destination, [&] { flat->Run(Data(*buffer)); },
+      [&]() -> absl::Status {
+        if (rank_ == 0) {
+          flat->Run(Data(*buffer));
+          return absl::OkStatus();
+        }
+        fresh = AllocateFresh(total);
+        flat->Run(fresh != nullptr ? fresh.get() : Data(*buffer));
+        return fresh != nullptr
+                   ? absl::OkStatus()
+                   : absl::ResourceExhaustedError(absl::StrCat(
+                         "sdrt bench: no memory for a fresh buffer of ", total, " bytes"));
+      },
+      [&] { fresh.reset(); }, row));
+  row.wrong = CheckLocal(*destination);
+  int64_t flat_wrong = 0;
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    const int64_t b = workload_.full[i].nbytes();
+    flat_wrong += Differing(Data(*buffer) + at, Bytes(i), b);
+    at += static_cast<size_t>(b);
+  }
+  row.flat_wrong = SumOverRanks(flat_wrong);
+  return row;
+}
+
+absl::StatusOr<BenchRow> BenchRunner::DistributePlanned() {
+  BenchRow row = NewRow("distribute_planned", -1);
+  const int64_t mine = layout_.local_bytes(rank_);
+  row.busbw_bytes = layout_.local_bytes(0);
+  absl::StatusOr<Tensor> warm = Tensor::Empty({mine}, DType::kUInt8);
+  absl::StatusOr<Map> destination = AllocatedDTensors(/*replicated=*/false);
+  absl::Status ready = warm.status();
+  ready.Update(destination.status());
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
+  Map full_everywhere;
+  for (size_t i = 0; i < workload_.full.size(); ++i) {
+    full_everywhere.Set(workload_.names[i], Value(workload_.full[i]));
+  }
+  const auto copy_pieces = [&](uint8_t* out) {
+    for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+      const BenchPiece p = layout_.piece(i, rank_);
+      if (p.bytes > 0) std::memcpy(out + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
+      at += static_cast<size_t>(p.bytes);
+    }
+  };
+  FreshBuffer fresh;
+  SDRT_RETURN_IF_ERROR(TimePlanned(
+      full_everywhere, *destination, [&] { copy_pieces(Data(*warm)); },
+      [&]() -> absl::Status {
+        fresh = AllocateFresh(mine);
+        copy_pieces(fresh != nullptr ? fresh.get() : Data(*warm));
+        return fresh != nullptr
+                   ? absl::OkStatus()
+                   : absl::ResourceExhaustedError(absl::StrCat(
+                         "sdrt bench: no memory for a fresh buffer of ", mine, " bytes"));
+      },
+      [&] { fresh.reset(); }, row));
+  row.wrong = CheckLocal(*destination);
+  int64_t flat_wrong = 0;
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    const BenchPiece p = layout_.piece(i, rank_);
+    flat_wrong += Differing(Data(*warm) + at, Bytes(i) + p.offset, p.bytes);
+    at += static_cast<size_t>(p.bytes);
   }
   row.flat_wrong = SumOverRanks(flat_wrong);
   return row;

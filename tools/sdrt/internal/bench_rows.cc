@@ -11,7 +11,7 @@ namespace {
 struct Figures {
   BenchSpread sdrt, flat, fresh;
   double algbw = 0;  // GB/s: size / time
-  double busbw = 0;  // GB/s: gather algbw (n - 1) / n; gather_partial (an all-reduce)
+  double busbw = 0;  // GB/s: gathers algbw (n - 1) / n; gather_partial (an all-reduce)
                      // algbw 2 (n - 1) / n; broadcast algbw; distribute local / time
   double ratio = 0;  // sdrt / flat
   double ratio_fresh = 0;
@@ -27,9 +27,10 @@ Figures FiguresOf(const BenchRow& row, int ranks) {
   if (t > 0) {
     f.algbw = static_cast<double>(row.size) / t / 1e9;
     const double bus = static_cast<double>(row.busbw_bytes) / t / 1e9;
-    f.busbw = row.op == "gather" || row.op == "gather_r0_off" ? bus * (ranks - 1) / ranks
-              : row.op == "gather_partial"                  ? bus * 2 * (ranks - 1) / ranks
-                                                            : bus;
+    f.busbw = row.op == "gather" || row.op == "gather_r0_off" || row.op == "gather_planned"
+                  ? bus * (ranks - 1) / ranks
+              : row.op == "gather_partial" ? bus * 2 * (ranks - 1) / ranks
+                                           : bus;
   }
   if (f.flat.median > 0) f.ratio = t / f.flat.median;
   if (f.fresh.median > 0) f.ratio_fresh = t / f.fresh.median;

@@ -65,7 +65,8 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
   SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> reduced,
                         internal::ReducePartialsInBuckets(
                             {&input, 1}, device, std::numeric_limits<int64_t>::max(), nullptr));
-  const Tensor local = reduced[0].defined() ? std::move(reduced[0]) : dtensor.local();
+  const Tensor local =
+      !reduced.empty() && reduced[0].defined() ? std::move(reduced[0]) : dtensor.local();
   if (NumShards(mesh, placements) == 1) return local;
   SDRT_ASSIGN_OR_RETURN(
       internal::GatherItem item,

@@ -242,6 +242,7 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
   };
   // The DTensors' Partial mesh dims, all-reduced in buckets (internal/partial_buckets.h).
   std::vector<internal::PartialInput> partial_inputs;
+  partial_inputs.reserve(leaves.size());
   for (const internal::Leaf& leaf : leaves) {
     if (leaf.value->kind() != ValueKind::kDTensor) continue;
     const DTensor& d = leaf.value->as_dtensor();
@@ -260,8 +261,8 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
       const DTensor& d = v.as_dtensor();
       const Device target =
           options.cpu_offload ? Device::CPU() : options.device.value_or(d.local().device());
-      const Tensor& slot = reduced[next_dtensor++];
-      const Tensor& local = slot.defined() ? slot : d.local();
+      const size_t k = next_dtensor++;
+      const Tensor& local = k < reduced.size() && reduced[k].defined() ? reduced[k] : d.local();
       result_keys.push_back(&d);
       results.emplace_back();
       if (NumShards(*d.mesh(), d.placements()) == 1) {

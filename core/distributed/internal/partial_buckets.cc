@@ -99,12 +99,12 @@ absl::Status ReduceGroup(const Group& group, absl::Span<const PartialInput> inpu
 absl::StatusOr<std::vector<Tensor>> ReducePartialsInBuckets(absl::Span<const PartialInput> inputs,
                                                             Device device, int64_t bucket_bytes,
                                                             CollectiveStats* stats) {
-  std::vector<Tensor> out(inputs.size());
+  std::vector<Tensor> out;
   std::vector<Group> groups;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DTensor& d = *inputs[i].dtensor;
     SDRT_ASSIGN_OR_RETURN(std::vector<Reduction> reductions, ReductionsOf(d));
-    if (reductions.empty()) continue;  // out[i] stays undefined: the local itself
+    if (reductions.empty()) continue;  // the local itself
     Group* group = nullptr;
     for (Group& g : groups) {
       if (g.mesh_comm == inputs[i].mesh_comm && g.dtype == d.dtype() &&
@@ -119,6 +119,7 @@ absl::StatusOr<std::vector<Tensor>> ReducePartialsInBuckets(absl::Span<const Par
     }
     group->members.push_back(i);
   }
+  if (!groups.empty()) out.resize(inputs.size());
   for (const Group& g : groups) {
     SDRT_RETURN_IF_ERROR(ReduceGroup(g, inputs, device, bucket_bytes, stats, out));
   }

@@ -47,15 +47,15 @@ struct PartialInput {
   DeviceMeshComm* mesh_comm = nullptr;
 };
 
-// The local tensor of each input with its Partial mesh dims reduced, in input order: an
-// undefined tensor when it has no Partial mesh dim in MeshDimsToReplicate (its local is
-// the result: no copy of 10,000 tensors for a gather without Partial); else a contiguous
-// view, on `device`, of its group's allocation (the
-// views of a group share that storage, which lives while any of them does). The inputs are
-// never written. Counts one collective per all-reduce in `stats` when not null. Collective
-// over the Partial mesh dims' communicators (made by DeviceMeshComm::DimComm on first use,
-// in the order the groups and their reductions are met). Errors: MeshDimsToReplicate's and
-// DimComm's; ResourceExhausted when a group's allocation fails; the communicator's errors
+// The local tensor of each input with its Partial mesh dims reduced, in input order; no
+// entries at all when no input has a Partial mesh dim in MeshDimsToReplicate, and an
+// undefined tensor for an input without one (its local is the result: a gather without
+// Partial copies and allocates nothing per tensor here); else a contiguous view, on `device`, of
+// its group's allocation (the views of a group share that storage, which lives while any of them
+// does). The inputs are never written. Counts one collective per all-reduce in `stats` when not
+// null. Collective over the Partial mesh dims' communicators (made by DeviceMeshComm::DimComm on
+// first use, in the order the groups and their reductions are met). Errors: MeshDimsToReplicate's
+// and DimComm's; ResourceExhausted when a group's allocation fails; the communicator's errors
 // (AllReduce, comm/communicator.h). bucket_bytes >= 1.
 absl::StatusOr<std::vector<Tensor>> ReducePartialsInBuckets(absl::Span<const PartialInput> inputs,
                                                             Device device, int64_t bucket_bytes,

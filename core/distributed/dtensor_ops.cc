@@ -73,7 +73,8 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
       internal::MakeDTensorItem(dtensor, local, comm.size(), comm.rank(), device));
   std::vector<Tensor> full(1);
   internal::GatherItem* const bucket[] = {&item};
-  SDRT_RETURN_IF_ERROR(internal::GatherBucket(comm, bucket, device, /*keep=*/true, full, nullptr));
+  SDRT_RETURN_IF_ERROR(
+      internal::GatherBucket(comm, bucket, device, /*keep=*/true, absl::MakeSpan(full), nullptr));
   return full[0];
 }
 
@@ -193,8 +194,8 @@ absl::StatusOr<Tensor> GatherShardedTensor(const ShardedTensor& st, Communicator
   const int64_t here = where != kNoShard ? where : first_where;
   item.target = here == kCpu ? Device::CPU() : comm.device();
   std::vector<Tensor> full(1);
-  SDRT_RETURN_IF_ERROR(
-      internal::GatherBucket(comm, bucket, item.target, /*keep=*/true, full, nullptr));
+  SDRT_RETURN_IF_ERROR(internal::GatherBucket(comm, bucket, item.target, /*keep=*/true,
+                                              absl::MakeSpan(full), nullptr));
   return full[0];
 }
 

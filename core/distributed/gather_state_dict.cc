@@ -317,15 +317,11 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
   std::shared_ptr<Storage> pinned_staging;
   const auto buckets = internal::BucketItems(items, options.bucket_bytes);
   std::vector<internal::GatherItem*> bucket;
-  std::vector<Tensor> bucket_fulls;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const auto [begin, end] = buckets[b];
     bucket.clear();
-    bucket_fulls.clear();
-    for (size_t i = begin; i < end; ++i) {
-      bucket.push_back(&items[i]);
-      bucket_fulls.push_back(std::move(fulls[i]));
-    }
+    for (size_t i = begin; i < end; ++i) bucket.push_back(&items[i]);
+    const absl::Span<Tensor> bucket_fulls = absl::MakeSpan(fulls).subspan(begin, end - begin);
     absl::Status gathered =
         internal::CanExchangeBucket(comm, bucket)
             ? internal::GatherBucketByExchange(comm, bucket, keeps, bucket_fulls, &stats)
@@ -339,7 +335,7 @@ absl::StatusOr<Map> GatherStateDict(const Map& state_dict, const GatherOptions& 
     }
     if (keep) {
       for (size_t i = begin; i < end; ++i) {
-        results[item_slot[i]] = Value(std::move(bucket_fulls[i - begin]));
+        results[item_slot[i]] = Value(std::move(fulls[i]));
       }
     }
     if (options.progress) options.progress(stats.bytes, total_bytes);

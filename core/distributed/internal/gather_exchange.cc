@@ -39,7 +39,7 @@ bool CanExchangeBucket(const Communicator& comm, absl::Span<GatherItem* const> b
 }
 
 absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* const> bucket,
-                                    const std::vector<bool>& keeps, std::vector<Tensor>& fulls,
+                                    const std::vector<bool>& keeps, absl::Span<Tensor> fulls,
                                     CollectiveStats* stats) {
   const int size = comm.size();
   const int me = comm.rank();
@@ -102,8 +102,7 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
       }
       if (p.direct_at < 0) {
         const IntVector origin(local.shape().size(), 0);
-        const PackedBlock slot{static_cast<char*>(packed.data_ptr()) + p.packed_at,
-                               local.shape()};
+        const PackedBlock slot{static_cast<char*>(packed.data_ptr()) + p.packed_at, local.shape()};
         SDRT_RETURN_IF_ERROR(
             CopyRuns(local, origin, slot, BoxRuns(origin, local.shape()), /*to_local=*/true));
         continue;
@@ -142,7 +141,8 @@ absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* c
       }
       for (const PieceRef& p : of_rank(q)) {
         if (p.direct_at < 0) continue;
-        receives.push_back({q, static_cast<char*>(fulls[p.item].data_ptr()) + p.direct_at, p.bytes});
+        receives.push_back(
+            {q, static_cast<char*>(fulls[p.item].data_ptr()) + p.direct_at, p.bytes});
       }
     }
   }

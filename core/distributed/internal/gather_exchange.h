@@ -41,7 +41,7 @@ bool CanExchangeBucket(const Communicator& comm, absl::Span<GatherItem* const> b
 // Errors: the communicator's (naming the op, DeadlineExceeded past its timeout), and
 // ResourceExhausted when a packing buffer cannot be allocated.
 absl::Status GatherBucketByExchange(Communicator& comm, absl::Span<GatherItem* const> bucket,
-                                    const std::vector<bool>& keeps, std::vector<Tensor>& fulls,
+                                    const std::vector<bool>& keeps, absl::Span<Tensor> fulls,
                                     CollectiveStats* stats);
 
 }  // namespace sdrt::internal

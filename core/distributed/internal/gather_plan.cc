@@ -320,7 +320,7 @@ int64_t GatheredBytes(absl::Span<const GatherItem> items) {
 }
 
 absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> bucket, Device device,
-                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats,
+                          bool keep, absl::Span<Tensor> fulls, CollectiveStats* stats,
                           std::shared_ptr<Storage>* pinned_staging) {
   const int size = comm.size();
   const int me = comm.rank();

@@ -180,7 +180,7 @@ int64_t GatheredBytes(absl::Span<const GatherItem> items);
 // or when pinned memory cannot be had, each piece is copied from the device on its own.
 // Collective over `comm`.
 absl::Status GatherBucket(Communicator& comm, absl::Span<GatherItem* const> bucket, Device device,
-                          bool keep, std::vector<Tensor>& fulls, CollectiveStats* stats,
+                          bool keep, absl::Span<Tensor> fulls, CollectiveStats* stats,
                           std::shared_ptr<Storage>* pinned_staging = nullptr);
 
 }  // namespace sdrt::internal

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Instructions per tensor of GatherStateDict, BroadcastStateDict and DistributeStateDict, the
-# stable measure of per-tensor cost (docs/PERFORMANCE.md): `sdrt bench` on a workload of
+# Instructions per tensor of GatherStateDict, BroadcastStateDict and DistributeStateDict, and
+# of ExecuteReshard in the planned rows, the stable measure of per-tensor cost
+# (docs/PERFORMANCE.md): `sdrt bench` on a workload of
 # 10,000 tensors (default `tiny`, next to no bytes) under callgrind on every rank, counting
 # only inside the operation (--toggle-collect) and leaving out the time a rank spends
 # waiting in MPI for the others (the inclusive cost of MpiCommunicator::Await), per call.
@@ -23,8 +24,10 @@ esac
 out=$(mktemp -d "${TMPDIR:-/tmp}/sdrt-instr.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 declare -A fn=([gather]='sdrt::GatherStateDict*' [broadcast]='sdrt::BroadcastStateDict*'
-               [distribute]='sdrt::DistributeStateDict*')
-for op in gather broadcast distribute; do
+               [distribute]='sdrt::DistributeStateDict*' [gather_planned]='sdrt::ExecuteReshard*'
+               [broadcast_planned]='sdrt::ExecuteReshard*'
+               [distribute_planned]='sdrt::ExecuteReshard*')
+for op in gather broadcast distribute gather_planned broadcast_planned distribute_planned; do
   # One warm-up call and one timed call: two calls counted.
   mpiexec -n "$ranks" valgrind --tool=callgrind --callgrind-out-file="$out/$op.%q{PMI_RANK}" \
     --toggle-collect="${fn[$op]}" "$sdrt" bench --workload "$workload" --ops "$op" \
@@ -34,7 +37,7 @@ for op in gather broadcast distribute; do
     total=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
     wait=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
            awk '/MpiCommunicator::Await/ && !found {gsub(",","",$1); print $1; found = 1}')
-    printf '%-10s rank %d: %6d instructions per tensor per call (%d with MPI waits)\n' "$op" "$r" \
+    printf '%-18s rank %d: %6d instructions per tensor per call (%d with MPI waits)\n' "$op" "$r" \
       $(( (total - ${wait:-0}) / tensors / 2 )) $(( total / tensors / 2 ))
   done
 done

@@ -82,9 +82,9 @@ class BucketPipeline {
       for (size_t k = 0; k < buckets_.size(); ++k) {
         if (absl::Status s = internal::ScatterBucket(comm_, root_, buckets_[k], tensors_, stats_);
             !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("bucket ", k + 1, " of ", buckets_.size(),
-                                                     " (", buckets_[k].bytes,
-                                                     " bytes): ", s.message()));
+          return absl::Status(s.code(),
+                              absl::StrCat("bucket ", k + 1, " of ", buckets_.size(), " (",
+                                           buckets_[k].bytes, " bytes): ", s.message()));
         }
         done_bytes_ += buckets_[k].bytes;
         if (progress_) progress_(done_bytes_, total_bytes_);
@@ -323,6 +323,8 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   rules.mesh_ranks = comm.size();
   rules.device = device;
   rules.allocate = !device.is_cpu();  // CPU: one arena for the call, below
+  internal::LocalLayoutCache layouts;
+  rules.layouts = &layouts;
   size_t tensor_index = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
     const internal::SkeletonEntry& entry = entries[e];

@@ -202,6 +202,8 @@ absl::Status PlanAll(const CheckpointSource& source, internal::MutableLeaves& le
   if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
   rules.device = options.device;
   rules.allocate = false;
+  internal::LocalLayoutCache layouts;
+  rules.layouts = &layouts;
   // Reserved so that the pointers dests keep stay valid.
   targets.reserve(source.tensors().size());
   // dests[i] fills reads[i]. A ShardedTensor has a dest per local shard, so both may grow
@@ -254,8 +256,7 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   absl::Status local_error = CheckOptions(options, rank);
   internal::MutableLeaves leaves;
   if (local_error.ok()) {
-    absl::StatusOr<internal::MutableLeaves> leaves_or =
-        internal::CollectMutableLeaves(local);
+    absl::StatusOr<internal::MutableLeaves> leaves_or = internal::CollectMutableLeaves(local);
     local_error = leaves_or.status();
     if (leaves_or.ok()) leaves = *std::move(leaves_or);
   }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
@@ -21,6 +22,43 @@ std::string Describe(DType dtype, IntSpan shape) {
 }
 
 }  // namespace
+
+struct LocalLayoutCache::Entry {
+  const DeviceMesh* mesh = nullptr;
+  DType dtype = DType::kFloat32;
+  IntVector global_shape;
+  std::vector<Placement> placements;
+  Layout layout;
+};
+
+LocalLayoutCache::LocalLayoutCache() = default;
+LocalLayoutCache::~LocalLayoutCache() = default;
+
+absl::StatusOr<const LocalLayoutCache::Layout*> LocalLayoutCache::Get(absl::string_view name,
+                                                                      const DTensor& d, int rank) {
+  std::vector<std::unique_ptr<Entry>>& same_key =
+      entries_[(HashLayout(d) ^ static_cast<uint64_t>(d.dtype())) * 0x100000001b3ULL];
+  for (const std::unique_ptr<Entry>& e : same_key) {
+    if (e->mesh == d.mesh().get() && e->dtype == d.dtype() && e->global_shape == d.global_shape() &&
+        e->placements == d.placements()) {
+      return &e->layout;
+    }
+  }
+  SDRT_RETURN_IF_ERROR(
+      CheckShardingCutsWholeBytes(name, d.dtype(), d.global_shape(), *d.mesh(), d.placements()));
+  SDRT_ASSIGN_OR_RETURN(
+      LocalShardInfo info,
+      ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rank));
+  auto e = std::make_unique<Entry>();
+  e->mesh = d.mesh().get();
+  e->dtype = d.dtype();
+  e->global_shape = d.global_shape();
+  e->placements = d.placements();
+  e->layout.runs = OwnedRuns(info);
+  e->layout.info = std::move(info);
+  same_key.push_back(std::move(e));
+  return &same_key.back()->layout;
+}
 
 absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
                                             MutableLeaf& leaf, const LocalTargetRules& rules) {
@@ -57,11 +95,19 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
               : absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh holding rank ",
                              rules.rank));
     }
-    SDRT_RETURN_IF_ERROR(
-        CheckShardingCutsWholeBytes(name, dtype, shape, *d.mesh(), d.placements()));
-    SDRT_ASSIGN_OR_RETURN(
-        const LocalShardInfo info,
-        ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rules.rank));
+    // The layout's checks, local shape and runs: from the call's cache when there is one.
+    LocalLayoutCache::Layout own;
+    const LocalLayoutCache::Layout* layout = &own;
+    if (rules.layouts != nullptr) {
+      SDRT_ASSIGN_OR_RETURN(layout, rules.layouts->Get(name, d, rules.rank));
+    } else {
+      SDRT_RETURN_IF_ERROR(
+          CheckShardingCutsWholeBytes(name, dtype, shape, *d.mesh(), d.placements()));
+      SDRT_ASSIGN_OR_RETURN(own.info, ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(),
+                                                                       d.placements(), rules.rank));
+      own.runs = OwnedRuns(own.info);
+    }
+    const LocalShardInfo& info = layout->info;
     Tensor dest;
     if (d.local().device().is_meta()) {
       target.kind = LocalTarget::Kind::kFreshDTensor;
@@ -75,7 +121,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
       dest = d.local();
     }
     target.dests.push_back(std::move(dest));
-    target.runs.push_back(OwnedRuns(info));
+    target.runs.push_back(layout->runs);
     return target;
   }
   if (v.kind() == ValueKind::kShardedTensor && !shape.empty()) {

@@ -6,17 +6,22 @@
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOCAL_TARGET_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LOCAL_TARGET_H_
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
@@ -31,6 +36,27 @@ struct LocalTarget {
   absl::InlinedVector<ShardRuns, 1> runs;
 };
 
+// What a DTensor layout (mesh, placements, global shape, dtype) gives this rank, worked out
+// once per call and shared by the tensors of that layout (10,000 tensors of a state dict
+// have a few dozen layouts): the byte-cut check, the local shape and the global runs owned.
+class LocalLayoutCache {
+ public:
+  struct Layout {
+    LocalShardInfo info;
+    ShardRuns runs;
+  };
+  LocalLayoutCache();
+  ~LocalLayoutCache();
+  // The layout of `d` (whose dtype and global shape are checkpoint tensor `name`'s) on
+  // `rank`, computed on first use; errors (not cached): CheckShardingCutsWholeBytes's and
+  // ComputeLocalShapeAndGlobalOffset's. The pointer lives as long as the cache.
+  absl::StatusOr<const Layout*> Get(absl::string_view name, const DTensor& d, int rank);
+
+ private:
+  struct Entry;
+  absl::flat_hash_map<uint64_t, std::vector<std::unique_ptr<Entry>>> entries_;
+};
+
 // What a target may be, beyond the leaf itself.
 struct LocalTargetRules {
   int rank = 0;  // this rank in the DTensors' meshes
@@ -40,6 +66,8 @@ struct LocalTargetRules {
   // false: new tensors are not allocated but left as meta tensors of their shape and
   // dtype, for the caller to allocate (LoadStateDict's one arena, fresh_arena.h).
   bool allocate = true;
+  // The call's layouts, shared by its DTensors; null: each works its own out.
+  LocalLayoutCache* layouts = nullptr;
 };
 
 // Plans the target of checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and

@@ -234,7 +234,9 @@ TEST(ReshardMpi, LargeBoxesTravelFromAndIntoTheirLocals) {
     SCOPED_TRACE(bucket);
     internal::ReshardExecuteStats stats;
     ReshardOverMpi(tensors, bucket, LocalLayout::kContiguous, {}, &stats);
-    if (n > 1) EXPECT_GT(Sum(stats.direct_bytes), 0);
+    if (n > 1) {
+      EXPECT_GT(Sum(stats.direct_bytes), 0);
+    }
     ReshardOverMpi(tensors, bucket, LocalLayout::kTransposed);
     ReshardOverMpi(tensors, bucket, LocalLayout::kNarrowed);
     // On two nodes the replicated destinations are fed by forwards from the relays' locals.

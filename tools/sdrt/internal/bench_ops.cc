@@ -180,6 +180,64 @@ int64_t BenchRunner::CheckLocal(const Map& local) const {
   return SumOverRanks(wrong);
 }
 
+void BenchRunner::PackOwnPieces(uint8_t* out) const {
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    if (!layout_.sharded(i)) continue;
+    const BenchPiece p = layout_.piece(i, rank_);
+    CopyBytes(out + at, Bytes(i) + p.offset, p.bytes);
+    at += static_cast<size_t>(p.bytes);
+  }
+}
+
+void BenchRunner::CopyOwnPieces(uint8_t* out) const {
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    const BenchPiece p = layout_.piece(i, rank_);
+    CopyBytes(out + at, Bytes(i) + p.offset, p.bytes);
+    at += static_cast<size_t>(p.bytes);
+  }
+}
+
+void BenchRunner::CopyFulls(uint8_t* out) const {
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    CopyBytes(out + at, Bytes(i), workload_.full[i].nbytes());
+    at += static_cast<size_t>(workload_.full[i].nbytes());
+  }
+}
+
+int64_t BenchRunner::FlatGatherWrong(const uint8_t* received) const {
+  int64_t wrong = 0;
+  size_t at = 0;
+  for (int q = 0; q < layout_.ranks(); ++q) {
+    for (size_t i = 0; i < workload_.full.size(); ++i) {
+      if (!layout_.sharded(i)) continue;
+      const BenchPiece p = layout_.piece(i, q);
+      wrong += DifferingBytes(received + at, Bytes(i) + p.offset, p.bytes);
+      at += static_cast<size_t>(p.bytes);
+    }
+  }
+  return SumOverRanks(wrong);
+}
+
+int64_t BenchRunner::FlatBroadcastWrong(const uint8_t* buffer) const {
+  int64_t wrong = 0;
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    const int64_t b = workload_.full[i].nbytes();
+    wrong += DifferingBytes(buffer + at, Bytes(i), b);
+    at += static_cast<size_t>(b);
+  }
+  return SumOverRanks(wrong);
+}
+
+int64_t BenchRunner::FlatDistributeWrong(const uint8_t* pieces) const {
+  int64_t wrong = 0;
+  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
+    const BenchPiece p = layout_.piece(i, rank_);
+    wrong += DifferingBytes(pieces + at, Bytes(i) + p.offset, p.bytes);
+    at += static_cast<size_t>(p.bytes);
+  }
+  return SumOverRanks(wrong);
+}
+
 absl::StatusOr<BenchRow> BenchRunner::Gather(bool offload_to_rank0) {
   BenchRow row = NewRow(offload_to_rank0 ? "gather_r0_off" : "gather", -1);
   const int n = layout_.ranks();
@@ -195,12 +253,7 @@ absl::StatusOr<BenchRow> BenchRunner::Gather(bool offload_to_rank0) {
   absl::Status ready = MakeSharded();
   for (const absl::Status& s : {send.status(), recv.status()}) ready.Update(s);
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    if (!layout_.sharded(i)) continue;
-    const BenchPiece p = layout_.piece(i, rank_);
-    CopyBytes(Data(*send) + at, Bytes(i) + p.offset, p.bytes);
-    at += static_cast<size_t>(p.bytes);
-  }
+  PackOwnPieces(Data(*send));
   FreshBuffer fresh;
 
   std::optional<Map> result;
@@ -231,17 +284,7 @@ absl::StatusOr<BenchRow> BenchRunner::Gather(bool offload_to_rank0) {
       MeasureRow(world_, calls, settings_.warmup, settings_.iterations, &row.times));
 
   row.wrong = CheckGathered(*result, !offload_to_rank0 || rank_ == 0);
-  int64_t flat_wrong = 0;
-  size_t at = 0;
-  for (int q = 0; q < n; ++q) {
-    for (size_t i = 0; i < workload_.full.size(); ++i) {
-      if (!layout_.sharded(i)) continue;
-      const BenchPiece p = layout_.piece(i, q);
-      flat_wrong += DifferingBytes(Data(*recv) + at, Bytes(i) + p.offset, p.bytes);
-      at += static_cast<size_t>(p.bytes);
-    }
-  }
-  row.flat_wrong = SumOverRanks(flat_wrong);
+  row.flat_wrong = FlatGatherWrong(Data(*recv));
   return row;
 }
 
@@ -254,9 +297,8 @@ absl::StatusOr<BenchRow> BenchRunner::Broadcast() {
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, buffer.status()));
   Map full_on_root;
   if (rank_ == 0) {
-    for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-      CopyBytes(Data(*buffer) + at, Bytes(i), workload_.full[i].nbytes());
-      at += static_cast<size_t>(workload_.full[i].nbytes());
+    CopyFulls(Data(*buffer));
+    for (size_t i = 0; i < workload_.full.size(); ++i) {
       full_on_root.Set(workload_.names[i], Value(workload_.full[i]));
     }
   }
@@ -281,13 +323,7 @@ absl::StatusOr<BenchRow> BenchRunner::Broadcast() {
       MeasureRow(world_, calls, settings_.warmup, settings_.iterations, &row.times));
 
   row.wrong = CheckLocal(local);
-  int64_t flat_wrong = 0;
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    const int64_t b = workload_.full[i].nbytes();
-    flat_wrong += DifferingBytes(Data(*buffer) + at, Bytes(i), b);
-    at += static_cast<size_t>(b);
-  }
-  row.flat_wrong = SumOverRanks(flat_wrong);
+  row.flat_wrong = FlatBroadcastWrong(Data(*buffer));
   return row;
 }
 
@@ -299,13 +335,6 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
   for (size_t i = 0; i < workload_.full.size(); ++i) {
     full_everywhere.Set(workload_.names[i], Value(workload_.full[i]));
   }
-  const auto copy_pieces = [&](uint8_t* out) {
-    for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-      const BenchPiece p = layout_.piece(i, rank_);
-      CopyBytes(out + at, Bytes(i) + p.offset, p.bytes);
-      at += static_cast<size_t>(p.bytes);
-    }
-  };
   absl::StatusOr<Tensor> warm = ZeroedBuffer(mine);
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, warm.status()));
   FreshBuffer fresh;
@@ -315,10 +344,10 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
   BenchCalls calls;
   calls.prepare = [&] { local = meta_; };
   calls.sdrt = [&] { return DistributeStateDict(full_everywhere, local, options); };
-  calls.flat = [&] { copy_pieces(Data(*warm)); };
+  calls.flat = [&] { CopyOwnPieces(Data(*warm)); };
   calls.fresh = [&] {
     absl::Status status;
-    copy_pieces(FreshOrWarm(mine, Data(*warm), &fresh, &status));
+    CopyOwnPieces(FreshOrWarm(mine, Data(*warm), &fresh, &status));
     return status;
   };
   calls.release = [&] { fresh.reset(); };
@@ -326,13 +355,7 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
       MeasureRow(world_, calls, settings_.warmup, settings_.iterations, &row.times));
 
   row.wrong = CheckLocal(local);
-  int64_t flat_wrong = 0;
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    const BenchPiece p = layout_.piece(i, rank_);
-    flat_wrong += DifferingBytes(Data(*warm) + at, Bytes(i) + p.offset, p.bytes);
-    at += static_cast<size_t>(p.bytes);
-  }
-  row.flat_wrong = SumOverRanks(flat_wrong);
+  row.flat_wrong = FlatDistributeWrong(Data(*warm));
   return row;
 }
 

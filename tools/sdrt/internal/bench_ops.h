@@ -80,6 +80,17 @@ class BenchRunner {
   int64_t CheckGathered(const Map& result, bool keep) const;
   int64_t CheckLocal(const Map& local) const;
   const uint8_t* Bytes(size_t i) const;
+  // The flat baselines' buffers: this rank's Shard(0) pieces back to back (the all-gather's
+  // send buffer), every piece of this rank (distribute's memcpy), every full tensor (the
+  // broadcast); and their checks after the timed runs, summed over ranks: the all-gather's
+  // received buffer (every rank's pieces in rank order), the broadcast buffer, this rank's
+  // pieces.
+  void PackOwnPieces(uint8_t* out) const;
+  void CopyOwnPieces(uint8_t* out) const;
+  void CopyFulls(uint8_t* out) const;
+  int64_t FlatGatherWrong(const uint8_t* received) const;
+  int64_t FlatBroadcastWrong(const uint8_t* buffer) const;
+  int64_t FlatDistributeWrong(const uint8_t* pieces) const;
   // DTensors of every tensor, whole ([Replicate]) when `replicated`, else this rank's
   // pieces (Placements), with zeroed locals in one allocation: an engine's buffers.
   absl::StatusOr<Map> AllocatedDTensors(bool replicated) const;

@@ -27,14 +27,6 @@ namespace {
 
 uint8_t* Data(const Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
-// Bytes of [got, got + bytes) that differ from [want, want + bytes).
-int64_t Differing(const uint8_t* got, const uint8_t* want, int64_t bytes) {
-  if (bytes <= 0 || std::memcmp(got, want, static_cast<size_t>(bytes)) == 0) return 0;
-  int64_t wrong = 0;
-  for (int64_t i = 0; i < bytes; ++i) wrong += got[i] != want[i];
-  return wrong;
-}
-
 }  // namespace
 
 absl::StatusOr<Map> BenchRunner::AllocatedDTensors(bool replicated) const {
@@ -112,13 +104,7 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
     ready.Update(s);
   }
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    if (!layout_.sharded(i)) continue;
-    const BenchPiece p = layout_.piece(i, rank_);
-    if (p.bytes > 0)
-      std::memcpy(Data(*send) + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
-    at += static_cast<size_t>(p.bytes);
-  }
+  PackOwnPieces(Data(*send));
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
       sharded_, *destination, [&] { flat->Run(Data(*send), Data(*recv)); },
@@ -142,17 +128,7 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
                  : workload_.full[i].nbytes();
   }
   row.wrong = SumOverRanks(wrong);
-  int64_t flat_wrong = 0;
-  size_t at = 0;
-  for (int q = 0; q < n; ++q) {
-    for (size_t i = 0; i < workload_.full.size(); ++i) {
-      if (!layout_.sharded(i)) continue;
-      const BenchPiece p = layout_.piece(i, q);
-      flat_wrong += Differing(Data(*recv) + at, Bytes(i) + p.offset, p.bytes);
-      at += static_cast<size_t>(p.bytes);
-    }
-  }
-  row.flat_wrong = SumOverRanks(flat_wrong);
+  row.flat_wrong = FlatGatherWrong(Data(*recv));
   return row;
 }
 
@@ -165,12 +141,10 @@ absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
   absl::Status ready = buffer.status();
   ready.Update(destination.status());
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
+  CopyFulls(Data(*buffer));
   Map full_on_root;
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    const int64_t b = workload_.full[i].nbytes();
-    if (b > 0) std::memcpy(Data(*buffer) + at, Bytes(i), static_cast<size_t>(b));
-    at += static_cast<size_t>(b);
-    if (rank_ == 0) full_on_root.Set(workload_.names[i], Value(workload_.full[i]));
+  for (size_t i = 0; i < workload_.full.size() && rank_ == 0; ++i) {
+    full_on_root.Set(workload_.names[i], Value(workload_.full[i]));
   }
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
@@ -189,13 +163,7 @@ absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
       },
       [&] { fresh.reset(); }, row));
   row.wrong = CheckLocal(*destination);
-  int64_t flat_wrong = 0;
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    const int64_t b = workload_.full[i].nbytes();
-    flat_wrong += Differing(Data(*buffer) + at, Bytes(i), b);
-    at += static_cast<size_t>(b);
-  }
-  row.flat_wrong = SumOverRanks(flat_wrong);
+  row.flat_wrong = FlatBroadcastWrong(Data(*buffer));
   return row;
 }
 
@@ -212,19 +180,12 @@ absl::StatusOr<BenchRow> BenchRunner::DistributePlanned() {
   for (size_t i = 0; i < workload_.full.size(); ++i) {
     full_everywhere.Set(workload_.names[i], Value(workload_.full[i]));
   }
-  const auto copy_pieces = [&](uint8_t* out) {
-    for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-      const BenchPiece p = layout_.piece(i, rank_);
-      if (p.bytes > 0) std::memcpy(out + at, Bytes(i) + p.offset, static_cast<size_t>(p.bytes));
-      at += static_cast<size_t>(p.bytes);
-    }
-  };
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
-      full_everywhere, *destination, [&] { copy_pieces(Data(*warm)); },
+      full_everywhere, *destination, [&] { CopyOwnPieces(Data(*warm)); },
       [&]() -> absl::Status {
         fresh = AllocateFresh(mine);
-        copy_pieces(fresh != nullptr ? fresh.get() : Data(*warm));
+        CopyOwnPieces(fresh != nullptr ? fresh.get() : Data(*warm));
         return fresh != nullptr
                    ? absl::OkStatus()
                    : absl::ResourceExhaustedError(absl::StrCat(
@@ -232,13 +193,7 @@ absl::StatusOr<BenchRow> BenchRunner::DistributePlanned() {
       },
       [&] { fresh.reset(); }, row));
   row.wrong = CheckLocal(*destination);
-  int64_t flat_wrong = 0;
-  for (size_t i = 0, at = 0; i < workload_.full.size(); ++i) {
-    const BenchPiece p = layout_.piece(i, rank_);
-    flat_wrong += Differing(Data(*warm) + at, Bytes(i) + p.offset, p.bytes);
-    at += static_cast<size_t>(p.bytes);
-  }
-  row.flat_wrong = SumOverRanks(flat_wrong);
+  row.flat_wrong = FlatDistributeWrong(Data(*warm));
   return row;
 }
 

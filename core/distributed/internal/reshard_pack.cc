@@ -1,5 +1,6 @@
 #include "sdrt/core/distributed/internal/reshard_pack.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -78,7 +79,17 @@ absl::Status CopyMessage(const ReshardTensorPlan& tp, const ReshardMessage& mess
         return absl::UnimplementedError(
             absl::StrCat(where(), ": Partial contributions are reduced from CPU buffers only"));
       }
-      SDRT_ASSIGN_OR_RETURN(const Tensor box, Tensor::AtByteOffset(buffer, at, tp.dtype, shape));
+      // ReduceInto reads elements as their type: a box that follows a narrower dtype's in
+      // the same message may sit at an offset the type cannot be read from, so such a box is
+      // copied to aligned memory first.
+      const char* const bytes = static_cast<const char*>(buffer->data()) + at;
+      Tensor box;
+      if (reinterpret_cast<uintptr_t>(bytes) % ElementAlignment(tp.dtype) == 0) {
+        SDRT_ASSIGN_OR_RETURN(box, Tensor::AtByteOffset(buffer, at, tp.dtype, shape));
+      } else {
+        SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(shape, tp.dtype));
+        if (move.bytes > 0) std::memcpy(box.data_ptr(), bytes, static_cast<size_t>(move.bytes));
+      }
       SDRT_ASSIGN_OR_RETURN(const Tensor acc, Tensor::Empty(shape, tp.dtype));
       SDRT_RETURN_IF_ERROR(CopyRuns(acc, move.begin, local, runs, /*to_local=*/false));
       SDRT_RETURN_IF_ERROR(ReduceInto(acc, box, tp.reduce_op()));

@@ -136,8 +136,8 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
         }
         // Where each box lies in contiguous locals, for the host copies of every call.
         const std::vector<ReshardPiece>& senders = message.forward ? tp.destination() : tp.source();
-        for (ReshardMove& move : moves) {
-          if (IsSubByte(tp.dtype)) break;
+        for (ReshardMove& move :
+             IsSubByte(tp.dtype) ? absl::Span<ReshardMove>() : absl::MakeSpan(moves)) {
           if (move.source >= 0 && move.source < static_cast<int>(senders.size())) {
             move.source_offset = ContiguousBoxOffset(senders[move.source], move);
           }

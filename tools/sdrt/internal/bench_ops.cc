@@ -41,16 +41,6 @@ absl::StatusOr<Tensor> ZeroedBuffer(int64_t bytes) {
 
 uint8_t* Data(const Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
-// A fresh buffer for the "fresh" baseline, or when memory runs out the warm one (so that
-// this rank still takes part in the collective) and ResourceExhausted.
-uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Status* status) {
-  *fresh = AllocateFresh(bytes);
-  if (*fresh != nullptr) return fresh->get();
-  *status = absl::ResourceExhaustedError(
-      absl::StrCat("sdrt bench: no memory for a fresh buffer of ", bytes, " bytes"));
-  return warm;
-}
-
 }  // namespace
 
 BenchRunner::BenchRunner(const BenchWorkload& workload, Communicator& world,

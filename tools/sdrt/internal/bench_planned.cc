@@ -108,15 +108,10 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
       sharded_, *destination, [&] { flat->Run(Data(*send), Data(*recv)); },
-      [&]() -> absl::Status {
-        fresh = AllocateFresh(total);
-        if (fresh == nullptr) {
-          flat->Run(Data(*send), Data(*recv));
-          return absl::ResourceExhaustedError(
-              absl::StrCat("sdrt bench: no memory for a fresh buffer of ", total, " bytes"));
-        }
-        flat->Run(Data(*send), fresh.get());
-        return absl::OkStatus();
+      [&] {
+        absl::Status status;
+        flat->Run(Data(*send), FreshOrWarm(total, Data(*recv), &fresh, &status));
+        return status;
       },
       [&] { fresh.reset(); }, row));
 
@@ -149,17 +144,11 @@ absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
       full_on_root, *destination, [&] { flat->Run(Data(*buffer)); },
-      [&]() -> absl::Status {
-        if (rank_ == 0) {
-          flat->Run(Data(*buffer));
-          return absl::OkStatus();
-        }
-        fresh = AllocateFresh(total);
-        flat->Run(fresh != nullptr ? fresh.get() : Data(*buffer));
-        return fresh != nullptr
-                   ? absl::OkStatus()
-                   : absl::ResourceExhaustedError(absl::StrCat(
-                         "sdrt bench: no memory for a fresh buffer of ", total, " bytes"));
+      [&] {
+        // The root sends from its (warm) buffer; every other rank receives into a new one.
+        absl::Status status;
+        flat->Run(rank_ == 0 ? Data(*buffer) : FreshOrWarm(total, Data(*buffer), &fresh, &status));
+        return status;
       },
       [&] { fresh.reset(); }, row));
   row.wrong = CheckLocal(*destination);
@@ -183,13 +172,10 @@ absl::StatusOr<BenchRow> BenchRunner::DistributePlanned() {
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
       full_everywhere, *destination, [&] { CopyOwnPieces(Data(*warm)); },
-      [&]() -> absl::Status {
-        fresh = AllocateFresh(mine);
-        CopyOwnPieces(fresh != nullptr ? fresh.get() : Data(*warm));
-        return fresh != nullptr
-                   ? absl::OkStatus()
-                   : absl::ResourceExhaustedError(absl::StrCat(
-                         "sdrt bench: no memory for a fresh buffer of ", mine, " bytes"));
+      [&] {
+        absl::Status status;
+        CopyOwnPieces(FreshOrWarm(mine, Data(*warm), &fresh, &status));
+        return status;
       },
       [&] { fresh.reset(); }, row));
   row.wrong = CheckLocal(*destination);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 
 namespace sdrt::cli {
@@ -89,6 +90,14 @@ void FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 FreshBuffer AllocateFresh(int64_t bytes) {
   const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
   return FreshBuffer(static_cast<uint8_t*>(std::aligned_alloc(256, rounded)));
+}
+
+uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Status* status) {
+  *fresh = AllocateFresh(bytes);
+  if (*fresh != nullptr) return fresh->get();
+  *status = absl::ResourceExhaustedError(
+      absl::StrCat("sdrt bench: no memory for a fresh buffer of ", bytes, " bytes"));
+  return warm;
 }
 
 int64_t SumOverRanks(int64_t value) {

@@ -55,6 +55,9 @@ struct FreeDeleter {
 };
 using FreshBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
 FreshBuffer AllocateFresh(int64_t bytes);
+// A fresh buffer of `bytes` in *fresh, or when memory runs out the warm one (so that this
+// rank still takes part in the collective) and ResourceExhausted in *status.
+uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Status* status);
 
 // Sum of `value` over the ranks of MPI_COMM_WORLD.
 int64_t SumOverRanks(int64_t value);

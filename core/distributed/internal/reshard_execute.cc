@@ -7,9 +7,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/reshard_pack.h"
-#include "sdrt/tensor/backend/device_backend.h"
+#include "sdrt/core/distributed/internal/reshard_program.h"
 #include "sdrt/tensor/status_macros.h"
-#include "sdrt/tensor/storage.h"
 
 namespace sdrt::internal {
 namespace {
@@ -57,13 +56,6 @@ absl::Status SplitMove(const ReshardMove& move, DType dtype, int64_t bucket,
     }
   }
   return absl::OkStatus();
-}
-
-// Memory of `bytes` bytes on `device` for a bucket.
-absl::StatusOr<std::shared_ptr<Storage>> Bucket(Device device, int64_t bytes) {
-  if (device.is_cpu()) return Storage::AllocateCpu(bytes);
-  SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(device.type));
-  return backend->Allocate(bytes, device);
 }
 
 // Appends the units of one phase's chunks `steps` (in plan order) to `schedule`: a wire
@@ -210,158 +202,11 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const ReshardSchedule& sche
                             ReshardExchangeCounts exchanges, Communicator& comm,
                             ReshardLocals& sources, ReshardLocals& destinations,
                             ReshardExecuteStats* stats) {
-  ReshardExecuteStats local_stats;
-  ReshardExecuteStats& st = stats != nullptr ? *stats : local_stats;
-  st = ReshardExecuteStats{};
-  if (sources.size() != plan.tensors.size() || destinations.size() != plan.tensors.size() ||
-      schedule.chunks.size() != plan.tensors.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ExecuteReshard: ", sources.size(), " source and ", destinations.size(),
-                     " destination lists and a schedule of ", schedule.chunks.size(),
-                     " tensors for a plan of ", plan.tensors.size(), " tensors"));
-  }
-  const int64_t me = comm.rank();
-  const int64_t mine_direct = static_cast<int64_t>(schedule.direct_exchanges);
-  const int64_t mine_forward = static_cast<int64_t>(schedule.exchanges()) - mine_direct;
-  if (schedule.rank != me || exchanges.direct < mine_direct || exchanges.forward < mine_forward) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ExecuteReshard: rank ", me, " was given the schedule of rank ", schedule.rank,
-                     " with ", mine_direct, " + ", mine_forward, " exchanges, to run in ",
-                     exchanges.direct, " + ", exchanges.forward));
-  }
-  // Every local this rank's pieces need, checked before anything moves (unless the
-  // caller did), and its ref made a checked one.
-  for (size_t t = 0; t < plan.tensors.size() && !(sources.checked && destinations.checked); ++t) {
-    const ReshardTensorPlan& tp = plan.tensors[t];
-    for (const auto* side : {&tp.source(), &tp.destination()}) {
-      const bool is_source = side == &tp.source();
-      ReshardLocals& all = is_source ? sources : destinations;
-      const LocalRefs locals = all.of(t);
-      for (const ReshardPiece& piece : *side) {
-        if (piece.rank != me) continue;
-        const Tensor* const local =
-            piece.local < static_cast<int>(locals.size()) ? locals[piece.local].tensor : nullptr;
-        const bool ok = local != nullptr && local->defined() && local->dtype() == tp.dtype &&
-                        local->shape() == piece.local_shape && local->device() == comm.device();
-        if (!ok) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "ExecuteReshard: tensor '", tp.name, "': rank ", me, " needs ",
-              is_source ? "source" : "destination", " local ", piece.local, " as ",
-              DTypeName(tp.dtype), ShapeToString(piece.local_shape), " on ",
-              comm.device().ToString(), "; it gave ",
-              piece.local < static_cast<int>(locals.size())
-                  ? (local != nullptr && local->defined() ? local->ToString() : "undefined")
-                  : absl::StrCat(locals.size(), " locals")));
-        }
-        all.tensors[all.begin[t] + static_cast<size_t>(piece.local)] = CheckedRef(*local);
-      }
-    }
-  }
-  sources.checked = destinations.checked = true;
-  for (const ReshardSchedule::Step& step : schedule.steps) {
-    const ReshardMessage& c = *step.chunk;
-    if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ExecuteReshard: the plan moves bytes from rank ", c.source_rank, " to rank ",
-          c.destination_rank, "; the communicator has ", comm.size(), " ranks"));
-    }
-  }
-  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> send_bucket,
-                        Bucket(comm.device(), schedule.send_bucket_bytes));
-  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> receive_bucket,
-                        Bucket(comm.device(), schedule.receive_bucket_bytes));
-  st.buffer_bytes = schedule.send_bucket_bytes + schedule.receive_bucket_bytes;
-  auto* const send_base = static_cast<char*>(send_bucket->data());
-  auto* const receive_base = static_cast<char*>(receive_bucket->data());
-  std::vector<Communicator::SendMessage> sends;
-  std::vector<Communicator::ReceiveMessage> receives;
-  std::vector<bool> received_direct;  // per unit of the exchange
-  // The source locals of a chunk: a forward's are the relay's destination locals.
-  auto from = [&](const ReshardSchedule::Step& step) {
-    return step.chunk->forward ? destinations.of(step.tensor) : sources.of(step.tensor);
-  };
-  for (int64_t e = 0; e < exchanges.direct + exchanges.forward; ++e) {
-    sends.clear();
-    receives.clear();
-    // This rank's exchange of the phase, if it has that many.
-    const bool direct = e < exchanges.direct;
-    const int64_t k = direct ? e : mine_direct + (e - exchanges.direct);
-    const bool mine = direct ? e < mine_direct : e - exchanges.direct < mine_forward;
-    const size_t first = mine ? schedule.begin[k] : 0, last = mine ? schedule.begin[k + 1] : 0;
-    int64_t send_at = 0, receive_at = 0;
-    received_direct.assign(last - first, false);
-    for (size_t i = first; i < last; ++i) {
-      const ReshardSchedule::Unit& u = schedule.units[i];
-      if (u.source_rank == me && u.destination_rank != me) {
-        // A large box of a dense local goes on the wire from where it is.
-        const ReshardSchedule::Step& only = schedule.steps[u.first];
-        if (char* const range = u.count == 1 && comm.device().is_cpu()
-                                    ? DirectRange(plan.tensors[only.tensor], *only.chunk,
-                                                  from(only), /*to_local=*/false)
-                                    : nullptr) {
-          sends.push_back({static_cast<int>(u.destination_rank), range, u.bytes});
-          st.sent_bytes += u.bytes;
-          st.direct_bytes += u.bytes;
-          continue;
-        }
-        int64_t at = send_at;
-        for (size_t j = u.first; j < u.first + u.count; ++j) {
-          const ReshardSchedule::Step& step = schedule.steps[j];
-          SDRT_RETURN_IF_ERROR(
-              PackMessage(plan.tensors[step.tensor], *step.chunk, from(step), send_bucket, at));
-          at += step.chunk->bytes;
-        }
-        sends.push_back({static_cast<int>(u.destination_rank), send_base + send_at, u.bytes});
-        st.sent_bytes += u.bytes;
-        send_at += u.bytes;
-      } else if (u.source_rank != me) {
-        // ... and lands where it belongs.
-        const ReshardSchedule::Step& only = schedule.steps[u.first];
-        char* const range = u.count == 1 && comm.device().is_cpu()
-                                ? DirectRange(plan.tensors[only.tensor], *only.chunk,
-                                              destinations.of(only.tensor), /*to_local=*/true)
-                                : nullptr;
-        received_direct[i - first] = range != nullptr;
-        if (range != nullptr) {
-          receives.push_back({static_cast<int>(u.source_rank), range, u.bytes});
-          st.received_bytes += u.bytes;
-          st.direct_bytes += u.bytes;
-          continue;
-        }
-        receives.push_back({static_cast<int>(u.source_rank), receive_base + receive_at, u.bytes});
-        st.received_bytes += u.bytes;
-        receive_at += u.bytes;
-      }
-    }
-    SDRT_RETURN_IF_ERROR(comm.Exchange(sends, receives));
-    ++st.rounds;
-    // Unpacked in order (a later Partial contribution is reduced into what an earlier one
-    // wrote); a chunk to itself goes through the send bucket, free now.
-    receive_at = 0;
-    for (size_t i = first; i < last; ++i) {
-      const ReshardSchedule::Unit& u = schedule.units[i];
-      if ((u.source_rank == me && u.destination_rank != me) || received_direct[i - first]) {
-        continue;
-      }
-      for (size_t j = u.first; j < u.first + u.count; ++j) {
-        const ReshardSchedule::Step& step = schedule.steps[j];
-        const ReshardMessage& c = *step.chunk;
-        const ReshardTensorPlan& tp = plan.tensors[step.tensor];
-        if (u.source_rank == me) {
-          if (!CopyMessageDirect(tp, c, from(step), destinations.of(step.tensor))) {
-            SDRT_RETURN_IF_ERROR(PackMessage(tp, c, from(step), send_bucket, 0));
-            SDRT_RETURN_IF_ERROR(
-                UnpackMessage(tp, c, send_bucket, 0, destinations.of(step.tensor)));
-          }
-          st.self_bytes += c.bytes;
-        } else {
-          SDRT_RETURN_IF_ERROR(
-              UnpackMessage(tp, c, receive_bucket, receive_at, destinations.of(step.tensor)));
-          receive_at += c.bytes;
-        }
-      }
-    }
-  }
+  if (stats != nullptr) *stats = ReshardExecuteStats{};
+  SDRT_ASSIGN_OR_RETURN(const ReshardProgram program,
+                        CompileReshard(plan, schedule, exchanges, comm, sources, destinations));
+  SDRT_RETURN_IF_ERROR(RunReshard(program, plan, schedule, comm, sources, destinations));
+  if (stats != nullptr) *stats = program.stats;
   return absl::OkStatus();
 }
 

@@ -197,43 +197,68 @@ char* DirectRange(const ReshardTensorPlan& tp, const ReshardMessage& message, Lo
                     locals[pieces[index].local], tp.dtype);
 }
 
-bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
-                       LocalRefs to) {
+bool DirectBoxes(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
+                 LocalRefs to, std::vector<BoxCopy>& out) {
   if (message.contribution > 0 || IsSubByte(tp.dtype)) return false;
   const std::vector<ReshardPiece>& sources = message.forward ? tp.destination() : tp.source();
   const std::vector<ReshardPiece>& destinations = tp.destination();
-  // Every box's two addresses first: nothing is copied unless every box goes directly.
-  absl::InlinedVector<std::pair<const char*, char*>, 4> boxes;
+  const size_t first = out.size();
   for (const ReshardMove& move : message.moves) {
     if (move.source < 0 || move.source >= static_cast<int>(sources.size()) ||
         move.destination < 0 || move.destination >= static_cast<int>(destinations.size())) {
+      out.resize(first);
       return false;
     }
     const int s = sources[move.source].local;
     const int d = destinations[move.destination].local;
-    if (s >= static_cast<int>(from.size()) || d >= static_cast<int>(to.size())) return false;
-    const char* const a = BoxAddress(move.source_offset, from[s], tp.dtype);
-    char* const b = BoxAddress(move.destination_offset, to[d], tp.dtype);
-    if (move.bytes > 0 && (a == nullptr || b == nullptr)) return false;
-    boxes.emplace_back(a, b);
+    const char* const a = s < static_cast<int>(from.size())
+                              ? BoxAddress(move.source_offset, from[s], tp.dtype)
+                              : nullptr;
+    char* const b = d < static_cast<int>(to.size())
+                        ? BoxAddress(move.destination_offset, to[d], tp.dtype)
+                        : nullptr;
+    if (move.bytes > 0 && (a == nullptr || b == nullptr)) {
+      out.resize(first);
+      return false;
+    }
+    if (move.bytes > 0) out.push_back({a, b, move.bytes});
   }
   // A box written before a later box is read must not overlap it (a source and a
   // destination local may share memory); the buffer path copes with that.
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    const size_t bi = static_cast<size_t>(message.moves[i].bytes);
-    for (size_t j = i + 1; j < boxes.size(); ++j) {
-      const size_t bj = static_cast<size_t>(message.moves[j].bytes);
-      if (bi > 0 && bj > 0 && boxes[i].second < boxes[j].first + bj &&
-          boxes[j].first < boxes[i].second + bi) {
+  for (size_t i = first; i < out.size(); ++i) {
+    for (size_t j = i + 1; j < out.size(); ++j) {
+      if (out[i].to < out[j].from + out[j].bytes && out[j].from < out[i].to + out[i].bytes) {
+        out.resize(first);
         return false;
       }
     }
   }
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    // memmove: a box's source and destination may share memory (an in-place reshard).
-    if (message.moves[i].bytes > 0) {
-      std::memmove(boxes[i].second, boxes[i].first, static_cast<size_t>(message.moves[i].bytes));
+  return true;
+}
+
+bool BucketBoxes(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs locals,
+                 char* slot, bool to_local, std::vector<BoxCopy>& out) {
+  if ((to_local && message.contribution > 0) || IsSubByte(tp.dtype)) return false;
+  const std::vector<ReshardPiece>& pieces =
+      to_local || message.forward ? tp.destination() : tp.source();
+  const size_t first = out.size();
+  int64_t at = 0;
+  for (const ReshardMove& move : message.moves) {
+    const int index = to_local ? move.destination : move.source;
+    char* const mine = index >= 0 && index < static_cast<int>(pieces.size()) &&
+                               pieces[index].local < static_cast<int>(locals.size())
+                           ? BoxAddress(to_local ? move.destination_offset : move.source_offset,
+                                        locals[pieces[index].local], tp.dtype)
+                           : nullptr;
+    if (move.bytes > 0 && mine == nullptr) {
+      out.resize(first);
+      return false;
     }
+    if (move.bytes > 0) {
+      out.push_back(to_local ? BoxCopy{slot + at, mine, move.bytes}
+                             : BoxCopy{mine, slot + at, move.bytes});
+    }
+    at += move.bytes;
   }
   return true;
 }

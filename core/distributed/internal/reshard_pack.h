@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -71,13 +72,33 @@ absl::Status UnpackMessage(const ReshardTensorPlan& tp, const ReshardMessage& me
                            absl::Span<const Tensor> locals, bool non_blocking = false,
                            StreamHandle stream = nullptr);
 
+// One box copied with nothing in between: `bytes` bytes from `from` to `to`.
+struct BoxCopy {
+  const char* from = nullptr;
+  char* to = nullptr;
+  int64_t bytes = 0;
+};
+
 // A chunk from this rank to itself, without a buffer: when every box of `message` (of
-// contribution 0, whole-byte dtype) is one dense range of a CPU local on both sides,
-// copies each from `from` (the source locals, or the destination locals for a forward)
-// into `to` (the destination locals) and returns true; else copies nothing and returns
-// false, for the caller to pack and unpack through a buffer (which reports any error).
-bool CopyMessageDirect(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
-                       LocalRefs to);
+// contribution 0, whole-byte dtype) is one dense range of a checked CPU local on both sides
+// (`from`: the source locals, or the destination locals for a forward; `to`: the
+// destination locals) and no box is written before a later box that overlaps it is read,
+// appends each box's copy to `out`, to be made in order by memmove (a box's source and
+// destination may share memory), and returns true; else appends nothing and returns false,
+// for the caller to pack and unpack through a buffer (which reports any error).
+bool DirectBoxes(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
+                 LocalRefs to, std::vector<BoxCopy>& out);
+
+// The boxes of `message` between `locals` and the host memory at `slot` that holds (or will
+// hold) the message's packed bytes (the buffer layout above): into the locals when
+// `to_local`, else out of them (the source locals, or the relay's destination locals for a
+// forward). When the dtype is whole bytes, every box is one dense range of a checked
+// contiguous CPU local (at its move's ContiguousBoxOffset) and, into the locals, the
+// message is of contribution 0 (nothing to reduce): appends each box's copy to `out` and
+// returns true; else appends nothing and returns false (the message goes through
+// PackMessage / UnpackMessage, which report any error).
+bool BucketBoxes(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs locals,
+                 char* slot, bool to_local, std::vector<BoxCopy>& out);
 
 // The offset, in elements, of box [move.begin, move.end) in a row-major contiguous local of
 // `piece` (of piece.local_shape) when the piece is one run per dim and the box is one

@@ -15,23 +15,14 @@
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
-#include "sdrt/core/distributed/internal/leaves.h"
-#include "sdrt/core/distributed/internal/prefetch.h"
 #include "sdrt/core/distributed/internal/reshard_descriptors.h"
 #include "sdrt/core/distributed/internal/reshard_execute.h"
+#include "sdrt/core/distributed/internal/reshard_locals.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/core/distributed/internal/reshard_plan_state.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
-
-struct ReshardPlan::State {
-  Communicator* comm = nullptr;
-  internal::ReshardPlan plan;
-  internal::ReshardSchedule schedule;
-  internal::ReshardExchangeCounts exchanges;  // the most of any rank's schedule
-  std::vector<std::string> paths;
-  ReshardStats stats;
-};
 
 const std::vector<std::string>& ReshardPlan::paths() const { return state_->paths; }
 const ReshardStats& ReshardPlan::stats() const { return state_->stats; }
@@ -90,77 +81,6 @@ absl::Status DescribeSide(const Map& tree, bool source, std::vector<internal::Le
   for (const internal::Leaf& leaf : leaves) {
     internal::LeafLayout layout;
     if (Describe(leaf.path, *leaf.value, source, layout)) out.push_back(std::move(layout));
-  }
-  return absl::OkStatus();
-}
-
-// Appends to `out` the local tensors of `value` for the pieces of rank `me` among
-// `pieces` (one side of plan tensor `tp`; indexed by ReshardPiece::local), or returns the
-// error naming the leaf; nothing is needed (and `value` may be null) when the rank holds no
-// piece. `fresh` is set when a local is allocated here (a meta DTensor local, a plain
-// destination leaf).
-absl::Status LocalsOf(const internal::ReshardTensorPlan& tp, const Value* value,
-                      const std::vector<internal::ReshardPiece>& pieces, int64_t me, bool source,
-                      Device device, internal::ReshardLocals& out, bool* fresh) {
-  int count = 0;
-  for (const internal::ReshardPiece& p : pieces) {
-    if (p.rank == me) count = std::max(count, p.local + 1);
-  }
-  const size_t first = out.tensors.size();
-  out.tensors.resize(first + static_cast<size_t>(count));
-  out.begin.push_back(out.tensors.size());
-  if (count == 0) return absl::OkStatus();
-  // The text of an error only: this runs per tensor and call.
-  const auto where = [&] {
-    return absl::StrCat("reshard of '", tp.name, "' (", source ? "source" : "destination", ")");
-  };
-  if (value == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), ": this rank has no such leaf"));
-  }
-  for (const internal::ReshardPiece& piece : pieces) {
-    if (piece.rank != me) continue;
-    const internal::ReshardPiece* const p = &piece;
-    const Tensor* found = nullptr;
-    // A local made here for the destination: kept by `out`.
-    const auto make = [&]() -> absl::Status {
-      SDRT_ASSIGN_OR_RETURN(Tensor made, Tensor::Empty(p->local_shape, tp.dtype, device));
-      out.owned.push_back(std::move(made));
-      found = &out.owned.back();
-      if (fresh != nullptr) *fresh = true;
-      return absl::OkStatus();
-    };
-    if (value->kind() == ValueKind::kDTensor) {
-      found = &value->as_dtensor().local();
-      if (!source && found->is_meta()) SDRT_RETURN_IF_ERROR(make());
-    } else if (value->kind() == ValueKind::kShardedTensor) {
-      // The piece's box: the rank's p->local-th box in metadata order.
-      int seen = 0;
-      const ShardedTensor& st = value->as_sharded();
-      const ShardMetadata* box = nullptr;
-      for (const ShardMetadata& m : st.shards_metadata()) {
-        if (m.placement.rank == p->rank && seen++ == p->local) box = &m;
-      }
-      for (const LocalShard& shard : st.local_shards()) {
-        if (box != nullptr && shard.metadata.offsets == box->offsets &&
-            shard.metadata.sizes == box->sizes) {
-          found = &shard.tensor;
-        }
-      }
-    } else if (value->kind() == ValueKind::kTensor && source) {
-      found = &value->as_tensor();
-    } else if (!source) {  // a plain leaf (or a scalar) replaced by the full tensor
-      SDRT_RETURN_IF_ERROR(make());
-    }
-    static const Tensor kNone;
-    const Tensor& local = found != nullptr ? *found : kNone;
-    if (!local.defined() || local.dtype() != tp.dtype || local.shape() != p->local_shape ||
-        local.device() != device) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where(), ": rank ", p->rank, " needs local ", p->local, " as ", DTypeName(tp.dtype),
-          ShapeToString(p->local_shape), " on ", device.ToString(), "; it holds ",
-          local.defined() ? local.ToString() : "none"));
-    }
-    out.tensors[first + static_cast<size_t>(p->local)] = internal::CheckedRef(local);
   }
   return absl::OkStatus();
 }
@@ -270,85 +190,22 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   if (plan.state_ == nullptr) return absl::FailedPreconditionError("ExecuteReshard: empty plan");
   const ReshardPlan::State& s = *plan.state_;
   Communicator& comm = *s.comm;
-  const int64_t me = comm.rank();
-  absl::Status local_error;
-  internal::Leaves src_leaves;
-  internal::MutableLeaves dst_leaves;
-  if (absl::StatusOr<internal::Leaves> l = internal::CollectLeaves(source); l.ok()) {
-    src_leaves = *std::move(l);
-  } else {
-    local_error = l.status();
-  }
-  if (absl::StatusOr<internal::MutableLeaves> l = internal::CollectMutableLeaves(destination);
-      l.ok()) {
-    dst_leaves = *std::move(l);
-  } else if (local_error.ok()) {
-    local_error = l.status();
-  }
-  // Each plan tensor's leaf on either side: one comparison per tensor when the trees hold
-  // the plan's paths in its order.
-  struct PathOf {
-    absl::string_view operator()(const internal::ReshardTensorPlan& tp) const { return tp.name; }
-    absl::string_view operator()(const internal::Leaf& leaf) const { return leaf.path; }
-    absl::string_view operator()(const internal::MutableLeaf& leaf) const { return leaf.path; }
-  };
-  const std::vector<int64_t> src_of = internal::MatchPaths(s.plan.tensors, src_leaves, PathOf());
-  const std::vector<int64_t> dst_of = internal::MatchPaths(s.plan.tensors, dst_leaves, PathOf());
-  const size_t n = s.plan.tensors.size();
-  internal::ReshardLocals sources, destinations;
-  sources.tensors.reserve(n);
-  sources.begin.reserve(n + 1);
-  destinations.tensors.reserve(n);
-  destinations.begin.reserve(n + 1);
-  std::vector<size_t> fresh;  // tensors whose destination leaf gets new locals
-  // The caller's Values and DTensors, asked for ahead of use (internal/prefetch.h): at
-  // 10,000 tensors their first reads were half of the call's time. Each tensor has a leaf on
-  // either side, so the walk asks for 2n of them: tensor j / 2's source or destination.
-  const auto value_of = [&](size_t j) -> const Value* {
-    const size_t t = j / 2;
-    const int64_t i = j % 2 == 0 ? src_of[t] : dst_of[t];
-    if (i < 0) return nullptr;
-    return j % 2 == 0 ? src_leaves[i].value : dst_leaves[i].value;
-  };
-  internal::ForEachPrefetched(2 * n, value_of, [&](size_t j) {
-    if (j % 2 == 1) return true;  // both leaves of tensor j / 2 are done at its source's turn
-    const size_t t = j / 2;
-    const internal::ReshardTensorPlan& tp = s.plan.tensors[t];
-    local_error = LocalsOf(tp, src_of[t] < 0 ? nullptr : src_leaves[src_of[t]].value, tp.source(),
-                           me, /*source=*/true, comm.device(), sources, nullptr);
-    if (!local_error.ok()) return false;
-    bool is_fresh = false;
-    local_error =
-        LocalsOf(tp, dst_of[t] < 0 ? nullptr : dst_leaves[dst_of[t]].value, tp.destination(), me,
-                 /*source=*/false, comm.device(), destinations, &is_fresh);
-    if (is_fresh) fresh.push_back(t);
-    return local_error.ok();
-  });
-  ReshardStats local_stats = s.stats;
+  internal::FoundReshardLocals found;
+  const absl::Status local_error = internal::FindReshardLocals(
+      s.plan, comm.rank(), comm.device(), source, destination, /*keep=*/false, found);
+  ReshardStats local_stats;
   ReshardStats& st = stats != nullptr ? *stats : local_stats;
   st = s.stats;
   st.collectives = 1;
-  // LocalsOf checked every local against its piece and made its ref.
-  sources.checked = destinations.checked = local_error.ok();
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
   internal::ReshardExecuteStats es;
-  SDRT_RETURN_IF_ERROR(
-      internal::ExecuteReshard(s.plan, s.schedule, s.exchanges, comm, sources, destinations, &es));
+  SDRT_RETURN_IF_ERROR(internal::ExecuteReshard(s.plan, s.schedule, s.exchanges, comm,
+                                                found.sources, found.destinations, &es));
   st.sent_bytes = es.sent_bytes;
   st.received_bytes = es.received_bytes;
   st.buffer_bytes = es.buffer_bytes;
   st.collectives += es.rounds;
-  for (size_t t : fresh) {
-    Value& leaf = *dst_leaves[dst_of[t]].value;
-    if (leaf.kind() == ValueKind::kDTensor) {
-      SDRT_ASSIGN_OR_RETURN(DTensor filled,
-                            leaf.as_dtensor().WithLocal(*destinations.of(t)[0].tensor));
-      leaf = Value(std::move(filled));
-    } else {
-      leaf = Value(*destinations.of(t)[0].tensor);
-    }
-  }
-  return absl::OkStatus();
+  return internal::InstallFreshLocals(found);
 }
 
 absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,

@@ -11,6 +11,12 @@
 //   ReshardPlan plan = *PlanReshard(trainer, engine, options);   // once
 //   for (step...) ExecuteReshard(plan, trainer, engine);          // every RL step
 //
+// or, when both sides keep their buffers from step to step (the weight sync of an RL
+// trainer into an engine's weights), bound to them once:
+//
+//   BoundReshard sync = *BindReshard(plan, trainer, engine);     // once
+//   for (step...) sync.Execute();                                 // every RL step
+//
 // Both calls are collective over options.comm: every rank calls them, with what it holds
 // on each side (either may be empty). The ranks of the meshes and of the ShardedTensor
 // metadata are ranks of options.comm.
@@ -62,6 +68,8 @@ struct ReshardStats {
   int64_t collectives = 0;   // Communicator calls (agreements, exchanges)
 };
 
+class BoundReshard;
+
 // The plan of one (source layout, destination layout) pair: a value to keep and execute
 // again while the layouts stay the same. Copies share it.
 class ReshardPlan {
@@ -76,6 +84,7 @@ class ReshardPlan {
  private:
   friend absl::StatusOr<ReshardPlan> PlanReshard(const Map&, const Map&, const ReshardOptions&);
   friend absl::Status ExecuteReshard(const ReshardPlan&, const Map&, Map&, ReshardStats*);
+  friend absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan&, const Map&, Map&);
   std::shared_ptr<const State> state_;
 };
 
@@ -113,9 +122,63 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // on the wire straight from a contiguous CPU source local and into a contiguous CPU
 // destination local; other boxes are copied through the two buckets. About 0.15-0.35 us per
 // tensor on 2 CPU ranks (bench/RESULTS.md, the planned rows); keep locals contiguous to stay
-// on the memcpy path.
+// on the memcpy path. When both sides keep their buffers, BindReshard (below) does this
+// per-tensor work once.
 absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& destination,
                             ReshardStats* stats = nullptr);
+
+// A plan bound to the locals of one source and one destination state dict: ExecuteReshard
+// with everything that does not change between steps done once. It holds the locals'
+// tensors (sharing their memory, which stays alive while the binding does), the plan, and
+// two buckets (the peak extra memory of ExecuteReshard, held for the binding's lifetime),
+// and has worked out every copy and wire message as addresses. Each Execute moves the bytes
+// the bound source locals hold at that moment into the bound destination locals: a trainer
+// that updates its parameters in place and an engine that keeps its weight buffers sync
+// with one call per step. It sees the memory bound, not later changes to the state dicts:
+// a leaf replaced by another tensor (a new allocation, a reloaded checkpoint) needs a new
+// binding. Move-only; one Execute at a time. No PyTorch counterpart (DTensor.redistribute
+// plans and allocates on every call).
+class BoundReshard {
+ public:
+  BoundReshard(BoundReshard&&) noexcept;
+  BoundReshard& operator=(BoundReshard&&) noexcept;
+  ~BoundReshard();
+
+  // Collective over the plan's communicator: every rank calls it, on its binding of the
+  // same plan, as many times. No agreement first (the locals were checked and agreed on
+  // when bound): a call is the plan's exchanges (stats->collectives, the same on every
+  // rank), the copies into and out of the buckets, and the copies of chunks to itself. A
+  // rank that does not call leaves the others failing with DeadlineExceeded (naming it) at
+  // the communicator's deadline. Blocking; CPU locals through MPI, CUDA locals through
+  // NCCL (the copies of a step go through the buckets, blocking, as in ExecuteReshard).
+  // `stats`, when not null, gets the plan's figures and this rank's. Errors: the
+  // communicator's; Unimplemented for a Partial contribution reduced from a bucket off the
+  // CPU (as ExecuteReshard); FailedPrecondition on a moved-from binding.
+  absl::Status Execute(ReshardStats* stats = nullptr);
+
+  // The plan bound (sharing it).
+  const ReshardPlan& plan() const;
+
+  struct State;
+
+ private:
+  friend absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan&, const Map&, Map&);
+  explicit BoundReshard(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Binds `plan` to this rank's `source` and `destination` (the layouts it was made for, as
+// ExecuteReshard takes them): collective over the plan's communicator, one agreement. Every
+// local is found and checked as ExecuteReshard does; a DTensor with a meta local gets a
+// fresh compact local and a plain destination leaf becomes a new full tensor, put into
+// `destination` here (their bytes are undefined until the first Execute). The binding keeps
+// handles of every local (and of those new ones) and the buckets; the state dicts may be
+// dropped afterwards. Cost: ExecuteReshard's per-tensor work, once. Errors, the same on
+// every rank (agreed): ExecuteReshard's (InvalidArgument naming a leaf that does not fit
+// the plan), ResourceExhausted when the buckets cannot be allocated, FailedPrecondition
+// for an empty plan.
+absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& source,
+                                         Map& destination);
 
 // PlanReshard then ExecuteReshard.
 absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,

@@ -1,10 +1,12 @@
-// Multi-rank tests of PlanReshard / ExecuteReshard / ReshardStateDict
+// Multi-rank tests of PlanReshard / ExecuteReshard / ReshardStateDict / BindReshard
 // (core/distributed/reshard_state_dict.h) over MPI: a trainer holding fsdp DTensors on the
 // first half of the world pushes its weights to an engine holding meta tp DTensors on the
 // other half (on one rank, both), every step with new values, through a plan built once;
 // a plain tensor the trainer ranks hold whole reaches the engine as a full tensor; every
 // engine piece is bit-exact against DistributeTensor of the step's full tensor; ranks that
-// disagree get the same error. CTest runs it under `mpiexec -n N`, N = 1..4 and 8.
+// disagree get the same error. A binding (BindReshard) carries the trainer's in-place
+// updates to the engine step after step, after the trees bound are gone. CTest runs it under
+// `mpiexec -n N`, N = 1..4 and 8.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -183,6 +185,80 @@ TEST(ReshardStateDictMpi, DisagreementsAreTheSameErrorOnEveryRank) {
   const absl::Status bad = ExecuteReshard(*plan, trainer, good);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
   EXPECT_THAT(std::string(bad.message()), HasSubstr("layers.0.norm"));
+}
+
+// Writes step `step`'s values into the trainer's locals in place (an optimizer step).
+void UpdateInPlace(const Sides& s, const Map& trainer, int step) {
+  const Map next = Trainer(s, step);
+  for (size_t i = 0; i < next.size(); ++i) {
+    const std::string& path = next.key(i);
+    const Value& value = next.value(i);
+    const Value* held = trainer.Find(path);
+    ASSERT_NE(held, nullptr) << path;
+    const Tensor& to =
+        held->kind() == ValueKind::kDTensor ? held->as_dtensor().local() : held->as_tensor();
+    const Tensor& from =
+        value.kind() == ValueKind::kDTensor ? value.as_dtensor().local() : value.as_tensor();
+    ASSERT_TRUE(Tensor(to).CopyFrom(from).ok()) << path;
+  }
+}
+
+TEST(ReshardStateDictMpi, BoundReshardSyncsInPlaceUpdatesEveryStep) {
+  const Sides s = WorldSides();
+  ReshardOptions options;
+  options.comm = g_world;
+  options.bucket_bytes = 256;  // many exchanges, when bytes cross the wire
+  Map trainer = Trainer(s, 0);
+  Map engine = EngineMeta(s);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<BoundReshard> sync = BindReshard(*plan, trainer, engine);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  // Binding gave the engine's meta DTensors and its plain leaf their new locals.
+  if (s.in_engine) {
+    EXPECT_FALSE(engine.Find("layers.0.attn.q")->as_dtensor().local().is_meta());
+    EXPECT_EQ(engine.Find("lm_head_scale")->as_tensor().shape(), IntVector{3});
+  }
+  // The binding holds the locals, not the trees: these copies share the locals' memory,
+  // and the trees bound go away.
+  const Map trainer_view = trainer;
+  const Map engine_view = engine;
+  trainer = Map();
+  engine = Map();
+  BoundReshard moved = *std::move(sync);
+  for (int step = 0; step < 3; ++step) {
+    if (step > 0) UpdateInPlace(s, trainer_view, step);
+    ReshardStats stats;
+    ASSERT_TRUE(moved.Execute(&stats).ok());
+    ExpectEngineHolds(s, engine_view, step);
+    // No agreement per step: the plan's exchanges only, as many on every rank.
+    EXPECT_EQ(stats.collectives, stats.rounds);
+    EXPECT_EQ(stats.rounds, plan->stats().rounds);
+    EXPECT_EQ(stats.wire_bytes, plan->stats().wire_bytes);
+    EXPECT_LE(stats.buffer_bytes, 2 * 256);
+  }
+  // A moved-from binding refuses, on its own.
+  EXPECT_EQ(sync->Execute().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ReshardStateDictMpi, BindingThatDoesNotFitIsTheSameErrorOnEveryRank) {
+  const Sides s = WorldSides();
+  ReshardOptions options;
+  options.comm = g_world;
+  Map engine = EngineMeta(s);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(Trainer(s, 0), engine, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Map trainer = Trainer(s, 0);
+  if (g_world->rank() == 0) trainer.Set("layers.0.norm", Value(*Tensor::Zeros({3}, DType::kInt8)));
+  const absl::Status bad = BindReshard(*plan, trainer, engine).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("layers.0.norm"));
+  // Nothing was put into the engine's tree.
+  if (s.in_engine) {
+    EXPECT_TRUE(engine.Find("layers.0.attn.q")->as_dtensor().local().is_meta());
+  }
+  EXPECT_EQ(BindReshard(ReshardPlan(), trainer, engine).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -65,8 +65,8 @@ extern "C" {
 #endif
 
 /* The level of this header: bumped when functions or fields are added (2: adopting an
- * ncclComm_t, loading an sdrt sharded folder). */
-#define SDRT_C_API_VERSION 2
+ * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers). */
+#define SDRT_C_API_VERSION 3
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t). */
 #define SDRT_C_ABI_VERSION 2
@@ -530,6 +530,36 @@ SDRT_C_API sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_sta
                                               const sdrt_reshard_execute_options_t* options);
 /* Local. NULL is a no-op. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_destroy(sdrt_reshard_plan_t plan);
+
+/* A plan bound to one source and one destination state dict's buffers: the weight sync of
+ * an engine and a trainer that keep their buffers from step to step, with the per-tensor
+ * work of sdrt_reshard_execute done once (BindReshard in C++). */
+typedef struct sdrt_reshard_bound_s* sdrt_reshard_bound_t;
+
+/* Collective over the plan's communicator (one agreement). Checks `source` and
+ * `destination` against the plan as sdrt_reshard_execute does and binds the plan to their
+ * buffers: *out (the caller destroys it) keeps sdrt's own references to them, so the state
+ * dict handles may be destroyed afterwards, but the buffers themselves must stay valid and
+ * in place until *out is destroyed. It also holds two buckets (at most 2 x bucket_bytes) for
+ * its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same on
+ * every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
+ * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_DEADLINE_EXCEEDED; the
+ * backends' errors. */
+SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
+                                           sdrt_state_dict_t destination,
+                                           const sdrt_reshard_execute_options_t* options,
+                                           sdrt_reshard_bound_t* out);
+
+/* Collective over the plan's communicator: every rank calls it as many times, with no
+ * agreement first. Moves the bytes the bound source buffers hold now into the bound
+ * destination buffers (every RL step, say); the last stats give the bytes sent and
+ * received and the exchanges. `options` may be NULL; its stream is waited for before CUDA
+ * buffers are read. Errors: SDRT_INVALID_ARGUMENT (NULL bound, bad options);
+ * SDRT_DEADLINE_EXCEEDED (a rank that did not call); the backends' errors. */
+SDRT_C_API sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
+                                                    const sdrt_reshard_execute_options_t* options);
+/* Local. NULL is a no-op. */
+SDRT_C_API sdrt_status_t sdrt_reshard_bound_destroy(sdrt_reshard_bound_t bound);
 
 /* ------------------------------------------------------------------------------------------
  * (5) Offload to CPU memory

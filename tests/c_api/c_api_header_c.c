@@ -50,6 +50,9 @@ int main(void) {
   CHECK(sdrt_checkpoint_close(NULL) == SDRT_OK);
   CHECK(sdrt_comm_destroy(NULL) == SDRT_OK);
   CHECK(sdrt_reshard_plan_destroy(NULL) == SDRT_OK);
+  CHECK(sdrt_reshard_bound_destroy(NULL) == SDRT_OK);
+  CHECK(sdrt_reshard_bound_execute(NULL, NULL) == SDRT_INVALID_ARGUMENT);
+  CHECK(strstr(sdrt_last_error(), "bound") != NULL);
   {
     int rank = -1;
     CHECK(sdrt_comm_rank(NULL, &rank) == SDRT_INVALID_ARGUMENT);

@@ -668,6 +668,45 @@ TEST(CApiReshard, PlanOnceExecuteTwice) {
               sdrt_reshard_plan_create(source.sd, destination.sd, &r, &plan));
 }
 
+TEST(CApiReshard, BoundOnceExecutedEveryStep) {
+  sdrt_checkpoint_t ckpt = OpenCheckpoint();
+  Local source(kSharded);
+  ASSERT_SDRT_OK(sdrt_load(ckpt, source.sd, LoadOptionsPtr()));
+  sdrt_checkpoint_close(ckpt);
+  Local destination({"S(1)", "S(0)", "S(1)", "S(0)"});
+  sdrt_reshard_options_t r = SDRT_RESHARD_OPTIONS_INIT;
+  r.comm = g_world;
+  r.timeout_seconds = 60;
+  r.bucket_bytes = 128;
+  sdrt_reshard_plan_t plan = nullptr;
+  ASSERT_SDRT_OK(sdrt_reshard_plan_create(source.sd, destination.sd, &r, &plan));
+  sdrt_reshard_execute_options_t e = SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
+  e.timeout_seconds = 60;
+  sdrt_reshard_bound_t bound = nullptr;
+  ASSERT_SDRT_OK(sdrt_reshard_bind(plan, source.sd, destination.sd, &e, &bound));
+  // The binding keeps what it needs of the plan.
+  ASSERT_SDRT_OK(sdrt_reshard_plan_destroy(plan));
+  ASSERT_SDRT_OK(sdrt_reshard_bound_execute(bound, &e));
+  destination.ExpectValues();
+  sdrt_stats_t stats = SDRT_STATS_INIT;
+  ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+  if (g_size > 1) {
+    EXPECT_GT(stats.bytes_received, 0);
+  }
+  // Every step: new values in the same source buffers, the same binding.
+  for (float scale : {2.0f, 3.0f}) {
+    source.Scale(scale);
+    ASSERT_SDRT_OK(sdrt_reshard_bound_execute(bound, nullptr));
+    destination.ExpectValues(scale == 2.0f ? 2.0f : 6.0f);
+  }
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_reshard_bound_execute(nullptr, nullptr));
+  e.struct_size = sizeof(e) + 4;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_reshard_bound_execute(bound, &e));
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT,
+              sdrt_reshard_bind(nullptr, source.sd, destination.sd, nullptr, &bound));
+  EXPECT_SDRT(SDRT_OK, sdrt_reshard_bound_destroy(bound));
+}
+
 TEST(CApiOffload, CopiesIntoMemorySdrtOwns) {
   sdrt_checkpoint_t ckpt = OpenCheckpoint();
   Local local(kSharded);

@@ -140,6 +140,17 @@ const Tensor* TensorOf(const Value& v) {
 }  // namespace
 
 absl::Status WriteBack(const Map& original, const Map& result) {
+  SDRT_ASSIGN_OR_RETURN(const auto pairs, WriteBackPairs(original, result));
+  for (const auto& [dst, src] : pairs) {
+    Tensor target = dst;
+    SDRT_RETURN_IF_ERROR(target.CopyFrom(src));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<Tensor, Tensor>>> WriteBackPairs(const Map& original,
+                                                                      const Map& result) {
+  std::vector<std::pair<Tensor, Tensor>> pairs;
   for (size_t i = 0; i < original.size(); ++i) {
     const Tensor* dst = TensorOf(original.value(i));
     const Value* got = result.Find(original.key(i));
@@ -156,10 +167,9 @@ absl::Status WriteBack(const Map& original, const Map& result) {
           ShapeToString(src->shape()), ", the buffer ", DTypeName(dst->dtype()), " ",
           ShapeToString(dst->shape()), " (sdrt writes only into the buffers given)"));
     }
-    Tensor target = *dst;
-    SDRT_RETURN_IF_ERROR(target.CopyFrom(*src));
+    pairs.emplace_back(*dst, *src);
   }
-  return absl::OkStatus();
+  return pairs;
 }
 
 StatsScope::StatsScope() : start_(std::chrono::steady_clock::now()) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -79,6 +80,9 @@ absl::StatusOr<Map> ReplicatePlainTensors(const Map& map, const std::vector<int6
 // For every entry of `original` whose leaf in `result` is a tensor in other memory, copies
 // it into the original's buffer (same shape and dtype, else InvalidArgument).
 absl::Status WriteBack(const Map& original, const Map& result);
+// The same pairs (the original's buffer, the result's tensor), to copy later and again.
+absl::StatusOr<std::vector<std::pair<Tensor, Tensor>>> WriteBackPairs(const Map& original,
+                                                                      const Map& result);
 
 // Resets the thread's stats and, on destruction, writes the wall time of the scope.
 class StatsScope {

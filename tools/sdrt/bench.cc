@@ -133,9 +133,13 @@ int RunBench(const BenchArgs& args) {
                                    : op == "broadcast"         ? (*runner)->Broadcast()
                                    : op == "distribute"        ? (*runner)->Distribute()
                                    : op == "gather_partial"    ? (*runner)->GatherPartial()
-                                   : op == "gather_planned"    ? (*runner)->GatherPlanned()
-                                   : op == "broadcast_planned" ? (*runner)->BroadcastPlanned()
-                                                               : (*runner)->DistributePlanned();
+                                   : op == "gather_planned"    ? (*runner)->GatherPlanned(false)
+                                   : op == "broadcast_planned" ? (*runner)->BroadcastPlanned(false)
+                                   : op == "distribute_planned"
+                                       ? (*runner)->DistributePlanned(false)
+                                   : op == "gather_bound"    ? (*runner)->GatherPlanned(true)
+                                   : op == "broadcast_bound" ? (*runner)->BroadcastPlanned(true)
+                                                             : (*runner)->DistributePlanned(true);
     if (!row.ok()) return fail(row.status());
     rows.push_back(*std::move(row));
   }
@@ -179,8 +183,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                   "comma-separated rows: gather, gather_r0_off, broadcast, "
                   "distribute, gather_partial (every tensor Partial(max) on every rank), "
                   "gather_planned, broadcast_planned, distribute_planned (a reshard plan made "
-                  "once, executed per call into preallocated DTensors); the last four not in "
-                  "the default")
+                  "once, executed per call into preallocated DTensors), gather_bound, "
+                  "broadcast_bound, distribute_bound (the same plan bound to both sides once, "
+                  "BindReshard, executed per call); the last seven not in the default")
       ->capture_default_str();
   cmd->add_option("--bucket-mib", args->bucket_mib, "sdrt's bucket size, MiB (fractions allowed)")
       ->capture_default_str();

@@ -18,6 +18,11 @@
 //                  made once (untimed) and ExecuteReshard every call, into DTensors the
 //                  caller allocated; the same baselines (bench_planned.cc). Not in the
 //                  default --ops.
+//   gather_bound, broadcast_bound, distribute_bound
+//                  the same moves by the same plan bound once (BindReshard, untimed) to
+//                  the same source and destination, BoundReshard::Execute every call (the
+//                  weight sync of a trainer and an engine that keep their buffers). Not in
+//                  the default --ops.
 //
 // The flat all-gather is MPI_Allgather when every rank sends the same bytes and
 // MPI_Iallgatherv + MPI_Wait otherwise, as the MPI communicator does: MPICH's blocking
@@ -61,10 +66,11 @@ class BenchRunner {
   absl::StatusOr<BenchRow> Distribute();
   // Also InvalidArgument for a dtype of another element size than 1, 2, 4 or 8 bytes.
   absl::StatusOr<BenchRow> GatherPartial();
-  // The planned rows (bench_planned.cc): a ReshardPlan made once, ExecuteReshard timed.
-  absl::StatusOr<BenchRow> GatherPlanned();
-  absl::StatusOr<BenchRow> BroadcastPlanned();
-  absl::StatusOr<BenchRow> DistributePlanned();
+  // The planned rows (bench_planned.cc): a ReshardPlan made once, ExecuteReshard timed;
+  // when `bound`, the bound rows: the plan bound once too, BoundReshard::Execute timed.
+  absl::StatusOr<BenchRow> GatherPlanned(bool bound);
+  absl::StatusOr<BenchRow> BroadcastPlanned(bool bound);
+  absl::StatusOr<BenchRow> DistributePlanned(bool bound);
 
  private:
   BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);
@@ -94,9 +100,11 @@ class BenchRunner {
   // DTensors of every tensor, whole ([Replicate]) when `replicated`, else this rank's
   // pieces (Placements), with zeroed locals in one allocation: an engine's buffers.
   absl::StatusOr<Map> AllocatedDTensors(bool replicated) const;
-  // Plans source -> destination once, then times ExecuteReshard against `flat` and
-  // `fresh` (released by `release`) into row.times; row.stats from the last call.
-  absl::Status TimePlanned(const Map& source, Map& destination, const std::function<void()>& flat,
+  // Plans source -> destination once (and binds the plan to them when `bound`), then times
+  // ExecuteReshard (BoundReshard::Execute) against `flat` and `fresh` (released by
+  // `release`) into row.times; row.stats from the last call.
+  absl::Status TimePlanned(bool bound, const Map& source, Map& destination,
+                           const std::function<void()>& flat,
                            const std::function<absl::Status()>& fresh,
                            const std::function<void()>& release, BenchRow& row);
 

@@ -9,7 +9,12 @@
 //                       (the plan sends each rank only its rows);
 //   distribute_planned  every rank's full tensors -> Shard(0) DTensors (no wire: each
 //                       rank copies its rows), vs a memcpy of the rank's bytes.
+//
+// The bound rows (gather_bound, broadcast_bound, distribute_bound) are the same moves with
+// the plan also bound to both sides once (BindReshard, untimed) and BoundReshard::Execute
+// timed: what a weight sync costs when the trainer and the engine keep their buffers.
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -64,7 +69,7 @@ absl::StatusOr<Map> BenchRunner::AllocatedDTensors(bool replicated) const {
   return out;
 }
 
-absl::Status BenchRunner::TimePlanned(const Map& source, Map& destination,
+absl::Status BenchRunner::TimePlanned(bool bound, const Map& source, Map& destination,
                                       const std::function<void()>& flat,
                                       const std::function<absl::Status()>& fresh,
                                       const std::function<void()>& release, BenchRow& row) {
@@ -73,10 +78,19 @@ absl::Status BenchRunner::TimePlanned(const Map& source, Map& destination,
   options.bucket_bytes = settings_.bucket_bytes;
   absl::StatusOr<ReshardPlan> plan = PlanReshard(source, destination, options);
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, plan.status()));
+  std::optional<BoundReshard> sync;
+  if (bound) {
+    absl::StatusOr<BoundReshard> made = BindReshard(*plan, source, destination);
+    SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, made.status()));
+    sync.emplace(*std::move(made));
+  }
   ReshardStats stats;
   BenchCalls calls;
   calls.prepare = [] {};
-  calls.sdrt = [&] { return ExecuteReshard(*plan, source, destination, &stats); };
+  calls.sdrt = [&] {
+    return sync.has_value() ? sync->Execute(&stats)
+                            : ExecuteReshard(*plan, source, destination, &stats);
+  };
   calls.flat = flat;
   calls.fresh = fresh;
   calls.release = release;
@@ -88,8 +102,8 @@ absl::Status BenchRunner::TimePlanned(const Map& source, Map& destination,
   return absl::OkStatus();
 }
 
-absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
-  BenchRow row = NewRow("gather_planned", -1);
+absl::StatusOr<BenchRow> BenchRunner::GatherPlanned(bool bound) {
+  BenchRow row = NewRow(bound ? "gather_bound" : "gather_planned", -1);
   const int n = layout_.ranks();
   std::vector<int64_t> counts;
   for (int q = 0; q < n; ++q) counts.push_back(layout_.gather_bytes(q));
@@ -107,7 +121,7 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
   PackOwnPieces(Data(*send));
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
-      sharded_, *destination, [&] { flat->Run(Data(*send), Data(*recv)); },
+      bound, sharded_, *destination, [&] { flat->Run(Data(*send), Data(*recv)); },
       [&] {
         absl::Status status;
         flat->Run(Data(*send), FreshOrWarm(total, Data(*recv), &fresh, &status));
@@ -127,8 +141,8 @@ absl::StatusOr<BenchRow> BenchRunner::GatherPlanned() {
   return row;
 }
 
-absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
-  BenchRow row = NewRow("broadcast_planned", 0);
+absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned(bool bound) {
+  BenchRow row = NewRow(bound ? "broadcast_bound" : "broadcast_planned", 0);
   const int64_t total = workload_.bytes;
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<FlatBroadcast> flat, FlatBroadcast::Create(total));
   absl::StatusOr<Tensor> buffer = Tensor::Empty({total}, DType::kUInt8);
@@ -143,7 +157,7 @@ absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
   }
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
-      full_on_root, *destination, [&] { flat->Run(Data(*buffer)); },
+      bound, full_on_root, *destination, [&] { flat->Run(Data(*buffer)); },
       [&] {
         // The root sends from its (warm) buffer; every other rank receives into a new one.
         absl::Status status;
@@ -156,8 +170,8 @@ absl::StatusOr<BenchRow> BenchRunner::BroadcastPlanned() {
   return row;
 }
 
-absl::StatusOr<BenchRow> BenchRunner::DistributePlanned() {
-  BenchRow row = NewRow("distribute_planned", -1);
+absl::StatusOr<BenchRow> BenchRunner::DistributePlanned(bool bound) {
+  BenchRow row = NewRow(bound ? "distribute_bound" : "distribute_planned", -1);
   const int64_t mine = layout_.local_bytes(rank_);
   row.busbw_bytes = layout_.local_bytes(0);
   absl::StatusOr<Tensor> warm = Tensor::Empty({mine}, DType::kUInt8);
@@ -171,7 +185,7 @@ absl::StatusOr<BenchRow> BenchRunner::DistributePlanned() {
   }
   FreshBuffer fresh;
   SDRT_RETURN_IF_ERROR(TimePlanned(
-      full_everywhere, *destination, [&] { CopyOwnPieces(Data(*warm)); },
+      bound, full_everywhere, *destination, [&] { CopyOwnPieces(Data(*warm)); },
       [&] {
         absl::Status status;
         CopyOwnPieces(FreshOrWarm(mine, Data(*warm), &fresh, &status));

@@ -27,7 +27,8 @@ Figures FiguresOf(const BenchRow& row, int ranks) {
   if (t > 0) {
     f.algbw = static_cast<double>(row.size) / t / 1e9;
     const double bus = static_cast<double>(row.busbw_bytes) / t / 1e9;
-    f.busbw = row.op == "gather" || row.op == "gather_r0_off" || row.op == "gather_planned"
+    f.busbw = row.op == "gather" || row.op == "gather_r0_off" || row.op == "gather_planned" ||
+                      row.op == "gather_bound"
                   ? bus * (ranks - 1) / ranks
               : row.op == "gather_partial" ? bus * 2 * (ranks - 1) / ranks
                                            : bus;

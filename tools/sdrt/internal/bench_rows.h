@@ -20,8 +20,9 @@ namespace sdrt::cli {
 
 // The ops, in the order rows are printed.
 inline constexpr const char* kBenchOps[] = {
-    "gather",         "gather_r0_off",  "broadcast",         "distribute",
-    "gather_partial", "gather_planned", "broadcast_planned", "distribute_planned"};
+    "gather",         "gather_r0_off",   "broadcast",         "distribute",
+    "gather_partial", "gather_planned",  "broadcast_planned", "distribute_planned",
+    "gather_bound",   "broadcast_bound", "distribute_bound"};
 
 // Where the run happens.
 struct BenchMachine {

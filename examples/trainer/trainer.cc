@@ -5,7 +5,8 @@
 //   2. after every step it pushes the weights to an inference engine colocated on the same
 //      ranks, laid out tensor-parallel by the "tp" plan (column-parallel q/k/v/gate/up,
 //      row-parallel o/down, replicated norms), peer to peer through one reshard plan built
-//      once and executed every step;
+//      once and bound once to both sides' buffers (the trainer updates its shards in place,
+//      the engine keeps its weights), then executed every step;
 //   3. at the end it exports a consolidated safetensors file (gathered to rank 0 with
 //      cpu_offload, so no other rank holds more than a bucket of full data) and a sharded
 //      folder for an engine of E ranks, written by rank 0 from that file.
@@ -129,10 +130,12 @@ int main(int argc, char** argv) {
                                 "DTensor")));
   }
 
-  // 2. Train and push. The plan depends only on the layouts: built once.
+  // 2. Train and push. The plan depends only on the layouts: built once; and since both
+  // sides keep their buffers, bound to them once (the engine's weights are allocated here).
   sdrt::ReshardOptions reshard;
   reshard.comm = world.get();
   const sdrt::ReshardPlan plan = Must(sdrt::PlanReshard(trainer, engine, reshard), "PlanReshard");
+  sdrt::BoundReshard sync = Must(sdrt::BindReshard(plan, trainer, engine), "BindReshard");
   for (int step = 1; step <= steps; ++step) {
     for (size_t i = 0; i < trainer.size(); ++i) {  // the optimizer step, on the own shards
       sdrt::Tensor local = trainer.value(i).as_dtensor().local();  // shares the storage
@@ -140,9 +143,7 @@ int main(int argc, char** argv) {
       for (int64_t k = 0; k < local.numel(); ++k) p[k] += 0.5f;
     }
     sdrt::ReshardStats stats;
-    if (absl::Status s = sdrt::ExecuteReshard(plan, trainer, engine, &stats); !s.ok()) {
-      Fail("ExecuteReshard", s);
-    }
+    if (absl::Status s = sync.Execute(&stats); !s.ok()) Fail("BoundReshard::Execute", s);
     int64_t wrong = 0;
     for (const Weight& w : kWeights) {
       const sdrt::DTensor& got = engine.Find(w.name)->as_dtensor();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Instructions per tensor of GatherStateDict, BroadcastStateDict and DistributeStateDict, and
-# of ExecuteReshard in the planned rows, the stable measure of per-tensor cost
+# Instructions per tensor of GatherStateDict, BroadcastStateDict and DistributeStateDict, of
+# ExecuteReshard in the planned rows and of BoundReshard::Execute in the bound rows, the
+# stable measure of per-tensor cost
 # (docs/PERFORMANCE.md): `sdrt bench` on a workload of
 # 10,000 tensors (default `tiny`, next to no bytes) under callgrind on every rank, counting
 # only inside the operation (--toggle-collect) and leaving out the time a rank spends
@@ -26,8 +27,12 @@ trap 'rm -rf "$out"' EXIT
 declare -A fn=([gather]='sdrt::GatherStateDict*' [broadcast]='sdrt::BroadcastStateDict*'
                [distribute]='sdrt::DistributeStateDict*' [gather_planned]='sdrt::ExecuteReshard*'
                [broadcast_planned]='sdrt::ExecuteReshard*'
-               [distribute_planned]='sdrt::ExecuteReshard*')
-for op in gather broadcast distribute gather_planned broadcast_planned distribute_planned; do
+               [distribute_planned]='sdrt::ExecuteReshard*'
+               [gather_bound]='sdrt::BoundReshard::Execute*'
+               [broadcast_bound]='sdrt::BoundReshard::Execute*'
+               [distribute_bound]='sdrt::BoundReshard::Execute*')
+for op in gather broadcast distribute gather_planned broadcast_planned distribute_planned \
+          gather_bound broadcast_bound distribute_bound; do
   # One warm-up call and one timed call: two calls counted.
   mpiexec -n "$ranks" valgrind --tool=callgrind --callgrind-out-file="$out/$op.%q{PMI_RANK}" \
     --toggle-collect="${fn[$op]}" "$sdrt" bench --workload "$workload" --ops "$op" \

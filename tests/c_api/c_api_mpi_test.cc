@@ -633,18 +633,31 @@ TEST(CApiBroadcast, FromRootIntoShards) {
   dist.ExpectValues();
 }
 
+// The reshard tests' sides: the checkpoint loaded sharded, and destination buffers in
+// another layout.
+struct ReshardSides {
+  Local source{kSharded};
+  Local destination{{"S(1)", "S(0)", "S(1)", "S(0)"}};
+  sdrt_reshard_options_t options = SDRT_RESHARD_OPTIONS_INIT;
+
+  // Loads the source and plans source -> destination (128-byte buckets: many exchanges).
+  void Plan(sdrt_reshard_plan_t* plan) {
+    sdrt_checkpoint_t ckpt = OpenCheckpoint();
+    ASSERT_SDRT_OK(sdrt_load(ckpt, source.sd, LoadOptionsPtr()));
+    sdrt_checkpoint_close(ckpt);
+    options.comm = g_world;
+    options.timeout_seconds = 60;
+    options.bucket_bytes = 128;
+    ASSERT_SDRT_OK(sdrt_reshard_plan_create(source.sd, destination.sd, &options, plan));
+  }
+};
+
 TEST(CApiReshard, PlanOnceExecuteTwice) {
-  sdrt_checkpoint_t ckpt = OpenCheckpoint();
-  Local source(kSharded);
-  ASSERT_SDRT_OK(sdrt_load(ckpt, source.sd, LoadOptionsPtr()));
-  sdrt_checkpoint_close(ckpt);
-  Local destination({"S(1)", "S(0)", "S(1)", "S(0)"});
-  sdrt_reshard_options_t r = SDRT_RESHARD_OPTIONS_INIT;
-  r.comm = g_world;
-  r.timeout_seconds = 60;
-  r.bucket_bytes = 128;
+  ReshardSides sides;
+  Local& source = sides.source;
+  Local& destination = sides.destination;
   sdrt_reshard_plan_t plan = nullptr;
-  ASSERT_SDRT_OK(sdrt_reshard_plan_create(source.sd, destination.sd, &r, &plan));
+  ASSERT_NO_FATAL_FAILURE(sides.Plan(&plan));
   sdrt_reshard_execute_options_t e = SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
   e.timeout_seconds = 60;
   ASSERT_SDRT_OK(sdrt_reshard_execute(plan, source.sd, destination.sd, &e));
@@ -663,23 +676,17 @@ TEST(CApiReshard, PlanOnceExecuteTwice) {
   e.struct_size = sizeof(e) + 4;
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_reshard_execute(plan, source.sd, destination.sd, &e));
   EXPECT_SDRT(SDRT_OK, sdrt_reshard_plan_destroy(plan));
-  r.struct_size = 1;
+  sides.options.struct_size = 1;
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT,
-              sdrt_reshard_plan_create(source.sd, destination.sd, &r, &plan));
+              sdrt_reshard_plan_create(source.sd, destination.sd, &sides.options, &plan));
 }
 
 TEST(CApiReshard, BoundOnceExecutedEveryStep) {
-  sdrt_checkpoint_t ckpt = OpenCheckpoint();
-  Local source(kSharded);
-  ASSERT_SDRT_OK(sdrt_load(ckpt, source.sd, LoadOptionsPtr()));
-  sdrt_checkpoint_close(ckpt);
-  Local destination({"S(1)", "S(0)", "S(1)", "S(0)"});
-  sdrt_reshard_options_t r = SDRT_RESHARD_OPTIONS_INIT;
-  r.comm = g_world;
-  r.timeout_seconds = 60;
-  r.bucket_bytes = 128;
+  ReshardSides sides;
+  Local& source = sides.source;
+  Local& destination = sides.destination;
   sdrt_reshard_plan_t plan = nullptr;
-  ASSERT_SDRT_OK(sdrt_reshard_plan_create(source.sd, destination.sd, &r, &plan));
+  ASSERT_NO_FATAL_FAILURE(sides.Plan(&plan));
   sdrt_reshard_execute_options_t e = SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
   e.timeout_seconds = 60;
   sdrt_reshard_bound_t bound = nullptr;

@@ -136,8 +136,8 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
 // that updates its parameters in place and an engine that keeps its weight buffers sync
 // with one call per step. It sees the memory bound, not later changes to the state dicts:
 // a leaf replaced by another tensor (a new allocation, a reloaded checkpoint) needs a new
-// binding. Move-only; one Execute at a time. No PyTorch counterpart (DTensor.redistribute
-// plans and allocates on every call).
+// binding. The plan's communicator must outlive it. Move-only; one Execute at a time. No
+// PyTorch counterpart (DTensor.redistribute plans and allocates on every call).
 class BoundReshard {
  public:
   BoundReshard(BoundReshard&&) noexcept;

@@ -538,20 +538,22 @@ typedef struct sdrt_reshard_bound_s* sdrt_reshard_bound_t;
 
 /* Collective over the plan's communicator (one agreement). Checks `source` and
  * `destination` against the plan as sdrt_reshard_execute does and binds the plan to their
- * buffers: *out (the caller destroys it) keeps sdrt's own references to them, so the state
- * dict handles may be destroyed afterwards, but the buffers themselves must stay valid and
- * in place until *out is destroyed. It also holds two buckets (at most 2 x bucket_bytes) for
- * its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same on
- * every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
- * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_DEADLINE_EXCEEDED; the
- * backends' errors. */
+ * buffers: *out (the caller destroys it) keeps sdrt's own references to them and to the
+ * plan, so the state dict handles and the plan may be destroyed afterwards, but the buffers
+ * themselves must stay valid and in place, and the communicator alive, until *out is
+ * destroyed. It also holds the reshard's two buckets (the peak extra memory of an execute)
+ * for its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same
+ * on every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
+ * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_UNIMPLEMENTED (Partial
+ * sources on CUDA); SDRT_DEADLINE_EXCEEDED; the backends' errors. Only running out of
+ * memory for the handle itself, after the agreement, is one rank's alone. */
 SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
                                            sdrt_state_dict_t destination,
                                            const sdrt_reshard_execute_options_t* options,
                                            sdrt_reshard_bound_t* out);
 
 /* Collective over the plan's communicator: every rank calls it as many times, with no
- * agreement first. Moves the bytes the bound source buffers hold now into the bound
+ * agreement first; one call at a time per binding. Moves the bytes the bound source buffers hold now into the bound
  * destination buffers (every RL step, say); the last stats give the bytes sent and
  * received and the exchanges. `options` may be NULL; its stream is waited for before CUDA
  * buffers are read. Errors: SDRT_INVALID_ARGUMENT (NULL bound, bad options);

@@ -37,7 +37,7 @@ absl::Status BoundReshard::Execute(ReshardStats* stats) {
   const internal::ReshardProgram& program = state_->program;
   const absl::Status status = internal::RunReshard(
       program, s.plan, s.schedule, *s.comm, state_->locals.sources, state_->locals.destinations);
-  if (stats != nullptr) {
+  if (status.ok() && stats != nullptr) {
     *stats = s.stats;
     stats->sent_bytes = program.stats.sent_bytes;
     stats->received_bytes = program.stats.received_bytes;

@@ -20,6 +20,7 @@
 #include "sdrt/core/distributed/internal/reshard_locals.h"
 #include "sdrt/core/distributed/internal/reshard_plan.h"
 #include "sdrt/core/distributed/internal/reshard_plan_state.h"
+#include "sdrt/core/distributed/internal/reshard_program.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -191,16 +192,23 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   const ReshardPlan::State& s = *plan.state_;
   Communicator& comm = *s.comm;
   internal::FoundReshardLocals found;
-  const absl::Status local_error = internal::FindReshardLocals(
+  absl::Status local_error = internal::FindReshardLocals(
       s.plan, comm.rank(), comm.device(), source, destination, /*keep=*/false, found);
+  // Compiled before the agreement, so that its errors (the buckets) are every rank's.
+  absl::StatusOr<internal::ReshardProgram> program;
+  if (local_error.ok()) {
+    program = internal::CompileReshard(s.plan, s.schedule, s.exchanges, comm, found.sources,
+                                       found.destinations);
+    local_error = program.status();
+  }
   ReshardStats local_stats;
   ReshardStats& st = stats != nullptr ? *stats : local_stats;
   st = s.stats;
   st.collectives = 1;
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
-  internal::ReshardExecuteStats es;
-  SDRT_RETURN_IF_ERROR(internal::ExecuteReshard(s.plan, s.schedule, s.exchanges, comm,
-                                                found.sources, found.destinations, &es));
+  SDRT_RETURN_IF_ERROR(
+      internal::RunReshard(*program, s.plan, s.schedule, comm, found.sources, found.destinations));
+  const internal::ReshardExecuteStats& es = program->stats;
   st.sent_bytes = es.sent_bytes;
   st.received_bytes = es.received_bytes;
   st.buffer_bytes = es.buffer_bytes;

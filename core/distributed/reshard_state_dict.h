@@ -113,7 +113,9 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // shards are written in place (any strides; they must not share memory with the source's
 // locals); a plain leaf is replaced by the full tensor. The source leaves must have the
 // shapes the plan was made for. One agreement first (a rank whose leaves do not fit the plan
-// fails with every rank, InvalidArgument naming the leaf), then the exchanges. `stats`, when
+// fails with every rank, InvalidArgument naming the leaf; so do ResourceExhausted for the
+// buckets and Unimplemented for a Partial contribution to be reduced from a bucket off the
+// CPU), then the exchanges. `stats`, when
 // not null, gets the plan's and this rank's figures.
 //
 // Cost per call (a weight sync runs it every step): no planning; each leaf is found and
@@ -151,12 +153,11 @@ class BoundReshard {
   // rank that does not call leaves the others failing with DeadlineExceeded (naming it) at
   // the communicator's deadline. Blocking; CPU locals through MPI, CUDA locals through
   // NCCL (the copies of a step go through the buckets, blocking, as in ExecuteReshard).
-  // `stats`, when not null, gets the plan's figures and this rank's. Errors: the
-  // communicator's; Unimplemented for a Partial contribution reduced from a bucket off the
-  // CPU (as ExecuteReshard); FailedPrecondition on a moved-from binding.
+  // `stats`, when not null, gets the plan's figures and this rank's (on success). Errors:
+  // the communicator's; FailedPrecondition on a moved-from binding.
   absl::Status Execute(ReshardStats* stats = nullptr);
 
-  // The plan bound (sharing it).
+  // The plan bound (sharing it); not on a moved-from binding.
   const ReshardPlan& plan() const;
 
   struct State;
@@ -175,8 +176,9 @@ class BoundReshard {
 // handles of every local (and of those new ones) and the buckets; the state dicts may be
 // dropped afterwards. Cost: ExecuteReshard's per-tensor work, once. Errors, the same on
 // every rank (agreed): ExecuteReshard's (InvalidArgument naming a leaf that does not fit
-// the plan), ResourceExhausted when the buckets cannot be allocated, FailedPrecondition
-// for an empty plan.
+// the plan), ResourceExhausted when the buckets cannot be allocated, Unimplemented for a
+// Partial contribution to be reduced from a bucket off the CPU (a CUDA reshard of Partial
+// sources), FailedPrecondition for an empty plan.
 absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& source,
                                          Map& destination);
 

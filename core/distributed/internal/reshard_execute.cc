@@ -172,8 +172,8 @@ absl::StatusOr<ReshardSchedule> ScheduleReshard(const ReshardPlan& plan, int64_t
   const size_t direct_units = schedule.units.size();
   AppendUnits(forwards, bucket, schedule);
   // Exchanges: consecutive units of one phase while neither side passes a bucket (at
-  // least one unit); units to itself do not count, they go through the send bucket after
-  // the exchange.
+  // least one unit); units to itself do not count: they are copied local to local during
+  // the exchange or go through the send bucket after it (reshard_program.h).
   size_t i = 0;
   while (i < schedule.units.size()) {
     if (i == direct_units) schedule.direct_exchanges = schedule.begin.size();

@@ -9,7 +9,9 @@
 // exchange (one Communicator::Exchange: MPI_Isend/Irecv, or ncclSend/ncclRecv in one
 // group) takes the rank's next units in that order, sends and receives alike, while
 // neither side passes a bucket, packed into and unpacked from the rank's two buckets; a
-// chunk to itself is packed and unpacked without the wire, at its place in the order.
+// chunk to itself is copied without the wire: local to local while the exchange's messages
+// move, or through the send bucket after them at its place in the order
+// (reshard_program.h).
 // Fan-out forwards (reshard_plan.h) come after every direct chunk, in exchanges of their
 // own: a relay sends what it has received. No rank waits on another's schedule:
 // everything before the earliest unit not yet delivered has been delivered, so that unit
@@ -79,7 +81,8 @@ struct ReshardSchedule {
 // one vector (no copy of a tensor, no allocation per tensor): plan tensor t's are
 // tensors[begin[t], begin[t + 1]), indexed by ReshardPiece::local (a null tensor: none);
 // none when the rank holds no piece of it. The tensors pointed to outlive the
-// ReshardLocals; `owned` holds those made for it (fresh destination locals). `checked`:
+// ReshardLocals; `owned` holds those made for it (fresh destination locals) and, for a
+// binding, the handles it keeps of the caller's locals. `checked`:
 // every ref needed was checked against its piece and made by CheckedRef (the state-dict
 // path does so before its agreement); else ExecuteReshard checks them.
 struct ReshardLocals {

@@ -83,8 +83,9 @@ struct BoxCopy {
 // contribution 0, whole-byte dtype) is one dense range of a checked CPU local on both sides
 // (`from`: the source locals, or the destination locals for a forward; `to`: the
 // destination locals) and no box is written before a later box that overlaps it is read,
-// appends each box's copy to `out`, to be made in order by memmove (a box's source and
-// destination may share memory), and returns true; else appends nothing and returns false,
+// appends each box's copy to `out`, to be made in order by memmove (safe for ranges that
+// overlap, though the executor's callers keep sources and destinations apart: it copies them
+// while the exchange's messages move), and returns true; else appends nothing and returns false,
 // for the caller to pack and unpack through a buffer (which reports any error).
 bool DirectBoxes(const ReshardTensorPlan& tp, const ReshardMessage& message, LocalRefs from,
                  LocalRefs to, std::vector<BoxCopy>& out);

@@ -150,6 +150,12 @@ absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
           st.direct_bytes += u.bytes;
           continue;
         }
+        // The schedule sized the bucket for this exchange; a unit past its end is a bug.
+        if (send_at + u.bytes > program.send_bucket->nbytes()) {
+          return absl::InternalError(absl::StrCat("ExecuteReshard: a unit of ", u.bytes,
+                                                  " bytes at ", send_at,
+                                                  " overruns the send bucket"));
+        }
         int64_t at = send_at;
         for (size_t j = u.first; j < u.first + u.count; ++j) {
           const ReshardSchedule::Step& step = schedule.steps[j];
@@ -173,6 +179,11 @@ absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
                                               destinations.of(only.tensor), /*to_local=*/true)
                                 : nullptr;
         received_direct[i - first] = range != nullptr;
+        if (range == nullptr && receive_at + u.bytes > program.receive_bucket->nbytes()) {
+          return absl::InternalError(absl::StrCat("ExecuteReshard: a unit of ", u.bytes,
+                                                  " bytes at ", receive_at,
+                                                  " overruns the receive bucket"));
+        }
         char* const into = range != nullptr ? range : receive_base + receive_at;
         program.receives.push_back({static_cast<int>(u.source_rank), into, u.bytes});
         st.received_bytes += u.bytes;
@@ -214,6 +225,14 @@ absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
                                   /*to_local=*/true, copies)) {
             AppendCopies(copies, after);
           } else {
+            // Refused here rather than in the middle of a step, where the other ranks would
+            // wait for this one until the deadline.
+            if (!host && c.contribution > 0) {
+              return absl::UnimplementedError(
+                  absl::StrCat("reshard of tensor '", tp.name,
+                               "': Partial contributions are reduced from CPU "
+                               "buffers only"));
+            }
             AppendStep(Kind::kUnpack, j, receive_at, after);
           }
           receive_at += c.bytes;

@@ -63,7 +63,8 @@ struct ReshardProgram {
 // Checks this rank's locals (ExecuteReshard's checks and errors, reshard_execute.h; refs
 // not yet checked are made checked ones in `sources` and `destinations`), allocates the two
 // buckets on comm.device() (ResourceExhausted when they cannot be had) and works out every
-// exchange. The program points into the plan, the schedule, the locals' memory and the
+// exchange. Also Unimplemented when a Partial contribution would be reduced from a bucket
+// off the CPU, and Internal for a schedule whose units overrun its buckets. The program points into the plan, the schedule, the locals' memory and the
 // refs of `sources` and `destinations`: all must outlive it, unchanged.
 absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
                                               const ReshardSchedule& schedule,

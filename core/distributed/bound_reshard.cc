@@ -2,12 +2,11 @@
 // found and kept once (internal/reshard_locals.h), its schedule compiled against them
 // (internal/reshard_program.h), and the program run every step.
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "sdrt/core/distributed/agreement.h"
-#include "sdrt/core/distributed/internal/reshard_locals.h"
 #include "sdrt/core/distributed/internal/reshard_plan_state.h"
-#include "sdrt/core/distributed/internal/reshard_program.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -15,11 +14,10 @@ namespace sdrt {
 
 struct BoundReshard::State {
   ReshardPlan plan;
-  const ReshardPlan::State* plan_state = nullptr;  // plan's
   // The kept locals (their refs point into their `owned`); the program points into them,
   // into the plan's schedule and into the locals' memory.
   internal::FoundReshardLocals locals;
-  internal::ReshardProgram program;
+  std::optional<internal::ReshardProgram> program;
 };
 
 BoundReshard::BoundReshard(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -33,41 +31,22 @@ absl::Status BoundReshard::Execute(ReshardStats* stats) {
   if (state_ == nullptr) {
     return absl::FailedPreconditionError("BoundReshard::Execute: a moved-from binding");
   }
-  const ReshardPlan::State& s = *state_->plan_state;
-  const internal::ReshardProgram& program = state_->program;
-  const absl::Status status = internal::RunReshard(
-      program, s.plan, s.schedule, *s.comm, state_->locals.sources, state_->locals.destinations);
-  if (status.ok() && stats != nullptr) {
-    *stats = s.stats;
-    stats->sent_bytes = program.stats.sent_bytes;
-    stats->received_bytes = program.stats.received_bytes;
-    stats->buffer_bytes = program.stats.buffer_bytes;
-    stats->collectives = program.stats.rounds;
-  }
-  return status;
+  const ReshardPlan::State& s = *state_->plan.state_;
+  SDRT_RETURN_IF_ERROR(internal::RunReshard(*state_->program, s.plan, s.schedule, *s.comm,
+                                            state_->locals.sources, state_->locals.destinations));
+  if (stats != nullptr) *stats = internal::StatsOfRun(s, *state_->program);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& source,
                                          Map& destination) {
   if (plan.state_ == nullptr) return absl::FailedPreconditionError("BindReshard: empty plan");
   const ReshardPlan::State& s = *plan.state_;
-  Communicator& comm = *s.comm;
   auto state = std::make_unique<BoundReshard::State>();
   state->plan = plan;
-  state->plan_state = &s;
-  absl::Status local_error =
-      internal::FindReshardLocals(s.plan, comm.rank(), comm.device(), source, destination,
-                                  /*keep=*/true, state->locals);
-  if (local_error.ok()) {
-    absl::StatusOr<internal::ReshardProgram> program = internal::CompileReshard(
-        s.plan, s.schedule, s.exchanges, comm, state->locals.sources, state->locals.destinations);
-    if (program.ok()) {
-      state->program = *std::move(program);
-    } else {
-      local_error = program.status();
-    }
-  }
-  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "BindReshard", "", {}, local_error));
+  const absl::Status local_error = internal::PrepareReshard(s, source, destination, /*keep=*/true,
+                                                            state->locals, state->program);
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*s.comm, "BindReshard", "", {}, local_error));
   SDRT_RETURN_IF_ERROR(internal::InstallFreshLocals(state->locals));
   // The destination tree's leaves are not needed again (and may go with the tree).
   state->locals.destination_leaves = {};

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -192,29 +193,38 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
   const ReshardPlan::State& s = *plan.state_;
   Communicator& comm = *s.comm;
   internal::FoundReshardLocals found;
-  absl::Status local_error = internal::FindReshardLocals(
-      s.plan, comm.rank(), comm.device(), source, destination, /*keep=*/false, found);
-  // Compiled before the agreement, so that its errors (the buckets) are every rank's.
-  absl::StatusOr<internal::ReshardProgram> program;
-  if (local_error.ok()) {
-    program = internal::CompileReshard(s.plan, s.schedule, s.exchanges, comm, found.sources,
-                                       found.destinations);
-    local_error = program.status();
+  std::optional<internal::ReshardProgram> program;
+  const absl::Status local_error =
+      internal::PrepareReshard(s, source, destination, /*keep=*/false, found, program);
+  if (stats != nullptr) {
+    *stats = s.stats;
+    stats->collectives = 1;
   }
-  ReshardStats local_stats;
-  ReshardStats& st = stats != nullptr ? *stats : local_stats;
-  st = s.stats;
-  st.collectives = 1;
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
   SDRT_RETURN_IF_ERROR(
       internal::RunReshard(*program, s.plan, s.schedule, comm, found.sources, found.destinations));
-  const internal::ReshardExecuteStats& es = program->stats;
-  st.sent_bytes = es.sent_bytes;
-  st.received_bytes = es.received_bytes;
-  st.buffer_bytes = es.buffer_bytes;
-  st.collectives += es.rounds;
+  if (stats != nullptr) {
+    *stats = internal::StatsOfRun(s, *program);
+    ++stats->collectives;  // the agreement
+  }
   return internal::InstallFreshLocals(found);
 }
+
+namespace internal {
+
+absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source, Map& destination,
+                            bool keep, FoundReshardLocals& found,
+                            std::optional<ReshardProgram>& program) {
+  Communicator& comm = *s.comm;
+  SDRT_RETURN_IF_ERROR(
+      FindReshardLocals(s.plan, comm.rank(), comm.device(), source, destination, keep, found));
+  // Compiled before the agreement, so that its errors (the buckets) are every rank's.
+  SDRT_ASSIGN_OR_RETURN(program, CompileReshard(s.plan, s.schedule, s.exchanges, comm,
+                                                found.sources, found.destinations));
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,
                               ReshardStats* stats) {

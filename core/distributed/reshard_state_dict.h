@@ -84,6 +84,7 @@ class ReshardPlan {
  private:
   friend absl::StatusOr<ReshardPlan> PlanReshard(const Map&, const Map&, const ReshardOptions&);
   friend absl::Status ExecuteReshard(const ReshardPlan&, const Map&, Map&, ReshardStats*);
+  friend class BoundReshard;
   friend absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan&, const Map&, Map&);
   std::shared_ptr<const State> state_;
 };

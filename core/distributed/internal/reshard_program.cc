@@ -121,25 +121,44 @@ absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
     return step.chunk->forward ? destinations.of(step.tensor) : sources.of(step.tensor);
   };
   std::vector<BoxCopy> copies;
-  std::vector<bool> received_direct;      // per unit of the exchange
-  std::vector<ReshardProgram::Op> after;  // the exchange's ops after it
+  // An exchange's ops while its messages move and after it (packing goes straight into
+  // program.ops, before them). After it, in unit order: unpacking (a later Partial
+  // contribution is reduced into what an earlier one wrote) and the chunks to itself that go
+  // through the send bucket, free by then. The chunks to itself copied local to local are
+  // copied while the messages move: that moves a contribution-0 chunk earlier, which its
+  // elements allow (no message of this exchange writes them, every element of a destination
+  // piece coming from one source, and later contributions are reduced into them after it).
+  std::vector<ReshardProgram::Op> during, after;
   program.ops.reserve(schedule.steps.size());
   for (int64_t e = 0; e < exchanges.direct + exchanges.forward; ++e) {
     ReshardProgram::Exchange x;
     x.ops_begin = program.ops.size();
     x.sends_begin = program.sends.size();
     x.receives_begin = program.receives.size();
+    during.clear();
+    after.clear();
     // This rank's exchange of the phase, if it has that many.
     const bool direct = e < exchanges.direct;
     const int64_t k = direct ? e : mine_direct + (e - exchanges.direct);
     const bool mine = direct ? e < mine_direct : e - exchanges.direct < mine_forward;
     const size_t first = mine ? schedule.begin[k] : 0, last = mine ? schedule.begin[k + 1] : 0;
     int64_t send_at = 0, receive_at = 0;
-    received_direct.assign(last - first, false);
     for (size_t i = first; i < last; ++i) {
       const ReshardSchedule::Unit& u = schedule.units[i];
       const ReshardSchedule::Step& only = schedule.steps[u.first];
-      if (u.source_rank == me && u.destination_rank != me) {
+      if (u.source_rank == me && u.destination_rank == me) {
+        for (size_t j = u.first; j < u.first + u.count; ++j) {
+          const ReshardSchedule::Step& step = schedule.steps[j];
+          copies.clear();
+          if (DirectBoxes(plan.tensors[step.tensor], *step.chunk, from(step),
+                          destinations.of(step.tensor), copies)) {
+            AppendCopies(copies, during);
+          } else {
+            AppendStep(Kind::kSelf, j, 0, after);
+          }
+          st.self_bytes += step.chunk->bytes;
+        }
+      } else if (u.source_rank == me) {
         // A large box of a dense local goes on the wire from where it is.
         if (char* const range = u.count == 1 && host
                                     ? DirectRange(plan.tensors[only.tensor], *only.chunk,
@@ -172,55 +191,29 @@ absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
             {static_cast<int>(u.destination_rank), send_base + send_at, u.bytes});
         st.sent_bytes += u.bytes;
         send_at += u.bytes;
-      } else if (u.source_rank != me) {
+      } else if (u.destination_rank == me) {
+        st.received_bytes += u.bytes;
         // ... and lands where it belongs.
-        char* const range = u.count == 1 && host
-                                ? DirectRange(plan.tensors[only.tensor], *only.chunk,
-                                              destinations.of(only.tensor), /*to_local=*/true)
-                                : nullptr;
-        received_direct[i - first] = range != nullptr;
-        if (range == nullptr && receive_at + u.bytes > program.receive_bucket->nbytes()) {
+        if (char* const range = u.count == 1 && host
+                                    ? DirectRange(plan.tensors[only.tensor], *only.chunk,
+                                                  destinations.of(only.tensor), /*to_local=*/true)
+                                    : nullptr) {
+          program.receives.push_back({static_cast<int>(u.source_rank), range, u.bytes});
+          st.direct_bytes += u.bytes;
+          continue;
+        }
+        if (receive_at + u.bytes > program.receive_bucket->nbytes()) {
           return absl::InternalError(absl::StrCat("ExecuteReshard: a unit of ", u.bytes,
                                                   " bytes at ", receive_at,
                                                   " overruns the receive bucket"));
         }
-        char* const into = range != nullptr ? range : receive_base + receive_at;
-        program.receives.push_back({static_cast<int>(u.source_rank), into, u.bytes});
-        st.received_bytes += u.bytes;
-        if (range != nullptr) {
-          st.direct_bytes += u.bytes;
-        } else {
-          receive_at += u.bytes;
-        }
-      }
-    }
-    x.ops_during = program.ops.size();
-    // Unpacked in order (a later Partial contribution is reduced into what an earlier one
-    // wrote); a chunk to itself goes through the send bucket, free by then, unless its boxes
-    // are copied local to local: then it is copied while the messages move. That moves a
-    // contribution-0 chunk earlier, which its elements allow: no message of this exchange
-    // writes them (every element of a destination piece comes from one source) and later
-    // contributions are reduced into them after the exchange.
-    after.clear();
-    receive_at = 0;
-    for (size_t i = first; i < last; ++i) {
-      const ReshardSchedule::Unit& u = schedule.units[i];
-      if ((u.source_rank == me && u.destination_rank != me) || received_direct[i - first]) {
-        continue;
-      }
-      for (size_t j = u.first; j < u.first + u.count; ++j) {
-        const ReshardSchedule::Step& step = schedule.steps[j];
-        const ReshardMessage& c = *step.chunk;
-        const ReshardTensorPlan& tp = plan.tensors[step.tensor];
-        copies.clear();
-        if (u.source_rank == me) {
-          if (DirectBoxes(tp, c, from(step), destinations.of(step.tensor), copies)) {
-            AppendCopies(copies, program.ops);
-          } else {
-            AppendStep(Kind::kSelf, j, 0, after);
-          }
-          st.self_bytes += c.bytes;
-        } else {
+        program.receives.push_back(
+            {static_cast<int>(u.source_rank), receive_base + receive_at, u.bytes});
+        for (size_t j = u.first; j < u.first + u.count; ++j) {
+          const ReshardSchedule::Step& step = schedule.steps[j];
+          const ReshardMessage& c = *step.chunk;
+          const ReshardTensorPlan& tp = plan.tensors[step.tensor];
+          copies.clear();
           if (host && BucketBoxes(tp, c, destinations.of(step.tensor), receive_base + receive_at,
                                   /*to_local=*/true, copies)) {
             AppendCopies(copies, after);
@@ -239,6 +232,8 @@ absl::StatusOr<ReshardProgram> CompileReshard(const ReshardPlan& plan,
         }
       }
     }
+    x.ops_during = program.ops.size();
+    program.ops.insert(program.ops.end(), during.begin(), during.end());
     x.ops_split = program.ops.size();
     program.ops.insert(program.ops.end(), after.begin(), after.end());
     x.ops_end = program.ops.size();

@@ -33,7 +33,7 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
-#include "sdrt/core/distributed/internal/reshard_plan.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -236,10 +236,10 @@ int PlanOnly(int64_t tensors, int64_t ranks, bool distinct) {
                           {{1024, 3584}, "[R, S(1)]"}, {{1024}, "[R, R]"}};
   const Mesh source = MeshOf({ranks}, {});
   const Mesh destination = MeshOf({ranks / 8, 8}, {});
-  std::vector<sdrt::internal::ReshardTensor> descriptors;
+  std::vector<sdrt::internal::TransferTensor> descriptors;
   for (int64_t i = 0; i < tensors; ++i) {
     const Shape& s = shapes[i % 6];
-    sdrt::internal::ReshardTensor t;
+    sdrt::internal::TransferTensor t;
     t.name = absl::StrCat("t", i);
     t.dtype = sdrt::DType::kBFloat16;
     t.shape = s.shape;
@@ -250,11 +250,11 @@ int PlanOnly(int64_t tensors, int64_t ranks, bool distinct) {
     t.destination.placements = Check(sdrt::ParsePlacements(s.tp), "placements");
     descriptors.push_back(std::move(t));
   }
-  sdrt::internal::ReshardPlanOptions options;
+  sdrt::internal::TransferPlanOptions options;
   options.rank = 0;
   const auto start = std::chrono::steady_clock::now();
-  const sdrt::internal::ReshardPlan plan =
-      Check(sdrt::internal::PlanReshard(descriptors, options), "PlanReshard");
+  const sdrt::internal::TransferPlan plan =
+      Check(sdrt::internal::PlanTransfer(descriptors, options), "PlanReshard");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   size_t messages = 0;
@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
     const sdrt::ReshardPlan plan =
         Check(sdrt::PlanReshard(source, MetaDict(row.destination, file, me), options), "plan");
     const double plan_seconds = sdrt::bench::Reduce(MPI_Wtime() - start, MPI_MAX);
-    sdrt::ReshardStats stats;
+    sdrt::TransferStats stats;
     const sdrt::bench::Spread reshard = Time(
         repeat, [&] { destination = MetaDict(row.destination, file, me); },
         [&] { Check(sdrt::ExecuteReshard(plan, source, destination, &stats), "reshard"); });
@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
                   absl::StrFormat("%.2f", reshard.median / funnel).c_str(),
                   reshard.median / floor,
                   static_cast<double>(stats.wire_bytes) / std::max<int64_t>(1, stats.optimum_bytes),
-                  static_cast<long long>(stats.rounds), buffer / 1048576.0,
+                  static_cast<long long>(stats.exchanges), buffer / 1048576.0,
                   static_cast<long long>(wrong));
       results.push_back({{"row", row.name},
                          {"plan_seconds", plan_seconds},
@@ -393,7 +393,7 @@ int main(int argc, char** argv) {
                          {"optimum_bytes", stats.optimum_bytes},
                          {"max_sent_bytes", stats.max_sent_bytes},
                          {"max_received_bytes", stats.max_received_bytes},
-                         {"rounds", stats.rounds},
+                         {"exchanges", stats.exchanges},
                          {"buffer_bytes_max_rank", buffer},
                          {"wrong", wrong}});
     }

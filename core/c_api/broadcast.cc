@@ -33,7 +33,7 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
     for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
     SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(local->map, ranks));
     const sdrt::Map empty;
-    sdrt::CollectiveStats stats;
+    sdrt::TransferStats stats;
     sdrt::BroadcastOptions bo;
     bo.comm = comm;
     bo.root = options->root;
@@ -44,9 +44,10 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
       c_api::ScopedTimeout timeout(comm, options->timeout_seconds);
       result = sdrt::BroadcastStateDict(full != nullptr ? full->map : empty, work, bo);
     }
-    scope.stats().bytes_sent = stats.bytes;
+    scope.stats().bytes_sent = stats.sent_bytes;
+    scope.stats().bytes_received = stats.received_bytes;
     scope.stats().collectives = stats.collectives;
-    scope.stats().data_collectives = stats.data_collectives;
+    scope.stats().data_collectives = stats.exchanges;
     if (!result.ok()) return result.status();
     return c_api::WriteBack(local->map, work);
 #else

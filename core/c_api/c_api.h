@@ -319,11 +319,11 @@ typedef struct sdrt_stats_t {
   int64_t bytes_read;    /* load: bytes pread returned (pieces plus gaps read through) */
   int64_t bytes_kept;    /* load: bytes of this rank's pieces */
   int64_t reads;         /* load: planned reads */
-  int64_t bytes_sent;    /* gather/broadcast: bytes the data collectives moved; reshard: sent */
-  int64_t bytes_received; /* reshard: bytes this rank received */
+  int64_t bytes_sent;    /* gather/broadcast/reshard: tensor bytes this rank sent */
+  int64_t bytes_received; /* gather/broadcast/reshard: tensor bytes this rank received */
   int64_t bytes_written; /* gather_write: bytes of the file (writing rank); offload: bytes copied */
   int64_t collectives;   /* every Communicator call, metadata ones included */
-  int64_t data_collectives; /* gather/broadcast: the ones moving tensor bytes (buckets) */
+  int64_t data_collectives; /* gather/broadcast: the exchanges moving tensor bytes */
   double seconds;        /* wall time of the call */
 } sdrt_stats_t;
 #define SDRT_STATS_INIT {sizeof(sdrt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0}

@@ -53,16 +53,17 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
     SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
-    sdrt::CollectiveStats stats;
+    sdrt::TransferStats stats;
     go.stats = &stats;
     absl::StatusOr<sdrt::Map> gathered;
     {
       c_api::ScopedTimeout timeout(go.comm, o.timeout_seconds);
       gathered = sdrt::GatherStateDict(state_dict->map, go);
     }
-    scope.stats().bytes_sent = stats.bytes;
+    scope.stats().bytes_sent = stats.sent_bytes;
+    scope.stats().bytes_received = stats.received_bytes;
     scope.stats().collectives = stats.collectives;
-    scope.stats().data_collectives = stats.data_collectives;
+    scope.stats().data_collectives = stats.exchanges;
     if (!gathered.ok()) return gathered.status();
     // A tensor that needed no gather (one rank) may come back as the caller's strided buffer;
     // the C API promises contiguous full tensors sdrt owns.
@@ -99,12 +100,13 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
     const int writer = go.ranks_only.empty() ? 0 : go.ranks_only[0];
     go.ranks_only = {writer};
     go.cpu_offload = true;
-    sdrt::CollectiveStats stats;
+    sdrt::TransferStats stats;
     go.stats = &stats;
     c_api::ScopedTimeout timeout(go.comm, o.timeout_seconds);
     absl::StatusOr<sdrt::Map> gathered = sdrt::GatherStateDict(state_dict->map, go);
-    scope.stats().bytes_sent = stats.bytes;
-    scope.stats().data_collectives = stats.data_collectives;
+    scope.stats().bytes_sent = stats.sent_bytes;
+    scope.stats().bytes_received = stats.received_bytes;
+    scope.stats().data_collectives = stats.exchanges;
     if (!gathered.ok()) {
       scope.stats().collectives = stats.collectives;
       return gathered.status();

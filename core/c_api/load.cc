@@ -51,7 +51,7 @@ absl::Status LoadShardedFolder(const std::string& dir, sdrt_state_dict_s& state_
         "mapped)");
   }
   sdrt::LoadStats stats;
-  sdrt::ReshardStats reshard;
+  sdrt::TransferStats reshard;
   sdrt::LoadShardedOptions lo;
   lo.comm = comm;
   lo.strict = o.strict != 0;

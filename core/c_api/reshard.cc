@@ -83,7 +83,7 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
 #if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, source->map));
     sdrt::Map work = destination->map;
-    sdrt::ReshardStats stats;
+    sdrt::TransferStats stats;
     absl::Status status;
     {
       c_api::ScopedTimeout timeout(plan->comm, o.timeout_seconds);
@@ -143,7 +143,7 @@ sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, bound->source));
-    sdrt::ReshardStats stats;
+    sdrt::TransferStats stats;
     absl::Status status;
     {
       c_api::ScopedTimeout timeout(bound->comm, o.timeout_seconds);

@@ -105,7 +105,7 @@ absl::Status Malformed(absl::string_view op, int q, absl::string_view what) {
 // mismatch, on the two ranks that send theirs.
 absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view options,
                    uint64_t hash, const std::function<std::string()>& encoded_skeleton,
-                   const absl::Status& local_error, CollectiveStats* stats,
+                   const absl::Status& local_error, TransferStats* stats,
                    AgreementPayload* payload) {
   internal::AgreementMessage mine;
   mine.skeleton_hash = hash;
@@ -160,7 +160,7 @@ absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view o
 
 absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::string_view options,
                               const AgreementSkeleton& skeleton, const absl::Status& local_error,
-                              CollectiveStats* stats, AgreementPayload* payload) {
+                              TransferStats* stats, AgreementPayload* payload) {
   const std::string encoded = internal::EncodeSkeleton(skeleton);
   return Agree(comm, op, options, internal::HashEncodedSkeleton(encoded),
                [&encoded] { return encoded; }, local_error, stats, payload);
@@ -168,7 +168,7 @@ absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::st
 
 absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
                                     absl::string_view options, const HashedSkeleton& skeleton,
-                                    const absl::Status& local_error, CollectiveStats* stats,
+                                    const absl::Status& local_error, TransferStats* stats,
                                     AgreementPayload* payload) {
   return Agree(
       comm, op, options, skeleton.hash,

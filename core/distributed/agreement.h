@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/comm/communicator.h"
-#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/export.h"
 
 namespace sdrt SDRT_API {
@@ -58,7 +58,7 @@ struct AgreementPayload {
 // own errors are returned as they are (a failed exchange reaches no verdict).
 absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::string_view options,
                               const AgreementSkeleton& skeleton, const absl::Status& local_error,
-                              CollectiveStats* stats = nullptr,
+                              TransferStats* stats = nullptr,
                               AgreementPayload* payload = nullptr);
 
 // A skeleton given by its hash and a way to build it, for state dicts of many leaves: the
@@ -77,7 +77,7 @@ struct HashedSkeleton {
 absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
                                     absl::string_view options, const HashedSkeleton& skeleton,
                                     const absl::Status& local_error,
-                                    CollectiveStats* stats = nullptr,
+                                    TransferStats* stats = nullptr,
                                     AgreementPayload* payload = nullptr);
 
 }  // namespace sdrt

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "sdrt/core/distributed/agreement.h"
-#include "sdrt/core/distributed/internal/reshard_plan_state.h"
+#include "sdrt/core/distributed/internal/engine/plan_state.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -16,8 +16,8 @@ struct BoundReshard::State {
   ReshardPlan plan;
   // The kept locals (their refs point into their `owned`); the program points into them,
   // into the plan's schedule and into the locals' memory.
-  internal::FoundReshardLocals locals;
-  std::optional<internal::ReshardProgram> program;
+  internal::FoundTransferLocals locals;
+  std::optional<internal::TransferProgram> program;
 };
 
 BoundReshard::BoundReshard(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -27,15 +27,12 @@ BoundReshard::~BoundReshard() = default;
 
 const ReshardPlan& BoundReshard::plan() const { return state_->plan; }
 
-absl::Status BoundReshard::Execute(ReshardStats* stats) {
+absl::Status BoundReshard::Execute(TransferStats* stats) {
   if (state_ == nullptr) {
     return absl::FailedPreconditionError("BoundReshard::Execute: a moved-from binding");
   }
-  const ReshardPlan::State& s = *state_->plan.state_;
-  SDRT_RETURN_IF_ERROR(internal::RunReshard(*state_->program, s.plan, s.schedule, *s.comm,
-                                            state_->locals.sources, state_->locals.destinations));
-  if (stats != nullptr) *stats = internal::StatsOfRun(s, *state_->program);
-  return absl::OkStatus();
+  return internal::RunCompiledReshard("BoundReshard::Execute", *state_->plan.state_,
+                                      *state_->program, state_->locals, /*collectives=*/0, stats);
 }
 
 absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& source,

@@ -1,6 +1,9 @@
 // DistributeStateDict (core/distributed/distributed_state_dict.h): every rank holds the full state
-// dict and keeps its own pieces; no data moves between ranks.
+// dict and keeps its own pieces. Each DTensor or ShardedTensor leaf is a transfer from the full
+// tensor every rank holds into the leaf's layout (internal/engine/transfer.h), whose plan for a
+// rank has only chunks to itself: copied without an exchange, so no data moves between ranks.
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,6 +13,7 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/state_dict/iterate.h"
@@ -60,83 +64,111 @@ absl::Status CheckTensorLeaf(absl::string_view path, const Tensor& full, const V
   return absl::OkStatus();
 }
 
-absl::StatusOr<Value> Distribute(const Tensor& full, const Value& local, int rank,
-                                 const std::optional<Device>& device) {
-  if (local.kind() == ValueKind::kDTensor) {
-    const DTensor& d = local.as_dtensor();
-    SDRT_ASSIGN_OR_RETURN(DTensor piece, DistributeTensor(full, d.mesh(), d.placements(), rank));
-    Tensor mine = piece.local();
-    const Device target =
-        device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
-    if (mine.device() != target) {
-      SDRT_ASSIGN_OR_RETURN(mine, mine.To(target));
-    }
-    SDRT_ASSIGN_OR_RETURN(DTensor result, DTensor::Make(std::move(mine), d.mesh(), d.placements(),
-                                                        d.global_shape(), d.global_stride()));
-    return Value(std::move(result));
-  }
-  if (local.kind() == ValueKind::kShardedTensor) {
-    const IntVector origin(full.shape().size(), 0);
-    for (const LocalShard& s : local.as_sharded().local_shards()) {
-      SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, s.tensor,
-                                    BoxRuns(s.metadata.offsets, s.metadata.sizes),
-                                    /*to_local=*/true));
-    }
-    return local;
-  }
-  const Device target =
-      device.value_or(local.kind() == ValueKind::kTensor && !local.as_tensor().device().is_meta()
-                          ? local.as_tensor().device()
-                          : full.device());
-  if (full.device() == target) return Value(full);
-  SDRT_ASSIGN_OR_RETURN(Tensor moved, full.To(target));
-  return Value(std::move(moved));
+// A 1-D mesh over `ranks`, Replicate: the layout of a tensor each of those ranks holds
+// whole, shared by the call's tensors of one mesh.
+std::vector<Placement> AllReplicate(const DeviceMesh& mesh) {
+  return std::vector<Placement>(static_cast<size_t>(mesh.ndim()), Placement::Replicate());
 }
 
-// The DTensor leaves whose new local is a fresh CPU tensor of this call (the common case:
-// CPU full tensors, CPU or meta locals): their pieces are laid out in one arena,
-// allocated once, and written in place (DistributeTensorInto), which saves an allocation
-// per tensor. `fresh[i]` gets the arena view of full leaf i (else stays undefined) and
-// `infos[i]` its sharding.
-absl::Status AllocateFreshLocals(const internal::Leaves& full_leaves,
-                                 const internal::MutableLeaves& local_leaves,
-                                 const std::vector<int64_t>& target, int rank,
-                                 const std::optional<Device>& device, std::vector<Tensor>& fresh,
-                                 std::vector<LocalShardInfo>& infos) {
-  std::vector<internal::FreshPiece> pieces;
-  std::vector<size_t> owners;
-  infos.resize(full_leaves.size());
+// The transfers of the call: for each full tensor (dimension >= 1) that reaches a DTensor or
+// ShardedTensor leaf, from the full tensor (every rank holds it) into the leaf's layout.
+// New DTensor locals go to `fresh` (CPU ones in one arena, in leaf order); ShardedTensor
+// shards are written in place. `dtensor_of[i]` is the full leaf i's new local's index in
+// `fresh`, or -1.
+struct Distribution {
+  std::vector<Tensor> fresh;
+  std::vector<int64_t> fresh_of;
+  internal::TransferRun run;
+};
+
+absl::Status PlanDistribution(const internal::Leaves& full_leaves,
+                              const internal::MutableLeaves& local_leaves,
+                              const std::vector<int64_t>& target, int rank,
+                              const std::optional<Device>& device, Distribution& out) {
+  std::vector<internal::TransferTensor> tensors;
+  internal::TransferLocals sources, destinations;
+  std::vector<size_t> reaching;  // full leaves with a transfer, in order
+  out.fresh_of.assign(full_leaves.size(), -1);
+  std::vector<internal::FreshPiece> cpu_pieces;
+  std::vector<Tensor*> cpu_fresh;
+  Device site_device = Device::CPU();
   for (size_t i = 0; i < full_leaves.size(); ++i) {
     if (target[i] < 0) continue;
     const Value& v = *full_leaves[i].value;
     const Value& leaf = *local_leaves[static_cast<size_t>(target[i])].value;
-    if (v.kind() != ValueKind::kTensor || leaf.kind() != ValueKind::kDTensor) continue;
+    if (v.kind() != ValueKind::kTensor || v.as_tensor().dim() == 0 || !leaf.is_any_tensor() ||
+        leaf.kind() == ValueKind::kTensor) {
+      continue;
+    }
     const Tensor& full = v.as_tensor();
-    const DTensor& d = leaf.as_dtensor();
-    if (full.dim() == 0 || !full.device().is_cpu()) continue;
-    const Device to =
-        device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
-    if (!to.is_cpu()) continue;
-    absl::StatusOr<LocalShardInfo> info =
-        ComputeLocalShapeAndGlobalOffset(full.shape(), *d.mesh(), d.placements(), rank);
-    if (!info.ok()) continue;  // DistributeTensor reports it
-    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(info->local_shape));
-    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(full.dtype(), numel));
-    pieces.push_back({bytes, ElementAlignment(full.dtype())});
-    owners.push_back(i);
-    infos[i] = *std::move(info);
+    internal::TransferTensor t;
+    t.name = std::string(full_leaves[i].path);
+    t.dtype = full.dtype();
+    t.shape = full.shape();
+    if (leaf.kind() == ValueKind::kDTensor) {
+      const DTensor& d = leaf.as_dtensor();
+      if (!d.mesh()->Coordinate(rank).has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", full_leaves[i].path, "': rank ", rank,
+                                                       " is not in ", d.mesh()->ToString()));
+      }
+      t.source.mesh = d.mesh();
+      t.source.placements = AllReplicate(*d.mesh());
+      t.destination.mesh = d.mesh();
+      t.destination.placements = d.placements();
+      SDRT_ASSIGN_OR_RETURN(
+          const IntVector local_shape,
+          ComputeLocalShape(full.shape(), *d.mesh(), d.placements(), rank));
+      const Device to =
+          device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
+      out.fresh_of[i] = static_cast<int64_t>(out.fresh.size());
+      if (to.is_cpu()) {
+        SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(local_shape, full.dtype()));
+        out.fresh.push_back(std::move(meta));
+        SDRT_ASSIGN_OR_RETURN(const int64_t bytes,
+                              BytesForElements(full.dtype(), out.fresh.back().numel()));
+        cpu_pieces.push_back({bytes, ElementAlignment(full.dtype())});
+      } else {
+        SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(local_shape, full.dtype(), to));
+        out.fresh.push_back(std::move(local));
+        site_device = to;
+      }
+    } else {
+      const ShardedTensor& st = leaf.as_sharded();
+      t.source.boxes = {{IntVector(full.shape().size(), 0), full.shape(), rank}};
+      for (const LocalShard& shard : st.local_shards()) {
+        t.destination.boxes.push_back({shard.metadata.offsets, shard.metadata.sizes, rank});
+        if (!shard.tensor.device().is_cpu()) site_device = shard.tensor.device();
+      }
+    }
+    if (!full.device().is_cpu()) site_device = full.device();
+    tensors.push_back(std::move(t));
+    reaching.push_back(i);
   }
-  if (pieces.empty()) return absl::OkStatus();
-  SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(pieces));
-  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> arena, Storage::AllocateCpu(layout.bytes));
-  fresh.assign(full_leaves.size(), Tensor());
-  for (size_t k = 0; k < owners.size(); ++k) {
-    const size_t i = owners[k];
-    SDRT_ASSIGN_OR_RETURN(fresh[i], Tensor::AtByteOffset(arena, layout.offsets[k],
-                                                         full_leaves[i].value->as_tensor().dtype(),
-                                                         infos[i].local_shape));
+  // The CPU locals in one arena (one allocation, not one per tensor).
+  for (size_t i : reaching) {
+    if (out.fresh_of[i] >= 0 && out.fresh[out.fresh_of[i]].is_meta()) {
+      cpu_fresh.push_back(&out.fresh[out.fresh_of[i]]);
+    }
   }
-  return absl::OkStatus();
+  if (!cpu_fresh.empty()) {
+    SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(cpu_pieces));
+    SDRT_RETURN_IF_ERROR(internal::AllocateFresh(layout, Device::CPU(), absl::MakeSpan(cpu_fresh)));
+  }
+  for (size_t i : reaching) {
+    sources.Add({&full_leaves[i].value->as_tensor(), 1});
+    const Value& leaf = *local_leaves[static_cast<size_t>(target[i])].value;
+    if (out.fresh_of[i] >= 0) {
+      destinations.Add({&out.fresh[out.fresh_of[i]], 1});
+    } else {
+      for (const LocalShard& shard : leaf.as_sharded().local_shards()) {
+        destinations.tensors.push_back({&shard.tensor, nullptr});
+      }
+      destinations.begin.push_back(destinations.tensors.size());
+    }
+  }
+  const int64_t ranks = std::numeric_limits<int32_t>::max();  // no exchange is made
+  return out.run.PrepareLocal(internal::TransferSite(rank, ranks, site_device),
+                              std::move(tensors), std::move(sources), std::move(destinations));
 }
 
 }  // namespace
@@ -181,6 +213,13 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
       if (t.dim() > 0) error = CheckTensorLeaf(leaf.path, t, *leaf.value);
     }
   }
+  // The transfers are planned and their locals allocated before the agreement, so that
+  // every rank sees any rank's failure.
+  Distribution distribution;
+  if (error.ok()) {
+    error = PlanDistribution(*full_leaves, *local_leaves, target, rank, options.device,
+                             distribution);
+  }
   if (options.comm != nullptr) {
     // Every rank must hold the same full state dict: its skeleton (paths, value kinds,
     // dtypes, shapes; not the values) is compared by hash in the same collective, so a key,
@@ -192,28 +231,37 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
   } else if (!error.ok()) {
     return absl::Status(error.code(), absl::StrCat(kOp, ": ", error.message()));
   }
+  SDRT_RETURN_IF_ERROR(distribution.run.Run(kOp, nullptr));
 
-  std::vector<Tensor> fresh;
-  std::vector<LocalShardInfo> infos;
-  SDRT_RETURN_IF_ERROR(AllocateFreshLocals(*full_leaves, *local_leaves, target, rank,
-                                           options.device, fresh, infos));
   std::vector<std::pair<std::string, Value>> added;  // appended last: Set may move the values
   for (size_t i = 0; i < full_leaves->size(); ++i) {
     const internal::Leaf& leaf = (*full_leaves)[i];
     const Value& v = *leaf.value;
     Value* const to = target[i] < 0 ? nullptr : (*local_leaves)[static_cast<size_t>(target[i])].value;
     if (v.kind() == ValueKind::kTensor && v.as_tensor().dim() > 0) {
-      if (to == nullptr || to->is_none()) continue;
-      if (!fresh.empty() && fresh[i].defined()) {
+      if (to == nullptr || to->is_none() || to->kind() == ValueKind::kShardedTensor) continue;
+      if (distribution.fresh_of[i] >= 0) {
+        // A DTensor: its new local, the Partial identity off coordinate 0 (case-014).
         const DTensor& d = to->as_dtensor();
+        Tensor& mine = distribution.fresh[distribution.fresh_of[i]];
         SDRT_RETURN_IF_ERROR(
-            DistributeTensorInto(v.as_tensor(), *d.mesh(), d.placements(), rank, fresh[i], &infos[i]));
-        SDRT_ASSIGN_OR_RETURN(DTensor result, d.WithLocal(std::move(fresh[i])));
+            FillPartialIdentity(mine, *d.mesh(), d.placements(), *d.mesh()->Coordinate(rank)));
+        SDRT_ASSIGN_OR_RETURN(DTensor result, d.WithLocal(std::move(mine)));
         *to = Value(std::move(result));
         continue;
       }
-      SDRT_ASSIGN_OR_RETURN(Value piece, Distribute(v.as_tensor(), *to, rank, options.device));
-      *to = std::move(piece);
+      // Any other leaf: the full tensor on the device (an alias when already there).
+      const Tensor& full_tensor = v.as_tensor();
+      const Device device = options.device.value_or(
+          to->kind() == ValueKind::kTensor && !to->as_tensor().device().is_meta()
+              ? to->as_tensor().device()
+              : full_tensor.device());
+      if (full_tensor.device() == device) {
+        *to = Value(full_tensor);
+      } else {
+        SDRT_ASSIGN_OR_RETURN(Tensor moved, full_tensor.To(device));
+        *to = Value(std::move(moved));
+      }
       continue;
     }
     Value value = v;

@@ -50,6 +50,7 @@
 
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/export.h"
@@ -58,20 +59,6 @@ namespace sdrt SDRT_API {
 
 // 256 MiB, the default bucket size of every operation here.
 inline constexpr int64_t kDefaultBucketBytes = int64_t{256} << 20;
-
-// What a call moved, for benchmarks and the `sdrt` command. Counts are of this rank's
-// calls into the Communicator.
-struct CollectiveStats {
-  int64_t collectives = 0;       // every Communicator call, metadata ones included
-  int64_t data_collectives = 0;  // the ones moving tensor bytes (one per bucket)
-  int64_t buckets = 0;
-  // Bytes the data collectives moved: the gathered buckets (every rank receives all of
-  // each), or the buckets the root sent (broadcast); 16-byte alignment padding included.
-  int64_t bytes = 0;
-  // The largest of those buckets, in the same bytes: at most bucket_bytes, except a gather
-  // bucket holding one tensor larger than that (a tensor is gathered whole).
-  int64_t largest_bucket_bytes = 0;
-};
 
 struct GatherOptions {
   // The group to gather over. nullptr: the MPI world (MpiCommunicator::World()); an
@@ -91,10 +78,10 @@ struct GatherOptions {
   bool type_check = true;
   // Upper bound of the full bytes gathered by one collective (>= 1).
   int64_t bucket_bytes = kDefaultBucketBytes;
-  // Filled when not null.
-  CollectiveStats* stats = nullptr;
-  // Called on the calling thread after each bucket's collective with the bytes moved so
-  // far and in all (CollectiveStats::bytes units), e.g. to show progress. May be empty.
+  // Filled when not null (transfer_stats.h).
+  TransferStats* stats = nullptr;
+  // Called on the calling thread after each exchange with this rank's bytes sent and
+  // received so far and in all, e.g. to show progress. May be empty.
   std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
@@ -130,9 +117,9 @@ struct BroadcastOptions {
   int64_t bucket_bytes = kDefaultBucketBytes;  // >= 1
   // The rank of `comm` whose `full` is broadcast.
   int root = 0;
-  CollectiveStats* stats = nullptr;
-  // Called on the calling thread after each bucket's collective with the bytes moved so
-  // far and in all (CollectiveStats::bytes units), e.g. to show progress. May be empty.
+  TransferStats* stats = nullptr;  // filled when not null (transfer_stats.h)
+  // Called on the calling thread after each exchange with this rank's bytes sent and
+  // received so far and in all, e.g. to show progress. May be empty.
   std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 

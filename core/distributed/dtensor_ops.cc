@@ -9,8 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "sdrt/core/distributed/internal/gather_plan.h"
-#include "sdrt/core/distributed/internal/partial_buckets.h"
+#include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
+#include "sdrt/core/distributed/internal/gather_transfer.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -59,23 +60,17 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
   SDRT_ASSIGN_OR_RETURN(const std::vector<int> order, MeshDimsToReplicate(mesh, placements));
   if (order.empty()) return dtensor.local();
 
-  // One item, one bucket, both on the local's device (internal/gather_plan.h).
-  const Device device = dtensor.local().device();
-  const internal::PartialInput input{&dtensor, &mesh_comm};
-  SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> reduced,
-                        internal::ReducePartialsInBuckets(
-                            {&input, 1}, device, std::numeric_limits<int64_t>::max(), nullptr));
-  const Tensor local =
-      !reduced.empty() && reduced[0].defined() ? std::move(reduced[0]) : dtensor.local();
-  if (NumShards(mesh, placements) == 1) return local;
-  SDRT_ASSIGN_OR_RETURN(
-      internal::GatherItem item,
-      internal::MakeDTensorItem(dtensor, local, comm.size(), comm.rank(), device));
-  std::vector<Tensor> full(1);
-  internal::GatherItem* const bucket[] = {&item};
-  SDRT_RETURN_IF_ERROR(
-      internal::GatherBucket(comm, bucket, device, /*keep=*/true, absl::MakeSpan(full), nullptr));
-  return full[0];
+  // One tensor, one bucket: the transfer engine's gather (internal/gather_transfer.h),
+  // agreed on first so that a rank alone in error fails every rank.
+  constexpr absl::string_view kOp = "FullTensor";
+  internal::GatherTransfer gather(kOp, comm, {}, std::numeric_limits<int64_t>::max());
+  gather.AddDTensor("", dtensor, &mesh_comm, dtensor.local().device());
+  const absl::Status local_error = gather.Prepare();
+  AgreementPayload payload;
+  payload.mine = gather.payload();
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, "", {}, local_error, nullptr, &payload));
+  SDRT_RETURN_IF_ERROR(gather.Run(kOp, payload.all, nullptr));
+  return std::move(gather.result(0));
 }
 
 absl::StatusOr<DTensor> FromLocal(const Tensor& local, std::shared_ptr<const DeviceMesh> mesh,
@@ -170,33 +165,57 @@ absl::StatusOr<Tensor> GatherShardedTensor(const ShardedTensor& st, Communicator
     }
     where = bad.empty() ? kind : kBadDevice;
   }
-  // One item, one bucket (internal/gather_plan.h); the box exchange also compares the
-  // ranks' dtypes and global shapes and says where each rank's shards are.
-  internal::GatherItem item = internal::MakeShardedItem(st, Device::CPU());
-  internal::StandaloneBoxCheck check;
-  check.device_code = where;
-  internal::GatherItem* const bucket[] = {&item};
-  SDRT_RETURN_IF_ERROR(
-      internal::ExchangeShardBoxes(comm, "GatherShardedTensor", bucket, &check, nullptr));
+  // One tensor, one bucket (internal/gather_transfer.h). The agreement carries, before the
+  // boxes, what every rank must share: the dtype and global shape, and where its shards are.
+  constexpr absl::string_view kOp = "GatherShardedTensor";
+  internal::GatherTransfer gather(kOp, comm, {}, std::numeric_limits<int64_t>::max());
+  gather.AddSharded("", st, Device::CPU());
+  const absl::Status local_error = gather.Prepare();
+  AgreementPayload payload;
+  internal::PutU64(&payload.mine, static_cast<uint64_t>(st.dtype()));
+  internal::PutU64(&payload.mine, static_cast<uint64_t>(where));
+  internal::PutU64(&payload.mine, st.global_shape().size());
+  for (int64_t s : st.global_shape()) internal::PutU64(&payload.mine, static_cast<uint64_t>(s));
+  internal::PutString(&payload.mine, gather.payload());
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, "", {}, local_error, nullptr, &payload));
+  std::vector<std::string> boxes(payload.all.size());
   int64_t first_where = kNoShard;  // of the lowest rank holding local shards
   for (int q = 0; q < comm.size(); ++q) {
-    const int64_t w = check.rank_device_codes[q];
-    if (w == kBadDevice) {
+    internal::ByteReader reader(payload.all[q]);
+    uint64_t dtype = 0, w = 0, ndim = 0;
+    IntVector shape;
+    bool ok = reader.Bounded(kNumDTypes - 1, &dtype) && reader.U64(&w) &&
+              reader.Bounded(internal::kMaxTransferDims, &ndim);
+    for (uint64_t d = 0; ok && d < ndim; ++d) {
+      uint64_t v = 0;
+      ok = reader.U64(&v);
+      shape.push_back(static_cast<int64_t>(v));
+    }
+    if (!ok || !reader.String(&boxes[q])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": rank ", q, " sent a malformed shard box message"));
+    }
+    if (static_cast<DType>(dtype) != st.dtype() || shape != st.global_shape()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "GatherShardedTensor: rank ", q, "'s local shards are not all on one device the ",
-          comm.backend(), " communicator serves (the CPU or ", comm.device().ToString(), ")",
+          kOp, ": rank ", q, " has a ShardedTensor of ", DTypeName(static_cast<DType>(dtype)),
+          ShapeToString(shape), ", rank ", comm.rank(), " one of ", DTypeName(st.dtype()),
+          ShapeToString(st.global_shape())));
+    }
+    const int64_t wq = static_cast<int64_t>(w);
+    if (wq == kBadDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kOp, ": rank ", q, "'s local shards are not all on one device the ", comm.backend(),
+          " communicator serves (the CPU or ", comm.device().ToString(), ")",
           q == comm.rank() ? absl::StrCat(": ", bad) : ""));
     }
-    if (first_where == kNoShard) first_where = w;
+    if (first_where == kNoShard) first_where = wq;
   }
   // The result lives with this rank's local shards; a rank without any follows the lowest
   // rank that has some, and with none anywhere it is on the communicator's device.
   const int64_t here = where != kNoShard ? where : first_where;
-  item.target = here == kCpu ? Device::CPU() : comm.device();
-  std::vector<Tensor> full(1);
-  SDRT_RETURN_IF_ERROR(internal::GatherBucket(comm, bucket, item.target, /*keep=*/true,
-                                              absl::MakeSpan(full), nullptr));
-  return full[0];
+  gather.SetTarget(0, here == kCpu ? Device::CPU() : comm.device());
+  SDRT_RETURN_IF_ERROR(gather.Run(kOp, boxes, nullptr));
+  return std::move(gather.result(0));
 }
 
 }  // namespace sdrt

@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/agreement.h"
-#include "sdrt/core/distributed/internal/buckets.h"
 #include "sdrt/core/distributed/internal/device_staging.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
@@ -86,7 +85,9 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
     const int64_t at = base + (s.file_offset - read.offset);
     Tensor box;
     if (at % ElementAlignment(entry.dtype) == 0) {
-      SDRT_ASSIGN_OR_RETURN(box, internal::ByteView(buffer, at, entry.dtype, box_shape));
+      SDRT_ASSIGN_OR_RETURN(box, Tensor::AtByteOffset(buffer.storage(),
+                                                      buffer.storage_offset() + at, entry.dtype,
+                                                      box_shape));
     } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));

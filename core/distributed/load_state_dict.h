@@ -155,7 +155,7 @@ struct LoadShardedOptions {
   // This rank's figures: bytes_read = the bytes of the pieces in the rank files it read,
   // bytes_kept = the bytes of its destination pieces, reads = the rank files it opened.
   LoadStats* stats = nullptr;
-  ReshardStats* reshard_stats = nullptr;  // the reshard's figures (reshard_state_dict.h)
+  TransferStats* reshard_stats = nullptr;  // the reshard's figures (transfer_stats.h)
 };
 
 // Fills `local` from the sdrt sharded folder `dir` (sharded_checkpoint.h: index.json plus

@@ -16,18 +16,19 @@
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
-#include "sdrt/core/distributed/internal/reshard_descriptors.h"
-#include "sdrt/core/distributed/internal/reshard_execute.h"
-#include "sdrt/core/distributed/internal/reshard_locals.h"
-#include "sdrt/core/distributed/internal/reshard_plan.h"
-#include "sdrt/core/distributed/internal/reshard_plan_state.h"
-#include "sdrt/core/distributed/internal/reshard_program.h"
+#include "sdrt/core/distributed/internal/engine/descriptors.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/engine/locals.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_state.h"
+#include "sdrt/core/distributed/internal/engine/program.h"
+#include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 
 const std::vector<std::string>& ReshardPlan::paths() const { return state_->paths; }
-const ReshardStats& ReshardPlan::stats() const { return state_->stats; }
+const TransferStats& ReshardPlan::stats() const { return state_->stats; }
 
 namespace {
 
@@ -104,7 +105,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   }
   auto state = std::make_shared<ReshardPlan::State>();
   state->comm = &comm;
-  CollectiveStats collectives;
+  TransferStats collectives;
   if (local_error.ok() && !options.node_of_rank.empty() &&
       static_cast<int>(options.node_of_rank.size()) != comm.size()) {
     local_error = absl::InvalidArgumentError(absl::StrCat(
@@ -120,9 +121,13 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
                                     absl::StrJoin(options.node_of_rank, ","), "]"),
                        {}, local_error, &collectives, &payload));
   std::vector<std::vector<internal::LeafLayout>> per_rank;
-  internal::ReshardPlanOptions plan_options;
+  internal::TransferPlanOptions plan_options;
   plan_options.rank = comm.rank();
   plan_options.node_of_rank = options.node_of_rank;
+  // Tensors every rank needs whole move by a collective (internal/engine/transfer.h).
+  plan_options.world_size = comm.size();
+  plan_options.broadcast = true;
+  plan_options.all_gather = !comm.device().is_cpu();
   absl::flat_hash_map<std::string, int64_t> hosts;
   for (int q = 0; q < static_cast<int>(payload.all.size()); ++q) {
     internal::ByteReader reader(payload.all[q]);
@@ -141,93 +146,84 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
             payload.all[q].substr(payload.all[q].size() - reader.Remaining()), q));
     per_rank.push_back(std::move(leaves));
   }
-  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::ReshardTensor> tensors,
+  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::TransferTensor> tensors,
                         internal::MergeLeafLayouts(per_rank));
-  for (const internal::ReshardTensor& t : tensors) state->paths.push_back(t.name);
-  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanReshard(tensors, plan_options));
-  internal::ReshardExecuteOptions execute;
+  for (const internal::TransferTensor& t : tensors) state->paths.push_back(t.name);
+  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanTransfer(tensors, plan_options));
+  internal::TransferScheduleOptions execute;
   execute.bucket_bytes = options.bucket_bytes;
   // Every rank makes as many exchanges as the busiest in each phase: one more exchange of
-  // 16 bytes, which also carries a rank's failure to schedule (-1) so that no rank is left
+  // 16 bytes, which also carries a rank's failure to schedule so that no rank is left
   // waiting.
-  absl::StatusOr<internal::ReshardSchedule> schedule =
-      internal::ScheduleReshard(state->plan, comm.rank(), execute);
-  std::string count;
-  internal::PutU64(&count, schedule.ok() ? schedule->direct_exchanges : ~uint64_t{0});
-  internal::PutU64(
-      &count, schedule.ok() ? schedule->exchanges() - schedule->direct_exchanges : ~uint64_t{0});
-  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> counts, comm.AllGatherBytes(count));
+  absl::StatusOr<internal::TransferSchedule> schedule =
+      internal::ScheduleTransfer(state->plan, comm.rank(), execute);
+  SDRT_ASSIGN_OR_RETURN(
+      const std::vector<std::string> counts,
+      comm.AllGatherBytes(internal::EncodeExchangeCounts(
+          schedule.ok() ? std::optional<internal::ExchangeCounts>(internal::CountsOf(*schedule))
+                        : std::nullopt)));
   ++collectives.collectives;
   if (!schedule.ok()) return schedule.status();
   state->schedule = *std::move(schedule);
-  for (size_t q = 0; q < counts.size(); ++q) {
-    internal::ByteReader reader(counts[q]);
-    uint64_t direct = 0, forward = 0;
-    if (!reader.Bounded(uint64_t{1} << 40, &direct) ||
-        !reader.Bounded(uint64_t{1} << 40, &forward)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PlanReshard: rank ", q, " could not schedule its chunks"));
-    }
-    state->exchanges.direct = std::max(state->exchanges.direct, static_cast<int64_t>(direct));
-    state->exchanges.forward = std::max(state->exchanges.forward, static_cast<int64_t>(forward));
-  }
-  const internal::ReshardStats& ps = state->plan.stats;
-  ReshardStats& st = state->stats;
-  st.wire_bytes = ps.wire_bytes;
-  st.optimum_bytes = ps.optimum_bytes;
-  st.self_bytes = ps.self_bytes;
-  st.max_sent_bytes = ps.max_sent_bytes;
-  st.max_received_bytes = ps.max_received_bytes;
-  st.messages = ps.messages;
-  st.rounds = state->exchanges.direct + state->exchanges.forward;
-  st.internode_bytes = ps.internode_bytes;
-  st.collectives = collectives.collectives;
+  SDRT_ASSIGN_OR_RETURN(state->exchanges, internal::MostExchanges(counts));
+  internal::SetPlanStats(state->plan, state->schedule, state->exchanges, state->stats);
+  state->stats.collectives = collectives.collectives;
   ReshardPlan plan;
   plan.state_ = std::move(state);
   return plan;
 }
 
 absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& destination,
-                            ReshardStats* stats) {
+                            TransferStats* stats) {
   if (plan.state_ == nullptr) return absl::FailedPreconditionError("ExecuteReshard: empty plan");
   const ReshardPlan::State& s = *plan.state_;
   Communicator& comm = *s.comm;
-  internal::FoundReshardLocals found;
-  std::optional<internal::ReshardProgram> program;
+  internal::FoundTransferLocals found;
+  std::optional<internal::TransferProgram> program;
   const absl::Status local_error =
       internal::PrepareReshard(s, source, destination, /*keep=*/false, found, program);
-  if (stats != nullptr) {
-    *stats = s.stats;
-    stats->collectives = 1;
-  }
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, "ExecuteReshard", "", {}, local_error));
   SDRT_RETURN_IF_ERROR(
-      internal::RunReshard(*program, s.plan, s.schedule, comm, found.sources, found.destinations));
-  if (stats != nullptr) {
-    *stats = internal::StatsOfRun(s, *program);
-    ++stats->collectives;  // the agreement
-  }
+      internal::RunCompiledReshard("ExecuteReshard", s, *program, found, /*collectives=*/1, stats));
   return internal::InstallFreshLocals(found);
 }
 
 namespace internal {
 
 absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source, Map& destination,
-                            bool keep, FoundReshardLocals& found,
-                            std::optional<ReshardProgram>& program) {
+                            bool keep, FoundTransferLocals& found,
+                            std::optional<TransferProgram>& program) {
   Communicator& comm = *s.comm;
   SDRT_RETURN_IF_ERROR(
-      FindReshardLocals(s.plan, comm.rank(), comm.device(), source, destination, keep, found));
+      FindTransferLocals(s.plan, comm.rank(), comm.device(), source, destination, keep, found));
   // Compiled before the agreement, so that its errors (the buckets) are every rank's.
-  SDRT_ASSIGN_OR_RETURN(program, CompileReshard(s.plan, s.schedule, s.exchanges, comm,
-                                                found.sources, found.destinations));
+  SDRT_ASSIGN_OR_RETURN(program, CompileTransfer(s.plan, s.schedule, s.exchanges, comm,
+                                                 found.sources, found.destinations));
   return absl::OkStatus();
+}
+
+absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::State& s,
+                                const TransferProgram& program, const FoundTransferLocals& locals,
+                                int64_t collectives, TransferStats* stats) {
+  Communicator& comm = *s.comm;
+  absl::Status status =
+      RunTransfer(program, s.plan, s.schedule, &comm, locals.sources, locals.destinations);
+  collectives += static_cast<int64_t>(program.exchanges.size());
+  if (!program.exchanges.empty()) status = CloseTransfer(comm, op, status, &collectives);
+  if (status.ok() && stats != nullptr) {
+    *stats = s.stats;
+    stats->collectives = collectives;
+    stats->sent_bytes = program.stats.sent_bytes;
+    stats->received_bytes = program.stats.received_bytes;
+    stats->buffer_bytes = program.stats.buffer_bytes;
+  }
+  return status;
 }
 
 }  // namespace internal
 
 absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,
-                              ReshardStats* stats) {
+                              TransferStats* stats) {
   SDRT_ASSIGN_OR_RETURN(const ReshardPlan plan, PlanReshard(source, destination, options));
   SDRT_RETURN_IF_ERROR(ExecuteReshard(plan, source, destination, stats));
   if (stats != nullptr) stats->collectives += plan.stats().collectives;

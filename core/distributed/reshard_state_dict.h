@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/export.h"
 
@@ -49,25 +50,6 @@ struct ReshardOptions {
   std::vector<int64_t> node_of_rank;
 };
 
-struct ReshardStats {
-  // The plan's, the same on every rank. Wire bytes move between different ranks; the
-  // optimum is, over destination pieces, the bytes a piece needs minus those a source
-  // piece on its own rank holds (wire_bytes == optimum_bytes for every plan sdrt makes).
-  int64_t wire_bytes = 0;
-  int64_t optimum_bytes = 0;
-  int64_t self_bytes = 0;          // copied from a rank's sources to its destinations
-  int64_t max_sent_bytes = 0;      // by the busiest sender
-  int64_t max_received_bytes = 0;  // by the busiest receiver
-  int64_t messages = 0;            // (tensor, sender, receiver) triples between ranks
-  int64_t internode_bytes = 0;     // wire bytes between ranks of different nodes
-  int64_t rounds = 0;              // exchanges every rank makes (the busiest rank's)
-  // This rank's, in the last ExecuteReshard.
-  int64_t sent_bytes = 0;
-  int64_t received_bytes = 0;
-  int64_t buffer_bytes = 0;  // its send and receive buckets
-  int64_t collectives = 0;   // Communicator calls (agreements, exchanges)
-};
-
 class BoundReshard;
 
 // The plan of one (source layout, destination layout) pair: a value to keep and execute
@@ -76,14 +58,14 @@ class ReshardPlan {
  public:
   // The paths planned (leaves some rank holds on the destination side), in plan order.
   const std::vector<std::string>& paths() const;
-  // The plan's part of ReshardStats.
-  const ReshardStats& stats() const;
+  // The plan's figures (transfer_stats.h; `collectives`: those of PlanReshard).
+  const TransferStats& stats() const;
 
   struct State;
 
  private:
   friend absl::StatusOr<ReshardPlan> PlanReshard(const Map&, const Map&, const ReshardOptions&);
-  friend absl::Status ExecuteReshard(const ReshardPlan&, const Map&, Map&, ReshardStats*);
+  friend absl::Status ExecuteReshard(const ReshardPlan&, const Map&, Map&, TransferStats*);
   friend class BoundReshard;
   friend absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan&, const Map&, Map&);
   std::shared_ptr<const State> state_;
@@ -98,13 +80,17 @@ class ReshardPlan {
 // placements or boxes; never per-element lists), inside the agreement, so every rank
 // builds the same plan or gets the same error: InvalidArgument naming the leaf when ranks
 // describe one side of it differently, source and destination differ in dtype or shape,
-// no rank holds a source of a destination leaf, or a layout is invalid (the planner's
-// errors, reshard_plan.h; among them a Partial(avg) source of a non-floating dtype, which
-// PyTorch refuses too); Unimplemented for Partial dims of different ops (sum, product,
+// no rank holds a source of a destination leaf, a destination is Partial (PyTorch gives
+// each rank a share of the value; sdrt refuses), or a layout is invalid (the planner's
+// errors, internal/engine/plan.h; among them a Partial(avg) source of a non-floating dtype,
+// which PyTorch refuses too); Unimplemented for Partial dims of different ops (sum, product,
 // min, max and avg are reduced on the receiving rank, every contribution's bytes counted
 // as wire bytes; avg is the sum divided by the number of contributions, in the dtype, with
 // the last contribution); FailedPrecondition without options.comm; the communicator's
-// errors.
+// errors. A tensor that every rank of the communicator needs whole moves by a broadcast (when
+// one rank holds it) or, on a device communicator, an all-gather; everything else point to
+// point (internal/engine/transfer.h). Collectives: the agreement and one exchange of the
+// ranks' exchange counts.
 absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
                                         const ReshardOptions& options);
 
@@ -116,8 +102,10 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // shapes the plan was made for. One agreement first (a rank whose leaves do not fit the plan
 // fails with every rank, InvalidArgument naming the leaf; so do ResourceExhausted for the
 // buckets and Unimplemented for a Partial contribution to be reduced from a bucket off the
-// CPU), then the exchanges. `stats`, when
-// not null, gets the plan's and this rank's figures.
+// CPU), then the exchanges, then the closing: one all-reduce of every rank's status, so
+// that the call succeeds on every rank or fails on every rank (the first failing rank's
+// error; DeadlineExceeded naming the ranks that did not arrive). `stats`, when not null,
+// gets the plan's and this rank's figures (collectives: 1 + exchanges + 1).
 //
 // Cost per call (a weight sync runs it every step): no planning; each leaf is found and
 // checked once (by position when the trees list the plan's paths in its order); the small
@@ -128,7 +116,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // on the memcpy path. When both sides keep their buffers, BindReshard (below) does this
 // per-tensor work once.
 absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& destination,
-                            ReshardStats* stats = nullptr);
+                            TransferStats* stats = nullptr);
 
 // A plan bound to the locals of one source and one destination state dict: ExecuteReshard
 // with everything that does not change between steps done once. It holds the locals'
@@ -149,14 +137,19 @@ class BoundReshard {
 
   // Collective over the plan's communicator: every rank calls it, on its binding of the
   // same plan, as many times. No agreement first (the locals were checked and agreed on
-  // when bound): a call is the plan's exchanges (stats->collectives, the same on every
-  // rank), the copies into and out of the buckets, and the copies of chunks to itself. A
-  // rank that does not call leaves the others failing with DeadlineExceeded (naming it) at
-  // the communicator's deadline. Blocking; CPU locals through MPI, CUDA locals through
-  // NCCL (the copies of a step go through the buckets, blocking, as in ExecuteReshard).
-  // `stats`, when not null, gets the plan's figures and this rank's (on success). Errors:
-  // the communicator's; FailedPrecondition on a moved-from binding.
-  absl::Status Execute(ReshardStats* stats = nullptr);
+  // when bound): a call is the plan's exchanges, the copies into and out of the buckets and
+  // the copies of chunks to itself, then the closing: one all-reduce of every rank's status.
+  // So a step succeeds on every rank or on none: a rank that does not call leaves every
+  // other rank failing with DeadlineExceeded (naming it) at the communicator's deadline,
+  // also the ranks whose messages to it were small enough to be sent before it arrived and
+  // those that exchange nothing with it; and no rank starts the next step's exchanges
+  // before every rank has finished this one's, so a late rank never takes another step's
+  // bytes. Blocking; CPU locals through MPI, CUDA locals through NCCL (the copies of a step
+  // go through the buckets, blocking, as in ExecuteReshard). `stats`, when not null, gets
+  // the plan's figures and this rank's (on success; collectives: the exchanges + 1, the
+  // same on every rank). Errors: the communicator's; a failed rank's error on every rank;
+  // FailedPrecondition on a moved-from binding.
+  absl::Status Execute(TransferStats* stats = nullptr);
 
   // The plan bound (sharing it); not on a moved-from binding.
   const ReshardPlan& plan() const;
@@ -185,7 +178,7 @@ absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& sou
 
 // PlanReshard then ExecuteReshard.
 absl::Status ReshardStateDict(const Map& source, Map& destination, const ReshardOptions& options,
-                              ReshardStats* stats = nullptr);
+                              TransferStats* stats = nullptr);
 
 }  // namespace sdrt
 

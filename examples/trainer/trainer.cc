@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
       float* p = local.data<float>();
       for (int64_t k = 0; k < local.numel(); ++k) p[k] += 0.5f;
     }
-    sdrt::ReshardStats stats;
+    sdrt::TransferStats stats;
     if (absl::Status s = sync.Execute(&stats); !s.ok()) Fail("BoundReshard::Execute", s);
     int64_t wrong = 0;
     for (const Weight& w : kWeights) {

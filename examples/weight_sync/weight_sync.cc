@@ -109,17 +109,17 @@ int main(int argc, char** argv) {
     const auto plural = [](int64_t k) { return k == 1 ? "" : "s"; };
     std::printf(
         "plan: %zu weights from %d trainer rank%s (fsdp) to %lld engine rank%s (tp); "
-        "%lld bytes on the wire per step (the optimum: %lld), %lld round%s\n",
+        "%lld bytes on the wire per step (the optimum: %lld), %lld exchange%s\n",
         plan->paths().size(), trainers, plural(trainers),
         static_cast<long long>(engine_mesh->num_ranks()), plural(engine_mesh->num_ranks()),
         static_cast<long long>(plan->stats().wire_bytes),
         static_cast<long long>(plan->stats().optimum_bytes),
-        static_cast<long long>(plan->stats().rounds), plural(plan->stats().rounds));
+        static_cast<long long>(plan->stats().exchanges), plural(plan->stats().exchanges));
   }
   for (int step = 1; step <= steps; ++step) {
     const sdrt::Map trainer = trainer_at(step);  // the trainer's weights after this step
     const double start = MPI_Wtime();
-    sdrt::ReshardStats stats;
+    sdrt::TransferStats stats;
     if (absl::Status s = sdrt::ExecuteReshard(*plan, trainer, engine, &stats); !s.ok()) {
       return Fail("ExecuteReshard", s);
     }

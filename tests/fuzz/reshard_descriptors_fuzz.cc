@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "sdrt/core/distributed/internal/reshard_descriptors.h"
+#include "sdrt/core/distributed/internal/engine/descriptors.h"
 #include "sdrt/tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

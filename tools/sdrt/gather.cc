@@ -224,7 +224,7 @@ int RunGather(const GatherArgs& args) {
   options.cpu_offload = true;
   options.ranks_only = {0};
   options.bucket_bytes = args.bucket_mib << 20;
-  CollectiveStats stats;
+  TransferStats stats;
   options.stats = &stats;
   options.progress = ProgressLine("gather", session->rank() == 0 && (!args.json || args.progress),
                                   args.progress);
@@ -264,9 +264,8 @@ int RunGather(const GatherArgs& args) {
                                   {"gather_gbps", gbps},
                                   {"write_seconds", write_seconds},
                                   {"collectives", stats.collectives},
-                                  {"data_collectives", stats.data_collectives},
-                                  {"buckets", stats.buckets},
-                                  {"largest_bucket_bytes", stats.largest_bucket_bytes},
+                                  {"exchanges", stats.exchanges},
+                                  {"buffer_bytes", stats.buffer_bytes},
                                   {"verified", true},
                                   {"peak_rss_bytes", *peaks}};
     out["layout"] = plan ? "huggingface" : "safetensors";
@@ -280,9 +279,9 @@ int RunGather(const GatherArgs& args) {
   std::cout << "gathered " << index.tensors.size() << " tensors (" << HumanBytes(bytes) << ") from "
             << session->size() << " ranks into " << Printable(args.out) << "\n"
             << "  gather " << absl::StrFormat("%.3f s, %.2f GB/s", gather_seconds, gbps) << "; "
-            << stats.collectives << " collectives (" << stats.data_collectives << " moving data, "
-            << stats.buckets << " buckets, the largest " << HumanBytes(stats.largest_bucket_bytes)
-            << "); write " << absl::StrFormat("%.3f s", write_seconds) << "\n"
+            << stats.collectives << " collectives (" << stats.exchanges
+            << (stats.exchanges == 1 ? " exchange" : " exchanges") << " moving data, buffers "
+            << HumanBytes(stats.buffer_bytes) << "); write " << absl::StrFormat("%.3f s", write_seconds) << "\n"
             << "  every tensor matches the index's xxh64\n";
   if (plan) {
     std::cout << "  Hugging Face folder: " << DescribeFolder(*plan, *max_shard_bytes, nbytes)

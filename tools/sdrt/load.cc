@@ -136,7 +136,7 @@ int RunLoad(const LoadArgs& args) {
   options.device = session->device;
   options.bucket_bytes = args.bucket_mib << 20;
   options.strict = true;
-  CollectiveStats stats;
+  TransferStats stats;
   options.stats = &stats;
   options.progress =
       ProgressLine("load", session->rank() == 0 && (!args.json || args.progress), args.progress);
@@ -224,8 +224,7 @@ int RunLoad(const LoadArgs& args) {
                                   {"seconds", seconds},
                                   {"gbps", gbps},
                                   {"collectives", stats.collectives},
-                                  {"data_collectives", stats.data_collectives},
-                                  {"buckets", stats.buckets},
+                                  {"exchanges", stats.exchanges},
                                   {"verified_against", against},
                                   {"mismatches", mismatches},
                                   {"bit_exact", mismatches.empty()},
@@ -247,9 +246,9 @@ int RunLoad(const LoadArgs& args) {
       std::cout << "\n";
     } else {
       std::cout << "  broadcast " << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; "
-                << stats.collectives << " collectives (" << stats.data_collectives
-                << " moving data, " << stats.buckets << " buckets of at most " << args.bucket_mib
-                << " MiB)\n";
+                << stats.collectives << " collectives (" << stats.exchanges
+                << (stats.exchanges == 1 ? " exchange" : " exchanges") << " of at most "
+                << args.bucket_mib << " MiB per rank)\n";
     }
     std::cout << "  verified against " << Printable(against) << ": "
               << (mismatches.empty() ? "every piece matches" : "MISMATCH") << "\n";

@@ -114,7 +114,7 @@ int RunReshard(const ReshardArgs& args) {
   ReshardOptions options;
   options.comm = &session->data();
   options.bucket_bytes = args.bucket_mib << 20;
-  ReshardStats stats;
+  TransferStats stats;
   status = session->world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
@@ -158,7 +158,7 @@ int RunReshard(const ReshardArgs& args) {
                                   {"bytes", bytes},
                                   {"reshard_seconds", reshard_seconds},
                                   {"peak_rss_bytes", *peaks}};
-    out.update(ReshardStatsJson(stats));
+    out.update(TransferStatsJson(stats));
     std::cout << JsonText(out, 2) << "\n";
     return kExitOk;
   }
@@ -171,8 +171,8 @@ int RunReshard(const ReshardArgs& args) {
             << HumanBytes(stats.wire_bytes) << " (the optimum: " << HumanBytes(stats.optimum_bytes)
             << "), kept in place " << HumanBytes(stats.self_bytes) << "; the busiest rank sent "
             << HumanBytes(stats.max_sent_bytes) << " and received "
-            << HumanBytes(stats.max_received_bytes) << "; " << stats.rounds
-            << (stats.rounds == 1 ? " round, " : " rounds, ") << stats.collectives
+            << HumanBytes(stats.max_received_bytes) << "; " << stats.exchanges
+            << (stats.exchanges == 1 ? " exchange, " : " exchanges, ") << stats.collectives
             << " collectives\n"
             << "  peak memory per rank:";
   for (int64_t p : *peaks) std::cout << " " << HumanBytes(p);
@@ -199,7 +199,7 @@ void AddReshardCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--mesh-dim-names", args->dim_names,
                   "comma-separated mesh dim names recorded in the index, e.g. dp,tp");
   cmd->add_option("--bucket-mib", args->bucket_mib,
-                  "the most bytes a rank sends, or receives, per round, MiB")
+                  "the most bytes a rank sends, or receives, per exchange, MiB")
       ->capture_default_str();
   cmd->add_flag("--overwrite", args->overwrite, "replace OUTDIR when it is a sharded checkpoint");
   cmd->add_flag("--json", args->json, "print the results as JSON");

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "sdrt/core/distributed/internal/gather_plan.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
@@ -15,6 +14,19 @@
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
+
+uint64_t HashLayout(const DTensor& dtensor) {
+  // FNV-1a over the mesh's address, the global shape and the placements.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+  mix(reinterpret_cast<uintptr_t>(dtensor.mesh().get()));
+  for (int64_t d : dtensor.global_shape()) mix(static_cast<uint64_t>(d));
+  for (const Placement& p : dtensor.placements()) {
+    mix(static_cast<uint64_t>(p.kind()) << 48 ^ static_cast<uint64_t>(p.dim()) << 32 ^
+        static_cast<uint64_t>(p.split_factor()) << 8 ^ static_cast<uint64_t>(p.reduce_op()));
+  }
+  return h;
+}
 namespace {
 
 std::string Describe(DType dtype, IntSpan shape) {

@@ -36,6 +36,11 @@ struct LocalTarget {
   absl::InlinedVector<ShardRuns, 1> runs;
 };
 
+// A hash of `dtensor`'s layout: its mesh's address, global shape and placements (FNV-1a).
+// The key of the per-call caches of what a layout determines (LocalLayoutCache and
+// GatherStateDict's local-shape check); entries still compare the fields themselves.
+uint64_t HashLayout(const DTensor& dtensor);
+
 // What a DTensor layout (mesh, placements, global shape, dtype) gives this rank, worked out
 // once per call and shared by the tensors of that layout (10,000 tensors of a state dict
 // have a few dozen layouts): the byte-cut check, the local shape and the global runs owned.

@@ -44,7 +44,7 @@ AgreementSkeleton Skeleton(const std::string& dtype) {
 }
 
 TEST(AgreeAcrossRanksMpi, MatchingRanksAgreeAndShareTheirPayloads) {
-  CollectiveStats stats;
+  TransferStats stats;
   AgreementPayload payload{absl::StrCat("from rank ", Rank()), {}};
   const absl::Status s = AgreeAcrossRanks(*g_world, "Op", "bucket_bytes 16", Skeleton("float32"),
                                           absl::OkStatus(), &stats, &payload);
@@ -100,7 +100,7 @@ TEST(AgreeAcrossRanksMpi, OptionsThatDifferAreNamed) {
 TEST(AgreeAcrossRanksMpi, SkeletonsThatDifferAreNamedByTheirFirstDifferingLeaf) {
   if (Size() == 1) GTEST_SKIP() << "needs two ranks to disagree";
   const int last = Size() - 1;
-  CollectiveStats stats;
+  TransferStats stats;
   const absl::Status s =
       AgreeAcrossRanks(*g_world, "GatherStateDict", "o",
                        Skeleton(Rank() == last ? "bfloat16" : "float32"), absl::OkStatus(), &stats);

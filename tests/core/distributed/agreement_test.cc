@@ -78,13 +78,13 @@ std::string Peer(const absl::Status& error = absl::OkStatus(), const std::string
 
 TEST(AgreeAcrossRanks, OneRankAgreesWithItselfAndCarriesThePayload) {
   test::Loopback comm(Device::CPU(), 0, 1, "mpi");
-  CollectiveStats stats;
+  TransferStats stats;
   AgreementPayload payload{"root skeleton", {}};
   EXPECT_TRUE(
       AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus(), &stats, &payload).ok());
   EXPECT_EQ(payload.all, std::vector<std::string>{"root skeleton"});
   EXPECT_EQ(stats.collectives, 1);
-  EXPECT_EQ(stats.data_collectives, 0);
+  EXPECT_EQ(stats.exchanges, 0);
 }
 
 TEST(AgreeAcrossRanks, OneRankReturnsItsOwnErrorPrefixed) {
@@ -144,7 +144,7 @@ TEST(AgreeAcrossRanks, ADifferentSkeletonIsNamedByItsFirstDifferingLeaf) {
   // The second exchange carries the skeletons of rank 0 and of the first differing rank.
   ScriptedPeers comm(
       3, {{Peer(), Peer(absl::OkStatus(), "o", other)}, {"", internal::EncodeSkeleton(other)}});
-  CollectiveStats stats;
+  TransferStats stats;
   absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus(), &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
@@ -232,7 +232,7 @@ TEST(AgreeAcrossRanksHashed, EqualHashesAgreeWithoutBuildingTheText) {
                                   return kSkeleton;
                                 }};
   ScriptedPeers comm(3, {{HashedPeer(42), HashedPeer(42)}});
-  CollectiveStats stats;
+  TransferStats stats;
   EXPECT_TRUE(AgreeAcrossRanksHashed(comm, "Op", "o", skeleton, absl::OkStatus(), &stats).ok());
   EXPECT_EQ(builds, 0);
   EXPECT_EQ(stats.collectives, 1);

@@ -1,7 +1,8 @@
-// A collective that fails in the middle of a bucketed gather or broadcast (a timeout, a
-// failed rank) comes back naming the bucket, so that the error can be placed in the run
-// (issue 12, docs/SEMANTICS.md 11.16). One process, over a one-rank communicator whose
-// data collective number N fails as an MPI timeout would.
+// A collective that fails in the middle of a gather or broadcast (a timeout, a failed rank)
+// comes back naming the exchange, so that the error can be placed in the run (issue 12,
+// docs/SEMANTICS.md 11.16). One process, over a communicator that plays rank 0 of two
+// ranks whose rank 1 says what rank 0 says, and whose data call number N (exchanges and
+// broadcasts; the bytes calls and the closing are metadata) fails as an MPI timeout would.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,32 +20,30 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kTimeout[] = "all_gather_v (test, rank 0 of 1): not complete after 5 ms";
+constexpr char kTimeout[] = "exchange (test, rank 0 of 2): not complete after 5 ms";
 
-// One rank, like SelfCommunicator, except that data collective number `fail_at` (from 1:
-// all-gathers and broadcasts of tensors; the bytes calls are metadata) returns
-// DeadlineExceeded.
 class FailingCommunicator final : public Communicator {
  public:
-  explicit FailingCommunicator(int fail_at) : Communicator(0, 1), fail_at_(fail_at) {}
+  explicit FailingCommunicator(int fail_at) : Communicator(0, 2), fail_at_(fail_at) {}
   absl::string_view backend() const override { return "test"; }
   Device device() const override { return Device::CPU(); }
+  bool SupportsExchange() const override { return true; }
 
  protected:
-  absl::Status DoAllGather(void* output, const void* input, int64_t bytes) override {
+  absl::Status DoExchange(absl::Span<const SendMessage>, absl::Span<const ReceiveMessage>,
+                          const LocalWork& overlap) override {
     SDRT_RETURN_IF_ERROR(Count());
-    if (output != input) std::memcpy(output, input, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoAllGatherV(void* output, const void* input,
-                            absl::Span<const int64_t> byte_counts) override {
-    return DoAllGather(output, input, byte_counts[0]);
+    return overlap ? overlap() : absl::OkStatus();
   }
   absl::Status DoBroadcast(absl::Span<const Tensor>, int) override { return Count(); }
+  absl::Status DoAllGather(void*, const void*, int64_t) override { return Count(); }
+  absl::Status DoAllGatherV(void*, const void*, absl::Span<const int64_t>) override {
+    return Count();
+  }
   absl::Status DoAllReduce(Tensor&, ReduceOp) override { return absl::OkStatus(); }
   absl::Status DoBroadcastBytes(std::string*, int) override { return absl::OkStatus(); }
   absl::StatusOr<std::vector<std::string>> DoAllGatherBytes(const std::string& mine) override {
-    return std::vector<std::string>{mine};
+    return std::vector<std::string>{mine, mine};
   }
   absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int, int) override {
     return absl::UnimplementedError("not needed");
@@ -66,33 +65,35 @@ Map ThreeTensors() {
   return m;
 }
 
-TEST(BucketError, GatherNamesTheBucketOfTheFailedCollective) {
+TEST(BucketError, GatherNamesTheExchangeOfTheFailedCollective) {
   FailingCommunicator comm(/*fail_at=*/2);
   GatherOptions options;
   options.comm = &comm;
   options.bucket_bytes = 64;
-  // ShardedTensors of one shard each: gathered even over one rank.
+  // Three tensors Shard(0) over the two ranks: 32 bytes of each go to rank 1 and come from
+  // it, two tensors' worth per exchange.
+  const auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2}));
   Map state_dict;
   for (const char* name : {"a", "b", "c"}) {
-    const ShardMetadata shard{{0}, {16}, {0, Device::CPU()}};
-    state_dict.Set(name, *ShardedTensor::Make({16}, DType::kFloat32, {shard},
-                                              {{*Tensor::Zeros({16}, DType::kFloat32), shard}}));
+    state_dict.Set(name, *DTensor::Make(*Tensor::Zeros({8}, DType::kFloat32), mesh,
+                                        {Placement::Shard(0)}, {16}));
   }
   const absl::StatusOr<Map> gathered = GatherStateDict(state_dict, options);
   ASSERT_EQ(gathered.status().code(), absl::StatusCode::kDeadlineExceeded) << gathered.status();
-  EXPECT_THAT(gathered.status().message(), HasSubstr("bucket 2 of 3 (1 tensors): "));
+  EXPECT_THAT(gathered.status().message(), HasSubstr("exchange 2 of 2 (point to point): "));
   EXPECT_THAT(gathered.status().message(), HasSubstr(kTimeout));
 }
 
-TEST(BucketError, BroadcastNamesTheBucketOfTheFailedCollective) {
+TEST(BucketError, BroadcastNamesTheExchangeOfTheFailedCollective) {
   FailingCommunicator comm(/*fail_at=*/3);
   BroadcastOptions options;
   options.comm = &comm;
   options.bucket_bytes = 64;
+  // Plain tensors every rank keeps whole: a broadcast each (64 bytes, a bucket).
   Map local = ThreeTensors();
   const absl::StatusOr<BroadcastResult> result = BroadcastStateDict(ThreeTensors(), local, options);
   ASSERT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
-  EXPECT_THAT(result.status().message(), HasSubstr("bucket 3 of 3 (64 bytes): "));
+  EXPECT_THAT(result.status().message(), HasSubstr("exchange 3 of 3 (a broadcast): "));
   EXPECT_THAT(result.status().message(), HasSubstr(kTimeout));
 }
 

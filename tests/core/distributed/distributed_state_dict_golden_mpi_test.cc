@@ -285,7 +285,7 @@ class DistributedGolden : public ::testing::TestWithParam<int64_t> {
       options.cpu_offload = true;
       options.ranks_only = {0};
     }
-    CollectiveStats stats;
+    TransferStats stats;
     options.stats = &stats;
     absl::StatusOr<Map> got = GatherStateDict(*input, options);
     ASSERT_TRUE(got.ok()) << expected_field << ": " << got.status();
@@ -305,7 +305,7 @@ class DistributedGolden : public ::testing::TestWithParam<int64_t> {
     const std::string input_report = DiffReport(*input_again, Value(*input));
     EXPECT_TRUE(input_report.empty()) << "GatherStateDict changed its input:\n  " << input_report;
     if (g_world->size() > 1) {
-      EXPECT_GT(stats.data_collectives, 0);
+      EXPECT_GT(stats.exchanges, 0);
     }
   }
 

@@ -222,9 +222,9 @@ TEST_F(ReshardGolden, AllCasesInOneStateDictThroughOnePlan) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->paths().size(), run.size());
   EXPECT_EQ(plan->stats().wire_bytes, plan->stats().optimum_bytes);
-  EXPECT_GT(plan->stats().rounds, 1);
+  EXPECT_GT(plan->stats().exchanges, 1);
   for (int pass = 0; pass < 2; ++pass) {
-    ReshardStats stats;
+    TransferStats stats;
     ASSERT_TRUE(ExecuteReshard(*plan, source, destination, &stats).ok());
     EXPECT_LE(stats.buffer_bytes, 2 * 64);
     for (const Case* c : run) {

@@ -14,10 +14,10 @@
 
 #include "gtest/gtest.h"
 #include "sdrt/comm/mpi_communicator.h"
-#include "sdrt/core/distributed/internal/reshard_execute.h"
-#include "sdrt/core/distributed/internal/reshard_plan.h"
-#include "sdrt/tests/core/distributed/internal/reshard_random.h"
-#include "sdrt/tests/core/distributed/internal/reshard_simulator.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/tests/core/distributed/internal/engine/random.h"
+#include "sdrt/tests/core/distributed/internal/engine/simulator.h"
 #include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 
@@ -47,33 +47,33 @@ std::vector<int64_t> Ranks(int64_t from, int64_t to) {
 
 // Plans `tensors`, runs the plan with buckets of `bucket` bytes and checks every rank's
 // destination pieces against the full tensors' pieces; `layout` lays out the sources.
-void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t bucket,
+void ReshardOverMpi(const std::vector<internal::TransferTensor>& tensors, int64_t bucket,
                     LocalLayout layout = LocalLayout::kContiguous,
                     const std::vector<int64_t>& nodes = {},
-                    internal::ReshardExecuteStats* stats_out = nullptr) {
+                    internal::TransferRunStats* stats_out = nullptr) {
   const int64_t me = g_world->rank();
   // This rank's plan, checked against the plan of every rank: the same stats, the same
   // schedule for this rank; the exchanges every rank makes are the busiest rank's.
-  internal::ReshardPlanOptions mine, all;
+  internal::TransferPlanOptions mine, all;
   mine.rank = me;
   mine.node_of_rank = all.node_of_rank = nodes;
-  absl::StatusOr<internal::ReshardPlan> plan = internal::PlanReshard(tensors, mine);
-  absl::StatusOr<internal::ReshardPlan> every = internal::PlanReshard(tensors, all);
+  absl::StatusOr<internal::TransferPlan> plan = internal::PlanTransfer(tensors, mine);
+  absl::StatusOr<internal::TransferPlan> every = internal::PlanTransfer(tensors, all);
   ASSERT_TRUE(plan.ok() && every.ok()) << plan.status() << every.status();
   EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
   EXPECT_EQ(plan->stats.wire_bytes, every->stats.wire_bytes);
   EXPECT_EQ(plan->stats.max_sent_bytes, every->stats.max_sent_bytes);
   EXPECT_EQ(plan->stats.max_received_bytes, every->stats.max_received_bytes);
   EXPECT_EQ(plan->stats.messages, every->stats.messages);
-  internal::ReshardExecuteOptions options;
+  internal::TransferScheduleOptions options;
   options.bucket_bytes = bucket;
-  absl::StatusOr<internal::ReshardSchedule> schedule =
-      internal::ScheduleReshard(*plan, me, options);
+  absl::StatusOr<internal::TransferSchedule> schedule =
+      internal::ScheduleTransfer(*plan, me, options);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
-  internal::ReshardExchangeCounts exchanges;
+  internal::ExchangeCounts exchanges;
   for (int64_t r = 0; r < g_world->size(); ++r) {
-    absl::StatusOr<internal::ReshardSchedule> theirs =
-        internal::ScheduleReshard(*every, r, options);
+    absl::StatusOr<internal::TransferSchedule> theirs =
+        internal::ScheduleTransfer(*every, r, options);
     ASSERT_TRUE(theirs.ok()) << theirs.status();
     const int64_t direct = static_cast<int64_t>(theirs->direct_exchanges);
     exchanges.direct = std::max(exchanges.direct, direct);
@@ -97,13 +97,13 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
       destinations[t].push_back(*Tensor::Zeros(local.shape(), local.dtype()));
     }
   }
-  internal::ReshardExecuteStats stats;
-  internal::ReshardLocals source_locals, destination_locals;
+  internal::TransferRunStats stats;
+  internal::TransferLocals source_locals, destination_locals;
   for (size_t t = 0; t < tensors.size(); ++t) {
     source_locals.Add(sources[t]);
     destination_locals.Add(destinations[t]);
   }
-  const absl::Status s = internal::ExecuteReshard(*plan, *schedule, exchanges, *g_world,
+  const absl::Status s = internal::ExecuteTransfer(*plan, *schedule, exchanges, *g_world,
                                                   source_locals, destination_locals, &stats);
   ASSERT_TRUE(s.ok()) << s;
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -123,13 +123,13 @@ void ReshardOverMpi(const std::vector<internal::ReshardTensor>& tensors, int64_t
   if (stats_out != nullptr) *stats_out = stats;
 }
 
-std::vector<internal::ReshardTensor> Mixed() {
+std::vector<internal::TransferTensor> Mixed() {
   const int64_t n = g_world->size();
   const int64_t half = std::max<int64_t>(1, n / 2);
   const auto all = Ranks(0, n);
   const auto trainer = Ranks(0, half);
   const auto engine = n > 1 ? Ranks(half, n) : Ranks(0, 1);
-  std::vector<internal::ReshardTensor> t = {
+  std::vector<internal::TransferTensor> t = {
       // fsdp -> tp on the same ranks, uneven rows and columns.
       Describe("fsdp_to_tp", DType::kFloat32, {7, 5}, MeshLayout({n}, all, "[S(0)]"),
                MeshLayout({n}, all, "[S(1)]")),
@@ -189,7 +189,7 @@ TEST(ReshardMpi, RandomLayoutsOfThisWorld) {
   Random rng(4242);
   for (const bool with_nodes : {false, true}) {
     SCOPED_TRACE(with_nodes ? "on random nodes" : "one node each");
-    std::vector<internal::ReshardTensor> tensors;
+    std::vector<internal::TransferTensor> tensors;
     for (int c = 0; c < 150; ++c) {
       const DType dtype = kDTypes[rng.Uniform(0, std::size(kDTypes) - 1)];
       const int ndim = static_cast<int>(rng.Uniform(0, 3));
@@ -198,7 +198,7 @@ TEST(ReshardMpi, RandomLayoutsOfThisWorld) {
       auto layout = [&] {
         return rng.Chance(15) ? RandomBoxes(rng, world, shape) : RandomMesh(rng, world, ndim);
       };
-      internal::ReshardLayout source = layout();
+      internal::TransferLayout source = layout();
       tensors.push_back({absl::StrCat("random", c), dtype, shape, std::move(source), layout()});
     }
     std::vector<int64_t> nodes;
@@ -216,7 +216,7 @@ TEST(ReshardMpi, RandomLayoutsOfThisWorld) {
 TEST(ReshardMpi, LargeBoxesTravelFromAndIntoTheirLocals) {
   const int64_t n = g_world->size();
   const auto all = Ranks(0, n);
-  const std::vector<internal::ReshardTensor> tensors = {
+  const std::vector<internal::TransferTensor> tensors = {
       // Rows to every rank: each rank's rows are one dense range on both sides.
       Describe("rows_to_replicated", DType::kFloat32, {2048, 96}, MeshLayout({n}, all, "[S(0)]"),
                MeshLayout({n}, all, "[R]")),
@@ -232,7 +232,7 @@ TEST(ReshardMpi, LargeBoxesTravelFromAndIntoTheirLocals) {
   };
   for (int64_t bucket : {int64_t{100000}, int64_t{1} << 20}) {
     SCOPED_TRACE(bucket);
-    internal::ReshardExecuteStats stats;
+    internal::TransferRunStats stats;
     ReshardOverMpi(tensors, bucket, LocalLayout::kContiguous, {}, &stats);
     if (n > 1) {
       EXPECT_GT(Sum(stats.direct_bytes), 0);
@@ -255,7 +255,7 @@ TEST(ReshardMpi, Case053FsdpOfEightRanksIntoThisWorld) {
   // A checkpoint's layout of 8 fsdp pieces, held 8 / N per rank as boxes, into fsdp over
   // this world: every rank's rows are its torch.chunk rows.
   const int64_t n = g_world->size();
-  std::vector<internal::ReshardBox> boxes;
+  std::vector<internal::TransferBox> boxes;
   for (int64_t r = 0; r < 8; ++r) boxes.push_back({{2 * r, 0}, {2, 3}, r % n});
   ReshardOverMpi({Describe("case053", DType::kFloat32, {16, 3}, BoxLayout(boxes),
                            MeshLayout({n}, Ranks(0, n), "[S(0)]"))},

@@ -146,12 +146,13 @@ TEST(ReshardStateDictMpi, TrainerToEngineEveryStepThroughOnePlan) {
   EXPECT_EQ(plan->paths().size(), Weights().size() + 1);
   EXPECT_EQ(plan->stats().wire_bytes, plan->stats().optimum_bytes);
   // One rank copies to itself only: chunks to itself fill no bucket.
-  EXPECT_GT(plan->stats().rounds, g_world->size() > 1 ? 1 : 0);
+  EXPECT_GT(plan->stats().exchanges, g_world->size() > 1 ? 1 : 0);
   for (int step = 0; step < 3; ++step) {
-    ReshardStats stats;
+    TransferStats stats;
     ASSERT_TRUE(ExecuteReshard(*plan, Trainer(s, step), engine, &stats).ok());
     ExpectEngineHolds(s, engine, step);
-    EXPECT_EQ(stats.collectives, 1 + stats.rounds);
+    // The agreement, the exchanges, and the closing when there were any.
+    EXPECT_EQ(stats.collectives, 1 + stats.exchanges + (stats.exchanges > 0 ? 1 : 0));
     EXPECT_LE(stats.buffer_bytes, 2 * 256);
   }
 }
@@ -161,7 +162,7 @@ TEST(ReshardStateDictMpi, ReshardStateDictInOneCall) {
   ReshardOptions options;
   options.comm = g_world;
   Map engine = EngineMeta(s);
-  ReshardStats stats;
+  TransferStats stats;
   ASSERT_TRUE(ReshardStateDict(Trainer(s, 5), engine, options, &stats).ok());
   ExpectEngineHolds(s, engine, 5);
 }
@@ -228,12 +229,12 @@ TEST(ReshardStateDictMpi, BoundReshardSyncsInPlaceUpdatesEveryStep) {
   BoundReshard moved = *std::move(sync);
   for (int step = 0; step < 3; ++step) {
     if (step > 0) UpdateInPlace(s, trainer_view, step);
-    ReshardStats stats;
+    TransferStats stats;
     ASSERT_TRUE(moved.Execute(&stats).ok());
     ExpectEngineHolds(s, engine_view, step);
-    // No agreement per step: the plan's exchanges only, as many on every rank.
-    EXPECT_EQ(stats.collectives, stats.rounds);
-    EXPECT_EQ(stats.rounds, plan->stats().rounds);
+    // No agreement per step: the plan's exchanges, as many on every rank, and the closing.
+    EXPECT_EQ(stats.collectives, stats.exchanges + (stats.exchanges > 0 ? 1 : 0));
+    EXPECT_EQ(stats.exchanges, plan->stats().exchanges);
     EXPECT_EQ(stats.wire_bytes, plan->stats().wire_bytes);
     EXPECT_LE(stats.buffer_bytes, 2 * 256);
   }

@@ -84,7 +84,7 @@ absl::Status BenchRunner::TimePlanned(bool bound, const Map& source, Map& destin
     SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, made.status()));
     sync.emplace(*std::move(made));
   }
-  ReshardStats stats;
+  TransferStats stats;
   BenchCalls calls;
   calls.prepare = [] {};
   calls.sdrt = [&] {
@@ -97,8 +97,8 @@ absl::Status BenchRunner::TimePlanned(bool bound, const Map& source, Map& destin
   SDRT_RETURN_IF_ERROR(
       MeasureRow(world_, calls, settings_.warmup, settings_.iterations, &row.times));
   row.stats.collectives = stats.collectives;
-  row.stats.data_collectives = stats.rounds;
-  row.stats.bytes = stats.received_bytes;
+  row.stats.exchanges = stats.exchanges;
+  row.stats.received_bytes = stats.received_bytes;
   return absl::OkStatus();
 }
 

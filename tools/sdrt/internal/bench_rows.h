@@ -56,7 +56,7 @@ struct BenchRow {
   BenchTimes times;
   // Bytes per second base for busbw: the full size, or for distribute rank 0's local bytes.
   int64_t busbw_bytes = 0;
-  CollectiveStats stats;   // rank 0's last sdrt call
+  TransferStats stats;     // rank 0's last sdrt call
   int64_t wrong = 0;       // bytes of sdrt's results that differ from the source, all ranks
   int64_t flat_wrong = 0;  // the same for the flat baseline's buffer
 };

@@ -90,7 +90,7 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
   options.comm = &session.data();
   options.bucket_bytes = args.bucket_mib << 20;
   LoadStats load_stats;
-  ReshardStats stats;
+  TransferStats stats;
   options.stats = &load_stats;
   options.reshard_stats = &stats;
   status = session.world().Barrier();
@@ -161,7 +161,7 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
         {"bytes_read", *all_read},
         {"bytes_kept", *all_kept},
         {"peak_rss_bytes", *peaks}};
-    out.update(ReshardStatsJson(stats));
+    out.update(TransferStatsJson(stats));
     std::cout << JsonText(out, 2) << "\n";
   } else {
     std::cout << "loaded " << index->tensors.size() << " tensors (" << HumanBytes(bytes)
@@ -174,8 +174,8 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
     std::cout << "\n  resharded peer to peer " << absl::StrFormat("%.3f s", seconds) << "; wire "
               << HumanBytes(stats.wire_bytes)
               << " (the optimum: " << HumanBytes(stats.optimum_bytes) << "), kept in place "
-              << HumanBytes(stats.self_bytes) << "; " << stats.rounds
-              << (stats.rounds == 1 ? " round, " : " rounds, ") << stats.collectives
+              << HumanBytes(stats.self_bytes) << "; " << stats.exchanges
+              << (stats.exchanges == 1 ? " exchange, " : " exchanges, ") << stats.collectives
               << " collectives\n"
               << "  verified against " << Printable(against) << ": "
               << (mismatches.empty() ? "every piece matches" : "MISMATCH") << "\n";

@@ -68,13 +68,13 @@ absl::StatusOr<Map> MetaTarget(const ShardedCheckpointIndex& index, int rank) {
   return m;
 }
 
-nlohmann::ordered_json ReshardStatsJson(const ReshardStats& stats) {
+nlohmann::ordered_json TransferStatsJson(const TransferStats& stats) {
   return {{"wire_bytes", stats.wire_bytes},
           {"optimum_bytes", stats.optimum_bytes},
           {"self_bytes", stats.self_bytes},
           {"max_sent_bytes", stats.max_sent_bytes},
           {"max_received_bytes", stats.max_received_bytes},
-          {"rounds", stats.rounds},
+          {"exchanges", stats.exchanges},
           {"collectives", stats.collectives}};
 }
 

@@ -29,7 +29,7 @@ absl::StatusOr<Map> MetaTarget(const ShardedCheckpointIndex& index, int rank);
 
 // The plan's and the run's figures as --json prints them: wire, optimum and self bytes, the
 // busiest rank's sent and received bytes, rounds and collectives.
-nlohmann::ordered_json ReshardStatsJson(const ReshardStats& stats);
+nlohmann::ordered_json TransferStatsJson(const TransferStats& stats);
 
 }  // namespace sdrt::cli
 

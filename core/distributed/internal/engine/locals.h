@@ -1,0 +1,48 @@
+// Finding a rank's reshard locals in its state dicts (ExecuteTransfer and BindReshard,
+// reshard_state_dict.h): each plan tensor's leaf on either side, matched by path, and its
+// local tensors checked against the rank's pieces. Not public API.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_LOCALS_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_LOCALS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/state_dict/state_dict.h"
+
+namespace sdrt::internal {
+
+// One rank's locals of both sides, and the destination leaves that get new ones.
+struct FoundTransferLocals {
+  TransferLocals sources, destinations;
+  MutableLeaves destination_leaves;
+  std::vector<int64_t> destination_of;  // per plan tensor, its destination leaf or -1
+  std::vector<size_t> fresh;            // plan tensors whose destination leaf gets new locals
+};
+
+// Fills `out` with rank `me`'s locals of every tensor of `plan` (on `device`): a DTensor's
+// local, a ShardedTensor's local shard of the piece's box, a plain source tensor; a meta
+// DTensor local or a plain destination leaf gets a new compact local (Tensor::Empty, held
+// by out.destinations.owned, listed in out.fresh). Each local is checked (dtype, the
+// piece's local shape, device) and its ref is a checked one (both sides' `checked` set on
+// success). When `keep`, every ref points to a copy of the tensor handle held in `owned`
+// (sharing its memory), so that the refs outlive the caller's trees; else into the trees,
+// which must then outlive `out` unchanged. The caller's Values and DTensors are prefetched
+// ahead of use (prefetch.h). InvalidArgument naming the leaf and side when a rank's leaf is
+// missing or a local does not fit its piece; CollectLeaves' errors; Tensor::Empty's.
+absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device device,
+                               const Map& source, Map& destination, bool keep,
+                               FoundTransferLocals& out);
+
+// Puts the new locals of out.fresh into their destination leaves: a DTensor gets its
+// local (DTensor::WithLocal), a plain leaf becomes the full tensor. Call it once, after
+// the agreement, while the destination tree is unchanged since FindTransferLocals.
+absl::Status InstallFreshLocals(FoundTransferLocals& found);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_LOCALS_H_

@@ -1,0 +1,168 @@
+#include "sdrt/core/distributed/internal/engine/pieces.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/engine/reduce.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+std::string Where(const TransferTensor& tensor, bool source) {
+  return absl::StrCat("reshard of tensor '", tensor.name, "' (", DTypeName(tensor.dtype), " ",
+                      ShapeToString(tensor.shape), "), ", source ? "source" : "destination");
+}
+
+absl::Status Invalid(const TransferTensor& tensor, bool source, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(Where(tensor, source), ": ", what));
+}
+
+// The pieces of a mesh layout; for a Partial source also the contributions and their op,
+// for a Partial destination the pieces off coordinate 0 marked `identity`.
+absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tensor, bool source,
+                                                     TransferLayoutPlan& plan) {
+  const TransferLayout& layout = source ? tensor.source : tensor.destination;
+  const DeviceMesh& mesh = *layout.mesh;
+  if (static_cast<int>(layout.placements.size()) != mesh.ndim()) {
+    return Invalid(
+        tensor, source,
+        absl::StrCat(layout.placements.size(), " placements for a mesh of ", mesh.ndim(), " dims"));
+  }
+  std::vector<int> partial_dims;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    const Placement& p = layout.placements[i];
+    if (p.is_partial()) {
+      if (!source) {
+        partial_dims.push_back(i);  // coordinate 0 takes the value, the others nothing
+        continue;
+      }
+      if (!partial_dims.empty() && p != layout.placements[partial_dims[0]]) {
+        return absl::UnimplementedError(
+            absl::StrCat(Where(tensor, source), ": Partial mesh dims with different reduce ops ",
+                         PlacementsToString(layout.placements), " are not resharded"));
+      }
+      partial_dims.push_back(i);
+      plan.contributions *= mesh.size(i);
+      plan.reduce_op = p.reduce_op();
+    }
+    if (p.kind() == Placement::Kind::kStridedShard && p.dim() >= 0 &&
+        p.dim() < static_cast<int>(tensor.shape.size()) &&
+        tensor.shape[p.dim()] > kMaxStridedIndices / mesh.num_ranks()) {
+      return Invalid(
+          tensor, source,
+          absl::StrCat(p.ToString(), " over ", mesh.num_ranks(), " ranks lists dim ", p.dim(),
+                       " of ", tensor.shape[p.dim()], " indices per rank; at most ",
+                       kMaxStridedIndices, " indices in all are supported"));
+    }
+  }
+  if (source && !partial_dims.empty() && !CanReduce(tensor.dtype, plan.reduce_op)) {
+    return Invalid(tensor, source,
+                   absl::StrCat("Partial contributions of ", DTypeName(tensor.dtype),
+                                " cannot be reduced (", PlacementsToString(layout.placements),
+                                plan.reduce_op == ReduceOp::kAvg
+                                    ? "; avg divides, for floating dtypes only, as PyTorch's)"
+                                    : ")"));
+  }
+  std::vector<TransferPiece> pieces;
+  pieces.reserve(mesh.ranks().size());
+  for (int64_t rank : mesh.ranks()) {
+    if (rank < 0) return Invalid(tensor, source, absl::StrCat("negative rank ", rank));
+    absl::StatusOr<LocalShardInfo> info =
+        ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
+    if (!info.ok()) return Invalid(tensor, source, info.status().message());
+    TransferPiece piece;
+    piece.rank = rank;
+    piece.local_shape = info->local_shape;
+    piece.runs = OwnedRuns(*info);
+    const IntVector coordinate = *mesh.Coordinate(rank);
+    for (int i : partial_dims) {
+      if (source) {
+        piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
+      } else {
+        piece.identity = piece.identity || coordinate[i] != 0;
+      }
+    }
+    pieces.push_back(std::move(piece));
+  }
+  SDRT_RETURN_IF_ERROR(CheckShardingCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, mesh,
+                                                   layout.placements));
+  return pieces;
+}
+
+absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tensor, bool source) {
+  const std::vector<TransferBox>& boxes = (source ? tensor.source : tensor.destination).boxes;
+  if (static_cast<int64_t>(boxes.size()) > kMaxTransferBoxes) {
+    return Invalid(tensor, source,
+                   absl::StrCat(boxes.size(), " boxes; at most ", kMaxTransferBoxes));
+  }
+  const size_t ndim = tensor.shape.size();
+  std::map<int64_t, int> per_rank;
+  std::vector<TransferPiece> pieces;
+  pieces.reserve(boxes.size());
+  for (size_t b = 0; b < boxes.size(); ++b) {
+    const TransferBox& box = boxes[b];
+    const std::string which =
+        absl::StrCat("box ", b, " (offsets ", ShapeToString(box.offsets), " sizes ",
+                     ShapeToString(box.sizes), " on rank ", box.rank, ")");
+    if (box.rank < 0) return Invalid(tensor, source, absl::StrCat(which, ": negative rank"));
+    if (box.offsets.size() != ndim || box.sizes.size() != ndim) {
+      return Invalid(tensor, source, absl::StrCat(which, ": not of the tensor's ", ndim, " dims"));
+    }
+    bool empty = false;
+    for (size_t d = 0; d < ndim; ++d) {
+      if (box.offsets[d] < 0 || box.sizes[d] < 0) {
+        return Invalid(tensor, source, absl::StrCat(which, ": negative offset or size"));
+      }
+      empty = empty || box.sizes[d] == 0;
+    }
+    for (size_t d = 0; d < ndim && !empty; ++d) {
+      if (box.offsets[d] > tensor.shape[d] - box.sizes[d]) {
+        return Invalid(tensor, source, absl::StrCat(which, ": outside the tensor on dim ", d));
+      }
+    }
+    TransferPiece piece;
+    piece.rank = box.rank;
+    piece.local = per_rank[box.rank]++;
+    piece.local_shape = box.sizes;
+    piece.runs = empty ? ShardRuns(ndim) : BoxRuns(box.offsets, box.sizes);
+    if (!empty) {
+      SDRT_RETURN_IF_ERROR(
+          CheckBoxCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, box.offsets, box.sizes));
+    }
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+absl::StatusOr<std::vector<TransferPiece>> SidePieces(const TransferTensor& tensor, bool source,
+                                                     TransferLayoutPlan& plan) {
+  if (static_cast<int>(tensor.shape.size()) > kMaxTransferDims) {
+    return Invalid(tensor, source,
+                   absl::StrCat(tensor.shape.size(), " dims; at most ", kMaxTransferDims));
+  }
+  absl::StatusOr<int64_t> numel = CheckedNumel(tensor.shape);
+  if (!numel.ok()) return Invalid(tensor, source, numel.status().message());
+  absl::StatusOr<int64_t> bytes = BytesForElements(tensor.dtype, *numel);
+  if (!bytes.ok()) return Invalid(tensor, source, bytes.status().message());
+  const TransferLayout& layout = source ? tensor.source : tensor.destination;
+  if (layout.mesh != nullptr && !layout.boxes.empty()) {
+    return Invalid(tensor, source, "a layout is a mesh or boxes, not both");
+  }
+  if (layout.mesh != nullptr) return MeshPieces(tensor, source, plan);
+  return BoxPieces(tensor, source);
+}
+
+}  // namespace
+
+absl::Status LayoutPieces(const TransferTensor& tensor, TransferLayoutPlan& plan) {
+  SDRT_ASSIGN_OR_RETURN(plan.source, SidePieces(tensor, /*source=*/true, plan));
+  SDRT_ASSIGN_OR_RETURN(plan.destination, SidePieces(tensor, /*source=*/false, plan));
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

@@ -1,0 +1,335 @@
+#include "sdrt/core/distributed/internal/engine/plan.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
+#include "sdrt/core/distributed/internal/engine/collective_plan.h"
+#include "sdrt/core/distributed/internal/engine/grid.h"
+#include "sdrt/core/distributed/internal/engine/pieces.h"
+#include "sdrt/core/distributed/internal/engine/split.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+// Plans one tensor: its moves (not merged yet) and its optimum bytes.
+absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& tp,
+                        const TransferPlanOptions& options, std::vector<TransferMove>& moves,
+                        int64_t& optimum) {
+  const Grid grid = MakeGrid(tensor.shape, tp.source, tp.destination);
+  int64_t budget = options.max_cells;
+  for (int64_t c : grid.counts) {
+    if (c == 0) return absl::OkStatus();  // no elements
+  }
+  auto too_many = [&] {
+    return TransferInvalid(tensor, absl::StrCat("the common refinement has more than ", options.max_cells,
+                                        " cells (the planner's max_cells)"));
+  };
+  int64_t cells = 1;
+  for (int64_t c : grid.counts) {
+    if (c > budget / cells) return too_many();
+    cells *= c;
+  }
+  budget -= cells;
+  // Holders of each cell, CSR: the source pieces covering cell i are
+  // holders[first[i] .. first[i + 1]), in piece order.
+  std::vector<int64_t> first;
+  std::vector<int> holders;
+  if (!CoverCells(grid, cells, tp.source, budget, first, holders)) return too_many();
+  // With fan-out, the destination pieces covering each cell likewise.
+  const bool fan_out = !options.node_of_rank.empty() && tp.contributions == 1;
+  std::vector<int64_t> needs_first;
+  std::vector<int> needs;
+  if (fan_out && !CoverCells(grid, cells, tp.destination, budget, needs_first, needs)) {
+    return too_many();
+  }
+  auto node_of = [&](int64_t rank) {
+    return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
+                                                                    : -1 - rank;
+  };
+  Cover cover;
+  std::vector<int> group, on_node;
+  std::map<int64_t, int64_t> sent;  // wire bytes each source rank sends so far
+  for (size_t p = 0; p < tp.destination.size(); ++p) {
+    const TransferPiece& dst = tp.destination[p];
+    if (dst.identity) continue;
+    const int64_t n = CoverOf(grid, dst, budget, cover);
+    if (n < 0) return too_many();
+    budget -= n;
+    IntVector begin(tensor.shape.size()), end(tensor.shape.size());
+    SDRT_RETURN_IF_ERROR(ForEachCell(grid, cover, [&](int64_t cell, IntSpan index) {
+      for (size_t d = 0; d < index.size(); ++d) {
+        begin[d] = grid.cuts[d][index[d]];
+        end[d] = grid.cuts[d][index[d] + 1];
+      }
+      const absl::Span<const int> held(holders.data() + first[cell],
+                                       static_cast<size_t>(first[cell + 1] - first[cell]));
+      if (held.empty()) {
+        if (tensor.allow_uncovered) return absl::OkStatus();
+        return TransferInvalid(tensor,
+                       absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
+                                    ", ", ShapeToString(end), ") that no source rank holds"));
+      }
+      const absl::StatusOr<int64_t> box_bytes = BoxBytes(tensor.dtype, begin, end);
+      if (!box_bytes.ok()) return TransferInvalid(tensor, box_bytes.status().message());
+      const int64_t bytes = *box_bytes;
+      // Fan-out: no holder on this piece's node, and other pieces on the node need the
+      // cell too: one of them (the relay) takes it from the holders, the others from it.
+      if (fan_out && std::none_of(held.begin(), held.end(), [&](int h) {
+            return node_of(tp.source[h].rank) == node_of(dst.rank);
+          })) {
+        group.clear();
+        for (int64_t i = needs_first[cell]; i < needs_first[cell + 1]; ++i) {
+          if (node_of(tp.destination[needs[i]].rank) == node_of(dst.rank)) {
+            group.push_back(needs[i]);
+          }
+        }
+        const int relay = group[static_cast<size_t>(cell) % group.size()];
+        // A second piece on the relay's rank takes the cell from the holders, as without
+        // nodes: a copy on one rank would not be the wire bytes the optimum counts.
+        if (relay != static_cast<int>(p) && tp.destination[relay].rank != dst.rank) {
+          SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
+          moves.push_back({relay, static_cast<int>(p), begin, end, bytes, /*forward=*/true});
+          return absl::OkStatus();
+        }
+      }
+      // The holders by contribution (stable: piece order within one).
+      group.assign(held.begin(), held.end());
+      if (tp.contributions > 1) {
+        std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
+          return tp.source[a].contribution < tp.source[b].contribution;
+        });
+      }
+      size_t at = 0;
+      for (int64_t c = 0; c < tp.contributions; ++c) {
+        const size_t from = at;
+        while (at < group.size() && tp.source[group[at]].contribution == c) ++at;
+        if (at == from) {
+          return TransferInvalid(
+              tensor, absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
+                                   ", ", ShapeToString(end), ") of Partial contribution ", c,
+                                   " that no source rank holds"));
+        }
+        SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
+        const absl::Span<const int> holders_c(group.data() + from, at - from);
+        const auto self = std::find_if(holders_c.begin(), holders_c.end(),
+                                       [&](int h) { return tp.source[h].rank == dst.rank; });
+        if (self != holders_c.end()) {
+          moves.push_back({*self, static_cast<int>(p), begin, end, bytes});
+          optimum -= bytes;
+          continue;
+        }
+        // With nodes, holders on the piece's node send when there are any.
+        absl::Span<const int> senders = holders_c;
+        if (fan_out) {
+          on_node.clear();
+          for (int h : holders_c) {
+            if (node_of(tp.source[h].rank) == node_of(dst.rank)) on_node.push_back(h);
+          }
+          if (!on_node.empty()) senders = on_node;
+        }
+        const absl::Status split = SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, senders,
+                                                     static_cast<int>(p), begin, end, sent, moves);
+        if (!split.ok()) return TransferInvalid(tensor, split.message());
+      }
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+// Plans the layout of `tensor`: its pieces, its messages (those of `rank` only, unless
+// -1) and the stats of one such tensor.
+absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
+    const TransferTensor& tensor, const TransferPlanOptions& options) {
+  auto layout = std::make_shared<TransferLayoutPlan>();
+  TransferLayoutPlan& tp = *layout;
+  SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, tp));
+  SDRT_ASSIGN_OR_RETURN(const bool collective, PlanCollective(tensor, options, tp));
+  if (collective) return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
+  std::vector<TransferMove> moves;
+  TransferPlanStats& stats = tp.stats;
+  SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, moves, stats.optimum_bytes));
+  // The stats count every move (merging changes neither the bytes nor the set of (source
+  // rank, destination rank, contribution) that make the messages); only the moves kept
+  // are merged and sorted.
+  absl::flat_hash_map<int64_t, int64_t> sent, received;
+  std::vector<TransferMove> kept;
+  // A move's sending rank and contribution (a forward's: its relay's, 0).
+  auto from_of = [&](const TransferMove& m) {
+    return m.forward ? tp.destination[m.source].rank : tp.source[m.source].rank;
+  };
+  auto contribution_of = [&](const TransferMove& m) {
+    return m.forward ? int64_t{0} : tp.source[m.source].contribution;
+  };
+  auto node_of = [&](int64_t rank) {
+    return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
+                                                                    : -1 - rank;
+  };
+  absl::flat_hash_set<std::tuple<bool, int64_t, int64_t, int64_t>> pairs;
+  for (TransferMove& move : moves) {
+    const int64_t from = from_of(move);
+    const int64_t to = tp.destination[move.destination].rank;
+    if (pairs.insert({move.forward, from, to, contribution_of(move)}).second) {
+      ++(from == to ? stats.self_messages : stats.messages);
+    }
+    if (!options.node_of_rank.empty() && node_of(from) != node_of(to)) {
+      SDRT_RETURN_IF_ERROR(TransferAdd(stats.internode_bytes, move.bytes, tensor));
+    }
+    if (from == to) {
+      SDRT_RETURN_IF_ERROR(TransferAdd(stats.self_bytes, move.bytes, tensor));
+    } else {
+      SDRT_RETURN_IF_ERROR(TransferAdd(stats.wire_bytes, move.bytes, tensor));
+      SDRT_RETURN_IF_ERROR(TransferAdd(sent[from], move.bytes, tensor));
+      SDRT_RETURN_IF_ERROR(TransferAdd(received[to], move.bytes, tensor));
+    }
+    if (options.rank < 0 || from == options.rank || to == options.rank) {
+      kept.push_back(std::move(move));
+    }
+  }
+  MergeMoves(kept);
+  // One message per (source rank, destination rank), forwards last, contribution 0 first,
+  // its moves in piece and box order.
+  auto key = [&](const TransferMove& m) {
+    return std::make_tuple(m.forward, contribution_of(m), from_of(m),
+                           tp.destination[m.destination].rank, m.source, m.destination,
+                           std::cref(m.begin));
+  };
+  std::sort(kept.begin(), kept.end(),
+            [&](const TransferMove& a, const TransferMove& b) { return key(a) < key(b); });
+  for (TransferMove& move : kept) {
+    const int64_t from = from_of(move);
+    const int64_t to = tp.destination[move.destination].rank;
+    const int64_t contribution = contribution_of(move);
+    if (tp.messages.empty() || tp.messages.back().forward != move.forward ||
+        tp.messages.back().source_rank != from || tp.messages.back().destination_rank != to ||
+        tp.messages.back().contribution != contribution) {
+      tp.messages.push_back({from, to, contribution, {}, 0, move.forward});
+    }
+    TransferMessage& message = tp.messages.back();
+    SDRT_RETURN_IF_ERROR(TransferAdd(message.bytes, move.bytes, tensor));
+    message.moves.push_back(std::move(move));
+  }
+  tp.sent.assign(sent.begin(), sent.end());
+  tp.received.assign(received.begin(), received.end());
+  std::sort(tp.sent.begin(), tp.sent.end());
+  std::sort(tp.received.begin(), tp.received.end());
+  return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
+}
+
+// The bytes that decide a tensor's layout plan: dtype, shape and both layouts, a mesh by
+// an id given to each distinct (shape, ranks).
+class LayoutKeys {
+ public:
+  std::string Key(const TransferTensor& tensor) {
+    std::string key;
+    PutU64(&key, static_cast<uint64_t>(tensor.dtype) | (tensor.allow_uncovered ? 1u << 16 : 0u));
+    PutU64(&key, tensor.shape.size());
+    for (int64_t s : tensor.shape) PutU64(&key, static_cast<uint64_t>(s));
+    for (const TransferLayout* side : {&tensor.source, &tensor.destination}) {
+      PutU64(&key, side->mesh == nullptr ? 0 : 1 + MeshId(*side->mesh));
+      PutU64(&key, side->placements.size());
+      for (const Placement& p : side->placements) {
+        PutU64(&key, static_cast<uint64_t>(p.kind()));
+        PutU64(&key, static_cast<uint64_t>(p.dim()));
+        PutU64(&key, static_cast<uint64_t>(p.split_factor()));
+        PutU64(&key, static_cast<uint64_t>(p.reduce_op()));
+      }
+      PutU64(&key, side->boxes.size());
+      for (const TransferBox& box : side->boxes) {
+        PutU64(&key, static_cast<uint64_t>(box.rank));
+        PutU64(&key, box.offsets.size());
+        for (int64_t v : box.offsets) PutU64(&key, static_cast<uint64_t>(v));
+        PutU64(&key, box.sizes.size());
+        for (int64_t v : box.sizes) PutU64(&key, static_cast<uint64_t>(v));
+      }
+    }
+    return key;
+  }
+
+ private:
+  uint64_t MeshId(const DeviceMesh& mesh) {
+    const auto known = by_address_.find(&mesh);
+    if (known != by_address_.end()) return known->second;
+    std::string content;
+    PutU64(&content, mesh.shape().size());
+    for (int64_t s : mesh.shape()) PutU64(&content, static_cast<uint64_t>(s));
+    for (int64_t r : mesh.ranks()) PutU64(&content, static_cast<uint64_t>(r));
+    const uint64_t id = by_content_.emplace(std::move(content), by_content_.size()).first->second;
+    by_address_.emplace(&mesh, id);
+    return id;
+  }
+
+  absl::flat_hash_map<const DeviceMesh*, uint64_t> by_address_;
+  absl::flat_hash_map<std::string, uint64_t> by_content_;
+};
+
+// Adds `times` x `bytes` per rank into `total`.
+absl::Status AddPerRank(const std::vector<std::pair<int64_t, int64_t>>& bytes, int64_t times,
+                        absl::flat_hash_map<int64_t, int64_t>& total) {
+  for (const auto& [rank, b] : bytes) {
+    int64_t scaled = 0;
+    if (__builtin_mul_overflow(b, times, &scaled) ||
+        __builtin_add_overflow(total[rank], scaled, &total[rank])) {
+      return absl::InvalidArgumentError("reshard: bytes moved by one rank overflow int64");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TransferPlan> PlanTransfer(const std::vector<TransferTensor>& tensors,
+                                        const TransferPlanOptions& options) {
+  TransferPlan plan;
+  plan.rank = options.rank < 0 ? -1 : options.rank;
+  plan.world_size = options.world_size;
+  TransferPlanStats& stats = plan.stats;
+  LayoutKeys keys;
+  // Each distinct layout once, with the number of tensors that share it.
+  absl::flat_hash_map<std::string, std::pair<std::shared_ptr<const TransferLayoutPlan>, int64_t>>
+      layouts;
+  plan.tensors.reserve(tensors.size());
+  for (const TransferTensor& tensor : tensors) {
+    auto [it, fresh] = layouts.try_emplace(keys.Key(tensor));
+    if (fresh) {
+      absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> layout = PlanLayout(tensor, options);
+      if (!layout.ok()) return layout.status();
+      it->second.first = *std::move(layout);
+    }
+    ++it->second.second;
+    const TransferLayoutPlan& lp = *it->second.first;
+    const std::pair<int64_t*, int64_t> adds[] = {
+        {&stats.wire_bytes, lp.stats.wire_bytes},
+        {&stats.self_bytes, lp.stats.self_bytes},
+        {&stats.optimum_bytes, lp.stats.optimum_bytes},
+        {&stats.messages, lp.stats.messages},
+        {&stats.self_messages, lp.stats.self_messages},
+        {&stats.internode_bytes, lp.stats.internode_bytes}};
+    for (const auto& [total, add] : adds) SDRT_RETURN_IF_ERROR(TransferAdd(*total, add, tensor));
+    plan.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, it->second.first});
+  }
+  absl::flat_hash_map<int64_t, int64_t> sent, received;
+  for (const auto& [key, layout] : layouts) {
+    SDRT_RETURN_IF_ERROR(AddPerRank(layout.first->sent, layout.second, sent));
+    SDRT_RETURN_IF_ERROR(AddPerRank(layout.first->received, layout.second, received));
+  }
+  for (const auto& [rank, bytes] : sent) {
+    stats.max_sent_bytes = std::max(stats.max_sent_bytes, bytes);
+  }
+  for (const auto& [rank, bytes] : received) {
+    stats.max_received_bytes = std::max(stats.max_received_bytes, bytes);
+  }
+  return plan;
+}
+
+}  // namespace sdrt::internal

@@ -1,0 +1,103 @@
+// A rank's reshard schedule (reshard_execute.h) worked out against its locals once: every
+// exchange's sends and receives as addresses, and every copy before and after it as a
+// (from, to, bytes) triple, so that running it again is a walk over flat arrays (no tree, no
+// plan entry, no local read per tensor). ExecuteTransfer compiles and runs one per call; a
+// bound reshard (BindReshard, reshard_state_dict.h) compiles once, holding its locals and
+// its two buckets, and runs it every step. Not public API.
+//
+// Each exchange of the schedule becomes: the copies into the send bucket (packing), one
+// Communicator::Exchange, during which the chunks to itself that are copied local to local
+// are copied (its `overlap` work), then, in unit order, the copies out of the receive bucket
+// (unpacking) and the chunks to itself that go through the send bucket. A chunk's boxes are copies
+// when every box is one dense range of a checked contiguous CPU local (ContiguousBoxOffset) and
+// nothing is to be reduced; otherwise the chunk stays one step through PackMessage / UnpackMessage
+// (any strides, Partial contributions, other devices), at its place in the order.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/tensor/storage.h"
+
+namespace sdrt::internal {
+
+struct TransferProgram {
+  struct Op {
+    enum class Kind : uint8_t {
+      kCopy,    // memmove `bytes` from `from` to `to`
+      kPack,    // PackMessage of schedule step `step` into the send bucket at `offset`
+      kUnpack,  // UnpackMessage of step `step` from the receive bucket at `offset`
+      kSelf,    // step `step`, a chunk to itself, packed and unpacked through the send bucket
+      kUnpackSent,  // UnpackMessage of step `step` from the send bucket at `offset` (a
+                    // broadcast root's own copy of what it sent)
+    };
+    Kind kind = Kind::kCopy;
+    const char* from = nullptr;
+    char* to = nullptr;
+    int64_t bytes = 0;
+    size_t step = 0;
+    int64_t offset = 0;
+  };
+  // Exchange i: ops [ops_begin, ops_during) before it, [ops_during, ops_split) while its
+  // messages move, [ops_split, ops_end) after it; its sends [sends_begin, sends_end) and
+  // receives likewise.
+  // A collective exchange (kind != kNone) has no sends or receives: a broadcast of `bytes`
+  // from `root` (the root's send bucket into the others' receive buckets), or an all-gather
+  // of every rank's segment (counts[counts_begin + q] bytes from rank q) from the send
+  // bucket into the receive bucket; its ops before it pack, after it unpack.
+  struct Exchange {
+    size_t ops_begin = 0, ops_during = 0, ops_split = 0, ops_end = 0;
+    size_t sends_begin = 0, sends_end = 0;
+    size_t receives_begin = 0, receives_end = 0;
+    Collective kind = Collective::kNone;
+    int root = 0;
+    int64_t bytes = 0;
+    size_t counts_begin = 0;
+    int64_t moved = 0;  // this rank's bytes sent and received in it (for progress)
+  };
+  std::vector<Op> ops;
+  size_t local_ops_end = 0;  // ops [0, local_ops_end): the schedule's local units, run first
+  std::vector<Communicator::SendMessage> sends;
+  std::vector<Communicator::ReceiveMessage> receives;
+  std::vector<Exchange> exchanges;  // as many as every rank makes (ExchangeCounts), then the
+                                    // schedule's collective ones
+  std::vector<int64_t> counts;      // the all-gathers' segment sizes, world_size per exchange
+  std::shared_ptr<Storage> send_bucket, receive_bucket;
+  TransferRunStats stats;  // what every run does
+};
+
+// Checks this rank's locals (ExecuteTransfer's checks and errors, reshard_execute.h; refs
+// not yet checked are made checked ones in `sources` and `destinations`), allocates the two
+// buckets on comm.device() (ResourceExhausted when they cannot be had) and works out every
+// exchange. Also Unimplemented when a Partial contribution would be reduced from a bucket
+// off the CPU, and Internal for a schedule whose units overrun its buckets. The program points into the plan, the schedule, the locals' memory and the
+// refs of `sources` and `destinations`: all must outlive it, unchanged.
+absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
+                                              const TransferSchedule& schedule,
+                                              ExchangeCounts exchanges, const TransferSite& comm,
+                                              TransferLocals& sources, TransferLocals& destinations);
+
+// Runs `program` (CompileTransfer of the same plan, schedule, comm and locals): collective
+// over comm, every rank running its own program of the same plan. On return every
+// destination local holds its piece. Errors: the communicator's (DeadlineExceeded names
+// the missing ranks) and PackMessage's / UnpackMessage's for the steps that go through them
+// (Unimplemented: a Partial contribution reduced from a bucket off the CPU).
+// `progress`, when given, is called after each exchange with this rank's bytes sent and
+// received so far and in all.
+absl::Status RunTransfer(
+    const TransferProgram& program, const TransferPlan& plan, const TransferSchedule& schedule,
+    Communicator* comm, const TransferLocals& sources, const TransferLocals& destinations,
+    const std::function<void(int64_t done_bytes, int64_t total_bytes)>& progress = nullptr);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_

@@ -1,0 +1,296 @@
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/engine/pack.h"
+#include "sdrt/core/distributed/internal/engine/program.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+constexpr int64_t kMinBucketBytes = 64;
+
+// Where a chunk starts in a collective's bucket: on 16 bytes, as the device copies like.
+int64_t AlignUp16(int64_t bytes) { return (bytes + 15) & ~int64_t{15}; }
+constexpr size_t kMaxChunks = size_t{1} << 24;
+
+// Appends the pieces of `move` of at most `bucket` bytes each (see ScheduleTransfer) to
+// `out`; `bits` is the dtype's element width.
+absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
+                       std::vector<TransferMove>& out) {
+  const size_t n = move.begin.size();
+  size_t d = 0;
+  while (d < n && move.end[d] - move.begin[d] <= 1) ++d;
+  if (move.bytes <= bucket || d == n) {
+    out.push_back(move);
+    return out.size() <= kMaxChunks ? absl::OkStatus()
+                                    : absl::InvalidArgumentError("more than 2^24 reshard chunks");
+  }
+  int64_t row_elements = 1;
+  for (size_t e = d + 1; e < n; ++e) row_elements *= move.end[e] - move.begin[e];
+  const int64_t extent = move.end[d] - move.begin[d];
+  // Rows per piece: as many as fit, in steps that keep a sub-byte piece whole bytes.
+  const int64_t bits = ElementBits(dtype);
+  int64_t step = 1;
+  while ((step * row_elements * bits) % 8 != 0) ++step;  // at most 8
+  SDRT_ASSIGN_OR_RETURN(const int64_t row_bytes, BytesForElements(dtype, step * row_elements));
+  int64_t rows = std::max<int64_t>(step, bucket / row_bytes * step);
+  if (row_bytes > bucket && d + 1 < n && step == 1) {
+    rows = 1;  // one row is too large: cut each row along the next dims
+  }
+  for (int64_t at = 0; at < extent; at += rows) {
+    TransferMove piece = move;
+    piece.begin[d] = move.begin[d] + at;
+    piece.end[d] = move.begin[d] + std::min(extent, at + rows);
+    int64_t numel = 1;
+    for (size_t e = 0; e < n; ++e) numel *= piece.end[e] - piece.begin[e];
+    SDRT_ASSIGN_OR_RETURN(piece.bytes, BytesForElements(dtype, numel));
+    if (rows == 1 && piece.bytes > bucket) {
+      SDRT_RETURN_IF_ERROR(SplitMove(piece, dtype, bucket, out));
+    } else {
+      out.push_back(std::move(piece));
+      if (out.size() > kMaxChunks)
+        return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Appends the units of one phase's chunks `steps` (in plan order) to `schedule`: a wire
+// chunk of contribution 0 under kDirectRangeBytes joins the open unit of its (sender,
+// receiver) pair while that stays within `bucket` bytes, else opens the pair's next unit
+// at its own place; a chunk to itself, a later Partial contribution and a large chunk
+// (which may go on the wire from its local, DirectRange) are units of their own. Joining only moves
+// a contribution-0 chunk earlier, which its destination allows: those chunks write disjoint
+// elements, and a later contribution, reduced into them, comes after them in plan order.
+void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
+                 TransferSchedule& schedule) {
+  struct Open {
+    std::vector<TransferSchedule::Step> members;
+    int64_t bytes = 0;
+    int64_t source_rank = 0;
+    int64_t destination_rank = 0;
+  };
+  std::vector<Open> units;
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, size_t> open;  // pair -> unit
+  for (const TransferSchedule::Step& step : steps) {
+    const TransferMessage& c = *step.chunk;
+    if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
+      const auto [it, fresh] =
+          open.try_emplace(std::make_pair(c.source_rank, c.destination_rank), units.size());
+      if (!fresh && units[it->second].bytes + c.bytes <= bucket) {
+        units[it->second].members.push_back(step);
+        units[it->second].bytes += c.bytes;
+        continue;
+      }
+      it->second = units.size();
+    }
+    units.push_back({{step}, c.bytes, c.source_rank, c.destination_rank});
+  }
+  for (Open& u : units) {
+    schedule.units.push_back(
+        {schedule.steps.size(), u.members.size(), u.bytes, u.source_rank, u.destination_rank});
+    schedule.steps.insert(schedule.steps.end(), u.members.begin(), u.members.end());
+  }
+}
+
+// Appends the collective exchanges of `steps` (every collective chunk of the plan, in plan
+// order) to `schedule` (see TransferSchedule::CollectiveExchange).
+absl::Status AppendCollectives(const TransferPlan& plan,
+                               const std::vector<TransferSchedule::Step>& steps, int64_t bucket,
+                               TransferSchedule& schedule) {
+  if (steps.empty()) return absl::OkStatus();
+  const int64_t world = plan.world_size;
+  if (world < 2) return absl::InternalError("a collective plan without a world size");
+  const int64_t rank = schedule.rank;
+  using Exchange = TransferSchedule::CollectiveExchange;
+  std::vector<Exchange>& out = schedule.collectives;
+  size_t i = 0;
+  while (i < steps.size()) {
+    const TransferLayoutPlan& layout = *plan.tensors[steps[i].tensor].layout;
+    // The steps of one unit of work: a broadcast chunk, or every message of one gathered
+    // tensor.
+    size_t j = i + 1;
+    if (layout.collective == Collective::kAllGather) {
+      while (j < steps.size() && steps[j].tensor == steps[i].tensor) ++j;
+    }
+    int64_t bytes = 0;
+    for (size_t k = i; k < j; ++k) bytes += AlignUp16(steps[k].chunk->bytes);
+    const bool joins = !out.empty() && out.back().kind == layout.collective &&
+                       (layout.collective == Collective::kAllGather ||
+                        out.back().root == layout.root) &&
+                       out.back().bytes + bytes <= bucket;
+    if (!joins) {
+      Exchange x;
+      x.kind = layout.collective;
+      x.root = layout.root;
+      x.first = schedule.steps.size();
+      if (x.kind == Collective::kAllGather) x.counts.assign(static_cast<size_t>(world), 0);
+      out.push_back(std::move(x));
+    }
+    Exchange& x = out.back();
+    for (size_t k = i; k < j; ++k) {
+      const TransferMessage& chunk = *steps[k].chunk;
+      int64_t& at = x.kind == Collective::kAllGather ? x.counts[chunk.source_rank] : x.bytes;
+      x.offsets.push_back(at);
+      at += AlignUp16(chunk.bytes);
+      if (x.kind == Collective::kAllGather) x.bytes += AlignUp16(chunk.bytes);
+      schedule.steps.push_back(steps[k]);
+      ++x.count;
+    }
+    if (x.kind == Collective::kAllGather) {
+      schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, x.counts[rank]);
+      schedule.receive_bucket_bytes = std::max(schedule.receive_bucket_bytes, x.bytes);
+    } else {
+      int64_t& side = x.root == rank ? schedule.send_bucket_bytes : schedule.receive_bucket_bytes;
+      side = std::max(side, x.bytes);
+    }
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
+                                                const TransferScheduleOptions& options) {
+  const int64_t bucket = options.bucket_bytes;
+  if (bucket < kMinBucketBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard bucket_bytes ", bucket, " must be >= ", kMinBucketBytes));
+  }
+  if (rank < 0 || (plan.rank >= 0 && plan.rank != rank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ScheduleReshard: rank ", rank, " of a plan of rank ", plan.rank));
+  }
+  TransferSchedule schedule;
+  schedule.rank = rank;
+  absl::flat_hash_map<const TransferLayoutPlan*, std::shared_ptr<const std::vector<TransferMessage>>>
+      cut;
+  size_t total = 0;
+  std::vector<TransferSchedule::Step> forwards, collective;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const TransferTensorPlan& tp = plan.tensors[t];
+    auto [it, fresh] = cut.try_emplace(tp.layout.get());
+    if (fresh) {
+      auto chunks = std::make_shared<std::vector<TransferMessage>>();
+      // An all-gathered message travels whole (every rank's part of a tensor in one
+      // collective); other messages are cut to fit a bucket.
+      const bool whole = tp.layout->collective == Collective::kAllGather;
+      for (const TransferMessage& message : tp.messages()) {
+        if (message.source_rank != rank && message.destination_rank != rank &&
+            message.destination_rank != kEveryRank) {
+          continue;
+        }
+        std::vector<TransferMove> moves;
+        for (const TransferMove& move : message.moves) {
+          if (whole) {
+            moves.push_back(move);
+          } else {
+            SDRT_RETURN_IF_ERROR(SplitMove(move, tp.dtype, bucket, moves));
+          }
+        }
+        // Where each box lies in contiguous locals, for the host copies of every call.
+        const std::vector<TransferPiece>& senders = message.forward ? tp.destination() : tp.source();
+        for (TransferMove& move :
+             IsSubByte(tp.dtype) ? absl::Span<TransferMove>() : absl::MakeSpan(moves)) {
+          if (move.source >= 0 && move.source < static_cast<int>(senders.size())) {
+            move.source_offset = ContiguousBoxOffset(senders[move.source], move);
+          }
+          if (move.destination >= 0 &&
+              move.destination < static_cast<int>(tp.destination().size())) {
+            move.destination_offset = ContiguousBoxOffset(tp.destination()[move.destination], move);
+          }
+        }
+        // Consecutive moves share a chunk while it stays within the bucket.
+        bool first = true;
+        for (TransferMove& move : moves) {
+          if (first || (!whole && chunks->back().bytes + move.bytes > bucket)) {
+            chunks->push_back({message.source_rank,
+                               message.destination_rank,
+                               message.contribution,
+                               {},
+                               0,
+                               message.forward});
+            first = false;
+          }
+          chunks->back().bytes += move.bytes;
+          chunks->back().moves.push_back(std::move(move));
+        }
+        if (chunks->size() > kMaxChunks) {
+          return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+        }
+      }
+      it->second = std::move(chunks);
+    }
+    total += it->second->size();
+    if (total > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+    schedule.chunks.push_back(it->second);
+    for (const TransferMessage& chunk : *it->second) {
+      (chunk.destination_rank == kEveryRank ? collective
+       : chunk.forward                      ? forwards
+                                            : schedule.steps)
+          .push_back({t, &chunk});
+    }
+  }
+  const std::vector<TransferSchedule::Step> direct = std::move(schedule.steps);
+  schedule.steps.clear();
+  AppendUnits(direct, bucket, schedule);
+  const size_t direct_units = schedule.units.size();
+  AppendUnits(forwards, bucket, schedule);
+  // Exchanges: consecutive units of one phase while neither side passes a bucket (at
+  // least one unit); units to itself do not count: they are copied local to local during
+  // the exchange or go through the send bucket after it (reshard_program.h).
+  size_t i = 0;
+  // A rank whose direct chunks all go to itself copies them without an exchange.
+  if (std::all_of(schedule.units.begin(), schedule.units.begin() + direct_units,
+                  [&](const TransferSchedule::Unit& u) {
+                    return u.source_rank == rank && u.destination_rank == rank;
+                  })) {
+    for (; i < direct_units; ++i) {
+      schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, schedule.units[i].bytes);
+    }
+    schedule.local_units = direct_units;
+  }
+  while (i < schedule.units.size()) {
+    if (i == direct_units) schedule.direct_exchanges = schedule.begin.size();
+    schedule.begin.push_back(i);
+    const size_t phase_end = i < direct_units ? direct_units : schedule.units.size();
+    int64_t sent = 0, received = 0;
+    for (; i < phase_end; ++i) {
+      const TransferSchedule::Unit& u = schedule.units[i];
+      if (u.source_rank == rank && u.destination_rank == rank) {
+        schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, u.bytes);
+        continue;
+      }
+      int64_t& side = u.source_rank == rank ? sent : received;
+      if (side > 0 && side + u.bytes > bucket) break;
+      side += u.bytes;
+    }
+    schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, sent);
+    schedule.receive_bucket_bytes = std::max(schedule.receive_bucket_bytes, received);
+  }
+  if (direct_units == schedule.units.size()) schedule.direct_exchanges = schedule.begin.size();
+  if (!schedule.begin.empty()) schedule.begin.push_back(i);
+  SDRT_RETURN_IF_ERROR(AppendCollectives(plan, collective, bucket, schedule));
+  return schedule;
+}
+
+absl::Status ExecuteTransfer(const TransferPlan& plan, const TransferSchedule& schedule,
+                            ExchangeCounts exchanges, Communicator& comm,
+                            TransferLocals& sources, TransferLocals& destinations,
+                            TransferRunStats* stats) {
+  if (stats != nullptr) *stats = TransferRunStats{};
+  SDRT_ASSIGN_OR_RETURN(const TransferProgram program,
+                        CompileTransfer(plan, schedule, exchanges, comm, sources, destinations));
+  SDRT_RETURN_IF_ERROR(RunTransfer(program, plan, schedule, &comm, sources, destinations));
+  if (stats != nullptr) *stats = program.stats;
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

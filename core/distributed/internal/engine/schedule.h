@@ -1,0 +1,205 @@
+// Running a reshard plan (reshard_plan.h) on one rank of a communicator that spans both
+// sides (issue 14, the executor). The rank's messages are cut into chunks of at most one
+// bucket and put in the plan's order (tensor, contribution, source rank, destination
+// rank, chunk), which every rank derives alike. The chunks between one pair of ranks are
+// joined into units, one wire message each (many small tensors cost one message per peer
+// and bucket, not one per tensor); units keep the order of their first chunk. A large
+// chunk whose box is one dense range of its local travels from and into the locals, not
+// through the buckets. Each
+// exchange (one Communicator::Exchange: MPI_Isend/Irecv, or ncclSend/ncclRecv in one
+// group) takes the rank's next units in that order, sends and receives alike, while
+// neither side passes a bucket, packed into and unpacked from the rank's two buckets; a
+// chunk to itself is copied without the wire: local to local while the exchange's messages
+// move, or through the send bucket after them at its place in the order
+// (reshard_program.h).
+// Fan-out forwards (reshard_plan.h) come after every direct chunk, in exchanges of their
+// own: a relay sends what it has received. No rank waits on another's schedule:
+// everything before the earliest unit not yet delivered has been delivered, so that unit
+// is in the current exchange of its sender and of its receiver, and every exchange
+// completes. Peak extra memory per rank: the two buckets (each at most bucket_bytes, or
+// one row of a box when a row is larger), whatever the size of the largest tensor. Not
+// public API.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SCHEDULE_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SCHEDULE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/internal/engine/pack.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt::internal {
+
+// Where a program is compiled for: this rank, the number of ranks of its communicator and
+// the device of its buckets (the communicator's). A communicator gives all three; a call
+// that moves nothing between ranks (DistributeStateDict without one) names them itself.
+class TransferSite {
+ public:
+  TransferSite(int64_t rank, int64_t size, Device device)
+      : rank_(rank), size_(size), device_(device) {}
+  TransferSite(const Communicator& comm)  // NOLINT(runtime/explicit): a communicator is one
+      : rank_(comm.rank()), size_(comm.size()), device_(comm.device()) {}
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  Device device() const { return device_; }
+
+ private:
+  int64_t rank_;
+  int64_t size_;
+  Device device_;
+};
+
+struct TransferScheduleOptions {
+  // The most bytes one rank sends (or receives) in one exchange; >= 64.
+  int64_t bucket_bytes = int64_t{256} << 20;
+};
+
+// One rank's chunks and exchanges: a value, derived once per (plan, rank, bucket_bytes).
+struct TransferSchedule {
+  // One chunk: message `chunk` (a piece of one of the plan's messages) of plan tensor
+  // `tensor`.
+  struct Step {
+    size_t tensor = 0;
+    const TransferMessage* chunk = nullptr;
+  };
+  // One wire message (or one chunk to itself): steps [first, first + count), all from
+  // source_rank to destination_rank, packed back to back, `bytes` in all.
+  struct Unit {
+    size_t first = 0;
+    size_t count = 0;
+    int64_t bytes = 0;
+    int64_t source_rank = 0;
+    int64_t destination_rank = 0;
+  };
+  int64_t rank = 0;
+  // Per plan tensor, its chunks that this rank sends or receives (shared by the tensors
+  // of one layout plan); the steps point into them.
+  std::vector<std::shared_ptr<const std::vector<TransferMessage>>> chunks;
+  // This rank's chunks, unit by unit: sends to other ranks, receives from other ranks,
+  // and chunks to itself.
+  std::vector<Step> steps;
+  // This rank's units in the order of their first chunk in the plan's order.
+  std::vector<Unit> units;
+  // Units [0, local_units): a rank's direct chunks when every one of them goes to itself,
+  // copied without an exchange (then it has no direct exchange of its own).
+  size_t local_units = 0;
+  // Exchange i takes units [begin[i], begin[i + 1]); exchanges() + 1 entries. The first
+  // direct_exchanges hold the direct chunks, the others the forwards.
+  std::vector<size_t> begin;
+  size_t direct_exchanges = 0;
+  // The collective exchanges, after the point-to-point ones, the same on every rank: one
+  // broadcast or all-gather each, of steps [first, first + count) (after the units'
+  // steps). A broadcast's chunks lie back to back in its bucket, each at `offsets[i]`
+  // (16-byte aligned), `bytes` in all. An all-gather's bucket holds every rank's segment
+  // in rank order, rank q's `counts[q]` bytes, its chunks each at `offsets[i]` from the
+  // start of its sender's segment (16-byte aligned); `bytes` is the sum of the counts.
+  struct CollectiveExchange {
+    Collective kind = Collective::kBroadcast;
+    int64_t root = 0;
+    size_t first = 0;
+    size_t count = 0;
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> counts;
+    int64_t bytes = 0;
+  };
+  std::vector<CollectiveExchange> collectives;
+  int64_t send_bucket_bytes = 0;     // the largest exchange's sends, or self chunk
+  int64_t receive_bucket_bytes = 0;  // the largest exchange's receives from other ranks
+  // Point-to-point exchanges (direct and forward); the collective ones come after them.
+  size_t exchanges() const { return begin.empty() ? 0 : begin.size() - 1; }
+};
+
+// One side's local tensors of every plan tensor on this rank, by pointer, back to back in
+// one vector (no copy of a tensor, no allocation per tensor): plan tensor t's are
+// tensors[begin[t], begin[t + 1]), indexed by TransferPiece::local (a null tensor: none);
+// none when the rank holds no piece of it. The tensors pointed to outlive the
+// TransferLocals; `owned` holds those made for it (fresh destination locals) and, for a
+// binding, the handles it keeps of the caller's locals. `checked`:
+// every ref needed was checked against its piece and made by CheckedRef (the state-dict
+// path does so before its agreement); else ExecuteTransfer checks them.
+struct TransferLocals {
+  std::vector<LocalRef> tensors;
+  std::vector<size_t> begin{0};
+  std::deque<Tensor> owned;
+  bool checked = false;
+  size_t size() const { return begin.size() - 1; }
+  LocalRefs of(size_t t) const {
+    return LocalRefs(tensors.data() + begin[t], begin[t + 1] - begin[t]);
+  }
+  // Appends the next plan tensor's locals, unchecked: refs of `locals`, which the caller
+  // keeps.
+  void Add(absl::Span<const Tensor> locals) {
+    for (const Tensor& local : locals) tensors.push_back({&local, nullptr});
+    begin.push_back(tensors.size());
+  }
+};
+
+// How many exchanges every rank makes in each phase: the most of any rank's schedule.
+struct ExchangeCounts {
+  int64_t direct = 0;
+  int64_t forward = 0;
+};
+
+// What one rank did in ExecuteTransfer.
+struct TransferRunStats {
+  int64_t rounds = 0;          // Exchange calls
+  int64_t sent_bytes = 0;      // to other ranks
+  int64_t received_bytes = 0;  // from other ranks
+  int64_t self_bytes = 0;      // copied from this rank's sources to its destinations
+  int64_t buffer_bytes = 0;    // the send and receive buckets, allocated once
+  int64_t direct_bytes = 0;    // of sent and received, straight from or into a local
+};
+
+// Cuts every message of `plan` that global rank `rank` sends or receives so that no chunk
+// holds more than options.bucket_bytes (a box is cut along its first dim of extent > 1
+// into whole rows, whole bytes for sub-byte dtypes; a row larger than a bucket along its
+// next dim; one element or one whole-byte group is never cut) and lists the rank's chunks
+// in plan order. Chunks between one pair of ranks travel as one wire message (a unit)
+// while it stays within a bucket: a chunk joins the pair's open unit of its phase, which
+// moves it earlier (never later) in the order; a later Partial contribution, a chunk to
+// itself and a chunk of kDirectRangeBytes or more (sent from and received into its locals
+// where they are dense, reshard_pack.h) are units of their own. Every rank derives a pair's units
+// alike, from the plan's order of that pair's chunks, so sender and receiver agree on every
+// message. Consecutive units are grouped into exchanges of at most a bucket on each side (a unit
+// larger than a bucket travels in an exchange of its own). The messages of collective
+// layouts (to kEveryRank) are every rank's, in the collective exchanges: a broadcast's chunks
+// cut as above, consecutive chunks of one root sharing an exchange within a bucket; an
+// all-gather's messages whole, consecutive all-gathered tensors sharing an exchange while
+// every rank's segments together stay within a bucket (a tensor larger than a bucket is
+// gathered in an exchange of its own). InvalidArgument for
+// bucket_bytes < 64, a negative rank, a plan of another rank (TransferPlan::rank), or more
+// than 2^24 chunks.
+absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
+                                                const TransferScheduleOptions& options);
+
+// Collective over `comm`, whose ranks are the plan's global ranks: every rank calls it
+// with the same plan (or its own plan of one rank), its own schedule (ScheduleTransfer for
+// comm.rank()) and the same `exchanges`, in each phase at least the most of any rank's
+// schedule (a rank with fewer exchanges makes empty ones, so that every rank calls
+// Exchange alike). `sources.of(t)` are this rank's source locals of plan tensor t (indexed by
+// TransferPiece::local; empty when it holds none; any strides), `destinations.of(t)` its
+// destination locals (allocated, of the pieces' shapes and dtype, filled in place; any
+// strides without overlap). Tensors are on comm.device() (the CPU for MPI). On return
+// every destination local holds its piece. Every local this rank's pieces need is checked
+// before anything moves (the caller agrees on such errors across ranks first: one rank
+// returning early leaves the others waiting until the deadline). InvalidArgument when
+// sources or destinations have a size other than plan.tensors.size(), when a local needed
+// is missing or of the wrong dtype or shape (PackMessage's errors), when the schedule is
+// not comm.rank()'s or has more exchanges than `exchanges`, or comm.size() is not larger
+// than every rank of the schedule; the communicator's errors (DeadlineExceeded names the
+// missing ranks) as they are; ResourceExhausted when a bucket cannot be allocated.
+absl::Status ExecuteTransfer(const TransferPlan& plan, const TransferSchedule& schedule,
+                            ExchangeCounts exchanges, Communicator& comm,
+                            TransferLocals& sources, TransferLocals& destinations,
+                            TransferRunStats* stats = nullptr);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SCHEDULE_H_

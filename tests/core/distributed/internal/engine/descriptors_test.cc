@@ -1,0 +1,137 @@
+// The descriptors of a reshard's one exchange (core/distributed/internal/
+// reshard_descriptors.h): what a rank encodes decodes to the same leaves, a peer's bytes
+// that are cut short, run long or claim huge counts are InvalidArgument naming the rank,
+// and merging the ranks' descriptions checks that they agree, turns plain tensors into a
+// Replicate layout over their holders and needs a source for every destination leaf.
+#include "sdrt/core/distributed/internal/engine/descriptors.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
+
+namespace sdrt::internal {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+LeafLayout MeshLeaf(const std::string& path, bool source, const char* placements,
+                    std::vector<int64_t> ranks = {0, 1}) {
+  LeafLayout l;
+  l.path = path;
+  l.source = source;
+  l.dtype = DType::kBFloat16;
+  l.shape = {8, 4};
+  l.kind = LeafLayout::Kind::kMesh;
+  l.mesh_shape = {static_cast<int64_t>(ranks.size())};
+  l.mesh_ranks = std::move(ranks);
+  l.placements = *ParsePlacements(placements);
+  return l;
+}
+
+LeafLayout PlainLeaf(const std::string& path, bool source, IntVector shape = {3}) {
+  LeafLayout l;
+  l.path = path;
+  l.source = source;
+  l.shape = std::move(shape);
+  l.kind = LeafLayout::Kind::kPlain;
+  return l;
+}
+
+LeafLayout BoxLeaf(const std::string& path, bool source) {
+  LeafLayout l;
+  l.path = path;
+  l.source = source;
+  l.dtype = DType::kBFloat16;
+  l.shape = {8, 4};
+  l.kind = LeafLayout::Kind::kBoxes;
+  l.boxes = {{{0, 0}, {8, 2}, 0}, {{0, 2}, {8, 2}, 1}};
+  return l;
+}
+
+TEST(ReshardDescriptors, WhatIsEncodedDecodesAlike) {
+  const std::vector<LeafLayout> leaves = {MeshLeaf("w", true, "[_S(0, 2)]"), BoxLeaf("w", false),
+                                          PlainLeaf("b", true), MeshLeaf("p", true, "[P(max)]")};
+  const std::string bytes = EncodeLeafLayouts(leaves);
+  absl::StatusOr<std::vector<LeafLayout>> back = DecodeLeafLayouts(bytes, 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(EncodeLeafLayouts(*back), bytes);
+  ASSERT_EQ(back->size(), 4u);
+  EXPECT_EQ((*back)[0].placements, leaves[0].placements);
+  EXPECT_EQ((*back)[1].boxes.size(), 2u);
+  EXPECT_EQ((*back)[3].placements[0].reduce_op(), ReduceOp::kMax);
+  // Every cut, and a byte too many, is refused.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const absl::Status s = DecodeLeafLayouts(bytes.substr(0, n), 3).status();
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << n;
+  }
+  const absl::Status longer = DecodeLeafLayouts(bytes + "x", 3).status();
+  EXPECT_THAT(std::string(longer.message()),
+              HasSubstr("rank 3 sent a malformed description of its leaves"));
+}
+
+TEST(ReshardDescriptors, HugeCountsAndUnknownCodesAreRefusedBeforeAllocating) {
+  std::string huge;
+  PutU64(&huge, uint64_t{1} << 60);  // leaves
+  EXPECT_FALSE(DecodeLeafLayouts(huge, 0).ok());
+  std::string dtype;
+  PutU64(&dtype, 1);
+  PutString(&dtype, "w");
+  PutU64(&dtype, 1);
+  PutU64(&dtype, 999);  // no such dtype
+  for (int i = 0; i < 8; ++i) PutU64(&dtype, 0);
+  EXPECT_FALSE(DecodeLeafLayouts(dtype, 0).ok());
+  std::string ranks;
+  PutU64(&ranks, 1);
+  PutString(&ranks, "w");
+  PutU64(&ranks, 1);
+  PutU64(&ranks, 0);
+  PutU64(&ranks, 0);  // 0-dim
+  PutU64(&ranks, 0);  // kMesh
+  PutU64(&ranks, 1);
+  PutU64(&ranks, 2);                  // mesh shape [2]
+  PutU64(&ranks, uint64_t{1} << 40);  // mesh ranks: more than arrived
+  EXPECT_FALSE(DecodeLeafLayouts(ranks, 0).ok());
+}
+
+TEST(ReshardDescriptors, MergeAgreesPlainHoldersAndSources) {
+  // Rank 0 and 1 hold the fsdp source; ranks 2 and 3 want it as boxes; "b" is held whole
+  // by ranks 0 and 1 and wanted by rank 3 (with a placeholder of another shape).
+  const std::vector<std::vector<LeafLayout>> per_rank = {
+      {MeshLeaf("w", true, "[S(0)]"), PlainLeaf("b", true), PlainLeaf("only_source", true)},
+      {MeshLeaf("w", true, "[S(0)]"), PlainLeaf("b", true)},
+      {BoxLeaf("w", false)},
+      {BoxLeaf("w", false), PlainLeaf("b", false, {1})},
+  };
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::vector<TransferTensor>> tensors = MergeLeafLayouts(per_rank, &skipped);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->size(), 2u);
+  EXPECT_EQ((*tensors)[0].name, "w");
+  EXPECT_EQ((*tensors)[0].destination.boxes.size(), 2u);
+  EXPECT_EQ((*tensors)[1].name, "b");
+  EXPECT_THAT((*tensors)[1].source.mesh->ranks(), ElementsAre(0, 1));
+  EXPECT_THAT((*tensors)[1].destination.mesh->ranks(), ElementsAre(3));
+  EXPECT_THAT((*tensors)[1].shape, ElementsAre(3));
+  EXPECT_THAT(skipped, ElementsAre("only_source"));
+
+  std::vector<std::vector<LeafLayout>> differ = per_rank;
+  differ[1][0] = MeshLeaf("w", true, "[S(1)]");
+  EXPECT_THAT(std::string(MergeLeafLayouts(differ).status().message()),
+              HasSubstr("ranks 0 and 1 describe the source of 'w' differently"));
+  std::vector<std::vector<LeafLayout>> orphan = per_rank;
+  orphan[2].push_back(MeshLeaf("x", false, "[R]", {2}));
+  EXPECT_THAT(std::string(MergeLeafLayouts(orphan).status().message()),
+              HasSubstr("no rank holds a source of 'x'"));
+  std::vector<std::vector<LeafLayout>> shape = per_rank;
+  shape[2][0].shape = {8, 5};
+  shape[3][0].shape = {8, 5};
+  EXPECT_THAT(std::string(MergeLeafLayouts(shape).status().message()),
+              HasSubstr("the source is bfloat16[8, 4] but the destination bfloat16[8, 5]"));
+}
+
+}  // namespace
+}  // namespace sdrt::internal

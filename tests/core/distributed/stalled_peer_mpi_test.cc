@@ -41,6 +41,7 @@ constexpr int kTensors = 6;
 constexpr int64_t kRows = 96;  // of 256 float32: 96 KiB a tensor, one bucket each
 constexpr int64_t kBucketBytes = kRows * 256 * 4;
 constexpr milliseconds kTimeout(500);
+constexpr milliseconds kSyncTimeout(1000);
 
 // Passes every call to `inner`, except that on the stalled rank exchange number 2 waits for
 // the world barrier first, then joins late and fails.
@@ -158,7 +159,9 @@ TEST_P(StoppedPeer, AStepSucceedsOnEveryRankOrFailsOnEveryRank) {
   const SyncCase c = GetParam();
   absl::StatusOr<std::unique_ptr<Communicator>> dup = g_world->Split(0, g_world->rank());
   ASSERT_TRUE(dup.ok()) << dup.status();
-  (*dup)->set_timeout(kTimeout);
+  // A longer deadline than case-058's: four setups, plans and bindings must not miss it on
+  // a loaded machine.
+  (*dup)->set_timeout(kSyncTimeout);
   Communicator& comm = **dup;
   const int n = g_world->size();
   std::vector<int64_t> engine_ranks(static_cast<size_t>(n));
@@ -213,7 +216,7 @@ TEST_P(StoppedPeer, AStepSucceedsOnEveryRankOrFailsOnEveryRank) {
     // EXPECT, not ASSERT, before the world barrier: a rank that left early would hang it.
     EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
     EXPECT_THAT(status.message(), HasSubstr("rank 0 did not arrive")) << status;
-    EXPECT_LT(seconds, 0.5 + 0.2 + 3.0) << status;
+    EXPECT_LT(seconds, 1.0 + 0.25 + 3.0) << status;
   }
   ASSERT_TRUE(g_world->Barrier().ok());
   // Rank 0 wakes up late: its step fails too (the others gave up), and it takes its part in

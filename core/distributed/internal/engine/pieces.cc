@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/reduce.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -80,12 +81,17 @@ absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tens
     piece.local_shape = info->local_shape;
     piece.runs = OwnedRuns(*info);
     const IntVector coordinate = *mesh.Coordinate(rank);
-    for (int i : partial_dims) {
-      if (source) {
+    if (source) {
+      for (int i : partial_dims) {
         piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
-      } else {
-        piece.identity = piece.identity || coordinate[i] != 0;
       }
+    } else if (!partial_dims.empty()) {
+      // DistributeTensor's rule: the reduction's identity off coordinate 0 of a sum or
+      // product mesh dim; the value itself for avg, min and max.
+      absl::StatusOr<PartialIdentity> identity =
+          PartialIdentityOf(mesh, layout.placements, coordinate);
+      if (!identity.ok()) return Invalid(tensor, source, identity.status().message());
+      piece.identity = *identity != PartialIdentity::kNone;
     }
     pieces.push_back(std::move(piece));
   }

@@ -27,9 +27,9 @@
 // the pieces that hold it, and reduces them (reduce.h); Partial(avg) sums them and
 // divides by C with the last contribution (PyTorch divides once per Partial mesh dim: the
 // same bits when each mean is exact, as for sums of small integers). A Partial
-// destination holds the value at coordinate 0 of its Partial mesh dims; its other pieces
-// take nothing (TransferPiece::identity: the verb fills them with the reduction's identity,
-// as PyTorch's distribute_tensor does).
+// destination follows DistributeTensor's rule (tensor/sharding/distribute.h): a piece off
+// coordinate 0 of a sum or product mesh dim takes nothing (TransferPiece::identity: the verb
+// fills it with the reduction's identity), every other piece takes the value.
 // Moves with the same (source piece, destination piece) are then merged along every dim
 // where they are adjacent and agree elsewhere, so messages stay large. The work is
 // proportional to the cells the pieces cover (no all-pairs scan of ranks), and it is done

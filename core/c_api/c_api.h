@@ -154,7 +154,11 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi(const void* mpi_comm,
                                                    const sdrt_comm_options_t* options,
                                                    sdrt_comm_t* out);
 
-/* The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint). */
+/* The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint). A value that
+ * cannot be a communicator's is SDRT_INVALID_ARGUMENT naming it, refused before MPI sees
+ * it: outside MPI_Fint, MPI_COMM_NULL, or, under MPICH (whose handles carry their kind in
+ * their bits), not a communicator's bits. A freed communicator's value with the right bits
+ * still reaches MPI, whose error handler decides. */
 SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
                                                            const sdrt_comm_options_t* options,
                                                            sdrt_comm_t* out);

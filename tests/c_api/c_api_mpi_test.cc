@@ -722,8 +722,8 @@ TEST(CApiReshard, BoundOnceExecutedEveryStep) {
 
 // Handles survive misuse (the local cases without MPI are in c_api_header_c.c): each kind
 // destroyed twice, used after its destroy and passed where another kind is expected; a plan
-// and a binding whose communicator was destroyed. Each is refused on every rank before any
-// collective runs.
+// and a binding whose communicator was destroyed; Fortran handles that are not a
+// communicator's. Each is refused on every rank before any collective runs.
 TEST(CApiHandles, MisuseIsAnErrorNotACrash) {
   const char* kGone = "handle that was already destroyed";
   Local local(kSharded);
@@ -827,6 +827,28 @@ TEST(CApiHandles, MisuseIsAnErrorNotACrash) {
   EXPECT_EQ(rebound, nullptr);
   EXPECT_SDRT(SDRT_OK, sdrt_reshard_bound_destroy(bound));
   EXPECT_SDRT(SDRT_OK, sdrt_reshard_plan_destroy(plan));
+
+  // Fortran handles that are not a communicator's, refused before MPI sees them.
+  sdrt_comm_t fortran = nullptr;
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_comm_create_from_mpi_fortran(int64_t{1} << 40, nullptr, &fortran),
+                    "Fortran communicator handle 1099511627776 is outside MPI_Fint's range");
+  const int64_t null_handle = MPI_Comm_c2f(MPI_COMM_NULL);
+  EXPECT_SDRT_ERROR(
+      SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_mpi_fortran(null_handle, nullptr, &fortran),
+      ("Fortran communicator handle " + std::to_string(null_handle) + " is MPI_COMM_NULL").c_str());
+#if defined(MPICH)
+  // MPICH's MPI_Comm_f2c is a cast: garbage, a datatype, and a builtin communicator other
+  // than MPI_COMM_WORLD and MPI_COMM_SELF are told apart by their bits.
+  for (const int64_t garbage : {int64_t{12345}, int64_t{-1}, int64_t{MPI_Type_c2f(MPI_INT)},
+                                int64_t{MPI_Comm_c2f(MPI_COMM_SELF)} + 5}) {
+    const std::string named = "Fortran handle " + std::to_string(garbage) + " (";
+    EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                      sdrt_comm_create_from_mpi_fortran(garbage, nullptr, &fortran), named.c_str());
+    EXPECT_NE(std::strstr(sdrt_last_error(), "is not an MPI communicator"), nullptr);
+  }
+#endif
+  EXPECT_EQ(fortran, nullptr);
 }
 
 TEST(CApiOffload, CopiesIntoMemorySdrtOwns) {

@@ -313,7 +313,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Duplicate(
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::DuplicateFortran(
     int64_t fortran_handle, std::chrono::milliseconds timeout) {
   SDRT_RETURN_IF_ERROR(CheckMpiRunning("MpiCommunicator::DuplicateFortran"));
-  const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+  SDRT_ASSIGN_OR_RETURN(
+      const MPI_Comm comm,
+      internal::CommFromFortran(fortran_handle, "MpiCommunicator::DuplicateFortran"));
   return Duplicate(&comm, timeout);
 }
 

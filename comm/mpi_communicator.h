@@ -59,7 +59,9 @@ class MpiCommunicator final : public Communicator {
   // not initialized or already finalized; DeadlineExceeded; MPI's error.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Duplicate(
       const void* mpi_comm, std::chrono::milliseconds timeout = kDefaultTimeout);
-  // The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint).
+  // The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint). A value that
+  // cannot be a communicator's is InvalidArgument naming it before MPI sees it: outside
+  // MPI_Fint, MPI_COMM_NULL, or (under MPICH) without a communicator's handle bits.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> DuplicateFortran(
       int64_t fortran_handle, std::chrono::milliseconds timeout = kDefaultTimeout);
 

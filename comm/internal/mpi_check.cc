@@ -1,8 +1,10 @@
 #include "sdrt/comm/internal/mpi_check.h"
 
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace sdrt::internal {
 
@@ -29,6 +31,35 @@ absl::Status MpiStatus(int result, const char* call, const char* file, int line)
     default:
       return absl::InternalError(message);
   }
+}
+
+absl::StatusOr<MPI_Comm> CommFromFortran(int64_t handle, absl::string_view op) {
+  if (handle < std::numeric_limits<MPI_Fint>::min() ||
+      handle > std::numeric_limits<MPI_Fint>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": Fortran communicator handle ", handle, " is outside MPI_Fint's range"));
+  }
+  const MPI_Fint fint = static_cast<MPI_Fint>(handle);
+  if (fint == MPI_Comm_c2f(MPI_COMM_NULL)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": Fortran communicator handle ", handle, " is MPI_COMM_NULL"));
+  }
+#if defined(MPICH)
+  // MPICH's handle layout (mpir_objects.h): bits 30-31 the handle kind (0 invalid,
+  // 1 builtin, 2 direct, 3 indirect), bits 26-29 the object kind (1: a communicator).
+  const uint32_t bits = static_cast<uint32_t>(fint);
+  const uint32_t handle_kind = bits >> 30;
+  const uint32_t object_kind = (bits >> 26) & 0xF;
+  const bool builtin = fint == MPI_Comm_c2f(MPI_COMM_WORLD) || fint == MPI_Comm_c2f(MPI_COMM_SELF);
+  if (object_kind != 1 || handle_kind == 0 || (handle_kind == 1 && !builtin)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: Fortran handle %d (%#010x) is not an MPI communicator: MPICH's object kind is "
+        "%u (a communicator's is 1) and its handle kind %u (0 invalid, 1 builtin: only "
+        "MPI_COMM_WORLD and MPI_COMM_SELF, 2 direct, 3 indirect)",
+        op, handle, bits, object_kind, handle_kind));
+  }
+#endif
+  return MPI_Comm_f2c(fint);
 }
 
 }  // namespace sdrt::internal

@@ -2,7 +2,8 @@
 // code becomes an absl::Status carrying the call text, file:line and MPI's own error
 // string. Internal to comm/ (it includes mpi.h); only built when SDRT_HAVE_MPI. The MPI
 // backend sets MPI_ERRORS_RETURN on its communicators, so errors come back here instead of
-// aborting the job.
+// aborting the job; a program's Fortran communicator handle is checked here before MPI
+// sees it.
 //
 //   SDRT_MPI_RETURN_IF_ERROR(MPI_Bcast(data, count, MPI_BYTE, root, comm));
 #ifndef SDRT_COMM_INTERNAL_MPI_CHECK_H_
@@ -14,6 +15,8 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace sdrt::internal {
 
@@ -22,6 +25,14 @@ namespace sdrt::internal {
 // MPI_ERR_BUFFER to InvalidArgument, MPI_ERR_NO_MEM to ResourceExhausted, everything else
 // to Internal.
 absl::Status MpiStatus(int result, const char* call, const char* file, int line);
+
+// The MPI_Comm of `handle`, a program's MPI_Comm_c2f value, for `op`. InvalidArgument naming
+// the value when it is outside MPI_Fint, MPI_COMM_NULL, or, under MPICH (whose
+// MPI_Comm_f2c is a cast, and which aborts or crashes on a foreign handle), when its bits
+// are not those of a communicator: MPICH's object kind must be a communicator's and the
+// handle kind direct, indirect, or builtin for MPI_COMM_WORLD and MPI_COMM_SELF only (a
+// handle with those bits that the program freed still reaches MPI). Needs MPI initialized.
+absl::StatusOr<MPI_Comm> CommFromFortran(int64_t handle, absl::string_view op);
 
 // MpiCommunicator keeps its MPI_Comm as an integer-sized opaque handle (MPICH's MPI_Comm is
 // an int, Open MPI's a pointer), so that mpi.h stays out of its public header.

@@ -19,7 +19,11 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
                              const sdrt_broadcast_options_t* options) {
   return Guard("sdrt_broadcast", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(local, "local"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * local_sd, c_api::Resolve(local, "local"));
+    c_api::StateDictObject* full_sd = nullptr;
+    if (full != nullptr) {
+      SDRT_ASSIGN_OR_RETURN(full_sd, c_api::Resolve(full, "full"));
+    }
     SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
@@ -27,11 +31,12 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm,
                           c_api::CommOf(options->comm, true, "options.comm"));
     if (comm->rank() == options->root) SDRT_RETURN_IF_ERROR(c_api::NotNull(full, "full"));
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(options->stream, local->map));
-    if (full != nullptr) SDRT_RETURN_IF_ERROR(c_api::WaitForStream(options->stream, full->map));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(options->stream, local_sd->map));
+    if (full_sd != nullptr)
+      SDRT_RETURN_IF_ERROR(c_api::WaitForStream(options->stream, full_sd->map));
     std::vector<int64_t> ranks;
     for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
-    SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(local->map, ranks));
+    SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(local_sd->map, ranks));
     const sdrt::Map empty;
     sdrt::TransferStats stats;
     sdrt::BroadcastOptions bo;
@@ -42,16 +47,17 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
     absl::StatusOr<sdrt::BroadcastResult> result;
     {
       c_api::ScopedTimeout timeout(comm, options->timeout_seconds);
-      result = sdrt::BroadcastStateDict(full != nullptr ? full->map : empty, work, bo);
+      result = sdrt::BroadcastStateDict(full_sd != nullptr ? full_sd->map : empty, work, bo);
     }
     scope.stats().bytes_sent = stats.sent_bytes;
     scope.stats().bytes_received = stats.received_bytes;
     scope.stats().collectives = stats.collectives;
     scope.stats().data_collectives = stats.exchanges;
     if (!result.ok()) return result.status();
-    return c_api::WriteBack(local->map, work);
+    return c_api::WriteBack(local_sd->map, work);
 #else
-    (void)full;
+    (void)full_sd;
+    (void)local_sd;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });
@@ -61,29 +67,31 @@ sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
                               const sdrt_distribute_options_t* options) {
   return Guard("sdrt_distribute", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(full, "full"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(local, "local"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * full_sd, c_api::Resolve(full, "full"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * local_sd, c_api::Resolve(local, "local"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_distribute_options_t o =
         options != nullptr ? *options : sdrt_distribute_options_t SDRT_DISTRIBUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, full->map));
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, local->map));
-    sdrt::Map work = local->map;
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, full_sd->map));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, local_sd->map));
+    sdrt::Map work = local_sd->map;
     sdrt::DistributeOptions d;
     d.comm = comm;
     d.rank = o.rank;
     absl::Status status;
     {
       c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
-      status = sdrt::DistributeStateDict(full->map, work, d);
+      status = sdrt::DistributeStateDict(full_sd->map, work, d);
     }
     scope.stats().collectives = comm != nullptr ? 1 : 0;
     SDRT_RETURN_IF_ERROR(status);
-    return c_api::WriteBack(local->map, work);
+    return c_api::WriteBack(local_sd->map, work);
 #else
+    (void)full_sd;
+    (void)local_sd;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });

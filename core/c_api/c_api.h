@@ -13,9 +13,16 @@
  *     call but sdrt_last_error, sdrt_status_string, sdrt_get_last_stats and the version
  *     getters resets it).
  *     Output parameters are written only on SDRT_OK.
- *   - Handles are opaque pointers; each has one create/open and one destroy/close, which
- *     accepts NULL (and returns SDRT_OK). A NULL handle or output pointer anywhere else is
- *     SDRT_INVALID_ARGUMENT. A handle may be used by one thread at a time.
+ *   - Handles are opaque pointers whose values are ids in a table of live handles, never
+ *     addresses (nothing may dereference one); each has one create/open and one
+ *     destroy/close, which accepts NULL (and returns SDRT_OK). A NULL handle or output
+ *     pointer anywhere else is SDRT_INVALID_ARGUMENT, and so is, anywhere, a handle that
+ *     was destroyed (a second destroy/close included), one of another kind (a checkpoint
+ *     where a state dict is expected) or a value sdrt never returned: the call changes
+ *     nothing and sdrt_last_error() says which ("sdrt_state_dict_destroy: state_dict is a
+ *     state dict handle that was already destroyed"). A value is never reused in a process,
+ *     so a destroyed handle stays refused. A handle may be used by one thread at a time
+ *     (destroying it during another thread's call on it is undefined).
  *   - Options structs are versioned: the first field is `size_t struct_size`, set by the
  *     struct's SDRT_*_OPTIONS_INIT macro (which also fills every default). A call refuses a
  *     struct_size other than the size of the struct this library was built with
@@ -147,7 +154,11 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi(const void* mpi_comm,
                                                    const sdrt_comm_options_t* options,
                                                    sdrt_comm_t* out);
 
-/* The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint). */
+/* The same from MPI_Comm_c2f(comm), the portable integer handle (MPI_Fint). A value that
+ * cannot be a communicator's is SDRT_INVALID_ARGUMENT naming it, refused before MPI sees
+ * it: outside MPI_Fint, MPI_COMM_NULL, or, under MPICH (whose handles carry their kind in
+ * their bits), not a communicator's bits. A freed communicator's value with the right bits
+ * still reaches MPI, whose error handler decides. */
 SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
                                                            const sdrt_comm_options_t* options,
                                                            sdrt_comm_t* out);
@@ -204,7 +215,9 @@ SDRT_C_API sdrt_status_t sdrt_comm_size(sdrt_comm_t comm, int* size);
 
 /* Frees sdrt's duplicate communicator (local; MPI_Comm_free, unless MPI is finalized).
  * NULL is a no-op. Every state dict and plan using the communicator must no longer be in a
- * call. */
+ * call; plans and bindings over it are SDRT_FAILED_PRECONDITION from then on (destroying
+ * them still succeeds). SDRT_INVALID_ARGUMENT for a handle that is not a live
+ * communicator's (a second destroy). */
 SDRT_C_API sdrt_status_t sdrt_comm_destroy(sdrt_comm_t comm);
 
 /* ------------------------------------------------------------------------------------------
@@ -252,7 +265,8 @@ SDRT_C_API sdrt_status_t sdrt_checkpoint_num_tensors(sdrt_checkpoint_t checkpoin
  * a bad info->struct_size (set it with SDRT_TENSOR_INFO_INIT). */
 SDRT_C_API sdrt_status_t sdrt_checkpoint_tensor_info(sdrt_checkpoint_t checkpoint, int64_t i,
                                                      sdrt_tensor_info_t* info);
-/* Local. Unmaps and frees; NULL is a no-op. Infos handed out become invalid. */
+/* Local. Unmaps and frees; NULL is a no-op. Infos handed out become invalid.
+ * SDRT_INVALID_ARGUMENT for a handle that is not a live checkpoint's (a second close). */
 SDRT_C_API sdrt_status_t sdrt_checkpoint_close(sdrt_checkpoint_t checkpoint);
 
 /* ------------------------------------------------------------------------------------------
@@ -307,7 +321,8 @@ SDRT_C_API sdrt_status_t sdrt_state_dict_get(sdrt_state_dict_t state_dict, int64
 SDRT_C_API sdrt_status_t sdrt_state_dict_find(sdrt_state_dict_t state_dict, const char* name,
                                               int64_t* index);
 /* Local. Frees sdrt's records and the memory sdrt allocated for it (never the borrowed
- * buffers). NULL is a no-op. */
+ * buffers). NULL is a no-op. SDRT_INVALID_ARGUMENT for a handle that is not a live state
+ * dict's (a second destroy). */
 SDRT_C_API sdrt_status_t sdrt_state_dict_destroy(sdrt_state_dict_t state_dict);
 
 /* ------------------------------------------------------------------------------------------
@@ -504,8 +519,9 @@ typedef struct sdrt_reshard_options_t {
 /* Collective over options->comm. Plans moving `source` (what this rank holds in the source
  * layout; may be empty) into `destination` (its buffers in the destination layout; may be
  * empty): every byte a destination rank needs and does not hold moves once, from a rank
- * that holds it. The plan keeps the communicator (which must outlive it) and the layouts,
- * not the buffers. PyTorch's counterpart: DTensor.redistribute (one mesh only).
+ * that holds it. The plan keeps the communicator (which must outlive its use: once it is
+ * destroyed the plan's calls are SDRT_FAILED_PRECONDITION) and the layouts, not the
+ * buffers. PyTorch's counterpart: DTensor.redistribute (one mesh only).
  * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, layouts whose
  * global shapes or dtypes differ, a destination entry no source holds);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
@@ -524,11 +540,12 @@ typedef struct sdrt_reshard_execute_options_t {
  * buffers of `destination`, which must have the layouts planned (the same shapes, dtypes,
  * placements and names; the buffers may be other ones): every RL step, say. `options` may
  * be NULL. Errors: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
- * planned layouts); SDRT_DEADLINE_EXCEEDED; the backends' errors. */
+ * planned layouts); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
+ * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
                                               sdrt_state_dict_t destination,
                                               const sdrt_reshard_execute_options_t* options);
-/* Local. NULL is a no-op. */
+/* Local. NULL is a no-op; SDRT_INVALID_ARGUMENT for a handle that is not a live plan's. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_destroy(sdrt_reshard_plan_t plan);
 
 /* A plan bound to one source and one destination state dict's buffers: the weight sync of
@@ -545,7 +562,8 @@ typedef struct sdrt_reshard_bound_s* sdrt_reshard_bound_t;
  * for its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same
  * on every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
  * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_UNIMPLEMENTED (Partial
- * sources on CUDA); SDRT_DEADLINE_EXCEEDED; the backends' errors. Only running out of
+ * sources on CUDA); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
+ * SDRT_DEADLINE_EXCEEDED; the backends' errors. Only running out of
  * memory for the handle itself, after the agreement, is one rank's alone. */
 SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
                                            sdrt_state_dict_t destination,
@@ -557,10 +575,11 @@ SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_
  * destination buffers (every RL step, say); the last stats give the bytes sent and
  * received and the exchanges. `options` may be NULL; its stream is waited for before CUDA
  * buffers are read. Errors: SDRT_INVALID_ARGUMENT (NULL bound, bad options);
- * SDRT_DEADLINE_EXCEEDED (a rank that did not call); the backends' errors. */
+ * SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed); SDRT_DEADLINE_EXCEEDED
+ * (a rank that did not call); the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
                                                     const sdrt_reshard_execute_options_t* options);
-/* Local. NULL is a no-op. */
+/* Local. NULL is a no-op; SDRT_INVALID_ARGUMENT for a handle that is not a live binding's. */
 SDRT_C_API sdrt_status_t sdrt_reshard_bound_destroy(sdrt_reshard_bound_t bound);
 
 /* ------------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ namespace c_api = sdrt::c_api;
 
 namespace {
 
-sdrt_checkpoint_s::Info InfoOf(const std::string& name, sdrt::DType dtype,
-                               const sdrt::IntVector& shape) {
-  sdrt_checkpoint_s::Info info;
+c_api::CheckpointObject::Info InfoOf(const std::string& name, sdrt::DType dtype,
+                                     const sdrt::IntVector& shape) {
+  c_api::CheckpointObject::Info info;
   info.name = name;
   const sdrt::DLPackType dl = sdrt::ToDLPackType(dtype);
   info.dtype = DLDataType{dl.code, dl.bits, 1};
@@ -39,7 +39,7 @@ sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out) {
     SDRT_RETURN_IF_ERROR(c_api::NotNull(path, "path"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointKind kind, sdrt::DetectCheckpointKind(path));
-    auto handle = std::make_unique<sdrt_checkpoint_s>();
+    auto handle = std::make_unique<c_api::CheckpointObject>();
     handle->kind = kind;
     if (kind == sdrt::CheckpointKind::kShardedFolder) {
       SDRT_ASSIGN_OR_RETURN(sdrt::ShardedCheckpointIndex index,
@@ -55,16 +55,16 @@ sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out) {
       }
       handle->source.emplace(std::move(source));
     }
-    *out = handle.release();
+    *out = c_api::NewHandle<sdrt_checkpoint_t>(std::move(handle));
     return absl::OkStatus();
   });
 }
 
 sdrt_status_t sdrt_checkpoint_kind(sdrt_checkpoint_t checkpoint, sdrt_checkpoint_kind_t* kind) {
-  return Guard("sdrt_checkpoint_kind", [&] {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
+  return Guard("sdrt_checkpoint_kind", [&]() -> absl::Status {
+    SDRT_ASSIGN_OR_RETURN(c_api::CheckpointObject * ckpt, c_api::Resolve(checkpoint, "checkpoint"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(kind, "kind"));
-    switch (checkpoint->kind) {
+    switch (ckpt->kind) {
       case sdrt::CheckpointKind::kSafetensorsFile: *kind = SDRT_CHECKPOINT_SAFETENSORS_FILE; break;
       case sdrt::CheckpointKind::kHfFolder: *kind = SDRT_CHECKPOINT_HF_FOLDER; break;
       case sdrt::CheckpointKind::kSafetensorsFolder:
@@ -77,10 +77,10 @@ sdrt_status_t sdrt_checkpoint_kind(sdrt_checkpoint_t checkpoint, sdrt_checkpoint
 }
 
 sdrt_status_t sdrt_checkpoint_num_tensors(sdrt_checkpoint_t checkpoint, int64_t* count) {
-  return Guard("sdrt_checkpoint_num_tensors", [&] {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
+  return Guard("sdrt_checkpoint_num_tensors", [&]() -> absl::Status {
+    SDRT_ASSIGN_OR_RETURN(c_api::CheckpointObject * ckpt, c_api::Resolve(checkpoint, "checkpoint"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(count, "count"));
-    *count = static_cast<int64_t>(checkpoint->infos.size());
+    *count = static_cast<int64_t>(ckpt->infos.size());
     return absl::OkStatus();
   });
 }
@@ -88,14 +88,14 @@ sdrt_status_t sdrt_checkpoint_num_tensors(sdrt_checkpoint_t checkpoint, int64_t*
 sdrt_status_t sdrt_checkpoint_tensor_info(sdrt_checkpoint_t checkpoint, int64_t i,
                                           sdrt_tensor_info_t* info) {
   return Guard("sdrt_checkpoint_tensor_info", [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
+    SDRT_ASSIGN_OR_RETURN(c_api::CheckpointObject * ckpt, c_api::Resolve(checkpoint, "checkpoint"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(info, "info"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(info, "info"));
-    const int64_t n = static_cast<int64_t>(checkpoint->infos.size());
+    const int64_t n = static_cast<int64_t>(ckpt->infos.size());
     if (i < 0 || i >= n) {
       return absl::OutOfRangeError(absl::StrCat("tensor ", i, " of ", n));
     }
-    const sdrt_checkpoint_s::Info& t = checkpoint->infos[static_cast<size_t>(i)];
+    const c_api::CheckpointObject::Info& t = ckpt->infos[static_cast<size_t>(i)];
     info->name = t.name.c_str();
     info->dtype = t.dtype;
     info->dtype_name = t.dtype_name.c_str();
@@ -107,10 +107,8 @@ sdrt_status_t sdrt_checkpoint_tensor_info(sdrt_checkpoint_t checkpoint, int64_t 
 }
 
 sdrt_status_t sdrt_checkpoint_close(sdrt_checkpoint_t checkpoint) {
-  return Guard("sdrt_checkpoint_close", [&] {
-    delete checkpoint;
-    return absl::OkStatus();
-  });
+  return Guard("sdrt_checkpoint_close",
+               [&] { return c_api::DestroyHandle(checkpoint, "checkpoint"); });
 }
 
 }  // extern "C"

@@ -36,9 +36,9 @@ absl::Status Create(const sdrt_comm_options_t* options, sdrt_comm_t* out, Make m
   SDRT_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, TimeoutOf(options));
 #if SDRT_HAVE_MPI
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> comm, make(timeout));
-  auto handle = std::make_unique<sdrt_comm_s>();
-  handle->comm = std::move(comm);
-  *out = handle.release();
+  auto object = std::make_unique<CommObject>();
+  object->comm = std::move(comm);
+  *out = NewHandle<sdrt_comm_t>(std::move(object));
   return absl::OkStatus();
 #else
   (void)make;
@@ -117,9 +117,9 @@ sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size, in
     adopt.abort_on_error = o.abort_on_error == 1;
     SDRT_ASSIGN_OR_RETURN(std::unique_ptr<sdrt::NcclCommunicator> comm,
                           sdrt::NcclCommunicator::Adopt(nccl_comm, rank, size, device, adopt));
-    auto handle = std::make_unique<sdrt_comm_s>();
-    handle->comm = std::move(comm);
-    *out = handle.release();
+    auto object = std::make_unique<c_api::CommObject>();
+    object->comm = std::move(comm);
+    *out = c_api::NewHandle<sdrt_comm_t>(std::move(object));
     return absl::OkStatus();
 #else
     (void)rank;
@@ -150,10 +150,7 @@ sdrt_status_t sdrt_comm_size(sdrt_comm_t comm, int* size) {
 }
 
 sdrt_status_t sdrt_comm_destroy(sdrt_comm_t comm) {
-  return Guard("sdrt_comm_destroy", [&] {
-    delete comm;
-    return absl::OkStatus();
-  });
+  return Guard("sdrt_comm_destroy", [&] { return c_api::DestroyHandle(comm, "comm"); });
 }
 
 }  // extern "C"

@@ -22,9 +22,8 @@ namespace {
 
 #if SDRT_C_API_HAVE_DISTRIBUTED
 // Checks `options` and fills `go` (comm, ranks_only, cpu_offload, bucket_bytes).
-absl::Status Prepare(sdrt_state_dict_t state_dict, const sdrt_gather_options_t* options,
+absl::Status Prepare(const c_api::StateDictObject& state_dict, const sdrt_gather_options_t* options,
                      sdrt_gather_options_t* o, sdrt::GatherOptions* go) {
-  SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
   SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
   SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
   *o = *options;
@@ -36,7 +35,7 @@ absl::Status Prepare(sdrt_state_dict_t state_dict, const sdrt_gather_options_t* 
   go->ranks_only.assign(o->ranks_only, o->ranks_only + o->num_ranks_only);
   go->cpu_offload = o->cpu_offload != 0;
   go->bucket_bytes = o->bucket_bytes;
-  return c_api::WaitForStream(o->stream, state_dict->map);
+  return c_api::WaitForStream(o->stream, state_dict.map);
 }
 #endif
 
@@ -50,15 +49,16 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
     c_api::StatsScope scope;
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
 #if SDRT_C_API_HAVE_DISTRIBUTED
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
-    SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
+    SDRT_RETURN_IF_ERROR(Prepare(*sd, options, &o, &go));
     sdrt::TransferStats stats;
     go.stats = &stats;
     absl::StatusOr<sdrt::Map> gathered;
     {
       c_api::ScopedTimeout timeout(go.comm, o.timeout_seconds);
-      gathered = sdrt::GatherStateDict(state_dict->map, go);
+      gathered = sdrt::GatherStateDict(sd->map, go);
     }
     scope.stats().bytes_sent = stats.sent_bytes;
     scope.stats().bytes_received = stats.received_bytes;
@@ -74,9 +74,9 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
         v = sdrt::Value(std::move(dense));
       }
     }
-    auto handle = std::make_unique<sdrt_state_dict_s>();
-    handle->map = *std::move(gathered);
-    *out = handle.release();
+    auto object = std::make_unique<c_api::StateDictObject>();
+    object->map = *std::move(gathered);
+    *out = c_api::NewHandle<sdrt_state_dict_t>(std::move(object));
     return absl::OkStatus();
 #else
     (void)state_dict;
@@ -91,9 +91,10 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
   return Guard("sdrt_gather_write", [&]() -> absl::Status {
     c_api::StatsScope scope;
 #if SDRT_C_API_HAVE_DISTRIBUTED
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
-    SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
+    SDRT_RETURN_IF_ERROR(Prepare(*sd, options, &o, &go));
     if (go.ranks_only.size() > 1) {
       return absl::InvalidArgumentError("options.ranks_only names more than one writer");
     }
@@ -103,7 +104,7 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
     sdrt::TransferStats stats;
     go.stats = &stats;
     c_api::ScopedTimeout timeout(go.comm, o.timeout_seconds);
-    absl::StatusOr<sdrt::Map> gathered = sdrt::GatherStateDict(state_dict->map, go);
+    absl::StatusOr<sdrt::Map> gathered = sdrt::GatherStateDict(sd->map, go);
     scope.stats().bytes_sent = stats.sent_bytes;
     scope.stats().bytes_received = stats.received_bytes;
     scope.stats().data_collectives = stats.exchanges;

@@ -21,7 +21,7 @@ namespace {
 // After a load into `work` (state_dict's entries, plain ones as Replicate DTensors): the
 // results copied into the caller's buffers where they landed elsewhere, the missing entries
 // removed when strict, the counts reported.
-absl::Status Finish(sdrt_state_dict_s& state_dict, const sdrt::Map& work,
+absl::Status Finish(c_api::StateDictObject& state_dict, const sdrt::Map& work,
                     const sdrt::LoadResult& result, const sdrt_load_options_t& o) {
   SDRT_RETURN_IF_ERROR(c_api::WriteBack(state_dict.map, work));
   if (o.strict != 0 && !result.missing_keys.empty()) {
@@ -37,7 +37,7 @@ absl::Status Finish(sdrt_state_dict_s& state_dict, const sdrt::Map& work,
 
 // An sdrt sharded folder: resharded from its layout into the caller's buffers
 // (LoadShardedCheckpoint), the staging size serving as the reshard's bucket.
-absl::Status LoadShardedFolder(const std::string& dir, sdrt_state_dict_s& state_dict,
+absl::Status LoadShardedFolder(const std::string& dir, c_api::StateDictObject& state_dict,
                                sdrt::Map work, sdrt::Communicator* comm,
                                const sdrt_load_options_t& o, sdrt_stats_t& s) {
   if (o.rank >= 0 && o.rank != comm->rank()) {
@@ -82,15 +82,15 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
                         const sdrt_load_options_t* options) {
   return Guard("sdrt_load", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(checkpoint, "checkpoint"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+    SDRT_ASSIGN_OR_RETURN(c_api::CheckpointObject * ckpt, c_api::Resolve(checkpoint, "checkpoint"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_load_options_t o = options != nullptr ? *options
                                                       : sdrt_load_options_t SDRT_LOAD_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
-    if (!checkpoint->source.has_value() && comm == nullptr) {
+    if (!ckpt->source.has_value() && comm == nullptr) {
       return absl::InvalidArgumentError(
           "options.comm is required to load an sdrt sharded folder (its pieces move between "
           "ranks)");
@@ -103,13 +103,12 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     } else {
       return absl::InvalidArgumentError("options.rank is required without a communicator");
     }
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, state_dict->map));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, sd->map));
     // Plain buffers become Replicate DTensors over every rank, which the load fills in
     // place (it would replace a plain leaf by a new full tensor).
-    SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(state_dict->map, ranks));
-    if (!checkpoint->source.has_value()) {
-      return LoadShardedFolder(checkpoint->sharded_dir, *state_dict, std::move(work), comm, o,
-                               scope.stats());
+    SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(sd->map, ranks));
+    if (!ckpt->source.has_value()) {
+      return LoadShardedFolder(ckpt->sharded_dir, *sd, std::move(work), comm, o, scope.stats());
     }
     sdrt::LoadStats stats;
     sdrt::LoadOptions lo;
@@ -124,15 +123,17 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     absl::StatusOr<sdrt::LoadResult> result;
     {
       c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
-      result = sdrt::LoadStateDict(*checkpoint->source, work, lo);
+      result = sdrt::LoadStateDict(*ckpt->source, work, lo);
     }
     sdrt_stats_t& s = scope.stats();
     s.bytes_read = stats.bytes_read;
     s.bytes_kept = stats.bytes_kept;
     s.reads = stats.reads;
     if (!result.ok()) return result.status();
-    return Finish(*state_dict, work, *result, o);
+    return Finish(*sd, work, *result, o);
 #else
+    (void)ckpt;
+    (void)sd;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });

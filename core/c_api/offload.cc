@@ -17,7 +17,7 @@ sdrt_status_t sdrt_offload(sdrt_state_dict_t state_dict, const sdrt_offload_opti
                            sdrt_state_dict_t* out) {
   return Guard("sdrt_offload", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_offload_options_t o =
@@ -25,10 +25,10 @@ sdrt_status_t sdrt_offload(sdrt_state_dict_t state_dict, const sdrt_offload_opti
     sdrt::CreateCpuOptions co;
     co.pin_memory = o.pin_memory != 0;
     co.share_memory = o.share_memory != 0;
-    SDRT_ASSIGN_OR_RETURN(sdrt::Map cpu, sdrt::CreateCpuStateDict(state_dict->map, co));
+    SDRT_ASSIGN_OR_RETURN(sdrt::Map cpu, sdrt::CreateCpuStateDict(sd->map, co));
     sdrt::CopyOptions copy;
     copy.stream = o.stream;  // enqueued after the work already on it; blocking
-    SDRT_ASSIGN_OR_RETURN(sdrt::CopyResult copied, sdrt::CopyStateDict(state_dict->map, cpu, copy));
+    SDRT_ASSIGN_OR_RETURN(sdrt::CopyResult copied, sdrt::CopyStateDict(sd->map, cpu, copy));
     (void)copied;
     int64_t bytes = 0;
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -37,9 +37,9 @@ sdrt_status_t sdrt_offload(sdrt_state_dict_t state_dict, const sdrt_offload_opti
       if (v.kind() == sdrt::ValueKind::kDTensor) bytes += v.as_dtensor().local().nbytes();
     }
     scope.stats().bytes_written = bytes;
-    auto handle = std::make_unique<sdrt_state_dict_s>();
-    handle->map = std::move(cpu);
-    *out = handle.release();
+    auto object = std::make_unique<c_api::StateDictObject>();
+    object->map = std::move(cpu);
+    *out = c_api::NewHandle<sdrt_state_dict_t>(std::move(object));
     return absl::OkStatus();
   });
 }

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
@@ -12,25 +13,42 @@
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #endif
 
+namespace sdrt::c_api {
+
+// What an sdrt_reshard_plan_t stands for: the plan, and the handle of the communicator it
+// was made over (checked live at every use).
 #if SDRT_C_API_HAVE_DISTRIBUTED
-struct sdrt_reshard_plan_s {
-  sdrt::ReshardPlan plan;
-  sdrt::Communicator* comm = nullptr;
+struct ReshardPlanObject {
+  ReshardPlan plan;
+  sdrt_comm_t comm = nullptr;
 };
-// A bound plan and what each step adds to it: the entries whose result is not written in
-// the caller's buffer (a plain destination tensor, which the library replaces by a new
-// full one), copied there after every step, and the source, whose CUDA buffers the
-// execute options' stream is waited for on.
-struct sdrt_reshard_bound_s {
-  sdrt::BoundReshard bound;
-  sdrt::Communicator* comm = nullptr;
-  sdrt::Map source;
-  std::vector<std::pair<sdrt::Tensor, sdrt::Tensor>> write_back;  // (caller's, result)
+// What an sdrt_reshard_bound_t stands for: a bound plan and what each step adds to it: the
+// entries whose result is not written in the caller's buffer (a plain destination tensor,
+// which the library replaces by a new full one), copied there after every step, and the
+// source, whose CUDA buffers the execute options' stream is waited for on.
+struct ReshardBoundObject {
+  BoundReshard bound;
+  sdrt_comm_t comm = nullptr;
+  Map source;
+  std::vector<std::pair<Tensor, Tensor>> write_back;  // (caller's, result)
 };
+
+namespace {
+
+// The communicator of a plan or binding: FailedPrecondition once the program destroyed it.
+absl::StatusOr<Communicator*> PlanComm(sdrt_comm_t comm) {
+  absl::StatusOr<Communicator*> c = CommOf(comm, true, "the plan's communicator");
+  if (c.ok()) return c;
+  return absl::FailedPreconditionError(absl::StrCat(
+      c.status().message(), " (destroy plans and bindings before their communicator)"));
+}
+
+}  // namespace
 #else
-struct sdrt_reshard_plan_s {};
-struct sdrt_reshard_bound_s {};
+struct ReshardPlanObject {};
+struct ReshardBoundObject {};
 #endif
+}  // namespace sdrt::c_api
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
@@ -41,8 +59,8 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
                                        const sdrt_reshard_options_t* options,
                                        sdrt_reshard_plan_t* out) {
   return Guard("sdrt_reshard_plan_create", [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(source, "source"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(destination, "destination"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * src, c_api::Resolve(source, "source"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * dst, c_api::Resolve(destination, "destination"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
@@ -54,14 +72,15 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
     ro.comm = comm;
     ro.bucket_bytes = options->bucket_bytes;
     c_api::ScopedTimeout timeout(comm, options->timeout_seconds);
-    SDRT_ASSIGN_OR_RETURN(sdrt::ReshardPlan plan,
-                          sdrt::PlanReshard(source->map, destination->map, ro));
-    auto handle = std::make_unique<sdrt_reshard_plan_s>();
-    handle->plan = std::move(plan);
-    handle->comm = comm;
-    *out = handle.release();
+    SDRT_ASSIGN_OR_RETURN(sdrt::ReshardPlan plan, sdrt::PlanReshard(src->map, dst->map, ro));
+    auto object = std::make_unique<c_api::ReshardPlanObject>();
+    object->plan = std::move(plan);
+    object->comm = options->comm;
+    *out = c_api::NewHandle<sdrt_reshard_plan_t>(std::move(object));
     return absl::OkStatus();
 #else
+    (void)src;
+    (void)dst;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });
@@ -72,29 +91,33 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
                                    const sdrt_reshard_execute_options_t* options) {
   return Guard("sdrt_reshard_execute", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(plan, "plan"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(source, "source"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(destination, "destination"));
+    SDRT_ASSIGN_OR_RETURN(c_api::ReshardPlanObject * p, c_api::Resolve(plan, "plan"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * src, c_api::Resolve(source, "source"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * dst, c_api::Resolve(destination, "destination"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_reshard_execute_options_t o =
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, source->map));
-    sdrt::Map work = destination->map;
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(p->comm));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, src->map));
+    sdrt::Map work = dst->map;
     sdrt::TransferStats stats;
     absl::Status status;
     {
-      c_api::ScopedTimeout timeout(plan->comm, o.timeout_seconds);
-      status = sdrt::ExecuteReshard(plan->plan, source->map, work, &stats);
+      c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
+      status = sdrt::ExecuteReshard(p->plan, src->map, work, &stats);
     }
     scope.stats().bytes_sent = stats.sent_bytes;
     scope.stats().bytes_received = stats.received_bytes;
     scope.stats().collectives = stats.collectives;
     SDRT_RETURN_IF_ERROR(status);
-    return c_api::WriteBack(destination->map, work);
+    return c_api::WriteBack(dst->map, work);
 #else
+    (void)p;
+    (void)src;
+    (void)dst;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });
@@ -105,27 +128,31 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
                                 const sdrt_reshard_execute_options_t* options,
                                 sdrt_reshard_bound_t* out) {
   return Guard("sdrt_reshard_bind", [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(plan, "plan"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(source, "source"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(destination, "destination"));
+    SDRT_ASSIGN_OR_RETURN(c_api::ReshardPlanObject * p, c_api::Resolve(plan, "plan"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * src, c_api::Resolve(source, "source"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * dst, c_api::Resolve(destination, "destination"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const double timeout_seconds = options != nullptr ? options->timeout_seconds : 0.0;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
-    sdrt::Map work = destination->map;
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(p->comm));
+    sdrt::Map work = dst->map;
     absl::StatusOr<sdrt::BoundReshard> bound;
     {
-      c_api::ScopedTimeout timeout(plan->comm, timeout_seconds);
-      bound = sdrt::BindReshard(plan->plan, source->map, work);
+      c_api::ScopedTimeout timeout(comm, timeout_seconds);
+      bound = sdrt::BindReshard(p->plan, src->map, work);
     }
     SDRT_RETURN_IF_ERROR(bound.status());
-    auto handle = std::make_unique<sdrt_reshard_bound_s>(
-        sdrt_reshard_bound_s{*std::move(bound), plan->comm, source->map, {}});
-    SDRT_ASSIGN_OR_RETURN(handle->write_back, c_api::WriteBackPairs(destination->map, work));
-    *out = handle.release();
+    auto object = std::make_unique<c_api::ReshardBoundObject>(
+        c_api::ReshardBoundObject{*std::move(bound), p->comm, src->map, {}});
+    SDRT_ASSIGN_OR_RETURN(object->write_back, c_api::WriteBackPairs(dst->map, work));
+    *out = c_api::NewHandle<sdrt_reshard_bound_t>(std::move(object));
     return absl::OkStatus();
 #else
+    (void)p;
+    (void)src;
+    (void)dst;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });
@@ -135,44 +162,40 @@ sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
                                          const sdrt_reshard_execute_options_t* options) {
   return Guard("sdrt_reshard_bound_execute", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(bound, "bound"));
+    SDRT_ASSIGN_OR_RETURN(c_api::ReshardBoundObject * b, c_api::Resolve(bound, "bound"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_reshard_execute_options_t o =
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, bound->source));
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(b->comm));
+    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, b->source));
     sdrt::TransferStats stats;
     absl::Status status;
     {
-      c_api::ScopedTimeout timeout(bound->comm, o.timeout_seconds);
-      status = bound->bound.Execute(&stats);
+      c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
+      status = b->bound.Execute(&stats);
     }
     scope.stats().bytes_sent = stats.sent_bytes;
     scope.stats().bytes_received = stats.received_bytes;
     scope.stats().collectives = stats.collectives;
     SDRT_RETURN_IF_ERROR(status);
-    for (auto& [caller, result] : bound->write_back) SDRT_RETURN_IF_ERROR(caller.CopyFrom(result));
+    for (auto& [caller, result] : b->write_back) SDRT_RETURN_IF_ERROR(caller.CopyFrom(result));
     return absl::OkStatus();
 #else
+    (void)b;
     return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
 #endif
   });
 }
 
 sdrt_status_t sdrt_reshard_bound_destroy(sdrt_reshard_bound_t bound) {
-  return Guard("sdrt_reshard_bound_destroy", [&] {
-    delete bound;
-    return absl::OkStatus();
-  });
+  return Guard("sdrt_reshard_bound_destroy", [&] { return c_api::DestroyHandle(bound, "bound"); });
 }
 
 sdrt_status_t sdrt_reshard_plan_destroy(sdrt_reshard_plan_t plan) {
-  return Guard("sdrt_reshard_plan_destroy", [&] {
-    delete plan;
-    return absl::OkStatus();
-  });
+  return Guard("sdrt_reshard_plan_destroy", [&] { return c_api::DestroyHandle(plan, "plan"); });
 }
 
 }  // extern "C"

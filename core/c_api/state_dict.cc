@@ -50,8 +50,8 @@ absl::StatusOr<sdrt::DTensor> MakeDTensor(sdrt::Tensor local, const sdrt_dtensor
                              std::move(placements), std::move(global));
 }
 
-absl::Status CheckIndex(sdrt_state_dict_t sd, int64_t i) {
-  const int64_t n = static_cast<int64_t>(sd->map.size());
+absl::Status CheckIndex(const c_api::StateDictObject& sd, int64_t i) {
+  const int64_t n = static_cast<int64_t>(sd.map.size());
   if (i < 0 || i >= n) return absl::OutOfRangeError(absl::StrCat("entry ", i, " of ", n));
   return absl::OkStatus();
 }
@@ -63,7 +63,7 @@ extern "C" {
 sdrt_status_t sdrt_state_dict_create(sdrt_state_dict_t* out) {
   return Guard("sdrt_state_dict_create", [&] {
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
-    *out = new sdrt_state_dict_s();
+    *out = c_api::NewHandle<sdrt_state_dict_t>(std::make_unique<c_api::StateDictObject>());
     return absl::OkStatus();
   });
 }
@@ -71,7 +71,7 @@ sdrt_status_t sdrt_state_dict_create(sdrt_state_dict_t* out) {
 sdrt_status_t sdrt_state_dict_add(sdrt_state_dict_t state_dict, const char* name,
                                   const DLTensor* tensor, const sdrt_dtensor_spec_t* spec) {
   return Guard("sdrt_state_dict_add", [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(name, "name"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(tensor, "tensor"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(spec, "spec"));
@@ -87,17 +87,17 @@ sdrt_status_t sdrt_state_dict_add(sdrt_state_dict_t state_dict, const char* name
     } else {
       value = sdrt::Value(std::move(local));
     }
-    state_dict->DropViews();
-    state_dict->map.Set(name, std::move(value));
+    sd->DropViews();
+    sd->map.Set(name, std::move(value));
     return absl::OkStatus();
   });
 }
 
 sdrt_status_t sdrt_state_dict_count(sdrt_state_dict_t state_dict, int64_t* count) {
-  return Guard("sdrt_state_dict_count", [&] {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+  return Guard("sdrt_state_dict_count", [&]() -> absl::Status {
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(count, "count"));
-    *count = static_cast<int64_t>(state_dict->map.size());
+    *count = static_cast<int64_t>(sd->map.size());
     return absl::OkStatus();
   });
 }
@@ -105,28 +105,28 @@ sdrt_status_t sdrt_state_dict_count(sdrt_state_dict_t state_dict, int64_t* count
 sdrt_status_t sdrt_state_dict_get(sdrt_state_dict_t state_dict, int64_t i, const char** name,
                                   const DLTensor** tensor, int* is_dtensor) {
   return Guard("sdrt_state_dict_get", [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(name, "name"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(tensor, "tensor"));
-    SDRT_RETURN_IF_ERROR(CheckIndex(state_dict, i));
+    SDRT_RETURN_IF_ERROR(CheckIndex(*sd, i));
     const size_t at = static_cast<size_t>(i);
-    const sdrt::Value& v = state_dict->map.value(at);
+    const sdrt::Value& v = sd->map.value(at);
     const sdrt::Tensor* t = nullptr;
     if (v.kind() == sdrt::ValueKind::kTensor) t = &v.as_tensor();
     if (v.kind() == sdrt::ValueKind::kDTensor) t = &v.as_dtensor().local();
     if (t == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "entry '", state_dict->map.key(at), "' is a ", sdrt::ValueKindName(v.kind())));
+      return absl::FailedPreconditionError(
+          absl::StrCat("entry '", sd->map.key(at), "' is a ", sdrt::ValueKindName(v.kind())));
     }
-    if (state_dict->views.size() != state_dict->map.size()) {
-      state_dict->DropViews();
-      state_dict->views.assign(state_dict->map.size(), nullptr);
+    if (sd->views.size() != sd->map.size()) {
+      sd->DropViews();
+      sd->views.assign(sd->map.size(), nullptr);
     }
-    DLManagedTensor*& view = state_dict->views[at];
+    DLManagedTensor*& view = sd->views[at];
     if (view == nullptr) {
       SDRT_ASSIGN_OR_RETURN(view, sdrt::ToDLPack(*t));
     }
-    *name = state_dict->map.key(at).c_str();
+    *name = sd->map.key(at).c_str();
     *tensor = &view->dl_tensor;
     if (is_dtensor != nullptr) *is_dtensor = v.kind() == sdrt::ValueKind::kDTensor ? 1 : 0;
     return absl::OkStatus();
@@ -136,11 +136,11 @@ sdrt_status_t sdrt_state_dict_get(sdrt_state_dict_t state_dict, int64_t i, const
 sdrt_status_t sdrt_state_dict_find(sdrt_state_dict_t state_dict, const char* name,
                                    int64_t* index) {
   return Guard("sdrt_state_dict_find", [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(state_dict, "state_dict"));
+    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(name, "name"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(index, "index"));
-    for (size_t i = 0; i < state_dict->map.size(); ++i) {
-      if (state_dict->map.key(i) == name) {
+    for (size_t i = 0; i < sd->map.size(); ++i) {
+      if (sd->map.key(i) == name) {
         *index = static_cast<int64_t>(i);
         return absl::OkStatus();
       }
@@ -150,10 +150,8 @@ sdrt_status_t sdrt_state_dict_find(sdrt_state_dict_t state_dict, const char* nam
 }
 
 sdrt_status_t sdrt_state_dict_destroy(sdrt_state_dict_t state_dict) {
-  return Guard("sdrt_state_dict_destroy", [&] {
-    delete state_dict;
-    return absl::OkStatus();
-  });
+  return Guard("sdrt_state_dict_destroy",
+               [&] { return c_api::DestroyHandle(state_dict, "state_dict"); });
 }
 
 }  // extern "C"

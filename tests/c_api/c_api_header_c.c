@@ -121,6 +121,48 @@ int main(void) {
     free(buffer);
   }
 
+  /* Handles survive misuse: a second destroy, a destroyed handle, a handle of another kind
+   * and a value sdrt never returned are SDRT_INVALID_ARGUMENT naming what they are, and
+   * change nothing. */
+  {
+    sdrt_state_dict_t sd = NULL;
+    sdrt_state_dict_t other = NULL;
+    int64_t count = -1;
+    int not_a_handle = 0;
+    CHECK(sdrt_state_dict_create(&sd) == SDRT_OK);
+    CHECK(sdrt_state_dict_destroy(sd) == SDRT_OK);
+    CHECK(sdrt_state_dict_destroy(sd) == SDRT_INVALID_ARGUMENT);
+    CHECK(strcmp(sdrt_last_error(),
+                 "sdrt_state_dict_destroy: state_dict is a state dict handle that was already "
+                 "destroyed") == 0);
+    /* A new state dict (its object likely where the old one's was) is another handle, and
+     * the old one stays destroyed. */
+    CHECK(sdrt_state_dict_create(&other) == SDRT_OK);
+    CHECK(other != sd);
+    CHECK(sdrt_state_dict_count(sd, &count) == SDRT_INVALID_ARGUMENT && count == -1);
+    CHECK(strstr(sdrt_last_error(),
+                 "state_dict is a state dict handle that was already destroyed") != NULL);
+    /* A state dict where a checkpoint is expected: refused, and not freed by the close. */
+    CHECK(sdrt_checkpoint_num_tensors((sdrt_checkpoint_t)other, &count) == SDRT_INVALID_ARGUMENT);
+    CHECK(strcmp(sdrt_last_error(),
+                 "sdrt_checkpoint_num_tensors: checkpoint is a state dict handle, not a "
+                 "checkpoint") == 0);
+    CHECK(sdrt_checkpoint_close((sdrt_checkpoint_t)other) == SDRT_INVALID_ARGUMENT);
+    CHECK(sdrt_comm_destroy((sdrt_comm_t)sd) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "comm is a destroyed state dict handle, not a communicator") !=
+          NULL);
+    CHECK(sdrt_state_dict_count(other, &count) == SDRT_OK && count == 0);
+    /* The address of something else. */
+    CHECK(sdrt_state_dict_destroy((sdrt_state_dict_t)&not_a_handle) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "is not a state dict handle: sdrt never returned this value") !=
+          NULL);
+    CHECK(sdrt_reshard_plan_destroy((sdrt_reshard_plan_t)other) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "plan is a state dict handle, not a reshard plan") != NULL);
+    CHECK(sdrt_reshard_bound_execute((sdrt_reshard_bound_t)other, NULL) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "bound is a state dict handle, not a bound reshard") != NULL);
+    CHECK(sdrt_state_dict_destroy(other) == SDRT_OK);
+  }
+
   if (failures == 0) printf("c_api_header_c: all checks passed\n");
   return failures == 0 ? 0 : 1;
 }

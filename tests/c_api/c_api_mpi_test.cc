@@ -37,6 +37,12 @@ std::string g_dir;  // a folder shared by the ranks, made by rank 0
 
 #define ASSERT_SDRT_OK(call) ASSERT_EQ((call), SDRT_OK) << sdrt_last_error()
 #define EXPECT_SDRT(code, call) EXPECT_EQ((call), (code)) << sdrt_last_error()
+// The call returns `code` and its last error contains `text`.
+#define EXPECT_SDRT_ERROR(code, call, text)                                          \
+  do {                                                                               \
+    EXPECT_EQ((call), (code)) << sdrt_last_error();                                  \
+    EXPECT_NE(std::strstr(sdrt_last_error(), (text)), nullptr) << sdrt_last_error(); \
+  } while (false)
 
 // The checkpoint: rows x cols tensors whose element (i, j) is Value(t, i, j).
 struct Spec {
@@ -712,6 +718,137 @@ TEST(CApiReshard, BoundOnceExecutedEveryStep) {
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT,
               sdrt_reshard_bind(nullptr, source.sd, destination.sd, nullptr, &bound));
   EXPECT_SDRT(SDRT_OK, sdrt_reshard_bound_destroy(bound));
+}
+
+// Handles survive misuse (the local cases without MPI are in c_api_header_c.c): each kind
+// destroyed twice, used after its destroy and passed where another kind is expected; a plan
+// and a binding whose communicator was destroyed; Fortran handles that are not a
+// communicator's. Each is refused on every rank before any collective runs.
+TEST(CApiHandles, MisuseIsAnErrorNotACrash) {
+  const char* kGone = "handle that was already destroyed";
+  Local local(kSharded);
+  // A checkpoint.
+  sdrt_checkpoint_t ckpt = OpenCheckpoint();
+  ASSERT_SDRT_OK(sdrt_checkpoint_close(ckpt));
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_checkpoint_close(ckpt));
+  EXPECT_STREQ(sdrt_last_error(),
+               "sdrt_checkpoint_close: checkpoint is a checkpoint handle that was already "
+               "destroyed");
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, LoadOptionsPtr()),
+                    "sdrt_load: checkpoint is a checkpoint handle that was already destroyed");
+  ckpt = OpenCheckpoint();
+  EXPECT_SDRT_ERROR(
+      SDRT_INVALID_ARGUMENT,
+      sdrt_load(reinterpret_cast<sdrt_checkpoint_t>(local.sd), local.sd, LoadOptionsPtr()),
+      "sdrt_load: checkpoint is a state dict handle, not a checkpoint");
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_load(ckpt, reinterpret_cast<sdrt_state_dict_t>(ckpt), LoadOptionsPtr()),
+                    "sdrt_load: state_dict is a checkpoint handle, not a state dict");
+
+  // A state dict.
+  sdrt_state_dict_t gone = nullptr;
+  ASSERT_SDRT_OK(sdrt_state_dict_create(&gone));
+  ASSERT_SDRT_OK(sdrt_state_dict_destroy(gone));
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_state_dict_destroy(gone),
+                    "sdrt_state_dict_destroy: state_dict is a state dict handle that was "
+                    "already destroyed");
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, gone, LoadOptionsPtr()), kGone);
+  sdrt_gather_options_t g = SDRT_GATHER_OPTIONS_INIT;
+  g.comm = g_world;
+  sdrt_state_dict_t out = nullptr;
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_gather(gone, &g, &out),
+                    "sdrt_gather: state_dict is a state dict handle that was already destroyed");
+  EXPECT_EQ(out, nullptr);
+
+  // A communicator.
+  MPI_Comm world = MPI_COMM_WORLD;
+  sdrt_comm_t comm = nullptr;
+  ASSERT_SDRT_OK(sdrt_comm_create_from_mpi(&world, nullptr, &comm));
+  ASSERT_SDRT_OK(sdrt_comm_destroy(comm));
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_comm_destroy(comm));
+  EXPECT_STREQ(sdrt_last_error(),
+               "sdrt_comm_destroy: comm is a communicator handle that was already destroyed");
+  int rank = -1;
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_comm_rank(comm, &rank), kGone);
+  EXPECT_EQ(rank, -1);
+  sdrt_load_options_t o = LoadOptions();
+  o.comm = comm;
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o),
+                    "sdrt_load: comm is a communicator handle that was already destroyed");
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_comm_rank(reinterpret_cast<sdrt_comm_t>(ckpt), &rank),
+                    "sdrt_comm_rank: comm is a checkpoint handle, not a communicator");
+  ASSERT_SDRT_OK(sdrt_checkpoint_close(ckpt));
+
+  // A plan and a binding.
+  ReshardSides sides;
+  Local& source = sides.source;
+  Local& destination = sides.destination;
+  sdrt_reshard_plan_t plan = nullptr;
+  ASSERT_NO_FATAL_FAILURE(sides.Plan(&plan));
+  sdrt_reshard_bound_t bound = nullptr;
+  ASSERT_SDRT_OK(sdrt_reshard_bind(plan, source.sd, destination.sd, nullptr, &bound));
+  ASSERT_SDRT_OK(sdrt_reshard_plan_destroy(plan));
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_reshard_plan_destroy(plan),
+                    "sdrt_reshard_plan_destroy: plan is a reshard plan handle that was already "
+                    "destroyed");
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_reshard_execute(plan, source.sd, destination.sd, nullptr), kGone);
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_reshard_bind(plan, source.sd, destination.sd, nullptr, &bound), kGone);
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_reshard_execute(reinterpret_cast<sdrt_reshard_plan_t>(bound), source.sd,
+                                         destination.sd, nullptr),
+                    "plan is a bound reshard handle, not a reshard plan");
+  ASSERT_SDRT_OK(sdrt_reshard_bound_destroy(bound));
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_reshard_bound_destroy(bound),
+                    "sdrt_reshard_bound_destroy: bound is a bound reshard handle that was "
+                    "already destroyed");
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_reshard_bound_execute(bound, nullptr), kGone);
+
+  // A plan and a binding whose communicator the program destroyed first: refused, and
+  // still destroyed cleanly.
+  ASSERT_SDRT_OK(sdrt_comm_create_from_mpi(&world, nullptr, &comm));
+  sides.options.comm = comm;
+  ASSERT_SDRT_OK(sdrt_reshard_plan_create(source.sd, destination.sd, &sides.options, &plan));
+  ASSERT_SDRT_OK(sdrt_reshard_bind(plan, source.sd, destination.sd, nullptr, &bound));
+  ASSERT_SDRT_OK(sdrt_comm_destroy(comm));
+  const char* kCommGone =
+      "the plan's communicator is a communicator handle that was already destroyed (destroy "
+      "plans and bindings before their communicator)";
+  EXPECT_SDRT_ERROR(SDRT_FAILED_PRECONDITION,
+                    sdrt_reshard_execute(plan, source.sd, destination.sd, nullptr), kCommGone);
+  EXPECT_SDRT_ERROR(SDRT_FAILED_PRECONDITION, sdrt_reshard_bound_execute(bound, nullptr),
+                    kCommGone);
+  sdrt_reshard_bound_t rebound = nullptr;
+  EXPECT_SDRT_ERROR(SDRT_FAILED_PRECONDITION,
+                    sdrt_reshard_bind(plan, source.sd, destination.sd, nullptr, &rebound),
+                    kCommGone);
+  EXPECT_EQ(rebound, nullptr);
+  EXPECT_SDRT(SDRT_OK, sdrt_reshard_bound_destroy(bound));
+  EXPECT_SDRT(SDRT_OK, sdrt_reshard_plan_destroy(plan));
+
+  // Fortran handles that are not a communicator's, refused before MPI sees them.
+  sdrt_comm_t fortran = nullptr;
+  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                    sdrt_comm_create_from_mpi_fortran(int64_t{1} << 40, nullptr, &fortran),
+                    "Fortran communicator handle 1099511627776 is outside MPI_Fint's range");
+  const int64_t null_handle = MPI_Comm_c2f(MPI_COMM_NULL);
+  EXPECT_SDRT_ERROR(
+      SDRT_INVALID_ARGUMENT, sdrt_comm_create_from_mpi_fortran(null_handle, nullptr, &fortran),
+      ("Fortran communicator handle " + std::to_string(null_handle) + " is MPI_COMM_NULL").c_str());
+#if defined(MPICH)
+  // MPICH's MPI_Comm_f2c is a cast: garbage, a datatype, and a builtin communicator other
+  // than MPI_COMM_WORLD and MPI_COMM_SELF are told apart by their bits.
+  for (const int64_t garbage : {int64_t{12345}, int64_t{-1}, int64_t{MPI_Type_c2f(MPI_INT)},
+                                int64_t{MPI_Comm_c2f(MPI_COMM_SELF)} + 5}) {
+    const std::string named = "Fortran handle " + std::to_string(garbage) + " (";
+    EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
+                      sdrt_comm_create_from_mpi_fortran(garbage, nullptr, &fortran), named.c_str());
+    EXPECT_NE(std::strstr(sdrt_last_error(), "is not an MPI communicator"), nullptr);
+  }
+#endif
+  EXPECT_EQ(fortran, nullptr);
 }
 
 TEST(CApiOffload, CopiesIntoMemorySdrtOwns) {

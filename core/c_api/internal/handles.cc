@@ -10,14 +10,15 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/status_macros.h"
 
-void sdrt_state_dict_s::DropViews() {
+namespace sdrt::c_api {
+
+void StateDictObject::DropViews() {
   for (DLManagedTensor* view : views) {
     if (view != nullptr && view->deleter != nullptr) view->deleter(view);
   }
   views.clear();
 }
 
-namespace sdrt::c_api {
 namespace {
 
 // A DLManagedTensor owning copies of a borrowed DLTensor's shape and strides; its deleter
@@ -65,11 +66,9 @@ absl::StatusOr<Tensor> BorrowDLTensor(const DLTensor& dl) {
 }
 
 absl::StatusOr<Communicator*> CommOf(sdrt_comm_t comm, bool required, const char* what) {
-  if (comm == nullptr || comm->comm == nullptr) {
-    if (required) return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
-    return nullptr;
-  }
-  return comm->comm.get();
+  if (comm == nullptr && !required) return nullptr;
+  SDRT_ASSIGN_OR_RETURN(CommObject * object, Resolve(comm, what));
+  return object->comm.get();
 }
 
 ScopedTimeout::ScopedTimeout(Communicator* comm, double seconds) {

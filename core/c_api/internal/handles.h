@@ -1,6 +1,7 @@
-// What the C API's opaque handles hold (core/c_api/c_api.h), and the helpers the calls
-// share: borrowing DLTensors, the per-call timeout, waiting for the caller's stream,
-// writing results back into borrowed buffers, the stats of a call.
+// What the C API's handles stand for (core/c_api/c_api.h; a call resolves a handle to its
+// object through core/c_api/internal/handle_table.h), and the helpers the calls share:
+// borrowing DLTensors, the per-call timeout, waiting for the caller's stream, writing
+// results back into borrowed buffers, the stats of a call.
 #ifndef SDRT_CORE_C_API_INTERNAL_HANDLES_H_
 #define SDRT_CORE_C_API_INTERNAL_HANDLES_H_
 
@@ -15,14 +16,19 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/c_api/internal/handle_table.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
-struct sdrt_comm_s {
-  std::unique_ptr<sdrt::Communicator> comm;
+namespace sdrt::c_api {
+
+// What an sdrt_comm_t stands for.
+struct CommObject {
+  std::unique_ptr<Communicator> comm;
 };
 
-struct sdrt_checkpoint_s {
+// What an sdrt_checkpoint_t stands for.
+struct CheckpointObject {
   struct Info {
     std::string name;
     DLDataType dtype;
@@ -30,30 +36,30 @@ struct sdrt_checkpoint_s {
     std::vector<int64_t> shape;
     int64_t nbytes = 0;
   };
-  sdrt::CheckpointKind kind = sdrt::CheckpointKind::kSafetensorsFile;
-  std::optional<sdrt::CheckpointSource> source;  // unset for a sharded folder
-  std::string sharded_dir;                       // the sharded folder's path, else empty
+  CheckpointKind kind = CheckpointKind::kSafetensorsFile;
+  std::optional<CheckpointSource> source;  // unset for a sharded folder
+  std::string sharded_dir;                 // the sharded folder's path, else empty
   std::vector<Info> infos;
 };
 
-struct sdrt_state_dict_s {
-  sdrt::Map map;  // flat: name -> Tensor or DTensor
+// What an sdrt_state_dict_t stands for.
+struct StateDictObject {
+  Map map;  // flat: name -> Tensor or DTensor
   // Exported views of map's entries (sdrt_state_dict_get), parallel to map, made on demand;
   // dropped whenever map changes.
   std::vector<DLManagedTensor*> views;
-  sdrt_state_dict_s() = default;
-  sdrt_state_dict_s(const sdrt_state_dict_s&) = delete;
-  sdrt_state_dict_s& operator=(const sdrt_state_dict_s&) = delete;
-  ~sdrt_state_dict_s() { DropViews(); }
+  StateDictObject() = default;
+  StateDictObject(const StateDictObject&) = delete;
+  StateDictObject& operator=(const StateDictObject&) = delete;
+  ~StateDictObject() { DropViews(); }
   void DropViews();
 };
-
-namespace sdrt::c_api {
 
 // A borrowed tensor of `dl` (shape and strides copied, the bytes not).
 absl::StatusOr<Tensor> BorrowDLTensor(const DLTensor& dl);
 
-// The communicator of a handle; InvalidArgument when the handle is null and required.
+// The communicator of a handle: nullptr for a null one that is not required; Resolve's
+// InvalidArgument for a null one that is, or one that is not a live communicator handle.
 absl::StatusOr<Communicator*> CommOf(sdrt_comm_t comm, bool required, const char* what);
 
 // Sets comm's timeout to `seconds` (> 0) for the scope; 0 leaves it. InvalidArgument from

@@ -7,18 +7,20 @@ over ``sdrt/c_api.h``: every call here is one C call, documented there.
 Tensors go in as any object with ``__dlpack__`` (NumPy arrays, torch tensors): sdrt borrows
 their memory and writes into it in place (load); they must stay alive during the call.
 Results (gather) come back as new NumPy arrays, copied out of sdrt's memory (bfloat16
-becomes uint16 holding the same bits; NumPy has no bfloat16).
+becomes uint16 holding the same bits; NumPy has no bfloat16), and load() fills uint16
+buffers from bfloat16 tensors the same way. Paths and names are C strings: one holding a
+NUL byte is refused (ValueError), never cut there.
 
 The shared library is found from ``SDRT_LIBRARY`` (a path), else beside this package when
 installed (``<prefix>/lib/sdrt/python/sdrt`` -> ``<prefix>/lib/libsdrt.so``), else by the
-loader's search path. It needs a build with ``-DBUILD_SHARED_LIBS=ON``.
+loader's search path. It needs a build with ``-DBUILD_SHARED_LIBS=ON``; ``import sdrt``
+raises ImportError saying so when there is none.
 
 Under ``mpiexec -n N python3 prog.py``, ``world()`` is the communicator of all N ranks (MPI is
 initialized by the library; no mpi4py needed).
 """
 
 import ctypes
-import os
 
 from sdrt import _c
 from sdrt._c import SdrtError, _check
@@ -81,22 +83,33 @@ def inspect(path):
 
 
 class _StateDict:
-    """An sdrt_state_dict_t over borrowed tensors; keeps their DLPack capsules alive."""
+    """An sdrt_state_dict_t over borrowed tensors; keeps their DLPack capsules alive. Entries
+    named in ``bfloat16`` that are uint16 arrays are handed to sdrt as bfloat16."""
 
-    def __init__(self, tensors, comm):
+    def __init__(self, tensors, comm, bfloat16=frozenset()):
         self.handle = ctypes.c_void_p()
         _check("sdrt_state_dict_create", _c.lib.sdrt_state_dict_create(ctypes.byref(self.handle)))
         self._alive = []
-        for name, value in tensors.items():
-            spec = None
-            if isinstance(value, DTensor):
-                mesh = value.mesh_shape or ((comm.size,) if comm else (1,))
-                spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive)
-                value = value.local
-            dl = _c.borrow(value, self._alive)
-            _check(f"sdrt_state_dict_add({name!r})",
-                   _c.lib.sdrt_state_dict_add(self.handle, name.encode(), dl,
-                                              ctypes.byref(spec) if spec else None))
+        try:
+            for name, value in tensors.items():
+                self._add(name, value, comm, name in bfloat16)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add(self, name, value, comm, bfloat16):
+        c_name = _c.c_string(name.encode(), "tensor name")
+        spec = None
+        if isinstance(value, DTensor):
+            mesh = value.mesh_shape or ((comm.size,) if comm else (1,))
+            spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive)
+            value = value.local
+        dl = _c.borrow(value, self._alive)
+        if bfloat16:
+            dl = _c.as_bfloat16(dl, self._alive)
+        _check(f"sdrt_state_dict_add({name!r})",
+               _c.lib.sdrt_state_dict_add(self.handle, c_name, dl,
+                                          ctypes.byref(spec) if spec else None))
 
     def arrays(self):
         """Every entry as a new NumPy array (a copy)."""
@@ -127,12 +140,15 @@ def load(path, tensors, comm=None, rank=None, strict=False):
     """Fills ``tensors`` (name -> array or DTensor of arrays) from the checkpoint at
     ``path`` in place: each rank reads only its own pieces' bytes (sdrt_load). With
     ``comm`` the call is collective over it; without, it is local and ``rank`` is this
-    process's rank in the meshes. Returns the call's figures (bytes_read, bytes_kept,
-    reads, seconds)."""
-    with _c.Checkpoint(path) as ckpt, _StateDict(tensors, comm) as sd:
-        options = _c.load_options(comm, rank, strict)
-        _check("sdrt_load", _c.lib.sdrt_load(ckpt.handle, sd.handle, ctypes.byref(options)))
-        return _c.last_stats()
+    process's rank in the meshes. A bfloat16 tensor loads into a uint16 array (its bits, as
+    gather() returns bfloat16). Returns the call's figures (bytes_read, bytes_kept, reads,
+    seconds)."""
+    with _c.Checkpoint(path) as ckpt:
+        bfloat16 = {i.name for i in ckpt.infos() if i.dtype_name == "bfloat16"}
+        with _StateDict(tensors, comm, bfloat16) as sd:
+            options = _c.load_options(comm, rank, strict)
+            _check("sdrt_load", _c.lib.sdrt_load(ckpt.handle, sd.handle, ctypes.byref(options)))
+            return _c.last_stats()
 
 
 def gather(tensors, comm, ranks_only=None):
@@ -157,4 +173,4 @@ def gather_write(tensors, path, comm):
     with _StateDict(tensors, comm) as sd:
         options = _c.gather_options(comm, None)
         _check("sdrt_gather_write",
-               _c.lib.sdrt_gather_write(sd.handle, os.fsencode(path), ctypes.byref(options)))
+               _c.lib.sdrt_gather_write(sd.handle, _c.c_path(path), ctypes.byref(options)))

@@ -11,17 +11,32 @@ import numpy as np
 
 
 def _find_library():
+    """The shared library to load, and the places looked at (for the error)."""
     path = os.environ.get("SDRT_LIBRARY")
     if path:
-        return path
+        return path, [f"SDRT_LIBRARY={path}"]
     here = os.path.dirname(os.path.abspath(__file__))
-    installed = os.path.join(here, "..", "..", "..", "libsdrt.so")  # <prefix>/lib/sdrt/python/sdrt
+    # <prefix>/lib/sdrt/python/sdrt -> <prefix>/lib/libsdrt.so
+    installed = os.path.normpath(os.path.join(here, "..", "..", "..", "libsdrt.so"))
     if os.path.exists(installed):
-        return installed
-    return ctypes.util.find_library("sdrt") or "libsdrt.so"
+        return installed, [installed]
+    return (ctypes.util.find_library("sdrt") or "libsdrt.so",
+            [installed, "the loader's search path (LD_LIBRARY_PATH, ldconfig)"])
 
 
-lib = ctypes.CDLL(_find_library())
+def _load_library():
+    path, looked = _find_library()
+    try:
+        return ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            f"sdrt: cannot load the shared library libsdrt.so (looked at: {'; '.join(looked)}): "
+            f"{e}. Build sdrt with -DBUILD_SHARED_LIBS=ON (the default build makes only the "
+            f"static libsdrt.a) and install it, or set SDRT_LIBRARY to the path of its "
+            f"libsdrt.so.") from e
+
+
+lib = _load_library()
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
 
@@ -126,13 +141,26 @@ def _check(call, status):
                         (lib.sdrt_last_error() or b"").decode(errors="replace"))
 
 
+def c_string(data, what):
+    """`data` (bytes) for a const char* argument; ValueError naming `what` when it holds a
+    NUL byte, where C would end the string (ctypes would pass it cut there)."""
+    if b"\0" in data:
+        raise ValueError(f"{what} {data!r} has an embedded NUL byte")
+    return data
+
+
+def c_path(path):
+    """A path (str, bytes or os.PathLike) for a const char* argument (c_string's check)."""
+    return c_string(os.fsencode(path), "path")
+
+
 class Checkpoint:
     """An open sdrt_checkpoint_t (a context manager)."""
 
     def __init__(self, path):
         self.handle = _P()
         _check("sdrt_checkpoint_open",
-               lib.sdrt_checkpoint_open(os.fsencode(path), ctypes.byref(self.handle)))
+               lib.sdrt_checkpoint_open(c_path(path), ctypes.byref(self.handle)))
 
     def infos(self):
         count = ctypes.c_int64()
@@ -177,10 +205,25 @@ def borrow(array, alive):
 def dtensor_spec(mesh_shape, placements, global_shape, alive):
     mesh = (ctypes.c_int64 * len(mesh_shape))(*mesh_shape)
     shape = (ctypes.c_int64 * max(len(global_shape), 1))(*global_shape)
-    text = placements.encode()
+    text = c_string(placements.encode(), "placements")
     alive.extend([mesh, shape, text])
     return DTensorSpec(ctypes.sizeof(DTensorSpec), len(mesh_shape), mesh, None, text,
                        len(global_shape), shape)
+
+
+_BFLOAT16 = DLDataType(4, 16, 1)  # kDLBfloat
+
+
+def as_bfloat16(dl, alive):
+    """`dl` (a DLTensor pointer) retyped bfloat16 when it is uint16, holding the same bits: a
+    copy (kept in `alive`) of the struct; any other dtype is returned as it is."""
+    t = dl.contents
+    if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (1, 16, 1):
+        return dl
+    retyped = DLTensor.from_buffer_copy(t)
+    retyped.dtype = _BFLOAT16
+    alive.append(retyped)
+    return ctypes.pointer(retyped)
 
 
 _NUMPY = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64,

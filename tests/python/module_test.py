@@ -1,0 +1,150 @@
+"""The Python module (tools/python/sdrt) without MPI or a model: one process, a safetensors
+file this script writes itself (the format by hand: an 8-byte little-endian header length,
+the JSON header, the data).
+
+Usage: python3 module_test.py (CTest sets SDRT_LIBRARY to the shared library and PYTHONPATH
+to tools/python).
+
+It checks that:
+  * a bfloat16 tensor loads into a NumPy uint16 buffer, whole and as a Shard(0) piece, with
+    the file's bits; a uint16 buffer is not taken for a tensor of another dtype, nor a
+    float32 buffer for a bfloat16 tensor;
+  * a path or a tensor name (or placements) with an embedded NUL is refused with ValueError,
+    not cut at the NUL (the names cut there exist);
+  * `import sdrt` without a shared library raises ImportError saying how to get one.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+import sdrt
+
+# bfloat16 values exactly representable, as the high 16 bits of their float32.
+_BF16_VALUES = np.array([[1.0, -2.5, 0.15625], [32768.0, -0.0, 7.0]], np.float32)
+_BF16_BITS = (_BF16_VALUES.view(np.uint32) >> 16).astype(np.uint16)
+_F32 = np.arange(4, dtype=np.float32) * 0.5 + 1
+_U16 = np.array([1, 65535, 7], np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype name, shape, bytes), written in order."""
+    header, offset = {}, 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _, _, data in tensors.values():
+            f.write(data)
+
+
+def skip_without_local_load(error):
+    """A build without a backend answers UNIMPLEMENTED to sdrt_load without a communicator
+    (docs/ARCHITECTURE.md)."""
+    if error.code == "UNIMPLEMENTED":
+        raise unittest.SkipTest(f"no sdrt_load without a communicator in this build: {error}")
+    raise error
+
+
+class ModuleTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory(prefix="sdrt_python_")
+        cls.path = os.path.join(cls.dir.name, "model.safetensors")
+        write_safetensors(cls.path, {
+            "w": ("BF16", _BF16_BITS.shape, _BF16_BITS.tobytes()),
+            "b": ("F32", _F32.shape, _F32.tobytes()),
+            "u": ("U16", _U16.shape, _U16.tobytes()),
+        })
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def load(self, tensors, **kwargs):
+        try:
+            return sdrt.load(self.path, tensors, **kwargs)
+        except sdrt.SdrtError as e:
+            skip_without_local_load(e)
+
+    def test_inspect_names_bfloat16(self):
+        listed = {t["name"]: (t["dtype"], tuple(t["shape"])) for t in sdrt.inspect(self.path)}
+        self.assertEqual(listed, {"w": ("bfloat16", (2, 3)), "b": ("float32", (4,)),
+                                  "u": ("uint16", (3,))})
+
+    def test_bfloat16_loads_into_uint16(self):
+        w = np.full((2, 3), 0xDEAD, np.uint16)
+        b = np.zeros(4, np.float32)
+        u = np.zeros(3, np.uint16)
+        stats = self.load({"w": w, "b": b, "u": u}, rank=0)
+        np.testing.assert_array_equal(w, _BF16_BITS)
+        np.testing.assert_array_equal(w.view(np.uint16).astype(np.uint32) << 16,
+                                      _BF16_VALUES.view(np.uint32))
+        np.testing.assert_array_equal(b, _F32)
+        np.testing.assert_array_equal(u, _U16)
+        self.assertEqual(stats["bytes_kept"], w.nbytes + b.nbytes + u.nbytes)
+
+    def test_bfloat16_shard_into_uint16(self):
+        piece = np.full((1, 3), 0xDEAD, np.uint16)
+        self.load({"w": sdrt.DTensor(piece, "S(0)", (2, 3), mesh_shape=(2,))}, rank=1)
+        np.testing.assert_array_equal(piece, _BF16_BITS[1:])
+
+    def test_dtypes_still_checked(self):
+        cases = [({"b": np.zeros(4, np.uint16)},  # uint16 stands for bfloat16 only
+                  "'b': the local DTensor is uint16[4] but the checkpoint holds float32[4]"),
+                 ({"w": np.zeros((2, 3), np.float32)},
+                  "'w': the local DTensor is float32[2, 3] but the checkpoint holds "
+                  "bfloat16[2, 3]")]
+        for tensors, message in cases:
+            with self.subTest(tensors=list(tensors)):
+                try:
+                    sdrt.load(self.path, tensors, rank=0)
+                except sdrt.SdrtError as e:
+                    if e.code == "UNIMPLEMENTED":
+                        skip_without_local_load(e)
+                    self.assertEqual(e.code, "INVALID_ARGUMENT", e)
+                    self.assertIn(message, str(e))
+                else:
+                    self.fail("a buffer of another dtype was accepted")
+
+    def test_embedded_nul_refused_not_cut(self):
+        buffers = {"w": np.zeros((2, 3), np.uint16)}
+        cases = [
+            ("path", lambda: sdrt.inspect(self.path + "\0.ignored")),
+            ("path", lambda: sdrt.inspect(os.fsencode(self.path) + b"\0")),
+            ("path", lambda: sdrt.load(self.path + "\0", buffers, rank=0)),
+            ("tensor name", lambda: sdrt.load(self.path, {"w\0x": buffers["w"]}, rank=0)),
+            ("placements", lambda: sdrt.load(
+                self.path, {"w": sdrt.DTensor(buffers["w"], "R\0S(0)", (2, 3))}, rank=0)),
+        ]
+        for what, call in cases:
+            with self.subTest(what=what):
+                with self.assertRaisesRegex(ValueError, f"^{what} .* has an embedded NUL byte"):
+                    call()
+        self.assertFalse(buffers["w"].any(), "a refused call wrote the buffer")
+
+    def test_import_without_library_says_how_to_get_one(self):
+        missing = os.path.join(self.dir.name, "no", "libsdrt.so")
+        env = dict(os.environ, SDRT_LIBRARY=missing)
+        run = subprocess.run([sys.executable, "-c", "import sdrt"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("ImportError: sdrt: cannot load the shared library", run.stderr)
+        for text in (f"SDRT_LIBRARY={missing}", "-DBUILD_SHARED_LIBS=ON",
+                     "set SDRT_LIBRARY"):
+            self.assertIn(text, run.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

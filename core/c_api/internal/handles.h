@@ -30,9 +30,7 @@ struct sdrt_checkpoint_s {
     std::vector<int64_t> shape;
     int64_t nbytes = 0;
   };
-  sdrt::CheckpointKind kind = sdrt::CheckpointKind::kSafetensorsFile;
-  std::optional<sdrt::CheckpointSource> source;  // unset for a sharded folder
-  std::string sharded_dir;                       // the sharded folder's path, else empty
+  std::optional<sdrt::CheckpointSource> source;  // set by sdrt_checkpoint_open
   std::vector<Info> infos;
 };
 

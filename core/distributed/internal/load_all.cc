@@ -1,8 +1,6 @@
-// LoadStateDict (core/distributed/load_state_dict.h): plan the targets from the local
+// LoadEveryRank (load_paths.h), LoadStateDict's kAll: plan the targets from the local
 // leaves, plan the reads from the source's header, agree, read through the staging pool
 // into the targets, agree again, then write the local tree.
-#include "sdrt/core/distributed/load_state_dict.h"
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -19,6 +17,7 @@
 #include "sdrt/core/distributed/internal/device_staging.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/load_paths.h"
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/internal/read_plan.h"
 #include "sdrt/core/distributed/internal/staged_reader.h"
@@ -27,14 +26,14 @@
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 constexpr absl::string_view kOp = "LoadStateDict";
 
 // Which dest of which target each ReadTensor fills.
 struct ReadDest {
-  internal::LocalTarget* target = nullptr;
+  LocalTarget* target = nullptr;
   const CheckpointSourceTensor* tensor = nullptr;
   size_t dest = 0;
   const ShardRuns* runs = nullptr;  // the runs the dest holds (in its ReadTensor)
@@ -45,7 +44,7 @@ struct ReadDest {
 // contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
 // ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
 // -1 otherwise (also for a sub-byte start that is not a whole byte).
-int64_t ContiguousDestByte(const internal::Segment& s, const Tensor& dest, const ShardRuns& runs,
+int64_t ContiguousDestByte(const Segment& s, const Tensor& dest, const ShardRuns& runs,
                            IntSpan begin, IntSpan end) {
   if (!dest.device().is_cpu() || !dest.is_contiguous()) return -1;
   int64_t start = 0;
@@ -62,17 +61,16 @@ int64_t ContiguousDestByte(const internal::Segment& s, const Tensor& dest, const
 // where the segment is a contiguous range of a CPU dest, else a strided CopyRuns. With
 // `stream` (a device load), the copies are enqueued on it and the buffer must stay
 // untouched until they have run.
-absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>& dests,
-                     const internal::Read& read, const Tensor& buffer, int64_t base,
-                     StreamHandle stream) {
+absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
+                     const Tensor& buffer, int64_t base, StreamHandle stream) {
   IntVector begin;
   IntVector end;
   IntVector box_shape;
   for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
-    const internal::Segment& s = plan.segments[i];
+    const Segment& s = plan.segments[i];
     const ReadDest& rd = dests[s.tensor];
     const CheckpointSourceTensor& entry = *rd.tensor;
-    internal::SegmentBox(s, entry.shape, begin, end);
+    SegmentBox(s, entry.shape, begin, end);
     const Tensor& dest = rd.target->dests[rd.dest];
     const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
     if (start >= 0) {
@@ -86,7 +84,7 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
     const int64_t at = base + (s.file_offset - read.offset);
     Tensor box;
     if (at % ElementAlignment(entry.dtype) == 0) {
-      SDRT_ASSIGN_OR_RETURN(box, internal::ByteView(buffer, at, entry.dtype, box_shape));
+      SDRT_ASSIGN_OR_RETURN(box, ByteView(buffer, at, entry.dtype, box_shape));
     } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
@@ -102,9 +100,9 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
 
 // The CUDA device of the targets' tensors (nullopt: all on the CPU). FailedPrecondition
 // for tensors on two CUDA devices or on a device type without a staging path.
-absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<internal::LocalTarget>& targets) {
+absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<LocalTarget>& targets) {
   std::optional<int> cuda;
-  for (const internal::LocalTarget& target : targets) {
+  for (const LocalTarget& target : targets) {
     for (const Tensor& dest : target.dests) {
       if (dest.device().is_cpu()) continue;
       if (!dest.device().is_cuda()) {
@@ -122,24 +120,10 @@ absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<internal::Loca
   return cuda;
 }
 
-absl::Status CheckOptions(const LoadOptions& o, int rank) {
-  if (rank < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " must be >= 0 (or -1 with a communicator)"));
-  }
-  if (o.staging_buffers < 1 || o.staging_bytes < 4096 || o.max_gap_bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("staging_buffers ", o.staging_buffers, " must be >= 1, staging_bytes ",
-                     o.staging_bytes, " >= 4096 and max_gap_bytes ", o.max_gap_bytes, " >= 0"));
-  }
-  return absl::OkStatus();
-}
-
 // Lays out and allocates the fresh dests (meta until now: LocalTargetRules::allocate is
 // false) in one arena, in the order of their first segment in the plan, so that a piece
 // that follows another in its file follows it in memory (fresh_arena.h).
-absl::Status AllocateFreshDests(const internal::ReadPlan& plan, std::vector<ReadDest>& dests,
-                                Device device) {
+absl::Status AllocateFreshDests(const ReadPlan& plan, std::vector<ReadDest>& dests, Device device) {
   constexpr size_t kNone = static_cast<size_t>(-1);
   struct Chain {
     size_t first = kNone;  // its first segment
@@ -150,7 +134,7 @@ absl::Status AllocateFreshDests(const internal::ReadPlan& plan, std::vector<Read
   };
   std::vector<Chain> chains(dests.size());
   for (size_t i = 0; i < plan.segments.size(); ++i) {
-    const internal::Segment& s = plan.segments[i];
+    const Segment& s = plan.segments[i];
     Chain& c = chains[s.tensor];
     if (c.first == kNone) {
       c.first = i;
@@ -167,7 +151,7 @@ absl::Status AllocateFreshDests(const internal::ReadPlan& plan, std::vector<Read
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return chains[a].first < chains[b].first; });
-  std::vector<internal::FreshPiece> pieces(order.size());
+  std::vector<FreshPiece> pieces(order.size());
   std::vector<Tensor*> fresh(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     const ReadDest& rd = dests[order[i]];
@@ -182,27 +166,26 @@ absl::Status AllocateFreshDests(const internal::ReadPlan& plan, std::vector<Read
     }
     fresh[i] = &dest;
   }
-  SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(pieces));
-  return internal::AllocateFresh(layout, device, fresh);
+  SDRT_ASSIGN_OR_RETURN(const FreshLayout layout, LayOutFresh(pieces));
+  return AllocateFresh(layout, device, fresh);
 }
 
 // Plans every target and the reads, and allocates the fresh dests; the first local error
 // is returned. matched[i]: leaf i names a checkpoint tensor.
-absl::Status PlanAll(const CheckpointSource& source, internal::MutableLeaves& leaves,
+absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
                      const LoadOptions& options, int rank, LoadResult& result,
-                     std::vector<internal::LocalTarget>& targets, std::vector<ReadDest>& dests,
-                     std::vector<internal::ReadTensor>& reads, internal::ReadPlan& plan,
-                     std::vector<bool>& matched) {
+                     std::vector<LocalTarget>& targets, std::vector<ReadDest>& dests,
+                     std::vector<ReadTensor>& reads, ReadPlan& plan, std::vector<bool>& matched) {
   absl::flat_hash_map<absl::string_view, size_t> by_path;
   by_path.reserve(leaves.size());
   for (size_t i = 0; i < leaves.size(); ++i) by_path.emplace(leaves[i].path, i);
   matched.assign(leaves.size(), false);
-  internal::LocalTargetRules rules;
+  LocalTargetRules rules;
   rules.rank = rank;
   if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
   rules.device = options.device;
   rules.allocate = false;
-  internal::LocalLayoutCache layouts;
+  LocalLayoutCache layouts;
   rules.layouts = &layouts;
   // Reserved so that the pointers dests keep stay valid.
   targets.reserve(source.tensors().size());
@@ -218,15 +201,14 @@ absl::Status PlanAll(const CheckpointSource& source, internal::MutableLeaves& le
     }
     matched[it->second] = true;
     if (leaves[it->second].value->is_none()) continue;
-    SDRT_ASSIGN_OR_RETURN(
-        internal::LocalTarget target,
-        internal::PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[it->second], rules));
+    SDRT_ASSIGN_OR_RETURN(LocalTarget target, PlanLocalTarget(entry.name, entry.dtype, entry.shape,
+                                                              leaves[it->second], rules));
     targets.push_back(std::move(target));
-    internal::LocalTarget& planned = targets.back();
+    LocalTarget& planned = targets.back();
     // The runs move into the ReadTensors, which outlive the reads.
     for (size_t d = 0; d < planned.dests.size(); ++d) {
-      reads.push_back(internal::ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype),
-                                           entry.shape, std::move(planned.runs[d])});
+      reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
+                                 std::move(planned.runs[d])});
       dests.push_back(ReadDest{&planned, &entry, d});
     }
   }
@@ -236,39 +218,36 @@ absl::Status PlanAll(const CheckpointSource& source, internal::MutableLeaves& le
     if (!matched[i]) matched[i] = source.Find(leaves[i].path) != nullptr;
     if (!matched[i]) result.missing_keys.emplace_back(leaves[i].path);
   }
-  internal::ReadPlanOptions read_options;
+  ReadPlanOptions read_options;
   read_options.max_gap_bytes = options.max_gap_bytes;
   read_options.max_read_bytes = options.staging_bytes;
-  SDRT_ASSIGN_OR_RETURN(plan, internal::PlanReads(reads, read_options));
+  SDRT_ASSIGN_OR_RETURN(plan, PlanReads(reads, read_options));
   return AllocateFreshDests(plan, dests, options.device);
 }
 
 }  // namespace
 
-absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
-                                         const LoadOptions& options) {
+absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
+                                         const absl::Status& precondition, Map& local,
+                                         const LoadOptions& options, LoadStats& stats) {
   Communicator* comm = options.comm;
   const int rank = options.rank >= 0 || comm == nullptr ? options.rank : comm->rank();
-  LoadStats local_stats;
-  LoadStats& stats = options.stats != nullptr ? *options.stats : local_stats;
-  stats = LoadStats{};
-
-  absl::Status local_error = CheckOptions(options, rank);
-  internal::MutableLeaves leaves;
+  absl::Status local_error = precondition;
+  MutableLeaves leaves;
   if (local_error.ok()) {
-    absl::StatusOr<internal::MutableLeaves> leaves_or = internal::CollectMutableLeaves(local);
+    absl::StatusOr<MutableLeaves> leaves_or = CollectMutableLeaves(local);
     local_error = leaves_or.status();
     if (leaves_or.ok()) leaves = *std::move(leaves_or);
   }
   LoadResult result;
-  std::vector<internal::LocalTarget> targets;
+  std::vector<LocalTarget> targets;
   std::vector<ReadDest> dests;
-  internal::ReadPlan plan;
-  std::vector<internal::ReadTensor> reads;
+  ReadPlan plan;
+  std::vector<ReadTensor> reads;
   std::vector<bool> matched;
   if (local_error.ok()) {
     local_error =
-        PlanAll(source, leaves, options, rank, result, targets, dests, reads, plan, matched);
+        PlanAll(*source, leaves, options, rank, result, targets, dests, reads, plan, matched);
   }
   // The device the locals are on: the CPU, or one CUDA device for the whole call.
   std::optional<int> cuda_device;
@@ -277,30 +256,30 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
     local_error = device.status();
     if (device.ok()) cuda_device = *device;
   }
-  std::optional<internal::DeviceStaging> staging;
+  std::optional<DeviceStaging> staging;
   if (local_error.ok() && cuda_device.has_value()) {
-    absl::StatusOr<internal::DeviceStaging> created =
-        internal::DeviceStaging::Create(*cuda_device, options.staging_buffers);
+    absl::StatusOr<DeviceStaging> created =
+        DeviceStaging::Create(*cuda_device, options.staging_buffers);
     local_error = created.status();
     if (created.ok()) staging.emplace(*std::move(created));
   }
 
   if (comm != nullptr) {
     // The leaves are hashed; their text is written only if the ranks disagree.
-    const HashedSkeleton skeleton = internal::HashLeaves(leaves);
+    const HashedSkeleton skeleton = HashLeaves(leaves);
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*comm, kOp, "", skeleton, local_error));
   } else {
     SDRT_RETURN_IF_ERROR(local_error);
   }
 
-  std::vector<internal::StagedFile> files;
-  for (const CheckpointSourceFile& f : source.files()) files.push_back({f.path, f.size});
+  std::vector<StagedFile> files;
+  for (const CheckpointSourceFile& f : source->files()) files.push_back({f.path, f.size});
   const auto name_of = [&](size_t segment) {
     return dests[plan.segments[segment].tensor].tensor->name;
   };
-  internal::StagedReadStats read_stats;
+  StagedReadStats read_stats;
   int64_t done_bytes = 0;
-  internal::StagingPool pool;
+  StagingPool pool;
   pool.buffers = options.staging_buffers;
   pool.buffer_bytes = options.staging_bytes;
   pool.direct_io = options.direct_io;
@@ -311,14 +290,14 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   // (one segment; or pieces the fresh arena laid out as they follow in the file).
   IntVector begin;
   IntVector end;
-  const auto direct = [&](const internal::Read& read) -> uint8_t* {
+  const auto direct = [&](const Read& read) -> uint8_t* {
     uint8_t* first = nullptr;
     int64_t next = read.offset;
     for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
-      const internal::Segment& s = plan.segments[i];
+      const Segment& s = plan.segments[i];
       if (s.file_offset != next) return nullptr;
       const ReadDest& rd = dests[s.tensor];
-      internal::SegmentBox(s, rd.tensor->shape, begin, end);
+      SegmentBox(s, rd.tensor->shape, begin, end);
       const Tensor& dest = rd.target->dests[rd.dest];
       const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
       if (start < 0) return nullptr;
@@ -332,9 +311,9 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
     }
     return next == read.offset + read.bytes ? first : nullptr;
   };
-  absl::Status read_status = internal::RunStagedReads(
+  absl::Status read_status = RunStagedReads(
       files, plan, name_of, pool,
-      [&](const internal::Read& read, const Tensor& buffer, int64_t base, size_t index) {
+      [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
         if (buffer.defined()) {  // else it was read straight into its dest
           SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
           if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
@@ -350,8 +329,8 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
   if (read_status.ok()) {
-    for (internal::LocalTarget& target : targets) {
-      read_status = internal::CommitLocalTarget(target, rank);
+    for (LocalTarget& target : targets) {
+      read_status = CommitLocalTarget(target, rank);
       if (!read_status.ok()) break;
     }
   }
@@ -363,9 +342,9 @@ absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& lo
   if (options.strict) {
     std::vector<bool> erase(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) erase[i] = !matched[i];
-    internal::EraseLeaves(leaves, erase);
+    EraseLeaves(leaves, erase);
   }
   return result;
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal

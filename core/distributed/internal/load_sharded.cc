@@ -1,7 +1,8 @@
-// LoadShardedCheckpoint (core/distributed/load_state_dict.h): an sdrt sharded folder into
-// any layout, as a reshard from the folder's own layout. Each rank maps only the rank files
-// it is given (f mod N); the folder's pieces are the reshard's sources, `local`'s matched
-// leaves its destinations.
+// LoadShardedFolder (load_paths.h): an sdrt sharded folder into any layout, as a reshard
+// from the folder's own layout. Each rank maps only the rank files it is given (f mod N);
+// the folder's pieces are the reshard's sources, `local`'s matched leaves its destinations.
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,15 +12,16 @@
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
-#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/distributed/internal/load_paths.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
-constexpr absl::string_view kOp = "LoadShardedCheckpoint";
+constexpr absl::string_view kOp = "LoadStateDict";
 
 // This rank's source: with at least the folder's ranks, the DTensors of its own rank file
 // (on the folder's mesh, whose ranks 0..W-1 are the communicator's); with fewer,
@@ -64,42 +66,86 @@ absl::StatusOr<Map> SourceOf(const std::string& dir, const ShardedCheckpointInde
   return source;
 }
 
+bool HasPartial(const Value& leaf) {
+  return leaf.kind() == ValueKind::kDTensor &&
+         std::any_of(leaf.as_dtensor().placements().begin(), leaf.as_dtensor().placements().end(),
+                     [](const Placement& p) { return p.is_partial(); });
+}
+
 // The reshard destination of a leaf that names a folder tensor: the leaf itself when it is
-// a tensor of any kind, else a meta plain tensor of the folder tensor's shape (replaced by
-// the full tensor, as LoadStateDict replaces a scalar).
+// a tensor of any kind and the folder's is not 0-dim, else a meta plain tensor of the
+// folder tensor's shape (replaced by the full tensor, as the other reads replace a scalar
+// and any leaf of a 0-dim tensor). A DTensor's Partial mesh dims are Replicate here (the
+// reshard moves values); WithPartials gives them back.
 absl::StatusOr<Value> DestinationOf(const Value& leaf, const ShardedCheckpointTensor& tensor) {
-  if (leaf.is_any_tensor()) return leaf;
-  SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(tensor.shape, tensor.dtype));
-  return Value(std::move(meta));
+  if (!leaf.is_any_tensor() || tensor.shape.empty()) {
+    SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(tensor.shape, tensor.dtype));
+    return Value(std::move(meta));
+  }
+  if (!HasPartial(leaf)) return leaf;
+  const DTensor& d = leaf.as_dtensor();
+  std::vector<Placement> placements = d.placements();
+  for (Placement& p : placements) {
+    if (p.is_partial()) p = Placement::Replicate();
+  }
+  SDRT_ASSIGN_OR_RETURN(DTensor replicated,
+                        DTensor::Make(d.local(), d.mesh(), std::move(placements), d.global_shape(),
+                                      d.global_stride()));
+  return Value(std::move(replicated));
+}
+
+// The leaf `partial` (a DTensor with Partial mesh dims) with the local the reshard filled,
+// holding the reduction's identity on a rank off coordinate 0 of a Partial dim, as
+// BroadcastStateDict leaves it (FillPartialIdentity).
+absl::StatusOr<Value> WithPartials(const DTensor& partial, const Value& filled, int64_t rank) {
+  Tensor local = filled.as_dtensor().local();
+  const std::optional<IntVector> coordinate = partial.mesh()->Coordinate(rank);
+  if (!coordinate.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ", partial.ToString(), " is not on a mesh holding rank ", rank));
+  }
+  SDRT_RETURN_IF_ERROR(
+      FillPartialIdentity(local, *partial.mesh(), partial.placements(), *coordinate));
+  SDRT_ASSIGN_OR_RETURN(DTensor d, partial.WithLocal(std::move(local)));
+  return Value(std::move(d));
+}
+
+// This rank's error before the reshard, besides `precondition`: options that do not apply
+// to a sharded folder.
+absl::Status CheckShardedOptions(const LoadOptions& options, const Communicator& comm) {
+  if (options.rank >= 0 && options.rank != comm.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": rank ", options.rank, " is not the communicator's rank ", comm.rank(),
+                     " (an sdrt sharded folder is loaded by the communicator's ranks)"));
+  }
+  if (options.direct_io) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": direct_io does not apply to an sdrt sharded folder (its rank files are mapped)"));
+  }
+  if (!options.device.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        kOp, ": an sdrt sharded folder fills CPU tensors only, not ", options.device.ToString()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& local,
-                                                 const LoadShardedOptions& options) {
-  if (options.comm == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(kOp, ": a communicator is required (the folder's pieces move between "
-                          "ranks)"));
-  }
+absl::StatusOr<LoadResult> LoadShardedFolder(const CheckpointSource* source,
+                                             const absl::Status& precondition, Map& local,
+                                             const LoadOptions& options, LoadStats& stats) {
   Communicator& comm = *options.comm;
-  LoadStats local_stats;
-  LoadStats& stats = options.stats != nullptr ? *options.stats : local_stats;
-  stats = LoadStats{};
-
-  ReadShardedCheckpointOptions read_options;
-  read_options.check_rank_files = false;  // each rank checks the files it opens
-  absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(dir, read_options);
-  absl::Status local_error = index.status();
-  internal::MutableLeaves leaves;
+  absl::Status local_error = precondition;
+  if (local_error.ok()) local_error = CheckShardedOptions(options, comm);
+  const ShardedCheckpointIndex* index = source != nullptr ? source->sharded_index() : nullptr;
+  MutableLeaves leaves;
   if (local_error.ok()) {
-    absl::StatusOr<internal::MutableLeaves> collected =
-        internal::CollectMutableLeaves(local);
+    absl::StatusOr<MutableLeaves> collected = CollectMutableLeaves(local);
     local_error = collected.status();
     if (collected.ok()) leaves = *std::move(collected);
   }
   LoadResult result;
-  Map destination;       // path -> destination value, for the leaves the folder fills
+  Map destination;  // path -> destination value, for the leaves the folder fills
   std::vector<int> matched(leaves.size(), 0);  // 0: missing, 1: filled, 2: None (kept)
   if (local_error.ok()) {
     absl::flat_hash_map<absl::string_view, bool> named;
@@ -126,41 +172,55 @@ absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& lo
       if (!named.contains(t.name)) result.unexpected_keys.push_back(t.name);
     }
   }
-  Map source;
+  Map pieces;  // the reshard's source: this rank's rank files
   if (local_error.ok()) {
-    absl::StatusOr<Map> s = SourceOf(dir, *index, comm.rank(), comm.size(), stats);
+    absl::StatusOr<Map> s = SourceOf(index->dir, *index, comm.rank(), comm.size(), stats);
     local_error = s.status();
-    if (s.ok()) source = *std::move(s);
+    if (s.ok()) pieces = *std::move(s);
   }
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(comm, kOp, "", {}, local_error));
 
   ReshardOptions reshard;
   reshard.comm = &comm;
   reshard.bucket_bytes = options.bucket_bytes;
-  SDRT_RETURN_IF_ERROR(ReshardStateDict(source, destination, reshard, options.reshard_stats));
-  source = Map();  // unmaps the rank files
+  SDRT_RETURN_IF_ERROR(ReshardStateDict(pieces, destination, reshard, &stats.reshard));
+  pieces = Map();  // unmaps the rank files
 
   for (size_t i = 0; i < destination.size(); ++i) {
-    const Value& filled = destination.value(i);
-    if (filled.kind() == ValueKind::kDTensor) {
-      stats.bytes_kept += filled.as_dtensor().local().nbytes();
-    } else if (filled.kind() == ValueKind::kShardedTensor) {
-      for (const LocalShard& s : filled.as_sharded().local_shards()) {
-        stats.bytes_kept += s.tensor.nbytes();
-      }
-    } else {
-      stats.bytes_kept += filled.as_tensor().nbytes();
-    }
+    stats.bytes_kept += LocalBytes(destination.value(i));
   }
   for (size_t i = 0; i < leaves.size(); ++i) {
-    if (matched[i] == 1) *leaves[i].value = *destination.Find(leaves[i].path);
+    if (matched[i] != 1) continue;
+    const Value& filled = *destination.Find(leaves[i].path);
+    if (!HasPartial(*leaves[i].value)) {
+      *leaves[i].value = filled;
+      continue;
+    }
+    SDRT_ASSIGN_OR_RETURN(*leaves[i].value,
+                          WithPartials(leaves[i].value->as_dtensor(), filled, comm.rank()));
   }
   if (options.strict) {
     std::vector<bool> erase(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) erase[i] = matched[i] == 0;
-    internal::EraseLeaves(leaves, erase);
+    EraseLeaves(leaves, erase);
   }
   return result;
 }
 
-}  // namespace sdrt
+int64_t LocalBytes(const Value& value) {
+  switch (value.kind()) {
+    case ValueKind::kDTensor:
+      return value.as_dtensor().local().nbytes();
+    case ValueKind::kShardedTensor: {
+      int64_t bytes = 0;
+      for (const LocalShard& s : value.as_sharded().local_shards()) bytes += s.tensor.nbytes();
+      return bytes;
+    }
+    case ValueKind::kTensor:
+      return value.as_tensor().nbytes();
+    default:
+      return 0;
+  }
+}
+
+}  // namespace sdrt::internal

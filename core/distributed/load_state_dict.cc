@@ -1,0 +1,120 @@
+// LoadStateDict (core/distributed/load_state_dict.h): checks the options, agrees with the
+// other ranks on them and on the read (internal/read_policy.h), then runs the read's path
+// (internal/load_paths.h).
+#include "sdrt/core/distributed/load_state_dict.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/load_paths.h"
+#include "sdrt/core/distributed/internal/read_policy.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt {
+namespace {
+
+constexpr absl::string_view kOp = "LoadStateDict";
+
+absl::Status CheckOptions(const LoadOptions& o) {
+  if (o.comm == nullptr && o.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " must be >= 0 (or -1 with a communicator)"));
+  }
+  if (o.staging_buffers < 1 || o.staging_bytes < 4096 || o.max_gap_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_buffers ", o.staging_buffers, " must be >= 1, staging_bytes ",
+                     o.staging_bytes, " >= 4096 and max_gap_bytes ", o.max_gap_bytes, " >= 0"));
+  }
+  if (o.bucket_bytes < 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket_bytes ", o.bucket_bytes, " must be >= 64"));
+  }
+  if (o.direct_io && o.read == ReadMode::kRoot) {
+    return absl::InvalidArgumentError(
+        "direct_io goes with read kAll or kAuto (every rank reading), not kRoot");
+  }
+  return absl::OkStatus();
+}
+
+// The read of a call without a communicator: kAll, from this process's own view.
+absl::StatusOr<internal::ReadDecision> DecideAlone(const CheckpointSource* source,
+                                                   const absl::Status& open_status,
+                                                   ReadMode requested) {
+  if (requested == ReadMode::kRoot) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kOp, ": read kRoot needs a communicator (the root sends every rank its pieces)"));
+  }
+  if (source == nullptr) return open_status;
+  if (source->kind() == CheckpointKind::kShardedFolder) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kOp, ": an sdrt sharded folder needs a communicator (its pieces move between ranks)"));
+  }
+  return internal::ReadDecision{
+      ReadMode::kAll, false, requested == ReadMode::kAuto ? "auto: no communicator" : "requested"};
+}
+
+// `source` is null where this rank could not open it (`open_status` says why).
+absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Status& open_status,
+                                Map& local, const LoadOptions& options) {
+  LoadStats local_stats;
+  LoadStats& stats = options.stats != nullptr ? *options.stats : local_stats;
+  stats = LoadStats{};
+  const absl::Status options_error = CheckOptions(options);
+  internal::ReadDecision decision;
+  if (options.comm == nullptr) {
+    SDRT_RETURN_IF_ERROR(options_error);
+    SDRT_ASSIGN_OR_RETURN(decision, DecideAlone(source, open_status, options.read));
+  } else {
+    // One exchange: the options that shape the collectives, every rank's option errors
+    // and its view of the source.
+    AgreementPayload views;
+    views.mine = internal::DescribeSource(source, open_status, options.read == ReadMode::kAuto);
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
+        *options.comm, kOp,
+        absl::StrCat("read ", ReadModeName(options.read), ", bucket_bytes ", options.bucket_bytes),
+        {}, options_error, nullptr, &views));
+    SDRT_ASSIGN_OR_RETURN(decision, internal::DecideRead(options.read, views.all));
+  }
+  stats.read = decision.read;
+  stats.read_reason = decision.reason;
+  if (decision.read == ReadMode::kRoot && options.direct_io) {
+    absl::StrAppend(&stats.read_reason, "; direct_io unused (it is for every rank reading)");
+  }
+  // This rank's open error matters where its source is read.
+  const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;
+  const absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
+  if (decision.sharded) {
+    return internal::LoadShardedFolder(source, precondition, local, options, stats);
+  }
+  if (decision.read == ReadMode::kRoot) {
+    return internal::LoadFromRoot(source, precondition, local, options, stats);
+  }
+  return internal::LoadEveryRank(source, precondition, local, options, stats);
+}
+
+}  // namespace
+
+absl::string_view ReadModeName(ReadMode mode) {
+  switch (mode) {
+    case ReadMode::kAuto:
+      return "auto";
+    case ReadMode::kAll:
+      return "all";
+    case ReadMode::kRoot:
+      return "root";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
+                                         const LoadOptions& options) {
+  return Load(&source, absl::OkStatus(), local, options);
+}
+
+absl::StatusOr<LoadResult> LoadStateDict(const absl::StatusOr<CheckpointSource>& source, Map& local,
+                                         const LoadOptions& options) {
+  return Load(source.ok() ? &*source : nullptr, source.status(), local, options);
+}
+
+}  // namespace sdrt

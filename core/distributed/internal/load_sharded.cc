@@ -111,20 +111,20 @@ absl::StatusOr<Value> WithPartials(const DTensor& partial, const Value& filled, 
 }
 
 // This rank's error before the reshard, besides `precondition`: options that do not apply
-// to a sharded folder.
+// to a sharded folder (the agreement puts kOp and the rank before it).
 absl::Status CheckShardedOptions(const LoadOptions& options, const Communicator& comm) {
   if (options.rank >= 0 && options.rank != comm.rank()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": rank ", options.rank, " is not the communicator's rank ", comm.rank(),
+        absl::StrCat("rank ", options.rank, " is not the communicator's rank ", comm.rank(),
                      " (an sdrt sharded folder is loaded by the communicator's ranks)"));
   }
   if (options.direct_io) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": direct_io does not apply to an sdrt sharded folder (its rank files are mapped)"));
+    return absl::InvalidArgumentError(
+        "direct_io does not apply to an sdrt sharded folder (its rank files are mapped)");
   }
   if (!options.device.is_cpu()) {
     return absl::UnimplementedError(absl::StrCat(
-        kOp, ": an sdrt sharded folder fills CPU tensors only, not ", options.device.ToString()));
+        "an sdrt sharded folder fills CPU tensors only, not ", options.device.ToString()));
   }
   return absl::OkStatus();
 }

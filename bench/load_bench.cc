@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
   sdrt::LoadStats stats;
   sdrt::LoadOptions load_options;
   load_options.comm = world.get();
+  load_options.read = sdrt::ReadMode::kAll;
   load_options.strict = true;
   load_options.stats = &stats;
   load_options.staging_buffers = staging_buffers;

@@ -72,11 +72,13 @@ extern "C" {
 #endif
 
 /* The level of this header: bumped when functions or fields are added (2: adopting an
- * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers). */
-#define SDRT_C_API_VERSION 3
+ * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers; 4:
+ * sdrt_load_options_t's read policy and bucket_bytes). */
+#define SDRT_C_API_VERSION 4
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
- * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t). */
-#define SDRT_C_ABI_VERSION 2
+ * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
+ * grew read and bucket_bytes). */
+#define SDRT_C_ABI_VERSION 3
 
 /* ------------------------------------------------------------------------------------------
  * Status, errors, versions (local, any thread, never fail)
@@ -248,7 +250,8 @@ typedef struct sdrt_tensor_info_t {
 
 /* Local. Opens `path` (a .safetensors file, a Hugging Face folder, a folder of .safetensors
  * files, or an sdrt sharded folder; told apart by file names, then validated whole: every
- * header is parsed and checked, no tensor byte is read). The checkpoint maps its files
+ * header is parsed and checked, no tensor byte is read; a sharded folder's index is, its
+ * rank files are checked when sdrt_load reads them). The checkpoint maps its files
  * until sdrt_checkpoint_close. Mirrors safetensors.safe_open / transformers' index
  * reading. Errors: SDRT_NOT_FOUND for a missing path or a file an index names;
  * SDRT_INVALID_ARGUMENT for an invalid file or folder (the message names the file and the
@@ -352,61 +355,86 @@ SDRT_C_API sdrt_status_t sdrt_get_last_stats(sdrt_stats_t* stats);
  * (1) Load a checkpoint into the engine's buffers: every rank reads its own bytes
  * ---------------------------------------------------------------------------------------- */
 
+/* Who reads a full checkpoint (sdrt_load_options_t.read; LoadOptions::read in C++). */
+typedef enum sdrt_read_t {
+  SDRT_READ_AUTO = 0, /* ALL when every rank sees the same files (size, mtime, header hash),
+                       * else ROOT; ALL without a communicator */
+  SDRT_READ_ALL = 1,  /* every rank reads its own pieces' bytes */
+  SDRT_READ_ROOT = 2  /* rank 0 reads the whole checkpoint and broadcasts the pieces */
+} sdrt_read_t;
+
 typedef struct sdrt_load_options_t {
   size_t struct_size;
   /* NULL: no communication (each rank alone; `rank` required). Else collective over it:
-   * the ranks agree before reading (skeletons, planning errors) and after (read errors),
-   * so one rank's error is every rank's; the meshes must span exactly its ranks. */
+   * the ranks agree before reading (options, read, skeletons, planning errors) and after
+   * (read errors), so one rank's error is every rank's; the meshes must span exactly its
+   * ranks. */
   sdrt_comm_t comm;
   int32_t rank;            /* this process's rank in the meshes; -1: comm's rank */
   int32_t strict;          /* nonzero: remove entries the checkpoint lacks */
   double timeout_seconds;  /* 0: the communicator's */
-  int32_t staging_buffers; /* >= 1 */
-  int64_t staging_bytes;   /* >= 4096: the longest single read */
-  int32_t direct_io;       /* nonzero: O_DIRECT reads (page cache bypassed) */
-  int64_t max_gap_bytes;   /* >= 0: the largest gap between kept runs read through */
+  int32_t staging_buffers; /* >= 1 (read ALL) */
+  int64_t staging_bytes;   /* >= 4096: the longest single read (read ALL) */
+  int32_t direct_io;       /* nonzero: O_DIRECT reads (page cache bypassed; read ALL) */
+  int64_t max_gap_bytes;   /* >= 0: the largest gap between kept runs read through (ALL) */
   void* stream;            /* cudaStream_t waited for before writing CUDA buffers; NULL */
   /* Filled when not NULL: the number of entries the checkpoint lacks / of checkpoint
    * tensors the state dict lacks. */
   int64_t* num_missing;
   int64_t* num_unexpected;
+  int32_t read;            /* an sdrt_read_t; every rank passes the same */
+  /* >= 64: the most bytes of one collective bucket: read ROOT's broadcast, a sharded
+   * folder's reshard (peak extra memory two buckets per rank) */
+  int64_t bucket_bytes;
 } sdrt_load_options_t;
-#define SDRT_LOAD_OPTIONS_INIT \
-  {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, NULL, NULL, NULL}
+#define SDRT_LOAD_OPTIONS_INIT                                                               \
+  {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, \
+   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20}
 
 /* Fills the engine's buffers in `state_dict` from `checkpoint` (a safetensors file, a
- * Hugging Face folder or a folder of safetensors files) in place (an entry added without a
- * spec is read whole, as a Replicate one): for every entry whose
+ * Hugging Face folder, a folder of safetensors files or an sdrt sharded folder) in place
+ * (an entry added without a spec is read whole, as a Replicate one): for every entry whose
  * name is a checkpoint tensor, this rank's piece (the whole tensor for a plain entry or a
  * Replicate placement; the owned index runs of Shard/_StridedShard placements, uneven and
- * empty pieces as PyTorch cuts them) is read with pread straight from the files into
- * staging buffers and copied into the entry's buffer (any strides). sdrt allocates nothing
- * visible to the caller; staging is staging_buffers x staging_bytes, freed on return.
- * Nothing goes through another rank: every rank reads only its pieces' bytes (read
- * amplification <= 1.032). Rank i's piece of a DTensor is the box PyTorch's
+ * empty pieces as PyTorch cuts them). Rank i's piece of a DTensor is the box PyTorch's
  * compute_local_shape_and_global_offset gives rank i's mesh coordinate; a rank off
  * coordinate 0 of a Partial mesh dim gets the reduction's identity.
  * Result: what torch.distributed._state_dict_utils._broadcast_state_dict(full, local)
- * leaves in local, without the broadcast (LoadStateDict in C++).
+ * leaves in local (LoadStateDict in C++), whoever reads (options->read):
+ *   ALL: each piece is read with pread straight from the files into staging buffers and
+ *     copied into the entry's buffer (any strides). sdrt allocates nothing visible to the
+ *     caller; staging is staging_buffers x staging_bytes, freed on return. Nothing goes
+ *     through another rank: every rank reads only its pieces' bytes (read amplification
+ *     <= 1.032).
+ *   ROOT: rank 0 copies the whole checkpoint out of its mapping (registered with CUDA for
+ *     CUDA buffers) and broadcasts it in buckets of bucket_bytes; the other ranks' files
+ *     are not read. options->comm is required.
+ *   AUTO (the default): ALL when every rank sees the same files, else ROOT.
  * An sdrt sharded folder (written by `sdrt shard` or `sdrt reshard`, in any layout of any
- * number of ranks) loads into the same buffers with the same result, as a
- * reshard from the folder's layout (LoadShardedCheckpoint in C++): options->comm is
- * required; rank file f is mapped by rank f mod size, and each rank receives over the
- * communicator only the bytes of its pieces that its own rank files lack. staging_bytes is
- * then the reshard's bucket (peak extra memory two buckets); staging_buffers and
- * max_gap_bytes do not apply, direct_io must be 0. The stats give bytes_read (the pieces of
- * the rank files it mapped), bytes_kept, reads (rank files), bytes_sent, bytes_received.
+ * number of ranks) loads into the same buffers with the same result, as a reshard from
+ * the folder's layout, whatever read says but ROOT (refused): options->comm is required;
+ * rank file f is mapped by rank f mod size, and each rank receives over the communicator
+ * only the bytes of its pieces that its own rank files lack, in buckets of bucket_bytes
+ * (peak extra memory two buckets); staging_buffers, staging_bytes and max_gap_bytes do not
+ * apply, direct_io must be 0.
+ * The stats give bytes_read (ALL: bytes pread returned; ROOT: the checkpoint on rank 0;
+ * sharded: the pieces of the rank files it mapped), bytes_kept, reads (ALL: planned reads;
+ * sharded: rank files), bytes_sent (ROOT: the broadcast's; sharded: this rank's),
+ * bytes_received (sharded), collectives and data_collectives (ROOT: the broadcast's;
+ * sharded: the reshard's collectives).
  * Collective over options->comm when it is set, else local. `checkpoint` must stay open and
  * its files unchanged during the call.
- * CUDA buffers: one device per call; copies run on sdrt's own stream, complete on return
- * (a sharded folder: CPU buffers, with an MPI communicator).
+ * CUDA buffers: one device per call; copies run on sdrt's own stream or the broadcast's,
+ * complete on return (a sharded folder: CPU buffers, with an MPI communicator).
  * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
- * handles, bad options or struct_size, a buffer whose dtype or global shape is not the
+ * handles, bad options or struct_size, a read other than the sdrt_read_t values, ranks
+ * passing different options, a buffer whose dtype or global shape is not the
  * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the
  * communicator or lacks the rank, ranks whose state dicts differ, a damaged or foreign
- * rank file of a sharded folder (naming it), a sharded folder without options->comm, with
- * direct_io or with a rank other than the communicator's; SDRT_FAILED_PRECONDITION
- * for buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
+ * rank file of a sharded folder (naming it), a sharded folder with read ROOT, with
+ * direct_io or with a rank other than the communicator's, direct_io with read ROOT;
+ * SDRT_FAILED_PRECONDITION for read ROOT or a sharded folder without options->comm,
+ * buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
  * buffers without CUDA; SDRT_DATA_LOSS for a short read; the errno's code for a failed
  * open or pread; SDRT_RESOURCE_EXHAUSTED when staging cannot be allocated;
  * SDRT_DEADLINE_EXCEEDED past the timeout. On error buffers may be partly written. */

@@ -1,4 +1,4 @@
-// sdrt/c_api.h: checkpoints (CheckpointSource, or the index of an sdrt sharded folder).
+// sdrt/c_api.h: checkpoints (CheckpointSource: every kind, an sdrt sharded folder included).
 #include <memory>
 #include <utility>
 
@@ -7,7 +7,6 @@
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/tensor/status_macros.h"
 
 using sdrt::c_api::Guard;
@@ -15,7 +14,7 @@ namespace c_api = sdrt::c_api;
 
 namespace {
 
-c_api::CheckpointObject::Info InfoOf(const std::string& name, sdrt::DType dtype,
+c_api::CheckpointObject::Info InfoOf(const std::string& name, sdrt::DType dtype, int64_t nbytes,
                                      const sdrt::IntVector& shape) {
   c_api::CheckpointObject::Info info;
   info.name = name;
@@ -23,10 +22,7 @@ c_api::CheckpointObject::Info InfoOf(const std::string& name, sdrt::DType dtype,
   info.dtype = DLDataType{dl.code, dl.bits, 1};
   info.dtype_name = std::string(sdrt::DTypeName(dtype));
   info.shape.assign(shape.begin(), shape.end());
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  absl::StatusOr<int64_t> bytes = sdrt::BytesForElements(dtype, numel);
-  info.nbytes = bytes.ok() ? *bytes : 0;
+  info.nbytes = nbytes;
   return info;
 }
 
@@ -38,23 +34,12 @@ sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out) {
   return Guard("sdrt_checkpoint_open", [&]() -> absl::Status {
     SDRT_RETURN_IF_ERROR(c_api::NotNull(path, "path"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
-    SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointKind kind, sdrt::DetectCheckpointKind(path));
+    SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointSource source, sdrt::CheckpointSource::Open(path));
     auto handle = std::make_unique<c_api::CheckpointObject>();
-    handle->kind = kind;
-    if (kind == sdrt::CheckpointKind::kShardedFolder) {
-      SDRT_ASSIGN_OR_RETURN(sdrt::ShardedCheckpointIndex index,
-                            sdrt::ReadShardedCheckpointIndex(path));
-      for (const sdrt::ShardedCheckpointTensor& t : index.tensors) {
-        handle->infos.push_back(InfoOf(t.name, t.dtype, t.shape));
-      }
-      handle->sharded_dir = path;
-    } else {
-      SDRT_ASSIGN_OR_RETURN(sdrt::CheckpointSource source, sdrt::CheckpointSource::Open(path));
-      for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
-        handle->infos.push_back(InfoOf(t.name, t.dtype, t.shape));
-      }
-      handle->source.emplace(std::move(source));
+    for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
+      handle->infos.push_back(InfoOf(t.name, t.dtype, t.nbytes, t.shape));
     }
+    handle->source.emplace(std::move(source));
     *out = c_api::NewHandle<sdrt_checkpoint_t>(std::move(handle));
     return absl::OkStatus();
   });
@@ -64,7 +49,7 @@ sdrt_status_t sdrt_checkpoint_kind(sdrt_checkpoint_t checkpoint, sdrt_checkpoint
   return Guard("sdrt_checkpoint_kind", [&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(c_api::CheckpointObject * ckpt, c_api::Resolve(checkpoint, "checkpoint"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(kind, "kind"));
-    switch (ckpt->kind) {
+    switch (ckpt->source->kind()) {
       case sdrt::CheckpointKind::kSafetensorsFile: *kind = SDRT_CHECKPOINT_SAFETENSORS_FILE; break;
       case sdrt::CheckpointKind::kHfFolder: *kind = SDRT_CHECKPOINT_HF_FOLDER; break;
       case sdrt::CheckpointKind::kSafetensorsFolder:

@@ -1,5 +1,5 @@
-// sdrt/c_api.h: sdrt_load, LoadStateDict (or, for an sdrt sharded folder,
-// LoadShardedCheckpoint) into the engine's borrowed buffers.
+// sdrt/c_api.h: sdrt_load, LoadStateDict (any checkpoint kind, any read) into the engine's
+// borrowed buffers.
 #include <string>
 #include <vector>
 
@@ -18,59 +18,32 @@ namespace c_api = sdrt::c_api;
 #if SDRT_C_API_HAVE_DISTRIBUTED
 namespace {
 
-// After a load into `work` (state_dict's entries, plain ones as Replicate DTensors): the
-// results copied into the caller's buffers where they landed elsewhere, the missing entries
-// removed when strict, the counts reported.
-absl::Status Finish(c_api::StateDictObject& state_dict, const sdrt::Map& work,
-                    const sdrt::LoadResult& result, const sdrt_load_options_t& o) {
-  SDRT_RETURN_IF_ERROR(c_api::WriteBack(state_dict.map, work));
-  if (o.strict != 0 && !result.missing_keys.empty()) {
-    state_dict.DropViews();
-    for (const std::string& key : result.missing_keys) state_dict.map.Erase(key);
+absl::StatusOr<sdrt::ReadMode> ReadModeOf(int32_t read) {
+  switch (read) {
+    case SDRT_READ_AUTO:
+      return sdrt::ReadMode::kAuto;
+    case SDRT_READ_ALL:
+      return sdrt::ReadMode::kAll;
+    case SDRT_READ_ROOT:
+      return sdrt::ReadMode::kRoot;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.read ", read,
+                       " is not SDRT_READ_AUTO (0), SDRT_READ_ALL (1) or "
+                       "SDRT_READ_ROOT (2)"));
   }
-  if (o.num_missing != nullptr) *o.num_missing = static_cast<int64_t>(result.missing_keys.size());
-  if (o.num_unexpected != nullptr) {
-    *o.num_unexpected = static_cast<int64_t>(result.unexpected_keys.size());
-  }
-  return absl::OkStatus();
 }
 
-// An sdrt sharded folder: resharded from its layout into the caller's buffers
-// (LoadShardedCheckpoint), the staging size serving as the reshard's bucket.
-absl::Status LoadShardedFolder(const std::string& dir, c_api::StateDictObject& state_dict,
-                               sdrt::Map work, sdrt::Communicator* comm,
-                               const sdrt_load_options_t& o, sdrt_stats_t& s) {
-  if (o.rank >= 0 && o.rank != comm->rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.rank ", o.rank, " is not the communicator's rank ", comm->rank(),
-        " (an sdrt sharded folder is loaded by the communicator's ranks)"));
-  }
-  if (o.direct_io != 0) {
-    return absl::InvalidArgumentError(
-        "options.direct_io does not apply to an sdrt sharded folder (its rank files are "
-        "mapped)");
-  }
-  sdrt::LoadStats stats;
-  sdrt::TransferStats reshard;
-  sdrt::LoadShardedOptions lo;
-  lo.comm = comm;
-  lo.strict = o.strict != 0;
-  lo.bucket_bytes = o.staging_bytes;
-  lo.stats = &stats;
-  lo.reshard_stats = &reshard;
-  absl::StatusOr<sdrt::LoadResult> result;
-  {
-    c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
-    result = sdrt::LoadShardedCheckpoint(dir, work, lo);
-  }
+// The figures of a load in the C stats: the load's own, and those of the broadcast (read
+// ROOT) or the reshard (a sharded folder) that moved the bytes.
+void Report(const sdrt::LoadStats& stats, sdrt_stats_t& s) {
   s.bytes_read = stats.bytes_read;
   s.bytes_kept = stats.bytes_kept;
   s.reads = stats.reads;
-  s.bytes_sent = reshard.sent_bytes;
-  s.bytes_received = reshard.received_bytes;
-  s.collectives = reshard.collectives;
-  if (!result.ok()) return result.status();
-  return Finish(state_dict, work, *result, o);
+  s.bytes_sent = stats.transfer.sent_bytes;
+  s.bytes_received = stats.transfer.received_bytes;
+  s.collectives = stats.transfer.collectives;
+  s.data_collectives = stats.transfer.exchanges;
 }
 
 }  // namespace
@@ -90,11 +63,7 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
 #if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
-    if (!ckpt->source.has_value() && comm == nullptr) {
-      return absl::InvalidArgumentError(
-          "options.comm is required to load an sdrt sharded folder (its pieces move between "
-          "ranks)");
-    }
+    SDRT_ASSIGN_OR_RETURN(const sdrt::ReadMode read, ReadModeOf(o.read));
     std::vector<int64_t> ranks;
     if (comm != nullptr) {
       for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
@@ -107,30 +76,38 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     // Plain buffers become Replicate DTensors over every rank, which the load fills in
     // place (it would replace a plain leaf by a new full tensor).
     SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(sd->map, ranks));
-    if (!ckpt->source.has_value()) {
-      return LoadShardedFolder(ckpt->sharded_dir, *sd, std::move(work), comm, o, scope.stats());
-    }
     sdrt::LoadStats stats;
     sdrt::LoadOptions lo;
     lo.comm = comm;
+    lo.read = read;
     lo.rank = o.rank;
     lo.strict = o.strict != 0;
     lo.staging_buffers = o.staging_buffers;
     lo.staging_bytes = o.staging_bytes;
     lo.direct_io = o.direct_io != 0;
     lo.max_gap_bytes = o.max_gap_bytes;
+    lo.bucket_bytes = o.bucket_bytes;
     lo.stats = &stats;
     absl::StatusOr<sdrt::LoadResult> result;
     {
       c_api::ScopedTimeout timeout(comm, o.timeout_seconds);
       result = sdrt::LoadStateDict(*ckpt->source, work, lo);
     }
-    sdrt_stats_t& s = scope.stats();
-    s.bytes_read = stats.bytes_read;
-    s.bytes_kept = stats.bytes_kept;
-    s.reads = stats.reads;
+    Report(stats, scope.stats());
     if (!result.ok()) return result.status();
-    return Finish(*sd, work, *result, o);
+    // The results copied into the caller's buffers where they landed elsewhere, the
+    // missing entries removed when strict, the counts reported.
+    SDRT_RETURN_IF_ERROR(c_api::WriteBack(sd->map, work));
+    if (lo.strict && !result->missing_keys.empty()) {
+      sd->DropViews();
+      for (const std::string& key : result->missing_keys) sd->map.Erase(key);
+    }
+    if (o.num_missing != nullptr)
+      *o.num_missing = static_cast<int64_t>(result->missing_keys.size());
+    if (o.num_unexpected != nullptr) {
+      *o.num_unexpected = static_cast<int64_t>(result->unexpected_keys.size());
+    }
+    return absl::OkStatus();
 #else
     (void)ckpt;
     (void)sd;

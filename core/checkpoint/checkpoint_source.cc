@@ -1,5 +1,5 @@
-// CheckpointSource: the kinds of checkpoint a path can be, and the validation of
-// multi-file folders (checkpoint_source.h).
+// CheckpointSource: the kinds of checkpoint a path can be, the validation of multi-file
+// folders and the tensor list of a sharded folder (checkpoint_source.h).
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 
 #include <dirent.h>
@@ -199,16 +199,27 @@ absl::StatusOr<CheckpointSource> CheckpointSource::Open(const std::string& path,
     SDRT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path, options.file_options));
     return FromFile(std::move(file), path);
   }
-  if (kind == CheckpointKind::kShardedFolder) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path,
-                     ": an sdrt sharded checkpoint folder, not a full checkpoint (read it "
-                     "with ReadShardedCheckpointIndex / LoadRankShards)"));
-  }
   CheckpointSource source;
   source.kind_ = kind;
   source.path_ = path;
   const std::string& dir = path;
+  if (kind == CheckpointKind::kShardedFolder) {
+    ReadShardedCheckpointOptions read_options;
+    read_options.check_rank_files = false;  // each is checked by the rank that reads it
+    SDRT_ASSIGN_OR_RETURN(ShardedCheckpointIndex index,
+                          ReadShardedCheckpointIndex(dir, read_options));
+    for (const ShardedCheckpointTensor& t : index.tensors) {
+      // The index bounds every shape (ReadShardedCheckpointIndex).
+      SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(t.shape));
+      SDRT_ASSIGN_OR_RETURN(const int64_t nbytes, BytesForElements(t.dtype, numel));
+      source.index_.emplace(t.name, source.tensors_.size());
+      source.tensors_.push_back({t.name, t.dtype, t.shape, /*file=*/-1, /*offset=*/0, nbytes});
+      source.total_bytes_ += nbytes;
+    }
+    source.metadata_ = index.metadata;
+    source.sharded_ = std::make_shared<const ShardedCheckpointIndex>(std::move(index));
+    return source;
+  }
   if (kind == CheckpointKind::kSafetensorsFolder) {
     SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListSafetensorsNames(dir));
     for (const std::string& name : names) {
@@ -294,6 +305,12 @@ absl::StatusOr<Tensor> CheckpointSource::Get(absl::string_view name) const {
   const CheckpointSourceTensor* t = Find(name);
   if (t == nullptr) {
     return absl::NotFoundError(absl::StrCat(path_, ": no tensor \"", name, "\""));
+  }
+  if (t->file < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path_, ": tensor \"", name,
+        "\" is cut into the rank files of an sdrt sharded folder (load it with LoadStateDict "
+        "or gather it; no whole tensor is on disk)"));
   }
   return file(t->file).Get(name);
 }

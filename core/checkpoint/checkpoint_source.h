@@ -4,9 +4,10 @@
 //   - a Hugging Face folder: model.safetensors.index.json ({"metadata": {"total_size": N},
 //     "weight_map": {tensor: file}}) and the shard files it names, e.g.
 //     model-00001-of-00003.safetensors;
-//   - a folder of *.safetensors files without an index, whose files never repeat a tensor.
-// An sdrt sharded checkpoint folder (index.json + rank files, sharded_checkpoint.h) is
-// recognised by DetectCheckpointKind so that commands can dispatch, but is not opened here.
+//   - a folder of *.safetensors files without an index, whose files never repeat a tensor;
+//   - an sdrt sharded checkpoint folder (index.json + rank files, sharded_checkpoint.h):
+//     its tensors are listed from the index (global shapes), their bytes are pieces in the
+//     rank files, which LoadStateDict (core/distributed/load_state_dict.h) reads.
 //
 // It lives in core/checkpoint, not core/io, because it parses its index with the strict
 // JSON reader of core/checkpoint/internal and tells sdrt's own sharded folders apart.
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@
 #include "sdrt/export.h"
 
 namespace sdrt SDRT_API {
+
+struct ShardedCheckpointIndex;  // sharded_checkpoint.h
 
 enum class CheckpointKind {
   kSafetensorsFile,    // one .safetensors file
@@ -70,9 +74,9 @@ struct CheckpointSourceTensor {
   std::string name;
   DType dtype = DType::kFloat32;
   IntVector shape;     // elements per dim, PyTorch order; empty for a 0-dim tensor
-  int file = 0;        // index into files()
-  int64_t offset = 0;  // bytes from the start of that file (the header included)
-  int64_t nbytes = 0;  // numel x element size
+  int file = 0;        // index into files(); -1 in a sharded folder (pieces in rank files)
+  int64_t offset = 0;  // bytes from the start of that file (the header included); 0 if -1
+  int64_t nbytes = 0;  // numel x element size (the whole tensor's)
 };
 
 class CheckpointSource {
@@ -95,9 +99,12 @@ class CheckpointSource {
   //     metadata.total_size, when present, must equal total_bytes().
   //   kSafetensorsFolder: every *.safetensors entry must be a regular file (or a link to
   //     one in the folder) and valid; no tensor name in two files.
-  //   kShardedFolder: refused (InvalidArgument: read it with ReadShardedCheckpointIndex).
-  // For folders, every file's __metadata__ is merged: a key given different values by two
-  // files is InvalidArgument naming both.
+  //   kShardedFolder: its index.json is read and validated by ReadShardedCheckpointIndex
+  //     (rank files present as regular files; they are not opened here: each is checked
+  //     when a load reads it, LoadRankShards), and presented as the other kinds are: the
+  //     index's tensors in its order with their global shapes, its metadata; no files().
+  // For the other folders, every file's __metadata__ is merged: a key given different
+  // values by two files is InvalidArgument naming both.
   // Errors: InvalidArgument for every rule above, the message naming the folder, the file
   // and the tensor; NotFound for a missing path or a missing file named by the index;
   // the errno's code when a file cannot be read; SafetensorsFile::Open's errors, after
@@ -114,7 +121,8 @@ class CheckpointSource {
   CheckpointKind kind() const { return kind_; }
   // The path as given to Open (or FromFile's name).
   const std::string& path() const { return path_; }
-  // The files, in tensor order: sorted by name (byte order) for folders.
+  // The files, in tensor order: sorted by name (byte order) for folders; empty for a
+  // sharded folder (its rank files are sharded_index()->files).
   const std::vector<CheckpointSourceFile>& files() const { return files_; }
   // The opened file `i` (0 <= i < files().size()); lives as long as this object.
   const SafetensorsFile& file(int i) const { return mapped_[static_cast<size_t>(i)]; }
@@ -131,10 +139,14 @@ class CheckpointSource {
   const std::map<std::string, std::string>& index_metadata() const { return index_metadata_; }
   // The sum of the tensors' nbytes.
   int64_t total_bytes() const { return total_bytes_; }
+  // A sharded folder's index (sharded_checkpoint.h); nullptr for the other kinds. Lives as
+  // long as this object (and its copies).
+  const ShardedCheckpointIndex* sharded_index() const { return sharded_.get(); }
 
   // The tensor `name` as a contiguous CPU tensor, SafetensorsFile::Get of its file:
   // zero-copy (read-only) where aligned, else a copy. NotFound naming the tensor and the
-  // source; ResourceExhausted when a copy cannot be allocated.
+  // source; ResourceExhausted when a copy cannot be allocated; InvalidArgument for a
+  // sharded folder, which holds no whole tensor (load or gather its pieces).
   absl::StatusOr<Tensor> Get(absl::string_view name) const;
 
  private:
@@ -152,6 +164,7 @@ class CheckpointSource {
   std::map<std::string, int> metadata_file_;  // key -> the file that first set it
   std::map<std::string, std::string> index_metadata_;
   int64_t total_bytes_ = 0;
+  std::shared_ptr<const ShardedCheckpointIndex> sharded_;  // kShardedFolder only
 };
 
 }  // namespace sdrt

@@ -147,7 +147,8 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
 // The same for any full checkpoint source (checkpoint_source.h: one file, a Hugging Face
 // folder, a folder of safetensors files): its tensors in source.tensors() order, its merged
 // __metadata__ recorded; each tensor is read through source.Get. The SafetensorsFile form
-// above is this over CheckpointSource::FromFile(source, options.source_name).
+// above is this over CheckpointSource::FromFile(source, options.source_name). A sharded
+// folder's source is InvalidArgument before anything is written (it holds no full tensor).
 absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     const CheckpointSource& source, std::shared_ptr<const DeviceMesh> mesh,
     const ShardingPlan& plan, const std::string& out_dir,

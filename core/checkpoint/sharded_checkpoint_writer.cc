@@ -50,6 +50,12 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     const ShardingPlan& plan, const std::string& out_dir,
     const WriteShardedCheckpointOptions& options) {
   const std::string& src = options.source_name;
+  if (source.kind() == CheckpointKind::kShardedFolder) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteShardedCheckpoint: ", source.path(),
+        " is an sdrt sharded folder, not a full checkpoint (reshard it: ReshardStateDict, "
+        "`sdrt reshard`)"));
+  }
   if (mesh == nullptr) return absl::InvalidArgumentError("WriteShardedCheckpoint: null mesh");
   for (int64_t i = 0; i < mesh->num_ranks(); ++i) {
     if (mesh->ranks()[static_cast<size_t>(i)] != i) {

@@ -1,14 +1,28 @@
-// LoadStateDict: every rank reads its own bytes of a full checkpoint (docs/ARCHITECTURE.md,
-// "Parallel load"). Where BroadcastStateDict (distributed_state_dict.h) has one rank read
-// everything and send it, here each rank computes from the checkpoint's header alone the
-// byte runs of the pieces its local state dict keeps, coalesces them into a few large reads
-// per file and reads them with pread into a bounded pool of staging buffers, from which it
-// copies into its local tensors. It mirrors no single PyTorch function: the result is that
-// of `_broadcast_state_dict(full, local, strict=...)` (torch/distributed/_state_dict_utils.py)
-// for the DTensor, ShardedTensor and plain-tensor leaves a safetensors checkpoint can fill,
-// the reading that of safetensors' `get_slice` per rank.
+// LoadStateDict: the one verb that fills a local state dict from a checkpoint, whatever
+// its kind (CheckpointSource: a safetensors file, a Hugging Face folder, a folder of
+// safetensors files, an sdrt sharded folder) and whoever can read it (docs/ARCHITECTURE.md,
+// "Parallel load" and "Loading a sharded folder"). LoadOptions::read says who reads a full
+// checkpoint:
 //
-// What is read: a Shard(0) piece is one byte run; a Shard(1) piece of [R, C] is R runs; a
+//   kAll: every rank reads its own bytes. Where BroadcastStateDict (distributed_state_dict.h)
+//     has one rank read everything and send it, here each rank computes from the
+//     checkpoint's header alone the byte runs of the pieces its local state dict keeps,
+//     coalesces them into a few large reads per file and reads them with pread into a
+//     bounded pool of staging buffers, from which it copies into its local tensors.
+//   kRoot: rank 0 of the communicator (the root) reads the whole checkpoint from its mapping
+//     of the source and BroadcastStateDict sends every rank its pieces (for ranks that do
+//     not see the files; the other ranks' sources are not read).
+//   kAuto: kAll when every rank sees the same files, else kRoot (internal/read_policy.h):
+//     each rank describes its source (its kind and, per file, the size, the modification
+//     time and an xxh64 of the header bytes its reader parsed) or why it could not open it,
+//     and the ranks compare; without a communicator, kAll (one process reads what it sees).
+//
+// It mirrors no single PyTorch function: the result is that of
+// `_broadcast_state_dict(full, local, strict=...)` (torch/distributed/_state_dict_utils.py)
+// for the DTensor, ShardedTensor and plain-tensor leaves a safetensors checkpoint can fill,
+// the reading (kAll) that of safetensors' `get_slice` per rank.
+//
+// What kAll reads: a Shard(0) piece is one byte run; a Shard(1) piece of [R, C] is R runs; a
 // _StridedShard piece is one run per owned index run (owned index sets, tensor/sharding/
 // sharding.h). Runs of one file are joined into one read when the gap between them is at
 // most LoadOptions::max_gap_bytes (1 MiB) and at most 1/32 of the run before the gap
@@ -17,19 +31,34 @@
 // Nothing else is read. Replicated tensors (and Replicate or Partial mesh dims) are read by
 // every rank that holds them: there is no exchange between ranks.
 //
-// Local tensors on a CUDA device (one device per call): the staging buffers are allocated
-// pinned (cudaHostAlloc) once per call and every piece moves from them to the device with
-// cudaMemcpyAsync on one stream of the call's own (cudaMemcpy2DAsync for the rows of a
-// Shard(1) piece); the reading thread waits for a buffer's copies (an event) before it
-// reads into it again, so reading the next buffer overlaps the copy of the last (double
-// buffering with the default two). The file is never mapped; the call returns after the
-// stream has run every copy.
+// kAll into local tensors on a CUDA device (one device per call): the staging buffers are
+// allocated pinned (cudaHostAlloc) once per call and every piece moves from them to the
+// device with cudaMemcpyAsync on one stream of the call's own (cudaMemcpy2DAsync for the
+// rows of a Shard(1) piece); the reading thread waits for a buffer's copies (an event)
+// before it reads into it again, so reading the next buffer overlaps the copy of the last
+// (double buffering with the default two). The file is never mapped; the call returns
+// after the stream has run every copy. kRoot into CUDA tensors: the root registers its
+// mapping with CUDA first (PinStorage, read-only; a mapping already pinned is used as it
+// is, one that cannot be registered is copied from pageable memory, said in
+// LoadStats::read_reason); the registration lasts as long as the source's mapping.
 //
-// No communicator is needed: without one (LoadOptions::comm == nullptr) every rank works
-// alone and its errors are its own. With one, the ranks agree (AgreeAcrossRanks,
-// core/distributed/agreement.h) before reading, on their local skeletons and planning
-// errors, and after reading, on the read errors, so that one rank's error is the same error
-// on every rank.
+// An sdrt sharded folder (sharded_checkpoint.h: index.json plus one safetensors file per
+// rank of the layout it was written in) is read by every rank from its rank files,
+// whatever `read` says but kRoot (refused): the folder's pieces are resharded peer to peer
+// into `local` (ReshardStateDict), so each rank reads only the rank files f with f mod
+// comm->size() == its rank (mapped, no staging) and receives over the communicator only
+// the bytes of its pieces it did not read. Any number of ranks loads any folder: with fewer
+// ranks than rank files a rank reads several and their pieces travel as ShardedTensor boxes
+// (then every piece of the folder must be a box: a _StridedShard piece cut into several
+// runs needs at least the folder's ranks). PyTorch's distributed checkpoint (DCP) loads a
+// checkpoint saved in another layout; the result is that of kAll on the folder's
+// consolidated file.
+//
+// With a communicator the ranks agree (AgreeAcrossRanks, core/distributed/agreement.h) on
+// the read and the options (one exchange, which also carries kAuto's descriptions), then
+// each path agrees on its local skeletons and planning errors before moving data and, for
+// kAll, on the read errors after, so that one rank's error is the same error on every
+// rank. Without one (kAll only) every rank works alone and its errors are its own.
 #ifndef SDRT_CORE_DISTRIBUTED_LOAD_STATE_DICT_H_
 #define SDRT_CORE_DISTRIBUTED_LOAD_STATE_DICT_H_
 
@@ -39,24 +68,46 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/core/state_dict/state_dict.h"
-#include "sdrt/tensor/device.h"
 #include "sdrt/export.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt SDRT_API {
 
+// Who reads a full checkpoint (above).
+enum class ReadMode { kAuto, kAll, kRoot };
+
+// "auto", "all", "root".
+absl::string_view ReadModeName(ReadMode mode);
+
 // What one rank's LoadStateDict read and kept.
 struct LoadStats {
-  int64_t bytes_read = 0;  // the bytes pread returned (kept bytes plus gaps read through)
-  int64_t bytes_kept = 0;  // the bytes of this rank's pieces
-  int64_t preads = 0;      // pread calls (a read interrupted or cut short takes several)
-  int64_t reads = 0;       // planned reads
-  // The most staging bytes allocated at once: at most staging_buffers x staging_bytes,
-  // less when the largest read is smaller than a buffer.
+  // kAll: the bytes pread returned (kept bytes plus gaps read through); kRoot: the whole
+  // checkpoint on the root, 0 elsewhere; a sharded folder: the bytes of the pieces in the
+  // rank files this rank read.
+  int64_t bytes_read = 0;
+  int64_t bytes_kept = 0;  // the bytes of this rank's pieces (local tensors filled)
+  int64_t preads = 0;      // kAll: pread calls (a read interrupted or cut short takes several)
+  int64_t reads = 0;       // kAll: planned reads; a sharded folder: rank files read
+  // kAll: the most staging bytes allocated at once: at most staging_buffers x
+  // staging_bytes, less when the largest read is smaller than a buffer.
   int64_t peak_staging_bytes = 0;
+  // The read that ran, the same on every rank: kAll (also for a sharded folder) or kRoot;
+  // and why: "requested", "auto: every rank sees the same files", "auto: rank 2 sees other
+  // files than rank 0", "auto: rank 1 cannot open it (<why>)", "auto: no communicator",
+  // "an sdrt sharded folder: rank files, resharded", with "; ..." notes appended (options
+  // that did not apply, a root mapping copied from pageable memory).
+  ReadMode read = ReadMode::kAll;
+  std::string read_reason;
+  // kRoot and a sharded folder: the transfer's figures (BroadcastStateDict's, or the
+  // reshard's from the rank files; transfer_stats.h).
+  TransferStats transfer;
   // bytes_read / bytes_kept; 1 when nothing is kept.
   double read_amplification() const {
     return bytes_kept == 0 ? 1.0 : static_cast<double>(bytes_read) / bytes_kept;
@@ -66,31 +117,39 @@ struct LoadStats {
 struct LoadOptions {
   // When not null, collective over `comm`: the ranks agree before and after reading (see
   // above), and the DTensors' meshes must span exactly its ranks. nullptr: no
-  // communication; `rank` is required.
+  // communication (kAll only); `rank` is required.
   Communicator* comm = nullptr;
+  // Who reads (above); every rank passes the same.
+  ReadMode read = ReadMode::kAuto;
   // This process's rank in the DTensors' meshes and the ShardedTensors' placements.
-  // -1: comm->rank().
+  // -1: comm->rank(); with kRoot or a sharded folder it must be comm->rank().
   int rank = -1;
   // Remove from `local` every leaf the checkpoint lacks (reported in missing_keys either way).
   bool strict = false;
   // Where new tensors go: fresh locals of meta DTensors and full tensors that replace
-  // plain leaves (CPU or one CUDA device; preallocated locals stay where they are).
+  // plain leaves (CPU or one CUDA device; preallocated locals stay where they are). A
+  // sharded folder fills CPU tensors only.
   Device device = Device::CPU();
-  // The staging pool: this many buffers (>= 1) of this many bytes (>= 4096; the longest
+  // kAll's staging pool: this many buffers (>= 1) of this many bytes (>= 4096; the longest
   // read). With two or more, one thread reads into one buffer while the calling thread
   // copies out of another (pinned buffers when the locals are on a CUDA device).
   int staging_buffers = 2;
   int64_t staging_bytes = int64_t{256} << 20;
-  // Read with O_DIRECT (the page cache bypassed: for checkpoints on cold storage that would
-  // only evict what the page cache holds); reads are widened to whole 4096-byte blocks and
-  // LoadStats::bytes_read counts the widening. Default: through the page cache.
+  // kAll: read with O_DIRECT (the page cache bypassed: for checkpoints on cold storage that
+  // would only evict what the page cache holds); reads are widened to whole 4096-byte
+  // blocks and LoadStats::bytes_read counts the widening. Default: through the page cache.
+  // Refused with kRoot and for a sharded folder (mapped); unused when kAuto picks kRoot.
   bool direct_io = false;
-  // The largest gap read through (>= 0; see above).
+  // kAll: the largest gap read through (>= 0; see above).
   int64_t max_gap_bytes = int64_t{1} << 20;
+  // The most bytes of one collective bucket: kRoot's broadcast (BroadcastOptions::
+  // bucket_bytes) and a sharded folder's reshard (ReshardOptions::bucket_bytes: the peak
+  // extra memory per rank is two such buckets). >= 64.
+  int64_t bucket_bytes = int64_t{256} << 20;
   LoadStats* stats = nullptr;  // filled when not null
-  // Called on the calling thread after each read is copied out, with this rank's bytes
-  // read so far and in all (LoadStats::bytes_read units), e.g. to show progress. May be
-  // empty.
+  // Called on the calling thread with this rank's bytes so far and in all, e.g. to show
+  // progress: kAll after each read is copied out (LoadStats::bytes_read units), kRoot after
+  // each exchange (bytes sent and received); not for a sharded folder. May be empty.
   std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
@@ -102,7 +161,7 @@ struct LoadResult {
 };
 
 // Fills `local` from `source` (BroadcastStateDict's rules for each leaf whose path names a
-// checkpoint tensor):
+// checkpoint tensor, whatever the read):
 //   * a 0-dim checkpoint tensor: the leaf, whatever it is, is replaced by the value (a
 //     0-dim CPU tensor), as in BroadcastStateDict;
 //   * DTensor with a meta local: replaced by a DTensor with a fresh compact local on
@@ -113,78 +172,51 @@ struct LoadResult {
 //   * ShardedTensor: every local shard is filled from the box its metadata names;
 //   * None: left as it is;
 //   * anything else (a plain tensor, a scalar): replaced by the full tensor, contiguous, on
-//     options.device.
-// The new tensors of one call (fresh locals and replacing full tensors) are views of one
-// allocation on options.device, laid out in checkpoint order so that pieces that follow
-// one another in a file are read straight into place; that memory is released when the
-// last of them is destroyed (keeping one small tensor keeps the call's whole arena).
+//     options.device (a sharded folder writes a plain tensor of the full shape in place).
+// kAll lays out the new tensors of one call (fresh locals and replacing full tensors) as
+// views of one allocation on options.device, in checkpoint order so that pieces that
+// follow one another in a file are read straight into place; that memory is released when
+// the last of them is destroyed (keeping one small tensor keeps the call's whole arena).
 // A rank off coordinate 0 of a Partial mesh dim holds the reduction's identity afterwards
-// (FillPartialIdentity), as in BroadcastStateDict; it reads the values first.
-// Tensor leaves must have the checkpoint's global shape and dtype. `source` must stay open
-// and its files unchanged during the call; each file is opened again by path and read with
-// pread (no mapping is touched).
+// (FillPartialIdentity), as in BroadcastStateDict.
+// Tensor leaves must have the checkpoint's global shape and dtype. With a communicator,
+// every rank passes a `local` of the same skeleton (an empty map on a rank that receives
+// nothing, for a sharded folder). `source` must stay open and its files unchanged during
+// the call; kAll opens each file again by path and reads it with pread (no mapping is
+// touched).
 // Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
 // a local leaf whose global shape or dtype is not the checkpoint's, an invalid local shape,
-// a mesh that does not span the communicator or lacks `rank`, options out of range, a
-// skeleton that differs between ranks; FailedPrecondition for local tensors on two CUDA
-// devices (or a device that is neither CPU nor CUDA), a meta ShardedTensor shard, or a
-// file whose size is no longer the source's ("<path>: size changed from A to B bytes");
+// a mesh that does not span the communicator or lacks `rank`, options out of range or that
+// differ between ranks, a skeleton that differs between ranks, kRoot or direct_io for a
+// sharded folder (or rank 0's source being one while another rank's is not), direct_io
+// with kRoot, a rank other than comm->rank() with kRoot or a sharded folder;
+// FailedPrecondition without a communicator for kRoot or a sharded folder, for local
+// tensors on two CUDA devices (or a device that is neither CPU nor CUDA), a meta
+// ShardedTensor shard, or a file whose size is no longer the source's ("<path>: size
+// changed from A to B bytes"); Unimplemented for a sharded folder into CUDA tensors;
 // InvalidArgument with direct_io for a file whose file system refuses O_DIRECT;
 // Unavailable for CUDA locals in a build without CUDA; CUDA's error for a failed copy,
-// stream or event; DataLoss for
-// a pread that returns fewer bytes than the file has ("<path>: short read at offset O
-// (tensor 'T')"); the errno's code for a failed open or pread ("<path>: pread at offset
-// O (tensor 'T'): <strerror>"); ResourceExhausted when a buffer or local cannot be
-// allocated, ResourceExhausted naming the size, device and CUDA's error when a pinned
-// staging buffer cannot be (never a silent fall back to pageable memory). On error `local`
-// may have been partly written.
+// stream or event; DataLoss for a pread that returns fewer bytes than the file has
+// ("<path>: short read at offset O (tensor 'T')"); the errno's code for a failed open or
+// pread ("<path>: pread at offset O (tensor 'T'): <strerror>"); ResourceExhausted when a
+// buffer or local cannot be allocated, ResourceExhausted naming the size, device and
+// CUDA's error when a pinned staging buffer cannot be (never a silent fall back to
+// pageable memory); a sharded folder: the errors of LoadRankShards (a missing, damaged or
+// foreign rank file, naming it), a layout the reshard planner refuses, a folder whose
+// pieces are not boxes loaded by fewer ranks than it has; BroadcastStateDict's errors with
+// kRoot; the communicator's (DeadlineExceeded past its timeout). On error `local` may have
+// been partly written.
 absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
                                          const LoadOptions& options = {});
 
-struct LoadShardedOptions {
-  // Required: the ranks that load. The folder's rank files are read by these ranks (rank
-  // file f by rank f mod comm->size(): each its own when there are at least as many ranks as
-  // files), and the meshes and ShardedTensor placements of `local` name ranks of comm.
-  // CPU tensors with MPI; the rank files are CPU memory.
-  Communicator* comm = nullptr;
-  // As LoadOptions::strict.
-  bool strict = false;
-  // The most bytes a rank sends, or receives, in one exchange (ReshardOptions::bucket_bytes):
-  // the peak extra memory per rank is two such buckets. >= 64.
-  int64_t bucket_bytes = int64_t{256} << 20;
-  // This rank's figures: bytes_read = the bytes of the pieces in the rank files it read,
-  // bytes_kept = the bytes of its destination pieces, reads = the rank files it opened.
-  LoadStats* stats = nullptr;
-  TransferStats* reshard_stats = nullptr;  // the reshard's figures (transfer_stats.h)
-};
-
-// Fills `local` from the sdrt sharded folder `dir` (sharded_checkpoint.h: index.json plus
-// one safetensors file per rank of the layout it was written in), whatever the layout of
-// `local`: the folder's pieces are resharded peer to peer into it (ReshardStateDict), so
-// each rank reads only its rank files (mapped, no staging) and receives over the
-// communicator only the bytes of its pieces it did not read. Any number of ranks loads any
-// folder: with fewer ranks than rank files a rank reads several and their pieces travel as
-// ShardedTensor boxes (then every piece of the folder must be a box: a _StridedShard piece
-// cut into several runs needs at least the folder's ranks). It mirrors no PyTorch function:
-// PyTorch's distributed checkpoint (DCP) loads a checkpoint saved in another layout; the
-// result is that of LoadStateDict on the folder's consolidated file.
-// Leaves are matched by dotted path to the folder's tensor names, with LoadStateDict's
-// rules: a DTensor gets its piece (a meta local: a fresh compact CPU local; an allocated
-// one: written in place, any strides); a ShardedTensor's local shards are written from
-// their boxes; a None leaf is left as it is; any other leaf is replaced by the full tensor.
-// Collective over options.comm; every rank passes a `local` of the same skeleton (an empty
-// map on a rank that receives nothing; ranks of the communicator outside the meshes of
-// `local` still read and send their rank files). Leaves the folder lacks are reported (and
-// with strict removed); tensors of the folder no leaf names are reported and not moved.
-// Errors, the same on every rank: FailedPrecondition without options.comm;
-// InvalidArgument for the errors of ReadShardedCheckpointIndex and LoadRankShards (a
-// missing, damaged or foreign rank file or index, naming the file), a leaf whose dtype or
-// global shape is not the folder's, a layout the reshard planner refuses, a folder whose
-// pieces are not boxes loaded by fewer ranks than it has, bucket_bytes < 64; the
-// communicator's errors (DeadlineExceeded past its timeout). On error `local` is unchanged
-// unless the reshard itself failed midway.
-absl::StatusOr<LoadResult> LoadShardedCheckpoint(const std::string& dir, Map& local,
-                                                 const LoadShardedOptions& options);
+// The same where a rank may not have been able to open the checkpoint: `source` is this
+// rank's CheckpointSource::Open result (e.g. LoadStateDict(CheckpointSource::Open(path),
+// local, options)). A rank's open error is every rank's error where that rank's source is
+// read (kAll, a sharded folder, the root for kRoot), is ignored off the root with kRoot,
+// and makes kAuto pick kRoot ("auto: rank 2 cannot open it (<why>)"). Without a
+// communicator, the open error is returned.
+absl::StatusOr<LoadResult> LoadStateDict(const absl::StatusOr<CheckpointSource>& source, Map& local,
+                                         const LoadOptions& options = {});
 
 }  // namespace sdrt
 

@@ -216,7 +216,8 @@ int main(int argc, char** argv) {
     ++loaded;
   }
 
-  /* One collective call: every rank reads its own slices into its own buffers. */
+  /* One collective call: every rank reads its own slices into its own buffers (read AUTO,
+   * the default: when every rank sees the same files; else rank 0 reads and broadcasts). */
   sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
   load.comm = comm;
   Check(sdrt_load(checkpoint, engine, &load), "sdrt_load");

@@ -28,6 +28,13 @@ int main(void) {
   CHECK(strcmp(sdrt_get_version(), expected) == 0);
   CHECK(sdrt_get_abi_version() == SDRT_C_ABI_VERSION);
   CHECK(sdrt_get_api_version() == SDRT_C_API_VERSION);
+  {
+    /* The load options' defaults, the fields of version 4 included. */
+    const sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
+    CHECK(load.struct_size == sizeof(sdrt_load_options_t));
+    CHECK(load.read == SDRT_READ_AUTO && load.bucket_bytes == (int64_t)256 << 20);
+    CHECK(load.num_unexpected == NULL && load.staging_bytes == (int64_t)256 << 20);
+  }
 
   /* Status strings. */
   CHECK(strcmp(sdrt_status_string(SDRT_OK), "OK") == 0);

@@ -367,14 +367,42 @@ TEST(CApiCheckpoint, FolderAndShardedFolder) {
     EXPECT_SDRT(SDRT_NOT_FOUND, sdrt_state_dict_find(local.sd, "not.in.folder", &index));
   }
   {
+    // The reshard's bucket is bucket_bytes, not staging_bytes: a small staging size moves
+    // nothing differently; 64-byte buckets take more rounds (with bytes to move), and give
+    // the same values.
+    Local local(kSharded);
+    sdrt_load_options_t o = LoadOptions();
+    sdrt_stats_t stats = SDRT_STATS_INIT;
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    const int64_t collectives = stats.collectives;
+    o.staging_bytes = 4096;
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    EXPECT_EQ(stats.collectives, collectives);
+    o.bucket_bytes = 64;
+    Local small(kSharded);
+    ASSERT_SDRT_OK(sdrt_load(ckpt, small.sd, &o));
+    small.ExpectValues();
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    if (g_size > 1) {
+      EXPECT_GT(stats.collectives, collectives);
+    }
+  }
+  {
     Local local(kSharded);
     sdrt_load_options_t o = LoadOptions();
     o.comm = nullptr;
     o.rank = g_rank;
-    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+    EXPECT_SDRT(SDRT_FAILED_PRECONDITION, sdrt_load(ckpt, local.sd, &o));
     o = LoadOptions();
     o.direct_io = 1;
     EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+    o = LoadOptions();
+    o.read = SDRT_READ_ROOT;
+    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+    EXPECT_NE(std::string(sdrt_last_error()).find("sharded folder"), std::string::npos)
+        << sdrt_last_error();
   }
   // A rank file damaged after the folder was opened is the same error on every rank,
   // naming the file.
@@ -451,6 +479,56 @@ TEST(CApiLoad, EveryPlacementIntoMallocedBuffers) {
   EXPECT_EQ(stats.bytes_kept, kept);
   EXPECT_GE(stats.bytes_read, kept);
   EXPECT_GT(stats.seconds, 0.0);
+  sdrt_checkpoint_close(ckpt);
+}
+
+// read ROOT: rank 0 reads the whole file and broadcasts the pieces in buckets of
+// bucket_bytes, into the same buffers; read AUTO reads with every rank here (one machine).
+TEST(CApiLoad, ReadRootBroadcastsFromRankZero) {
+  sdrt_checkpoint_t ckpt = OpenCheckpoint();
+  int64_t total = 0;
+  int64_t kept = 0;
+  for (int t = 0; t < kNumTensors; ++t) {
+    const Box b = PieceOf(t, kSharded[t]);
+    total += kTensors[t].rows * kTensors[t].cols * 4;
+    kept += (b.r1 - b.r0) * (b.c1 - b.c0) * 4;
+  }
+  sdrt_stats_t stats = SDRT_STATS_INIT;
+  sdrt_load_options_t o = LoadOptions();
+  o.read = SDRT_READ_ROOT;
+  o.bucket_bytes = 64;
+  {
+    Local local(kSharded);
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+    local.ExpectValues();
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    EXPECT_EQ(stats.bytes_read, g_rank == 0 ? total : 0);
+    EXPECT_EQ(stats.bytes_kept, kept);
+    EXPECT_GT(stats.data_collectives, 1);  // 64-byte buckets
+  }
+  {
+    Local local(kSharded);
+    o.read = SDRT_READ_AUTO;
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+    local.ExpectValues();
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    EXPECT_EQ(stats.data_collectives, 0);
+    EXPECT_EQ(stats.bytes_kept, kept);
+    EXPECT_LE(stats.bytes_read, kept + kept / 32);
+  }
+  Local local(kSharded);
+  o.read = 3;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+  o.read = SDRT_READ_ROOT;
+  o.direct_io = 1;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+  o.direct_io = 0;
+  o.bucket_bytes = 0;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &o));
+  o.bucket_bytes = 64;
+  o.comm = nullptr;
+  o.rank = g_rank;
+  EXPECT_SDRT(SDRT_FAILED_PRECONDITION, sdrt_load(ckpt, local.sd, &o));
   sdrt_checkpoint_close(ckpt);
 }
 

@@ -1,14 +1,13 @@
 // `mpiexec -n N sdrt load SRC --mesh 2x2 --plan P [--read auto|all|root] [--verify INDIR]
 // [--device cpu|cuda]`: what an inference engine does at start-up. SRC is a safetensors
 // file, a Hugging Face folder or a folder of safetensors files (CheckpointSource). Rank 0
-// maps SRC's files (pinned when it broadcasts to GPUs; pageable, with a one-line warning,
-// when the mapping cannot be registered) and sends the other ranks its tensor list; every rank makes
-// meta DTensors with the plan's placements, which BroadcastStateDict (--read root) or, on
-// every rank from its own view of SRC, LoadStateDict (--read all) fills (read_mode.h says
-// what auto picks); every rank checks its pieces by
-// xxh64 against INDIR's rank file (or against its own slicing of FILE without --verify).
-// Rank 0 prints bytes moved, time, GB/s, collectives and peak memory per rank. SRC may also
-// be an sdrt sharded folder in another layout: then the ranks reshard its rank files
+// opens SRC and sends the other ranks its tensor list; every rank makes meta DTensors with
+// the plan's placements, which LoadStateDict fills, reading as --read says (the library's
+// ReadMode: every rank its own bytes, rank 0 broadcasting, or auto's choice); every rank
+// checks its pieces by xxh64 against INDIR's rank file (or against its own slicing of
+// FILE without --verify). Rank 0 prints bytes moved, time, GB/s, collectives and peak
+// memory per rank. SRC may also be an sdrt sharded folder in another layout: LoadStateDict
+// then reshards its rank files, with a setup and a report of their own
 // (internal/load_sharded.h).
 #include <algorithm>
 #include <iostream>
@@ -18,12 +17,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
-#include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
@@ -31,7 +30,6 @@
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 #include "sdrt/tools/sdrt/internal/load_sharded.h"
 #include "sdrt/tools/sdrt/internal/output.h"
-#include "sdrt/tools/sdrt/internal/read_mode.h"
 #include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
@@ -51,6 +49,15 @@ struct LoadArgs {
   double timeout_seconds = kDefaultTimeoutSeconds;
 };
 
+// --read's value as the library's ReadMode.
+absl::StatusOr<ReadMode> ReadFlag(const std::string& read) {
+  for (const ReadMode mode : {ReadMode::kAuto, ReadMode::kAll, ReadMode::kRoot}) {
+    if (read == ReadModeName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--read must be auto, all or root, got '", read, "'"));
+}
+
 int RunLoad(const LoadArgs& args) {
   absl::StatusOr<Session> session = StartSession(args.device, TimeoutFrom(args.timeout_seconds));
   if (!session.ok()) {
@@ -62,27 +69,32 @@ int RunLoad(const LoadArgs& args) {
     EndJobIfTimedOut("load", status);  // every live rank prints; the job ends
     return ReportError("load", status, session->rank());
   };
-  if (absl::StatusOr<CheckpointKind> kind = DetectCheckpointKind(args.file);
-      kind.ok() && *kind == CheckpointKind::kShardedFolder) {
-    return LoadShardedFolder({args.file, args.mesh, args.plan, args.verify_dir, args.read,
-                              args.bucket_mib, args.json},
-                             *session);
+  // The arguments every source takes: the same on every rank, so is the verdict.
+  const absl::StatusOr<ReadMode> read = ReadFlag(args.read);
+  absl::Status status = read.status();
+  if (status.ok() && !(args.bucket_mib >= 1 && args.bucket_mib <= kMaxBucketMib)) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("--bucket-mib must be in [1, ", kMaxBucketMib, "], got ", args.bucket_mib));
   }
-  // Rank 0 maps the file; every rank checks the mesh and the plan.
-  absl::Status status =
-      args.bucket_mib >= 1 && args.bucket_mib <= kMaxBucketMib
-          ? absl::OkStatus()
-          : absl::InvalidArgumentError(absl::StrCat("--bucket-mib must be in [1, ", kMaxBucketMib,
-                                                    "], got ", args.bucket_mib));
-  if (status.ok() && args.direct_io && args.read == "root") {
+  if (status.ok() && args.direct_io && *read == ReadMode::kRoot) {
     status = absl::InvalidArgumentError("--direct-io goes with --read all (or auto)");
   }
-  std::optional<CheckpointSource> file;
-  // Only a broadcast to GPUs copies out of rank 0's mapping; --read all never maps.
-  if (status.ok() && session->rank() == 0) {
-    status = OpenOnRoot(args.file, session->device,
-                        session->device.is_cuda() && args.read == "root", file);
+  if (!status.ok()) return fail(status);
+  if (absl::StatusOr<CheckpointKind> kind = DetectCheckpointKind(args.file);
+      kind.ok() && *kind == CheckpointKind::kShardedFolder) {
+    return LoadShardedFolder({args.file, args.mesh, args.plan, args.verify_dir, *read,
+                              args.bucket_mib, args.direct_io, args.json},
+                             *session);
   }
+  // Rank 0 opens SRC (its tensor list makes every rank's state dict); the other ranks too,
+  // for LoadStateDict, unless only rank 0 reads.
+  const absl::StatusOr<CheckpointSource> file =
+      session->rank() == 0 || *read != ReadMode::kRoot
+          ? CheckpointSource::Open(args.file)
+          : absl::StatusOr<CheckpointSource>(
+                absl::FailedPreconditionError("not opened off rank 0 (--read root)"));
+  if (session->rank() == 0) status = file.status();
+  // Every rank checks the mesh and the plan.
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(args.mesh);
   if (status.ok() && !mesh.ok()) status = mesh.status();
   if (status.ok() && mesh->num_ranks() != session->size()) {
@@ -95,78 +107,40 @@ int RunLoad(const LoadArgs& args) {
   if (status.ok() && plan.ok()) status = plan->CheckMesh(*mesh);
   status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
-  // Which ranks read SRC; with `all`, every other rank opens it too.
-  absl::StatusOr<ReadChoice> read = ChooseRead(session->world(), args.file, args.read);
-  if (read.ok() && !read->all && args.direct_io) {
-    absl::StrAppend(&read->reason, "; --direct-io unused (it is for --read all)");
-  }
-  if (read.ok() && read->all && session->rank() != 0) {
-    absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(args.file);
-    if (opened.ok()) file = *std::move(opened);
-    status = opened.status();
-  }
-  if (read.ok() && !read->all && session->device.is_cuda() && args.read != "root" &&
-      session->rank() == 0) {
-    status = OpenOnRoot(args.file, session->device, /*pinned=*/true, file);  // auto: broadcast
-  }
-  status = AgreeUnlessTimedOut(session->world(), read.ok() ? status : read.status());
-  if (!status.ok()) return fail(status);
 
   absl::StatusOr<std::vector<TensorInfo>> infos =
-      ShareTensorList(*session, file.has_value() ? &*file : nullptr);
+      ShareTensorList(*session, session->rank() == 0 ? &*file : nullptr);
   if (!infos.ok()) return fail(infos.status());
   auto shared_mesh = std::make_shared<const DeviceMesh>(*std::move(mesh));
   absl::StatusOr<Map> local = MetaStateDict(*infos, shared_mesh, *plan);
-  Map full;
-  if (file.has_value() && !read->all && session->rank() == 0) {
-    for (const CheckpointSourceTensor& e : file->tensors()) {
-      absl::StatusOr<Tensor> t = file->Get(e.name);
-      if (!t.ok()) {
-        status = t.status();
-        break;
-      }
-      full.Set(e.name, Value(*std::move(t)));
-    }
-  }
-  status = AgreeUnlessTimedOut(session->world(), local.ok() ? status : local.status());
+  status = AgreeUnlessTimedOut(session->world(), local.status());
   if (!status.ok()) return fail(status);
 
-  BroadcastOptions options;
+  LoadOptions options;
   options.comm = &session->data();
+  options.read = *read;
   options.device = session->device;
+  options.direct_io = args.direct_io;
   options.bucket_bytes = args.bucket_mib << 20;
   options.strict = true;
-  TransferStats stats;
-  options.stats = &stats;
+  LoadStats load_stats;
+  options.stats = &load_stats;
   options.progress =
       ProgressLine("load", session->rank() == 0 && (!args.json || args.progress), args.progress);
   status = session->world().Barrier();
   if (!status.ok()) return fail(status);
-  LoadStats load_stats;
   const double start = NowSeconds();
-  if (read->all) {
-    LoadOptions load_options;
-    load_options.comm = &session->data();
-    load_options.device = session->device;
-    load_options.direct_io = args.direct_io;
-    load_options.strict = true;
-    load_options.stats = &load_stats;
-    load_options.progress = options.progress;
-    status = LoadStateDict(*file, *local, load_options).status();
-  } else {
-    status = BroadcastStateDict(full, *local, options).status();
-  }
+  status = LoadStateDict(file, *local, options).status();
   const double seconds = NowSeconds() - start;
   status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
-  if (!read->all) {  // rank 0 read everything (its mapping); every rank kept its pieces
-    if (session->rank() == 0) load_stats.bytes_read = file->total_bytes();
-    for (size_t i = 0; i < local->size(); ++i) {
-      const Value& v = local->value(i);
-      const Tensor& t = v.kind() == ValueKind::kDTensor ? v.as_dtensor().local() : v.as_tensor();
-      load_stats.bytes_kept += t.nbytes();
-    }
-  }
+  const bool all = load_stats.read == ReadMode::kAll;
+  const TransferStats& stats = load_stats.transfer;
+  // An explicit --read names itself where the library says "requested".
+  absl::string_view notes = load_stats.read_reason;
+  const std::string reason = absl::ConsumePrefix(&notes, "requested")
+                                 ? absl::StrCat("--read ", args.read, notes)
+                                 : load_stats.read_reason;
   absl::StatusOr<std::vector<int64_t>> bytes_read =
       AllGatherInt64(session->world(), load_stats.bytes_read);
   if (!bytes_read.ok()) return fail(bytes_read.status());
@@ -217,8 +191,8 @@ int RunLoad(const LoadArgs& args) {
                                   {"plan", plan->name()},
                                   {"ranks", session->size()},
                                   {"device", args.device},
-                                  {"read", read->all ? "all" : "root"},
-                                  {"read_reason", read->reason},
+                                  {"read", ReadModeName(load_stats.read)},
+                                  {"read_reason", reason},
                                   {"tensors", infos->size()},
                                   {"bytes", bytes},
                                   {"seconds", seconds},
@@ -237,9 +211,8 @@ int RunLoad(const LoadArgs& args) {
     std::cout << "loaded " << infos->size() << " tensors (" << HumanBytes(bytes) << ") from "
               << Printable(args.file) << " into " << session->size() << " ranks, mesh "
               << Printable(args.mesh) << ", plan " << Printable(plan->name()) << "\n"
-              << "  read: " << (read->all ? "all" : "root") << " (" << Printable(read->reason)
-              << ")\n";
-    if (read->all) {
+              << "  read: " << ReadModeName(load_stats.read) << " (" << Printable(reason) << ")\n";
+    if (all) {
       std::cout << "  every rank read its pieces "
                 << absl::StrFormat("%.3f s, %.2f GB/s", seconds, gbps) << "; read amplification";
       for (double a : amplification) std::cout << absl::StrFormat(" %.3f", a);

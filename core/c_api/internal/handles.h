@@ -36,9 +36,7 @@ struct CheckpointObject {
     std::vector<int64_t> shape;
     int64_t nbytes = 0;
   };
-  CheckpointKind kind = CheckpointKind::kSafetensorsFile;
-  std::optional<CheckpointSource> source;  // unset for a sharded folder
-  std::string sharded_dir;                 // the sharded folder's path, else empty
+  std::optional<CheckpointSource> source;  // set by sdrt_checkpoint_open
   std::vector<Info> infos;
 };
 

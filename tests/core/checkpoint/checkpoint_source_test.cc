@@ -1,6 +1,7 @@
 // CheckpointSource (core/checkpoint/checkpoint_source.h): a single file, a Hugging Face
 // folder (model.safetensors.index.json + shard files) and a folder of safetensors files
-// read as one checkpoint, equal to the single-file equivalent; every rule of case-054.
+// read as one checkpoint, equal to the single-file equivalent; every rule of case-054; an
+// sdrt sharded folder listed from its index.
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 
 #include <fcntl.h>
@@ -272,10 +273,44 @@ TEST_F(CheckpointSourceTest, DetectKinds) {
                              *ShardingPlan::Builtin("fsdp"), sharded)
           .ok());
   EXPECT_EQ(*DetectCheckpointKind(sharded), CheckpointKind::kShardedFolder);
-  ExpectError(CheckpointSource::Open(sharded).status(), absl::StatusCode::kInvalidArgument,
-              {sharded, "sharded"});
+  {
+    // Listed from its index as the single file lists them: names, dtypes, global shapes,
+    // bytes, metadata; no file holds a whole tensor.
+    absl::StatusOr<CheckpointSource> folder = CheckpointSource::Open(sharded);
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    absl::StatusOr<CheckpointSource> one = CheckpointSource::Open(single_);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(folder->kind(), CheckpointKind::kShardedFolder);
+    ASSERT_NE(folder->sharded_index(), nullptr);
+    EXPECT_EQ(folder->sharded_index()->world_size, 2);
+    EXPECT_EQ(one->sharded_index(), nullptr);
+    EXPECT_TRUE(folder->files().empty());
+    ASSERT_EQ(folder->tensors().size(), one->tensors().size());
+    for (size_t i = 0; i < one->tensors().size(); ++i) {
+      const CheckpointSourceTensor& a = folder->tensors()[i];
+      const CheckpointSourceTensor& b = one->tensors()[i];
+      EXPECT_EQ(a.name, b.name);
+      EXPECT_EQ(a.dtype, b.dtype);
+      EXPECT_EQ(a.shape, b.shape);
+      EXPECT_EQ(a.nbytes, b.nbytes);
+      EXPECT_EQ(a.file, -1);
+      EXPECT_EQ(folder->Find(a.name), &a);
+    }
+    EXPECT_EQ(folder->total_bytes(), one->total_bytes());
+    EXPECT_EQ(folder->metadata(), one->metadata());
+    ExpectError(folder->Get(one->tensors()[0].name).status(), absl::StatusCode::kInvalidArgument,
+                {sharded, one->tensors()[0].name, "rank files"});
+    ExpectError(WriteShardedCheckpoint(
+                    *folder, std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("2")),
+                    *ShardingPlan::Builtin("fsdp"), root_ + "/again")
+                    .status(),
+                absl::StatusCode::kInvalidArgument, {sharded, "not a full checkpoint"});
+    EXPECT_FALSE(fs::exists(root_ + "/again"));
+  }
   fs::remove(sharded + "/index.json");  // rank files alone still read as a sharded folder
   EXPECT_EQ(*DetectCheckpointKind(sharded), CheckpointKind::kShardedFolder);
+  ExpectError(CheckpointSource::Open(sharded).status(), absl::StatusCode::kInvalidArgument,
+              {sharded, "index.json"});
   const std::string empty = root_ + "/empty";
   fs::create_directories(empty);
   ExpectError(DetectCheckpointKind(empty).status(), absl::StatusCode::kInvalidArgument,

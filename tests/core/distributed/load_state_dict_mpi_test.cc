@@ -3,9 +3,12 @@
 // exactly BroadcastStateDict's (fsdp, tp-like Shard(1), 2-D meshes with [S(0), S(1)] and
 // fsdp-tp's [_S(0, 2), S(0)], replicated, Partial, plain, 0-dim and ShardedTensor leaves,
 // uneven and empty pieces). case-057: each rank reads only its pieces' bytes; the sum over
-// ranks is at most 1.05x the checkpoint's tensor bytes for fsdp and tp plans. CTest runs
-// it under `mpiexec -n N`, N = 1..4; rank 0 writes the folder into a fresh temporary
-// folder whose name it broadcasts (the ranks share one machine).
+// ranks is at most 1.05x the checkpoint's tensor bytes for fsdp and tp plans. The same
+// locals from every kind of source (a file, a Hugging Face folder, a folder of files, a
+// sharded folder) with every read (all, root, auto), and auto's choice when one rank sees
+// other files. CTest runs it under `mpiexec -n N`, N = 1..4; rank 0 writes the folder into
+// a fresh temporary folder whose name it broadcasts (the ranks share one machine).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/load_state_dict.h"
@@ -125,6 +129,59 @@ LoadOptions WorldLoad(LoadStats* stats = nullptr) {
   o.comm = g_world;
   o.stats = stats;
   return o;
+}
+
+// The bytes of the tensors `local` holds on this rank (locals, local shards, tensors).
+int64_t LocalBytes(const Map& local) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const Value& v = local.value(i);
+    if (v.kind() == ValueKind::kDTensor) bytes += v.as_dtensor().local().nbytes();
+    if (v.kind() == ValueKind::kTensor) bytes += v.as_tensor().nbytes();
+    if (v.kind() == ValueKind::kShardedTensor) {
+      for (const LocalShard& shard : v.as_sharded().local_shards()) bytes += shard.tensor.nbytes();
+    }
+  }
+  return bytes;
+}
+
+// Rank 0's full state dict of `specs` (BroadcastStateDict's source); empty elsewhere.
+Map FullOnRankZero(const std::vector<Spec>& specs) {
+  Map full;
+  if (Rank() == 0) {
+    for (const Spec& s : specs) full.Set(s.path, Value(s.Full()));
+  }
+  return full;
+}
+
+// `tensors` as every kind of source, written by rank 0: a safetensors file, a Hugging Face
+// folder of 3 files, a folder of 2 files without an index, and an sdrt sharded folder
+// written by 2 ranks with fsdp (another layout than the locals', and more or fewer rank
+// files than ranks).
+std::vector<std::pair<CheckpointKind, std::string>> WriteEveryKind(
+    const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const std::string hf = WriteHfFolder(tensors);
+  const std::string dir = SharedTempDir();
+  const std::string file = dir + "/model.safetensors";
+  const std::string folder = dir + "/folder";
+  const std::string sharded = dir + "/sharded";
+  if (Rank() == 0) {
+    EXPECT_TRUE(WriteSafetensors(file, tensors).ok());
+    EXPECT_EQ(mkdir(folder.c_str(), 0755), 0);
+    for (size_t part = 0; part < 2; ++part) {
+      std::vector<std::pair<std::string, Tensor>> mine;
+      for (size_t i = part; i < tensors.size(); i += 2) mine.push_back(tensors[i]);
+      EXPECT_TRUE(WriteSafetensors(absl::StrCat(folder, "/part", part, ".safetensors"), mine).ok());
+    }
+    absl::StatusOr<ShardedCheckpointIndex> index = WriteShardedCheckpoint(
+        *CheckpointSource::Open(file), Mesh({2}), *ShardingPlan::Builtin("fsdp"), sharded);
+    EXPECT_TRUE(index.ok()) << index.status();
+  }
+  EXPECT_TRUE(g_world->Barrier().ok());
+  return {{CheckpointKind::kSafetensorsFile, file},
+          {CheckpointKind::kHfFolder, hf},
+          {CheckpointKind::kSafetensorsFolder, folder},
+          {CheckpointKind::kShardedFolder, sharded}};
 }
 
 TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
@@ -413,6 +470,136 @@ TEST(LoadStateDictMpiTest, Case057EveryRankReadsOnlyItsOwnBytes) {
     }
     ASSERT_TRUE(NoRankFailed());
   }
+}
+
+// One verb for every source and read: a file, a Hugging Face folder, a folder of files and
+// a sharded folder, each read by every rank, by the root, and as auto picks (every rank,
+// here: one machine), give BroadcastStateDict's locals, meta and preallocated alike; the
+// stats say which read ran and why. A sharded folder is resharded from its rank files
+// whatever the read but kRoot, which is the same InvalidArgument on every rank.
+TEST(LoadStateDictMpiTest, EveryKindOfSourceWithEveryRead) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const auto kinds = WriteEveryKind(Fulls(specs));
+  const Map full = FullOnRankZero(specs);
+  for (const LeafFn& leaf : {LeafFn(MetaLeaf), LeafFn(ZeroLeaf)}) {
+    Map broadcast = Tree(specs, leaf);
+    ASSERT_TRUE(AllTrue(BroadcastStateDict(full, broadcast, WorldBroadcast()).ok()));
+    for (const auto& [kind, path] : kinds) {
+      for (const ReadMode read : {ReadMode::kAll, ReadMode::kRoot, ReadMode::kAuto}) {
+        SCOPED_TRACE(absl::StrCat(CheckpointKindName(kind), ", read ", ReadModeName(read)));
+        const bool sharded = kind == CheckpointKind::kShardedFolder;
+        Map loaded = Tree(specs, leaf);
+        LoadStats stats;
+        LoadOptions options = WorldLoad(&stats);
+        options.read = read;
+        options.bucket_bytes = 256;  // several broadcast buckets, several reshard rounds
+        absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(path);
+        ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+        absl::StatusOr<LoadResult> r = LoadStateDict(*source, loaded, options);
+        if (sharded && read == ReadMode::kRoot) {
+          EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+          EXPECT_THAT(r.status().message(), HasSubstr("sharded folder"));
+          ExpectSameStatusOnEveryRank(r.status());
+          continue;
+        }
+        ASSERT_TRUE(AllTrue(r.ok())) << r.status();
+        EXPECT_TRUE(r->missing_keys.empty());
+        EXPECT_TRUE(r->unexpected_keys.empty());
+        ExpectTreeEq(Value(loaded), Value(broadcast), "");
+        EXPECT_EQ(stats.read, read == ReadMode::kRoot ? ReadMode::kRoot : ReadMode::kAll);
+        EXPECT_EQ(stats.read_reason, sharded ? "an sdrt sharded folder: rank files, resharded"
+                                     : read == ReadMode::kAuto
+                                         ? "auto: every rank sees the same files"
+                                         : "requested");
+        EXPECT_EQ(stats.bytes_kept, LocalBytes(loaded));
+        if (sharded) {
+          int64_t files = 0;  // rank file f is read by rank f mod n
+          for (int f = Rank(); f < 2; f += WorldSize()) ++files;
+          EXPECT_EQ(stats.reads, files);
+          EXPECT_EQ(stats.transfer.wire_bytes, stats.transfer.optimum_bytes);
+        } else if (read == ReadMode::kRoot) {
+          EXPECT_EQ(stats.bytes_read, Rank() == 0 ? source->total_bytes() : 0);
+          EXPECT_GT(stats.transfer.exchanges, 1);
+        } else {
+          EXPECT_LE(stats.bytes_read, stats.bytes_kept + stats.bytes_kept / 32);
+        }
+        ASSERT_TRUE(NoRankFailed());
+      }
+    }
+  }
+}
+
+// kAuto reads with every rank when every rank sees the same files, else from the root: a
+// rank whose file has another modification time, or that cannot open its source, is named
+// in the reason. With kRoot only the root's source is read; with kAll a rank's open error
+// is every rank's; ranks that ask for different reads fail alike.
+TEST(LoadStateDictMpiTest, AutoReadsFromTheRootWhenARankSeesOtherFiles) {
+  const int n = WorldSize();
+  const std::vector<Spec> specs = {DSpec("a", {8, 3}, DType::kFloat32, Mesh({n}), "[S(0)]"),
+                                   DSpec("b", {5}, DType::kBFloat16, Mesh({n}), "[R]")};
+  // Every rank's own copy of one file, all with the same modification time.
+  const std::string dir = SharedTempDir();
+  const std::string mine = absl::StrCat(dir, "/copy", Rank(), ".safetensors");
+  const timespec when[2] = {{1700000000, 0}, {1700000000, 123456789}};
+  if (Rank() == 0) {
+    for (int q = 0; q < n; ++q) {
+      const std::string copy = absl::StrCat(dir, "/copy", q, ".safetensors");
+      EXPECT_TRUE(WriteSafetensors(copy, Fulls(specs)).ok());
+      EXPECT_EQ(utimensat(AT_FDCWD, copy.c_str(), when, 0), 0);
+    }
+  }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  Map want = Tree(specs, MetaLeaf);
+  ASSERT_TRUE(AllTrue(BroadcastStateDict(FullOnRankZero(specs), want, WorldBroadcast()).ok()));
+  LoadStats stats;
+  const auto load = [&](const std::string& path, ReadMode read) {
+    Map local = Tree(specs, MetaLeaf);
+    LoadOptions options = WorldLoad(&stats);
+    options.read = read;
+    absl::StatusOr<LoadResult> r = LoadStateDict(CheckpointSource::Open(path), local, options);
+    if (r.ok()) ExpectTreeEq(Value(local), Value(want), "");
+    return r.status();
+  };
+  ASSERT_TRUE(AllTrue(load(mine, ReadMode::kAuto).ok()));
+  EXPECT_EQ(stats.read, ReadMode::kAll);
+  EXPECT_EQ(stats.read_reason, "auto: every rank sees the same files");
+  if (n == 1) return;
+
+  const int last = n - 1;
+  if (Rank() == last) {
+    const timespec later[2] = {{1700000001, 0}, {1700000001, 0}};
+    EXPECT_EQ(utimensat(AT_FDCWD, mine.c_str(), later, 0), 0);
+  }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  ASSERT_TRUE(AllTrue(load(mine, ReadMode::kAuto).ok()));
+  EXPECT_EQ(stats.read, ReadMode::kRoot);
+  EXPECT_EQ(stats.read_reason, absl::StrCat("auto: rank ", last, " sees other files than rank 0"));
+  EXPECT_EQ(stats.bytes_read, Rank() == 0 ? CheckpointSource::Open(mine)->total_bytes() : 0);
+
+  // The last rank cannot open its source.
+  const std::string missing = dir + "/missing.safetensors";
+  const std::string seen = Rank() == last ? missing : mine;
+  ASSERT_TRUE(AllTrue(load(seen, ReadMode::kAuto).ok()));
+  EXPECT_EQ(stats.read, ReadMode::kRoot);
+  EXPECT_THAT(stats.read_reason,
+              testing::StartsWith(absl::StrCat("auto: rank ", last, " cannot open it (")));
+  EXPECT_THAT(stats.read_reason, HasSubstr(missing));
+  ASSERT_TRUE(AllTrue(load(seen, ReadMode::kRoot).ok()));
+  EXPECT_EQ(stats.read_reason, "requested");
+  const absl::Status all = load(seen, ReadMode::kAll);
+  EXPECT_EQ(all.code(), absl::StatusCode::kNotFound) << all;
+  EXPECT_THAT(all.message(), HasSubstr(missing));
+  ExpectSameStatusOnEveryRank(all);
+  // Rank 0 cannot open its source: auto picks the root, whose error is every rank's.
+  const absl::Status root = load(Rank() == 0 ? missing : mine, ReadMode::kAuto);
+  EXPECT_EQ(root.code(), absl::StatusCode::kNotFound) << root;
+  ExpectSameStatusOnEveryRank(root);
+
+  const absl::Status mixed = load(mine, Rank() == 0 ? ReadMode::kAll : ReadMode::kAuto);
+  EXPECT_EQ(mixed.code(), absl::StatusCode::kInvalidArgument) << mixed;
+  EXPECT_THAT(mixed.message(), HasSubstr("disagree on the options"));
+  ExpectSameStatusOnEveryRank(mixed);
+  ASSERT_TRUE(NoRankFailed());
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ class LoadOptions(ctypes.Structure):
                 ("timeout_seconds", ctypes.c_double), ("staging_buffers", ctypes.c_int32),
                 ("staging_bytes", ctypes.c_int64), ("direct_io", ctypes.c_int32),
                 ("max_gap_bytes", ctypes.c_int64), ("stream", ctypes.c_void_p),
-                ("num_missing", c_int64_p), ("num_unexpected", c_int64_p)]
+                ("num_missing", c_int64_p), ("num_unexpected", c_int64_p),
+                ("read", ctypes.c_int32), ("bucket_bytes", ctypes.c_int64)]
 
 
 class GatherOptions(ctypes.Structure):
@@ -254,6 +255,7 @@ def load_options(comm, rank, strict):
     o.rank = -1 if rank is None else rank
     o.strict = 1 if strict else 0
     o.staging_buffers, o.staging_bytes, o.max_gap_bytes = 2, 256 << 20, 1 << 20
+    o.read, o.bucket_bytes = 0, 256 << 20  # SDRT_READ_AUTO
     return o
 
 

@@ -1,6 +1,7 @@
-// OpenOnRoot, ShareTensorList, MetaStateDict and VerifyPieces (load_setup.h).
+// ShareTensorList, MetaStateDict and VerifyPieces (load_setup.h).
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -10,29 +11,8 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/tensor/sharding/distribute.h"
-#include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
-
-absl::Status OpenOnRoot(const std::string& src, const Device& device, bool pinned,
-                        std::optional<CheckpointSource>& file) {
-  CheckpointSource::Options open_options;
-  open_options.file_options.pin_mapping = pinned;
-  if (pinned) open_options.file_options.pin_device = device.index;
-  file.reset();
-  absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(src, open_options);
-  if (!opened.ok()) return opened.status();
-  file = *std::move(opened);
-  for (size_t i = 0; pinned && i < file->files().size(); ++i) {
-    const absl::Status& pin = file->file(static_cast<int>(i)).pin_status();
-    if (!pin.ok()) {
-      WriteStderrLine(absl::StrCat("sdrt load: warning: copying from pageable memory (",
-                                   Printable(pin.message()), ")"));
-      break;
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
                                                         const CheckpointSource* source) {

@@ -1,11 +1,10 @@
-// The parts of `sdrt load` (tools/sdrt/load.cc) around the load itself: rank 0 opening
-// SRC, its tensor list shared with every rank, the meta state dict the load fills, and the
-// check of every rank's pieces afterwards.
+// The parts of `sdrt load` (tools/sdrt/load.cc) around the load itself: rank 0's tensor
+// list of SRC shared with every rank, the meta state dict the load fills, and the check of
+// every rank's pieces afterwards.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +13,6 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/state_dict/state_dict.h"
-#include "sdrt/tensor/device.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tools/sdrt/internal/session.h"
 
@@ -26,12 +24,6 @@ struct TensorInfo {
   DType dtype = DType::kFloat32;
   IntVector shape;
 };
-
-// Rank 0's view of SRC into `file`, its mapping registered with CUDA `device` when `pinned`
-// (for a broadcast to GPUs; a mapping that cannot be registered is only slower, said in a
-// one-line warning on stderr). The errors of CheckpointSource::Open.
-absl::Status OpenOnRoot(const std::string& src, const Device& device, bool pinned,
-                        std::optional<CheckpointSource>& file);
 
 // Rank 0's tensor list (from `source`, non-null on rank 0 only), sent to every rank in one
 // BroadcastBytes. The communicator's errors; InvalidArgument for a dtype name it cannot parse.

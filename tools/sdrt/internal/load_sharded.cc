@@ -19,8 +19,8 @@
 #include "sdrt/tools/sdrt/internal/deadline.h"
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 #include "sdrt/tools/sdrt/internal/output.h"
-#include "sdrt/tools/sdrt/internal/read_mode.h"
 #include "sdrt/tools/sdrt/internal/reshard_target.h"
+#include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
 namespace {
@@ -58,20 +58,12 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
     EndJobIfTimedOut("load", status);
     return ReportError("load", status, me);
   };
-  absl::Status status = absl::OkStatus();
-  if (args.read == "root") {
-    status = absl::InvalidArgumentError(
-        absl::StrCat(args.dir,
-                     " is an sdrt sharded folder: every rank reads its own rank files (--read "
-                     "root broadcasts a full checkpoint)"));
-  } else if (session.device.is_cuda()) {
-    status = absl::UnimplementedError(
-        "sdrt load of a sharded folder fills CPU shards only (drop --device cuda)");
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(args.dir);
+  absl::Status status = source.status();
+  const ShardedCheckpointIndex* index = source.ok() ? source->sharded_index() : nullptr;
+  if (status.ok() && index == nullptr) {  // replaced since RunLoad looked at it
+    status = absl::InvalidArgumentError(absl::StrCat(args.dir, ": no longer a sharded folder"));
   }
-  ReadShardedCheckpointOptions read_options;
-  read_options.check_rank_files = false;
-  absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(args.dir, read_options);
-  if (status.ok()) status = index.status();
   absl::StatusOr<ShardedCheckpointIndex> target;
   if (status.ok()) {
     target = TargetIndex(args.mesh, "", args.plan, *index);
@@ -86,22 +78,24 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
   status = AgreeUnlessTimedOut(session.world(), local.ok() ? status : local.status());
   if (!status.ok()) return fail(status);
 
-  LoadShardedOptions options;
+  LoadOptions options;
   options.comm = &session.data();
+  options.read = args.read;
+  options.device = session.device;
+  options.direct_io = args.direct_io;
   options.bucket_bytes = args.bucket_mib << 20;
   LoadStats load_stats;
-  TransferStats stats;
   options.stats = &load_stats;
-  options.reshard_stats = &stats;
   status = session.world().Barrier();
   if (!status.ok()) return fail(status);
   const double start = NowSeconds();
-  status = LoadShardedCheckpoint(args.dir, *local, options).status();
+  status = LoadStateDict(*source, *local, options).status();
   const double seconds = NowSeconds() - start;
   status = AgreeUnlessTimedOut(session.world(), status);
   if (!status.ok()) return fail(status);
   const int64_t bytes_read = load_stats.bytes_read;
   const int64_t kept = load_stats.bytes_kept;
+  const TransferStats& stats = load_stats.transfer;
 
   absl::StatusOr<std::vector<int64_t>> all_read = AllGatherInt64(session.world(), bytes_read);
   if (!all_read.ok()) return fail(all_read.status());
@@ -149,8 +143,8 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
         {"plan", target->plan},
         {"ranks", session.size()},
         {"device", "cpu"},
-        {"read", "all"},
-        {"read_reason", "an sdrt sharded folder: rank files, resharded"},
+        {"read", ReadModeName(load_stats.read)},
+        {"read_reason", load_stats.read_reason},
         {"tensors", index->tensors.size()},
         {"bytes", bytes},
         {"seconds", seconds},

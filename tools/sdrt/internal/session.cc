@@ -104,18 +104,24 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
-  const int64_t mine = PeakRssBytes();
+absl::StatusOr<std::vector<int64_t>> AllGatherInt64(Communicator& comm, int64_t mine) {
   absl::StatusOr<std::vector<std::string>> all =
       comm.AllGatherBytes(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
   if (!all.ok()) return all.status();
   std::vector<int64_t> out;
   for (const std::string& s : *all) {
+    if (s.size() != sizeof(int64_t)) {
+      return absl::InternalError("AllGatherInt64: a rank sent a malformed value");
+    }
     int64_t v = 0;
     std::memcpy(&v, s.data(), sizeof(v));
     out.push_back(v);
   }
   return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
+  return AllGatherInt64(comm, PeakRssBytes());
 }
 
 }  // namespace sdrt::cli

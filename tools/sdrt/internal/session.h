@@ -55,6 +55,9 @@ absl::StatusOr<Session> StartSession(const std::string& device, std::chrono::mil
 // This process's peak resident memory (getrusage ru_maxrss), bytes.
 int64_t PeakRssBytes();
 
+// Collective: every rank's value of `mine`, in rank order (one AllGatherBytes).
+absl::StatusOr<std::vector<int64_t>> AllGatherInt64(Communicator& comm, int64_t mine);
+
 // Collective: every rank's PeakRssBytes(), in rank order.
 absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm);
 

@@ -1,0 +1,351 @@
+// LoadEveryRank (load_paths.h), LoadStateDict's kAll: plan the targets from the local
+// leaves, plan the reads from the source's header, agree, read through the staging pool
+// into the targets, agree again, then write the local tree.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/device_staging.h"
+#include "sdrt/core/distributed/internal/fresh_arena.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/load_paths.h"
+#include "sdrt/core/distributed/internal/local_target.h"
+#include "sdrt/core/distributed/internal/read_plan.h"
+#include "sdrt/core/distributed/internal/staged_reader.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+constexpr absl::string_view kOp = "LoadStateDict";
+
+// Which dest of which target each ReadTensor fills.
+struct ReadDest {
+  LocalTarget* target = nullptr;
+  const CheckpointSourceTensor* tensor = nullptr;
+  size_t dest = 0;
+  const ShardRuns* runs = nullptr;  // the runs the dest holds (in its ReadTensor)
+};
+
+// Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
+// the plan lies in its dest's runs) starts in `dest`, in bytes, when its elements are one
+// contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
+// ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
+// -1 otherwise (also for a sub-byte start that is not a whole byte).
+int64_t ContiguousDestByte(const Segment& s, const Tensor& dest, const ShardRuns& runs,
+                           IntSpan begin, IntSpan end) {
+  if (!dest.device().is_cpu() || !dest.is_contiguous()) return -1;
+  int64_t start = 0;
+  for (size_t d = 0; d < runs.size(); ++d) {
+    if (runs[d].size() != 1) return -1;
+    if (static_cast<int>(d) > s.dim && end[d] - begin[d] != dest.shape()[d]) return -1;
+    start += (begin[d] - runs[d][0].global + runs[d][0].local) * dest.strides()[d];
+  }
+  const absl::StatusOr<int64_t> bytes = BytesForElements(dest.dtype(), start);
+  return bytes.ok() ? *bytes : -1;
+}
+
+// Copies the segments of one read out of its staging buffer into their dests: one memcpy
+// where the segment is a contiguous range of a CPU dest, else a strided CopyRuns. With
+// `stream` (a device load), the copies are enqueued on it and the buffer must stay
+// untouched until they have run.
+absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
+                     const Tensor& buffer, int64_t base, StreamHandle stream) {
+  IntVector begin;
+  IntVector end;
+  IntVector box_shape;
+  for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
+    const Segment& s = plan.segments[i];
+    const ReadDest& rd = dests[s.tensor];
+    const CheckpointSourceTensor& entry = *rd.tensor;
+    SegmentBox(s, entry.shape, begin, end);
+    const Tensor& dest = rd.target->dests[rd.dest];
+    const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
+    if (start >= 0) {
+      std::memcpy(static_cast<uint8_t*>(dest.data_ptr()) + start,
+                  buffer.data<uint8_t>() + base + (s.file_offset - read.offset),
+                  static_cast<size_t>(s.bytes));
+      continue;
+    }
+    box_shape.resize(begin.size());
+    for (size_t d = 0; d < begin.size(); ++d) box_shape[d] = end[d] - begin[d];
+    const int64_t at = base + (s.file_offset - read.offset);
+    Tensor box;
+    if (at % ElementAlignment(entry.dtype) == 0) {
+      SDRT_ASSIGN_OR_RETURN(box, Tensor::AtByteOffset(buffer.storage(),
+                                                      buffer.storage_offset() + at, entry.dtype,
+                                                      box_shape));
+    } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
+      SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
+      std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
+    }
+    const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
+    // A pageable box (the unaligned case) is copied out of before an asynchronous copy
+    // from it returns, so it may go when this iteration ends.
+    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, dest, runs, /*to_local=*/true,
+                                  /*non_blocking=*/stream != nullptr, stream));
+  }
+  return absl::OkStatus();
+}
+
+// The CUDA device of the targets' tensors (nullopt: all on the CPU). FailedPrecondition
+// for tensors on two CUDA devices or on a device type without a staging path.
+absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<LocalTarget>& targets) {
+  std::optional<int> cuda;
+  for (const LocalTarget& target : targets) {
+    for (const Tensor& dest : target.dests) {
+      if (dest.device().is_cpu()) continue;
+      if (!dest.device().is_cuda()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            kOp, ": a local tensor on ", dest.device().ToString(), " (CPU or CUDA only)"));
+      }
+      if (cuda.has_value() && *cuda != dest.device().index) {
+        return absl::FailedPreconditionError(absl::StrCat(kOp, ": local tensors on cuda:", *cuda,
+                                                          " and cuda:", dest.device().index,
+                                                          " (one CUDA device per call)"));
+      }
+      cuda = dest.device().index;
+    }
+  }
+  return cuda;
+}
+
+// Lays out and allocates the fresh dests (meta until now: LocalTargetRules::allocate is
+// false) in one arena, in the order of their first segment in the plan, so that a piece
+// that follows another in its file follows it in memory (fresh_arena.h).
+absl::Status AllocateFreshDests(const ReadPlan& plan, std::vector<ReadDest>& dests, Device device) {
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  struct Chain {
+    size_t first = kNone;  // its first segment
+    size_t last = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
+    bool touching = true;  // its segments follow one another in the plan and in the file
+  };
+  std::vector<Chain> chains(dests.size());
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    Chain& c = chains[s.tensor];
+    if (c.first == kNone) {
+      c.first = i;
+      c.begin = s.file_offset;
+    } else if (c.last + 1 != i || s.file_offset != c.end) {
+      c.touching = false;
+    }
+    c.last = i;
+    c.end = s.file_offset + s.bytes;
+  }
+  std::vector<size_t> order;
+  for (size_t t = 0; t < dests.size(); ++t) {
+    if (dests[t].target->dests[dests[t].dest].is_meta()) order.push_back(t);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return chains[a].first < chains[b].first; });
+  std::vector<FreshPiece> pieces(order.size());
+  std::vector<Tensor*> fresh(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const ReadDest& rd = dests[order[i]];
+    Tensor& dest = rd.target->dests[rd.dest];
+    SDRT_ASSIGN_OR_RETURN(pieces[i].bytes, BytesForElements(dest.dtype(), dest.numel()));
+    pieces[i].alignment = ElementAlignment(dest.dtype());
+    const Chain& c = chains[order[i]];
+    if (c.first != kNone && c.touching && c.end - c.begin == pieces[i].bytes) {
+      pieces[i].file = rd.tensor->file;
+      pieces[i].begin = c.begin;
+      pieces[i].end = c.end;
+    }
+    fresh[i] = &dest;
+  }
+  SDRT_ASSIGN_OR_RETURN(const FreshLayout layout, LayOutFresh(pieces));
+  return AllocateFresh(layout, device, fresh);
+}
+
+// Plans every target and the reads, and allocates the fresh dests; the first local error
+// is returned. matched[i]: leaf i names a checkpoint tensor.
+absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
+                     const LoadOptions& options, int rank, LoadResult& result,
+                     std::vector<LocalTarget>& targets, std::vector<ReadDest>& dests,
+                     std::vector<ReadTensor>& reads, ReadPlan& plan, std::vector<bool>& matched) {
+  absl::flat_hash_map<absl::string_view, size_t> by_path;
+  by_path.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) by_path.emplace(leaves[i].path, i);
+  matched.assign(leaves.size(), false);
+  LocalTargetRules rules;
+  rules.rank = rank;
+  if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
+  rules.device = options.device;
+  rules.allocate = false;
+  LocalLayoutCache layouts;
+  rules.layouts = &layouts;
+  // Reserved so that the pointers dests keep stay valid.
+  targets.reserve(source.tensors().size());
+  // dests[i] fills reads[i]. A ShardedTensor has a dest per local shard, so both may grow
+  // past the reserve: dests point into reads once both are complete.
+  reads.reserve(source.tensors().size());
+  dests.reserve(source.tensors().size());
+  for (const CheckpointSourceTensor& entry : source.tensors()) {
+    const auto it = by_path.find(entry.name);
+    if (it == by_path.end()) {
+      result.unexpected_keys.push_back(entry.name);
+      continue;
+    }
+    matched[it->second] = true;
+    if (leaves[it->second].value->is_none()) continue;
+    SDRT_ASSIGN_OR_RETURN(LocalTarget target, PlanLocalTarget(entry.name, entry.dtype, entry.shape,
+                                                              leaves[it->second], rules));
+    targets.push_back(std::move(target));
+    LocalTarget& planned = targets.back();
+    // The runs move into the ReadTensors, which outlive the reads.
+    for (size_t d = 0; d < planned.dests.size(); ++d) {
+      reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
+                                 std::move(planned.runs[d])});
+      dests.push_back(ReadDest{&planned, &entry, d});
+    }
+  }
+  for (size_t i = 0; i < dests.size(); ++i) dests[i].runs = &reads[i].runs;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    // A path that two leaves spell alike matched only the first of them above.
+    if (!matched[i]) matched[i] = source.Find(leaves[i].path) != nullptr;
+    if (!matched[i]) result.missing_keys.emplace_back(leaves[i].path);
+  }
+  ReadPlanOptions read_options;
+  read_options.max_gap_bytes = options.max_gap_bytes;
+  read_options.max_read_bytes = options.staging_bytes;
+  SDRT_ASSIGN_OR_RETURN(plan, PlanReads(reads, read_options));
+  return AllocateFreshDests(plan, dests, options.device);
+}
+
+}  // namespace
+
+absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
+                                         const absl::Status& precondition, Map& local,
+                                         const LoadOptions& options, LoadStats& stats) {
+  Communicator* comm = options.comm;
+  const int rank = options.rank >= 0 || comm == nullptr ? options.rank : comm->rank();
+  absl::Status local_error = precondition;
+  MutableLeaves leaves;
+  if (local_error.ok()) {
+    absl::StatusOr<MutableLeaves> leaves_or = CollectMutableLeaves(local);
+    local_error = leaves_or.status();
+    if (leaves_or.ok()) leaves = *std::move(leaves_or);
+  }
+  LoadResult result;
+  std::vector<LocalTarget> targets;
+  std::vector<ReadDest> dests;
+  ReadPlan plan;
+  std::vector<ReadTensor> reads;
+  std::vector<bool> matched;
+  if (local_error.ok()) {
+    local_error =
+        PlanAll(*source, leaves, options, rank, result, targets, dests, reads, plan, matched);
+  }
+  // The device the locals are on: the CPU, or one CUDA device for the whole call.
+  std::optional<int> cuda_device;
+  if (local_error.ok()) {
+    absl::StatusOr<std::optional<int>> device = LocalsDevice(targets);
+    local_error = device.status();
+    if (device.ok()) cuda_device = *device;
+  }
+  std::optional<DeviceStaging> staging;
+  if (local_error.ok() && cuda_device.has_value()) {
+    absl::StatusOr<DeviceStaging> created =
+        DeviceStaging::Create(*cuda_device, options.staging_buffers);
+    local_error = created.status();
+    if (created.ok()) staging.emplace(*std::move(created));
+  }
+
+  if (comm != nullptr) {
+    // The leaves are hashed; their text is written only if the ranks disagree.
+    const HashedSkeleton skeleton = HashLeaves(leaves);
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*comm, kOp, "", skeleton, local_error));
+  } else {
+    SDRT_RETURN_IF_ERROR(local_error);
+  }
+
+  std::vector<StagedFile> files;
+  for (const CheckpointSourceFile& f : source->files()) files.push_back({f.path, f.size});
+  const auto name_of = [&](size_t segment) {
+    return dests[plan.segments[segment].tensor].tensor->name;
+  };
+  StagedReadStats read_stats;
+  int64_t done_bytes = 0;
+  StagingPool pool;
+  pool.buffers = options.staging_buffers;
+  pool.buffer_bytes = options.staging_bytes;
+  pool.direct_io = options.direct_io;
+  if (staging.has_value()) staging->Attach(pool);
+  const StreamHandle stream = staging.has_value() ? staging->stream() : nullptr;
+  // A read is read straight into its dests when it has no gap and each of its segments
+  // is a contiguous range of a CPU dest that sits where the read's bytes would put it
+  // (one segment; or pieces the fresh arena laid out as they follow in the file).
+  IntVector begin;
+  IntVector end;
+  const auto direct = [&](const Read& read) -> uint8_t* {
+    uint8_t* first = nullptr;
+    int64_t next = read.offset;
+    for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
+      const Segment& s = plan.segments[i];
+      if (s.file_offset != next) return nullptr;
+      const ReadDest& rd = dests[s.tensor];
+      SegmentBox(s, rd.tensor->shape, begin, end);
+      const Tensor& dest = rd.target->dests[rd.dest];
+      const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
+      if (start < 0) return nullptr;
+      uint8_t* const at = static_cast<uint8_t*>(dest.data_ptr()) + start;
+      if (first == nullptr) {
+        first = at;
+      } else if (at != first + (s.file_offset - read.offset)) {
+        return nullptr;
+      }
+      next = s.file_offset + s.bytes;
+    }
+    return next == read.offset + read.bytes ? first : nullptr;
+  };
+  absl::Status read_status = RunStagedReads(
+      files, plan, name_of, pool,
+      [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
+        if (buffer.defined()) {  // else it was read straight into its dest
+          SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
+          if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
+        }
+        done_bytes += read.bytes;
+        if (options.progress) options.progress(done_bytes, plan.read_bytes);
+        return absl::OkStatus();
+      },
+      read_stats, direct);
+  stats.bytes_read = read_stats.bytes_read;
+  stats.bytes_kept = plan.kept_bytes;
+  stats.preads = read_stats.preads;
+  stats.reads = static_cast<int64_t>(plan.reads.size());
+  stats.peak_staging_bytes = read_stats.peak_staging_bytes;
+  if (read_status.ok()) {
+    for (LocalTarget& target : targets) {
+      read_status = CommitLocalTarget(target, rank);
+      if (!read_status.ok()) break;
+    }
+  }
+  if (comm != nullptr) {
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*comm, kOp, "", {}, read_status));
+  } else {
+    SDRT_RETURN_IF_ERROR(read_status);
+  }
+  if (options.strict) {
+    std::vector<bool> erase(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) erase[i] = !matched[i];
+    EraseLeaves(leaves, erase);
+  }
+  return result;
+}
+
+}  // namespace sdrt::internal

@@ -1,0 +1,124 @@
+// LoadStateDict (core/distributed/load_state_dict.h) without a communicator, in one
+// process: a Hugging Face folder read by this rank alone for its piece of a 2-rank mesh
+// (read auto is all: one process reads what it sees), the reads and sources that need a
+// communicator refused, an open error returned as it is, options out of range.
+#include "sdrt/core/distributed/load_state_dict.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tests/core/checkpoint/checkpoint_source_test_util.h"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/fill.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+class LoadStateDictAloneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::FreshDir(absl::StrCat(
+        "load_state_dict_", ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    tensors_ = {{"w", test::ValuePattern({5, 4}, DType::kFloat32, 1)},
+                {"b", test::ValuePattern({3}, DType::kBFloat16, 2)}};
+    test::WriteHfFolder(dir_ + "/hf", tensors_, 2);
+    mesh_ = std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("2"));
+  }
+
+  // Rank 1's state dict: a meta Shard(0) DTensor "w" of the 2-rank mesh, a plain "b".
+  Map Local() const {
+    Map local;
+    local.Set("w", Value(*DTensor::Make(*Tensor::Meta({2, 4}, DType::kFloat32), mesh_,
+                                        {Placement::Shard(0)}, {5, 4})));
+    local.Set("b", Value(*Tensor::Zeros({3}, DType::kBFloat16)));
+    return local;
+  }
+
+  LoadOptions Alone(LoadStats* stats = nullptr) const {
+    LoadOptions options;
+    options.rank = 1;
+    options.stats = stats;
+    return options;
+  }
+
+  std::string dir_;
+  std::vector<std::pair<std::string, Tensor>> tensors_;
+  std::shared_ptr<const DeviceMesh> mesh_;
+};
+
+TEST_F(LoadStateDictAloneTest, ReadsItsOwnPiecesAndAutoIsAll) {
+  const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir_ + "/hf");
+  ASSERT_TRUE(source.ok()) << source.status();
+  for (const ReadMode read : {ReadMode::kAuto, ReadMode::kAll}) {
+    SCOPED_TRACE(ReadModeName(read));
+    Map local = Local();
+    LoadStats stats;
+    LoadOptions options = Alone(&stats);
+    options.read = read;
+    absl::StatusOr<LoadResult> r = LoadStateDict(*source, local, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const DTensor want = *DistributeTensor(tensors_[0].second, mesh_, {Placement::Shard(0)}, 1);
+    const Tensor& got = local.Find("w")->as_dtensor().local();
+    ASSERT_EQ(got.shape(), want.local().shape());
+    EXPECT_EQ(*TensorXxh64(got), *TensorXxh64(want.local()));
+    EXPECT_EQ(*TensorXxh64(local.Find("b")->as_tensor()), *TensorXxh64(tensors_[1].second));
+    EXPECT_EQ(stats.read, ReadMode::kAll);
+    EXPECT_EQ(stats.read_reason, read == ReadMode::kAuto ? "auto: no communicator" : "requested");
+    EXPECT_EQ(stats.bytes_kept, want.local().nbytes() + tensors_[1].second.nbytes());
+    EXPECT_EQ(stats.bytes_read, stats.bytes_kept);
+  }
+}
+
+TEST_F(LoadStateDictAloneTest, ReadRootAndShardedFoldersNeedACommunicator) {
+  Map local = Local();
+  LoadOptions root = Alone();
+  root.read = ReadMode::kRoot;
+  const absl::Status no_root =
+      LoadStateDict(CheckpointSource::Open(dir_ + "/hf"), local, root).status();
+  EXPECT_EQ(no_root.code(), absl::StatusCode::kFailedPrecondition) << no_root;
+  EXPECT_THAT(no_root.message(), HasSubstr("communicator"));
+  const std::string sharded = dir_ + "/sharded";
+  ASSERT_TRUE(WriteShardedCheckpoint(*CheckpointSource::Open(dir_ + "/hf"), mesh_,
+                                     *ShardingPlan::Builtin("fsdp"), sharded)
+                  .ok());
+  const absl::Status no_reshard =
+      LoadStateDict(CheckpointSource::Open(sharded), local, Alone()).status();
+  EXPECT_EQ(no_reshard.code(), absl::StatusCode::kFailedPrecondition) << no_reshard;
+  EXPECT_THAT(no_reshard.message(), HasSubstr("sharded folder needs a communicator"));
+}
+
+TEST_F(LoadStateDictAloneTest, OpenErrorsAndOptions) {
+  Map local = Local();
+  const std::string missing = dir_ + "/missing.safetensors";
+  const absl::Status open = LoadStateDict(CheckpointSource::Open(missing), local, Alone()).status();
+  EXPECT_EQ(open.code(), absl::StatusCode::kNotFound) << open;
+  EXPECT_THAT(open.message(), HasSubstr(missing));
+  const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir_ + "/hf");
+  ASSERT_TRUE(source.ok());
+  LoadOptions bucket = Alone();
+  bucket.bucket_bytes = 63;
+  LoadOptions direct = Alone();
+  direct.read = ReadMode::kRoot;
+  direct.direct_io = true;
+  LoadOptions no_rank = Alone();
+  no_rank.rank = -1;
+  for (const auto& [options, part] : std::vector<std::pair<LoadOptions, std::string>>{
+           {bucket, "bucket_bytes 63"}, {direct, "direct_io"}, {no_rank, "rank -1"}}) {
+    const absl::Status s = LoadStateDict(*source, local, options).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr(part));
+  }
+  EXPECT_TRUE(local.Find("w")->as_dtensor().local().is_meta());  // nothing was loaded
+}
+
+}  // namespace
+}  // namespace sdrt

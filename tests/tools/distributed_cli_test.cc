@@ -152,8 +152,8 @@ void ExpectGatherJson(const nlohmann::json& j, int ranks, const std::string& sou
   ASSERT_TRUE(j.is_object()) << j;
   for (const char* key :
        {"command", "in_dir", "out", "ranks", "device", "tensors", "bytes", "gather_seconds",
-        "gather_gbps", "write_seconds", "collectives", "data_collectives", "buckets",
-        "largest_bucket_bytes", "verified", "peak_rss_bytes"}) {
+        "gather_gbps", "write_seconds", "collectives", "exchanges", "buffer_bytes", "verified",
+        "peak_rss_bytes"}) {
     EXPECT_TRUE(j.contains(key)) << "gather --json lacks \"" << key << "\": " << j;
   }
   EXPECT_EQ(j.value("command", ""), "gather");
@@ -163,20 +163,20 @@ void ExpectGatherJson(const nlohmann::json& j, int ranks, const std::string& sou
   EXPECT_GE(j.value("gather_seconds", -1.0), 0.0);
   EXPECT_GE(j.value("gather_gbps", -1.0), 0.0);
   EXPECT_TRUE(j.value("verified", false));
-  // docs/ARCHITECTURE.md: 1 (agreement) + buckets for gather (no ShardedTensor, no Partial);
-  // on one rank nothing is sharded, so no bucket is gathered.
-  EXPECT_GE(j.value("buckets", int64_t{0}), ranks > 1 ? 1 : 0);
-  EXPECT_EQ(j.value("collectives", int64_t{-1}), 1 + j.value("buckets", int64_t{0})) << j;
-  // The largest bucket is 0 when nothing was gathered; else it holds something and at most
-  // every tensor's bytes plus each rank's 16-byte alignment padding per tensor.
-  const int64_t buckets = j.value("buckets", int64_t{0});
-  const int64_t largest = j.value("largest_bucket_bytes", int64_t{-1});
-  if (buckets == 0) {
-    EXPECT_EQ(largest, 0) << j;
+  // docs/ARCHITECTURE.md: the agreement, the exchanges and the closing for a gather (no
+  // ShardedTensor, no Partial); on one rank nothing is sharded, so nothing moves and the
+  // agreement is all.
+  const int64_t exchanges = j.value("exchanges", int64_t{-1});
+  EXPECT_GE(exchanges, ranks > 1 ? 1 : 0);
+  EXPECT_EQ(j.value("collectives", int64_t{-1}), exchanges > 0 ? 2 + exchanges : 1) << j;
+  // No buffer when nothing moved; else at most two buckets' worth (send and receive) of the
+  // tensors' bytes.
+  const int64_t buffers = j.value("buffer_bytes", int64_t{-1});
+  if (exchanges == 0) {
+    EXPECT_EQ(buffers, 0) << j;
   } else {
-    EXPECT_GT(largest, 0) << j;
-    EXPECT_LE(largest, j.value("bytes", int64_t{0}) + 16 * ranks * j.value("tensors", int64_t{0}))
-        << j;
+    EXPECT_GE(buffers, 0) << j;
+    EXPECT_LE(buffers, 2 * j.value("bytes", int64_t{0})) << j;
   }
   ASSERT_TRUE(j["peak_rss_bytes"].is_array()) << j;
   ASSERT_EQ(j["peak_rss_bytes"].size(), static_cast<size_t>(ranks));
@@ -198,8 +198,7 @@ void ExpectLoadJson(const nlohmann::json& j, int ranks, const std::string& sourc
                           "seconds",
                           "gbps",
                           "collectives",
-                          "data_collectives",
-                          "buckets",
+                          "exchanges",
                           "verified_against",
                           "mismatches",
                           "bit_exact",
@@ -221,11 +220,12 @@ void ExpectLoadJson(const nlohmann::json& j, int ranks, const std::string& sourc
   EXPECT_EQ(j.value("verified_against", ""), verified_against);
   EXPECT_TRUE(j.value("bit_exact", false)) << j;
   EXPECT_EQ(j["mismatches"], nlohmann::json::array()) << j;
-  // docs/ARCHITECTURE.md: 2 + buckets for broadcast; with --read all no bucket moves and
-  // each rank reads at most 1/32 more than it keeps.
+  // docs/ARCHITECTURE.md: for --read root, the broadcast's two agreements, its exchanges
+  // and its closing; with --read all nothing moves between ranks and each rank reads at most
+  // 1/32 more than it keeps.
   if (j.value("read", "") == "root") {
-    EXPECT_GE(j.value("buckets", int64_t{0}), 1);
-    EXPECT_EQ(j.value("collectives", int64_t{-1}), 2 + j.value("buckets", int64_t{0})) << j;
+    EXPECT_GE(j.value("exchanges", int64_t{0}), 1);
+    EXPECT_EQ(j.value("collectives", int64_t{-1}), 3 + j.value("exchanges", int64_t{0})) << j;
   } else {
     EXPECT_EQ(j.value("read", ""), "all") << j;
     ASSERT_EQ(j["read_amplification"].size(), static_cast<size_t>(ranks));

@@ -86,11 +86,20 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
                               const std::vector<int64_t>& target, int rank,
                               const std::optional<Device>& device, Distribution& out) {
   std::vector<internal::TransferTensor> tensors;
+  tensors.reserve(full_leaves.size());
   internal::TransferLocals sources, destinations;
   std::vector<size_t> reaching;  // full leaves with a transfer, in order
   out.fresh_of.assign(full_leaves.size(), -1);
   std::vector<internal::FreshPiece> cpu_pieces;
-  std::vector<Tensor*> cpu_fresh;
+  std::vector<IntVector> cpu_shapes;
+  // The last DTensor layout met and what it gives this rank.
+  struct {
+    const DeviceMesh* mesh = nullptr;
+    std::vector<Placement> placements;
+    IntVector shape;
+    IntVector local_shape;
+    int64_t numel = 0;
+  } layout;
   Device site_device = Device::CPU();
   for (size_t i = 0; i < full_leaves.size(); ++i) {
     if (target[i] < 0) continue;
@@ -107,28 +116,34 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     t.shape = full.shape();
     if (leaf.kind() == ValueKind::kDTensor) {
       const DTensor& d = leaf.as_dtensor();
-      if (!d.mesh()->Coordinate(rank).has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat("'", full_leaves[i].path, "': rank ", rank,
-                                                       " is not in ", d.mesh()->ToString()));
+      // The local shape of a layout, worked out once for the tensors that repeat it.
+      if (layout.mesh != d.mesh().get() || layout.shape != full.shape() ||
+          layout.placements != d.placements()) {
+        if (!d.mesh()->Coordinate(rank).has_value()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "'", full_leaves[i].path, "': rank ", rank, " is not in ", d.mesh()->ToString()));
+        }
+        SDRT_ASSIGN_OR_RETURN(layout.local_shape,
+                              ComputeLocalShape(full.shape(), *d.mesh(), d.placements(), rank));
+        SDRT_ASSIGN_OR_RETURN(layout.numel, CheckedNumel(layout.local_shape));
+        layout.mesh = d.mesh().get();
+        layout.placements = d.placements();
+        layout.shape = full.shape();
       }
       t.source.mesh = d.mesh();
       t.source.placements = AllReplicate(*d.mesh());
       t.destination.mesh = d.mesh();
       t.destination.placements = d.placements();
-      SDRT_ASSIGN_OR_RETURN(
-          const IntVector local_shape,
-          ComputeLocalShape(full.shape(), *d.mesh(), d.placements(), rank));
       const Device to =
           device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
       out.fresh_of[i] = static_cast<int64_t>(out.fresh.size());
-      if (to.is_cpu()) {
-        SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(local_shape, full.dtype()));
-        out.fresh.push_back(std::move(meta));
-        SDRT_ASSIGN_OR_RETURN(const int64_t bytes,
-                              BytesForElements(full.dtype(), out.fresh.back().numel()));
+      if (to.is_cpu()) {  // a view of the arena, below
+        out.fresh.emplace_back();
+        cpu_shapes.push_back(layout.local_shape);
+        SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(full.dtype(), layout.numel));
         cpu_pieces.push_back({bytes, ElementAlignment(full.dtype())});
       } else {
-        SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(local_shape, full.dtype(), to));
+        SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(layout.local_shape, full.dtype(), to));
         out.fresh.push_back(std::move(local));
         site_device = to;
       }
@@ -144,15 +159,20 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     tensors.push_back(std::move(t));
     reaching.push_back(i);
   }
-  // The CPU locals in one arena (one allocation, not one per tensor).
-  for (size_t i : reaching) {
-    if (out.fresh_of[i] >= 0 && out.fresh[out.fresh_of[i]].is_meta()) {
-      cpu_fresh.push_back(&out.fresh[out.fresh_of[i]]);
+  // The CPU locals as views of one arena (one allocation, not one per tensor).
+  if (!cpu_pieces.empty()) {
+    SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout arena, internal::LayOutFresh(cpu_pieces));
+    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> storage,
+                          Storage::AllocateCpu(arena.bytes));
+    size_t k = 0;
+    for (size_t i : reaching) {
+      if (out.fresh_of[i] < 0 || out.fresh[out.fresh_of[i]].defined()) continue;
+      SDRT_ASSIGN_OR_RETURN(out.fresh[out.fresh_of[i]],
+                            Tensor::AtByteOffset(storage, arena.offsets[k],
+                                                 full_leaves[i].value->as_tensor().dtype(),
+                                                 cpu_shapes[k]));
+      ++k;
     }
-  }
-  if (!cpu_fresh.empty()) {
-    SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout layout, internal::LayOutFresh(cpu_pieces));
-    SDRT_RETURN_IF_ERROR(internal::AllocateFresh(layout, Device::CPU(), absl::MakeSpan(cpu_fresh)));
   }
   for (size_t i : reaching) {
     sources.Add({&full_leaves[i].value->as_tensor(), 1});

@@ -146,10 +146,10 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
             payload.all[q].substr(payload.all[q].size() - reader.Remaining()), q));
     per_rank.push_back(std::move(leaves));
   }
-  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::TransferTensor> tensors,
+  SDRT_ASSIGN_OR_RETURN(std::vector<internal::TransferTensor> tensors,
                         internal::MergeLeafLayouts(per_rank));
   for (const internal::TransferTensor& t : tensors) state->paths.push_back(t.name);
-  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanTransfer(tensors, plan_options));
+  SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanTransfer(std::move(tensors), plan_options));
   internal::TransferScheduleOptions execute;
   execute.bucket_bytes = options.bucket_bytes;
   // Every rank makes as many exchanges as the busiest in each phase: one more exchange of

@@ -95,7 +95,7 @@ GatherTransfer::GatherTransfer(absl::string_view op, Communicator& comm, std::ve
 size_t GatherTransfer::AddDTensor(absl::string_view path, const DTensor& d,
                                   DeviceMeshComm* mesh_comm, Device target) {
   Entry e;
-  e.path = std::string(path);
+  e.path = path;
   e.dtensor = &d;
   e.mesh_comm = mesh_comm;
   e.target = target;
@@ -107,7 +107,7 @@ size_t GatherTransfer::AddDTensor(absl::string_view path, const DTensor& d,
 size_t GatherTransfer::AddSharded(absl::string_view path, const ShardedTensor& st,
                                   Device target) {
   Entry e;
-  e.path = std::string(path);
+  e.path = path;
   e.sharded = &st;
   e.target = target;
   e.moves = true;
@@ -197,12 +197,13 @@ absl::Status GatherTransfer::Plan(absl::Span<const std::string> payloads) {
   }
   SDRT_RETURN_IF_ERROR(AllocateResults());
   std::vector<TransferTensor> tensors;
+  tensors.reserve(entries_.size());
   TransferLocals sources, destinations;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (!e.moves) continue;
     TransferTensor t;
-    t.name = e.path;
+    t.name = std::string(e.path);
     t.destination.mesh = keeper_mesh_;
     t.destination.placements = {Placement::Replicate()};
     if (e.dtensor != nullptr) {

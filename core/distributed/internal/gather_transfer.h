@@ -48,6 +48,7 @@ class GatherTransfer {
                  int64_t bucket_bytes, std::function<void(int64_t, int64_t)> progress = nullptr);
 
   // Adds a DTensor (validated: its mesh spans comm, its local has this rank's local shape)
+  // at `path` (viewed, not copied: it must live until Run returns)
   // whose full tensor goes to `target` on the keepers; `mesh_comm` is its mesh's
   // DeviceMeshComm over comm (for its Partial mesh dims). Returns its result's index.
   size_t AddDTensor(absl::string_view path, const DTensor& d, DeviceMeshComm* mesh_comm,
@@ -77,7 +78,7 @@ class GatherTransfer {
 
  private:
   struct Entry {
-    std::string path;
+    absl::string_view path;  // the caller's, which outlives the call
     const DTensor* dtensor = nullptr;
     const ShardedTensor* sharded = nullptr;
     DeviceMeshComm* mesh_comm = nullptr;

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/engine/collective_plan.h"
@@ -286,28 +287,51 @@ absl::Status AddPerRank(const std::vector<std::pair<int64_t, int64_t>>& bytes, i
   return absl::OkStatus();
 }
 
+// Whether `a` and `b` have the same layout plan: the inputs of LayoutKeys::Key compared
+// directly, meshes by address (a state dict's tensors share a few mesh objects). Cheaper than
+// a key, and true for most neighbours (every layer of a model repeats the last one's).
+bool SameLayoutInputs(const TransferTensor& a, const TransferTensor& b) {
+  const auto same_side = [](const TransferLayout& x, const TransferLayout& y) {
+    return x.mesh == y.mesh && x.placements == y.placements &&
+           std::equal(x.boxes.begin(), x.boxes.end(), y.boxes.begin(), y.boxes.end(),
+                      [](const TransferBox& p, const TransferBox& q) {
+                        return p.rank == q.rank && p.offsets == q.offsets && p.sizes == q.sizes;
+                      });
+  };
+  return a.dtype == b.dtype && a.allow_uncovered == b.allow_uncovered && a.shape == b.shape &&
+         same_side(a.source, b.source) && same_side(a.destination, b.destination);
+}
+
 }  // namespace
 
-absl::StatusOr<TransferPlan> PlanTransfer(const std::vector<TransferTensor>& tensors,
-                                        const TransferPlanOptions& options) {
+absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
+                                          const TransferPlanOptions& options) {
   TransferPlan plan;
   plan.rank = options.rank < 0 ? -1 : options.rank;
   plan.world_size = options.world_size;
   TransferPlanStats& stats = plan.stats;
   LayoutKeys keys;
   // Each distinct layout once, with the number of tensors that share it.
-  absl::flat_hash_map<std::string, std::pair<std::shared_ptr<const TransferLayoutPlan>, int64_t>>
-      layouts;
+  using Entry = std::pair<std::shared_ptr<const TransferLayoutPlan>, int64_t>;
+  absl::node_hash_map<std::string, Entry> layouts;  // entries stay where they are
   plan.tensors.reserve(tensors.size());
-  for (const TransferTensor& tensor : tensors) {
-    auto [it, fresh] = layouts.try_emplace(keys.Key(tensor));
-    if (fresh) {
-      absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> layout = PlanLayout(tensor, options);
-      if (!layout.ok()) return layout.status();
-      it->second.first = *std::move(layout);
+  Entry* last = nullptr;  // the previous tensor's layout
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TransferTensor& tensor = tensors[i];
+    Entry* entry = last;
+    if (entry == nullptr || !SameLayoutInputs(tensor, tensors[i - 1])) {
+      auto [it, fresh] = layouts.try_emplace(keys.Key(tensor));
+      if (fresh) {
+        absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> layout =
+            PlanLayout(tensor, options);
+        if (!layout.ok()) return layout.status();
+        it->second.first = *std::move(layout);
+      }
+      entry = &it->second;
     }
-    ++it->second.second;
-    const TransferLayoutPlan& lp = *it->second.first;
+    last = entry;
+    ++entry->second;
+    const TransferLayoutPlan& lp = *entry->first;
     const std::pair<int64_t*, int64_t> adds[] = {
         {&stats.wire_bytes, lp.stats.wire_bytes},
         {&stats.self_bytes, lp.stats.self_bytes},
@@ -316,7 +340,7 @@ absl::StatusOr<TransferPlan> PlanTransfer(const std::vector<TransferTensor>& ten
         {&stats.self_messages, lp.stats.self_messages},
         {&stats.internode_bytes, lp.stats.internode_bytes}};
     for (const auto& [total, add] : adds) SDRT_RETURN_IF_ERROR(TransferAdd(*total, add, tensor));
-    plan.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, it->second.first});
+    plan.tensors.push_back({std::move(tensor.name), tensor.dtype, tensor.shape, entry->first});
   }
   absl::flat_hash_map<int64_t, int64_t> sent, received;
   for (const auto& [key, layout] : layouts) {

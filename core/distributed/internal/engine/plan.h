@@ -251,8 +251,8 @@ struct TransferPlanOptions {
 // needs that no source piece holds (unless allow_uncovered), and a Partial source of a dtype ReduceInto cannot
 // combine (Partial(avg) of a non-floating dtype); Unimplemented for Partial mesh dims with
 // different ops (on either side).
-absl::StatusOr<TransferPlan> PlanTransfer(const std::vector<TransferTensor>& tensors,
-                                        const TransferPlanOptions& options = {});
+absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
+                                          const TransferPlanOptions& options = {});
 
 }  // namespace sdrt::internal
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
@@ -71,24 +72,42 @@ absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
 void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
                  TransferSchedule& schedule) {
   struct Open {
-    std::vector<TransferSchedule::Step> members;
+    absl::InlinedVector<TransferSchedule::Step, 1> members;  // most units hold one chunk
     int64_t bytes = 0;
     int64_t source_rank = 0;
     int64_t destination_rank = 0;
   };
   std::vector<Open> units;
   absl::flat_hash_map<std::pair<int64_t, int64_t>, size_t> open;  // pair -> unit
+  // The open units of the last two pairs met, looked up before the map: a rank's steps
+  // alternate between a few pairs (a gather sends to a peer and receives from it).
+  std::pair<int64_t, int64_t> recent_pair[2] = {{-2, -2}, {-2, -2}};
+  size_t* recent_unit[2] = {nullptr, nullptr};
   for (const TransferSchedule::Step& step : steps) {
     const TransferMessage& c = *step.chunk;
     if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
-      const auto [it, fresh] =
-          open.try_emplace(std::make_pair(c.source_rank, c.destination_rank), units.size());
-      if (!fresh && units[it->second].bytes + c.bytes <= bucket) {
-        units[it->second].members.push_back(step);
-        units[it->second].bytes += c.bytes;
+      const std::pair<int64_t, int64_t> pair(c.source_rank, c.destination_rank);
+      size_t* slot = pair == recent_pair[0] ? recent_unit[0]
+                     : pair == recent_pair[1] ? recent_unit[1]
+                                              : nullptr;
+      bool fresh = false;
+      if (slot == nullptr) {
+        const auto [it, inserted] = open.try_emplace(pair, units.size());
+        slot = &it->second;
+        fresh = inserted;
+        // The map's slots move when it grows: drop the cached ones then.
+        recent_pair[1] = recent_pair[0];
+        recent_unit[1] = recent_unit[0];
+        recent_pair[0] = pair;
+        recent_unit[0] = slot;
+        if (inserted) recent_pair[1] = {-2, -2};
+      }
+      if (!fresh && units[*slot].bytes + c.bytes <= bucket) {
+        units[*slot].members.push_back(step);
+        units[*slot].bytes += c.bytes;
         continue;
       }
-      it->second = units.size();
+      *slot = units.size();
     }
     units.push_back({{step}, c.bytes, c.source_rank, c.destination_rank});
   }
@@ -174,9 +193,14 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       cut;
   size_t total = 0;
   std::vector<TransferSchedule::Step> forwards, collective;
+  // The previous tensor's layout and chunks: the common case is a repeated layout.
+  const TransferLayoutPlan* last_layout = nullptr;
+  std::shared_ptr<const std::vector<TransferMessage>> last_chunks;
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const TransferTensorPlan& tp = plan.tensors[t];
-    auto [it, fresh] = cut.try_emplace(tp.layout.get());
+    auto [it, fresh] = tp.layout.get() == last_layout
+                           ? std::make_pair(cut.end(), false)
+                           : cut.try_emplace(tp.layout.get());
     if (fresh) {
       auto chunks = std::make_shared<std::vector<TransferMessage>>();
       // An all-gathered message travels whole (every rank's part of a tensor in one
@@ -228,10 +252,14 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       }
       it->second = std::move(chunks);
     }
-    total += it->second->size();
+    if (it != cut.end()) {
+      last_layout = tp.layout.get();
+      last_chunks = it->second;
+    }
+    total += last_chunks->size();
     if (total > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
-    schedule.chunks.push_back(it->second);
-    for (const TransferMessage& chunk : *it->second) {
+    schedule.chunks.push_back(last_chunks);
+    for (const TransferMessage& chunk : *last_chunks) {
       (chunk.destination_rank == kEveryRank ? collective
        : chunk.forward                      ? forwards
                                             : schedule.steps)

@@ -108,7 +108,7 @@ absl::Status TransferRun::Compile(const TransferSite& site, std::vector<Transfer
   sources_ = std::move(sources);
   destinations_ = std::move(destinations);
   plan_options.rank = site.rank();
-  SDRT_ASSIGN_OR_RETURN(plan_, PlanTransfer(tensors, plan_options));
+  SDRT_ASSIGN_OR_RETURN(plan_, PlanTransfer(std::move(tensors), plan_options));
   TransferScheduleOptions schedule_options;
   schedule_options.bucket_bytes = options_.bucket_bytes;
   SDRT_ASSIGN_OR_RETURN(schedule_, ScheduleTransfer(plan_, site.rank(), schedule_options));

@@ -1,9 +1,9 @@
 // sdrt/sdrt.h: the one header a C++ program starts from. It includes the header each layer's
 // user starts from (docs/ARCHITECTURE.md, "Public and private"): tensors and their views,
 // distributed metadata (DTensor, ShardedTensor, DeviceMesh) and DistributeTensor, the CUDA
-// runtime wrappers, the Communicator interface, state dicts, safetensors, sharded checkpoints
-// and, when sdrt was built with a communicator backend (MPI or NCCL), the distributed
-// state-dict operations; plus the version (SDRT_VERSION_*, SDRT_ABI_VERSION, sdrt::Version(),
+// runtime wrappers, the Communicator interface and the MPI communicator, state dicts,
+// safetensors, sharded checkpoints and the distributed state-dict operations (in every
+// build); plus the version (SDRT_VERSION_*, SDRT_ABI_VERSION, sdrt::Version(),
 // sdrt::AbiVersion()). Every fallible call returns absl::Status or absl::StatusOr<T>.
 // Installed as sdrt/sdrt.h; in the build tree include/sdrt/sdrt.h links here.
 #ifndef SDRT_SDRT_H_
@@ -20,11 +20,7 @@
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
-#if SDRT_BUILT_WITH_MPI || SDRT_BUILT_WITH_NCCL
 #include "sdrt/core/distributed/distributed_state_dict.h"
-#endif
-#if SDRT_BUILT_WITH_MPI
 #include "sdrt/comm/mpi_communicator.h"
-#endif
 
 #endif  // SDRT_SDRT_H_

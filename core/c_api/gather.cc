@@ -8,19 +8,16 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
 
 namespace {
 
-#if SDRT_C_API_HAVE_DISTRIBUTED
 // Checks `options` and fills `go` (comm, ranks_only, cpu_offload, bucket_bytes).
 absl::Status Prepare(sdrt_state_dict_t state_dict, const sdrt_gather_options_t* options,
                      sdrt_gather_options_t* o, sdrt::GatherOptions* go) {
@@ -38,7 +35,6 @@ absl::Status Prepare(sdrt_state_dict_t state_dict, const sdrt_gather_options_t* 
   go->bucket_bytes = o->bucket_bytes;
   return c_api::WaitForStream(o->stream, state_dict->map);
 }
-#endif
 
 }  // namespace
 
@@ -49,7 +45,6 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
   return Guard("sdrt_gather", [&]() -> absl::Status {
     c_api::StatsScope scope;
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
     SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
@@ -77,11 +72,6 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
     handle->map = *std::move(gathered);
     *out = handle.release();
     return absl::OkStatus();
-#else
-    (void)state_dict;
-    (void)options;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -89,7 +79,6 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                 const sdrt_gather_options_t* options) {
   return Guard("sdrt_gather_write", [&]() -> absl::Status {
     c_api::StatsScope scope;
-#if SDRT_C_API_HAVE_DISTRIBUTED
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
     SDRT_RETURN_IF_ERROR(Prepare(state_dict, options, &o, &go));
@@ -137,12 +126,6 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                                        written, &stats);
     scope.stats().collectives = stats.collectives;
     return agreed;
-#else
-    (void)state_dict;
-    (void)path;
-    (void)options;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

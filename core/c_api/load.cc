@@ -7,15 +7,12 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/load_state_dict.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
 
-#if SDRT_C_API_HAVE_DISTRIBUTED
 namespace {
 
 // After a load into `work` (state_dict's entries, plain ones as Replicate DTensors): the
@@ -74,7 +71,6 @@ absl::Status LoadShardedFolder(const std::string& dir, sdrt_state_dict_s& state_
 }
 
 }  // namespace
-#endif
 
 extern "C" {
 
@@ -88,7 +84,6 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     const sdrt_load_options_t o = options != nullptr ? *options
                                                       : sdrt_load_options_t SDRT_LOAD_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
     if (!checkpoint->source.has_value() && comm == nullptr) {
       return absl::InvalidArgumentError(
@@ -132,9 +127,6 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     s.reads = stats.reads;
     if (!result.ok()) return result.status();
     return Finish(*state_dict, work, *result, o);
-#else
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

@@ -7,12 +7,9 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/reshard_state_dict.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
-#if SDRT_C_API_HAVE_DISTRIBUTED
 struct sdrt_reshard_plan_s {
   sdrt::ReshardPlan plan;
   sdrt::Communicator* comm = nullptr;
@@ -27,10 +24,6 @@ struct sdrt_reshard_bound_s {
   sdrt::Map source;
   std::vector<std::pair<sdrt::Tensor, sdrt::Tensor>> write_back;  // (caller's, result)
 };
-#else
-struct sdrt_reshard_plan_s {};
-struct sdrt_reshard_bound_s {};
-#endif
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
@@ -47,7 +40,6 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
     SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm,
                           c_api::CommOf(options->comm, true, "options.comm"));
     sdrt::ReshardOptions ro;
@@ -61,9 +53,6 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
     handle->comm = comm;
     *out = handle.release();
     return absl::OkStatus();
-#else
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -80,7 +69,6 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, source->map));
     sdrt::Map work = destination->map;
     sdrt::ReshardStats stats;
@@ -94,9 +82,6 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
     scope.stats().collectives = stats.collectives;
     SDRT_RETURN_IF_ERROR(status);
     return c_api::WriteBack(destination->map, work);
-#else
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -112,7 +97,6 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const double timeout_seconds = options != nullptr ? options->timeout_seconds : 0.0;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     sdrt::Map work = destination->map;
     absl::StatusOr<sdrt::BoundReshard> bound;
     {
@@ -125,9 +109,6 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
     SDRT_ASSIGN_OR_RETURN(handle->write_back, c_api::WriteBackPairs(destination->map, work));
     *out = handle.release();
     return absl::OkStatus();
-#else
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -141,7 +122,6 @@ sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, bound->source));
     sdrt::ReshardStats stats;
     absl::Status status;
@@ -155,9 +135,6 @@ sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
     SDRT_RETURN_IF_ERROR(status);
     for (auto& [caller, result] : bound->write_back) SDRT_RETURN_IF_ERROR(caller.CopyFrom(result));
     return absl::OkStatus();
-#else
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

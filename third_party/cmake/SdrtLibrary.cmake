@@ -1,7 +1,7 @@
 # The library users link: sdrt (sdrt::sdrt), made of the layer libraries' object files
 # (compiled once, with hidden visibility, for both). Static by default; with
 # BUILD_SHARED_LIBS=ON it is libsdrt.so.<SDRT_ABI_VERSION>, exporting only the public API:
-# what core/export.h's SDRT_API marks, filtered by the version script libsdrt.map (sdrt::
+# what base/export.h's SDRT_API marks, filtered by the version script libsdrt.map (sdrt::
 # C++ symbols, the C API's sdrt_* functions). Third-party libraries sdrt uses inside
 # (nlohmann-json, RE2, xxhash, MPI, CUDA, NCCL) are private: in a static build they are only
 # listed for the final link, and in a shared build they are not part of what a user links.

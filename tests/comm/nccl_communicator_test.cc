@@ -11,6 +11,7 @@
 #include "sdrt/comm/internal/nccl_types.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
 namespace {
@@ -74,23 +75,19 @@ TEST(DivideOnDeviceTest, RejectsWhatAvgNeverDivides) {
 
 TEST(NcclTypesTest, DTypeMapping) {
   const std::pair<DType, int> expected[] = {
-    {DType::kBool, ncclUint8},
-    {DType::kUInt8, ncclUint8},
-    {DType::kInt8, ncclInt8},
-    {DType::kInt16, ncclNumTypes},
-    {DType::kInt32, ncclInt32},
-    {DType::kInt64, ncclInt64},
-    {DType::kFloat16, ncclFloat16},
-    {DType::kBFloat16, ncclBfloat16},
-    {DType::kFloat32, ncclFloat32},
-    {DType::kFloat64, ncclFloat64},
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
-    {DType::kFloat8E4M3FN, ncclFloat8e4m3},
-    {DType::kFloat8E5M2, ncclFloat8e5m2},
-#endif
+      {DType::kBool, ncclUint8},      {DType::kUInt8, ncclUint8},
+      {DType::kInt8, ncclInt8},       {DType::kInt16, ncclNumTypes},
+      {DType::kInt32, ncclInt32},     {DType::kInt64, ncclInt64},
+      {DType::kFloat16, ncclFloat16}, {DType::kBFloat16, ncclBfloat16},
+      {DType::kFloat32, ncclFloat32}, {DType::kFloat64, ncclFloat64},
   };
   for (const auto& [dtype, nccl] : expected) {
     EXPECT_EQ(internal::NcclDataType(dtype), nccl) << DTypeName(dtype);
+  }
+  // What the dtype table never reduces has no NCCL type, float8 included.
+  for (DType dtype : test::kAllDTypes) {
+    if (!IsReducible(dtype))
+      EXPECT_EQ(internal::NcclDataType(dtype), ncclNumTypes) << DTypeName(dtype);
   }
 }
 

@@ -143,7 +143,8 @@ absl::Status Communicator::AllReduce(Tensor& tensor, ReduceOp op) {
   constexpr absl::string_view kOp = "all_reduce";
   SDRT_RETURN_IF_ERROR(CheckTensor(kOp, "tensor", tensor));
   const DType dtype = tensor.dtype();
-  if (!IsReducible(dtype) || (dtype == DType::kBool && op == ReduceOp::kAvg)) {
+  const ReduceKind kind = ReduceKindOf(dtype);
+  if (kind == ReduceKind::kNone || (kind == ReduceKind::kBool && op == ReduceOp::kAvg)) {
     return absl::InvalidArgumentError(absl::StrCat(Where(kOp), ": reduce op ", ReduceOpName(op),
                                                    " is not supported for ", DTypeName(dtype)));
   }

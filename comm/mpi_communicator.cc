@@ -37,44 +37,31 @@ void FinalizeMpi() {
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
 }
 
-// The MPI datatype each dtype is reduced as, in SDRT_DTYPE_TABLE order (-Wswitch keeps the
-// list complete). The 16-bit floats travel as their bit patterns and are combined by the
-// user-defined ops below; float8 and the later rows of the table are
-// rejected by Communicator::AllReduce.
+// The MPI datatype a dtype is reduced as, from the dtype table's reduce column and width:
+// bool and the integers as the MPI integer of their width, float32 and float64 as
+// MPI_FLOAT and MPI_DOUBLE, the 16-bit floats as their bit patterns (MPI_UINT16_T),
+// combined by the user-defined ops below. Communicator::AllReduce refuses the dtypes
+// without a reduce kind before this is asked.
 MPI_Datatype ReduceDatatype(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-      return MPI_UINT8_T;  // 0 or 1, reduced with MPI_MAX / MPI_MIN
-    case DType::kUInt8:
-      return MPI_UINT8_T;
-    case DType::kInt8:
-      return MPI_INT8_T;
-    case DType::kInt16:
-      return MPI_INT16_T;
-    case DType::kInt32:
-      return MPI_INT32_T;
-    case DType::kInt64:
-      return MPI_INT64_T;
-    case DType::kFloat16:
-    case DType::kBFloat16:
+  const int bits = ElementBits(dtype);
+  switch (ReduceKindOf(dtype)) {
+    case ReduceKind::kBool:  // 0 or 1, reduced with MPI_MAX / MPI_MIN
+    case ReduceKind::kUnsigned:
+      return bits == 8    ? MPI_UINT8_T
+             : bits == 16 ? MPI_UINT16_T
+             : bits == 32 ? MPI_UINT32_T
+                          : MPI_UINT64_T;
+    case ReduceKind::kSigned:
+      return bits == 8    ? MPI_INT8_T
+             : bits == 16 ? MPI_INT16_T
+             : bits == 32 ? MPI_INT32_T
+                          : MPI_INT64_T;
+    case ReduceKind::kFloat:
+      return bits == 16 ? MPI_UINT16_T : bits == 32 ? MPI_FLOAT : MPI_DOUBLE;
+    case ReduceKind::kBFloat:
       return MPI_UINT16_T;
-    case DType::kFloat32:
-      return MPI_FLOAT;
-    case DType::kFloat64:
-      return MPI_DOUBLE;
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2:
-    case DType::kUInt16:
-    case DType::kUInt32:
-    case DType::kUInt64:
-    case DType::kComplex64:
-    case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0FNU:
-    case DType::kFloat6E2M3FN:
-    case DType::kFloat6E3M2FN:
-    case DType::kFloat4E2M1FNx2:
-      return MPI_DATATYPE_NULL;
+    case ReduceKind::kNone:
+      break;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -85,9 +72,9 @@ MPI_Op BuiltinOp(DType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      return dtype == DType::kBool ? MPI_MAX : MPI_SUM;
+      return ReduceKindOf(dtype) == ReduceKind::kBool ? MPI_MAX : MPI_SUM;
     case ReduceOp::kProduct:
-      return dtype == DType::kBool ? MPI_MIN : MPI_PROD;
+      return ReduceKindOf(dtype) == ReduceKind::kBool ? MPI_MIN : MPI_PROD;
     case ReduceOp::kMin:
       return MPI_MIN;
     case ReduceOp::kMax:
@@ -155,51 +142,42 @@ struct ScopedOp {
 
 // kAvg's second step: every element divided by `n` in its own type (integers truncate).
 template <typename T>
-void DivideAll(T* data, int64_t count, int n) {
-  for (int64_t i = 0; i < count; ++i) data[i] = static_cast<T>(data[i] / n);
+void DivideAll(Tensor& tensor, int n) {
+  T* data = tensor.data<T>();
+  for (int64_t i = 0; i < tensor.numel(); ++i) data[i] = static_cast<T>(data[i] / n);
 }
 
 template <typename Format>
-void Divide16(uint16_t* data, int64_t count, int n) {
-  for (int64_t i = 0; i < count; ++i) {
+void Divide16(Tensor& tensor, int n) {
+  uint16_t* data = tensor.data<uint16_t>();
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
     data[i] = Format::FromFloat(Format::ToFloat(data[i]) / static_cast<float>(n));
   }
 }
 
+// The division in the arithmetic of the dtype's reduce kind and width (bool is never
+// averaged: Communicator::AllReduce refuses it).
 void DivideBy(Tensor& tensor, int n) {
-  const int64_t count = tensor.numel();
-  switch (tensor.dtype()) {
-    case DType::kUInt8:
-      return DivideAll(tensor.data<uint8_t>(), count, n);
-    case DType::kInt8:
-      return DivideAll(tensor.data<int8_t>(), count, n);
-    case DType::kInt16:
-      return DivideAll(tensor.data<int16_t>(), count, n);
-    case DType::kInt32:
-      return DivideAll(tensor.data<int32_t>(), count, n);
-    case DType::kInt64:
-      return DivideAll(tensor.data<int64_t>(), count, n);
-    case DType::kFloat16:
-      return Divide16<Half>(tensor.data<uint16_t>(), count, n);
-    case DType::kBFloat16:
-      return Divide16<BHalf>(tensor.data<uint16_t>(), count, n);
-    case DType::kFloat32:
-      return DivideAll(tensor.data<float>(), count, n);
-    case DType::kFloat64:
-      return DivideAll(tensor.data<double>(), count, n);
-    case DType::kBool:  // rejected by Communicator::AllReduce
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2:
-    case DType::kUInt16:
-    case DType::kUInt32:
-    case DType::kUInt64:
-    case DType::kComplex64:
-    case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0FNU:
-    case DType::kFloat6E2M3FN:
-    case DType::kFloat6E3M2FN:
-    case DType::kFloat4E2M1FNx2:
+  const int bits = ElementBits(tensor.dtype());
+  switch (ReduceKindOf(tensor.dtype())) {
+    case ReduceKind::kSigned:
+      if (bits == 8) return DivideAll<int8_t>(tensor, n);
+      if (bits == 16) return DivideAll<int16_t>(tensor, n);
+      if (bits == 32) return DivideAll<int32_t>(tensor, n);
+      return DivideAll<int64_t>(tensor, n);
+    case ReduceKind::kUnsigned:
+      if (bits == 8) return DivideAll<uint8_t>(tensor, n);
+      if (bits == 16) return DivideAll<uint16_t>(tensor, n);
+      if (bits == 32) return DivideAll<uint32_t>(tensor, n);
+      return DivideAll<uint64_t>(tensor, n);
+    case ReduceKind::kFloat:
+      if (bits == 16) return Divide16<Half>(tensor, n);
+      if (bits == 32) return DivideAll<float>(tensor, n);
+      return DivideAll<double>(tensor, n);
+    case ReduceKind::kBFloat:
+      return Divide16<BHalf>(tensor, n);
+    case ReduceKind::kBool:
+    case ReduceKind::kNone:
       return;
   }
 }

@@ -23,7 +23,9 @@
 // form); communicators are duplicated with MPI_Comm_idup under the deadline.
 //
 // Ownership: the MPI communicator is freed by the destructor (unless MPI was already
-// finalized). This header does not include mpi.h.
+// finalized). This header does not include mpi.h. In a build without MPI the same header is
+// served by comm/mpi_communicator_nompi.cc: World, Duplicate, DuplicateFortran return
+// Unavailable, and AbortJob ends this process (the whole job) with the exit code.
 #ifndef SDRT_COMM_MPI_COMMUNICATOR_H_
 #define SDRT_COMM_MPI_COMMUNICATOR_H_
 

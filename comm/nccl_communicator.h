@@ -54,7 +54,9 @@
 // NCCL communicator, an owned stream and the staging buffer are released with the object: ncclCommFinalize, polled under timeout(), then ncclCommDestroy;
 // ncclCommAbort instead when finalising fails or times out (e.g. a peer is gone), and then
 // the staging buffer is leaked as above. This header includes neither nccl.h nor CUDA's
-// headers: handles are opaque. Built only with NCCL (SDRT_HAVE_NCCL).
+// headers: handles are opaque. In a build without NCCL the same header is served by
+// comm/nccl_communicator_nonccl.cc: every constructor (and NcclUniqueId::Generate) returns
+// Unavailable.
 #ifndef SDRT_COMM_NCCL_COMMUNICATOR_H_
 #define SDRT_COMM_NCCL_COMMUNICATOR_H_
 

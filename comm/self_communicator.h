@@ -11,8 +11,7 @@
 // Use: the CPU communicator of a one-process ProcessGroup beside a one-rank NCCL
 // communicator (comm/process_group.h), e.g. the `sdrt` commands' session in a build
 // without MPI (tools/sdrt/internal/session.h), or an engine's single-process run. Built
-// with any communicator backend (SDRT_HAVE_MPI or SDRT_HAVE_NCCL). Thread-safety as
-// Communicator.
+// in every configuration (no backend needed). Thread-safety as Communicator.
 #ifndef SDRT_COMM_SELF_COMMUNICATOR_H_
 #define SDRT_COMM_SELF_COMMUNICATOR_H_
 

@@ -4,8 +4,10 @@
 # build has CUDA, a second CPU-only build (SDRT_WITH_CUDA=OFF, in build-cpu/) runs the CPU
 # tests too, so both configurations stay green (the benchmarks and examples are built by the
 # main build only); a third build without CUDA, MPI and NCCL (build-local/) runs them again,
-# which proves every local operation (DistributeTensor, sharding, checkpoints, state-dict
-# operations) builds and works without a communicator. The main build makes the static
+# which proves the whole library builds without a backend and that everything needing no
+# other process works there: every local operation (DistributeTensor, sharding, checkpoints,
+# state-dict operations), LoadStateDict and DistributeStateDict without a communicator, the
+# reshard planner, and the collectives over a SelfCommunicator. The main build makes the static
 # libsdrt.a, the other two the shared libsdrt.so (BUILD_SHARED_LIBS=ON; build-cpu's, with
 # MPI, is the one the Python module's test loads). After each build's tests,
 # scripts/install-check.sh installs it into a temporary prefix and builds and runs against

@@ -49,26 +49,10 @@ inline absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", name, "'"));
 }
 
-// The dtypes a reduction combines: bool, uint8, the signed integers and the 16/32/64-bit
-// floats. The others (float8, the unsigned integers above 8 bits, complex64 and the
-// sub-byte floats) are moved, never combined.
-inline bool IsReducible(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
-    case DType::kFloat16:
-    case DType::kBFloat16:
-    case DType::kFloat32:
-    case DType::kFloat64:
-      return true;
-    default:
-      return false;
-  }
-}
+// The dtypes a reduction combines (the dtype table's reduce column, ReduceKindOf): bool,
+// uint8, the signed integers and the 16/32/64-bit floats. The others (float8, the unsigned
+// integers above 8 bits, complex64 and the sub-byte floats) are moved, never combined.
+constexpr bool IsReducible(DType dtype) { return ReduceKindOf(dtype) != ReduceKind::kNone; }
 
 }  // namespace sdrt
 

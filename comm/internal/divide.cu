@@ -77,37 +77,28 @@ absl::Status DivideOnDevice(void* data, DType dtype, int64_t count, int divisor,
         absl::StrCat("DivideOnDevice: cannot divide ", count, " elements by ", divisor));
   }
   if (count == 0) return absl::OkStatus();
-  switch (dtype) {
-    case DType::kUInt8:
-      return Launch<uint8_t>(data, count, divisor, stream);
-    case DType::kInt8:
-      return Launch<int8_t>(data, count, divisor, stream);
-    case DType::kInt32:
-      return Launch<int32_t>(data, count, divisor, stream);
-    case DType::kInt64:
-      return Launch<int64_t>(data, count, divisor, stream);
-    case DType::kFloat16:
-      return Launch<Half>(data, count, divisor, stream);
-    case DType::kBFloat16:
-      return Launch<BHalf>(data, count, divisor, stream);
-    case DType::kFloat32:
-      return Launch<float>(data, count, divisor, stream);
-    case DType::kFloat64:
+  // The dtypes NCCL reduces (internal/nccl_types.h), in the arithmetic of their reduce kind
+  // and width (the dtype table's reduce column).
+  const int bits = ElementBits(dtype);
+  switch (ReduceKindOf(dtype)) {
+    case ReduceKind::kSigned:
+      if (bits == 8) return Launch<int8_t>(data, count, divisor, stream);
+      if (bits == 32) return Launch<int32_t>(data, count, divisor, stream);
+      if (bits == 64) return Launch<int64_t>(data, count, divisor, stream);
+      break;  // int16: NCCL has no 16-bit integer
+    case ReduceKind::kUnsigned:
+      if (bits == 8) return Launch<uint8_t>(data, count, divisor, stream);
+      if (bits == 32) return Launch<uint32_t>(data, count, divisor, stream);
+      if (bits == 64) return Launch<uint64_t>(data, count, divisor, stream);
+      break;
+    case ReduceKind::kFloat:
+      if (bits == 16) return Launch<Half>(data, count, divisor, stream);
+      if (bits == 32) return Launch<float>(data, count, divisor, stream);
       return Launch<double>(data, count, divisor, stream);
-    case DType::kBool:
-    case DType::kInt16:
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2:
-    case DType::kUInt16:
-    case DType::kUInt32:
-    case DType::kUInt64:
-    case DType::kComplex64:
-    case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0FNU:
-    case DType::kFloat6E2M3FN:
-    case DType::kFloat6E3M2FN:
-    case DType::kFloat4E2M1FNx2:
+    case ReduceKind::kBFloat:
+      return Launch<BHalf>(data, count, divisor, stream);
+    case ReduceKind::kBool:
+    case ReduceKind::kNone:
       break;
   }
   return absl::InvalidArgumentError(

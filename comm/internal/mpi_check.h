@@ -1,6 +1,6 @@
 // The MPI check macro, the twin of cuda/cuda_check.h and comm/internal/nccl_check.h: an MPI return
 // code becomes an absl::Status carrying the call text, file:line and MPI's own error
-// string. Internal to comm/ (it includes mpi.h); only built when SDRT_HAVE_MPI. The MPI
+// string. Internal to comm/ (it includes mpi.h); only built with MPI. The MPI
 // backend sets MPI_ERRORS_RETURN on its communicators, so errors come back here instead of
 // aborting the job; a program's Fortran communicator handle is checked here before MPI
 // sees it.

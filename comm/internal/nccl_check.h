@@ -1,7 +1,6 @@
 // The NCCL check macro, the twin of cuda/cuda_check.h's: an ncclResult_t becomes an
 // absl::Status carrying the call text, file:line, the current CUDA device and NCCL's own
-// error string. Private to the NCCL backend (it includes nccl.h); only built when
-// SDRT_HAVE_NCCL.
+// error string. Private to the NCCL backend (it includes nccl.h); only built with NCCL.
 //
 //   SDRT_NCCL_RETURN_IF_ERROR(ncclAllGather(send, recv, count, ncclBfloat16, comm, stream));
 #ifndef SDRT_COMM_INTERNAL_NCCL_CHECK_H_

@@ -9,9 +9,10 @@
 
 namespace sdrt::internal {
 
-// The ncclDataType_t `dtype` is reduced as: bool as ncclUint8 (0 or 1), float8 as
-// ncclFloat8e4m3 / ncclFloat8e5m2 (NCCL >= 2.24). ncclNumTypes means none: int16 (NCCL
-// has no 16-bit integer) and float8 before NCCL 2.24.
+// The ncclDataType_t `dtype` is reduced as, from the dtype table's reduce column and width:
+// bool as ncclUint8 (0 or 1), the integers and floats as NCCL's type of their kind and
+// width. ncclNumTypes means none: the dtypes never reduced (ReduceKind::kNone) and int16
+// (NCCL has no 16-bit integer).
 int NcclDataType(DType dtype);
 
 // The ncclRedOp_t for (dtype, op): bool maps sum to ncclMax (logical or) and product to

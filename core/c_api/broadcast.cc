@@ -5,10 +5,8 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/distributed_state_dict.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
@@ -27,7 +25,6 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
     SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm,
                           c_api::CommOf(options->comm, true, "options.comm"));
     if (comm->rank() == options->root) SDRT_RETURN_IF_ERROR(c_api::NotNull(full, "full"));
@@ -55,11 +52,6 @@ sdrt_status_t sdrt_broadcast(sdrt_state_dict_t full, sdrt_state_dict_t local,
     scope.stats().data_collectives = stats.exchanges;
     if (!result.ok()) return result.status();
     return c_api::WriteBack(local_sd->map, work);
-#else
-    (void)full_sd;
-    (void)local_sd;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -73,7 +65,6 @@ sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
     const sdrt_distribute_options_t o =
         options != nullptr ? *options : sdrt_distribute_options_t SDRT_DISTRIBUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, full_sd->map));
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, local_sd->map));
@@ -89,11 +80,6 @@ sdrt_status_t sdrt_distribute(sdrt_state_dict_t full, sdrt_state_dict_t local,
     scope.stats().collectives = comm != nullptr ? 1 : 0;
     SDRT_RETURN_IF_ERROR(status);
     return c_api::WriteBack(local_sd->map, work);
-#else
-    (void)full_sd;
-    (void)local_sd;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

@@ -36,10 +36,12 @@
  *     a rank that does not arrive in time makes the call return SDRT_DEADLINE_EXCEEDED on
  *     every live rank, after which the communicator is unusable (SDRT_FAILED_PRECONDITION):
  *     destroy it. "Local" calls need no other rank.
- *   - Unimplemented on purpose (SDRT_UNIMPLEMENTED): in a build without MPI the MPI
- *     communicator constructors, without NCCL sdrt_comm_create_from_nccl, and without MPI
- *     and NCCL (no sdrt_distributed) load, gather, broadcast, distribute and reshard. ShardedTensor
- *     entries, nested state dicts and non-tensor values are not expressible here.
+ *   - Every call exists in every build. In a build without MPI the MPI communicator
+ *     constructors, and without NCCL sdrt_comm_create_from_nccl, return SDRT_UNAVAILABLE
+ *     ("... sdrt was built without MPI"); the calls that need no communicator (sdrt_load
+ *     and sdrt_distribute with comm NULL) work in every build. Left out on purpose:
+ *     ShardedTensor entries, nested state dicts and non-tensor values are not expressible
+ *     here.
  *   - Tensors cross as DLPack 0.6 DLTensors (dlpack/dlpack.h), borrowed: sdrt never frees
  *     or reallocates the caller's memory, and writes only into the tensors the caller gave
  *     it. Memory sdrt allocates (gathered or offloaded tensors) belongs to a state dict
@@ -141,7 +143,7 @@ typedef struct sdrt_comm_options_t {
  * traffic never matches the program's. Initializes MPI (MPI_Init_thread,
  * MPI_THREAD_SERIALIZED) unless the program already did, and then finalizes it at exit.
  * torch.distributed.init_process_group("mpi") is the PyTorch counterpart.
- * Errors: SDRT_INVALID_ARGUMENT (NULL out, bad options); SDRT_UNIMPLEMENTED in a build
+ * Errors: SDRT_INVALID_ARGUMENT (NULL out, bad options); SDRT_UNAVAILABLE in a build
  * without MPI; SDRT_FAILED_PRECONDITION when MPI was already finalized;
  * SDRT_DEADLINE_EXCEEDED when a rank does not call it within the timeout; MPI's error. */
 SDRT_C_API sdrt_status_t sdrt_comm_create_world(const sdrt_comm_options_t* options,
@@ -202,7 +204,8 @@ typedef struct sdrt_nccl_comm_options_t {
  * Errors: SDRT_INVALID_ARGUMENT for NULL nccl_comm or out, bad options, a rank outside
  * [0, size), a device that is not a visible CUDA device (checked before nccl_comm is
  * touched: on a machine without a GPU every device is refused), or a rank, size or device
- * that differs from NCCL's answer; SDRT_UNIMPLEMENTED in a build without NCCL;
+ * that differs from NCCL's answer; SDRT_UNAVAILABLE in a build without NCCL (once nccl_comm,
+ * out and options pass their checks);
  * SDRT_DEADLINE_EXCEEDED when the communicator is still initialising after the timeout;
  * NCCL's error (SDRT_INTERNAL, SDRT_UNAVAILABLE, ...) when it holds one. Nothing is aborted
  * on any of these. */

@@ -4,16 +4,12 @@
 #include <cmath>
 #include <memory>
 
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
 #include "sdrt/tensor/status_macros.h"
-#if SDRT_HAVE_MPI
-#include "sdrt/comm/mpi_communicator.h"
-#endif
-#if SDRT_HAVE_NCCL
-#include "sdrt/comm/nccl_communicator.h"
-#endif
 
 namespace sdrt::c_api {
 namespace {
@@ -34,16 +30,11 @@ template <typename Make>
 absl::Status Create(const sdrt_comm_options_t* options, sdrt_comm_t* out, Make make) {
   SDRT_RETURN_IF_ERROR(NotNull(out, "out"));
   SDRT_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, TimeoutOf(options));
-#if SDRT_HAVE_MPI
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> comm, make(timeout));
   auto object = std::make_unique<CommObject>();
   object->comm = std::move(comm);
   *out = NewHandle<sdrt_comm_t>(std::move(object));
   return absl::OkStatus();
-#else
-  (void)make;
-  return absl::UnimplementedError("sdrt was built without MPI");
-#endif
 }
 
 }  // namespace
@@ -57,12 +48,7 @@ extern "C" {
 sdrt_status_t sdrt_comm_create_world(const sdrt_comm_options_t* options, sdrt_comm_t* out) {
   return Guard("sdrt_comm_create_world", [&] {
     return c_api::Create(options, out, [](std::chrono::milliseconds timeout) {
-#if SDRT_HAVE_MPI
       return sdrt::MpiCommunicator::World(timeout);
-#else
-      (void)timeout;
-      return 0;
-#endif
     });
   });
 }
@@ -72,12 +58,7 @@ sdrt_status_t sdrt_comm_create_from_mpi(const void* mpi_comm, const sdrt_comm_op
   return Guard("sdrt_comm_create_from_mpi", [&] {
     SDRT_RETURN_IF_ERROR(c_api::NotNull(mpi_comm, "mpi_comm"));
     return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
-#if SDRT_HAVE_MPI
       return sdrt::MpiCommunicator::Duplicate(mpi_comm, timeout);
-#else
-      (void)timeout;
-      return 0;
-#endif
     });
   });
 }
@@ -87,12 +68,7 @@ sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
                                                 sdrt_comm_t* out) {
   return Guard("sdrt_comm_create_from_mpi_fortran", [&] {
     return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
-#if SDRT_HAVE_MPI
       return sdrt::MpiCommunicator::DuplicateFortran(fortran_handle, timeout);
-#else
-      (void)timeout;
-      return 0;
-#endif
     });
   });
 }
@@ -110,7 +86,6 @@ sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size, in
     if (o.abort_on_error != 0 && o.abort_on_error != 1) {
       return absl::InvalidArgumentError("options.abort_on_error must be 0 or 1");
     }
-#if SDRT_HAVE_NCCL
     sdrt::NcclCommunicator::AdoptOptions adopt;
     adopt.stream = o.stream;
     adopt.timeout = timeout;
@@ -121,13 +96,6 @@ sdrt_status_t sdrt_comm_create_from_nccl(void* nccl_comm, int rank, int size, in
     object->comm = std::move(comm);
     *out = c_api::NewHandle<sdrt_comm_t>(std::move(object));
     return absl::OkStatus();
-#else
-    (void)rank;
-    (void)size;
-    (void)device;
-    (void)timeout;
-    return absl::UnimplementedError("sdrt was built without NCCL");
-#endif
   });
 }
 

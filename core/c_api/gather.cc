@@ -8,19 +8,16 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
 
 namespace {
 
-#if SDRT_C_API_HAVE_DISTRIBUTED
 // Checks `options` and fills `go` (comm, ranks_only, cpu_offload, bucket_bytes).
 absl::Status Prepare(const c_api::StateDictObject& state_dict, const sdrt_gather_options_t* options,
                      sdrt_gather_options_t* o, sdrt::GatherOptions* go) {
@@ -37,7 +34,6 @@ absl::Status Prepare(const c_api::StateDictObject& state_dict, const sdrt_gather
   go->bucket_bytes = o->bucket_bytes;
   return c_api::WaitForStream(o->stream, state_dict.map);
 }
-#endif
 
 }  // namespace
 
@@ -48,7 +44,6 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
   return Guard("sdrt_gather", [&]() -> absl::Status {
     c_api::StatsScope scope;
     SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
@@ -78,11 +73,6 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
     object->map = *std::move(gathered);
     *out = c_api::NewHandle<sdrt_state_dict_t>(std::move(object));
     return absl::OkStatus();
-#else
-    (void)state_dict;
-    (void)options;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -90,7 +80,6 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                 const sdrt_gather_options_t* options) {
   return Guard("sdrt_gather_write", [&]() -> absl::Status {
     c_api::StatsScope scope;
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     sdrt_gather_options_t o;
     sdrt::GatherOptions go;
@@ -140,12 +129,6 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                                        written, &stats);
     scope.stats().collectives = stats.collectives;
     return agreed;
-#else
-    (void)state_dict;
-    (void)path;
-    (void)options;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

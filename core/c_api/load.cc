@@ -7,15 +7,12 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/load_state_dict.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
 using sdrt::c_api::Guard;
 namespace c_api = sdrt::c_api;
 
-#if SDRT_C_API_HAVE_DISTRIBUTED
 namespace {
 
 absl::StatusOr<sdrt::ReadMode> ReadModeOf(int32_t read) {
@@ -47,7 +44,6 @@ void Report(const sdrt::LoadStats& stats, sdrt_stats_t& s) {
 }
 
 }  // namespace
-#endif
 
 extern "C" {
 
@@ -61,7 +57,6 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     const sdrt_load_options_t o = options != nullptr ? *options
                                                       : sdrt_load_options_t SDRT_LOAD_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
     SDRT_ASSIGN_OR_RETURN(const sdrt::ReadMode read, ReadModeOf(o.read));
     std::vector<int64_t> ranks;
@@ -108,11 +103,6 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
       *o.num_unexpected = static_cast<int64_t>(result->unexpected_keys.size());
     }
     return absl::OkStatus();
-#else
-    (void)ckpt;
-    (void)sd;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

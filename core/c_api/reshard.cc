@@ -8,16 +8,13 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
-#include "sdrt/tensor/status_macros.h"
-#if SDRT_C_API_HAVE_DISTRIBUTED
 #include "sdrt/core/distributed/reshard_state_dict.h"
-#endif
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::c_api {
 
 // What an sdrt_reshard_plan_t stands for: the plan, and the handle of the communicator it
 // was made over (checked live at every use).
-#if SDRT_C_API_HAVE_DISTRIBUTED
 struct ReshardPlanObject {
   ReshardPlan plan;
   sdrt_comm_t comm = nullptr;
@@ -44,10 +41,6 @@ absl::StatusOr<Communicator*> PlanComm(sdrt_comm_t comm) {
 }
 
 }  // namespace
-#else
-struct ReshardPlanObject {};
-struct ReshardBoundObject {};
-#endif
 }  // namespace sdrt::c_api
 
 using sdrt::c_api::Guard;
@@ -65,7 +58,6 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
     SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm,
                           c_api::CommOf(options->comm, true, "options.comm"));
     sdrt::ReshardOptions ro;
@@ -78,11 +70,6 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
     object->comm = options->comm;
     *out = c_api::NewHandle<sdrt_reshard_plan_t>(std::move(object));
     return absl::OkStatus();
-#else
-    (void)src;
-    (void)dst;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -99,7 +86,6 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(p->comm));
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, src->map));
     sdrt::Map work = dst->map;
@@ -114,12 +100,6 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
     scope.stats().collectives = stats.collectives;
     SDRT_RETURN_IF_ERROR(status);
     return c_api::WriteBack(dst->map, work);
-#else
-    (void)p;
-    (void)src;
-    (void)dst;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -135,7 +115,6 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const double timeout_seconds = options != nullptr ? options->timeout_seconds : 0.0;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(p->comm));
     sdrt::Map work = dst->map;
     absl::StatusOr<sdrt::BoundReshard> bound;
@@ -149,12 +128,6 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
     SDRT_ASSIGN_OR_RETURN(object->write_back, c_api::WriteBackPairs(dst->map, work));
     *out = c_api::NewHandle<sdrt_reshard_bound_t>(std::move(object));
     return absl::OkStatus();
-#else
-    (void)p;
-    (void)src;
-    (void)dst;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 
@@ -168,7 +141,6 @@ sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
-#if SDRT_C_API_HAVE_DISTRIBUTED
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(b->comm));
     SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, b->source));
     sdrt::TransferStats stats;
@@ -183,10 +155,6 @@ sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
     SDRT_RETURN_IF_ERROR(status);
     for (auto& [caller, result] : b->write_back) SDRT_RETURN_IF_ERROR(caller.CopyFrom(result));
     return absl::OkStatus();
-#else
-    (void)b;
-    return absl::UnimplementedError("sdrt was built without MPI or NCCL (no sdrt_distributed)");
-#endif
   });
 }
 

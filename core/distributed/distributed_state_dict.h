@@ -61,8 +61,8 @@ namespace sdrt SDRT_API {
 inline constexpr int64_t kDefaultBucketBytes = int64_t{256} << 20;
 
 struct GatherOptions {
-  // The group to gather over. nullptr: the MPI world (MpiCommunicator::World()); an
-  // error in builds without MPI.
+  // The group to gather over. nullptr: the MPI world (MpiCommunicator::World()); its
+  // error (Unavailable in a build without MPI) when it cannot be made.
   Communicator* comm = nullptr;
   // Where the gathered full tensors are made when not offloaded: nullopt keeps each on
   // its source's device (PyTorch's behaviour); a ShardedTensor without local shards on

@@ -1,7 +1,7 @@
 // Collectives over DTensor and ShardedTensor: make a DTensor out of a full tensor or out
 // of this rank's local piece, and gather either kind back into the full tensor on every
-// rank (docs/SEMANTICS.md 1.5, 1.6, 2 and 3). Built with any communicator backend
-// (SDRT_HAVE_MPI or SDRT_HAVE_NCCL); only the Communicator interface is used.
+// rank (docs/SEMANTICS.md 1.5, 1.6, 2 and 3). Only the Communicator interface is used, so
+// these work with any backend, a SelfCommunicator included.
 //
 // FullTensor and GatherShardedTensor are one-tensor gathers through the gather plan that
 // GatherStateDict (core/distributed/distributed_state_dict.h) runs over whole state dicts

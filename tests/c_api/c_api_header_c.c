@@ -1,7 +1,9 @@
 /* sdrt/c_api.h compiled as C11 (-Wall -Wextra -Werror -pedantic, this header alone), and a
  * small single-process run of the local calls: versions, status strings, the last error,
- * struct_size checks, NULL handles, a state dict of malloc'd buffers and its offload.
- * Exit status 0 when every check holds; each failure prints its line. */
+ * struct_size checks, NULL handles, a state dict of malloc'd buffers and its offload, and
+ * the calls that need no communicator in every build (no MPI or NCCL needed): sdrt_load and
+ * sdrt_distribute with comm NULL. Usage: c_api_header_c FILE (a safetensors file it
+ * writes). Exit status 0 when every check holds; each failure prints its line. */
 #include "sdrt/c_api.h"
 
 #include <stdio.h>
@@ -19,7 +21,24 @@ static int failures = 0;
     }                                                             \
   } while (0)
 
-int main(void) {
+/* Writes `path`: a safetensors file of one float32 tensor "w" of shape {4, 3} holding
+ * `values` (12 floats; the header length is little-endian, as the host's floats are). */
+static int WriteFile(const char* path, const float* values) {
+  static const char header[] =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[4,3],\"data_offsets\":[0,48]}}";
+  unsigned char length[8] = {0};
+  size_t n = sizeof header - 1;
+  int i;
+  FILE* f = fopen(path, "wb");
+  if (f == NULL) return 0;
+  for (i = 0; i < 8; ++i, n >>= 8) length[i] = (unsigned char)(n & 0xff);
+  fwrite(length, 1, sizeof length, f);
+  fwrite(header, 1, sizeof header - 1, f);
+  fwrite(values, sizeof(float), 12, f);
+  return fclose(f) == 0;
+}
+
+int main(int argc, char** argv) {
   /* Versions. */
   char expected[32];
   const int number = sdrt_get_version_number();
@@ -168,6 +187,65 @@ int main(void) {
     CHECK(sdrt_reshard_bound_execute((sdrt_reshard_bound_t)other, NULL) == SDRT_INVALID_ARGUMENT);
     CHECK(strstr(sdrt_last_error(), "bound is a state dict handle, not a bound reshard") != NULL);
     CHECK(sdrt_state_dict_destroy(other) == SDRT_OK);
+  }
+
+  /* No communicator: rank 1 of a 2-rank Shard(0) mesh gets rows 2 and 3 of "w" from the
+   * file (sdrt_load) and rank 0 rows 0 and 1 from a full state dict (sdrt_distribute). */
+  {
+    float full[12];
+    float piece[6] = {0};
+    int64_t full_shape[2] = {4, 3};
+    int64_t piece_shape[2] = {2, 3};
+    int64_t mesh_shape[1] = {2};
+    int64_t missing = -1;
+    DLTensor t;
+    sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
+    sdrt_checkpoint_t ckpt = NULL;
+    sdrt_state_dict_t whole = NULL;
+    sdrt_state_dict_t local = NULL;
+    sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
+    sdrt_distribute_options_t distribute = SDRT_DISTRIBUTE_OPTIONS_INIT;
+    int i;
+    for (i = 0; i < 12; ++i) full[i] = (float)i * 0.5f;
+    CHECK(argc == 2 && WriteFile(argv[1], full));
+    memset(&t, 0, sizeof t);
+    t.device.device_type = kDLCPU;
+    t.ndim = 2;
+    t.dtype.code = kDLFloat;
+    t.dtype.bits = 32;
+    t.dtype.lanes = 1;
+    spec.mesh_ndim = 1;
+    spec.mesh_shape = mesh_shape;
+    spec.placements = "S(0)";
+    spec.global_ndim = 2;
+    spec.global_shape = full_shape;
+    t.data = piece;
+    t.shape = piece_shape;
+    CHECK(sdrt_state_dict_create(&local) == SDRT_OK);
+    CHECK(sdrt_state_dict_add(local, "w", &t, &spec) == SDRT_OK);
+
+    CHECK(argc == 2 && sdrt_checkpoint_open(argv[1], &ckpt) == SDRT_OK);
+    CHECK(sdrt_load(ckpt, local, &load) == SDRT_INVALID_ARGUMENT); /* no comm and no rank */
+    CHECK(strstr(sdrt_last_error(), "rank") != NULL);
+    load.rank = 1;
+    load.num_missing = &missing;
+    CHECK(sdrt_load(ckpt, local, &load) == SDRT_OK);
+    CHECK(missing == 0);
+    CHECK(memcmp(piece, full + 6, sizeof piece) == 0);
+
+    t.data = full;
+    t.shape = full_shape;
+    CHECK(sdrt_state_dict_create(&whole) == SDRT_OK);
+    CHECK(sdrt_state_dict_add(whole, "w", &t, NULL) == SDRT_OK);
+    memset(piece, 0, sizeof piece);
+    distribute.rank = 0;
+    CHECK(sdrt_distribute(whole, local, &distribute) == SDRT_OK);
+    CHECK(memcmp(piece, full, sizeof piece) == 0);
+
+    CHECK(sdrt_state_dict_destroy(local) == SDRT_OK);
+    CHECK(sdrt_state_dict_destroy(whole) == SDRT_OK);
+    CHECK(sdrt_checkpoint_close(ckpt) == SDRT_OK);
+    if (argc == 2) remove(argv[1]);
   }
 
   if (failures == 0) printf("c_api_header_c: all checks passed\n");

@@ -1,6 +1,7 @@
 // SelfCommunicator (comm/self_communicator.h): the one-process communicator gives what an
 // MPI communicator of one rank gives, validates like any backend, and serves as a
-// ProcessGroup's CPU communicator. CPU only.
+// ProcessGroup's CPU communicator; it is what a build without MPI or NCCL communicates
+// with, whose backend constructors are Unavailable (the last test). CPU only.
 #include "sdrt/comm/self_communicator.h"
 
 #include <cstring>
@@ -8,10 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/comm/process_group.h"
 #include "sdrt/tests/support/test_util.h"
+#include "sdrt/version.h"
 
 namespace sdrt {
 namespace {
@@ -128,6 +133,38 @@ TEST(SelfCommunicator, IsAProcessGroupsCpuCommunicator) {
   EXPECT_EQ(&group->metadata(), self_ptr);
   EXPECT_EQ(*group->For(Device::CPU()), self_ptr);
   EXPECT_EQ(group->size(), 1);
+}
+
+// The stubs of a backend the build lacks (comm/*_nompi.cc, *_nonccl.cc): every way to make
+// one of its communicators is Unavailable, naming the call. Skipped where both backends
+// are built (their constructors need mpiexec or a GPU).
+TEST(BackendStubs, ConstructorsOfABackendNotBuiltAreUnavailable) {
+  if (SDRT_BUILT_WITH_MPI && SDRT_BUILT_WITH_NCCL) GTEST_SKIP() << "both backends are built";
+  auto expect_unavailable = [](const absl::Status& status, absl::string_view call,
+                               absl::string_view backend) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat(call, ": sdrt was built without ", backend)));
+  };
+  if (!SDRT_BUILT_WITH_MPI) {
+    expect_unavailable(MpiCommunicator::World().status(), "MpiCommunicator::World", "MPI");
+    const int fake = 0;
+    expect_unavailable(MpiCommunicator::Duplicate(&fake).status(), "MpiCommunicator::Duplicate",
+                       "MPI");
+    expect_unavailable(MpiCommunicator::DuplicateFortran(0).status(),
+                       "MpiCommunicator::DuplicateFortran", "MPI");
+  }
+  if (!SDRT_BUILT_WITH_NCCL) {
+    expect_unavailable(NcclUniqueId::Generate().status(), "NcclUniqueId::Generate", "NCCL");
+    expect_unavailable(NcclCommunicator::Create(0, 1, 0, NcclUniqueId()).status(),
+                       "NcclCommunicator::Create", "NCCL");
+    SelfCommunicator self;
+    expect_unavailable(NcclCommunicator::CreateFromCommunicator(self, 0).status(),
+                       "NcclCommunicator::CreateFromCommunicator", "NCCL");
+    int fake = 0;
+    expect_unavailable(NcclCommunicator::Adopt(&fake, 0, 1, 0, {}).status(),
+                       "NcclCommunicator::Adopt", "NCCL");
+  }
 }
 
 }  // namespace

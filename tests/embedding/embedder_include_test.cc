@@ -13,16 +13,14 @@
 
 #include <cstdio>
 
+#include "sdrt/comm/communicator.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/state_dict/flatten.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/tensor.h"
-#if SDRT_HAVE_MPI || SDRT_HAVE_NCCL
-#include "sdrt/comm/communicator.h"
-#include "sdrt/core/distributed/distributed_state_dict.h"
-#endif
 
 // The program's own headers, not sdrt's, answered its includes.
 static_assert(engine::Tensor::kEmbedderTensorMarker == 7, "tensor/tensor.h is not the program's");

@@ -207,7 +207,6 @@ TEST(Errors, StdoutThatCannotBeWrittenIsExitOne) {
   EXPECT_THAT(r.err, HasSubstr("standard output could not be written"));
 }
 
-#if SDRT_CLI_DISTRIBUTED
 // --json of a path that is not UTF-8 died of nlohmann's type_error (SIGABRT) in gather, load
 // and demo; every --json output now writes U+FFFD for the bad bytes.
 TEST(Json, APathThatIsNotUtf8IsWrittenNotACrash) {
@@ -218,7 +217,6 @@ TEST(Json, APathThatIsNotUtf8IsWrittenNotACrash) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("b\xef\xbf\xbd.safetensors"));  // U+FFFD
 }
-#endif
 
 #if SDRT_CLI_HAVE_MPIEXEC
 // `load --verify INDIR` with pieces that differ: every rank exits 2 (the two checkpoints

@@ -132,7 +132,6 @@ TEST_F(ExitCodes, Demo) {
   }
 }
 
-#if SDRT_CLI_DISTRIBUTED
 // The multi-rank commands' bad arguments (paths unquoted), each with what its error names.
 std::vector<Case> GatherCases(const std::string& ckpt, const std::string& out,
                               const std::string& missing) {
@@ -166,9 +165,8 @@ TEST_F(ExitCodes, GatherAndLoadInOneProcess) {
   }
   EXPECT_FALSE(fs::exists(root_ + "/gathered.safetensors"));
 }
-#endif
 
-#if SDRT_CLI_DISTRIBUTED && SDRT_CLI_HAVE_MPIEXEC
+#if SDRT_CLI_HAVE_MPIEXEC
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;

@@ -221,7 +221,6 @@ TEST_F(HfSourceCli, FolderWithoutIndex) {
                  {hf_, tensors_[3].first, "zz.safetensors", "in both"});
 }
 
-#if SDRT_CLI_DISTRIBUTED
 // One-rank `sdrt load` of the folder (no mpiexec), verified against the sharded checkpoint
 // of the single file: the pieces loaded from the folder are the single file's.
 TEST_F(HfSourceCli, LoadHfFolderMatchesSingleFile) {
@@ -242,7 +241,6 @@ TEST_F(HfSourceCli, LoadHfFolderMatchesSingleFile) {
   test::WriteHfIndex(hf_, index);
   ExpectBadInput(Sdrt("load " + ShellQuote(hf_) + " --mesh 1 --plan fsdp"), {hf_, "total_size"});
 }
-#endif
 
 #if SDRT_CLI_HAVE_MPIEXEC
 // `sdrt demo --checkpoint` on the folder: shard, gather (compared with the folder tensor by

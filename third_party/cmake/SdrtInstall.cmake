@@ -12,8 +12,9 @@ file(GLOB_RECURSE sdrt_headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/tensor/*.h ${PROJECT_SOURCE_DIR}/cuda/*.h
   ${PROJECT_SOURCE_DIR}/comm/*.h ${PROJECT_SOURCE_DIR}/core/*.h)
 list(FILTER sdrt_headers EXCLUDE REGEX "(^|/)internal/")
-# Installed as sdrt/sdrt.h, sdrt/export.h and sdrt/c_api.h (the C API includes only DLPack).
-list(REMOVE_ITEM sdrt_headers core/sdrt.h core/export.h core/c_api/c_api.h)
+# sdrt/c_api.h is installed below (the C API includes only DLPack), and so are base/'s
+# sdrt/sdrt.h and sdrt/export.h.
+list(REMOVE_ITEM sdrt_headers core/c_api/c_api.h)
 set(sdrt_pending ${sdrt_headers})
 set(sdrt_installed_headers "")
 while(sdrt_pending)
@@ -35,7 +36,7 @@ foreach(header ${sdrt_installed_headers})
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sdrt/${dir})
 endforeach()
-install(FILES ${PROJECT_SOURCE_DIR}/core/sdrt.h ${PROJECT_SOURCE_DIR}/core/export.h
+install(FILES ${PROJECT_SOURCE_DIR}/base/sdrt.h ${PROJECT_SOURCE_DIR}/base/export.h
   ${PROJECT_SOURCE_DIR}/core/c_api/c_api.h
   ${PROJECT_BINARY_DIR}/generated/sdrt/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sdrt)
 

@@ -1,15 +1,12 @@
 # The library users link: sdrt (sdrt::sdrt), made of the layer libraries' object files
 # (compiled once, with hidden visibility, for both). Static by default; with
 # BUILD_SHARED_LIBS=ON it is libsdrt.so.<SDRT_ABI_VERSION>, exporting only the public API:
-# what core/export.h's SDRT_API marks, filtered by the version script libsdrt.map (sdrt::
+# what base/export.h's SDRT_API marks, filtered by the version script libsdrt.map (sdrt::
 # C++ symbols, the C API's sdrt_* functions). Third-party libraries sdrt uses inside
 # (nlohmann-json, RE2, xxhash, MPI, CUDA, NCCL) are private: in a static build they are only
 # listed for the final link, and in a shared build they are not part of what a user links.
-set(SDRT_LAYER_LIBRARIES sdrt_tensor sdrt_cuda sdrt_state_dict sdrt_io sdrt_checkpoint sdrt_core
-  sdrt_c_api)
-if(SDRT_HAVE_MPI OR SDRT_HAVE_NCCL)
-  list(APPEND SDRT_LAYER_LIBRARIES sdrt_comm sdrt_distributed)
-endif()
+set(SDRT_LAYER_LIBRARIES sdrt_tensor sdrt_cuda sdrt_comm sdrt_state_dict sdrt_io sdrt_checkpoint
+  sdrt_distributed sdrt_core sdrt_c_api)
 
 add_library(sdrt)
 add_library(sdrt::sdrt ALIAS sdrt)

@@ -21,11 +21,9 @@ void AddMakeCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 // `sdrt bench`; in a build without MPI a command that says it needs MPI (exit 2).
 void AddBenchCommand(CLI::App& app, int* exit_code);
-#if SDRT_CLI_HAVE_DISTRIBUTED
 void AddGatherCommand(CLI::App& app, int* exit_code);
 void AddLoadCommand(CLI::App& app, int* exit_code);
 void AddReshardCommand(CLI::App& app, int* exit_code);
-#endif
 
 }  // namespace sdrt::cli
 

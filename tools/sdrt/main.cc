@@ -77,11 +77,9 @@ int main(int argc, char** argv) {
   sdrt::cli::AddInspectCommand(app, &exit_code);
   sdrt::cli::AddShardCommand(app, &exit_code);
   sdrt::cli::AddMakeCommand(app, &exit_code);
-#if SDRT_CLI_HAVE_DISTRIBUTED
   sdrt::cli::AddGatherCommand(app, &exit_code);
   sdrt::cli::AddLoadCommand(app, &exit_code);
   sdrt::cli::AddReshardCommand(app, &exit_code);
-#endif
   sdrt::cli::AddDemoCommand(app, &exit_code);
   sdrt::cli::AddBenchCommand(app, &exit_code);
   // `sdrt --version CMD` is refused (exit 2) before CMD runs: CLI11 checks exclusions

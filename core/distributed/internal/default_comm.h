@@ -10,8 +10,8 @@
 namespace sdrt::internal {
 
 // `given` when not null; else the MPI world communicator (MpiCommunicator::World(), kept
-// for the life of the process; collective on first use). FailedPrecondition naming `op`
-// in builds without MPI.
+// for the life of the process; collective on first use). World's error, naming `op`, when
+// it cannot be made (Unavailable in a build without MPI).
 absl::StatusOr<Communicator*> ResolveCommunicator(Communicator* given, absl::string_view op);
 
 }  // namespace sdrt::internal

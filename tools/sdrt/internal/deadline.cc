@@ -7,11 +7,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
-#if SDRT_CLI_HAVE_DISTRIBUTED
-#include "sdrt/core/distributed/agreement.h"
-#endif
 #if SDRT_CLI_HAVE_MPI
 #include "sdrt/comm/mpi_communicator.h"
 #endif
@@ -39,12 +37,10 @@ std::chrono::milliseconds TimeoutFrom(double seconds) {
   return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
 }
 
-#if SDRT_CLI_HAVE_DISTRIBUTED
 absl::Status AgreeUnlessTimedOut(Communicator& world, const absl::Status& local) {
   if (local.code() == absl::StatusCode::kDeadlineExceeded) return local;
   return AgreeAcrossRanks(world, "", "", {}, local);
 }
-#endif
 
 void EndJobIfTimedOut(absl::string_view command, const absl::Status& status) {
   if (status.code() != absl::StatusCode::kDeadlineExceeded) return;

@@ -27,12 +27,10 @@ void AddTimeoutOption(CLI::App* cmd, double* seconds);
 // `seconds` as the communicators' timeout, in whole milliseconds (at least 1).
 std::chrono::milliseconds TimeoutFrom(double seconds);
 
-#if SDRT_CLI_HAVE_DISTRIBUTED
 // The agreement of a step's outcome across the ranks (AgreeAcrossRanks over `world`),
 // unless this rank's step timed out: then `local` comes back as it is, because a rank is
 // missing and no agreement can be reached.
 absl::Status AgreeUnlessTimedOut(Communicator& world, const absl::Status& local);
-#endif
 
 // When `status` is DeadlineExceeded: prints "sdrt <command>: <message>" on this rank's
 // stderr, gives the other live ranks a moment to print theirs, and ends the MPI job with

@@ -4,7 +4,8 @@
 // there default visibility. Blocks of `namespace sdrt::internal` are not annotated and stay
 // hidden; third_party/cmake/libsdrt.map then lets through only sdrt:: C++ symbols and the C
 // API's sdrt_* functions. In a static library the attribute changes nothing a caller sees.
-// Installed as sdrt/export.h.
+// Lives in base/, below every layer (no include of tensor/, cuda/ or comm/ runs up into
+// core/); installed as sdrt/export.h.
 #ifndef SDRT_EXPORT_H_
 #define SDRT_EXPORT_H_
 

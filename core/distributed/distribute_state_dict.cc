@@ -55,11 +55,11 @@ absl::Status CheckTensorLeaf(absl::string_view path, const Tensor& full, const V
   }
   if (local.kind() == ValueKind::kDTensor) {
     const DTensor& d = local.as_dtensor();
-    return CheckShardingCutsWholeBytes(path, dtype, global, *d.mesh(), d.placements());
+    return internal::CheckShardingCutsWholeBytes(path, dtype, global, *d.mesh(), d.placements());
   }
   for (const LocalShard& s : local.as_sharded().local_shards()) {
     SDRT_RETURN_IF_ERROR(
-        CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets, s.metadata.sizes));
+        internal::CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets, s.metadata.sizes));
   }
   return absl::OkStatus();
 }

@@ -117,7 +117,7 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
             absl::StrCat("'", leaf.path, "': the local tensor is on meta (no data to gather)"));
       }
       SDRT_RETURN_IF_ERROR(local_shape_check(leaf.path, d));
-      return CheckShardingCutsWholeBytes(leaf.path, d.dtype(), d.global_shape(), *d.mesh(),
+      return internal::CheckShardingCutsWholeBytes(leaf.path, d.dtype(), d.global_shape(), *d.mesh(),
                                          d.placements());
     }
     case ValueKind::kShardedTensor:
@@ -126,7 +126,7 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
           return absl::FailedPreconditionError(
               absl::StrCat("'", leaf.path, "': a local shard is on meta (no data to gather)"));
         }
-        SDRT_RETURN_IF_ERROR(CheckBoxCutsWholeBytes(leaf.path, v.as_sharded().dtype(),
+        SDRT_RETURN_IF_ERROR(internal::CheckBoxCutsWholeBytes(leaf.path, v.as_sharded().dtype(),
                                                     v.as_sharded().global_shape(),
                                                     s.metadata.offsets, s.metadata.sizes));
       }

@@ -25,7 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // The status of a failed system call `call` on `path` with errno `err`:
 // `<call>("<path>"): <strerror>`, the code absl::ErrnoToStatus gives.
@@ -101,6 +101,6 @@ int RemoveTemporaryPaths();
 // and fsyncs it. For files inside an AtomicFolder, which is made visible as a whole.
 absl::Status WriteNewFile(const std::string& path, absl::string_view bytes);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_IO_ATOMIC_FILE_H_

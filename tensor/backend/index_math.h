@@ -30,7 +30,7 @@
 #define SDRT_HD
 #endif
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // Most dims a copy may have after adjacent contiguous dims are merged.
 inline constexpr int kMaxCopyDims = 12;
@@ -169,6 +169,6 @@ SDRT_HD inline CopyOffsets CopyPlanOffsets(const CopyPlan& plan, IndexT linear) 
   return offsets;
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_TENSOR_BACKEND_INDEX_MATH_H_

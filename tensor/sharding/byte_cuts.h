@@ -15,7 +15,7 @@
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // The first global dim at which the piece `runs` of a row-major tensor of `shape` and
 // `dtype` would begin or end a run of adjacent elements inside a byte, or -1 when it
@@ -43,6 +43,6 @@ absl::Status CheckShardingCutsWholeBytes(absl::string_view name, DType dtype, In
 absl::Status CheckBoxCutsWholeBytes(absl::string_view name, DType dtype, IntSpan shape,
                                     IntSpan offsets, IntSpan sizes);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_TENSOR_SHARDING_BYTE_CUTS_H_

@@ -21,7 +21,7 @@
 #include "sdrt/tensor/tensor.h"
 #include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // Global indices [global, global + length) along one dim, held at local indices
 // [local, local + length) of the shard.
@@ -96,6 +96,6 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const PackedBlock& loca
 absl::Status CopyRuns(const PackedBlock& box, IntSpan origin, const Tensor& local,
                       const ShardRuns& runs, bool to_local);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_TENSOR_SHARDING_REGION_COPY_H_

@@ -194,7 +194,7 @@ TEST_F(NoPeerTest, ReshardOverASelfCommunicator) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   for (int step = 0; step < 2; ++step) {
     Map out = destination();
-    ReshardStats stats;
+    TransferStats stats;
     ASSERT_TRUE(ExecuteReshard(*plan, source, out, &stats).ok()) << step;
     EXPECT_EQ(stats.wire_bytes, 0);
     EXPECT_EQ(Bytes(out.Find("w")->as_dtensor().local()), Bytes(w));

@@ -43,18 +43,19 @@ constexpr int64_t kTile = int64_t{kThreads} * kUnroll;
 
 template <typename T, typename IndexT>
 __global__ void __launch_bounds__(kThreads)
-    StridedCopyKernel(const CopyPlan plan, T* __restrict__ dst, const T* __restrict__ src) {
+    StridedCopyKernel(const internal::CopyPlan plan, T* __restrict__ dst,
+                      const T* __restrict__ src) {
   const IndexT numel = static_cast<IndexT>(plan.numel);
   const IndexT step = static_cast<IndexT>(gridDim.x) * static_cast<IndexT>(kTile);
   for (IndexT base = static_cast<IndexT>(blockIdx.x) * static_cast<IndexT>(kTile) + threadIdx.x;
        base < numel; base += step) {
-    CopyOffsets offsets[kUnroll];
+    internal::CopyOffsets offsets[kUnroll];
     T values[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const IndexT a = base + static_cast<IndexT>(u * kThreads);
       if (a < numel) {
-        offsets[u] = CopyPlanOffsets<IndexT>(plan, a);
+        offsets[u] = internal::CopyPlanOffsets<IndexT>(plan, a);
         values[u] = src[offsets[u].src];
       }
     }
@@ -98,7 +99,7 @@ absl::StatusOr<int64_t> ResidentBlocks(int device) {
 // status is cudaLaunchKernelEx's own return value, never cudaGetLastError(), which would
 // also report whatever error an earlier, unrelated call left behind.
 template <typename T, typename IndexT>
-absl::Status Launch(const CopyPlan& plan, T* dst, const T* src, StreamHandle stream) {
+absl::Status Launch(const internal::CopyPlan& plan, T* dst, const T* src, StreamHandle stream) {
   int device = 0;
   SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SDRT_ASSIGN_OR_RETURN(const int64_t resident, (ResidentBlocks<T, IndexT>(device)));
@@ -143,7 +144,7 @@ absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
                                absl::Span<const int64_t> sizes,
                                absl::Span<const int64_t> dst_strides,
                                absl::Span<const int64_t> src_strides, StreamHandle stream) {
-  SDRT_ASSIGN_OR_RETURN(const CopyPlan plan,
+  SDRT_ASSIGN_OR_RETURN(const internal::CopyPlan plan,
                         internal::PrepareStridedCopy("StridedCopyDevice", dst, src, elem_size,
                                                      sizes, dst_strides, src_strides));
   if (plan.numel == 0) return absl::OkStatus();

@@ -45,7 +45,7 @@ bool IsRankFileName(absl::string_view name) {
 // (editors' and macOS's "._x.safetensors" companions), sorted (byte order).
 absl::StatusOr<std::vector<std::string>> ListSafetensorsNames(const std::string& dir) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), &closedir);
-  if (d == nullptr) return IoError(errno, "opendir", dir);
+  if (d == nullptr) return internal::IoError(errno, "opendir", dir);
   std::vector<std::string> names;
   errno = 0;
   while (const dirent* e = readdir(d.get())) {
@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<std::string>> ListSafetensorsNames(const std::string&
     }
     errno = 0;
   }
-  if (errno != 0) return IoError(errno, "readdir", dir);
+  if (errno != 0) return internal::IoError(errno, "readdir", dir);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -227,7 +227,8 @@ absl::StatusOr<CheckpointSource> CheckpointSource::Open(const std::string& path,
   const std::string index_path = absl::StrCat(dir, "/", index_name);
   SDRT_ASSIGN_OR_RETURN(const std::string resolved_index,
                         ResolveInFolder(dir, index_name, index_name));
-  absl::StatusOr<std::string> text = ReadBoundedFile(resolved_index, kMaxJsonFileBytes);
+  absl::StatusOr<std::string> text =
+      internal::ReadBoundedFile(resolved_index, internal::kMaxJsonFileBytes);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
                         absl::StrCat(index_path, ": ", text.status().message()));

@@ -54,7 +54,7 @@ int64_t UnitBytes(absl::string_view unit) {
 // cannot be listed.
 absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), &closedir);
-  if (d == nullptr) return IoError(errno, "opendir", dir);
+  if (d == nullptr) return internal::IoError(errno, "opendir", dir);
   std::vector<std::string> names;
   while (const dirent* e = readdir(d.get())) {
     if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
@@ -81,7 +81,7 @@ absl::Status CheckIsOurs(const std::string& target, const std::vector<std::strin
   for (const std::string& name : names) {
     struct stat st;
     const std::string path = absl::StrCat(target, "/", name);
-    if (lstat(path.c_str(), &st) != 0) return IoError(errno, "lstat", path);
+    if (lstat(path.c_str(), &st) != 0) return internal::IoError(errno, "lstat", path);
     if (!S_ISREG(st.st_mode)) {
       return refuse(absl::StrCat("it holds \"", absl::CHexEscape(name), "\", not a regular file"));
     }
@@ -128,7 +128,7 @@ absl::StatusOr<bool> ReplacesFolder(const std::string& target, bool overwrite) {
   struct stat st;
   if (lstat(target.c_str(), &st) != 0) {
     if (errno == ENOENT) return false;
-    return IoError(errno, "lstat", target);
+    return internal::IoError(errno, "lstat", target);
   }
   if (!S_ISDIR(st.st_mode)) {
     return absl::AlreadyExistsError(
@@ -287,7 +287,7 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
     const absl::StatusOr<internal::HfIndex> parsed =
         internal::ParseHfIndex(index_text, std::string(internal::kHfIndexName));
     if (!parsed.ok() || parsed->weight_map != weight_map ||
-        static_cast<int64_t>(index_text.size()) > kMaxJsonFileBytes) {
+        static_cast<int64_t>(index_text.size()) > internal::kMaxJsonFileBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("WriteHfCheckpoint: ", target,
                        ": the tensors cannot be named in an index a reader ", "accepts (",
@@ -300,7 +300,7 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
   std::map<std::string, std::string> file_metadata = metadata;
   file_metadata.emplace("format", "pt");
 
-  SDRT_ASSIGN_OR_RETURN(AtomicFolder tmp, AtomicFolder::Create(parent, base));
+  SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp, internal::AtomicFolder::Create(parent, base));
   WriteSafetensorsOptions write_options;
   write_options.data_in_given_order = true;  // the given order, file by file
   write_options.follow_symlinks = false;
@@ -315,7 +315,7 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
   }
   if (plan.sharded()) {
     SDRT_RETURN_IF_ERROR(
-        WriteNewFile(absl::StrCat(tmp.path(), "/", internal::kHfIndexName), index_text));
+        internal::WriteNewFile(absl::StrCat(tmp.path(), "/", internal::kHfIndexName), index_text));
   }
   SDRT_RETURN_IF_ERROR(tmp.Install(parent, target, replace_existing));
   return plan;

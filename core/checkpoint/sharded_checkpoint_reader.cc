@@ -75,7 +75,7 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
         absl::StrCat(dir, ": not a folder (a sharded checkpoint is a folder)"));
   }
   const std::string path = absl::StrCat(dir, "/", kShardedCheckpointIndexName);
-  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxJsonFileBytes);
+  absl::StatusOr<std::string> text = internal::ReadBoundedFile(path, internal::kMaxJsonFileBytes);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": missing or unreadable (", text.status().message(), "); not a sharded checkpoint"));

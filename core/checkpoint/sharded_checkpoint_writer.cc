@@ -86,7 +86,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
     }
     t.placements = *std::move(placements);
     if (absl::Status cut =
-            CheckShardingCutsWholeBytes(e.name, e.dtype, e.shape, *mesh, t.placements);
+            internal::CheckShardingCutsWholeBytes(e.name, e.dtype, e.shape, *mesh, t.placements);
         !cut.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(src, ": ", cut.message()));
     }
@@ -103,7 +103,8 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   SDRT_ASSIGN_OR_RETURN(const internal::CheckpointTarget where,
                         internal::PrepareCheckpointTarget(out_dir, options.overwrite));
   index.dir = out_dir;
-  SDRT_ASSIGN_OR_RETURN(AtomicFolder tmp, AtomicFolder::Create(where.parent, where.base));
+  SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp,
+                        internal::AtomicFolder::Create(where.parent, where.base));
 
   // Hashes of the full tensors, then one rank file at a time.
   for (ShardedCheckpointTensor& t : index.tensors) {
@@ -133,7 +134,7 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   }
   SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
   SDRT_RETURN_IF_ERROR(
-      WriteNewFile(absl::StrCat(tmp.path(), "/", kShardedCheckpointIndexName), json));
+      internal::WriteNewFile(absl::StrCat(tmp.path(), "/", kShardedCheckpointIndexName), json));
   SDRT_RETURN_IF_ERROR(tmp.Install(where.parent, where.target, where.exchange));
   return index;
 }

@@ -180,7 +180,7 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromSpec(const std::string& spec) {
 }
 
 absl::StatusOr<ShardingPlan> ShardingPlan::FromJsonFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxJsonFileBytes);
+  absl::StatusOr<std::string> text = internal::ReadBoundedFile(path, internal::kMaxJsonFileBytes);
   if (!text.ok()) {
     return absl::Status(
         text.status().code(),

@@ -157,10 +157,11 @@ class BucketPipeline {
         // Host to host: the box's runs straight into its slot, no views made.
         box_shape.resize(p.begin.size());
         for (size_t d = 0; d < box_shape.size(); ++d) box_shape[d] = p.end[d] - p.begin[d];
-        const PackedBlock slot{static_cast<char*>(buffer.data_ptr()) + p.offset, box_shape};
+        const internal::PackedBlock slot{static_cast<char*>(buffer.data_ptr()) + p.offset,
+                                         box_shape};
         const IntVector origin(p.begin.size(), 0);
-        SDRT_RETURN_IF_ERROR(
-            CopyRuns(source, origin, slot, BoxRuns(p.begin, box_shape), /*to_local=*/true));
+        SDRT_RETURN_IF_ERROR(internal::CopyRuns(
+            source, origin, slot, internal::BoxRuns(p.begin, box_shape), /*to_local=*/true));
         continue;
       }
       SDRT_ASSIGN_OR_RETURN(const Tensor src, Box(source, p.begin, p.end));
@@ -199,18 +200,21 @@ class BucketPipeline {
       const bool host = buffer.device().is_cpu() && !IsSubByte(dtypes_[p.tensor]);
       Tensor box;
       for (size_t i = 0; i < target.dests.size(); ++i) {
-        const ShardRuns runs = ClipRuns(target.runs[i], p.begin, p.end);
+        const internal::ShardRuns runs = internal::ClipRuns(target.runs[i], p.begin, p.end);
         if (host && target.dests[i].device().is_cpu()) {
           // Host to host: from the slot straight into the local, no views made.
-          const PackedBlock slot{static_cast<char*>(buffer.data_ptr()) + p.offset, box_shape};
-          SDRT_RETURN_IF_ERROR(CopyRuns(slot, p.begin, target.dests[i], runs, /*to_local=*/true));
+          const internal::PackedBlock slot{static_cast<char*>(buffer.data_ptr()) + p.offset,
+                                           box_shape};
+          SDRT_RETURN_IF_ERROR(
+              internal::CopyRuns(slot, p.begin, target.dests[i], runs, /*to_local=*/true));
           continue;
         }
         if (!box.defined()) {
           SDRT_ASSIGN_OR_RETURN(box,
                                 internal::ByteView(buffer, p.offset, dtypes_[p.tensor], box_shape));
         }
-        SDRT_RETURN_IF_ERROR(CopyRuns(box, p.begin, target.dests[i], runs, /*to_local=*/true));
+        SDRT_RETURN_IF_ERROR(
+            internal::CopyRuns(box, p.begin, target.dests[i], runs, /*to_local=*/true));
       }
     }
     return absl::OkStatus();

@@ -51,11 +51,11 @@ absl::Status CheckTensorLeaf(absl::string_view path, const Tensor& full, const V
   }
   if (local.kind() == ValueKind::kDTensor) {
     const DTensor& d = local.as_dtensor();
-    return CheckShardingCutsWholeBytes(path, dtype, global, *d.mesh(), d.placements());
+    return internal::CheckShardingCutsWholeBytes(path, dtype, global, *d.mesh(), d.placements());
   }
   for (const LocalShard& s : local.as_sharded().local_shards()) {
-    SDRT_RETURN_IF_ERROR(
-        CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets, s.metadata.sizes));
+    SDRT_RETURN_IF_ERROR(internal::CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets,
+                                                          s.metadata.sizes));
   }
   return absl::OkStatus();
 }
@@ -78,9 +78,9 @@ absl::StatusOr<Value> Distribute(const Tensor& full, const Value& local, int ran
   if (local.kind() == ValueKind::kShardedTensor) {
     const IntVector origin(full.shape().size(), 0);
     for (const LocalShard& s : local.as_sharded().local_shards()) {
-      SDRT_RETURN_IF_ERROR(CopyRuns(full, origin, s.tensor,
-                                    BoxRuns(s.metadata.offsets, s.metadata.sizes),
-                                    /*to_local=*/true));
+      SDRT_RETURN_IF_ERROR(internal::CopyRuns(
+          full, origin, s.tensor, internal::BoxRuns(s.metadata.offsets, s.metadata.sizes),
+          /*to_local=*/true));
     }
     return local;
   }

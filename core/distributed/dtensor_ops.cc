@@ -55,7 +55,7 @@ absl::StatusOr<Tensor> FullTensor(const DTensor& dtensor, DeviceMeshComm& mesh_c
   SDRT_RETURN_IF_ERROR(
       ValidateLocalShape(dtensor.local().shape(), global_shape, mesh, placements, comm.rank()));
   SDRT_RETURN_IF_ERROR(
-      CheckShardingCutsWholeBytes("", dtensor.dtype(), global_shape, mesh, placements));
+      internal::CheckShardingCutsWholeBytes("", dtensor.dtype(), global_shape, mesh, placements));
   SDRT_ASSIGN_OR_RETURN(const std::vector<int> order, MeshDimsToReplicate(mesh, placements));
   if (order.empty()) return dtensor.local();
 

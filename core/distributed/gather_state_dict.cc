@@ -119,8 +119,8 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
             absl::StrCat("'", leaf.path, "': the local tensor is on meta (no data to gather)"));
       }
       SDRT_RETURN_IF_ERROR(local_shape_check(leaf.path, d));
-      return CheckShardingCutsWholeBytes(leaf.path, d.dtype(), d.global_shape(), *d.mesh(),
-                                         d.placements());
+      return internal::CheckShardingCutsWholeBytes(leaf.path, d.dtype(), d.global_shape(),
+                                                   *d.mesh(), d.placements());
     }
     case ValueKind::kShardedTensor:
       for (const LocalShard& s : v.as_sharded().local_shards()) {
@@ -128,9 +128,9 @@ absl::Status ValidateLeaf(const internal::Leaf& leaf, const Communicator& comm,
           return absl::FailedPreconditionError(
               absl::StrCat("'", leaf.path, "': a local shard is on meta (no data to gather)"));
         }
-        SDRT_RETURN_IF_ERROR(CheckBoxCutsWholeBytes(leaf.path, v.as_sharded().dtype(),
-                                                    v.as_sharded().global_shape(),
-                                                    s.metadata.offsets, s.metadata.sizes));
+        SDRT_RETURN_IF_ERROR(internal::CheckBoxCutsWholeBytes(
+            leaf.path, v.as_sharded().dtype(), v.as_sharded().global_shape(), s.metadata.offsets,
+            s.metadata.sizes));
       }
       return absl::OkStatus();
     case ValueKind::kTensor:

@@ -37,7 +37,7 @@ struct ReadDest {
   internal::LocalTarget* target = nullptr;
   const CheckpointSourceTensor* tensor = nullptr;
   size_t dest = 0;
-  const ShardRuns* runs = nullptr;  // the runs the dest holds (in its ReadTensor)
+  const internal::ShardRuns* runs = nullptr;  // the runs the dest holds (in its ReadTensor)
 };
 
 // Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
@@ -45,8 +45,8 @@ struct ReadDest {
 // contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
 // ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
 // -1 otherwise (also for a sub-byte start that is not a whole byte).
-int64_t ContiguousDestByte(const internal::Segment& s, const Tensor& dest, const ShardRuns& runs,
-                           IntSpan begin, IntSpan end) {
+int64_t ContiguousDestByte(const internal::Segment& s, const Tensor& dest,
+                           const internal::ShardRuns& runs, IntSpan begin, IntSpan end) {
   if (!dest.device().is_cpu() || !dest.is_contiguous()) return -1;
   int64_t start = 0;
   for (size_t d = 0; d < runs.size(); ++d) {
@@ -91,11 +91,11 @@ absl::Status CopyOut(const internal::ReadPlan& plan, const std::vector<ReadDest>
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
     }
-    const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
+    const internal::ShardRuns runs = internal::ClipRuns(*rd.runs, begin, end);
     // A pageable box (the unaligned case) is copied out of before an asynchronous copy
     // from it returns, so it may go when this iteration ends.
-    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, dest, runs, /*to_local=*/true,
-                                  /*non_blocking=*/stream != nullptr, stream));
+    SDRT_RETURN_IF_ERROR(internal::CopyRuns(box, begin, dest, runs, /*to_local=*/true,
+                                            /*non_blocking=*/stream != nullptr, stream));
   }
   return absl::OkStatus();
 }

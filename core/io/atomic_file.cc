@@ -27,7 +27,7 @@
 #include "absl/strings/strip.h"
 #include "sdrt/tensor/status_macros.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 // Largest single write(2); Linux transfers at most 0x7ffff000 bytes per call anyway.
@@ -291,4 +291,4 @@ absl::Status WriteNewFile(const std::string& path, absl::string_view bytes) {
   return status;
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal

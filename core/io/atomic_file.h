@@ -14,6 +14,8 @@
 // Every error is an absl::Status from errno (absl::ErrnoToStatus: ENOENT
 // is NotFound, EACCES PermissionDenied, ENOSPC ResourceExhausted, ...) whose message names
 // the system call and the path.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_CORE_IO_ATOMIC_FILE_H_
 #define SDRT_CORE_IO_ATOMIC_FILE_H_
 
@@ -23,9 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // The status of a failed system call `call` on `path` with errno `err`:
 // `<call>("<path>"): <strerror>`, the code absl::ErrnoToStatus gives.
@@ -101,6 +102,6 @@ int RemoveTemporaryPaths();
 // and fsyncs it. For files inside an AtomicFolder, which is made visible as a whole.
 absl::Status WriteNewFile(const std::string& path, absl::string_view bytes);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_IO_ATOMIC_FILE_H_

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/io/internal/open_regular_file.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 absl::Status TooLarge(int64_t size, int64_t max_bytes) {
@@ -41,4 +41,4 @@ absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, int64_t max
   return text;
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal

@@ -1,6 +1,8 @@
 // Reading a small input file (index.json, PLAN.json) whole, safely: the one reader every
 // JSON or text file sdrt parses goes through. Safetensors files are mapped instead
 // (SafetensorsFile::Open), with the same refusal of files that are not regular.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_CORE_IO_BOUNDED_FILE_H_
 #define SDRT_CORE_IO_BOUNDED_FILE_H_
 
@@ -8,9 +10,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // The size limit for a JSON file sdrt reads (index.json, PLAN.json): 64 MiB, far above any
 // real one (an index of 100,000 tensors is a few MiB).
@@ -31,6 +32,6 @@ inline constexpr int64_t kMaxJsonFileBytes = int64_t{64} << 20;
 //   read failed: the errno's code, "read: <strerror>".
 absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, int64_t max_bytes);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_IO_BOUNDED_FILE_H_

@@ -109,7 +109,7 @@ absl::StatusOr<std::string> FollowSymlinks(const std::string& path) {
   std::string current = path;
   // The caller's message names `path`; a link's target is named here.
   auto fail = [&](int err, absl::string_view call) {
-    return current == path ? absl::ErrnoToStatus(err, call) : IoError(err, call, current);
+    return current == path ? absl::ErrnoToStatus(err, call) : internal::IoError(err, call, current);
   };
   for (int links = 0; links <= kMaxSymlinks; ++links) {
     struct stat st;
@@ -150,7 +150,7 @@ absl::Status WriteAll(const std::string& path, absl::Span<const SafetensorsTenso
   struct stat st;
   if (lstat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
 
-  SDRT_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(dir, base, mode));
+  SDRT_ASSIGN_OR_RETURN(internal::AtomicFile file, internal::AtomicFile::Create(dir, base, mode));
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(uint64_t{header.size()} >> (8 * i));
   SDRT_RETURN_IF_ERROR(file.Write(length, 8));

@@ -18,11 +18,12 @@
 // is int64: shards of many GB have offsets beyond 2^31 elements and bytes.
 //
 // This header has no CUDA or absl dependencies; every function is constexpr or inline.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 #define SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 
 #include <cstdint>
-#include "sdrt/export.h"
 
 #if defined(__CUDACC__)
 #define SDRT_HD __host__ __device__
@@ -30,7 +31,7 @@
 #define SDRT_HD
 #endif
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // Most dims a copy may have after adjacent contiguous dims are merged.
 inline constexpr int kMaxCopyDims = 12;
@@ -169,6 +170,6 @@ SDRT_HD inline CopyOffsets CopyPlanOffsets(const CopyPlan& plan, IndexT linear) 
   return offsets;
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_TENSOR_BACKEND_INDEX_MATH_H_

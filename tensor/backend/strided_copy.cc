@@ -129,14 +129,14 @@ namespace {
 // Runs `plan` one innermost run at a time: a memcpy when the run is contiguous in both
 // layouts, else W-byte accesses (W constant, so each memcpy is a single move).
 template <int64_t W>
-void RunCopyPlan(const CopyPlan& plan, char* dst, const char* src) {
+void RunCopyPlan(const internal::CopyPlan& plan, char* dst, const char* src) {
   const int last = plan.ndim - 1;
   const int64_t inner = plan.ndim > 0 ? plan.sizes[last] : 1;
   const int64_t dst_step = plan.ndim > 0 ? plan.dst_strides[last] * W : W;
   const int64_t src_step = plan.ndim > 0 ? plan.src_strides[last] * W : W;
   const bool contiguous = dst_step == W && src_step == W;
   for (int64_t start = 0; start < plan.numel; start += inner) {
-    const CopyOffsets offsets = CopyPlanOffsets<int64_t>(plan, start);
+    const internal::CopyOffsets offsets = internal::CopyPlanOffsets<int64_t>(plan, start);
     char* d = dst + offsets.dst * W;
     const char* s = src + offsets.src * W;
     if (contiguous) {
@@ -152,7 +152,7 @@ void RunCopyPlan(const CopyPlan& plan, char* dst, const char* src) {
 absl::Status StridedCopyHost(void* dst, const void* src, int64_t elem_size,
                              absl::Span<const int64_t> sizes, absl::Span<const int64_t> dst_strides,
                              absl::Span<const int64_t> src_strides) {
-  SDRT_ASSIGN_OR_RETURN(CopyPlan plan,
+  SDRT_ASSIGN_OR_RETURN(internal::CopyPlan plan,
                         internal::PrepareStridedCopy("StridedCopyHost", dst, src, elem_size, sizes,
                                                      dst_strides, src_strides));
   if (plan.numel == 0) return absl::OkStatus();

@@ -7,7 +7,7 @@
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 bool WholeBytes(int64_t elements, int bits) { return (elements * bits) % 8 == 0; }
@@ -104,4 +104,4 @@ absl::Status CheckBoxCutsWholeBytes(absl::string_view name, DType dtype, IntSpan
                    "] is cut inside a byte on dim ", cut, "; ", Rule(dtype)));
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal

@@ -3,6 +3,8 @@
 // ends on a byte boundary. These checks name the tensor and the cut before any byte moves;
 // the layers below (Tensor's views, the read plan, the collectives) refuse the same pieces
 // with a Status of their own.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_TENSOR_SHARDING_BYTE_CUTS_H_
 #define SDRT_TENSOR_SHARDING_BYTE_CUTS_H_
 
@@ -13,9 +15,8 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/sharding/region_copy.h"
-#include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // The first global dim at which the piece `runs` of a row-major tensor of `shape` and
 // `dtype` would begin or end a run of adjacent elements inside a byte, or -1 when it
@@ -43,6 +44,6 @@ absl::Status CheckShardingCutsWholeBytes(absl::string_view name, DType dtype, In
 absl::Status CheckBoxCutsWholeBytes(absl::string_view name, DType dtype, IntSpan shape,
                                     IntSpan offsets, IntSpan sizes);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_TENSOR_SHARDING_BYTE_CUTS_H_

@@ -133,7 +133,8 @@ absl::Status DistributeTensorInto(const Tensor& full, const DeviceMesh& mesh,
                           ComputeLocalShapeAndGlobalOffset(full.shape(), mesh, placements, rank));
   }
   const LocalShardInfo& info = known != nullptr ? *known : computed;
-  SDRT_RETURN_IF_ERROR(CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), mesh, placements));
+  SDRT_RETURN_IF_ERROR(
+      internal::CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), mesh, placements));
   SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(mesh, placements, *coord));
   if (!local.defined() || local.dtype() != full.dtype() ||
       !std::equal(local.shape().begin(), local.shape().end(), info.local_shape.begin(),
@@ -145,7 +146,7 @@ absl::Status DistributeTensorInto(const Tensor& full, const DeviceMesh& mesh,
   }
   if (fill == PartialIdentity::kNone) {
     const IntVector origin(static_cast<size_t>(full.dim()), 0);
-    return CopyRuns(full, origin, local, OwnedRuns(info), /*to_local=*/true);
+    return internal::CopyRuns(full, origin, local, internal::OwnedRuns(info), /*to_local=*/true);
   }
   // Every element is overwritten by the identity: nothing to copy first.
   return FillPartialIdentity(local, mesh, placements, *coord);

@@ -8,7 +8,7 @@
 #include "sdrt/tensor/backend/strided_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 IndexRuns RunsOfList(const std::vector<int64_t>& list) {
@@ -301,4 +301,4 @@ absl::Status CopyRuns(const PackedBlock& box, IntSpan origin, const Tensor& loca
   return HostCopyRuns(b, origin, l, ElementAlignment(local.dtype()), runs, to_local);
 }
 
-}  // namespace sdrt
+}  // namespace sdrt::internal

@@ -7,6 +7,8 @@
 //
 // Used by the gather (local piece -> full tensor), the broadcast (bucket -> local piece)
 // and the distribute (full tensor -> local piece) of core/.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_TENSOR_SHARDING_REGION_COPY_H_
 #define SDRT_TENSOR_SHARDING_REGION_COPY_H_
 
@@ -19,9 +21,8 @@
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/tensor.h"
-#include "sdrt/export.h"
 
-namespace sdrt SDRT_API {
+namespace sdrt::internal {
 
 // Global indices [global, global + length) along one dim, held at local indices
 // [local, local + length) of the shard.
@@ -96,6 +97,6 @@ absl::Status CopyRuns(const Tensor& box, IntSpan origin, const PackedBlock& loca
 absl::Status CopyRuns(const PackedBlock& box, IntSpan origin, const Tensor& local,
                       const ShardRuns& runs, bool to_local);
 
-}  // namespace sdrt
+}  // namespace sdrt::internal
 
 #endif  // SDRT_TENSOR_SHARDING_REGION_COPY_H_

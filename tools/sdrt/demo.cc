@@ -244,7 +244,7 @@ int RunDemo(const DemoArgs& args) {
   }
   // This run's work files go to a folder of its own (removed at the end, on an interrupt,
   // or by a later run once this process is gone), so any number of demos share a cache.
-  absl::StatusOr<AtomicFolder> work = AtomicFolder::Create(cache, "run");
+  absl::StatusOr<internal::AtomicFolder> work = internal::AtomicFolder::Create(cache, "run");
   if (!work.ok()) return fail(work.status());
   std::vector<Row> rows;
   for (const auto& [plan, mesh] : plans) {

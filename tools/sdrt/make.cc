@@ -47,7 +47,7 @@ absl::Status CheckFreeSpace(const std::string& out, absl::Span<const Safetensors
                           : slash == 0                ? "/"
                                                       : out.substr(0, slash);
   struct statvfs fs;
-  if (statvfs(dir.c_str(), &fs) != 0) return IoError(errno, "statvfs", dir);
+  if (statvfs(dir.c_str(), &fs) != 0) return internal::IoError(errno, "statvfs", dir);
   const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
   const uint64_t blocks_needed = (static_cast<uint64_t>(needed) + block - 1) / block;
   if (fs.f_bavail >= blocks_needed) return absl::OkStatus();

@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -118,4 +118,4 @@ TEST(AtomicFolder, RemoveTemporaryPathsRemovesAFolderAnotherThreadWritesInto) {
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

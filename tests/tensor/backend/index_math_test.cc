@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 using Int128 = __int128;
@@ -226,4 +226,4 @@ TEST(CopyPlanOffsetsTest, ThirtyTwoBitIndexGivesSixtyFourBitOffsets) {
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

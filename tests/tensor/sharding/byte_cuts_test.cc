@@ -10,7 +10,7 @@
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 using ::testing::HasSubstr;
@@ -90,4 +90,4 @@ TEST(ByteCuts, DistributeTensorMovesWholeBytesAndRefusesCuts) {
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/tests/support/test_util.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 using ::testing::ElementsAre;
@@ -316,4 +316,4 @@ TEST(RegionCopy, OutOfRangeRunsAreErrorsAndCopyNothing) {
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

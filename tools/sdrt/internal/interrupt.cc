@@ -40,7 +40,7 @@ void OnBusError(int signo, siginfo_t*, void*) {
   while (read(g_wake[0], &signo, 1) != 1) {
     if (errno != EINTR) pause();  // the pipe failed: wait for the process to end otherwise
   }
-  const int removed = RemoveTemporaryPaths();
+  const int removed = internal::RemoveTemporaryPaths();
   if (signo == SIGBUS) {
     std::fprintf(stderr,
                  "sdrt: an input file became shorter while it was read (SIGBUS: another "

@@ -24,7 +24,7 @@ struct RankPiece {
   int64_t rank = 0;
   IntVector coordinate;
   IntVector local_shape;
-  ShardRuns runs;  // per dim, global runs
+  internal::ShardRuns runs;  // per dim, global runs
 };
 
 absl::StatusOr<std::vector<RankPiece>> Pieces(const TensorLayout& layout, const DeviceMesh& mesh) {
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<RankPiece>> Pieces(const TensorLayout& layout, const 
     piece.rank = rank;
     piece.coordinate = *mesh.Coordinate(rank);
     piece.local_shape = info->local_shape;
-    piece.runs = OwnedRuns(*info);
+    piece.runs = internal::OwnedRuns(*info);
     pieces.push_back(std::move(piece));
   }
   return pieces;
@@ -50,9 +50,9 @@ absl::StatusOr<std::vector<RankPiece>> Pieces(const TensorLayout& layout, const 
 std::string Interval(int64_t begin, int64_t end) { return absl::StrCat("[", begin, ", ", end, ")"); }
 
 // "[0, 4) [8, 12)", or "none" for a dim with nothing owned.
-std::string RunsText(const IndexRuns& runs) {
+std::string RunsText(const internal::IndexRuns& runs) {
   std::vector<std::string> parts;
-  for (const IndexRun& run : runs) {
+  for (const internal::IndexRun& run : runs) {
     if (run.length > 0) parts.push_back(Interval(run.global, run.global + run.length));
   }
   return parts.empty() ? "none" : absl::StrJoin(parts, " ");
@@ -68,7 +68,7 @@ std::string Header(const TensorLayout& layout, const DeviceMesh& mesh) {
 std::vector<int64_t> Cuts(const std::vector<RankPiece>& pieces, int dim, int64_t size) {
   std::set<int64_t> cuts = {0, size};
   for (const RankPiece& p : pieces) {
-    for (const IndexRun& run : p.runs[static_cast<size_t>(dim)]) {
+    for (const internal::IndexRun& run : p.runs[static_cast<size_t>(dim)]) {
       if (run.length == 0) continue;
       cuts.insert(run.global);
       cuts.insert(run.global + run.length);
@@ -77,8 +77,8 @@ std::vector<int64_t> Cuts(const std::vector<RankPiece>& pieces, int dim, int64_t
   return std::vector<int64_t>(cuts.begin(), cuts.end());
 }
 
-bool Owns(const IndexRuns& runs, int64_t begin, int64_t end) {
-  for (const IndexRun& run : runs) {
+bool Owns(const internal::IndexRuns& runs, int64_t begin, int64_t end) {
+  for (const internal::IndexRun& run : runs) {
     if (run.length > 0 && run.global <= begin && end <= run.global + run.length) return true;
   }
   return false;
@@ -183,7 +183,7 @@ absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const Devic
     if (listed++ == kMaxLayoutRanks) break;
     std::vector<std::string> row = {absl::StrCat(p.rank), ShapeToString(p.coordinate),
                                     ShapeToString(p.local_shape)};
-    for (const IndexRuns& runs : p.runs) row.push_back(RunsText(runs));
+    for (const internal::IndexRuns& runs : p.runs) row.push_back(RunsText(runs));
     table.AddRow(std::move(row));
   }
   table.Print(out);
@@ -207,9 +207,9 @@ absl::StatusOr<nlohmann::ordered_json> LayoutJson(const TensorLayout& layout,
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const RankPiece& p : *pieces) {
     nlohmann::ordered_json runs = nlohmann::ordered_json::array();
-    for (const IndexRuns& dim : p.runs) {
+    for (const internal::IndexRuns& dim : p.runs) {
       nlohmann::ordered_json list = nlohmann::ordered_json::array();
-      for (const IndexRun& run : dim) {
+      for (const internal::IndexRun& run : dim) {
         if (run.length > 0) list.push_back({run.global, run.global + run.length});
       }
       runs.push_back(std::move(list));

@@ -25,7 +25,7 @@ namespace {
 // realpath(3) of `path`; the errno's status naming it.
 absl::StatusOr<std::string> RealPath(const std::string& path) {
   std::unique_ptr<char, decltype(&free)> resolved(realpath(path.c_str(), nullptr), &free);
-  if (resolved == nullptr) return IoError(errno, "realpath", path);
+  if (resolved == nullptr) return internal::IoError(errno, "realpath", path);
   return std::string(resolved.get());
 }
 
@@ -121,7 +121,7 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
                        "replace the file the link points at): remove it or name another path"));
     }
   } else if (errno != ENOENT) {
-    return IoError(errno, "lstat", trimmed);
+    return internal::IoError(errno, "lstat", trimmed);
   }
   absl::StatusOr<std::string> resolved_folder = RealPath(folder);
   if (!resolved_folder.ok()) {
@@ -157,7 +157,7 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
 absl::Status CheckReplaceableSafetensors(const std::string& out, bool overwrite) {
   struct stat st;
   if (lstat(out.c_str(), &st) != 0) {
-    return errno == ENOENT ? absl::OkStatus() : IoError(errno, "lstat", out);
+    return errno == ENOENT ? absl::OkStatus() : internal::IoError(errno, "lstat", out);
   }
   const auto refuse = [&](absl::string_view why) {
     return absl::AlreadyExistsError(absl::StrCat(

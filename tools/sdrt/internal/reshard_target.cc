@@ -48,7 +48,7 @@ absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const std::string& mesh_spec,
     ShardedCheckpointTensor t = s;
     SDRT_ASSIGN_OR_RETURN(t.placements, plan.PlacementsFor(s.name, s.shape, *index.mesh));
     SDRT_RETURN_IF_ERROR(
-        CheckShardingCutsWholeBytes(s.name, s.dtype, s.shape, *index.mesh, t.placements));
+        internal::CheckShardingCutsWholeBytes(s.name, s.dtype, s.shape, *index.mesh, t.placements));
     index.tensors.push_back(std::move(t));
   }
   return index;

@@ -102,7 +102,8 @@ void ExpectWholeByteBoxes(const ReshardPlan& plan) {
       for (const internal::ReshardMove& move : m.moves) {
         IntVector size(move.begin.size());
         for (size_t d = 0; d < size.size(); ++d) size[d] = move.end[d] - move.begin[d];
-        EXPECT_EQ(FirstSubByteCut(t.dtype, t.shape, BoxRuns(move.begin, size)), -1)
+        EXPECT_EQ(internal::FirstSubByteCut(t.dtype, t.shape, internal::BoxRuns(move.begin, size)),
+                  -1)
             << t.name << " box at " << ShapeToString(move.begin);
       }
     }

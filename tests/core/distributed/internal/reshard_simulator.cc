@@ -138,7 +138,7 @@ namespace {
 bool Holds(const ReshardPiece& piece, IntSpan index) {
   for (size_t d = 0; d < index.size(); ++d) {
     bool in = false;
-    for (const IndexRun& r : piece.runs[d]) {
+    for (const internal::IndexRun& r : piece.runs[d]) {
       in = in || (index[d] >= r.global && index[d] < r.global + r.length);
     }
     if (!in) return false;
@@ -155,7 +155,7 @@ int64_t BruteForceOptimumBytes(const ReshardTensorPlan& tensor) {
     std::vector<std::vector<int64_t>> owned(ndim);
     bool empty = false;
     for (size_t d = 0; d < ndim; ++d) {
-      for (const IndexRun& r : dst.runs[d]) {
+      for (const internal::IndexRun& r : dst.runs[d]) {
         for (int64_t i = 0; i < r.length; ++i) owned[d].push_back(r.global + i);
       }
       empty = empty || owned[d].empty();

@@ -13,12 +13,12 @@ namespace sdrt {
 namespace {
 
 // A run of consecutive indices [start, start + size), size > 0.
-struct internal::IndexRun {
+struct IndexRun {
   int64_t start;
   int64_t size;
 };
 // An owned index set in local order (Note [Owned index sets]); empty when nothing is owned.
-using Runs = absl::InlinedVector<internal::IndexRun, 2>;
+using Runs = absl::InlinedVector<IndexRun, 2>;
 
 // Appends a run, merging it into the last one when it continues it; drops empty runs.
 void AppendRun(Runs& runs, int64_t start, int64_t size) {
@@ -53,11 +53,11 @@ Runs PiecePositions(const Placement& p, int64_t n, int64_t k, int64_t r) {
 // composition idx[d] = [idx[d][i] for i in mine] of docs/SEMANTICS.md 1.5, on runs.
 Runs Compose(const Runs& owned, const Runs& positions) {
   Runs result;
-  for (const internal::IndexRun& want : positions) {
+  for (const IndexRun& want : positions) {
     int64_t pos = want.start;  // next local position still to map
     int64_t left = want.size;
     int64_t base = 0;  // local position of the first index of `run`
-    for (const internal::IndexRun& run : owned) {
+    for (const IndexRun& run : owned) {
       if (left == 0) break;
       if (pos < base + run.size) {
         int64_t take = std::min(left, base + run.size - pos);
@@ -74,7 +74,7 @@ Runs Compose(const Runs& owned, const Runs& positions) {
 
 int64_t RunsSize(const Runs& runs) {
   int64_t size = 0;
-  for (const internal::IndexRun& run : runs) size += run.size;
+  for (const IndexRun& run : runs) size += run.size;
   return size;
 }
 
@@ -138,7 +138,7 @@ int64_t StridedShardSize(int64_t n, int64_t k, int64_t split_factor, int64_t r) 
 std::vector<int64_t> StridedShardIndices(int64_t n, int64_t k, int64_t split_factor, int64_t r) {
   std::vector<int64_t> indices;
   indices.reserve(static_cast<size_t>(StridedShardSize(n, k, split_factor, r)));
-  for (const internal::IndexRun& run : PiecePositions(Placement::StridedShard(0, split_factor), n, k, r)) {
+  for (const IndexRun& run : PiecePositions(Placement::StridedShard(0, split_factor), n, k, r)) {
     for (int64_t i = 0; i < run.size; ++i) indices.push_back(run.start + i);
   }
   return indices;
@@ -195,7 +195,7 @@ absl::StatusOr<LocalShardInfo> ComputeLocalShapeAndGlobalOffset(
     info.is_slice = false;
     std::vector<int64_t>& list = info.index_lists[d];
     list.reserve(static_cast<size_t>(info.local_shape[d]));
-    for (const internal::IndexRun& run : runs) {
+    for (const IndexRun& run : runs) {
       for (int64_t j = 0; j < run.size; ++j) list.push_back(run.start + j);
     }
   }

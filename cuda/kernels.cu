@@ -43,7 +43,8 @@ constexpr int64_t kTile = int64_t{kThreads} * kUnroll;
 
 template <typename T, typename IndexT>
 __global__ void __launch_bounds__(kThreads)
-    StridedCopyKernel(const internal::CopyPlan plan, T* __restrict__ dst, const T* __restrict__ src) {
+    StridedCopyKernel(const internal::CopyPlan plan, T* __restrict__ dst,
+                      const T* __restrict__ src) {
   const IndexT numel = static_cast<IndexT>(plan.numel);
   const IndexT step = static_cast<IndexT>(gridDim.x) * static_cast<IndexT>(kTile);
   for (IndexT base = static_cast<IndexT>(blockIdx.x) * static_cast<IndexT>(kTile) + threadIdx.x;

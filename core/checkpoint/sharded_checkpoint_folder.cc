@@ -41,7 +41,8 @@ absl::StatusOr<ShardedCheckpointFolder> ShardedCheckpointFolder::Begin(
   SDRT_RETURN_IF_ERROR(internal::CheckIndexWritable(index, source_name, out_dir));
   SDRT_ASSIGN_OR_RETURN(internal::CheckpointTarget where,
                         internal::PrepareCheckpointTarget(out_dir, overwrite));
-  SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp, internal::AtomicFolder::Create(where.parent, where.base));
+  SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp,
+                        internal::AtomicFolder::Create(where.parent, where.base));
   index.dir = out_dir;
   return ShardedCheckpointFolder(
       std::unique_ptr<State>(new State{std::move(index), std::move(where), std::move(tmp)}));
@@ -49,8 +50,8 @@ absl::StatusOr<ShardedCheckpointFolder> ShardedCheckpointFolder::Begin(
 
 absl::Status ShardedCheckpointFolder::Finish() {
   SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(state_->index));
-  SDRT_RETURN_IF_ERROR(
-      internal::WriteNewFile(absl::StrCat(state_->tmp.path(), "/", kShardedCheckpointIndexName), json));
+  SDRT_RETURN_IF_ERROR(internal::WriteNewFile(
+      absl::StrCat(state_->tmp.path(), "/", kShardedCheckpointIndexName), json));
   return state_->tmp.Install(state_->where.parent, state_->where.target, state_->where.exchange);
 }
 

@@ -14,6 +14,8 @@
 // Every error is an absl::Status from errno (absl::ErrnoToStatus: ENOENT
 // is NotFound, EACCES PermissionDenied, ENOSPC ResourceExhausted, ...) whose message names
 // the system call and the path.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_CORE_IO_ATOMIC_FILE_H_
 #define SDRT_CORE_IO_ATOMIC_FILE_H_
 
@@ -23,7 +25,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sdrt/export.h"
 
 namespace sdrt::internal {
 

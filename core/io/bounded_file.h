@@ -1,6 +1,8 @@
 // Reading a small input file (index.json, PLAN.json) whole, safely: the one reader every
 // JSON or text file sdrt parses goes through. Safetensors files are mapped instead
 // (SafetensorsFile::Open), with the same refusal of files that are not regular.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_CORE_IO_BOUNDED_FILE_H_
 #define SDRT_CORE_IO_BOUNDED_FILE_H_
 
@@ -8,7 +10,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "sdrt/export.h"
 
 namespace sdrt::internal {
 

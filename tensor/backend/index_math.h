@@ -18,11 +18,12 @@
 // is int64: shards of many GB have offsets beyond 2^31 elements and bytes.
 //
 // This header has no CUDA or absl dependencies; every function is constexpr or inline.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 #define SDRT_TENSOR_BACKEND_INDEX_MATH_H_
 
 #include <cstdint>
-#include "sdrt/export.h"
 
 #if defined(__CUDACC__)
 #define SDRT_HD __host__ __device__

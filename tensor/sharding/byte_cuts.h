@@ -3,6 +3,8 @@
 // ends on a byte boundary. These checks name the tensor and the cut before any byte moves;
 // the layers below (Tensor's views, the read plan, the collectives) refuse the same pieces
 // with a Status of their own.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_TENSOR_SHARDING_BYTE_CUTS_H_
 #define SDRT_TENSOR_SHARDING_BYTE_CUTS_H_
 
@@ -13,7 +15,6 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/sharding/region_copy.h"
-#include "sdrt/export.h"
 
 namespace sdrt::internal {
 

@@ -133,7 +133,8 @@ absl::Status DistributeTensorInto(const Tensor& full, const DeviceMesh& mesh,
                           ComputeLocalShapeAndGlobalOffset(full.shape(), mesh, placements, rank));
   }
   const LocalShardInfo& info = known != nullptr ? *known : computed;
-  SDRT_RETURN_IF_ERROR(internal::CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), mesh, placements));
+  SDRT_RETURN_IF_ERROR(
+      internal::CheckShardingCutsWholeBytes("", full.dtype(), full.shape(), mesh, placements));
   SDRT_ASSIGN_OR_RETURN(const PartialIdentity fill, PartialIdentityOf(mesh, placements, *coord));
   if (!local.defined() || local.dtype() != full.dtype() ||
       !std::equal(local.shape().begin(), local.shape().end(), info.local_shape.begin(),

@@ -7,6 +7,8 @@
 //
 // Used by the gather (local piece -> full tensor), the broadcast (bucket -> local piece)
 // and the distribute (full tensor -> local piece) of core/.
+// Not API: plumbing shared across folders, in namespace sdrt::internal (hidden, never in
+// libsdrt.so's exported symbols).
 #ifndef SDRT_TENSOR_SHARDING_REGION_COPY_H_
 #define SDRT_TENSOR_SHARDING_REGION_COPY_H_
 
@@ -19,7 +21,6 @@
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/tensor.h"
-#include "sdrt/export.h"
 
 namespace sdrt::internal {
 

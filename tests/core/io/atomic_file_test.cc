@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -42,7 +42,7 @@ std::vector<std::string> Names(const std::string& dir) {
   return out;
 }
 
-TEST(internal::AtomicFile, CreateSweepsOnlyDeadOwnersTemporariesOfTheSameTarget) {
+TEST(AtomicFile, CreateSweepsOnlyDeadOwnersTemporariesOfTheSameTarget) {
   const std::string dir = test::FreshDir("atomic_file_sweep");
   const std::string dead = absl::StrCat(DeadPid());
   const std::string live = absl::StrCat(getppid());
@@ -63,7 +63,7 @@ TEST(internal::AtomicFile, CreateSweepsOnlyDeadOwnersTemporariesOfTheSameTarget)
   fs::create_directories(dir + "/" + swept[1] + "/inner");  // a folder, with contents
   for (const std::string& name : kept) std::ofstream(dir + "/" + name) << "x";
 
-  absl::StatusOr<internal::AtomicFile> file = internal::AtomicFile::Create(dir, "t.st");
+  absl::StatusOr<AtomicFile> file = AtomicFile::Create(dir, "t.st");
   ASSERT_TRUE(file.ok()) << file.status();
   std::vector<std::string> want = kept;
   want.push_back(fs::path(file->path()).filename().string());
@@ -71,24 +71,24 @@ TEST(internal::AtomicFile, CreateSweepsOnlyDeadOwnersTemporariesOfTheSameTarget)
   EXPECT_EQ(Names(dir), want);
 
   // The live temporary file is this process's: RemoveTemporaryPaths removes it (and only it).
-  EXPECT_EQ(internal::RemoveTemporaryPaths(), 1);
+  EXPECT_EQ(RemoveTemporaryPaths(), 1);
   EXPECT_FALSE(fs::exists(file->path()));
   std::vector<std::string> rest = kept;
   std::sort(rest.begin(), rest.end());
   EXPECT_EQ(Names(dir), rest);
-  EXPECT_EQ(internal::RemoveTemporaryPaths(), 0);
+  EXPECT_EQ(RemoveTemporaryPaths(), 0);
 }
 
-TEST(internal::AtomicFolder, CreateSweepsDeadOwnersFoldersAndCommittedPathsAreNotTemporary) {
+TEST(AtomicFolder, CreateSweepsDeadOwnersFoldersAndCommittedPathsAreNotTemporary) {
   const std::string dir = test::FreshDir("atomic_folder_sweep");
   const std::string dead = absl::StrCat(DeadPid());
   fs::create_directories(dir + "/.ckpt.tmp." + dead + ".1f/sub");
   fs::create_directories(dir + "/.ckpt.old.tmp." + dead + ".2e/old");
-  absl::StatusOr<internal::AtomicFolder> folder = internal::AtomicFolder::Create(dir, "ckpt");
+  absl::StatusOr<AtomicFolder> folder = AtomicFolder::Create(dir, "ckpt");
   ASSERT_TRUE(folder.ok()) << folder.status();
   EXPECT_EQ(Names(dir), std::vector<std::string>{fs::path(folder->path()).filename().string()});
   ASSERT_TRUE(folder->Install(dir, dir + "/ckpt", /*replace_existing=*/false).ok());
-  EXPECT_EQ(internal::RemoveTemporaryPaths(), 0);  // installed: no longer temporary
+  EXPECT_EQ(RemoveTemporaryPaths(), 0);  // installed: no longer temporary
   EXPECT_EQ(Names(dir), std::vector<std::string>{"ckpt"});
 }
 
@@ -96,10 +96,10 @@ TEST(internal::AtomicFolder, CreateSweepsDeadOwnersFoldersAndCommittedPathsAreNo
 // watcher removes it: the removal is repeated until the folder is gone. With a single pass
 // the folder was left behind, holding a file created meanwhile ("not empty"), within the
 // first two of these rounds on a 2-core machine.
-TEST(internal::AtomicFolder, RemoveTemporaryPathsRemovesAFolderAnotherThreadWritesInto) {
+TEST(AtomicFolder, RemoveTemporaryPathsRemovesAFolderAnotherThreadWritesInto) {
   const std::string dir = test::FreshDir("atomic_folder_busy");
   for (int round = 0; round < 50; ++round) {
-    absl::StatusOr<internal::AtomicFolder> folder = internal::AtomicFolder::Create(dir, "busy");
+    absl::StatusOr<AtomicFolder> folder = AtomicFolder::Create(dir, "busy");
     ASSERT_TRUE(folder.ok()) << folder.status();
     std::atomic<bool> stop{false};
     std::atomic<int> created{0};
@@ -109,7 +109,7 @@ TEST(internal::AtomicFolder, RemoveTemporaryPathsRemovesAFolderAnotherThreadWrit
       }
     });
     while (created < 20) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    EXPECT_EQ(internal::RemoveTemporaryPaths(), 1);
+    EXPECT_EQ(RemoveTemporaryPaths(), 1);
     const std::vector<std::string> left = Names(dir);  // before the writer stops
     stop = true;
     writer.join();
@@ -118,4 +118,4 @@ TEST(internal::AtomicFolder, RemoveTemporaryPathsRemovesAFolderAnotherThreadWrit
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

@@ -11,44 +11,44 @@
 #include <utility>
 #include <vector>
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 using Int128 = __int128;
 
-internal::CopyPlan Build(int64_t elem_size, std::vector<int64_t> sizes, std::vector<int64_t> dst_strides,
+CopyPlan Build(int64_t elem_size, std::vector<int64_t> sizes, std::vector<int64_t> dst_strides,
                std::vector<int64_t> src_strides, uintptr_t dst_address = 0x10000,
                uintptr_t src_address = 0x20000, int* merged = nullptr) {
-  internal::CopyPlan plan;
+  CopyPlan plan;
   const int m =
-      internal::BuildCopyPlan(elem_size, static_cast<int>(sizes.size()), sizes.data(), dst_strides.data(),
+      BuildCopyPlan(elem_size, static_cast<int>(sizes.size()), sizes.data(), dst_strides.data(),
                     src_strides.data(), dst_address, src_address, &plan);
   if (merged != nullptr) *merged = m;
   return plan;
 }
 
-std::vector<int64_t> Sizes(const internal::CopyPlan& plan) {
+std::vector<int64_t> Sizes(const CopyPlan& plan) {
   return std::vector<int64_t>(plan.sizes, plan.sizes + plan.ndim);
 }
-std::vector<int64_t> DstStrides(const internal::CopyPlan& plan) {
+std::vector<int64_t> DstStrides(const CopyPlan& plan) {
   return std::vector<int64_t>(plan.dst_strides, plan.dst_strides + plan.ndim);
 }
-std::vector<int64_t> SrcStrides(const internal::CopyPlan& plan) {
+std::vector<int64_t> SrcStrides(const CopyPlan& plan) {
   return std::vector<int64_t>(plan.src_strides, plan.src_strides + plan.ndim);
 }
 
 TEST(WidestAccessWidthTest, PicksLargestPowerOfTwoDivisor) {
-  EXPECT_EQ(internal::WidestAccessWidth(0), 16);
-  EXPECT_EQ(internal::WidestAccessWidth(32), 16);
-  EXPECT_EQ(internal::WidestAccessWidth(24), 8);
-  EXPECT_EQ(internal::WidestAccessWidth(0x1004), 4);
-  EXPECT_EQ(internal::WidestAccessWidth(6), 2);
-  EXPECT_EQ(internal::WidestAccessWidth(7), 1);
+  EXPECT_EQ(WidestAccessWidth(0), 16);
+  EXPECT_EQ(WidestAccessWidth(32), 16);
+  EXPECT_EQ(WidestAccessWidth(24), 8);
+  EXPECT_EQ(WidestAccessWidth(0x1004), 4);
+  EXPECT_EQ(WidestAccessWidth(6), 2);
+  EXPECT_EQ(WidestAccessWidth(7), 1);
 }
 
 TEST(BuildCopyPlanTest, ContiguousMergesToOneDimOfWidestAccesses) {
   // 33*17*2*4 = 4488 bytes: a multiple of 8 but not of 16.
-  const internal::CopyPlan plan = Build(4, {33, 17, 2, 1}, {34, 2, 1, 1}, {34, 2, 1, 7});
+  const CopyPlan plan = Build(4, {33, 17, 2, 1}, {34, 2, 1, 1}, {34, 2, 1, 7});
   EXPECT_EQ(plan.width, 8);
   EXPECT_EQ(plan.ndim, 1);
   EXPECT_EQ(plan.numel, 561);
@@ -58,14 +58,14 @@ TEST(BuildCopyPlanTest, ContiguousMergesToOneDimOfWidestAccesses) {
 }
 
 TEST(BuildCopyPlanTest, SixteenByteAccessesForAlignedRuns) {
-  const internal::CopyPlan plan = Build(4, {64}, {1}, {1});
+  const CopyPlan plan = Build(4, {64}, {1}, {1});
   EXPECT_EQ(plan.width, 16);
   EXPECT_EQ(Sizes(plan), (std::vector<int64_t>{16}));
 }
 
 TEST(BuildCopyPlanTest, TransposeKeepsElementWidth) {
   // dst contiguous [4, 6], src its transpose's view: strides {1, 4}.
-  const internal::CopyPlan plan = Build(2, {4, 6}, {6, 1}, {1, 4});
+  const CopyPlan plan = Build(2, {4, 6}, {6, 1}, {1, 4});
   EXPECT_EQ(plan.width, 2);
   EXPECT_EQ(Sizes(plan), (std::vector<int64_t>{4, 6}));
   EXPECT_EQ(DstStrides(plan), (std::vector<int64_t>{6, 1}));
@@ -75,7 +75,7 @@ TEST(BuildCopyPlanTest, TransposeKeepsElementWidth) {
 
 TEST(BuildCopyPlanTest, NarrowKeepsRowsAndWidensAccesses) {
   // Columns [2, 8) of a contiguous [8, 10] float tensor into a contiguous [8, 6].
-  const internal::CopyPlan plan = Build(4, {8, 6}, {6, 1}, {10, 1}, 0x10000, 0x20000 + 2 * 4);
+  const CopyPlan plan = Build(4, {8, 6}, {6, 1}, {10, 1}, 0x10000, 0x20000 + 2 * 4);
   EXPECT_EQ(plan.width, 8);
   EXPECT_EQ(Sizes(plan), (std::vector<int64_t>{8, 3}));
   EXPECT_EQ(DstStrides(plan), (std::vector<int64_t>{3, 1}));
@@ -83,13 +83,13 @@ TEST(BuildCopyPlanTest, NarrowKeepsRowsAndWidensAccesses) {
 }
 
 TEST(BuildCopyPlanTest, MisalignedAddressNarrowsAccesses) {
-  const internal::CopyPlan contiguous = Build(4, {10}, {1}, {1}, 0x10000, 0x20002);
+  const CopyPlan contiguous = Build(4, {10}, {1}, {1}, 0x10000, 0x20002);
   EXPECT_EQ(contiguous.width, 2);
   EXPECT_EQ(Sizes(contiguous), (std::vector<int64_t>{20}));
 
   // 8-byte elements at a 4-byte aligned address, transposed: each element becomes an
   // innermost dim of two 4-byte accesses.
-  const internal::CopyPlan transposed = Build(8, {3, 5}, {5, 1}, {1, 3}, 0x10000, 0x20004);
+  const CopyPlan transposed = Build(8, {3, 5}, {5, 1}, {1, 3}, 0x10000, 0x20004);
   EXPECT_EQ(transposed.width, 4);
   EXPECT_EQ(Sizes(transposed), (std::vector<int64_t>{3, 5, 2}));
   EXPECT_EQ(DstStrides(transposed), (std::vector<int64_t>{10, 2, 1}));
@@ -98,14 +98,14 @@ TEST(BuildCopyPlanTest, MisalignedAddressNarrowsAccesses) {
 
 TEST(BuildCopyPlanTest, OddStridesForceByteAccesses) {
   // Bytes at stride 3: every access is one byte even though the addresses are aligned.
-  const internal::CopyPlan plan = Build(1, {5}, {1}, {3});
+  const CopyPlan plan = Build(1, {5}, {1}, {3});
   EXPECT_EQ(plan.width, 1);
   EXPECT_EQ(Sizes(plan), (std::vector<int64_t>{5}));
   EXPECT_EQ(SrcStrides(plan), (std::vector<int64_t>{3}));
 }
 
 TEST(BuildCopyPlanTest, DropsSizeOneDimsWhateverTheirStrides) {
-  const internal::CopyPlan plan = Build(2, {1, 5, 1, 3}, {99, 3, 7, 1}, {1, 3, 1000, 1});
+  const CopyPlan plan = Build(2, {1, 5, 1, 3}, {99, 3, 7, 1}, {1, 3, 1000, 1});
   EXPECT_EQ(plan.ndim, 1);
   EXPECT_EQ(plan.width, 2);
   EXPECT_EQ(Sizes(plan), (std::vector<int64_t>{15}));
@@ -113,7 +113,7 @@ TEST(BuildCopyPlanTest, DropsSizeOneDimsWhateverTheirStrides) {
 
 TEST(BuildCopyPlanTest, BroadcastSourceStaysStrided) {
   // Rows of src repeated: src stride 0 along dim 0.
-  const internal::CopyPlan plan = Build(4, {5, 8}, {8, 1}, {0, 1});
+  const CopyPlan plan = Build(4, {5, 8}, {8, 1}, {0, 1});
   EXPECT_EQ(plan.width, 16);
   EXPECT_EQ(Sizes(plan), (std::vector<int64_t>{5, 2}));
   EXPECT_EQ(DstStrides(plan), (std::vector<int64_t>{2, 1}));
@@ -121,17 +121,17 @@ TEST(BuildCopyPlanTest, BroadcastSourceStaysStrided) {
 }
 
 TEST(BuildCopyPlanTest, ScalarsAndEmptyCopies) {
-  const internal::CopyPlan scalar = Build(8, {}, {}, {});
+  const CopyPlan scalar = Build(8, {}, {}, {});
   EXPECT_EQ(scalar.ndim, 0);
   EXPECT_EQ(scalar.width, 8);
   EXPECT_EQ(scalar.numel, 1);
 
-  const internal::CopyPlan byte = Build(1, {1, 1}, {1, 1}, {1, 1});
+  const CopyPlan byte = Build(1, {1, 1}, {1, 1}, {1, 1});
   EXPECT_EQ(byte.ndim, 0);
   EXPECT_EQ(byte.width, 1);
   EXPECT_EQ(byte.numel, 1);
 
-  const internal::CopyPlan empty = Build(4, {3, 0, 5}, {0, 5, 1}, {0, 5, 1});
+  const CopyPlan empty = Build(4, {3, 0, 5}, {0, 5, 1}, {0, 5, 1});
   EXPECT_EQ(empty.numel, 0);
 }
 
@@ -151,14 +151,14 @@ TEST(BuildCopyPlanTest, CountsDimsLeftAfterMerging) {
   dst_strides.pop_back();
   src_strides.pop_back();
   for (auto& s : dst_strides) s /= 2;
-  const internal::CopyPlan plan = Build(4, sizes, dst_strides, src_strides, 0x10000, 0x20000, &merged);
+  const CopyPlan plan = Build(4, sizes, dst_strides, src_strides, 0x10000, 0x20000, &merged);
   EXPECT_EQ(merged, 12);
   EXPECT_EQ(plan.ndim, 12);
   EXPECT_EQ(plan.numel, 4096);
 }
 
 // Reference offsets of access `linear`, in 128-bit arithmetic.
-void ReferenceOffsets(const internal::CopyPlan& plan, Int128 linear, Int128* dst, Int128* src) {
+void ReferenceOffsets(const CopyPlan& plan, Int128 linear, Int128* dst, Int128* src) {
   *dst = 0;
   *src = 0;
   for (int d = plan.ndim - 1; d >= 0; --d) {
@@ -174,7 +174,7 @@ TEST(CopyPlanOffsetsTest, OffsetsBeyond2To31ElementsAndBytes) {
   // offsets reach ~2^33 elements, 2^34 bytes. Addresses are fake; nothing is read.
   const int64_t rows = int64_t{1} << 20, cols = int64_t{1} << 12;
   const int64_t src_row = cols + 3, src_plane = (rows + 5) * src_row;
-  const internal::CopyPlan plan = Build(2, {3, rows, cols}, {rows * cols, cols, 1}, {src_plane, src_row, 1});
+  const CopyPlan plan = Build(2, {3, rows, cols}, {rows * cols, cols, 1}, {src_plane, src_row, 1});
   ASSERT_EQ(plan.ndim, 3);
   ASSERT_EQ(plan.width, 2);
   ASSERT_EQ(plan.numel, 3 * rows * cols);
@@ -185,11 +185,11 @@ TEST(CopyPlanOffsetsTest, OffsetsBeyond2To31ElementsAndBytes) {
   for (int64_t linear : samples) {
     Int128 dst = 0, src = 0;
     ReferenceOffsets(plan, linear, &dst, &src);
-    const internal::CopyOffsets offsets = internal::CopyPlanOffsets<int64_t>(plan, linear);
+    const CopyOffsets offsets = CopyPlanOffsets<int64_t>(plan, linear);
     EXPECT_EQ(offsets.dst, static_cast<int64_t>(dst)) << "linear " << linear;
     EXPECT_EQ(offsets.src, static_cast<int64_t>(src)) << "linear " << linear;
   }
-  const internal::CopyOffsets last = internal::CopyPlanOffsets<int64_t>(plan, plan.numel - 1);
+  const CopyOffsets last = CopyPlanOffsets<int64_t>(plan, plan.numel - 1);
   EXPECT_GT(last.src, int64_t{1} << 33);
   EXPECT_EQ(last.src, 2 * src_plane + (rows - 1) * src_row + cols - 1);
 }
@@ -197,7 +197,7 @@ TEST(CopyPlanOffsetsTest, OffsetsBeyond2To31ElementsAndBytes) {
 TEST(CopyPlanOffsetsTest, ThirtyTwoBitIndexGivesSixtyFourBitOffsets) {
   // Few accesses (the kernels' 32-bit index path) at huge strides, 16-byte accesses:
   // byte offsets near 2^46.
-  internal::CopyPlan plan;
+  CopyPlan plan;
   plan.ndim = 3;
   plan.width = 16;
   plan.sizes[0] = 3;
@@ -215,15 +215,15 @@ TEST(CopyPlanOffsetsTest, ThirtyTwoBitIndexGivesSixtyFourBitOffsets) {
     const int64_t linear = k == 0 ? plan.numel - 1 : static_cast<int64_t>(gen() % plan.numel);
     Int128 dst = 0, src = 0;
     ReferenceOffsets(plan, linear, &dst, &src);
-    const internal::CopyOffsets wide = internal::CopyPlanOffsets<int64_t>(plan, linear);
-    const internal::CopyOffsets narrow = internal::CopyPlanOffsets<uint32_t>(plan, static_cast<uint32_t>(linear));
+    const CopyOffsets wide = CopyPlanOffsets<int64_t>(plan, linear);
+    const CopyOffsets narrow = CopyPlanOffsets<uint32_t>(plan, static_cast<uint32_t>(linear));
     EXPECT_EQ(wide.src, static_cast<int64_t>(src));
     EXPECT_EQ(wide.dst, static_cast<int64_t>(dst));
     EXPECT_EQ(narrow.src, wide.src);
     EXPECT_EQ(narrow.dst, wide.dst);
   }
-  EXPECT_GT(internal::CopyPlanOffsets<uint32_t>(plan, plan.numel - 1).src * plan.width, int64_t{1} << 45);
+  EXPECT_GT(CopyPlanOffsets<uint32_t>(plan, plan.numel - 1).src * plan.width, int64_t{1} << 45);
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

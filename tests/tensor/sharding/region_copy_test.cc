@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/tests/support/test_util.h"
 
-namespace sdrt {
+namespace sdrt::internal {
 namespace {
 
 using ::testing::ElementsAre;
@@ -20,7 +20,7 @@ using ::testing::IsEmpty;
 
 using test::Arange;
 
-internal::IndexRun IR(int64_t global, int64_t local, int64_t length) { return {global, local, length}; }
+IndexRun IR(int64_t global, int64_t local, int64_t length) { return {global, local, length}; }
 
 LocalShardInfo Info(IntVector shape, IntVector mesh_shape, const char* placements, int64_t rank) {
   const DeviceMesh mesh = *DeviceMesh::Create(mesh_shape);
@@ -31,9 +31,9 @@ LocalShardInfo Info(IntVector shape, IntVector mesh_shape, const char* placement
 }
 
 // The global indices the runs of one dim name, in local order (runs sorted by local).
-std::vector<int64_t> Expand(const internal::IndexRuns& runs) {
+std::vector<int64_t> Expand(const IndexRuns& runs) {
   std::vector<int64_t> indices;
-  for (const internal::IndexRun& r : runs) {
+  for (const IndexRun& r : runs) {
     EXPECT_EQ(r.local, static_cast<int64_t>(indices.size())) << "runs are in local order";
     for (int64_t i = 0; i < r.length; ++i) indices.push_back(r.global + i);
   }
@@ -50,31 +50,31 @@ float At(const Tensor& t, IntSpan index) {
 TEST(RegionCopy, OwnedRunsOfASliceAreOneRunPerDim) {
   // 10 rows over 4 ranks: 3, 3, 3, 1 rows.
   const LocalShardInfo info = Info({10, 3}, {4}, "[S(0)]", 1);
-  const internal::ShardRuns runs = internal::OwnedRuns(info);
+  const ShardRuns runs = OwnedRuns(info);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_THAT(runs[0], ElementsAre(IR(3, 0, 3)));
   EXPECT_THAT(runs[1], ElementsAre(IR(0, 0, 3)));
-  EXPECT_EQ(internal::RunsNumel(runs), 9);
+  EXPECT_EQ(RunsNumel(runs), 9);
 }
 
 TEST(RegionCopy, OwnedRunsOfAnEmptyShardHaveNoRunOnItsDim) {
   // case-001: 5 rows over 4 ranks, rank 3 holds none (offset 5).
-  const internal::ShardRuns runs = internal::OwnedRuns(Info({5, 10}, {4}, "[S(0)]", 3));
+  const ShardRuns runs = OwnedRuns(Info({5, 10}, {4}, "[S(0)]", 3));
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_THAT(runs[0], IsEmpty());
   EXPECT_THAT(runs[1], ElementsAre(IR(0, 0, 10)));
-  EXPECT_EQ(internal::RunsNumel(runs), 0);
+  EXPECT_EQ(RunsNumel(runs), 0);
 }
 
 TEST(RegionCopy, OwnedRunsOfStridedShardFollowTheIndexList) {
   // docs/SEMANTICS.md 1.4: n=5, k=2, sf=2 -> rank 0 holds [0, 1, 3], rank 1 [2, 4].
-  EXPECT_THAT(internal::OwnedRuns(Info({5}, {2}, "[_S(0, 2)]", 0))[0], ElementsAre(IR(0, 0, 2), IR(3, 2, 1)));
-  EXPECT_THAT(internal::OwnedRuns(Info({5}, {2}, "[_S(0, 2)]", 1))[0], ElementsAre(IR(2, 0, 1), IR(4, 1, 1)));
+  EXPECT_THAT(OwnedRuns(Info({5}, {2}, "[_S(0, 2)]", 0))[0], ElementsAre(IR(0, 0, 2), IR(3, 2, 1)));
+  EXPECT_THAT(OwnedRuns(Info({5}, {2}, "[_S(0, 2)]", 1))[0], ElementsAre(IR(2, 0, 1), IR(4, 1, 1)));
   // On dim 1 of a 2-D tensor, dim 0 stays one run.
-  const internal::ShardRuns runs = internal::OwnedRuns(Info({3, 8}, {2}, "[_S(1, 2)]", 1));
+  const ShardRuns runs = OwnedRuns(Info({3, 8}, {2}, "[_S(1, 2)]", 1));
   EXPECT_THAT(runs[0], ElementsAre(IR(0, 0, 3)));
   EXPECT_THAT(runs[1], ElementsAre(IR(2, 0, 2), IR(6, 2, 2)));
-  EXPECT_EQ(internal::RunsNumel(runs), 12);
+  EXPECT_EQ(RunsNumel(runs), 12);
 }
 
 // Every rank of a set of layouts: the runs name exactly OwnedIndices, in local order.
@@ -104,7 +104,7 @@ TEST(RegionCopy, OwnedRunsExpandToOwnedIndices) {
       SCOPED_TRACE(::testing::Message()
                    << ShapeToString(c.shape) << " " << c.placements << " rank " << rank);
       const LocalShardInfo info = Info(c.shape, c.mesh, c.placements, rank);
-      const internal::ShardRuns runs = internal::OwnedRuns(info);
+      const ShardRuns runs = OwnedRuns(info);
       ASSERT_EQ(runs.size(), c.shape.size());
       int64_t numel = 1;
       for (int d = 0; d < static_cast<int>(c.shape.size()); ++d) {
@@ -115,7 +115,7 @@ TEST(RegionCopy, OwnedRunsExpandToOwnedIndices) {
         }
         numel *= info.local_shape[d];
       }
-      EXPECT_EQ(internal::RunsNumel(runs), numel);
+      EXPECT_EQ(RunsNumel(runs), numel);
     }
   }
 }
@@ -123,40 +123,40 @@ TEST(RegionCopy, OwnedRunsExpandToOwnedIndices) {
 TEST(RegionCopy, BoxRunsAreOneRunPerNonEmptyDim) {
   const int64_t offsets[] = {2, 0, 7};
   const int64_t sizes[] = {3, 0, 1};
-  const internal::ShardRuns runs = internal::BoxRuns(offsets, sizes);
+  const ShardRuns runs = BoxRuns(offsets, sizes);
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_THAT(runs[0], ElementsAre(IR(2, 0, 3)));
   EXPECT_THAT(runs[1], IsEmpty());
   EXPECT_THAT(runs[2], ElementsAre(IR(7, 0, 1)));
-  EXPECT_EQ(internal::RunsNumel(runs), 0);
-  EXPECT_THAT(internal::BoxRuns({}, {}), IsEmpty());
+  EXPECT_EQ(RunsNumel(runs), 0);
+  EXPECT_THAT(BoxRuns({}, {}), IsEmpty());
 }
 
 TEST(RegionCopy, ClipRunsKeepsLocalIndices) {
-  const internal::ShardRuns runs = {{IR(0, 0, 2), IR(3, 2, 1), IR(6, 3, 4)}, {IR(0, 0, 5)}};
+  const ShardRuns runs = {{IR(0, 0, 2), IR(3, 2, 1), IR(6, 3, 4)}, {IR(0, 0, 5)}};
   const int64_t begin[] = {1, 2};
   const int64_t end[] = {8, 10};
-  const internal::ShardRuns clipped = internal::ClipRuns(runs, begin, end);
+  const ShardRuns clipped = ClipRuns(runs, begin, end);
   EXPECT_THAT(clipped[0], ElementsAre(IR(1, 1, 1), IR(3, 2, 1), IR(6, 3, 2)));
   EXPECT_THAT(clipped[1], ElementsAre(IR(2, 2, 3)));
-  EXPECT_EQ(internal::RunsNumel(clipped), 12);
+  EXPECT_EQ(RunsNumel(clipped), 12);
   // A box that misses every run of dim 0.
   const int64_t miss_begin[] = {2, 0};
   const int64_t miss_end[] = {3, 5};
-  const internal::ShardRuns none = internal::ClipRuns(runs, miss_begin, miss_end);
+  const ShardRuns none = ClipRuns(runs, miss_begin, miss_end);
   EXPECT_THAT(none[0], IsEmpty());
-  EXPECT_EQ(internal::RunsNumel(none), 0);
+  EXPECT_EQ(RunsNumel(none), 0);
   // An empty box.
   const int64_t empty_end[] = {1, 2};
-  EXPECT_EQ(internal::RunsNumel(internal::ClipRuns(runs, begin, empty_end)), 0);
+  EXPECT_EQ(RunsNumel(ClipRuns(runs, begin, empty_end)), 0);
   // 0-dim runs stay 0-dim.
-  EXPECT_THAT(internal::ClipRuns({}, {}, {}), IsEmpty());
+  EXPECT_THAT(ClipRuns({}, {}, {}), IsEmpty());
 }
 
-TEST(RegionCopy, internal::RunsNumel) {
-  EXPECT_EQ(internal::RunsNumel({}), 1);  // 0-dim: one element
-  EXPECT_EQ(internal::RunsNumel({{IR(0, 0, 2), IR(5, 2, 3)}, {IR(1, 0, 4)}}), 20);
-  EXPECT_EQ(internal::RunsNumel({{IR(0, 0, 2)}, {}}), 0);
+TEST(RegionCopy, RunsNumel) {
+  EXPECT_EQ(RunsNumel({}), 1);  // 0-dim: one element
+  EXPECT_EQ(RunsNumel({{IR(0, 0, 2), IR(5, 2, 3)}, {IR(1, 0, 4)}}), 20);
+  EXPECT_EQ(RunsNumel({{IR(0, 0, 2)}, {}}), 0);
 }
 
 // Full -> local and back for a _StridedShard piece, both tensors strided views.
@@ -168,14 +168,14 @@ TEST(RegionCopy, CopyRunsBothWaysWithStridedViews) {
   ASSERT_FALSE(transposed.is_contiguous());
   // Rank 1 of _S(1, 2) over 2 ranks of a 7x8 tensor: columns [2, 3, 6, 7].
   const LocalShardInfo info = Info({7, 8}, {2}, "[_S(1, 2)]", 1);
-  const internal::ShardRuns runs = internal::OwnedRuns(info);
+  const ShardRuns runs = OwnedRuns(info);
   ASSERT_EQ(runs[1].size(), 2u);
   // The local: every other column of a 7x8 buffer (strides (8, 2)).
   Tensor buffer = test::Full({7, 8}, -1.0f);
   Tensor local = *buffer.Slice(1, 0, 8, 2);
   ASSERT_EQ(local.shape(), (IntVector{7, 4}));
   const int64_t origin[] = {0, 0};
-  ASSERT_TRUE(internal::CopyRuns(transposed, origin, local, runs, /*to_local=*/true).ok());
+  ASSERT_TRUE(CopyRuns(transposed, origin, local, runs, /*to_local=*/true).ok());
   const std::vector<int64_t> columns = OwnedIndices(info, 1);
   for (int64_t i = 0; i < 7; ++i) {
     for (int64_t j = 0; j < 4; ++j) {
@@ -195,8 +195,8 @@ TEST(RegionCopy, CopyRunsBothWaysWithStridedViews) {
   ASSERT_EQ(rows.shape(), (IntVector{4, 8}));
   const int64_t begin[] = {2, 0};
   const int64_t end[] = {6, 8};
-  const internal::ShardRuns clipped = internal::ClipRuns(runs, begin, end);
-  ASSERT_TRUE(internal::CopyRuns(rows, begin, local, clipped, /*to_local=*/false).ok());
+  const ShardRuns clipped = ClipRuns(runs, begin, end);
+  ASSERT_TRUE(CopyRuns(rows, begin, local, clipped, /*to_local=*/false).ok());
   for (int64_t r = 0; r < 4; ++r) {
     for (int64_t c = 0; c < 8; ++c) {
       const int64_t index[] = {r, c};
@@ -222,11 +222,11 @@ TEST(RegionCopy, PiecesOfEveryRankRebuildTheFullTensor) {
     int64_t covered = 0;
     for (int64_t rank = 0; rank < 4; ++rank) {
       const LocalShardInfo info = Info(shape, {2, 2}, placements, rank);
-      const internal::ShardRuns runs = internal::OwnedRuns(info);
+      const ShardRuns runs = OwnedRuns(info);
       Tensor local = *Tensor::Empty(info.local_shape, DType::kFloat32);
-      ASSERT_TRUE(internal::CopyRuns(full, origin, local, runs, /*to_local=*/true).ok());
-      ASSERT_TRUE(internal::CopyRuns(rebuilt, origin, local, runs, /*to_local=*/false).ok());
-      covered += internal::RunsNumel(runs);
+      ASSERT_TRUE(CopyRuns(full, origin, local, runs, /*to_local=*/true).ok());
+      ASSERT_TRUE(CopyRuns(rebuilt, origin, local, runs, /*to_local=*/false).ok());
+      covered += RunsNumel(runs);
     }
     EXPECT_EQ(covered, full.numel());
     for (int64_t i = 0; i < full.numel(); ++i) {
@@ -242,7 +242,7 @@ TEST(RegionCopy, CopyRunsOfABoxIntoAFullTensorAtAnOffset) {
   const int64_t offsets[] = {1, 2};
   const int64_t sizes[] = {2, 3};
   const int64_t origin[] = {0, 0};
-  ASSERT_TRUE(internal::CopyRuns(full, origin, shard, internal::BoxRuns(offsets, sizes), /*to_local=*/false).ok());
+  ASSERT_TRUE(CopyRuns(full, origin, shard, BoxRuns(offsets, sizes), /*to_local=*/false).ok());
   const std::vector<float> want = {0, 0, 0, 0, 0, 0,  //
                                    0, 0, 1, 2, 3, 0,  //
                                    0, 0, 4, 5, 6, 0,  //
@@ -255,15 +255,15 @@ TEST(RegionCopy, ZeroDimCopiesOneElement) {
   box.data<int64_t>()[0] = 42;
   Tensor local = *Tensor::Empty({}, DType::kInt64);
   local.data<int64_t>()[0] = 0;
-  ASSERT_TRUE(internal::CopyRuns(box, {}, local, {}, /*to_local=*/true).ok());
+  ASSERT_TRUE(CopyRuns(box, {}, local, {}, /*to_local=*/true).ok());
   EXPECT_EQ(local.data<int64_t>()[0], 42);
   local.data<int64_t>()[0] = 7;
-  ASSERT_TRUE(internal::CopyRuns(box, {}, local, {}, /*to_local=*/false).ok());
+  ASSERT_TRUE(CopyRuns(box, {}, local, {}, /*to_local=*/false).ok());
   EXPECT_EQ(box.data<int64_t>()[0], 7);
   // Through OwnedRuns of a replicated 0-dim DTensor.
-  const internal::ShardRuns runs = internal::OwnedRuns(Info({}, {2}, "[R]", 1));
+  const ShardRuns runs = OwnedRuns(Info({}, {2}, "[R]", 1));
   EXPECT_THAT(runs, IsEmpty());
-  EXPECT_EQ(internal::RunsNumel(runs), 1);
+  EXPECT_EQ(RunsNumel(runs), 1);
 }
 
 TEST(RegionCopy, EmptyRunsCopyNothing) {
@@ -271,14 +271,14 @@ TEST(RegionCopy, EmptyRunsCopyNothing) {
   Tensor local = test::Full({2, 0}, 2.0f);
   const int64_t origin[] = {0, 0};
   // A dim with no run.
-  EXPECT_TRUE(internal::CopyRuns(box, origin, local, {{IR(0, 0, 2)}, {}}, /*to_local=*/false).ok());
+  EXPECT_TRUE(CopyRuns(box, origin, local, {{IR(0, 0, 2)}, {}}, /*to_local=*/false).ok());
   // Runs of length 0.
   EXPECT_TRUE(
-      internal::CopyRuns(box, origin, local, {{IR(0, 0, 2)}, {IR(1, 0, 0)}}, /*to_local=*/false).ok());
+      CopyRuns(box, origin, local, {{IR(0, 0, 2)}, {IR(1, 0, 0)}}, /*to_local=*/false).ok());
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(box.data<float>()[i], 1.0f);
   // Tensors with no elements at all.
   Tensor empty_box = *Tensor::Empty({0, 5}, DType::kFloat32);
-  EXPECT_TRUE(internal::CopyRuns(empty_box, origin, local, {{}, {}}, /*to_local=*/true).ok());
+  EXPECT_TRUE(CopyRuns(empty_box, origin, local, {{}, {}}, /*to_local=*/true).ok());
 }
 
 TEST(RegionCopy, OutOfRangeRunsAreErrorsAndCopyNothing) {
@@ -286,9 +286,9 @@ TEST(RegionCopy, OutOfRangeRunsAreErrorsAndCopyNothing) {
   Tensor local = test::Full({2, 5}, -1.0f);
   const int64_t origin[] = {0, 0};
   const int64_t origin2[] = {2, 0};
-  auto expect_error = [&](const Tensor& box, IntSpan at, const internal::ShardRuns& runs,
+  auto expect_error = [&](const Tensor& box, IntSpan at, const ShardRuns& runs,
                           const char* substring) {
-    const absl::Status s = internal::CopyRuns(box, at, local, runs, /*to_local=*/true);
+    const absl::Status s = CopyRuns(box, at, local, runs, /*to_local=*/true);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr(substring));
     for (int64_t i = 0; i < local.numel(); ++i) EXPECT_EQ(local.data<float>()[i], -1.0f) << i;
@@ -316,4 +316,4 @@ TEST(RegionCopy, OutOfRangeRunsAreErrorsAndCopyNothing) {
 }
 
 }  // namespace
-}  // namespace sdrt
+}  // namespace sdrt::internal

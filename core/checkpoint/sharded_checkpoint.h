@@ -107,6 +107,9 @@ struct ShardedCheckpointIndex {
   std::string RankFilePath(int64_t rank) const;
   // The tensor named `name`, or nullptr.
   const ShardedCheckpointTensor* Find(absl::string_view name) const;
+  // The tensor list (names, dtypes, global shapes) in index order, e.g. for
+  // ShardingPlan::MetaStateDict or a header to write.
+  std::vector<SafetensorsTensorSpec> TensorSpecs() const;
 };
 
 struct WriteShardedCheckpointOptions {

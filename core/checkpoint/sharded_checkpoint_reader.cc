@@ -57,6 +57,13 @@ const ShardedCheckpointTensor* ShardedCheckpointIndex::Find(absl::string_view na
   return nullptr;
 }
 
+std::vector<SafetensorsTensorSpec> ShardedCheckpointIndex::TensorSpecs() const {
+  std::vector<SafetensorsTensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const ShardedCheckpointTensor& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  return specs;
+}
+
 Map RankShards::ToStateDict() const {
   Map out;
   for (const auto& [name, dtensor] : tensors) out.Set(name, Value(dtensor));

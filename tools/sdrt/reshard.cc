@@ -67,6 +67,10 @@ int RunReshard(const ReshardArgs& args) {
   absl::StatusOr<ShardedCheckpointIndex> source_index =
       ReadShardedCheckpointIndex(args.in_dir, read_options);
   absl::Status status = source_index.status();
+  if (rank == 0 && status.ok() && !UncheckedPiecesWarning(*source_index).empty()) {
+    WriteStderrLine(
+        absl::StrCat("sdrt reshard: warning: ", Printable(UncheckedPiecesWarning(*source_index))));
+  }
   Map source;
   std::optional<ShardedCheckpointIndex> target;
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);

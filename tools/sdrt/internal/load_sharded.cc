@@ -73,6 +73,10 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
   read_options.check_rank_files = false;
   absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(args.dir, read_options);
   if (status.ok()) status = index.status();
+  if (me == 0 && status.ok() && !UncheckedPiecesWarning(*index).empty()) {
+    WriteStderrLine(
+        absl::StrCat("sdrt load: warning: ", Printable(UncheckedPiecesWarning(*index))));
+  }
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
   if (status.ok()) status = plan.status();
   absl::StatusOr<ShardedCheckpointIndex> target;

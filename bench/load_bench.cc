@@ -6,8 +6,8 @@
 //          KeptRuns: torch.chunk arithmetic on the header, touching runs joined) back to back
 //          into ONE preallocated, already touched buffer: the physical floor;
 //   all    LoadStateDict (core/distributed/load_state_dict.h; `sdrt load --read all`): every
-//          rank reads its own bytes into meta DTensors with the plan's placements (built as
-//          tools/sdrt/load.cc builds them), comm = MPI world, strict;
+//          rank reads its own bytes into meta DTensors with the plan's placements
+//          (ShardingPlan::MetaStateDict, as `sdrt load`), comm = MPI world, strict;
 //   root   `sdrt load --read root`: rank 0 maps the file (a fresh CheckpointSource each
 //          repetition, opened outside the timed region, so the mapping's page faults are
 //          timed, as in a fresh process) and BroadcastStateDict sends every rank its pieces.
@@ -172,16 +172,7 @@ int main(int argc, char** argv) {
   auto mesh = std::make_shared<const sdrt::DeviceMesh>(
       Check(sdrt::DeviceMesh::Create({static_cast<int64_t>(n)}), "mesh"));
   const sdrt::ShardingPlan plan = Check(sdrt::ShardingPlan::Builtin(plan_name), "plan");
-  Map meta;  // as tools/sdrt/load.cc's MetaStateDict
-  meta.Reserve(source.tensors().size());
-  for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
-    std::vector<sdrt::Placement> placements =
-        Check(plan.PlacementsFor(t.name, t.shape, *mesh), "placements " + t.name);
-    Tensor m = Check(Tensor::Meta(sdrt::IntVector(t.shape.size(), 0), t.dtype), "meta");
-    meta.Set(t.name,
-             Value(Check(sdrt::DTensor::Make(std::move(m), mesh, std::move(placements), t.shape),
-                         "DTensor " + t.name)));
-  }
+  const Map meta = Check(plan.MetaStateDict(source.TensorSpecs(), mesh, me), "MetaStateDict");
 
   // floor
   const std::vector<sdrt::bench::ByteRun> runs =

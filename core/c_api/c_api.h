@@ -75,7 +75,8 @@ extern "C" {
 
 /* The level of this header: bumped when functions or fields are added (2: adopting an
  * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers; 4:
- * sdrt_load_options_t's read policy and bucket_bytes). */
+ * sdrt_load_options_t's read policy and bucket_bytes, a rank's local shape and global
+ * offset under placements or a sharding plan). */
 #define SDRT_C_API_VERSION 4
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
@@ -296,6 +297,51 @@ typedef struct sdrt_dtensor_spec_t {
   const int64_t* global_shape;  /* global_ndim sizes */
 } sdrt_dtensor_spec_t;
 #define SDRT_DTENSOR_SPEC_INIT {sizeof(sdrt_dtensor_spec_t), 0, NULL, NULL, NULL, 0, NULL}
+
+/* Where one rank's piece of a DTensor sits in the global tensor: filled by
+ * sdrt_compute_local_shape_and_global_offset. The arrays and the string are sdrt's
+ * (thread-local storage), valid until the next such call on the same thread: copy them. */
+typedef struct sdrt_local_shard_t {
+  size_t struct_size;
+  /* Entries of local_shape: the global rank, or 1 for a rank not in the mesh (PyTorch's
+   * local shape (0,): it holds nothing). */
+  int32_t ndim;
+  const int64_t* local_shape;   /* ndim sizes; NULL when ndim == 0 */
+  /* Per global dim, the first global index the rank owns along it (0 for a dim no
+   * placement shards; the dim's size for an empty piece of a sharded dim); global_ndim
+   * entries, NULL for a rank not in the mesh (PyTorch's ()) and for a 0-dim tensor. */
+  const int64_t* global_offset;
+  /* 1 when the piece is the box [global_offset, global_offset + local_shape) of the
+   * global tensor (always, but for _StridedShard placements whose indices along a dim are
+   * several runs: 0). */
+  int32_t is_box;
+  /* The placements, as PyTorch prints them ("[S(0)]", "[_S(0, 2), S(0)]"): spec's, or
+   * the plan's for the tensor when spec->placements is NULL. */
+  const char* placements;
+} sdrt_local_shard_t;
+#define SDRT_LOCAL_SHARD_INIT {sizeof(sdrt_local_shard_t), 0, NULL, NULL, 0, NULL}
+
+/* Local (pure arithmetic, no I/O beyond reading a PLAN.json file). Where rank `rank` (a
+ * communicator rank, as in spec->mesh_ranks) holds its piece of a tensor of
+ * spec->global_shape laid out over spec's mesh: its local shape and the global index of its
+ * first element along each dim, as torch.distributed.tensor._utils.
+ * compute_local_shape_and_global_offset(global_shape, mesh, placements) returns them on
+ * that rank: uneven pieces as torch.chunk cuts them (10 rows over 4 ranks: 3, 3, 3, 1 at
+ * 0, 3, 6, 9; empty pieces at the dim's size), placements applied in mesh-dim order. The
+ * placements are spec->placements or, when that is NULL, those the sharding plan `plan`
+ * gives the tensor `name` (a dotted state-dict name): "fsdp", "hsdp", "tp", "fsdp-tp" or
+ * the path of a PLAN.json file, as `sdrt shard --plan` takes them (ShardingPlan in C++).
+ * `plan` and `name` must then be set, and must be NULL otherwise. The buffer an engine
+ * allocates for the piece has out->local_shape; it is added with the same spec and
+ * placements (out->placements) by sdrt_state_dict_add. Writes *out on SDRT_OK only.
+ * Errors: SDRT_INVALID_ARGUMENT for NULL spec or out, a bad out->struct_size (set it with
+ * SDRT_LOCAL_SHARD_INIT) or spec->struct_size, a bad mesh (sizes, ranks), placements that
+ * do not parse or do not fit the mesh or the shape, both or neither of placements and
+ * plan, a plan that is neither built in nor a readable valid PLAN.json (naming it) or does
+ * not fit the mesh or the tensor (the message names the plan, the tensor and the mesh). */
+SDRT_C_API sdrt_status_t sdrt_compute_local_shape_and_global_offset(
+    const sdrt_dtensor_spec_t* spec, const char* plan, const char* name, int64_t rank,
+    sdrt_local_shard_t* out);
 
 /* Local. An empty state dict. */
 SDRT_C_API sdrt_status_t sdrt_state_dict_create(sdrt_state_dict_t* out);

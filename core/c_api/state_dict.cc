@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/c_api/c_api.h"
+#include "sdrt/core/c_api/internal/dtensor_spec.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
 #include "sdrt/tensor/backend/dlpack.h"
@@ -19,35 +20,11 @@ namespace c_api = sdrt::c_api;
 namespace {
 
 absl::StatusOr<sdrt::DTensor> MakeDTensor(sdrt::Tensor local, const sdrt_dtensor_spec_t& spec) {
-  if (spec.mesh_ndim < 1 || spec.mesh_shape == nullptr) {
-    return absl::InvalidArgumentError("spec.mesh_ndim must be >= 1 with a mesh_shape");
-  }
-  if (spec.global_ndim < 0 || (spec.global_ndim > 0 && spec.global_shape == nullptr)) {
-    return absl::InvalidArgumentError("spec.global_shape is NULL");
-  }
   SDRT_RETURN_IF_ERROR(c_api::NotNull(spec.placements, "spec.placements"));
-  sdrt::IntVector mesh_shape(spec.mesh_shape, spec.mesh_shape + spec.mesh_ndim);
-  std::vector<int64_t> ranks;
-  if (spec.mesh_ranks != nullptr) {
-    int64_t n = 1;
-    for (int64_t d : mesh_shape) {
-      if (d < 1 || d > sdrt::kMaxMeshRanks) {
-        return absl::InvalidArgumentError("spec.mesh_shape: sizes must be in [1, 2^20]");
-      }
-      n *= d;
-      if (n > sdrt::kMaxMeshRanks) return absl::InvalidArgumentError("spec.mesh_shape too large");
-    }
-    ranks.assign(spec.mesh_ranks, spec.mesh_ranks + n);
-  }
-  SDRT_ASSIGN_OR_RETURN(sdrt::DeviceMesh mesh,
-                        sdrt::DeviceMesh::Create(mesh_shape, std::move(ranks), {},
-                                                 local.device().is_cuda() ? "cuda" : "cpu"));
-  SDRT_ASSIGN_OR_RETURN(std::vector<sdrt::Placement> placements,
-                        sdrt::ParsePlacements(spec.placements));
-  sdrt::IntVector global(spec.global_shape, spec.global_shape + spec.global_ndim);
-  return sdrt::DTensor::Make(std::move(local),
-                             std::make_shared<const sdrt::DeviceMesh>(std::move(mesh)),
-                             std::move(placements), std::move(global));
+  SDRT_ASSIGN_OR_RETURN(c_api::DTensorSpec read,
+                        c_api::ReadDTensorSpec(spec, local.device().is_cuda() ? "cuda" : "cpu"));
+  return sdrt::DTensor::Make(std::move(local), std::move(read.mesh), std::move(read.placements),
+                             std::move(read.global_shape));
 }
 
 absl::Status CheckIndex(const c_api::StateDictObject& sd, int64_t i) {

@@ -301,6 +301,13 @@ const CheckpointSourceTensor* CheckpointSource::Find(absl::string_view name) con
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
+std::vector<SafetensorsTensorSpec> CheckpointSource::TensorSpecs() const {
+  std::vector<SafetensorsTensorSpec> specs;
+  specs.reserve(tensors_.size());
+  for (const CheckpointSourceTensor& t : tensors_) specs.push_back({t.name, t.dtype, t.shape});
+  return specs;
+}
+
 absl::StatusOr<Tensor> CheckpointSource::Get(absl::string_view name) const {
   const CheckpointSourceTensor* t = Find(name);
   if (t == nullptr) {

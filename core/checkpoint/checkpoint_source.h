@@ -132,6 +132,9 @@ class CheckpointSource {
   const std::vector<CheckpointSourceTensor>& tensors() const { return tensors_; }
   // The tensor named `name`, or nullptr. The pointer lives as long as this object.
   const CheckpointSourceTensor* Find(absl::string_view name) const;
+  // The tensor list (names, dtypes, shapes) in tensors() order, e.g. for
+  // ShardingPlan::MetaStateDict.
+  std::vector<SafetensorsTensorSpec> TensorSpecs() const;
   // The merged __metadata__ of the files.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // A Hugging Face index's "metadata" (internal::HfIndex::metadata: strings as they are,

@@ -8,11 +8,11 @@
 //   ...
 //   rank-00003-of-00004.safetensors
 //
-// index.json (format_version 1; every field is written, unknown fields are errors):
+// index.json (format_version 2; every field is written, unknown fields are errors):
 //
 //   {
 //     "format": "sdrt-sharded-checkpoint",
-//     "format_version": 1,
+//     "format_version": 2,
 //     "world_size": 4,
 //     "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]},   // dim_names [] when unnamed
 //     "plan": "fsdp-tp",                                      // informational
@@ -37,8 +37,18 @@
 // tensor for rank r: ComputeLocalShapeAndGlobalOffset(shape, mesh, placements, r) gives its
 // shape (possibly with zero elements) and, through OwnedIndices, where its elements sit in
 // the full tensor (Full[I_0 x I_1 x ...]; tensor/sharding/sharding.h). Its __metadata__ holds
-// "sdrt.format_version" ("1"), "sdrt.rank", "sdrt.world_size", "sdrt.mesh" ("2x2") and,
-// for a mesh with dim names, "sdrt.mesh_dim_names" ("dp,tp").
+// "sdrt.format_version" ("2"), "sdrt.rank", "sdrt.world_size", "sdrt.mesh" ("2x2"), for a
+// mesh with dim names "sdrt.mesh_dim_names" ("dp,tp"), and what lets a reader check every
+// piece it reads:
+//   "sdrt.index_xxh64"  the XXH64 of the index.json text sdrt wrote with the file (16 hex
+//                       digits): an index.json edited afterwards (a placement swapped for
+//                       one with the same local shapes, a hash, a shape) no longer matches;
+//   "sdrt.piece_xxh64"  the XXH64 of each local tensor's bytes (as TensorXxh64), 16 hex
+//                       digits per tensor concatenated in index order: a changed byte of a
+//                       piece no longer matches.
+// The index's "xxh64" stays the full tensor's (what a gather checks). Format 1 (sdrt before
+// piece hashes) is read too; its rank files lack the two keys, so only whole pieces (the
+// full tensor) are checked as they are read (UncheckedPiecesWarning says so).
 //
 // Errors are absl::Status; messages name the folder or file, the tensor and the rule.
 #ifndef SDRT_CORE_CHECKPOINT_SHARDED_CHECKPOINT_H_
@@ -67,7 +77,8 @@
 
 namespace sdrt SDRT_API {
 
-inline constexpr int kShardedCheckpointFormatVersion = 1;
+// The format_version this sdrt writes; it reads 1 to this.
+inline constexpr int kShardedCheckpointFormatVersion = 2;
 inline constexpr absl::string_view kShardedCheckpointFormat = "sdrt-sharded-checkpoint";
 inline constexpr absl::string_view kShardedCheckpointIndexName = "index.json";
 // The most ranks (files) a sharded checkpoint may have: the five digits of RankFileName.
@@ -107,6 +118,9 @@ struct ShardedCheckpointIndex {
   std::string RankFilePath(int64_t rank) const;
   // The tensor named `name`, or nullptr.
   const ShardedCheckpointTensor* Find(absl::string_view name) const;
+  // The tensor list (names, dtypes, global shapes) in index order, e.g. for
+  // ShardingPlan::MetaStateDict or a header to write.
+  std::vector<SafetensorsTensorSpec> TensorSpecs() const;
 };
 
 struct WriteShardedCheckpointOptions {
@@ -194,8 +208,11 @@ class ShardedCheckpointFolder {
 // Writes rank `rank`'s file of `index` into `folder` (a ShardedCheckpointFolder's path):
 // `locals` are the rank's local tensors in index order, each of the index's dtype and the
 // local shape ComputeLocalShape gives (any strides, CPU), written as WriteShardedCheckpoint
-// writes them (the same bytes for the same pieces). InvalidArgument naming the tensor for a
-// local that does not fit; the errors of WriteSafetensors.
+// writes them (the same bytes and metadata for the same pieces): each local is hashed for
+// sdrt.piece_xxh64 here, and `index` must be the one the folder's Begin took (its
+// sdrt.index_xxh64). InvalidArgument naming the tensor for a local that does not fit, and
+// for an index of another format_version than kShardedCheckpointFormatVersion; the errors
+// of WriteSafetensors.
 absl::Status WriteShardedRankFile(const std::string& folder, const ShardedCheckpointIndex& index,
                                   int64_t rank,
                                   const std::vector<std::pair<std::string, Tensor>>& locals);
@@ -217,9 +234,11 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
     const std::string& dir, const ReadShardedCheckpointOptions& options = {});
 
 // Checks that `file` (the opened rank file of `rank`) matches `index`: its __metadata__
-// names this rank, world size and mesh; it holds exactly the index's tensors, each with the
-// index's dtype and the local shape ComputeLocalShape gives for `rank`. InvalidArgument
-// naming the file, the tensor and what differs.
+// names this format version, rank, world size and mesh; it holds exactly the index's
+// tensors, each with the index's dtype and the local shape ComputeLocalShape gives for
+// `rank`; from format 2, its sdrt.index_xxh64 is that of `index` (the index.json it was
+// written with) and its sdrt.piece_xxh64 holds one hash per tensor. Reads no tensor byte.
+// InvalidArgument naming the file, the tensor and what differs.
 absl::Status CheckRankFile(const ShardedCheckpointIndex& index, int64_t rank,
                            const SafetensorsFile& file);
 
@@ -238,14 +257,23 @@ struct RankShards {
 
 // Reads the index of `dir` (without opening the other ranks' files), opens the file of
 // `rank`, checks it (CheckRankFile) and returns its tensors as DTensors built by
-// DTensor::Make. Each tensor whose piece on `rank` is the whole tensor (local shape ==
-// global shape) is hashed and checked against the index's xxh64. InvalidArgument for a
-// rank outside [0, world_size), for every error of ReadShardedCheckpointIndex and
-// CheckRankFile, for any error of SafetensorsFile::Open (a truncated, garbled or missing
-// rank file: "rank file R of N: " and the reader's message, which names the path) and for a
-// whole tensor whose hash differs (naming the rank file, the tensor and both hashes);
-// ResourceExhausted (naming the file and tensor) when a misaligned tensor cannot be copied.
+// DTensor::Make. Every piece it hands out is checked: hashed (XXH64, many GB/s) and compared
+// with the rank file's sdrt.piece_xxh64, which CheckRankFile tied to index.json, and a piece
+// that is the whole tensor (local shape == global shape) with the index's xxh64 too. Every
+// verb reading rank files reads them here. In a format 1 folder only whole pieces can be
+// checked (UncheckedPiecesWarning). InvalidArgument for a rank outside [0, world_size), for
+// every error of ReadShardedCheckpointIndex and CheckRankFile (an edited index.json, a
+// rank file of another checkpoint), for any error of SafetensorsFile::Open (a truncated,
+// garbled or missing rank file: "rank file R of N: " and the reader's message, which names
+// the path) and for a piece whose hash differs (a damaged rank file: naming it, the tensor
+// and both hashes); ResourceExhausted (naming the file and tensor) when a misaligned tensor
+// cannot be copied.
 absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank);
+
+// What LoadRankShards cannot check in a folder of `index`'s format, in one line for a
+// warning (a command prints it once), e.g. "ckpt: format 1 rank files carry no piece
+// hashes: ..."; empty when every piece read is checked (format 2 and later).
+std::string UncheckedPiecesWarning(const ShardedCheckpointIndex& index);
 
 // Checks `full`, the CPU tensor gathered from every rank's piece of `tensor` (one of
 // index.tensors), against the index's xxh64. InvalidArgument when the hash differs, naming

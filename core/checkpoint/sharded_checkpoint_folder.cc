@@ -1,6 +1,7 @@
 // ShardedCheckpointFolder and WriteShardedRankFile (core/checkpoint/sharded_checkpoint.h):
 // WriteShardedCheckpoint's checks, temporary folder and installation, with the rank files
 // written by whichever process holds each rank's pieces.
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -58,11 +59,19 @@ absl::Status ShardedCheckpointFolder::Finish() {
 absl::Status WriteShardedRankFile(const std::string& folder, const ShardedCheckpointIndex& index,
                                   int64_t rank,
                                   const std::vector<std::pair<std::string, Tensor>>& locals) {
+  if (index.format_version != kShardedCheckpointFormatVersion || index.mesh == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank file ", rank, ": an index of format_version ", index.format_version,
+                     index.mesh == nullptr ? " without its mesh" : "", "; this sdrt writes ",
+                     kShardedCheckpointFormatVersion));
+  }
   if (rank < 0 || rank >= index.world_size || locals.size() != index.tensors.size()) {
     return absl::InvalidArgumentError(absl::StrCat("rank file ", rank, " of ", index.world_size,
                                                    ": ", locals.size(), " tensors for an index of ",
                                                    index.tensors.size()));
   }
+  std::vector<uint64_t> piece_hashes;
+  piece_hashes.reserve(locals.size());
   for (size_t i = 0; i < locals.size(); ++i) {
     const ShardedCheckpointTensor& t = index.tensors[i];
     SDRT_ASSIGN_OR_RETURN(const IntVector local,
@@ -75,9 +84,15 @@ absl::Status WriteShardedRankFile(const std::string& folder, const ShardedCheckp
                        ShapeToString(local), " on the CPU; got '", locals[i].first, "' ",
                        got.defined() ? got.ToString() : "undefined"));
     }
+    // The bytes written, hashed here: never a hash carried over from where they came from.
+    SDRT_ASSIGN_OR_RETURN(const uint64_t piece_hash, TensorXxh64(got));
+    piece_hashes.push_back(piece_hash);
   }
+  SDRT_ASSIGN_OR_RETURN(const uint64_t index_hash, internal::IndexXxh64(index));
+  std::map<std::string, std::string> metadata = internal::RankMetadata(index, rank, index_hash);
+  metadata[std::string(internal::kMetaPieceHashes)] = internal::FormatPieceHashes(piece_hashes);
   return WriteSafetensors(absl::StrCat(folder, "/", index.files[static_cast<size_t>(rank)]), locals,
-                          internal::RankMetadata(*index.mesh, rank));
+                          metadata);
 }
 
 }  // namespace sdrt

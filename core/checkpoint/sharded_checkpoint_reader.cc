@@ -27,6 +27,72 @@ absl::Status Bad(const std::string& where, absl::string_view what) {
   return internal::CheckpointError(where, what);
 }
 
+// CheckRankFile with the index's hash (IndexXxh64) given, so that a caller checking many
+// rank files of one index hashes it once. Returns the file's piece hashes in index order
+// (none before format 2).
+absl::StatusOr<std::vector<uint64_t>> CheckRankFileOf(const ShardedCheckpointIndex& index,
+                                                      uint64_t index_hash, int64_t rank,
+                                                      const SafetensorsFile& file) {
+  const std::string path = index.RankFilePath(rank);
+  const std::map<std::string, std::string> expected =
+      internal::RankMetadata(index, rank, index_hash);
+  for (const auto& [key, value] : expected) {
+    if (key == internal::kMetaIndexHash) continue;  // last: the other checks say more
+    auto it = file.metadata().find(key);
+    if (it == file.metadata().end()) {
+      return Bad(path, absl::StrCat("__metadata__ lacks \"", key, "\" (expected \"", value, "\")"));
+    }
+    if (it->second != value) {
+      return Bad(path, absl::StrCat("__metadata__ \"", key, "\" is \"", it->second,
+                                    "\" but the index says \"", value, "\""));
+    }
+  }
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    const SafetensorsEntry* e = file.Find(t.name);
+    if (e == nullptr) {
+      return Bad(path, absl::StrCat("tensor ", t.name, " of the index is missing"));
+    }
+    if (e->dtype != t.dtype) {
+      return Bad(path, absl::StrCat("tensor ", t.name, " is ", SafetensorsCode(e->dtype),
+                                    " but the index says ", SafetensorsCode(t.dtype)));
+    }
+    SDRT_ASSIGN_OR_RETURN(const IntVector local,
+                          ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
+    if (e->shape != local) {
+      return Bad(path, absl::StrCat("tensor ", t.name, " has shape ", ShapeToString(e->shape),
+                                    " but rank ", rank, " of global shape ", ShapeToString(t.shape),
+                                    " with ", PlacementsToString(t.placements), " on mesh ",
+                                    internal::MeshShapeString(*index.mesh), " holds ",
+                                    ShapeToString(local)));
+    }
+  }
+  if (file.entries().size() != index.tensors.size()) {
+    for (const SafetensorsEntry& e : file.entries()) {
+      if (index.Find(e.name) == nullptr) {
+        return Bad(path, absl::StrCat("tensor ", e.name, " is not in the index"));
+      }
+    }
+  }
+  if (index.format_version < internal::kPieceHashesFormatVersion) return std::vector<uint64_t>();
+  for (absl::string_view key : {internal::kMetaIndexHash, internal::kMetaPieceHashes}) {
+    if (file.metadata().find(std::string(key)) == file.metadata().end()) {
+      return Bad(path, absl::StrCat("__metadata__ lacks \"", key, "\", which a format ",
+                                    index.format_version, " rank file holds"));
+    }
+  }
+  const std::string& written_with = file.metadata().at(std::string(internal::kMetaIndexHash));
+  if (written_with != expected.at(std::string(internal::kMetaIndexHash))) {
+    return Bad(
+        path, absl::StrCat("written with another index: its __metadata__ \"",
+                           internal::kMetaIndexHash, "\" is \"", written_with, "\" but ", index.dir,
+                           "/", kShardedCheckpointIndexName, " hashes to ", FormatXxh64(index_hash),
+                           " (index.json was edited, or the rank file is from another "
+                           "checkpoint)"));
+  }
+  return internal::ParsePieceHashes(file.metadata().at(std::string(internal::kMetaPieceHashes)),
+                                    index.tensors.size(), path);
+}
+
 }  // namespace
 
 std::string RankFileName(int64_t rank, int64_t world_size) {
@@ -55,6 +121,13 @@ const ShardedCheckpointTensor* ShardedCheckpointIndex::Find(absl::string_view na
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+std::vector<SafetensorsTensorSpec> ShardedCheckpointIndex::TensorSpecs() const {
+  std::vector<SafetensorsTensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const ShardedCheckpointTensor& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  return specs;
 }
 
 Map RankShards::ToStateDict() const {
@@ -93,10 +166,11 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
     }
   }
   if (options.check_rank_files) {
+    SDRT_ASSIGN_OR_RETURN(const uint64_t index_hash, internal::IndexXxh64(index));
     for (int64_t r = 0; r < index.world_size; ++r) {
       absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(index.RankFilePath(r));
       if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
-      SDRT_RETURN_IF_ERROR(CheckRankFile(index, r, *file));
+      SDRT_RETURN_IF_ERROR(CheckRankFileOf(index, index_hash, r, *file).status());
     }
   }
   return index;
@@ -104,45 +178,8 @@ absl::StatusOr<ShardedCheckpointIndex> ReadShardedCheckpointIndex(
 
 absl::Status CheckRankFile(const ShardedCheckpointIndex& index, int64_t rank,
                            const SafetensorsFile& file) {
-  const std::string path = index.RankFilePath(rank);
-  const std::map<std::string, std::string> expected = internal::RankMetadata(*index.mesh, rank);
-  for (const auto& [key, value] : expected) {
-    auto it = file.metadata().find(key);
-    if (it == file.metadata().end()) {
-      return Bad(path, absl::StrCat("__metadata__ lacks \"", key, "\" (expected \"", value, "\")"));
-    }
-    if (it->second != value) {
-      return Bad(path, absl::StrCat("__metadata__ \"", key, "\" is \"", it->second,
-                                    "\" but the index says \"", value, "\""));
-    }
-  }
-  for (const ShardedCheckpointTensor& t : index.tensors) {
-    const SafetensorsEntry* e = file.Find(t.name);
-    if (e == nullptr) {
-      return Bad(path, absl::StrCat("tensor ", t.name, " of the index is missing"));
-    }
-    if (e->dtype != t.dtype) {
-      return Bad(path, absl::StrCat("tensor ", t.name, " is ", SafetensorsCode(e->dtype),
-                                    " but the index says ", SafetensorsCode(t.dtype)));
-    }
-    SDRT_ASSIGN_OR_RETURN(const IntVector local,
-                          ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
-    if (e->shape != local) {
-      return Bad(path, absl::StrCat("tensor ", t.name, " has shape ", ShapeToString(e->shape),
-                                    " but rank ", rank, " of global shape ", ShapeToString(t.shape),
-                                    " with ", PlacementsToString(t.placements), " on mesh ",
-                                    internal::MeshShapeString(*index.mesh), " holds ",
-                                    ShapeToString(local)));
-    }
-  }
-  if (file.entries().size() != index.tensors.size()) {
-    for (const SafetensorsEntry& e : file.entries()) {
-      if (index.Find(e.name) == nullptr) {
-        return Bad(path, absl::StrCat("tensor ", e.name, " is not in the index"));
-      }
-    }
-  }
-  return absl::OkStatus();
+  SDRT_ASSIGN_OR_RETURN(const uint64_t index_hash, internal::IndexXxh64(index));
+  return CheckRankFileOf(index, index_hash, rank, file).status();
 }
 
 absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank) {
@@ -163,22 +200,33 @@ absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank) 
                                                    out.index.world_size, ": ",
                                                    file.status().message()));
   }
-  SDRT_RETURN_IF_ERROR(CheckRankFile(out.index, rank, *file));
-  for (const ShardedCheckpointTensor& t : out.index.tensors) {
+  SDRT_ASSIGN_OR_RETURN(const uint64_t index_hash, internal::IndexXxh64(out.index));
+  SDRT_ASSIGN_OR_RETURN(const std::vector<uint64_t> pieces,
+                        CheckRankFileOf(out.index, index_hash, rank, *file));
+  for (size_t i = 0; i < out.index.tensors.size(); ++i) {
+    const ShardedCheckpointTensor& t = out.index.tensors[i];
     absl::StatusOr<Tensor> local = file->Get(t.name);
     if (!local.ok()) {
       return absl::Status(local.status().code(),
                           absl::StrCat(path, ": tensor ", t.name, ": ", local.status().message()));
     }
-    // A rank whose piece is the whole tensor (Replicate, or a shard dim of size 1) checks
-    // it against the index's hash here, so that damage is named with this file.
-    if (local->shape() == t.shape) {
+    // Every piece is checked here, so that damage is named with this file: a whole tensor
+    // (Replicate, or a shard dim of size 1) against the index's hash, every piece against
+    // the hash its writer recorded (format 2).
+    const bool whole = local->shape() == t.shape;
+    if (whole || !pieces.empty()) {
       SDRT_ASSIGN_OR_RETURN(const uint64_t hash, TensorXxh64(*local));
-      if (hash != t.xxh64) {
+      if (whole && hash != t.xxh64) {
         return Bad(path,
                    absl::StrCat("tensor ", t.name, " holds the whole tensor, whose bytes hash to ",
                                 FormatXxh64(hash), " but index.json says ", FormatXxh64(t.xxh64),
                                 " (the rank file is damaged or from another checkpoint)"));
+      }
+      if (!pieces.empty() && hash != pieces[i]) {
+        return Bad(path, absl::StrCat("tensor ", t.name, ": its piece's bytes hash to ",
+                                      FormatXxh64(hash), " but the rank file's __metadata__ \"",
+                                      internal::kMetaPieceHashes, "\" records ",
+                                      FormatXxh64(pieces[i]), " (the rank file is damaged)"));
       }
     }
     absl::StatusOr<DTensor> dtensor =
@@ -189,6 +237,13 @@ absl::StatusOr<RankShards> LoadRankShards(const std::string& dir, int64_t rank) 
     out.tensors.emplace_back(t.name, *std::move(dtensor));
   }
   return out;
+}
+
+std::string UncheckedPiecesWarning(const ShardedCheckpointIndex& index) {
+  if (index.format_version >= internal::kPieceHashesFormatVersion) return "";
+  return absl::StrCat(index.dir, ": format ", index.format_version,
+                      " rank files carry no piece hashes: pieces that are not whole tensors are "
+                      "not checked as they are read (a gather checks the full tensors)");
 }
 
 absl::Status CheckGatheredTensor(const ShardedCheckpointIndex& index,

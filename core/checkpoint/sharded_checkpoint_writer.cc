@@ -3,6 +3,8 @@
 // AtomicFolder (core/io/atomic_file.h) that is moved into place at the end, so a reader
 // sees the old checkpoint or the new one, never a part. The format:
 // core/checkpoint/sharded_checkpoint.h.
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -111,18 +113,23 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   index.dir = out_dir;
   SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp, internal::AtomicFolder::Create(where.parent, where.base));
 
-  // Hashes of the full tensors, then one rank file at a time.
+  // Hashes of the full tensors (the index is then complete, and its own hash known), then
+  // one rank file at a time, each recording its pieces' hashes.
   for (ShardedCheckpointTensor& t : index.tensors) {
     SDRT_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
     SDRT_ASSIGN_OR_RETURN(t.xxh64, TensorXxh64(full));
   }
+  SDRT_ASSIGN_OR_RETURN(const uint64_t index_hash, internal::IndexXxh64(index));
   for (int64_t r = 0; r < index.world_size; ++r) {
     std::vector<std::pair<std::string, Tensor>> locals;
+    std::vector<uint64_t> piece_hashes;
     locals.reserve(index.tensors.size());
+    piece_hashes.reserve(index.tensors.size());
     for (const ShardedCheckpointTensor& t : index.tensors) {
       SDRT_ASSIGN_OR_RETURN(const Tensor full, source.Get(t.name));
       if (NumShards(*mesh, t.placements) == 1) {
         locals.emplace_back(t.name, full);  // every rank holds the whole tensor
+        piece_hashes.push_back(t.xxh64);
         continue;
       }
       absl::StatusOr<Tensor> local = CutLocal(full, mesh, t.placements, r);
@@ -132,10 +139,14 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
             absl::StrCat(src, ": tensor ", t.name, " with ", PlacementsToString(t.placements),
                          " for rank ", r, ": ", local.status().message()));
       }
+      SDRT_ASSIGN_OR_RETURN(const uint64_t piece_hash, TensorXxh64(*local));
+      piece_hashes.push_back(piece_hash);
       locals.emplace_back(t.name, *std::move(local));
     }
-    SDRT_RETURN_IF_ERROR(WriteSafetensors(absl::StrCat(tmp.path(), "/", index.files[r]), locals,
-                                          internal::RankMetadata(*mesh, r)));
+    std::map<std::string, std::string> metadata = internal::RankMetadata(index, r, index_hash);
+    metadata[std::string(internal::kMetaPieceHashes)] = internal::FormatPieceHashes(piece_hashes);
+    SDRT_RETURN_IF_ERROR(
+        WriteSafetensors(absl::StrCat(tmp.path(), "/", index.files[r]), locals, metadata));
   }
   SDRT_ASSIGN_OR_RETURN(const std::string json, internal::SerializeIndex(index));
   SDRT_RETURN_IF_ERROR(

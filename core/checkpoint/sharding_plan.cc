@@ -11,6 +11,8 @@
 #include "re2/re2.h"
 #include "sdrt/core/checkpoint/internal/strict_json.h"
 #include "sdrt/core/io/bounded_file.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -377,6 +379,34 @@ absl::StatusOr<std::vector<Placement>> ShardingPlan::PlacementsFor(absl::string_
     }
   }
   return absl::InternalError("unreachable");
+}
+
+absl::StatusOr<Map> ShardingPlan::MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors,
+                                                std::shared_ptr<const DeviceMesh> mesh,
+                                                int64_t rank) const {
+  if (mesh == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("plan ", name_, ": MetaStateDict: null mesh"));
+  }
+  Map local;
+  if (!mesh->Coordinate(rank).has_value()) return local;
+  local.Reserve(tensors.size());
+  for (const SafetensorsTensorSpec& t : tensors) {
+    if (local.contains(t.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan ", name_, ": MetaStateDict: tensor ", t.name, " is listed twice"));
+    }
+    SDRT_ASSIGN_OR_RETURN(std::vector<Placement> placements, PlacementsFor(t.name, t.shape, *mesh));
+    absl::StatusOr<IntVector> shape = ComputeLocalShape(t.shape, *mesh, placements, rank);
+    if (!shape.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan ", name_, ": tensor ", t.name, ": ", shape.status().message()));
+    }
+    SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(*shape, t.dtype));
+    SDRT_ASSIGN_OR_RETURN(DTensor d,
+                          DTensor::Make(std::move(meta), mesh, std::move(placements), t.shape));
+    local.Set(t.name, Value(std::move(d)));
+  }
+  return local;
 }
 
 }  // namespace sdrt

@@ -1,7 +1,8 @@
 // Sharding plans: which placements each tensor of a full state dict gets on a DeviceMesh,
 // as the common PyTorch parallelisms lay a model out. Used by WriteShardedCheckpoint
-// (core/checkpoint/sharded_checkpoint.h) and `sdrt shard`. Pure metadata: no tensors, no I/O beyond
-// reading a PLAN.json file.
+// (core/checkpoint/sharded_checkpoint.h), `sdrt shard`, and by MetaStateDict to build the
+// layout a load or reshard fills. Pure metadata: no tensor bytes, no I/O beyond reading a
+// PLAN.json file.
 //
 // The built-in plans (every one gives 0-dim tensors Replicate on every mesh dim):
 //
@@ -59,6 +60,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
@@ -133,6 +136,25 @@ class ShardingPlan {
   // not have.
   absl::StatusOr<std::vector<Placement>> PlacementsFor(absl::string_view name, IntSpan shape,
                                                        const DeviceMesh& mesh) const;
+
+  // Rank `rank`'s layout of `tensors` (a model definition's or a checkpoint's tensor list:
+  // CheckpointSource::TensorSpecs, ShardedCheckpointIndex::TensorSpecs) under this plan on
+  // `mesh`, before any byte is loaded: a flat state dict holding, for each tensor in order
+  // under its name, a DTensor with the plan's placements (PlacementsFor), the tensor's
+  // global shape and contiguous global stride, whose local is a meta tensor (no memory) of
+  // the tensor's dtype and of the local shape `rank` holds (ComputeLocalShape: uneven and
+  // empty pieces as torch.chunk cuts them, 0-dim tensors whole). This is the destination
+  // LoadStateDict, LoadShardedCheckpoint and ReshardStateDict fill (each meta local becomes
+  // a fresh tensor of that shape). `rank` is a global rank, as in the mesh. A rank not in
+  // the mesh holds nothing of the layout: PyTorch gives it a (0,) local
+  // (compute_local_shape_and_global_offset), which no DTensor here can hold (its local has
+  // the global rank), so it gets an empty map, what those verbs take from a rank that
+  // receives nothing. Mirrors no single PyTorch function: it is what a model built on the
+  // meta device and parallelized by the plan holds on that rank.
+  // Errors: InvalidArgument for a null mesh, a name given twice (naming it), a negative
+  // dim; the errors of PlacementsFor (naming the plan, the tensor and the mesh).
+  absl::StatusOr<Map> MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors,
+                                    std::shared_ptr<const DeviceMesh> mesh, int64_t rank) const;
 
  private:
   struct Rule;

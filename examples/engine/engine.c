@@ -1,17 +1,18 @@
 /* An inference engine written in C loads a checkpoint into its own weight buffers,
  * tensor-parallel over the ranks of mpiexec, through sdrt's C API (sdrt/c_api.h).
  *
- * The engine owns its memory: it computes each weight's slice on this rank, allocates a
- * buffer of exactly that size (cudaMalloc on a GPU when built with CUDA and one is there,
- * else malloc) and hands it to sdrt as a borrowed DLPack tensor with the
- * slice's placement on a 1-D device mesh. One sdrt_load call fills every buffer in place;
- * each rank reads only its own slices' bytes from the files (no rank funnels the others).
+ * The engine owns its memory: it asks sdrt where each weight's slice on this rank lies
+ * (sdrt_compute_local_shape_and_global_offset, PyTorch's compute_local_shape_and_global_offset),
+ * allocates a buffer of exactly that size (cudaMalloc on a GPU when built with CUDA and one
+ * is there, else malloc) and hands it to sdrt as a borrowed DLPack tensor with the slice's
+ * placement on a 1-D device mesh. One sdrt_load call fills every buffer in place; each rank
+ * reads only its own slices' bytes from the files (no rank funnels the others).
  *
- * The layout is Megatron-style tensor parallelism by name: the output projections of
- * attention and the MLP (o_proj, down_proj, attention.output.dense, output.dense) are
- * row-parallel, Shard(1); every other matrix is column-parallel, Shard(0); vectors are
- * replicated. Slices are cut as PyTorch cuts them: ceil(n / ranks) per rank, the last ones
- * shorter or empty.
+ * The layout is Megatron-style tensor parallelism by name, sdrt's built-in "tp" plan: the
+ * output projections of attention and the MLP (o_proj, down_proj, attention.output.dense,
+ * output.dense) are row-parallel, Shard(1); the other projections, embeddings and lm_head
+ * are column-parallel, Shard(0); norms are replicated. Slices are cut as PyTorch cuts them:
+ * ceil(n / ranks) per rank, the last ones shorter or empty.
  *
  * To check, every rank then loads up to three of the matrices whole (a plain entry, no
  * communication) and compares its slices with the rows or columns they must hold.
@@ -36,10 +37,10 @@ typedef struct {
   DLTensor tensor; /* the engine's buffer: data it malloc'd, its local shape */
   int64_t local_shape[2];
   int64_t global_shape[2];
+  int64_t offset[2]; /* the global index of the slice's first element, per dim */
   int32_t ndim;
-  int shard_dim;  /* 0 or 1; -1: replicated */
-  int64_t offset; /* the slice's first row (Shard(0)) or column (Shard(1)) */
-  size_t elem;    /* bytes per element */
+  char placements[32]; /* "[S(0)]", "[S(1)]", "[R]" */
+  size_t elem;         /* bytes per element */
 } Weight;
 
 static Weight weights[kMaxWeights];
@@ -105,32 +106,17 @@ static int Check(sdrt_status_t status, const char* what) {
   exit(1);
 }
 
-static int RowParallel(const char* name) {
-  return strstr(name, "o_proj") || strstr(name, "down_proj") || strstr(name, "output.dense");
-}
-
-/* This rank's [start, start + len) of n elements cut into `ranks` chunks, as torch.chunk. */
-static void Slice(int64_t n, int ranks, int rank, int64_t* start, int64_t* len) {
-  const int64_t chunk = (n + ranks - 1) / ranks;
-  int64_t s = chunk * rank;
-  if (s > n) s = n;
-  *start = s;
-  *len = (s + chunk > n ? n : s + chunk) - s;
-}
-
-/* Compares weight w's slice with the whole tensor `full` (row-major, same dtype). */
+/* Compares matrix w's slice, the box at w->offset of w->local_shape, with the whole
+ * tensor `full` (row-major, same dtype), row by row. */
 static int SliceMatches(const Weight* w, const unsigned char* full) {
   const int64_t cols = w->global_shape[1];
-  const size_t bytes = (size_t)(w->local_shape[0] * w->local_shape[1]) * w->elem;
-  const unsigned char* mine = HostView(w->tensor.data, bytes);
+  const size_t row_bytes = (size_t)w->local_shape[1] * w->elem;
+  const unsigned char* mine = HostView(w->tensor.data, (size_t)w->local_shape[0] * row_bytes);
   int same = mine != NULL;
-  if (same && w->shard_dim == 0) {
-    same = memcmp(mine, full + (size_t)(w->offset * cols) * w->elem, bytes) == 0;
-  }
-  for (int64_t r = 0; same && w->shard_dim == 1 && r < w->global_shape[0]; ++r) {
-    same = memcmp(mine + (size_t)(r * w->local_shape[1]) * w->elem,
-                  full + (size_t)(r * cols + w->offset) * w->elem,
-                  (size_t)w->local_shape[1] * w->elem) == 0;
+  for (int64_t r = 0; same && r < w->local_shape[0]; ++r) {
+    same =
+        memcmp(mine + (size_t)r * row_bytes,
+               full + (size_t)((w->offset[0] + r) * cols + w->offset[1]) * w->elem, row_bytes) == 0;
   }
   if (mine != NULL) HostDone(mine);
   return same;
@@ -180,16 +166,23 @@ int main(int argc, char** argv) {
     snprintf(w->name, sizeof w->name, "%s", info.name);
     w->ndim = info.ndim;
     w->elem = info.dtype.bits / 8;
-    w->shard_dim = info.ndim == 1 ? -1 : (RowParallel(info.name) ? 1 : 0);
+    for (int d = 0; d < info.ndim; ++d) w->global_shape[d] = info.shape[d];
+    /* This rank's slice under the tp plan: its placements, shape and offset. */
+    sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
+    spec.mesh_ndim = 1;
+    spec.mesh_shape = mesh_shape;
+    spec.global_ndim = info.ndim;
+    spec.global_shape = w->global_shape;
+    sdrt_local_shard_t slice = SDRT_LOCAL_SHARD_INIT;
+    Check(sdrt_compute_local_shape_and_global_offset(&spec, "tp", w->name, rank, &slice),
+          "sdrt_compute_local_shape_and_global_offset");
+    snprintf(w->placements, sizeof w->placements, "%s", slice.placements);
     int64_t numel = 1;
     for (int d = 0; d < info.ndim; ++d) {
-      w->global_shape[d] = w->local_shape[d] = info.shape[d];
+      w->local_shape[d] = slice.local_shape[d];
+      w->offset[d] = slice.global_offset[d];
+      numel *= w->local_shape[d];
     }
-    w->offset = 0;
-    if (w->shard_dim >= 0) {
-      Slice(info.shape[w->shard_dim], ranks, rank, &w->offset, &w->local_shape[w->shard_dim]);
-    }
-    for (int d = 0; d < info.ndim; ++d) numel *= w->local_shape[d];
     w->tensor.data = numel > 0 ? EngineAlloc((size_t)numel * w->elem) : NULL;
     if (numel > 0 && w->tensor.data == NULL) {
       fprintf(stderr, "engine: out of memory\n");
@@ -204,12 +197,7 @@ int main(int argc, char** argv) {
     w->tensor.dtype = info.dtype;
     w->tensor.shape = w->local_shape;
     w->tensor.strides = NULL; /* row-major */
-    sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
-    spec.mesh_ndim = 1;
-    spec.mesh_shape = mesh_shape;
-    spec.placements = w->shard_dim == 0 ? "S(0)" : (w->shard_dim == 1 ? "S(1)" : "R");
-    spec.global_ndim = info.ndim;
-    spec.global_shape = w->global_shape;
+    spec.placements = w->placements;
     Check(sdrt_state_dict_add(engine, w->name, &w->tensor, &spec), "sdrt_state_dict_add");
     local_bytes += numel * (int64_t)w->elem;
     total_bytes += info.nbytes;
@@ -264,8 +252,8 @@ int main(int argc, char** argv) {
       const Weight* w = checked[k];
       printf("engine: %s [%" PRId64 ", %" PRId64 "] %s, rank 0's slice [%" PRId64 ", %" PRId64
              "]: %s\n",
-             w->name, w->global_shape[0], w->global_shape[1], w->shard_dim == 0 ? "S(0)" : "S(1)",
-             w->local_shape[0], w->local_shape[1], wrong ? "DIFFERS" : "matches the file");
+             w->name, w->global_shape[0], w->global_shape[1], w->placements, w->local_shape[0],
+             w->local_shape[1], wrong ? "DIFFERS" : "matches the file");
     }
   }
   for (int k = 0; k < num_checked; ++k) free(full[k]);

@@ -31,7 +31,6 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
-#include "sdrt/tensor/sharding/sharding.h"
 
 namespace {
 
@@ -116,19 +115,14 @@ int main(int argc, char** argv) {
   // engine's tensor-parallel layout on the same ranks: meta DTensors, whose locals sdrt
   // allocates on the first push and writes in place on the later ones.
   sdrt::Map trainer;
-  sdrt::Map engine;
+  std::vector<sdrt::SafetensorsTensorSpec> weights;
   for (const Weight& w : kWeights) {
     trainer.Set(w.name, sdrt::Value(Must(sdrt::DistributeTensor(FullWeight(w, 0), mesh,
                                                                 {sdrt::Placement::Shard(0)}, rank),
                                          "DistributeTensor")));
-    const std::vector<sdrt::Placement> p = Must(tp.PlacementsFor(w.name, w.shape, *mesh), "tp");
-    const sdrt::IntVector local = Must(sdrt::ComputeLocalShape(w.shape, *mesh, p, rank), "shape");
-    engine.Set(w.name,
-               sdrt::Value(Must(sdrt::DTensor::Make(
-                                    Must(sdrt::Tensor::Meta(local, sdrt::DType::kFloat32), "Meta"),
-                                    mesh, p, w.shape),
-                                "DTensor")));
+    weights.push_back({w.name, sdrt::DType::kFloat32, w.shape});
   }
+  sdrt::Map engine = Must(tp.MetaStateDict(weights, mesh, rank), "MetaStateDict");
 
   // 2. Train and push. The plan depends only on the layouts: built once; and since both
   // sides keep their buffers, bound to them once (the engine's weights are allocated here).

@@ -2,8 +2,10 @@
  * small single-process run of the local calls: versions, status strings, the last error,
  * struct_size checks, NULL handles, a state dict of malloc'd buffers and its offload, and
  * the calls that need no communicator in every build (no MPI or NCCL needed): sdrt_load and
- * sdrt_distribute with comm NULL. Usage: c_api_header_c FILE (a safetensors file it
- * writes). Exit status 0 when every check holds; each failure prints its line. */
+ * sdrt_distribute with comm NULL, and where a rank's piece lies
+ * (sdrt_compute_local_shape_and_global_offset) under placements and under a plan.
+ * Usage: c_api_header_c FILE (a safetensors file it writes). Exit status 0 when every check
+ * holds; each failure prints its line. */
 #include "sdrt/c_api.h"
 
 #include <stdio.h>
@@ -246,6 +248,110 @@ int main(int argc, char** argv) {
     CHECK(sdrt_state_dict_destroy(whole) == SDRT_OK);
     CHECK(sdrt_checkpoint_close(ckpt) == SDRT_OK);
     if (argc == 2) remove(argv[1]);
+  }
+
+  /* Local shapes and global offsets, as torch.chunk cuts: 10 rows over 4 ranks are 3, 3,
+   * 3, 1 at 0, 3, 6, 9. */
+  {
+    const int64_t mesh4[1] = {4};
+    const int64_t rows[2] = {10, 6};
+    const int64_t want_rows[4] = {3, 3, 3, 1};
+    const int64_t want_offsets[4] = {0, 3, 6, 9};
+    sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
+    sdrt_local_shard_t piece = SDRT_LOCAL_SHARD_INIT;
+    int r;
+    spec.mesh_ndim = 1;
+    spec.mesh_shape = mesh4;
+    spec.placements = "S(0)";
+    spec.global_ndim = 2;
+    spec.global_shape = rows;
+    for (r = 0; r < 4; ++r) {
+      CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, r, &piece) == SDRT_OK);
+      CHECK(piece.ndim == 2 && piece.local_shape[0] == want_rows[r] && piece.local_shape[1] == 6);
+      CHECK(piece.global_offset[0] == want_offsets[r] && piece.global_offset[1] == 0);
+      CHECK(piece.is_box == 1 && strcmp(piece.placements, "[S(0)]") == 0);
+    }
+    /* A rank not in the mesh: PyTorch's ((0,), ()). */
+    CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 4, &piece) == SDRT_OK);
+    CHECK(piece.ndim == 1 && piece.local_shape[0] == 0 && piece.global_offset == NULL);
+    /* 2 rows over 4 ranks: 1, 1, 0, 0; an empty piece's offset is the dim's size. */
+    {
+      const int64_t two[1] = {2};
+      spec.global_ndim = 1;
+      spec.global_shape = two;
+      CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 3, &piece) == SDRT_OK);
+      CHECK(piece.ndim == 1 && piece.local_shape[0] == 0 && piece.global_offset[0] == 2);
+    }
+    /* A 2-D mesh over ranks 10..13, [S(0), S(1)] on [5, 3]: rank 13, at (1, 1), holds rows
+     * 3-4 and column 2. */
+    {
+      const int64_t mesh22[2] = {2, 2};
+      const int64_t ranks[4] = {10, 11, 12, 13};
+      const int64_t shape[2] = {5, 3};
+      spec.mesh_ndim = 2;
+      spec.mesh_shape = mesh22;
+      spec.mesh_ranks = ranks;
+      spec.placements = "[S(0), S(1)]";
+      spec.global_ndim = 2;
+      spec.global_shape = shape;
+      CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 13, &piece) == SDRT_OK);
+      CHECK(piece.local_shape[0] == 2 && piece.local_shape[1] == 1);
+      CHECK(piece.global_offset[0] == 3 && piece.global_offset[1] == 2 && piece.is_box == 1);
+      CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 11, &piece) == SDRT_OK);
+      CHECK(piece.local_shape[0] == 3 && piece.local_shape[1] == 1);
+      CHECK(piece.global_offset[0] == 0 && piece.global_offset[1] == 2);
+      /* fsdp-tp over the 2x2 mesh: q_proj [10, 4] is [_S(0, 2), S(0)]; rank 11, at (0, 1),
+       * holds rows 5-7 (the first dp chunk of the second tp chunk). */
+      spec.placements = NULL;
+      {
+        const int64_t q[2] = {10, 4};
+        spec.global_shape = q;
+        CHECK(sdrt_compute_local_shape_and_global_offset(&spec, "fsdp-tp",
+                                                         "model.layers.0.self_attn.q_proj.weight",
+                                                         11, &piece) == SDRT_OK);
+        CHECK(strcmp(piece.placements, "[_S(0, 2), S(0)]") == 0);
+        CHECK(piece.local_shape[0] == 3 && piece.local_shape[1] == 4);
+        CHECK(piece.global_offset[0] == 5 && piece.is_box == 1);
+      }
+      spec.mesh_ranks = NULL;
+    }
+    /* A plan by name on a 1-D mesh: tp makes o_proj row-parallel, Shard(1). */
+    {
+      const int64_t o[2] = {8, 10};
+      spec.mesh_ndim = 1;
+      spec.mesh_shape = mesh4;
+      spec.global_shape = o;
+      CHECK(sdrt_compute_local_shape_and_global_offset(
+                &spec, "tp", "layers.0.self_attn.o_proj.weight", 3, &piece) == SDRT_OK);
+      CHECK(strcmp(piece.placements, "[S(1)]") == 0 && piece.local_shape[0] == 8 &&
+            piece.local_shape[1] == 1 && piece.global_offset[1] == 9);
+      /* A _StridedShard piece that is not one run: not a box. */
+      spec.placements = "_S(0, 2)";
+      CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 0, &piece) == SDRT_OK);
+      CHECK(piece.is_box == 0 && piece.local_shape[0] == 2);
+    }
+    /* Errors: both placements and a plan, neither, an unknown plan, a bad struct_size; *out
+     * is left alone. */
+    spec.placements = "S(0)";
+    piece.ndim = -7;
+    CHECK(sdrt_compute_local_shape_and_global_offset(&spec, "tp", "w", 0, &piece) ==
+          SDRT_INVALID_ARGUMENT);
+    spec.placements = NULL;
+    CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 0, &piece) ==
+          SDRT_INVALID_ARGUMENT);
+    CHECK(sdrt_compute_local_shape_and_global_offset(&spec, "no-such-plan", "w", 0, &piece) ==
+          SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "no-such-plan") != NULL);
+    spec.placements = "[S(0), S(0)]";
+    CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 0, &piece) ==
+          SDRT_INVALID_ARGUMENT);
+    spec.placements = "S(0)";
+    piece.struct_size = 8;
+    CHECK(sdrt_compute_local_shape_and_global_offset(&spec, NULL, NULL, 0, &piece) ==
+          SDRT_INVALID_ARGUMENT);
+    CHECK(piece.ndim == -7);
+    CHECK(sdrt_compute_local_shape_and_global_offset(NULL, NULL, NULL, 0, &piece) ==
+          SDRT_INVALID_ARGUMENT);
   }
 
   if (failures == 0) printf("c_api_header_c: all checks passed\n");

@@ -1,18 +1,22 @@
 // A rank file of a sharded checkpoint that is truncated, garbled, taken from another
-// checkpoint or whose tensor bytes do not hash to the index's xxh64: `sdrt inspect DIR`,
-// `mpiexec -n 2 sdrt gather DIR OUT` and `mpiexec -n 2 sdrt load FILE --verify DIR` end with
+// checkpoint or whose tensor bytes do not hash to what was written, and an index.json edited
+// after the rank files were written: `sdrt inspect DIR`, `mpiexec -n 2 sdrt gather DIR OUT`,
+// `mpiexec -n 2 sdrt load FILE --verify DIR` and `mpiexec -n 2 sdrt reshard DIR OUT` end with
 // exit code 2 (bad input) and one line naming the rank file's path (the library's errors:
-// LoadRankShards, CheckGatheredTensor, core/checkpoint/sharded_checkpoint.h), and gather
-// writes nothing.
+// LoadRankShards, CheckGatheredTensor, core/checkpoint/sharded_checkpoint.h), and gather and
+// reshard write nothing.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 #include "sdrt/tests/support/test_util.h"
@@ -82,7 +86,20 @@ class BadRankFile : public ::testing::Test {
     return root + "/ckpt";
   }
 
-  // inspect, gather and load --verify all refuse `dir` naming `path` (and `parts`).
+  // `mpiexec -n 2 sdrt reshard DIR` refuses `dir` naming `parts`, and writes nothing: no
+  // OUTDIR, no temporary folder beside it.
+  void ExpectReshardRefuses(const std::string& dir, const std::vector<std::string>& parts) {
+    SCOPED_TRACE("reshard");
+    const fs::path out = fs::path(dir).parent_path() / "resharded";
+    ExpectBadInput(Mpi2(absl::StrCat("reshard ", dir, " ", out.string(), " --mesh 2 --plan tp")),
+                   parts);
+    EXPECT_FALSE(fs::exists(out));
+    for (const auto& e : fs::directory_iterator(out.parent_path())) {
+      EXPECT_EQ(e.path().filename().string().find(".resharded.tmp"), std::string::npos) << e.path();
+    }
+  }
+
+  // inspect, gather, load --verify and reshard all refuse `dir` naming `path` (and `parts`).
   void ExpectEveryCommandRefuses(const std::string& dir, const std::string& path,
                                  const std::vector<std::string>& parts, bool inspect = true) {
     std::vector<std::string> all = parts;
@@ -101,6 +118,7 @@ class BadRankFile : public ::testing::Test {
       ExpectBadInput(Mpi2(absl::StrCat("load ", model_, " --mesh 2 --plan fsdp --verify ", dir)),
                      all);
     }
+    ExpectReshardRefuses(dir, all);
   }
 
   std::string model_;
@@ -132,21 +150,21 @@ TEST_F(BadRankFile, RankFileOfAnotherCheckpoint) {
   ExpectEveryCommandRefuses(dir, path, {"model."});
 }
 
-// A rank file of a checkpoint of the same shapes with other values (another seed): only the
-// hashes differ, and gather names the rank files holding the first tensor that differs.
+// A rank file of a checkpoint of the same shapes with other values (another seed): it was
+// written with another index.json (other full-tensor hashes), which every command that
+// reads it names, with the file.
 TEST_F(BadRankFile, RankFileOfACheckpointWithOtherValues) {
   const std::string other = Checkpoint("foreign_seed_other", "fsdp", "--seed 5");
   const std::string dir = Checkpoint("foreign_seed", "fsdp");
   const std::string path = dir + "/rank-00001-of-00002.safetensors";
   fs::copy_file(other + "/rank-00001-of-00002.safetensors", path,
                 fs::copy_options::overwrite_existing);
-  ExpectBadInput(Mpi2(absl::StrCat("gather ", dir, " ", out_)),
-                 {"tensor model.embed_tokens.weight", path, "index.json"});
-  EXPECT_FALSE(fs::exists(out_));
+  ExpectEveryCommandRefuses(dir, path, {"written with another index", "index.json"});
 }
 
-// One byte of a sharded tensor's piece changed: only the gathered tensor's hash can tell;
-// gather names the tensor and the rank files holding it.
+// One byte of a sharded tensor's piece changed: the piece's hash, recorded in its rank file,
+// tells as soon as the piece is read; every command that reads it names the file and the
+// tensor (inspect reads no tensor byte).
 TEST_F(BadRankFile, ShardedTensorWhoseHashDiffers) {
   const std::string dir = Checkpoint("sharded_hash", "fsdp");
   const std::string path = dir + "/rank-00001-of-00002.safetensors";
@@ -155,10 +173,41 @@ TEST_F(BadRankFile, ShardedTensorWhoseHashDiffers) {
   std::string bytes = ReadBytes(path);
   bytes[static_cast<size_t>(at)] ^= 0x40;
   WriteBytes(path, bytes);
-  ExpectBadInput(
-      Mpi2(absl::StrCat("gather ", dir, " ", out_)),
-      {"tensor lm_head.weight", dir + "/rank-00000-of-00002.safetensors", path, "index.json"});
-  EXPECT_FALSE(fs::exists(out_));
+  ExpectEveryCommandRefuses(dir, path, {"tensor lm_head.weight", "sdrt.piece_xxh64"},
+                            /*inspect=*/false);
+}
+
+// index.json edited after the rank files were written: a placement swapped for one with the
+// same local shapes (q_proj's S(0) over 2 ranks becomes _S(0, 2): 32 of its 64 rows on
+// each rank either way, other rows), or a full tensor's hash changed. Before, `sdrt
+// reshard` wrote a new folder carrying the edited index; now every command refuses it,
+// naming the rank file and index.json.
+TEST_F(BadRankFile, EditedIndex) {
+  const std::string dir = Checkpoint("edited_index", "tp");
+  const std::string index_path = dir + "/index.json";
+  const std::string original = ReadBytes(index_path);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  nlohmann::json index = nlohmann::json::parse(original);
+  for (nlohmann::json& t : index["tensors"]) {
+    if (t["name"] == q) {
+      ASSERT_EQ(t["placements"], "[S(0)]");
+      ASSERT_EQ(t["shape"][0], 64);
+      t["placements"] = "[_S(0, 2)]";
+    }
+  }
+  WriteBytes(index_path, index.dump(1));
+  ExpectEveryCommandRefuses(dir, dir + "/rank-00000-of-00002.safetensors",
+                            {"written with another index", "index.json"});
+  index = nlohmann::json::parse(original);
+  for (nlohmann::json& t : index["tensors"]) {
+    if (t["name"] == q) t["xxh64"] = "0123456789abcdef";
+  }
+  WriteBytes(index_path, index.dump(1));
+  ExpectReshardRefuses(dir, {dir + "/rank-00000-of-00002.safetensors", "index.json"});
+  // The original index reads again: nothing else was touched.
+  WriteBytes(index_path, original);
+  CommandResult r = Mpi2(absl::StrCat("reshard ", dir, " ", dir, "-fsdp --mesh 2 --plan fsdp"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // One byte of a replicated tensor changed (plan tp keeps the norms whole on every rank):
@@ -182,6 +231,45 @@ TEST_F(BadRankFile, ReplicatedTensorWhoseHashDiffers) {
     ExpectBadInput(Mpi2(absl::StrCat("load ", model_, " --mesh 2 --plan tp --verify ", dir)),
                    {path, "model.norm.weight"});
   }
+}
+
+// A folder written before piece hashes (format 1: index.json and rank files say 1, the rank
+// files lack sdrt.index_xxh64 and sdrt.piece_xxh64) still reshards: rank 0 says once what
+// is not checked, and the new folder is format 2, its pieces hashed as written.
+TEST_F(BadRankFile, FormatOneFolderReshardsWithOneWarning) {
+  const std::string dir = Checkpoint("format_one", "fsdp");
+  nlohmann::json index = nlohmann::json::parse(ReadBytes(dir + "/index.json"));
+  index["format_version"] = 1;
+  WriteBytes(dir + "/index.json", index.dump(1));
+  for (const std::string name :
+       {"rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"}) {
+    const std::string path = dir + "/" + name;
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::map<std::string, std::string> metadata;
+    {
+      absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+      ASSERT_TRUE(file.ok()) << file.status();
+      for (const SafetensorsEntry& e : file->entries()) {
+        tensors.emplace_back(e.name, *file->Get(e.name)->Clone());
+      }
+      metadata = file->metadata();
+    }
+    metadata.erase("sdrt.index_xxh64");
+    metadata.erase("sdrt.piece_xxh64");
+    metadata["sdrt.format_version"] = "1";
+    ASSERT_TRUE(WriteSafetensors(path, tensors, metadata).ok());
+  }
+  const std::string out = dir + "-tp";
+  CommandResult r = Mpi2(absl::StrCat("reshard ", dir, " ", out, " --mesh 2 --plan tp"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string warning = "sdrt reshard: warning: " + dir +
+                              ": format 1 rank files carry no "
+                              "piece hashes";
+  EXPECT_THAT(r.err, HasSubstr(warning));
+  EXPECT_EQ(r.err.find("warning"), r.err.rfind("warning")) << r.err;
+  CommandResult inspect = Sdrt("inspect " + out);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, HasSubstr("sharded checkpoint (format 2)"));
 }
 
 }  // namespace

@@ -196,7 +196,7 @@ TEST_F(HfSourceCli, ShardHfFolderEqualsSingleFile) {
   // The result is a valid sharded checkpoint.
   const CommandResult inspect = Sdrt("inspect " + ShellQuote(root_ + "/a"));
   EXPECT_EQ(inspect.exit_code, 0) << inspect.all();
-  EXPECT_THAT(inspect.out, HasSubstr("sharded checkpoint (format 1): mesh 2x2"));
+  EXPECT_THAT(inspect.out, HasSubstr("sharded checkpoint (format 2): mesh 2x2"));
   // OUTDIR inside the source folder is refused.
   ExpectBadInput(
       Sdrt("shard " + ShellQuote(hf_) + " " + ShellQuote(hf_ + "/out") + " --mesh 2 --plan fsdp"),

@@ -80,15 +80,6 @@ bool OutIsFolder(const std::string& out) {
          (stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
 }
 
-// What the header of each gathered tensor says, in the source's order.
-std::vector<SafetensorsTensorSpec> Specs(const ShardedCheckpointIndex& index) {
-  std::vector<SafetensorsTensorSpec> specs;
-  for (const ShardedCheckpointTensor& t : index.tensors) {
-    specs.push_back({t.name, t.dtype, t.shape});
-  }
-  return specs;
-}
-
 // Each tensor's bytes (numel x element size; the index reader checked the shapes).
 std::vector<int64_t> TensorBytes(const ShardedCheckpointIndex& index) {
   std::vector<int64_t> nbytes;
@@ -160,7 +151,8 @@ absl::Status CheckAndWrite(const GatherArgs& args, const ShardedCheckpointIndex&
     const auto source = [&tensors](size_t i) -> absl::StatusOr<Tensor> {
       return tensors[i].second;
     };
-    return WriteHfCheckpoint(args.out, Specs(index), source, index.metadata, options).status();
+    return WriteHfCheckpoint(args.out, index.TensorSpecs(), source, index.metadata, options)
+        .status();
   }
   // The index lists the tensors in the source's byte order; OUT keeps it.
   WriteSafetensorsOptions write_options;

@@ -108,11 +108,11 @@ int RunLoad(const LoadArgs& args) {
   status = AgreeUnlessTimedOut(session->world(), status);
   if (!status.ok()) return fail(status);
 
-  absl::StatusOr<std::vector<TensorInfo>> infos =
+  absl::StatusOr<std::vector<SafetensorsTensorSpec>> infos =
       ShareTensorList(*session, session->rank() == 0 ? &*file : nullptr);
   if (!infos.ok()) return fail(infos.status());
   auto shared_mesh = std::make_shared<const DeviceMesh>(*std::move(mesh));
-  absl::StatusOr<Map> local = MetaStateDict(*infos, shared_mesh, *plan);
+  absl::StatusOr<Map> local = plan->MetaStateDict(*infos, shared_mesh, session->rank());
   status = AgreeUnlessTimedOut(session->world(), local.status());
   if (!status.ok()) return fail(status);
 
@@ -172,7 +172,7 @@ int RunLoad(const LoadArgs& args) {
   if (session->rank() != 0) return verdict;
 
   int64_t bytes = 0;
-  for (const TensorInfo& info : *infos) {
+  for (const SafetensorsTensorSpec& info : *infos) {
     int64_t numel = 1;
     for (int64_t s : info.shape) numel *= s;
     bytes += BytesForElements(info.dtype, numel).value_or(0);  // validated by the source

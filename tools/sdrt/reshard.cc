@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
@@ -66,11 +67,17 @@ int RunReshard(const ReshardArgs& args) {
   absl::StatusOr<ShardedCheckpointIndex> source_index =
       ReadShardedCheckpointIndex(args.in_dir, read_options);
   absl::Status status = source_index.status();
+  if (rank == 0 && status.ok() && !UncheckedPiecesWarning(*source_index).empty()) {
+    WriteStderrLine(
+        absl::StrCat("sdrt reshard: warning: ", Printable(UncheckedPiecesWarning(*source_index))));
+  }
   Map source;
   std::optional<ShardedCheckpointIndex> target;
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
+  if (status.ok()) status = plan.status();
   if (status.ok()) {
     absl::StatusOr<ShardedCheckpointIndex> made =
-        TargetIndex(args.mesh, args.dim_names, args.plan, *source_index);
+        TargetIndex(args.mesh, args.dim_names, *plan, *source_index);
     status = made.status();
     if (made.ok()) target = *std::move(made);
   }
@@ -108,7 +115,7 @@ int RunReshard(const ReshardArgs& args) {
   status = session->world().BroadcastBytes(&folder_path, 0);
   if (!status.ok()) return fail(status);
 
-  absl::StatusOr<Map> destination = MetaTarget(*target, rank);
+  absl::StatusOr<Map> destination = plan->MetaStateDict(target->TensorSpecs(), target->mesh, rank);
   status = AgreeUnlessTimedOut(session->world(), destination.status());
   if (!status.ok()) return fail(status);
   ReshardOptions options;

@@ -94,6 +94,11 @@ std::string StripTrailingSlashes(std::string path) {
 absl::Status CheckIndexWritable(const ShardedCheckpointIndex& index, const std::string& source_name,
                                 const std::string& out_dir) {
   const std::string& src = source_name;
+  if (index.format_version != kShardedCheckpointFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": an index of format_version ",
+                                                   index.format_version, "; this sdrt writes ",
+                                                   kShardedCheckpointFormatVersion));
+  }
   SDRT_ASSIGN_OR_RETURN(const std::string json, SerializeIndex(index));
   if (static_cast<int64_t>(json.size()) > kMaxJsonFileBytes) {
     return absl::InvalidArgumentError(

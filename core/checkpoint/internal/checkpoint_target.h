@@ -23,8 +23,9 @@ struct CheckpointTarget {
 
 // What is written must be what the reader accepts (a name it refuses, metadata that makes
 // index.json larger than it reads): checked on the index text before anything is written,
-// so a refused checkpoint is never left for `--overwrite` to refuse in turn.
-// InvalidArgument naming `source_name`.
+// so a refused checkpoint is never left for `--overwrite` to refuse in turn; and it is of
+// the format this sdrt writes (kShardedCheckpointFormatVersion). InvalidArgument naming
+// `source_name`.
 absl::Status CheckIndexWritable(const ShardedCheckpointIndex& index, const std::string& source_name,
                                 const std::string& out_dir);
 

@@ -13,6 +13,7 @@
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
+#include "xxhash.h"
 
 namespace sdrt::internal {
 namespace {
@@ -151,16 +152,53 @@ absl::Status CheckpointError(const std::string& where, absl::string_view what) {
 
 std::string MeshShapeString(const DeviceMesh& mesh) { return absl::StrJoin(mesh.shape(), "x"); }
 
-std::map<std::string, std::string> RankMetadata(const DeviceMesh& mesh, int64_t rank) {
+absl::StatusOr<uint64_t> IndexXxh64(const ShardedCheckpointIndex& index) {
+  SDRT_ASSIGN_OR_RETURN(const std::string json, SerializeIndex(index));
+  return static_cast<uint64_t>(XXH64(json.data(), json.size(), 0));
+}
+
+std::map<std::string, std::string> RankMetadata(const ShardedCheckpointIndex& index, int64_t rank,
+                                                uint64_t index_hash) {
+  const DeviceMesh& mesh = *index.mesh;
   std::map<std::string, std::string> meta;
-  meta[std::string(kMetaVersion)] = absl::StrCat(kShardedCheckpointFormatVersion);
+  meta[std::string(kMetaVersion)] = absl::StrCat(index.format_version);
   meta[std::string(kMetaRank)] = absl::StrCat(rank);
   meta[std::string(kMetaWorldSize)] = absl::StrCat(mesh.num_ranks());
   meta[std::string(kMetaMesh)] = MeshShapeString(mesh);
   if (!mesh.dim_names().empty()) {
     meta[std::string(kMetaDimNames)] = absl::StrJoin(mesh.dim_names(), ",");
   }
+  if (index.format_version >= kPieceHashesFormatVersion) {
+    meta[std::string(kMetaIndexHash)] = FormatXxh64(index_hash);
+  }
   return meta;
+}
+
+std::string FormatPieceHashes(const std::vector<uint64_t>& hashes) {
+  std::string text;
+  text.reserve(hashes.size() * 16);
+  for (uint64_t h : hashes) text += FormatXxh64(h);
+  return text;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParsePieceHashes(absl::string_view text, size_t count,
+                                                       const std::string& where) {
+  if (text.size() != count * 16) {
+    return Bad(where,
+               absl::StrCat("__metadata__ \"", kMetaPieceHashes, "\" holds ", text.size(),
+                            " characters, not 16 hex digits for each of the ", count, " tensors"));
+  }
+  std::vector<uint64_t> hashes;
+  hashes.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    absl::StatusOr<uint64_t> h = ParseXxh64(std::string(text.substr(i * 16, 16)), where);
+    if (!h.ok()) {
+      return Bad(where, absl::StrCat("__metadata__ \"", kMetaPieceHashes, "\": hash ", i,
+                                     " is not 16 lower-case hex digits"));
+    }
+    hashes.push_back(*h);
+  }
+  return hashes;
 }
 
 absl::StatusOr<std::string> SerializeIndex(const ShardedCheckpointIndex& index) {
@@ -209,8 +247,8 @@ absl::StatusOr<ShardedCheckpointIndex> ParseIndex(absl::string_view text, const 
   index.dir = dir;
   SDRT_ASSIGN_OR_RETURN(const int64_t version,
                         GetInt(doc["format_version"], path, "format_version", 1));
-  if (version != kShardedCheckpointFormatVersion) {
-    return Bad(path, absl::StrCat("format_version ", version, " is not the one this sdrt reads (",
+  if (version > kShardedCheckpointFormatVersion) {
+    return Bad(path, absl::StrCat("format_version ", version, " is not one this sdrt reads (1 to ",
                                   kShardedCheckpointFormatVersion, ")"));
   }
   index.format_version = static_cast<int>(version);

@@ -148,7 +148,7 @@ TEST(ShardedCheckpoint, IndexJsonLayout) {
                 "rank-00002-of-00004.safetensors", "rank-00003-of-00004.safetensors"}));
   const nlohmann::json index = nlohmann::json::parse(ReadText(root + "/ckpt/index.json"));
   EXPECT_EQ(index["format"], "sdrt-sharded-checkpoint");
-  EXPECT_EQ(index["format_version"], 1);
+  EXPECT_EQ(index["format_version"], 2);
   EXPECT_EQ(index["world_size"], 4);
   EXPECT_EQ(index["mesh"]["shape"], nlohmann::json::array({2, 2}));
   EXPECT_EQ(index["mesh"]["dim_names"], nlohmann::json::array({"dp", "tp"}));
@@ -165,15 +165,25 @@ TEST(ShardedCheckpoint, IndexJsonLayout) {
   EXPECT_EQ(t[1]["shape"], nlohmann::json::array({4, 2}));
   EXPECT_EQ(t[1]["placements"], "[_S(0, 2), S(0)]");
   EXPECT_EQ(t[1]["xxh64"], FormatXxh64(*TensorXxh64(*source.Get(t[1]["name"].get<std::string>()))));
-  // Rank files repeat rank, world size and mesh.
+  // Rank files repeat rank, world size and mesh, and record the hash of index.json's text
+  // and of each of their pieces, in index order.
   absl::StatusOr<SafetensorsFile> rank2 =
       SafetensorsFile::Open(root + "/ckpt/rank-00002-of-00004.safetensors");
   ASSERT_TRUE(rank2.ok());
-  EXPECT_EQ(rank2->metadata(), (std::map<std::string, std::string>{{"sdrt.format_version", "1"},
-                                                                   {"sdrt.mesh", "2x2"},
-                                                                   {"sdrt.mesh_dim_names", "dp,tp"},
-                                                                   {"sdrt.rank", "2"},
-                                                                   {"sdrt.world_size", "4"}}));
+  const std::string text = ReadText(root + "/ckpt/index.json");
+  Tensor text_bytes = *Tensor::Empty({static_cast<int64_t>(text.size())}, DType::kUInt8);
+  std::memcpy(text_bytes.data_ptr(), text.data(), text.size());
+  const std::string pieces =
+      FormatXxh64(*TensorXxh64(*rank2->Get("model.norm.weight"))) +
+      FormatXxh64(*TensorXxh64(*rank2->Get("model.layers.0.self_attn.q_proj.weight")));
+  EXPECT_EQ(rank2->metadata(), (std::map<std::string, std::string>{
+                                   {"sdrt.format_version", "2"},
+                                   {"sdrt.index_xxh64", FormatXxh64(*TensorXxh64(text_bytes))},
+                                   {"sdrt.mesh", "2x2"},
+                                   {"sdrt.mesh_dim_names", "dp,tp"},
+                                   {"sdrt.piece_xxh64", pieces},
+                                   {"sdrt.rank", "2"},
+                                   {"sdrt.world_size", "4"}}));
   absl::StatusOr<ShardedCheckpointIndex> read = ReadShardedCheckpointIndex(root + "/ckpt");
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->mesh->dim_names(), (std::vector<std::string>{"dp", "tp"}));
@@ -426,8 +436,8 @@ TEST_F(Corrupted, BadJson) {
 
 TEST_F(Corrupted, Fields) {
   nlohmann::ordered_json j = index_;
-  j["format_version"] = 2;
-  ExpectIndexError(j, {"index.json", "format_version 2"});
+  j["format_version"] = 3;
+  ExpectIndexError(j, {"index.json", "format_version 3", "1 to 2"});
   j = index_;
   j["format"] = "other";
   ExpectIndexError(j, {"\"format\" is \"other\""});

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tests/support/test_util.h"
 
 namespace sdrt {
@@ -276,6 +277,106 @@ TEST(ShardingPlan, FromSpecReadsAFile) {
   const absl::Status two_dim = plan->CheckMesh(Mesh("2x2"));
   EXPECT_EQ(two_dim.code(), absl::StatusCode::kInvalidArgument) << two_dim;
   EXPECT_THAT(two_dim.message(), AllOf(HasSubstr(path), HasSubstr("1-D")));
+}
+
+// Rank `rank`'s MetaStateDict entry `name`: "<local shape> <placements>", or the error.
+std::string MetaEntry(const ShardingPlan& plan, const std::vector<SafetensorsTensorSpec>& tensors,
+                      const char* mesh, int64_t rank, const std::string& name) {
+  absl::StatusOr<Map> local =
+      plan.MetaStateDict(tensors, std::make_shared<const DeviceMesh>(Mesh(mesh)), rank);
+  if (!local.ok()) return "error: " + std::string(local.status().message());
+  const Value* v = local->Find(name);
+  if (v == nullptr || v->kind() != ValueKind::kDTensor) return "no DTensor";
+  const DTensor& d = v->as_dtensor();
+  EXPECT_TRUE(d.local().is_meta());
+  EXPECT_EQ(d.global_shape(), IntVector(tensors[0].shape));
+  return ShapeToString(d.local().shape()) + " " + PlacementsToString(d.placements());
+}
+
+// Uneven and empty pieces as torch.chunk cuts them: 10 rows over 4 ranks are 3, 3, 3, 1;
+// 2 rows over 4 ranks are 1, 1, 0, 0.
+TEST(MetaStateDict, LocalShapesOfUnevenAndEmptyPieces) {
+  const ShardingPlan fsdp = *ShardingPlan::Builtin("fsdp");
+  const std::vector<SafetensorsTensorSpec> ten = {{"w", DType::kBFloat16, {10, 6}}};
+  const std::vector<SafetensorsTensorSpec> two = {{"w", DType::kBFloat16, {2, 6}}};
+  const char* const want_ten[] = {"[3, 6] [S(0)]", "[3, 6] [S(0)]", "[3, 6] [S(0)]",
+                                  "[1, 6] [S(0)]"};
+  const char* const want_two[] = {"[1, 6] [S(0)]", "[1, 6] [S(0)]", "[0, 6] [S(0)]",
+                                  "[0, 6] [S(0)]"};
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(MetaEntry(fsdp, ten, "4", r, "w"), want_ten[r]) << "rank " << r;
+    EXPECT_EQ(MetaEntry(fsdp, two, "4", r, "w"), want_two[r]) << "rank " << r;
+  }
+}
+
+// A 2-D mesh: fsdp-tp gives q_proj [_S(0, 2), S(0)] (rank (d, t) holds the d-th dp chunk
+// of the t-th tp chunk: 10 rows -> tp chunks of 5 -> dp chunks of 3 and 2) and o_proj
+// [S(0), S(1)]; every tensor of the list is there, in order, with its dtype.
+TEST(MetaStateDict, TwoDimMeshAndEveryTensorInOrder) {
+  const ShardingPlan plan = *ShardingPlan::Builtin("fsdp-tp");
+  const std::vector<SafetensorsTensorSpec> tensors = {
+      {"layers.0.self_attn.q_proj.weight", DType::kFloat32, {10, 4}},
+      {"layers.0.self_attn.o_proj.weight", DType::kFloat16, {4, 10}},
+      {"norm.weight", DType::kFloat32, {4}},
+      {"step", DType::kInt64, {}}};
+  const char* const q[] = {"[3, 4] [_S(0, 2), S(0)]", "[3, 4] [_S(0, 2), S(0)]",
+                           "[2, 4] [_S(0, 2), S(0)]", "[2, 4] [_S(0, 2), S(0)]"};
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(MetaEntry(plan, tensors, "2x2", r, tensors[0].name), q[r]) << "rank " << r;
+  }
+  absl::StatusOr<Map> local =
+      plan.MetaStateDict(tensors, std::make_shared<const DeviceMesh>(Mesh("2x2")), 3);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_EQ(local->size(), 4u);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(local->key(i), tensors[i].name);
+    EXPECT_EQ(local->value(i).as_dtensor().dtype(), tensors[i].dtype);
+  }
+  const DTensor& o = local->value(1).as_dtensor();
+  EXPECT_EQ(o.local().shape(), IntVector({2, 5}));
+  EXPECT_EQ(o.global_stride(), IntVector({10, 1}));
+  EXPECT_EQ(PlacementsToString(o.placements()), "[S(0), S(1)]");
+  // A 0-dim tensor is whole on every rank.
+  EXPECT_TRUE(local->value(3).as_dtensor().local().shape().empty());
+  EXPECT_EQ(PlacementsToString(local->value(3).as_dtensor().placements()), "[R, R]");
+}
+
+// A rank outside the mesh holds nothing of the layout: an empty map (PyTorch's (0,) local
+// cannot be a DTensor local of another rank).
+TEST(MetaStateDict, RankOutsideTheMeshGetsAnEmptyMap) {
+  const ShardingPlan fsdp = *ShardingPlan::Builtin("fsdp");
+  const std::vector<SafetensorsTensorSpec> tensors = {{"w", DType::kFloat32, {10, 6}}};
+  auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2}, {4, 5}));
+  for (int64_t rank : {0, 3, 6, -1}) {
+    absl::StatusOr<Map> local = fsdp.MetaStateDict(tensors, mesh, rank);
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_TRUE(local->empty()) << "rank " << rank;
+  }
+  // Ranks 4 and 5 are the mesh's: rows 0-4 and 5-9.
+  absl::StatusOr<Map> five = fsdp.MetaStateDict(tensors, mesh, 5);
+  ASSERT_TRUE(five.ok()) << five.status();
+  EXPECT_EQ(five->Find("w")->as_dtensor().local().shape(), IntVector({5, 6}));
+}
+
+TEST(MetaStateDict, Errors) {
+  const std::vector<SafetensorsTensorSpec> tensors = {{"w", DType::kFloat32, {4}},
+                                                      {"w", DType::kFloat32, {4}}};
+  absl::StatusOr<Map> twice = ShardingPlan::Builtin("fsdp")->MetaStateDict(
+      tensors, std::make_shared<const DeviceMesh>(Mesh("2")), 0);
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(twice.status().message(), HasSubstr("tensor w is listed twice"));
+  // hsdp needs a 2-D mesh: the plan's error.
+  absl::StatusOr<Map> hsdp = ShardingPlan::Builtin("hsdp")->MetaStateDict(
+      {tensors[0]}, std::make_shared<const DeviceMesh>(Mesh("2")), 0);
+  EXPECT_EQ(hsdp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(hsdp.status().message(), HasSubstr("hsdp"));
+  EXPECT_EQ(ShardingPlan::Builtin("fsdp")->MetaStateDict({tensors[0]}, nullptr, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A negative dim: ComputeLocalShape's error, naming the tensor.
+  absl::StatusOr<Map> negative = ShardingPlan::Builtin("fsdp")->MetaStateDict(
+      {{"neg", DType::kFloat32, {-3}}}, std::make_shared<const DeviceMesh>(Mesh("2")), 0);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(negative.status().message(), HasSubstr("neg"));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// ShareTensorList, MetaStateDict and VerifyPieces (load_setup.h).
+// ShareTensorList and VerifyPieces (load_setup.h).
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 
 #include <optional>
@@ -14,8 +14,8 @@
 
 namespace sdrt::cli {
 
-absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
-                                                        const CheckpointSource* source) {
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> ShareTensorList(const Session& session,
+                                                                   const CheckpointSource* source) {
   std::string bytes;
   if (source != nullptr) {
     nlohmann::json list = nlohmann::json::array();
@@ -28,9 +28,9 @@ absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
   }
   absl::Status status = session.world().BroadcastBytes(&bytes, 0);
   if (!status.ok()) return status;
-  std::vector<TensorInfo> infos;
+  std::vector<SafetensorsTensorSpec> infos;
   for (const nlohmann::json& e : nlohmann::json::from_cbor(bytes)) {
-    TensorInfo info;
+    SafetensorsTensorSpec info;
     info.name = e[0].get<std::string>();
     absl::StatusOr<DType> dtype = DTypeFromName(e[1].get<std::string>());
     if (!dtype.ok()) return dtype.status();
@@ -39,24 +39,6 @@ absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
     infos.push_back(std::move(info));
   }
   return infos;
-}
-
-absl::StatusOr<Map> MetaStateDict(const std::vector<TensorInfo>& infos,
-                                  const std::shared_ptr<const DeviceMesh>& mesh,
-                                  const ShardingPlan& plan) {
-  Map local;
-  local.Reserve(infos.size());
-  for (const TensorInfo& info : infos) {
-    absl::StatusOr<std::vector<Placement>> placements =
-        plan.PlacementsFor(info.name, info.shape, *mesh);
-    if (!placements.ok()) return placements.status();
-    absl::StatusOr<Tensor> meta = Tensor::Meta(IntVector(info.shape.size(), 0), info.dtype);
-    if (!meta.ok()) return meta.status();
-    absl::StatusOr<DTensor> d = DTensor::Make(*std::move(meta), mesh, *placements, info.shape);
-    if (!d.ok()) return d.status();
-    local.Set(info.name, Value(*std::move(d)));
-  }
-  return local;
 }
 
 absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_dir,

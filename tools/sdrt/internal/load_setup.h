@@ -1,6 +1,6 @@
 // The parts of `sdrt load` (tools/sdrt/load.cc) around the load itself: rank 0's tensor
-// list of SRC shared with every rank, the meta state dict the load fills, and the check of
-// every rank's pieces afterwards.
+// list of SRC shared with every rank (ShardingPlan::MetaStateDict makes the state dict the
+// load fills), and the check of every rank's pieces afterwards.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
 
@@ -18,23 +18,11 @@
 
 namespace sdrt::cli {
 
-// One tensor of rank 0's list (what the engine's model definition knows).
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  IntVector shape;
-};
-
-// Rank 0's tensor list (from `source`, non-null on rank 0 only), sent to every rank in one
-// BroadcastBytes. The communicator's errors; InvalidArgument for a dtype name it cannot parse.
-absl::StatusOr<std::vector<TensorInfo>> ShareTensorList(const Session& session,
-                                                        const CheckpointSource* source);
-
-// Meta DTensors with the plan's placements on `mesh`: the local state dict before loading.
-// The plan's errors (PlacementsFor).
-absl::StatusOr<Map> MetaStateDict(const std::vector<TensorInfo>& infos,
-                                  const std::shared_ptr<const DeviceMesh>& mesh,
-                                  const ShardingPlan& plan);
+// Rank 0's tensor list (from `source`, non-null on rank 0 only; what the engine's model
+// definition knows), sent to every rank in one BroadcastBytes. The communicator's errors;
+// InvalidArgument for a dtype name it cannot parse.
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> ShareTensorList(const Session& session,
+                                                                   const CheckpointSource* source);
 
 // Checks rank `rank`'s loaded pieces in `local` by xxh64 against `verify_dir`'s rank file
 // (a sharded checkpoint; `mesh_text` is --mesh, for the message) or, when it is empty,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
@@ -64,9 +65,15 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
   if (status.ok() && index == nullptr) {  // replaced since RunLoad looked at it
     status = absl::InvalidArgumentError(absl::StrCat(args.dir, ": no longer a sharded folder"));
   }
+  if (me == 0 && status.ok() && !UncheckedPiecesWarning(*index).empty()) {
+    WriteStderrLine(
+        absl::StrCat("sdrt load: warning: ", Printable(UncheckedPiecesWarning(*index))));
+  }
+  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
+  if (status.ok()) status = plan.status();
   absl::StatusOr<ShardedCheckpointIndex> target;
   if (status.ok()) {
-    target = TargetIndex(args.mesh, "", args.plan, *index);
+    target = TargetIndex(args.mesh, "", *plan, *index);
     status = target.status();
   }
   if (status.ok() && target->world_size != session.size()) {
@@ -74,7 +81,9 @@ int LoadShardedFolder(const ShardedLoadArgs& args, Session& session) {
                                                      Ranks(target->world_size),
                                                      " but mpiexec started ", session.size()));
   }
-  absl::StatusOr<Map> local = status.ok() ? MetaTarget(*target, me) : absl::StatusOr<Map>(Map());
+  absl::StatusOr<Map> local = status.ok()
+                                  ? plan->MetaStateDict(target->TensorSpecs(), target->mesh, me)
+                                  : absl::StatusOr<Map>(Map());
   status = AgreeUnlessTimedOut(session.world(), local.ok() ? status : local.status());
   if (!status.ok()) return fail(status);
 

@@ -7,16 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
-#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::cli {
 
 absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const std::string& mesh_spec,
                                                    const std::string& dim_names,
-                                                   const std::string& plan_spec,
+                                                   const ShardingPlan& plan,
                                                    const ShardedCheckpointIndex& source) {
   absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(mesh_spec);
   if (!shape_only.ok()) {
@@ -34,7 +32,6 @@ absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const std::string& mesh_spec,
     return absl::InvalidArgumentError(
         absl::StrCat("--mesh ", mesh_spec, ": more than ", kMaxShardedCheckpointRanks, " ranks"));
   }
-  SDRT_ASSIGN_OR_RETURN(const ShardingPlan plan, ShardingPlan::FromSpec(plan_spec));
   SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
   ShardedCheckpointIndex index;
   index.world_size = mesh->num_ranks();
@@ -52,20 +49,6 @@ absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const std::string& mesh_spec,
     index.tensors.push_back(std::move(t));
   }
   return index;
-}
-
-absl::StatusOr<Map> MetaTarget(const ShardedCheckpointIndex& index, int rank) {
-  Map m;
-  if (rank >= index.world_size) return m;
-  for (const ShardedCheckpointTensor& t : index.tensors) {
-    SDRT_ASSIGN_OR_RETURN(const IntVector local,
-                          ComputeLocalShape(t.shape, *index.mesh, t.placements, rank));
-    SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(local, t.dtype));
-    SDRT_ASSIGN_OR_RETURN(DTensor d,
-                          DTensor::Make(std::move(meta), index.mesh, t.placements, t.shape));
-    m.Set(t.name, Value(std::move(d)));
-  }
-  return m;
 }
 
 nlohmann::ordered_json TransferStatsJson(const TransferStats& stats) {

@@ -1,5 +1,6 @@
 // The target layout of `sdrt reshard` and of `sdrt load` of a sharded folder: the index a
-// folder in the new layout gets, and this rank's meta DTensors in it.
+// folder in the new layout gets (this rank's meta DTensors in it: the plan's
+// ShardingPlan::MetaStateDict of the index's TensorSpecs on its mesh).
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_RESHARD_TARGET_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_RESHARD_TARGET_H_
 
@@ -8,24 +9,20 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
-#include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::cli {
 
 // The index of `source`'s tensors (names, dtypes, shapes, hashes, metadata) laid out with
-// `plan_spec`'s placements on the mesh `mesh_spec` ("4", "2x2") over ranks 0..W-1, with
-// the mesh dims named `dim_names` ("dp,tp"; empty: unnamed). InvalidArgument naming
-// --mesh for a bad mesh or more than kMaxShardedCheckpointRanks ranks; the plan's errors
-// (FromSpec, CheckMesh, PlacementsFor) and a sub-byte tensor cut inside a byte.
+// `plan`'s placements on the mesh `mesh_spec` ("4", "2x2") over ranks 0..W-1, with the
+// mesh dims named `dim_names` ("dp,tp"; empty: unnamed). InvalidArgument naming --mesh
+// for a bad mesh or more than kMaxShardedCheckpointRanks ranks; the plan's errors
+// (CheckMesh, PlacementsFor) and a sub-byte tensor cut inside a byte.
 absl::StatusOr<ShardedCheckpointIndex> TargetIndex(const std::string& mesh_spec,
                                                    const std::string& dim_names,
-                                                   const std::string& plan_spec,
+                                                   const ShardingPlan& plan,
                                                    const ShardedCheckpointIndex& source);
-
-// Rank `rank`'s destination in `index`: a meta DTensor per tensor (its local shape, the
-// index's mesh and placements), or an empty map for a rank outside the mesh.
-absl::StatusOr<Map> MetaTarget(const ShardedCheckpointIndex& index, int rank);
 
 // The plan's and the run's figures as --json prints them: wire, optimum and self bytes, the
 // busiest rank's sent and received bytes, rounds and collectives.

@@ -1,4 +1,4 @@
-// The exit-code contract of the `sdrt` tool (README, "Exit codes"), run as the built
+// The exit-code contract of the `sdrt` tool (docs/CLI.md, "Exit codes"), run as the built
 // binary: every command, and the top level, given a bad argument (an unknown flag, a
 // missing required argument, a bad value, a missing file) exits with 2 and prints one line
 // on stderr and nothing on stdout; under `mpiexec -n 2` the multi-rank commands print that

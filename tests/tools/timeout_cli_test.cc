@@ -1,4 +1,4 @@
-// --timeout of the multi-rank commands (docs/SEMANTICS.md 11.16, README "Exit codes"): a
+// --timeout of the multi-rank commands (docs/SEMANTICS.md 11.16, docs/CLI.md "Exit codes"): a
 // rank that stops (SIGSTOP) must not leave the others waiting. Each job here runs a
 // stopped rank (tests/tools/stopped_rank.cc) beside the `sdrt` ranks, MPMD style; every
 // live rank must print its error naming the op and the rank that did not arrive, and the

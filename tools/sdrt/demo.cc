@@ -5,7 +5,7 @@
 // this run's own in the cache, for fsdp (mesh N) and fsdp-tp (mesh 2 x N/2) it shards the
 // file, gathers it back under `mpiexec -n N sdrt gather` and compares the result with the
 // source tensor by tensor, and loads it under `mpiexec -n N sdrt load --verify`, printing
-// one summary table. A step that fails ends the demo with the step's exit class (README,
+// one summary table. A step that fails ends the demo with the step's exit class (docs/CLI.md,
 // "Exit codes"): a child that exits with 2 (bad input) makes the demo exit 2, any other
 // failure of a child (exit 1, a signal) exits 1.
 #include <sys/stat.h>

@@ -33,7 +33,7 @@ int PrintingRank(const std::string& command, int launcher_rank) {
 
 // What CLI11 threw: --help prints the help on stdout (exit 0); an error is one line on
 // stderr naming the command and how to get its help (exit 2). Under mpiexec only rank 0
-// prints (README, "Exit codes"); every rank exits alike.
+// prints (docs/CLI.md, "Exit codes"); every rank exits alike.
 int ParseFailed(const CLI::App& app, const CLI::ParseError& e, int launcher_rank) {
   std::string command;
   for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();

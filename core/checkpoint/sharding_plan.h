@@ -62,10 +62,10 @@
 #include "absl/strings/string_view.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/state_dict/state_dict.h"
+#include "sdrt/export.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/tensor.h"
-#include "sdrt/export.h"
 
 namespace sdrt SDRT_API {
 
@@ -144,9 +144,9 @@ class ShardingPlan {
   // global shape and contiguous global stride, whose local is a meta tensor (no memory) of
   // the tensor's dtype and of the local shape `rank` holds (ComputeLocalShape: uneven and
   // empty pieces as torch.chunk cuts them, 0-dim tensors whole). This is the destination
-  // LoadStateDict, LoadShardedCheckpoint and ReshardStateDict fill (each meta local becomes
-  // a fresh tensor of that shape). `rank` is a global rank, as in the mesh. A rank not in
-  // the mesh holds nothing of the layout: PyTorch gives it a (0,) local
+  // LoadStateDict (of every source, sdrt sharded folders included) and ReshardStateDict fill (each
+  // meta local becomes a fresh tensor of that shape). `rank` is a global rank, as in the mesh. A
+  // rank not in the mesh holds nothing of the layout: PyTorch gives it a (0,) local
   // (compute_local_shape_and_global_offset), which no DTensor here can hold (its local has
   // the global rank), so it gets an empty map, what those verbs take from a rank that
   // receives nothing. Mirrors no single PyTorch function: it is what a model built on the
@@ -170,6 +170,6 @@ class ShardingPlan {
   int mesh_ndim_ = 0;  // custom plans: the length of every placement list
 };
 
-}  // namespace sdrt
+}  // namespace SDRT_API
 
 #endif  // SDRT_CORE_CHECKPOINT_SHARDING_PLAN_H_

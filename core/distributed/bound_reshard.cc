@@ -1,6 +1,6 @@
 // BindReshard / BoundReshard (core/distributed/reshard_state_dict.h): the rank's locals
-// found and kept once (internal/reshard_locals.h), its schedule compiled against them
-// (internal/reshard_program.h), and the program run every step.
+// found and kept once (internal/engine/locals.h), its schedule compiled against them
+// (internal/engine/program.h), and the program run every step.
 #include <memory>
 #include <optional>
 #include <utility>

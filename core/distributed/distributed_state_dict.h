@@ -5,12 +5,14 @@
 // `_distribute_tensors`) of torch/distributed/_state_dict_utils.py (docs/SEMANTICS.md
 // sections 5 and 7), with these differences, each deliberate:
 //
-//   * Data moves in buckets, not tensor by tensor: the pieces of consecutive tensors are
-//     packed into one flat buffer of at most `bucket_bytes` and moved by one collective,
-//     so the number of collectives follows the number of buckets, not of tensors. The
-//     gather is the same plan as FullTensor's and GatherShardedTensor's
+//   * Data moves in buckets, not tensor by tensor: each call describes its move (from
+//     which layout into which) to the one transfer engine (core/distributed/internal/
+//     engine/), which packs the pieces of consecutive tensors into buckets of at most
+//     `bucket_bytes`, so the number of collectives follows the number of buckets, not of
+//     tensors. The gather is the same transfer as FullTensor's and GatherShardedTensor's
 //     (core/distributed/dtensor_ops.h), so a state dict gathers to the same bits as its
-//     tensors one by one.
+//     tensors one by one. Every call completes on every rank or fails on every rank: the
+//     engine closes each call that moved bytes with one small all-reduce.
 //   * Before any data collective the ranks agree on what they are about to move
 //     (AgreeAcrossRanks, core/distributed/agreement.h): one small exchange compares every
 //     rank's own validation result, the options that shape the collectives and a hash of
@@ -52,8 +54,8 @@
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/core/state_dict/state_dict.h"
-#include "sdrt/tensor/device.h"
 #include "sdrt/export.h"
+#include "sdrt/tensor/device.h"
 
 namespace sdrt SDRT_API {
 
@@ -132,14 +134,13 @@ struct BroadcastResult {
 
 // Mirrors `_broadcast_state_dict(full_state_dict, local_state_dict, device, pg, strict,
 // cpu_offload)`: `full` is read on `root` only (other ranks pass anything, e.g. an empty
-// map). The root sends the skeleton of `full` once (paths in order; shape and dtype of
-// each tensor; 0-dim tensors and non-tensor leaves travel inline), then the tensor bytes
-// in buckets, a tensor larger than a bucket in bucket-sized pieces, pipelined: while one
-// bucket is broadcast, the next is packed on the root and the previous one is sliced on
-// every rank straight into its `local` leaves (with buckets of 1 MiB or more, on CUDA, or
-// on the CPU when the machine has at least two cores per rank of the communicator;
-// otherwise one bucket after the other). Peak extra memory of a receiving rank is
-// two buckets (three on the root), besides the tensors it receives.
+// map). The root's skeleton (paths in order; shape and dtype of each tensor; 0-dim
+// tensors and non-tensor leaves inline) travels with the call's agreement; then each
+// tensor is a transfer from the root alone into every rank's local layout, moved by the
+// transfer engine in buckets of `bucket_bytes` (a tensor larger than a bucket in
+// bucket-sized pieces): one broadcast where every rank keeps the bytes whole, point to
+// point to the ranks that keep pieces of it. Peak extra memory of a rank is its send and
+// receive buckets, besides the tensors it receives.
 // For each checkpoint leaf whose path is in `local`:
 //   * non-tensor or 0-dim tensor: the local leaf is replaced by the value (0-dim tensors
 //     on the CPU);
@@ -199,6 +200,6 @@ struct DistributeOptions {
 absl::Status DistributeStateDict(const Map& full, Map& local,
                                  const DistributeOptions& options = {});
 
-}  // namespace sdrt
+}  // namespace SDRT_API
 
 #endif  // SDRT_CORE_DISTRIBUTED_DISTRIBUTED_STATE_DICT_H_

@@ -1,7 +1,7 @@
 // PlanReshard / ExecuteReshard (core/distributed/reshard_state_dict.h): the leaves become
-// descriptors (internal/reshard_descriptors.h), exchanged inside the agreement; every rank
-// plans its own messages alike (internal/reshard_plan.h), and the executor moves its
-// chunks in exchanges (internal/reshard_execute.h), as many on every rank.
+// descriptors (internal/engine/descriptors.h), exchanged inside the agreement; every rank
+// plans its own messages alike (internal/engine/plan.h), and the executor moves its
+// chunks in exchanges (internal/engine/schedule.h), as many on every rank.
 #include "sdrt/core/distributed/reshard_state_dict.h"
 
 #include <unistd.h>

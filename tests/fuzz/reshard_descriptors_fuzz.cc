@@ -1,5 +1,5 @@
 // libFuzzer target: what a peer sends about its leaves before a reshard
-// (core/distributed/internal/reshard_descriptors.h): DecodeLeafLayouts on its bytes, and
+// (core/distributed/internal/engine/descriptors.h): DecodeLeafLayouts on its bytes, and
 // MergeLeafLayouts over what decodes (alone, and twice as if two ranks sent it). Decoding
 // normalizes (a Replicate's unused fields), so what decodes must encode to bytes that
 // decode and encode to themselves.

@@ -1,4 +1,4 @@
-// Multi-rank tests of the reshard executor (core/distributed/internal/reshard_execute.h)
+// Multi-rank tests of the reshard executor (core/distributed/internal/engine/schedule.h)
 // over MPI: the real planner, the real packing and Communicator::Exchange between real
 // processes. Every rank derives the same plan and schedule from the same descriptors,
 // holds its source pieces (cut from a full tensor every rank can make from a seed) and

@@ -1,4 +1,4 @@
-// Packing of reshard messages (reshard_plan.h): the boxes of one message copied from a
+// Packing of reshard messages (plan.h): the boxes of one message copied from a
 // source rank's local tensors into one contiguous byte buffer, and from such a buffer into
 // a destination rank's local tensors. The same code serves the executor (a buffer per
 // peer, sent and received by the communicator) and the one-process simulator of the

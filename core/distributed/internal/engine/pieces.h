@@ -1,4 +1,4 @@
-// The pieces of one side of a reshard (reshard_plan.h): each rank's owned runs under a
+// The pieces of one side of a reshard (plan.h): each rank's owned runs under a
 // DTensor layout or a list of ShardedTensor boxes, validated against hostile
 // descriptors. Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_

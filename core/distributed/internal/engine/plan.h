@@ -134,7 +134,7 @@ struct TransferMove {
   // A fan-out forward: `source` is a destination piece (the relay on the destination's
   // node), which holds the box once the direct moves are done.
   bool forward = false;
-  // Filled by ScheduleTransfer (reshard_execute.h) in the chunks it cuts, -1 elsewhere: the
+  // Filled by ScheduleTransfer (schedule.h) in the chunks it cuts, -1 elsewhere: the
   // box's first element in the source (destination) piece's local when that local is
   // row-major contiguous and the box is one dense range of it (ContiguousBoxOffset).
   int64_t source_offset = -1;

@@ -1,4 +1,4 @@
-// A rank's reshard schedule (reshard_execute.h) worked out against its locals once: every
+// A rank's reshard schedule (schedule.h) worked out against its locals once: every
 // exchange's sends and receives as addresses, and every copy before and after it as a
 // (from, to, bytes) triple, so that running it again is a walk over flat arrays (no tree, no
 // plan entry, no local read per tensor). ExecuteTransfer compiles and runs one per call; a
@@ -75,7 +75,7 @@ struct TransferProgram {
   TransferRunStats stats;  // what every run does
 };
 
-// Checks this rank's locals (ExecuteTransfer's checks and errors, reshard_execute.h; refs
+// Checks this rank's locals (ExecuteTransfer's checks and errors, schedule.h; refs
 // not yet checked are made checked ones in `sources` and `destinations`), allocates the two
 // buckets on comm.device() (ResourceExhausted when they cannot be had) and works out every
 // exchange. Also Unimplemented when a Partial contribution would be reduced from a bucket

@@ -1,4 +1,4 @@
-// Reducing Partial contributions on the receiving side of a reshard (reshard_plan.h): a
+// Reducing Partial contributions on the receiving side of a reshard (plan.h): a
 // destination takes the first contribution of each element as it is and combines every
 // further one into it; an average is divided once its last contribution is in. Not public
 // API.

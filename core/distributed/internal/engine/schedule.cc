@@ -273,7 +273,7 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   AppendUnits(forwards, bucket, schedule);
   // Exchanges: consecutive units of one phase while neither side passes a bucket (at
   // least one unit); units to itself do not count: they are copied local to local during
-  // the exchange or go through the send bucket after it (reshard_program.h).
+  // the exchange or go through the send bucket after it (program.h).
   size_t i = 0;
   // A rank whose direct chunks all go to itself copies them without an exchange.
   if (std::all_of(schedule.units.begin(), schedule.units.begin() + direct_units,

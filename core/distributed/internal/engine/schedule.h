@@ -1,4 +1,4 @@
-// Running a reshard plan (reshard_plan.h) on one rank of a communicator that spans both
+// Running a reshard plan (plan.h) on one rank of a communicator that spans both
 // sides (issue 14, the executor). The rank's messages are cut into chunks of at most one
 // bucket and put in the plan's order (tensor, contribution, source rank, destination
 // rank, chunk), which every rank derives alike. The chunks between one pair of ranks are
@@ -11,8 +11,8 @@
 // neither side passes a bucket, packed into and unpacked from the rank's two buckets; a
 // chunk to itself is copied without the wire: local to local while the exchange's messages
 // move, or through the send bucket after them at its place in the order
-// (reshard_program.h).
-// Fan-out forwards (reshard_plan.h) come after every direct chunk, in exchanges of their
+// (program.h).
+// Fan-out forwards (plan.h) come after every direct chunk, in exchanges of their
 // own: a relay sends what it has received. No rank waits on another's schedule:
 // everything before the earliest unit not yet delivered has been delivered, so that unit
 // is in the current exchange of its sender and of its receiver, and every exchange
@@ -165,7 +165,7 @@ struct TransferRunStats {
 // while it stays within a bucket: a chunk joins the pair's open unit of its phase, which
 // moves it earlier (never later) in the order; a later Partial contribution, a chunk to
 // itself and a chunk of kDirectRangeBytes or more (sent from and received into its locals
-// where they are dense, reshard_pack.h) are units of their own. Every rank derives a pair's units
+// where they are dense, pack.h) are units of their own. Every rank derives a pair's units
 // alike, from the plan's order of that pair's chunks, so sender and receiver agree on every
 // message. Consecutive units are grouped into exchanges of at most a bucket on each side (a unit
 // larger than a bucket travels in an exchange of its own). The messages of collective

@@ -1,4 +1,4 @@
-// The two steps of reshard planning (reshard_plan.h) that act on boxes: sharing a cell
+// The two steps of reshard planning (plan.h) that act on boxes: sharing a cell
 // that several source pieces hold among them, and merging adjacent moves. Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SPLIT_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SPLIT_H_

@@ -1,5 +1,5 @@
 // The descriptors of a reshard's one exchange (core/distributed/internal/
-// reshard_descriptors.h): what a rank encodes decodes to the same leaves, a peer's bytes
+// engine/descriptors.h): what a rank encodes decodes to the same leaves, a peer's bytes
 // that are cut short, run long or claim huge counts are InvalidArgument naming the rank,
 // and merging the ranks' descriptions checks that they agree, turns plain tensors into a
 // Replicate layout over their holders and needs a source for every destination leaf.

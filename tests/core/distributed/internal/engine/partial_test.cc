@@ -1,6 +1,6 @@
-// PlanTransfer of Partial sources (core/distributed/internal/reshard_plan.h), run by the
+// PlanTransfer of Partial sources (core/distributed/internal/engine/plan.h), run by the
 // one-process simulator: every contribution reaches every destination piece once, in plan
-// order, and is reduced there with the source's op (reshard_reduce.h); Partial(avg) is
+// order, and is reduced there with the source's op (reduce.h); Partial(avg) is
 // the mean, divided once after the last contribution as PyTorch's avg divides.
 #include <cstdint>
 #include <cstring>

@@ -1,4 +1,4 @@
-// PlanTransfer (core/distributed/internal/reshard_plan.h) and its packing, run by the
+// PlanTransfer (core/distributed/internal/engine/plan.h) and its packing, run by the
 // one-process simulator: every destination piece bit-exact against DistributeTensor of
 // the full tensor, each element delivered once, and wire bytes equal to the optimum,
 // checked element by element (ReshardAndCheck). Cases of docs/CASES.md by id.

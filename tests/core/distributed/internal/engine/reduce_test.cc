@@ -1,4 +1,4 @@
-// ReduceInto and DivideBy (core/distributed/internal/reshard_reduce.h): how a destination
+// ReduceInto and DivideBy (core/distributed/internal/engine/reduce.h): how a destination
 // combines Partial contributions, per dtype and op, and finishes an average.
 #include "sdrt/core/distributed/internal/engine/reduce.h"
 

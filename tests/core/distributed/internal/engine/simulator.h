@@ -1,5 +1,5 @@
-// A one-process reshard (test code only): runs a plan of reshard_plan.h with the real
-// packing of reshard_pack.h, every rank simulated in this process (a message is "sent" by
+// A one-process reshard (test code only): runs a plan of plan.h with the real
+// packing of pack.h, every rank simulated in this process (a message is "sent" by
 // handing its buffer to the destination), and the checks every reshard test makes: each
 // destination piece bit-exact against the piece DistributeTensor (or a box narrowed) cuts
 // from the full tensor, every needed element delivered once, and wire bytes equal to a

@@ -18,6 +18,7 @@
 #include "sdrt/core/distributed/internal/default_comm.h"
 #include "sdrt/core/distributed/internal/engine/descriptors.h"
 #include "sdrt/core/distributed/internal/engine/inline_value.h"
+#include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/gather_transfer.h"
@@ -210,24 +211,25 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     for (int r = 0; r < comm.size(); ++r) world[static_cast<size_t>(r)] = r;
     SDRT_ASSIGN_OR_RETURN(root_mesh, WholeOn({options.root}));
     SDRT_ASSIGN_OR_RETURN(world_mesh, WholeOn(std::move(world)));
-    std::vector<internal::TransferTensor> tensors;
+    const absl::Span<internal::TransferTensor> tensors =
+        internal::ReusedDescriptors(targets.size());
     internal::TransferLocals sources, destinations;
     std::vector<internal::ByteReader> readers;
     for (const std::string& b : boxes) readers.emplace_back(b);
     for (size_t i = 0; i < targets.size(); ++i) {
       const internal::LocalTarget& target = *targets[i];
-      internal::TransferTensor t;
+      internal::TransferTensor& t = tensors[i];
       t.name = target_entry[i]->path;
       t.dtype = target_entry[i]->dtype;
       t.shape = target_entry[i]->shape;
       t.source.mesh = root_mesh;
-      t.source.placements = {Placement::Replicate()};
+      t.source.placements.push_back(Placement::Replicate());
       switch (target.kind) {
         case internal::LocalTarget::Kind::kFreshDTensor:
         case internal::LocalTarget::Kind::kInPlaceDTensor: {
           const DTensor& d = target.leaf->value->as_dtensor();
           t.destination.mesh = d.mesh();
-          t.destination.placements = d.placements();
+          t.destination.placements.assign(d.placements().begin(), d.placements().end());
           break;
         }
         case internal::LocalTarget::Kind::kSharded:
@@ -238,16 +240,14 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
           break;
         case internal::LocalTarget::Kind::kReplace:
           t.destination.mesh = world_mesh;
-          t.destination.placements = {Placement::Replicate()};
+          t.destination.placements.push_back(Placement::Replicate());
           break;
       }
-      tensors.push_back(std::move(t));
       sources.Add(target_source[i] != nullptr ? absl::Span<const Tensor>(target_source[i], 1)
                                               : absl::Span<const Tensor>());
       destinations.Add(target.dests);
     }
-    return run.Prepare(comm, std::move(tensors), std::move(sources), std::move(destinations),
-                       run_options);
+    return run.Prepare(comm, tensors, std::move(sources), std::move(destinations), run_options);
   };
   AgreementPayload payload;
   if (local_error.ok() && !any_sharded) local_error = plan({});

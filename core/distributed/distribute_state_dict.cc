@@ -13,6 +13,7 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
@@ -85,8 +86,9 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
                               const internal::MutableLeaves& local_leaves,
                               const std::vector<int64_t>& target, int rank,
                               const std::optional<Device>& device, Distribution& out) {
-  std::vector<internal::TransferTensor> tensors;
-  tensors.reserve(full_leaves.size());
+  const absl::Span<internal::TransferTensor> tensors =
+      internal::ReusedDescriptors(full_leaves.size());
+  size_t described = 0;
   internal::TransferLocals sources, destinations;
   std::vector<size_t> reaching;  // full leaves with a transfer, in order
   out.fresh_of.assign(full_leaves.size(), -1);
@@ -112,8 +114,8 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
       continue;
     }
     const Tensor& full = v.as_tensor();
-    internal::TransferTensor t;
-    t.name = std::string(full_leaves[i].path);
+    internal::TransferTensor& t = tensors[described++];
+    t.name.assign(full_leaves[i].path.data(), full_leaves[i].path.size());
     t.dtype = full.dtype();
     t.shape = full.shape();
     if (leaf.kind() == ValueKind::kDTensor) {
@@ -136,9 +138,9 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
         layout.shape = full.shape();
       }
       t.source.mesh = d.mesh();
-      t.source.placements = layout.replicate;
+      t.source.placements.assign(layout.replicate.begin(), layout.replicate.end());
       t.destination.mesh = d.mesh();
-      t.destination.placements = d.placements();
+      t.destination.placements.assign(d.placements().begin(), d.placements().end());
       const Device to =
           device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
       out.fresh_of[i] = static_cast<int64_t>(out.fresh.size());
@@ -154,14 +156,13 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
       }
     } else {
       const ShardedTensor& st = leaf.as_sharded();
-      t.source.boxes = {{IntVector(full.shape().size(), 0), full.shape(), rank}};
+      t.source.boxes.push_back({IntVector(full.shape().size(), 0), full.shape(), rank});
       for (const LocalShard& shard : st.local_shards()) {
         t.destination.boxes.push_back({shard.metadata.offsets, shard.metadata.sizes, rank});
         if (!shard.tensor.device().is_cpu()) site_device = shard.tensor.device();
       }
     }
     if (!full.device().is_cpu()) site_device = full.device();
-    tensors.push_back(std::move(t));
     reaching.push_back(i);
   }
   // The CPU locals as views of one arena (one allocation, not one per tensor).
@@ -192,8 +193,9 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     }
   }
   const int64_t ranks = std::numeric_limits<int32_t>::max();  // no exchange is made
-  return out.run.PrepareLocal(internal::TransferSite(rank, ranks, site_device), std::move(tensors),
-                              std::move(sources), std::move(destinations));
+  return out.run.PrepareLocal(internal::TransferSite(rank, ranks, site_device),
+                              tensors.first(described), std::move(sources),
+                              std::move(destinations));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
+#include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -35,7 +36,7 @@ void PutShardBoxes(const ShardedTensor& st, std::string* out) {
 }
 
 absl::Status GetShardBoxes(absl::string_view op, ByteReader& reader, int64_t q, IntSpan shape,
-                      std::vector<TransferBox>& boxes) {
+                           std::vector<TransferBox>& boxes) {
   const auto malformed = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": rank ", q, " sent a malformed shard box message"));
@@ -58,8 +59,8 @@ absl::Status GetShardBoxes(absl::string_view op, ByteReader& reader, int64_t q, 
       if (box.sizes[d] < 0 || box.offsets[d] < 0 ||
           (box.sizes[d] > 0 && box.offsets[d] > shape[d] - box.sizes[d])) {
         return absl::InvalidArgumentError(absl::StrCat(
-            op, ": a shard of rank ", q, " at offsets ", ShapeToString(box.offsets),
-            " with sizes ", ShapeToString(box.sizes), " does not fit in ", ShapeToString(shape)));
+            op, ": a shard of rank ", q, " at offsets ", ShapeToString(box.offsets), " with sizes ",
+            ShapeToString(box.sizes), " does not fit in ", ShapeToString(shape)));
       }
     }
     if (static_cast<int64_t>(boxes.size()) >= kMaxTransferBoxes) return malformed();
@@ -75,8 +76,7 @@ const Tensor* GatherTransfer::ReducedOf(const Entry& e) const {
 }
 
 GatherTransfer::GatherTransfer(absl::string_view op, Communicator& comm, std::vector<int> keepers,
-                               int64_t bucket_bytes,
-                               std::function<void(int64_t, int64_t)> progress)
+                               int64_t bucket_bytes, std::function<void(int64_t, int64_t)> progress)
     : op_(op), comm_(comm), keepers_(std::move(keepers)) {
   if (keepers_.empty()) {  // every rank
     for (int r = 0; r < comm.size(); ++r) keepers_.push_back(r);
@@ -104,8 +104,7 @@ size_t GatherTransfer::AddDTensor(absl::string_view path, const DTensor& d,
   return entries_.size() - 1;
 }
 
-size_t GatherTransfer::AddSharded(absl::string_view path, const ShardedTensor& st,
-                                  Device target) {
+size_t GatherTransfer::AddSharded(absl::string_view path, const ShardedTensor& st, Device target) {
   Entry e;
   e.path = path;
   e.sharded = &st;
@@ -196,23 +195,27 @@ absl::Status GatherTransfer::Plan(absl::Span<const std::string> payloads) {
     }
   }
   SDRT_RETURN_IF_ERROR(AllocateResults());
-  std::vector<TransferTensor> tensors;
-  tensors.reserve(entries_.size());
+  const absl::Span<TransferTensor> tensors = ReusedDescriptors(entries_.size());
+  size_t described = 0;
   TransferLocals sources, destinations;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (!e.moves) continue;
-    TransferTensor t;
-    t.name = std::string(e.path);
+    TransferTensor& t = tensors[described++];
+    t.name.assign(e.path.data(), e.path.size());
     t.destination.mesh = keeper_mesh_;
-    t.destination.placements = {Placement::Replicate()};
+    t.destination.placements.push_back(Placement::Replicate());
     if (e.dtensor != nullptr) {
       const DTensor& d = *e.dtensor;
       t.dtype = d.dtype();
       t.shape = d.global_shape();
       t.source.mesh = d.mesh();
       const Tensor* reduced = ReducedOf(e);
-      t.source.placements = reduced != nullptr ? Reduced(d.placements()) : d.placements();
+      if (reduced != nullptr) {
+        t.source.placements = Reduced(d.placements());
+      } else {
+        t.source.placements.assign(d.placements().begin(), d.placements().end());
+      }
       sources.Add({reduced != nullptr ? reduced : &d.local(), 1});
     } else {
       const ShardedTensor& st = *e.sharded;
@@ -223,10 +226,10 @@ absl::Status GatherTransfer::Plan(absl::Span<const std::string> payloads) {
       for (const LocalShard& s : st.local_shards()) sources.tensors.push_back({&s.tensor, nullptr});
       sources.begin.push_back(sources.tensors.size());
     }
-    destinations.Add(keeps_ ? absl::Span<const Tensor>(&results_[i], 1) : absl::Span<const Tensor>());
-    tensors.push_back(std::move(t));
+    destinations.Add(keeps_ ? absl::Span<const Tensor>(&results_[i], 1)
+                            : absl::Span<const Tensor>());
   }
-  return run_.Prepare(comm_, std::move(tensors), std::move(sources), std::move(destinations),
+  return run_.Prepare(comm_, tensors.first(described), std::move(sources), std::move(destinations),
                       options_);
 }
 

@@ -158,7 +158,7 @@ RouteCache& TheRouteCache() {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
-    std::vector<TransferTensor> tensors, const TransferPlanOptions& plan_options,
+    absl::Span<const TransferTensor> tensors, const TransferPlanOptions& plan_options,
     const TransferScheduleOptions& schedule_options) {
   RouteKey key_words(tensors.size());
   key_words.Options(plan_options, schedule_options);
@@ -167,7 +167,9 @@ absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
   RouteCache& cache = TheRouteCache();
   if (std::shared_ptr<const TransferRoute> known = cache.Find(key)) return known;
   auto route = std::make_shared<TransferRoute>();
-  SDRT_ASSIGN_OR_RETURN(route->plan, PlanTransfer(std::move(tensors), plan_options));
+  SDRT_ASSIGN_OR_RETURN(
+      route->plan,
+      PlanTransfer(std::vector<TransferTensor>(tensors.begin(), tensors.end()), plan_options));
   SDRT_ASSIGN_OR_RETURN(route->schedule,
                         ScheduleTransfer(route->plan, plan_options.rank, schedule_options));
   std::shared_ptr<const TransferRoute> made = std::move(route);
@@ -176,5 +178,27 @@ absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
 }
 
 RouteCacheCounts RouteCacheCountsNow() { return TheRouteCache().Counts(); }
+
+absl::Span<TransferTensor> ReusedDescriptors(size_t n) {
+  thread_local std::vector<TransferTensor> reused;
+  if (n <= kMaxReusedDescriptors && reused.size() > kMaxReusedDescriptors) {
+    reused.resize(kMaxReusedDescriptors);
+    reused.shrink_to_fit();
+  }
+  if (reused.size() < n) reused.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    TransferTensor& t = reused[i];
+    t.name.clear();
+    t.dtype = DType::kFloat32;
+    t.shape.clear();
+    for (TransferLayout* side : {&t.source, &t.destination}) {
+      side->mesh.reset();
+      side->placements.clear();
+      side->boxes.clear();
+    }
+    t.allow_uncovered = false;
+  }
+  return absl::MakeSpan(reused.data(), n);
+}
 
 }  // namespace sdrt::internal

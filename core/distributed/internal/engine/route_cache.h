@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 
@@ -35,10 +36,19 @@ struct TransferRoute {
 };
 
 // The route of `tensors` for rank `plan_options.rank` (>= 0): PlanTransfer then
-// ScheduleTransfer, or the cached route of an equal request. Their errors (not cached).
+// ScheduleTransfer of a copy of them, or the cached route of an equal request. Their
+// errors (not cached).
 absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
-    std::vector<TransferTensor> tensors, const TransferPlanOptions& plan_options,
+    absl::Span<const TransferTensor> tensors, const TransferPlanOptions& plan_options,
     const TransferScheduleOptions& schedule_options);
+
+// The calling thread's descriptor list, `n` cleared descriptors long, whose names, shapes,
+// placements and boxes keep the memory of the thread's earlier lists (a verb describes the
+// same tensors every call; a cached route needs them only for its key, and building them
+// anew was most of a repeated call's allocations). Valid until the thread's next call;
+// the memory of at most kMaxReusedDescriptors is kept between calls.
+inline constexpr size_t kMaxReusedDescriptors = size_t{1} << 16;
+absl::Span<TransferTensor> ReusedDescriptors(size_t n);
 
 // How many requests the cache answered and how many it planned, since the process started
 // (for tests).

@@ -81,7 +81,7 @@ absl::Status CloseTransfer(Communicator& comm, absl::string_view op, const absl:
                      : agreed;
 }
 
-absl::Status TransferRun::Prepare(Communicator& comm, std::vector<TransferTensor> tensors,
+absl::Status TransferRun::Prepare(Communicator& comm, absl::Span<const TransferTensor> tensors,
                                   TransferLocals sources, TransferLocals destinations,
                                   const TransferRunOptions& options) {
   comm_ = &comm;
@@ -91,26 +91,25 @@ absl::Status TransferRun::Prepare(Communicator& comm, std::vector<TransferTensor
   plan_options.node_of_rank = options.node_of_rank;
   plan_options.broadcast = true;
   plan_options.all_gather = !comm.device().is_cpu();
-  return Compile(comm, std::move(tensors), std::move(sources), std::move(destinations),
-                 plan_options);
+  return Compile(comm, tensors, std::move(sources), std::move(destinations), plan_options);
 }
 
 absl::Status TransferRun::PrepareLocal(const TransferSite& site,
-                                       std::vector<TransferTensor> tensors,
+                                       absl::Span<const TransferTensor> tensors,
                                        TransferLocals sources, TransferLocals destinations) {
   comm_ = nullptr;
-  return Compile(site, std::move(tensors), std::move(sources), std::move(destinations), {});
+  return Compile(site, tensors, std::move(sources), std::move(destinations), {});
 }
 
-absl::Status TransferRun::Compile(const TransferSite& site, std::vector<TransferTensor> tensors,
-                                  TransferLocals sources, TransferLocals destinations,
-                                  TransferPlanOptions plan_options) {
+absl::Status TransferRun::Compile(const TransferSite& site,
+                                  absl::Span<const TransferTensor> tensors, TransferLocals sources,
+                                  TransferLocals destinations, TransferPlanOptions plan_options) {
   sources_ = std::move(sources);
   destinations_ = std::move(destinations);
   plan_options.rank = site.rank();
   TransferScheduleOptions schedule_options;
   schedule_options.bucket_bytes = options_.bucket_bytes;
-  SDRT_ASSIGN_OR_RETURN(route_, RouteTransfer(std::move(tensors), plan_options, schedule_options));
+  SDRT_ASSIGN_OR_RETURN(route_, RouteTransfer(tensors, plan_options, schedule_options));
   mine_ = most_ = CountsOf(route_->schedule);
   SDRT_ASSIGN_OR_RETURN(program_, CompileTransfer(route_->plan, route_->schedule, mine_, site,
                                                   sources_, destinations_));
@@ -119,7 +118,7 @@ absl::Status TransferRun::Compile(const TransferSite& site, std::vector<Transfer
 
 std::string TransferRun::payload() const {
   return EncodeExchangeCounts(program_.has_value() ? std::optional<ExchangeCounts>(mine_)
-                                                  : std::nullopt);
+                                                   : std::nullopt);
 }
 
 absl::Status TransferRun::Agreed(absl::Span<const std::string> payloads) {
@@ -134,8 +133,8 @@ absl::Status TransferRun::Run(absl::string_view op, TransferStats* stats) {
   int64_t collectives = stats != nullptr ? stats->collectives : 0;
   absl::Status status = partial_.Run(&collectives);
   if (status.ok()) {
-    status = RunTransfer(*program_, route_->plan, route_->schedule, comm_, sources_,
-                         destinations_, options_.progress);
+    status = RunTransfer(*program_, route_->plan, route_->schedule, comm_, sources_, destinations_,
+                         options_.progress);
     collectives += static_cast<int64_t>(program_->exchanges.size());
   }
   // A call that moves nothing between ranks needs no closing: no rank waits on another.
@@ -161,8 +160,7 @@ void SetPlanStats(const TransferPlan& plan, const TransferSchedule& schedule, Ex
   stats.max_received_bytes = ps.max_received_bytes;
   stats.messages = ps.messages;
   stats.internode_bytes = ps.internode_bytes;
-  stats.exchanges =
-      most.direct + most.forward + static_cast<int64_t>(schedule.collectives.size());
+  stats.exchanges = most.direct + most.forward + static_cast<int64_t>(schedule.collectives.size());
 }
 
 }  // namespace sdrt::internal

@@ -77,17 +77,18 @@ struct TransferRunOptions {
 
 class TransferRun {
  public:
-  // Step 1 (no communication). `tensors` in the order every rank lists them; `sources`
+  // Step 1 (no communication). `tensors` in the order every rank lists them (read during
+  // the call only, e.g. ReusedDescriptors, route_cache.h); `sources`
   // and `destinations` this rank's locals of each (their tensors outlive the run); the
   // Partial sources to all-reduce first (partial().Prepare, before this) are those whose
   // reduced views `sources` may point at.
-  absl::Status Prepare(Communicator& comm, std::vector<TransferTensor> tensors,
+  absl::Status Prepare(Communicator& comm, absl::Span<const TransferTensor> tensors,
                        TransferLocals sources, TransferLocals destinations,
                        const TransferRunOptions& options);
   // The same for a call that moves nothing between ranks and has no communicator: every
   // destination piece of rank site.rank() must be held by a source piece of that rank
   // (else Run fails, there being no exchange to make).
-  absl::Status PrepareLocal(const TransferSite& site, std::vector<TransferTensor> tensors,
+  absl::Status PrepareLocal(const TransferSite& site, absl::Span<const TransferTensor> tensors,
                             TransferLocals sources, TransferLocals destinations);
   PartialReduction& partial() { return partial_; }
   const PartialReduction& partial() const { return partial_; }
@@ -105,7 +106,7 @@ class TransferRun {
   bool prepared() const { return program_.has_value(); }
 
  private:
-  absl::Status Compile(const TransferSite& site, std::vector<TransferTensor> tensors,
+  absl::Status Compile(const TransferSite& site, absl::Span<const TransferTensor> tensors,
                        TransferLocals sources, TransferLocals destinations,
                        TransferPlanOptions plan_options);
 

@@ -113,5 +113,28 @@ TEST(RouteCacheTest, ErrorsAreNotKept) {
   }
 }
 
+// A thread's reused descriptors come back cleared, whatever the last call left in them.
+TEST(RouteCacheTest, ReusedDescriptorsComeBackCleared) {
+  absl::Span<TransferTensor> first = internal::ReusedDescriptors(3);
+  ASSERT_EQ(first.size(), 3u);
+  first[1] = Weight("left.behind");
+  first[1].source.boxes.push_back({{0, 0}, {12, 8}, 0});
+  first[1].allow_uncovered = true;
+  first[2].dtype = DType::kBFloat16;
+  absl::Span<TransferTensor> again = internal::ReusedDescriptors(2);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again.data(), first.data());  // the same memory
+  const TransferTensor& t = again[1];
+  EXPECT_TRUE(t.name.empty());
+  EXPECT_TRUE(t.shape.empty());
+  for (const internal::TransferLayout* side : {&t.source, &t.destination}) {
+    EXPECT_EQ(side->mesh, nullptr);
+    EXPECT_TRUE(side->placements.empty());
+    EXPECT_TRUE(side->boxes.empty());
+  }
+  EXPECT_FALSE(t.allow_uncovered);
+  EXPECT_EQ(internal::ReusedDescriptors(3)[2].dtype, DType::kFloat32);
+}
+
 }  // namespace
 }  // namespace sdrt::test

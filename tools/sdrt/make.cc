@@ -17,6 +17,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
 #include "sdrt/tools/sdrt/internal/synthetic.h"
@@ -31,8 +32,7 @@ struct MakeArgs {
   double scale = 1.0;
   std::string seed_text = "0";  // parsed by RunMake into `seed`
   uint64_t seed = 0;
-  bool json = false;
-  bool overwrite = false;
+  SharedOptions shared;  // --overwrite, --json
 };
 
 // FailedPrecondition (exit 2) "OUT needs N GiB, M GiB free on DIR" when the file system of
@@ -44,8 +44,8 @@ absl::Status CheckFreeSpace(const std::string& out, absl::Span<const Safetensors
   SDRT_ASSIGN_OR_RETURN(const int64_t needed, SafetensorsFileBytes(specs, metadata, options));
   const size_t slash = out.rfind('/');
   const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0                ? "/"
-                                                      : out.substr(0, slash);
+                          : slash == 0               ? "/"
+                                                     : out.substr(0, slash);
   struct statvfs fs;
   if (statvfs(dir.c_str(), &fs) != 0) return internal::IoError(errno, "statvfs", dir);
   const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
@@ -80,7 +80,7 @@ int RunMake(MakeArgs args) {
         absl::StrCat("--dtype must be bf16, f16 or f32, got \"", args.dtype, "\"")));
   }
   absl::Status out_ok = CheckOutputPath(args.out, {});
-  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.overwrite);
+  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.shared.overwrite);
   if (!out_ok.ok()) {
     return fail(out_ok);
   }
@@ -115,7 +115,7 @@ int RunMake(MakeArgs args) {
   const int64_t bytes = synthetic->bytes();
   const size_t tensor_count = synthetic->specs().size();
   const ArchConfig& c = *config;
-  if (args.json) {
+  if (args.shared.json) {
     nlohmann::ordered_json out = {{"file", args.out},
                                   {"arch", c.name},
                                   {"scale", args.scale},
@@ -134,8 +134,8 @@ int RunMake(MakeArgs args) {
     std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
-  std::cout << "wrote " << Printable(args.out) << ": " << c.name << " (scale " << args.scale << ", seed "
-            << args.seed << ", " << DTypeName(dtype) << "): hidden " << c.hidden
+  std::cout << "wrote " << Printable(args.out) << ": " << c.name << " (scale " << args.scale
+            << ", seed " << args.seed << ", " << DTypeName(dtype) << "): hidden " << c.hidden
             << ", intermediate " << c.intermediate << ", " << c.layers
             << (c.layers == 1 ? " layer, " : " layers, ") << c.heads << " heads";
   if (c.kv_heads != c.heads) std::cout << " / " << c.kv_heads << " kv heads";
@@ -153,7 +153,9 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
       "make",
       "Write a deterministic synthetic checkpoint with a real architecture's tensor names and "
       "shapes (seeded noise, not a trained model).");
-  cmd->add_option("OUT", args->out, "the safetensors file to write (atomically; an existing one only with --overwrite)")
+  cmd->add_option(
+         "OUT", args->out,
+         "the safetensors file to write (atomically; an existing one only with --overwrite)")
       ->required();
   std::string archs;
   for (const std::string& a : ArchNames()) archs += (archs.empty() ? "" : ", ") + a;
@@ -164,8 +166,7 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
                   "counts kept), in (0, 16]")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed_text, "seed of the values")->capture_default_str();
-  cmd->add_flag("--overwrite", args->overwrite, "replace OUT when it is a safetensors file");
-  cmd->add_flag("--json", args->json, "print machine-readable JSON instead of text");
+  AddSharedOptions(cmd, kOverwriteOption | kJsonOption, &args->shared);
   cmd->callback([args, exit_code] { *exit_code = RunMake(*args); });
 }
 

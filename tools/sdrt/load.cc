@@ -69,8 +69,15 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
     return absl::OkStatus();
   }));
 
-  LoadFacts facts{args.src, o.mesh,       layout->plan.name(), o.device,
-                  o.read,   o.bucket_mib, run.size(),          &outline};
+  LoadFacts facts;
+  facts.src = args.src;
+  facts.mesh = o.mesh;
+  facts.plan = layout->plan.name();
+  facts.device = o.device;
+  facts.read = o.read;
+  facts.bucket_mib = o.bucket_mib;
+  facts.ranks = run.size();
+  facts.outline = &outline;
   LoadOptions options;
   options.comm = &run.data();
   options.read = o.read_mode();

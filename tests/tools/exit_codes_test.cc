@@ -151,6 +151,28 @@ std::vector<Case> LoadCases(const std::string& source, const std::string& missin
           {"load " + ShellQuote(missing) + " --mesh 2 --plan fsdp", missing}};
 }
 
+// The options every source takes, checked for a sharded folder too: CLI11 refuses --read and
+// --bucket-mib (the size as given, never a negative byte count), the library --direct-io
+// and --read root (its rank files are mapped, on every rank).
+std::vector<Case> ShardedLoadCases(const std::string& ckpt) {
+  const std::string load = "load " + ShellQuote(ckpt) + " --mesh 2 --plan fsdp";
+  return {{load + " --read bogus", "--read: bogus not in {auto,all,root}"},
+          {load + " --bucket-mib 8796093022208",
+           "--bucket-mib: must be a number in [1/1048576, 1048576] (MiB), got 8796093022208"},
+          {load + " --bucket-mib nan", "--bucket-mib"},
+          {load + " --direct-io", "direct_io does not apply to an sdrt sharded folder"},
+          {load + " --read root", "every rank reads its own rank files"}};
+}
+
+// `sdrt reshard`'s bad command lines: CLI11's and the plan's.
+std::vector<Case> ReshardCases(const std::string& ckpt, const std::string& out) {
+  const std::string reshard = "reshard " + ShellQuote(ckpt) + " " + ShellQuote(out);
+  return {{reshard + " --mesh 2 --plan fsdp --bogus", "--bogus"},
+          {"reshard " + ShellQuote(ckpt), "OUTDIR is required"},
+          {reshard + " --mesh 2 --plan fsdp --bucket-mib 0", "--bucket-mib"},
+          {reshard + " --mesh 2 --plan zero3", "zero3"}};
+}
+
 TEST_F(ExitCodes, GatherAndLoadInOneProcess) {
   for (const Case& c : GatherCases(ckpt_, root_ + "/gathered.safetensors", root_ + "/missing")) {
     SCOPED_TRACE(c.args);
@@ -163,7 +185,17 @@ TEST_F(ExitCodes, GatherAndLoadInOneProcess) {
     if (mesh != std::string::npos) c.args.replace(mesh, 8, "--mesh 1");
     ExpectBadArgument(Sdrt(c.args), c.part);
   }
+  for (Case c : ShardedLoadCases(ckpt_)) {
+    SCOPED_TRACE(c.args);
+    c.args.replace(c.args.find("--mesh 2"), 8, "--mesh 1");
+    ExpectBadArgument(Sdrt(c.args), c.part);
+  }
+  for (const Case& c : ReshardCases(ckpt_, root_ + "/resharded")) {
+    SCOPED_TRACE(c.args);
+    ExpectBadArgument(Sdrt(c.args), c.part);
+  }
   EXPECT_FALSE(fs::exists(root_ + "/gathered.safetensors"));
+  EXPECT_FALSE(fs::exists(root_ + "/resharded"));
 }
 
 #if SDRT_CLI_HAVE_MPIEXEC
@@ -194,10 +226,12 @@ CommandResult MpiPerRank(int ranks, const std::string& args, const std::string& 
 }
 
 // Under mpiexec -n 2: one line (rank 0's), and every rank exits with 2. Errors before MPI
-// starts (CLI11's, --device) used to be printed by every rank.
-TEST_F(ExitCodes, GatherAndLoadUnderMpiexecPrintOnce) {
+// starts (CLI11's, --device) used to be printed by every rank, and reshard's always were.
+TEST_F(ExitCodes, MultiRankCommandsUnderMpiexecPrintOnce) {
   std::vector<Case> cases = GatherCases(ckpt_, root_ + "/gathered.safetensors", root_ + "/missing");
   for (const Case& c : LoadCases(source_, missing_)) cases.push_back(c);
+  for (const Case& c : ShardedLoadCases(ckpt_)) cases.push_back(c);
+  for (const Case& c : ReshardCases(ckpt_, root_ + "/resharded")) cases.push_back(c);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);
     std::vector<int> codes;
@@ -215,8 +249,8 @@ TEST_F(ExitCodes, OtherCommandsUnderMpiexec) {
   std::vector<int> codes;
   ExpectBadArgument(MpiPerRank(2, "--bogus", root_ + "/rc", &codes), "--bogus");
   EXPECT_EQ(codes, (std::vector<int>{2, 2})) << "exit code per rank";
-  for (const Case& c : std::vector<Case>{{"inspect " + Q(missing_), missing_},
-                                         {"shard --mesh 2", "is required"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"inspect " + Q(missing_), missing_}, {"shard --mesh 2", "is required"}}) {
     SCOPED_TRACE(c.args);
     const CommandResult r = MpiPerRank(2, c.args, root_ + "/rc", &codes);
     EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -10,6 +10,7 @@
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/interrupt.h"
 #include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/runner.h"
 #include "sdrt/version.h"
 
 namespace {
@@ -23,12 +24,11 @@ void PrintVersion() {
 }
 
 // The rank whose output a command shows: the launcher's for the commands that run as one
-// job under mpiexec (gather, load, bench), so that they print once; 0 for the others, which are
-// whole programs in every process that runs them (each prints its own errors).
+// job under mpiexec (IsMultiRankCommand) and with no command, so that they print once; 0 for
+// the others, which are whole programs in every process that runs them (each prints its own
+// errors).
 int PrintingRank(const std::string& command, int launcher_rank) {
-  return command == "gather" || command == "load" || command == "bench" || command.empty()
-             ? launcher_rank
-             : 0;
+  return sdrt::cli::IsMultiRankCommand(command) || command.empty() ? launcher_rank : 0;
 }
 
 // What CLI11 threw: --help prints the help on stdout (exit 0); an error is one line on
@@ -57,7 +57,8 @@ int ParseFailed(const CLI::App& app, const CLI::ParseError& e, int launcher_rank
 int CheckedExit(int exit_code) {
   std::cout.flush();
   if (std::cout.good()) return exit_code;
-  sdrt::cli::WriteStderrLine("sdrt: standard output could not be written (a closed pipe or a full disk)");
+  sdrt::cli::WriteStderrLine(
+      "sdrt: standard output could not be written (a closed pipe or a full disk)");
   return sdrt::cli::kExitRuntimeError;
 }
 

@@ -1,9 +1,6 @@
 // `sdrt make --arch ARCH [--dtype bf16|f16|f32] [--scale S] [--seed N] OUT.safetensors`:
 // a deterministic synthetic checkpoint with a real architecture's names and shapes, streamed
 // to disk one tensor at a time (memory near the largest tensor) after a free-space check.
-#include <sys/statvfs.h>
-
-#include <cerrno>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -11,12 +8,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "sdrt/core/io/atomic_file.h"
 #include "sdrt/core/io/safetensors.h"
-#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
 #include "sdrt/tools/sdrt/internal/synthetic.h"
@@ -31,32 +26,8 @@ struct MakeArgs {
   double scale = 1.0;
   std::string seed_text = "0";  // parsed by RunMake into `seed`
   uint64_t seed = 0;
-  bool json = false;
-  bool overwrite = false;
+  SharedOptions shared;  // --overwrite, --json
 };
-
-// FailedPrecondition (exit 2) "OUT needs N GiB, M GiB free on DIR" when the file system of
-// OUT's folder has fewer bytes available to this user (statvfs f_bavail) than the file
-// takes; the error of SafetensorsFileBytes or statvfs otherwise.
-absl::Status CheckFreeSpace(const std::string& out, absl::Span<const SafetensorsTensorSpec> specs,
-                            const std::map<std::string, std::string>& metadata,
-                            const WriteSafetensorsOptions& options) {
-  SDRT_ASSIGN_OR_RETURN(const int64_t needed, SafetensorsFileBytes(specs, metadata, options));
-  const size_t slash = out.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0                ? "/"
-                                                      : out.substr(0, slash);
-  struct statvfs fs;
-  if (statvfs(dir.c_str(), &fs) != 0) return internal::IoError(errno, "statvfs", dir);
-  const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
-  const uint64_t blocks_needed = (static_cast<uint64_t>(needed) + block - 1) / block;
-  if (fs.f_bavail >= blocks_needed) return absl::OkStatus();
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const double available = static_cast<double>(fs.f_bavail) * static_cast<double>(block);
-  return absl::FailedPreconditionError(
-      absl::StrFormat("%s needs %.2f GiB (%d bytes), %.2f GiB free on %s", out,
-                      static_cast<double>(needed) / kGiB, needed, available / kGiB, dir));
-}
 
 int RunMake(MakeArgs args) {
   // One process, but under mpiexec the launcher's rank 0 alone prints (ReportError).
@@ -70,29 +41,17 @@ int RunMake(MakeArgs args) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "--seed must be an integer in [0, 18446744073709551615], got \"", args.seed_text, "\"")));
   }
-  DType dtype = DType::kBFloat16;
-  if (args.dtype == "f32") {
-    dtype = DType::kFloat32;
-  } else if (args.dtype == "f16") {
-    dtype = DType::kFloat16;
-  } else if (args.dtype != "bf16") {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype must be bf16, f16 or f32, got \"", args.dtype, "\"")));
-  }
+  const DType dtype = args.dtype == "f32"   ? DType::kFloat32
+                      : args.dtype == "f16" ? DType::kFloat16
+                                            : DType::kBFloat16;  // checked by CLI11
   absl::Status out_ok = CheckOutputPath(args.out, {});
-  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.overwrite);
-  if (!out_ok.ok()) {
-    return fail(out_ok);
-  }
+  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.shared.overwrite);
+  if (!out_ok.ok()) return fail(out_ok);
   absl::StatusOr<ArchConfig> config = ScaledArch(args.arch, args.scale);
-  if (!config.ok()) {
-    return fail(config.status());  // InvalidArgument: exit 2
-  }
+  if (!config.ok()) return fail(config.status());  // InvalidArgument: exit 2
   absl::StatusOr<SyntheticStateDict> synthetic =
       SyntheticStateDict::Create(*config, dtype, args.seed);
-  if (!synthetic.ok()) {
-    return fail(synthetic.status());
-  }
+  if (!synthetic.ok()) return fail(synthetic.status());
   const std::map<std::string, std::string> metadata =
       SyntheticMetadata(*config, args.scale, args.seed);
   WriteSafetensorsOptions write_options;
@@ -100,22 +59,18 @@ int RunMake(MakeArgs args) {
   // Refused before anything is written when the file cannot fit: the temporary file beside
   // OUT takes the whole size (an existing OUT is replaced only at the end).
   absl::Status room = CheckFreeSpace(args.out, synthetic->specs(), metadata, write_options);
-  if (!room.ok()) {
-    return fail(room);
-  }
+  if (!room.ok()) return fail(room);
   // Streamed: the header first, then one tensor at a time, so memory peaks near the
   // largest tensor (llama-70b is about 141 GB in bf16).
   const absl::Status written = WriteSafetensorsStreamed(
       args.out, synthetic->specs(), [&](size_t i) { return synthetic->MakeTensor(i); }, metadata,
       write_options);
-  if (!written.ok()) {
-    return fail(written);
-  }
+  if (!written.ok()) return fail(written);
   const int64_t parameters = synthetic->parameters();
   const int64_t bytes = synthetic->bytes();
   const size_t tensor_count = synthetic->specs().size();
   const ArchConfig& c = *config;
-  if (args.json) {
+  if (args.shared.json) {
     nlohmann::ordered_json out = {{"file", args.out},
                                   {"arch", c.name},
                                   {"scale", args.scale},
@@ -134,8 +89,8 @@ int RunMake(MakeArgs args) {
     std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
-  std::cout << "wrote " << Printable(args.out) << ": " << c.name << " (scale " << args.scale << ", seed "
-            << args.seed << ", " << DTypeName(dtype) << "): hidden " << c.hidden
+  std::cout << "wrote " << Printable(args.out) << ": " << c.name << " (scale " << args.scale
+            << ", seed " << args.seed << ", " << DTypeName(dtype) << "): hidden " << c.hidden
             << ", intermediate " << c.intermediate << ", " << c.layers
             << (c.layers == 1 ? " layer, " : " layers, ") << c.heads << " heads";
   if (c.kv_heads != c.heads) std::cout << " / " << c.kv_heads << " kv heads";
@@ -153,19 +108,22 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
       "make",
       "Write a deterministic synthetic checkpoint with a real architecture's tensor names and "
       "shapes (seeded noise, not a trained model).");
-  cmd->add_option("OUT", args->out, "the safetensors file to write (atomically; an existing one only with --overwrite)")
+  cmd->add_option(
+         "OUT", args->out,
+         "the safetensors file to write (atomically; an existing one only with --overwrite)")
       ->required();
   std::string archs;
   for (const std::string& a : ArchNames()) archs += (archs.empty() ? "" : ", ") + a;
   cmd->add_option("--arch", args->arch, "architecture: " + archs)->capture_default_str();
-  cmd->add_option("--dtype", args->dtype, "element type: bf16, f16 or f32")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "element type: bf16, f16 or f32")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}))
+      ->capture_default_str();
   cmd->add_option("--scale", args->scale,
                   "multiplies head_dim, intermediate, vocab and layers (each at least 1; head "
                   "counts kept), in (0, 16]")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed_text, "seed of the values")->capture_default_str();
-  cmd->add_flag("--overwrite", args->overwrite, "replace OUT when it is a safetensors file");
-  cmd->add_flag("--json", args->json, "print machine-readable JSON instead of text");
+  AddSharedOptions(cmd, kOverwriteOption | kJsonOption, &args->shared);
   cmd->callback([args, exit_code] { *exit_code = RunMake(*args); });
 }
 

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
 
@@ -26,36 +26,16 @@ namespace {
 struct ShardArgs {
   std::string source;
   std::string out_dir;
-  std::string mesh;
-  std::string dim_names;
-  std::string plan;
-  bool overwrite = false;
-  bool json = false;
+  SharedOptions shared;  // --mesh, --plan, --mesh-dim-names, --overwrite, --json
 };
 
 int Fail(const absl::Status& status) { return ReportError("shard", status, /*rank=*/0); }
 
 int RunShard(const ShardArgs& args) {
   absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(args.source);
-  if (!source.ok()) {  // any input that cannot be read as a full checkpoint is bad input
-    Fail(source.status());
-    return kExitBadInput;
-  }
-  absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(args.mesh);
-  if (!shape_only.ok()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--mesh \"", args.mesh, "\": ", shape_only.status().message())));
-  }
-  std::vector<std::string> names;
-  if (!args.dim_names.empty()) names = absl::StrSplit(args.dim_names, ',');
-  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(shape_only->shape(), {}, names);
-  if (!mesh.ok()) {
-    return Fail(
-        absl::InvalidArgumentError(absl::StrCat("--mesh ", args.mesh, " --mesh-dim-names ",
-                                                args.dim_names, ": ", mesh.status().message())));
-  }
-  absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(args.plan);
-  if (!plan.ok()) return Fail(plan.status());
+  if (!source.ok()) return Fail(InputError(source.status()));
+  absl::StatusOr<MeshAndPlan> layout = ParseMeshAndPlan(args.shared);
+  if (!layout.ok()) return Fail(layout.status());
   // OUTDIR is replaced as a whole: it must not be a link or hold SRC or any of its files.
   std::vector<std::string> inputs = {args.source};
   for (const CheckpointSourceFile& f : source->files()) inputs.push_back(f.path);
@@ -64,9 +44,9 @@ int RunShard(const ShardArgs& args) {
 
   WriteShardedCheckpointOptions options;
   options.source_name = args.source;
-  options.overwrite = args.overwrite;
-  absl::StatusOr<ShardedCheckpointIndex> index = WriteShardedCheckpoint(
-      *source, std::make_shared<const DeviceMesh>(*std::move(mesh)), *plan, args.out_dir, options);
+  options.overwrite = args.shared.overwrite;
+  absl::StatusOr<ShardedCheckpointIndex> index =
+      WriteShardedCheckpoint(*source, layout->mesh, layout->plan, args.out_dir, options);
   if (!index.ok()) return Fail(index.status());
 
   std::vector<int64_t> file_sizes;
@@ -76,7 +56,7 @@ int RunShard(const ShardArgs& args) {
   }
   const DeviceMesh& m = *index->mesh;
   const std::string mesh_text = absl::StrJoin(m.shape(), "x");
-  if (args.json) {
+  if (args.shared.json) {
     nlohmann::ordered_json files = nlohmann::ordered_json::array();
     for (int64_t r = 0; r < index->world_size; ++r) {
       files.push_back({{"rank", r}, {"file", index->files[r]}, {"file_size", file_sizes[r]}});
@@ -126,15 +106,8 @@ void AddShardCommand(CLI::App& app, int* exit_code) {
                   "the folder to write (created atomically; must not exist, be empty, or be a "
                   "sharded checkpoint with --overwrite)")
       ->required();
-  cmd->add_option("--mesh", args->mesh, "mesh shape over ranks 0..N-1: 4, 2x2, 2x2x2")->required();
-  cmd->add_option("--plan", args->plan,
-                  "fsdp ([S(0)] on every mesh dim), hsdp ([R, S(0)], 2-D mesh), tp (by tensor "
-                  "name), fsdp-tp (FSDP2 over TP, 2-D dp x tp mesh) or a PLAN.json file")
-      ->required();
-  cmd->add_option("--mesh-dim-names", args->dim_names,
-                  "comma-separated mesh dim names recorded in the index, e.g. dp,tp");
-  cmd->add_flag("--overwrite", args->overwrite, "replace OUTDIR when it is a sharded checkpoint");
-  cmd->add_flag("--json", args->json, "print machine-readable JSON instead of a table");
+  AddSharedOptions(cmd, kMeshPlanOption | kMeshDimNamesOption | kOverwriteOption | kJsonOption,
+                   &args->shared);
   cmd->callback([args, exit_code] { *exit_code = RunShard(*args); });
 }
 

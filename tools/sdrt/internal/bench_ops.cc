@@ -349,4 +349,19 @@ absl::StatusOr<BenchRow> BenchRunner::Distribute() {
   return row;
 }
 
+absl::StatusOr<BenchRow> BenchRunner::Run(const std::string& op) {
+  if (op == "gather") return Gather(false);
+  if (op == "gather_r0_off") return Gather(true);
+  if (op == "broadcast") return Broadcast();
+  if (op == "distribute") return Distribute();
+  if (op == "gather_partial") return GatherPartial();
+  if (op == "gather_planned") return GatherPlanned(false);
+  if (op == "broadcast_planned") return BroadcastPlanned(false);
+  if (op == "distribute_planned") return DistributePlanned(false);
+  if (op == "gather_bound") return GatherPlanned(true);
+  if (op == "broadcast_bound") return BroadcastPlanned(true);
+  if (op == "distribute_bound") return DistributePlanned(true);
+  return absl::InvalidArgumentError(absl::StrCat("sdrt bench: unknown op \"", op, "\""));
+}
+
 }  // namespace sdrt::cli

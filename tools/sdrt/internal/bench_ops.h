@@ -71,6 +71,8 @@ class BenchRunner {
   absl::StatusOr<BenchRow> GatherPlanned(bool bound);
   absl::StatusOr<BenchRow> BroadcastPlanned(bool bound);
   absl::StatusOr<BenchRow> DistributePlanned(bool bound);
+  // The row of `op`, one of kBenchOps (ParseBenchOps), by the calls above.
+  absl::StatusOr<BenchRow> Run(const std::string& op);
 
  private:
   BenchRunner(const BenchWorkload& workload, Communicator& world, const BenchSettings& settings);

@@ -1,8 +1,17 @@
 #include "sdrt/tools/sdrt/internal/bench_rows.h"
 
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/version.h"
 
 namespace sdrt::cli {
 namespace {
@@ -135,6 +144,47 @@ nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachi
                     {"iters", settings.iterations}});
   }
   return list;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseBenchOps(const std::string& text) {
+  std::vector<std::string> asked;
+  for (absl::string_view op : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    if (std::find(std::begin(kBenchOps), std::end(kBenchOps), op) == std::end(kBenchOps)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown op \"", op, "\" (known: ", absl::StrJoin(kBenchOps, ","), ")"));
+    }
+    asked.emplace_back(op);
+  }
+  std::vector<std::string> ops;
+  for (const char* op : kBenchOps) {
+    if (std::find(asked.begin(), asked.end(), op) != asked.end()) ops.emplace_back(op);
+  }
+  if (ops.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no op given (known: ", absl::StrJoin(kBenchOps, ","), ")"));
+  }
+  return ops;
+}
+
+BenchMachine DescribeBenchMachine(const Session& session) {
+  BenchMachine machine;
+  machine.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) machine.affinity_cores = CPU_COUNT(&set);
+  machine.ranks = session.size();
+  machine.backend = std::string(session.data().backend());
+  machine.device = session.device.ToString();
+  char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(library, &length);
+  // The first line, its runs of blanks as one space: "MPICH Version: 4.0.2", "Open MPI v5.0.3".
+  const std::string text(library, static_cast<size_t>(std::max(0, length)));
+  machine.mpi_library = absl::StrJoin(
+      absl::StrSplit(text.substr(0, text.find('\n')), absl::ByAnyChar(" \t"), absl::SkipEmpty()),
+      " ");
+  machine.version = Version();
+  return machine;
 }
 
 }  // namespace sdrt::cli

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/tools/sdrt/internal/bench_timing.h"
 #include "sdrt/tools/sdrt/internal/bench_workloads.h"
+#include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
 
@@ -23,6 +25,10 @@ inline constexpr const char* kBenchOps[] = {
     "gather",         "gather_r0_off",   "broadcast",         "distribute",
     "gather_partial", "gather_planned",  "broadcast_planned", "distribute_planned",
     "gather_bound",   "broadcast_bound", "distribute_bound"};
+
+// The ops of `text` (comma separated), in kBenchOps order; InvalidArgument naming an
+// unknown one, or for none.
+absl::StatusOr<std::vector<std::string>> ParseBenchOps(const std::string& text);
 
 // Where the run happens.
 struct BenchMachine {
@@ -60,6 +66,10 @@ struct BenchRow {
   int64_t wrong = 0;       // bytes of sdrt's results that differ from the source, all ranks
   int64_t flat_wrong = 0;  // the same for the flat baseline's buffer
 };
+
+// This machine as the session sees it: threads, affinity, ranks, backend, device, the
+// MPI library's first line, sdrt's version.
+BenchMachine DescribeBenchMachine(const Session& session);
 
 // The text: header lines starting with "# ", then the table.
 void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const BenchMachine& machine,

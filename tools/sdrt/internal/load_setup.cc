@@ -1,4 +1,4 @@
-// ShareTensorList and VerifyPieces (load_setup.h).
+// EncodeOutline, DecodeOutline and CheckLoaded (load_setup.h).
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 
 #include <optional>
@@ -10,37 +10,17 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
+namespace {
 
-absl::StatusOr<std::vector<SafetensorsTensorSpec>> ShareTensorList(const Session& session,
-                                                                   const CheckpointSource* source) {
-  std::string bytes;
-  if (source != nullptr) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const CheckpointSourceTensor& e : source->tensors()) {
-      list.push_back({e.name, std::string(DTypeName(e.dtype)),
-                      std::vector<int64_t>(e.shape.begin(), e.shape.end())});
-    }
-    const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(list);
-    bytes.assign(cbor.begin(), cbor.end());
-  }
-  absl::Status status = session.world().BroadcastBytes(&bytes, 0);
-  if (!status.ok()) return status;
-  std::vector<SafetensorsTensorSpec> infos;
-  for (const nlohmann::json& e : nlohmann::json::from_cbor(bytes)) {
-    SafetensorsTensorSpec info;
-    info.name = e[0].get<std::string>();
-    absl::StatusOr<DType> dtype = DTypeFromName(e[1].get<std::string>());
-    if (!dtype.ok()) return dtype.status();
-    info.dtype = *dtype;
-    for (int64_t s : e[2].get<std::vector<int64_t>>()) info.shape.push_back(s);
-    infos.push_back(std::move(info));
-  }
-  return infos;
-}
-
+// Checks rank `rank`'s loaded pieces in `local` by xxh64 against `verify_dir`'s rank file
+// (a sharded checkpoint; `mesh_text` is --mesh, for the message) or, when it is empty,
+// against DistributeTensor of SRC's full tensors; returns the names that differ.
 absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_dir,
                                                       const std::string& src,
                                                       const std::string& mesh_text, int rank,
@@ -56,14 +36,14 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     expected = *std::move(shards);
     if (expected->index.mesh->shape() != mesh.shape()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          verify_dir, " is sharded on mesh ",
-          absl::StrJoin(expected->index.mesh->shape(), "x"), " but --mesh is ", mesh_text));
+          verify_dir, " is sharded on mesh ", absl::StrJoin(expected->index.mesh->shape(), "x"),
+          " but --mesh is ", mesh_text));
     }
     expected_by_name.reserve(expected->tensors.size());
     for (const auto& [name, dtensor] : expected->tensors) expected_by_name.emplace(name, &dtensor);
   } else {
     absl::StatusOr<CheckpointSource> opened = CheckpointSource::Open(src);
-    if (!opened.ok()) return opened.status();
+    if (!opened.ok()) return InputError(opened.status());
     file = *std::move(opened);
   }
   for (size_t i = 0; i < local.size(); ++i) {
@@ -111,6 +91,73 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     if (*a != *b || mine->shape() != want.shape()) wrong.push_back(local.key(i));
   }
   return wrong;
+}
+
+// Every tensor gathered to rank 0 and compared with the index's xxh64 there; the names
+// that differ (on rank 0; empty elsewhere).
+absl::StatusOr<std::vector<std::string>> CheckAgainstIndex(const LoadCheck& check,
+                                                           const Map& local) {
+  GatherOptions options;
+  options.comm = check.comm;
+  options.ranks_only = {0};
+  options.cpu_offload = true;
+  options.bucket_bytes = check.bucket_bytes;
+  SDRT_ASSIGN_OR_RETURN(const Map full, GatherStateDict(local, options));
+  std::vector<std::string> wrong;
+  if (check.rank != 0) return wrong;
+  const ShardedCheckpointIndex& index = *check.sharded_source->sharded_index();
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    const Value* v = full.Find(t.name);
+    if (v == nullptr || v->kind() != ValueKind::kTensor ||
+        !CheckGatheredTensor(index, t, v->as_tensor()).ok()) {
+      wrong.push_back(t.name);
+    }
+  }
+  return wrong;
+}
+
+}  // namespace
+
+std::string EncodeOutline(const CheckpointSource& source) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const CheckpointSourceTensor& e : source.tensors()) {
+    tensors.push_back({e.name, std::string(DTypeName(e.dtype)),
+                       std::vector<int64_t>(e.shape.begin(), e.shape.end())});
+  }
+  nlohmann::json outline = {{"tensors", std::move(tensors)}};
+  if (const ShardedCheckpointIndex* index = source.sharded_index(); index != nullptr) {
+    outline["sharded"] = {index->world_size, absl::StrJoin(index->mesh->shape(), "x"), index->plan};
+  }
+  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(outline);
+  return std::string(cbor.begin(), cbor.end());
+}
+
+absl::StatusOr<SourceOutline> DecodeOutline(const std::string& bytes) {
+  const nlohmann::json outline =
+      nlohmann::json::from_cbor(bytes, /*strict=*/true, /*allow_exceptions=*/false);
+  if (outline.is_discarded() || !outline.contains("tensors")) {
+    return absl::InvalidArgumentError("rank 0 sent a malformed tensor list");
+  }
+  SourceOutline out;
+  for (const nlohmann::json& e : outline["tensors"]) {
+    SafetensorsTensorSpec info;
+    info.name = e[0].get<std::string>();
+    SDRT_ASSIGN_OR_RETURN(info.dtype, DTypeFromName(e[1].get<std::string>()));
+    for (int64_t s : e[2].get<std::vector<int64_t>>()) info.shape.push_back(s);
+    out.tensors.push_back(std::move(info));
+  }
+  if (outline.contains("sharded")) {
+    out.sharded = true;
+    out.sharded_ranks = outline["sharded"][0].get<int64_t>();
+    out.sharded_mesh = outline["sharded"][1].get<std::string>();
+    out.sharded_plan = outline["sharded"][2].get<std::string>();
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local) {
+  if (check.sharded && check.verify_dir.empty()) return CheckAgainstIndex(check, local);
+  return VerifyPieces(check.verify_dir, check.src, check.mesh_text, check.rank, *check.mesh, local);
 }
 
 }  // namespace sdrt::cli

@@ -1,38 +1,60 @@
-// The parts of `sdrt load` (tools/sdrt/load.cc) around the load itself: rank 0's tensor
-// list of SRC shared with every rank (ShardingPlan::MetaStateDict makes the state dict the
-// load fills), and the check of every rank's pieces afterwards.
+// The parts of `sdrt load` (tools/sdrt/load.cc) around LoadStateDict: rank 0's outline of
+// SRC, which every rank builds its layout from (ShardingPlan::MetaStateDict), and the check
+// of every rank's pieces afterwards.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_LOAD_SETUP_H_
 
-#include <memory>
+#include <cstdint>
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sdrt/comm/communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
-#include "sdrt/tools/sdrt/internal/session.h"
 
 namespace sdrt::cli {
 
-// Rank 0's tensor list (from `source`, non-null on rank 0 only; what the engine's model
-// definition knows), sent to every rank in one BroadcastBytes. The communicator's errors;
-// InvalidArgument for a dtype name it cannot parse.
-absl::StatusOr<std::vector<SafetensorsTensorSpec>> ShareTensorList(const Session& session,
-                                                                   const CheckpointSource* source);
+// What every rank needs to know of rank 0's SRC: its tensor list (what an engine's model
+// definition knows) and, for an sdrt sharded folder, the layout it was written in.
+struct SourceOutline {
+  std::vector<SafetensorsTensorSpec> tensors;
+  bool sharded = false;
+  int64_t sharded_ranks = 0;  // a sharded folder's world size, mesh ("2x2") and plan
+  std::string sharded_mesh;
+  std::string sharded_plan;
+};
 
-// Checks rank `rank`'s loaded pieces in `local` by xxh64 against `verify_dir`'s rank file
-// (a sharded checkpoint; `mesh_text` is --mesh, for the message) or, when it is empty,
-// against DistributeTensor of SRC's full tensors; returns the names that differ.
-// InvalidArgument when `verify_dir` is of another mesh or plan (its pieces cannot match) or
-// lacks a tensor; the errors of opening either.
-absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_dir,
-                                                      const std::string& src,
-                                                      const std::string& mesh_text, int rank,
-                                                      const DeviceMesh& mesh, const Map& local);
+// `source`'s outline as bytes to send (CBOR), and back. DecodeOutline: InvalidArgument for
+// bytes that do not decode or a dtype name it cannot parse.
+std::string EncodeOutline(const CheckpointSource& source);
+absl::StatusOr<SourceOutline> DecodeOutline(const std::string& bytes);
+
+// How the loaded pieces are checked, on every rank.
+struct LoadCheck {
+  std::string verify_dir;  // --verify INDIR, or empty
+  std::string src;         // SRC
+  std::string mesh_text;   // --mesh, for messages
+  const DeviceMesh* mesh = nullptr;
+  int rank = 0;
+  // A sharded SRC without --verify: every tensor is gathered to rank 0 over `comm` in
+  // buckets of `bucket_bytes` and compared there with the index of `sharded_source` (SRC
+  // as rank 0 opened it; unused elsewhere).
+  bool sharded = false;
+  const CheckpointSource* sharded_source = nullptr;
+  Communicator* comm = nullptr;
+  int64_t bucket_bytes = 0;
+};
+
+// The names of this rank's pieces in `local` that differ, by xxh64: from `verify_dir`'s rank
+// file (a sharded checkpoint); without it, for a sharded SRC from the full tensors gathered
+// to rank 0 against its index's hashes (collective; names on rank 0 only), else from
+// DistributeTensor of SRC's full tensors (SRC must be readable on every rank).
+// InvalidArgument when `verify_dir` is of another mesh or plan (its pieces cannot match)
+// or lacks a tensor; the errors of opening either; GatherStateDict's.
+absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local);
 
 }  // namespace sdrt::cli
 

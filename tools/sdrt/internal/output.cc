@@ -30,6 +30,14 @@ int ExitCodeFor(const absl::Status& status) {
   }
 }
 
+absl::Status InputError(const absl::Status& status) {
+  if (ExitCodeFor(status) != 1 || status.code() == absl::StatusCode::kResourceExhausted ||
+      status.code() == absl::StatusCode::kInternal) {
+    return status;
+  }
+  return absl::InvalidArgumentError(status.message());
+}
+
 std::string JsonText(const nlohmann::ordered_json& json, int indent) {
   return json.dump(indent, ' ', /*ensure_ascii=*/false,
                    nlohmann::ordered_json::error_handler_t::replace);

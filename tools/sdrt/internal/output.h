@@ -20,6 +20,14 @@ namespace sdrt::cli {
 // cause; 1 (runtime failure) for everything else (I/O errors, memory, internal errors).
 int ExitCodeFor(const absl::Status& status);
 
+// The one rule for an input that cannot be opened (CheckpointSource::Open,
+// DetectCheckpointKind, SafetensorsFile::Open, for every command): bad input, exit 2,
+// whatever code errno gave it (a link loop is ELOOP, which absl calls Unknown; a file that
+// may not be read; a missing one), except the machine's failures, which stay 1: out of
+// memory (ResourceExhausted) and Internal. `status` as InvalidArgument with its message,
+// or as it is.
+absl::Status InputError(const absl::Status& status);
+
 // `json` as text for --json output, indented by `indent` spaces, non-ASCII kept: a string
 // that is not valid UTF-8 (a path or tensor name from the user) is written with U+FFFD in
 // place of its bad bytes instead of throwing. Every --json output goes through here.

@@ -1,10 +1,10 @@
 #include "sdrt/tools/sdrt/internal/output_path.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-
-#include <dirent.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <memory>
@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "sdrt/core/io/atomic_file.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"
@@ -82,8 +83,8 @@ absl::Status CheckIdentity(const std::string& out, const std::string& resolved,
         if (id != FileId{st->st_dev, st->st_ino}) continue;
         return absl::InvalidArgumentError(
             is_out ? absl::StrCat(out, " is ", input, ", which this command reads (the same file)")
-                   : absl::StrCat(out, " is inside ", input,
-                                  ", which this command reads (", path, " is that folder)"));
+                   : absl::StrCat(out, " is inside ", input, ", which this command reads (", path,
+                                  " is that folder)"));
       }
     }
     if (path == "/") break;
@@ -173,6 +174,26 @@ absl::Status CheckReplaceableSafetensors(const std::string& out, bool overwrite)
         absl::StrCat(out, " exists; replace it with --overwrite, or name another path"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckFreeSpace(const std::string& out, absl::Span<const SafetensorsTensorSpec> specs,
+                            const std::map<std::string, std::string>& metadata,
+                            const WriteSafetensorsOptions& options) {
+  SDRT_ASSIGN_OR_RETURN(const int64_t needed, SafetensorsFileBytes(specs, metadata, options));
+  const size_t slash = out.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : out.substr(0, slash);
+  struct statvfs fs;
+  if (statvfs(dir.c_str(), &fs) != 0) return internal::IoError(errno, "statvfs", dir);
+  const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
+  const uint64_t blocks_needed = (static_cast<uint64_t>(needed) + block - 1) / block;
+  if (fs.f_bavail >= blocks_needed) return absl::OkStatus();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double available = static_cast<double>(fs.f_bavail) * static_cast<double>(block);
+  return absl::FailedPreconditionError(
+      absl::StrFormat("%s needs %.2f GiB (%d bytes), %.2f GiB free on %s", out,
+                      static_cast<double>(needed) / kGiB, needed, available / kGiB, dir));
 }
 
 }  // namespace sdrt::cli

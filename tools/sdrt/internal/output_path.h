@@ -5,10 +5,13 @@
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_PATH_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_OUTPUT_PATH_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "sdrt/core/io/safetensors.h"
 
 namespace sdrt::cli {
 
@@ -31,6 +34,15 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
 // without --overwrite, not a regular file, not safetensors: the reader's reason); OK when
 // it does not exist.
 absl::Status CheckReplaceableSafetensors(const std::string& out, bool overwrite);
+
+// For a command that streams one safetensors file `out` of `specs` and `metadata` (make):
+// FailedPrecondition (exit 2) "OUT needs N GiB, M GiB free on DIR" when the file system of
+// `out`'s folder has fewer bytes available to this user (statvfs f_bavail) than the file
+// takes (its temporary file beside `out` takes the whole size); the error of
+// SafetensorsFileBytes or statvfs otherwise.
+absl::Status CheckFreeSpace(const std::string& out, absl::Span<const SafetensorsTensorSpec> specs,
+                            const std::map<std::string, std::string>& metadata,
+                            const WriteSafetensorsOptions& options);
 
 }  // namespace sdrt::cli
 

@@ -2,14 +2,10 @@
 
 #include <sys/resource.h>
 
-#include <cstdio>
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/status_macros.h"
-#include "sdrt/tools/sdrt/internal/output.h"
 #if SDRT_CLI_HAVE_MPI
 #include "sdrt/comm/mpi_communicator.h"
 #else
@@ -52,18 +48,13 @@ absl::StatusOr<int> ChooseGpu(Communicator& world, int local_rank, int local_siz
 
 }  // namespace
 
-absl::StatusOr<Session> StartSession(const std::string& device,
-                                     std::chrono::milliseconds timeout) {
-  if (device != "cpu" && device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device must be cpu or cuda, got \"", device, "\""));
-  }
+absl::StatusOr<Session> StartSession(bool cuda, std::chrono::milliseconds timeout) {
 #if SDRT_CLI_HAVE_MPI
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi_world,
                         MpiCommunicator::World(timeout));
   int local_rank = 0;
   int local_size = 1;
-  if (device == "cuda") {
+  if (cuda) {
     SDRT_ASSIGN_OR_RETURN(const std::unique_ptr<MpiCommunicator> node, mpi_world->SplitShared());
     local_rank = node->rank();
     local_size = node->size();
@@ -78,7 +69,7 @@ absl::StatusOr<Session> StartSession(const std::string& device,
 #endif
   std::unique_ptr<Communicator> nccl;
   Device data_device = Device::CPU();
-  if (device == "cuda") {
+  if (cuda) {
 #if SDRT_CLI_HAVE_NCCL
     SDRT_ASSIGN_OR_RETURN(const int gpu, ChooseGpu(*world, local_rank, local_size));
     NcclCommunicator::Options options;
@@ -102,26 +93,6 @@ int64_t PeakRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
-}
-
-absl::StatusOr<std::vector<int64_t>> AllGatherInt64(Communicator& comm, int64_t mine) {
-  absl::StatusOr<std::vector<std::string>> all =
-      comm.AllGatherBytes(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
-  if (!all.ok()) return all.status();
-  std::vector<int64_t> out;
-  for (const std::string& s : *all) {
-    if (s.size() != sizeof(int64_t)) {
-      return absl::InternalError("AllGatherInt64: a rank sent a malformed value");
-    }
-    int64_t v = 0;
-    std::memcpy(&v, s.data(), sizeof(v));
-    out.push_back(v);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm) {
-  return AllGatherInt64(comm, PeakRssBytes());
 }
 
 }  // namespace sdrt::cli

@@ -1,16 +1,11 @@
-// What the multi-rank subcommands (`sdrt gather`, `sdrt load`) share: the communicators of
-// a run (under mpiexec, or one process without MPI), peak memory and wall time. Every
-// step's status is agreed with AgreeAcrossRanks (core/distributed/agreement.h), so that
-// every rank exits alike.
+// The communicators of a multi-rank command's run (under mpiexec, or one process without
+// MPI), which the runner (runner.h) starts, and this process's peak memory.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_SESSION_H_
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,9 +14,6 @@
 #include "sdrt/tensor/device.h"
 
 namespace sdrt::cli {
-
-// The largest --bucket-mib the commands accept (1 TiB).
-inline constexpr int64_t kMaxBucketMib = int64_t{1} << 20;
 
 // The ranks of a run: a ProcessGroup holding the world (CPU tensors, metadata, barriers:
 // the MPI world, or in a build without MPI a SelfCommunicator, one process) and, with
@@ -41,25 +33,18 @@ struct Session {
 
 // Starts the world: MPI (MpiCommunicator::World) when sdrt is built with it, else one
 // process on its own (SelfCommunicator), so that one-rank `sdrt gather` and `sdrt load`
-// run without MPI. For `device` "cuda" each process then takes the GPU of its node-local
+// run without MPI. With `cuda` (--device cuda) each process then takes the GPU of its node-local
 // rank (MpiCommunicator::SplitShared; 0 without MPI), makes it its current device
 // (SetCurrentCudaDevice) before anything else uses CUDA, and joins NCCL on it
-// (NcclCommunicator::CreateFromCommunicator over the world). InvalidArgument for another
-// device name; FailedPrecondition, the same on every rank, when no GPU is visible or a
-// node runs more ranks than it has visible GPUs (the message names both numbers), and
-// for "cuda" in a build without NCCL; the backends' errors. Every communicator of the
-// session has `timeout` (--timeout, tools/sdrt/internal/deadline.h): DeadlineExceeded
-// when a rank does not arrive within it, starting with MPI's world.
-absl::StatusOr<Session> StartSession(const std::string& device, std::chrono::milliseconds timeout);
+// (NcclCommunicator::CreateFromCommunicator over the world). FailedPrecondition, the same on every
+// rank, when no GPU is visible or a node runs more ranks than it has visible GPUs (the message
+// names both numbers), and for cuda in a build without NCCL; the backends' errors. Every
+// communicator of the session has `timeout` (--timeout, tools/sdrt/internal/deadline.h):
+// DeadlineExceeded when a rank does not arrive within it, starting with MPI's world.
+absl::StatusOr<Session> StartSession(bool cuda, std::chrono::milliseconds timeout);
 
 // This process's peak resident memory (getrusage ru_maxrss), bytes.
 int64_t PeakRssBytes();
-
-// Collective: every rank's value of `mine`, in rank order (one AllGatherBytes).
-absl::StatusOr<std::vector<int64_t>> AllGatherInt64(Communicator& comm, int64_t mine);
-
-// Collective: every rank's PeakRssBytes(), in rank order.
-absl::StatusOr<std::vector<int64_t>> AllPeakRssBytes(Communicator& comm);
 
 }  // namespace sdrt::cli
 

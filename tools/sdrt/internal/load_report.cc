@@ -1,0 +1,131 @@
+#include "sdrt/tools/sdrt/internal/load_report.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+
+namespace sdrt::cli {
+namespace {
+
+// The full tensors' bytes (validated by the source).
+int64_t TotalBytes(const SourceOutline& outline) {
+  int64_t bytes = 0;
+  for (const SafetensorsTensorSpec& info : outline.tensors) {
+    int64_t numel = 1;
+    for (int64_t s : info.shape) numel *= s;
+    bytes += BytesForElements(info.dtype, numel).value_or(0);
+  }
+  return bytes;
+}
+
+// How the read went, after the summary's first line: who read, how long, at what rate.
+std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps,
+                      const std::vector<double>& amplification) {
+  const TransferStats& t = f.stats.transfer;
+  std::string text;
+  if (f.outline->sharded) {
+    text = "  read: each rank its own rank files; bytes read per rank:";
+    for (int64_t b : f.bytes_read) absl::StrAppend(&text, " ", HumanBytes(b));
+    absl::StrAppend(
+        &text, "\n  resharded peer to peer ", absl::StrFormat("%.3f s", f.seconds), "; wire ",
+        HumanBytes(t.wire_bytes), " (the optimum: ", HumanBytes(t.optimum_bytes),
+        "), kept in place ", HumanBytes(t.self_bytes), "; ", t.exchanges,
+        t.exchanges == 1 ? " exchange, " : " exchanges, ", t.collectives, " collectives\n");
+    return text;
+  }
+  text = absl::StrCat("  read: ", ReadModeName(f.stats.read), " (", Printable(reason), ")\n");
+  if (f.stats.read == ReadMode::kAll) {
+    absl::StrAppend(&text, "  every rank read its pieces ",
+                    absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps), "; read amplification");
+    for (double a : amplification) absl::StrAppend(&text, absl::StrFormat(" %.3f", a));
+    return text + "\n";
+  }
+  return absl::StrCat(text, "  broadcast ", absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps),
+                      "; ", t.collectives, " collectives (", t.exchanges,
+                      t.exchanges == 1 ? " exchange" : " exchanges", " of at most ", f.bucket_mib,
+                      " MiB per rank)\n");
+}
+
+}  // namespace
+
+Report LoadReport(const LoadFacts& f) {
+  const SourceOutline& outline = *f.outline;
+  const int64_t bytes = TotalBytes(outline);
+  const double gbps = f.seconds > 0 ? bytes / f.seconds / 1e9 : 0;
+  // An explicit --read names itself where the library says "requested".
+  absl::string_view notes = f.stats.read_reason;
+  const std::string reason = absl::ConsumePrefix(&notes, "requested")
+                                 ? absl::StrCat("--read ", f.read, notes)
+                                 : f.stats.read_reason;
+  const std::string against = !f.verify_dir.empty() ? f.verify_dir
+                              : f.gathered ? absl::StrCat(f.src, "'s index (each tensor gathered)")
+                                           : f.src;
+  std::vector<std::string> mismatches;
+  int64_t pieces = 0;
+  for (size_t q = 0; q < f.wrong.size(); ++q) {
+    if (f.wrong[q].empty()) continue;
+    mismatches.push_back(
+        absl::StrCat(f.gathered ? "tensors" : absl::StrCat("rank ", q), ": ", f.wrong[q]));
+    pieces += 1 + std::count(f.wrong[q].begin(), f.wrong[q].end(), ',');
+  }
+  std::vector<double> amplification;
+  for (size_t q = 0; q < f.bytes_read.size(); ++q) {
+    const int64_t kept = f.bytes_kept[q];
+    amplification.push_back(kept == 0 ? 1.0 : static_cast<double>(f.bytes_read[q]) / kept);
+  }
+
+  Report report;
+  report.json = {{"command", "load"}, {"file", f.src}};
+  if (outline.sharded) {
+    report.json["from"] = {{"ranks", outline.sharded_ranks},
+                           {"mesh", outline.sharded_mesh},
+                           {"plan", outline.sharded_plan}};
+  }
+  report.json.update(nlohmann::ordered_json{{"mesh", f.mesh},
+                                            {"plan", f.plan},
+                                            {"ranks", f.ranks},
+                                            {"device", f.device},
+                                            {"read", ReadModeName(f.stats.read)},
+                                            {"read_reason", reason},
+                                            {"tensors", outline.tensors.size()},
+                                            {"bytes", bytes},
+                                            {"seconds", f.seconds},
+                                            {"gbps", gbps},
+                                            {"verified_against", against},
+                                            {"mismatches", mismatches},
+                                            {"bit_exact", mismatches.empty()},
+                                            {"bytes_read", f.bytes_read},
+                                            {"bytes_kept", f.bytes_kept}});
+  if (outline.sharded) {
+    report.json.update(TransferStatsJson(f.stats.transfer));
+  } else {
+    report.json.update(nlohmann::ordered_json{{"collectives", f.stats.transfer.collectives},
+                                              {"exchanges", f.stats.transfer.exchanges},
+                                              {"read_amplification", amplification}});
+  }
+
+  const std::string from = outline.sharded ? absl::StrCat(" (", Ranks(outline.sharded_ranks), ", ",
+                                                          Printable(outline.sharded_plan),
+                                                          ", mesh ", outline.sharded_mesh, ")")
+                                           : "";
+  report.text = absl::StrCat(
+      "loaded ", outline.tensors.size(), " tensors (", HumanBytes(bytes), ") from ",
+      Printable(f.src), from, " into ", Ranks(f.ranks), ", mesh ", Printable(f.mesh), ", plan ",
+      Printable(f.plan), "\n", ReadLines(f, reason, gbps, amplification), "  verified against ",
+      Printable(against), ": ", mismatches.empty() ? "every piece matches" : "MISMATCH", "\n");
+  for (const std::string& m : mismatches) absl::StrAppend(&report.text, "    ", Printable(m), "\n");
+  if (!mismatches.empty()) {  // the whole list is on stdout; the verdict counts and names the first
+    const std::string& first = mismatches.front();
+    const std::string message =
+        absl::StrCat(pieces, " piece(s) on ", mismatches.size(), " rank(s) differ from ", against,
+                     "; the first: ", Utf8Prefix(first.substr(0, first.find(',')), 500));
+    report.verdict = f.verify_dir.empty() && !f.gathered ? absl::InternalError(message)
+                                                         : absl::InvalidArgumentError(message);
+  }
+  return report;
+}
+
+}  // namespace sdrt::cli

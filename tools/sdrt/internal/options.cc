@@ -1,0 +1,134 @@
+#include "sdrt/tools/sdrt/internal/options.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::cli {
+namespace {
+
+// A finite number in [min, max], checked before CLI11 converts it: NaN passes any range
+// check (every comparison with it is false), so it is refused first. `what` ends the
+// message: "--bucket-mib: must be a number in [1/1048576, 1048576] (MiB), got 8796093022208".
+CLI::Validator FiniteRange(double min, double max, const std::string& range_text,
+                           const std::string& unit) {
+  return CLI::Validator(
+      [=](std::string& text) {
+        double value = 0;
+        if (absl::SimpleAtod(text, &value) && std::isfinite(value) && value >= min &&
+            value <= max) {
+          return std::string();
+        }
+        return absl::StrCat("must be a number in ", range_text, " (", unit, "), got ", text);
+      },
+      unit);
+}
+
+}  // namespace
+
+int64_t SharedOptions::bucket_bytes() const {
+  return std::max<int64_t>(1, static_cast<int64_t>(bucket_mib * 1048576.0));
+}
+
+ReadMode SharedOptions::read_mode() const {
+  for (const ReadMode mode : {ReadMode::kAll, ReadMode::kRoot}) {
+    if (read == ReadModeName(mode)) return mode;
+  }
+  return ReadMode::kAuto;
+}
+
+void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
+  if (which & kMeshPlanOption) {
+    cmd->add_option("--mesh", options->mesh, "device mesh shape over ranks 0..N-1: 4, 2x2, 2x2x2")
+        ->required();
+    cmd->add_option("--plan", options->plan,
+                    "fsdp ([S(0)] on every mesh dim), hsdp ([R, S(0)], 2-D mesh), tp (by tensor "
+                    "name), fsdp-tp (FSDP2 over TP, 2-D dp x tp mesh) or a PLAN.json file")
+        ->required();
+  }
+  if (which & kMeshDimNamesOption) {
+    cmd->add_option("--mesh-dim-names", options->mesh_dim_names,
+                    "comma-separated mesh dim names recorded in the index, e.g. dp,tp");
+  }
+  if (which & kReadOption) {
+    cmd->add_option("--read", options->read,
+                    "who reads SRC: all (every rank its own bytes), root (rank 0, broadcast) or "
+                    "auto (all when every rank sees the same files)")
+        ->check(CLI::IsMember({"auto", "all", "root"}))
+        ->capture_default_str();
+    cmd->add_flag("--direct-io", options->direct_io,
+                  "with --read all: read with O_DIRECT, bypassing the page cache (cold storage)");
+    // The one check that spans two options, at the end of the command's parse.
+    cmd->parse_complete_callback([options] {
+      if (options->direct_io && options->read == "root") {
+        throw CLI::ValidationError("--direct-io goes with --read all (or auto), not --read root");
+      }
+    });
+  }
+  if (which & kDeviceOption) {
+    cmd->add_option("--device", options->device,
+                    "where the tensors live: cpu, or cuda (each rank the GPU of its node-local "
+                    "rank)")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
+  }
+  if (which & kBucketMibOption) {
+    cmd->add_option("--bucket-mib", options->bucket_mib,
+                    "the most bytes one collective moves per rank, MiB (fractions allowed)")
+        ->check(FiniteRange(1.0 / 1048576, static_cast<double>(kMaxBucketMib),
+                            absl::StrCat("[1/1048576, ", kMaxBucketMib, "]"), "MiB"))
+        ->capture_default_str();
+  }
+  if (which & kOverwriteOption) {
+    cmd->add_flag("--overwrite", options->overwrite,
+                  "replace an existing output when it is what this command writes (a "
+                  "safetensors file, a Hugging Face folder, a sharded checkpoint), never "
+                  "anything else");
+  }
+  if (which & kJsonOption) cmd->add_flag("--json", options->json, "print the results as JSON");
+  if (which & kProgressOption) {
+    cmd->add_flag("--progress", options->progress,
+                  "progress lines on rank 0's stderr even when it is not a terminal (under "
+                  "mpiexec it never is)");
+  }
+  if (which & kTimeoutOption) {
+    cmd->add_option("--timeout", options->timeout_seconds,
+                    "seconds any collective may wait for the other ranks before every live rank "
+                    "gives up (exit 1, naming the ranks that did not arrive)")
+        ->check(FiniteRange(0.001, kMaxTimeoutSeconds,
+                            absl::StrCat("[0.001, ", kMaxTimeoutSeconds, "]"), "SECONDS"))
+        ->capture_default_str();
+  }
+}
+
+std::chrono::milliseconds TimeoutFrom(double seconds) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+}
+
+absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options) {
+  absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(options.mesh);
+  if (!shape_only.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh \"", options.mesh, "\": ", shape_only.status().message()));
+  }
+  std::vector<std::string> names;
+  if (!options.mesh_dim_names.empty()) names = absl::StrSplit(options.mesh_dim_names, ',');
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(shape_only->shape(), {}, names);
+  if (!mesh.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--mesh ", options.mesh, " --mesh-dim-names ",
+                                                   options.mesh_dim_names, ": ",
+                                                   mesh.status().message()));
+  }
+  SDRT_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromSpec(options.plan));
+  SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
+  return MeshAndPlan{std::make_shared<const DeviceMesh>(*std::move(mesh)), std::move(plan)};
+}
+
+}  // namespace sdrt::cli

@@ -1,14 +1,14 @@
 // LoadStateDict (core/distributed/load_state_dict.h): checks the options, agrees with the
-// other ranks on them and on the read (internal/read_policy.h), then runs the read's path
-// (internal/load_paths.h).
+// other ranks on them and on the read (internal/load/read_policy.h), then runs the read's path
+// (internal/load/load_paths.h).
 #include "sdrt/core/distributed/load_state_dict.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
-#include "sdrt/core/distributed/internal/load_paths.h"
-#include "sdrt/core/distributed/internal/read_policy.h"
+#include "sdrt/core/distributed/internal/load/load_paths.h"
+#include "sdrt/core/distributed/internal/load/read_policy.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {

@@ -12,7 +12,7 @@
 //   kRoot: rank 0 of the communicator (the root) reads the whole checkpoint from its mapping
 //     of the source and BroadcastStateDict sends every rank its pieces (for ranks that do
 //     not see the files; the other ranks' sources are not read).
-//   kAuto: kAll when every rank sees the same files, else kRoot (internal/read_policy.h):
+//   kAuto: kAll when every rank sees the same files, else kRoot (internal/load/read_policy.h):
 //     each rank describes its source (its kind and, per file, the size, the modification
 //     time and an xxh64 of the header bytes its reader parsed) or why it could not open it,
 //     and the ranks compare; without a communicator, kAll (one process reads what it sees).

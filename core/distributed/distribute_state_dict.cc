@@ -58,8 +58,8 @@ absl::Status CheckTensorLeaf(absl::string_view path, const Tensor& full, const V
     return internal::CheckShardingCutsWholeBytes(path, dtype, global, *d.mesh(), d.placements());
   }
   for (const LocalShard& s : local.as_sharded().local_shards()) {
-    SDRT_RETURN_IF_ERROR(
-        internal::CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets, s.metadata.sizes));
+    SDRT_RETURN_IF_ERROR(internal::CheckBoxCutsWholeBytes(path, dtype, global, s.metadata.offsets,
+                                                          s.metadata.sizes));
   }
   return absl::OkStatus();
 }
@@ -92,10 +92,12 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
   out.fresh_of.assign(full_leaves.size(), -1);
   std::vector<internal::FreshPiece> cpu_pieces;
   std::vector<IntVector> cpu_shapes;
-  // The last DTensor layout met and what it gives this rank.
+  // The last DTensor layout met and what it gives this rank (the mesh checked once, its
+  // Replicate placements shared by the tensors on it).
   struct {
     const DeviceMesh* mesh = nullptr;
-    std::vector<Placement> placements;
+    std::vector<Placement> replicate;
+    const std::vector<Placement>* placements = nullptr;
     IntVector shape;
     IntVector local_shape;
     int64_t numel = 0;
@@ -117,21 +119,24 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     if (leaf.kind() == ValueKind::kDTensor) {
       const DTensor& d = leaf.as_dtensor();
       // The local shape of a layout, worked out once for the tensors that repeat it.
-      if (layout.mesh != d.mesh().get() || layout.shape != full.shape() ||
-          layout.placements != d.placements()) {
+      const bool same_mesh = layout.mesh == d.mesh().get();
+      if (!same_mesh) {
         if (!d.mesh()->Coordinate(rank).has_value()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "'", full_leaves[i].path, "': rank ", rank, " is not in ", d.mesh()->ToString()));
+          return absl::InvalidArgumentError(absl::StrCat("'", full_leaves[i].path, "': rank ", rank,
+                                                         " is not in ", d.mesh()->ToString()));
         }
+        layout.mesh = d.mesh().get();
+        layout.replicate = AllReplicate(*d.mesh());
+      }
+      if (!same_mesh || layout.shape != full.shape() || *layout.placements != d.placements()) {
         SDRT_ASSIGN_OR_RETURN(layout.local_shape,
                               ComputeLocalShape(full.shape(), *d.mesh(), d.placements(), rank));
         SDRT_ASSIGN_OR_RETURN(layout.numel, CheckedNumel(layout.local_shape));
-        layout.mesh = d.mesh().get();
-        layout.placements = d.placements();
+        layout.placements = &d.placements();
         layout.shape = full.shape();
       }
       t.source.mesh = d.mesh();
-      t.source.placements = AllReplicate(*d.mesh());
+      t.source.placements = layout.replicate;
       t.destination.mesh = d.mesh();
       t.destination.placements = d.placements();
       const Device to =
@@ -167,10 +172,10 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     size_t k = 0;
     for (size_t i : reaching) {
       if (out.fresh_of[i] < 0 || out.fresh[out.fresh_of[i]].defined()) continue;
-      SDRT_ASSIGN_OR_RETURN(out.fresh[out.fresh_of[i]],
-                            Tensor::AtByteOffset(storage, arena.offsets[k],
-                                                 full_leaves[i].value->as_tensor().dtype(),
-                                                 cpu_shapes[k]));
+      SDRT_ASSIGN_OR_RETURN(
+          out.fresh[out.fresh_of[i]],
+          Tensor::AtByteOffset(storage, arena.offsets[k], full_leaves[i].value->as_tensor().dtype(),
+                               cpu_shapes[k]));
       ++k;
     }
   }
@@ -187,8 +192,8 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     }
   }
   const int64_t ranks = std::numeric_limits<int32_t>::max();  // no exchange is made
-  return out.run.PrepareLocal(internal::TransferSite(rank, ranks, site_device),
-                              std::move(tensors), std::move(sources), std::move(destinations));
+  return out.run.PrepareLocal(internal::TransferSite(rank, ranks, site_device), std::move(tensors),
+                              std::move(sources), std::move(destinations));
 }
 
 }  // namespace
@@ -237,8 +242,8 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
   // every rank sees any rank's failure.
   Distribution distribution;
   if (error.ok()) {
-    error = PlanDistribution(*full_leaves, *local_leaves, target, rank, options.device,
-                             distribution);
+    error =
+        PlanDistribution(*full_leaves, *local_leaves, target, rank, options.device, distribution);
   }
   if (options.comm != nullptr) {
     // Every rank must hold the same full state dict: its skeleton (paths, value kinds,
@@ -257,7 +262,8 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
   for (size_t i = 0; i < full_leaves->size(); ++i) {
     const internal::Leaf& leaf = (*full_leaves)[i];
     const Value& v = *leaf.value;
-    Value* const to = target[i] < 0 ? nullptr : (*local_leaves)[static_cast<size_t>(target[i])].value;
+    Value* const to =
+        target[i] < 0 ? nullptr : (*local_leaves)[static_cast<size_t>(target[i])].value;
     if (v.kind() == ValueKind::kTensor && v.as_tensor().dim() > 0) {
       if (to == nullptr || to->is_none() || to->kind() == ValueKind::kShardedTensor) continue;
       if (distribution.fresh_of[i] >= 0) {
@@ -272,10 +278,10 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
       }
       // Any other leaf: the full tensor on the device (an alias when already there).
       const Tensor& full_tensor = v.as_tensor();
-      const Device device = options.device.value_or(
-          to->kind() == ValueKind::kTensor && !to->as_tensor().device().is_meta()
-              ? to->as_tensor().device()
-              : full_tensor.device());
+      const Device device = options.device.value_or(to->kind() == ValueKind::kTensor &&
+                                                            !to->as_tensor().device().is_meta()
+                                                        ? to->as_tensor().device()
+                                                        : full_tensor.device());
       if (full_tensor.device() == device) {
         *to = Value(full_tensor);
       } else {

@@ -3,11 +3,11 @@
 // rank (docs/SEMANTICS.md 1.5, 1.6, 2 and 3). Only the Communicator interface is used, so
 // these work with any backend, a SelfCommunicator included.
 //
-// FullTensor and GatherShardedTensor are one-tensor gathers through the gather plan that
+// FullTensor and GatherShardedTensor are one-tensor gathers through the transfer that
 // GatherStateDict (core/distributed/distributed_state_dict.h) runs over whole state dicts
-// (core/distributed/internal/gather_plan.h): the same Partial reduction, the same pieces
-// per rank, the same box exchange, one bucket packed at 16-byte aligned offsets and moved
-// by one AllGatherV, unpacked by owned runs or boxes; so both give the same bits.
+// (core/distributed/internal/gather_transfer.h): a reshard into Replicate on every rank,
+// planned and moved by the one transfer engine (core/distributed/internal/engine/), with
+// the same Partial reduction; so both give the same bits.
 //
 // Devices: tensors live on a device the communicator serves, and results come back on
 // the device of the tensors passed in: CPU tensors over an MpiCommunicator; CUDA tensors

@@ -162,7 +162,12 @@ TEST_P(StoppedPeer, AStepSucceedsOnEveryRankOrFailsOnEveryRank) {
   // A longer deadline than case-058's: four setups, plans and bindings must not miss it on
   // a loaded machine.
   (*dup)->set_timeout(kSyncTimeout);
-  Communicator& comm = **dup;
+  // Kept until exit: the late rank's failed step leaves a notice to a rank that already gave
+  // up, never received; MPICH reuses a freed communicator's context id, so a communicator
+  // freed here could hand that notice to the next case's first collective.
+  static std::vector<std::unique_ptr<Communicator>> kept;
+  kept.push_back(*std::move(dup));
+  Communicator& comm = *kept.back();
   const int n = g_world->size();
   std::vector<int64_t> engine_ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) engine_ranks[static_cast<size_t>(r)] = r;

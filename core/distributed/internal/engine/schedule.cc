@@ -185,7 +185,7 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   }
   if (rank < 0 || (plan.rank >= 0 && plan.rank != rank)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ScheduleReshard: rank ", rank, " of a plan of rank ", plan.rank));
+        absl::StrCat("ScheduleTransfer: rank ", rank, " of a plan of rank ", plan.rank));
   }
   TransferSchedule schedule;
   schedule.rank = rank;

@@ -108,13 +108,12 @@ absl::Status TransferRun::Compile(const TransferSite& site, std::vector<Transfer
   sources_ = std::move(sources);
   destinations_ = std::move(destinations);
   plan_options.rank = site.rank();
-  SDRT_ASSIGN_OR_RETURN(plan_, PlanTransfer(std::move(tensors), plan_options));
   TransferScheduleOptions schedule_options;
   schedule_options.bucket_bytes = options_.bucket_bytes;
-  SDRT_ASSIGN_OR_RETURN(schedule_, ScheduleTransfer(plan_, site.rank(), schedule_options));
-  mine_ = most_ = CountsOf(schedule_);
-  SDRT_ASSIGN_OR_RETURN(program_,
-                        CompileTransfer(plan_, schedule_, mine_, site, sources_, destinations_));
+  SDRT_ASSIGN_OR_RETURN(route_, RouteTransfer(std::move(tensors), plan_options, schedule_options));
+  mine_ = most_ = CountsOf(route_->schedule);
+  SDRT_ASSIGN_OR_RETURN(program_, CompileTransfer(route_->plan, route_->schedule, mine_, site,
+                                                  sources_, destinations_));
   return absl::OkStatus();
 }
 
@@ -135,15 +134,15 @@ absl::Status TransferRun::Run(absl::string_view op, TransferStats* stats) {
   int64_t collectives = stats != nullptr ? stats->collectives : 0;
   absl::Status status = partial_.Run(&collectives);
   if (status.ok()) {
-    status = RunTransfer(*program_, plan_, schedule_, comm_, sources_, destinations_,
-                         options_.progress);
+    status = RunTransfer(*program_, route_->plan, route_->schedule, comm_, sources_,
+                         destinations_, options_.progress);
     collectives += static_cast<int64_t>(program_->exchanges.size());
   }
   // A call that moves nothing between ranks needs no closing: no rank waits on another.
   const bool moves = !program_->exchanges.empty() || !partial_.empty();
   if (moves && comm_ != nullptr) status = CloseTransfer(*comm_, op, status, &collectives);
   if (stats != nullptr) {
-    SetPlanStats(plan_, schedule_, most_, *stats);
+    SetPlanStats(route_->plan, route_->schedule, most_, *stats);
     stats->collectives = collectives;
     stats->sent_bytes = program_->stats.sent_bytes;
     stats->received_bytes = program_->stats.received_bytes;

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "sdrt/core/distributed/internal/engine/partial_reduce.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
+#include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/core/distributed/transfer_stats.h"
 
@@ -98,7 +100,8 @@ class TransferRun {
   // rank's, collectives added to what it holds (the verb's agreements).
   absl::Status Run(absl::string_view op, TransferStats* stats);
 
-  const TransferPlan& plan() const { return plan_; }
+  // Only after a successful Prepare.
+  const TransferPlan& plan() const { return route_->plan; }
   bool prepared() const { return program_.has_value(); }
 
  private:
@@ -109,8 +112,7 @@ class TransferRun {
   Communicator* comm_ = nullptr;  // null: a local call (PrepareLocal)
   TransferRunOptions options_;
   PartialReduction partial_;
-  TransferPlan plan_;
-  TransferSchedule schedule_;
+  std::shared_ptr<const TransferRoute> route_;  // the plan and schedule (route_cache.h)
   TransferLocals sources_, destinations_;
   std::optional<TransferProgram> program_;
   ExchangeCounts mine_, most_;

@@ -1,0 +1,117 @@
+// RouteTransfer (core/distributed/internal/engine/route_cache.h): an equal request gets
+// the route made before; anything a route depends on (a name, a dtype, a shape, a layout,
+// a mesh's ranks, the rank, the bucket size) makes a new one; the least recently used
+// route goes first once kMaxCachedRoutes are kept; errors are not kept.
+#include "sdrt/core/distributed/internal/engine/route_cache.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sdrt/tests/core/distributed/internal/engine/simulator.h"
+
+namespace sdrt::test {
+namespace {
+
+using internal::RouteCacheCounts;
+using internal::RouteCacheCountsNow;
+using internal::RouteTransfer;
+using internal::TransferPlanOptions;
+using internal::TransferRoute;
+using internal::TransferScheduleOptions;
+using internal::TransferTensor;
+
+TransferTensor Weight(std::string name = "w", IntVector shape = {12, 8},
+                      std::vector<int64_t> destination_ranks = {}) {
+  return Describe(std::move(name), DType::kFloat32, std::move(shape), MeshLayout({4}, {}, "[S(0)]"),
+                  MeshLayout({2}, std::move(destination_ranks), "[S(1)]"));
+}
+
+// The route of `tensors` for rank 1, counting whether the cache answered.
+struct Answer {
+  std::shared_ptr<const TransferRoute> route;
+  bool hit = false;
+};
+Answer Route(std::vector<TransferTensor> tensors, int64_t rank = 1,
+             int64_t bucket_bytes = int64_t{1} << 20) {
+  TransferPlanOptions plan_options;
+  plan_options.rank = rank;
+  TransferScheduleOptions schedule_options;
+  schedule_options.bucket_bytes = bucket_bytes;
+  const RouteCacheCounts before = RouteCacheCountsNow();
+  absl::StatusOr<std::shared_ptr<const TransferRoute>> route =
+      RouteTransfer(std::move(tensors), plan_options, schedule_options);
+  EXPECT_TRUE(route.ok()) << route.status();
+  const RouteCacheCounts after = RouteCacheCountsNow();
+  EXPECT_EQ(after.hits + after.misses, before.hits + before.misses + 1);
+  return {route.ok() ? *route : nullptr, after.hits == before.hits + 1};
+}
+
+TEST(RouteCacheTest, AnEqualRequestGetsTheRouteMadeBefore) {
+  const Answer first = Route({Weight("equal.a"), Weight("equal.b", {6, 4})});
+  // Equal descriptors built anew (other mesh objects of the same content).
+  const Answer second = Route({Weight("equal.a"), Weight("equal.b", {6, 4})});
+  ASSERT_NE(first.route, nullptr);
+  EXPECT_TRUE(second.hit);
+  EXPECT_EQ(second.route, first.route);
+  // The route is the plan and schedule of a fresh PlanTransfer.
+  TransferPlanOptions plan_options;
+  plan_options.rank = 1;
+  absl::StatusOr<internal::TransferPlan> fresh =
+      internal::PlanTransfer({Weight("equal.a"), Weight("equal.b", {6, 4})}, plan_options);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(first.route->plan.stats.wire_bytes, fresh->stats.wire_bytes);
+  EXPECT_EQ(first.route->plan.stats.messages, fresh->stats.messages);
+  ASSERT_EQ(first.route->plan.tensors.size(), 2u);
+  EXPECT_EQ(first.route->plan.tensors[1].name, "equal.b");
+}
+
+TEST(RouteCacheTest, WhatARouteDependsOnMakesANewOne) {
+  const Answer base = Route({Weight("dep")});
+  EXPECT_FALSE(Route({Weight("dep2")}).hit);                      // a name
+  EXPECT_FALSE(Route({Weight("dep", {12, 4})}).hit);              // a shape
+  EXPECT_FALSE(Route({Weight("dep", {12, 8}, {4, 5})}).hit);      // a mesh's ranks
+  EXPECT_FALSE(Route({Weight("dep")}, /*rank=*/2).hit);           // the rank
+  EXPECT_FALSE(Route({Weight("dep")}, 1, int64_t{1} << 10).hit);  // the bucket size
+  TransferTensor half = Weight("dep");
+  half.dtype = DType::kFloat16;
+  EXPECT_FALSE(Route({half}).hit);  // a dtype
+  TransferTensor replicated = Weight("dep");
+  replicated.destination = MeshLayout({2}, {}, "[R]");
+  EXPECT_FALSE(Route({replicated}).hit);  // a placement
+  // Two tensors in the other order are another request.
+  const Answer ab = Route({Weight("order.a"), Weight("order.b")});
+  EXPECT_FALSE(Route({Weight("order.b"), Weight("order.a")}).hit);
+  EXPECT_TRUE(Route({Weight("order.a"), Weight("order.b")}).hit);
+  EXPECT_NE(base.route, ab.route);
+}
+
+TEST(RouteCacheTest, TheLeastRecentlyUsedRouteGoesFirst) {
+  const Answer kept = Route({Weight("lru.kept")});
+  for (int i = 0; i < internal::kMaxCachedRoutes - 1; ++i) {
+    EXPECT_FALSE(Route({Weight(absl::StrCat("lru.", i))}).hit);
+    EXPECT_TRUE(Route({Weight("lru.kept")}).hit);  // used again: stays
+  }
+  EXPECT_FALSE(Route({Weight("lru.new")}).hit);  // drops lru.0, the least recently used
+  EXPECT_TRUE(Route({Weight("lru.kept")}).hit);
+  EXPECT_FALSE(Route({Weight("lru.0")}).hit);
+}
+
+TEST(RouteCacheTest, ErrorsAreNotKept) {
+  TransferTensor bad = Weight("bad");
+  bad.shape = {-1, 8};
+  for (int i = 0; i < 2; ++i) {
+    const RouteCacheCounts before = RouteCacheCountsNow();
+    TransferPlanOptions plan_options;
+    plan_options.rank = 0;
+    EXPECT_EQ(RouteTransfer({bad}, plan_options, {}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(RouteCacheCountsNow().misses, before.misses + 1);
+  }
+}
+
+}  // namespace
+}  // namespace sdrt::test

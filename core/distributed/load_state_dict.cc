@@ -95,18 +95,6 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
 
 }  // namespace
 
-absl::string_view ReadModeName(ReadMode mode) {
-  switch (mode) {
-    case ReadMode::kAuto:
-      return "auto";
-    case ReadMode::kAll:
-      return "all";
-    case ReadMode::kRoot:
-      return "root";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
                                          const LoadOptions& options) {
   return Load(&source, absl::OkStatus(), local, options);

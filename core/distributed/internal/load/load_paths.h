@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/distributed/load_options.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::internal {

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/distributed/load_options.h"
 
 namespace sdrt::internal {
 

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 #include "sdrt/tests/support/fill.h"

@@ -1,6 +1,6 @@
 // The files and the floor of bench/load_bench.cc: the two workloads written as safetensors
 // files, and the byte runs a rank keeps of a file under a 1-D plan, computed from the header
-// alone with PyTorch's chunking (independently of core/distributed/internal/read_plan.cc, so
+// alone with PyTorch's chunking (independently of core/distributed/internal/load/read_plan.cc, so
 // that the floor also checks LoadStateDict's bytes_kept).
 #ifndef SDRT_BENCH_LOAD_WORKLOADS_H_
 #define SDRT_BENCH_LOAD_WORKLOADS_H_

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/checkpoint/hf_folder.h"
 #include "sdrt/core/checkpoint/internal/hf_index.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/atomic_file.h"
@@ -136,12 +137,12 @@ absl::StatusOr<CheckpointKind> DetectCheckpointKind(const std::string& path) {
   if (Exists(absl::StrCat(path, "/", kShardedCheckpointIndexName))) {
     return CheckpointKind::kShardedFolder;
   }
-  if (Exists(absl::StrCat(path, "/", internal::kHfIndexName))) return CheckpointKind::kHfFolder;
+  if (Exists(absl::StrCat(path, "/", kHfIndexFileName))) return CheckpointKind::kHfFolder;
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListSafetensorsNames(path));
   if (names.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a checkpoint folder: no ", kShardedCheckpointIndexName, ", ",
-                     internal::kHfIndexName, " or *.safetensors file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a checkpoint folder: no ",
+                                                   kShardedCheckpointIndexName, ", ",
+                                                   kHfIndexFileName, " or *.safetensors file"));
   }
   return std::all_of(names.begin(), names.end(), IsRankFileName)
              ? CheckpointKind::kShardedFolder
@@ -234,11 +235,12 @@ absl::StatusOr<CheckpointSource> CheckpointSource::Open(const std::string& path,
   }
 
   // A Hugging Face folder.
-  const std::string index_name(internal::kHfIndexName);
+  const std::string index_name(kHfIndexFileName);
   const std::string index_path = absl::StrCat(dir, "/", index_name);
   SDRT_ASSIGN_OR_RETURN(const std::string resolved_index,
                         ResolveInFolder(dir, index_name, index_name));
-  absl::StatusOr<std::string> text = internal::ReadBoundedFile(resolved_index, internal::kMaxJsonFileBytes);
+  absl::StatusOr<std::string> text =
+      internal::ReadBoundedFile(resolved_index, internal::kMaxJsonFileBytes);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
                         absl::StrCat(index_path, ": ", text.status().message()));

@@ -91,12 +91,12 @@ absl::Status CheckIsOurs(const std::string& target, const std::vector<std::strin
         SafetensorsFile::Open(absl::StrCat(target, "/", kHfSingleFileName));
     return file.ok() ? absl::OkStatus() : refuse(file.status().message());
   }
-  if (!std::binary_search(names.begin(), names.end(), std::string(internal::kHfIndexName))) {
+  if (!std::binary_search(names.begin(), names.end(), std::string(kHfIndexFileName))) {
     const auto other = std::find_if(names.begin(), names.end(), [](const std::string& name) {
       return name != kHfSingleFileName;
     });
-    return refuse(absl::StrCat("it holds \"", absl::CHexEscape(*other), "\" and no ",
-                               internal::kHfIndexName));
+    return refuse(
+        absl::StrCat("it holds \"", absl::CHexEscape(*other), "\" and no ", kHfIndexFileName));
   }
   const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(target);
   if (!source.ok()) return refuse(source.status().message());
@@ -110,12 +110,12 @@ absl::Status CheckIsOurs(const std::string& target, const std::vector<std::strin
   }
   if (static_cast<int64_t>(names.size()) != n + 1) {
     for (const std::string& name : names) {
-      const bool named = name == internal::kHfIndexName ||
+      const bool named = name == kHfIndexFileName ||
                          std::any_of(source->files().begin(), source->files().end(),
                                      [&](const CheckpointSourceFile& f) { return f.name == name; });
       if (!named) {
         return refuse(absl::StrCat("it holds \"", absl::CHexEscape(name), "\", which ",
-                                   internal::kHfIndexName, " does not name"));
+                                   kHfIndexFileName, " does not name"));
       }
     }
   }
@@ -285,7 +285,7 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
     }
     index_text = internal::SerializeHfIndex(weight_map, plan.total_size);
     const absl::StatusOr<internal::HfIndex> parsed =
-        internal::ParseHfIndex(index_text, std::string(internal::kHfIndexName));
+        internal::ParseHfIndex(index_text, std::string(kHfIndexFileName));
     if (!parsed.ok() || parsed->weight_map != weight_map ||
         static_cast<int64_t>(index_text.size()) > internal::kMaxJsonFileBytes) {
       return absl::InvalidArgumentError(
@@ -315,7 +315,7 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
   }
   if (plan.sharded()) {
     SDRT_RETURN_IF_ERROR(
-        internal::WriteNewFile(absl::StrCat(tmp.path(), "/", internal::kHfIndexName), index_text));
+        internal::WriteNewFile(absl::StrCat(tmp.path(), "/", kHfIndexFileName), index_text));
   }
   SDRT_RETURN_IF_ERROR(tmp.Install(parent, target, replace_existing));
   return plan;

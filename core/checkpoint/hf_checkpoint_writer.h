@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "sdrt/core/checkpoint/hf_folder.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/export.h"
 
@@ -37,12 +38,6 @@ namespace sdrt SDRT_API {
 
 // huggingface_hub's default max_shard_size, "5GB": 5 x 10^9 bytes.
 inline constexpr int64_t kHfDefaultMaxShardBytes = 5'000'000'000;
-
-// The index's file name inside the folder.
-inline constexpr absl::string_view kHfIndexFileName = "model.safetensors.index.json";
-
-// The name of the one file of a single-file result.
-inline constexpr absl::string_view kHfSingleFileName = "model.safetensors";
 
 // Parses a shard size limit as huggingface_hub's parse_size_to_int reads it, and more:
 // a number, optionally with a fraction ("1.5GB"; truncated to whole bytes as int() does),
@@ -121,6 +116,6 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
                                               const std::map<std::string, std::string>& metadata,
                                               const WriteHfCheckpointOptions& options = {});
 
-}  // namespace sdrt
+}  // namespace SDRT_API
 
 #endif  // SDRT_CORE_CHECKPOINT_HF_CHECKPOINT_WRITER_H_

@@ -3,6 +3,8 @@
 // AtomicFolder (core/io/atomic_file.h) that is moved into place at the end, so a reader
 // sees the old checkpoint or the new one, never a part. The format:
 // core/checkpoint/sharded_checkpoint.h.
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
+
 #include <map>
 #include <string>
 #include <utility>
@@ -11,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/checkpoint/internal/checkpoint_target.h"
 #include "sdrt/core/checkpoint/internal/index_json.h"
-#include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/atomic_file.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -111,7 +112,8 @@ absl::StatusOr<ShardedCheckpointIndex> WriteShardedCheckpoint(
   SDRT_ASSIGN_OR_RETURN(const internal::CheckpointTarget where,
                         internal::PrepareCheckpointTarget(out_dir, options.overwrite));
   index.dir = out_dir;
-  SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp, internal::AtomicFolder::Create(where.parent, where.base));
+  SDRT_ASSIGN_OR_RETURN(internal::AtomicFolder tmp,
+                        internal::AtomicFolder::Create(where.parent, where.base));
 
   // Hashes of the full tensors (the index is then complete, and its own hash known), then
   // one rank file at a time, each recording its pieces' hashes.

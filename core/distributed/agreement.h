@@ -19,15 +19,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/agreement_skeleton.h"
 #include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/export.h"
 
 namespace sdrt SDRT_API {
-
-// What every rank must share about the data it moves: one (path, description) per leaf,
-// in walk order, e.g. ("layers.0.w", "DTensor float32[8, 4] [S(0)] on mesh (2, 2)").
-// Descriptions leave out what differs between ranks by design (local shapes, values).
-using AgreementSkeleton = std::vector<std::pair<std::string, std::string>>;
 
 // Bytes carried by the agreement's one collective (e.g. a broadcast root's skeleton):
 // `mine` goes to every rank; on success `all` holds every rank's, in rank order.
@@ -58,28 +54,16 @@ struct AgreementPayload {
 // own errors are returned as they are (a failed exchange reaches no verdict).
 absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::string_view options,
                               const AgreementSkeleton& skeleton, const absl::Status& local_error,
-                              TransferStats* stats = nullptr,
-                              AgreementPayload* payload = nullptr);
-
-// A skeleton given by its hash and a way to build it, for state dicts of many leaves: the
-// ranks compare `hash` (the same function of the same leaves on every rank, e.g. of a
-// compact binary record per leaf), and `build` runs only when the hashes differ, to name
-// the difference. Building the text of every leaf on every call costs more than the
-// collective it guards once there are thousands of leaves.
-struct HashedSkeleton {
-  uint64_t hash = 0;
-  std::function<AgreementSkeleton()> build;
-};
+                              TransferStats* stats = nullptr, AgreementPayload* payload = nullptr);
 
 // AgreeAcrossRanks over a HashedSkeleton: the same exchange and verdicts. On a mismatch
 // whose built skeletons read alike (the hash saw something their text leaves out), step
 // 3 says "the skeletons of rank 0 and rank R hash differently".
 absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
                                     absl::string_view options, const HashedSkeleton& skeleton,
-                                    const absl::Status& local_error,
-                                    TransferStats* stats = nullptr,
+                                    const absl::Status& local_error, TransferStats* stats = nullptr,
                                     AgreementPayload* payload = nullptr);
 
-}  // namespace sdrt
+}  // namespace SDRT_API
 
 #endif  // SDRT_CORE_DISTRIBUTED_AGREEMENT_H_

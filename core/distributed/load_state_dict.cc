@@ -1,14 +1,14 @@
 // LoadStateDict (core/distributed/load_state_dict.h): checks the options, agrees with the
-// other ranks on them and on the read (internal/read_policy.h), then runs the read's path
-// (internal/load_paths.h).
+// other ranks on them and on the read (internal/load/read_policy.h), then runs the read's path
+// (internal/load/load_paths.h).
 #include "sdrt/core/distributed/load_state_dict.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
-#include "sdrt/core/distributed/internal/load_paths.h"
-#include "sdrt/core/distributed/internal/read_policy.h"
+#include "sdrt/core/distributed/internal/load/load_paths.h"
+#include "sdrt/core/distributed/internal/load/read_policy.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -94,18 +94,6 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
 }
 
 }  // namespace
-
-absl::string_view ReadModeName(ReadMode mode) {
-  switch (mode) {
-    case ReadMode::kAuto:
-      return "auto";
-    case ReadMode::kAll:
-      return "all";
-    case ReadMode::kRoot:
-      return "root";
-  }
-  return "unknown";
-}
 
 absl::StatusOr<LoadResult> LoadStateDict(const CheckpointSource& source, Map& local,
                                          const LoadOptions& options) {

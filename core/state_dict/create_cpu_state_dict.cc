@@ -107,7 +107,10 @@ class ArenaBuilder {
 absl::StatusOr<Map> CreateCpuStateDict(const Map& state_dict, const CreateCpuOptions& options) {
   ArenaBuilder arena(options);
   const auto plan = [&arena](const Tensor& t) { arena.Plan(t); };
-  for (size_t i = 0; i < state_dict.size(); ++i) internal::ForEachTensor(state_dict.value(i), plan);
+  const absl::Status walked = internal::ForEachTensor(state_dict, plan);
+  if (!walked.ok()) {
+    return absl::Status(walked.code(), absl::StrCat("CreateCpuStateDict: ", walked.message()));
+  }
   SDRT_RETURN_IF_ERROR(arena.Allocate());
 
   internal::IterateVisitors visitors;

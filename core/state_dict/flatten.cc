@@ -5,81 +5,35 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/state_dict/internal/tree_walker.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
 
-// Depth-first walk keeping the current path and its flatten key as stacks, so that a leaf
-// costs no string joining and no path allocation unless `leaf` copies them. The path
-// stack keeps its slots between visits: assigning a key into a slot that held one of the
-// same size or longer reuses its buffer.
-// Leaf: absl::Status(PathSpan path, absl::string_view key, const Value& leaf).
-template <typename Leaf>
-class Walker {
- public:
-  explicit Walker(Leaf& leaf) : leaf_(leaf) {}
-
-  absl::Status WalkRoot(const Map& sd) {
-    for (size_t i = 0; i < sd.size(); ++i) {
-      key_.assign(sd.key(i));
-      SDRT_RETURN_IF_ERROR(Visit(sd.key(i), sd.value(i)));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  // Visits `v`, reached from the current path by `item` (a string or an index).
-  template <typename Item>
-  absl::Status Visit(const Item& item, const Value& v) {
-    if (depth_ >= kMaxNestingDepth) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state dict nested deeper than ", kMaxNestingDepth, " levels at ", key_,
-                       " (PyTorch stops at its recursion limit, about 1,000)"));
-    }
-    if (depth_ == path_.size()) path_.emplace_back();
-    path_[depth_++] = item;
-    absl::Status s = VisitValue(v);
-    --depth_;
-    return s;
-  }
-
-  absl::Status VisitValue(const Value& v) {
-    if (v.is_map()) {
-      const Map& m = v.as_map();
-      for (size_t i = 0; i < m.size(); ++i) {
-        const size_t mark = key_.size();
-        key_.push_back('.');
-        key_.append(m.key(i));
-        absl::Status s = Visit(m.key(i), m.value(i));
-        key_.resize(mark);
-        if (!s.ok()) return s;
-      }
-      return absl::OkStatus();
-    }
-    if (v.is_sequence()) {
-      const std::vector<Value>& items = v.items();
-      for (size_t i = 0; i < items.size(); ++i) {
-        const size_t mark = key_.size();
-        absl::StrAppend(&key_, ".", i);
-        absl::Status s = Visit(static_cast<int64_t>(i), items[i]);
-        key_.resize(mark);
-        if (!s.ok()) return s;
-      }
-      return absl::OkStatus();
-    }
-    return leaf_(PathSpan(path_.data(), depth_), key_, v);
-  }
-
-  Leaf& leaf_;
-  ObjPath path_;  // path_[0, depth_) is the current path
-  size_t depth_ = 0;
-  std::string key_;
-};
-
+// Calls leaf(path, walk, value) -> absl::Status for every leaf of `sd` (TreeWalker's walk):
+// `path` is the leaf's object path, valid during the call, and walk.path() its flatten key.
+// Only the steps that changed since the last leaf are re-made, into slots that keep their
+// buffers.
 template <typename Leaf>
 absl::Status Walk(const Map& sd, Leaf leaf) {
-  return Walker<Leaf>(leaf).WalkRoot(sd);
+  internal::TreeWalker<const Value> walk;
+  ObjPath path;
+  return walk.EachLeaf(sd, internal::LeafKinds::kValues, [&](const Value& value, const Map*) {
+    const absl::Span<const internal::WalkStep> steps = walk.steps();
+    if (path.size() < steps.size()) path.resize(steps.size());
+    for (size_t i = walk.StepsKept(); i < steps.size(); ++i) {
+      const internal::WalkStep& step = steps[i];
+      if (step.index >= 0) {
+        path[i] = step.index;
+      } else if (std::string* key = std::get_if<std::string>(&path[i])) {
+        key->assign(step.key.data(), step.key.size());
+      } else {
+        path[i] = std::string(step.key);
+      }
+    }
+    return leaf(PathSpan(path.data(), steps.size()), walk, value);
+  });
 }
 
 // The prefix path[0, depth) for messages; "the root" when empty.
@@ -311,24 +265,25 @@ PathSpan FlattenMapping::path(size_t i) const {
 
 absl::Status TraverseStateDict(const Map& sd,
                                const std::function<absl::Status(PathSpan, const Value&)>& visitor) {
-  return Walk(sd, [&visitor](PathSpan path, absl::string_view, const Value& leaf) {
-    return visitor(path, leaf);
-  });
+  return Walk(sd, [&visitor](PathSpan path, const internal::TreeWalker<const Value>&,
+                             const Value& leaf) { return visitor(path, leaf); });
 }
 
 absl::StatusOr<FlatStateDict> FlattenStateDict(const Map& sd) {
   // A first walk sizes the mapping's buffers; it costs a fraction of the second.
   size_t leaves = 0, key_chars = 0, path_items = 0;
-  (void)Walk(sd, [&](PathSpan path, absl::string_view key, const Value&) {
+  (void)Walk(sd, [&](PathSpan path, const internal::TreeWalker<const Value>& walk, const Value&) {
     ++leaves;
-    key_chars += key.size();
+    key_chars += walk.path().size();
     path_items += path.size();
     return absl::OkStatus();
   });
   FlatStateDict out;
   out.mapping.Reserve(leaves, key_chars, path_items);
   out.flat.Reserve(leaves);
-  const auto add = [&out](PathSpan path, absl::string_view key, const Value& leaf) {
+  const auto add = [&out](PathSpan path, const internal::TreeWalker<const Value>& walk,
+                          const Value& leaf) {
+    const absl::string_view key = walk.path();
     if (!out.mapping.Insert(key, path)) {
       return absl::InvalidArgumentError(absl::StrCat("duplicated flatten key ", key));
     }

@@ -1,7 +1,5 @@
-// The iteration engine (core/state_dict/iterate.h), mirroring `_iterate_state_dict`.
-//
-// The current path is a stack of segments (a key view or a list index) turned into a
-// string only when an error is reported, so a walk costs no string building.
+// The iteration engine (core/state_dict/iterate.h), mirroring `_iterate_state_dict`, on
+// TreeWalker's walk.
 #include "sdrt/core/state_dict/iterate.h"
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sdrt/core/state_dict/internal/tree_walker.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -23,25 +22,6 @@ constexpr absl::string_view kMismatchPrefix = "companion mismatch";
 // How many flattened names a mismatch message lists before "and N more".
 constexpr size_t kMaxNamesListed = 10;
 
-struct Segment {
-  absl::string_view key;  // a map key, or empty with index >= 0
-  int64_t index = -1;     // a list/tuple index
-};
-
-std::string JoinPath(const std::vector<Segment>& path) {
-  if (path.empty()) return "<root>";
-  std::string out;
-  for (size_t i = 0; i < path.size(); ++i) {
-    if (i > 0) out.push_back('.');
-    if (path[i].index >= 0) {
-      absl::StrAppend(&out, path[i].index);
-    } else {
-      out.append(path[i].key.data(), path[i].key.size());
-    }
-  }
-  return out;
-}
-
 absl::Status MismatchAt(absl::string_view path, absl::string_view what) {
   absl::Status status =
       absl::InvalidArgumentError(absl::StrCat(kMismatchPrefix, " at ", path, ": ", what));
@@ -49,35 +29,30 @@ absl::Status MismatchAt(absl::string_view path, absl::string_view what) {
   return status;
 }
 
-// Appends the flattened names of every leaf under `value` (an empty map or list counts
-// as a leaf, so that it is named too) to `names`, up to kMaxNamesListed; counts all.
-void CollectLeafNames(const Value& value, const std::string& name, std::vector<std::string>* names,
-                      size_t* total) {
-  const auto child = [&](const std::string& part) {
-    return name.empty() ? part : absl::StrCat(name, ".", part);
-  };
-  if (value.is_map() && !value.as_map().empty()) {
-    const Map& map = value.as_map();
-    for (size_t i = 0; i < map.size(); ++i)
-      CollectLeafNames(map.value(i), child(map.key(i)), names, total);
-    return;
-  }
-  if (value.is_sequence() && !value.items().empty()) {
-    for (size_t i = 0; i < value.items().size(); ++i) {
-      CollectLeafNames(value.items()[i], child(absl::StrCat(i)), names, total);
-    }
-    return;
-  }
-  ++*total;
-  if (names->size() < kMaxNamesListed) names->push_back(name);
-}
+// The flattened names of entries a mismatch message lists: up to kMaxNamesListed of them,
+// and how many there are in all.
+struct NameList {
+  std::vector<std::string> names;
+  size_t total = 0;
 
-std::string NameList(const std::vector<std::string>& names, size_t total) {
-  std::string out = absl::StrCat("[", absl::StrJoin(names, ", "));
-  if (total > names.size()) absl::StrAppend(&out, ", and ", total - names.size(), " more");
-  out.push_back(']');
-  return out;
-}
+  // Adds the leaves at or below `value`, the value at `walk`'s path (an empty map or list
+  // counts as a leaf, so that it is named too).
+  absl::Status Add(TreeWalker<const Value>& walk, const Value& value) {
+    const auto note = [&](const Value&, const Map*) {
+      if (names.size() < kMaxNamesListed) names.emplace_back(walk.path());
+      ++total;
+      return absl::OkStatus();
+    };
+    return walk.LeavesOf(value, nullptr, LeafKinds::kValuesAndEmptyContainers, note);
+  }
+
+  std::string ToString() const {
+    std::string out = absl::StrCat("[", absl::StrJoin(names, ", "));
+    if (total > names.size()) absl::StrAppend(&out, ", and ", total - names.size(), " more");
+    out.push_back(']');
+    return out;
+  }
+};
 
 std::string KindWithArticle(const Value& value) {
   if (value.is_none()) return "None";
@@ -109,11 +84,6 @@ class Engine {
   }
 
   absl::StatusOr<Value> Visit(const Value& obj, const Value* companion) {
-    if (path_.size() > kMaxNestingDepth) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state dict nested deeper than ", kMaxNestingDepth, " levels at ",
-                       JoinPath(path_), " (PyTorch stops at its recursion limit, about 1,000)"));
-    }
     if (companion != nullptr && companion->is_none()) companion = nullptr;
     SDRT_ASSIGN_OR_RETURN(Value ret, Transform(obj, companion));
     if (!included_) return ret.is_map() ? Value(Map{}) : Value();
@@ -136,7 +106,7 @@ class Engine {
         return WithPath(visitors_.tensor(obj.as_tensor(), companion));
       case ValueKind::kMap: {
         if (companion != nullptr && !companion->is_map()) {
-          return MismatchAt(JoinPath(path_), KindsDiffer(obj, *companion));
+          return MismatchAt(Where(), KindsDiffer(obj, *companion));
         }
         SDRT_ASSIGN_OR_RETURN(
             Map map,
@@ -159,14 +129,13 @@ class Engine {
     }
     Map out;
     out.Reserve(map.size());
-    for (size_t i = 0; i < map.size(); ++i) {
-      path_.push_back(Segment{map.key(i)});
+    SDRT_RETURN_IF_ERROR(walk_.EachInMap(map, [&](size_t i, const Value& value) -> absl::Status {
       absl::StatusOr<Value> item =
-          Visit(map.value(i), companion != nullptr ? companion->Find(map.key(i)) : nullptr);
-      path_.pop_back();
+          Visit(value, companion != nullptr ? companion->Find(map.key(i)) : nullptr);
       if (!item.ok()) return item.status();
       out.Set(map.key(i), *std::move(item));
-    }
+      return absl::OkStatus();
+    }));
     return out;
   }
 
@@ -174,20 +143,20 @@ class Engine {
     const std::vector<Value>& items = obj.items();
     if (companion != nullptr) {
       if (!companion->is_sequence()) {
-        return MismatchAt(JoinPath(path_), KindsDiffer(obj, *companion));
+        return MismatchAt(Where(), KindsDiffer(obj, *companion));
       }
       if (companion->items().size() != items.size()) return LengthMismatch(obj, *companion);
     }
     std::vector<Value> out;
     out.reserve(items.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      path_.push_back(Segment{{}, static_cast<int64_t>(i)});
-      absl::StatusOr<Value> item =
-          Visit(items[i], companion != nullptr ? &companion->items()[i] : nullptr);
-      path_.pop_back();
-      if (!item.ok()) return item;
-      out.push_back(*std::move(item));
-    }
+    SDRT_RETURN_IF_ERROR(
+        walk_.EachInSequence(obj, [&](size_t i, const Value& value) -> absl::Status {
+          absl::StatusOr<Value> item =
+              Visit(value, companion != nullptr ? &companion->items()[i] : nullptr);
+          if (!item.ok()) return item.status();
+          out.push_back(*std::move(item));
+          return absl::OkStatus();
+        }));
     if (obj.is_tuple()) return Value(Tuple(std::move(out)));
     return Value(List(std::move(out)));
   }
@@ -196,70 +165,62 @@ class Engine {
     if (opaque.type_name == kBytesIOTypeName) return Value(opaque);
     if (options_.type_check) {
       return absl::InvalidArgumentError(absl::StrCat("IterateStateDict: unexpected value type '",
-                                                     opaque.type_name, "' at ", JoinPath(path_),
+                                                     opaque.type_name, "' at ", Where(),
                                                      " (type_check is on)"));
     }
     if (!opaque.clone) {
       return absl::FailedPreconditionError(absl::StrCat("IterateStateDict: object of type '",
-                                                        opaque.type_name, "' at ", JoinPath(path_),
+                                                        opaque.type_name, "' at ", Where(),
                                                         " has no clone function to copy it with"));
     }
     return Value(opaque.clone(opaque));
   }
 
-  absl::Status CheckKeys(const Map& source, const Map& companion) const {
-    const std::string here = path_.empty() ? "" : JoinPath(path_);
-    const auto name = [&](const std::string& key) {
-      return here.empty() ? key : absl::StrCat(here, ".", key);
-    };
-    std::vector<std::string> missing;
-    std::vector<std::string> added;
-    size_t missing_total = 0;
-    size_t added_total = 0;
-    for (size_t i = 0; i < source.size(); ++i) {
-      if (!companion.contains(source.key(i))) {
-        CollectLeafNames(source.value(i), name(source.key(i)), &missing, &missing_total);
-      }
+  // The entries of `map` whose keys `other` lacks, named.
+  absl::StatusOr<NameList> KeysOnlyIn(const Map& map, const Map& other) {
+    NameList list;
+    for (size_t i = 0; i < map.size(); ++i) {
+      if (other.contains(map.key(i))) continue;
+      SDRT_RETURN_IF_ERROR(
+          walk_.At(WalkStep{map.key(i)}, [&] { return list.Add(walk_, map.value(i)); }));
     }
-    for (size_t i = 0; i < companion.size(); ++i) {
-      if (!source.contains(companion.key(i))) {
-        CollectLeafNames(companion.value(i), name(companion.key(i)), &added, &added_total);
-      }
-    }
-    if (missing_total == 0 && added_total == 0) return absl::OkStatus();
-    std::string what = "keys differ";
-    if (missing_total > 0)
-      absl::StrAppend(&what, "; missing from companion: ", NameList(missing, missing_total));
-    if (added_total > 0)
-      absl::StrAppend(&what, "; only in companion: ", NameList(added, added_total));
-    return MismatchAt(JoinPath(path_), what);
+    return list;
   }
 
-  absl::Status LengthMismatch(const Value& source, const Value& companion) const {
-    const std::string here = path_.empty() ? "" : JoinPath(path_);
+  absl::Status CheckKeys(const Map& source, const Map& companion) {
+    SDRT_ASSIGN_OR_RETURN(const NameList missing, KeysOnlyIn(source, companion));
+    SDRT_ASSIGN_OR_RETURN(const NameList added, KeysOnlyIn(companion, source));
+    if (missing.total == 0 && added.total == 0) return absl::OkStatus();
+    std::string what = "keys differ";
+    if (missing.total > 0) {
+      absl::StrAppend(&what, "; missing from companion: ", missing.ToString());
+    }
+    if (added.total > 0) absl::StrAppend(&what, "; only in companion: ", added.ToString());
+    return MismatchAt(Where(), what);
+  }
+
+  absl::Status LengthMismatch(const Value& source, const Value& companion) {
     const Value& longer = source.items().size() > companion.items().size() ? source : companion;
     const size_t shorter = std::min(source.items().size(), companion.items().size());
-    std::vector<std::string> names;
-    size_t total = 0;
+    NameList extra;
     for (size_t i = shorter; i < longer.items().size(); ++i) {
-      const std::string index = absl::StrCat(i);
-      CollectLeafNames(longer.items()[i], here.empty() ? index : absl::StrCat(here, ".", index),
-                       &names, &total);
+      SDRT_RETURN_IF_ERROR(walk_.At(WalkStep{{}, static_cast<int64_t>(i)},
+                                    [&] { return extra.Add(walk_, longer.items()[i]); }));
     }
     return MismatchAt(
-        JoinPath(path_),
+        Where(),
         absl::StrCat("source ", ValueKindName(source.kind()), " has ", source.items().size(),
                      " items, companion ", ValueKindName(companion.kind()), " has ",
                      companion.items().size(),
                      &longer == &source ? "; missing from companion: " : "; only in companion: ",
-                     NameList(names, total)));
+                     extra.ToString()));
   }
 
   // Step B with a companion: kinds must agree and every tensor must be copyable into its
   // counterpart; with copy_into_companion, copy and return the companion.
   absl::StatusOr<Value> IntoCompanion(Value ret, const Value& companion) {
     if (ret.kind() != companion.kind()) {
-      return MismatchAt(JoinPath(path_), KindsDiffer(ret, companion));
+      return MismatchAt(Where(), KindsDiffer(ret, companion));
     }
     switch (ret.kind()) {
       case ValueKind::kTensor: {
@@ -274,9 +235,8 @@ class Engine {
         const std::vector<LocalShard>& dst = companion.as_sharded().local_shards();
         const std::vector<LocalShard>& src = ret.as_sharded().local_shards();
         if (dst.size() != src.size()) {
-          return MismatchAt(JoinPath(path_),
-                            absl::StrCat("source ShardedTensor has ", src.size(),
-                                         " local shards, companion has ", dst.size()));
+          return MismatchAt(Where(), absl::StrCat("source ShardedTensor has ", src.size(),
+                                                  " local shards, companion has ", dst.size()));
         }
         for (size_t i = 0; i < dst.size(); ++i) {
           SDRT_RETURN_IF_ERROR(CopyInto(dst[i].tensor, src[i].tensor));
@@ -289,16 +249,21 @@ class Engine {
 
   absl::Status CopyInto(Tensor dst, const Tensor& src) {
     if (dst.shape() != src.shape() || dst.dtype() != src.dtype()) {
-      return MismatchAt(JoinPath(path_), TensorsDiffer(src, dst));
+      return MismatchAt(Where(), TensorsDiffer(src, dst));
     }
     if (!options_.copy_into_companion) return absl::OkStatus();
     return WithPath(dst.CopyFrom(src, options_.non_blocking, options_.stream));
   }
 
+  // The current path for messages: "<root>" at the root.
+  std::string Where() const {
+    return walk_.depth() == 0 ? std::string("<root>") : std::string(walk_.path());
+  }
+
   // Adds the current path to a visitor's or a copy's error.
   absl::Status WithPath(const absl::Status& status) const {
     if (status.ok()) return status;
-    const std::string path = JoinPath(path_);
+    const std::string path = Where();
     if (auto what = status.GetPayload(kMismatchPayloadUrl)) {
       return MismatchAt(path, std::string(*what));
     }
@@ -312,7 +277,7 @@ class Engine {
   const IterateVisitors& visitors_;
   const IterateOptions& options_;
   const bool included_;
-  std::vector<Segment> path_;
+  TreeWalker<const Value> walk_;
 };
 
 }  // namespace

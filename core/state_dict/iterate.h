@@ -1,6 +1,7 @@
 // The state-dict iteration engine, mirroring PyTorch's `_iterate_state_dict`
 // (torch/distributed/_state_dict_utils.py; docs/SEMANTICS.md section 5). Not public API: offload,
 // copy, create_cpu, similarity (core/state_dict/state_dict_ops.h) and gather are built on it.
+// It walks with TreeWalker (core/state_dict/internal/tree_walker.h).
 //
 // IterateStateDict(obj, visitors, companion, options) walks `obj` depth first, in map
 // insertion order, and builds a new tree:
@@ -44,6 +45,7 @@
 #define SDRT_CORE_STATE_DICT_ITERATE_H_
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -107,9 +109,10 @@ std::string KindsDiffer(const Value& source, const Value& companion);
 // copies are blocking. FailedPrecondition for meta tensors (no data).
 absl::StatusOr<Value> MoveToCpu(const Value& value);
 
-// Calls `fn` on every tensor holding data for `value` in the order the engine visits
+// Calls `fn` on every tensor holding data in `state_dict`, in the order the engine visits
 // them: plain tensors, DTensor local tensors, ShardedTensor local shard tensors.
-void ForEachTensor(const Value& value, const std::function<void(const Tensor&)>& fn);
+// TreeWalker's error for a tree nested too deep (after calling `fn` on the tensors before).
+absl::Status ForEachTensor(const Map& state_dict, const std::function<void(const Tensor&)>& fn);
 
 // `st` with its local shard tensors replaced by `tensors` (one per local shard, same
 // shapes and dtype) that are all on the CPU, every placement rewritten to the CPU, as

@@ -1,10 +1,11 @@
 // Tensor helpers of the iteration engine (core/state_dict/iterate.h): moving a tensor-like
-// value to the CPU, walking a tree's tensors, and a ShardedTensor's CPU form.
+// value to the CPU, the tensors of a tree, and a ShardedTensor's CPU form.
 #include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/state_dict/internal/tree_walker.h"
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -40,27 +41,24 @@ absl::StatusOr<Value> MoveToCpu(const Value& value) {
   }
 }
 
-void ForEachTensor(const Value& value, const std::function<void(const Tensor&)>& fn) {
-  switch (value.kind()) {
-    case ValueKind::kTensor:
-      fn(value.as_tensor());
-      return;
-    case ValueKind::kDTensor:
-      fn(value.as_dtensor().local());
-      return;
-    case ValueKind::kShardedTensor:
-      for (const LocalShard& shard : value.as_sharded().local_shards()) fn(shard.tensor);
-      return;
-    case ValueKind::kMap:
-      for (size_t i = 0; i < value.as_map().size(); ++i) ForEachTensor(value.as_map().value(i), fn);
-      return;
-    case ValueKind::kList:
-    case ValueKind::kTuple:
-      for (const Value& item : value.items()) ForEachTensor(item, fn);
-      return;
-    default:
-      return;
-  }
+absl::Status ForEachTensor(const Map& state_dict, const std::function<void(const Tensor&)>& fn) {
+  const auto tensors_of = [&fn](const Value& value, const Map*) {
+    switch (value.kind()) {
+      case ValueKind::kTensor:
+        fn(value.as_tensor());
+        break;
+      case ValueKind::kDTensor:
+        fn(value.as_dtensor().local());
+        break;
+      case ValueKind::kShardedTensor:
+        for (const LocalShard& shard : value.as_sharded().local_shards()) fn(shard.tensor);
+        break;
+      default:
+        break;
+    }
+    return absl::OkStatus();
+  };
+  return TreeWalker<const Value>().EachLeaf(state_dict, LeafKinds::kValues, tensors_of);
 }
 
 absl::StatusOr<ShardedTensor> ShardedOnCpu(const ShardedTensor& st, std::vector<Tensor> tensors) {

@@ -54,9 +54,9 @@ absl::StatusOr<CopyResult> CopyStateDict(const Map& src, const Map& dst,
   const auto note_device = [&](const Tensor& t) {
     if (t.device().is_cuda()) cuda_devices.insert(t.device().index);
   };
-  for (const Map* map : {&src, &dst}) {
-    for (size_t i = 0; i < map->size(); ++i) internal::ForEachTensor(map->value(i), note_device);
-  }
+  // Only the choice of non_blocking depends on the devices found: a tree nested too deep
+  // is reported by the engine below (or needs no copy: a companion under a None source).
+  for (const Map* map : {&src, &dst}) (void)internal::ForEachTensor(*map, note_device);
 
   internal::IterateOptions iterate;
   iterate.type_check = options.type_check;

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/core/io/safetensors.h"

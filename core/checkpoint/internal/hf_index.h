@@ -21,12 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sdrt/core/checkpoint/hf_checkpoint_writer.h"
 
 namespace sdrt::internal {
-
-// The file name of the index inside the folder.
-inline constexpr absl::string_view kHfIndexName = kHfIndexFileName;
 
 // The most shard files an index may name (and a folder of safetensors files may hold).
 inline constexpr int64_t kMaxHfIndexFiles = 99999;

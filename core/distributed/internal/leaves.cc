@@ -5,68 +5,24 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/str_cat.h"
+#include "sdrt/core/state_dict/internal/tree_walker.h"
 
 namespace sdrt::internal {
-namespace {
-
-template <typename V, typename M>
-class Walker {
- public:
-  Walker(std::vector<LeafT<V, M>>& leaves, std::deque<std::string>& paths)
-      : leaves_(leaves), paths_(paths) {}
-
-  // `path` (the value's full path) views a top-level key or an entry of paths_.
-  absl::Status Walk(V& value, absl::string_view path, M* parent, absl::string_view key,
-                    size_t depth) {
-    if (depth > kMaxNestingDepth) {
-      return absl::InvalidArgumentError(absl::StrCat("state dict nested deeper than ",
-                                                     kMaxNestingDepth, " levels at ", path));
-    }
-    if (value.is_map()) {
-      auto& map = value.as_map();
-      for (size_t i = 0; i < map.size(); ++i) {
-        const std::string& k = map.key(i);
-        const absl::Status s = Walk(map.value(i), Join(path, k), &map, k, depth + 1);
-        if (!s.ok()) return s;
-      }
-      return absl::OkStatus();
-    }
-    if (value.is_sequence()) {
-      auto& items = value.items();
-      for (size_t i = 0; i < items.size(); ++i) {
-        const absl::Status s = Walk(items[i], Join(path, absl::StrCat(i)),
-                                    static_cast<M*>(nullptr), absl::string_view(), depth + 1);
-        if (!s.ok()) return s;
-      }
-      return absl::OkStatus();
-    }
-    leaves_.push_back({path, &value, parent, key});
-    return absl::OkStatus();
-  }
-
- private:
-  absl::string_view Join(absl::string_view path, absl::string_view item) {
-    paths_.push_back(absl::StrCat(path, ".", item));
-    return paths_.back();
-  }
-
-  std::vector<LeafT<V, M>>& leaves_;
-  std::deque<std::string>& paths_;
-};
-
-}  // namespace
 
 template <typename V, typename M>
 absl::StatusOr<LeafList<V, M>> CollectLeavesOf(M& root) {
   LeafList<V, M> list;
   list.leaves_.reserve(root.size());
-  Walker<V, M> walker(list.leaves_, list.paths_);
-  for (size_t i = 0; i < root.size(); ++i) {
-    const std::string& key = root.key(i);
-    const absl::Status s = walker.Walk(root.value(i), key, &root, key, 1);
-    if (!s.ok()) return s;
-  }
+  TreeWalker<V> walk;
+  const absl::Status status = walk.EachLeaf(root, LeafKinds::kValues, [&](V& value, M* parent) {
+    // A leaf of the top-level map is named by its key, the tree's own string.
+    const absl::string_view key = walk.steps().back().key;
+    absl::string_view path = key;
+    if (walk.depth() > 1) path = list.paths_.emplace_back(walk.path());
+    list.leaves_.push_back({path, &value, parent, key});
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
   return list;
 }
 

@@ -1,6 +1,7 @@
-// The leaves of a state dict in walk order (depth first, map insertion order, list items
-// by index), each with its dotted path and where it sits, for the distributed operations
-// that plan all their collectives before moving data. Not public API.
+// The leaves of a state dict in walk order (TreeWalker's,
+// core/state_dict/internal/tree_walker.h: depth first, map insertion order, list items by
+// index), each with its dotted path and where it sits, for the distributed operations that
+// plan all their collectives before moving data. Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LEAVES_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LEAVES_H_
 
@@ -63,7 +64,7 @@ using MutableLeaf = LeafT<Value, Map>;
 using Leaves = LeafList<const Value, const Map>;
 using MutableLeaves = LeafList<Value, Map>;
 
-// InvalidArgument naming the path when nesting exceeds kMaxNestingDepth.
+// TreeWalker's InvalidArgument naming the path when nesting exceeds kMaxNestingDepth.
 absl::StatusOr<Leaves> CollectLeaves(const Map& root);
 absl::StatusOr<MutableLeaves> CollectMutableLeaves(Map& root);
 

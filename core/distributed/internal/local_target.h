@@ -69,7 +69,7 @@ struct LocalTargetRules {
   std::optional<int> mesh_ranks;
   Device device = Device::CPU();  // where new tensors are allocated
   // false: new tensors are not allocated but left as meta tensors of their shape and
-  // dtype, for the caller to allocate (LoadStateDict's one arena, fresh_arena.h).
+  // dtype, for the caller to allocate (LoadStateDict's one arena, internal/fresh_arena.h).
   bool allocate = true;
   // The call's layouts, shared by its DTensors; null: each works its own out.
   LocalLayoutCache* layouts = nullptr;

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 #include "sdrt/tests/support/test_util.h"
 

@@ -2,6 +2,7 @@
 // meshes, reassemble from the rank files alone, byte-identical; the index's hashes; rank
 // loading as DTensors; atomic replacement; every validation error.
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 
 #include <sys/wait.h>
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "sdrt/core/distributed/internal/prefetch.h"
+#include "sdrt/core/distributed/internal/engine/prefetch.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {

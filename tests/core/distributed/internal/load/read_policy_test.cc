@@ -1,8 +1,8 @@
-// The read policy of LoadStateDict (core/distributed/internal/read_policy.h): what a rank
+// The read policy of LoadStateDict (core/distributed/internal/load/read_policy.h): what a rank
 // says of its source (the same for the same files whatever their path, another for
 // another modification time or header, why it cannot open it) and the read the ranks'
 // descriptions give (auto's rule, the rank that differs named, a sharded folder's path).
-#include "sdrt/core/distributed/internal/read_policy.h"
+#include "sdrt/core/distributed/internal/load/read_policy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 #include "sdrt/tests/support/fill.h"

@@ -6,8 +6,8 @@
 // (measured: half of ExecuteReshard's time at 10,000 tensors, bench/RESULTS.md). A loop over
 // the leaves asks for a leaf's Value some iterations ahead and, once that Value is in cache,
 // for the object it holds, so that the reads it makes itself find them there. Not public API.
-#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_PREFETCH_H_
-#define SDRT_CORE_DISTRIBUTED_INTERNAL_PREFETCH_H_
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PREFETCH_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PREFETCH_H_
 
 #include <cstddef>
 
@@ -56,4 +56,4 @@ void ForEachPrefetched(size_t n, ValueAt value_at, Body body) {
 
 }  // namespace sdrt::internal
 
-#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_PREFETCH_H_
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PREFETCH_H_

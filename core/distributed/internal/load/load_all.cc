@@ -13,13 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/agreement.h"
-#include "sdrt/core/distributed/internal/device_staging.h"
+#include "sdrt/core/distributed/internal/load/device_staging.h"
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
-#include "sdrt/core/distributed/internal/load_paths.h"
+#include "sdrt/core/distributed/internal/load/load_paths.h"
 #include "sdrt/core/distributed/internal/local_target.h"
-#include "sdrt/core/distributed/internal/read_plan.h"
-#include "sdrt/core/distributed/internal/staged_reader.h"
+#include "sdrt/core/distributed/internal/load/read_plan.h"
+#include "sdrt/core/distributed/internal/load/staged_reader.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -123,7 +123,7 @@ absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<LocalTarget>& 
 
 // Lays out and allocates the fresh dests (meta until now: LocalTargetRules::allocate is
 // false) in one arena, in the order of their first segment in the plan, so that a piece
-// that follows another in its file follows it in memory (fresh_arena.h).
+// that follows another in its file follows it in memory (internal/fresh_arena.h).
 absl::Status AllocateFreshDests(const ReadPlan& plan, std::vector<ReadDest>& dests, Device device) {
   constexpr size_t kNone = static_cast<size_t>(-1);
   struct Chain {

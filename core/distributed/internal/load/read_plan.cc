@@ -1,5 +1,5 @@
 // PlanReads (read_plan.h): segments of every kept box, then greedy coalescing per file.
-#include "sdrt/core/distributed/internal/read_plan.h"
+#include "sdrt/core/distributed/internal/load/read_plan.h"
 
 #include <algorithm>
 #include <numeric>

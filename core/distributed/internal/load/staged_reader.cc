@@ -1,7 +1,7 @@
 // RunStagedReads (staged_reader.h): pread into a pool of buffers, consecutive small reads
 // packed into one buffer, large reads with a direct target straight there; one reader
 // thread when there are at least two buffers.
-#include "sdrt/core/distributed/internal/staged_reader.h"
+#include "sdrt/core/distributed/internal/load/staged_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
 // The reading half of LoadStateDict (core/distributed/load_state_dict.h): a ReadPlan's
 // reads, in order, with pread into a bounded pool of CPU staging buffers, each handed to
 // a consumer on the calling thread. Not public API.
-#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_STAGED_READER_H_
-#define SDRT_CORE_DISTRIBUTED_INTERNAL_STAGED_READER_H_
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_STAGED_READER_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_STAGED_READER_H_
 
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "sdrt/core/distributed/internal/read_plan.h"
+#include "sdrt/core/distributed/internal/load/read_plan.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
@@ -86,4 +86,4 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
 
 }  // namespace sdrt::internal
 
-#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_STAGED_READER_H_
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_STAGED_READER_H_

@@ -3,8 +3,8 @@
 // runs of global indices this rank keeps of each tensor (region_copy.h's ShardRuns), the
 // byte runs to read, cut into boxes that fit one staging buffer, and coalesced into a few
 // large reads per file. Pure arithmetic; nothing is read. Not public API.
-#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_READ_PLAN_H_
-#define SDRT_CORE_DISTRIBUTED_INTERNAL_READ_PLAN_H_
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_PLAN_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_PLAN_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -83,4 +83,4 @@ void SegmentBox(const Segment& segment, IntSpan shape, IntVector& begin, IntVect
 
 }  // namespace sdrt::internal
 
-#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_READ_PLAN_H_
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_PLAN_H_

@@ -1,5 +1,5 @@
 // DeviceStaging (device_staging.h).
-#include "sdrt/core/distributed/internal/device_staging.h"
+#include "sdrt/core/distributed/internal/load/device_staging.h"
 
 #include <memory>
 #include <utility>

@@ -12,7 +12,7 @@
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
-#include "sdrt/core/distributed/internal/load_paths.h"
+#include "sdrt/core/distributed/internal/load/load_paths.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"

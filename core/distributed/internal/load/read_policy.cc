@@ -1,5 +1,5 @@
 // DescribeSource and DecideRead (read_policy.h).
-#include "sdrt/core/distributed/internal/read_policy.h"
+#include "sdrt/core/distributed/internal/load/read_policy.h"
 
 #include <sys/stat.h>
 

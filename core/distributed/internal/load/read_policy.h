@@ -2,8 +2,8 @@
 // rank sees the same files: kAll, else kRoot) and the check that every rank takes the same
 // path for a sharded folder. The ranks exchange DescribeSource's text in the agreement
 // that opens the call; DecideRead then gives the same answer on every rank. Not public API.
-#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_READ_POLICY_H_
-#define SDRT_CORE_DISTRIBUTED_INTERNAL_READ_POLICY_H_
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_POLICY_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_POLICY_H_
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/distributed/load_options.h"
 
 namespace sdrt::internal {
 
@@ -51,4 +51,4 @@ absl::StatusOr<ReadDecision> DecideRead(ReadMode requested,
 
 }  // namespace sdrt::internal
 
-#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_READ_POLICY_H_
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_POLICY_H_

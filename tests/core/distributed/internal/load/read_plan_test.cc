@@ -1,9 +1,9 @@
-// The read planner of LoadStateDict (core/distributed/internal/read_plan.h), against a
+// The read planner of LoadStateDict (core/distributed/internal/load/read_plan.h), against a
 // brute-force definition: the bytes a rank keeps of a tensor are, element by element,
 // those of Full[I_0 x I_1 x ...] (OwnedIndices of ComputeLocalShapeAndGlobalOffset); the
 // segments must cover exactly those bytes, once each, in (file, offset) order, and every
 // read must hold its segments, fit max_read_bytes and read through gaps only by the rule.
-#include "sdrt/core/distributed/internal/read_plan.h"
+#include "sdrt/core/distributed/internal/load/read_plan.h"
 
 #include <cstdint>
 #include <set>

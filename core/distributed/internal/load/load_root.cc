@@ -9,7 +9,7 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/leaves.h"
-#include "sdrt/core/distributed/internal/load_paths.h"
+#include "sdrt/core/distributed/internal/load/load_paths.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/status_macros.h"
 

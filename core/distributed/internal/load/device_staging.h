@@ -6,15 +6,15 @@
 // cudaMemcpyAsync (or cudaMemcpy2DAsync for a Shard(1) piece's rows), the next read fills
 // buffer B: double buffering, and the device path never reads through a file mapping.
 // Not public API.
-#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_DEVICE_STAGING_H_
-#define SDRT_CORE_DISTRIBUTED_INTERNAL_DEVICE_STAGING_H_
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_DEVICE_STAGING_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_DEVICE_STAGING_H_
 
 #include <cstddef>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "sdrt/core/distributed/internal/staged_reader.h"
+#include "sdrt/core/distributed/internal/load/staged_reader.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/device.h"
 
@@ -49,4 +49,4 @@ class DeviceStaging {
 
 }  // namespace sdrt::internal
 
-#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_DEVICE_STAGING_H_
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_DEVICE_STAGING_H_

@@ -2,15 +2,15 @@
 // public call runs once the ranks have agreed on the read (read_policy.h): every rank
 // preads its own bytes (load_all.cc), the root reads and broadcasts (load_root.cc), the
 // ranks reshard a sharded folder's rank files (load_sharded.cc). Not public API.
-#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_PATHS_H_
-#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_PATHS_H_
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_LOAD_PATHS_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_LOAD_PATHS_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/distributed/load_options.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::internal {
@@ -42,4 +42,4 @@ int64_t LocalBytes(const Value& value);
 
 }  // namespace sdrt::internal
 
-#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_PATHS_H_
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_LOAD_PATHS_H_

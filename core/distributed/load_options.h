@@ -1,0 +1,102 @@
+// The vocabulary of LoadStateDict (core/distributed/load_state_dict.h): who reads
+// (ReadMode), its options, what it reports (LoadStats) and returns (LoadResult), shared by
+// the verb and its internal paths (internal/load/).
+#ifndef SDRT_CORE_DISTRIBUTED_LOAD_OPTIONS_H_
+#define SDRT_CORE_DISTRIBUTED_LOAD_OPTIONS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/transfer_stats.h"
+#include "sdrt/export.h"
+#include "sdrt/tensor/device.h"
+
+namespace sdrt SDRT_API {
+
+// Who reads a full checkpoint (load_state_dict.h).
+enum class ReadMode { kAuto, kAll, kRoot };
+
+// "auto", "all", "root".
+absl::string_view ReadModeName(ReadMode mode);
+
+// What one rank's LoadStateDict read and kept.
+struct LoadStats {
+  // kAll: the bytes pread returned (kept bytes plus gaps read through); kRoot: the whole
+  // checkpoint on the root, 0 elsewhere; a sharded folder: the bytes of the pieces in the
+  // rank files this rank read.
+  int64_t bytes_read = 0;
+  int64_t bytes_kept = 0;  // the bytes of this rank's pieces (local tensors filled)
+  int64_t preads = 0;      // kAll: pread calls (a read interrupted or cut short takes several)
+  int64_t reads = 0;       // kAll: planned reads; a sharded folder: rank files read
+  // kAll: the most staging bytes allocated at once: at most staging_buffers x
+  // staging_bytes, less when the largest read is smaller than a buffer.
+  int64_t peak_staging_bytes = 0;
+  // The read that ran, the same on every rank: kAll (also for a sharded folder) or kRoot;
+  // and why: "requested", "auto: every rank sees the same files", "auto: rank 2 sees other
+  // files than rank 0", "auto: rank 1 cannot open it (<why>)", "auto: no communicator",
+  // "an sdrt sharded folder: rank files, resharded", with "; ..." notes appended (options
+  // that did not apply, a root mapping copied from pageable memory).
+  ReadMode read = ReadMode::kAll;
+  std::string read_reason;
+  // kRoot and a sharded folder: the transfer's figures (BroadcastStateDict's, or the
+  // reshard's from the rank files; transfer_stats.h).
+  TransferStats transfer;
+  // bytes_read / bytes_kept; 1 when nothing is kept.
+  double read_amplification() const {
+    return bytes_kept == 0 ? 1.0 : static_cast<double>(bytes_read) / bytes_kept;
+  }
+};
+
+struct LoadOptions {
+  // When not null, collective over `comm`: the ranks agree before and after reading
+  // (load_state_dict.h), and the DTensors' meshes must span exactly its ranks. nullptr: no
+  // communication (kAll only); `rank` is required.
+  Communicator* comm = nullptr;
+  // Who reads (load_state_dict.h); every rank passes the same.
+  ReadMode read = ReadMode::kAuto;
+  // This process's rank in the DTensors' meshes and the ShardedTensors' placements.
+  // -1: comm->rank(); with kRoot or a sharded folder it must be comm->rank().
+  int rank = -1;
+  // Remove from `local` every leaf the checkpoint lacks (reported in missing_keys either way).
+  bool strict = false;
+  // Where new tensors go: fresh locals of meta DTensors and full tensors that replace
+  // plain leaves (CPU or one CUDA device; preallocated locals stay where they are). A
+  // sharded folder fills CPU tensors only.
+  Device device = Device::CPU();
+  // kAll's staging pool: this many buffers (>= 1) of this many bytes (>= 4096; the longest
+  // read). With two or more, one thread reads into one buffer while the calling thread
+  // copies out of another (pinned buffers when the locals are on a CUDA device).
+  int staging_buffers = 2;
+  int64_t staging_bytes = int64_t{256} << 20;
+  // kAll: read with O_DIRECT (the page cache bypassed: for checkpoints on cold storage that
+  // would only evict what the page cache holds); reads are widened to whole 4096-byte
+  // blocks and LoadStats::bytes_read counts the widening. Default: through the page cache.
+  // Refused with kRoot and for a sharded folder (mapped); unused when kAuto picks kRoot.
+  bool direct_io = false;
+  // kAll: the largest gap read through (>= 0; load_state_dict.h).
+  int64_t max_gap_bytes = int64_t{1} << 20;
+  // The most bytes of one collective bucket: kRoot's broadcast (BroadcastOptions::
+  // bucket_bytes) and a sharded folder's reshard (ReshardOptions::bucket_bytes: the peak
+  // extra memory per rank is two such buckets). >= 64.
+  int64_t bucket_bytes = int64_t{256} << 20;
+  LoadStats* stats = nullptr;  // filled when not null
+  // Called on the calling thread with this rank's bytes so far and in all, e.g. to show
+  // progress: kAll after each read is copied out (LoadStats::bytes_read units), kRoot after
+  // each exchange (bytes sent and received); not for a sharded folder. May be empty.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
+};
+
+struct LoadResult {
+  // Paths of `local` leaves that the checkpoint lacks, in `local`'s order.
+  std::vector<std::string> missing_keys;
+  // Checkpoint tensors that `local` lacks, in the source's order (CheckpointSource::tensors()).
+  std::vector<std::string> unexpected_keys;
+};
+
+}  // namespace SDRT_API
+
+#endif  // SDRT_CORE_DISTRIBUTED_LOAD_OPTIONS_H_

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/status_macros.h"

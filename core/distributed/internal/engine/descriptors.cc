@@ -83,6 +83,7 @@ bool DecodeLeaf(ByteReader& r, LeafLayout& leaf) {
     absl::StatusOr<Value> value = DecodeInlineValue(cbor);
     if (!value.ok()) return false;
     leaf.value = *std::move(value);
+    leaf.inline_value = std::string(cbor);  // what it encodes to again
   } else if (leaf.kind == LeafLayout::Kind::kBoxes) {
     uint64_t count = 0;
     // Each box takes at least three words.
@@ -215,8 +216,8 @@ absl::StatusOr<std::vector<TransferTensor>> MergeLeafLayouts(
   for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
     for (const LeafLayout& l : per_rank[rank]) {
       if (l.kind == LeafLayout::Kind::kInline) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "reshard: rank ", rank, " describes '", l.path, "' as a value, not a tensor"));
+        return absl::InvalidArgumentError(absl::StrCat("reshard: rank ", rank, " describes '",
+                                                       l.path, "' as a value, not a tensor"));
       }
       auto [it, inserted] = sides.try_emplace({l.path, l.source});
       Side& side = it->second;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
@@ -135,3 +136,24 @@ TEST(ReshardDescriptors, MergeAgreesPlainHoldersAndSources) {
 
 }  // namespace
 }  // namespace sdrt::internal
+
+namespace sdrt::test {
+namespace {
+
+// A fuzzer input (reshard_descriptors_fuzz): what decodes encodes to bytes that decode.
+TEST(LeafDescriptorsTest, FuzzInputRoundTrips) {
+  std::string bytes;
+  ASSERT_TRUE(absl::Base64Unescape(
+      "AgAAAAAAAAABAAAAAAAAAHcBAAAAAAAAAAgAAAAAAAAAAgAAAAAAAAADAAAAAAAAAAIAAAAAAAAAAgAAAAAAAAAEAAAA"
+      "AAAAAHN0ZXABAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAADAAAAAAAAAAoAAAAAAAAAomFrY2ludGF2DA==",
+      &bytes));
+  absl::StatusOr<std::vector<internal::LeafLayout>> leaves = internal::DecodeLeafLayouts(bytes, 1);
+  if (!leaves.ok()) GTEST_SKIP() << leaves.status();
+  const std::string encoded = internal::EncodeLeafLayouts(*leaves);
+  absl::StatusOr<std::vector<internal::LeafLayout>> again = internal::DecodeLeafLayouts(encoded, 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(internal::EncodeLeafLayouts(*again), encoded);
+}
+
+}  // namespace
+}  // namespace sdrt::test

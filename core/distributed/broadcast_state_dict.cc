@@ -247,7 +247,8 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
                                               : absl::Span<const Tensor>());
       destinations.Add(target.dests);
     }
-    return run.Prepare(comm, tensors, std::move(sources), std::move(destinations), run_options);
+    return run.Prepare(comm, internal::DescribedTransfer(tensors), std::move(sources),
+                       std::move(destinations), run_options);
   };
   AgreementPayload payload;
   if (local_error.ok() && !any_sharded) local_error = plan({});

@@ -20,8 +20,6 @@
 #include "sdrt/core/state_dict/iterate.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
-#include "sdrt/tensor/sharding/region_copy.h"
-#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -65,16 +63,93 @@ absl::Status CheckTensorLeaf(absl::string_view path, const Tensor& full, const V
   return absl::OkStatus();
 }
 
-// A 1-D mesh over `ranks`, Replicate: the layout of a tensor each of those ranks holds
-// whole, shared by the call's tensors of one mesh.
-std::vector<Placement> AllReplicate(const DeviceMesh& mesh) {
-  return std::vector<Placement>(static_cast<size_t>(mesh.ndim()), Placement::Replicate());
+// Leaf `leaf` of the local state dict, a DTensor or ShardedTensor.
+const Value& LeafValue(const internal::MutableLeaves& local_leaves, int64_t leaf) {
+  return *local_leaves[static_cast<size_t>(leaf)].value;
 }
 
-// The transfers of the call: for each full tensor (dimension >= 1) that reaches a DTensor or
-// ShardedTensor leaf, from the full tensor (every rank holds it) into the leaf's layout.
-// New DTensor locals go to `fresh` (CPU ones in one arena, in leaf order); ShardedTensor
-// shards are written in place. `dtensor_of[i]` is the full leaf i's new local's index in
+// The transfers of a call for the route cache (route_cache.h): for each full tensor
+// (dimension >= 1) that reaches a DTensor or ShardedTensor leaf, from the full tensor every
+// rank holds (Replicate on the leaf's mesh, or one box of this rank) into the leaf's layout.
+// Its key is what its descriptors are made of, so a repeated call makes none.
+class DistributeRequest final : public internal::TransferRequest {
+ public:
+  // `reaching`: the full leaves with a transfer, in order; `target` their local leaves.
+  DistributeRequest(const internal::Leaves& full_leaves, const internal::MutableLeaves& local_leaves,
+                    const std::vector<int64_t>& target, const std::vector<size_t>& reaching,
+                    int rank)
+      : full_(full_leaves), local_(local_leaves), target_(target), reaching_(reaching),
+        rank_(rank) {}
+
+  size_t size() const override { return reaching_.size(); }
+
+  void AddToKey(internal::RouteKey& key) const override {
+    key.Word(kTag);
+    for (size_t i : reaching_) {
+      const Tensor& full = full_[i].value->as_tensor();
+      key.Name(full_[i].path);
+      key.Word(static_cast<int64_t>(full.dtype()));
+      key.Ints(full.shape());
+      const Value& leaf = LeafValue(local_, target_[i]);
+      if (leaf.kind() == ValueKind::kDTensor) {
+        const DTensor& d = leaf.as_dtensor();
+        key.Mesh(d.mesh().get());
+        key.Placements(d.placements());
+      } else {
+        key.Mesh(nullptr);
+        key.Word(static_cast<int64_t>(leaf.as_sharded().local_shards().size()));
+        for (const LocalShard& shard : leaf.as_sharded().local_shards()) {
+          key.Ints(shard.metadata.offsets);
+          key.Ints(shard.metadata.sizes);
+        }
+      }
+    }
+  }
+
+  absl::StatusOr<std::vector<internal::TransferTensor>> Describe() const override {
+    std::vector<internal::TransferTensor> tensors(reaching_.size());
+    const DeviceMesh* mesh = nullptr;
+    std::vector<Placement> replicate;
+    for (size_t k = 0; k < reaching_.size(); ++k) {
+      const size_t i = reaching_[k];
+      const Tensor& full = full_[i].value->as_tensor();
+      internal::TransferTensor& t = tensors[k];
+      t.name.assign(full_[i].path.data(), full_[i].path.size());
+      t.dtype = full.dtype();
+      t.shape = full.shape();
+      const Value& leaf = LeafValue(local_, target_[i]);
+      if (leaf.kind() == ValueKind::kDTensor) {
+        const DTensor& d = leaf.as_dtensor();
+        if (mesh != d.mesh().get()) {
+          mesh = d.mesh().get();
+          replicate.assign(static_cast<size_t>(mesh->ndim()), Placement::Replicate());
+        }
+        t.source.mesh = d.mesh();
+        t.source.placements = replicate;
+        t.destination.mesh = d.mesh();
+        t.destination.placements.assign(d.placements().begin(), d.placements().end());
+      } else {
+        t.source.boxes.push_back({IntVector(full.shape().size(), 0), full.shape(), rank_});
+        for (const LocalShard& shard : leaf.as_sharded().local_shards()) {
+          t.destination.boxes.push_back({shard.metadata.offsets, shard.metadata.sizes, rank_});
+        }
+      }
+    }
+    return tensors;
+  }
+
+ private:
+  static constexpr int64_t kTag = 0x5344525444495354;  // "SDRTDIST"
+  const internal::Leaves& full_;
+  const internal::MutableLeaves& local_;
+  const std::vector<int64_t>& target_;
+  const std::vector<size_t>& reaching_;
+  const int rank_;
+};
+
+// The transfers of the call (DistributeRequest) and their locals. New DTensor locals go to
+// `fresh` (CPU ones in one arena, in leaf order), shaped as the plan says; ShardedTensor
+// shards are written in place. `fresh_of[i]` is the full leaf i's new local's index in
 // `fresh`, or -1.
 struct Distribution {
   std::vector<Tensor> fresh;
@@ -86,116 +161,108 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
                               const internal::MutableLeaves& local_leaves,
                               const std::vector<int64_t>& target, int rank,
                               const std::optional<Device>& device, Distribution& out) {
-  const absl::Span<internal::TransferTensor> tensors =
-      internal::ReusedDescriptors(full_leaves.size());
-  size_t described = 0;
-  internal::TransferLocals sources, destinations;
   std::vector<size_t> reaching;  // full leaves with a transfer, in order
+  std::vector<Device> fresh_device;  // of each new DTensor local
+  reaching.reserve(full_leaves.size());
   out.fresh_of.assign(full_leaves.size(), -1);
-  std::vector<internal::FreshPiece> cpu_pieces;
-  std::vector<IntVector> cpu_shapes;
-  // The last DTensor layout met and what it gives this rank (the mesh checked once, its
-  // Replicate placements shared by the tensors on it).
-  struct {
-    const DeviceMesh* mesh = nullptr;
-    std::vector<Placement> replicate;
-    const std::vector<Placement>* placements = nullptr;
-    IntVector shape;
-    IntVector local_shape;
-    int64_t numel = 0;
-  } layout;
+  const DeviceMesh* mesh = nullptr;  // the last mesh checked
   Device site_device = Device::CPU();
   for (size_t i = 0; i < full_leaves.size(); ++i) {
     if (target[i] < 0) continue;
     const Value& v = *full_leaves[i].value;
-    const Value& leaf = *local_leaves[static_cast<size_t>(target[i])].value;
+    const Value& leaf = LeafValue(local_leaves, target[i]);
     if (v.kind() != ValueKind::kTensor || v.as_tensor().dim() == 0 || !leaf.is_any_tensor() ||
         leaf.kind() == ValueKind::kTensor) {
       continue;
     }
     const Tensor& full = v.as_tensor();
-    internal::TransferTensor& t = tensors[described++];
-    t.name.assign(full_leaves[i].path.data(), full_leaves[i].path.size());
-    t.dtype = full.dtype();
-    t.shape = full.shape();
     if (leaf.kind() == ValueKind::kDTensor) {
       const DTensor& d = leaf.as_dtensor();
-      // The local shape of a layout, worked out once for the tensors that repeat it.
-      const bool same_mesh = layout.mesh == d.mesh().get();
-      if (!same_mesh) {
+      if (mesh != d.mesh().get()) {
         if (!d.mesh()->Coordinate(rank).has_value()) {
           return absl::InvalidArgumentError(absl::StrCat("'", full_leaves[i].path, "': rank ", rank,
                                                          " is not in ", d.mesh()->ToString()));
         }
-        layout.mesh = d.mesh().get();
-        layout.replicate = AllReplicate(*d.mesh());
+        mesh = d.mesh().get();
       }
-      if (!same_mesh || layout.shape != full.shape() || *layout.placements != d.placements()) {
-        SDRT_ASSIGN_OR_RETURN(layout.local_shape,
-                              ComputeLocalShape(full.shape(), *d.mesh(), d.placements(), rank));
-        SDRT_ASSIGN_OR_RETURN(layout.numel, CheckedNumel(layout.local_shape));
-        layout.placements = &d.placements();
-        layout.shape = full.shape();
-      }
-      t.source.mesh = d.mesh();
-      t.source.placements.assign(layout.replicate.begin(), layout.replicate.end());
-      t.destination.mesh = d.mesh();
-      t.destination.placements.assign(d.placements().begin(), d.placements().end());
       const Device to =
           device.value_or(d.local().device().is_meta() ? Device::CPU() : d.local().device());
-      out.fresh_of[i] = static_cast<int64_t>(out.fresh.size());
-      if (to.is_cpu()) {  // a view of the arena, below
-        out.fresh.emplace_back();
-        cpu_shapes.push_back(layout.local_shape);
-        SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(full.dtype(), layout.numel));
-        cpu_pieces.push_back({bytes, ElementAlignment(full.dtype())});
-      } else {
-        SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(layout.local_shape, full.dtype(), to));
-        out.fresh.push_back(std::move(local));
-        site_device = to;
-      }
+      out.fresh_of[i] = static_cast<int64_t>(fresh_device.size());
+      fresh_device.push_back(to);
+      if (!to.is_cpu()) site_device = to;
     } else {
-      const ShardedTensor& st = leaf.as_sharded();
-      t.source.boxes.push_back({IntVector(full.shape().size(), 0), full.shape(), rank});
-      for (const LocalShard& shard : st.local_shards()) {
-        t.destination.boxes.push_back({shard.metadata.offsets, shard.metadata.sizes, rank});
+      for (const LocalShard& shard : leaf.as_sharded().local_shards()) {
         if (!shard.tensor.device().is_cpu()) site_device = shard.tensor.device();
       }
     }
     if (!full.device().is_cpu()) site_device = full.device();
     reaching.push_back(i);
   }
-  // The CPU locals as views of one arena (one allocation, not one per tensor).
+  const int64_t ranks = std::numeric_limits<int32_t>::max();  // no exchange is made
+  SDRT_RETURN_IF_ERROR(out.run.RouteLocal(
+      internal::TransferSite(rank, ranks, site_device),
+      DistributeRequest(full_leaves, local_leaves, target, reaching, rank)));
+
+  // The new locals: this rank's destination piece of each, as planned; the CPU ones views
+  // of one arena (one allocation, not one per tensor).
+  const internal::TransferPlan& plan = out.run.plan();
+  std::vector<const IntVector*> shape_of(fresh_device.size(), nullptr);
+  std::vector<internal::FreshPiece> cpu_pieces;
+  cpu_pieces.reserve(fresh_device.size());
+  out.fresh.resize(fresh_device.size());
+  for (size_t k = 0; k < reaching.size(); ++k) {
+    const int64_t f = out.fresh_of[reaching[k]];
+    if (f < 0) continue;
+    const internal::TransferTensorPlan& tp = plan.tensors[k];
+    for (const internal::TransferPiece& piece : tp.destination()) {
+      if (piece.rank == rank) shape_of[static_cast<size_t>(f)] = &piece.local_shape;
+    }
+    if (shape_of[static_cast<size_t>(f)] == nullptr) {
+      return absl::InternalError(absl::StrCat("'", tp.name, "': the plan has no piece of rank ",
+                                              rank));
+    }
+    const IntVector& shape = *shape_of[static_cast<size_t>(f)];
+    const Device to = fresh_device[static_cast<size_t>(f)];
+    if (to.is_cpu()) {
+      SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(shape));
+      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(tp.dtype, numel));
+      cpu_pieces.push_back({bytes, ElementAlignment(tp.dtype)});
+    } else {
+      SDRT_ASSIGN_OR_RETURN(out.fresh[static_cast<size_t>(f)], Tensor::Empty(shape, tp.dtype, to));
+    }
+  }
   if (!cpu_pieces.empty()) {
     SDRT_ASSIGN_OR_RETURN(const internal::FreshLayout arena, internal::LayOutFresh(cpu_pieces));
     SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<Storage> storage,
                           Storage::AllocateCpu(arena.bytes));
-    size_t k = 0;
-    for (size_t i : reaching) {
-      if (out.fresh_of[i] < 0 || out.fresh[out.fresh_of[i]].defined()) continue;
-      SDRT_ASSIGN_OR_RETURN(
-          out.fresh[out.fresh_of[i]],
-          Tensor::AtByteOffset(storage, arena.offsets[k], full_leaves[i].value->as_tensor().dtype(),
-                               cpu_shapes[k]));
-      ++k;
+    size_t c = 0;
+    for (size_t k = 0; k < reaching.size(); ++k) {
+      const int64_t f = out.fresh_of[reaching[k]];
+      if (f < 0 || !fresh_device[static_cast<size_t>(f)].is_cpu()) continue;
+      SDRT_ASSIGN_OR_RETURN(out.fresh[static_cast<size_t>(f)],
+                            Tensor::AtByteOffset(storage, arena.offsets[c++], plan.tensors[k].dtype,
+                                                 *shape_of[static_cast<size_t>(f)]));
     }
   }
+
+  internal::TransferLocals sources, destinations;
+  sources.tensors.reserve(reaching.size());
+  sources.begin.reserve(reaching.size() + 1);
+  destinations.tensors.reserve(reaching.size());
+  destinations.begin.reserve(reaching.size() + 1);
   for (size_t i : reaching) {
     sources.Add({&full_leaves[i].value->as_tensor(), 1});
-    const Value& leaf = *local_leaves[static_cast<size_t>(target[i])].value;
     if (out.fresh_of[i] >= 0) {
-      destinations.Add({&out.fresh[out.fresh_of[i]], 1});
+      destinations.Add({&out.fresh[static_cast<size_t>(out.fresh_of[i])], 1});
     } else {
-      for (const LocalShard& shard : leaf.as_sharded().local_shards()) {
+      for (const LocalShard& shard :
+           LeafValue(local_leaves, target[i]).as_sharded().local_shards()) {
         destinations.tensors.push_back({&shard.tensor, nullptr});
       }
       destinations.begin.push_back(destinations.tensors.size());
     }
   }
-  const int64_t ranks = std::numeric_limits<int32_t>::max();  // no exchange is made
-  return out.run.PrepareLocal(internal::TransferSite(rank, ranks, site_device),
-                              tensors.first(described), std::move(sources),
-                              std::move(destinations));
+  return out.run.PrepareLocal(std::move(sources), std::move(destinations));
 }
 
 }  // namespace
@@ -261,6 +328,8 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
   SDRT_RETURN_IF_ERROR(distribution.run.Run(kOp, nullptr));
 
   std::vector<std::pair<std::string, Value>> added;  // appended last: Set may move the values
+  const DeviceMesh* mesh = nullptr;  // the last DTensor's mesh and this rank's coordinate
+  IntVector coordinate;
   for (size_t i = 0; i < full_leaves->size(); ++i) {
     const internal::Leaf& leaf = (*full_leaves)[i];
     const Value& v = *leaf.value;
@@ -272,8 +341,11 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
         // A DTensor: its new local, the Partial identity off coordinate 0 (case-014).
         const DTensor& d = to->as_dtensor();
         Tensor& mine = distribution.fresh[distribution.fresh_of[i]];
-        SDRT_RETURN_IF_ERROR(
-            FillPartialIdentity(mine, *d.mesh(), d.placements(), *d.mesh()->Coordinate(rank)));
+        if (mesh != d.mesh().get()) {
+          mesh = d.mesh().get();
+          coordinate = *mesh->Coordinate(rank);
+        }
+        SDRT_RETURN_IF_ERROR(FillPartialIdentity(mine, *mesh, d.placements(), coordinate));
         SDRT_ASSIGN_OR_RETURN(DTensor result, d.WithLocal(std::move(mine)));
         *to = Value(std::move(result));
         continue;

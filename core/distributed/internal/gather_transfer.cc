@@ -229,8 +229,8 @@ absl::Status GatherTransfer::Plan(absl::Span<const std::string> payloads) {
     destinations.Add(keeps_ ? absl::Span<const Tensor>(&results_[i], 1)
                             : absl::Span<const Tensor>());
   }
-  return run_.Prepare(comm_, tensors.first(described), std::move(sources), std::move(destinations),
-                      options_);
+  return run_.Prepare(comm_, DescribedTransfer(tensors.first(described)), std::move(sources),
+                      std::move(destinations), options_);
 }
 
 absl::Status GatherTransfer::Run(absl::string_view op, absl::Span<const std::string> payloads,

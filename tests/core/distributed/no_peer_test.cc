@@ -171,6 +171,47 @@ TEST_F(NoPeerTest, DistributeStateDictWithoutACommunicatorCutsEachRanksPieces) {
   EXPECT_THAT(no_rank.message(), HasSubstr("give this process's rank or a communicator"));
 }
 
+// A repeated call reuses the route of an equal one (route_cache.h); the same names in
+// another layout (placements, a mesh of other ranks, a ShardedTensor's boxes) must get
+// their own pieces, each call twice.
+TEST_F(NoPeerTest, DistributeStateDictAgainInAnotherLayoutUnderTheSameNames) {
+  const Tensor w = test::FiniteBytes({6, 4}, DType::kFloat32, 3);
+  Map full;
+  full.Set("w", Value(w));
+  const int rank = 1;
+  const auto reversed = std::make_shared<const DeviceMesh>(
+      *DeviceMesh::Create(IntVector{kRanks}, std::vector<int64_t>{2, 1, 0}));
+  for (const auto& mesh : {Mesh(kRanks), reversed}) {
+    for (const char* text : {"[S(0)]", "[S(1)]", "[R]", "[_S(0, 2)]", "[S(0)]"}) {
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        SCOPED_TRACE(absl::StrCat(mesh->ToString(), " ", text, " call ", repeat));
+        const std::vector<Placement> p = *ParsePlacements(text);
+        const DTensor want = *DistributeTensor(w, mesh, p, rank);
+        Map local;
+        local.Set("w", Value(*DTensor::Make(*Tensor::Meta(want.local().shape(), DType::kFloat32),
+                                            mesh, p, w.shape())));
+        DistributeOptions options;
+        options.rank = rank;
+        ASSERT_TRUE(DistributeStateDict(full, local, options).ok());
+        EXPECT_EQ(Bytes(local.Find("w")->as_dtensor().local()), Bytes(want.local()));
+      }
+    }
+  }
+  // A ShardedTensor of this rank's rows [a, b), under the same name.
+  for (const auto& [a, b] : {std::pair<int64_t, int64_t>{0, 3}, {2, 6}, {0, 3}}) {
+    SCOPED_TRACE(absl::StrCat("rows [", a, ", ", b, ")"));
+    const ShardMetadata m{{a, 0}, {b - a, 4}, *ParseRemoteDevice("rank:1/cpu")};
+    Map local;
+    local.Set("w", Value(*ShardedTensor::Make({6, 4}, DType::kFloat32, {m},
+                                              {{*Tensor::Zeros({b - a, 4}, DType::kFloat32), m}})));
+    DistributeOptions options;
+    options.rank = rank;
+    ASSERT_TRUE(DistributeStateDict(full, local, options).ok());
+    const Tensor want = *w.Narrow(0, a, b - a);
+    EXPECT_EQ(Bytes(local.Find("w")->as_sharded().local_shards()[0].tensor), Bytes(want));
+  }
+}
+
 // A world of one: the source held as Shard(0) and a Partial(sum) over one rank, the
 // destination Replicate and Shard(1); every byte a local copy.
 TEST_F(NoPeerTest, ReshardOverASelfCommunicator) {

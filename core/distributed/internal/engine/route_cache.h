@@ -18,9 +18,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
@@ -35,11 +39,68 @@ struct TransferRoute {
   TransferSchedule schedule;
 };
 
-// The route of `tensors` for rank `plan_options.rank` (>= 0): PlanTransfer then
-// ScheduleTransfer of a copy of them, or the cached route of an equal request. Their
-// errors (not cached).
+// The words and name bytes a route depends on, hashed together. A request writes first a
+// tag naming how it encodes its tensors, then each tensor so that the words and bytes
+// determine its descriptor (lengths before the values they count), so two requests with
+// the same key describe the same move.
+class RouteKey {
+ public:
+  explicit RouteKey(size_t tensors);
+  void Word(int64_t v) { words_.push_back(static_cast<uint64_t>(v)); }
+  // Its length, then its bytes.
+  void Name(absl::string_view name);
+  // Its length, then its values.
+  void Ints(IntSpan values);
+  // A mesh by its content (shape and ranks), hashed once per mesh object; 0 for none.
+  void Mesh(const DeviceMesh* mesh);
+  void Placements(absl::Span<const Placement> placements);
+  // A descriptor whole (DescribedTransfer's encoding).
+  void Tensor(const TransferTensor& t);
+  // The 128-bit XXH3 hash of everything put.
+  std::pair<uint64_t, uint64_t> Digest() const;
+
+ private:
+  void Side(const TransferLayout& side);
+
+  std::vector<uint64_t> words_;
+  std::string names_;
+  const DeviceMesh* last_mesh_ = nullptr;
+  uint64_t last_hash_ = 0;
+  absl::flat_hash_map<const DeviceMesh*, uint64_t> meshes_;  // each mesh object hashed
+};
+
+// What one call of the engine moves, as the route cache needs it: the key words of its
+// tensors, and their descriptors, made only when no route of that key is cached (a verb
+// that moves the same tensors every call then builds no descriptor after the first).
+class TransferRequest {
+ public:
+  virtual ~TransferRequest() = default;
+  virtual size_t size() const = 0;
+  // Puts the request's tag and its tensors into `key`, in the order every rank lists them.
+  virtual void AddToKey(RouteKey& key) const = 0;
+  // The descriptors, in the same order; their errors (a layout rank `rank` is not in).
+  virtual absl::StatusOr<std::vector<TransferTensor>> Describe() const = 0;
+};
+
+// A request whose descriptors are made already (read during the call only).
+class DescribedTransfer final : public TransferRequest {
+ public:
+  explicit DescribedTransfer(absl::Span<const TransferTensor> tensors) : tensors_(tensors) {}
+  size_t size() const override { return tensors_.size(); }
+  void AddToKey(RouteKey& key) const override;
+  absl::StatusOr<std::vector<TransferTensor>> Describe() const override {
+    return std::vector<TransferTensor>(tensors_.begin(), tensors_.end());
+  }
+
+ private:
+  absl::Span<const TransferTensor> tensors_;
+};
+
+// The route of `request` for rank `plan_options.rank` (>= 0): PlanTransfer then
+// ScheduleTransfer of its descriptors, or the cached route of a request with the same key.
+// Their errors and Describe's (not cached).
 absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
-    absl::Span<const TransferTensor> tensors, const TransferPlanOptions& plan_options,
+    const TransferRequest& request, const TransferPlanOptions& plan_options,
     const TransferScheduleOptions& schedule_options);
 
 // The calling thread's descriptor list, `n` cleared descriptors long, whose names, shapes,

@@ -81,7 +81,7 @@ absl::Status CloseTransfer(Communicator& comm, absl::string_view op, const absl:
                      : agreed;
 }
 
-absl::Status TransferRun::Prepare(Communicator& comm, absl::Span<const TransferTensor> tensors,
+absl::Status TransferRun::Prepare(Communicator& comm, const TransferRequest& request,
                                   TransferLocals sources, TransferLocals destinations,
                                   const TransferRunOptions& options) {
   comm_ = &comm;
@@ -91,26 +91,37 @@ absl::Status TransferRun::Prepare(Communicator& comm, absl::Span<const TransferT
   plan_options.node_of_rank = options.node_of_rank;
   plan_options.broadcast = true;
   plan_options.all_gather = !comm.device().is_cpu();
-  return Compile(comm, tensors, std::move(sources), std::move(destinations), plan_options);
+  SDRT_RETURN_IF_ERROR(Route(comm, request, std::move(plan_options)));
+  return Compile(comm, std::move(sources), std::move(destinations));
 }
 
-absl::Status TransferRun::PrepareLocal(const TransferSite& site,
-                                       absl::Span<const TransferTensor> tensors,
-                                       TransferLocals sources, TransferLocals destinations) {
+absl::Status TransferRun::RouteLocal(const TransferSite& site, const TransferRequest& request) {
   comm_ = nullptr;
-  return Compile(site, tensors, std::move(sources), std::move(destinations), {});
+  site_ = site;
+  return Route(site, request, {});
 }
 
-absl::Status TransferRun::Compile(const TransferSite& site,
-                                  absl::Span<const TransferTensor> tensors, TransferLocals sources,
-                                  TransferLocals destinations, TransferPlanOptions plan_options) {
-  sources_ = std::move(sources);
-  destinations_ = std::move(destinations);
+absl::Status TransferRun::PrepareLocal(TransferLocals sources, TransferLocals destinations) {
+  if (!site_.has_value() || route_ == nullptr) {
+    return absl::InternalError("TransferRun: PrepareLocal before RouteLocal");
+  }
+  return Compile(*site_, std::move(sources), std::move(destinations));
+}
+
+absl::Status TransferRun::Route(const TransferSite& site, const TransferRequest& request,
+                                TransferPlanOptions plan_options) {
   plan_options.rank = site.rank();
   TransferScheduleOptions schedule_options;
   schedule_options.bucket_bytes = options_.bucket_bytes;
-  SDRT_ASSIGN_OR_RETURN(route_, RouteTransfer(tensors, plan_options, schedule_options));
+  SDRT_ASSIGN_OR_RETURN(route_, RouteTransfer(request, plan_options, schedule_options));
   mine_ = most_ = CountsOf(route_->schedule);
+  return absl::OkStatus();
+}
+
+absl::Status TransferRun::Compile(const TransferSite& site, TransferLocals sources,
+                                  TransferLocals destinations) {
+  sources_ = std::move(sources);
+  destinations_ = std::move(destinations);
   SDRT_ASSIGN_OR_RETURN(program_, CompileTransfer(route_->plan, route_->schedule, mine_, site,
                                                   sources_, destinations_));
   return absl::OkStatus();

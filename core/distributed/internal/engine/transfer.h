@@ -77,19 +77,21 @@ struct TransferRunOptions {
 
 class TransferRun {
  public:
-  // Step 1 (no communication). `tensors` in the order every rank lists them (read during
-  // the call only, e.g. ReusedDescriptors, route_cache.h); `sources`
+  // Step 1 (no communication). `request`: the tensors in the order every rank lists them
+  // (route_cache.h; read during the call only); `sources`
   // and `destinations` this rank's locals of each (their tensors outlive the run); the
   // Partial sources to all-reduce first (partial().Prepare, before this) are those whose
   // reduced views `sources` may point at.
-  absl::Status Prepare(Communicator& comm, absl::Span<const TransferTensor> tensors,
+  absl::Status Prepare(Communicator& comm, const TransferRequest& request,
                        TransferLocals sources, TransferLocals destinations,
                        const TransferRunOptions& options);
-  // The same for a call that moves nothing between ranks and has no communicator: every
-  // destination piece of rank site.rank() must be held by a source piece of that rank
-  // (else Run fails, there being no exchange to make).
-  absl::Status PrepareLocal(const TransferSite& site, absl::Span<const TransferTensor> tensors,
-                            TransferLocals sources, TransferLocals destinations);
+  // The same for a call that moves nothing between ranks and has no communicator, in two
+  // steps, so that the caller can make its destination locals from the plan (plan(): each
+  // tensor's pieces, their local shapes for rank site.rank()) instead of working them out
+  // again: RouteLocal plans, PrepareLocal compiles. Every destination piece of that rank
+  // must be held by a source piece of it (else Run fails, there being no exchange to make).
+  absl::Status RouteLocal(const TransferSite& site, const TransferRequest& request);
+  absl::Status PrepareLocal(TransferLocals sources, TransferLocals destinations);
   PartialReduction& partial() { return partial_; }
   const PartialReduction& partial() const { return partial_; }
 
@@ -101,16 +103,19 @@ class TransferRun {
   // rank's, collectives added to what it holds (the verb's agreements).
   absl::Status Run(absl::string_view op, TransferStats* stats);
 
-  // Only after a successful Prepare.
+  // Only after a successful Prepare or RouteLocal.
   const TransferPlan& plan() const { return route_->plan; }
   bool prepared() const { return program_.has_value(); }
 
  private:
-  absl::Status Compile(const TransferSite& site, absl::Span<const TransferTensor> tensors,
-                       TransferLocals sources, TransferLocals destinations,
-                       TransferPlanOptions plan_options);
+  // The route (plan and schedule) of `request` for site.rank(); then the program.
+  absl::Status Route(const TransferSite& site, const TransferRequest& request,
+                     TransferPlanOptions plan_options);
+  absl::Status Compile(const TransferSite& site, TransferLocals sources,
+                       TransferLocals destinations);
 
-  Communicator* comm_ = nullptr;  // null: a local call (PrepareLocal)
+  Communicator* comm_ = nullptr;  // null: a local call (RouteLocal)
+  std::optional<TransferSite> site_;  // a local call's, from RouteLocal
   TransferRunOptions options_;
   PartialReduction partial_;
   std::shared_ptr<const TransferRoute> route_;  // the plan and schedule (route_cache.h)

@@ -43,7 +43,7 @@ Answer Route(std::vector<TransferTensor> tensors, int64_t rank = 1,
   schedule_options.bucket_bytes = bucket_bytes;
   const RouteCacheCounts before = RouteCacheCountsNow();
   absl::StatusOr<std::shared_ptr<const TransferRoute>> route =
-      RouteTransfer(std::move(tensors), plan_options, schedule_options);
+      RouteTransfer(internal::DescribedTransfer(tensors), plan_options, schedule_options);
   EXPECT_TRUE(route.ok()) << route.status();
   const RouteCacheCounts after = RouteCacheCountsNow();
   EXPECT_EQ(after.hits + after.misses, before.hits + before.misses + 1);
@@ -107,7 +107,7 @@ TEST(RouteCacheTest, ErrorsAreNotKept) {
     const RouteCacheCounts before = RouteCacheCountsNow();
     TransferPlanOptions plan_options;
     plan_options.rank = 0;
-    EXPECT_EQ(RouteTransfer({bad}, plan_options, {}).status().code(),
+    EXPECT_EQ(RouteTransfer(internal::DescribedTransfer({&bad, 1}), plan_options, {}).status().code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(RouteCacheCountsNow().misses, before.misses + 1);
   }

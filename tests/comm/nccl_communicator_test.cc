@@ -86,8 +86,9 @@ TEST(NcclTypesTest, DTypeMapping) {
   }
   // What the dtype table never reduces has no NCCL type, float8 included.
   for (DType dtype : test::kAllDTypes) {
-    if (!IsReducible(dtype))
+    if (!IsReducible(dtype)) {
       EXPECT_EQ(internal::NcclDataType(dtype), ncclNumTypes) << DTypeName(dtype);
+    }
   }
 }
 

@@ -93,6 +93,10 @@ inline std::string FreshDir(const std::string& name) {
 // their replacement: the oracle's element access, bit by bit, independent of sdrt's copies.
 inline uint64_t ElementBitsAt(const unsigned char* data, int64_t i, int bits) {
   uint64_t v = 0;
+  if (bits % 8 == 0) {  // whole bytes, little-endian
+    for (int k = 0; k < bits / 8; ++k) v |= uint64_t{data[i * (bits / 8) + k]} << (8 * k);
+    return v;
+  }
   for (int b = 0; b < bits; ++b) {
     const int64_t at = i * bits + b;
     v |= uint64_t{(data[at / 8] >> (at % 8)) & 1u} << b;
@@ -100,6 +104,12 @@ inline uint64_t ElementBitsAt(const unsigned char* data, int64_t i, int bits) {
   return v;
 }
 inline void SetElementBits(unsigned char* data, int64_t i, int bits, uint64_t v) {
+  if (bits % 8 == 0) {
+    for (int k = 0; k < bits / 8; ++k) {
+      data[i * (bits / 8) + k] = static_cast<unsigned char>(v >> (8 * k));
+    }
+    return;
+  }
   for (int b = 0; b < bits; ++b) {
     const int64_t at = i * bits + b;
     const unsigned mask = 1u << (at % 8);

@@ -396,12 +396,16 @@ void BroadcastAndCheck(Map& local, const Map& want, const Map& moved, int root, 
   EXPECT_THAT(result->unexpected_keys, IsEmpty());
   ExpectTreeEq(local, want, "");
   const int64_t bytes = TensorBytes(moved);
-  if (WorldSize() > 1 && bytes > 0) EXPECT_GE(stats.exchanges, 1);
+  if (WorldSize() > 1 && bytes > 0) {
+    EXPECT_GE(stats.exchanges, 1);
+  }
   if (Rank() == root) {
     // Only the root sends: what the others keep of every tensor, at most every byte once
     // per other rank; and in exchanges of at most a bucket each.
     EXPECT_LE(stats.sent_bytes, bytes * (WorldSize() - 1));
-    if (WorldSize() > 1 && bytes > 0) EXPECT_GT(stats.sent_bytes, 0);
+    if (WorldSize() > 1 && bytes > 0) {
+      EXPECT_GT(stats.sent_bytes, 0);
+    }
     EXPECT_EQ(stats.received_bytes, 0);
   } else {
     EXPECT_EQ(stats.sent_bytes, 0);

@@ -14,8 +14,10 @@
 
 #include "gtest/gtest.h"
 #include "sdrt/comm/mpi_communicator.h"
-#include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/program.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tests/core/distributed/internal/engine/random.h"
 #include "sdrt/tests/core/distributed/internal/engine/simulator.h"
 #include "sdrt/tests/support/fill.h"
@@ -47,6 +49,22 @@ std::vector<int64_t> Ranks(int64_t from, int64_t to) {
 
 // Plans `tensors`, runs the plan with buckets of `bucket` bytes and checks every rank's
 // destination pieces against the full tensors' pieces; `layout` lays out the sources.
+// One transfer, compiled and run once, as TransferRun does for a one-shot verb.
+absl::Status ExecuteTransfer(const internal::TransferPlan& plan,
+                             const internal::TransferSchedule& schedule,
+                             internal::ExchangeCounts exchanges, Communicator& comm,
+                             internal::TransferLocals& sources,
+                             internal::TransferLocals& destinations,
+                             internal::TransferRunStats* stats) {
+  SDRT_ASSIGN_OR_RETURN(const internal::TransferProgram program,
+                        internal::CompileTransfer(plan, schedule, exchanges, comm, sources,
+                                                  destinations));
+  SDRT_RETURN_IF_ERROR(
+      internal::RunTransfer(program, plan, schedule, &comm, sources, destinations));
+  *stats = program.stats;
+  return absl::OkStatus();
+}
+
 void ReshardOverMpi(const std::vector<internal::TransferTensor>& tensors, int64_t bucket,
                     LocalLayout layout = LocalLayout::kContiguous,
                     const std::vector<int64_t>& nodes = {},
@@ -103,8 +121,8 @@ void ReshardOverMpi(const std::vector<internal::TransferTensor>& tensors, int64_
     source_locals.Add(sources[t]);
     destination_locals.Add(destinations[t]);
   }
-  const absl::Status s = internal::ExecuteTransfer(*plan, *schedule, exchanges, *g_world,
-                                                  source_locals, destination_locals, &stats);
+  const absl::Status s = ExecuteTransfer(*plan, *schedule, exchanges, *g_world, source_locals,
+                                         destination_locals, &stats);
   ASSERT_TRUE(s.ok()) << s;
   for (size_t t = 0; t < tensors.size(); ++t) {
     for (size_t i = 0; i < expected[t].size(); ++i) {

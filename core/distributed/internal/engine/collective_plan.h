@@ -6,7 +6,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_COLLECTIVE_PLAN_H_
 
 #include "absl/status/statusor.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 
 namespace sdrt::internal {
 

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtype.h"

@@ -1,4 +1,4 @@
-// Finding a rank's reshard locals in its state dicts (ExecuteTransfer and BindReshard,
+// Finding a rank's reshard locals in its state dicts (the one-shot transfer and BindReshard,
 // reshard_state_dict.h): each plan tensor's leaf on either side, matched by path, and its
 // local tensors checked against the rank's pieces. Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_LOCALS_H_
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::internal {

@@ -5,7 +5,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_
 
 #include "absl/status/status.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 
 namespace sdrt::internal {
 

@@ -13,7 +13,7 @@
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/core/distributed/internal/engine/locals.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/distributed/transfer_stats.h"

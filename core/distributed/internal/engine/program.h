@@ -1,8 +1,8 @@
 // A rank's reshard schedule (schedule.h) worked out against its locals once: every
 // exchange's sends and receives as addresses, and every copy before and after it as a
 // (from, to, bytes) triple, so that running it again is a walk over flat arrays (no tree, no
-// plan entry, no local read per tensor). ExecuteTransfer compiles and runs one per call; a
-// bound reshard (BindReshard, reshard_state_dict.h) compiles once, holding its locals and
+// plan entry, no local read per tensor). A one-shot transfer (TransferRun, transfer.h) compiles
+// and runs one per call; a bound reshard (BindReshard, reshard_state_dict.h) compiles once, holding its locals and
 // its two buckets, and runs it every step. Not public API.
 //
 // Each exchange of the schedule becomes: the copies into the send bucket (packing), one
@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/tensor/storage.h"
 
 namespace sdrt::internal {
@@ -75,12 +75,28 @@ struct TransferProgram {
   TransferRunStats stats;  // what every run does
 };
 
-// Checks this rank's locals (ExecuteTransfer's checks and errors, schedule.h; refs
-// not yet checked are made checked ones in `sources` and `destinations`), allocates the two
-// buckets on comm.device() (ResourceExhausted when they cannot be had) and works out every
-// exchange. Also Unimplemented when a Partial contribution would be reduced from a bucket
-// off the CPU, and Internal for a schedule whose units overrun its buckets. The program points into the plan, the schedule, the locals' memory and the
-// refs of `sources` and `destinations`: all must outlive it, unchanged.
+// A transfer is CompileTransfer, then RunTransfer once or every step, collective over
+// `comm`, whose ranks are the plan's global ranks: every rank calls both with the same plan
+// (or its own plan of one rank), its own schedule (ScheduleTransfer for comm.rank()) and the
+// same `exchanges`, in each phase at least the most of any rank's schedule (a rank with fewer
+// exchanges makes empty ones, so that every rank calls Exchange alike). `sources.of(t)` are
+// this rank's source locals of plan tensor t (indexed by TransferPiece::local; empty when it
+// holds none; any strides), `destinations.of(t)` its destination locals (allocated, of the
+// pieces' shapes and dtype, filled in place; any strides without overlap). Tensors are on
+// comm.device() (the CPU for MPI).
+//
+// CompileTransfer checks every local this rank's pieces need before anything moves (refs not
+// yet checked are made checked ones in `sources` and `destinations`; the caller agrees on
+// such errors across ranks first: one rank returning early leaves the others waiting until
+// the deadline), allocates the two buckets on comm.device() and works out every exchange.
+// InvalidArgument when sources or destinations have a size other than plan.tensors.size(),
+// when a local needed is missing or of the wrong dtype or shape (PackMessage's errors), when
+// the schedule is not comm.rank()'s or has more exchanges than `exchanges`, or comm.size() is
+// not larger than every rank of the schedule; ResourceExhausted when a bucket cannot be
+// allocated; Unimplemented when a Partial contribution would be reduced from a bucket off the
+// CPU; Internal for a schedule whose units overrun its buckets. The program points into the
+// plan, the schedule, the locals' memory and the refs of `sources` and `destinations`: all
+// must outlive it, unchanged.
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                                               const TransferSchedule& schedule,
                                               ExchangeCounts exchanges, const TransferSite& comm,

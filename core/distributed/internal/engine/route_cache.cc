@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/tensor/status_macros.h"
 #include "xxhash.h"
 

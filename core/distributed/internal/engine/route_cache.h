@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 
 namespace sdrt::internal {

@@ -8,7 +8,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
-#include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -307,18 +306,6 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   if (!schedule.begin.empty()) schedule.begin.push_back(i);
   SDRT_RETURN_IF_ERROR(AppendCollectives(plan, collective, bucket, schedule));
   return schedule;
-}
-
-absl::Status ExecuteTransfer(const TransferPlan& plan, const TransferSchedule& schedule,
-                            ExchangeCounts exchanges, Communicator& comm,
-                            TransferLocals& sources, TransferLocals& destinations,
-                            TransferRunStats* stats) {
-  if (stats != nullptr) *stats = TransferRunStats{};
-  SDRT_ASSIGN_OR_RETURN(const TransferProgram program,
-                        CompileTransfer(plan, schedule, exchanges, comm, sources, destinations));
-  SDRT_RETURN_IF_ERROR(RunTransfer(program, plan, schedule, &comm, sources, destinations));
-  if (stats != nullptr) *stats = program.stats;
-  return absl::OkStatus();
 }
 
 }  // namespace sdrt::internal

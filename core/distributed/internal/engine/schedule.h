@@ -32,7 +32,7 @@
 #include "absl/types/span.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
@@ -123,7 +123,7 @@ struct TransferSchedule {
 // TransferLocals; `owned` holds those made for it (fresh destination locals) and, for a
 // binding, the handles it keeps of the caller's locals. `checked`:
 // every ref needed was checked against its piece and made by CheckedRef (the state-dict
-// path does so before its agreement); else ExecuteTransfer checks them.
+// path does so before its agreement); else CompileTransfer checks them (program.h).
 struct TransferLocals {
   std::vector<LocalRef> tensors;
   std::vector<size_t> begin{0};
@@ -147,7 +147,7 @@ struct ExchangeCounts {
   int64_t forward = 0;
 };
 
-// What one rank did in ExecuteTransfer.
+// What one rank does in each run of its compiled program (CompileTransfer, program.h).
 struct TransferRunStats {
   int64_t rounds = 0;          // Exchange calls
   int64_t sent_bytes = 0;      // to other ranks
@@ -178,27 +178,6 @@ struct TransferRunStats {
 // than 2^24 chunks.
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
                                                 const TransferScheduleOptions& options);
-
-// Collective over `comm`, whose ranks are the plan's global ranks: every rank calls it
-// with the same plan (or its own plan of one rank), its own schedule (ScheduleTransfer for
-// comm.rank()) and the same `exchanges`, in each phase at least the most of any rank's
-// schedule (a rank with fewer exchanges makes empty ones, so that every rank calls
-// Exchange alike). `sources.of(t)` are this rank's source locals of plan tensor t (indexed by
-// TransferPiece::local; empty when it holds none; any strides), `destinations.of(t)` its
-// destination locals (allocated, of the pieces' shapes and dtype, filled in place; any
-// strides without overlap). Tensors are on comm.device() (the CPU for MPI). On return
-// every destination local holds its piece. Every local this rank's pieces need is checked
-// before anything moves (the caller agrees on such errors across ranks first: one rank
-// returning early leaves the others waiting until the deadline). InvalidArgument when
-// sources or destinations have a size other than plan.tensors.size(), when a local needed
-// is missing or of the wrong dtype or shape (PackMessage's errors), when the schedule is
-// not comm.rank()'s or has more exchanges than `exchanges`, or comm.size() is not larger
-// than every rank of the schedule; the communicator's errors (DeadlineExceeded names the
-// missing ranks) as they are; ResourceExhausted when a bucket cannot be allocated.
-absl::Status ExecuteTransfer(const TransferPlan& plan, const TransferSchedule& schedule,
-                            ExchangeCounts exchanges, Communicator& comm,
-                            TransferLocals& sources, TransferLocals& destinations,
-                            TransferRunStats* stats = nullptr);
 
 }  // namespace sdrt::internal
 

@@ -39,7 +39,7 @@
 #include "absl/types/span.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/internal/engine/partial_reduce.h"
-#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"

@@ -1,0 +1,202 @@
+// The values of sdrt's one transfer engine: a tensor's source and destination layouts
+// (TransferTensor), and the plan the planner makes of them (TransferPlan: per tensor its
+// pieces, messages and moves), with its options and limits. The planner is plan.h; the
+// helpers of the planner (pieces.h, grid.h, split.h, collective_plan.h), the schedule, the
+// program and the verbs include these types alone. Not public API.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PLAN_TYPES_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PLAN_TYPES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/placement.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/reduce_op.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+
+namespace sdrt::internal {
+
+// The most dims a resharded tensor may have (the strided copy's kMaxCopyDims).
+inline constexpr int kMaxTransferDims = 12;
+// The most ShardedTensor boxes one layout may list.
+inline constexpr int64_t kMaxTransferBoxes = int64_t{1} << 20;
+// The most indices a _StridedShard layout may list: its owned sets are index lists
+// (sharding.h), one per rank, so the split dim's size times the mesh's rank count is
+// bounded (2^28: a 152,064-row vocabulary over 1,024 ranks fits).
+inline constexpr int64_t kMaxStridedIndices = int64_t{1} << 28;
+// The destination rank of a collective message (every rank receives it).
+inline constexpr int64_t kEveryRank = -1;
+
+// How a tensor's bytes travel: point to point, or by one collective of every rank.
+enum class Collective : uint8_t { kNone, kBroadcast, kAllGather };
+
+// One ShardedTensor shard: the box [offsets, offsets + sizes) on global rank `rank`.
+// Sizes may be 0 (an empty box; its offsets may then exceed the dim, as
+// ChunkShardingSpec makes them).
+struct TransferBox {
+  IntVector offsets;
+  IntVector sizes;
+  int64_t rank = 0;
+};
+
+// Where a tensor lives on one side: a DTensor layout (mesh over global ranks +
+// placements: Shard, Replicate, _StridedShard) when `mesh` is set, else ShardedTensor
+// boxes. A rank's locals of one tensor are numbered 0, 1, ... : always one (index 0) for a
+// mesh rank, one per box of that rank in box order for boxes.
+struct TransferLayout {
+  std::shared_ptr<const DeviceMesh> mesh;
+  std::vector<Placement> placements;
+  std::vector<TransferBox> boxes;
+};
+
+struct TransferTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;  // global; empty for a 0-dim tensor
+  TransferLayout source;
+  TransferLayout destination;
+  // Destination elements no source piece holds are left alone (the caller zeroes them: a
+  // gathered ShardedTensor whose boxes leave holes) instead of being an error.
+  bool allow_uncovered = false;
+};
+
+// One piece of a layout: local `local` of global rank `rank`, owning `runs` (per global
+// dim; global and local indices, region_copy.h) and holding `local_shape` elements.
+struct TransferPiece {
+  int64_t rank = 0;
+  int local = 0;
+  IntVector local_shape;
+  ShardRuns runs;
+  int64_t contribution = 0;  // the Partial contribution it holds; 0 without Partial
+  // A destination piece off coordinate 0 of a Partial mesh dim: it takes nothing, and the
+  // caller fills its local with the reduction's identity.
+  bool identity = false;
+};
+
+// One box moved: global indices [begin[d], end[d]) on every dim d (one element for a
+// 0-dim tensor, with begin and end empty), taken from source piece `source` and put into
+// destination piece `destination` (indices into TransferLayoutPlan's pieces). The local
+// coordinates on either side are ClipRuns(piece.runs, begin, end).
+struct TransferMove {
+  int source = 0;
+  int destination = 0;
+  IntVector begin;
+  IntVector end;
+  int64_t bytes = 0;
+  // A fan-out forward: `source` is a destination piece (the relay on the destination's
+  // node), which holds the box once the direct moves are done.
+  bool forward = false;
+  // Filled by ScheduleTransfer (schedule.h) in the chunks it cuts, -1 elsewhere: the
+  // box's first element in the source (destination) piece's local when that local is
+  // row-major contiguous and the box is one dense range of it (ContiguousBoxOffset).
+  int64_t source_offset = -1;
+  int64_t destination_offset = -1;
+};
+
+// What moves of one tensor from one source rank to one destination rank (kEveryRank: to
+// every rank, by the layout's collective; its moves' `destination` is then the piece of
+// the lowest rank, every rank's piece being the whole tensor alike): its boxes, in
+// the order they are packed (each box row-major over its global indices, the boxes back to
+// back, every box a whole number of bytes), `bytes` in all. Contribution 0 is copied into
+// the destination; a message of a later contribution is reduced into it, so it must be
+// unpacked after every contribution-0 message of its tensor to that rank (for avg: after
+// every earlier contribution's, the last one divides; the plan's order).
+struct TransferMessage {
+  int64_t source_rank = 0;
+  int64_t destination_rank = 0;
+  int64_t contribution = 0;
+  std::vector<TransferMove> moves;
+  int64_t bytes = 0;
+  // Fan-out forwards (every move forward): packed from the relay's destination locals,
+  // sent after every direct message of the plan has arrived.
+  bool forward = false;
+};
+
+// Byte counts of a plan. Wire bytes travel between different ranks; self bytes are
+// copies on one rank. Always every rank's, also in a plan of one rank.
+struct TransferPlanStats {
+  int64_t wire_bytes = 0;
+  int64_t self_bytes = 0;
+  // The least any plan must move: over destination pieces, the bytes the piece needs
+  // (times the contributions of a Partial source) minus those a source piece on its own
+  // rank already holds.
+  int64_t optimum_bytes = 0;
+  int64_t max_sent_bytes = 0;      // wire bytes sent by the busiest rank
+  int64_t max_received_bytes = 0;  // wire bytes received by the busiest rank
+  int64_t messages = 0;            // messages between different ranks
+  int64_t self_messages = 0;
+  // Bytes between ranks of different nodes (TransferPlanOptions::node_of_rank; with fan-out
+  // each cell enters a node once); 0 without node_of_rank.
+  int64_t internode_bytes = 0;
+};
+
+// What every tensor of one (dtype, global shape, source layout, destination layout) has
+// alike: planned once per plan, shared by those tensors.
+struct TransferLayoutPlan {
+  std::vector<TransferPiece> source;       // mesh rank order, or box order
+  std::vector<TransferPiece> destination;  // likewise
+  int64_t contributions = 1;              // Partial contributions of the source (1: none)
+  ReduceOp reduce_op = ReduceOp::kSum;    // how they combine, when contributions > 1
+  // By (contribution, source rank, destination rank): every rank's messages, or those the
+  // plan's rank sends or receives (TransferPlanOptions::rank).
+  std::vector<TransferMessage> messages;
+  // Of one such tensor, every rank's messages counted (max_sent/max_received unset), and
+  // the wire bytes each rank sends and receives: (rank, bytes), by rank.
+  TransferPlanStats stats;
+  std::vector<std::pair<int64_t, int64_t>> sent;
+  std::vector<std::pair<int64_t, int64_t>> received;
+  // kNone: `messages` are point to point. Else every message goes to kEveryRank by this
+  // collective, kBroadcast from `root`.
+  Collective collective = Collective::kNone;
+  int64_t root = -1;
+};
+
+struct TransferTensorPlan {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  IntVector shape;
+  std::shared_ptr<const TransferLayoutPlan> layout;  // never null in a plan
+
+  const std::vector<TransferPiece>& source() const { return layout->source; }
+  const std::vector<TransferPiece>& destination() const { return layout->destination; }
+  int64_t contributions() const { return layout->contributions; }
+  ReduceOp reduce_op() const { return layout->reduce_op; }
+  const std::vector<TransferMessage>& messages() const { return layout->messages; }
+};
+
+// A plan: a value, kept and executed as often as the layouts stay the same.
+struct TransferPlan {
+  std::vector<TransferTensorPlan> tensors;  // in descriptor order
+  int64_t rank = -1;                       // whose messages it keeps; -1: every rank's
+  int64_t world_size = 0;                  // TransferPlanOptions::world_size
+  TransferPlanStats stats;
+};
+
+struct TransferPlanOptions {
+  // Keep only the messages this global rank sends or receives (what its executor needs);
+  // -1: every rank's (the one-process simulator). The stats count every rank either way.
+  int64_t rank = -1;
+  // The node of each global rank (ranks past its end: a node of their own). When given,
+  // a cell that several destination pieces of one node need and no rank of that node
+  // holds enters the node once: one of those pieces (the relay, rotating by cell) takes
+  // it from the holders, the others get it from the relay in forward messages after the
+  // direct ones. Not for Partial sources (their contributions go straight to each piece).
+  std::vector<int64_t> node_of_rank;
+  // The number of ranks of the communicator the plan runs on (0: unknown), and the
+  // collectives a layout may be moved by when every one of those ranks needs the whole
+  // tensor (see "Collectives" above; none by default).
+  int64_t world_size = 0;
+  bool broadcast = false;
+  bool all_gather = false;
+  // The most cells of the common refinement one tensor may have, counting a cell once per
+  // source piece and once per destination piece that covers it, plus the grid itself.
+  int64_t max_cells = int64_t{1} << 22;
+};
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PLAN_TYPES_H_

@@ -101,6 +101,100 @@ absl::StatusOr<std::shared_ptr<const DeviceMesh>> WholeOn(std::vector<int64_t> r
   return std::make_shared<const DeviceMesh>(std::move(mesh));
 }
 
+// Describes target i into `t`: a tensor the root holds whole (Replicate on `root_mesh`) going
+// into the target's layout (`world_mesh`: every rank keeps it whole; `readers`: the ranks'
+// ShardedTensor boxes, for a sharded target).
+absl::Status DescribeTarget(const internal::LocalTarget& target,
+                            const internal::LeafLayout& entry,
+                            const std::shared_ptr<const DeviceMesh>& root_mesh,
+                            const std::shared_ptr<const DeviceMesh>& world_mesh,
+                            std::vector<internal::ByteReader>& readers,
+                            internal::TransferTensor& t) {
+  t.name = entry.path;
+  t.dtype = entry.dtype;
+  t.shape = entry.shape;
+  t.source.mesh = root_mesh;
+  t.source.placements.push_back(Placement::Replicate());
+  switch (target.kind) {
+    case internal::LocalTarget::Kind::kFreshDTensor:
+    case internal::LocalTarget::Kind::kInPlaceDTensor: {
+      const DTensor& d = target.leaf->value->as_dtensor();
+      t.destination.mesh = d.mesh();
+      t.destination.placements.assign(d.placements().begin(), d.placements().end());
+      break;
+    }
+    case internal::LocalTarget::Kind::kSharded:
+      for (size_t q = 0; q < readers.size(); ++q) {
+        SDRT_RETURN_IF_ERROR(internal::GetShardBoxes(kOp, readers[q], static_cast<int64_t>(q),
+                                                     t.shape, t.destination.boxes));
+      }
+      break;
+    case internal::LocalTarget::Kind::kReplace:
+      t.destination.mesh = world_mesh;
+      t.destination.placements.push_back(Placement::Replicate());
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// The transfers of a call without ShardedTensor targets, for the route cache
+// (route_cache.h): each target's tensor from the root into its layout. Its key is what its
+// descriptors are made of (the root, the world size, and per target its path, dtype, shape
+// and destination layout), so a repeated call makes no descriptor.
+class BroadcastRequest final : public internal::TransferRequest {
+ public:
+  BroadcastRequest(const std::vector<std::unique_ptr<internal::LocalTarget>>& targets,
+                   const std::vector<const internal::LeafLayout*>& entries, int root,
+                   int world_size)
+      : targets_(targets), entries_(entries), root_(root), world_size_(world_size) {}
+
+  size_t size() const override { return targets_.size(); }
+
+  void AddToKey(internal::RouteKey& key) const override {
+    key.Word(kTag);
+    key.Word(root_);
+    key.Word(world_size_);
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      const internal::LocalTarget& target = *targets_[i];
+      const internal::LeafLayout& entry = *entries_[i];
+      key.Name(entry.path);
+      key.Word(static_cast<int64_t>(entry.dtype));
+      key.Ints(entry.shape);
+      key.Word(static_cast<int64_t>(target.kind));
+      if (target.kind != internal::LocalTarget::Kind::kReplace) {
+        const DTensor& d = target.leaf->value->as_dtensor();
+        key.Mesh(d.mesh().get());
+        key.Placements(d.placements());
+      }
+    }
+  }
+
+  absl::StatusOr<std::vector<internal::TransferTensor>> Describe() const override {
+    std::vector<int64_t> world(static_cast<size_t>(world_size_));
+    for (int r = 0; r < world_size_; ++r) world[static_cast<size_t>(r)] = r;
+    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> root_mesh, WholeOn({root_}));
+    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> world_mesh,
+                          WholeOn(std::move(world)));
+    std::vector<internal::ByteReader> no_boxes;
+    std::vector<internal::TransferTensor> tensors(targets_.size());
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (targets_[i]->kind == internal::LocalTarget::Kind::kSharded) {
+        return absl::InternalError("BroadcastRequest: a ShardedTensor target");
+      }
+      SDRT_RETURN_IF_ERROR(DescribeTarget(*targets_[i], *entries_[i], root_mesh, world_mesh,
+                                          no_boxes, tensors[i]));
+    }
+    return tensors;
+  }
+
+ private:
+  static constexpr int64_t kTag = 0x5344525442524f41;  // "SDRTBROA"
+  const std::vector<std::unique_ptr<internal::LocalTarget>>& targets_;
+  const std::vector<const internal::LeafLayout*>& entries_;
+  const int root_;
+  const int world_size_;
+};
+
 }  // namespace
 
 absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
@@ -205,47 +299,32 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   run_options.bucket_bytes = std::max<int64_t>(options.bucket_bytes, 64);
   run_options.progress = options.progress;
   internal::TransferRun run;
-  std::shared_ptr<const DeviceMesh> root_mesh, world_mesh;
+  // Without ShardedTensor targets the request keys the route cache from the targets alone;
+  // with them, the descriptors are made (their boxes come with the agreement).
   const auto plan = [&](absl::Span<const std::string> boxes) -> absl::Status {
+    internal::TransferLocals sources, destinations;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      sources.Add(target_source[i] != nullptr ? absl::Span<const Tensor>(target_source[i], 1)
+                                              : absl::Span<const Tensor>());
+      destinations.Add(targets[i]->dests);
+    }
+    if (!any_sharded) {
+      return run.Prepare(comm, BroadcastRequest(targets, target_entry, options.root, comm.size()),
+                         std::move(sources), std::move(destinations), run_options);
+    }
     std::vector<int64_t> world(static_cast<size_t>(comm.size()));
     for (int r = 0; r < comm.size(); ++r) world[static_cast<size_t>(r)] = r;
-    SDRT_ASSIGN_OR_RETURN(root_mesh, WholeOn({options.root}));
-    SDRT_ASSIGN_OR_RETURN(world_mesh, WholeOn(std::move(world)));
+    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> root_mesh,
+                          WholeOn({options.root}));
+    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> world_mesh,
+                          WholeOn(std::move(world)));
     const absl::Span<internal::TransferTensor> tensors =
         internal::ReusedDescriptors(targets.size());
-    internal::TransferLocals sources, destinations;
     std::vector<internal::ByteReader> readers;
     for (const std::string& b : boxes) readers.emplace_back(b);
     for (size_t i = 0; i < targets.size(); ++i) {
-      const internal::LocalTarget& target = *targets[i];
-      internal::TransferTensor& t = tensors[i];
-      t.name = target_entry[i]->path;
-      t.dtype = target_entry[i]->dtype;
-      t.shape = target_entry[i]->shape;
-      t.source.mesh = root_mesh;
-      t.source.placements.push_back(Placement::Replicate());
-      switch (target.kind) {
-        case internal::LocalTarget::Kind::kFreshDTensor:
-        case internal::LocalTarget::Kind::kInPlaceDTensor: {
-          const DTensor& d = target.leaf->value->as_dtensor();
-          t.destination.mesh = d.mesh();
-          t.destination.placements.assign(d.placements().begin(), d.placements().end());
-          break;
-        }
-        case internal::LocalTarget::Kind::kSharded:
-          for (size_t q = 0; q < readers.size(); ++q) {
-            SDRT_RETURN_IF_ERROR(internal::GetShardBoxes(kOp, readers[q], static_cast<int64_t>(q),
-                                                         t.shape, t.destination.boxes));
-          }
-          break;
-        case internal::LocalTarget::Kind::kReplace:
-          t.destination.mesh = world_mesh;
-          t.destination.placements.push_back(Placement::Replicate());
-          break;
-      }
-      sources.Add(target_source[i] != nullptr ? absl::Span<const Tensor>(target_source[i], 1)
-                                              : absl::Span<const Tensor>());
-      destinations.Add(target.dests);
+      SDRT_RETURN_IF_ERROR(DescribeTarget(*targets[i], *target_entry[i], root_mesh, world_mesh,
+                                          readers, tensors[i]));
     }
     return run.Prepare(comm, internal::DescribedTransfer(tensors), std::move(sources),
                        std::move(destinations), run_options);

@@ -181,7 +181,93 @@ absl::Status GatherTransfer::AllocateResults() {
   return absl::OkStatus();
 }
 
+// A gather without ShardedTensors for the route cache (route_cache.h): its key is what its
+// descriptors are made of (the keepers, and per moving DTensor its path, dtype, global shape,
+// mesh, placements and whether its Partial dims were reduced first), so a repeated call
+// makes no descriptor.
+class GatherTransfer::Request final : public TransferRequest {
+ public:
+  explicit Request(const GatherTransfer& gather) : gather_(gather) {
+    for (const Entry& e : gather.entries_) moving_ += e.moves ? 1 : 0;
+  }
+  size_t size() const override { return moving_; }
+
+  void AddToKey(RouteKey& key) const override {
+    key.Word(kTag);
+    key.Mesh(gather_.keeper_mesh_.get());
+    for (const Entry& e : gather_.entries_) {
+      if (!e.moves) continue;
+      const DTensor& d = *e.dtensor;
+      key.Name(e.path);
+      key.Word(static_cast<int64_t>(d.dtype()));
+      key.Ints(d.global_shape());
+      key.Mesh(d.mesh().get());
+      key.Word(gather_.ReducedOf(e) != nullptr ? 1 : 0);
+      key.Placements(d.placements());
+    }
+  }
+
+  absl::StatusOr<std::vector<TransferTensor>> Describe() const override {
+    std::vector<TransferTensor> tensors(moving_);
+    size_t k = 0;
+    for (const Entry& e : gather_.entries_) {
+      if (e.moves) gather_.Describe(e, nullptr, tensors[k++]);
+    }
+    return tensors;
+  }
+
+ private:
+  static constexpr int64_t kTag = 0x5344525447415448;  // "SDRTGATH"
+  const GatherTransfer& gather_;
+  size_t moving_ = 0;
+};
+
+void GatherTransfer::Describe(const Entry& e, std::vector<TransferBox>* boxes,
+                              TransferTensor& t) const {
+  t.name.assign(e.path.data(), e.path.size());
+  t.destination.mesh = keeper_mesh_;
+  t.destination.placements.push_back(Placement::Replicate());
+  if (e.dtensor != nullptr) {
+    const DTensor& d = *e.dtensor;
+    t.dtype = d.dtype();
+    t.shape = d.global_shape();
+    t.source.mesh = d.mesh();
+    if (ReducedOf(e) != nullptr) {
+      t.source.placements = Reduced(d.placements());
+    } else {
+      t.source.placements.assign(d.placements().begin(), d.placements().end());
+    }
+  } else {
+    const ShardedTensor& st = *e.sharded;
+    t.dtype = st.dtype();
+    t.shape = st.global_shape();
+    t.source.boxes = std::move(*boxes);
+    t.allow_uncovered = true;
+  }
+}
+
 absl::Status GatherTransfer::Plan(absl::Span<const std::string> payloads) {
+  SDRT_RETURN_IF_ERROR(AllocateResults());
+  TransferLocals sources, destinations;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!e.moves) continue;
+    if (e.dtensor != nullptr) {
+      const Tensor* reduced = ReducedOf(e);
+      sources.Add({reduced != nullptr ? reduced : &e.dtensor->local(), 1});
+    } else {
+      for (const LocalShard& s : e.sharded->local_shards()) {
+        sources.tensors.push_back({&s.tensor, nullptr});
+      }
+      sources.begin.push_back(sources.tensors.size());
+    }
+    destinations.Add(keeps_ ? absl::Span<const Tensor>(&results_[i], 1)
+                            : absl::Span<const Tensor>());
+  }
+  if (!any_sharded_) {
+    return run_.Prepare(comm_, Request(*this), std::move(sources), std::move(destinations),
+                        options_);
+  }
   // Every rank's boxes of each ShardedTensor, in rank order.
   std::vector<std::vector<TransferBox>> boxes(entries_.size());
   for (size_t q = 0; q < payloads.size(); ++q) {
@@ -194,40 +280,10 @@ absl::Status GatherTransfer::Plan(absl::Span<const std::string> payloads) {
       }
     }
   }
-  SDRT_RETURN_IF_ERROR(AllocateResults());
   const absl::Span<TransferTensor> tensors = ReusedDescriptors(entries_.size());
   size_t described = 0;
-  TransferLocals sources, destinations;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& e = entries_[i];
-    if (!e.moves) continue;
-    TransferTensor& t = tensors[described++];
-    t.name.assign(e.path.data(), e.path.size());
-    t.destination.mesh = keeper_mesh_;
-    t.destination.placements.push_back(Placement::Replicate());
-    if (e.dtensor != nullptr) {
-      const DTensor& d = *e.dtensor;
-      t.dtype = d.dtype();
-      t.shape = d.global_shape();
-      t.source.mesh = d.mesh();
-      const Tensor* reduced = ReducedOf(e);
-      if (reduced != nullptr) {
-        t.source.placements = Reduced(d.placements());
-      } else {
-        t.source.placements.assign(d.placements().begin(), d.placements().end());
-      }
-      sources.Add({reduced != nullptr ? reduced : &d.local(), 1});
-    } else {
-      const ShardedTensor& st = *e.sharded;
-      t.dtype = st.dtype();
-      t.shape = st.global_shape();
-      t.source.boxes = std::move(boxes[i]);
-      t.allow_uncovered = true;
-      for (const LocalShard& s : st.local_shards()) sources.tensors.push_back({&s.tensor, nullptr});
-      sources.begin.push_back(sources.tensors.size());
-    }
-    destinations.Add(keeps_ ? absl::Span<const Tensor>(&results_[i], 1)
-                            : absl::Span<const Tensor>());
+    if (entries_[i].moves) Describe(entries_[i], &boxes[i], tensors[described++]);
   }
   return run_.Prepare(comm_, DescribedTransfer(tensors.first(described)), std::move(sources),
                       std::move(destinations), options_);

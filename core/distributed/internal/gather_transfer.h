@@ -88,8 +88,12 @@ class GatherTransfer {
   };
   // The full tensors of the keepers (CPU ones in one arena; zeroed for ShardedTensors).
   absl::Status AllocateResults();
+  // The route cache's request of a gather without ShardedTensors (gather_transfer.cc).
+  class Request;
   // The entry's reduced local (a DTensor with Partial mesh dims), else null.
   const Tensor* ReducedOf(const Entry& e) const;
+  // The descriptor of a moving entry; `boxes`: a ShardedTensor's boxes of every rank (taken).
+  void Describe(const Entry& e, std::vector<TransferBox>* boxes, TransferTensor& t) const;
   absl::Status Plan(absl::Span<const std::string> payloads);
 
   std::string op_;

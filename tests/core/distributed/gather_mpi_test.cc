@@ -20,6 +20,7 @@
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/dtensor_ops.h"
+#include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/core/distributed/distributed_state_dict_test_util.h"
@@ -376,6 +377,60 @@ TEST_F(GatherPlanMpi, PartialsReduceInBucketsOfConsecutiveTensors) {
   ASSERT_TRUE(again.ok()) << again.status();
   for (const Case& c : cases) {
     EXPECT_TRUE(SameBytes(again->Find(c.key)->as_tensor(), c.want)) << c.key;
+  }
+}
+
+
+// A repeated gather or broadcast reuses the route of an equal call (the route cache,
+// internal/engine/route_cache.h, keyed by what each verb's request says of its tensors);
+// the same name in another layout (placements, a mesh of the same ranks in another order,
+// a Partial that is reduced first) must get its own route. Each layout twice, so the second
+// call of each runs on a cached route.
+TEST(GatherAndBroadcastMpi, AgainInAnotherLayoutUnderTheSameNames) {
+  const Tensor w = HashedBytes({12, 4}, DType::kFloat32, 5);
+  std::vector<int64_t> reversed_ranks(static_cast<size_t>(Size()));
+  for (int r = 0; r < Size(); ++r) reversed_ranks[static_cast<size_t>(r)] = Size() - 1 - r;
+  const auto reversed = std::make_shared<const DeviceMesh>(
+      *DeviceMesh::Create(IntVector{Size()}, reversed_ranks));
+  for (const auto& mesh : {Mesh(IntVector{Size()}), reversed}) {
+    for (const char* text : {"[S(0)]", "[S(1)]", "[R]", "[_S(0, 2)]", "[P(sum)]", "[S(0)]"}) {
+      const std::vector<Placement> p = *ParsePlacements(text);
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        SCOPED_TRACE(absl::StrCat(mesh->ToString(), " ", text, " call ", repeat));
+        const internal::RouteCacheCounts before = internal::RouteCacheCountsNow();
+        // Gather: a Partial(sum) local is the value on the rank at coordinate 0, zeros
+        // elsewhere, so every layout gathers to w.
+        Map sd;
+        if (p[0].is_partial()) {
+          const bool first = mesh->Coordinate(Rank())->at(0) == 0;
+          const Tensor local = first ? w : *Tensor::Zeros(w.shape(), w.dtype());
+          sd.Set("w", Value(*DTensor::Make(local, mesh, p, w.shape())));
+        } else {
+          sd.Set("w", Value(*DistributeTensor(w, mesh, p, Rank())));
+        }
+        GatherOptions gather;
+        gather.comm = g_world;
+        absl::StatusOr<Map> full = GatherStateDict(sd, gather);
+        ASSERT_TRUE(full.ok()) << full.status();
+        EXPECT_TRUE(SameBytes(full->Find("w")->as_tensor(), w));
+        if (Size() > 1 && repeat == 1 && !p[0].is_replicate() && !p[0].is_partial()) {
+          EXPECT_GT(internal::RouteCacheCountsNow().hits, before.hits);
+        }
+        if (p[0].is_partial()) continue;
+        // Broadcast from the last rank into a meta DTensor of this layout.
+        Map local;
+        const DTensor want = *DistributeTensor(w, mesh, p, Rank());
+        local.Set("w", Value(*DTensor::Make(*Tensor::Meta(want.local().shape(), w.dtype()),
+                                            mesh, p, w.shape())));
+        Map source;
+        if (Rank() == Size() - 1) source.Set("w", Value(w));
+        BroadcastOptions broadcast;
+        broadcast.comm = g_world;
+        broadcast.root = Size() - 1;
+        ASSERT_TRUE(BroadcastStateDict(source, local, broadcast).ok());
+        EXPECT_TRUE(SameBytes(local.Find("w")->as_dtensor().local(), want.local()));
+      }
+    }
   }
 }
 

@@ -46,6 +46,10 @@ export LD_LIBRARY_PATH=$deps/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # The test cases that move GiB of memory, left out of the sanitizer runs (gtest filter).
 sanitizer_skip='*BeyondInt32*'
+# initcheck also leaves out the 64 MiB copy still in flight on a non-blocking stream: on the
+# H200 (2026-12-04) initcheck did not finish it in 90 s, though it takes 0.66 s alone and under
+# memcheck (which keeps it).
+initcheck_skip="$sanitizer_skip:CudaRuntimeGpu.StagedCopyToHostRunsOnTheCallersStream"
 # The one small kernel test racecheck runs.
 racecheck_test='KernelsGpuTest.StridedCopyAwkwardLayouts'
 
@@ -444,7 +448,7 @@ if [ "$built" = 1 ]; then
   sanitize memcheck-kernels memcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
   sanitize memcheck-runtime memcheck "$build/tests/runtime_gpu_test" "-$sanitizer_skip"
   sanitize initcheck-kernels initcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
-  sanitize initcheck-runtime initcheck "$build/tests/runtime_gpu_test" "-$sanitizer_skip"
+  sanitize initcheck-runtime initcheck "$build/tests/runtime_gpu_test" "-$initcheck_skip"
   sanitize racecheck-kernels racecheck "$build/tests/kernels_gpu_test" "$racecheck_test"
 
   # -- the benchmarks, against cudaMemcpy of the same bytes.

@@ -26,9 +26,10 @@
 #  5. Every libFuzzer target for 6 s (scripts/fuzz.sh 6, in build-fuzz/; skipped with a
 #     message without clang/libFuzzer).
 # The builds after the main one only check (they ship nothing and nobody debugs them): they
-# compile at -O0 without debug info, about a third of the main build's compile time a file. Each build
-# precompiles the headers nearly every file includes (SDRT_PCH, CMakeLists.txt), and the
-# main build compiles the tests' own code at -Og (tests/CMakeLists.txt). Each step's
+# compile at -O0 without debug info, about a third of the main build's compile time a
+# file. Each build precompiles the headers nearly every file includes (SDRT_PCH,
+# CMakeLists.txt), and the main build compiles the tests' own code at -Og
+# (tests/CMakeLists.txt). Each step's
 # seconds are printed as it ends; docs/DEVELOPING.md ("CI") has the times of a cold run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

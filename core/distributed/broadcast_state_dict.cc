@@ -101,46 +101,52 @@ absl::StatusOr<std::shared_ptr<const DeviceMesh>> WholeOn(std::vector<int64_t> r
   return std::make_shared<const DeviceMesh>(std::move(mesh));
 }
 
-// Describes target i into `t`: a tensor the root holds whole (Replicate on `root_mesh`) going
-// into the target's layout (`world_mesh`: every rank keeps it whole; `readers`: the ranks'
-// ShardedTensor boxes, for a sharded target).
-absl::Status DescribeTarget(const internal::LocalTarget& target,
-                            const internal::LeafLayout& entry,
-                            const std::shared_ptr<const DeviceMesh>& root_mesh,
-                            const std::shared_ptr<const DeviceMesh>& world_mesh,
-                            std::vector<internal::ByteReader>& readers,
-                            internal::TransferTensor& t) {
-  t.name = entry.path;
-  t.dtype = entry.dtype;
-  t.shape = entry.shape;
-  t.source.mesh = root_mesh;
-  t.source.placements.push_back(Placement::Replicate());
-  switch (target.kind) {
-    case internal::LocalTarget::Kind::kFreshDTensor:
-    case internal::LocalTarget::Kind::kInPlaceDTensor: {
-      const DTensor& d = target.leaf->value->as_dtensor();
-      t.destination.mesh = d.mesh();
-      t.destination.placements.assign(d.placements().begin(), d.placements().end());
-      break;
-    }
-    case internal::LocalTarget::Kind::kSharded:
-      for (size_t q = 0; q < readers.size(); ++q) {
-        SDRT_RETURN_IF_ERROR(internal::GetShardBoxes(kOp, readers[q], static_cast<int64_t>(q),
-                                                     t.shape, t.destination.boxes));
+// The descriptors of the targets, into `out` (one per target): each a tensor the root holds
+// whole (Replicate on a mesh of the root alone) going into its target's layout (a DTensor's;
+// Replicate on every rank for a replaced leaf; for a ShardedTensor target, every rank's
+// boxes read from `boxes`, one payload per rank).
+absl::Status DescribeTargets(absl::Span<const std::unique_ptr<internal::LocalTarget>> targets,
+                             absl::Span<const internal::LeafLayout* const> entries, int root,
+                             int world_size, absl::Span<const std::string> boxes,
+                             absl::Span<internal::TransferTensor> out) {
+  std::vector<int64_t> world(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) world[static_cast<size_t>(r)] = r;
+  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> root_mesh, WholeOn({root}));
+  SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> world_mesh,
+                        WholeOn(std::move(world)));
+  std::vector<internal::ByteReader> readers;
+  for (const std::string& b : boxes) readers.emplace_back(b);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const internal::LocalTarget& target = *targets[i];
+    internal::TransferTensor& t = out[i];
+    t.name = entries[i]->path;
+    t.dtype = entries[i]->dtype;
+    t.shape = entries[i]->shape;
+    t.source.mesh = root_mesh;
+    t.source.placements.push_back(Placement::Replicate());
+    switch (target.kind) {
+      case internal::LocalTarget::Kind::kFreshDTensor:
+      case internal::LocalTarget::Kind::kInPlaceDTensor: {
+        const DTensor& d = target.leaf->value->as_dtensor();
+        t.destination.mesh = d.mesh();
+        t.destination.placements.assign(d.placements().begin(), d.placements().end());
+        break;
       }
-      break;
-    case internal::LocalTarget::Kind::kReplace:
-      t.destination.mesh = world_mesh;
-      t.destination.placements.push_back(Placement::Replicate());
-      break;
+      case internal::LocalTarget::Kind::kSharded:
+        for (size_t q = 0; q < readers.size(); ++q) {
+          SDRT_RETURN_IF_ERROR(internal::GetShardBoxes(kOp, readers[q], static_cast<int64_t>(q),
+                                                       t.shape, t.destination.boxes));
+        }
+        break;
+      case internal::LocalTarget::Kind::kReplace:
+        t.destination.mesh = world_mesh;
+        t.destination.placements.push_back(Placement::Replicate());
+        break;
+    }
   }
   return absl::OkStatus();
 }
 
-// The transfers of a call without ShardedTensor targets, for the route cache
-// (route_cache.h): each target's tensor from the root into its layout. Its key is what its
-// descriptors are made of (the root, the world size, and per target its path, dtype, shape
-// and destination layout), so a repeated call makes no descriptor.
 class BroadcastRequest final : public internal::TransferRequest {
  public:
   BroadcastRequest(const std::vector<std::unique_ptr<internal::LocalTarget>>& targets,
@@ -160,8 +166,9 @@ class BroadcastRequest final : public internal::TransferRequest {
       key.Name(entry.path);
       key.Word(static_cast<int64_t>(entry.dtype));
       key.Ints(entry.shape);
-      key.Word(static_cast<int64_t>(target.kind));
-      if (target.kind != internal::LocalTarget::Kind::kReplace) {
+      const bool replace = target.kind == internal::LocalTarget::Kind::kReplace;
+      key.Word(replace ? 1 : 0);
+      if (!replace) {
         const DTensor& d = target.leaf->value->as_dtensor();
         key.Mesh(d.mesh().get());
         key.Placements(d.placements());
@@ -170,20 +177,9 @@ class BroadcastRequest final : public internal::TransferRequest {
   }
 
   absl::StatusOr<std::vector<internal::TransferTensor>> Describe() const override {
-    std::vector<int64_t> world(static_cast<size_t>(world_size_));
-    for (int r = 0; r < world_size_; ++r) world[static_cast<size_t>(r)] = r;
-    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> root_mesh, WholeOn({root_}));
-    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> world_mesh,
-                          WholeOn(std::move(world)));
-    std::vector<internal::ByteReader> no_boxes;
     std::vector<internal::TransferTensor> tensors(targets_.size());
-    for (size_t i = 0; i < targets_.size(); ++i) {
-      if (targets_[i]->kind == internal::LocalTarget::Kind::kSharded) {
-        return absl::InternalError("BroadcastRequest: a ShardedTensor target");
-      }
-      SDRT_RETURN_IF_ERROR(DescribeTarget(*targets_[i], *entries_[i], root_mesh, world_mesh,
-                                          no_boxes, tensors[i]));
-    }
+    SDRT_RETURN_IF_ERROR(DescribeTargets(targets_, entries_, root_, world_size_, {},
+                                         absl::MakeSpan(tensors)));
     return tensors;
   }
 
@@ -312,20 +308,10 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
       return run.Prepare(comm, BroadcastRequest(targets, target_entry, options.root, comm.size()),
                          std::move(sources), std::move(destinations), run_options);
     }
-    std::vector<int64_t> world(static_cast<size_t>(comm.size()));
-    for (int r = 0; r < comm.size(); ++r) world[static_cast<size_t>(r)] = r;
-    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> root_mesh,
-                          WholeOn({options.root}));
-    SDRT_ASSIGN_OR_RETURN(const std::shared_ptr<const DeviceMesh> world_mesh,
-                          WholeOn(std::move(world)));
     const absl::Span<internal::TransferTensor> tensors =
         internal::ReusedDescriptors(targets.size());
-    std::vector<internal::ByteReader> readers;
-    for (const std::string& b : boxes) readers.emplace_back(b);
-    for (size_t i = 0; i < targets.size(); ++i) {
-      SDRT_RETURN_IF_ERROR(DescribeTarget(*targets[i], *target_entry[i], root_mesh, world_mesh,
-                                          readers, tensors[i]));
-    }
+    SDRT_RETURN_IF_ERROR(
+        DescribeTargets(targets, target_entry, options.root, comm.size(), boxes, tensors));
     return run.Prepare(comm, internal::DescribedTransfer(tensors), std::move(sources),
                        std::move(destinations), run_options);
   };

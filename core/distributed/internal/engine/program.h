@@ -1,9 +1,10 @@
 // A rank's reshard schedule (schedule.h) worked out against its locals once: every
 // exchange's sends and receives as addresses, and every copy before and after it as a
 // (from, to, bytes) triple, so that running it again is a walk over flat arrays (no tree, no
-// plan entry, no local read per tensor). A one-shot transfer (TransferRun, transfer.h) compiles
-// and runs one per call; a bound reshard (BindReshard, reshard_state_dict.h) compiles once, holding its locals and
-// its two buckets, and runs it every step. Not public API.
+// plan entry, no local read per tensor). A one-shot transfer (TransferRun, transfer.h)
+// compiles and runs one per call; a bound reshard (BindReshard, reshard_state_dict.h)
+// compiles once, holding its locals and its two buckets, and runs it every step. Not public
+// API.
 //
 // Each exchange of the schedule becomes: the copies into the send bucket (packing), one
 // Communicator::Exchange, during which the chunks to itself that are copied local to local

@@ -33,7 +33,10 @@ absl::Status PartialReduction::Prepare(absl::Span<const PartialSource> sources, 
              g.reductions == reductions;
     });
     if (group == groups_.end()) {
-      groups_.push_back({sources_[i].mesh_comm, d.dtype(), std::move(reductions), {}, {}, {}});
+      Group& added = groups_.emplace_back();
+      added.mesh_comm = sources_[i].mesh_comm;
+      added.dtype = d.dtype();
+      added.reductions = std::move(reductions);
       group = groups_.end() - 1;
     }
     group->members.push_back(i);

@@ -76,8 +76,8 @@ class PartialReduction {
     bool operator==(const Reduction& o) const { return mesh_dim == o.mesh_dim && op == o.op; }
   };
   struct Group {
-    DeviceMeshComm* mesh_comm;
-    DType dtype;
+    DeviceMeshComm* mesh_comm = nullptr;
+    DType dtype = DType::kFloat32;
     std::vector<Reduction> reductions;
     std::vector<size_t> members;  // source indices, in source order
     std::vector<int64_t> starts;  // byte offsets of the members, then the end

@@ -53,7 +53,11 @@ absl::StatusOr<HostRegistration> HostRegistration::Register(void*, int64_t nbyte
 HostRegistration::HostRegistration(HostRegistration&& other) noexcept = default;
 HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept = default;
 HostRegistration::~HostRegistration() = default;
-absl::Status HostRegistration::Release() { return absl::OkStatus(); }
+absl::Status HostRegistration::Release() {
+  static_cast<void>(device_);  // the registering device, which only a CUDA build has
+  chunks_.clear();
+  return absl::OkStatus();
+}
 
 absl::Status PinStorage(Storage& storage, unsigned, const HostRegistrationOptions&) {
   if (storage.nbytes() == 0) return absl::OkStatus();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz (clang, -DSDRT_BUILD_FUZZ=ON: ASan + UBSan +
-# libFuzzer coverage; CUDA, tests and benchmarks off) in ${SDRT_FUZZ_BUILD_DIR:-build-fuzz}
-# and runs each for SECONDS (default 60) over a copy of its seed corpus
-# tests/fuzz/corpus/<target>/. Prints one line per target (runs, seconds, coverage, result)
+# libFuzzer coverage; no backend, as the parsers need none; tests and benchmarks off) in
+# ${SDRT_FUZZ_BUILD_DIR:-build-fuzz} and runs each for SECONDS (default 60) over a copy of
+# its seed corpus tests/fuzz/corpus/<target>/. Prints one line per target (runs, seconds, coverage, result)
 # and exits 1 on any crash, leak, timeout or out-of-memory, naming the saved input
 # (<build>/fuzz-artifacts/<target>/). New inputs go to a temporary folder, removed at the
 # end; with --grow, those that add coverage are merged into the committed corpus.
@@ -47,7 +47,8 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
     "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-    -DSDRT_BUILD_FUZZ=ON -DSDRT_WITH_CUDA=OFF -DSDRT_BUILD_TESTS=OFF -DSDRT_BUILD_BENCH=OFF \
+    -DSDRT_BUILD_FUZZ=ON -DSDRT_WITH_CUDA=OFF -DSDRT_WITH_MPI=OFF -DSDRT_WITH_NCCL=OFF \
+    -DSDRT_BUILD_TESTS=OFF -DSDRT_BUILD_BENCH=OFF -DSDRT_BUILD_EXAMPLES=OFF \
     >/dev/null
 fi
 echo "fuzz.sh: building in $build" >&2

@@ -1,29 +1,24 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test with CTest.
 # GPU tests (label gpu) skip with a message when no CUDA device is present.
-#  1. The main build (build/, RelWithDebInfo, the static libsdrt.a): every test, then
-#     scripts/install-check.sh, which installs it into a temporary prefix and builds and
-#     runs against it what a user writes: a C++ consumer, the C header alone, and the two
-#     examples (examples/engine in C, examples/trainer in C++) under mpiexec when the build
-#     has MPI.
-#  2. When the main build has CUDA: build-cpu/ (MPI, no CUDA, the shared libsdrt.so) makes
-#     the library and the CLI only (SDRT_BUILD_TARGETS) and runs the Python module's tests
-#     against that library (ctest -R '^python_', one of them under mpiexec), then its
-#     install check: no test binary, as every CPU test already runs in the main build and
-#     the library has no #if on CUDA or MPI (a configuration only chooses which files are
-#     built).
-#  3. build-local/ (no CUDA, MPI or NCCL; shared) builds the library, the CLI and the test
+#  1. The main build (build/, RelWithDebInfo, the static libsdrt.a): every test, the Python
+#     module's among them (against sdrt_python_library, the same objects linked as a shared
+#     library: tests/CMakeLists.txt), then scripts/install-check.sh, which installs it into a
+#     temporary prefix and builds and runs against it what a user writes: a C++ consumer,
+#     the C header alone, and the two examples (examples/engine in C, examples/trainer in
+#     C++) under mpiexec when the build has MPI.
+#  2. build-local/ (no CUDA, MPI or NCCL; shared) builds the library, the CLI and the test
 #     binaries labelled cpu_nobackend (the target sdrt_nobackend_tests) and runs those: it
 #     proves the whole library builds without a backend and that what needs no other
 #     process works there: LoadStateDict and DistributeStateDict without a communicator,
 #     the reshard planner, the collectives over a SelfCommunicator, the CLI's one-rank
 #     commands and exit codes. Then its install check.
-#  4. When the main build has CUDA and NCCL, the GPU check's dry run
+#  3. When the main build has CUDA and NCCL, the GPU check's dry run
 #     (scripts/device-check.sh --dry-run, in build-device-dry/): the dependency bundle for a
 #     lent GPU machine is made and proven, and what the check runs is configured against
 #     the bundle alone and built, so a broken bundle or check target fails here, not on the
 #     GPU machine.
-#  5. Every libFuzzer target for 6 s (scripts/fuzz.sh 6, in build-fuzz/; skipped with a
+#  4. Every libFuzzer target for 6 s (scripts/fuzz.sh 6, in build-fuzz/; skipped with a
 #     message without clang/libFuzzer).
 # The builds after the main one only check (they ship nothing and nobody debugs them): they
 # compile at -O0 without debug info, about a third of the main build's compile time a
@@ -52,16 +47,6 @@ echo "== tests: $build" >&2
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@")
 "$root/scripts/install-check.sh" "$build"
 step_done "main tests and install check"
-if grep -q '^SDRT_CONFIGURED_WITH_CUDA:INTERNAL=ON' "$build/CMakeCache.txt"; then
-  cpu_build=${SDRT_CPU_BUILD_DIR:-$root/build-cpu}
-  shared_again "$cpu_build"
-  SDRT_BUILD_DIR=$cpu_build SDRT_BUILD_TARGETS="sdrt sdrt_cli" "$root/scripts/build.sh" \
-    -DSDRT_WITH_CUDA=OFF -DSDRT_BUILD_BENCH=OFF -DSDRT_BUILD_EXAMPLES=OFF "${check_flags[@]}"
-  echo "== tests: $cpu_build (CUDA off; shared libsdrt.so; the Python module)" >&2
-  (cd "$cpu_build" && ctest --output-on-failure -j"$(nproc)" -R '^python_' "$@")
-  "$root/scripts/install-check.sh" "$cpu_build"
-  step_done "build-cpu"
-fi
 local_build=${SDRT_LOCAL_BUILD_DIR:-$root/build-local}
 shared_again "$local_build"
 SDRT_BUILD_DIR=$local_build SDRT_BUILD_TARGETS="sdrt sdrt_cli sdrt_nobackend_tests" \

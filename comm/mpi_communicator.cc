@@ -364,9 +364,14 @@ absl::Status MpiCommunicator::Await(absl::string_view op, void* requests_ptr, in
     const Clock::time_point now = Clock::now();
     const int caller = roll.Answer(sequence_);
     if (caller < 0 && now <= deadline_) {
+      // Every 64th poll gives the core away to another runnable process, at once: a rank
+      // waiting here beside ranks still working on the same cores (more ranks than cores)
+      // would otherwise take their time (bench/RESULTS.md: tiny gather and broadcast on 4
+      // ranks over 2 cores, 34-50 ms spinning, 25 ms yielding; the same on 2 ranks). With
+      // no other process ready the yield returns at once. After 30 s it sleeps instead.
       if (now - start > std::chrono::seconds(30)) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
-      } else if (now - start > std::chrono::seconds(1)) {
+      } else {
         std::this_thread::yield();
       }
       continue;

@@ -107,10 +107,11 @@ if [ "$mode" = dry ]; then
   echo "device-check --dry-run: configuring in $build" >&2
   cmake "${cfg[@]}" >"$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
   configured=$SECONDS
-  # Every path found (package folders, headers, libraries; CMake's own tools aside) lies in
-  # the bundle or the CUDA toolkit.
+  # Every path found (package folders, headers, libraries; CMake's own tools and the python3
+  # that would run the Python module's tests aside) lies in the bundle or the CUDA toolkit.
   cuda=$(readlink -f /usr/local/cuda)
-  bad=$(grep -E '^[A-Za-z0-9_]+:(PATH|FILEPATH)=/' "$build/CMakeCache.txt" | grep -v '^CMAKE_' |
+  bad=$(grep -E '^[A-Za-z0-9_]+:(PATH|FILEPATH)=/' "$build/CMakeCache.txt" |
+        grep -vE '^(CMAKE_|SDRT_PYTHON3:)' |
         grep -vE "=($deps|$cuda|/usr/local/cuda)(/|$)" || true)
   if [ -n "$bad" ]; then
     echo "device-check --dry-run: found outside the bundle and the CUDA toolkit:" >&2

@@ -8,10 +8,10 @@
 # end; with --grow, those that add coverage are merged into the committed corpus.
 # Exits 0 with "skipped" when clang or libFuzzer is missing (scripts/install-deps.sh
 # installs both). scripts/test.sh runs `scripts/fuzz.sh 6`. On the 2-core CI machine the
-# first build took 19.5 minutes while four builds shared the cores (5.5 CPU-minutes: about
-# 3 minutes alone); a rebuild after a library change recompiles only what changed; the
-# runs take 6 s per target plus start-up (9 targets: about 1.5 minutes); `scripts/fuzz.sh 600`,
-# ten minutes a target, takes about 82 minutes.
+# first build takes about 1.5 minutes alone (86 s in a cold CI run, 2026-12-04); a rebuild
+# after a library change recompiles only what changed; the runs take 6 s per target plus
+# start-up (8 targets: about 1 minute); `scripts/fuzz.sh 600`, ten minutes a target, takes
+# about 82 minutes.
 #
 #   scripts/fuzz.sh [--grow] [SECONDS]
 set -euo pipefail

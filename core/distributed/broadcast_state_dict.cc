@@ -15,6 +15,7 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/agreement.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/default_comm.h"
 #include "sdrt/core/distributed/internal/engine/descriptors.h"
 #include "sdrt/core/distributed/internal/engine/inline_value.h"
@@ -37,11 +38,16 @@ constexpr absl::string_view kOp = "BroadcastStateDict";
 // FailedPrecondition for a meta tensor, InvalidArgument for what cannot be broadcast.
 absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<Tensor>& tensors) {
   SDRT_ASSIGN_OR_RETURN(const internal::Leaves leaves, internal::CollectLeaves(full));
-  std::vector<internal::LeafLayout> described(leaves.size());
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const internal::Leaf& leaf = leaves[i];
-    internal::LeafLayout& l = described[i];
-    l.path = std::string(leaf.path);
+  // Written leaf by leaf through one LeafLayout, into memory reserved once: for 10,000
+  // leaves, a vector of layouts and the growth of `tensors` and `out` took 1.5 ms against
+  // 0.6 ms so (bench/RESULTS.md, "Where tiny broadcast's time goes").
+  std::string out;
+  out.reserve(sizeof(uint64_t) * (1 + 8 * leaves.size()));
+  tensors.reserve(leaves.size());
+  internal::PutU64(&out, leaves.size());
+  internal::LeafLayout l;
+  for (const internal::Leaf& leaf : leaves) {
+    l.path.assign(leaf.path.data(), leaf.path.size());
     const Value& v = *leaf.value;
     if (v.kind() == ValueKind::kTensor && v.as_tensor().dim() > 0) {
       const Tensor& t = v.as_tensor();
@@ -53,6 +59,7 @@ absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<Tensor>& t
       l.dtype = t.dtype();
       l.shape = t.shape();
       tensors.push_back(t);
+      internal::AppendLeafLayout(l, &out);
       continue;
     }
     if (v.is_any_tensor() && v.kind() != ValueKind::kTensor) {
@@ -61,9 +68,12 @@ absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<Tensor>& t
           " cannot be broadcast from a full state dict (plain tensors and Python scalars only)"));
     }
     l.kind = internal::LeafLayout::Kind::kInline;
+    l.dtype = DType::kFloat32;  // an inline leaf has no dtype or shape: LeafLayout's defaults
+    l.shape.clear();
     SDRT_ASSIGN_OR_RETURN(l.inline_value, internal::EncodeInlineValue(leaf.path, v));
+    internal::AppendLeafLayout(l, &out);
   }
-  return internal::EncodeLeafLayouts(described);
+  return out;
 }
 
 // Writes a filled target back into `local` (moving it to the CPU when asked).

@@ -160,37 +160,39 @@ absl::StatusOr<TransferLayout> ToLayout(const Side& side, const std::string& pat
 
 }  // namespace
 
+void AppendLeafLayout(const LeafLayout& l, std::string* out) {
+  PutString(out, l.path);
+  PutU64(out, l.source ? 1 : 0);
+  PutU64(out, static_cast<uint64_t>(l.dtype));
+  PutInts(out, l.shape);
+  PutU64(out, static_cast<uint64_t>(l.kind));
+  if (l.kind == LeafLayout::Kind::kMesh) {
+    PutInts(out, l.mesh_shape);
+    PutInts(out, l.mesh_ranks);
+    PutString(out, l.mesh_device);
+    PutU64(out, l.placements.size());
+    for (const Placement& p : l.placements) {
+      PutU64(out, static_cast<uint64_t>(p.kind()));
+      PutU64(out, static_cast<uint64_t>(p.is_shard_like() ? p.dim() : 0));
+      PutU64(out, static_cast<uint64_t>(p.split_factor()));
+      PutU64(out, static_cast<uint64_t>(p.reduce_op()));
+    }
+  } else if (l.kind == LeafLayout::Kind::kInline) {
+    PutString(out, l.inline_value);
+  } else if (l.kind == LeafLayout::Kind::kBoxes) {
+    PutU64(out, l.boxes.size());
+    for (const TransferBox& b : l.boxes) {
+      PutInts(out, b.offsets);
+      PutInts(out, b.sizes);
+      PutU64(out, static_cast<uint64_t>(b.rank));
+    }
+  }
+}
+
 std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves) {
   std::string out;
   PutU64(&out, leaves.size());
-  for (const LeafLayout& l : leaves) {
-    PutString(&out, l.path);
-    PutU64(&out, l.source ? 1 : 0);
-    PutU64(&out, static_cast<uint64_t>(l.dtype));
-    PutInts(&out, l.shape);
-    PutU64(&out, static_cast<uint64_t>(l.kind));
-    if (l.kind == LeafLayout::Kind::kMesh) {
-      PutInts(&out, l.mesh_shape);
-      PutInts(&out, l.mesh_ranks);
-      PutString(&out, l.mesh_device);
-      PutU64(&out, l.placements.size());
-      for (const Placement& p : l.placements) {
-        PutU64(&out, static_cast<uint64_t>(p.kind()));
-        PutU64(&out, static_cast<uint64_t>(p.is_shard_like() ? p.dim() : 0));
-        PutU64(&out, static_cast<uint64_t>(p.split_factor()));
-        PutU64(&out, static_cast<uint64_t>(p.reduce_op()));
-      }
-    } else if (l.kind == LeafLayout::Kind::kInline) {
-      PutString(&out, l.inline_value);
-    } else if (l.kind == LeafLayout::Kind::kBoxes) {
-      PutU64(&out, l.boxes.size());
-      for (const TransferBox& b : l.boxes) {
-        PutInts(&out, b.offsets);
-        PutInts(&out, b.sizes);
-        PutU64(&out, static_cast<uint64_t>(b.rank));
-      }
-    }
-  }
+  for (const LeafLayout& l : leaves) AppendLeafLayout(l, &out);
   return out;
 }
 

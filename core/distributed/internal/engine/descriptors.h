@@ -45,7 +45,13 @@ struct LeafLayout {
   Value value;
 };
 
+// The bytes of `leaves`: their count (one word), then each leaf as AppendLeafLayout writes
+// it, so that a caller with many leaves can write them one by one.
 std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves);
+// Appends one leaf's bytes to `out` (of `leaf`, only what its kind uses: the path, side,
+// dtype and shape; the mesh and placements for kMesh, the boxes for kBoxes, the inline
+// value for kInline).
+void AppendLeafLayout(const LeafLayout& leaf, std::string* out);
 
 // The leaves `bytes` (one rank's EncodeLeafLayouts) describe; InvalidArgument naming
 // `from` for bytes that are short, long, or hold a count, code or dimension out of range

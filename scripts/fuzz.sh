@@ -2,10 +2,11 @@
 # Builds the libFuzzer targets of tests/fuzz (clang, -DSDRT_BUILD_FUZZ=ON: ASan + UBSan +
 # libFuzzer coverage; no backend, as the parsers need none; tests and benchmarks off) in
 # ${SDRT_FUZZ_BUILD_DIR:-build-fuzz} and runs each for SECONDS (default 60) over a copy of
-# its seed corpus tests/fuzz/corpus/<target>/. Prints one line per target (runs, seconds, coverage, result)
-# and exits 1 on any crash, leak, timeout or out-of-memory, naming the saved input
-# (<build>/fuzz-artifacts/<target>/). New inputs go to a temporary folder, removed at the
-# end; with --grow, those that add coverage are merged into the committed corpus.
+# its seed corpus tests/fuzz/corpus/<target>/. Prints one line per target (runs, seconds,
+# coverage, result) and exits 1 on any crash, leak, timeout or out-of-memory, naming the
+# saved input (<build>/fuzz-artifacts/<target>/). New inputs go to a temporary folder,
+# removed at the end; with --grow, those that add coverage are merged into the committed
+# corpus.
 # Exits 0 with "skipped" when clang or libFuzzer is missing (scripts/install-deps.sh
 # installs both). scripts/test.sh runs `scripts/fuzz.sh 6`. On the 2-core CI machine the
 # first build takes about 1.5 minutes alone (86 s in a cold CI run, 2026-12-04); a rebuild

@@ -11,9 +11,10 @@
 //
 // Deadlines: every collective is MPI's nonblocking form (MPI_Iallgather, MPI_Ibcast, ...)
 // polled with MPI_Testall until it completes or timeout() passes since the call began
-// (Communicator's "Deadlines"). The poll spins like MPICH's own blocking calls for the
-// first second, then yields the core between polls, and after 30 s sleeps 200 us between
-// them, so a rank left waiting for a stopped peer does not hold a core for ten minutes.
+// (Communicator's "Deadlines"). The poll yields the core every 64 polls (returning at once
+// when no other process is ready, so that a rank waiting beside ranks still working on the
+// same cores does not take their time), and after 30 s sleeps 200 us between them, so a
+// rank left waiting for a stopped peer does not hold a core for ten minutes.
 // On expiry the ranks hold a roll call (comm/internal/mpi_roll_call.h) over a duplicate
 // communicator kept for it, and every live rank returns DeadlineExceeded naming the op and
 // the ranks that did not arrive, e.g. "all_gather (mpi, rank 0 of 3): not complete after

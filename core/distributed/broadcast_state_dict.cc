@@ -157,6 +157,11 @@ absl::Status DescribeTargets(absl::Span<const std::unique_ptr<internal::LocalTar
   return absl::OkStatus();
 }
 
+// The transfers of a call without ShardedTensor targets (their boxes come with the
+// agreement, so such a call describes its targets itself), for the route cache
+// (route_cache.h): each target's tensor from the root into its layout. Its key is what its
+// descriptors are made of (the root, the world size, and per target its path, dtype, shape
+// and whether it is replaced or a DTensor's layout), so a repeated call makes no descriptor.
 class BroadcastRequest final : public internal::TransferRequest {
  public:
   BroadcastRequest(const std::vector<std::unique_ptr<internal::LocalTarget>>& targets,

@@ -40,8 +40,10 @@
 // collective's lazy connection setup) is followed by polling ncclCommGetAsyncError until
 // it is no longer ncclInProgress; then the stream is polled with cudaStreamQuery. Both
 // polls run every 100 us under one deadline per call, timeout() from its start;
-// past it the NCCL communicator is aborted (ncclCommAbort) and the call returns
-// DeadlineExceeded naming the op; an NCCL or CUDA error also aborts it and comes back as
+// past it the NCCL communicator is aborted (ncclCommAbort, on a thread of its own, so that
+// a stream that stays blocked cannot hold the call past its deadline: the abort frees
+// device memory, which waits for the device's streams; the process waits up to 10 s at
+// exit for such aborts) and the call returns DeadlineExceeded naming the op; an NCCL or CUDA error also aborts it and comes back as
 // that error. Create and Split clean up the same way (no communicator is returned). After
 // an abort every call returns FailedPrecondition, and the staging buffer is deliberately
 // leaked (kept for the life of the process): freeing device memory (cudaFree)
@@ -130,8 +132,8 @@ class NcclCommunicator final : public Communicator {
     // (the default): nothing; the call returns its error, this NcclCommunicator is
     // unusable from then on (FailedPrecondition), and recovering the ncclComm_t is the
     // caller's (ncclCommAbort it: a collective of the failed call may still be pending on
-    // the GPU). true: sdrt calls ncclCommAbort on it at once, as on its own communicators;
-    // the caller must then neither use nor destroy it.
+    // the GPU). true: sdrt aborts it at once, as its own communicators (ncclCommAbort on a
+    // thread of its own); the caller must then neither use nor destroy it.
     bool abort_on_error = false;
   };
 
@@ -206,8 +208,9 @@ class NcclCommunicator final : public Communicator {
   // The stream half of the watchdog: waits for the stream, aborting on an error of CUDA or
   // NCCL or when `deadline` passes (DeadlineExceeded).
   absl::Status Wait(absl::string_view op, Clock::time_point deadline);
-  // Aborts the NCCL communicator (ncclCommAbort; an adopted one only when the caller
-  // asked for it) and leaks the staging buffer (see above); later calls fail.
+  // Aborts the NCCL communicator (ncclCommAbort on a thread of its own, returning at once;
+  // an adopted one only when the caller asked for it) and leaks the staging buffer (see
+  // above); later calls fail.
   void Abort();
   // The staging buffer, grown to hold at least `bytes` bytes (its contents are not kept
   // when it grows); a device pointer.

@@ -61,7 +61,8 @@ absl::StatusOr<HostRegistration> HostRegistration::Register(
   SDRT_ASSIGN_OR_RETURN(
       const std::vector<internal::RegistrationChunk> chunks,
       internal::PlanRegistrationChunks(reinterpret_cast<uintptr_t>(ptr), nbytes,
-                                       options.chunk_bytes, sysconf(_SC_PAGESIZE)));
+                                       options.chunk_bytes, sysconf(_SC_PAGESIZE),
+                                       options.unbroken_ranges));
   SDRT_ASSIGN_OR_RETURN(const int device, internal::ResolveCudaDevice(options.device));
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device));

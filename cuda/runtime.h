@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -124,6 +125,9 @@ enum HostRegisterFlags : unsigned {
   kHostRegisterReadOnly = 0x8,
 };
 
+// HostRegistrationOptions::chunk_bytes by default (see there): 64 GiB.
+inline constexpr int64_t kDefaultRegistrationChunkBytes = int64_t{64} << 30;
+
 // How a host range is registered.
 struct HostRegistrationOptions {
   // The device whose context runs the calls (under a guard) and whose attributes decide
@@ -131,8 +135,18 @@ struct HostRegistrationOptions {
   int device = kCurrentCudaDevice;
   // The range is registered in chunks of at most this many bytes (rounded up to whole
   // pages; chunk boundaries fall on page boundaries, cuda/registration_chunks.h): one
-  // cudaHostRegister of 512 GiB or more fails on recent drivers. Must be >= 1.
-  int64_t chunk_bytes = int64_t{1} << 30;
+  // cudaHostRegister of 512 GiB or more fails on recent drivers. Must be >= 1. The default
+  // registers anything under 64 GiB (every checkpoint file of a real model) whole: on an
+  // H200 (CUDA 13.0, 2026-12-04) a file mapping registered in several chunks hung (tests:
+  // SafetensorsGpu.PinMappingInSeveralChunks), where one registration of it works.
+  int64_t chunk_bytes = kDefaultRegistrationChunkBytes;
+  // Byte ranges (offset, nbytes), relative to the registered range, that no chunk boundary
+  // may cut: the tensors of a file mapping or an arena. CUDA copies from registered memory
+  // only within one registration (a cudaMemcpy across two returns cudaErrorInvalidValue,
+  // read-only or not; measured on an H200, CUDA 13.0), so a tensor copied to the device
+  // in one piece must lie in one chunk. A chunk grows past chunk_bytes only as far as it
+  // must to keep a range whole. Each range must lie inside the registered range.
+  std::vector<std::pair<int64_t, int64_t>> unbroken_ranges;
 };
 
 // Makes an existing host range page-locked for the GPU (cudaHostRegister, chunk by chunk)
@@ -150,7 +164,8 @@ class HostRegistration {
   // When a chunk fails, the chunks registered before it are unregistered and the error
   // names the chunk (index, offset, size) and CUDA's error: ResourceExhausted past the
   // locked-memory limit, Internal for cudaErrorHostMemoryAlreadyRegistered, ....
-  // InvalidArgument for a negative size, a null pointer or chunk_bytes < 1.
+  // InvalidArgument for a negative size, a null pointer, chunk_bytes < 1 or an unbroken
+  // range outside [0, nbytes).
   static absl::StatusOr<HostRegistration> Register(void* ptr, int64_t nbytes, unsigned flags,
                                                    const HostRegistrationOptions& options = {});
   HostRegistration() = default;

@@ -154,7 +154,7 @@ export NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
 # The GPU test cases that use NCCL (ctest names are gtest's Suite.Test): every Nccl* suite
 # but DivideOnDeviceGpuTest (in the same binary, no NCCL), the DTensor collectives on a
 # one-rank NCCL communicator, the multi-GPU state dicts and the one-rank CLI on GPU 0.
-nccl_tests='^(Nccl[A-Za-z]*|DTensorOpsGpuTest|DistributedStateDictMultiGpu|OneRankCli)\.'
+nccl_tests='^(Nccl[A-Za-z]*|DTensorOpsGpuTest|DistributedStateDictMultiGpu|ReshardGpuTest|OneRankCli)\.'
 # The NCCL smoke test: one one-rank communicator and a barrier (under the tests' own
 # 60 s NCCL timeout; the step's limit is shorter still).
 nccl_smoke='NcclCommunicatorGpuTest.Identity'
@@ -281,8 +281,11 @@ ctest_step() {
   shift 2
   step "$name" "$limit" ctest --test-dir "$build" -L gpu -j"$jobs" --output-on-failure "$@"
   cp "$build/Testing/Temporary/LastTest.log" "$logs/$name.LastTest.log" 2>/dev/null
-  total=$(grep -oE 'tests failed out of [0-9]+' "$logs/$name.log" | grep -oE '[0-9]+$')
+  # ctest ends with "93% tests passed, 3 tests failed out of 46" or, when none failed,
+  # "100% tests passed out of 33".
+  total=$(grep -oE 'tests (failed|passed) out of [0-9]+' "$logs/$name.log" | grep -oE '[0-9]+$')
   nfailed=$(grep -oE '[0-9]+ tests failed out of' "$logs/$name.log" | grep -oE '^[0-9]+')
+  [ -n "$total" ] && [ -z "$nfailed" ] && nfailed=0
   skipped=$(grep -cE '\(Skipped\)$' "$logs/$name.log")
   # Why each skipped test skipped (the line after gtest's "Skipped"), counted.
   grep -A1 -E ': Skipped$' "$logs/$name.LastTest.log" 2>/dev/null | grep -vE '(: Skipped|^--)$' |

@@ -82,8 +82,10 @@ class SafetensorsFile {
     // The device whose context registers the mapping and whose attributes decide how
     // read-only pages are registered (kCurrentCudaDevice: the calling thread's current one).
     int pin_device = kCurrentCudaDevice;
-    // Bytes per cudaHostRegister call (rounded up to whole pages); must be >= 1.
-    int64_t pin_chunk_bytes = int64_t{1} << 30;
+    // Bytes per cudaHostRegister call (rounded up to whole pages; a chunk grows to keep
+    // each tensor whole); must be >= 1. The default registers a file under 64 GiB in one
+    // call, as HostRegistrationOptions::chunk_bytes says why.
+    int64_t pin_chunk_bytes = kDefaultRegistrationChunkBytes;
     // When the registration fails (no CUDA or no device, a device that cannot register
     // read-only pages, the locked-memory limit, a driver refusing a size), open the file
     // with its mapping pageable and keep the reason in pin_status() instead of failing;
@@ -141,6 +143,10 @@ class SafetensorsFile {
   int64_t file_size() const { return storage_->nbytes(); }  // bytes
   int64_t header_size() const { return header_size_; }      // N, bytes of JSON incl. padding
   int64_t data_offset() const { return 8 + header_size_; }  // bytes from the file start
+  // (offset from the file start, nbytes) of every tensor's bytes, in file order: the
+  // ranges a registration of the mapping must not cut (HostRegistrationOptions::
+  // unbroken_ranges, cuda/runtime.h), so each tensor copies to the device in one piece.
+  std::vector<std::pair<int64_t, int64_t>> TensorByteRanges() const;
 
  private:
   SafetensorsFile() = default;

@@ -59,6 +59,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, O
   HostRegistrationOptions registration;
   registration.device = options.pin_device;
   registration.chunk_bytes = options.pin_chunk_bytes;
+  registration.unbroken_ranges = file.TensorByteRanges();
   // The mapping is PROT_READ: only a read-only registration can pin it.
   absl::Status pinned =
       PinStorage(*file.storage_, kHostRegisterReadOnly | kHostRegisterPortable, registration);
@@ -67,6 +68,15 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, O
   if (!options.pageable_fallback) return pinned;
   file.pin_status_ = std::move(pinned);
   return file;
+}
+
+std::vector<std::pair<int64_t, int64_t>> SafetensorsFile::TensorByteRanges() const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ranges.reserve(entries_.size());
+  for (const SafetensorsEntry& e : entries_) {
+    ranges.emplace_back(data_offset() + e.data_begin, e.data_end - e.data_begin);
+  }
+  return ranges;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBuffer(std::shared_ptr<Storage> bytes) {

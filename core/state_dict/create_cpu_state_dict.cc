@@ -47,6 +47,11 @@ class ArenaBuilder {
       if (arena.ok() && options_.pin_memory) {
         HostRegistrationOptions registration;
         registration.device = pin_device_;
+        // No registration boundary inside a tensor: each is copied in one piece.
+        registration.unbroken_ranges.reserve(slots_.size());
+        for (const Slot& slot : slots_) {
+          registration.unbroken_ranges.emplace_back(slot.offset, slot.nbytes);
+        }
         absl::Status pinned = PinStorage(**arena, kHostRegisterPortable, registration);
         if (!pinned.ok()) arena = pinned;
       }

@@ -5,7 +5,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +54,67 @@ class Mapping {
 std::vector<internal::RegistrationChunk> Chunks(const void* ptr, int64_t nbytes, int64_t chunk) {
   return *internal::PlanRegistrationChunks(reinterpret_cast<uintptr_t>(ptr), nbytes, chunk,
                                            sysconf(_SC_PAGESIZE));
+}
+
+// Byte i of a range: (7 i) mod 251, so a byte copied to the wrong place shows.
+void FillPattern(char* data, int64_t nbytes) {
+  for (int64_t i = 0; i < nbytes; ++i) data[i] = static_cast<char>((7 * i) % 251);
+}
+
+// Copies `nbytes` from host `src` to a new device buffer with cudaMemcpyAsync on a stream
+// of its own and waits at most 10 s for it, then reads the bytes back and compares them:
+// "ok", "<cuda error> from cudaMemcpyAsync", "differs" or "did not finish in 10 s". A copy
+// still on the stream at 10 s ends the process (it would hold every later call), after
+// printing what was copied; ctest then reports this test alone as failed.
+std::string CopyToDeviceWithin10s(const char* src, int64_t nbytes, const char* what) {
+  DeviceBuffer on_device = *AllocateDeviceBuffer(nbytes, 0);
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    return "cudaStreamCreateWithFlags failed";
+  }
+  const cudaError_t started = cudaMemcpyAsync(on_device->data(), src, static_cast<size_t>(nbytes),
+                                              cudaMemcpyHostToDevice, stream);
+  std::string result;
+  if (started != cudaSuccess) {
+    result = absl::StrCat(cudaGetErrorName(started), " from cudaMemcpyAsync");
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    cudaError_t done = cudaErrorNotReady;
+    while ((done = cudaStreamQuery(stream)) == cudaErrorNotReady &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (done == cudaErrorNotReady) {
+      std::fprintf(stderr, "%s: the copy of %lld bytes did not finish in 10 s\n", what,
+                   static_cast<long long>(nbytes));
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    if (done != cudaSuccess) {
+      result = absl::StrCat(cudaGetErrorName(done), " from the stream");
+    } else {
+      std::vector<char> back(static_cast<size_t>(nbytes));
+      result = cudaMemcpy(back.data(), on_device->data(), static_cast<size_t>(nbytes),
+                          cudaMemcpyDeviceToHost) != cudaSuccess
+                   ? "the copy back failed"
+               : std::memcmp(back.data(), src, static_cast<size_t>(nbytes)) == 0 ? "ok"
+                                                                                 : "differs";
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+  std::fprintf(stderr, "%s: %s\n", what, result.c_str());
+  return result;
+}
+
+// Whether the device registers read-only pages (with the flag, or through the host's page
+// tables); HostRegistration refuses read-only ranges otherwise.
+bool RegistersReadOnlyPages() {
+  int read_only = 0;
+  int host_page_tables = 0;
+  (void)cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, 0);
+  (void)cudaDeviceGetAttribute(&host_page_tables,
+                               cudaDevAttrPageableMemoryAccessUsesHostPageTables, 0);
+  return read_only != 0 || host_page_tables != 0;
 }
 
 // case-056 (a registration larger than one chunk). 5.5 MiB in 1 MiB chunks: six registrations,
@@ -204,16 +270,90 @@ TEST(HostRegistrationGpu, ReadOnlyPagesNeedTheReadOnlyFlag) {
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->num_chunks(), 3);
   EXPECT_TRUE(IsPageLocked(mapping.data() + nbytes - 1));
-  // The device reads the read-only pages.
+  // The device reads the read-only pages, one registration per copy (CUDA refuses a copy
+  // across two: ACopyAcrossTwoRegistrationsIsRefused).
   DeviceBuffer on_device = *AllocateDeviceBuffer(nbytes, 0);
-  ASSERT_EQ(cudaMemcpy(on_device->data(), mapping.data(), nbytes, cudaMemcpyHostToDevice),
-            cudaSuccess);
+  for (int64_t offset = 0; offset < nbytes; offset += kMiB) {
+    ASSERT_EQ(cudaMemcpy(static_cast<char*>(on_device->data()) + offset, mapping.data() + offset,
+                         kMiB, cudaMemcpyHostToDevice),
+              cudaSuccess)
+        << "chunk at " << offset;
+  }
   std::vector<char> back(nbytes);
   ASSERT_EQ(cudaMemcpy(back.data(), on_device->data(), nbytes, cudaMemcpyDeviceToHost),
             cudaSuccess);
   EXPECT_EQ(std::memcmp(back.data(), mapping.data(), nbytes), 0);
   ASSERT_TRUE(reg->Release().ok());
   EXPECT_FALSE(IsPageLocked(mapping.data()));
+}
+
+// What a copy from registered memory may span (the H200's answer, 2026-12-04: a copy inside
+// one registration works, read-only or not; a copy across two is cudaErrorInvalidValue,
+// read-only or not). This is why HostRegistrationOptions::unbroken_ranges keeps every
+// tensor of a mapping or an arena inside one chunk.
+TEST(HostRegistrationGpu, CopyInsideOneReadOnlyChunk) {
+  SDRT_SKIP_WITHOUT_GPU();
+  if (!RegistersReadOnlyPages()) GTEST_SKIP() << "this device cannot register read-only pages";
+  const int64_t nbytes = 3 * kMiB;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  FillPattern(mapping.data(), nbytes);
+  ASSERT_EQ(mprotect(mapping.data(), static_cast<size_t>(nbytes), PROT_READ), 0);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = kMiB;
+  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(
+      mapping.data(), nbytes, kHostRegisterReadOnly | kHostRegisterPortable, options);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + kMiB + 4096, kMiB / 2,
+                                  "read-only, inside chunk 1 of 3"),
+            "ok");
+}
+
+TEST(HostRegistrationGpu, CopyOfAReadOnlyRangeRegisteredWhole) {
+  SDRT_SKIP_WITHOUT_GPU();
+  if (!RegistersReadOnlyPages()) GTEST_SKIP() << "this device cannot register read-only pages";
+  const int64_t nbytes = 3 * kMiB;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  FillPattern(mapping.data(), nbytes);
+  ASSERT_EQ(mprotect(mapping.data(), static_cast<size_t>(nbytes), PROT_READ), 0);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = nbytes;
+  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(
+      mapping.data(), nbytes, kHostRegisterReadOnly | kHostRegisterPortable, options);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->num_chunks(), 1);
+  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data(), nbytes, "read-only, one registration"), "ok");
+}
+
+TEST(HostRegistrationGpu, ACopyAcrossTwoRegistrationsIsRefused) {
+  SDRT_SKIP_WITHOUT_GPU();
+  const int64_t nbytes = 3 * kMiB;
+  Mapping mapping(nbytes);
+  ASSERT_NE(mapping.data(), nullptr);
+  FillPattern(mapping.data(), nbytes);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = kMiB;
+  absl::StatusOr<HostRegistration> reg =
+      HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->num_chunks(), 3);
+  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + 4096, nbytes - 8192,
+                                  "read-write, across 3 chunks"),
+            "cudaErrorInvalidValue from cudaMemcpyAsync");
+  // Kept whole (an unbroken range), the same bytes lie in one registration and copy: the
+  // first chunk grows to the range's end, the last page is a chunk of its own.
+  ASSERT_TRUE(reg->Release().ok());
+  options.unbroken_ranges = {{4096, nbytes - 8192}};
+  reg = HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->num_chunks(), 2);
+  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + 4096, nbytes - 8192,
+                                  "read-write, kept in one chunk"),
+            "ok");
 }
 
 }  // namespace

@@ -29,10 +29,12 @@ absl::StatusOr<Map> FullOnRoot(const CheckpointSource& source, const Device& dev
     HostRegistrationOptions registration;
     registration.device = device.index;
     for (size_t i = 0; i < source.files().size() && note.empty(); ++i) {
+      const SafetensorsFile& file = source.file(static_cast<int>(i));
+      // No registration boundary inside a tensor: each is copied to the device in one piece.
+      registration.unbroken_ranges = file.TensorByteRanges();
       // The mapping is PROT_READ: only a read-only registration can pin it.
-      const absl::Status pinned =
-          PinStorage(*source.file(static_cast<int>(i)).storage(),
-                     kHostRegisterReadOnly | kHostRegisterPortable, registration);
+      const absl::Status pinned = PinStorage(
+          *file.storage(), kHostRegisterReadOnly | kHostRegisterPortable, registration);
       if (!pinned.ok()) {
         note = absl::StrCat("; the root copies from pageable memory (", source.files()[i].path,
                             ": ", pinned.message(), ")");

@@ -102,14 +102,26 @@ pid_t TempOwner(absl::string_view name, const std::string& base) {
 // Passes RemoveTree makes over a folder whose entries keep changing.
 constexpr int kMaxRemovePasses = 100;
 
-// Removes `path` and everything in it, best effort. Another thread of this process may still
-// be creating or renaming files inside (an interrupted writer while RemoveTemporaryPaths
-// runs), which fails a pass (the folder not empty at the end, an entry gone meanwhile): passes
-// are repeated until one succeeds (the path is gone) or kMaxRemovePasses have failed.
+// Removes `path` (a name of TempName's form) and everything in it, best effort. Another thread
+// of this process may still be creating files inside by path (an interrupted writer while
+// RemoveTemporaryPaths runs), as fast as a pass removes them. So the path is first renamed
+// aside, to the same name with its tag's last digit changed (still TempName's form, so a
+// removal cut short is swept later; never over an existing name): the writer's next file
+// then fails to open instead of landing in the folder. A pass can still fail on an entry
+// created in the instant of the rename; passes are repeated until one succeeds (the path
+// is gone) or kMaxRemovePasses have failed.
 void RemoveTree(const std::string& path) {
+  std::string target = path;
+  if (!path.empty()) {
+    std::string aside = path;
+    aside.back() = aside.back() == '0' ? '1' : '0';
+    if (renameat2(AT_FDCWD, path.c_str(), AT_FDCWD, aside.c_str(), RENAME_NOREPLACE) == 0) {
+      target = std::move(aside);
+    }
+  }
   for (int pass = 0; pass < kMaxRemovePasses; ++pass) {
     std::error_code error;
-    std::filesystem::remove_all(path, error);
+    std::filesystem::remove_all(target, error);
     if (!error) return;
   }
 }

@@ -164,10 +164,11 @@ absl::Status DescribeTargets(absl::Span<const std::unique_ptr<internal::LocalTar
 // and whether it is replaced or a DTensor's layout), so a repeated call makes no descriptor.
 class BroadcastRequest final : public internal::TransferRequest {
  public:
+  // `key`: AddTargetToKey of each target, in order.
   BroadcastRequest(const std::vector<std::unique_ptr<internal::LocalTarget>>& targets,
-                   const std::vector<const internal::LeafLayout*>& entries, int root,
-                   int world_size)
-      : targets_(targets), entries_(entries), root_(root), world_size_(world_size) {}
+                   const std::vector<const internal::LeafLayout*>& entries,
+                   const internal::RouteKey& key, int root, int world_size)
+      : targets_(targets), entries_(entries), key_(key), root_(root), world_size_(world_size) {}
 
   size_t size() const override { return targets_.size(); }
 
@@ -175,19 +176,23 @@ class BroadcastRequest final : public internal::TransferRequest {
     key.Word(kTag);
     key.Word(root_);
     key.Word(world_size_);
-    for (size_t i = 0; i < targets_.size(); ++i) {
-      const internal::LocalTarget& target = *targets_[i];
-      const internal::LeafLayout& entry = *entries_[i];
-      key.Name(entry.path);
-      key.Word(static_cast<int64_t>(entry.dtype));
-      key.Ints(entry.shape);
-      const bool replace = target.kind == internal::LocalTarget::Kind::kReplace;
-      key.Word(replace ? 1 : 0);
-      if (!replace) {
-        const DTensor& d = target.leaf->value->as_dtensor();
-        key.Mesh(d.mesh().get());
-        key.Placements(d.placements());
-      }
+    key.AppendDigestOf(key_);
+  }
+
+  // The words of one target for the key: what its descriptor is made of (the root's path,
+  // dtype and shape; replaced whole, or the DTensor's mesh and placements). Written in the
+  // walk that plans the targets, while each leaf is in cache (one walk over them, not two).
+  static void AddTargetToKey(const internal::LeafLayout& entry,
+                             const internal::LocalTarget& target, internal::RouteKey& key) {
+    key.Name(entry.path);
+    key.Word(static_cast<int64_t>(entry.dtype));
+    key.Ints(entry.shape);
+    const bool replace = target.kind == internal::LocalTarget::Kind::kReplace;
+    key.Word(replace ? 1 : 0);
+    if (!replace) {
+      const DTensor& d = target.leaf->value->as_dtensor();
+      key.Mesh(d.mesh().get());
+      key.Placements(d.placements());
     }
   }
 
@@ -202,6 +207,7 @@ class BroadcastRequest final : public internal::TransferRequest {
   static constexpr int64_t kTag = 0x5344525442524f41;  // "SDRTBROA"
   const std::vector<std::unique_ptr<internal::LocalTarget>>& targets_;
   const std::vector<const internal::LeafLayout*>& entries_;
+  const internal::RouteKey& key_;
   const int root_;
   const int world_size_;
 };
@@ -272,6 +278,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   internal::LocalLayoutCache layouts;
   rules.layouts = &layouts;
   bool any_sharded = false;
+  internal::RouteKey key(entries.size());  // BroadcastRequest's words
   size_t tensor_index = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
     const internal::LeafLayout& entry = entries[e];
@@ -296,6 +303,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     }
     any_sharded = any_sharded || target->kind == internal::LocalTarget::Kind::kSharded;
     targets.push_back(std::make_unique<internal::LocalTarget>(*std::move(target)));
+    if (!any_sharded) BroadcastRequest::AddTargetToKey(entry, *targets.back(), key);
     target_entry.push_back(&entry);
     target_source.push_back(is_root ? &root_tensors[this_tensor] : nullptr);
   }
@@ -320,7 +328,8 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
       destinations.Add(targets[i]->dests);
     }
     if (!any_sharded) {
-      return run.Prepare(comm, BroadcastRequest(targets, target_entry, options.root, comm.size()),
+      return run.Prepare(comm,
+                         BroadcastRequest(targets, target_entry, key, options.root, comm.size()),
                          std::move(sources), std::move(destinations), run_options);
     }
     const absl::Span<internal::TransferTensor> tensors =

@@ -130,6 +130,12 @@ void RouteKey::Tensor(const TransferTensor& t) {
   Side(t.destination);
 }
 
+void RouteKey::AppendDigestOf(const RouteKey& other) {
+  const auto [low, high] = other.Digest();
+  words_.push_back(low);
+  words_.push_back(high);
+}
+
 void RouteKey::Side(const TransferLayout& side) {
   Mesh(side.mesh.get());
   Placements(side.placements);

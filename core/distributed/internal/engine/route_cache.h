@@ -56,6 +56,9 @@ class RouteKey {
   void Placements(absl::Span<const Placement> placements);
   // A descriptor whole (DescribedTransfer's encoding).
   void Tensor(const TransferTensor& t);
+  // The digest of `other` (two words): for a request that wrote its tensors' words while
+  // it walked them for another reason (one pass over them, not two), hashed once.
+  void AppendDigestOf(const RouteKey& other);
   // The 128-bit XXH3 hash of everything put.
   std::pair<uint64_t, uint64_t> Digest() const;
 

@@ -1,9 +1,12 @@
 // RouteTransfer (core/distributed/internal/engine/route_cache.h): an equal request gets
 // the route made before; anything a route depends on (a name, a dtype, a shape, a layout,
 // a mesh's ranks, the rank, the bucket size) makes a new one; the least recently used
-// route goes first once kMaxCachedRoutes are kept; errors are not kept.
+// route goes first once kMaxCachedRoutes are kept; errors are not kept; a key holding
+// another key's digest follows its words, and DistributeStateDict, which keys its route
+// that way, gets its own layout's route every call.
 #include "sdrt/core/distributed/internal/engine/route_cache.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,7 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/core/distributed/internal/engine/simulator.h"
+#include "sdrt/tests/support/fill.h"
 
 namespace sdrt::test {
 namespace {
@@ -87,6 +94,66 @@ TEST(RouteCacheTest, WhatARouteDependsOnMakesANewOne) {
   EXPECT_FALSE(Route({Weight("order.b"), Weight("order.a")}).hit);
   EXPECT_TRUE(Route({Weight("order.a"), Weight("order.b")}).hit);
   EXPECT_NE(base.route, ab.route);
+}
+
+// A request that writes its words into a key of its own (DistributeStateDict and
+// BroadcastStateDict, in the walk they make anyway) puts that key's digest into the route's
+// key: equal words give equal keys, a word or a name more or different gives another.
+TEST(RouteCacheTest, AKeyHoldingAnotherKeysDigestFollowsItsWords) {
+  const auto outer = [](const std::vector<int64_t>& words, const std::string& name) {
+    internal::RouteKey inner(1);
+    for (int64_t w : words) inner.Word(w);
+    inner.Name(name);
+    internal::RouteKey key(1);
+    key.Word(7);
+    key.AppendDigestOf(inner);
+    return key.Digest();
+  };
+  EXPECT_EQ(outer({1, 2}, "a.b"), outer({1, 2}, "a.b"));
+  EXPECT_NE(outer({1, 2}, "a.b"), outer({1, 3}, "a.b"));
+  EXPECT_NE(outer({1, 2}, "a.b"), outer({1, 2}, "a.c"));
+  EXPECT_NE(outer({1, 2}, "a.b"), outer({1, 2, 0}, "a.b"));
+}
+
+// DistributeStateDict keys its route with the words it writes while it walks the leaves:
+// the same call again is answered from the cache, and the same names cut another way (or
+// on another rank) are not, so every call gets its own layout's pieces.
+TEST(RouteCacheTest, DistributeGetsItsLayoutsRouteEveryCall) {
+  const auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2}));
+  Map full;
+  full.Set("layer.w", Value(Arange({6, 4}, DType::kFloat32)));
+  full.Set("layer.b", Value(Arange({6}, DType::kFloat32, 100)));
+  const auto call = [&](const char* placements, int rank) {
+    Map local;
+    const std::vector<Placement> p = *ParsePlacements(placements);
+    for (const char* name : {"layer.w", "layer.b"}) {
+      const Tensor& t = full.Find(name)->as_tensor();
+      const bool matrix = t.dim() == 2;
+      const std::vector<Placement> mine = matrix ? p : std::vector<Placement>{Placement::Shard(0)};
+      local.Set(name, Value(*DTensor::Make(
+                          *Tensor::Meta(*ComputeLocalShape(t.shape(), *mesh, mine, rank), t.dtype()),
+                          mesh, mine, t.shape())));
+    }
+    DistributeOptions options;
+    options.rank = rank;
+    const RouteCacheCounts before = RouteCacheCountsNow();
+    EXPECT_TRUE(DistributeStateDict(full, local, options).ok());
+    const bool hit = RouteCacheCountsNow().hits == before.hits + 1;
+    const Tensor& w = local.Find("layer.w")->as_dtensor().local();
+    const DTensor want = *DistributeTensor(full.Find("layer.w")->as_tensor(), mesh,
+                                           *ParsePlacements(placements), rank);
+    EXPECT_EQ(w.shape(), want.local().shape()) << placements << " rank " << rank;
+    const Tensor a = *w.Contiguous();
+    const Tensor b = *want.local().Contiguous();
+    EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<size_t>(a.nbytes())), 0)
+        << placements << " rank " << rank;
+    return hit;
+  };
+  call("[S(0)]", 0);
+  EXPECT_TRUE(call("[S(0)]", 0));
+  EXPECT_FALSE(call("[S(1)]", 0));
+  EXPECT_FALSE(call("[S(1)]", 1));
+  EXPECT_TRUE(call("[S(0)]", 0));
 }
 
 TEST(RouteCacheTest, TheLeastRecentlyUsedRouteGoesFirst) {

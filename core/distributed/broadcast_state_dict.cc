@@ -290,7 +290,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     }
     internal::MutableLeaf& leaf = leaves[static_cast<size_t>(leaf_of[e])];
     if (!is_tensor) {
-      inline_writes.emplace_back(&leaf, &entry.value);
+      inline_writes.emplace_back(&leaf, entry.value.get());
       continue;
     }
     // A None local takes nothing, as in PyTorch's _broadcast_tensors.

@@ -82,7 +82,7 @@ bool DecodeLeaf(ByteReader& r, LeafLayout& leaf) {
     if (!r.View(&cbor)) return false;
     absl::StatusOr<Value> value = DecodeInlineValue(cbor);
     if (!value.ok()) return false;
-    leaf.value = *std::move(value);
+    leaf.value = std::make_shared<const Value>(*std::move(value));
     leaf.inline_value = std::string(cbor);  // what it encodes to again
   } else if (leaf.kind == LeafLayout::Kind::kBoxes) {
     uint64_t count = 0;

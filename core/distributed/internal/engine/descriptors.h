@@ -12,6 +12,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_DESCRIPTORS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,10 @@ struct LeafLayout {
   std::vector<Placement> placements;
   // kBoxes: every box of the ShardedTensor (its global metadata), in metadata order.
   std::vector<TransferBox> boxes;
-  // kInline: the value's CBOR (EncodeInlineValue) when encoding; the decoded value.
+  // kInline: the value's CBOR (EncodeInlineValue) when encoding; the decoded value (held
+  // apart: a Value is 176 bytes, and a broadcast decodes one LeafLayout per tensor).
   std::string inline_value;
-  Value value;
+  std::shared_ptr<const Value> value;
 };
 
 // The bytes of `leaves`: their count (one word), then each leaf as AppendLeafLayout writes

@@ -48,7 +48,8 @@ Value RoundTrip(const Value& value) {
   EXPECT_TRUE(decoded.ok()) << decoded.status();
   if (!decoded.ok() || decoded->size() != 1) return Value();
   EXPECT_EQ((*decoded)[0].path, "x");
-  return (*decoded)[0].value;
+  EXPECT_NE((*decoded)[0].value, nullptr);
+  return (*decoded)[0].value == nullptr ? Value() : *(*decoded)[0].value;
 }
 
 TEST(InlineValue, ZeroDimTensorsOfEveryDTypeTravelExactly) {

@@ -91,6 +91,13 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
   TransferRunStats& st = program.stats;
   std::vector<BoxCopy> copies;
   std::vector<TransferProgram::Op> after;
+  // An op or two per chunk (packing on the sender, unpacking everywhere): room for them
+  // once, not the doublings of 10,000-op vectors.
+  size_t chunks = 0;
+  for (const TransferSchedule::CollectiveExchange& c : schedule.collectives) {
+    chunks += c.count;
+  }
+  program.ops.reserve(program.ops.size() + 2 * chunks);
   for (const TransferSchedule::CollectiveExchange& c : schedule.collectives) {
     if (c.kind == Collective::kAllGather &&
         static_cast<int64_t>(c.counts.size()) != comm.size()) {
@@ -109,6 +116,7 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
     for (size_t q = 0; q < c.counts.size(); ++q) segment[q + 1] = segment[q] + c.counts[q];
     x.ops_begin = program.ops.size();
     after.clear();
+    after.reserve(c.count);
     const bool root = c.kind == Collective::kBroadcast && c.root == me;
     for (size_t k = 0; k < c.count; ++k) {
       const size_t j = c.first + k;

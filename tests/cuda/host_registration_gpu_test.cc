@@ -291,41 +291,35 @@ TEST(HostRegistrationGpu, ReadOnlyPagesNeedTheReadOnlyFlag) {
 // one registration works, read-only or not; a copy across two is cudaErrorInvalidValue,
 // read-only or not). This is why HostRegistrationOptions::unbroken_ranges keeps every
 // tensor of a mapping or an arena inside one chunk.
+// A 3 MiB read-only range registered in chunks of `chunk_bytes` (`chunks` of them): the copy
+// of [offset, offset + nbytes) reaches the device bit-exactly.
+void ExpectReadOnlyCopy(int64_t chunk_bytes, int64_t chunks, int64_t offset, int64_t nbytes,
+                        const char* what) {
+  const int64_t total = 3 * kMiB;
+  Mapping mapping(total);
+  ASSERT_NE(mapping.data(), nullptr);
+  FillPattern(mapping.data(), total);
+  ASSERT_EQ(mprotect(mapping.data(), static_cast<size_t>(total), PROT_READ), 0);
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = chunk_bytes;
+  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(
+      mapping.data(), total, kHostRegisterReadOnly | kHostRegisterPortable, options);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->num_chunks(), chunks);
+  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + offset, nbytes, what), "ok");
+}
+
 TEST(HostRegistrationGpu, CopyInsideOneReadOnlyChunk) {
   SDRT_SKIP_WITHOUT_GPU();
   if (!RegistersReadOnlyPages()) GTEST_SKIP() << "this device cannot register read-only pages";
-  const int64_t nbytes = 3 * kMiB;
-  Mapping mapping(nbytes);
-  ASSERT_NE(mapping.data(), nullptr);
-  FillPattern(mapping.data(), nbytes);
-  ASSERT_EQ(mprotect(mapping.data(), static_cast<size_t>(nbytes), PROT_READ), 0);
-  HostRegistrationOptions options;
-  options.device = 0;
-  options.chunk_bytes = kMiB;
-  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(
-      mapping.data(), nbytes, kHostRegisterReadOnly | kHostRegisterPortable, options);
-  ASSERT_TRUE(reg.ok()) << reg.status();
-  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + kMiB + 4096, kMiB / 2,
-                                  "read-only, inside chunk 1 of 3"),
-            "ok");
+  ExpectReadOnlyCopy(kMiB, 3, kMiB + 4096, kMiB / 2, "read-only, inside chunk 1 of 3");
 }
 
 TEST(HostRegistrationGpu, CopyOfAReadOnlyRangeRegisteredWhole) {
   SDRT_SKIP_WITHOUT_GPU();
   if (!RegistersReadOnlyPages()) GTEST_SKIP() << "this device cannot register read-only pages";
-  const int64_t nbytes = 3 * kMiB;
-  Mapping mapping(nbytes);
-  ASSERT_NE(mapping.data(), nullptr);
-  FillPattern(mapping.data(), nbytes);
-  ASSERT_EQ(mprotect(mapping.data(), static_cast<size_t>(nbytes), PROT_READ), 0);
-  HostRegistrationOptions options;
-  options.device = 0;
-  options.chunk_bytes = nbytes;
-  absl::StatusOr<HostRegistration> reg = HostRegistration::Register(
-      mapping.data(), nbytes, kHostRegisterReadOnly | kHostRegisterPortable, options);
-  ASSERT_TRUE(reg.ok()) << reg.status();
-  EXPECT_EQ(reg->num_chunks(), 1);
-  EXPECT_EQ(CopyToDeviceWithin10s(mapping.data(), nbytes, "read-only, one registration"), "ok");
+  ExpectReadOnlyCopy(3 * kMiB, 1, 0, 3 * kMiB, "read-only, one registration");
 }
 
 TEST(HostRegistrationGpu, ACopyAcrossTwoRegistrationsIsRefused) {

@@ -134,13 +134,19 @@ void ExpectDestinationHolds(const Map& engine, int step) {
   EXPECT_EQ(Bytes(shards[1].tensor), Bytes(*full.Narrow(0, 8, 4)));
 }
 
+// Options over `comm` with 4 KiB buckets: the 96 KiB big_rows and the rest in many.
+ReshardOptions SmallBuckets(Communicator* comm) {
+  ReshardOptions options;
+  options.comm = comm;
+  options.bucket_bytes = 4096;
+  return options;
+}
+
 TEST(ReshardGpuTest, OneRankThroughDeviceBuckets) {
   SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
-  ReshardOptions options;
-  options.comm = comm.get();
-  options.bucket_bytes = 4096;  // the 96 KiB big_rows and the rest in many buckets
+  const ReshardOptions options = SmallBuckets(comm.get());
   const Map source = Source(1);
   Map destination = Destination();
   TransferStats stats;
@@ -162,9 +168,7 @@ TEST(ReshardGpuTest, OneRankBindingFollowsInPlaceUpdates) {
   SDRT_SKIP_WITHOUT_GPU();
   std::unique_ptr<NcclCommunicator> comm = test::SingleRankNccl();
   ASSERT_NE(comm, nullptr);
-  ReshardOptions options;
-  options.comm = comm.get();
-  options.bucket_bytes = 4096;
+  const ReshardOptions options = SmallBuckets(comm.get());
   Map source = Source(0);
   Map destination = Destination();
   absl::StatusOr<ReshardPlan> plan = PlanReshard(source, destination, options);

@@ -139,16 +139,18 @@ class StageWatchdog {
   std::thread thread_;
 };
 
-// The file registered whole (the default chunk size): every tensor pinned and bit-exact on
-// the device, nothing registered once the file and its tensors are gone.
-TEST(SafetensorsGpu, PinMappingWholeFile) {
-  SDRT_SKIP_WITHOUT_GPU();
+// WritePageEndedTensors' file opened with its mapping pinned in chunks of `chunk_bytes`:
+// `want_chunks` registrations, every tensor pinned and bit-exact on the device
+// (ExpectPinnedAndCopied), nothing registered once the file and its tensors are gone; a
+// watchdog ends the test within 20 s naming the stage a CUDA call hung in.
+void ExpectPinMapping(const std::string& file_name, int64_t chunk_bytes, size_t want_chunks) {
   StageWatchdog watchdog(20);
-  const std::string path = TestDir() + "/pin_whole.safetensors";
+  const std::string path = TestDir() + "/" + file_name;
   const NamedTensors tensors = WritePageEndedTensors(path);
   SafetensorsFile::Options options;
   options.pin_mapping = true;
   options.pin_device = 0;
+  options.pin_chunk_bytes = chunk_bytes;
   options.pageable_fallback = false;
   std::vector<internal::RegistrationChunk> chunks;
   const char* base = nullptr;
@@ -160,12 +162,19 @@ TEST(SafetensorsGpu, PinMappingWholeFile) {
     }
     ASSERT_TRUE(file.ok()) << file.status();
     base = static_cast<const char*>(file->storage()->data());
-    chunks = ExpectPinnedAndCopied(*file, tensors, options.pin_chunk_bytes, &watchdog.stage);
-    EXPECT_EQ(chunks.size(), 1u);
+    chunks = ExpectPinnedAndCopied(*file, tensors, chunk_bytes, &watchdog.stage);
+    EXPECT_EQ(chunks.size(), want_chunks);
   }
+  watchdog.stage.store("checking the release");
   for (const internal::RegistrationChunk& c : chunks) {
     EXPECT_FALSE(IsPageLocked(base + c.offset)) << "chunk at " << c.offset << " leaked";
   }
+}
+
+// The file registered whole (the default chunk size).
+TEST(SafetensorsGpu, PinMappingWholeFile) {
+  SDRT_SKIP_WITHOUT_GPU();
+  ExpectPinMapping("pin_whole.safetensors", kDefaultRegistrationChunkBytes, 1);
 }
 
 // The same file in 1 MiB chunks: three registrations (the header and a0, b1, c2). On the
@@ -175,31 +184,7 @@ TEST(SafetensorsGpu, PinMappingWholeFile) {
 // registered whole by default.
 TEST(SafetensorsGpu, PinMappingInSeveralChunks) {
   SDRT_SKIP_WITHOUT_GPU();
-  StageWatchdog watchdog(20);
-  const std::string path = TestDir() + "/pin_chunks.safetensors";
-  const NamedTensors tensors = WritePageEndedTensors(path);
-  SafetensorsFile::Options options;
-  options.pin_mapping = true;
-  options.pin_device = 0;
-  options.pin_chunk_bytes = kMiB;
-  options.pageable_fallback = false;
-  std::vector<internal::RegistrationChunk> chunks;
-  const char* base = nullptr;
-  {
-    watchdog.stage.store("registering the mapping");
-    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, options);
-    if (file.status().code() == absl::StatusCode::kFailedPrecondition) {
-      GTEST_SKIP() << "this device cannot register read-only pages: " << file.status();
-    }
-    ASSERT_TRUE(file.ok()) << file.status();
-    base = static_cast<const char*>(file->storage()->data());
-    chunks = ExpectPinnedAndCopied(*file, tensors, kMiB, &watchdog.stage);
-    EXPECT_EQ(chunks.size(), 3u);
-  }
-  watchdog.stage.store("checking the release");
-  for (const internal::RegistrationChunk& c : chunks) {
-    EXPECT_FALSE(IsPageLocked(base + c.offset)) << "chunk at " << c.offset << " leaked";
-  }
+  ExpectPinMapping("pin_chunks.safetensors", kMiB, 3);
 }
 
 // A registration that fails (here: on a device ordinal that does not exist) falls back to

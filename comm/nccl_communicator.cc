@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -87,14 +88,19 @@ void AbortLater(ncclComm_t comm, int device) {
     (void)registered;
     ++pending.running;
   }
-  std::thread([comm, device] {
+  const auto abort = [comm, device] {
     (void)cudaSetDevice(device);
     (void)ncclCommAbort(comm);
     PendingAborts& p = Pending();
     std::lock_guard<std::mutex> lock(p.mutex);
     --p.running;
     p.done.notify_all();
-  }).detach();
+  };
+  try {
+    std::thread(abort).detach();
+  } catch (const std::system_error&) {
+    abort();  // no thread to be had (a process at its limit): abort here, waiting if it must
+  }
 }
 
 // Keeps `buffer` allocated for the rest of the process: the staging buffer of an aborted

@@ -36,7 +36,7 @@ constexpr absl::string_view kOp = "BroadcastStateDict";
 // The root's skeleton of `full`: its leaves in walk order, tensors of dimension >= 1 as
 // plain (dtype, shape; `tensors` gets each), every other leaf inline. Errors name the leaf:
 // FailedPrecondition for a meta tensor, InvalidArgument for what cannot be broadcast.
-absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<Tensor>& tensors) {
+absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<const Tensor*>& tensors) {
   SDRT_ASSIGN_OR_RETURN(const internal::Leaves leaves, internal::CollectLeaves(full));
   // Written leaf by leaf through one LeafLayout, into memory reserved once: for 10,000
   // leaves, a vector of layouts and the growth of `tensors` and `out` took 1.5 ms against
@@ -58,7 +58,7 @@ absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<Tensor>& t
       l.kind = internal::LeafLayout::Kind::kPlain;
       l.dtype = t.dtype();
       l.shape = t.shape();
-      tensors.push_back(t);
+      tensors.push_back(&t);
       internal::AppendLeafLayout(l, &out);
       continue;
     }
@@ -236,7 +236,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     early = absl::InvalidArgumentError(
         absl::StrCat("bucket_bytes must be at least 1, got ", options.bucket_bytes));
   }
-  std::vector<Tensor> root_tensors;
+  std::vector<const Tensor*> root_tensors;  // in `full`, which outlives the call
   AgreementPayload root_skeleton;
   if (early.ok() && is_root) {
     absl::StatusOr<std::string> described = DescribeFull(full, root_tensors);
@@ -305,7 +305,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     targets.push_back(std::make_unique<internal::LocalTarget>(*std::move(target)));
     if (!any_sharded) BroadcastRequest::AddTargetToKey(entry, *targets.back(), key);
     target_entry.push_back(&entry);
-    target_source.push_back(is_root ? &root_tensors[this_tensor] : nullptr);
+    target_source.push_back(is_root ? root_tensors[this_tensor] : nullptr);
   }
   if (local_error.ok()) local_error = AllocateFreshTargets(targets);
   for (size_t j = 0; j < leaves.size(); ++j) {

@@ -193,6 +193,7 @@ class GatherTransfer::Request final : public TransferRequest {
   size_t size() const override { return moving_; }
 
   void AddToKey(RouteKey& key) const override {
+    key.Reserve(moving_);
     key.Word(kTag);
     key.Mesh(gather_.keeper_mesh_.get());
     for (const Entry& e : gather_.entries_) {

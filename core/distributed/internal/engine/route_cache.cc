@@ -81,9 +81,11 @@ RouteCache& TheRouteCache() {
 
 }  // namespace
 
-RouteKey::RouteKey(size_t tensors) {
-  words_.reserve(tensors * 16 + 16);
-  names_.reserve(tensors * 32);
+RouteKey::RouteKey(size_t tensors) { Reserve(tensors); }
+
+void RouteKey::Reserve(size_t tensors) {
+  words_.reserve(words_.size() + tensors * 16 + 16);
+  names_.reserve(names_.size() + tensors * 32);
 }
 
 void RouteKey::Name(absl::string_view name) {
@@ -158,6 +160,7 @@ std::pair<uint64_t, uint64_t> RouteKey::Digest() const {
 }
 
 void DescribedTransfer::AddToKey(RouteKey& key) const {
+  key.Reserve(tensors_.size());
   key.Word(kDescriptorsTag);
   for (const TransferTensor& t : tensors_) key.Tensor(t);
 }
@@ -165,7 +168,9 @@ void DescribedTransfer::AddToKey(RouteKey& key) const {
 absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
     const TransferRequest& request, const TransferPlanOptions& plan_options,
     const TransferScheduleOptions& schedule_options) {
-  RouteKey key_words(request.size());
+  // Room for the header only: a request that writes its tensors here reserves for them
+  // (one that hands over a digest of a key it wrote already needs none).
+  RouteKey key_words(0);
   key_words.Word(plan_options.rank);
   key_words.Word(plan_options.world_size);
   key_words.Word((plan_options.broadcast ? 1 : 0) | (plan_options.all_gather ? 2 : 0));

@@ -45,7 +45,11 @@ struct TransferRoute {
 // the same key describe the same move.
 class RouteKey {
  public:
+  // Room for the words and names of `tensors` tensors (Reserve).
   explicit RouteKey(size_t tensors);
+  // Room for `tensors` more tensors' words and names, so that writing them does not grow
+  // the buffers by doublings.
+  void Reserve(size_t tensors);
   void Word(int64_t v) { words_.push_back(static_cast<uint64_t>(v)); }
   // Its length, then its bytes.
   void Name(absl::string_view name);

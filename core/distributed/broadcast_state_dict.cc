@@ -267,9 +267,16 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   BroadcastResult result;
   std::vector<std::unique_ptr<internal::LocalTarget>> targets;
   std::vector<const internal::LeafLayout*> target_entry;
-  std::vector<const Tensor*> target_source;
+  // Each target's locals, listed as it is planned (a later walk over 10,000 targets would
+  // miss the cache on each); the refs stay valid: the tensors are the root's and the
+  // targets' own, whose new locals replace them in place.
+  internal::TransferLocals sources, destinations;
   std::vector<std::pair<internal::MutableLeaf*, const Value*>> inline_writes;
   targets.reserve(entries.size());
+  for (internal::TransferLocals* side : {&sources, &destinations}) {
+    side->tensors.reserve(entries.size());
+    side->begin.reserve(entries.size() + 1);
+  }
   internal::LocalTargetRules rules;
   rules.rank = comm.rank();
   rules.mesh_ranks = comm.size();
@@ -305,7 +312,9 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     targets.push_back(std::make_unique<internal::LocalTarget>(*std::move(target)));
     if (!any_sharded) BroadcastRequest::AddTargetToKey(entry, *targets.back(), key);
     target_entry.push_back(&entry);
-    target_source.push_back(is_root ? root_tensors[this_tensor] : nullptr);
+    sources.Add(is_root ? absl::Span<const Tensor>(root_tensors[this_tensor], 1)
+                        : absl::Span<const Tensor>());
+    destinations.Add(targets.back()->dests);
   }
   if (local_error.ok()) local_error = AllocateFreshTargets(targets);
   for (size_t j = 0; j < leaves.size(); ++j) {
@@ -321,12 +330,6 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   // Without ShardedTensor targets the request keys the route cache from the targets alone;
   // with them, the descriptors are made (their boxes come with the agreement).
   const auto plan = [&](absl::Span<const std::string> boxes) -> absl::Status {
-    internal::TransferLocals sources, destinations;
-    for (size_t i = 0; i < targets.size(); ++i) {
-      sources.Add(target_source[i] != nullptr ? absl::Span<const Tensor>(target_source[i], 1)
-                                              : absl::Span<const Tensor>());
-      destinations.Add(targets[i]->dests);
-    }
     if (!any_sharded) {
       return run.Prepare(comm,
                          BroadcastRequest(targets, target_entry, key, options.root, comm.size()),

@@ -202,8 +202,10 @@ absl::StatusOr<std::vector<LeafLayout>> DecodeLeafLayouts(absl::string_view byte
   // A leaf takes at least six words.
   bool ok = r.U64(&count) && count <= r.Remaining() / (6 * sizeof(uint64_t));
   std::vector<LeafLayout> leaves;
-  if (ok) leaves.resize(static_cast<size_t>(count));
-  for (size_t i = 0; ok && i < leaves.size(); ++i) ok = DecodeLeaf(r, leaves[i]);
+  // Each leaf made where it is decoded, while in cache (resizing first would write 10,000
+  // default leaves, 3 MB, only to write them again).
+  if (ok) leaves.reserve(static_cast<size_t>(count));
+  for (uint64_t i = 0; ok && i < count; ++i) ok = DecodeLeaf(r, leaves.emplace_back());
   if (!ok || !r.AtEnd()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", from, " sent a malformed description of its leaves"));

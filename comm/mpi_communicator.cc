@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/internal/mpi_check.h"
 #include "sdrt/comm/internal/mpi_roll_call.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {

@@ -10,10 +10,10 @@
 
 #include "gtest/gtest.h"
 #include "sdrt/comm/internal/divide.h"
-#include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tests/support/nccl_single_rank.h"
 #include "sdrt/tests/support/test_util.h"
 

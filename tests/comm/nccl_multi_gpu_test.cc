@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sdrt/comm/internal/float16.h"
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tests/support/nccl_ranks.h"
 #include "sdrt/tests/support/test_util.h"
 

@@ -1,7 +1,7 @@
 #include "sdrt/tests/support/fill.h"
 
 #include "gtest/gtest.h"
-#include "sdrt/comm/internal/float16.h"
+#include "sdrt/tensor/internal/float_cast.h"
 
 namespace sdrt::test {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 // comm's float16/bfloat16 conversions, the ones its MPI reductions use, so that a Partial
 // reduced here rounds exactly as an all-reduce does (core may include comm).
-#include "sdrt/comm/internal/float16.h"
+#include "sdrt/tensor/internal/float_cast.h"
 
 namespace sdrt::internal {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "sdrt/comm/internal/float16.h"
+#include "sdrt/tensor/internal/float_cast.h"
 
 namespace sdrt::internal {
 namespace {

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "sdrt/comm/internal/float16.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tests/support/fill.h"

@@ -45,7 +45,7 @@ absl::StatusOr<int64_t> ElementsForBytes(DType dtype, int64_t bytes) {
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_NAME(e, name, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_NAME(e, name, st, bits, dl_code, reduce, cast) \
   case DType::k##e:                                         \
     return name;
     SDRT_DTYPE_TABLE(SDRT_DTYPE_NAME)
@@ -56,7 +56,7 @@ absl::string_view DTypeName(DType dtype) {
 
 absl::string_view SafetensorsCode(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_ST(e, name, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_ST(e, name, st, bits, dl_code, reduce, cast) \
   case DType::k##e:                                       \
     return st;
     SDRT_DTYPE_TABLE(SDRT_DTYPE_ST)
@@ -67,7 +67,7 @@ absl::string_view SafetensorsCode(DType dtype) {
 
 absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
   absl::ConsumePrefix(&name, "torch.");
-#define SDRT_DTYPE_PARSE(e, n, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_PARSE(e, n, st, bits, dl_code, reduce, cast) \
   if (name == n) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE)
 #undef SDRT_DTYPE_PARSE
@@ -75,7 +75,7 @@ absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
 }
 
 absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code) {
-#define SDRT_DTYPE_PARSE_ST(e, n, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_PARSE_ST(e, n, st, bits, dl_code, reduce, cast) \
   if (code == st) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE_ST)
 #undef SDRT_DTYPE_PARSE_ST
@@ -84,7 +84,7 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code) {
 
 DLPackType ToDLPackType(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_DL(e, name, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_DL(e, name, st, bits, dl_code, reduce, cast) \
   case DType::k##e:                                       \
     return DLPackType{dl_code, bits};
     SDRT_DTYPE_TABLE(SDRT_DTYPE_DL)
@@ -98,7 +98,7 @@ absl::StatusOr<DType> DTypeFromDLPack(uint8_t code, uint8_t bits, uint16_t lanes
     return absl::InvalidArgumentError(
         absl::StrCat("DLPack dtype with lanes=", lanes, " is not supported (need 1)"));
   }
-#define SDRT_DTYPE_PARSE_DL(e, name, st, b, dl_code, reduce) \
+#define SDRT_DTYPE_PARSE_DL(e, name, st, b, dl_code, reduce, cast) \
   if (code == dl_code && bits == b) return DType::k##e;
   SDRT_DTYPE_TABLE(SDRT_DTYPE_PARSE_DL)
 #undef SDRT_DTYPE_PARSE_DL

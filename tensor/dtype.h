@@ -21,7 +21,8 @@
 namespace sdrt SDRT_API {
 
 // X(Enum, name as PyTorch prints it, safetensors code, bits per element, DLPack type code,
-//   how a reduction combines it: a ReduceKind without its k).
+//   how a reduction combines it: a ReduceKind without its k, how a cast converts it: a
+//   CastKind without its k).
 // The safetensors codes and widths are those of the format's 0.8.0 `Dtype`. The DLPack
 // bits are the element's bits and lanes are 1. DLPack codes follow DLPack 1.1's
 // DLDataTypeCode (kDLInt=0, kDLUInt=1, kDLFloat=2, kDLBfloat=4, kDLComplex=5, kDLBool=6,
@@ -36,33 +37,37 @@ namespace sdrt SDRT_API {
 // The reduce column says which dtypes an all-reduce or a Partial placement combines, and
 // as what arithmetic; the backends map it, with the width, to their own types once
 // (comm/: MPI and NCCL datatypes). The others are moved, never combined.
+// The cast column says which dtypes a transfer converts between (a destination of another
+// dtype than its source): the float formats tensor/internal/float_cast.h converts through
+// float32, exactly as PyTorch's `Tensor.to()`. float64 is not among them (through float32 a
+// narrowing would round twice).
 // New rows go at the end: the enum's values travel between ranks.
-#define SDRT_DTYPE_TABLE(X)                                        \
-  X(Bool, "bool", "BOOL", 8, 6, Bool)                              \
-  X(UInt8, "uint8", "U8", 8, 1, Unsigned)                          \
-  X(Int8, "int8", "I8", 8, 0, Signed)                              \
-  X(Int16, "int16", "I16", 16, 0, Signed)                          \
-  X(Int32, "int32", "I32", 32, 0, Signed)                          \
-  X(Int64, "int64", "I64", 64, 0, Signed)                          \
-  X(Float16, "float16", "F16", 16, 2, Float)                       \
-  X(BFloat16, "bfloat16", "BF16", 16, 4, BFloat)                   \
-  X(Float32, "float32", "F32", 32, 2, Float)                       \
-  X(Float64, "float64", "F64", 64, 2, Float)                       \
-  X(Float8E4M3FN, "float8_e4m3fn", "F8_E4M3", 8, 10, None)         \
-  X(Float8E5M2, "float8_e5m2", "F8_E5M2", 8, 12, None)             \
-  X(UInt16, "uint16", "U16", 16, 1, None)                          \
-  X(UInt32, "uint32", "U32", 32, 1, None)                          \
-  X(UInt64, "uint64", "U64", 64, 1, None)                          \
-  X(Complex64, "complex64", "C64", 64, 5, None)                    \
-  X(Float8E4M3FNUZ, "float8_e4m3fnuz", "F8_E4M3FNUZ", 8, 11, None) \
-  X(Float8E5M2FNUZ, "float8_e5m2fnuz", "F8_E5M2FNUZ", 8, 13, None) \
-  X(Float8E8M0FNU, "float8_e8m0fnu", "F8_E8M0", 8, 14, None)       \
-  X(Float6E2M3FN, "float6_e2m3fn", "F6_E2M3", 6, 15, None)         \
-  X(Float6E3M2FN, "float6_e3m2fn", "F6_E3M2", 6, 16, None)         \
-  X(Float4E2M1FNx2, "float4_e2m1fn_x2", "F4", 4, 17, None)
+#define SDRT_DTYPE_TABLE(X)                                              \
+  X(Bool, "bool", "BOOL", 8, 6, Bool, None)                              \
+  X(UInt8, "uint8", "U8", 8, 1, Unsigned, None)                          \
+  X(Int8, "int8", "I8", 8, 0, Signed, None)                              \
+  X(Int16, "int16", "I16", 16, 0, Signed, None)                          \
+  X(Int32, "int32", "I32", 32, 0, Signed, None)                          \
+  X(Int64, "int64", "I64", 64, 0, Signed, None)                          \
+  X(Float16, "float16", "F16", 16, 2, Float, Float)                      \
+  X(BFloat16, "bfloat16", "BF16", 16, 4, BFloat, Float)                  \
+  X(Float32, "float32", "F32", 32, 2, Float, Float)                      \
+  X(Float64, "float64", "F64", 64, 2, Float, None)                       \
+  X(Float8E4M3FN, "float8_e4m3fn", "F8_E4M3", 8, 10, None, Float)        \
+  X(Float8E5M2, "float8_e5m2", "F8_E5M2", 8, 12, None, Float)            \
+  X(UInt16, "uint16", "U16", 16, 1, None, None)                          \
+  X(UInt32, "uint32", "U32", 32, 1, None, None)                          \
+  X(UInt64, "uint64", "U64", 64, 1, None, None)                          \
+  X(Complex64, "complex64", "C64", 64, 5, None, None)                    \
+  X(Float8E4M3FNUZ, "float8_e4m3fnuz", "F8_E4M3FNUZ", 8, 11, None, None) \
+  X(Float8E5M2FNUZ, "float8_e5m2fnuz", "F8_E5M2FNUZ", 8, 13, None, None) \
+  X(Float8E8M0FNU, "float8_e8m0fnu", "F8_E8M0", 8, 14, None, Float)      \
+  X(Float6E2M3FN, "float6_e2m3fn", "F6_E2M3", 6, 15, None, None)         \
+  X(Float6E3M2FN, "float6_e3m2fn", "F6_E3M2", 6, 16, None, None)         \
+  X(Float4E2M1FNx2, "float4_e2m1fn_x2", "F4", 4, 17, None, None)
 
 // How a reduction (an all-reduce, a Partial placement) combines the elements of a dtype:
-// the table's last column.
+// the table's reduce column.
 enum class ReduceKind : uint8_t {
   kNone,      // moved, never combined: float8, unsigned integers above 8 bits, complex64,
               // the sub-byte floats
@@ -73,20 +78,27 @@ enum class ReduceKind : uint8_t {
   kBFloat,    // bfloat16 (the upper half of a binary32)
 };
 
+// How a transfer may convert the elements of a dtype into another's: the table's last
+// column.
+enum class CastKind : uint8_t {
+  kNone,   // never converted
+  kFloat,  // to and from any other kFloat dtype, through float32
+};
+
 enum class DType : uint8_t {
-#define SDRT_DTYPE_ENUM(e, name, st, bits, dl_code, reduce) k##e,
+#define SDRT_DTYPE_ENUM(e, name, st, bits, dl_code, reduce, cast) k##e,
   SDRT_DTYPE_TABLE(SDRT_DTYPE_ENUM)
 #undef SDRT_DTYPE_ENUM
 };
 
-#define SDRT_DTYPE_COUNT(e, name, st, bits, dl_code, reduce) +1
+#define SDRT_DTYPE_COUNT(e, name, st, bits, dl_code, reduce, cast) +1
 inline constexpr int kNumDTypes = 0 SDRT_DTYPE_TABLE(SDRT_DTYPE_COUNT);
 #undef SDRT_DTYPE_COUNT
 
 // Width of one element in bits: 4, 6, 8, 16, 32 or 64.
 constexpr int ElementBits(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_BITS(e, name, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_BITS(e, name, st, bits, dl_code, reduce, cast) \
   case DType::k##e:                                         \
     return bits;
     SDRT_DTYPE_TABLE(SDRT_DTYPE_BITS)
@@ -107,7 +119,7 @@ constexpr int64_t ElementAlignment(DType dtype) {
 // How a reduction combines `dtype` (the table's reduce column).
 constexpr ReduceKind ReduceKindOf(DType dtype) {
   switch (dtype) {
-#define SDRT_DTYPE_REDUCE(e, name, st, bits, dl_code, reduce) \
+#define SDRT_DTYPE_REDUCE(e, name, st, bits, dl_code, reduce, cast) \
   case DType::k##e:                                           \
     return ReduceKind::k##reduce;
     SDRT_DTYPE_TABLE(SDRT_DTYPE_REDUCE)
@@ -116,8 +128,20 @@ constexpr ReduceKind ReduceKindOf(DType dtype) {
   return ReduceKind::kNone;
 }
 
+// How a transfer may convert `dtype` (the table's cast column).
+constexpr CastKind CastKindOf(DType dtype) {
+  switch (dtype) {
+#define SDRT_DTYPE_CAST(e, name, st, bits, dl_code, reduce, cast) \
+  case DType::k##e:                                               \
+    return CastKind::k##cast;
+    SDRT_DTYPE_TABLE(SDRT_DTYPE_CAST)
+#undef SDRT_DTYPE_CAST
+  }
+  return CastKind::kNone;
+}
+
 // The table's invariants: widths are 4, 6 or a power-of-2 number of bytes.
-#define SDRT_DTYPE_CHECK(e, name, st, bits, dl_code, reduce)                                     \
+#define SDRT_DTYPE_CHECK(e, name, st, bits, dl_code, reduce, cast)                              \
   static_assert(                                                                                 \
       (bits) == 4 || (bits) == 6 || (bits) == 8 || (bits) == 16 || (bits) == 32 || (bits) == 64, \
       "element width must be 4, 6, 8, 16, 32 or 64 bits for " name);

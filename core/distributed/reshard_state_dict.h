@@ -78,9 +78,15 @@ class ReshardPlan {
 // tensor). Leaves are matched by their dotted paths; source leaves no rank wants are left
 // out. One exchange of compact descriptors (per leaf: dtype, global shape, mesh and
 // placements or boxes; never per-element lists), inside the agreement, so every rank
-// builds the same plan or gets the same error: InvalidArgument naming the leaf when ranks
-// describe one side of it differently, source and destination differ in dtype or shape,
-// no rank holds a source of a destination leaf, a destination is Partial (PyTorch gives
+// builds the same plan or gets the same error. A destination DTensor or ShardedTensor of
+// another float dtype than its source (bfloat16, float16, float32, float8 e4m3fn / e5m2 /
+// e8m0fnu; tensor/dtype.h's cast column) is a cast: every element converted as PyTorch's
+// `Tensor.to(dtype)` does (rounding to nearest even; float8_e4m3fn saturating at 448), on
+// the side of the wider dtype, so the wire carries the narrower one; CPU tensors only
+// (Unimplemented on a device communicator), not from a Partial source. InvalidArgument
+// naming the leaf when ranks describe one side of it differently, source and destination
+// differ in shape or in dtype (other than such a cast), no rank holds a source of a
+// destination leaf, a destination is Partial (PyTorch gives
 // each rank a share of the value; sdrt refuses), or a layout is invalid (the planner's
 // errors, internal/engine/plan.h; among them a Partial(avg) source of a non-floating dtype,
 // which PyTorch refuses too); Unimplemented for Partial dims of different ops (sum, product,

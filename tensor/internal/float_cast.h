@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "sdrt/tensor/backend/index_math.h"
+#include "sdrt/tensor/dtype.h"
 
 namespace sdrt::internal {
 
@@ -58,6 +59,31 @@ SDRT_HD inline uint32_t RoundToNarrowCode(uint32_t magnitude_bits, int mantissa_
   return (static_cast<uint32_t>(target) << mantissa_bits) + kept - (1u << mantissa_bits);
 }
 
+// A narrow format for ToNarrow: RoundToNarrowCode's two numbers, the codes (sign clear) of
+// a NaN and of an infinity, the first code past the largest finite magnitude and what a
+// magnitude rounding to it or past it becomes (infinity, or the largest finite value where
+// the format saturates), and where the sign bit goes (float32's bit 31 shifted right).
+struct NarrowFormat {
+  int mantissa_bits;
+  int bias;
+  uint32_t nan;
+  uint32_t infinity;
+  uint32_t limit;
+  uint32_t past_limit;
+  int sign_shift;
+};
+
+// The code of `f` in `format`, rounded to nearest even.
+SDRT_HD inline uint32_t ToNarrow(float f, const NarrowFormat& format) {
+  const uint32_t bits = FloatBits(f);
+  const uint32_t sign = (bits & 0x80000000u) >> format.sign_shift;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | format.nan;
+  if (magnitude == 0x7f800000u) return sign | format.infinity;
+  const uint32_t code = RoundToNarrowCode(magnitude, format.mantissa_bits, format.bias);
+  return sign | (code >= format.limit ? format.past_limit : code);
+}
+
 // bfloat16: float32's exponent range, so every float32 rounds to a bfloat16 (a magnitude
 // past the largest finite one to infinity); a NaN stays a NaN, sign and upper payload kept,
 // made quiet.
@@ -84,13 +110,7 @@ SDRT_HD inline float Float16ToFloat(uint16_t h) {
   return sign != 0 ? -magnitude : magnitude;
 }
 SDRT_HD inline uint16_t FloatToFloat16(float f) {
-  const uint32_t bits = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7e00u;
-  if (magnitude == 0x7f800000u) return sign | 0x7c00u;
-  const uint32_t code = RoundToNarrowCode(magnitude, 10, 15);
-  return sign | static_cast<uint16_t>(code >= 0x7c00u ? 0x7c00u : code);
+  return static_cast<uint16_t>(ToNarrow(f, {10, 15, 0x7e00u, 0x7c00u, 0x7c00u, 0x7c00u, 16}));
 }
 
 // float8_e4m3fn: no infinities; 0x7f (and 0xff) is NaN, 448 the largest finite magnitude.
@@ -107,13 +127,7 @@ SDRT_HD inline float Float8E4M3FNToFloat(uint8_t code) {
   return sign != 0 ? -magnitude : magnitude;
 }
 SDRT_HD inline uint8_t FloatToFloat8E4M3FN(float f) {
-  const uint32_t bits = FloatBits(f);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7fu;
-  if (magnitude == 0x7f800000u) return sign | 0x7eu;
-  const uint32_t code = RoundToNarrowCode(magnitude, 3, 7);
-  return sign | static_cast<uint8_t>(code >= 0x7fu ? 0x7eu : code);
+  return static_cast<uint8_t>(ToNarrow(f, {3, 7, 0x7fu, 0x7eu, 0x7fu, 0x7eu, 24}));
 }
 
 // float8_e5m2: float16's exponent with two mantissa bits; 57344 the largest finite
@@ -122,13 +136,7 @@ SDRT_HD inline float Float8E5M2ToFloat(uint8_t code) {
   return Float16ToFloat(static_cast<uint16_t>(static_cast<uint16_t>(code) << 8));
 }
 SDRT_HD inline uint8_t FloatToFloat8E5M2(float f) {
-  const uint32_t bits = FloatBits(f);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7fu;
-  if (magnitude == 0x7f800000u) return sign | 0x7cu;
-  const uint32_t code = RoundToNarrowCode(magnitude, 2, 15);
-  return sign | static_cast<uint8_t>(code >= 0x7cu ? 0x7cu : code);
+  return static_cast<uint8_t>(ToNarrow(f, {2, 15, 0x7fu, 0x7cu, 0x7cu, 0x7cu, 24}));
 }
 
 // float8_e8m0fnu: an unsigned power of two, 2^(code - 127) for codes 0..254, and NaN
@@ -151,6 +159,13 @@ SDRT_HD inline uint8_t FloatToFloat8E8M0FNU(float f) {
   if (mantissa > half || (mantissa == half && lowest != 0)) ++exponent;
   return static_cast<uint8_t>(exponent);
 }
+
+// Converts `count` elements at `from` (of `from_dtype`) into `to` (of `to_dtype`), through
+// float32 with the conversions above; both dtypes of CastKind kFloat (tensor/dtype.h), the
+// same dtype copied as it is. Host memory; either side may sit at any address (elements
+// are read and written as bytes); the two must not overlap. Returns false, writing
+// nothing, for a dtype that is not kFloat.
+bool ConvertFloats(const void* from, DType from_dtype, void* to, DType to_dtype, int64_t count);
 
 }  // namespace sdrt::internal
 

@@ -18,7 +18,7 @@ namespace sdrt::test {
 // Every dtype, in the order of SDRT_DTYPE_TABLE (tensor/dtype.h), generated from that
 // table so that a dtype added there is covered by every test that loops over this.
 inline constexpr DType kAllDTypes[] = {
-#define SDRT_TEST_DTYPE_LIST(e, name, st, bits, dl_code, reduce) DType::k##e,
+#define SDRT_TEST_DTYPE_LIST(e, name, st, bits, dl_code, reduce, cast) DType::k##e,
     SDRT_DTYPE_TABLE(SDRT_TEST_DTYPE_LIST)
 #undef SDRT_TEST_DTYPE_LIST
 };

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -264,6 +265,106 @@ TEST(ReshardStateDictMpi, BindingThatDoesNotFitIsTheSameErrorOnEveryRank) {
   }
   EXPECT_EQ(BindReshard(ReshardPlan(), trainer, engine).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A cast in the sync (issue 30): the trainer's float32 (or bfloat16) weights into an engine
+// of another float dtype, through a bound plan, step after step; each engine piece is the
+// step's full tensor converted (tensor/internal/float_cast.h, checked against PyTorch) and
+// cut. The wire carries the narrower dtype; a 512 KiB float32 source goes through the
+// casting path, never straight from its local.
+struct CastWeight {
+  std::string path;
+  DType trainer_dtype, engine_dtype;
+  IntVector shape;
+  std::string trainer_placements, engine_placements;
+};
+
+const std::vector<CastWeight>& CastWeights() {
+  static const auto* weights = new std::vector<CastWeight>{
+      {"q", DType::kFloat32, DType::kBFloat16, {24, 10}, "[S(0)]", "[S(1)]"},
+      {"norm", DType::kFloat32, DType::kFloat16, {10}, "[S(0)]", "[R]"},
+      {"up", DType::kBFloat16, DType::kFloat32, {37, 9}, "[S(0)]", "[S(0)]"},
+      {"fp8", DType::kFloat32, DType::kFloat8E4M3FN, {16, 8}, "[R]", "[S(0)]"},
+      {"big", DType::kFloat32, DType::kBFloat16, {2048, 64}, "[S(0)]", "[S(0)]"},
+  };
+  return *weights;
+}
+
+Tensor CastFull(const CastWeight& w, int step, DType dtype) {
+  const Tensor full = HashBytes(w.shape, w.trainer_dtype, 31 * step + w.path.size());
+  Tensor out = *Tensor::Empty(w.shape, dtype);
+  EXPECT_TRUE(internal::ConvertFloats(full.data_ptr(), full.dtype(), out.data_ptr(), dtype,
+                                      full.numel()));
+  return out;
+}
+
+TEST(ReshardStateDictMpi, BoundSyncCastsIntoTheEnginesDtypes) {
+  const Sides s = WorldSides();
+  const auto trainer_at = [&](int step) {
+    Map m;
+    if (!s.in_trainer) return m;
+    for (const CastWeight& w : CastWeights()) {
+      m.Set(w.path, Value(*DistributeTensor(CastFull(w, step, w.trainer_dtype), s.trainer,
+                                            *ParsePlacements(w.trainer_placements),
+                                            g_world->rank())));
+    }
+    return m;
+  };
+  Map engine;
+  if (s.in_engine) {
+    for (const CastWeight& w : CastWeights()) {
+      const std::vector<Placement> p = *ParsePlacements(w.engine_placements);
+      const IntVector local = *ComputeLocalShape(w.shape, *s.engine, p, g_world->rank());
+      engine.Set(w.path, Value(*DTensor::Make(*Tensor::Meta(local, w.engine_dtype), s.engine, p,
+                                              w.shape)));
+    }
+  }
+  ReshardOptions options;
+  options.comm = g_world;
+  options.bucket_bytes = 4096;
+  Map trainer = trainer_at(0);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<BoundReshard> sync = BindReshard(*plan, trainer, engine);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  for (int step = 0; step < 2; ++step) {
+    if (step > 0) {
+      const Map next = trainer_at(step);
+      for (size_t i = 0; i < next.size(); ++i) {
+        Tensor to = trainer.Find(next.key(i))->as_dtensor().local();
+        ASSERT_TRUE(to.CopyFrom(next.value(i).as_dtensor().local()).ok());
+      }
+    }
+    ASSERT_TRUE(sync->Execute().ok());
+    if (!s.in_engine) continue;
+    for (const CastWeight& w : CastWeights()) {
+      const DTensor& got = engine.Find(w.path)->as_dtensor();
+      ASSERT_EQ(got.dtype(), w.engine_dtype) << w.path;
+      const Tensor want =
+          DistributeTensor(CastFull(w, step, w.engine_dtype), s.engine,
+                           *ParsePlacements(w.engine_placements), g_world->rank())
+              ->local();
+      ASSERT_EQ(got.local().shape(), want.shape()) << w.path;
+      EXPECT_EQ(std::memcmp(got.local().data_ptr(), want.data_ptr(), want.nbytes()), 0)
+          << w.path << " at step " << step << " on rank " << g_world->rank();
+    }
+  }
+  // A one-shot call casts alike; an engine leaf of an integer dtype is refused on every
+  // rank, naming it.
+  Map once;
+  if (s.in_engine) {
+    for (const CastWeight& w : CastWeights()) {
+      once.Set(w.path, *engine.Find(w.path));
+    }
+    const CastWeight& w = CastWeights()[0];
+    const std::vector<Placement> p = *ParsePlacements(w.engine_placements);
+    const IntVector local = *ComputeLocalShape(w.shape, *s.engine, p, g_world->rank());
+    once.Set(w.path,
+             Value(*DTensor::Make(*Tensor::Meta(local, DType::kInt32), s.engine, p, w.shape)));
+  }
+  const absl::Status refused = ReshardStateDict(trainer_at(3), once, options);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("but the destination int32"));
 }
 
 }  // namespace

@@ -257,7 +257,12 @@ absl::StatusOr<std::vector<TransferTensor>> MergeLeafLayouts(
             "reshard of '", path, "': a destination cannot be Partial (", p.ToString(), ")"));
       }
     }
-    if (d.kind != LeafLayout::Kind::kPlain && (d.dtype != s.dtype || d.shape != s.shape)) {
+    // A destination of another float dtype is a cast (PlanTransfer converts); any other
+    // difference is an error.
+    const bool cast = d.dtype != s.dtype && CastKindOf(d.dtype) == CastKind::kFloat &&
+                      CastKindOf(s.dtype) == CastKind::kFloat;
+    if (d.kind != LeafLayout::Kind::kPlain &&
+        ((d.dtype != s.dtype && !cast) || d.shape != s.shape)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "reshard of '", path, "': the source is ", DTypeName(s.dtype), ShapeToString(s.shape),
           " but the destination ", DTypeName(d.dtype), ShapeToString(d.shape)));
@@ -266,6 +271,7 @@ absl::StatusOr<std::vector<TransferTensor>> MergeLeafLayouts(
     t.name = path;
     t.dtype = s.dtype;
     t.shape = s.shape;
+    if (cast && d.kind != LeafLayout::Kind::kPlain) t.destination_dtype = d.dtype;
     SDRT_ASSIGN_OR_RETURN(t.source, ToLayout(src->second, path));
     SDRT_ASSIGN_OR_RETURN(t.destination, ToLayout(dst->second, path));
     tensors.push_back(std::move(t));

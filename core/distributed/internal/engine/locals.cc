@@ -31,6 +31,7 @@ absl::Status LocalsOf(const TransferTensorPlan& tp, const Value* value,
   const auto where = [&] {
     return absl::StrCat("reshard of '", tp.name, "' (", source ? "source" : "destination", ")");
   };
+  const DType dtype = source ? tp.source_dtype() : tp.destination_dtype();
   if (value == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(where(), ": this rank has no such leaf"));
   }
@@ -41,7 +42,7 @@ absl::Status LocalsOf(const TransferTensorPlan& tp, const Value* value,
     bool made = false;
     // A local made here for the destination: kept by `out`.
     const auto make = [&]() -> absl::Status {
-      SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(p->local_shape, tp.dtype, device));
+      SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(p->local_shape, dtype, device));
       out.owned.push_back(std::move(local));
       found = &out.owned.back();
       made = true;
@@ -72,10 +73,10 @@ absl::Status LocalsOf(const TransferTensorPlan& tp, const Value* value,
     }
     static const Tensor kNone;
     const Tensor& local = found != nullptr ? *found : kNone;
-    if (!local.defined() || local.dtype() != tp.dtype || local.shape() != p->local_shape ||
+    if (!local.defined() || local.dtype() != dtype || local.shape() != p->local_shape ||
         local.device() != device) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where(), ": rank ", p->rank, " needs local ", p->local, " as ", DTypeName(tp.dtype),
+          where(), ": rank ", p->rank, " needs local ", p->local, " as ", DTypeName(dtype),
           ShapeToString(p->local_shape), " on ", device.ToString(), "; it holds ",
           local.defined() ? local.ToString() : "none"));
     }

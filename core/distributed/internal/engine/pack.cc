@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/reduce.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -35,6 +36,8 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
   }
   const std::vector<TransferPiece>& pieces =
       to_local || message.forward ? tp.destination() : tp.source();
+  // The locals' dtype: another than the buffer's on the side that casts.
+  const DType side = to_local || message.forward ? tp.destination_dtype() : tp.source_dtype();
   const bool host_buffer = buffer->device().is_cpu() && ElementBits(tp.dtype) % 8 == 0;
   int64_t at = offset;
   IntVector shape;
@@ -50,7 +53,8 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
                                                      " is needed"));
     }
     const LocalRef& ref = locals[piece.local];
-    if (!(to_local && message.contribution > 0) && host_buffer && move.bytes > 0) {
+    if (!(to_local && message.contribution > 0) && host_buffer && side == tp.dtype &&
+        move.bytes > 0) {
       // The common box (a Shard or Replicate piece of a checked dense local): one memcpy.
       const int64_t box = to_local ? move.destination_offset : move.source_offset;
       if (char* const mine = BoxAddress(box, ref, tp.dtype)) {
@@ -63,17 +67,35 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
     }
     static const Tensor kNone;
     const Tensor& local = ref.tensor != nullptr ? *ref.tensor : kNone;
-    if (!local.defined() || local.dtype() != tp.dtype || local.shape() != piece.local_shape) {
+    if (!local.defined() || local.dtype() != side || local.shape() != piece.local_shape) {
       return absl::InvalidArgumentError(
           absl::StrCat(where(), ": local ", piece.local, " of rank ", piece.rank, " is ",
                        local.defined() ? local.ToString() : "undefined", "; expected ",
-                       DTypeName(tp.dtype), ShapeToString(piece.local_shape)));
+                       DTypeName(side), ShapeToString(piece.local_shape)));
     }
     const bool host = host_buffer && local.device().is_cpu();
     shape.resize(move.begin.size());
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
     const ShardRuns runs = ClipRuns(piece.runs, move.begin, move.end);
-    if (to_local && message.contribution > 0) {
+    if (side != tp.dtype) {
+      // A cast: the box in the locals' dtype in a CPU temporary, converted to or from the
+      // buffer's bytes (the planner casts no Partial source; CompileTransfer refuses a cast
+      // off the CPU).
+      if (!buffer->device().is_cpu() || !local.device().is_cpu()) {
+        return absl::UnimplementedError(absl::StrCat(where(), ": casts run on the CPU only"));
+      }
+      SDRT_ASSIGN_OR_RETURN(const Tensor box, Tensor::Empty(shape, side));
+      char* const slot = static_cast<char*>(buffer->data()) + at;
+      if (!to_local) SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, false));
+      const bool converted =
+          to_local ? ConvertFloats(slot, tp.dtype, box.data_ptr(), side, box.numel())
+                   : ConvertFloats(box.data_ptr(), side, slot, tp.dtype, box.numel());
+      if (!converted) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ": no cast between ", DTypeName(side), " and ", DTypeName(tp.dtype)));
+      }
+      if (to_local) SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, true));
+    } else if (to_local && message.contribution > 0) {
       // A later Partial contribution: what the local holds, combined with the box, back.
       if (!buffer->device().is_cpu()) {
         return absl::UnimplementedError(
@@ -182,7 +204,8 @@ int64_t ContiguousBoxOffset(const TransferPiece& piece, const TransferMove& move
 char* DirectRange(const TransferTensorPlan& tp, const TransferMessage& message, LocalRefs locals,
                   bool to_local) {
   if (message.moves.size() != 1 || message.contribution > 0 || IsSubByte(tp.dtype) ||
-      message.bytes < kDirectRangeBytes) {
+      message.bytes < kDirectRangeBytes ||
+      (to_local || message.forward ? tp.destination_dtype() : tp.source_dtype()) != tp.dtype) {
     return nullptr;
   }
   const TransferMove& move = message.moves[0];
@@ -199,7 +222,7 @@ char* DirectRange(const TransferTensorPlan& tp, const TransferMessage& message, 
 
 bool DirectBoxes(const TransferTensorPlan& tp, const TransferMessage& message, LocalRefs from,
                  LocalRefs to, std::vector<BoxCopy>& out) {
-  if (message.contribution > 0 || IsSubByte(tp.dtype)) return false;
+  if (message.contribution > 0 || IsSubByte(tp.dtype) || tp.cast.has_value()) return false;
   const std::vector<TransferPiece>& sources = message.forward ? tp.destination() : tp.source();
   const std::vector<TransferPiece>& destinations = tp.destination();
   const size_t first = out.size();
@@ -238,7 +261,10 @@ bool DirectBoxes(const TransferTensorPlan& tp, const TransferMessage& message, L
 
 bool BucketBoxes(const TransferTensorPlan& tp, const TransferMessage& message, LocalRefs locals,
                  char* slot, bool to_local, std::vector<BoxCopy>& out) {
-  if ((to_local && message.contribution > 0) || IsSubByte(tp.dtype)) return false;
+  if ((to_local && message.contribution > 0) || IsSubByte(tp.dtype) ||
+      (to_local || message.forward ? tp.destination_dtype() : tp.source_dtype()) != tp.dtype) {
+    return false;
+  }
   const std::vector<TransferPiece>& pieces =
       to_local || message.forward ? tp.destination() : tp.source();
   const size_t first = out.size();

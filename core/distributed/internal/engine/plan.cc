@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -318,6 +319,22 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
   Entry* last = nullptr;  // the previous tensor's layout
   for (size_t i = 0; i < tensors.size(); ++i) {
     TransferTensor& tensor = tensors[i];
+    // A cast: the layout is planned in the wire's dtype, the narrower of the two.
+    std::optional<TransferCast> cast;
+    if (tensor.destination_dtype.has_value() && *tensor.destination_dtype != tensor.dtype) {
+      cast = TransferCast{tensor.dtype, *tensor.destination_dtype};
+      if (CastKindOf(cast->source) != CastKind::kFloat ||
+          CastKindOf(cast->destination) != CastKind::kFloat) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "reshard of '", tensor.name, "': no cast from ", DTypeName(cast->source), " to ",
+            DTypeName(cast->destination), " (only between bfloat16, float16, float32 and the "
+            "float8 formats e4m3fn, e5m2, e8m0fnu)"));
+      }
+      if (ElementBits(cast->destination) < ElementBits(cast->source)) {
+        tensor.dtype = cast->destination;
+      }
+    }
+    tensor.destination_dtype.reset();
     Entry* entry = last;
     if (entry == nullptr || !SameLayoutInputs(tensor, tensors[i - 1])) {
       auto [it, fresh] = layouts.try_emplace(keys.Key(tensor));
@@ -332,6 +349,11 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
     last = entry;
     ++entry->second;
     const TransferLayoutPlan& lp = *entry->first;
+    if (cast.has_value() && lp.contributions > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reshard of '", tensor.name, "': a Partial source is not cast (from ",
+                       DTypeName(cast->source), " to ", DTypeName(cast->destination), ")"));
+    }
     const std::pair<int64_t*, int64_t> adds[] = {
         {&stats.wire_bytes, lp.stats.wire_bytes},
         {&stats.self_bytes, lp.stats.self_bytes},
@@ -340,7 +362,8 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
         {&stats.self_messages, lp.stats.self_messages},
         {&stats.internode_bytes, lp.stats.internode_bytes}};
     for (const auto& [total, add] : adds) SDRT_RETURN_IF_ERROR(TransferAdd(*total, add, tensor));
-    plan.tensors.push_back({std::move(tensor.name), tensor.dtype, tensor.shape, entry->first});
+    plan.tensors.push_back(
+        {std::move(tensor.name), tensor.dtype, tensor.shape, entry->first, cast});
   }
   absl::flat_hash_map<int64_t, int64_t> sent, received;
   for (const auto& [key, layout] : layouts) {

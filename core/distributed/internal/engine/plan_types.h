@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,11 @@ struct TransferTensor {
   // Destination elements no source piece holds are left alone (the caller zeroes them: a
   // gathered ShardedTensor whose boxes leave holes) instead of being an error.
   bool allow_uncovered = false;
+  // The destination's dtype when it is not `dtype` (the source's): a cast, both dtypes of
+  // CastKind kFloat (tensor/dtype.h), converted as PyTorch's `Tensor.to()` does. The wire
+  // carries the narrower of the two: the side of the wider one converts (PlanTransfer).
+  // Not with a Partial source.
+  std::optional<DType> destination_dtype = std::nullopt;
 };
 
 // One piece of a layout: local `local` of global rank `rank`, owning `runs` (per global
@@ -155,11 +161,21 @@ struct TransferLayoutPlan {
   int64_t root = -1;
 };
 
+// The dtypes of a cast's locals (TransferTensor::destination_dtype).
+struct TransferCast {
+  DType source = DType::kFloat32;
+  DType destination = DType::kFloat32;
+};
+
 struct TransferTensorPlan {
   std::string name;
-  DType dtype = DType::kFloat32;
+  DType dtype = DType::kFloat32;  // in the buckets and on the wire: every byte count's
   IntVector shape;
   std::shared_ptr<const TransferLayoutPlan> layout;  // never null in a plan
+  std::optional<TransferCast> cast = std::nullopt;  // unset: both sides' locals are of `dtype`
+
+  DType source_dtype() const { return cast ? cast->source : dtype; }
+  DType destination_dtype() const { return cast ? cast->destination : dtype; }
 
   const std::vector<TransferPiece>& source() const { return layout->source; }
   const std::vector<TransferPiece>& destination() const { return layout->destination; }

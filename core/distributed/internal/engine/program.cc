@@ -35,14 +35,15 @@ absl::Status CheckLocals(const TransferPlan& plan, const TransferSite& comm, Tra
         const Tensor* const local =
             piece.local < static_cast<int>(locals.size()) ? locals[piece.local].tensor : nullptr;
         // CPU locals of a device communicator are staged through its buckets.
-        const bool ok = local != nullptr && local->defined() && local->dtype() == tp.dtype &&
+        const DType dtype = is_source ? tp.source_dtype() : tp.destination_dtype();
+        const bool ok = local != nullptr && local->defined() && local->dtype() == dtype &&
                         local->shape() == piece.local_shape &&
                         (local->device() == comm.device() || local->device().is_cpu());
         if (!ok) {
           return absl::InvalidArgumentError(absl::StrCat(
               "ExecuteReshard: tensor '", tp.name, "': rank ", me, " needs ",
               is_source ? "source" : "destination", " local ", piece.local, " as ",
-              DTypeName(tp.dtype), ShapeToString(piece.local_shape), " on ",
+              DTypeName(dtype), ShapeToString(piece.local_shape), " on ",
               comm.device().ToString(), comm.device().is_cpu() ? "" : " or the CPU", "; it gave ",
               piece.local < static_cast<int>(locals.size())
                   ? (local != nullptr && local->defined() ? local->ToString() : "undefined")
@@ -209,6 +210,17 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                      exchanges.direct, " + ", exchanges.forward));
   }
   SDRT_RETURN_IF_ERROR(CheckLocals(plan, comm, sources, destinations));
+  if (!comm.device().is_cpu()) {
+    // Refused here, on every rank alike, rather than in the middle of a step.
+    for (const TransferTensorPlan& tp : plan.tensors) {
+      if (tp.cast.has_value()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "reshard of '", tp.name, "': a cast from ", DTypeName(tp.cast->source), " to ",
+            DTypeName(tp.cast->destination), " runs on the CPU only, not on ",
+            comm.device().ToString()));
+      }
+    }
+  }
   for (const TransferSchedule::Step& step : schedule.steps) {
     const TransferMessage& c = *step.chunk;
     if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {

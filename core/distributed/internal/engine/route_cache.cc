@@ -126,7 +126,9 @@ void RouteKey::Placements(absl::Span<const Placement> placements) {
 
 void RouteKey::Tensor(const TransferTensor& t) {
   Name(t.name);
-  Word(static_cast<int64_t>(t.dtype) | (t.allow_uncovered ? int64_t{1} << 16 : 0));
+  Word(static_cast<int64_t>(t.dtype) | (t.allow_uncovered ? int64_t{1} << 16 : 0) |
+       (t.destination_dtype ? (int64_t{1} << 17) | static_cast<int64_t>(*t.destination_dtype) << 24
+                            : 0));
   Ints(t.shape);
   Side(t.source);
   Side(t.destination);

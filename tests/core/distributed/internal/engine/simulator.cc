@@ -104,7 +104,8 @@ absl::Status SimulateReshard(const TransferPlan& plan, const std::vector<RankLoc
     RankLocals given;
     for (const TransferPiece& piece : plan.tensors[t].destination()) {
       if (destinations[t].count(piece.rank) > 0) continue;
-      SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(piece.local_shape, plan.tensors[t].dtype));
+      SDRT_ASSIGN_OR_RETURN(Tensor local, Tensor::Empty(piece.local_shape,
+                                                        plan.tensors[t].destination_dtype()));
       given[piece.rank].push_back(std::move(local));
     }
     for (auto& [rank, locals] : given) destinations[t][rank] = std::move(locals);

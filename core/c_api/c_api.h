@@ -598,9 +598,13 @@ typedef struct sdrt_reshard_options_t {
  * empty): every byte a destination rank needs and does not hold moves once, from a rank
  * that holds it. The plan keeps the communicator (which must outlive its use: once it is
  * destroyed the plan's calls are SDRT_FAILED_PRECONDITION) and the layouts, not the
- * buffers. PyTorch's counterpart: DTensor.redistribute (one mesh only).
+ * buffers. A destination entry of another float dtype than its source (bfloat16,
+ * float16, float32, float8 e4m3fn / e5m2 / e8m0fnu) is cast as PyTorch's Tensor.to() casts,
+ * on the CPU, the wire carrying the narrower dtype (ReshardStateDict's rules).
+ * PyTorch's counterpart: DTensor.redistribute (one mesh only).
  * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, layouts whose
- * global shapes or dtypes differ, a destination entry no source holds);
+ * global shapes differ, or dtypes other than such a cast, a destination entry no source
+ * holds);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source,
                                                   sdrt_state_dict_t destination,
@@ -617,8 +621,8 @@ typedef struct sdrt_reshard_execute_options_t {
  * buffers of `destination`, which must have the layouts planned (the same shapes, dtypes,
  * placements and names; the buffers may be other ones): every RL step, say. `options` may
  * be NULL. Errors: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
- * planned layouts); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
- * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
+ * planned layouts); SDRT_UNIMPLEMENTED (a cast of CUDA buffers); SDRT_FAILED_PRECONDITION
+ * (the plan's communicator was destroyed); SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
                                               sdrt_state_dict_t destination,
                                               const sdrt_reshard_execute_options_t* options);
@@ -639,7 +643,7 @@ typedef struct sdrt_reshard_bound_s* sdrt_reshard_bound_t;
  * for its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same
  * on every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
  * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_UNIMPLEMENTED (Partial
- * sources on CUDA); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
+ * sources or a cast on CUDA); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. Only running out of
  * memory for the handle itself, after the agreement, is one rank's alone. */
 SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,

@@ -172,7 +172,8 @@ struct Distribution {
 // 0.1 ms a pass). The refs are made checked ones here, where everything that would be
 // checked holds by construction (the plan was made from these full tensors and shard
 // boxes; a ShardedTensor's shards match their metadata; new locals are shaped by the
-// plan), unless the tensors sit on two different devices, which the executor then refuses.
+// plan), unless the tensors sit on two different devices or a full tensor does not fit its
+// leaf, which the executor then refuses.
 absl::Status PlanDistribution(const internal::Leaves& full_leaves,
                               const internal::MutableLeaves& local_leaves,
                               const std::vector<int64_t>& target, int rank,
@@ -191,10 +192,13 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
   out.fresh_of.assign(n, -1);
   const DeviceMesh* mesh = nullptr;  // the last mesh checked
   Device site_device = Device::CPU();
-  bool one_device = true;  // no two tensors on different devices off the CPU
+  // Whether the refs hold what the executor would check: no two tensors on different
+  // devices off the CPU, and every full tensor of its leaf's dtype and shape (the call's
+  // validation checks the first full leaf of each path; a tree can hold a path twice).
+  bool trusted = true;
   const auto note_device = [&](Device d) {
     if (d.is_cpu()) return;
-    if (d.is_meta() || (!site_device.is_cpu() && d != site_device)) one_device = false;
+    if (d.is_meta() || (!site_device.is_cpu() && d != site_device)) trusted = false;
     site_device = d;
   };
   for (size_t i = 0; i < n; ++i) {
@@ -206,7 +210,13 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
       continue;
     }
     const Tensor& full = v.as_tensor();
-    if (leaf.kind() == ValueKind::kDTensor) {
+    const bool dtensor = leaf.kind() == ValueKind::kDTensor;
+    if (full.dtype() != (dtensor ? leaf.as_dtensor().dtype() : leaf.as_sharded().dtype()) ||
+        !SameShape(full.shape(), dtensor ? leaf.as_dtensor().global_shape()
+                                         : leaf.as_sharded().global_shape())) {
+      trusted = false;
+    }
+    if (dtensor) {
       const DTensor& d = leaf.as_dtensor();
       if (mesh != d.mesh().get()) {
         if (!d.mesh()->Coordinate(rank).has_value()) {
@@ -266,12 +276,13 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
     const Device to = fresh_device[static_cast<size_t>(f)];
     if (to.is_cpu()) {
       SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(*shape));
-      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(tp.dtype, numel));
-      cpu_pieces.push_back({bytes, ElementAlignment(tp.dtype)});
+      const DType dtype = tp.destination_dtype();
+      SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(dtype, numel));
+      cpu_pieces.push_back({bytes, ElementAlignment(dtype)});
       cpu_fresh.push_back({k, *shape});
     } else {
       Tensor& mine = out.fresh[static_cast<size_t>(f)];
-      SDRT_ASSIGN_OR_RETURN(mine, Tensor::Empty(*shape, tp.dtype, to));
+      SDRT_ASSIGN_OR_RETURN(mine, Tensor::Empty(*shape, tp.destination_dtype(), to));
       destinations.tensors[destinations.begin[k]] = internal::CheckedRef(mine);
     }
   }
@@ -283,11 +294,12 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
       const size_t k = cpu_fresh[c].k;
       Tensor& mine = out.fresh[static_cast<size_t>(out.fresh_of[reaching[k]])];
       SDRT_ASSIGN_OR_RETURN(mine, Tensor::AtByteOffset(storage, arena.offsets[c],
-                                                       plan.tensors[k].dtype, cpu_fresh[c].shape));
+                                                       plan.tensors[k].destination_dtype(),
+                                                       cpu_fresh[c].shape));
       destinations.tensors[destinations.begin[k]] = internal::CheckedRef(mine);
     }
   }
-  sources.checked = destinations.checked = one_device;
+  sources.checked = destinations.checked = trusted;
   return out.run.PrepareLocal(std::move(sources), std::move(destinations));
 }
 

@@ -212,6 +212,34 @@ TEST_F(NoPeerTest, DistributeStateDictAgainInAnotherLayoutUnderTheSameNames) {
   }
 }
 
+// A full state dict that holds one dotted path twice ("a.b" and "a" -> "b"): both full
+// tensors go to the one local leaf; the second, of another dtype, must be refused as the
+// first would be, not copied at its own element size into the leaf's shards.
+TEST_F(NoPeerTest, DistributeStateDictRefusesASecondFullTensorOfAnotherDtype) {
+  Map inner;
+  inner.Set("b", Value(test::FiniteBytes({6, 4}, DType::kFloat64, 5)));
+  Map full;
+  full.Set("a.b", Value(test::FiniteBytes({6, 4}, DType::kFloat32, 4)));
+  full.Set("a", Value(std::move(inner)));
+  const ShardMetadata m{{0, 0}, {3, 4}, *ParseRemoteDevice("rank:0/cpu")};
+  for (const bool sharded : {true, false}) {
+    SCOPED_TRACE(sharded ? "ShardedTensor" : "DTensor");
+    Map local;
+    if (sharded) {
+      local.Set("a.b", Value(*ShardedTensor::Make({6, 4}, DType::kFloat32, {m},
+                                                  {{*Tensor::Zeros({3, 4}, DType::kFloat32), m}})));
+    } else {
+      local.Set("a.b", Value(*DTensor::Make(*Tensor::Meta({2, 4}, DType::kFloat32), Mesh(kRanks),
+                                            *ParsePlacements("[S(0)]"), IntVector{6, 4})));
+    }
+    DistributeOptions options;
+    options.rank = 0;
+    const absl::Status status = DistributeStateDict(full, local, options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("float64"));
+  }
+}
+
 // A world of one: the source held as Shard(0) and a Partial(sum) over one rank, the
 // destination Replicate and Shard(1); every byte a local copy.
 TEST_F(NoPeerTest, ReshardOverASelfCommunicator) {

@@ -323,6 +323,13 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
     std::optional<TransferCast> cast;
     if (tensor.destination_dtype.has_value() && *tensor.destination_dtype != tensor.dtype) {
       cast = TransferCast{tensor.dtype, *tensor.destination_dtype};
+      for (const Placement& p : tensor.source.placements) {
+        if (p.is_partial()) {  // refused before the layout is planned in another dtype
+          return absl::InvalidArgumentError(absl::StrCat(
+              "reshard of '", tensor.name, "': a Partial source is not cast (from ",
+              DTypeName(cast->source), " to ", DTypeName(cast->destination), ")"));
+        }
+      }
       if (CastKindOf(cast->source) != CastKind::kFloat ||
           CastKindOf(cast->destination) != CastKind::kFloat) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -349,11 +356,6 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
     last = entry;
     ++entry->second;
     const TransferLayoutPlan& lp = *entry->first;
-    if (cast.has_value() && lp.contributions > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reshard of '", tensor.name, "': a Partial source is not cast (from ",
-                       DTypeName(cast->source), " to ", DTypeName(cast->destination), ")"));
-    }
     const std::pair<int64_t*, int64_t> adds[] = {
         {&stats.wire_bytes, lp.stats.wire_bytes},
         {&stats.self_bytes, lp.stats.self_bytes},

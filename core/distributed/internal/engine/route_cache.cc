@@ -213,6 +213,7 @@ absl::Span<TransferTensor> ReusedDescriptors(size_t n) {
       side->boxes.clear();
     }
     t.allow_uncovered = false;
+    t.destination_dtype.reset();
   }
   return absl::MakeSpan(reused.data(), n);
 }

@@ -138,13 +138,18 @@ TEST(TransferCastRefused, OnlyFloatsAreCastAndNoPartialSource) {
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("no cast from int32 to float32"));
 
-  TransferTensor partial = Describe("p", DType::kFloat32, {4, 4},
-                                    MeshLayout({2}, {}, "[P(sum)]"),
-                                    MeshLayout({2}, {}, "[S(0)]"));
-  partial.destination_dtype = DType::kBFloat16;
-  plan = internal::PlanTransfer({partial});
-  ASSERT_FALSE(plan.ok());
-  EXPECT_THAT(plan.status().message(), HasSubstr("a Partial source is not cast"));
+  // A Partial source, whatever the destination dtype and even on a mesh of one rank.
+  for (const DType to : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    for (const int64_t ranks : {2, 1}) {
+      TransferTensor partial = Describe("p", DType::kFloat32, {4, 4},
+                                        MeshLayout({ranks}, {}, "[P(sum)]"),
+                                        MeshLayout({ranks}, {}, "[S(0)]"));
+      partial.destination_dtype = to;
+      plan = internal::PlanTransfer({partial});
+      ASSERT_FALSE(plan.ok());
+      EXPECT_THAT(plan.status().message(), HasSubstr("a Partial source is not cast"));
+    }
+  }
 }
 
 // Leaf layouts of two ranks: a float destination of another float dtype is a cast; an

@@ -172,8 +172,8 @@ struct Distribution {
 // 0.1 ms a pass). The refs are made checked ones here, where everything that would be
 // checked holds by construction (the plan was made from these full tensors and shard
 // boxes; a ShardedTensor's shards match their metadata; new locals are shaped by the
-// plan), unless the tensors sit on two different devices or a full tensor does not fit its
-// leaf, which the executor then refuses.
+// plan, and the call has checked each full tensor against its leaf), unless the tensors sit
+// on two different devices, which the executor then refuses.
 absl::Status PlanDistribution(const internal::Leaves& full_leaves,
                               const internal::MutableLeaves& local_leaves,
                               const std::vector<int64_t>& target, int rank,
@@ -192,9 +192,9 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
   out.fresh_of.assign(n, -1);
   const DeviceMesh* mesh = nullptr;  // the last mesh checked
   Device site_device = Device::CPU();
-  // Whether the refs hold what the executor would check: no two tensors on different
-  // devices off the CPU, and every full tensor of its leaf's dtype and shape (the call's
-  // validation checks the first full leaf of each path; a tree can hold a path twice).
+  // Whether the refs hold what the executor would check (the call's validation has checked
+  // every full tensor's dtype and shape against its leaf): no two tensors on different
+  // devices off the CPU.
   bool trusted = true;
   const auto note_device = [&](Device d) {
     if (d.is_cpu()) return;
@@ -210,13 +210,7 @@ absl::Status PlanDistribution(const internal::Leaves& full_leaves,
       continue;
     }
     const Tensor& full = v.as_tensor();
-    const bool dtensor = leaf.kind() == ValueKind::kDTensor;
-    if (full.dtype() != (dtensor ? leaf.as_dtensor().dtype() : leaf.as_sharded().dtype()) ||
-        !SameShape(full.shape(), dtensor ? leaf.as_dtensor().global_shape()
-                                         : leaf.as_sharded().global_shape())) {
-      trusted = false;
-    }
-    if (dtensor) {
+    if (leaf.kind() == ValueKind::kDTensor) {
       const DTensor& d = leaf.as_dtensor();
       if (mesh != d.mesh().get()) {
         if (!d.mesh()->Coordinate(rank).has_value()) {
@@ -321,28 +315,26 @@ absl::Status DistributeStateDict(const Map& full, Map& local, const DistributeOp
   if (error.ok()) {
     const auto path_of = [](const auto& leaf) { return leaf.path; };
     target = internal::MatchPaths(*full_leaves, *local_leaves, path_of);
-    // Which local leaves a full tensor reaches: the first full leaf of a path, as a map
-    // from paths would keep.
-    std::vector<int64_t> source(local_leaves->size(), -1);
-    for (size_t i = 0; i < full_leaves->size(); ++i) {
+    // Every full tensor is checked against the local leaf it reaches (a tree can hold one
+    // dotted path twice, "a.b" and "a" -> "b": both go to that leaf); a 0-dim tensor
+    // replaces the local leaf whatever it is (written below).
+    std::vector<bool> reached(local_leaves->size(), false);
+    for (size_t i = 0; i < full_leaves->size() && error.ok(); ++i) {
       if (target[i] < 0 || (*full_leaves)[i].value->kind() != ValueKind::kTensor) continue;
-      int64_t& s = source[static_cast<size_t>(target[i])];
-      if (s < 0) s = static_cast<int64_t>(i);
+      const internal::MutableLeaf& leaf = (*local_leaves)[static_cast<size_t>(target[i])];
+      reached[static_cast<size_t>(target[i])] = true;
+      const Tensor& t = (*full_leaves)[i].value->as_tensor();
+      if (t.dim() > 0) error = CheckTensorLeaf(leaf.path, t, *leaf.value);
     }
     for (size_t j = 0; j < local_leaves->size() && error.ok(); ++j) {
       const internal::MutableLeaf& leaf = (*local_leaves)[j];
       const ValueKind kind = leaf.value->kind();
-      if (kind != ValueKind::kDTensor && kind != ValueKind::kShardedTensor) continue;
-      if (source[j] < 0) {
+      if ((kind == ValueKind::kDTensor || kind == ValueKind::kShardedTensor) && !reached[j]) {
         error = absl::InvalidArgumentError(absl::StrCat(
             "rank ", rank, " lacks key '", leaf.path, "' in its full state dict (", full.size(),
             " top-level keys), which its local ", ValueKindName(kind),
             " needs; when only one rank holds the full state dict, use BroadcastStateDict"));
-        break;
       }
-      const Tensor& t = (*full_leaves)[static_cast<size_t>(source[j])].value->as_tensor();
-      // A 0-dim tensor replaces the local leaf whatever it is (written below).
-      if (t.dim() > 0) error = CheckTensorLeaf(leaf.path, t, *leaf.value);
     }
   }
   // The transfers are planned and their locals allocated before the agreement, so that

@@ -53,14 +53,23 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
                                                      " is needed"));
     }
     const LocalRef& ref = locals[piece.local];
-    if (!(to_local && message.contribution > 0) && host_buffer && side == tp.dtype &&
-        move.bytes > 0) {
-      // The common box (a Shard or Replicate piece of a checked dense local): one memcpy.
+    if (!(to_local && message.contribution > 0) && host_buffer && move.bytes > 0) {
+      // The common box (a Shard or Replicate piece of a checked dense local): one memcpy, or
+      // for a cast one conversion between the local and the buffer.
       const int64_t box = to_local ? move.destination_offset : move.source_offset;
-      if (char* const mine = BoxAddress(box, ref, tp.dtype)) {
+      if (char* const mine = BoxAddress(box, ref, side)) {
         char* const slot = static_cast<char*>(buffer->data()) + at;
-        std::memcpy(to_local ? mine : slot, to_local ? slot : mine,
-                    static_cast<size_t>(move.bytes));
+        if (side == tp.dtype) {
+          std::memcpy(to_local ? mine : slot, to_local ? slot : mine,
+                      static_cast<size_t>(move.bytes));
+        } else {
+          const int64_t count = move.bytes / (ElementBits(tp.dtype) / 8);
+          if (!(to_local ? ConvertFloats(slot, tp.dtype, mine, side, count)
+                         : ConvertFloats(mine, side, slot, tp.dtype, count))) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                where(), ": no cast between ", DTypeName(side), " and ", DTypeName(tp.dtype)));
+          }
+        }
         at += move.bytes;
         continue;
       }
@@ -78,9 +87,9 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
     const ShardRuns runs = ClipRuns(piece.runs, move.begin, move.end);
     if (side != tp.dtype) {
-      // A cast: the box in the locals' dtype in a CPU temporary, converted to or from the
-      // buffer's bytes (the planner casts no Partial source; CompileTransfer refuses a cast
-      // off the CPU).
+      // A cast of a box that is not one dense range of its local: the box in the locals'
+      // dtype in a CPU temporary, converted to or from the buffer's bytes (the planner casts
+      // no Partial source; CompileTransfer refuses a cast off the CPU).
       if (!buffer->device().is_cpu() || !local.device().is_cpu()) {
         return absl::UnimplementedError(absl::StrCat(where(), ": casts run on the CPU only"));
       }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,17 @@ class Mapping {
   int64_t nbytes_;
   char* data_ = nullptr;
 };
+
+// A portable registration of `nbytes` at `data` for device 0 in chunks of 1 MiB, keeping
+// each of `unbroken` (offset, bytes) in one chunk.
+absl::StatusOr<HostRegistration> RegisterInMiBChunks(
+    char* data, int64_t nbytes, std::vector<std::pair<int64_t, int64_t>> unbroken = {}) {
+  HostRegistrationOptions options;
+  options.device = 0;
+  options.chunk_bytes = kMiB;
+  options.unbroken_ranges = std::move(unbroken);
+  return HostRegistration::Register(data, nbytes, kHostRegisterPortable, options);
+}
 
 std::vector<internal::RegistrationChunk> Chunks(const void* ptr, int64_t nbytes, int64_t chunk) {
   return *internal::PlanRegistrationChunks(reinterpret_cast<uintptr_t>(ptr), nbytes, chunk,
@@ -125,11 +137,7 @@ TEST(HostRegistrationGpu, ChunkedRegistrationCoversTheRangeAndIsReleased) {
   const int64_t nbytes = 11 * kMiB / 2;
   Mapping mapping(nbytes);
   ASSERT_NE(mapping.data(), nullptr);
-  HostRegistrationOptions options;
-  options.device = 0;
-  options.chunk_bytes = kMiB;
-  absl::StatusOr<HostRegistration> reg =
-      HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  absl::StatusOr<HostRegistration> reg = RegisterInMiBChunks(mapping.data(), nbytes);
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->num_chunks(), 6);
   const std::vector<internal::RegistrationChunk> chunks = Chunks(mapping.data(), nbytes, kMiB);
@@ -156,11 +164,7 @@ TEST(HostRegistrationGpu, AFailingChunkRollsBackTheChunksBeforeIt) {
   ASSERT_NE(mapping.data(), nullptr);
   char* third = mapping.data() + 3 * kMiB;
   ASSERT_EQ(cudaHostRegister(third, kMiB, cudaHostRegisterPortable), cudaSuccess);
-  HostRegistrationOptions options;
-  options.device = 0;
-  options.chunk_bytes = kMiB;
-  absl::StatusOr<HostRegistration> reg =
-      HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  absl::StatusOr<HostRegistration> reg = RegisterInMiBChunks(mapping.data(), nbytes);
   EXPECT_FALSE(reg.ok());
   EXPECT_THAT(reg.status().message(), HasSubstr("chunk 3 of 6"));
   EXPECT_THAT(reg.status().message(), HasSubstr(absl::StrCat(" of ", nbytes)));
@@ -328,11 +332,7 @@ TEST(HostRegistrationGpu, ACopyAcrossTwoRegistrationsIsRefused) {
   Mapping mapping(nbytes);
   ASSERT_NE(mapping.data(), nullptr);
   FillPattern(mapping.data(), nbytes);
-  HostRegistrationOptions options;
-  options.device = 0;
-  options.chunk_bytes = kMiB;
-  absl::StatusOr<HostRegistration> reg =
-      HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  absl::StatusOr<HostRegistration> reg = RegisterInMiBChunks(mapping.data(), nbytes);
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->num_chunks(), 3);
   EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + 4096, nbytes - 8192,
@@ -341,8 +341,7 @@ TEST(HostRegistrationGpu, ACopyAcrossTwoRegistrationsIsRefused) {
   // Kept whole (an unbroken range), the same bytes lie in one registration and copy: the
   // first chunk grows to the range's end, the last page is a chunk of its own.
   ASSERT_TRUE(reg->Release().ok());
-  options.unbroken_ranges = {{4096, nbytes - 8192}};
-  reg = HostRegistration::Register(mapping.data(), nbytes, kHostRegisterPortable, options);
+  reg = RegisterInMiBChunks(mapping.data(), nbytes, {{4096, nbytes - 8192}});
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->num_chunks(), 2);
   EXPECT_EQ(CopyToDeviceWithin10s(mapping.data() + 4096, nbytes - 8192,

@@ -51,5 +51,6 @@
 #include "sdrt/core/distributed/load_options.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/distributed/weight_map.h"
 
 #endif  // SDRT_SDRT_H_

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
@@ -23,7 +24,9 @@
 #include "sdrt/core/distributed/internal/engine/plan_state.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/internal/engine/transfer.h"
+#include "sdrt/core/distributed/internal/mapping/lowering.h"
 #include "sdrt/tensor/status_macros.h"
+#include "xxhash.h"
 
 namespace sdrt {
 
@@ -115,11 +118,14 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   AgreementPayload payload;
   internal::PutString(&payload.mine, options.node_of_rank.empty() ? HostName() : "");
   payload.mine += internal::EncodeLeafLayouts(mine);
-  SDRT_RETURN_IF_ERROR(
-      AgreeAcrossRanks(comm, "PlanReshard",
-                       absl::StrCat("bucket_bytes ", options.bucket_bytes, " node_of_rank [",
-                                    absl::StrJoin(options.node_of_rank, ","), "]"),
-                       {}, local_error, &collectives, &payload));
+  const std::string map_text = options.weight_map.Describe();
+  SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
+      comm, "PlanReshard",
+      absl::StrCat("bucket_bytes ", options.bucket_bytes, " node_of_rank [",
+                   absl::StrJoin(options.node_of_rank, ","), "] weight map of ",
+                   options.weight_map.rules().size(), " rules, hash ",
+                   absl::Hex(XXH64(map_text.data(), map_text.size(), 0))),
+      {}, local_error, &collectives, &payload));
   std::vector<std::vector<internal::LeafLayout>> per_rank;
   internal::TransferPlanOptions plan_options;
   plan_options.rank = comm.rank();
@@ -145,6 +151,13 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
         internal::DecodeLeafLayouts(
             payload.all[q].substr(payload.all[q].size() - reader.Remaining()), q));
     per_rank.push_back(std::move(leaves));
+  }
+  if (options.weight_map.compiled() != nullptr) {
+    SDRT_ASSIGN_OR_RETURN(internal::MapLowering lowering,
+                          internal::LowerLeafLayouts(*options.weight_map.compiled(), per_rank));
+    if (!lowering.empty()) {
+      state->lowering = std::make_shared<const internal::MapLowering>(std::move(lowering));
+    }
   }
   SDRT_ASSIGN_OR_RETURN(std::vector<internal::TransferTensor> tensors,
                         internal::MergeLeafLayouts(per_rank));
@@ -194,6 +207,10 @@ absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source
                             bool keep, FoundTransferLocals& found,
                             std::optional<TransferProgram>& program) {
   Communicator& comm = *s.comm;
+  if (s.lowering != nullptr) {
+    SDRT_RETURN_IF_ERROR(LowerLocals(*s.lowering, comm.rank(), comm.device(), source, destination,
+                                     found.mapped));
+  }
   SDRT_RETURN_IF_ERROR(
       FindTransferLocals(s.plan, comm.rank(), comm.device(), source, destination, keep, found));
   // Compiled before the agreement, so that its errors (the buckets) are every rank's.

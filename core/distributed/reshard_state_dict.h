@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/transfer_stats.h"
+#include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/export.h"
 
@@ -48,6 +49,10 @@ struct ReshardOptions {
   // share a node. Else one entry per rank of comm, equal values sharing a node; every rank
   // passes the same (compared in the agreement).
   std::vector<int64_t> node_of_rank;
+  // How the destination's tensors are made from the source's (weight_map.h): renamed,
+  // fused, split, padded. Empty (the default): leaves are matched by path. Every rank
+  // passes the same map (compared in the agreement).
+  WeightMap weight_map;
 };
 
 class BoundReshard;

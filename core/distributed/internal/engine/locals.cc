@@ -116,8 +116,16 @@ absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device dev
   // The caller's Values and DTensors, asked for ahead of use (prefetch.h): at 10,000
   // tensors their first reads were half of the call's time. Each tensor has a leaf on
   // either side, so the walk asks for 2n of them: tensor j / 2's source or destination.
+  const auto mapped = [&](size_t t, bool source) -> const Value* {
+    const std::map<std::string, Value>& leaves =
+        source ? out.mapped.sources : out.mapped.destinations;
+    if (leaves.empty()) return nullptr;
+    const auto it = leaves.find(plan.tensors[t].name);
+    return it == leaves.end() ? nullptr : &it->second;
+  };
   const auto value_of = [&](size_t j) -> const Value* {
     const size_t t = j / 2;
+    if (const Value* m = mapped(t, j % 2 == 0)) return m;  // before a leaf of the same path
     const int64_t i = j % 2 == 0 ? src_of[t] : dst_of[t];
     if (i < 0) return nullptr;
     return j % 2 == 0 ? src_leaves[i].value : dst_leaves[i].value;
@@ -127,12 +135,12 @@ absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device dev
     if (j % 2 == 1) return true;  // both leaves of tensor j / 2 are done at its source's turn
     const size_t t = j / 2;
     const TransferTensorPlan& tp = plan.tensors[t];
-    status = LocalsOf(tp, src_of[t] < 0 ? nullptr : src_leaves[src_of[t]].value, tp.source(), me,
-                      /*source=*/true, device, keep, out.sources, nullptr);
+    status = LocalsOf(tp, value_of(j), tp.source(), me, /*source=*/true, device, keep,
+                      out.sources, nullptr);
     if (!status.ok()) return false;
     bool is_fresh = false;
-    status = LocalsOf(tp, dst_of[t] < 0 ? nullptr : dst_leaves[dst_of[t]].value, tp.destination(),
-                      me, /*source=*/false, device, keep, out.destinations, &is_fresh);
+    status = LocalsOf(tp, value_of(j + 1), tp.destination(), me, /*source=*/false, device, keep,
+                      out.destinations, &is_fresh);
     if (is_fresh) out.fresh.push_back(t);
     return status.ok();
   });
@@ -143,6 +151,12 @@ absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device dev
 }
 
 absl::Status InstallFreshLocals(FoundTransferLocals& found) {
+  for (auto& [path, value] : found.mapped.fresh) {
+    for (MutableLeaf& leaf : found.destination_leaves) {
+      if (leaf.path == path) *leaf.value = value;
+    }
+  }
+  found.mapped.fresh.clear();
   for (size_t t : found.fresh) {
     Value& leaf = *found.destination_leaves[found.destination_of[t]].value;
     const Tensor& local = *found.destinations.of(t)[0].tensor;

@@ -6,6 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,8 +19,18 @@
 
 namespace sdrt::internal {
 
+// Leaves a weight map makes (mapping/lowering.h), by plan tensor name, found where a tree
+// has no leaf of that name: components over views of fused locals, renamed sources. A
+// node-based map, so that refs into its values stay valid.
+struct MappedLeaves {
+  std::map<std::string, Value> sources, destinations;
+  // Fused destination leaves given a new local (path, new value), for InstallFreshLocals.
+  std::vector<std::pair<std::string, Value>> fresh;
+};
+
 // One rank's locals of both sides, and the destination leaves that get new ones.
 struct FoundTransferLocals {
+  MappedLeaves mapped;  // filled before FindTransferLocals; refs may point into it
   TransferLocals sources, destinations;
   MutableLeaves destination_leaves;
   std::vector<int64_t> destination_of;  // per plan tensor, its destination leaf or -1
@@ -32,14 +45,16 @@ struct FoundTransferLocals {
 // success). When `keep`, every ref points to a copy of the tensor handle held in `owned`
 // (sharing its memory), so that the refs outlive the caller's trees; else into the trees,
 // which must then outlive `out` unchanged. The caller's Values and DTensors are prefetched
-// ahead of use (prefetch.h). InvalidArgument naming the leaf and side when a rank's leaf is
+// ahead of use (prefetch.h). A tensor without a leaf of its name in a tree is looked up in
+// out.mapped (which goes first: a padded leaf keeps its path). InvalidArgument naming the leaf and side when a rank's leaf is
 // missing or a local does not fit its piece; CollectLeaves' errors; Tensor::Empty's.
 absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device device,
                                const Map& source, Map& destination, bool keep,
                                FoundTransferLocals& out);
 
 // Puts the new locals of out.fresh into their destination leaves: a DTensor gets its
-// local (DTensor::WithLocal), a plain leaf becomes the full tensor. Call it once, after
+// local (DTensor::WithLocal), a plain leaf becomes the full tensor; and the fused leaves
+// of out.mapped.fresh their new values. Call it once, after
 // the agreement, while the destination tree is unchanged since FindTransferLocals.
 absl::Status InstallFreshLocals(FoundTransferLocals& found);
 

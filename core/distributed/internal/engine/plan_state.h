@@ -4,6 +4,7 @@
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PLAN_STATE_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PLAN_STATE_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "sdrt/core/distributed/internal/engine/locals.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
+#include "sdrt/core/distributed/internal/mapping/lowering.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/distributed/transfer_stats.h"
 
@@ -27,6 +29,8 @@ struct ReshardPlan::State {
   internal::ExchangeCounts exchanges;  // the most of any rank's schedule
   std::vector<std::string> paths;
   TransferStats stats;  // the plan's figures
+  // The weight map's lowering (mapping/lowering.h); null without a map.
+  std::shared_ptr<const internal::MapLowering> lowering;
 };
 
 namespace internal {

@@ -1,0 +1,50 @@
+// A WeightMap's compiled form (core/distributed/weight_map.h): each rule's patterns as RE2
+// objects and its templates as pieces, and the match of one source name. Not public API.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_COMPILED_MAP_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_COMPILED_MAP_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "re2/re2.h"
+#include "sdrt/core/distributed/weight_map.h"
+
+namespace sdrt {
+
+struct WeightMap::Compiled {
+  // A template: literal text and capture groups (by number) in turn.
+  struct Piece {
+    std::string literal;
+    int group = -1;  // >= 1: the group's text; -1: `literal`
+  };
+  using Template = std::vector<Piece>;
+  struct Rule {
+    std::vector<std::unique_ptr<RE2>> patterns;  // one per WeightMapRule::from
+    // Per pattern, its parse of each WeightMapRule::to.
+    std::vector<std::vector<Template>> templates;
+  };
+  std::vector<WeightMapRule> rule_list;
+  std::vector<Rule> rules;  // rule_list's, compiled
+};
+
+namespace internal {
+
+// How a map takes one source name: the first rule one of whose patterns matches it all,
+// which of its patterns (the component, for a fuse), and the destination names its
+// templates make from the captures (one; one per component for a split; for a pad
+// without a template, the source name).
+struct SourceMatch {
+  int rule = 0;
+  int component = 0;
+  std::vector<std::string> destinations;
+};
+std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::string_view name);
+
+}  // namespace internal
+
+}  // namespace sdrt
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_COMPILED_MAP_H_

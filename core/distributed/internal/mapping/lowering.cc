@@ -1,0 +1,575 @@
+#include "sdrt/core/distributed/internal/mapping/lowering.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+using Kind = WeightMapRule::Kind;
+using Interleave = WeightMapRule::Interleave;
+
+// The most segments one fused tensor is described by (parts or groups times components).
+constexpr int64_t kMaxSegments = int64_t{1} << 20;
+
+struct SideInfo {
+  const LeafLayout* layout = nullptr;
+  int first_rank = 0;
+  std::vector<int64_t> plain_holders;
+};
+using SideKey = std::pair<std::string, bool>;  // path, source side
+
+// A rule applied: its sources and destinations by name.
+struct Unit {
+  int rule = 0;
+  std::vector<std::string> sources;       // a fuse's: one per component ("" until found)
+  std::vector<std::string> destinations;  // a split's: one per component
+};
+
+// Fused elements [fused, fused + length) along the dim are component `component`'s
+// [offset, offset + length).
+struct Segment {
+  int component = 0;
+  int64_t fused = 0;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+// One piece of the fused leaf: a box on `rank`, its local `local`.
+struct FusedPiece {
+  int64_t rank = 0;
+  int local = 0;
+  IntVector offsets, sizes;
+};
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kRename: return "rename";
+    case Kind::kFuse: return "fuse";
+    case Kind::kSplit: return "split";
+    case Kind::kPad: return "pad";
+  }
+  return "?";
+}
+
+absl::Status Invalid(const std::string& where, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+absl::StatusOr<std::vector<FusedPiece>> FusedPieces(const SideInfo& side, const std::string& where) {
+  const LeafLayout& l = *side.layout;
+  std::vector<FusedPiece> pieces;
+  switch (l.kind) {
+    case LeafLayout::Kind::kMesh: {
+      absl::StatusOr<DeviceMesh> mesh =
+          DeviceMesh::Create(l.mesh_shape, l.mesh_ranks, {}, l.mesh_device);
+      if (!mesh.ok()) return Invalid(where, mesh.status().message());
+      for (const Placement& p : l.placements) {
+        if (p.kind() != Placement::Kind::kShard && !p.is_replicate()) {
+          return Invalid(where, absl::StrCat("a fused tensor is laid out by Shard and Replicate "
+                                             "placements only, not ",
+                                             PlacementsToString(l.placements)));
+        }
+      }
+      for (int64_t rank : mesh->ranks()) {
+        absl::StatusOr<LocalShardInfo> info =
+            ComputeLocalShapeAndGlobalOffset(l.shape, *mesh, l.placements, rank);
+        if (!info.ok()) return Invalid(where, info.status().message());
+        pieces.push_back({rank, 0, info->global_offset, info->local_shape});
+      }
+      break;
+    }
+    case LeafLayout::Kind::kBoxes: {
+      std::map<int64_t, int> per_rank;
+      for (const TransferBox& b : l.boxes) {
+        pieces.push_back({b.rank, per_rank[b.rank]++, b.offsets, b.sizes});
+      }
+      break;
+    }
+    case LeafLayout::Kind::kPlain:
+      for (int64_t rank : side.plain_holders) {
+        pieces.push_back({rank, 0, IntVector(l.shape.size(), 0), l.shape});
+      }
+      break;
+    case LeafLayout::Kind::kInline:
+      return Invalid(where, "a value, not a tensor");
+  }
+  for (const FusedPiece& p : pieces) {
+    if (p.offsets.size() != l.shape.size() || p.sizes.size() != l.shape.size()) {
+      return Invalid(where, absl::StrCat("a box on rank ", p.rank, " is not of the tensor's ",
+                                         l.shape.size(), " dims"));
+    }
+  }
+  return pieces;
+}
+
+bool EmptyPiece(const FusedPiece& p) {
+  return std::any_of(p.sizes.begin(), p.sizes.end(), [](int64_t s) { return s <= 0; });
+}
+
+// How many equal parts the fused layout cuts `dim` (of size `size`) into: its pieces'
+// ranges along the dim must tile [0, size) with one length.
+absl::StatusOr<int64_t> Parts(const std::vector<FusedPiece>& pieces, int dim, int64_t size,
+                              const std::string& where) {
+  std::set<std::pair<int64_t, int64_t>> ranges;
+  for (const FusedPiece& p : pieces) {
+    if (!EmptyPiece(p)) ranges.emplace(p.offsets[dim], p.offsets[dim] + p.sizes[dim]);
+  }
+  int64_t at = 0, length = -1;
+  for (const auto& [a, b] : ranges) {
+    if (a != at || (length >= 0 && b - a != length)) {
+      return Invalid(where, absl::StrCat("its layout does not cut dim ", dim,
+                                         " into equal parts (a piece holds [", a, ", ", b, "))"));
+    }
+    length = b - a;
+    at = b;
+  }
+  if (ranges.empty() || at != size) {
+    return Invalid(where, absl::StrCat("its pieces do not cover dim ", dim, " (", size, ")"));
+  }
+  return static_cast<int64_t>(ranges.size());
+}
+
+// Where each component sits along the fused dim (of size `size`), by the rule's interleave.
+absl::StatusOr<std::vector<Segment>> Segments(const WeightMapRule& rule,
+                                              const std::vector<int64_t>& rows, int64_t size,
+                                              const std::vector<FusedPiece>& pieces,
+                                              const std::string& where) {
+  const int k_count = static_cast<int>(rows.size());
+  std::vector<Segment> out;
+  if (rule.kind == Kind::kPad) {
+    const int64_t m = rule.multiple;
+    if (size < rows[0] || size % m != 0 || size - rows[0] >= m) {
+      return Invalid(where, absl::StrCat("the destination's dim ", rule.dim, " is ", size,
+                                         "; the source's ", rows[0], " rounded up to a multiple of ",
+                                         m, " is expected"));
+    }
+    out.push_back({0, 0, 0, rows[0]});
+    return out;
+  }
+  const int64_t head = rule.head_size;
+  if (head > 0) {
+    for (int k = 0; k < k_count; ++k) {
+      if (rows[k] % head != 0) {
+        return Invalid(where, absl::StrCat("component ", k, " has ", rows[k],
+                                           " rows, not a multiple of the head size ", head));
+      }
+    }
+  }
+  if (rule.interleave == Interleave::kGroups) {
+    int64_t groups = rule.groups;
+    if (groups == 0) {
+      if (head == 0) {
+        return Invalid(where, "groups from the heads (groups 0) needs a head size");
+      }
+      groups = rows[1] / head;
+    }
+    int64_t total = 0;
+    for (int k = 0; k < k_count; ++k) {
+      if (groups < 1 || rows[k] % groups != 0) {
+        return Invalid(where, absl::StrCat("component ", k, " (", rows[k],
+                                           " rows) cannot be cut into ", groups, " groups"));
+      }
+      total += rows[k];
+      if (total > size) break;
+    }
+    if (total != size) {
+      return Invalid(where, absl::StrCat("the fused dim is ", size, ", the components' sum ",
+                                         total > size ? "more" : absl::StrCat(total)));
+    }
+    if (groups > kMaxSegments / k_count) {
+      return Invalid(where, absl::StrCat(groups, " groups; at most ", kMaxSegments / k_count));
+    }
+    int64_t at = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int k = 0; k < k_count; ++k) {
+        const int64_t n = rows[k] / groups;
+        out.push_back({k, at, g * n, n});
+        at += n;
+      }
+    }
+    return out;
+  }
+  SDRT_ASSIGN_OR_RETURN(const int64_t parts, Parts(pieces, rule.dim, size, where));
+  if (parts > kMaxSegments / k_count) {
+    return Invalid(where, absl::StrCat(parts, " parts; at most ", kMaxSegments / k_count));
+  }
+  // Per component: the rows a part holds, and whether parts share heads (replication).
+  std::vector<int64_t> per_part(k_count);
+  std::vector<int64_t> replicas(k_count, 1);
+  int64_t part_size = 0;
+  for (int k = 0; k < k_count; ++k) {
+    const int64_t heads = head > 0 ? rows[k] / head : 0;
+    if (head > 0 && heads > 0 && heads < parts && parts % heads == 0) {
+      per_part[k] = head;
+      replicas[k] = parts / heads;
+    } else if (rows[k] % parts == 0 && (head == 0 || heads % parts == 0)) {
+      per_part[k] = rows[k] / parts;
+    } else {
+      return Invalid(where, absl::StrCat("component ", k, " (", rows[k], " rows",
+                                         head > 0 ? absl::StrCat(", ", heads, " heads") : "",
+                                         ") cannot be cut into ", parts, " parts"));
+    }
+    part_size += per_part[k];
+  }
+  if (part_size == 0 || size % parts != 0 || size / parts != part_size) {
+    return Invalid(where, absl::StrCat("the fused dim is ", size, " in ", parts,
+                                       " parts; the components make parts of ", part_size));
+  }
+  for (int64_t p = 0; p < parts; ++p) {
+    int64_t at = p * part_size;
+    for (int k = 0; k < k_count; ++k) {
+      out.push_back({k, at, (p / replicas[k]) * per_part[k], per_part[k]});
+      at += per_part[k];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
+                                            std::vector<std::vector<LeafLayout>>& per_rank) {
+  std::map<SideKey, SideInfo> sides;
+  std::vector<std::string> source_order;
+  for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
+    for (const LeafLayout& l : per_rank[rank]) {
+      auto [it, inserted] = sides.try_emplace({l.path, l.source});
+      if (inserted) {
+        it->second.layout = &l;
+        it->second.first_rank = rank;
+        if (l.source) source_order.push_back(l.path);
+      }
+      if (l.kind == LeafLayout::Kind::kPlain) it->second.plain_holders.push_back(rank);
+    }
+  }
+  // Which rule takes each source, and the units they make.
+  std::vector<Unit> units;
+  std::map<std::string, size_t> unit_of_destination;
+  for (const std::string& name : source_order) {
+    const std::optional<SourceMatch> m = MatchSource(map, name);
+    if (!m.has_value()) continue;
+    const WeightMapRule& rule = map.rule_list[m->rule];
+    const std::string where = absl::StrCat("weight map rule ", m->rule, " (", KindName(rule.kind),
+                                           ") for '", name, "'");
+    if (rule.kind == Kind::kFuse) {
+      const std::string& d = m->destinations[0];
+      auto [it, inserted] = unit_of_destination.try_emplace(d, units.size());
+      if (inserted) {
+        units.push_back({m->rule, std::vector<std::string>(rule.from.size()), {d}});
+      } else if (units[it->second].rule != m->rule) {
+        return Invalid(where, absl::StrCat("'", d, "' is made by another rule too"));
+      }
+      std::string& slot = units[it->second].sources[static_cast<size_t>(m->component)];
+      if (!slot.empty()) {
+        return Invalid(where, absl::StrCat("'", slot, "' and '", name, "' are both component ",
+                                           m->component, " of '", d, "'"));
+      }
+      slot = name;
+      continue;
+    }
+    for (const std::string& d : m->destinations) {
+      if (!unit_of_destination.try_emplace(d, units.size()).second) {
+        return Invalid(where, absl::StrCat("'", d, "' is made by another rule too"));
+      }
+    }
+    units.push_back({m->rule, {name}, m->destinations});
+  }
+  MapLowering out;
+  std::map<SideKey, std::vector<LeafLayout>> replaced;
+  std::map<std::string, std::string> renames;  // source path -> plan name
+  for (const Unit& unit : units) {
+    const WeightMapRule& rule = map.rule_list[unit.rule];
+    const bool split = rule.kind == Kind::kSplit;
+    const std::string& fused_path = split ? unit.sources[0] : unit.destinations[0];
+    const std::string where = absl::StrCat("weight map rule ", unit.rule, " (", KindName(rule.kind),
+                                           ") for '", fused_path, "'");
+    if (rule.kind == Kind::kRename) {
+      const std::string& src = unit.sources[0];
+      const std::string& d = unit.destinations[0];
+      if (!sides.count({d, false}) || d == src) continue;
+      if (sides.count({d, true})) {
+        return Invalid(where, absl::StrCat("renames it to '", d, "', which is another source"));
+      }
+      renames[src] = d;
+      out.renamed.emplace_back(d, src);
+      continue;
+    }
+    const SideKey fused_key{fused_path, split};
+    const auto fused = sides.find(fused_key);
+    if (fused == sides.end()) continue;  // no rank wants (fuse, pad) this destination
+    const std::vector<std::string>& names = split ? unit.destinations : unit.sources;
+    std::vector<int64_t> rows;
+    std::vector<IntVector> shapes;
+    const IntVector& fused_shape = fused->second.layout->shape;
+    if (rule.dim >= static_cast<int>(fused_shape.size())) {
+      return Invalid(where, absl::StrCat("dim ", rule.dim, " of a tensor of ",
+                                         fused_shape.size(), " dims"));
+    }
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (names[k].empty()) {
+        return Invalid(where, absl::StrCat("no source matches its component ", k, " ('",
+                                           rule.from[k], "')"));
+      }
+      const auto component = sides.find({names[k], !split});
+      if (component == sides.end()) {
+        return Invalid(where, absl::StrCat("its destination '", names[k], "' is held by no rank"));
+      }
+      // (A pad keeping its name replaces its destination leaf by a component of that name.)
+      if (names[k] != fused_path && sides.count({names[k], split})) {
+        return Invalid(where, absl::StrCat("its component '", names[k], "' is also a ",
+                                           split ? "source" : "destination", " leaf"));
+      }
+      const IntVector& shape = component->second.layout->shape;
+      bool fits = shape.size() == fused_shape.size();
+      for (size_t d = 0; fits && d < shape.size(); ++d) {
+        fits = d == static_cast<size_t>(rule.dim) || shape[d] == fused_shape[d];
+      }
+      if (!fits) {
+        return Invalid(where, absl::StrCat("component '", names[k], "' ", ShapeToString(shape),
+                                           " does not fit the fused ", ShapeToString(fused_shape),
+                                           " off dim ", rule.dim));
+      }
+      shapes.push_back(shape);
+      rows.push_back(shape[rule.dim]);
+    }
+    SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> pieces, FusedPieces(fused->second, where));
+    SDRT_ASSIGN_OR_RETURN(const std::vector<Segment> segments,
+                          Segments(rule, rows, fused_shape[rule.dim], pieces, where));
+    LoweredLeaf lowered;
+    lowered.path = fused_path;
+    lowered.source = split;
+    lowered.dtype = fused->second.layout->dtype;
+    lowered.dim = rule.dim;
+    for (size_t k = 0; k < names.size(); ++k) {
+      lowered.components.push_back({names[k], shapes[k], {}, {}});
+    }
+    const int dim = rule.dim;
+    for (const FusedPiece& p : pieces) {
+      if (EmptyPiece(p)) continue;
+      const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
+      for (const Segment& s : segments) {
+        const int64_t lo = std::max(a, s.fused), hi = std::min(b, s.fused + s.length);
+        if (lo >= hi) continue;
+        LoweredComponent& c = lowered.components[static_cast<size_t>(s.component)];
+        if (static_cast<int64_t>(c.boxes.size()) >= kMaxTransferBoxes) {
+          return Invalid(where, absl::StrCat("more than ", kMaxTransferBoxes, " boxes"));
+        }
+        TransferBox box{p.offsets, p.sizes, p.rank};
+        box.offsets[dim] = s.offset + (lo - s.fused);
+        box.sizes[dim] = hi - lo;
+        c.boxes.push_back(std::move(box));
+        c.views.push_back({p.rank, p.local, lo - a, hi - lo});
+      }
+    }
+    std::vector<LeafLayout>& leaves = replaced[fused_key];
+    for (const LoweredComponent& c : lowered.components) {
+      std::set<std::tuple<int64_t, IntVector, IntVector>> seen;
+      for (const TransferBox& box : c.boxes) {
+        if (!seen.emplace(box.rank, box.offsets, box.sizes).second) {
+          return Invalid(where, absl::StrCat("rank ", box.rank, " holds component '", c.name,
+                                             "' at ", ShapeToString(box.offsets),
+                                             " twice in its pieces"));
+        }
+      }
+      LeafLayout& leaf = leaves.emplace_back();
+      leaf.path = c.name;
+      leaf.source = split;
+      leaf.dtype = lowered.dtype;
+      leaf.shape = c.shape;
+      leaf.kind = LeafLayout::Kind::kBoxes;
+      leaf.boxes = c.boxes;
+    }
+    out.fused.push_back(std::move(lowered));
+  }
+  if (out.empty()) return out;
+  // The descriptions rewritten: each fused leaf's components where its first describer had it.
+  for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
+    std::vector<LeafLayout> rewritten;
+    rewritten.reserve(per_rank[rank].size());
+    for (LeafLayout& l : per_rank[rank]) {
+      const SideKey key{l.path, l.source};
+      const auto lowered = replaced.find(key);
+      if (lowered != replaced.end()) {
+        if (sides.at(key).first_rank == rank) {
+          for (LeafLayout& c : lowered->second) rewritten.push_back(std::move(c));
+        }
+        continue;
+      }
+      if (l.source) {
+        const auto renamed = renames.find(l.path);
+        if (renamed != renames.end()) l.path = renamed->second;
+      }
+      rewritten.push_back(std::move(l));
+    }
+    per_rank[rank] = std::move(rewritten);
+  }
+  return out;
+}
+
+namespace {
+
+// How many locals `value` has on rank `me` (TransferPiece::local numbering).
+int LocalCount(const Value& value, int64_t me) {
+  switch (value.kind()) {
+    case ValueKind::kDTensor:
+      return value.as_dtensor().mesh()->Coordinate(me).has_value() ? 1 : 0;
+    case ValueKind::kShardedTensor: {
+      int count = 0;
+      for (const ShardMetadata& m : value.as_sharded().shards_metadata()) {
+        count += m.placement.rank == me ? 1 : 0;
+      }
+      return count;
+    }
+    case ValueKind::kTensor:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Rank `me`'s locals of the fused leaf `value` (count of them), as the lowering numbered
+// them; a meta destination DTensor local is replaced by a new one (recorded in `fresh`).
+absl::StatusOr<std::vector<Tensor>> FusedLocals(const LoweredLeaf& leaf, const Value* value,
+                                                int64_t me, int count, Device device,
+                                                MappedLeaves& out) {
+  const std::string where = absl::StrCat("weight map: the ", leaf.source ? "source" : "destination",
+                                         " '", leaf.path, "' on rank ", me);
+  if (value == nullptr) return Invalid(where, "this rank has no such leaf");
+  std::vector<Tensor> locals(static_cast<size_t>(count));
+  switch (value->kind()) {
+    case ValueKind::kDTensor: {
+      const DTensor& d = value->as_dtensor();
+      locals[0] = d.local();
+      if (locals[0].is_meta() && !leaf.source) {
+        SDRT_ASSIGN_OR_RETURN(locals[0], Tensor::Empty(d.local().shape(), d.dtype(), device));
+        SDRT_ASSIGN_OR_RETURN(DTensor filled, d.WithLocal(locals[0]));
+        out.fresh.emplace_back(leaf.path, Value(std::move(filled)));
+      }
+      break;
+    }
+    case ValueKind::kShardedTensor: {
+      const ShardedTensor& st = value->as_sharded();
+      int seen = 0;
+      for (const ShardMetadata& m : st.shards_metadata()) {
+        if (m.placement.rank != me || seen >= count) continue;
+        for (const LocalShard& shard : st.local_shards()) {
+          if (shard.metadata.offsets == m.offsets && shard.metadata.sizes == m.sizes) {
+            locals[static_cast<size_t>(seen)] = shard.tensor;
+          }
+        }
+        ++seen;
+      }
+      break;
+    }
+    case ValueKind::kTensor:
+      locals[0] = value->as_tensor();
+      break;
+    default:
+      break;
+  }
+  for (const Tensor& t : locals) {
+    if (!t.defined() || t.is_meta() || t.dim() <= leaf.dim || t.dtype() != leaf.dtype) {
+      return Invalid(where, absl::StrCat("a local of ", DTypeName(leaf.dtype), " with dim ",
+                                         leaf.dim, " is needed; it holds ",
+                                         t.defined() ? t.ToString() : "none"));
+    }
+  }
+  return locals;
+}
+
+}  // namespace
+
+absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, const Map& source,
+                         Map& destination, MappedLeaves& out) {
+  if (lowering.empty()) return absl::OkStatus();
+  SDRT_ASSIGN_OR_RETURN(const Leaves src_leaves, CollectLeaves(source));
+  SDRT_ASSIGN_OR_RETURN(MutableLeaves dst_leaves, CollectMutableLeaves(destination));
+  absl::flat_hash_map<absl::string_view, const Value*> src_by_path, dst_by_path;
+  for (const Leaf& l : src_leaves) src_by_path.emplace(l.path, l.value);
+  for (const MutableLeaf& l : dst_leaves) dst_by_path.emplace(l.path, l.value);
+  const auto find = [](const auto& by_path, absl::string_view path) -> const Value* {
+    const auto it = by_path.find(path);
+    return it == by_path.end() ? nullptr : it->second;
+  };
+  for (const auto& [plan_name, path] : lowering.renamed) {
+    if (const Value* v = find(src_by_path, path)) out.sources.emplace(plan_name, *v);
+  }
+  for (const LoweredLeaf& leaf : lowering.fused) {
+    int count = 0;
+    for (const LoweredComponent& c : leaf.components) {
+      for (const ComponentView& v : c.views) {
+        if (v.rank == me) count = std::max(count, v.local + 1);
+      }
+    }
+    const Value* value = find(leaf.source ? src_by_path : dst_by_path, leaf.path);
+    // A destination piece that no component reaches (all padding) is still allocated and
+    // zeroed.
+    if (!leaf.source && value != nullptr) count = std::max(count, LocalCount(*value, me));
+    if (count == 0) continue;
+    SDRT_ASSIGN_OR_RETURN(const std::vector<Tensor> locals,
+                          FusedLocals(leaf, value, me, count, device, out));
+    // Per local, the ranges along the dim that components fill (the rest is zeroed).
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(locals.size());
+    for (const LoweredComponent& c : leaf.components) {
+      std::vector<ShardMetadata> metadata;
+      std::vector<LocalShard> shards;
+      metadata.reserve(c.boxes.size());
+      for (size_t i = 0; i < c.boxes.size(); ++i) {
+        const TransferBox& box = c.boxes[i];
+        ShardMetadata m{box.offsets, box.sizes, RemoteDevice{box.rank, device}};
+        const ComponentView& v = c.views[i];
+        if (v.rank == me) {
+          const Tensor& local = locals[static_cast<size_t>(v.local)];
+          absl::StatusOr<Tensor> view = local.Narrow(leaf.dim, v.start, v.length);
+          if (!view.ok()) {
+            return Invalid(absl::StrCat("weight map: '", leaf.path, "' on rank ", me),
+                           view.status().message());
+          }
+          shards.push_back({*std::move(view), m});
+          covered[static_cast<size_t>(v.local)].emplace_back(v.start, v.start + v.length);
+        }
+        metadata.push_back(std::move(m));
+      }
+      absl::StatusOr<ShardedTensor> st =
+          ShardedTensor::Make(c.shape, leaf.dtype, std::move(metadata), std::move(shards));
+      if (!st.ok()) {
+        return Invalid(absl::StrCat("weight map: component '", c.name, "' of '", leaf.path,
+                                    "' on rank ", me),
+                       st.status().message());
+      }
+      (leaf.source ? out.sources : out.destinations).emplace(c.name, Value(*std::move(st)));
+    }
+    if (leaf.source) continue;
+    for (size_t j = 0; j < locals.size(); ++j) {
+      std::vector<std::pair<int64_t, int64_t>>& ranges = covered[j];
+      std::sort(ranges.begin(), ranges.end());
+      int64_t at = 0;
+      const int64_t size = locals[j].size(leaf.dim);
+      ranges.emplace_back(size, size);
+      for (const auto& [a, b] : ranges) {
+        if (a > at) {
+          SDRT_ASSIGN_OR_RETURN(Tensor gap, locals[j].Narrow(leaf.dim, at, a - at));
+          SDRT_ASSIGN_OR_RETURN(const Tensor zeros, Tensor::Zeros(gap.shape(), gap.dtype(), device));
+          SDRT_RETURN_IF_ERROR(gap.CopyFrom(zeros));
+        }
+        at = std::max(at, b);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

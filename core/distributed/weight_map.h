@@ -1,0 +1,118 @@
+// Weight maps (issue 30): how an engine's own tensors are made from a source's, so that a
+// load or a weight sync goes straight into an inference engine's fused, padded, renamed
+// buffers, with no full tensor built anywhere. A map is a list of rules over the source
+// names (RE2 patterns, matched against the whole name); the first rule whose pattern
+// matches a source name takes it, and a source no rule matches keeps its name. Templates
+// name the destination: "{i}" is the capture group named i ("(?P<i>\d+)"), "{1}" the first
+// group, "{{" and "}}" are braces.
+//
+//   rename  one source -> one destination of the same shape under another name
+//           (model.layers.{i}.self_attn.o_proj.weight -> layers.{i}.attn.out.weight).
+//   fuse    several sources (one pattern each, in order: the components) -> one destination
+//           holding them along `dim`, interleaved (below); each component's destination
+//           name comes from its own pattern's captures, and all must name the same one.
+//   split   one fused source -> several destinations (one template each): fuse's inverse.
+//   pad     one source -> a destination larger along `dim` (its size the source's rounded
+//           up to `multiple`): the source's elements first, the rest zero.
+//
+// How a fused tensor holds its components along `dim` (its size there is the sum over the
+// components, times the parts for kShards):
+//   kShards  vLLM's tensor parallelism: the fused tensor is cut into as many equal parts
+//            along `dim` as the destination's (fuse) or source's (split) layout cuts it,
+//            and part p is [component 0's p-th piece; component 1's p-th piece; ...]: a
+//            tp rank's local qkv_proj is [its q heads; its k heads; its v heads]. With a
+//            head size, a component of n heads is cut by whole heads: parts % n == 0
+//            gives part p the heads [p n / parts, (p + 1) n / parts); with fewer heads
+//            than parts (n divides parts) part p holds head p / (parts / n), several
+//            parts holding one head (grouped-query attention's kv replication). Without a
+//            head size each component is cut into equal rows.
+//   kGroups  Megatron's interleaving by query group: group g is [component 0's g-th
+//            piece; component 1's g-th piece; ...] for G groups (each component cut into
+//            G equal pieces): linear_qkv is [q of group g; k of g; v of g] for each g.
+//            G is `groups`, or (0) the second component's heads (its rows along dim
+//            over the head size: the kv heads). G = 1 is plain concatenation ([gate; up]).
+//
+// Casts need no rule: a destination of another float dtype than its source is converted
+// (reshard_state_dict.h). The map is applied by PlanReshard (ReshardOptions::weight_map):
+// every rule is checked against every rank's leaves there, on every rank alike.
+#ifndef SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
+#define SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sdrt/export.h"
+
+namespace sdrt SDRT_API {
+
+struct WeightMapRule {
+  enum class Kind { kRename, kFuse, kSplit, kPad };
+  enum class Interleave { kShards, kGroups };
+  Kind kind = Kind::kRename;
+  // RE2 patterns over source names: one, or one per component for kFuse.
+  std::vector<std::string> from;
+  // Destination name templates: one, or one per component for kSplit. kPad may leave it
+  // empty (the source's name).
+  std::vector<std::string> to;
+  int dim = 0;  // kFuse, kSplit, kPad: the dim along which tensors are fused or padded
+  Interleave interleave = Interleave::kShards;  // kFuse, kSplit
+  int64_t head_size = 0;  // kFuse, kSplit: elements along dim per head; 0: cut by rows
+  int64_t groups = 0;     // kGroups: the group count; 0: the second component's heads
+  int64_t multiple = 1;   // kPad: the destination's size along dim is a multiple of it
+};
+
+// A checked, compiled weight map: a value; copies share the compiled patterns.
+class WeightMap {
+ public:
+  // Checks and compiles `rules`. InvalidArgument naming the rule (its index and kind) for
+  // a pattern RE2 refuses or a template naming a group its pattern does not have; the
+  // wrong number of patterns or templates for the kind (fuse and split: at least 2
+  // components, at most 16); dim outside [0, 12); head_size, groups or multiple out of
+  // range (negative, or multiple < 1, or any above 2^40); more than 10,000 rules or a
+  // pattern or template of more than 4,096 bytes.
+  static absl::StatusOr<WeightMap> FromRules(std::vector<WeightMapRule> rules);
+
+  // A map from its JSON text (at most 1 MiB): {"rules": [rule, ...]}, each rule an object
+  // with one of "rename", "pad" (a pattern), "fuse" (an array of patterns), "split" (a
+  // pattern), and "to" (a template; an array of them for split; optional for pad), "dim",
+  // "interleave" ("shards" or "groups"), "head_size", "groups", "multiple" as the fields
+  // above. Unknown keys are refused. InvalidArgument naming the rule for malformed JSON, a
+  // field of the wrong type, and FromRules' errors.
+  static absl::StatusOr<WeightMap> FromJson(absl::string_view text);
+
+  // The built-in maps, from HF Llama-family names (Llama, Mistral, Qwen2):
+  //   "vllm-llama": into vLLM-style tensor-parallel buffers:
+  //     model.layers.{i}.self_attn.{q,k,v}_proj.weight -> ...self_attn.qkv_proj.weight
+  //       (kShards, head_size: the attention head size),
+  //     model.layers.{i}.mlp.{gate,up}_proj.weight -> ...mlp.gate_up_proj.weight (kShards),
+  //     model.embed_tokens.weight and lm_head.weight padded to a multiple of 64 rows;
+  //     every other name unchanged.
+  //   "megatron-llama": from Megatron-core names into HF's: decoder.layers.{i}.
+  //     self_attention.linear_qkv.weight split into q, k, v (kGroups, the kv heads as
+  //     groups), mlp.linear_fc1.weight into gate and up ([gate; up]), linear_proj ->
+  //     o_proj, linear_fc2 -> down_proj, the fused layer norms -> input_layernorm and
+  //     post_attention_layernorm, embedding.word_embeddings -> model.embed_tokens,
+  //     decoder.final_layernorm -> model.norm, output_layer -> lm_head.
+  // `head_size` (> 0): the attention head size (config.json's head_dim, or hidden_size /
+  // num_attention_heads). InvalidArgument for another name or head size.
+  static absl::StatusOr<WeightMap> Builtin(absl::string_view name, int64_t head_size);
+
+  WeightMap() = default;  // no rules: every source keeps its name
+  const std::vector<WeightMapRule>& rules() const;
+  // A canonical text of the rules, equal for equal maps (the agreement compares it).
+  std::string Describe() const;
+
+  struct Compiled;
+  const Compiled* compiled() const { return compiled_.get(); }
+
+ private:
+  std::shared_ptr<const Compiled> compiled_;
+};
+
+}  // namespace SDRT_API
+
+#endif  // SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_

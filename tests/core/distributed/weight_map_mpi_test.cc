@@ -1,0 +1,263 @@
+// Weight maps through PlanReshard / ExecuteReshard / BindReshard (core/distributed/
+// weight_map.h) against PyTorch: an fsdp trainer's Hugging Face Llama tensors go straight
+// into vLLM-style tensor-parallel buffers (fused qkv_proj with grouped-query kv
+// replication, fused gate_up_proj, a vocabulary padded to a multiple of 64 with zero rows;
+// bfloat16, and float32 cast to bfloat16 on the way) with the built-in map "vllm-llama";
+// Megatron's interleaved linear_qkv and [gate; up] linear_fc1, cut by fsdp through their
+// groups, split into HF's tensors ("megatron-llama") and fused back by a JSON map. Every
+// local is compared bit for bit with tests/data/weight_map/expected.json (written by
+// tests/golden/make_weight_map_golden.py with torch.cat / chunk / F.pad / .to()). CTest runs
+// it under `mpiexec -n N`, N = 1..4 and 8: each vLLM case runs where its tp is the world.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/golden_codec.h"
+#include "sdrt/tests/support/mpi_test_main.h"
+
+namespace sdrt::test {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+MpiCommunicator* g_world = nullptr;
+constexpr int64_t kHeadSize = 4;
+
+const json& Golden() {
+  static const json* golden = [] {
+    absl::StatusOr<json> j = testing_golden::ReadGoldenJson("weight_map/expected.json");
+    return new json(j.ok() ? *std::move(j) : json());
+  }();
+  return *golden;
+}
+
+Tensor TensorOf(const json& j) {
+  absl::StatusOr<Value> v = testing_golden::DecodeGoldenValue(j);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() && v->kind() == ValueKind::kTensor ? v->as_tensor() : Tensor();
+}
+
+std::shared_ptr<const DeviceMesh> World() {
+  return std::make_shared<const DeviceMesh>(*DeviceMesh::Create({g_world->size()}));
+}
+
+// This rank's piece of `full` under `placements` on the world mesh.
+Value Piece(const Tensor& full, const char* placements) {
+  return Value(*DistributeTensor(full, World(), *ParsePlacements(placements), g_world->rank()));
+}
+
+// A destination DTensor Shard(0) over the world whose rank-r local is `local_shape`: meta
+// (`meta`) or allocated and filled with 0xFF bytes. Its rows are `rows`, or (-1) the
+// local's times the ranks.
+Value Buffer(const IntVector& local_shape, DType dtype, bool meta, int64_t rows = -1) {
+  IntVector global = local_shape;
+  global[0] = rows >= 0 ? rows : global[0] * g_world->size();
+  Tensor local = meta ? *Tensor::Meta(local_shape, dtype) : *Tensor::Empty(local_shape, dtype);
+  if (!meta && local.nbytes() > 0) std::memset(local.data_ptr(), 0xFF, local.nbytes());
+  return Value(*DTensor::Make(local, World(), *ParsePlacements("[S(0)]"), global));
+}
+
+void ExpectBytes(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const Tensor dense = *got.Contiguous();
+  EXPECT_EQ(std::memcmp(dense.data_ptr(), want.data_ptr(), want.nbytes()), 0)
+      << what << " on rank " << g_world->rank();
+}
+
+const char* const kHf[] = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens"};
+
+std::string HfName(const std::string& key) {
+  if (key == "embed_tokens") return "model.embed_tokens.weight";
+  const bool attn = key[1] == '_' || key == "qkv_proj";
+  return absl::StrCat("model.layers.0.", attn ? "self_attn." : "mlp.", key, ".weight");
+}
+
+// The trainer: every HF source cut by fsdp (Shard(0)) over the world, in `dtype`.
+Map FsdpSources(const json& sources) {
+  Map m;
+  for (const char* key : kHf) m.Set(HfName(key), Piece(TensorOf(sources[key]), "[S(0)]"));
+  return m;
+}
+
+TEST(WeightMapMpi, VllmLlamaFromAnFsdpTrainerBitExact) {
+  ASSERT_FALSE(Golden().is_null()) << "tests/data/weight_map/expected.json";
+  const absl::StatusOr<WeightMap> map = WeightMap::Builtin("vllm-llama", kHeadSize);
+  ASSERT_TRUE(map.ok()) << map.status();
+  int ran = 0;
+  for (const json& c : Golden()["cases"]) {
+    if (c["kind"] != "vllm" || c["tp"] != g_world->size()) continue;
+    ++ran;
+    const std::string name = c["name"];
+    const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+    const Map trainer = FsdpSources(c["sources"]);
+    for (bool meta : {true, false}) {
+      Map engine;
+      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
+        const Tensor want = TensorOf(mine[key]);
+        const bool padded = std::string(key) == "embed_tokens";
+        engine.Set(HfName(key), Buffer(want.shape(), want.dtype(), meta,
+                                       padded ? c["embed_padded_rows"].get<int64_t>() : -1));
+      }
+      ReshardOptions options;
+      options.comm = g_world;
+      options.weight_map = *map;
+      const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
+      ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+      // Three components of qkv_proj, two of gate_up_proj, the embedding.
+      EXPECT_EQ(plan->paths().size(), 6u) << name;
+      if (meta) {
+        ASSERT_TRUE(ExecuteReshard(*plan, trainer, engine).ok()) << name;
+      } else {
+        absl::StatusOr<BoundReshard> bound = BindReshard(*plan, trainer, engine);
+        ASSERT_TRUE(bound.ok()) << name << ": " << bound.status();
+        ASSERT_TRUE(bound->Execute().ok()) << name;
+      }
+      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
+        const Value* v = engine.Find(HfName(key));
+        ASSERT_NE(v, nullptr);
+        ExpectBytes(v->as_dtensor().local(), TensorOf(mine[key]),
+                    absl::StrCat(name, " ", key, meta ? " (executed)" : " (bound)"));
+      }
+    }
+  }
+  if (g_world->size() != 5 && g_world->size() != 6 && g_world->size() != 7) {
+    EXPECT_GT(ran, 0) << "no vLLM case for " << g_world->size() << " ranks";
+  }
+}
+
+// Megatron-core's names for one layer's fused tensors and HF's for their components.
+constexpr char kQkv[] = "decoder.layers.0.self_attention.linear_qkv.weight";
+constexpr char kFc1[] = "decoder.layers.0.mlp.linear_fc1.weight";
+
+TEST(WeightMapMpi, MegatronSplitIntoHfAndFusedBack) {
+  ASSERT_FALSE(Golden().is_null());
+  const absl::StatusOr<WeightMap> split = WeightMap::Builtin("megatron-llama", kHeadSize);
+  ASSERT_TRUE(split.ok()) << split.status();
+  const absl::StatusOr<WeightMap> fuse = WeightMap::FromJson(R"({"rules": [
+    {"fuse": ["model\\.layers\\.(?P<i>\\d+)\\.self_attn\\.q_proj\\.weight",
+              "model\\.layers\\.(?P<i>\\d+)\\.self_attn\\.k_proj\\.weight",
+              "model\\.layers\\.(?P<i>\\d+)\\.self_attn\\.v_proj\\.weight"],
+     "to": "decoder.layers.{i}.self_attention.linear_qkv.weight",
+     "interleave": "groups", "head_size": 4},
+    {"fuse": ["model\\.layers\\.(\\d+)\\.mlp\\.gate_proj\\.weight",
+              "model\\.layers\\.(\\d+)\\.mlp\\.up_proj\\.weight"],
+     "to": "decoder.layers.{1}.mlp.linear_fc1.weight", "interleave": "groups", "groups": 1}]})");
+  ASSERT_TRUE(fuse.ok()) << fuse.status();
+  int ran = 0;
+  for (const json& c : Golden()["cases"]) {
+    if (c["kind"] != "megatron") continue;
+    ++ran;
+    const std::string name = c["name"];
+    const Tensor qkv = TensorOf(c["fused"]["linear_qkv"]);
+    const Tensor fc1 = TensorOf(c["fused"]["linear_fc1"]);
+    // Megatron -> HF: fsdp rows of the fused tensors (cutting through groups at 3 ranks)
+    // into replicated HF tensors.
+    Map megatron;
+    megatron.Set(kQkv, Piece(qkv, "[S(0)]"));
+    megatron.Set(kFc1, Piece(fc1, "[S(0)]"));
+    Map hf;
+    for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+      const Tensor want = TensorOf(c["sources"][key]);
+      hf.Set(HfName(key), Value(*DTensor::Make(*Tensor::Meta(want.shape(), want.dtype()), World(),
+                                               *ParsePlacements("[R]"), want.shape())));
+    }
+    ReshardOptions options;
+    options.comm = g_world;
+    options.weight_map = *split;
+    absl::Status status = ReshardStateDict(megatron, hf, options);
+    ASSERT_TRUE(status.ok()) << name << ": " << status;
+    for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+      ExpectBytes(hf.Find(HfName(key))->as_dtensor().local(), TensorOf(c["sources"][key]),
+                  absl::StrCat(name, " megatron -> hf ", key));
+    }
+    // HF (fsdp) -> Megatron (fsdp rows of the interleaved tensors).
+    const Map trainer = FsdpSources(c["sources"]);
+    Map back;
+    back.Set(kQkv, Value(*DTensor::Make(
+                       *Tensor::Meta(*ComputeLocalShape(qkv.shape(), *World(),
+                                                        *ParsePlacements("[S(0)]"),
+                                                        g_world->rank()),
+                                     qkv.dtype()),
+                       World(), *ParsePlacements("[S(0)]"), qkv.shape())));
+    back.Set(kFc1, Value(*DTensor::Make(
+                       *Tensor::Meta(*ComputeLocalShape(fc1.shape(), *World(),
+                                                        *ParsePlacements("[S(0)]"),
+                                                        g_world->rank()),
+                                     fc1.dtype()),
+                       World(), *ParsePlacements("[S(0)]"), fc1.shape())));
+    options.weight_map = *fuse;
+    status = ReshardStateDict(trainer, back, options);
+    ASSERT_TRUE(status.ok()) << name << ": " << status;
+    ExpectBytes(back.Find(kQkv)->as_dtensor().local(), Piece(qkv, "[S(0)]").as_dtensor().local(),
+                name + " hf -> megatron linear_qkv");
+    ExpectBytes(back.Find(kFc1)->as_dtensor().local(), Piece(fc1, "[S(0)]").as_dtensor().local(),
+                name + " hf -> megatron linear_fc1");
+  }
+  EXPECT_EQ(ran, 3);
+}
+
+TEST(WeightMapMpi, RulesThatCannotHoldFailOnEveryRankBeforeAnyByteMoves) {
+  const int64_t n = g_world->size();
+  const Tensor q = *Tensor::Zeros({8 * kHeadSize * n, 8}, DType::kBFloat16);
+  const Tensor k = *Tensor::Zeros({kHeadSize, 8}, DType::kBFloat16);
+  ReshardOptions options;
+  options.comm = g_world;
+  options.weight_map = *WeightMap::Builtin("vllm-llama", kHeadSize);
+  // A fused destination whose parts are not the components' (q's rows per rank + 2 kv
+  // heads would be needed; the buffer holds one row fewer).
+  Map trainer;
+  trainer.Set(HfName("q_proj"), Piece(q, "[S(0)]"));
+  trainer.Set(HfName("k_proj"), Piece(k, "[R]"));
+  trainer.Set(HfName("v_proj"), Piece(k, "[R]"));
+  Map engine;
+  engine.Set(HfName("qkv_proj"), Buffer({8 * kHeadSize + 2 * kHeadSize - 1, 8},
+                                        DType::kBFloat16, true));
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("weight map rule 0 (fuse)"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("qkv_proj"));
+  // A fuse missing its v component.
+  Map no_v;
+  no_v.Set(HfName("q_proj"), Piece(q, "[S(0)]"));
+  no_v.Set(HfName("k_proj"), Piece(k, "[R]"));
+  plan = PlanReshard(no_v, engine, options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("no source matches its component 2"));
+  if (n == 3) {
+    // Two kv heads cannot be cut over three ranks, nor replicated onto them.
+    const Tensor k2 = *Tensor::Zeros({2 * kHeadSize, 8}, DType::kBFloat16);
+    Map two;
+    two.Set(HfName("q_proj"), Piece(q, "[S(0)]"));
+    two.Set(HfName("k_proj"), Piece(k2, "[R]"));
+    two.Set(HfName("v_proj"), Piece(k2, "[R]"));
+    Map fused;
+    fused.Set(HfName("qkv_proj"), Buffer({8 * kHeadSize + 2 * kHeadSize, 8},
+                                         DType::kBFloat16, true));
+    plan = PlanReshard(two, fused, options);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_THAT(plan.status().message(), HasSubstr("2 heads) cannot be cut into 3 parts"));
+  }
+}
+
+}  // namespace
+}  // namespace sdrt::test
+
+int main(int argc, char** argv) {
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+}

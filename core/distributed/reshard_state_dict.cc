@@ -208,8 +208,8 @@ absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source
                             std::optional<TransferProgram>& program) {
   Communicator& comm = *s.comm;
   if (s.lowering != nullptr) {
-    SDRT_RETURN_IF_ERROR(LowerLocals(*s.lowering, comm.rank(), comm.device(), source, destination,
-                                     found.mapped));
+    SDRT_RETURN_IF_ERROR(
+        LowerLocals(*s.lowering, comm.rank(), comm.device(), destination, found.mapped));
   }
   SDRT_RETURN_IF_ERROR(
       FindTransferLocals(s.plan, comm.rank(), comm.device(), source, destination, keep, found));

@@ -4,7 +4,9 @@
 // replication, fused gate_up_proj, a vocabulary padded to a multiple of 64 with zero rows;
 // bfloat16, and float32 cast to bfloat16 on the way) with the built-in map "vllm-llama";
 // Megatron's interleaved linear_qkv and [gate; up] linear_fc1, cut by fsdp through their
-// groups, split into HF's tensors ("megatron-llama") and fused back by a JSON map. Every
+// groups, split into HF's tensors ("megatron-llama", its renames too) and fused back by a
+// JSON map; the engine's fused buffers split back into HF's tensors (kv heads that several
+// ranks hold replicated). Every
 // local is compared bit for bit with tests/data/weight_map/expected.json (written by
 // tests/golden/make_weight_map_golden.py with torch.cat / chunk / F.pad / .to()). CTest runs
 // it under `mpiexec -n N`, N = 1..4 and 8: each vLLM case runs where its tp is the world.
@@ -140,6 +142,53 @@ TEST(WeightMapMpi, VllmLlamaFromAnFsdpTrainerBitExact) {
   }
 }
 
+TEST(WeightMapMpi, VllmBuffersSplitBackIntoHfTensors) {
+  ASSERT_FALSE(Golden().is_null());
+  // The engine -> trainer direction: each rank's fused locals (the golden's) as the source,
+  // replicated HF tensors as the destination; replicated kv heads are sent by one of the
+  // ranks that hold them.
+  const absl::StatusOr<WeightMap> map = WeightMap::FromJson(R"({"rules": [
+    {"split": "model\\.layers\\.(\\d+)\\.self_attn\\.qkv_proj\\.weight",
+     "to": ["model.layers.{1}.self_attn.q_proj.weight", "model.layers.{1}.self_attn.k_proj.weight",
+            "model.layers.{1}.self_attn.v_proj.weight"], "head_size": 4},
+    {"split": "model\\.layers\\.(\\d+)\\.mlp\\.gate_up_proj\\.weight",
+     "to": ["model.layers.{1}.mlp.gate_proj.weight", "model.layers.{1}.mlp.up_proj.weight"]}]})");
+  ASSERT_TRUE(map.ok()) << map.status();
+  int ran = 0;
+  for (const json& c : Golden()["cases"]) {
+    if (c["kind"] != "vllm" || c["tp"] != g_world->size() || c["source_dtype"] != c["dtype"]) {
+      continue;
+    }
+    ++ran;
+    const std::string name = c["name"];
+    const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+    Map engine;
+    for (const char* key : {"qkv_proj", "gate_up_proj"}) {
+      const Tensor local = TensorOf(mine[key]);
+      IntVector global = local.shape();
+      global[0] *= g_world->size();
+      engine.Set(HfName(key),
+                 Value(*DTensor::Make(local, World(), *ParsePlacements("[S(0)]"), global)));
+    }
+    Map hf;
+    for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+      const Tensor want = TensorOf(c["sources"][key]);
+      hf.Set(HfName(key), Value(*DTensor::Make(*Tensor::Meta(want.shape(), want.dtype()), World(),
+                                               *ParsePlacements("[R]"), want.shape())));
+    }
+    ReshardOptions options;
+    options.comm = g_world;
+    options.weight_map = *map;
+    const absl::Status status = ReshardStateDict(engine, hf, options);
+    ASSERT_TRUE(status.ok()) << name << ": " << status;
+    for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+      ExpectBytes(hf.Find(HfName(key))->as_dtensor().local(), TensorOf(c["sources"][key]),
+                  absl::StrCat(name, " engine -> hf ", key));
+    }
+  }
+  if (g_world->size() <= 4 || g_world->size() == 8) EXPECT_GT(ran, 0);
+}
+
 // Megatron-core's names for one layer's fused tensors and HF's for their components.
 constexpr char kQkv[] = "decoder.layers.0.self_attention.linear_qkv.weight";
 constexpr char kFc1[] = "decoder.layers.0.mlp.linear_fc1.weight";
@@ -170,17 +219,29 @@ TEST(WeightMapMpi, MegatronSplitIntoHfAndFusedBack) {
     Map megatron;
     megatron.Set(kQkv, Piece(qkv, "[S(0)]"));
     megatron.Set(kFc1, Piece(fc1, "[S(0)]"));
+    // A renamed tensor: Megatron's linear_proj (here the gate's values) becomes HF's o_proj,
+    // a plain tensor on every rank (the full tensor; in place on odd ranks).
+    const Tensor proj = TensorOf(c["sources"]["gate_proj"]);
+    megatron.Set("decoder.layers.0.self_attention.linear_proj.weight", Piece(proj, "[S(0)]"));
     Map hf;
     for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
       const Tensor want = TensorOf(c["sources"][key]);
       hf.Set(HfName(key), Value(*DTensor::Make(*Tensor::Meta(want.shape(), want.dtype()), World(),
                                                *ParsePlacements("[R]"), want.shape())));
     }
+    Tensor in_place = *Tensor::Zeros(proj.shape(), proj.dtype());
+    hf.Set("model.layers.0.self_attn.o_proj.weight",
+           g_world->rank() % 2 == 1 ? Value(in_place) : Value(*Tensor::Zeros({1}, proj.dtype())));
     ReshardOptions options;
     options.comm = g_world;
     options.weight_map = *split;
     absl::Status status = ReshardStateDict(megatron, hf, options);
     ASSERT_TRUE(status.ok()) << name << ": " << status;
+    const Value* o_proj = hf.Find("model.layers.0.self_attn.o_proj.weight");
+    ASSERT_NE(o_proj, nullptr);
+    ASSERT_EQ(o_proj->kind(), ValueKind::kTensor);
+    ExpectBytes(o_proj->as_tensor(), proj, name + " renamed linear_proj");
+    if (g_world->rank() % 2 == 1) ExpectBytes(in_place, proj, name + " linear_proj in place");
     for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
       ExpectBytes(hf.Find(HfName(key))->as_dtensor().local(), TensorOf(c["sources"][key]),
                   absl::StrCat(name, " megatron -> hf ", key));

@@ -117,9 +117,8 @@ absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device dev
   // tensors their first reads were half of the call's time. Each tensor has a leaf on
   // either side, so the walk asks for 2n of them: tensor j / 2's source or destination.
   const auto mapped = [&](size_t t, bool source) -> const Value* {
-    const std::map<std::string, Value>& leaves =
-        source ? out.mapped.sources : out.mapped.destinations;
-    if (leaves.empty()) return nullptr;
+    const std::map<std::string, Value>& leaves = out.mapped.destinations;
+    if (source || leaves.empty()) return nullptr;
     const auto it = leaves.find(plan.tensors[t].name);
     return it == leaves.end() ? nullptr : &it->second;
   };

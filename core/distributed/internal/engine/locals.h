@@ -19,12 +19,12 @@
 
 namespace sdrt::internal {
 
-// Leaves a weight map makes (mapping/lowering.h), by plan tensor name, found where a tree
-// has no leaf of that name: components over views of fused locals, renamed sources. A
-// node-based map, so that refs into its values stay valid.
+// The destination leaves a weight map makes (mapping/lowering.h), by plan tensor name:
+// ShardedTensors over views of the destination's locals, renamed leaves. A node-based map,
+// so that refs into its values stay valid.
 struct MappedLeaves {
-  std::map<std::string, Value> sources, destinations;
-  // Fused destination leaves given a new local (path, new value), for InstallFreshLocals.
+  std::map<std::string, Value> destinations;
+  // Destination leaves given a new local (path, new value), for InstallFreshLocals.
   std::vector<std::pair<std::string, Value>> fresh;
 };
 
@@ -45,8 +45,8 @@ struct FoundTransferLocals {
 // success). When `keep`, every ref points to a copy of the tensor handle held in `owned`
 // (sharing its memory), so that the refs outlive the caller's trees; else into the trees,
 // which must then outlive `out` unchanged. The caller's Values and DTensors are prefetched
-// ahead of use (prefetch.h). A tensor without a leaf of its name in a tree is looked up in
-// out.mapped (which goes first: a padded leaf keeps its path). InvalidArgument naming the leaf and side when a rank's leaf is
+// ahead of use (prefetch.h). A destination is looked up in out.mapped first (a padded leaf
+// keeps its path), then in the tree. InvalidArgument naming the leaf and side when a rank's leaf is
 // missing or a local does not fit its piece; CollectLeaves' errors; Tensor::Empty's.
 absl::Status FindTransferLocals(const TransferPlan& plan, int64_t me, Device device,
                                const Map& source, Map& destination, bool keep,

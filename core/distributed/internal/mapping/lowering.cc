@@ -47,7 +47,7 @@ struct Segment {
   int64_t length = 0;
 };
 
-// One piece of the fused leaf: a box on `rank`, its local `local`.
+// One piece of a leaf: a box on `rank`, its local `local`.
 struct FusedPiece {
   int64_t rank = 0;
   int local = 0;
@@ -68,7 +68,7 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-absl::StatusOr<std::vector<FusedPiece>> FusedPieces(const SideInfo& side, const std::string& where) {
+absl::StatusOr<std::vector<FusedPiece>> PiecesOf(const SideInfo& side, const std::string& where) {
   const LeafLayout& l = *side.layout;
   std::vector<FusedPiece> pieces;
   switch (l.kind) {
@@ -238,6 +238,30 @@ absl::StatusOr<std::vector<Segment>> Segments(const WeightMapRule& rule,
   return out;
 }
 
+
+// Each segment's component elements once: where kShards replicates a component's heads
+// over several parts, the first part that holds them.
+std::vector<Segment> FirstOfEach(const std::vector<Segment>& segments, int component) {
+  std::vector<Segment> out;
+  std::set<int64_t> seen;
+  for (const Segment& s : segments) {
+    if (s.component == component && seen.insert(s.offset).second) out.push_back(s);
+  }
+  return out;
+}
+
+// Fails when a rank holds one element of `d` in two boxes (two views would take it).
+absl::Status CheckNoTwice(const LoweredDestination& d, const std::string& where) {
+  std::set<std::tuple<int64_t, IntVector, IntVector>> seen;
+  for (const TransferBox& box : d.boxes) {
+    if (!seen.emplace(box.rank, box.offsets, box.sizes).second) {
+      return Invalid(where, absl::StrCat("rank ", box.rank, " would take '", d.name, "' at ",
+                                         ShapeToString(box.offsets), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
@@ -288,8 +312,11 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     units.push_back({m->rule, {name}, m->destinations});
   }
   MapLowering out;
-  std::map<SideKey, std::vector<LeafLayout>> replaced;
-  std::map<std::string, std::string> renames;  // source path -> plan name
+  // Destination leaves replaced: the lowered leaves go where the first of a unit's
+  // destinations was (its anchor), the others are dropped.
+  std::map<SideKey, std::vector<LeafLayout>> anchored;
+  std::set<SideKey> removed;
+  std::map<std::string, std::string> renames;  // destination path -> the source's name
   for (const Unit& unit : units) {
     const WeightMapRule& rule = map.rule_list[unit.rule];
     const bool split = rule.kind == Kind::kSplit;
@@ -300,39 +327,37 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       const std::string& src = unit.sources[0];
       const std::string& d = unit.destinations[0];
       if (!sides.count({d, false}) || d == src) continue;
-      if (sides.count({d, true})) {
-        return Invalid(where, absl::StrCat("renames it to '", d, "', which is another source"));
+      if (sides.count({src, false})) {
+        return Invalid(where, absl::StrCat("'", d, "' would go by the name '", src,
+                                           "', which another destination leaf has"));
       }
-      renames[src] = d;
-      out.renamed.emplace_back(d, src);
+      const LeafLayout& s = *sides.at({src, true}).layout;
+      renames[d] = src;
+      out.renamed.push_back({src, d, s.dtype, s.shape});
       continue;
     }
-    const SideKey fused_key{fused_path, split};
-    const auto fused = sides.find(fused_key);
-    if (fused == sides.end()) continue;  // no rank wants (fuse, pad) this destination
-    const std::vector<std::string>& names = split ? unit.destinations : unit.sources;
-    std::vector<int64_t> rows;
-    std::vector<IntVector> shapes;
-    const IntVector& fused_shape = fused->second.layout->shape;
+    // The destinations of the unit, and the side (and leaf) that holds the fused tensor.
+    const std::vector<std::string>& dsts = unit.destinations;
+    if (!split && !sides.count({dsts[0], false})) continue;  // no rank wants it
+    const std::vector<std::string>& names = split ? dsts : unit.sources;
+    const SideInfo& fused = sides.at({fused_path, split});
+    const IntVector& fused_shape = fused.layout->shape;
     if (rule.dim >= static_cast<int>(fused_shape.size())) {
       return Invalid(where, absl::StrCat("dim ", rule.dim, " of a tensor of ",
                                          fused_shape.size(), " dims"));
     }
+    std::vector<int64_t> rows;
+    std::vector<const SideInfo*> components;
     for (size_t k = 0; k < names.size(); ++k) {
       if (names[k].empty()) {
         return Invalid(where, absl::StrCat("no source matches its component ", k, " ('",
                                            rule.from[k], "')"));
       }
-      const auto component = sides.find({names[k], !split});
-      if (component == sides.end()) {
+      const auto c = sides.find({names[k], !split});
+      if (c == sides.end()) {
         return Invalid(where, absl::StrCat("its destination '", names[k], "' is held by no rank"));
       }
-      // (A pad keeping its name replaces its destination leaf by a component of that name.)
-      if (names[k] != fused_path && sides.count({names[k], split})) {
-        return Invalid(where, absl::StrCat("its component '", names[k], "' is also a ",
-                                           split ? "source" : "destination", " leaf"));
-      }
-      const IntVector& shape = component->second.layout->shape;
+      const IntVector& shape = c->second.layout->shape;
       bool fits = shape.size() == fused_shape.size();
       for (size_t d = 0; fits && d < shape.size(); ++d) {
         fits = d == static_cast<size_t>(rule.dim) || shape[d] == fused_shape[d];
@@ -342,73 +367,107 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
                                            " does not fit the fused ", ShapeToString(fused_shape),
                                            " off dim ", rule.dim));
       }
-      shapes.push_back(shape);
+      if (split && k > 0 && c->second.layout->dtype != components[0]->layout->dtype) {
+        return Invalid(where, absl::StrCat("its destinations '", names[0], "' and '", names[k],
+                                           "' differ in dtype"));
+      }
+      components.push_back(&c->second);
       rows.push_back(shape[rule.dim]);
     }
-    SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> pieces, FusedPieces(fused->second, where));
+    SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> fused_pieces, PiecesOf(fused, where));
     SDRT_ASSIGN_OR_RETURN(const std::vector<Segment> segments,
-                          Segments(rule, rows, fused_shape[rule.dim], pieces, where));
-    LoweredLeaf lowered;
-    lowered.path = fused_path;
-    lowered.source = split;
-    lowered.dtype = fused->second.layout->dtype;
-    lowered.dim = rule.dim;
-    for (size_t k = 0; k < names.size(); ++k) {
-      lowered.components.push_back({names[k], shapes[k], {}, {}});
-    }
+                          Segments(rule, rows, fused_shape[rule.dim], fused_pieces, where));
     const int dim = rule.dim;
-    for (const FusedPiece& p : pieces) {
-      if (EmptyPiece(p)) continue;
-      const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
-      for (const Segment& s : segments) {
-        const int64_t lo = std::max(a, s.fused), hi = std::min(b, s.fused + s.length);
-        if (lo >= hi) continue;
-        LoweredComponent& c = lowered.components[static_cast<size_t>(s.component)];
-        if (static_cast<int64_t>(c.boxes.size()) >= kMaxTransferBoxes) {
-          return Invalid(where, absl::StrCat("more than ", kMaxTransferBoxes, " boxes"));
+    std::vector<LoweredDestination> lowered;
+    if (!split) {
+      // A fuse or pad: one lowered leaf per component source, views into the fused leaf.
+      for (size_t k = 0; k < names.size(); ++k) {
+        if (names[k] != dsts[0] && sides.count({names[k], false})) {
+          return Invalid(where, absl::StrCat("its source '", names[k],
+                                             "' is also the name of a destination leaf"));
         }
-        TransferBox box{p.offsets, p.sizes, p.rank};
-        box.offsets[dim] = s.offset + (lo - s.fused);
-        box.sizes[dim] = hi - lo;
-        c.boxes.push_back(std::move(box));
-        c.views.push_back({p.rank, p.local, lo - a, hi - lo});
+        LoweredDestination& d = lowered.emplace_back();
+        d.name = names[k];
+        d.dtype = fused.layout->dtype;
+        d.shape = components[k]->layout->shape;
+        d.dim = dim;
+        d.leaves = {dsts[0]};
+        d.zero_rest = rule.kind == Kind::kPad;
+      }
+      for (const FusedPiece& p : fused_pieces) {
+        if (EmptyPiece(p)) continue;
+        const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
+        for (const Segment& s : segments) {
+          const int64_t lo = std::max(a, s.fused), hi = std::min(b, s.fused + s.length);
+          if (lo >= hi) continue;
+          LoweredDestination& d = lowered[static_cast<size_t>(s.component)];
+          TransferBox box{p.offsets, p.sizes, p.rank};
+          box.offsets[dim] = s.offset + (lo - s.fused);
+          box.sizes[dim] = hi - lo;
+          d.boxes.push_back(std::move(box));
+          d.views.push_back({0, p.rank, p.local, lo - a, hi - lo});
+        }
+      }
+    } else {
+      // A split: one lowered leaf of the fused source, views into each component's leaf.
+      if (sides.count({fused_path, false})) {
+        return Invalid(where, "its name is also the name of a destination leaf");
+      }
+      LoweredDestination& d = lowered.emplace_back();
+      d.name = fused_path;
+      d.dtype = components[0]->layout->dtype;
+      d.shape = fused_shape;
+      d.dim = dim;
+      d.leaves = names;
+      for (size_t k = 0; k < names.size(); ++k) {
+        SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> pieces, PiecesOf(*components[k], where));
+        const std::vector<Segment> own = FirstOfEach(segments, static_cast<int>(k));
+        for (const FusedPiece& p : pieces) {
+          if (EmptyPiece(p)) continue;
+          const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
+          for (const Segment& s : own) {
+            const int64_t lo = std::max(a, s.offset), hi = std::min(b, s.offset + s.length);
+            if (lo >= hi) continue;
+            TransferBox box{p.offsets, p.sizes, p.rank};
+            box.offsets[dim] = s.fused + (lo - s.offset);
+            box.sizes[dim] = hi - lo;
+            d.boxes.push_back(std::move(box));
+            d.views.push_back({static_cast<int>(k), p.rank, p.local, lo - a, hi - lo});
+          }
+        }
       }
     }
-    std::vector<LeafLayout>& leaves = replaced[fused_key];
-    for (const LoweredComponent& c : lowered.components) {
-      std::set<std::tuple<int64_t, IntVector, IntVector>> seen;
-      for (const TransferBox& box : c.boxes) {
-        if (!seen.emplace(box.rank, box.offsets, box.sizes).second) {
-          return Invalid(where, absl::StrCat("rank ", box.rank, " holds component '", c.name,
-                                             "' at ", ShapeToString(box.offsets),
-                                             " twice in its pieces"));
-        }
+    std::vector<LeafLayout>& leaves = anchored[{dsts[0], false}];
+    for (LoweredDestination& d : lowered) {
+      if (static_cast<int64_t>(d.boxes.size()) > kMaxTransferBoxes) {
+        return Invalid(where, absl::StrCat("more than ", kMaxTransferBoxes, " boxes"));
       }
+      SDRT_RETURN_IF_ERROR(CheckNoTwice(d, where));
       LeafLayout& leaf = leaves.emplace_back();
-      leaf.path = c.name;
-      leaf.source = split;
-      leaf.dtype = lowered.dtype;
-      leaf.shape = c.shape;
+      leaf.path = d.name;
+      leaf.source = false;
+      leaf.dtype = d.dtype;
+      leaf.shape = d.shape;
       leaf.kind = LeafLayout::Kind::kBoxes;
-      leaf.boxes = c.boxes;
+      leaf.boxes = d.boxes;
+      out.destinations.push_back(std::move(d));
     }
-    out.fused.push_back(std::move(lowered));
+    for (const std::string& d : dsts) removed.insert({d, false});
   }
   if (out.empty()) return out;
-  // The descriptions rewritten: each fused leaf's components where its first describer had it.
   for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
     std::vector<LeafLayout> rewritten;
     rewritten.reserve(per_rank[rank].size());
     for (LeafLayout& l : per_rank[rank]) {
-      const SideKey key{l.path, l.source};
-      const auto lowered = replaced.find(key);
-      if (lowered != replaced.end()) {
-        if (sides.at(key).first_rank == rank) {
-          for (LeafLayout& c : lowered->second) rewritten.push_back(std::move(c));
+      if (!l.source) {
+        const SideKey key{l.path, false};
+        if (removed.count(key)) {
+          const auto anchor = anchored.find(key);
+          if (anchor != anchored.end() && sides.at(key).first_rank == rank) {
+            for (LeafLayout& c : anchor->second) rewritten.push_back(std::move(c));
+          }
+          continue;
         }
-        continue;
-      }
-      if (l.source) {
         const auto renamed = renames.find(l.path);
         if (renamed != renames.end()) l.path = renamed->second;
       }
@@ -440,34 +499,34 @@ int LocalCount(const Value& value, int64_t me) {
   }
 }
 
-// Rank `me`'s locals of the fused leaf `value` (count of them), as the lowering numbered
-// them; a meta destination DTensor local is replaced by a new one (recorded in `fresh`).
-absl::StatusOr<std::vector<Tensor>> FusedLocals(const LoweredLeaf& leaf, const Value* value,
-                                                int64_t me, int count, Device device,
-                                                MappedLeaves& out) {
-  const std::string where = absl::StrCat("weight map: the ", leaf.source ? "source" : "destination",
-                                         " '", leaf.path, "' on rank ", me);
+// Rank `me`'s locals of destination leaf `path` (`value`), in TransferPiece::local order; a
+// meta DTensor local is replaced by a new one (recorded in out.fresh).
+absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, const Value* value,
+                                                      int64_t me, Device device,
+                                                      MappedLeaves& out) {
+  const std::string where = absl::StrCat("weight map: the destination '", path, "' on rank ", me);
   if (value == nullptr) return Invalid(where, "this rank has no such leaf");
-  std::vector<Tensor> locals(static_cast<size_t>(count));
+  std::vector<Tensor> locals(static_cast<size_t>(LocalCount(*value, me)));
   switch (value->kind()) {
     case ValueKind::kDTensor: {
       const DTensor& d = value->as_dtensor();
+      if (locals.empty()) break;
       locals[0] = d.local();
-      if (locals[0].is_meta() && !leaf.source) {
+      if (locals[0].is_meta()) {
         SDRT_ASSIGN_OR_RETURN(locals[0], Tensor::Empty(d.local().shape(), d.dtype(), device));
         SDRT_ASSIGN_OR_RETURN(DTensor filled, d.WithLocal(locals[0]));
-        out.fresh.emplace_back(leaf.path, Value(std::move(filled)));
+        out.fresh.emplace_back(path, Value(std::move(filled)));
       }
       break;
     }
     case ValueKind::kShardedTensor: {
       const ShardedTensor& st = value->as_sharded();
-      int seen = 0;
+      size_t seen = 0;
       for (const ShardMetadata& m : st.shards_metadata()) {
-        if (m.placement.rank != me || seen >= count) continue;
+        if (m.placement.rank != me) continue;
         for (const LocalShard& shard : st.local_shards()) {
           if (shard.metadata.offsets == m.offsets && shard.metadata.sizes == m.sizes) {
-            locals[static_cast<size_t>(seen)] = shard.tensor;
+            locals[seen] = shard.tensor;
           }
         }
         ++seen;
@@ -481,9 +540,8 @@ absl::StatusOr<std::vector<Tensor>> FusedLocals(const LoweredLeaf& leaf, const V
       break;
   }
   for (const Tensor& t : locals) {
-    if (!t.defined() || t.is_meta() || t.dim() <= leaf.dim || t.dtype() != leaf.dtype) {
-      return Invalid(where, absl::StrCat("a local of ", DTypeName(leaf.dtype), " with dim ",
-                                         leaf.dim, " is needed; it holds ",
+    if (!t.defined() || t.is_meta()) {
+      return Invalid(where, absl::StrCat("a local to write into is needed; it holds ",
                                          t.defined() ? t.ToString() : "none"));
     }
   }
@@ -492,77 +550,102 @@ absl::StatusOr<std::vector<Tensor>> FusedLocals(const LoweredLeaf& leaf, const V
 
 }  // namespace
 
-absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, const Map& source,
-                         Map& destination, MappedLeaves& out) {
+absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, Map& destination,
+                         MappedLeaves& out) {
   if (lowering.empty()) return absl::OkStatus();
-  SDRT_ASSIGN_OR_RETURN(const Leaves src_leaves, CollectLeaves(source));
-  SDRT_ASSIGN_OR_RETURN(MutableLeaves dst_leaves, CollectMutableLeaves(destination));
-  absl::flat_hash_map<absl::string_view, const Value*> src_by_path, dst_by_path;
-  for (const Leaf& l : src_leaves) src_by_path.emplace(l.path, l.value);
-  for (const MutableLeaf& l : dst_leaves) dst_by_path.emplace(l.path, l.value);
-  const auto find = [](const auto& by_path, absl::string_view path) -> const Value* {
+  SDRT_ASSIGN_OR_RETURN(MutableLeaves leaves, CollectMutableLeaves(destination));
+  absl::flat_hash_map<absl::string_view, const Value*> by_path;
+  for (const MutableLeaf& l : leaves) by_path.emplace(l.path, l.value);
+  const auto find = [&](absl::string_view path) -> const Value* {
     const auto it = by_path.find(path);
     return it == by_path.end() ? nullptr : it->second;
   };
-  for (const auto& [plan_name, path] : lowering.renamed) {
-    if (const Value* v = find(src_by_path, path)) out.sources.emplace(plan_name, *v);
+  for (const RenamedDestination& r : lowering.renamed) {
+    const Value* v = find(r.path);
+    if (v == nullptr) continue;  // FindTransferLocals says so if this rank needs it
+    if (v->kind() == ValueKind::kDTensor) {
+      const size_t fresh = out.fresh.size();
+      SDRT_RETURN_IF_ERROR(DestinationLocals(r.path, v, me, device, out).status());
+      out.destinations.emplace(r.name, out.fresh.size() > fresh ? out.fresh.back().second : *v);
+    } else if (v->kind() == ValueKind::kShardedTensor) {
+      out.destinations.emplace(r.name, *v);
+    } else {
+      // A plain leaf takes the full tensor: written in place when it is one of the
+      // source's shape and dtype, else a new one. One box, the whole tensor, on this rank.
+      Tensor full;
+      if (v->kind() == ValueKind::kTensor && v->as_tensor().defined() &&
+          !v->as_tensor().is_meta() && v->as_tensor().shape() == r.shape &&
+          v->as_tensor().dtype() == r.dtype && v->as_tensor().device() == device) {
+        full = v->as_tensor();
+      } else {
+        SDRT_ASSIGN_OR_RETURN(full, Tensor::Empty(r.shape, r.dtype, device));
+        out.fresh.emplace_back(r.path, Value(full));
+      }
+      const ShardMetadata m{IntVector(r.shape.size(), 0), r.shape, RemoteDevice{me, device}};
+      SDRT_ASSIGN_OR_RETURN(ShardedTensor st, ShardedTensor::Make(r.shape, r.dtype, {m}, {{full, m}}));
+      out.destinations.emplace(r.name, Value(std::move(st)));
+    }
   }
-  for (const LoweredLeaf& leaf : lowering.fused) {
-    int count = 0;
-    for (const LoweredComponent& c : leaf.components) {
-      for (const ComponentView& v : c.views) {
-        if (v.rank == me) count = std::max(count, v.local + 1);
-      }
+  std::map<std::string, std::vector<Tensor>> locals_of;  // destination path -> its locals
+  const auto locals = [&](const std::string& path) -> absl::StatusOr<std::vector<Tensor>*> {
+    auto it = locals_of.find(path);
+    if (it == locals_of.end()) {
+      SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> made,
+                            DestinationLocals(path, find(path), me, device, out));
+      it = locals_of.emplace(path, std::move(made)).first;
     }
-    const Value* value = find(leaf.source ? src_by_path : dst_by_path, leaf.path);
-    // A destination piece that no component reaches (all padding) is still allocated and
-    // zeroed.
-    if (!leaf.source && value != nullptr) count = std::max(count, LocalCount(*value, me));
-    if (count == 0) continue;
-    SDRT_ASSIGN_OR_RETURN(const std::vector<Tensor> locals,
-                          FusedLocals(leaf, value, me, count, device, out));
-    // Per local, the ranges along the dim that components fill (the rest is zeroed).
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(locals.size());
-    for (const LoweredComponent& c : leaf.components) {
-      std::vector<ShardMetadata> metadata;
-      std::vector<LocalShard> shards;
-      metadata.reserve(c.boxes.size());
-      for (size_t i = 0; i < c.boxes.size(); ++i) {
-        const TransferBox& box = c.boxes[i];
-        ShardMetadata m{box.offsets, box.sizes, RemoteDevice{box.rank, device}};
-        const ComponentView& v = c.views[i];
-        if (v.rank == me) {
-          const Tensor& local = locals[static_cast<size_t>(v.local)];
-          absl::StatusOr<Tensor> view = local.Narrow(leaf.dim, v.start, v.length);
-          if (!view.ok()) {
-            return Invalid(absl::StrCat("weight map: '", leaf.path, "' on rank ", me),
-                           view.status().message());
-          }
-          shards.push_back({*std::move(view), m});
-          covered[static_cast<size_t>(v.local)].emplace_back(v.start, v.start + v.length);
+    return &it->second;
+  };
+  for (const LoweredDestination& d : lowering.destinations) {
+    std::vector<ShardMetadata> metadata;
+    std::vector<LocalShard> shards;
+    metadata.reserve(d.boxes.size());
+    for (size_t i = 0; i < d.boxes.size(); ++i) {
+      const TransferBox& box = d.boxes[i];
+      ShardMetadata m{box.offsets, box.sizes, RemoteDevice{box.rank, device}};
+      const LoweredView& v = d.views[i];
+      if (v.rank == me) {
+        const std::string& path = d.leaves[static_cast<size_t>(v.leaf)];
+        SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(path));
+        absl::StatusOr<Tensor> view =
+            v.local < static_cast<int>(mine->size())
+                ? (*mine)[static_cast<size_t>(v.local)].Narrow(d.dim, v.start, v.length)
+                : absl::InvalidArgumentError(absl::StrCat("no local ", v.local));
+        if (!view.ok()) {
+          return Invalid(absl::StrCat("weight map: the destination '", path, "' on rank ", me),
+                         view.status().message());
         }
-        metadata.push_back(std::move(m));
+        shards.push_back({*std::move(view), m});
       }
-      absl::StatusOr<ShardedTensor> st =
-          ShardedTensor::Make(c.shape, leaf.dtype, std::move(metadata), std::move(shards));
-      if (!st.ok()) {
-        return Invalid(absl::StrCat("weight map: component '", c.name, "' of '", leaf.path,
-                                    "' on rank ", me),
-                       st.status().message());
-      }
-      (leaf.source ? out.sources : out.destinations).emplace(c.name, Value(*std::move(st)));
+      metadata.push_back(std::move(m));
     }
-    if (leaf.source) continue;
-    for (size_t j = 0; j < locals.size(); ++j) {
-      std::vector<std::pair<int64_t, int64_t>>& ranges = covered[j];
-      std::sort(ranges.begin(), ranges.end());
+    absl::StatusOr<ShardedTensor> st =
+        ShardedTensor::Make(d.shape, d.dtype, std::move(metadata), std::move(shards));
+    if (!st.ok()) {
+      return Invalid(absl::StrCat("weight map: '", d.name, "' into '", d.leaves[0], "' on rank ", me),
+                     st.status().message());
+    }
+    out.destinations.emplace(d.name, Value(*std::move(st)));
+    if (!d.zero_rest || find(d.leaves[0]) == nullptr) continue;
+    // A pad: the elements of each local that no view covers are zeroed.
+    SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(d.leaves[0]));
+    for (size_t j = 0; j < mine->size(); ++j) {
+      std::vector<std::pair<int64_t, int64_t>> covered;
+      for (const LoweredView& v : d.views) {
+        if (v.rank == me && v.local == static_cast<int>(j)) {
+          covered.emplace_back(v.start, v.start + v.length);
+        }
+      }
+      Tensor& local = (*mine)[j];
+      const int64_t size = local.size(d.dim);
+      std::sort(covered.begin(), covered.end());
+      covered.emplace_back(size, size);
       int64_t at = 0;
-      const int64_t size = locals[j].size(leaf.dim);
-      ranges.emplace_back(size, size);
-      for (const auto& [a, b] : ranges) {
+      for (const auto& [a, b] : covered) {
         if (a > at) {
-          SDRT_ASSIGN_OR_RETURN(Tensor gap, locals[j].Narrow(leaf.dim, at, a - at));
-          SDRT_ASSIGN_OR_RETURN(const Tensor zeros, Tensor::Zeros(gap.shape(), gap.dtype(), device));
+          SDRT_ASSIGN_OR_RETURN(Tensor gap, local.Narrow(d.dim, at, a - at));
+          SDRT_ASSIGN_OR_RETURN(const Tensor zeros,
+                                Tensor::Zeros(gap.shape(), gap.dtype(), device));
           SDRT_RETURN_IF_ERROR(gap.CopyFrom(zeros));
         }
         at = std::max(at, b);

@@ -1,20 +1,29 @@
 // A weight map lowered to ordinary transfers over views (docs/PLAN.md, "Engine layouts"):
-// no new planner. A rule's fused side (a fuse's or pad's destination, a split's source)
-// becomes one leaf per component, a ShardedTensor whose boxes are where the fused tensor's
-// pieces hold that component, in the component's own coordinates; the other side keeps its
-// leaves (a rename just renames the source leaf). The engine then moves components like
-// any tensors, casts included, and the views put their bytes in place.
+// no new planner, and the source side is never touched (a checkpoint's tensors, a
+// trainer's leaves stay what they are). Every destination leaf a rule makes is described
+// instead in its source's coordinates: one ShardedTensor leaf per source tensor, named as
+// it, whose boxes are where the destination's pieces hold that source's elements and whose
+// local shards are views of the destination's locals:
+//   fuse  the fused destination becomes one leaf per component source (the rows of each
+//         part or group that hold it), views into the fused locals;
+//   split the component destinations become one leaf of the fused source (each
+//         component piece's rows placed where the fused tensor holds them), views into
+//         the components' locals;
+//   pad   the padded destination becomes a leaf of the source's shape (its pieces clipped
+//         to the source), the rest of each local zeroed;
+//   rename the destination leaf goes by the source's name.
+// The engine then moves these leaves like any (casts included) and the views put the bytes
+// in place. A load lowers its destination the same way, the checkpoint being the source.
 //
 // On every rank alike, from every rank's description: LowerLeafLayouts rewrites the
-// descriptions before MergeLeafLayouts (descriptors.h) and keeps what it did in a
-// MapLowering. Each call of the plan: LowerLocals makes this rank's component leaves over
-// its fused locals (views) for FindTransferLocals (locals.h). Not public API.
+// destination descriptions before MergeLeafLayouts (descriptors.h) and keeps what it did
+// in a MapLowering; for each call, LowerLocals makes this rank's lowered leaves over its
+// destination locals for FindTransferLocals (locals.h). Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_LOWERING_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_LOWERING_H_
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,62 +35,64 @@
 
 namespace sdrt::internal {
 
-// Box i of a component: elements [start, start + length) along the rule's dim of local
-// `local` (TransferPiece::local numbering) of the fused leaf on `rank`.
-struct ComponentView {
+// Box i of a lowered leaf: elements [start, start + length) along the rule's dim of local
+// `local` (TransferPiece::local numbering) of destination leaf `leaf` on `rank`.
+struct LoweredView {
+  int leaf = 0;  // index into LoweredDestination::leaves
   int64_t rank = 0;
   int local = 0;
   int64_t start = 0;
   int64_t length = 0;
 };
 
-struct LoweredComponent {
-  std::string name;  // the plan tensor's name: the component's name on its unfused side
-  IntVector shape;   // its global shape
-  std::vector<TransferBox> boxes;    // every rank's, as the lowered ShardedTensor lists them
-  std::vector<ComponentView> views;  // one per box
+struct LoweredDestination {
+  std::string name;  // the plan tensor's name: the source's
+  DType dtype = DType::kFloat32;  // the destination's
+  IntVector shape;   // the source's global shape
+  int dim = 0;
+  std::vector<std::string> leaves;  // the destination leaves its views are in (by path)
+  std::vector<TransferBox> boxes;   // every rank's
+  std::vector<LoweredView> views;   // one per box
+  bool zero_rest = false;           // a pad: what no view covers in its leaf is zeroed
 };
 
-// One fused leaf made into component leaves.
-struct LoweredLeaf {
-  std::string path;  // the fused leaf's path on its side
-  bool source = false;
-  DType dtype = DType::kFloat32;
-  int dim = 0;
-  std::vector<LoweredComponent> components;
+// A destination leaf that goes by its source's name.
+struct RenamedDestination {
+  std::string name;  // the source's
+  std::string path;  // the destination's
+  DType dtype = DType::kFloat32;  // the source's, and its shape: a plain leaf's new tensor
+  IntVector shape;
 };
 
 struct MapLowering {
-  std::vector<LoweredLeaf> fused;
-  // Renamed sources: (plan name = the destination's path, the source leaf's path).
-  std::vector<std::pair<std::string, std::string>> renamed;
-  bool empty() const { return fused.empty() && renamed.empty(); }
+  std::vector<LoweredDestination> destinations;
+  std::vector<RenamedDestination> renamed;
+  bool empty() const { return destinations.empty() && renamed.empty(); }
 };
 
-// Applies `map` to `per_rank` (every rank's description, as PlanReshard decoded them), in
-// place: a source the map takes is renamed, or a fused leaf replaced by its components
-// (where the first rank that described it had it; every other rank's description of it is
-// dropped). A rule whose destination no rank holds is left out, as an unwanted source is.
-// InvalidArgument naming the rule and tensor, the same on every rank: a fuse missing a
-// component, two sources for one component or two rules making one destination; a name a
-// component or rename takes already held on that side; a split's destination that no rank
-// holds; shapes that do not fit (other dims differing, a fused size that is not the
-// components' sum (times the parts), a head size or group count that does not divide, a
-// pad that is not the source's size rounded up to the multiple); a fused layout that is
-// not one box per local (_StridedShard, Partial), or that kShards cannot cut into equal
-// parts; two components of one rank at the same box.
+// Applies `map` to `per_rank` (every rank's description, as PlanReshard decoded them; a
+// rank's list may be empty), in place: each destination leaf a rule makes is replaced by
+// its lowered leaves (where the first rank that described it had it; every other rank's
+// description of it is dropped), or renamed. A rule whose destination no rank holds is
+// left out, as an unwanted source is. InvalidArgument naming the rule and tensor, the same
+// on every rank: a fuse missing a component, two sources for one component or two rules
+// making one destination; a name a lowered leaf takes that a destination leaf has already;
+// shapes that do not fit (other dims differing, a fused size that is not the components'
+// sum (times the parts), a head size or group count that does not divide, a pad that is
+// not the source's size rounded up to the multiple), a split's components of different
+// dtypes; a fused layout that is not one box per local (_StridedShard, Partial), or that
+// kShards cannot cut into equal parts; a rank holding one element of a lowered leaf twice.
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
                                             std::vector<std::vector<LeafLayout>>& per_rank);
 
-// Rank `me`'s component leaves over its fused locals in `source` and `destination` (on
-// `device`), into out.mapped: ShardedTensors whose local shards are views of the fused
-// locals, and the renamed sources' values under their plan names. A fused destination
-// DTensor with a meta local gets a new compact local here (out.mapped.fresh, installed by
-// InstallFreshLocals); its elements that no component covers (a pad's) are zeroed.
-// InvalidArgument naming the leaf when a fused leaf this rank holds a piece of is missing
-// or its local does not fit; allocation errors.
-absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, const Map& source,
-                         Map& destination, MappedLeaves& out);
+// Rank `me`'s lowered leaves over its locals of `destination` (on `device`), into
+// out.destinations: ShardedTensors whose local shards are views, and renamed leaves under
+// their plan names. A destination DTensor with a meta local, or a plain leaf renamed, gets
+// a new compact local here (out.fresh, installed by InstallFreshLocals); what a pad's views
+// leave uncovered is zeroed. InvalidArgument naming the leaf when one this rank holds a
+// piece of is missing or its local does not fit; allocation errors.
+absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, Map& destination,
+                         MappedLeaves& out);
 
 }  // namespace sdrt::internal
 

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/transfer_stats.h"
+#include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/export.h"
 #include "sdrt/tensor/device.h"
 
@@ -83,6 +84,12 @@ struct LoadOptions {
   // bucket_bytes) and a sharded folder's reshard (ReshardOptions::bucket_bytes: the peak
   // extra memory per rank is two such buckets). >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
+  // How the checkpoint's tensors make `local`'s (weight_map.h): renamed, fused, split,
+  // padded, each rank reading only the bytes of its own pieces into views of its locals.
+  // Empty (the default): leaves are matched by path. Every rank passes the same map
+  // (compared in the agreement); not with kRoot (Unimplemented: each rank lowers its
+  // leaves from the checkpoint's header).
+  WeightMap weight_map;
   LoadStats* stats = nullptr;  // filled when not null
   // Called on the calling thread with this rank's bytes so far and in all, e.g. to show
   // progress: kAll after each read is copied out (LoadStats::bytes_read units), kRoot after

@@ -9,6 +9,8 @@
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/load/load_paths.h"
 #include "sdrt/core/distributed/internal/load/read_policy.h"
+#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/core/distributed/internal/mapping/mapped_load.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -54,6 +56,19 @@ absl::StatusOr<internal::ReadDecision> DecideAlone(const CheckpointSource* sourc
       ReadMode::kAll, false, requested == ReadMode::kAuto ? "auto: no communicator" : "requested"};
 }
 
+// Runs the path of `decision` (internal/load/load_paths.h).
+absl::StatusOr<LoadResult> RunPath(const internal::ReadDecision& decision,
+                                   const CheckpointSource* source, const absl::Status& precondition,
+                                   Map& local, const LoadOptions& options, LoadStats& stats) {
+  if (decision.sharded) {
+    return internal::LoadShardedFolder(source, precondition, local, options, stats);
+  }
+  if (decision.read == ReadMode::kRoot) {
+    return internal::LoadFromRoot(source, precondition, local, options, stats);
+  }
+  return internal::LoadEveryRank(source, precondition, local, options, stats);
+}
+
 // `source` is null where this rank could not open it (`open_status` says why).
 absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Status& open_status,
                                 Map& local, const LoadOptions& options) {
@@ -72,7 +87,8 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
     views.mine = internal::DescribeSource(source, open_status, options.read == ReadMode::kAuto);
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
         *options.comm, kOp,
-        absl::StrCat("read ", ReadModeName(options.read), ", bucket_bytes ", options.bucket_bytes),
+        absl::StrCat("read ", ReadModeName(options.read), ", bucket_bytes ", options.bucket_bytes,
+                     ", weight map ", internal::WeightMapHash(options.weight_map)),
         {}, options_error, nullptr, &views));
     SDRT_ASSIGN_OR_RETURN(decision, internal::DecideRead(options.read, views.all));
   }
@@ -83,14 +99,29 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   }
   // This rank's open error matters where its source is read.
   const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;
-  const absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
-  if (decision.sharded) {
-    return internal::LoadShardedFolder(source, precondition, local, options, stats);
+  absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
+  if (options.weight_map.rules().empty()) {
+    return RunPath(decision, source, precondition, local, options, stats);
   }
-  if (decision.read == ReadMode::kRoot) {
-    return internal::LoadFromRoot(source, precondition, local, options, stats);
+  // A weight map: the path fills this rank's lowered state dict (mapping/mapped_load.h),
+  // made from the checkpoint's header, which every rank reads but with kRoot.
+  if (decision.read == ReadMode::kRoot && !decision.sharded) {
+    return absl::UnimplementedError(absl::StrCat(
+        kOp, ": a weight map needs every rank to read the checkpoint's header (read all); ",
+        stats.read_reason));
   }
-  return internal::LoadEveryRank(source, precondition, local, options, stats);
+  internal::MappedLoad mapped;
+  Map* target = &local;
+  if (precondition.ok() && source != nullptr) {
+    precondition = internal::LowerLoad(*options.weight_map.compiled(), *source,
+                                       options.rank >= 0 ? options.rank : options.comm->rank(),
+                                       options.device, local, mapped);
+    if (precondition.ok()) target = &mapped.lowered;
+  }
+  SDRT_ASSIGN_OR_RETURN(LoadResult result,
+                        RunPath(decision, source, precondition, *target, options, stats));
+  SDRT_RETURN_IF_ERROR(internal::TakeBack(mapped, local));
+  return result;
 }
 
 }  // namespace

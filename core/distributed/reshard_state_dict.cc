@@ -13,7 +13,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
@@ -24,9 +23,9 @@
 #include "sdrt/core/distributed/internal/engine/plan_state.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/internal/engine/transfer.h"
+#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/lowering.h"
 #include "sdrt/tensor/status_macros.h"
-#include "xxhash.h"
 
 namespace sdrt {
 
@@ -45,52 +44,6 @@ std::string HostName() {
   return std::string(name, strnlen(name, kMaxHostNameBytes));
 }
 
-// What this rank holds of `value` at `path` on one side; false for a leaf that is not a
-// tensor (nothing to reshard).
-bool Describe(absl::string_view path, const Value& value, bool source, internal::LeafLayout& out) {
-  out.path = std::string(path);
-  out.source = source;
-  switch (value.kind()) {
-    case ValueKind::kDTensor: {
-      const DTensor& d = value.as_dtensor();
-      out.kind = internal::LeafLayout::Kind::kMesh;
-      out.dtype = d.dtype();
-      out.shape = d.global_shape();
-      out.mesh_shape = d.mesh()->shape();
-      out.mesh_ranks = d.mesh()->ranks();
-      out.mesh_device = d.mesh()->device_type();
-      out.placements = d.placements();
-      return true;
-    }
-    case ValueKind::kShardedTensor: {
-      const ShardedTensor& s = value.as_sharded();
-      out.kind = internal::LeafLayout::Kind::kBoxes;
-      out.dtype = s.dtype();
-      out.shape = s.global_shape();
-      for (const ShardMetadata& m : s.shards_metadata()) {
-        out.boxes.push_back({m.offsets, m.sizes, m.placement.rank});
-      }
-      return true;
-    }
-    case ValueKind::kTensor:
-      out.kind = internal::LeafLayout::Kind::kPlain;
-      out.dtype = value.as_tensor().dtype();
-      out.shape = value.as_tensor().shape();
-      return true;
-    default:
-      return false;
-  }
-}
-
-absl::Status DescribeSide(const Map& tree, bool source, std::vector<internal::LeafLayout>& out) {
-  SDRT_ASSIGN_OR_RETURN(const internal::Leaves leaves, internal::CollectLeaves(tree));
-  for (const internal::Leaf& leaf : leaves) {
-    internal::LeafLayout layout;
-    if (Describe(leaf.path, *leaf.value, source, layout)) out.push_back(std::move(layout));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
@@ -100,8 +53,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   }
   Communicator& comm = *options.comm;
   std::vector<internal::LeafLayout> mine;
-  absl::Status local_error = DescribeSide(source, /*source=*/true, mine);
-  if (local_error.ok()) local_error = DescribeSide(destination, /*source=*/false, mine);
+  absl::Status local_error = internal::DescribeStateDict(source, /*source=*/true, mine);
+  if (local_error.ok()) local_error = internal::DescribeStateDict(destination, /*source=*/false, mine);
   if (local_error.ok() && options.bucket_bytes < 64) {
     local_error = absl::InvalidArgumentError(
         absl::StrCat("bucket_bytes ", options.bucket_bytes, " must be >= 64"));
@@ -118,13 +71,11 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   AgreementPayload payload;
   internal::PutString(&payload.mine, options.node_of_rank.empty() ? HostName() : "");
   payload.mine += internal::EncodeLeafLayouts(mine);
-  const std::string map_text = options.weight_map.Describe();
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
       comm, "PlanReshard",
       absl::StrCat("bucket_bytes ", options.bucket_bytes, " node_of_rank [",
-                   absl::StrJoin(options.node_of_rank, ","), "] weight map of ",
-                   options.weight_map.rules().size(), " rules, hash ",
-                   absl::Hex(XXH64(map_text.data(), map_text.size(), 0))),
+                   absl::StrJoin(options.node_of_rank, ","), "] weight map ",
+                   internal::WeightMapHash(options.weight_map)),
       {}, local_error, &collectives, &payload));
   std::vector<std::vector<internal::LeafLayout>> per_rank;
   internal::TransferPlanOptions plan_options;

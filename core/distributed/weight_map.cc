@@ -7,9 +7,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/tensor/status_macros.h"
+#include "xxhash.h"
 
 namespace sdrt {
 namespace {
@@ -169,10 +169,20 @@ const std::vector<WeightMapRule>& WeightMap::rules() const {
 }
 
 std::string WeightMap::Describe() const {
+  // Each pattern and template is written with its length before it: they may hold any
+  // byte ('|' is RE2's alternation), and a separator alone would let two different maps
+  // read the same ("rename a|b to c" and "rename a to b|c").
+  const auto strings = [](std::string& out, const std::vector<std::string>& list) {
+    absl::StrAppend(&out, list.size());
+    for (const std::string& s : list) absl::StrAppend(&out, " ", s.size(), ":", s);
+  };
   std::string out;
   for (const WeightMapRule& r : rules()) {
-    absl::StrAppend(&out, KindName(r.kind), "|", absl::StrJoin(r.from, "\x1f"), "|",
-                    absl::StrJoin(r.to, "\x1f"), "|", r.dim, "|",
+    absl::StrAppend(&out, KindName(r.kind), "|");
+    strings(out, r.from);
+    absl::StrAppend(&out, "|");
+    strings(out, r.to);
+    absl::StrAppend(&out, "|", r.dim, "|",
                     r.interleave == WeightMapRule::Interleave::kShards ? "shards" : "groups", "|",
                     r.head_size, "|", r.groups, "|", r.multiple, "\n");
   }
@@ -280,6 +290,12 @@ std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::str
     }
   }
   return std::nullopt;
+}
+
+std::string WeightMapHash(const WeightMap& map) {
+  const std::string text = map.Describe();
+  return absl::StrCat(map.rules().size(), " rules, hash ",
+                      absl::Hex(XXH64(text.data(), text.size(), 0)));
 }
 
 }  // namespace internal

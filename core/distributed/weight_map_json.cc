@@ -1,5 +1,6 @@
 // WeightMap::FromJson (core/distributed/weight_map.h): a map file's rules, each field
 // checked for its type before FromRules checks their values.
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,7 +79,11 @@ absl::StatusOr<WeightMapRule> RuleOf(size_t index, const Json& j) {
     } else if (key == "dim") {
       int64_t dim = 0;
       SDRT_RETURN_IF_ERROR(Integer(index, "dim", value, dim));
-      rule.dim = dim < -1 || dim > 64 ? -1 : static_cast<int>(dim);
+      // FromRules refuses what lies outside [0, 12), naming the value given.
+      if (dim < std::numeric_limits<int>::min() || dim > std::numeric_limits<int>::max()) {
+        return Bad(index, absl::StrCat("\"dim\" ", dim, " not in [0, 12)"));
+      }
+      rule.dim = static_cast<int>(dim);
     } else if (key == "head_size") {
       SDRT_RETURN_IF_ERROR(Integer(index, "head_size", value, rule.head_size));
     } else if (key == "groups") {

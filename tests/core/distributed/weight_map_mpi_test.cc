@@ -10,7 +10,11 @@
 // local is compared bit for bit with tests/data/weight_map/expected.json (written by
 // tests/golden/make_weight_map_golden.py with torch.cat / chunk / F.pad / .to()). CTest runs
 // it under `mpiexec -n N`, N = 1..4 and 8: each vLLM case runs where its tp is the world.
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -21,7 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -187,6 +194,81 @@ TEST(WeightMapMpi, VllmBuffersSplitBackIntoHfTensors) {
     }
   }
   if (g_world->size() <= 4 || g_world->size() == 8) EXPECT_GT(ran, 0);
+}
+
+// A fresh folder made by rank 0, the same path on every rank (removed by RemoveShared).
+std::string SharedTempDir() {
+  std::string dir;
+  if (g_world->rank() == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_map_XXXXXX");
+    char* made = mkdtemp(pattern.data());
+    dir = made != nullptr ? std::string(made) : std::string();
+  }
+  EXPECT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  return dir;
+}
+
+TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
+  ASSERT_FALSE(Golden().is_null());
+  const absl::StatusOr<WeightMap> map = WeightMap::Builtin("vllm-llama", kHeadSize);
+  ASSERT_TRUE(map.ok());
+  for (const json& c : Golden()["cases"]) {
+    if (c["kind"] != "vllm" || c["tp"] != g_world->size()) continue;
+    const std::string name = c["name"];
+    const std::string dir = SharedTempDir();
+    ASSERT_FALSE(dir.empty());
+    const std::string file = dir + "/model.safetensors";
+    if (g_world->rank() == 0) {
+      std::vector<std::pair<std::string, Tensor>> tensors;
+      for (const char* key : kHf) tensors.emplace_back(HfName(key), TensorOf(c["sources"][key]));
+      // A tensor no rule reads, loaded as it is.
+      tensors.emplace_back("model.norm.weight", TensorOf(c["sources"]["gate_proj"]));
+      ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+    }
+    ASSERT_TRUE(g_world->Barrier().ok());
+    const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+    for (bool meta : {true, false}) {
+      Map engine;
+      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
+        const Tensor want = TensorOf(mine[key]);
+        const bool padded = std::string(key) == "embed_tokens";
+        engine.Set(HfName(key), Buffer(want.shape(), want.dtype(), meta,
+                                       padded ? c["embed_padded_rows"].get<int64_t>() : -1));
+      }
+      engine.Set("model.norm.weight", Value(int64_t{0}));  // replaced by the full tensor
+      LoadOptions options;
+      options.comm = g_world;
+      options.read = ReadMode::kAll;
+      options.weight_map = *map;
+      LoadStats stats;
+      options.stats = &stats;
+      const absl::StatusOr<LoadResult> result = LoadStateDict(CheckpointSource::Open(file),
+                                                              engine, options);
+      if (c["source_dtype"] != c["dtype"]) {
+        // A cast on load is not there yet: refused on every rank.
+        EXPECT_FALSE(result.ok()) << name;
+        continue;
+      }
+      ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+      EXPECT_TRUE(result->missing_keys.empty()) << name;
+      EXPECT_TRUE(result->unexpected_keys.empty()) << name;
+      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
+        ExpectBytes(engine.Find(HfName(key))->as_dtensor().local(), TensorOf(mine[key]),
+                    absl::StrCat(name, " loaded ", key));
+      }
+      ExpectBytes(engine.Find("model.norm.weight")->as_tensor(),
+                  TensorOf(c["sources"]["gate_proj"]), name + " loaded model.norm.weight");
+      // Each rank read only its own rows: its pieces of each source (the replicated kv
+      // heads by each rank that holds them), never the whole checkpoint.
+      EXPECT_LE(stats.bytes_kept, stats.bytes_read) << name;
+    }
+    ASSERT_TRUE(g_world->Barrier().ok());
+    if (g_world->rank() == 0) {
+      std::remove(file.c_str());
+      rmdir(dir.c_str());
+    }
+  }
 }
 
 // Megatron-core's names for one layer's fused tensors and HF's for their components.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/engine/inline_value.h"
+#include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -187,6 +188,56 @@ void AppendLeafLayout(const LeafLayout& l, std::string* out) {
       PutU64(out, static_cast<uint64_t>(b.rank));
     }
   }
+}
+
+namespace {
+
+// What this rank holds of `value` at `path` on one side; false for a leaf that is not a
+// tensor (nothing to move).
+bool DescribeLeaf(absl::string_view path, const Value& value, bool source, LeafLayout& out) {
+  out.path = std::string(path);
+  out.source = source;
+  switch (value.kind()) {
+    case ValueKind::kDTensor: {
+      const DTensor& d = value.as_dtensor();
+      out.kind = LeafLayout::Kind::kMesh;
+      out.dtype = d.dtype();
+      out.shape = d.global_shape();
+      out.mesh_shape = d.mesh()->shape();
+      out.mesh_ranks = d.mesh()->ranks();
+      out.mesh_device = d.mesh()->device_type();
+      out.placements = d.placements();
+      return true;
+    }
+    case ValueKind::kShardedTensor: {
+      const ShardedTensor& s = value.as_sharded();
+      out.kind = LeafLayout::Kind::kBoxes;
+      out.dtype = s.dtype();
+      out.shape = s.global_shape();
+      for (const ShardMetadata& m : s.shards_metadata()) {
+        out.boxes.push_back({m.offsets, m.sizes, m.placement.rank});
+      }
+      return true;
+    }
+    case ValueKind::kTensor:
+      out.kind = LeafLayout::Kind::kPlain;
+      out.dtype = value.as_tensor().dtype();
+      out.shape = value.as_tensor().shape();
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::Status DescribeStateDict(const Map& tree, bool source, std::vector<LeafLayout>& out) {
+  SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(tree));
+  for (const Leaf& leaf : leaves) {
+    LeafLayout layout;
+    if (DescribeLeaf(leaf.path, *leaf.value, source, layout)) out.push_back(std::move(layout));
+  }
+  return absl::OkStatus();
 }
 
 std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves) {

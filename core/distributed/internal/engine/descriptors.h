@@ -47,6 +47,11 @@ struct LeafLayout {
   std::shared_ptr<const Value> value;
 };
 
+// Appends to `out` what this rank holds of every tensor leaf of `tree` on one side (a
+// DTensor's mesh and placements, a ShardedTensor's boxes, a plain tensor); other leaves are
+// not described. CollectLeaves' errors.
+absl::Status DescribeStateDict(const Map& tree, bool source, std::vector<LeafLayout>& out);
+
 // The bytes of `leaves`: their count (one word), then each leaf as AppendLeafLayout writes
 // it, so that a caller with many leaves can write them one by one.
 std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves);

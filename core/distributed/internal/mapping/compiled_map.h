@@ -43,6 +43,10 @@ struct SourceMatch {
 };
 std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::string_view name);
 
+// "<n> rules, hash <xxh64 of Describe()>": what the agreements compare, so that ranks
+// given different maps fail alike.
+std::string WeightMapHash(const WeightMap& map);
+
 }  // namespace internal
 
 }  // namespace sdrt

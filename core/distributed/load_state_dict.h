@@ -100,13 +100,21 @@ namespace sdrt SDRT_API {
 // the last of them is destroyed (keeping one small tensor keeps the call's whole arena).
 // A rank off coordinate 0 of a Partial mesh dim holds the reduction's identity afterwards
 // (FillPartialIdentity), as in BroadcastStateDict.
-// Tensor leaves must have the checkpoint's global shape and dtype. With a communicator,
+// Tensor leaves must have the checkpoint's global shape and dtype, but that a DTensor or
+// ShardedTensor leaf of another float dtype (CastKind kFloat, tensor/dtype.h) is a cast with
+// kAll and a sharded folder: each element converted as Tensor.to() does, on the CPU after
+// the read (kRoot refuses it, as BroadcastStateDict does). With LoadOptions::weight_map the
+// leaves a rule makes are filled from the checkpoint tensors the rule names (weight_map.h):
+// each rank reads only the rows of its own pieces, straight into views of its locals (no
+// full tensor is built), a pad's rest zeroed; not with kRoot. With a communicator,
 // every rank passes a `local` of the same skeleton (an empty map on a rank that receives
 // nothing, for a sharded folder). `source` must stay open and its files unchanged during
 // the call; kAll opens each file again by path and reads it with pread (no mapping is
 // touched).
 // Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
-// a local leaf whose global shape or dtype is not the checkpoint's, an invalid local shape,
+// a local leaf whose global shape or dtype is not the checkpoint's (nor a cast), a weight
+// map's rule that cannot hold (internal/mapping/lowering.h: naming the rule and tensor);
+// Unimplemented for a weight map with kRoot; an invalid local shape,
 // a mesh that does not span the communicator or lacks `rank`, options out of range or that
 // differ between ranks, a skeleton that differs between ranks, kRoot or direct_io for a
 // sharded folder (or rank 0's source being one while another rank's is not), direct_io

@@ -84,7 +84,9 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
                           : Tensor::Meta(fresh_shape, fresh_dtype);
   };
   const auto same = [&](DType other_dtype, IntSpan other_shape) {
-    return other_dtype == dtype &&
+    const bool cast = rules.allow_cast && CastKindOf(other_dtype) == CastKind::kFloat &&
+                      CastKindOf(dtype) == CastKind::kFloat;
+    return (other_dtype == dtype || cast) &&
            std::equal(other_shape.begin(), other_shape.end(), shape.begin(), shape.end());
   };
   // A 0-dim checkpoint tensor replaces the local leaf, whatever it is (as PyTorch's

@@ -73,6 +73,10 @@ struct LocalTargetRules {
   bool allocate = true;
   // The call's layouts, shared by its DTensors; null: each works its own out.
   LocalLayoutCache* layouts = nullptr;
+  // A DTensor or ShardedTensor leaf of another float dtype than the checkpoint's (both of
+  // CastKind kFloat, tensor/dtype.h) is a target in its own dtype, the caller converting
+  // (LoadStateDict's kAll); else it is refused.
+  bool allow_cast = false;
 };
 
 // Plans the target of checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and
@@ -80,8 +84,8 @@ struct LocalTargetRules {
 // a tensor of dimension >= 1 gets its local (fresh on rules.device when the local is meta, else the
 // local itself, whose shape must be the rank's local shape); a ShardedTensor leaf its local shards
 // (each within the global shape, none on meta); anything else, and every 0-dim tensor, a new tensor
-// of the full shape that replaces the leaf. InvalidArgument naming the tensor for a dtype or global
-// shape that differs from the checkpoint's, a mesh without this rank or of another size, a local or
+// of the full shape that replaces the leaf. InvalidArgument naming the tensor for a dtype (but a
+// cast that rules.allow_cast allows) or global shape that differs from the checkpoint's, a mesh without this rank or of another size, a local or
 // shard that does not fit; FailedPrecondition for a meta shard; ResourceExhausted when an
 // allocation fails.
 absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,

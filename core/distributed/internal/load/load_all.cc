@@ -20,6 +20,7 @@
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/internal/load/read_plan.h"
 #include "sdrt/core/distributed/internal/load/staged_reader.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -42,10 +43,11 @@ struct ReadDest {
 // the plan lies in its dest's runs) starts in `dest`, in bytes, when its elements are one
 // contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
 // ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
-// -1 otherwise (also for a sub-byte start that is not a whole byte).
-int64_t ContiguousDestByte(const Segment& s, const Tensor& dest, const ShardRuns& runs,
-                           IntSpan begin, IntSpan end) {
-  if (!dest.device().is_cpu() || !dest.is_contiguous()) return -1;
+// -1 otherwise (also for a sub-byte start that is not a whole byte, and for a dest of
+// another dtype than the file's `dtype`: a cast).
+int64_t ContiguousDestByte(const Segment& s, DType dtype, const Tensor& dest,
+                           const ShardRuns& runs, IntSpan begin, IntSpan end) {
+  if (!dest.device().is_cpu() || !dest.is_contiguous() || dest.dtype() != dtype) return -1;
   int64_t start = 0;
   for (size_t d = 0; d < runs.size(); ++d) {
     if (runs[d].size() != 1) return -1;
@@ -57,7 +59,8 @@ int64_t ContiguousDestByte(const Segment& s, const Tensor& dest, const ShardRuns
 }
 
 // Copies the segments of one read out of its staging buffer into their dests: one memcpy
-// where the segment is a contiguous range of a CPU dest, else a strided CopyRuns. With
+// where the segment is a contiguous range of a CPU dest, else a strided CopyRuns; a dest of
+// another float dtype than the file's gets the segment converted on the CPU first. With
 // `stream` (a device load), the copies are enqueued on it and the buffer must stay
 // untouched until they have run.
 absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
@@ -71,7 +74,8 @@ absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, c
     const CheckpointSourceTensor& entry = *rd.tensor;
     SegmentBox(s, entry.shape, begin, end);
     const Tensor& dest = rd.target->dests[rd.dest];
-    const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
+    const bool cast = dest.dtype() != entry.dtype;
+    const int64_t start = ContiguousDestByte(s, entry.dtype, dest, *rd.runs, begin, end);
     if (start >= 0) {
       std::memcpy(static_cast<uint8_t*>(dest.data_ptr()) + start,
                   buffer.data<uint8_t>() + base + (s.file_offset - read.offset),
@@ -89,6 +93,18 @@ absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, c
     } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
+    }
+    if (cast) {
+      // Converted (as Tensor.to() rounds) into the dest's dtype on the CPU first.
+      SDRT_ASSIGN_OR_RETURN(const Tensor dense, box.Contiguous());
+      SDRT_ASSIGN_OR_RETURN(Tensor converted, Tensor::Empty(box_shape, dest.dtype(), Device::CPU()));
+      if (!ConvertFloats(dense.data_ptr(), entry.dtype, converted.data_ptr(), dest.dtype(),
+                         dense.numel())) {
+        return absl::InternalError(absl::StrCat("'", entry.name, "': no cast from ",
+                                                DTypeName(entry.dtype), " to ",
+                                                DTypeName(dest.dtype())));
+      }
+      box = std::move(converted);
     }
     const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
     // A pageable box (the unaligned case) is copied out of before an asynchronous copy
@@ -186,6 +202,7 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
   rules.device = options.device;
   rules.allocate = false;
+  rules.allow_cast = true;  // CopyOut converts
   LocalLayoutCache layouts;
   rules.layouts = &layouts;
   // Reserved so that the pointers dests keep stay valid.
@@ -300,7 +317,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
       const ReadDest& rd = dests[s.tensor];
       SegmentBox(s, rd.tensor->shape, begin, end);
       const Tensor& dest = rd.target->dests[rd.dest];
-      const int64_t start = ContiguousDestByte(s, dest, *rd.runs, begin, end);
+      const int64_t start = ContiguousDestByte(s, rd.tensor->dtype, dest, *rd.runs, begin, end);
       if (start < 0) return nullptr;
       uint8_t* const at = static_cast<uint8_t*>(dest.data_ptr()) + start;
       if (first == nullptr) {

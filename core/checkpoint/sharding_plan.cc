@@ -36,8 +36,9 @@ struct TpPattern {
 const std::vector<std::pair<std::unique_ptr<RE2>, TpRole>>& TpPatterns() {
   static const auto* patterns = [] {
     const TpPattern kPatterns[] = {
-        // Llama / Mistral / Qwen.
-        {R"((^|\.)(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$)", TpRole::kColumn},
+        // Llama / Mistral / Qwen, and the fused tensors of vLLM-style engines (weight_map.h).
+        {R"((^|\.)(q_proj|k_proj|v_proj|gate_proj|up_proj|qkv_proj|gate_up_proj)\.(weight|bias)$)",
+         TpRole::kColumn},
         {R"((^|\.)(o_proj|down_proj)\.(weight|bias)$)", TpRole::kRow},
         {R"((^|\.)(embed_tokens|lm_head)\.weight$)", TpRole::kVocab},
         // BERT.

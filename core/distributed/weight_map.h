@@ -39,13 +39,16 @@
 #define SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/core/io/safetensors.h"
 #include "sdrt/export.h"
+#include "sdrt/tensor/shape.h"
 
 namespace sdrt SDRT_API {
 
@@ -100,6 +103,25 @@ class WeightMap {
   // `head_size` (> 0): the attention head size (config.json's head_dim, or hidden_size /
   // num_attention_heads). InvalidArgument for another name or head size.
   static absl::StatusOr<WeightMap> Builtin(absl::string_view name, int64_t head_size);
+
+  // How many equal parts a destination layout cuts dim `dim` of the tensor `name` (whose
+  // shape has the rank of `shape`, its other dims as `shape`) into: a kShards fuse's parts.
+  using PartsOf =
+      std::function<absl::StatusOr<int64_t>(absl::string_view name, const IntVector& shape,
+                                            int dim)>;
+
+  // The tensors a destination of this map holds, made from `sources` (a checkpoint's tensor
+  // list), in the order of their first source: a source no rule takes as it is; a rename's
+  // under its new name; a pad's with its dim rounded up; a fuse's with its dim the
+  // components' sum (kGroups) or `parts` times what a part holds (kShards, kv heads
+  // replicated as the rule says), its dtype the first component's. What an engine
+  // allocates for this map (ShardingPlan::MetaStateDict of the result). InvalidArgument
+  // naming the rule and tensor: a split (its destinations' shapes are not known from its
+  // source alone: give the destination state dict), a fuse missing a component or whose
+  // components differ off the dim or in dtype, heads or rows that do not divide, a dim the
+  // tensor lacks; `parts`' errors.
+  absl::StatusOr<std::vector<SafetensorsTensorSpec>> DestinationTensors(
+      const std::vector<SafetensorsTensorSpec>& sources, const PartsOf& parts) const;
 
   WeightMap() = default;  // no rules: every source keeps its name
   const std::vector<WeightMapRule>& rules() const;

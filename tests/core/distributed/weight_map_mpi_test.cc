@@ -8,12 +8,12 @@
 // JSON map; the engine's fused buffers split back into HF's tensors (kv heads that several
 // ranks hold replicated). Every
 // local is compared bit for bit with tests/data/weight_map/expected.json (written by
-// tests/golden/make_weight_map_golden.py with torch.cat / chunk / F.pad / .to()). CTest runs
+// tests/golden/make_weight_map_golden.py with torch.cat / chunk / F.pad / .to()), also when
+// loaded from a file and from an sdrt sharded folder with the map. CTest runs
 // it under `mpiexec -n N`, N = 1..4 and 8: each vLLM case runs where its tp is the world.
-#include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,6 +26,8 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
@@ -225,9 +227,18 @@ TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
       // A tensor no rule reads, loaded as it is.
       tensors.emplace_back("model.norm.weight", TensorOf(c["sources"]["gate_proj"]));
       ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+      // The same checkpoint as an sdrt sharded folder, fsdp over 3 ranks.
+      const absl::StatusOr<CheckpointSource> full = CheckpointSource::Open(file);
+      ASSERT_TRUE(full.ok());
+      ASSERT_TRUE(WriteShardedCheckpoint(*full,
+                                         std::make_shared<const DeviceMesh>(
+                                             *DeviceMesh::Create({3})),
+                                         *ShardingPlan::Builtin("fsdp"), dir + "/fsdp3")
+                      .ok());
     }
     ASSERT_TRUE(g_world->Barrier().ok());
     const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+    for (const std::string& src : {file, dir + "/fsdp3"}) {
     for (bool meta : {true, false}) {
       Map engine;
       for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
@@ -243,26 +254,28 @@ TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
       options.weight_map = *map;
       LoadStats stats;
       options.stats = &stats;
-      const absl::StatusOr<LoadResult> result = LoadStateDict(CheckpointSource::Open(file),
+      const absl::StatusOr<LoadResult> result = LoadStateDict(CheckpointSource::Open(src),
                                                               engine, options);
       ASSERT_TRUE(result.ok()) << name << ": " << result.status();
       EXPECT_TRUE(result->missing_keys.empty()) << name;
       EXPECT_TRUE(result->unexpected_keys.empty()) << name;
       for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
         ExpectBytes(engine.Find(HfName(key))->as_dtensor().local(), TensorOf(mine[key]),
-                    absl::StrCat(name, " loaded ", key));
+                    absl::StrCat(name, " loaded ", key, " from ", src));
       }
-      ExpectBytes(engine.Find("model.norm.weight")->as_tensor(),
-                  TensorOf(c["sources"]["gate_proj"]), name + " loaded model.norm.weight");
-      // Each rank read only its own rows: its pieces of each source (the replicated kv
-      // heads by each rank that holds them), never the whole checkpoint.
-      EXPECT_LE(stats.bytes_kept, stats.bytes_read) << name;
+      const Value* norm = engine.Find("model.norm.weight");
+      ASSERT_NE(norm, nullptr);
+      if (src == file) {
+        ExpectBytes(norm->as_tensor(), TensorOf(c["sources"]["gate_proj"]),
+                    name + " loaded model.norm.weight");
+        // Each rank read only its own rows: its pieces of each source (the replicated kv
+        // heads by each rank that holds them), never the whole checkpoint.
+        EXPECT_LE(stats.bytes_kept, stats.bytes_read) << name;
+      }
+    }
     }
     ASSERT_TRUE(g_world->Barrier().ok());
-    if (g_world->rank() == 0) {
-      std::remove(file.c_str());
-      rmdir(dir.c_str());
-    }
+    if (g_world->rank() == 0) std::filesystem::remove_all(dir);
   }
 }
 

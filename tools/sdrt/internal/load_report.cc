@@ -94,9 +94,13 @@ Report LoadReport(const LoadFacts& f) {
                                             {"bytes", bytes},
                                             {"seconds", f.seconds},
                                             {"gbps", gbps},
-                                            {"verified_against", against},
+                                            {"verified_against", f.unchecked.empty()
+                                                                     ? nlohmann::ordered_json(against)
+                                                                     : nlohmann::ordered_json()},
                                             {"mismatches", mismatches},
-                                            {"bit_exact", mismatches.empty()},
+                                            {"bit_exact", f.unchecked.empty()
+                                                              ? nlohmann::ordered_json(mismatches.empty())
+                                                              : nlohmann::ordered_json()},
                                             {"bytes_read", f.bytes_read},
                                             {"bytes_kept", f.bytes_kept}});
   if (outline.sharded) {
@@ -114,8 +118,11 @@ Report LoadReport(const LoadFacts& f) {
   report.text = absl::StrCat(
       "loaded ", outline.tensors.size(), " tensors (", HumanBytes(bytes), ") from ",
       Printable(f.src), from, " into ", Ranks(f.ranks), ", mesh ", Printable(f.mesh), ", plan ",
-      Printable(f.plan), "\n", ReadLines(f, reason, gbps, amplification), "  verified against ",
-      Printable(against), ": ", mismatches.empty() ? "every piece matches" : "MISMATCH", "\n");
+      Printable(f.plan), "\n", ReadLines(f, reason, gbps, amplification),
+      f.unchecked.empty()
+          ? absl::StrCat("  verified against ", Printable(against), ": ",
+                         mismatches.empty() ? "every piece matches" : "MISMATCH", "\n")
+          : absl::StrCat("  not verified: ", f.unchecked, "\n"));
   for (const std::string& m : mismatches) absl::StrAppend(&report.text, "    ", Printable(m), "\n");
   if (!mismatches.empty()) {  // the whole list is on stdout; the verdict counts and names the first
     const std::string& first = mismatches.front();

@@ -33,6 +33,8 @@ struct LoadFacts {
   std::string verify_dir;
   bool gathered = false;
   std::vector<std::string> wrong;
+  // Why the pieces were not checked ("": they were).
+  std::string unchecked;
 };
 
 // The summary. Its verdict, when a piece differs: InvalidArgument (exit 2) when the pieces

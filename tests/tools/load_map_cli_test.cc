@@ -1,0 +1,108 @@
+// `mpiexec -n N sdrt load SRC --mesh M --plan tp --map MAP [--cast D]` (issue 30): a
+// checkpoint loaded straight into an engine's own layout (vLLM's fused qkv_proj and
+// gate_up_proj, a padded vocabulary) from a safetensors file and from an sdrt sharded folder
+// in another layout, with a built-in map, a MAP.json file and a cast; each rank keeps only
+// its pieces. Bad maps and missing head sizes are exit 2 naming what is wrong.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+namespace fs = std::filesystem;
+using test::CommandResult;
+using test::RunSdrt;
+using test::RunSdrtMpi;
+using ::testing::HasSubstr;
+
+std::string Quote(const std::string& s) { return test::ShellQuote(s); }
+
+class LoadMapCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(test::TestTmpRoot()) / absl::StrCat("load_map_cli_", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    full_ = (dir_ / "full.safetensors").string();
+    // tiny-llama: 4 query heads and 2 kv heads of 16, intermediate 172, vocabulary 256.
+    ASSERT_EQ(RunSdrt(absl::StrCat("make ", Quote(full_), " --arch tiny-llama")).exit_code, 0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  nlohmann::json Load(int ranks, const std::string& src, const std::string& extra) {
+    const CommandResult r =
+        RunSdrtMpi(ranks, absl::StrCat("load ", Quote(src), " --mesh ", ranks,
+                                       " --plan tp --json ", extra));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+
+  fs::path dir_;
+  std::string full_;
+};
+
+TEST_F(LoadMapCli, BuiltinMapFromAFileAndFromAShardedFolder) {
+  // Two ranks, one kv head each: every rank keeps half of each cut tensor, the norms whole.
+  const nlohmann::json one = Load(2, full_, "--map vllm-llama --head-size 16 --read all");
+  ASSERT_TRUE(one.is_object());
+  EXPECT_TRUE(one["verified_against"].is_null());
+  EXPECT_TRUE(one["bit_exact"].is_null());
+  const int64_t bytes = one["bytes"];
+  const int64_t kept0 = one["bytes_kept"][0], kept1 = one["bytes_kept"][1];
+  EXPECT_EQ(kept0, kept1);
+  EXPECT_LT(kept0, bytes * 6 / 10);
+  // Four ranks: more ranks than kv heads, each kv head read by the two ranks that hold it.
+  const nlohmann::json four = Load(4, full_, "--map vllm-llama --head-size 16 --read all");
+  ASSERT_TRUE(four.is_object());
+  EXPECT_EQ(four["tensors"], 21);
+  // From a sharded folder in fsdp over 3 ranks, cast to float32 on the way.
+  const std::string folder = (dir_ / "fsdp3").string();
+  ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(full_), " ", Quote(folder),
+                                 " --mesh 3 --plan fsdp"))
+                .exit_code,
+            0);
+  const nlohmann::json sharded = Load(2, folder, "--map vllm-llama --head-size 16 --cast f32");
+  ASSERT_TRUE(sharded.is_object());
+  EXPECT_EQ(sharded["read"], "all");
+  // float32 holds twice the bytes of the bfloat16 pieces a rank keeps.
+  EXPECT_EQ(static_cast<int64_t>(sharded["bytes_kept"][0]), 2 * kept0);
+}
+
+TEST_F(LoadMapCli, MapFileAndItsErrors) {
+  const std::string map = (dir_ / "map.json").string();
+  std::ofstream(map) << R"({"rules": [{"rename": "model\\.layers\\.(\\d+)\\.self_attn\\.o_proj\\.weight",
+                                        "to": "layers.{1}.attn.out.weight"}]})";
+  EXPECT_TRUE(Load(2, full_, absl::StrCat("--map ", Quote(map))).is_object());
+  // A built-in map without a head size (no config.json beside a file).
+  CommandResult r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_),
+                                               " --mesh 2 --plan tp --map vllm-llama"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--map vllm-llama needs --head-size"));
+  // A map file that is not one, and a rule that cannot hold on 3 ranks.
+  const std::string bad = (dir_ / "bad.json").string();
+  std::ofstream(bad) << R"({"rules": [{"rename": "(", "to": "x"}]})";
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan tp --map ", Quote(bad)));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("weight map rule 0 (rename)"));
+  r = RunSdrtMpi(3, absl::StrCat("load ", Quote(full_),
+                                 " --mesh 3 --plan tp --map vllm-llama --head-size 16"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("cannot be cut into 3 parts"));
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan tp --map ",
+                                 Quote((dir_ / "missing.json").string())));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("neither a built-in map"));
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -1,0 +1,114 @@
+#include "sdrt/tools/sdrt/internal/weight_map_option.h"
+
+#include <sys/stat.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/core/io/bounded_file.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::cli {
+namespace {
+
+constexpr int64_t kMaxJsonBytes = int64_t{1} << 20;
+
+// The attention head size in `folder`/config.json; 0 when there is no such file or it
+// does not say.
+absl::StatusOr<int64_t> HeadSizeFromConfig(const std::string& folder) {
+  struct stat st;
+  if (stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  const std::string path = folder + "/config.json";
+  if (stat(path.c_str(), &st) != 0) return 0;
+  absl::StatusOr<std::string> text = internal::ReadBoundedFile(path, kMaxJsonBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));
+  }
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return 0;
+  const auto number = [&](const char* key) -> int64_t {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  if (number("head_dim") > 0) return number("head_dim");
+  const int64_t hidden = number("hidden_size"), heads = number("num_attention_heads");
+  return hidden > 0 && heads > 0 && hidden % heads == 0 ? hidden / heads : 0;
+}
+
+}  // namespace
+
+void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
+  cmd->add_option("--map", options->map,
+                  "the engine's layout: a built-in weight map (vllm-llama: fused qkv_proj and "
+                  "gate_up_proj, vocabulary padded to a multiple of 64; megatron-llama) or a "
+                  "MAP.json of rename, fuse, split and pad rules");
+  cmd->add_option("--head-size", options->head_size,
+                  "attention head size for a built-in map (default: SRC's config.json)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--cast", options->cast,
+                  "the dtype of every floating tensor in the engine's layout")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+}
+
+absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& options,
+                                                        const std::string& src) {
+  if (options.map.empty()) return std::nullopt;
+  if (options.map == "vllm-llama" || options.map == "megatron-llama") {
+    int64_t head_size = options.head_size;
+    if (head_size == 0) {
+      SDRT_ASSIGN_OR_RETURN(head_size, HeadSizeFromConfig(src));
+    }
+    if (head_size == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--map ", options.map, " needs --head-size (SRC has no config.json that gives it)"));
+    }
+    SDRT_ASSIGN_OR_RETURN(WeightMap map, WeightMap::Builtin(options.map, head_size));
+    return map;
+  }
+  absl::StatusOr<std::string> text = internal::ReadBoundedFile(options.map, kMaxJsonBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--map ", options.map, ": ", text.status().message(),
+                     " (neither a built-in map, vllm-llama or megatron-llama, nor a MAP.json)"));
+  }
+  absl::StatusOr<WeightMap> map = WeightMap::FromJson(*text);
+  if (!map.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--map ", options.map, ": ",
+                                                   map.status().message()));
+  }
+  return std::optional<WeightMap>(*std::move(map));
+}
+
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
+    const std::optional<WeightMap>& map, const WeightMapOptions& options,
+    const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,
+    const DeviceMesh& mesh) {
+  std::vector<SafetensorsTensorSpec> tensors = sources;
+  if (map.has_value()) {
+    const auto parts = [&](absl::string_view name, const IntVector& shape,
+                           int dim) -> absl::StatusOr<int64_t> {
+      SDRT_ASSIGN_OR_RETURN(const std::vector<Placement> placements,
+                            plan.PlacementsFor(name, shape, mesh));
+      int64_t n = 1;
+      for (size_t i = 0; i < placements.size(); ++i) {
+        if (placements[i].kind() == Placement::Kind::kShard && placements[i].dim() == dim) {
+          n *= mesh.size(static_cast<int>(i));
+        }
+      }
+      return n;
+    };
+    SDRT_ASSIGN_OR_RETURN(tensors, map->DestinationTensors(sources, parts));
+  }
+  if (!options.cast.empty()) {
+    const DType to = options.cast == "bf16"  ? DType::kBFloat16
+                     : options.cast == "f16" ? DType::kFloat16
+                                             : DType::kFloat32;
+    for (SafetensorsTensorSpec& t : tensors) {
+      if (CastKindOf(t.dtype) == CastKind::kFloat) t.dtype = to;
+    }
+  }
+  return tensors;
+}
+
+}  // namespace sdrt::cli

@@ -1,0 +1,49 @@
+// `--map`, `--head-size` and `--cast` (sdrt load, sdrt inspect): the engine's layout of a
+// checkpoint, as a weight map (core/distributed/weight_map.h) and a destination dtype.
+#ifndef SDRT_TOOLS_SDRT_INTERNAL_WEIGHT_MAP_OPTION_H_
+#define SDRT_TOOLS_SDRT_INTERNAL_WEIGHT_MAP_OPTION_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
+#include "sdrt/tensor/dtype.h"
+
+namespace sdrt::cli {
+
+struct WeightMapOptions {
+  std::string map;        // --map: "vllm-llama", "megatron-llama" or a MAP.json path; "": none
+  int64_t head_size = 0;  // --head-size; 0: from SRC's config.json
+  std::string cast;       // --cast bf16|f16|f32; "": each tensor keeps its dtype
+};
+
+// Adds --map, --head-size and --cast to `cmd`.
+void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options);
+
+// The map of --map (nullopt without one): a built-in map with --head-size, or else the
+// head size SRC's config.json gives (head_dim, else hidden_size / num_attention_heads, when
+// `src` is a folder holding one), or a JSON map file (at most 1 MiB, a regular file).
+// InvalidArgument naming the option for a built-in map without a head size, a file that
+// cannot be read, WeightMap's errors.
+absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& options,
+                                                        const std::string& src);
+
+// The engine's tensor list: `sources` through `map` (WeightMap::DestinationTensors, a
+// kShards fuse cut into as many parts as `plan` shards it on `mesh`), every float tensor in
+// --cast's dtype. InvalidArgument for --cast outside bf16, f16, f32 (fp8 is not built yet),
+// the map's and the plan's errors.
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
+    const std::optional<WeightMap>& map, const WeightMapOptions& options,
+    const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,
+    const DeviceMesh& mesh);
+
+}  // namespace sdrt::cli
+
+#endif  // SDRT_TOOLS_SDRT_INTERNAL_WEIGHT_MAP_OPTION_H_

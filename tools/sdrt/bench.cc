@@ -103,7 +103,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                   "gather_planned, broadcast_planned, distribute_planned (a reshard plan made "
                   "once, executed per call into preallocated DTensors), gather_bound, "
                   "broadcast_bound, distribute_bound (the same plan bound to both sides once, "
-                  "BindReshard, executed per call); the last seven not in the default")
+                  "BindReshard, executed per call), sync_mapped (a bound sync into a tp "
+                  "engine's fused buffers through the vllm-llama map, against the same sync "
+                  "unmapped; llama workload); the last eight not in the default")
       ->check(CLI::Validator(
           [](std::string& text) {
             const absl::StatusOr<std::vector<std::string>> ops = ParseBenchOps(text);

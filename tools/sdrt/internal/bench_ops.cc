@@ -361,6 +361,7 @@ absl::StatusOr<BenchRow> BenchRunner::Run(const std::string& op) {
   if (op == "gather_bound") return GatherPlanned(true);
   if (op == "broadcast_bound") return BroadcastPlanned(true);
   if (op == "distribute_bound") return DistributePlanned(true);
+  if (op == "sync_mapped") return SyncMapped();
   return absl::InvalidArgumentError(absl::StrCat("sdrt bench: unknown op \"", op, "\""));
 }
 

@@ -23,6 +23,10 @@
 //                  the same source and destination, BoundReshard::Execute every call (the
 //                  weight sync of a trainer and an engine that keep their buffers). Not in
 //                  the default --ops.
+//   sync_mapped    an fsdp trainer's Llama weights bound to a tp engine's fused buffers
+//                  through the built-in map vllm-llama, against the same bound sync into
+//                  the unmapped tp layout (the baseline column; bench_mapped.cc). Llama
+//                  workload only; not in the default --ops.
 //
 // The flat all-gather is MPI_Allgather when every rank sends the same bytes and
 // MPI_Iallgatherv + MPI_Wait otherwise, as the MPI communicator does: MPICH's blocking
@@ -71,6 +75,9 @@ class BenchRunner {
   absl::StatusOr<BenchRow> GatherPlanned(bool bound);
   absl::StatusOr<BenchRow> BroadcastPlanned(bool bound);
   absl::StatusOr<BenchRow> DistributePlanned(bool bound);
+  // The mapped row (bench_mapped.cc): a bound sync through the vllm-llama map against the
+  // same sync unmapped; InvalidArgument for a workload without Llama names.
+  absl::StatusOr<BenchRow> SyncMapped();
   // The row of `op`, one of kBenchOps (ParseBenchOps), by the calls above.
   absl::StatusOr<BenchRow> Run(const std::string& op);
 

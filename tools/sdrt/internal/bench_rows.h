@@ -24,7 +24,7 @@ namespace sdrt::cli {
 inline constexpr const char* kBenchOps[] = {
     "gather",         "gather_r0_off",   "broadcast",         "distribute",
     "gather_partial", "gather_planned",  "broadcast_planned", "distribute_planned",
-    "gather_bound",   "broadcast_bound", "distribute_bound"};
+    "gather_bound",   "broadcast_bound", "distribute_bound", "sync_mapped"};
 
 // The ops of `text` (comma separated), in kBenchOps order; InvalidArgument naming an
 // unknown one, or for none.

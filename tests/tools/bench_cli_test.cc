@@ -170,6 +170,25 @@ TEST(BenchCliTest, PlannedRowsMoveEveryTensorInOneExchange) {
   }
 }
 
+// sync_mapped: the first 19 Llama tensors (the embedding and two whole layers) bound into a
+// tp engine's fused buffers through vllm-llama on 2 ranks, every byte right, in the same
+// two collectives per call as the unmapped bound sync (the exchange and the closing); a
+// workload without Llama names is exit 2.
+TEST(BenchCliTest, MappedSyncRowFusesIntoTheEnginesBuffers) {
+  CommandResult r =
+      Bench(2, "--workload llama --tensors 19 --ops sync_mapped --iters 1 --warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json rows = ParseRows(r);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].value("op", ""), "sync_mapped");
+  EXPECT_EQ(rows[0].value("wrong", int64_t{-1}), 0) << rows[0].dump();
+  EXPECT_EQ(rows[0].value("flat_wrong", int64_t{-1}), 0) << rows[0].dump();
+  EXPECT_EQ(rows[0].value("collectives", int64_t{-1}), 2) << rows[0].dump();
+  r = Bench(2, "--workload small --ops sync_mapped --iters 1 --warmup 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("needs a workload of Llama tensor names"));
+}
+
 TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {
   const CommandResult r =
       Bench(2, "--workload small --tensors 50 --ops distribute,gather --iters 2 --warmup 0 --json");

@@ -1,5 +1,5 @@
-// Bandwidth of the strided copy kernel (and its host path) against plain memcpy of the
-// same bytes.
+// Bandwidth of the strided copy kernel (and its host path), and of the float conversion
+// kernel, against plain memcpy of the same bytes.
 //
 // Each case moves about 64 MiB (more than an H100/H200's L2, so repeated runs measure
 // device memory, not the cache). Counted bytes are bytes read plus bytes written, once
@@ -19,6 +19,10 @@
 // cudaMemcpyAsync of its own output's bytes in every iteration (first on even iterations,
 // second on odd ones): its "vs_memcpy" counter is the memcpy time over the kernel time,
 // summed over the run, so the ratio comes from the same run and the same bytes.
+// GPU conversions (ConvertFloatsDevice) of 16 Mi finite elements: float32 <-> bfloat16 and
+// float32 -> float8_e4m3fn with both sides 16-byte aligned, and at addresses that take the
+// plan's other paths (an access per element; bytes one at a time); their memcpy baseline
+// copies half the bytes read plus written, so that both move the same bytes.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -39,6 +43,7 @@
 #include <cuda_runtime_api.h>
 
 #include "sdrt/cuda/kernels.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #endif
 
 namespace sdrt {
@@ -333,6 +338,69 @@ void BM_TransposeDevice(benchmark::State& state) {
   RunStridedCopy(state, 2, 4096 * 8192, 0, {4096, 8192}, {1, 4096});
 }
 BENCHMARK(BM_TransposeDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// One ConvertFloatsDevice of kConvertElements finite values (random in [-1000, 1000],
+// converted into `from` on the host) from `src_misalign` bytes past an aligned address into
+// `to` at `dst_misalign`; "wrong" counts the bytes that differ from ConvertFloats.
+constexpr int64_t kConvertElements = int64_t{16} << 20;
+void RunConvert(benchmark::State& state, DType from, DType to, int64_t src_misalign,
+                int64_t dst_misalign) {
+  Gpu gpu(state);
+  if (!gpu.ok()) return;
+  const int64_t n = kConvertElements;
+  const int64_t in_bytes = ElementBits(from) / 8, out_bytes = ElementBits(to) / 8;
+  std::vector<float> values(n);
+  std::mt19937_64 gen(9);
+  std::uniform_real_distribution<float> value(-1000.0f, 1000.0f);
+  for (float& v : values) v = value(gen);
+  std::vector<uint8_t> src(src_misalign + n * in_bytes);
+  std::vector<uint8_t> expected(dst_misalign + n * out_bytes);
+  if (!internal::ConvertFloats(values.data(), DType::kFloat32, src.data() + src_misalign, from, n) ||
+      !internal::ConvertFloats(src.data() + src_misalign, from, expected.data() + dst_misalign, to,
+                               n)) {
+    state.SkipWithError("no host conversion");
+    return;
+  }
+  uint8_t* d_src = gpu.Upload(src);
+  uint8_t* d_dst = gpu.Upload(std::vector<uint8_t>(expected.size()));
+  const int64_t moved = n * (in_bytes + out_bytes);
+  gpu.Time(
+      [&] {
+        return ConvertFloatsDevice(d_dst + dst_misalign, to, d_src + src_misalign, from, n,
+                                   gpu.stream());
+      },
+      in_bytes >= out_bytes ? d_src : d_dst, moved / 2);
+  if (!gpu.ok()) return;
+  Report(state, moved,
+         CountMismatches(gpu.Download(d_dst, static_cast<int64_t>(expected.size())), expected));
+}
+
+void BM_ConvertF32ToBF16Device(benchmark::State& state) {
+  RunConvert(state, DType::kFloat32, DType::kBFloat16, 0, 0);
+}
+BENCHMARK(BM_ConvertF32ToBF16Device)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_ConvertBF16ToF32Device(benchmark::State& state) {
+  RunConvert(state, DType::kBFloat16, DType::kFloat32, 0, 0);
+}
+BENCHMARK(BM_ConvertBF16ToF32Device)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_ConvertF32ToF8E4M3Device(benchmark::State& state) {
+  RunConvert(state, DType::kFloat32, DType::kFloat8E4M3FN, 0, 0);
+}
+BENCHMARK(BM_ConvertF32ToF8E4M3Device)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// The sides one element apart from a common group boundary: an access per element.
+void BM_ConvertF32ToBF16PerElementDevice(benchmark::State& state) {
+  RunConvert(state, DType::kFloat32, DType::kBFloat16, 0, 2);
+}
+BENCHMARK(BM_ConvertF32ToBF16PerElementDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// A bfloat16 side at an odd address: every element read or written byte by byte.
+void BM_ConvertF32ToBF16BytesDevice(benchmark::State& state) {
+  RunConvert(state, DType::kFloat32, DType::kBFloat16, 0, 1);
+}
+BENCHMARK(BM_ConvertF32ToBF16BytesDevice)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 #endif  // SDRT_HAVE_CUDA
 

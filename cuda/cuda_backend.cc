@@ -1,4 +1,5 @@
-// The CUDA DeviceBackend: what tensor/ calls for CUDA memory (allocation, copies).
+// The CUDA DeviceBackend: what tensor/ calls for CUDA memory (allocation, copies, float
+// conversions).
 //
 // It is registered by a static initializer. Static libraries drop object files nobody
 // references, so cuda/CMakeLists.txt forces this one in with the linker's --undefined
@@ -67,6 +68,16 @@ class CudaBackend final : public DeviceBackend {
     SDRT_RETURN_IF_ERROR(guard.Enter(device.index));
     SDRT_RETURN_IF_ERROR(
         StridedCopyDevice(dst, src, elem_size, sizes, dst_strides, src_strides, stream));
+    if (non_blocking) return absl::OkStatus();
+    return SDRT_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+
+  absl::Status ConvertFloats(void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                             int64_t count, Device device, StreamHandle stream,
+                             bool non_blocking) override {
+    internal::DeviceGuard guard;
+    SDRT_RETURN_IF_ERROR(guard.Enter(device.index));
+    SDRT_RETURN_IF_ERROR(ConvertFloatsDevice(dst, dst_dtype, src, src_dtype, count, stream));
     if (non_blocking) return absl::OkStatus();
     return SDRT_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }

@@ -1,13 +1,17 @@
-// The GPU copy kernel: the strided (narrow/slice) copy that Tensor::CopyFrom runs for CUDA
+// The GPU kernels: the strided (narrow/slice) copy that Tensor::CopyFrom runs for CUDA
 // tensors (through the DeviceBackend cuda/ registers), so every region copy of the
 // distributed operations (gather unpacking, broadcast slicing, DistributeTensor) on a GPU
-// is this kernel.
+// is this kernel; and the float conversion of the transfer engine's casts of device
+// buckets (the device twin of ConvertFloats, tensor/internal/float_cast.h).
 //
 // It is the device twin of StridedCopyHost in tensor/backend/strided_copy.h: same parameters
 // (sizes, strides and offsets in elements, elem_size in bytes, 1, 2, 4, 8 or 16), same validation
 // (messages name the device function), same plan (tensor/backend/index_math.h), and a bit-identical
 // result. The kernels move `width`-byte accesses, 16 bytes where the addresses and strides allow,
 // with int64 offsets.
+//
+// ConvertFloatsDevice runs the same element conversions as ConvertFloats (float_cast.h's
+// FloatCodec), cut into vector accesses by tensor/backend/convert_plan.h.
 //
 // Common contract:
 //   - The kernel runs on the current CUDA device, which must own `stream`. The launch's
@@ -33,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtype.h"
 #include "sdrt/export.h"
 
 namespace sdrt SDRT_API {
@@ -50,6 +55,16 @@ absl::Status StridedCopyDevice(void* dst, const void* src, int64_t elem_size,
                                absl::Span<const int64_t> sizes,
                                absl::Span<const int64_t> dst_strides,
                                absl::Span<const int64_t> src_strides, StreamHandle stream);
+
+// Converts `count` dense elements of `src_dtype` at `src` into `dst_dtype` at `dst`, bit for
+// bit as ConvertFloats converts them on the host (PyTorch's `Tensor.to()`; a NaN stays a
+// NaN); the same dtype is copied as it is (cudaMemcpyAsync). Either pointer may sit at any
+// byte address (16-byte accesses on the wider side where both sides allow them).
+// InvalidArgument for a dtype not of CastKind kFloat (tensor/dtype.h: bfloat16, float16,
+// float32, float8 e4m3fn / e5m2 / e8m0fnu), a negative count, a count whose bytes exceed
+// 2^63 - 1, or a null pointer for a non-empty conversion.
+absl::Status ConvertFloatsDevice(void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                                 int64_t count, StreamHandle stream);
 
 }  // namespace sdrt
 

@@ -87,10 +87,10 @@ class ReshardPlan {
 // another float dtype than its source (bfloat16, float16, float32, float8 e4m3fn / e5m2 /
 // e8m0fnu; tensor/dtype.h's cast column) is a cast: every element converted as PyTorch's
 // `Tensor.to(dtype)` does (rounding to nearest even; float8_e4m3fn saturating at 448), on
-// the side of the wider dtype, so the wire carries the narrower one; not from a Partial
-// source; CPU tensors only (ExecuteReshard and BindReshard: Unimplemented on a device
-// communicator). InvalidArgument
-// naming the leaf when ranks describe one side of it differently, source and destination
+// the side of the wider dtype, so the wire carries the narrower one (on a device
+// communicator by a CUDA kernel, converting between the locals and the device buckets); not
+// from a Partial source. InvalidArgument naming the leaf when ranks describe one side of it
+// differently, source and destination
 // differ in shape or in dtype (other than such a cast), no rank holds a source of a
 // destination leaf, a destination is Partial (PyTorch gives
 // each rank a share of the value; sdrt refuses), or a layout is invalid (the planner's

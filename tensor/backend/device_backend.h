@@ -2,7 +2,8 @@
 //
 // tensor/ sits below cuda/ and never includes CUDA headers, yet Tensor::Empty and Zeros on a
 // CUDA device, Tensor::To and Tensor::CopyFrom across devices need cudaMalloc,
-// cudaMemsetAsync and cudaMemcpyAsync. cuda/ implements this interface and registers it for
+// cudaMemsetAsync and cudaMemcpyAsync, and the transfer engine's casts of device buffers a
+// conversion kernel. cuda/ implements this interface and registers it for
 // DeviceType::kCUDA when its library is linked (see cuda/cuda_backend.cc); a build
 // without CUDA leaves it unregistered and those calls return FailedPrecondition.
 #ifndef SDRT_TENSOR_BACKEND_DEVICE_BACKEND_H_
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/storage.h"
 #include "sdrt/export.h"
 
@@ -55,6 +57,17 @@ class DeviceBackend {
                                    absl::Span<const int64_t> dst_strides,
                                    absl::Span<const int64_t> src_strides, Device device,
                                    StreamHandle stream, bool non_blocking) = 0;
+
+  // Converts `count` dense elements of `src_dtype` at `src` into `dst_dtype` at `dst`, both
+  // on `device`, bit for bit as ConvertFloats (tensor/internal/float_cast.h) converts them on
+  // the host: PyTorch's `Tensor.to()` (a NaN stays a NaN); the same dtype is copied as it
+  // is. Either pointer may sit at any byte address; the two must not overlap. Enqueued on
+  // `stream` (of `device`), synchronous unless `non_blocking`. InvalidArgument for a dtype
+  // not of CastKind kFloat (tensor/dtype.h), a negative count, or a null pointer for a
+  // non-empty conversion; the backend's errors.
+  virtual absl::Status ConvertFloats(void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                                     int64_t count, Device device, StreamHandle stream,
+                                     bool non_blocking) = 0;
 };
 
 // Installs `backend` (not owned; must outlive every later call) for `type`. Passing

@@ -9,58 +9,24 @@ namespace {
 // Elements converted per pass through a float32 block on the stack.
 constexpr int64_t kBlock = 1024;
 
-// `n` elements of `dtype` at `from` widened into `out`.
-void Widen(const char* from, DType dtype, int64_t n, float* out) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(out, from, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kBFloat16:
-    case DType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, from + 2 * i, sizeof(h));
-        out[i] = dtype == DType::kBFloat16 ? BFloat16ToFloat(h) : Float16ToFloat(h);
-      }
-      return;
-    case DType::kFloat8E4M3FN:
-      for (int64_t i = 0; i < n; ++i) out[i] = Float8E4M3FNToFloat(static_cast<uint8_t>(from[i]));
-      return;
-    case DType::kFloat8E5M2:
-      for (int64_t i = 0; i < n; ++i) out[i] = Float8E5M2ToFloat(static_cast<uint8_t>(from[i]));
-      return;
-    case DType::kFloat8E8M0FNU:
-      for (int64_t i = 0; i < n; ++i) out[i] = Float8E8M0FNUToFloat(static_cast<uint8_t>(from[i]));
-      return;
-    default:
-      return;
+// `n` elements of D at `from` widened into `out`.
+template <DType D>
+void Widen(const char* from, int64_t n, float* out) {
+  using Bits = typename FloatCodec<D>::Bits;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits b;
+    std::memcpy(&b, from + i * static_cast<int64_t>(sizeof(Bits)), sizeof(b));
+    out[i] = FloatCodec<D>::Widen(b);
   }
 }
 
-// `n` float32 values narrowed into elements of `dtype` at `to`.
-void Narrow(const float* in, int64_t n, DType dtype, char* to) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(to, in, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kBFloat16:
-    case DType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = dtype == DType::kBFloat16 ? FloatToBFloat16(in[i]) : FloatToFloat16(in[i]);
-        std::memcpy(to + 2 * i, &h, sizeof(h));
-      }
-      return;
-    case DType::kFloat8E4M3FN:
-      for (int64_t i = 0; i < n; ++i) to[i] = static_cast<char>(FloatToFloat8E4M3FN(in[i]));
-      return;
-    case DType::kFloat8E5M2:
-      for (int64_t i = 0; i < n; ++i) to[i] = static_cast<char>(FloatToFloat8E5M2(in[i]));
-      return;
-    case DType::kFloat8E8M0FNU:
-      for (int64_t i = 0; i < n; ++i) to[i] = static_cast<char>(FloatToFloat8E8M0FNU(in[i]));
-      return;
-    default:
-      return;
+// `n` float32 values narrowed into elements of D at `to`.
+template <DType D>
+void Narrow(const float* in, int64_t n, char* to) {
+  using Bits = typename FloatCodec<D>::Bits;
+  for (int64_t i = 0; i < n; ++i) {
+    const Bits b = FloatCodec<D>::Narrow(in[i]);
+    std::memcpy(to + i * static_cast<int64_t>(sizeof(Bits)), &b, sizeof(b));
   }
 }
 
@@ -80,8 +46,14 @@ bool ConvertFloats(const void* from, DType from_dtype, void* to, DType to_dtype,
   float block[kBlock];
   for (int64_t done = 0; done < count; done += kBlock) {
     const int64_t n = std::min(kBlock, count - done);
-    Widen(in + done * in_bytes, from_dtype, n, block);
-    Narrow(block, n, to_dtype, out + done * out_bytes);
+    VisitFloatDType(from_dtype, false, [&](auto d) {
+      Widen<decltype(d)::value>(in + done * in_bytes, n, block);
+      return true;
+    });
+    VisitFloatDType(to_dtype, false, [&](auto d) {
+      Narrow<decltype(d)::value>(block, n, out + done * out_bytes);
+      return true;
+    });
   }
   return true;
 }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "sdrt/tensor/backend/index_math.h"
 #include "sdrt/tensor/dtype.h"
@@ -158,6 +159,77 @@ SDRT_HD inline uint8_t FloatToFloat8E8M0FNU(float f) {
   const uint32_t lowest = exponent != 0 ? 1u : 0u;  // the hidden bit: the code's last bit
   if (mantissa > half || (mantissa == half && lowest != 0)) ++exponent;
   return static_cast<uint8_t>(exponent);
+}
+
+// The element of float dtype D (CastKind kFloat) for code generic over the dtypes (the host
+// loops of ConvertFloats and the CUDA kernel of cuda/kernels.h): Bits, the unsigned type of
+// its bytes; Widen, its value in float32 (exact); Narrow, a float32 rounded to it by the
+// functions above.
+template <DType D>
+struct FloatCodec;
+template <>
+struct FloatCodec<DType::kFloat32> {
+  using Bits = uint32_t;
+  SDRT_HD static float Widen(Bits b) { return FloatFromBits(b); }
+  SDRT_HD static Bits Narrow(float f) { return FloatBits(f); }
+};
+template <>
+struct FloatCodec<DType::kBFloat16> {
+  using Bits = uint16_t;
+  SDRT_HD static float Widen(Bits b) { return BFloat16ToFloat(b); }
+  SDRT_HD static Bits Narrow(float f) { return FloatToBFloat16(f); }
+};
+template <>
+struct FloatCodec<DType::kFloat16> {
+  using Bits = uint16_t;
+  SDRT_HD static float Widen(Bits b) { return Float16ToFloat(b); }
+  SDRT_HD static Bits Narrow(float f) { return FloatToFloat16(f); }
+};
+template <>
+struct FloatCodec<DType::kFloat8E4M3FN> {
+  using Bits = uint8_t;
+  SDRT_HD static float Widen(Bits b) { return Float8E4M3FNToFloat(b); }
+  SDRT_HD static Bits Narrow(float f) { return FloatToFloat8E4M3FN(f); }
+};
+template <>
+struct FloatCodec<DType::kFloat8E5M2> {
+  using Bits = uint8_t;
+  SDRT_HD static float Widen(Bits b) { return Float8E5M2ToFloat(b); }
+  SDRT_HD static Bits Narrow(float f) { return FloatToFloat8E5M2(f); }
+};
+template <>
+struct FloatCodec<DType::kFloat8E8M0FNU> {
+  using Bits = uint8_t;
+  SDRT_HD static float Widen(Bits b) { return Float8E8M0FNUToFloat(b); }
+  SDRT_HD static Bits Narrow(float f) { return FloatToFloat8E8M0FNU(f); }
+};
+
+// One element of `From` converted to `To` through float32, as ConvertFloats converts it.
+template <DType From, DType To>
+SDRT_HD inline typename FloatCodec<To>::Bits ConvertFloat(typename FloatCodec<From>::Bits b) {
+  return FloatCodec<To>::Narrow(FloatCodec<From>::Widen(b));
+}
+
+// Calls visit(std::integral_constant<DType, D>{}) for D = `dtype`, a dtype of CastKind
+// kFloat, and returns what it returns; returns `otherwise` for any other dtype.
+template <typename Result, typename Visit>
+Result VisitFloatDType(DType dtype, Result otherwise, Visit&& visit) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return visit(std::integral_constant<DType, DType::kFloat32>{});
+    case DType::kBFloat16:
+      return visit(std::integral_constant<DType, DType::kBFloat16>{});
+    case DType::kFloat16:
+      return visit(std::integral_constant<DType, DType::kFloat16>{});
+    case DType::kFloat8E4M3FN:
+      return visit(std::integral_constant<DType, DType::kFloat8E4M3FN>{});
+    case DType::kFloat8E5M2:
+      return visit(std::integral_constant<DType, DType::kFloat8E5M2>{});
+    case DType::kFloat8E8M0FNU:
+      return visit(std::integral_constant<DType, DType::kFloat8E8M0FNU>{});
+    default:
+      return otherwise;
+  }
 }
 
 // Converts `count` elements at `from` (of `from_dtype`) into `to` (of `to_dtype`), through

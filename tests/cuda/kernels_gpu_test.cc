@@ -1,11 +1,15 @@
-// The GPU copy kernel against its host path: the same random input through
+// The GPU kernels against their host paths: the same random input through
 // StridedCopyDevice and StridedCopyHost, compared byte for byte, destination bytes outside the copy
-// included (both destinations start as the same random bytes). Tests that need a device skip
-// without one; the validation tests run anywhere, since arguments are checked before any CUDA call.
+// included (both destinations start as the same random bytes); and through ConvertFloatsDevice
+// and ConvertFloats for every pair of float dtypes (every code of a 8- or 16-bit source, edge
+// values and random bits of a float32 one), element by element bit for bit (a NaN: NaN on both).
+// Tests that need a device skip without one; the validation tests run anywhere, since
+// arguments are checked before any CUDA call.
 #include <cuda_runtime_api.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -15,6 +19,7 @@
 
 #include "sdrt/cuda/kernels.h"
 #include "sdrt/tensor/backend/strided_copy.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tensor/backend/copy_test_util.h"
 
@@ -188,6 +193,118 @@ TEST_F(KernelsGpuTest, LaunchAfterAnUnrelatedErrorIsOk) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+constexpr DType kFloatDTypes[] = {DType::kFloat32,      DType::kBFloat16,   DType::kFloat16,
+                                  DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kFloat8E8M0FNU};
+
+// `count` source elements of `dtype`: every code in turn (all 256 or 65536) for a narrow
+// dtype; for float32 the edges of the narrow formats (ties, their largest finite values and
+// the magnitudes past them, subnormals, infinities, NaNs, signed zeros), values a model
+// holds and random bits.
+std::vector<uint8_t> SourceElements(DType dtype, int64_t count, uint64_t seed) {
+  const int64_t bytes = ElementBits(dtype) / 8;
+  std::vector<uint8_t> out(static_cast<size_t>(count * bytes));
+  if (bytes < 4) {
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t code = static_cast<uint16_t>(i + static_cast<int64_t>(seed));
+      std::memcpy(out.data() + i * bytes, &code, static_cast<size_t>(bytes));
+    }
+    return out;
+  }
+  const std::vector<float> edges = {
+      464.0f,     448.0f,      480.0f,    1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 65504.0f,
+      65520.0f,   65519.99f,   57344.0f,  61440.0f,          61439.0f,          0x1p-24f,
+      0x1p-25f,   0x1.8p-25f,  0x1p-9f,   0x1p-10f,          0x1.8p-10f,        0x1p-17f,
+      0x1.8p+3f,  0x1.8p-130f, 0x1p-149f, 0x1.fffffep+127f,  0.0f,              -0.0f,
+      INFINITY,   -INFINITY,   NAN,       -NAN,              0.1f,              -3.14159f};
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> model(-4.0f, 4.0f);
+  const int64_t n = static_cast<int64_t>(edges.size());
+  for (int64_t i = 0; i < count; ++i) {
+    float f;
+    if (i < 2 * n) {  // each edge, then its negation
+      f = i < n ? edges[static_cast<size_t>(i)] : -edges[static_cast<size_t>(i - n)];
+    } else if (i % 3 == 0) {
+      f = model(gen);
+    } else {
+      const uint32_t bits = static_cast<uint32_t>(gen());
+      std::memcpy(&f, &bits, sizeof(f));
+    }
+    std::memcpy(out.data() + i * 4, &f, 4);
+  }
+  return out;
+}
+
+// The first element of `dtype` (at byte `offset` of both buffers, `count` of them) whose bits
+// differ unless both are NaN, or a byte outside them that differs: its index (bytes outside
+// count as elements -1 - their byte index); count when there is none.
+int64_t FirstFloatMismatch(DType dtype, const std::vector<uint8_t>& got,
+                           const std::vector<uint8_t>& want, int64_t offset, int64_t count) {
+  const int64_t bytes = ElementBits(dtype) / 8;
+  if (got.size() != want.size()) return -1;
+  for (int64_t b = 0; b < static_cast<int64_t>(got.size()); ++b) {
+    if ((b < offset || b >= offset + count * bytes) && got[b] != want[b]) return -1 - b;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const uint8_t* const g = got.data() + offset + i * bytes;
+    const uint8_t* const w = want.data() + offset + i * bytes;
+    if (std::memcmp(g, w, static_cast<size_t>(bytes)) == 0) continue;
+    const bool both_nan = internal::VisitFloatDType(dtype, false, [&](auto d) {
+      using Codec = internal::FloatCodec<decltype(d)::value>;
+      typename Codec::Bits a, b;
+      std::memcpy(&a, g, sizeof(a));
+      std::memcpy(&b, w, sizeof(b));
+      return std::isnan(Codec::Widen(a)) && std::isnan(Codec::Widen(b));
+    });
+    if (!both_nan) return i;
+  }
+  return count;
+}
+
+// `count` elements of `from` at `src_misalign` bytes past an aligned address converted into
+// `to` at `dst_misalign` by ConvertFloatsDevice on `stream` and by ConvertFloats on the host.
+void ExpectConvertMatchesHost(cudaStream_t stream, DType from, DType to, int64_t count,
+                              int64_t src_misalign, int64_t dst_misalign, uint64_t seed = 3) {
+  SCOPED_TRACE(testing::Message() << DTypeName(from) << " -> " << DTypeName(to) << ", " << count
+                                  << " elements, misalign " << src_misalign << "/" << dst_misalign);
+  const int64_t out_bytes = ElementBits(to) / 8;
+  const std::vector<uint8_t> src = SourceElements(from, count, seed);
+  // Both destinations start as the same bytes, with a margin of 16 bytes after the elements.
+  std::vector<uint8_t> expected = HashByteVector(dst_misalign + count * out_bytes + 16, ~seed);
+  DeviceBytes device_src(src, src_misalign);
+  DeviceBytes device_dst(expected, 0);
+  ASSERT_TRUE(internal::ConvertFloats(src.data(), from, expected.data() + dst_misalign, to, count));
+  const absl::Status status = ConvertFloatsDevice(device_dst.data() + dst_misalign, to,
+                                                  device_src.data(), from, count, stream);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_CUDA(cudaStreamSynchronize(stream));
+  EXPECT_EQ(FirstFloatMismatch(to, device_dst.ToHost(), expected, dst_misalign, count), count);
+}
+
+// Every pair of float dtypes (the same dtype too: a copy) at addresses that give both group
+// sizes of the plan and none (tensor/backend/convert_plan.h), over every code of a narrow
+// source and a float32 source of edges, model values and random bits.
+TEST_F(KernelsGpuTest, ConvertFloatsEveryDTypePairMatchesHost) {
+  for (DType from : kFloatDTypes) {
+    for (DType to : kFloatDTypes) {
+      const int64_t count = ElementBits(from) == 8 ? 4 * 256 + 3 : 65536 + 5;
+      for (const auto& [src_misalign, dst_misalign] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, 0}, {4, 2}, {2, 0}, {1, 3}, {3, 7}, {8, 12}}) {
+        ExpectConvertMatchesHost(stream_, from, to, count, src_misalign, dst_misalign);
+      }
+      // A handful of elements: head and tail only.
+      ExpectConvertMatchesHost(stream_, from, to, 3, 1, 1);
+    }
+  }
+}
+
+// Several sweeps of the persistent grid (2 Mi groups; an H200 holds about half a million
+// units at once), on the legacy default stream too.
+TEST_F(KernelsGpuTest, ConvertFloatsLarge) {
+  const int64_t count = (int64_t{1} << 23) + 5;
+  ExpectConvertMatchesHost(stream_, DType::kFloat32, DType::kBFloat16, count, 0, 0);
+  ExpectConvertMatchesHost(nullptr, DType::kFloat8E4M3FN, DType::kFloat32, count, 1, 4);
+}
+
 void ExpectInvalid(const absl::Status& status, const std::string& message) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr(message));
@@ -204,6 +321,16 @@ TEST(KernelsValidationTest, DeviceCallsValidateBeforeLaunching) {
   // An aliased destination is refused as the host path refuses it (strided_copy_test.cc).
   ExpectInvalid(StridedCopyDevice(a, b, 4, {3, 2}, {0, 1}, {2, 1}, nullptr),
                 "StridedCopyDevice: dst has stride 0 on dim 0 of size 3");
+  ExpectInvalid(ConvertFloatsDevice(a, DType::kInt32, b, DType::kFloat32, 4, nullptr),
+                "ConvertFloatsDevice: no conversion from float32 to int32");
+  ExpectInvalid(ConvertFloatsDevice(a, DType::kBFloat16, b, DType::kFloat64, 4, nullptr),
+                "ConvertFloatsDevice: no conversion from float64 to bfloat16");
+  ExpectInvalid(ConvertFloatsDevice(a, DType::kBFloat16, b, DType::kFloat32, -1, nullptr),
+                "ConvertFloatsDevice: count -1");
+  ExpectInvalid(ConvertFloatsDevice(nullptr, DType::kBFloat16, b, DType::kFloat32, 4, nullptr),
+                "ConvertFloatsDevice: null dst for 4 elements");
+  EXPECT_TRUE(
+      ConvertFloatsDevice(nullptr, DType::kBFloat16, nullptr, DType::kFloat32, 0, nullptr).ok());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/reduce.h"
+#include "sdrt/tensor/backend/device_backend.h"
 #include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
@@ -17,6 +18,53 @@ namespace {
 char* BoxAddress(int64_t offset, const LocalRef& ref, DType dtype) {
   if (offset < 0 || ref.host == nullptr) return nullptr;
   return ref.host + offset * (ElementBits(dtype) / 8);
+}
+
+// Converts `count` elements of `from_dtype` at `from` into `to_dtype` at `to`, both on
+// `device`: on the CPU by ConvertFloats, else by the device's backend on `stream` (blocking
+// unless `non_blocking`).
+absl::Status Convert(void* to, DType to_dtype, const void* from, DType from_dtype, int64_t count,
+                     Device device, bool non_blocking, StreamHandle stream) {
+  if (!device.is_cpu()) {
+    SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(device.type));
+    return backend->ConvertFloats(to, to_dtype, from, from_dtype, count, device, stream,
+                                  non_blocking);
+  }
+  if (!ConvertFloats(from, from_dtype, to, to_dtype, count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no cast between ", DTypeName(from_dtype), " and ", DTypeName(to_dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// The box of `move` (of `shape`, the elements `runs` name) converted between `local` (checked:
+// of `side`, its piece's shape) and the bytes of `buffer` from `at` (of `wire`, the buffer's
+// dtype): into the local when `to_local`, else out of it. Straight between the two when the
+// box is one dense range of a contiguous local on the buffer's device (one pass, as the copy
+// of an uncast box); else through a temporary of the box in `side` on the buffer's device,
+// copied from or to the local as an uncast box is (CopyRuns: a strided or cross-device copy),
+// and then blocking whatever `non_blocking` says, since the temporary goes on return.
+absl::Status CastBox(DType wire, const TransferMove& move, const Tensor& local, DType side,
+                     IntSpan shape, const ShardRuns& runs, const std::shared_ptr<Storage>& buffer,
+                     int64_t at, bool to_local, bool non_blocking, StreamHandle stream) {
+  const Device device = buffer->device();
+  char* const slot = static_cast<char*>(buffer->data()) + at;
+  const int64_t count = move.bytes / (ElementBits(wire) / 8);
+  const int64_t box = to_local ? move.destination_offset : move.source_offset;
+  if (box >= 0 && local.device() == device && local.is_contiguous()) {
+    char* const mine = static_cast<char*>(local.data_ptr()) + box * (ElementBits(side) / 8);
+    return to_local ? Convert(mine, side, slot, wire, count, device, non_blocking, stream)
+                    : Convert(slot, wire, mine, side, count, device, non_blocking, stream);
+  }
+  SDRT_ASSIGN_OR_RETURN(const Tensor temporary, Tensor::Empty(shape, side, device));
+  if (to_local) {
+    SDRT_RETURN_IF_ERROR(
+        Convert(temporary.data_ptr(), side, slot, wire, count, device, false, stream));
+    return CopyRuns(temporary, move.begin, local, runs, /*to_local=*/true, false, stream);
+  }
+  SDRT_RETURN_IF_ERROR(
+      CopyRuns(temporary, move.begin, local, runs, /*to_local=*/false, false, stream));
+  return Convert(slot, wire, temporary.data_ptr(), side, count, device, false, stream);
 }
 
 // Copies every move of `message` between `buffer` and `locals`: into the locals when
@@ -64,10 +112,11 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
                       static_cast<size_t>(move.bytes));
         } else {
           const int64_t count = move.bytes / (ElementBits(tp.dtype) / 8);
-          if (!(to_local ? ConvertFloats(slot, tp.dtype, mine, side, count)
-                         : ConvertFloats(mine, side, slot, tp.dtype, count))) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                where(), ": no cast between ", DTypeName(side), " and ", DTypeName(tp.dtype)));
+          const absl::Status cast =
+              to_local ? Convert(mine, side, slot, tp.dtype, count, Device::CPU(), false, nullptr)
+                       : Convert(slot, tp.dtype, mine, side, count, Device::CPU(), false, nullptr);
+          if (!cast.ok()) {
+            return absl::Status(cast.code(), absl::StrCat(where(), ": ", cast.message()));
           }
         }
         at += move.bytes;
@@ -87,23 +136,11 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
     const ShardRuns runs = ClipRuns(piece.runs, move.begin, move.end);
     if (side != tp.dtype) {
-      // A cast of a box that is not one dense range of its local: the box in the locals'
-      // dtype in a CPU temporary, converted to or from the buffer's bytes (the planner casts
-      // no Partial source; CompileTransfer refuses a cast off the CPU).
-      if (!buffer->device().is_cpu() || !local.device().is_cpu()) {
-        return absl::UnimplementedError(absl::StrCat(where(), ": casts run on the CPU only"));
-      }
-      SDRT_ASSIGN_OR_RETURN(const Tensor box, Tensor::Empty(shape, side));
-      char* const slot = static_cast<char*>(buffer->data()) + at;
-      if (!to_local) SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, false));
-      const bool converted =
-          to_local ? ConvertFloats(slot, tp.dtype, box.data_ptr(), side, box.numel())
-                   : ConvertFloats(box.data_ptr(), side, slot, tp.dtype, box.numel());
-      if (!converted) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": no cast between ", DTypeName(side), " and ", DTypeName(tp.dtype)));
-      }
-      if (to_local) SDRT_RETURN_IF_ERROR(CopyRuns(box, move.begin, local, runs, true));
+      // A cast of a box the memcpy path above does not take (the planner casts no Partial
+      // source).
+      const absl::Status cast = CastBox(tp.dtype, move, local, side, shape, runs, buffer, at,
+                                        to_local, non_blocking, stream);
+      if (!cast.ok()) return absl::Status(cast.code(), absl::StrCat(where(), ": ", cast.message()));
     } else if (to_local && message.contribution > 0) {
       // A later Partial contribution: what the local holds, combined with the box, back.
       if (!buffer->device().is_cpu()) {

@@ -45,9 +45,13 @@ LocalRef CheckedRef(const Tensor& local);
 // narrowed buffers are read element by element through their strides), into `buffer`
 // from byte `offset`. `locals` and `buffer` may be on any device (Tensor::CopyFrom rules,
 // on `stream`; blocking unless `non_blocking`, when the caller keeps both alive and
-// unchanged until the stream has run). InvalidArgument naming the tensor, the ranks and
-// the local when a local is missing, undefined, or not of the piece's dtype and shape, or
-// when the buffer is shorter than offset + message.bytes; the errors of CopyRuns.
+// unchanged until the stream has run). A cast (locals of another dtype than the plan's) is
+// converted on the buffer's device (ConvertFloats on the CPU, DeviceBackend::ConvertFloats
+// off it): straight from a box that is one dense range of a contiguous local on that device,
+// else through a temporary of the box there, and then blocking. InvalidArgument naming the
+// tensor, the ranks and the local when a local is missing, undefined, or not of the piece's
+// dtype and shape, or when the buffer is shorter than offset + message.bytes; the errors of
+// CopyRuns and of the conversion.
 absl::Status PackMessage(const TransferTensorPlan& tp, const TransferMessage& message,
                          LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
                          bool non_blocking = false, StreamHandle stream = nullptr);

@@ -210,17 +210,6 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                      exchanges.direct, " + ", exchanges.forward));
   }
   SDRT_RETURN_IF_ERROR(CheckLocals(plan, comm, sources, destinations));
-  if (!comm.device().is_cpu()) {
-    // Refused here, on every rank alike, rather than in the middle of a step.
-    for (const TransferTensorPlan& tp : plan.tensors) {
-      if (tp.cast.has_value()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "reshard of '", tp.name, "': a cast from ", DTypeName(tp.cast->source), " to ",
-            DTypeName(tp.cast->destination), " runs on the CPU only, not on ",
-            comm.device().ToString()));
-      }
-    }
-  }
   for (const TransferSchedule::Step& step : schedule.steps) {
     const TransferMessage& c = *step.chunk;
     if (c.source_rank >= comm.size() || c.destination_rank >= comm.size()) {

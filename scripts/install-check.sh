@@ -72,8 +72,11 @@ done
 # against the prefix, built with -Wall -Wextra -Werror, and run under mpiexec when the build
 # has MPI: the C engine loads a
 # synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
-# (3: uneven slices) and checks its slices; the C++ trainer pushes weights and exports on 3.
-# The engine is also built by pkg-config and the C compiler alone (-std=c11 -pedantic).
+# (3: uneven slices) and checks its slices, and the same model as a Hugging Face folder (with
+# a config.json made from `sdrt make --json`) on 2 ranks into vLLM's fused qkv_proj /
+# gate_up_proj buffers through the built-in weight map; the C++ trainer pushes weights and
+# exports on 3. The engine is also built by pkg-config and the C compiler alone (-std=c11
+# -pedantic).
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
 examples=(engine)
 [[ $mpi == 1 ]] && examples+=(trainer)  # the trainer gathers and reshards: it needs MPI
@@ -90,17 +93,31 @@ pc_libs=$(pkg-config $static_flag --libs sdrt)
 gcc -std=c11 -pedantic -Wall -Wextra -Werror -o "$tmp/engine-pc" "$root/examples/engine/engine.c" \
   $(pkg-config --cflags sdrt) $pc_libs
 if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
-  "$prefix/bin/sdrt" make --arch tiny-llama --seed 0 "$tmp/tl.safetensors" > /dev/null
+  # A Hugging Face folder: the model and a config.json with its sizes.
+  mkdir "$tmp/tl"
+  "$prefix/bin/sdrt" make --arch tiny-llama --seed 0 --json "$tmp/tl/model.safetensors" \
+    > "$tmp/tl.json"
+  field() { sed -n "s/^ *\"$1\": *\([0-9]*\),*$/\1/p" "$tmp/tl.json"; }
+  printf '{"model_type": "llama", "hidden_size": %s, "num_attention_heads": %s,
+ "num_key_value_heads": %s, "head_dim": %s, "intermediate_size": %s}\n' \
+    "$(field hidden)" "$(field heads)" "$(field kv_heads)" "$(field head_dim)" \
+    "$(field intermediate)" > "$tmp/tl/config.json"
   export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   for ranks in 2 3; do
-    mpiexec -n $ranks "$tmp/engine/engine" "$tmp/tl.safetensors" > "$tmp/engine.$ranks.log" ||
-      { cat "$tmp/engine.$ranks.log" >&2; exit 1; }
+    mpiexec -n $ranks "$tmp/engine/engine" "$tmp/tl/model.safetensors" \
+      > "$tmp/engine.$ranks.log" || { cat "$tmp/engine.$ranks.log" >&2; exit 1; }
   done
-  mpiexec -n 2 "$tmp/engine-pc" "$tmp/tl.safetensors" > /dev/null
+  mpiexec -n 2 "$tmp/engine/engine" "$tmp/tl" > "$tmp/engine.vllm.log" ||
+    { cat "$tmp/engine.vllm.log" >&2; exit 1; }
+  grep -q "qkv_proj.weight .*: matches the file" "$tmp/engine.vllm.log" ||
+    { echo "install-check: the engine did not check a fused qkv_proj:" >&2
+      cat "$tmp/engine.vllm.log" >&2; exit 1; }
+  mpiexec -n 2 "$tmp/engine-pc" "$tmp/tl" > /dev/null
   mkdir "$tmp/trainer-out"
   mpiexec -n 3 "$tmp/trainer/trainer" "$tmp/trainer-out" --steps 2 --engine-ranks 2 \
     > "$tmp/trainer.log" || { cat "$tmp/trainer.log" >&2; exit 1; }
   echo "install-check: $(tail -1 "$tmp/engine.3.log")" >&2
+  echo "install-check: $(grep qkv_proj "$tmp/engine.vllm.log")" >&2
   echo "install-check: trainer: $(tail -1 "$tmp/trainer.log")" >&2
 fi
 

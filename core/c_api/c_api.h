@@ -76,12 +76,14 @@ extern "C" {
 /* The level of this header: bumped when functions or fields are added (2: adopting an
  * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers; 4:
  * sdrt_load_options_t's read policy and bucket_bytes, a rank's local shape and global
- * offset under placements or a sharding plan). */
-#define SDRT_C_API_VERSION 4
+ * offset under placements or a sharding plan; 5: weight maps, sdrt_weight_map_t in the load
+ * and reshard options). */
+#define SDRT_C_API_VERSION 5
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
- * grew read and bucket_bytes). */
-#define SDRT_C_ABI_VERSION 3
+ * grew read and bucket_bytes; 4: sdrt_load_options_t and sdrt_reshard_options_t grew
+ * weight_map). */
+#define SDRT_C_ABI_VERSION 4
 
 /* ------------------------------------------------------------------------------------------
  * Status, errors, versions (local, any thread, never fail)
@@ -378,6 +380,58 @@ SDRT_C_API sdrt_status_t sdrt_state_dict_find(sdrt_state_dict_t state_dict, cons
 SDRT_C_API sdrt_status_t sdrt_state_dict_destroy(sdrt_state_dict_t state_dict);
 
 /* ------------------------------------------------------------------------------------------
+ * Weight maps: how an engine's tensors are made from a checkpoint's or a trainer's (local)
+ * ---------------------------------------------------------------------------------------- */
+
+/* A checked, compiled weight map (WeightMap in C++, core/distributed/weight_map.h): rules over
+ * the source's tensor names that rename, fuse, split or pad them, so that sdrt_load and a
+ * reshard plan write straight into an inference engine's fused, padded, renamed buffers
+ * (vLLM's qkv_proj and gate_up_proj: each tensor-parallel rank's local is [its q heads; its
+ * k heads; its v heads]), each rank moving only its own rows, no full tensor built. Handed
+ * to sdrt_load_options_t.weight_map or sdrt_reshard_options_t.weight_map, which borrow it
+ * for the call only: the map may be destroyed as soon as the call returns (a reshard plan
+ * keeps what it needs of it). */
+typedef struct sdrt_weight_map_s* sdrt_weight_map_t;
+
+/* Local. A map from its JSON text, the `length` bytes at `json` (no terminating NUL needed;
+ * at most 1 MiB): {"rules": [rule, ...]}, each rule an object with one of "rename", "pad"
+ * (a pattern), "fuse" (an array of patterns, one per component), "split" (a pattern), and
+ * "to" (a destination name template; an array of them for split; optional for pad), "dim",
+ * "interleave" ("shards": vLLM's tensor-parallel parts, or "groups": Megatron's query
+ * groups), "head_size", "groups", "multiple". Patterns are RE2's, matched against whole
+ * names; the first rule whose pattern matches a source name takes it; "{i}" in a template is
+ * the capture group named i, "{1}" the first group. Unknown keys are refused.
+ * Errors: SDRT_INVALID_ARGUMENT for NULL json or out, more than 1 MiB, malformed JSON, a
+ * field of the wrong type or out of range, a pattern RE2 refuses, a template naming a group
+ * its pattern lacks, the wrong number of patterns or templates for the rule's kind (the
+ * message names the rule: "weight map rule 2 (fuse): ..."), more than 10,000 rules, a
+ * pattern or template of more than 4,096 bytes;
+ * SDRT_RESOURCE_EXHAUSTED when memory runs out. *out is the caller's to destroy. */
+SDRT_C_API sdrt_status_t sdrt_weight_map_from_json(const char* json, size_t length,
+                                                   sdrt_weight_map_t* out);
+
+/* Local. A built-in map from Hugging Face Llama-family names (Llama, Mistral, Qwen2):
+ *   "vllm-llama": into vLLM-style tensor-parallel buffers: model.layers.{i}.self_attn.
+ *     {q,k,v}_proj.{weight,bias} fused into ...self_attn.qkv_proj (cut by whole heads of
+ *     `head_size` rows; with fewer kv heads than ranks, each kv head replicated on the ranks
+ *     that share it), model.layers.{i}.mlp.{gate,up}_proj.weight fused into
+ *     ...mlp.gate_up_proj.weight, model.embed_tokens.weight and lm_head.weight padded with
+ *     zero rows to a multiple of 64; every other name unchanged.
+ *   "megatron-llama": from Megatron-core's names into Hugging Face's (linear_qkv split into
+ *     q, k, v by query group; linear_fc1 into gate and up; the renames of the other tensors).
+ * `head_size`: the attention head size (config.json's head_dim, or hidden_size /
+ * num_attention_heads). Errors: SDRT_INVALID_ARGUMENT for NULL name or out, a name that is
+ * neither (the message lists the built-in ones), a head size outside [1, 2^40];
+ * SDRT_RESOURCE_EXHAUSTED when memory runs out. *out is the caller's to destroy. */
+SDRT_C_API sdrt_status_t sdrt_weight_map_builtin(const char* name, int64_t head_size,
+                                                 sdrt_weight_map_t* out);
+
+/* Local. Frees the map; NULL is a no-op. Loads and plans already made with it are not
+ * affected. SDRT_INVALID_ARGUMENT for a handle that is not a live weight map's (a second
+ * destroy). */
+SDRT_C_API sdrt_status_t sdrt_weight_map_destroy(sdrt_weight_map_t map);
+
+/* ------------------------------------------------------------------------------------------
  * Statistics of the last call on this thread (local)
  * ---------------------------------------------------------------------------------------- */
 
@@ -435,10 +489,20 @@ typedef struct sdrt_load_options_t {
   /* >= 64: the most bytes of one collective bucket: read ROOT's broadcast, a sharded
    * folder's reshard (peak extra memory two buckets per rank) */
   int64_t bucket_bytes;
+  /* NULL: each entry is filled from the checkpoint tensor of its name. Else how the
+   * checkpoint's tensors make the entries (sdrt_weight_map_builtin,
+   * sdrt_weight_map_from_json): an entry a rule makes (a fused qkv_proj, a padded
+   * embedding, a renamed tensor) is filled from the tensors the rule names (read ALL: each
+   * rank reads only the rows of its own pieces, straight into its buffer; a pad's extra
+   * rows are zeroed); entries no rule makes load by name. Borrowed for the call (it may be
+   * destroyed once sdrt_load returns). Every rank passes the same map (compared in the
+   * agreement). Not with read ROOT (nor AUTO when it picks ROOT): every rank reads the
+   * checkpoint's header. */
+  sdrt_weight_map_t weight_map;
 } sdrt_load_options_t;
 #define SDRT_LOAD_OPTIONS_INIT                                                               \
   {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, \
-   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20}
+   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20, NULL}
 
 /* Fills the engine's buffers in `state_dict` from `checkpoint` (a safetensors file, a
  * Hugging Face folder, a folder of safetensors files or an sdrt sharded folder) in place
@@ -481,7 +545,13 @@ typedef struct sdrt_load_options_t {
  * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the
  * communicator or lacks the rank, ranks whose state dicts differ, a damaged or foreign
  * rank file of a sharded folder (naming it), a sharded folder with read ROOT, with
- * direct_io or with a rank other than the communicator's, direct_io with read ROOT;
+ * direct_io or with a rank other than the communicator's, direct_io with read ROOT, a
+ * weight_map that is not a live weight map handle (refused before any collective, on the
+ * ranks that pass it: pass the same map everywhere), ranks passing different maps, a map's
+ * rule that cannot hold for these buffers (naming the rule and the tensor: a fused buffer
+ * whose rows are not its components' pieces, a component the checkpoint lacks, heads that
+ * cannot be cut into the ranks' parts, a padded buffer of the wrong size);
+ * SDRT_UNIMPLEMENTED for a weight map with read ROOT (or AUTO that picked ROOT);
  * SDRT_FAILED_PRECONDITION for read ROOT or a sharded folder without options->comm,
  * buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
  * buffers without CUDA; SDRT_DATA_LOSS for a short read; the errno's code for a failed
@@ -590,8 +660,15 @@ typedef struct sdrt_reshard_options_t {
   sdrt_comm_t comm;        /* required; spans every rank of both sides */
   double timeout_seconds;  /* 0: the communicator's */
   int64_t bucket_bytes;    /* >= 64: the most a rank sends or receives in one exchange */
+  /* NULL: destination entries are matched with source entries by name. Else how the
+   * destination's entries are made from the source's (renamed, fused, split, padded:
+   * sdrt_weight_map_builtin, sdrt_weight_map_from_json). Borrowed for the call: the plan
+   * keeps what it needs, so the map may be destroyed once sdrt_reshard_plan_create returns
+   * (executes and bindings of the plan apply it). Every rank passes the same map. */
+  sdrt_weight_map_t weight_map;
 } sdrt_reshard_options_t;
-#define SDRT_RESHARD_OPTIONS_INIT {sizeof(sdrt_reshard_options_t), NULL, 0.0, (int64_t)256 << 20}
+#define SDRT_RESHARD_OPTIONS_INIT \
+  {sizeof(sdrt_reshard_options_t), NULL, 0.0, (int64_t)256 << 20, NULL}
 
 /* Collective over options->comm. Plans moving `source` (what this rank holds in the source
  * layout; may be empty) into `destination` (its buffers in the destination layout; may be
@@ -600,11 +677,16 @@ typedef struct sdrt_reshard_options_t {
  * destroyed the plan's calls are SDRT_FAILED_PRECONDITION) and the layouts, not the
  * buffers. A destination entry of another float dtype than its source (bfloat16,
  * float16, float32, float8 e4m3fn / e5m2 / e8m0fnu) is cast as PyTorch's Tensor.to() casts,
- * on the CPU, the wire carrying the narrower dtype (ReshardStateDict's rules).
+ * on the CPU or the GPU, the wire carrying the narrower dtype (ReshardStateDict's rules).
  * PyTorch's counterpart: DTensor.redistribute (one mesh only).
+ * With options->weight_map, each destination entry a rule makes (a fused, split, padded or
+ * renamed tensor) is planned from the source entries the rule names, each rank sending and
+ * receiving only the rows of its pieces.
  * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, layouts whose
  * global shapes differ, or dtypes other than such a cast, a destination entry no source
- * holds);
+ * holds, a weight_map that is not a live weight map handle (refused before any collective,
+ * on the ranks that pass it), ranks passing different maps, a map's rule that cannot hold
+ * for these layouts, naming the rule and the tensor);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source,
                                                   sdrt_state_dict_t destination,
@@ -621,8 +703,9 @@ typedef struct sdrt_reshard_execute_options_t {
  * buffers of `destination`, which must have the layouts planned (the same shapes, dtypes,
  * placements and names; the buffers may be other ones): every RL step, say. `options` may
  * be NULL. Errors: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
- * planned layouts); SDRT_UNIMPLEMENTED (a cast of CUDA buffers); SDRT_FAILED_PRECONDITION
- * (the plan's communicator was destroyed); SDRT_DEADLINE_EXCEEDED; the backends' errors. */
+ * planned layouts); SDRT_UNIMPLEMENTED (a Partial contribution to be reduced from a CUDA
+ * bucket); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
+ * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,
                                               sdrt_state_dict_t destination,
                                               const sdrt_reshard_execute_options_t* options);
@@ -643,7 +726,7 @@ typedef struct sdrt_reshard_bound_s* sdrt_reshard_bound_t;
  * for its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same
  * on every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
  * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_UNIMPLEMENTED (Partial
- * sources or a cast on CUDA); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
+ * sources on CUDA); SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. Only running out of
  * memory for the handle itself, after the agreement, is one rank's alone. */
 SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t source,

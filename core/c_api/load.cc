@@ -1,6 +1,7 @@
-// sdrt/c_api.h: sdrt_load, LoadStateDict (any checkpoint kind, any read) into the engine's
-// borrowed buffers.
+// sdrt/c_api.h: sdrt_load, LoadStateDict (any checkpoint kind, any read, a weight map) into
+// the engine's borrowed buffers.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,8 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
     SDRT_ASSIGN_OR_RETURN(const sdrt::ReadMode read, ReadModeOf(o.read));
+    SDRT_ASSIGN_OR_RETURN(sdrt::WeightMap weight_map,
+                          c_api::WeightMapOf(o.weight_map, "options.weight_map"));
     std::vector<int64_t> ranks;
     if (comm != nullptr) {
       for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
@@ -82,6 +85,7 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     lo.direct_io = o.direct_io != 0;
     lo.max_gap_bytes = o.max_gap_bytes;
     lo.bucket_bytes = o.bucket_bytes;
+    lo.weight_map = std::move(weight_map);
     lo.stats = &stats;
     absl::StatusOr<sdrt::LoadResult> result;
     {

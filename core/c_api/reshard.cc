@@ -63,6 +63,9 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
     sdrt::ReshardOptions ro;
     ro.comm = comm;
     ro.bucket_bytes = options->bucket_bytes;
+    // A copy of the map: the plan keeps its lowering, not the handle.
+    SDRT_ASSIGN_OR_RETURN(ro.weight_map,
+                          c_api::WeightMapOf(options->weight_map, "options.weight_map"));
     c_api::ScopedTimeout timeout(comm, options->timeout_seconds);
     SDRT_ASSIGN_OR_RETURN(sdrt::ReshardPlan plan, sdrt::PlanReshard(src->map, dst->map, ro));
     auto object = std::make_unique<c_api::ReshardPlanObject>();

@@ -14,8 +14,18 @@
  * are column-parallel, Shard(0); norms are replicated. Slices are cut as PyTorch cuts them:
  * ceil(n / ranks) per rank, the last ones shorter or empty.
  *
- * To check, every rank then loads up to three of the matrices whole (a plain entry, no
- * communication) and compares its slices with the rows or columns they must hold.
+ * Given a Hugging Face folder whose config.json gives the attention head size (head_dim, or
+ * hidden_size / num_attention_heads), the engine serves a Llama as vLLM lays it out: each
+ * layer's q, k and v projections in one fused qkv_proj buffer per rank ([its q heads; its k
+ * heads; its v heads], a kv head replicated on the ranks that share it when there are fewer
+ * kv heads than ranks), gate and up in one gate_up_proj ([its gate rows; its up rows]), the
+ * embedding and lm_head padded with zero rows to a multiple of 64. sdrt's built-in weight
+ * map "vllm-llama" tells sdrt_load how the checkpoint's tensors make these buffers; each
+ * rank still reads only its own rows, straight into its buffers.
+ *
+ * To check, every rank then loads a few of the matrices whole (a plain entry, no
+ * communication) and compares its slices, and its fused buffers, with the rows they must
+ * hold.
  *
  * Run: mpiexec -n 2 engine CHECKPOINT   (a .safetensors file or a Hugging Face folder)
  * Exit: 0 when every check passes, 1 when one fails, 2 for bad arguments. */
@@ -30,20 +40,36 @@
 #include <cuda_runtime_api.h>
 #endif
 
-enum { kMaxWeights = 4096, kChecked = 3 };
+enum { kMaxWeights = 4096, kMaxFused = 512, kChecked = 3, kCheckedFused = 2, kMaxWhole = 16 };
 
 typedef struct {
   char name[256];
   DLTensor tensor; /* the engine's buffer: data it malloc'd, its local shape */
   int64_t local_shape[2];
-  int64_t global_shape[2];
+  int64_t global_shape[2]; /* the buffer's: padded rows included */
+  int64_t file_rows;       /* rows in the checkpoint (fewer when padded) */
   int64_t offset[2]; /* the global index of the slice's first element, per dim */
   int32_t ndim;
   char placements[32]; /* "[S(0)]", "[S(1)]", "[R]" */
   size_t elem;         /* bytes per element */
 } Weight;
 
+/* A vLLM-style fused weight: this rank's rows of each component, one after another. */
+typedef struct {
+  char name[256];            /* ...self_attn.qkv_proj.weight, ...mlp.gate_up_proj.weight */
+  char component[3][256];    /* the checkpoint tensors it fuses, in order */
+  const char* label[3];      /* their short names: "q_proj", ... */
+  int64_t rows[3];           /* each component's rows in the checkpoint */
+  int64_t begin[3], mine[3]; /* this rank's rows of each: [begin, begin + mine) */
+  int parts;
+  DLTensor tensor;
+  int64_t local_shape[2];
+  int64_t global_shape[2]; /* local_shape[0] x ranks rows: a Shard(0) tensor */
+  size_t elem;
+} Fused;
+
 static Weight weights[kMaxWeights];
+static Fused fused[kMaxFused];
 
 /* The engine's weight memory: cudaMalloc on GPU rank % devices when the program was built
  * with CUDA and a device is there, else malloc. */
@@ -106,17 +132,202 @@ static int Check(sdrt_status_t status, const char* what) {
   exit(1);
 }
 
+/* A buffer of the engine's own memory described as a row-major DLTensor. */
+static void* AllocTensor(DLTensor* t, int32_t ndim, int64_t* shape, DLDataType dtype,
+                         size_t elem) {
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; ++d) numel *= shape[d];
+  memset(t, 0, sizeof *t);
+  t->data = numel > 0 ? EngineAlloc((size_t)numel * elem) : NULL;
+  if (numel > 0 && t->data == NULL) {
+    fprintf(stderr, "engine: out of memory\n");
+    exit(1);
+  }
+  t->device.device_type = on_cuda ? kDLCUDA : kDLCPU;
+#if ENGINE_WITH_CUDA
+  if (on_cuda) cudaGetDevice(&t->device.device_id);
+#endif
+  t->ndim = ndim;
+  t->dtype = dtype;
+  t->shape = shape;
+  t->strides = NULL; /* row-major */
+  return t->data;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The vLLM layout: config.json's head size, the fused buffers
+ * ---------------------------------------------------------------------------------------- */
+
+static int EndsWith(const char* s, const char* suffix) {
+  const size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The integer value of "key" in config.json's text, or 0. */
+static int64_t ConfigInt(const char* json, const char* key) {
+  char quoted[64];
+  snprintf(quoted, sizeof quoted, "\"%s\"", key);
+  const char* p = strstr(json, quoted);
+  if (p == NULL) return 0;
+  p += strlen(quoted);
+  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == ':') ++p;
+  return strtoll(p, NULL, 10);
+}
+
+/* The attention head size from CHECKPOINT/config.json (head_dim, or hidden_size /
+ * num_attention_heads); 0 without one (a file, or a folder without it). */
+static int64_t HeadSize(const char* checkpoint) {
+  char path[4096], json[1 << 16];
+  snprintf(path, sizeof path, "%s/config.json", checkpoint);
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) return 0;
+  const size_t n = fread(json, 1, sizeof json - 1, f);
+  fclose(f);
+  json[n] = '\0';
+  const int64_t head_dim = ConfigInt(json, "head_dim");
+  const int64_t hidden = ConfigInt(json, "hidden_size");
+  const int64_t heads = ConfigInt(json, "num_attention_heads");
+  return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0;
+}
+
+/* Whether `name` is a tensor vLLM fuses: k, v and up are taken with q and gate. */
+static int IsFusedComponent(const char* name) {
+  static const char* const kSuffixes[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                          "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+                                          "mlp.up_proj.weight"};
+  for (int i = 0; i < 5; ++i) {
+    if (EndsWith(name, kSuffixes[i])) return 1;
+  }
+  return 0;
+}
+
+/* The checkpoint tensor `name`'s info, or 0 when there is none; looked for from tensor
+ * `from` on (a layer's tensors are usually together). */
+static int FindTensor(sdrt_checkpoint_t checkpoint, int64_t count, int64_t from,
+                      const char* name, sdrt_tensor_info_t* info) {
+  for (int64_t k = 0; k < count; ++k) {
+    Check(sdrt_checkpoint_tensor_info(checkpoint, (from + k) % count, info),
+          "sdrt_checkpoint_tensor_info");
+    if (strcmp(info->name, name) == 0) return 1;
+  }
+  return 0;
+}
+
+/* Fused buffer f for the layer whose q_proj (or gate_proj) is `first`, checkpoint tensor
+ * `index`: its components' shapes from the checkpoint, this rank's rows of each as vLLM
+ * cuts them (attention by whole heads of `unit` rows, or with fewer heads than ranks the
+ * head of this rank's group; the MLP by rows), a buffer of their sum, added to `engine`
+ * Shard(0) over the ranks. */
+static void AddFused(Fused* f, sdrt_checkpoint_t checkpoint, int64_t count, int64_t index,
+                     const char* first, int64_t unit, int rank, int ranks,
+                     sdrt_state_dict_t engine) {
+  static const char* const kLabels[2][3] = {{"q_proj", "k_proj", "v_proj"},
+                                            {"gate_proj", "up_proj", ""}};
+  const int qkv = EndsWith(first, "q_proj.weight");
+  const int64_t u = qkv ? unit : 1; /* the MLP is cut by rows */
+  const size_t prefix = strlen(first) - strlen(qkv ? "q_proj.weight" : "gate_proj.weight");
+  snprintf(f->name, sizeof f->name, "%.*s%s", (int)prefix, first,
+           qkv ? "qkv_proj.weight" : "gate_up_proj.weight");
+  f->parts = qkv ? 3 : 2;
+  sdrt_tensor_info_t info = SDRT_TENSOR_INFO_INIT;
+  f->local_shape[0] = 0;
+  for (int c = 0; c < f->parts; ++c) {
+    f->label[c] = kLabels[qkv ? 0 : 1][c];
+    snprintf(f->component[c], sizeof f->component[c], "%.*s%s.weight", (int)prefix, first,
+             f->label[c]);
+    if (!FindTensor(checkpoint, count, index, f->component[c], &info) || info.ndim != 2) {
+      fprintf(stderr, "engine: %s: no matrix %s\n", f->name, f->component[c]);
+      exit(1);
+    }
+    const int64_t heads = info.shape[0] / u;
+    f->rows[c] = info.shape[0];
+    if (heads > 0 && heads % ranks == 0) {
+      f->mine[c] = f->rows[c] / ranks;
+      f->begin[c] = rank * f->mine[c];
+    } else if (heads > 0 && ranks % heads == 0) {
+      f->mine[c] = u;
+      f->begin[c] = rank / (ranks / heads) * u;
+    } else {
+      fprintf(stderr, "engine: %s: %" PRId64 " %s cannot be cut into %d parts\n",
+              f->component[c], heads, qkv ? "heads" : "rows", ranks);
+      exit(1);
+    }
+    f->local_shape[0] += f->mine[c];
+  }
+  f->local_shape[1] = info.shape[1];
+  f->global_shape[0] = f->local_shape[0] * ranks;
+  f->global_shape[1] = info.shape[1];
+  f->elem = info.dtype.bits / 8;
+  AllocTensor(&f->tensor, 2, f->local_shape, info.dtype, f->elem);
+  const int64_t mesh_shape[1] = {ranks};
+  sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
+  spec.mesh_ndim = 1;
+  spec.mesh_shape = mesh_shape;
+  spec.placements = "S(0)";
+  spec.global_ndim = 2;
+  spec.global_shape = f->global_shape;
+  Check(sdrt_state_dict_add(engine, f->name, &f->tensor, &spec), "sdrt_state_dict_add");
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The check: matrices read whole (no communication) compared with the engine's buffers
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t shape[2];
+  DLTensor tensor;
+} Whole;
+static Whole wholes[kMaxWhole];
+static int num_wholes = 0;
+
+/* A malloc'd plain entry for the checkpoint matrix `name`, filled by the next load. */
+static const unsigned char* AddWhole(sdrt_state_dict_t whole, const char* name, DLDataType dtype,
+                                     int64_t rows, int64_t cols) {
+  Whole* h = &wholes[num_wholes++];
+  h->shape[0] = rows;
+  h->shape[1] = cols;
+  memset(&h->tensor, 0, sizeof h->tensor);
+  h->tensor.data = malloc((size_t)(rows * cols) * (dtype.bits / 8) + 1);
+  if (h->tensor.data == NULL) exit(1);
+  h->tensor.device.device_type = kDLCPU;
+  h->tensor.ndim = 2;
+  h->tensor.dtype = dtype;
+  h->tensor.shape = h->shape;
+  Check(sdrt_state_dict_add(whole, name, &h->tensor, NULL), "sdrt_state_dict_add");
+  return (const unsigned char*)h->tensor.data;
+}
+
 /* Compares matrix w's slice, the box at w->offset of w->local_shape, with the whole
- * tensor `full` (row-major, same dtype), row by row. */
+ * tensor `full` (row-major, same dtype), row by row; padded rows must be zero. */
 static int SliceMatches(const Weight* w, const unsigned char* full) {
   const int64_t cols = w->global_shape[1];
   const size_t row_bytes = (size_t)w->local_shape[1] * w->elem;
   const unsigned char* mine = HostView(w->tensor.data, (size_t)w->local_shape[0] * row_bytes);
   int same = mine != NULL;
   for (int64_t r = 0; same && r < w->local_shape[0]; ++r) {
-    same =
-        memcmp(mine + (size_t)r * row_bytes,
-               full + (size_t)((w->offset[0] + r) * cols + w->offset[1]) * w->elem, row_bytes) == 0;
+    const unsigned char* row = mine + (size_t)r * row_bytes;
+    if (w->offset[0] + r < w->file_rows) {
+      same = memcmp(row, full + (size_t)((w->offset[0] + r) * cols + w->offset[1]) * w->elem,
+                    row_bytes) == 0;
+    } else {
+      for (size_t b = 0; same && b < row_bytes; ++b) same = row[b] == 0;
+    }
+  }
+  if (mine != NULL) HostDone(mine);
+  return same;
+}
+
+/* Compares fused buffer f with its components read whole: component c's rows [begin,
+ * begin + mine) one after another. */
+static int FusedMatches(const Fused* f, const unsigned char* const* full) {
+  const size_t row_bytes = (size_t)f->local_shape[1] * f->elem;
+  const unsigned char* mine = HostView(f->tensor.data, (size_t)f->local_shape[0] * row_bytes);
+  int same = mine != NULL;
+  size_t at = 0;
+  for (int c = 0; same && c < f->parts; ++c) {
+    const size_t bytes = (size_t)f->mine[c] * row_bytes;
+    same = memcmp(mine + at, full[c] + (size_t)f->begin[c] * row_bytes, bytes) == 0;
+    at += bytes;
   }
   if (mine != NULL) HostDone(mine);
   return same;
@@ -149,24 +360,41 @@ int main(int argc, char** argv) {
   }
   int64_t count = 0;
   Check(sdrt_checkpoint_num_tensors(checkpoint, &count), "sdrt_checkpoint_num_tensors");
+  /* > 0: a folder with config.json, served vLLM-style. */
+  const int64_t head_size = HeadSize(argv[1]);
 
   /* The engine's buffers and their layout. */
   sdrt_state_dict_t engine = NULL;
   Check(sdrt_state_dict_create(&engine), "sdrt_state_dict_create");
   const int64_t mesh_shape[1] = {ranks};
-  int64_t loaded = 0, local_bytes = 0, total_bytes = 0;
-  for (int64_t i = 0; i < count && loaded < kMaxWeights; ++i) {
+  int64_t loaded = 0, num_fused = 0, local_bytes = 0, total_bytes = 0;
+  for (int64_t i = 0; i < count && loaded < kMaxWeights && num_fused < kMaxFused; ++i) {
     sdrt_tensor_info_t info = SDRT_TENSOR_INFO_INIT;
     Check(sdrt_checkpoint_tensor_info(checkpoint, i, &info), "sdrt_checkpoint_tensor_info");
     if (info.ndim < 1 || info.ndim > 2 || info.dtype.bits % 8 != 0 ||
         strlen(info.name) >= sizeof weights[0].name) {
       continue; /* this engine keeps vectors and matrices of whole-byte dtypes */
     }
+    total_bytes += info.nbytes;
+    if (head_size > 0 && IsFusedComponent(info.name)) {
+      /* vLLM: q, k, v into qkv_proj and gate, up into gate_up_proj (made at q and gate). */
+      if (EndsWith(info.name, "q_proj.weight") || EndsWith(info.name, "gate_proj.weight")) {
+        Fused* f = &fused[num_fused++];
+        AddFused(f, checkpoint, count, i, info.name, head_size, rank, ranks, engine);
+        local_bytes += f->local_shape[0] * f->local_shape[1] * (int64_t)f->elem;
+      }
+      continue;
+    }
     Weight* w = &weights[loaded];
     snprintf(w->name, sizeof w->name, "%s", info.name);
     w->ndim = info.ndim;
     w->elem = info.dtype.bits / 8;
     for (int d = 0; d < info.ndim; ++d) w->global_shape[d] = info.shape[d];
+    w->file_rows = info.shape[0];
+    if (head_size > 0 && (strcmp(w->name, "model.embed_tokens.weight") == 0 ||
+                          strcmp(w->name, "lm_head.weight") == 0)) {
+      w->global_shape[0] = (w->file_rows + 63) / 64 * 64; /* vLLM's padded vocabulary */
+    }
     /* This rank's slice under the tp plan: its placements, shape and offset. */
     sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
     spec.mesh_ndim = 1;
@@ -183,71 +411,71 @@ int main(int argc, char** argv) {
       w->offset[d] = slice.global_offset[d];
       numel *= w->local_shape[d];
     }
-    w->tensor.data = numel > 0 ? EngineAlloc((size_t)numel * w->elem) : NULL;
-    if (numel > 0 && w->tensor.data == NULL) {
-      fprintf(stderr, "engine: out of memory\n");
-      return 1;
-    }
-    w->tensor.device.device_type = on_cuda ? kDLCUDA : kDLCPU;
-    w->tensor.device.device_id = 0;
-#if ENGINE_WITH_CUDA
-    if (on_cuda) cudaGetDevice(&w->tensor.device.device_id);
-#endif
-    w->tensor.ndim = info.ndim;
-    w->tensor.dtype = info.dtype;
-    w->tensor.shape = w->local_shape;
-    w->tensor.strides = NULL; /* row-major */
+    AllocTensor(&w->tensor, info.ndim, w->local_shape, info.dtype, w->elem);
     spec.placements = w->placements;
     Check(sdrt_state_dict_add(engine, w->name, &w->tensor, &spec), "sdrt_state_dict_add");
     local_bytes += numel * (int64_t)w->elem;
-    total_bytes += info.nbytes;
     ++loaded;
   }
 
   /* One collective call: every rank reads its own slices into its own buffers (read AUTO,
-   * the default: when every rank sees the same files; else rank 0 reads and broadcasts). */
+   * the default: when every rank sees the same files; else rank 0 reads and broadcasts).
+   * vLLM-style, the built-in map says how the checkpoint's tensors make the fused and padded
+   * buffers (every rank must then see the files); the load only borrows it. */
   sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
   load.comm = comm;
+  if (head_size > 0) {
+    Check(sdrt_weight_map_builtin("vllm-llama", head_size, &load.weight_map),
+          "sdrt_weight_map_builtin");
+  }
   Check(sdrt_load(checkpoint, engine, &load), "sdrt_load");
   sdrt_stats_t stats = SDRT_STATS_INIT;
   Check(sdrt_get_last_stats(&stats), "sdrt_get_last_stats");
+  Check(sdrt_weight_map_destroy(load.weight_map), "sdrt_weight_map_destroy");
 
-  /* The check: a few matrices read whole (no communication), compared slice by slice. */
+  /* The check: a few matrices and the components of the first fused buffers read whole (no
+   * communication), compared slice by slice and row by row. */
   sdrt_state_dict_t whole = NULL;
   Check(sdrt_state_dict_create(&whole), "sdrt_state_dict_create");
-  void* full[kChecked] = {NULL};
   const Weight* checked[kChecked] = {NULL};
-  DLTensor full_tensor[kChecked];
+  const unsigned char* full[kChecked] = {NULL};
+  const unsigned char* components[kCheckedFused][3] = {{NULL}};
   int num_checked = 0;
   for (int64_t i = 0; i < loaded && num_checked < kChecked; ++i) {
     const Weight* w = &weights[i];
     if (w->ndim != 2) continue;
-    full[num_checked] = malloc((size_t)(w->global_shape[0] * w->global_shape[1]) * w->elem);
-    if (full[num_checked] == NULL) return 1;
-    full_tensor[num_checked] = w->tensor;
-    full_tensor[num_checked].data = full[num_checked];
-    full_tensor[num_checked].device.device_type = kDLCPU;
-    full_tensor[num_checked].device.device_id = 0;
-    full_tensor[num_checked].shape = (int64_t*)w->global_shape;
-    Check(sdrt_state_dict_add(whole, w->name, &full_tensor[num_checked], NULL),
-          "sdrt_state_dict_add");
+    full[num_checked] = AddWhole(whole, w->name, w->tensor.dtype, w->file_rows,
+                                 w->global_shape[1]);
     checked[num_checked++] = w;
+  }
+  const int num_checked_fused = num_fused < kCheckedFused ? (int)num_fused : kCheckedFused;
+  for (int k = 0; k < num_checked_fused; ++k) {
+    for (int c = 0; c < fused[k].parts; ++c) {
+      components[k][c] = AddWhole(whole, fused[k].component[c], fused[k].tensor.dtype,
+                                  fused[k].rows[c], fused[k].local_shape[1]);
+    }
   }
   sdrt_load_options_t alone = SDRT_LOAD_OPTIONS_INIT;
   alone.rank = rank;
   Check(sdrt_load(checkpoint, whole, &alone), "sdrt_load (whole)");
   int wrong = 0;
   for (int k = 0; k < num_checked; ++k) {
-    if (!SliceMatches(checked[k], (const unsigned char*)full[k])) {
+    if (!SliceMatches(checked[k], full[k])) {
       fprintf(stderr, "engine: rank %d: %s differs from the file\n", rank, checked[k]->name);
       ++wrong;
     }
   }
+  for (int k = 0; k < num_checked_fused; ++k) {
+    if (!FusedMatches(&fused[k], components[k])) {
+      fprintf(stderr, "engine: rank %d: %s differs from the file\n", rank, fused[k].name);
+      ++wrong;
+    }
+  }
   if (rank == 0) {
-    printf("engine: tp=%d (%s memory), rank 0 holds %" PRId64 " of %" PRId64 " bytes of %" PRId64
-           " weights, read %" PRId64 " bytes in %.3f s\n",
-           ranks, on_cuda ? "CUDA" : "host", local_bytes, total_bytes, loaded, stats.bytes_read,
-           stats.seconds);
+    printf("engine: tp=%d (%s memory%s), rank 0's buffers: %" PRId64 " bytes of %" PRId64
+           " weights (the checkpoint: %" PRId64 "), read %" PRId64 " bytes in %.3f s\n",
+           ranks, on_cuda ? "CUDA" : "host", head_size > 0 ? ", vLLM layout" : "", local_bytes,
+           loaded + num_fused, total_bytes, stats.bytes_read, stats.seconds);
     for (int k = 0; k < num_checked; ++k) {
       const Weight* w = checked[k];
       printf("engine: %s [%" PRId64 ", %" PRId64 "] %s, rank 0's slice [%" PRId64 ", %" PRId64
@@ -255,12 +483,26 @@ int main(int argc, char** argv) {
              w->name, w->global_shape[0], w->global_shape[1], w->placements, w->local_shape[0],
              w->local_shape[1], wrong ? "DIFFERS" : "matches the file");
     }
+    for (int k = 0; k < num_checked_fused; ++k) {
+      const Fused* f = &fused[k];
+      printf("engine: %s [%" PRId64 ", %" PRId64 "], rank 0's [%" PRId64 ", %" PRId64 "] =",
+             f->name, f->global_shape[0], f->global_shape[1], f->local_shape[0],
+             f->local_shape[1]);
+      for (int c = 0; c < f->parts; ++c) {
+        printf("%s %s rows %" PRId64 "-%" PRId64, c > 0 ? " +" : "", f->label[c], f->begin[c],
+               f->begin[c] + f->mine[c] - 1);
+      }
+      printf(": %s\n", wrong ? "DIFFERS" : "matches the file");
+    }
   }
-  for (int k = 0; k < num_checked; ++k) free(full[k]);
+  for (int k = 0; k < num_wholes; ++k) free(wholes[k].tensor.data);
   sdrt_state_dict_destroy(whole);
   sdrt_state_dict_destroy(engine);
   for (int64_t i = 0; i < loaded; ++i) {
     if (weights[i].tensor.data != NULL) EngineFree(weights[i].tensor.data);
+  }
+  for (int64_t i = 0; i < num_fused; ++i) {
+    if (fused[i].tensor.data != NULL) EngineFree(fused[i].tensor.data);
   }
   sdrt_checkpoint_close(checkpoint);
   sdrt_comm_destroy(comm);

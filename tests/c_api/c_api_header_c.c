@@ -3,7 +3,8 @@
  * struct_size checks, NULL handles, a state dict of malloc'd buffers and its offload, and
  * the calls that need no communicator in every build (no MPI or NCCL needed): sdrt_load and
  * sdrt_distribute with comm NULL, and where a rank's piece lies
- * (sdrt_compute_local_shape_and_global_offset) under placements and under a plan.
+ * (sdrt_compute_local_shape_and_global_offset) under placements and under a plan; weight
+ * maps (made, refused, destroyed, and one renaming a tensor for a load).
  * Usage: c_api_header_c FILE (a safetensors file it writes). Exit status 0 when every check
  * holds; each failure prints its line. */
 #include "sdrt/c_api.h"
@@ -55,6 +56,14 @@ int main(int argc, char** argv) {
     CHECK(load.struct_size == sizeof(sdrt_load_options_t));
     CHECK(load.read == SDRT_READ_AUTO && load.bucket_bytes == (int64_t)256 << 20);
     CHECK(load.num_unexpected == NULL && load.staging_bytes == (int64_t)256 << 20);
+  }
+  {
+    /* Version 5: weight maps, NULL (matched by name) in both options by default. */
+    const sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
+    const sdrt_reshard_options_t reshard = SDRT_RESHARD_OPTIONS_INIT;
+    CHECK(load.weight_map == NULL && reshard.weight_map == NULL);
+    CHECK(reshard.struct_size == sizeof(sdrt_reshard_options_t) &&
+          reshard.bucket_bytes == (int64_t)256 << 20);
   }
 
   /* Status strings. */
@@ -246,6 +255,90 @@ int main(int argc, char** argv) {
 
     CHECK(sdrt_state_dict_destroy(local) == SDRT_OK);
     CHECK(sdrt_state_dict_destroy(whole) == SDRT_OK);
+    CHECK(sdrt_checkpoint_close(ckpt) == SDRT_OK);
+    if (argc == 2) remove(argv[1]);
+  }
+
+  /* Weight maps: made from JSON (a length, no NUL needed) or built in, refused with the
+   * rule named, destroyed once; a map borrowed by a load without a communicator: "w" of the
+   * file loads into the entry "layer.w" (a rename), rank 1 of a 2-rank Shard(0) mesh. */
+  {
+    static const char rename[] = "{\"rules\": [{\"rename\": \"w\", \"to\": \"layer.w\"}]}";
+    static const char bad[] = "{\"rules\": [{\"fuse\": [\"a\"], \"to\": \"b\"}]}";
+    sdrt_weight_map_t map = NULL;
+    sdrt_weight_map_t other = NULL;
+    float full[12];
+    float piece[6] = {0};
+    int64_t full_shape[2] = {4, 3};
+    int64_t piece_shape[2] = {2, 3};
+    int64_t mesh_shape[1] = {2};
+    int64_t missing = -1;
+    int64_t unexpected = -1;
+    DLTensor t;
+    sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
+    sdrt_checkpoint_t ckpt = NULL;
+    sdrt_state_dict_t local = NULL;
+    sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
+    int i;
+    CHECK(sdrt_weight_map_from_json(bad, sizeof bad - 1, &map) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "sdrt_weight_map_from_json: weight map rule 0 (fuse)") !=
+          NULL);
+    CHECK(map == NULL);
+    CHECK(sdrt_weight_map_from_json(rename, 5, &map) == SDRT_INVALID_ARGUMENT); /* cut short */
+    CHECK(sdrt_weight_map_from_json(NULL, 0, &map) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "json is NULL") != NULL);
+    CHECK(sdrt_weight_map_builtin("vllm-llama", 16, NULL) == SDRT_INVALID_ARGUMENT);
+    CHECK(sdrt_weight_map_builtin("no-such-map", 16, &map) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "vllm-llama") != NULL);
+    CHECK(sdrt_weight_map_builtin("vllm-llama", 0, &map) == SDRT_INVALID_ARGUMENT);
+    CHECK(map == NULL);
+    CHECK(sdrt_weight_map_builtin("megatron-llama", 16, &other) == SDRT_OK);
+    CHECK(sdrt_weight_map_destroy(other) == SDRT_OK);
+    CHECK(sdrt_weight_map_destroy(other) == SDRT_INVALID_ARGUMENT);
+    CHECK(strcmp(sdrt_last_error(),
+                 "sdrt_weight_map_destroy: map is a weight map handle that was already "
+                 "destroyed") == 0);
+    CHECK(sdrt_weight_map_destroy(NULL) == SDRT_OK);
+    CHECK(sdrt_weight_map_from_json(rename, sizeof rename - 1, &map) == SDRT_OK);
+
+    for (i = 0; i < 12; ++i) full[i] = (float)i * 0.75f;
+    CHECK(argc == 2 && WriteFile(argv[1], full));
+    memset(&t, 0, sizeof t);
+    t.device.device_type = kDLCPU;
+    t.ndim = 2;
+    t.dtype.code = kDLFloat;
+    t.dtype.bits = 32;
+    t.dtype.lanes = 1;
+    t.data = piece;
+    t.shape = piece_shape;
+    spec.mesh_ndim = 1;
+    spec.mesh_shape = mesh_shape;
+    spec.placements = "S(0)";
+    spec.global_ndim = 2;
+    spec.global_shape = full_shape;
+    CHECK(sdrt_state_dict_create(&local) == SDRT_OK);
+    CHECK(sdrt_state_dict_add(local, "layer.w", &t, &spec) == SDRT_OK);
+    CHECK(argc == 2 && sdrt_checkpoint_open(argv[1], &ckpt) == SDRT_OK);
+    load.rank = 1;
+    load.num_missing = &missing;
+    load.num_unexpected = &unexpected;
+    load.weight_map = (sdrt_weight_map_t)local; /* a state dict is not a map */
+    CHECK(sdrt_load(ckpt, local, &load) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "weight_map is a state dict handle, not a weight map") !=
+          NULL);
+    load.weight_map = other; /* destroyed */
+    CHECK(sdrt_load(ckpt, local, &load) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "weight map handle that was already destroyed") != NULL);
+    load.weight_map = map;
+    CHECK(sdrt_load(ckpt, local, &load) == SDRT_OK);
+    CHECK(missing == 0 && unexpected == 0);
+    CHECK(memcmp(piece, full + 6, sizeof piece) == 0);
+    /* The load only borrowed the map. */
+    CHECK(sdrt_weight_map_destroy(map) == SDRT_OK);
+    load.weight_map = NULL; /* by name: "layer.w" is not in the file */
+    CHECK(sdrt_load(ckpt, local, &load) == SDRT_OK);
+    CHECK(missing == 1 && unexpected == 1);
+    CHECK(sdrt_state_dict_destroy(local) == SDRT_OK);
     CHECK(sdrt_checkpoint_close(ckpt) == SDRT_OK);
     if (argc == 2) remove(argv[1]);
   }

@@ -19,7 +19,7 @@ constexpr uintptr_t kTagShift = kKindBits;
 constexpr uintptr_t kTagMask = uintptr_t{0xFFF} << kTagShift;
 constexpr uintptr_t kTag = uintptr_t{0x5D7} << kTagShift;
 constexpr uintptr_t kSerialShift = 16;
-constexpr uintptr_t kLastKind = static_cast<uintptr_t>(HandleKind::kReshardBound);
+constexpr uintptr_t kLastKind = static_cast<uintptr_t>(HandleKind::kWeightMap);
 
 const char* KindName(HandleKind kind) {
   switch (kind) {
@@ -33,6 +33,8 @@ const char* KindName(HandleKind kind) {
       return "reshard plan";
     case HandleKind::kReshardBound:
       return "bound reshard";
+    case HandleKind::kWeightMap:
+      return "weight map";
   }
   return "unknown";
 }

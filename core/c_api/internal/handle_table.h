@@ -27,6 +27,7 @@ enum class HandleKind : uint8_t {
   kStateDict = 3,
   kReshardPlan = 4,
   kReshardBound = 5,
+  kWeightMap = 6,
 };
 
 // What each handle stands for (core/c_api/internal/handles.h; the reshard ones in
@@ -36,6 +37,7 @@ struct CheckpointObject;
 struct StateDictObject;
 struct ReshardPlanObject;
 struct ReshardBoundObject;
+struct WeightMapObject;
 
 // The object type and kind of each handle type.
 template <typename Handle>
@@ -64,6 +66,11 @@ template <>
 struct HandleTraits<sdrt_reshard_bound_t> {
   using Object = ReshardBoundObject;
   static constexpr HandleKind kKind = HandleKind::kReshardBound;
+};
+template <>
+struct HandleTraits<sdrt_weight_map_t> {
+  using Object = WeightMapObject;
+  static constexpr HandleKind kKind = HandleKind::kWeightMap;
 };
 
 // Enters `object` in the table as a live handle of `kind` and returns the handle's value.

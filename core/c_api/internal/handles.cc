@@ -71,6 +71,12 @@ absl::StatusOr<Communicator*> CommOf(sdrt_comm_t comm, bool required, const char
   return object->comm.get();
 }
 
+absl::StatusOr<WeightMap> WeightMapOf(sdrt_weight_map_t map, const char* what) {
+  if (map == nullptr) return WeightMap();
+  SDRT_ASSIGN_OR_RETURN(WeightMapObject * object, Resolve(map, what));
+  return object->map;
+}
+
 ScopedTimeout::ScopedTimeout(Communicator* comm, double seconds) {
   if (comm == nullptr || !(seconds > 0)) return;
   comm_ = comm;

@@ -18,6 +18,7 @@
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/handle_table.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::c_api {
@@ -53,12 +54,22 @@ struct StateDictObject {
   void DropViews();
 };
 
+// What an sdrt_weight_map_t stands for: a checked, compiled map (a value; the options that
+// name the handle copy it for their call, and a plan keeps its own lowering).
+struct WeightMapObject {
+  WeightMap map;
+};
+
 // A borrowed tensor of `dl` (shape and strides copied, the bytes not).
 absl::StatusOr<Tensor> BorrowDLTensor(const DLTensor& dl);
 
 // The communicator of a handle: nullptr for a null one that is not required; Resolve's
 // InvalidArgument for a null one that is, or one that is not a live communicator handle.
 absl::StatusOr<Communicator*> CommOf(sdrt_comm_t comm, bool required, const char* what);
+
+// The map of an options struct's weight_map handle: an empty map (leaves matched by name)
+// for NULL; Resolve's InvalidArgument naming `what` for one that is not a live weight map.
+absl::StatusOr<WeightMap> WeightMapOf(sdrt_weight_map_t map, const char* what);
 
 // Sets comm's timeout to `seconds` (> 0) for the scope; 0 leaves it. InvalidArgument from
 // Check for a negative or non-finite value.

@@ -195,7 +195,9 @@ TEST(WeightMapMpi, VllmBuffersSplitBackIntoHfTensors) {
                   absl::StrCat(name, " engine -> hf ", key));
     }
   }
-  if (g_world->size() <= 4 || g_world->size() == 8) EXPECT_GT(ran, 0);
+  if (g_world->size() <= 4 || g_world->size() == 8) {
+    EXPECT_GT(ran, 0);
+  }
 }
 
 // A fresh folder made by rank 0, the same path on every rank (removed by RemoveShared).

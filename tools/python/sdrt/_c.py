@@ -86,7 +86,8 @@ class LoadOptions(ctypes.Structure):
                 ("staging_bytes", ctypes.c_int64), ("direct_io", ctypes.c_int32),
                 ("max_gap_bytes", ctypes.c_int64), ("stream", ctypes.c_void_p),
                 ("num_missing", c_int64_p), ("num_unexpected", c_int64_p),
-                ("read", ctypes.c_int32), ("bucket_bytes", ctypes.c_int64)]
+                ("read", ctypes.c_int32), ("bucket_bytes", ctypes.c_int64),
+                ("weight_map", ctypes.c_void_p)]
 
 
 class GatherOptions(ctypes.Structure):

@@ -1,6 +1,6 @@
 // WeightMap::DestinationTensors (core/distributed/weight_map.h): the tensor list of a
-// destination made by a map, from the source's alone, the arithmetic of the lowering's
-// segments (internal/mapping/lowering.cc) without any layout.
+// destination made by a map, from the source's alone, by the lowering's own arithmetic
+// (internal/mapping/segments.h) without any layout.
 #include <map>
 #include <string>
 #include <utility>
@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/core/distributed/internal/mapping/segments.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -22,33 +23,6 @@ absl::Status Invalid(int rule, const WeightMapRule& r, absl::string_view tensor,
   return absl::InvalidArgumentError(absl::StrCat("weight map rule ", rule, " (",
                                                  kKinds[static_cast<int>(r.kind)], ") for '",
                                                  tensor, "': ", what));
-}
-
-// The fused dim of a fuse of `rows` (its components' sizes along the dim) cut into `parts`.
-absl::StatusOr<int64_t> FusedSize(int rule, const WeightMapRule& r, absl::string_view name,
-                                  const std::vector<int64_t>& rows, int64_t parts) {
-  int64_t total = 0;
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const int64_t heads = r.head_size > 0 ? rows[k] / r.head_size : 0;
-    if (r.head_size > 0 && rows[k] % r.head_size != 0) {
-      return Invalid(rule, r, name, absl::StrCat("component ", k, " has ", rows[k],
-                                                 " rows, not a multiple of the head size ",
-                                                 r.head_size));
-    }
-    int64_t per_part = 0;
-    if (r.interleave == WeightMapRule::Interleave::kGroups) {
-      per_part = rows[k];  // the groups tile the components: the sum whatever the groups
-    } else if (r.head_size > 0 && heads > 0 && heads < parts && parts % heads == 0) {
-      per_part = r.head_size * parts;  // one head per part, replicated
-    } else if (rows[k] % parts == 0 && (r.head_size == 0 || heads % parts == 0)) {
-      per_part = rows[k];
-    } else {
-      return Invalid(rule, r, name, absl::StrCat("component ", k, " (", rows[k],
-                                                 " rows) cannot be cut into ", parts, " parts"));
-    }
-    total += per_part;
-  }
-  return total;
 }
 
 }  // namespace
@@ -94,8 +68,10 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     }
     SafetensorsTensorSpec spec{d, s.dtype, s.shape};
     if (r.kind == Kind::kPad) {
-      const int64_t n = s.shape[r.dim];
-      spec.shape[r.dim] = (n + r.multiple - 1) / r.multiple * r.multiple;
+      SDRT_ASSIGN_OR_RETURN(
+          spec.shape[r.dim],
+          internal::FusedSize(r, {s.shape[r.dim]}, 1,
+                              absl::StrCat("weight map rule ", m->rule, " (pad) for '", s.name, "'")));
     }
     out.push_back(std::move(spec));
   }
@@ -124,9 +100,11 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     int64_t n = 1;
     if (r.interleave == WeightMapRule::Interleave::kShards) {
       SDRT_ASSIGN_OR_RETURN(n, parts(name, first->shape, r.dim));
-      if (n < 1) return Invalid(f.rule, r, name, absl::StrCat(n, " parts"));
     }
-    SDRT_ASSIGN_OR_RETURN(const int64_t size, FusedSize(f.rule, r, name, rows, n));
+    SDRT_ASSIGN_OR_RETURN(
+        const int64_t size,
+        internal::FusedSize(r, rows, n,
+                            absl::StrCat("weight map rule ", f.rule, " (fuse) for '", name, "'")));
     out[f.slot].shape = first->shape;
     out[f.slot].shape[r.dim] = size;
   }

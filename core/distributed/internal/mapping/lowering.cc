@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/core/distributed/internal/mapping/segments.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
@@ -20,9 +21,6 @@ namespace {
 
 using Kind = WeightMapRule::Kind;
 using Interleave = WeightMapRule::Interleave;
-
-// The most segments one fused tensor is described by (parts or groups times components).
-constexpr int64_t kMaxSegments = int64_t{1} << 20;
 
 struct SideInfo {
   const LeafLayout* layout = nullptr;
@@ -36,15 +34,6 @@ struct Unit {
   int rule = 0;
   std::vector<std::string> sources;       // a fuse's: one per component ("" until found)
   std::vector<std::string> destinations;  // a split's: one per component
-};
-
-// Fused elements [fused, fused + length) along the dim are component `component`'s
-// [offset, offset + length).
-struct Segment {
-  int component = 0;
-  int64_t fused = 0;
-  int64_t offset = 0;
-  int64_t length = 0;
 };
 
 // One piece of a leaf: a box on `rank`, its local `local`.
@@ -140,114 +129,6 @@ absl::StatusOr<int64_t> Parts(const std::vector<FusedPiece>& pieces, int dim, in
     return Invalid(where, absl::StrCat("its pieces do not cover dim ", dim, " (", size, ")"));
   }
   return static_cast<int64_t>(ranges.size());
-}
-
-// Where each component sits along the fused dim (of size `size`), by the rule's interleave.
-absl::StatusOr<std::vector<Segment>> Segments(const WeightMapRule& rule,
-                                              const std::vector<int64_t>& rows, int64_t size,
-                                              const std::vector<FusedPiece>& pieces,
-                                              const std::string& where) {
-  const int k_count = static_cast<int>(rows.size());
-  std::vector<Segment> out;
-  if (rule.kind == Kind::kPad) {
-    const int64_t m = rule.multiple;
-    if (size < rows[0] || size % m != 0 || size - rows[0] >= m) {
-      return Invalid(where, absl::StrCat("the destination's dim ", rule.dim, " is ", size,
-                                         "; the source's ", rows[0], " rounded up to a multiple of ",
-                                         m, " is expected"));
-    }
-    out.push_back({0, 0, 0, rows[0]});
-    return out;
-  }
-  const int64_t head = rule.head_size;
-  if (head > 0) {
-    for (int k = 0; k < k_count; ++k) {
-      if (rows[k] % head != 0) {
-        return Invalid(where, absl::StrCat("component ", k, " has ", rows[k],
-                                           " rows, not a multiple of the head size ", head));
-      }
-    }
-  }
-  if (rule.interleave == Interleave::kGroups) {
-    int64_t groups = rule.groups;
-    if (groups == 0) {
-      if (head == 0) {
-        return Invalid(where, "groups from the heads (groups 0) needs a head size");
-      }
-      groups = rows[1] / head;
-    }
-    int64_t total = 0;
-    for (int k = 0; k < k_count; ++k) {
-      if (groups < 1 || rows[k] % groups != 0) {
-        return Invalid(where, absl::StrCat("component ", k, " (", rows[k],
-                                           " rows) cannot be cut into ", groups, " groups"));
-      }
-      total += rows[k];
-      if (total > size) break;
-    }
-    if (total != size) {
-      return Invalid(where, absl::StrCat("the fused dim is ", size, ", the components' sum ",
-                                         total > size ? "more" : absl::StrCat(total)));
-    }
-    if (groups > kMaxSegments / k_count) {
-      return Invalid(where, absl::StrCat(groups, " groups; at most ", kMaxSegments / k_count));
-    }
-    int64_t at = 0;
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int k = 0; k < k_count; ++k) {
-        const int64_t n = rows[k] / groups;
-        out.push_back({k, at, g * n, n});
-        at += n;
-      }
-    }
-    return out;
-  }
-  SDRT_ASSIGN_OR_RETURN(const int64_t parts, Parts(pieces, rule.dim, size, where));
-  if (parts > kMaxSegments / k_count) {
-    return Invalid(where, absl::StrCat(parts, " parts; at most ", kMaxSegments / k_count));
-  }
-  // Per component: the rows a part holds, and whether parts share heads (replication).
-  std::vector<int64_t> per_part(k_count);
-  std::vector<int64_t> replicas(k_count, 1);
-  int64_t part_size = 0;
-  for (int k = 0; k < k_count; ++k) {
-    const int64_t heads = head > 0 ? rows[k] / head : 0;
-    if (head > 0 && heads > 0 && heads < parts && parts % heads == 0) {
-      per_part[k] = head;
-      replicas[k] = parts / heads;
-    } else if (rows[k] % parts == 0 && (head == 0 || heads % parts == 0)) {
-      per_part[k] = rows[k] / parts;
-    } else {
-      return Invalid(where, absl::StrCat("component ", k, " (", rows[k], " rows",
-                                         head > 0 ? absl::StrCat(", ", heads, " heads") : "",
-                                         ") cannot be cut into ", parts, " parts"));
-    }
-    part_size += per_part[k];
-  }
-  if (part_size == 0 || size % parts != 0 || size / parts != part_size) {
-    return Invalid(where, absl::StrCat("the fused dim is ", size, " in ", parts,
-                                       " parts; the components make parts of ", part_size));
-  }
-  for (int64_t p = 0; p < parts; ++p) {
-    int64_t at = p * part_size;
-    for (int k = 0; k < k_count; ++k) {
-      out.push_back({k, at, (p / replicas[k]) * per_part[k], per_part[k]});
-      at += per_part[k];
-    }
-  }
-  return out;
-}
-
-
-// Each segment's component elements once: where kShards replicates a component's heads
-// over several parts, the first part that holds them.
-std::vector<Segment> FirstOfEach(const std::vector<Segment>& segments, int component) {
-  std::vector<Segment> out;
-  std::set<int64_t> seen;
-  for (const Segment& s : segments) {
-    if (s.component == component && seen.insert(s.offset).second) out.push_back(s);
-  }
-  return out;
 }
 
 // Fails when a rank holds one element of `d` in two boxes (two views would take it).
@@ -375,8 +256,12 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       rows.push_back(shape[rule.dim]);
     }
     SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> fused_pieces, PiecesOf(fused, where));
-    SDRT_ASSIGN_OR_RETURN(const std::vector<Segment> segments,
-                          Segments(rule, rows, fused_shape[rule.dim], fused_pieces, where));
+    int64_t parts = 1;
+    if (rule.kind != Kind::kPad && rule.interleave == Interleave::kShards) {
+      SDRT_ASSIGN_OR_RETURN(parts, Parts(fused_pieces, rule.dim, fused_shape[rule.dim], where));
+    }
+    SDRT_ASSIGN_OR_RETURN(const std::vector<FusedSegment> segments,
+                          FusedSegments(rule, rows, fused_shape[rule.dim], parts, where));
     const int dim = rule.dim;
     std::vector<LoweredDestination> lowered;
     if (!split) {
@@ -397,7 +282,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       for (const FusedPiece& p : fused_pieces) {
         if (EmptyPiece(p)) continue;
         const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
-        for (const Segment& s : segments) {
+        for (const FusedSegment& s : segments) {
           const int64_t lo = std::max(a, s.fused), hi = std::min(b, s.fused + s.length);
           if (lo >= hi) continue;
           LoweredDestination& d = lowered[static_cast<size_t>(s.component)];
@@ -421,11 +306,11 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       d.leaves = names;
       for (size_t k = 0; k < names.size(); ++k) {
         SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> pieces, PiecesOf(*components[k], where));
-        const std::vector<Segment> own = FirstOfEach(segments, static_cast<int>(k));
+        const std::vector<FusedSegment> own = FirstOfEach(segments, static_cast<int>(k));
         for (const FusedPiece& p : pieces) {
           if (EmptyPiece(p)) continue;
           const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
-          for (const Segment& s : own) {
+          for (const FusedSegment& s : own) {
             const int64_t lo = std::max(a, s.offset), hi = std::min(b, s.offset + s.length);
             if (lo >= hi) continue;
             TransferBox box{p.offsets, p.sizes, p.rank};
@@ -476,183 +361,6 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     per_rank[rank] = std::move(rewritten);
   }
   return out;
-}
-
-namespace {
-
-// How many locals `value` has on rank `me` (TransferPiece::local numbering).
-int LocalCount(const Value& value, int64_t me) {
-  switch (value.kind()) {
-    case ValueKind::kDTensor:
-      return value.as_dtensor().mesh()->Coordinate(me).has_value() ? 1 : 0;
-    case ValueKind::kShardedTensor: {
-      int count = 0;
-      for (const ShardMetadata& m : value.as_sharded().shards_metadata()) {
-        count += m.placement.rank == me ? 1 : 0;
-      }
-      return count;
-    }
-    case ValueKind::kTensor:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
-// Rank `me`'s locals of destination leaf `path` (`value`), in TransferPiece::local order; a
-// meta DTensor local is replaced by a new one (recorded in out.fresh).
-absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, const Value* value,
-                                                      int64_t me, Device device,
-                                                      MappedLeaves& out) {
-  const std::string where = absl::StrCat("weight map: the destination '", path, "' on rank ", me);
-  if (value == nullptr) return Invalid(where, "this rank has no such leaf");
-  std::vector<Tensor> locals(static_cast<size_t>(LocalCount(*value, me)));
-  switch (value->kind()) {
-    case ValueKind::kDTensor: {
-      const DTensor& d = value->as_dtensor();
-      if (locals.empty()) break;
-      locals[0] = d.local();
-      if (locals[0].is_meta()) {
-        SDRT_ASSIGN_OR_RETURN(locals[0], Tensor::Empty(d.local().shape(), d.dtype(), device));
-        SDRT_ASSIGN_OR_RETURN(DTensor filled, d.WithLocal(locals[0]));
-        out.fresh.emplace_back(path, Value(std::move(filled)));
-      }
-      break;
-    }
-    case ValueKind::kShardedTensor: {
-      const ShardedTensor& st = value->as_sharded();
-      size_t seen = 0;
-      for (const ShardMetadata& m : st.shards_metadata()) {
-        if (m.placement.rank != me) continue;
-        for (const LocalShard& shard : st.local_shards()) {
-          if (shard.metadata.offsets == m.offsets && shard.metadata.sizes == m.sizes) {
-            locals[seen] = shard.tensor;
-          }
-        }
-        ++seen;
-      }
-      break;
-    }
-    case ValueKind::kTensor:
-      locals[0] = value->as_tensor();
-      break;
-    default:
-      break;
-  }
-  for (const Tensor& t : locals) {
-    if (!t.defined() || t.is_meta()) {
-      return Invalid(where, absl::StrCat("a local to write into is needed; it holds ",
-                                         t.defined() ? t.ToString() : "none"));
-    }
-  }
-  return locals;
-}
-
-}  // namespace
-
-absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, Map& destination,
-                         MappedLeaves& out) {
-  if (lowering.empty()) return absl::OkStatus();
-  SDRT_ASSIGN_OR_RETURN(MutableLeaves leaves, CollectMutableLeaves(destination));
-  absl::flat_hash_map<absl::string_view, const Value*> by_path;
-  for (const MutableLeaf& l : leaves) by_path.emplace(l.path, l.value);
-  const auto find = [&](absl::string_view path) -> const Value* {
-    const auto it = by_path.find(path);
-    return it == by_path.end() ? nullptr : it->second;
-  };
-  for (const RenamedDestination& r : lowering.renamed) {
-    const Value* v = find(r.path);
-    if (v == nullptr) continue;  // FindTransferLocals says so if this rank needs it
-    if (v->kind() == ValueKind::kDTensor) {
-      const size_t fresh = out.fresh.size();
-      SDRT_RETURN_IF_ERROR(DestinationLocals(r.path, v, me, device, out).status());
-      out.destinations.emplace(r.name, out.fresh.size() > fresh ? out.fresh.back().second : *v);
-    } else if (v->kind() == ValueKind::kShardedTensor) {
-      out.destinations.emplace(r.name, *v);
-    } else {
-      // A plain leaf takes the full tensor: written in place when it is one of the
-      // source's shape and dtype, else a new one. One box, the whole tensor, on this rank.
-      Tensor full;
-      if (v->kind() == ValueKind::kTensor && v->as_tensor().defined() &&
-          !v->as_tensor().is_meta() && v->as_tensor().shape() == r.shape &&
-          v->as_tensor().dtype() == r.dtype && v->as_tensor().device() == device) {
-        full = v->as_tensor();
-      } else {
-        SDRT_ASSIGN_OR_RETURN(full, Tensor::Empty(r.shape, r.dtype, device));
-        out.fresh.emplace_back(r.path, Value(full));
-      }
-      const ShardMetadata m{IntVector(r.shape.size(), 0), r.shape, RemoteDevice{me, device}};
-      SDRT_ASSIGN_OR_RETURN(ShardedTensor st, ShardedTensor::Make(r.shape, r.dtype, {m}, {{full, m}}));
-      out.destinations.emplace(r.name, Value(std::move(st)));
-    }
-  }
-  std::map<std::string, std::vector<Tensor>> locals_of;  // destination path -> its locals
-  const auto locals = [&](const std::string& path) -> absl::StatusOr<std::vector<Tensor>*> {
-    auto it = locals_of.find(path);
-    if (it == locals_of.end()) {
-      SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> made,
-                            DestinationLocals(path, find(path), me, device, out));
-      it = locals_of.emplace(path, std::move(made)).first;
-    }
-    return &it->second;
-  };
-  for (const LoweredDestination& d : lowering.destinations) {
-    std::vector<ShardMetadata> metadata;
-    std::vector<LocalShard> shards;
-    metadata.reserve(d.boxes.size());
-    for (size_t i = 0; i < d.boxes.size(); ++i) {
-      const TransferBox& box = d.boxes[i];
-      ShardMetadata m{box.offsets, box.sizes, RemoteDevice{box.rank, device}};
-      const LoweredView& v = d.views[i];
-      if (v.rank == me) {
-        const std::string& path = d.leaves[static_cast<size_t>(v.leaf)];
-        SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(path));
-        absl::StatusOr<Tensor> view =
-            v.local < static_cast<int>(mine->size())
-                ? (*mine)[static_cast<size_t>(v.local)].Narrow(d.dim, v.start, v.length)
-                : absl::InvalidArgumentError(absl::StrCat("no local ", v.local));
-        if (!view.ok()) {
-          return Invalid(absl::StrCat("weight map: the destination '", path, "' on rank ", me),
-                         view.status().message());
-        }
-        shards.push_back({*std::move(view), m});
-      }
-      metadata.push_back(std::move(m));
-    }
-    absl::StatusOr<ShardedTensor> st =
-        ShardedTensor::Make(d.shape, d.dtype, std::move(metadata), std::move(shards));
-    if (!st.ok()) {
-      return Invalid(absl::StrCat("weight map: '", d.name, "' into '", d.leaves[0], "' on rank ", me),
-                     st.status().message());
-    }
-    out.destinations.emplace(d.name, Value(*std::move(st)));
-    if (!d.zero_rest || find(d.leaves[0]) == nullptr) continue;
-    // A pad: the elements of each local that no view covers are zeroed.
-    SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(d.leaves[0]));
-    for (size_t j = 0; j < mine->size(); ++j) {
-      std::vector<std::pair<int64_t, int64_t>> covered;
-      for (const LoweredView& v : d.views) {
-        if (v.rank == me && v.local == static_cast<int>(j)) {
-          covered.emplace_back(v.start, v.start + v.length);
-        }
-      }
-      Tensor& local = (*mine)[j];
-      const int64_t size = local.size(d.dim);
-      std::sort(covered.begin(), covered.end());
-      covered.emplace_back(size, size);
-      int64_t at = 0;
-      for (const auto& [a, b] : covered) {
-        if (a > at) {
-          SDRT_ASSIGN_OR_RETURN(Tensor gap, local.Narrow(d.dim, at, a - at));
-          SDRT_ASSIGN_OR_RETURN(const Tensor zeros,
-                                Tensor::Zeros(gap.shape(), gap.dtype(), device));
-          SDRT_RETURN_IF_ERROR(gap.CopyFrom(zeros));
-        }
-        at = std::max(at, b);
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace sdrt::internal

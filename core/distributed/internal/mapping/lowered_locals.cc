@@ -1,0 +1,198 @@
+// LowerLocals (lowering.h): a rank's lowered destination leaves over views of its locals.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/mapping/lowering.h"
+#include "sdrt/tensor/dtensor/sharded_tensor.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+
+namespace {
+
+absl::Status Invalid(const std::string& where, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+// How many locals `value` has on rank `me` (TransferPiece::local numbering).
+int LocalCount(const Value& value, int64_t me) {
+  switch (value.kind()) {
+    case ValueKind::kDTensor:
+      return value.as_dtensor().mesh()->Coordinate(me).has_value() ? 1 : 0;
+    case ValueKind::kShardedTensor: {
+      int count = 0;
+      for (const ShardMetadata& m : value.as_sharded().shards_metadata()) {
+        count += m.placement.rank == me ? 1 : 0;
+      }
+      return count;
+    }
+    case ValueKind::kTensor:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Rank `me`'s locals of destination leaf `path` (`value`), in TransferPiece::local order; a
+// meta DTensor local is replaced by a new one (recorded in out.fresh).
+absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, const Value* value,
+                                                      int64_t me, Device device,
+                                                      MappedLeaves& out) {
+  const std::string where = absl::StrCat("weight map: the destination '", path, "' on rank ", me);
+  if (value == nullptr) return Invalid(where, "this rank has no such leaf");
+  std::vector<Tensor> locals(static_cast<size_t>(LocalCount(*value, me)));
+  switch (value->kind()) {
+    case ValueKind::kDTensor: {
+      const DTensor& d = value->as_dtensor();
+      if (locals.empty()) break;
+      locals[0] = d.local();
+      if (locals[0].is_meta()) {
+        SDRT_ASSIGN_OR_RETURN(locals[0], Tensor::Empty(d.local().shape(), d.dtype(), device));
+        SDRT_ASSIGN_OR_RETURN(DTensor filled, d.WithLocal(locals[0]));
+        out.fresh.emplace_back(path, Value(std::move(filled)));
+      }
+      break;
+    }
+    case ValueKind::kShardedTensor: {
+      const ShardedTensor& st = value->as_sharded();
+      size_t seen = 0;
+      for (const ShardMetadata& m : st.shards_metadata()) {
+        if (m.placement.rank != me) continue;
+        for (const LocalShard& shard : st.local_shards()) {
+          if (shard.metadata.offsets == m.offsets && shard.metadata.sizes == m.sizes) {
+            locals[seen] = shard.tensor;
+          }
+        }
+        ++seen;
+      }
+      break;
+    }
+    case ValueKind::kTensor:
+      locals[0] = value->as_tensor();
+      break;
+    default:
+      break;
+  }
+  for (const Tensor& t : locals) {
+    if (!t.defined() || t.is_meta()) {
+      return Invalid(where, absl::StrCat("a local to write into is needed; it holds ",
+                                         t.defined() ? t.ToString() : "none"));
+    }
+  }
+  return locals;
+}
+
+}  // namespace
+
+absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, Map& destination,
+                         MappedLeaves& out) {
+  if (lowering.empty()) return absl::OkStatus();
+  SDRT_ASSIGN_OR_RETURN(MutableLeaves leaves, CollectMutableLeaves(destination));
+  absl::flat_hash_map<absl::string_view, const Value*> by_path;
+  for (const MutableLeaf& l : leaves) by_path.emplace(l.path, l.value);
+  const auto find = [&](absl::string_view path) -> const Value* {
+    const auto it = by_path.find(path);
+    return it == by_path.end() ? nullptr : it->second;
+  };
+  for (const RenamedDestination& r : lowering.renamed) {
+    const Value* v = find(r.path);
+    if (v == nullptr) continue;  // FindTransferLocals says so if this rank needs it
+    if (v->kind() == ValueKind::kDTensor) {
+      const size_t fresh = out.fresh.size();
+      SDRT_RETURN_IF_ERROR(DestinationLocals(r.path, v, me, device, out).status());
+      out.destinations.emplace(r.name, out.fresh.size() > fresh ? out.fresh.back().second : *v);
+    } else if (v->kind() == ValueKind::kShardedTensor) {
+      out.destinations.emplace(r.name, *v);
+    } else {
+      // A plain leaf takes the full tensor: written in place when it is one of the
+      // source's shape and dtype, else a new one. One box, the whole tensor, on this rank.
+      Tensor full;
+      if (v->kind() == ValueKind::kTensor && v->as_tensor().defined() &&
+          !v->as_tensor().is_meta() && v->as_tensor().shape() == r.shape &&
+          v->as_tensor().dtype() == r.dtype && v->as_tensor().device() == device) {
+        full = v->as_tensor();
+      } else {
+        SDRT_ASSIGN_OR_RETURN(full, Tensor::Empty(r.shape, r.dtype, device));
+        out.fresh.emplace_back(r.path, Value(full));
+      }
+      const ShardMetadata m{IntVector(r.shape.size(), 0), r.shape, RemoteDevice{me, device}};
+      SDRT_ASSIGN_OR_RETURN(ShardedTensor st, ShardedTensor::Make(r.shape, r.dtype, {m}, {{full, m}}));
+      out.destinations.emplace(r.name, Value(std::move(st)));
+    }
+  }
+  std::map<std::string, std::vector<Tensor>> locals_of;  // destination path -> its locals
+  const auto locals = [&](const std::string& path) -> absl::StatusOr<std::vector<Tensor>*> {
+    auto it = locals_of.find(path);
+    if (it == locals_of.end()) {
+      SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> made,
+                            DestinationLocals(path, find(path), me, device, out));
+      it = locals_of.emplace(path, std::move(made)).first;
+    }
+    return &it->second;
+  };
+  for (const LoweredDestination& d : lowering.destinations) {
+    std::vector<ShardMetadata> metadata;
+    std::vector<LocalShard> shards;
+    metadata.reserve(d.boxes.size());
+    for (size_t i = 0; i < d.boxes.size(); ++i) {
+      const TransferBox& box = d.boxes[i];
+      ShardMetadata m{box.offsets, box.sizes, RemoteDevice{box.rank, device}};
+      const LoweredView& v = d.views[i];
+      if (v.rank == me) {
+        const std::string& path = d.leaves[static_cast<size_t>(v.leaf)];
+        SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(path));
+        absl::StatusOr<Tensor> view =
+            v.local < static_cast<int>(mine->size())
+                ? (*mine)[static_cast<size_t>(v.local)].Narrow(d.dim, v.start, v.length)
+                : absl::InvalidArgumentError(absl::StrCat("no local ", v.local));
+        if (!view.ok()) {
+          return Invalid(absl::StrCat("weight map: the destination '", path, "' on rank ", me),
+                         view.status().message());
+        }
+        shards.push_back({*std::move(view), m});
+      }
+      metadata.push_back(std::move(m));
+    }
+    absl::StatusOr<ShardedTensor> st =
+        ShardedTensor::Make(d.shape, d.dtype, std::move(metadata), std::move(shards));
+    if (!st.ok()) {
+      return Invalid(absl::StrCat("weight map: '", d.name, "' into '", d.leaves[0], "' on rank ", me),
+                     st.status().message());
+    }
+    out.destinations.emplace(d.name, Value(*std::move(st)));
+    if (!d.zero_rest || find(d.leaves[0]) == nullptr) continue;
+    // A pad: the elements of each local that no view covers are zeroed.
+    SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(d.leaves[0]));
+    for (size_t j = 0; j < mine->size(); ++j) {
+      std::vector<std::pair<int64_t, int64_t>> covered;
+      for (const LoweredView& v : d.views) {
+        if (v.rank == me && v.local == static_cast<int>(j)) {
+          covered.emplace_back(v.start, v.start + v.length);
+        }
+      }
+      Tensor& local = (*mine)[j];
+      const int64_t size = local.size(d.dim);
+      std::sort(covered.begin(), covered.end());
+      covered.emplace_back(size, size);
+      int64_t at = 0;
+      for (const auto& [a, b] : covered) {
+        if (a > at) {
+          SDRT_ASSIGN_OR_RETURN(Tensor gap, local.Narrow(d.dim, at, a - at));
+          SDRT_ASSIGN_OR_RETURN(const Tensor zeros,
+                                Tensor::Zeros(gap.shape(), gap.dtype(), device));
+          SDRT_RETURN_IF_ERROR(gap.CopyFrom(zeros));
+        }
+        at = std::max(at, b);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

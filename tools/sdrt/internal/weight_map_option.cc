@@ -14,13 +14,14 @@ namespace {
 
 constexpr int64_t kMaxJsonBytes = int64_t{1} << 20;
 
-// The attention head size in `folder`/config.json; 0 when there is no such file or it
-// does not say.
+// The attention head size in `folder`/config.json; 0 when there is no such regular file or
+// it does not say.
 absl::StatusOr<int64_t> HeadSizeFromConfig(const std::string& folder) {
   struct stat st;
   if (stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
   const std::string path = folder + "/config.json";
-  if (stat(path.c_str(), &st) != 0) return 0;
+  // Only a regular file of the folder's own (a link is never followed into an input).
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   absl::StatusOr<std::string> text = internal::ReadBoundedFile(path, kMaxJsonBytes);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));

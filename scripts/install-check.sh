@@ -75,8 +75,8 @@ done
 # (3: uneven slices) and checks its slices, and the same model as a Hugging Face folder (with
 # a config.json made from `sdrt make --json`) on 2 ranks into vLLM's fused qkv_proj /
 # gate_up_proj buffers through the built-in weight map; the C++ trainer pushes weights and
-# exports on 3. The engine is also built by pkg-config and the C compiler alone (-std=c11
-# -pedantic).
+# exports on 3. The engine (engine.c and fused.c) is also built by pkg-config and the C
+# compiler alone (-std=c11 -pedantic).
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
 examples=(engine)
 [[ $mpi == 1 ]] && examples+=(trainer)  # the trainer gathers and reshards: it needs MPI
@@ -91,7 +91,7 @@ pc_libs=$(pkg-config $static_flag --libs sdrt)
 [[ $shared == 1 ]] || pc_libs="$pc_libs -lstdc++ -lm"  # a static libsdrt.a is C++
 # shellcheck disable=SC2086
 gcc -std=c11 -pedantic -Wall -Wextra -Werror -o "$tmp/engine-pc" "$root/examples/engine/engine.c" \
-  $(pkg-config --cflags sdrt) $pc_libs
+  "$root/examples/engine/fused.c" $(pkg-config --cflags sdrt) $pc_libs
 if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
   # A Hugging Face folder: the model and a config.json with its sizes.
   mkdir "$tmp/tl"

@@ -15,12 +15,9 @@
  * ceil(n / ranks) per rank, the last ones shorter or empty.
  *
  * Given a Hugging Face folder whose config.json gives the attention head size (head_dim, or
- * hidden_size / num_attention_heads), the engine serves a Llama as vLLM lays it out: each
- * layer's q, k and v projections in one fused qkv_proj buffer per rank ([its q heads; its k
- * heads; its v heads], a kv head replicated on the ranks that share it when there are fewer
- * kv heads than ranks), gate and up in one gate_up_proj ([its gate rows; its up rows]), the
- * embedding and lm_head padded with zero rows to a multiple of 64. sdrt's built-in weight
- * map "vllm-llama" tells sdrt_load how the checkpoint's tensors make these buffers; each
+ * hidden_size / num_attention_heads), the engine serves a Llama as vLLM lays it out (fused.c:
+ * fused qkv_proj and gate_up_proj buffers, a padded vocabulary). sdrt's built-in weight map
+ * "vllm-llama" tells the same sdrt_load how the checkpoint's tensors make these buffers; each
  * rank still reads only its own rows, straight into its buffers.
  *
  * To check, every rank then loads a few of the matrices whole (a plain entry, no
@@ -34,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fused.h"
 #include "sdrt/c_api.h"
 
 #if ENGINE_WITH_CUDA
@@ -53,20 +51,6 @@ typedef struct {
   char placements[32]; /* "[S(0)]", "[S(1)]", "[R]" */
   size_t elem;         /* bytes per element */
 } Weight;
-
-/* A vLLM-style fused weight: this rank's rows of each component, one after another. */
-typedef struct {
-  char name[256];            /* ...self_attn.qkv_proj.weight, ...mlp.gate_up_proj.weight */
-  char component[3][256];    /* the checkpoint tensors it fuses, in order */
-  const char* label[3];      /* their short names: "q_proj", ... */
-  int64_t rows[3];           /* each component's rows in the checkpoint */
-  int64_t begin[3], mine[3]; /* this rank's rows of each: [begin, begin + mine) */
-  int parts;
-  DLTensor tensor;
-  int64_t local_shape[2];
-  int64_t global_shape[2]; /* local_shape[0] x ranks rows: a Shard(0) tensor */
-  size_t elem;
-} Fused;
 
 static Weight weights[kMaxWeights];
 static Fused fused[kMaxFused];
@@ -106,7 +90,7 @@ static void EngineFree(void* p) {
 }
 
 /* A host copy of the engine's buffer (the buffer itself on the CPU); free with HostDone. */
-static const unsigned char* HostView(const void* data, size_t bytes) {
+const unsigned char* HostView(const void* data, size_t bytes) {
 #if ENGINE_WITH_CUDA
   if (on_cuda) {
     void* host = malloc(bytes > 0 ? bytes : 1);
@@ -122,19 +106,18 @@ static const unsigned char* HostView(const void* data, size_t bytes) {
   return (const unsigned char*)data;
 }
 
-static void HostDone(const unsigned char* view) {
+void HostDone(const unsigned char* view) {
   if (on_cuda) free((void*)view);
 }
 
-static int Check(sdrt_status_t status, const char* what) {
+int Check(sdrt_status_t status, const char* what) {
   if (status == SDRT_OK) return 0;
   fprintf(stderr, "engine: %s: %s: %s\n", what, sdrt_status_string(status), sdrt_last_error());
   exit(1);
 }
 
 /* A buffer of the engine's own memory described as a row-major DLTensor. */
-static void* AllocTensor(DLTensor* t, int32_t ndim, int64_t* shape, DLDataType dtype,
-                         size_t elem) {
+void* AllocTensor(DLTensor* t, int32_t ndim, int64_t* shape, DLDataType dtype, size_t elem) {
   int64_t numel = 1;
   for (int d = 0; d < ndim; ++d) numel *= shape[d];
   memset(t, 0, sizeof *t);
@@ -155,121 +138,6 @@ static void* AllocTensor(DLTensor* t, int32_t ndim, int64_t* shape, DLDataType d
 }
 
 /* ------------------------------------------------------------------------------------------
- * The vLLM layout: config.json's head size, the fused buffers
- * ---------------------------------------------------------------------------------------- */
-
-static int EndsWith(const char* s, const char* suffix) {
-  const size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-/* The integer value of "key" in config.json's text, or 0. */
-static int64_t ConfigInt(const char* json, const char* key) {
-  char quoted[64];
-  snprintf(quoted, sizeof quoted, "\"%s\"", key);
-  const char* p = strstr(json, quoted);
-  if (p == NULL) return 0;
-  p += strlen(quoted);
-  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == ':') ++p;
-  return strtoll(p, NULL, 10);
-}
-
-/* The attention head size from CHECKPOINT/config.json (head_dim, or hidden_size /
- * num_attention_heads); 0 without one (a file, or a folder without it). */
-static int64_t HeadSize(const char* checkpoint) {
-  char path[4096], json[1 << 16];
-  snprintf(path, sizeof path, "%s/config.json", checkpoint);
-  FILE* f = fopen(path, "rb");
-  if (f == NULL) return 0;
-  const size_t n = fread(json, 1, sizeof json - 1, f);
-  fclose(f);
-  json[n] = '\0';
-  const int64_t head_dim = ConfigInt(json, "head_dim");
-  const int64_t hidden = ConfigInt(json, "hidden_size");
-  const int64_t heads = ConfigInt(json, "num_attention_heads");
-  return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0;
-}
-
-/* Whether `name` is a tensor vLLM fuses: k, v and up are taken with q and gate. */
-static int IsFusedComponent(const char* name) {
-  static const char* const kSuffixes[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                          "self_attn.v_proj.weight", "mlp.gate_proj.weight",
-                                          "mlp.up_proj.weight"};
-  for (int i = 0; i < 5; ++i) {
-    if (EndsWith(name, kSuffixes[i])) return 1;
-  }
-  return 0;
-}
-
-/* The checkpoint tensor `name`'s info, or 0 when there is none; looked for from tensor
- * `from` on (a layer's tensors are usually together). */
-static int FindTensor(sdrt_checkpoint_t checkpoint, int64_t count, int64_t from,
-                      const char* name, sdrt_tensor_info_t* info) {
-  for (int64_t k = 0; k < count; ++k) {
-    Check(sdrt_checkpoint_tensor_info(checkpoint, (from + k) % count, info),
-          "sdrt_checkpoint_tensor_info");
-    if (strcmp(info->name, name) == 0) return 1;
-  }
-  return 0;
-}
-
-/* Fused buffer f for the layer whose q_proj (or gate_proj) is `first`, checkpoint tensor
- * `index`: its components' shapes from the checkpoint, this rank's rows of each as vLLM
- * cuts them (attention by whole heads of `unit` rows, or with fewer heads than ranks the
- * head of this rank's group; the MLP by rows), a buffer of their sum, added to `engine`
- * Shard(0) over the ranks. */
-static void AddFused(Fused* f, sdrt_checkpoint_t checkpoint, int64_t count, int64_t index,
-                     const char* first, int64_t unit, int rank, int ranks,
-                     sdrt_state_dict_t engine) {
-  static const char* const kLabels[2][3] = {{"q_proj", "k_proj", "v_proj"},
-                                            {"gate_proj", "up_proj", ""}};
-  const int qkv = EndsWith(first, "q_proj.weight");
-  const int64_t u = qkv ? unit : 1; /* the MLP is cut by rows */
-  const size_t prefix = strlen(first) - strlen(qkv ? "q_proj.weight" : "gate_proj.weight");
-  snprintf(f->name, sizeof f->name, "%.*s%s", (int)prefix, first,
-           qkv ? "qkv_proj.weight" : "gate_up_proj.weight");
-  f->parts = qkv ? 3 : 2;
-  sdrt_tensor_info_t info = SDRT_TENSOR_INFO_INIT;
-  f->local_shape[0] = 0;
-  for (int c = 0; c < f->parts; ++c) {
-    f->label[c] = kLabels[qkv ? 0 : 1][c];
-    snprintf(f->component[c], sizeof f->component[c], "%.*s%s.weight", (int)prefix, first,
-             f->label[c]);
-    if (!FindTensor(checkpoint, count, index, f->component[c], &info) || info.ndim != 2) {
-      fprintf(stderr, "engine: %s: no matrix %s\n", f->name, f->component[c]);
-      exit(1);
-    }
-    const int64_t heads = info.shape[0] / u;
-    f->rows[c] = info.shape[0];
-    if (heads > 0 && heads % ranks == 0) {
-      f->mine[c] = f->rows[c] / ranks;
-      f->begin[c] = rank * f->mine[c];
-    } else if (heads > 0 && ranks % heads == 0) {
-      f->mine[c] = u;
-      f->begin[c] = rank / (ranks / heads) * u;
-    } else {
-      fprintf(stderr, "engine: %s: %" PRId64 " %s cannot be cut into %d parts\n",
-              f->component[c], heads, qkv ? "heads" : "rows", ranks);
-      exit(1);
-    }
-    f->local_shape[0] += f->mine[c];
-  }
-  f->local_shape[1] = info.shape[1];
-  f->global_shape[0] = f->local_shape[0] * ranks;
-  f->global_shape[1] = info.shape[1];
-  f->elem = info.dtype.bits / 8;
-  AllocTensor(&f->tensor, 2, f->local_shape, info.dtype, f->elem);
-  const int64_t mesh_shape[1] = {ranks};
-  sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
-  spec.mesh_ndim = 1;
-  spec.mesh_shape = mesh_shape;
-  spec.placements = "S(0)";
-  spec.global_ndim = 2;
-  spec.global_shape = f->global_shape;
-  Check(sdrt_state_dict_add(engine, f->name, &f->tensor, &spec), "sdrt_state_dict_add");
-}
-
-/* ------------------------------------------------------------------------------------------
  * The check: matrices read whole (no communication) compared with the engine's buffers
  * ---------------------------------------------------------------------------------------- */
 
@@ -281,8 +149,8 @@ static Whole wholes[kMaxWhole];
 static int num_wholes = 0;
 
 /* A malloc'd plain entry for the checkpoint matrix `name`, filled by the next load. */
-static const unsigned char* AddWhole(sdrt_state_dict_t whole, const char* name, DLDataType dtype,
-                                     int64_t rows, int64_t cols) {
+const unsigned char* AddWhole(sdrt_state_dict_t whole, const char* name, DLDataType dtype,
+                              int64_t rows, int64_t cols) {
   Whole* h = &wholes[num_wholes++];
   h->shape[0] = rows;
   h->shape[1] = cols;
@@ -312,22 +180,6 @@ static int SliceMatches(const Weight* w, const unsigned char* full) {
     } else {
       for (size_t b = 0; same && b < row_bytes; ++b) same = row[b] == 0;
     }
-  }
-  if (mine != NULL) HostDone(mine);
-  return same;
-}
-
-/* Compares fused buffer f with its components read whole: component c's rows [begin,
- * begin + mine) one after another. */
-static int FusedMatches(const Fused* f, const unsigned char* const* full) {
-  const size_t row_bytes = (size_t)f->local_shape[1] * f->elem;
-  const unsigned char* mine = HostView(f->tensor.data, (size_t)f->local_shape[0] * row_bytes);
-  int same = mine != NULL;
-  size_t at = 0;
-  for (int c = 0; same && c < f->parts; ++c) {
-    const size_t bytes = (size_t)f->mine[c] * row_bytes;
-    same = memcmp(mine + at, full[c] + (size_t)f->begin[c] * row_bytes, bytes) == 0;
-    at += bytes;
   }
   if (mine != NULL) HostDone(mine);
   return same;
@@ -376,9 +228,10 @@ int main(int argc, char** argv) {
       continue; /* this engine keeps vectors and matrices of whole-byte dtypes */
     }
     total_bytes += info.nbytes;
-    if (head_size > 0 && IsFusedComponent(info.name)) {
+    const int role = head_size > 0 ? FusedRole(info.name) : 0;
+    if (role > 0) {
       /* vLLM: q, k, v into qkv_proj and gate, up into gate_up_proj (made at q and gate). */
-      if (EndsWith(info.name, "q_proj.weight") || EndsWith(info.name, "gate_proj.weight")) {
+      if (role == 2) {
         Fused* f = &fused[num_fused++];
         AddFused(f, checkpoint, count, i, info.name, head_size, rank, ranks, engine);
         local_bytes += f->local_shape[0] * f->local_shape[1] * (int64_t)f->elem;
@@ -391,10 +244,7 @@ int main(int argc, char** argv) {
     w->elem = info.dtype.bits / 8;
     for (int d = 0; d < info.ndim; ++d) w->global_shape[d] = info.shape[d];
     w->file_rows = info.shape[0];
-    if (head_size > 0 && (strcmp(w->name, "model.embed_tokens.weight") == 0 ||
-                          strcmp(w->name, "lm_head.weight") == 0)) {
-      w->global_shape[0] = (w->file_rows + 63) / 64 * 64; /* vLLM's padded vocabulary */
-    }
+    if (head_size > 0) w->global_shape[0] = VllmRows(w->name, w->file_rows);
     /* This rank's slice under the tp plan: its placements, shape and offset. */
     sdrt_dtensor_spec_t spec = SDRT_DTENSOR_SPEC_INIT;
     spec.mesh_ndim = 1;
@@ -449,12 +299,7 @@ int main(int argc, char** argv) {
     checked[num_checked++] = w;
   }
   const int num_checked_fused = num_fused < kCheckedFused ? (int)num_fused : kCheckedFused;
-  for (int k = 0; k < num_checked_fused; ++k) {
-    for (int c = 0; c < fused[k].parts; ++c) {
-      components[k][c] = AddWhole(whole, fused[k].component[c], fused[k].tensor.dtype,
-                                  fused[k].rows[c], fused[k].local_shape[1]);
-    }
-  }
+  for (int k = 0; k < num_checked_fused; ++k) AddFusedWholes(&fused[k], whole, components[k]);
   sdrt_load_options_t alone = SDRT_LOAD_OPTIONS_INIT;
   alone.rank = rank;
   Check(sdrt_load(checkpoint, whole, &alone), "sdrt_load (whole)");
@@ -484,15 +329,7 @@ int main(int argc, char** argv) {
              w->local_shape[1], wrong ? "DIFFERS" : "matches the file");
     }
     for (int k = 0; k < num_checked_fused; ++k) {
-      const Fused* f = &fused[k];
-      printf("engine: %s [%" PRId64 ", %" PRId64 "], rank 0's [%" PRId64 ", %" PRId64 "] =",
-             f->name, f->global_shape[0], f->global_shape[1], f->local_shape[0],
-             f->local_shape[1]);
-      for (int c = 0; c < f->parts; ++c) {
-        printf("%s %s rows %" PRId64 "-%" PRId64, c > 0 ? " +" : "", f->label[c], f->begin[c],
-               f->begin[c] + f->mine[c] - 1);
-      }
-      printf(": %s\n", wrong ? "DIFFERS" : "matches the file");
+      PrintFused(&fused[k], wrong ? "DIFFERS" : "matches the file");
     }
   }
   for (int k = 0; k < num_wholes; ++k) free(wholes[k].tensor.data);

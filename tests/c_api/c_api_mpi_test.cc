@@ -4,10 +4,8 @@
 // a strided buffer), Replicate and plain on a 1-D mesh and checks every element; the
 // gathered state dict and the file sdrt_gather_write writes are read back; broadcast,
 // distribute, a reshard plan executed twice, offload; the error paths with their exact
-// status codes; weight maps: an HF Llama-shaped file loaded with the built-in "vllm-llama"
-// map into fused qkv_proj / gate_up_proj and padded buffers (checked against the rows each
-// rank must hold), split back by a JSON map through a reshard plan that outlives its map.
-// The world comes from sdrt_comm_create_world (which initializes MPI).
+// status codes. The world comes from sdrt_comm_create_world (which initializes MPI;
+// c_api_test_util.h). Weight maps through the C API are in c_api_weight_map_mpi_test.cc.
 #include "sdrt/c_api.h"
 
 #include <mpi.h>
@@ -30,24 +28,21 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/tensor.h"
+#include "sdrt/tests/c_api/c_api_test_util.h"
 #include "sdrt/tests/support/minilm.h"
 #include "sdrt/version.h"
 
 namespace {
 
-sdrt_comm_t g_world = nullptr;
-int g_rank = 0;
-int g_size = 1;
-std::string g_dir;  // a folder shared by the ranks, made by rank 0
-
-#define ASSERT_SDRT_OK(call) ASSERT_EQ((call), SDRT_OK) << sdrt_last_error()
-#define EXPECT_SDRT(code, call) EXPECT_EQ((call), (code)) << sdrt_last_error()
-// The call returns `code` and its last error contains `text`.
-#define EXPECT_SDRT_ERROR(code, call, text)                                          \
-  do {                                                                               \
-    EXPECT_EQ((call), (code)) << sdrt_last_error();                                  \
-    EXPECT_NE(std::strstr(sdrt_last_error(), (text)), nullptr) << sdrt_last_error(); \
-  } while (false)
+using sdrt::testing_c_api::Buffer;
+using sdrt::testing_c_api::Chunk;
+using sdrt::testing_c_api::g_dir;
+using sdrt::testing_c_api::g_rank;
+using sdrt::testing_c_api::g_size;
+using sdrt::testing_c_api::g_world;
+using sdrt::testing_c_api::LoadOptions;
+using sdrt::testing_c_api::LoadOptionsPtr;
+using sdrt::testing_c_api::MeshSpec;
 
 // The checkpoint: rows x cols tensors whose element (i, j) is Value(t, i, j).
 struct Spec {
@@ -60,13 +55,6 @@ const Spec kTensors[] = {{"layers.0.weight", 7, 5}, {"layers.0.bias", 4, 3}, {"e
 constexpr int kNumTensors = 4;
 
 float Value(int t, int64_t i, int64_t j) { return t * 1000.0f + i * 10.0f + j + 0.5f; }
-
-// torch.chunk's cut of n along `parts`: rank r's [begin, end).
-std::pair<int64_t, int64_t> Chunk(int64_t n, int parts, int r) {
-  const int64_t chunk = (n + parts - 1) / parts;
-  const int64_t begin = std::min(n, chunk * r);
-  return {begin, std::min(n, begin + chunk)};
-}
 
 std::string CheckpointPath() { return g_dir + "/model.safetensors"; }
 
@@ -84,50 +72,6 @@ void WriteCheckpoint() {
   }
   ASSERT_TRUE(sdrt::WriteSafetensors(CheckpointPath(), tensors).ok());
 }
-
-// A malloc'd float buffer of rows x cols elements, row stride `row_stride` (>= cols),
-// freed by the test's Buffers.
-struct Buffer {
-  std::vector<float> data;  // at least one element so that data() is never null
-  int64_t shape[2];
-  int64_t strides[2];
-  DLTensor dl;
-  Buffer(int64_t rows, int64_t cols, int64_t row_stride) {
-    data.assign(static_cast<size_t>(std::max<int64_t>(1, rows * row_stride)), -1.0f);
-    shape[0] = rows;
-    shape[1] = cols;
-    strides[0] = row_stride;
-    strides[1] = 1;
-    std::memset(&dl, 0, sizeof dl);
-    dl.data = data.data();
-    dl.device.device_type = kDLCPU;
-    dl.ndim = 2;
-    dl.dtype.code = kDLFloat;
-    dl.dtype.bits = 32;
-    dl.dtype.lanes = 1;
-    dl.shape = shape;
-    dl.strides = strides;
-  }
-  float at(int64_t i, int64_t j) const { return data[static_cast<size_t>(i * strides[0] + j)]; }
-};
-
-// A 1-D mesh over every rank with `placement`, global rows x cols.
-struct MeshSpec {
-  int64_t mesh_shape[1];
-  int64_t global[2];
-  sdrt_dtensor_spec_t spec;
-  MeshSpec(const char* placement, int64_t rows, int64_t cols) {
-    mesh_shape[0] = g_size;
-    global[0] = rows;
-    global[1] = cols;
-    spec = SDRT_DTENSOR_SPEC_INIT;
-    spec.mesh_ndim = 1;
-    spec.mesh_shape = mesh_shape;
-    spec.placements = placement;
-    spec.global_ndim = 2;
-    spec.global_shape = global;
-  }
-};
 
 // Rank g_rank's piece of tensor t for `placement` ("S(0)", "S(1)", "R"): its box.
 struct Box {
@@ -183,16 +127,6 @@ struct Local {
     }
   }
 };
-
-// Collective load options over the world (a static: the calls take its address).
-const sdrt_load_options_t* LoadOptionsPtr() {
-  static sdrt_load_options_t o = SDRT_LOAD_OPTIONS_INIT;
-  o = SDRT_LOAD_OPTIONS_INIT;
-  o.comm = g_world;
-  o.timeout_seconds = 60;
-  return &o;
-}
-sdrt_load_options_t LoadOptions() { return *LoadOptionsPtr(); }
 
 sdrt_checkpoint_t OpenCheckpoint() {
   sdrt_checkpoint_t ckpt = nullptr;
@@ -1064,471 +998,8 @@ TEST(CApiMiniLM, ShardZeroEveryTensor) {
   sdrt_checkpoint_close(ckpt);
 }
 
-// ---- Weight maps (sdrt_weight_map_t) --------------------------------------------------------
-
-// A Hugging Face Llama-shaped file: 3 layers with 12 query heads of 2 rows each and 1, 2 and
-// 4 kv heads (so that at 2 to 4 ranks some kv heads are cut and some replicated), gate and
-// up projections of 12 rows, a 10-row embedding, a norm; every element distinct.
-constexpr int64_t kHeadSize = 2;
-constexpr int64_t kCols = 3;
-constexpr int64_t kQHeads = 12;
-constexpr int64_t kMlpRows = 12;
-constexpr int64_t kVocab = 10;
-constexpr int64_t kPaddedVocab = 64;  // the built-in map pads the vocabulary to 64 rows
-constexpr int kLayers = 3;
-constexpr int64_t kKvHeads[kLayers] = {1, 2, 4};
-const char* const kProjections[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                    "mlp.gate_proj", "mlp.up_proj"};
-
-std::string LlamaPath() { return g_dir + "/llama.safetensors"; }
-
-std::string LayerName(int layer, const std::string& what) {
-  return "model.layers." + std::to_string(layer) + "." + what + ".weight";
-}
-
-struct HfTensor {
-  std::string name;
-  int64_t rows;
-};
-
-// The file's tensors, in its order (a tensor's index makes its values).
-const std::vector<HfTensor>& HfTensors() {
-  static const std::vector<HfTensor>* tensors = [] {
-    auto* t = new std::vector<HfTensor>{{"model.embed_tokens.weight", kVocab}};
-    for (int l = 0; l < kLayers; ++l) {
-      const int64_t kv = kKvHeads[l] * kHeadSize;
-      const int64_t rows[] = {kQHeads * kHeadSize, kv, kv, kMlpRows, kMlpRows};
-      for (int p = 0; p < 5; ++p) t->push_back({LayerName(l, kProjections[p]), rows[p]});
-    }
-    t->push_back({"model.norm.weight", 2});
-    return t;
-  }();
-  return *tensors;
-}
-
-int HfIndex(const std::string& name) {
-  for (size_t t = 0; t < HfTensors().size(); ++t) {
-    if (HfTensors()[t].name == name) return static_cast<int>(t);
-  }
-  ADD_FAILURE() << "no tensor " << name;
-  return 0;
-}
-
-float HfValue(int t, int64_t i, int64_t j) { return 1.0f + t * 1000.0f + i * 10.0f + j; }
-
-void WriteLlamaCheckpoint() {
-  if (g_rank != 0) return;
-  std::vector<std::pair<std::string, sdrt::Tensor>> tensors;
-  for (int t = 0; t < static_cast<int>(HfTensors().size()); ++t) {
-    const HfTensor& h = HfTensors()[t];
-    sdrt::Tensor x = *sdrt::Tensor::Empty({h.rows, kCols}, sdrt::DType::kFloat32);
-    for (int64_t i = 0; i < h.rows; ++i) {
-      for (int64_t j = 0; j < kCols; ++j) x.data<float>()[i * kCols + j] = HfValue(t, i, j);
-    }
-    tensors.emplace_back(h.name, x);
-  }
-  ASSERT_TRUE(sdrt::WriteSafetensors(LlamaPath(), tensors).ok());
-}
-
-// Whether layer l's kv heads fit this world: cut into whole heads, or each replicated on
-// the ranks that share it (vLLM's rule; 2 kv heads cannot go to 3 ranks).
-bool LayerFits(int l) { return kKvHeads[l] % g_size == 0 || g_size % kKvHeads[l] == 0; }
-
-// This rank's rows of a component of `rows` rows in a buffer fused by vLLM's tensor
-// parallelism: rows / ranks of them (whole heads of `unit` rows), or with fewer heads than
-// ranks head rank / (ranks / heads).
-std::pair<int64_t, int64_t> PartRows(int64_t rows, int64_t unit) {
-  const int64_t heads = rows / unit;
-  if (heads % g_size == 0) {
-    const int64_t n = rows / g_size;
-    return {g_rank * n, g_rank * n + n};
-  }
-  const int64_t head = g_rank / (g_size / heads);
-  return {head * unit, head * unit + unit};
-}
-
-// The engine's buffers, vLLM-style, each Shard(0) over the world (tensor parallel): per
-// layer that fits, a fused qkv_proj ([q rows; k rows; v rows] of this rank) and gate_up_proj
-// ([gate rows; up rows]); the embedding padded to 64 rows; the norm plain. Each buffer
-// knows which rows of which file tensor it must hold, then zero rows (the padding).
-struct VllmEngine {
-  struct Segment {
-    int tensor;
-    int64_t begin, end;
-  };
-  struct Entry {
-    std::string name;
-    std::vector<Segment> segments;
-    int64_t zero_rows = 0;
-    std::unique_ptr<Buffer> buffer;
-    std::unique_ptr<MeshSpec> spec;
-  };
-  std::vector<Entry> entries;
-  sdrt_state_dict_t sd = nullptr;
-  // `bad_qkv_rows`: added to every qkv_proj buffer's rows (a layout no rule can fill).
-  explicit VllmEngine(int64_t bad_qkv_rows = 0) {
-    EXPECT_EQ(sdrt_state_dict_create(&sd), SDRT_OK);
-    for (int l = 0; l < kLayers; ++l) {
-      if (!LayerFits(l)) continue;
-      for (const char* fused : {"self_attn.qkv_proj", "mlp.gate_up_proj"}) {
-        Entry e;
-        e.name = LayerName(l, fused);
-        const bool qkv = fused[0] == 's';
-        for (int p = qkv ? 0 : 3; p < (qkv ? 3 : 5); ++p) {
-          const int t = HfIndex(LayerName(l, kProjections[p]));
-          const auto [begin, end] = PartRows(HfTensors()[t].rows, qkv ? kHeadSize : 1);
-          e.segments.push_back({t, begin, end});
-        }
-        Add(std::move(e), qkv ? bad_qkv_rows : 0);
-      }
-    }
-    Entry embed;
-    embed.name = "model.embed_tokens.weight";
-    const auto [r0, r1] = Chunk(kPaddedVocab, g_size, g_rank);
-    embed.segments.push_back({0, std::min(r0, kVocab), std::min(r1, kVocab)});
-    embed.zero_rows = (r1 - r0) - (std::min(r1, kVocab) - std::min(r0, kVocab));
-    Add(std::move(embed), 0, kPaddedVocab);
-    Entry norm;
-    norm.name = "model.norm.weight";
-    norm.segments.push_back({HfIndex(norm.name), 0, 2});
-    Add(std::move(norm), 0, -1, /*plain=*/true);
-  }
-  ~VllmEngine() { sdrt_state_dict_destroy(sd); }
-
-  // `global_rows`: -1 for the local rows times the ranks.
-  void Add(Entry e, int64_t extra_rows, int64_t global_rows = -1, bool plain = false) {
-    int64_t rows = e.zero_rows + extra_rows;
-    for (const Segment& s : e.segments) rows += s.end - s.begin;
-    e.buffer = std::make_unique<Buffer>(rows, kCols, kCols);
-    if (!plain) {
-      e.spec = std::make_unique<MeshSpec>("S(0)", global_rows >= 0 ? global_rows : rows * g_size,
-                                          kCols);
-    }
-    EXPECT_EQ(sdrt_state_dict_add(sd, e.name.c_str(), &e.buffer->dl,
-                                  plain ? nullptr : &e.spec->spec),
-              SDRT_OK)
-        << sdrt_last_error();
-    entries.push_back(std::move(e));
-  }
-
-  // Every row holds what its segment says, times `scale`; padding rows are zero.
-  void ExpectLoaded(float scale = 1.0f) const {
-    for (const Entry& e : entries) {
-      int64_t row = 0;
-      for (const Segment& s : e.segments) {
-        for (int64_t i = s.begin; i < s.end; ++i, ++row) {
-          for (int64_t j = 0; j < kCols; ++j) {
-            ASSERT_EQ(e.buffer->at(row, j), scale * HfValue(s.tensor, i, j))
-                << "rank " << g_rank << " " << e.name << " local row " << row << " ("
-                << HfTensors()[s.tensor].name << " row " << i << ")";
-          }
-        }
-      }
-      for (int64_t k = 0; k < e.zero_rows; ++k, ++row) {
-        for (int64_t j = 0; j < kCols; ++j) {
-          ASSERT_EQ(e.buffer->at(row, j), 0.0f) << "rank " << g_rank << " " << e.name
-                                                << " padding row " << row;
-        }
-      }
-    }
-  }
-  void Scale(float scale) {
-    for (Entry& e : entries) {
-      for (float& x : e.buffer->data) x *= scale;
-    }
-  }
-};
-
-// A map handle from JSON text (nullptr, with the failure recorded, when refused).
-sdrt_weight_map_t MapFromJson(const std::string& json) {
-  sdrt_weight_map_t map = nullptr;
-  EXPECT_EQ(sdrt_weight_map_from_json(json.data(), json.size(), &map), SDRT_OK)
-      << sdrt_last_error();
-  return map;
-}
-
-// The HF file into the vLLM engine's buffers with the built-in map: every rank's fused
-// locals bit-exact, the padding zero, each rank reading only its own rows.
-TEST(CApiWeightMap, LoadsAnHfFileIntoVllmBuffers) {
-  sdrt_weight_map_t map = nullptr;
-  ASSERT_SDRT_OK(sdrt_weight_map_builtin("vllm-llama", kHeadSize, &map));
-  sdrt_checkpoint_t ckpt = nullptr;
-  ASSERT_SDRT_OK(sdrt_checkpoint_open(LlamaPath().c_str(), &ckpt));
-  for (const int32_t read : {SDRT_READ_AUTO, SDRT_READ_ALL}) {
-    VllmEngine engine;
-    sdrt_load_options_t o = LoadOptions();
-    int64_t missing = -1;
-    int64_t unexpected = -1;
-    o.read = read;
-    o.num_missing = &missing;
-    o.num_unexpected = &unexpected;
-    o.weight_map = map;
-    ASSERT_SDRT_OK(sdrt_load(ckpt, engine.sd, &o));
-    engine.ExpectLoaded();
-    EXPECT_EQ(missing, 0);
-    int64_t left_out = 0;  // the projections of layers whose kv heads do not fit
-    for (int l = 0; l < kLayers; ++l) left_out += LayerFits(l) ? 0 : 5;
-    EXPECT_EQ(unexpected, left_out);
-    sdrt_stats_t stats = SDRT_STATS_INIT;
-    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
-    int64_t kept = 0;
-    for (const auto& e : engine.entries) {
-      for (const auto& s : e.segments) kept += (s.end - s.begin) * kCols * 4;
-    }
-    EXPECT_EQ(stats.bytes_kept, kept);
-    EXPECT_GE(stats.bytes_read, kept);
-    // The buffers are the engine's own.
-    for (size_t i = 0; i < engine.entries.size(); ++i) {
-      const char* name = nullptr;
-      const DLTensor* view = nullptr;
-      ASSERT_SDRT_OK(sdrt_state_dict_get(engine.sd, static_cast<int64_t>(i), &name, &view,
-                                         nullptr));
-      EXPECT_EQ(view->data, engine.entries[i].buffer->data.data()) << name;
-    }
-  }
-  // The options only borrowed the map: destroyed, a second load with a new one.
-  ASSERT_SDRT_OK(sdrt_weight_map_destroy(map));
-  ASSERT_SDRT_OK(sdrt_weight_map_builtin("vllm-llama", kHeadSize, &map));
-  VllmEngine engine;
-  sdrt_load_options_t o = LoadOptions();
-  o.weight_map = map;
-  ASSERT_SDRT_OK(sdrt_weight_map_destroy(map));
-  // ... but it must be live during the call: the same error on every rank, before any
-  // collective.
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, engine.sd, &o),
-                    "sdrt_load: options.weight_map is a weight map handle that was already "
-                    "destroyed");
-  sdrt_checkpoint_close(ckpt);
-}
-
-// The engine's fused buffers split back into HF tensors (replicated) by a JSON map with a
-// rename, through a reshard plan: the map is destroyed right after the plan is made, and
-// the plan is executed twice and bound.
-TEST(CApiWeightMap, ReshardPlanSplitsAndRenamesWithoutItsMap) {
-  VllmEngine engine;
-  sdrt_weight_map_t load_map = nullptr;
-  ASSERT_SDRT_OK(sdrt_weight_map_builtin("vllm-llama", kHeadSize, &load_map));
-  sdrt_checkpoint_t ckpt = nullptr;
-  ASSERT_SDRT_OK(sdrt_checkpoint_open(LlamaPath().c_str(), &ckpt));
-  sdrt_load_options_t o = LoadOptions();
-  o.weight_map = load_map;
-  ASSERT_SDRT_OK(sdrt_load(ckpt, engine.sd, &o));
-  sdrt_checkpoint_close(ckpt);
-  sdrt_weight_map_destroy(load_map);
-
-  // The trainer's side: every HF projection of the layers the engine holds, whole on
-  // every rank (Replicate), and the norm renamed, plain.
-  struct Hf {
-    int tensor;
-    std::unique_ptr<Buffer> buffer;
-    std::unique_ptr<MeshSpec> spec;
-  };
-  std::vector<Hf> hf;
-  sdrt_state_dict_t trainer = nullptr;
-  ASSERT_SDRT_OK(sdrt_state_dict_create(&trainer));
-  for (int l = 0; l < kLayers; ++l) {
-    if (!LayerFits(l)) continue;
-    for (const char* p : kProjections) {
-      Hf h;
-      h.tensor = HfIndex(LayerName(l, p));
-      const int64_t rows = HfTensors()[h.tensor].rows;
-      h.buffer = std::make_unique<Buffer>(rows, kCols, kCols);
-      h.spec = std::make_unique<MeshSpec>("R", rows, kCols);
-      ASSERT_SDRT_OK(sdrt_state_dict_add(trainer, LayerName(l, p).c_str(), &h.buffer->dl,
-                                         &h.spec->spec));
-      hf.push_back(std::move(h));
-    }
-  }
-  Buffer norm(2, kCols, kCols);
-  ASSERT_SDRT_OK(sdrt_state_dict_add(trainer, "final_norm.weight", &norm.dl, nullptr));
-  const auto expect_trainer = [&](float scale) {
-    for (const Hf& h : hf) {
-      for (int64_t i = 0; i < h.buffer->shape[0]; ++i) {
-        for (int64_t j = 0; j < kCols; ++j) {
-          ASSERT_EQ(h.buffer->at(i, j), scale * HfValue(h.tensor, i, j))
-              << "rank " << g_rank << " " << HfTensors()[h.tensor].name << " [" << i << ", "
-              << j << "]";
-        }
-      }
-    }
-    const int t = HfIndex("model.norm.weight");
-    for (int64_t i = 0; i < 2; ++i) {
-      for (int64_t j = 0; j < kCols; ++j) ASSERT_EQ(norm.at(i, j), scale * HfValue(t, i, j));
-    }
-  };
-
-  sdrt_weight_map_t split = MapFromJson(R"({"rules": [
-    {"split": "model\\.layers\\.(\\d+)\\.self_attn\\.qkv_proj\\.weight",
-     "to": ["model.layers.{1}.self_attn.q_proj.weight", "model.layers.{1}.self_attn.k_proj.weight",
-            "model.layers.{1}.self_attn.v_proj.weight"], "head_size": 2},
-    {"split": "model\\.layers\\.(\\d+)\\.mlp\\.gate_up_proj\\.weight",
-     "to": ["model.layers.{1}.mlp.gate_proj.weight", "model.layers.{1}.mlp.up_proj.weight"]},
-    {"rename": "model\\.norm\\.weight", "to": "final_norm.weight"}]})");
-  ASSERT_NE(split, nullptr);
-  sdrt_reshard_options_t options = SDRT_RESHARD_OPTIONS_INIT;
-  options.comm = g_world;
-  options.timeout_seconds = 60;
-  options.bucket_bytes = 128;
-  options.weight_map = split;
-  sdrt_reshard_plan_t plan = nullptr;
-  ASSERT_SDRT_OK(sdrt_reshard_plan_create(engine.sd, trainer, &options, &plan));
-  // The plan keeps what it needs of the map.
-  ASSERT_SDRT_OK(sdrt_weight_map_destroy(split));
-  ASSERT_SDRT_OK(sdrt_reshard_execute(plan, engine.sd, trainer, nullptr));
-  expect_trainer(1.0f);
-  engine.Scale(2.0f);
-  ASSERT_SDRT_OK(sdrt_reshard_execute(plan, engine.sd, trainer, nullptr));
-  expect_trainer(2.0f);
-  sdrt_reshard_bound_t bound = nullptr;
-  ASSERT_SDRT_OK(sdrt_reshard_bind(plan, engine.sd, trainer, nullptr, &bound));
-  engine.Scale(1.5f);
-  ASSERT_SDRT_OK(sdrt_reshard_bound_execute(bound, nullptr));
-  expect_trainer(3.0f);
-  ASSERT_SDRT_OK(sdrt_reshard_bound_destroy(bound));
-  ASSERT_SDRT_OK(sdrt_reshard_plan_destroy(plan));
-
-  // Without the map the trainer's names are not the engine's: nothing holds q_proj.
-  sdrt_reshard_plan_t unmapped = nullptr;
-  options.weight_map = nullptr;
-  EXPECT_SDRT(SDRT_INVALID_ARGUMENT,
-              sdrt_reshard_plan_create(engine.sd, trainer, &options, &unmapped));
-  // A destroyed map, and a handle of another kind, refused on every rank.
-  options.weight_map = split;
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                    sdrt_reshard_plan_create(engine.sd, trainer, &options, &unmapped),
-                    "sdrt_reshard_plan_create: options.weight_map is a weight map handle that "
-                    "was already destroyed");
-  options.weight_map = reinterpret_cast<sdrt_weight_map_t>(trainer);
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                    sdrt_reshard_plan_create(engine.sd, trainer, &options, &unmapped),
-                    "options.weight_map is a state dict handle, not a weight map");
-  EXPECT_EQ(unmapped, nullptr);
-  sdrt_state_dict_destroy(trainer);
-}
-
-// Maps that cannot be made, and loads whose map cannot hold: the rule is named, and a
-// collective's error is every rank's.
-TEST(CApiWeightMap, Errors) {
-  sdrt_weight_map_t map = nullptr;
-  // JSON that does not parse, a rule's pattern RE2 refuses, an unknown key, a split with
-  // one template.
-  const std::string garbage = R"({"rules": [)";
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                    sdrt_weight_map_from_json(garbage.data(), garbage.size(), &map),
-                    "sdrt_weight_map_from_json: weight map: ");
-  const std::pair<std::string, const char*> bad_rules[] = {
-      {R"({"rules": [{"rename": "a", "to": "b"}, {"rename": "(", "to": "c"}]})",
-       "weight map rule 1 (rename): pattern '('"},
-      {R"({"rules": [{"rename": "a", "to": "b", "dimension": 0}]})", "weight map rule 0"},
-      {R"({"rules": [{"split": "a", "to": ["b"]}]})", "weight map rule 0 (split)"},
-      {R"({"rules": [{"rename": "a", "to": "{i}"}]})", "weight map rule 0 (rename)"},
-  };
-  for (const auto& [json, text] : bad_rules) {
-    EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                      sdrt_weight_map_from_json(json.data(), json.size(), &map), text);
-  }
-  EXPECT_EQ(map, nullptr);
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_weight_map_from_json(nullptr, 4, &map),
-                    "json is NULL");
-  const std::string fine = R"({"rules": []})";
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                    sdrt_weight_map_from_json(fine.data(), fine.size(), nullptr), "out is NULL");
-  // Built-in maps: unknown names, bad head sizes, NULLs.
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_weight_map_builtin("vllm-mixtral", 8, &map),
-                    "no built-in weight map 'vllm-mixtral'");
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_weight_map_builtin("vllm-llama", -4, &map),
-                    "head size -4");
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_weight_map_builtin(nullptr, 8, &map),
-                    "name is NULL");
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_weight_map_builtin("vllm-llama", 8, nullptr),
-                    "out is NULL");
-  EXPECT_EQ(map, nullptr);
-  // Destroyed: refused by a second destroy; of another kind, refused and not freed.
-  ASSERT_SDRT_OK(sdrt_weight_map_from_json(fine.data(), fine.size(), &map));
-  ASSERT_SDRT_OK(sdrt_weight_map_destroy(map));
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_weight_map_destroy(map),
-                    "sdrt_weight_map_destroy: map is a weight map handle that was already "
-                    "destroyed");
-  sdrt_state_dict_t sd = nullptr;
-  ASSERT_SDRT_OK(sdrt_state_dict_create(&sd));
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                    sdrt_weight_map_destroy(reinterpret_cast<sdrt_weight_map_t>(sd)),
-                    "map is a state dict handle, not a weight map");
-  ASSERT_SDRT_OK(sdrt_state_dict_destroy(sd));
-  EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
-                    sdrt_state_dict_destroy(reinterpret_cast<sdrt_state_dict_t>(map)),
-                    "state_dict is a destroyed weight map handle, not a state dict");
-
-  ASSERT_SDRT_OK(sdrt_weight_map_builtin("vllm-llama", kHeadSize, &map));
-  sdrt_checkpoint_t ckpt = nullptr;
-  ASSERT_SDRT_OK(sdrt_checkpoint_open(LlamaPath().c_str(), &ckpt));
-  sdrt_load_options_t o = LoadOptions();
-  o.weight_map = map;
-  {
-    // qkv_proj buffers one row too long: the fuse cannot fill them, on every rank.
-    VllmEngine wrong(/*bad_qkv_rows=*/1);
-    EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, wrong.sd, &o),
-                      "weight map rule 0 (fuse)");
-    EXPECT_NE(std::strstr(sdrt_last_error(), "qkv_proj"), nullptr) << sdrt_last_error();
-  }
-  VllmEngine engine;
-  // read ROOT: every rank must read the header to lower its buffers.
-  o.read = SDRT_READ_ROOT;
-  EXPECT_SDRT_ERROR(SDRT_UNIMPLEMENTED, sdrt_load(ckpt, engine.sd, &o), "weight map");
-  o.read = SDRT_READ_AUTO;
-  // Ranks passing different maps (another head size): the same error on every rank.
-  if (g_size > 1) {
-    sdrt_weight_map_t other = nullptr;
-    ASSERT_SDRT_OK(sdrt_weight_map_builtin("vllm-llama", 2 * kHeadSize, &other));
-    o.weight_map = g_rank == 0 ? other : map;
-    EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, engine.sd, &o), "weight map");
-    o.weight_map = map;
-    ASSERT_SDRT_OK(sdrt_weight_map_destroy(other));
-  }
-  // The same engine loads once the options are right.
-  ASSERT_SDRT_OK(sdrt_load(ckpt, engine.sd, &o));
-  engine.ExpectLoaded();
-  ASSERT_SDRT_OK(sdrt_weight_map_destroy(map));
-  sdrt_checkpoint_close(ckpt);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  sdrt_comm_options_t options = SDRT_COMM_OPTIONS_INIT;
-  options.timeout_seconds = 60;
-  if (sdrt_comm_create_world(&options, &g_world) != SDRT_OK) {
-    std::fprintf(stderr, "sdrt_comm_create_world: %s\n", sdrt_last_error());
-    return 1;
-  }
-  sdrt_comm_rank(g_world, &g_rank);
-  sdrt_comm_size(g_world, &g_size);
-  if (g_rank != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  char dir[4096] = {0};
-  if (g_rank == 0) {
-    const char* base = std::getenv("SDRT_TEST_TMP");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/sdrt_c_api_XXXXXX";
-    std::snprintf(dir, sizeof dir, "%s", pattern.c_str());
-    if (mkdtemp(dir) == nullptr) dir[0] = 0;
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  g_dir = dir;
-  WriteCheckpoint();
-  WriteLlamaCheckpoint();
-  MPI_Barrier(MPI_COMM_WORLD);
-  const int result = RUN_ALL_TESTS();
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (g_rank == 0) {
-    std::string rm = "rm -rf '" + g_dir + "'";
-    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", g_dir.c_str());
-  }
-  sdrt_comm_destroy(g_world);
-  // A failure on any rank fails the run.
-  int worst = result;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  return sdrt::testing_c_api::RunCApiMpiTests(argc, argv, WriteCheckpoint);
 }

@@ -2,12 +2,14 @@
 // checkpoint loaded straight into an engine's own layout (vLLM's fused qkv_proj and
 // gate_up_proj, a padded vocabulary) from a safetensors file and from an sdrt sharded folder
 // in another layout, with a built-in map, a MAP.json file and a cast; each rank keeps only
-// its pieces. Bad maps and missing head sizes are exit 2 naming what is wrong.
+// its pieces; `sdrt inspect --map` shows what each fused tensor is made of per rank. Bad
+// maps and missing head sizes are exit 2 naming what is wrong.
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -102,6 +104,40 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
                                  Quote((dir_ / "missing.json").string())));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("neither a built-in map"));
+}
+
+// `sdrt inspect --map`: on 4 ranks, what rank 1's fused qkv_proj is made of: its query
+// heads, then kv head 0, which rank 0 holds too (2 kv heads over 4 ranks).
+TEST_F(LoadMapCli, InspectShowsWhatEachFusedTensorIsMadeOf) {
+  const CommandResult r = RunSdrt(absl::StrCat("inspect ", Quote(full_),
+                                               " --map vllm-llama --head-size 16 --mesh 4 "
+                                               "--plan tp --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json listing = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(listing.is_array());
+  const std::string qkv = "model.layers.0.self_attn.qkv_proj.weight";
+  bool found = false;
+  for (const nlohmann::json& t : listing) {
+    if (t["tensor"] != qkv) continue;
+    found = true;
+    EXPECT_EQ(t["shape"], nlohmann::json({192, 64}));
+    std::vector<std::string> rank1;
+    for (const nlohmann::json& p : t["pieces"]) {
+      if (p["rank"] != 1) continue;
+      rank1.push_back(absl::StrCat(p["start"].get<int64_t>(), "+", p["length"].get<int64_t>(),
+                                   "<-", p["source"].get<std::string>(), "@",
+                                   p["source_start"].get<int64_t>()));
+    }
+    EXPECT_THAT(rank1, ::testing::ElementsAre(
+                           "0+16<-model.layers.0.self_attn.q_proj.weight@16",
+                           "16+16<-model.layers.0.self_attn.k_proj.weight@0",
+                           "32+16<-model.layers.0.self_attn.v_proj.weight@0"));
+  }
+  EXPECT_TRUE(found) << r.out;
+  const CommandResult no_mesh =
+      RunSdrt(absl::StrCat("inspect ", Quote(full_), " --map vllm-llama --head-size 16"));
+  EXPECT_EQ(no_mesh.exit_code, 2);
+  EXPECT_THAT(no_mesh.err, HasSubstr("--map needs --mesh and --plan"));
 }
 
 }  // namespace

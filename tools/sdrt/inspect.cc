@@ -1,7 +1,8 @@
-// `sdrt inspect FILE|DIR [--json] [--layout NAME [--mesh M --plan P]]`: what a safetensors
-// checkpoint, a Hugging Face folder, a folder of safetensors files or a sharded checkpoint
-// folder holds (internal/inspect_listing.h); with --layout, which rank holds which part of one
-// tensor (internal/layout.h).
+// `sdrt inspect FILE|DIR [--json] [--layout NAME [--mesh M --plan P]] [--map MAP --mesh M
+// --plan P]`: what a safetensors checkpoint, a Hugging Face folder, a folder of safetensors
+// files or a sharded checkpoint folder holds (internal/inspect_listing.h); with --layout,
+// which rank holds which part of one tensor (internal/layout.h); with --map, what each
+// tensor of an engine's layout is made of (internal/map_listing.h).
 #include <sys/stat.h>
 
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/inspect_listing.h"
 #include "sdrt/tools/sdrt/internal/layout.h"
+#include "sdrt/tools/sdrt/internal/map_listing.h"
 #include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 
@@ -26,6 +28,7 @@ struct InspectArgs {
   std::string layout;    // a tensor name: print its layout instead of the listing
   std::string mesh;
   std::string plan;
+  WeightMapOptions engine;  // --map: what the engine's tensors are made of
 };
 
 absl::Status InspectLayout(const InspectArgs& args) {
@@ -44,6 +47,11 @@ absl::Status InspectLayout(const InspectArgs& args) {
 }
 
 absl::Status RunInspect(const InspectArgs& args) {
+  if (!args.engine.map.empty()) {
+    const absl::Status status =
+        InspectMap(args.path, args.engine, args.mesh, args.plan, args.shared.json);
+    return status.ok() ? status : InputError(status);
+  }
   if (!args.layout.empty()) return InspectLayout(args);
   if (!args.mesh.empty() || !args.plan.empty()) {
     return absl::InvalidArgumentError("--mesh and --plan go with --layout NAME");
@@ -78,10 +86,12 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
                   "show which rank holds which rows and columns of this tensor (a table, and "
                   "a picture for 1-D and 2-D tensors)");
   cmd->add_option("--mesh", args->mesh,
-                  "with --layout on a checkpoint (not a sharded folder): the device mesh, e.g. "
-                  "4 or 2x2");
+                  "with --layout or --map on a checkpoint (not a sharded folder): the device "
+                  "mesh, e.g. 4 or 2x2");
   cmd->add_option("--plan", args->plan,
-                  "with --layout on a checkpoint: fsdp, hsdp, tp, fsdp-tp or a PLAN.json");
+                  "with --layout or --map on a checkpoint: fsdp, hsdp, tp, fsdp-tp or a "
+                  "PLAN.json");
+  AddWeightMapOptions(cmd, &args->engine);
   cmd->callback([args, exit_code] {
     const absl::Status status = RunInspect(*args);
     *exit_code = status.ok() ? kExitOk : ReportError("inspect", status, /*rank=*/0);

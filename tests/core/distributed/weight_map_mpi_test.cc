@@ -98,6 +98,19 @@ std::string HfName(const std::string& key) {
   return absl::StrCat("model.layers.0.", attn ? "self_attn." : "mlp.", key, ".weight");
 }
 
+// The engine's buffers of vLLM case `c` on this rank (`mine`, its expected locals): the
+// fused qkv_proj and gate_up_proj and the padded embedding, meta or allocated.
+Map VllmBuffers(const json& c, const json& mine, bool meta) {
+  Map engine;
+  for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
+    const Tensor want = TensorOf(mine[key]);
+    const bool padded = std::string(key) == "embed_tokens";
+    engine.Set(HfName(key), Buffer(want.shape(), want.dtype(), meta,
+                                   padded ? c["embed_padded_rows"].get<int64_t>() : -1));
+  }
+  return engine;
+}
+
 // The trainer: every HF source cut by fsdp (Shard(0)) over the world, in `dtype`.
 Map FsdpSources(const json& sources) {
   Map m;
@@ -117,13 +130,7 @@ TEST(WeightMapMpi, VllmLlamaFromAnFsdpTrainerBitExact) {
     const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
     const Map trainer = FsdpSources(c["sources"]);
     for (bool meta : {true, false}) {
-      Map engine;
-      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
-        const Tensor want = TensorOf(mine[key]);
-        const bool padded = std::string(key) == "embed_tokens";
-        engine.Set(HfName(key), Buffer(want.shape(), want.dtype(), meta,
-                                       padded ? c["embed_padded_rows"].get<int64_t>() : -1));
-      }
+      Map engine = VllmBuffers(c, mine, meta);
       ReshardOptions options;
       options.comm = g_world;
       options.weight_map = *map;
@@ -242,13 +249,7 @@ TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
     const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
     for (const std::string& src : {file, dir + "/fsdp3"}) {
     for (bool meta : {true, false}) {
-      Map engine;
-      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
-        const Tensor want = TensorOf(mine[key]);
-        const bool padded = std::string(key) == "embed_tokens";
-        engine.Set(HfName(key), Buffer(want.shape(), want.dtype(), meta,
-                                       padded ? c["embed_padded_rows"].get<int64_t>() : -1));
-      }
+      Map engine = VllmBuffers(c, mine, meta);
       engine.Set("model.norm.weight", Value(int64_t{0}));  // replaced by the full tensor
       LoadOptions options;
       options.comm = g_world;

@@ -277,12 +277,13 @@ std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::str
       for (const WeightMap::Compiled::Template& t : rule.templates[k]) {
         std::string& out = match.destinations.emplace_back();
         for (const WeightMap::Compiled::Piece& p : t) {
-          if (p.group < 0) {
-            out += p.literal;
-          } else {
-            const re2::StringPiece g = groups[static_cast<size_t>(p.group)];
-            out.append(g.data(), g.size());
+          const re2::StringPiece g =
+              p.group < 0 ? re2::StringPiece(p.literal) : groups[static_cast<size_t>(p.group)];
+          if (g.size() > kMaxDestinationNameBytes - out.size()) {
+            match.too_long = true;  // a template repeating a long capture: no name that long
+            break;
           }
+          out.append(g.data(), g.size());
         }
       }
       if (match.destinations.empty()) match.destinations.emplace_back(name);

@@ -38,13 +38,32 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     std::vector<const SafetensorsTensorSpec*> components;
   };
   std::map<std::string, Fused> fused;
+  // What made each name of `out`: a rule's index, or -1 for a source kept as it is.
+  std::map<std::string, int> made_by;
+  const auto once = [&](const std::string& name, int rule,
+                        absl::string_view source) -> absl::Status {
+    const auto [it, inserted] = made_by.emplace(name, rule);
+    if (inserted) return absl::OkStatus();
+    const auto by = [](int r) {
+      return r < 0 ? std::string("a source of that name") : absl::StrCat("rule ", r);
+    };
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight map: '", name, "' (from '", source, "') would be made twice: by ",
+                     by(it->second), " and by ", by(rule)));
+  };
   for (const SafetensorsTensorSpec& s : sources) {
     const std::optional<internal::SourceMatch> m = internal::MatchSource(*compiled_, s.name);
     if (!m.has_value()) {
+      SDRT_RETURN_IF_ERROR(once(s.name, -1, s.name));
       out.push_back(s);
       continue;
     }
     const WeightMapRule& r = compiled_->rule_list[m->rule];
+    if (m->too_long) {
+      return Invalid(m->rule, r, s.name,
+                     absl::StrCat("makes a name of more than ",
+                                  internal::kMaxDestinationNameBytes, " bytes"));
+    }
     const std::string& d = m->destinations[0];
     if (r.kind == Kind::kSplit) {
       return Invalid(m->rule, r, s.name,
@@ -58,6 +77,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     if (r.kind == Kind::kFuse) {
       auto [it, inserted] = fused.try_emplace(d);
       if (inserted) {
+        SDRT_RETURN_IF_ERROR(once(d, m->rule, s.name));
         it->second.slot = out.size();
         it->second.rule = m->rule;
         it->second.components.assign(r.from.size(), nullptr);
@@ -66,6 +86,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
       it->second.components[static_cast<size_t>(m->component)] = &s;
       continue;
     }
+    SDRT_RETURN_IF_ERROR(once(d, m->rule, s.name));
     SafetensorsTensorSpec spec{d, s.dtype, s.shape};
     if (r.kind == Kind::kPad) {
       SDRT_ASSIGN_OR_RETURN(
@@ -85,15 +106,16 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
         return Invalid(f.rule, r, name, absl::StrCat("no source matches its component ", k,
                                                      " ('", r.from[k], "')"));
       }
-      bool fits = first != nullptr && c->shape.size() == first->shape.size() &&
-                  c->dtype == first->dtype;
+      bool fits = c->shape.size() == first->shape.size() && c->dtype == first->dtype;
       for (size_t dim = 0; fits && dim < c->shape.size(); ++dim) {
         fits = static_cast<int>(dim) == r.dim || c->shape[dim] == first->shape[dim];
       }
       if (!fits) {
         return Invalid(f.rule, r, name,
-                       absl::StrCat("component '", c->name, "' ", ShapeToString(c->shape),
-                                    " does not fit '", first == nullptr ? "" : first->name, "'"));
+                       absl::StrCat("component '", c->name, "' ", DTypeName(c->dtype),
+                                    ShapeToString(c->shape), " does not fit '", first->name, "' ",
+                                    DTypeName(first->dtype), ShapeToString(first->shape),
+                                    " (components share a dtype and every dim but ", r.dim, ")"));
       }
       rows.push_back(c->shape[r.dim]);
     }

@@ -186,7 +186,7 @@ TEST(BenchCliTest, MappedSyncRowFusesIntoTheEnginesBuffers) {
   EXPECT_EQ(rows[0].value("collectives", int64_t{-1}), 2) << rows[0].dump();
   r = Bench(2, "--workload small --ops sync_mapped --iters 1 --warmup 0");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, ::testing::HasSubstr("needs a workload of Llama tensor names"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("sync_mapped needs --workload llama"));
 }
 
 TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {

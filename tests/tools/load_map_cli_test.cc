@@ -100,6 +100,10 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
                                  " --mesh 3 --plan tp --map vllm-llama --head-size 16"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("cannot be cut into 3 parts"));
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_),
+                                 " --mesh 2 --plan tp --read root --map vllm-llama --head-size 16"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--map and --cast go with --read all or auto"));
   r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan tp --map ",
                                  Quote((dir_ / "missing.json").string())));
   EXPECT_EQ(r.exit_code, 2);

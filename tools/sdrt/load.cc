@@ -68,7 +68,18 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                                                      Ranks(layout->mesh->num_ranks()),
                                                      " but mpiexec started ", run.size()));
     }
-    // The engine's tensors: SRC's, or what --map and --cast make of them.
+    // The engine's tensors: SRC's, or what --map and --cast make of them. Each rank lowers
+    // the engine's layout from SRC's header (not with --read root), and no slice of SRC is
+    // the engine's piece to verify against.
+    const bool engine = !args.engine.map.empty() || !args.engine.cast.empty();
+    if (engine && o.read_mode() == ReadMode::kRoot) {
+      return absl::InvalidArgumentError(
+          "--map and --cast go with --read all or auto (every rank reads SRC's header)");
+    }
+    if (engine && !args.verify_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--verify goes without --map and --cast (the engine's pieces are not SRC's)");
+    }
     SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.src));
     SDRT_ASSIGN_OR_RETURN(const std::vector<SafetensorsTensorSpec> tensors,
                           EngineTensors(map, args.engine, outline.tensors, layout->plan,

@@ -282,6 +282,32 @@ TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
   }
 }
 
+// The engine's tensor list a map makes from a checkpoint's (what `sdrt load --map`
+// allocates): fused and padded shapes, and two rules making one name refused naming both.
+TEST(WeightMapMpi, DestinationTensorsOfTheBuiltinMap) {
+  const WeightMap map = *WeightMap::Builtin("vllm-llama", kHeadSize);
+  std::vector<SafetensorsTensorSpec> specs = {
+      {HfName("q_proj"), DType::kBFloat16, {24 * kHeadSize, 8}},
+      {HfName("k_proj"), DType::kBFloat16, {2 * kHeadSize, 8}},
+      {HfName("v_proj"), DType::kBFloat16, {2 * kHeadSize, 8}},
+      {"model.embed_tokens.weight", DType::kBFloat16, {70, 8}}};
+  const auto parts = [](absl::string_view, const IntVector&, int) -> absl::StatusOr<int64_t> {
+    return 4;  // 4 ranks, 2 kv heads: each kv head on 2 of them
+  };
+  const absl::StatusOr<std::vector<SafetensorsTensorSpec>> out = map.DestinationTensors(specs, parts);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[0].name, HfName("qkv_proj"));
+  EXPECT_EQ((*out)[0].shape, (IntVector{4 * (6 + 1 + 1) * kHeadSize, 8}));
+  EXPECT_EQ((*out)[1].shape, (IntVector{128, 8}));
+  // A source already named as the fused tensor: made twice.
+  specs.push_back({HfName("qkv_proj"), DType::kBFloat16, {8, 8}});
+  const absl::StatusOr<std::vector<SafetensorsTensorSpec>> twice =
+      map.DestinationTensors(specs, parts);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(twice.status().message(), HasSubstr("would be made twice: by rule 0"));
+}
+
 // Megatron-core's names for one layer's fused tensors and HF's for their components.
 constexpr char kQkv[] = "decoder.layers.0.self_attention.linear_qkv.weight";
 constexpr char kFc1[] = "decoder.layers.0.mlp.linear_fc1.weight";
@@ -393,6 +419,49 @@ TEST(WeightMapMpi, RulesThatCannotHoldFailOnEveryRankBeforeAnyByteMoves) {
   plan = PlanReshard(no_v, engine, options);
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("no source matches its component 2"));
+  // A template that makes a name longer than 64 KiB (a long capture repeated).
+  {
+    std::string to;
+    for (int i = 0; i < 64; ++i) to += "{1}";
+    WeightMapRule rename;
+    rename.kind = WeightMapRule::Kind::kRename;
+    rename.from = {"(.*)"};
+    rename.to = {to};
+    ReshardOptions long_names = options;
+    long_names.weight_map = *WeightMap::FromRules({rename});
+    Map one;
+    one.Set(std::string(2000, 'x'), Piece(k, "[R]"));
+    plan = PlanReshard(one, engine, long_names);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_THAT(plan.status().message(), HasSubstr("makes a name of more than 65536 bytes"));
+  }
+  // A split none of whose destinations any rank holds is left out, as an unwanted source.
+  {
+    WeightMapRule split;
+    split.kind = WeightMapRule::Kind::kSplit;
+    split.from = {"fused"};
+    split.to = {"a", "b"};
+    ReshardOptions unwanted = options;
+    unwanted.weight_map = *WeightMap::FromRules({split});
+    Map source;
+    source.Set("fused", Piece(q, "[S(0)]"));
+    Map nothing;
+    EXPECT_TRUE(PlanReshard(source, nothing, unwanted).ok());
+  }
+  // Ranks that describe a fused destination differently fail alike (the lowering reads
+  // the first description; every other is checked against it).
+  if (n > 1) {
+    Map mixed;
+    const int64_t rows = 8 * kHeadSize + 2 * kHeadSize;
+    mixed.Set(HfName("qkv_proj"),
+              g_world->rank() == 0
+                  ? Buffer({rows, 8}, DType::kBFloat16, true)
+                  : Value(*DTensor::Make(*Tensor::Meta({rows * n, 8}, DType::kBFloat16), World(),
+                                         *ParsePlacements("[R]"), {rows * n, 8})));
+    plan = PlanReshard(trainer, mixed, options);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_THAT(plan.status().message(), HasSubstr("describe the destination of"));
+  }
   if (n == 3) {
     // Two kv heads cannot be cut over three ranks, nor replicated onto them.
     const Tensor k2 = *Tensor::Zeros({2 * kHeadSize, 8}, DType::kBFloat16);

@@ -83,9 +83,9 @@ absl::StatusOr<BenchRow> BenchRunner::SyncMapped() {
     specs.push_back({workload_.names[i], workload_.full[i].dtype(), workload_.full[i].shape()});
     llama = llama || absl::EndsWith(workload_.names[i], "self_attn.q_proj.weight");
   }
-  if (!llama) {
+  if (!llama || workload_.name != "llama") {
     return absl::InvalidArgumentError(
-        "sdrt bench: sync_mapped needs a workload of Llama tensor names (--workload llama)");
+        "sync_mapped needs --workload llama (its tensor names and head size 16)");
   }
   SDRT_ASSIGN_OR_RETURN(const WeightMap map, WeightMap::Builtin("vllm-llama", kLlamaHeadSize));
   SDRT_ASSIGN_OR_RETURN(const ShardingPlan tp, ShardingPlan::Builtin("tp"));

@@ -122,6 +122,16 @@ bool SamePlain(const LeafLayout& a, const LeafLayout& b) {
   return !a.source || (a.dtype == b.dtype && a.shape == b.shape);
 }
 
+}  // namespace
+
+bool SameDescription(const LeafLayout& a, const LeafLayout& b) {
+  return SameLayout(a, b) || (a.kind == LeafLayout::Kind::kPlain &&
+                              b.kind == LeafLayout::Kind::kPlain && a.dtype == b.dtype &&
+                              a.shape == b.shape);
+}
+
+namespace {
+
 // One side of one leaf, as the ranks described it.
 struct Side {
   const LeafLayout* layout = nullptr;  // the first rank's description

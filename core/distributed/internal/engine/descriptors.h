@@ -66,6 +66,10 @@ void AppendLeafLayout(const LeafLayout& leaf, std::string* out);
 // unknown dtype, placement or reduce op) or an inline value that does not decode.
 absl::StatusOr<std::vector<LeafLayout>> DecodeLeafLayouts(absl::string_view bytes, int from);
 
+// Whether two ranks' descriptions of one side of a leaf say the same: MergeLeafLayouts'
+// comparison, plain tensors needing the same dtype and shape.
+bool SameDescription(const LeafLayout& a, const LeafLayout& b);
+
 // One planner descriptor per leaf some rank holds on the destination side, in the order
 // of first mention (rank 0's leaves first), with its source layout. `per_rank[r]` is rank
 // r's description. InvalidArgument naming the leaf and ranks when two ranks describe a

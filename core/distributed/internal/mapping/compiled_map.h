@@ -40,7 +40,11 @@ struct SourceMatch {
   int rule = 0;
   int component = 0;
   std::vector<std::string> destinations;
+  // A template made a name longer than kMaxDestinationNameBytes (its expansion stopped
+  // there): the caller refuses the rule.
+  bool too_long = false;
 };
+inline constexpr size_t kMaxDestinationNameBytes = size_t{1} << 16;
 std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::string_view name);
 
 // "<n> rules, hash <xxh64 of Describe()>": what the agreements compare, so that ranks

@@ -67,8 +67,8 @@ absl::StatusOr<std::vector<FusedPiece>> PiecesOf(const SideInfo& side, const std
       if (!mesh.ok()) return Invalid(where, mesh.status().message());
       for (const Placement& p : l.placements) {
         if (p.kind() != Placement::Kind::kShard && !p.is_replicate()) {
-          return Invalid(where, absl::StrCat("a fused tensor is laid out by Shard and Replicate "
-                                             "placements only, not ",
+          return Invalid(where, absl::StrCat("a tensor a rule fuses, splits or pads is laid out by "
+                                             "Shard and Replicate placements only, not ",
                                              PlacementsToString(l.placements)));
         }
       }
@@ -95,10 +95,21 @@ absl::StatusOr<std::vector<FusedPiece>> PiecesOf(const SideInfo& side, const std
     case LeafLayout::Kind::kInline:
       return Invalid(where, "a value, not a tensor");
   }
+  // A peer's boxes are checked here, before any arithmetic on them (the planner checks
+  // them again): within the tensor on every dim.
   for (const FusedPiece& p : pieces) {
     if (p.offsets.size() != l.shape.size() || p.sizes.size() != l.shape.size()) {
       return Invalid(where, absl::StrCat("a box on rank ", p.rank, " is not of the tensor's ",
                                          l.shape.size(), " dims"));
+    }
+    for (size_t d = 0; d < l.shape.size(); ++d) {
+      if (l.shape[d] < 0 || p.sizes[d] < 0 || p.offsets[d] < 0 ||
+          (p.sizes[d] > 0 && p.offsets[d] > l.shape[d] - p.sizes[d])) {
+        return Invalid(where, absl::StrCat("a box on rank ", p.rank, " (offsets ",
+                                           ShapeToString(p.offsets), " sizes ",
+                                           ShapeToString(p.sizes), ") lies outside ",
+                                           ShapeToString(l.shape)));
+      }
     }
   }
   return pieces;
@@ -169,6 +180,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     const WeightMapRule& rule = map.rule_list[m->rule];
     const std::string where = absl::StrCat("weight map rule ", m->rule, " (", KindName(rule.kind),
                                            ") for '", name, "'");
+    if (m->too_long) {
+      return Invalid(where, absl::StrCat("makes a name of more than ", kMaxDestinationNameBytes,
+                                         " bytes"));
+    }
     if (rule.kind == Kind::kFuse) {
       const std::string& d = m->destinations[0];
       auto [it, inserted] = unit_of_destination.try_emplace(d, units.size());
@@ -219,7 +234,13 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     }
     // The destinations of the unit, and the side (and leaf) that holds the fused tensor.
     const std::vector<std::string>& dsts = unit.destinations;
-    if (!split && !sides.count({dsts[0], false})) continue;  // no rank wants it
+    // No rank wants it: left out, as an unwanted source is (a split: none of its parts).
+    if (!split && !sides.count({dsts[0], false})) continue;
+    if (split && std::none_of(dsts.begin(), dsts.end(), [&](const std::string& d) {
+          return sides.count({d, false}) > 0;
+        })) {
+      continue;
+    }
     const std::vector<std::string>& names = split ? dsts : unit.sources;
     const SideInfo& fused = sides.at({fused_path, split});
     const IntVector& fused_shape = fused.layout->shape;
@@ -236,7 +257,8 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       }
       const auto c = sides.find({names[k], !split});
       if (c == sides.end()) {
-        return Invalid(where, absl::StrCat("its destination '", names[k], "' is held by no rank"));
+        return Invalid(where, absl::StrCat("its destination '", names[k],
+                                           "' is held by no rank, its other parts are"));
       }
       const IntVector& shape = c->second.layout->shape;
       bool fits = shape.size() == fused_shape.size();
@@ -256,8 +278,11 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       rows.push_back(shape[rule.dim]);
     }
     SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> fused_pieces, PiecesOf(fused, where));
+    // A tensor of no elements has no pieces to count parts by, nor anything to move.
+    const bool no_elements =
+        std::any_of(fused_shape.begin(), fused_shape.end(), [](int64_t n) { return n == 0; });
     int64_t parts = 1;
-    if (rule.kind != Kind::kPad && rule.interleave == Interleave::kShards) {
+    if (!no_elements && rule.kind != Kind::kPad && rule.interleave == Interleave::kShards) {
       SDRT_ASSIGN_OR_RETURN(parts, Parts(fused_pieces, rule.dim, fused_shape[rule.dim], where));
     }
     SDRT_ASSIGN_OR_RETURN(const std::vector<FusedSegment> segments,
@@ -282,7 +307,12 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       for (const FusedPiece& p : fused_pieces) {
         if (EmptyPiece(p)) continue;
         const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
-        for (const FusedSegment& s : segments) {
+        // The segments lie in fused order: only those from the one holding `a` on.
+        auto first = std::upper_bound(
+            segments.begin(), segments.end(), a,
+            [](int64_t x, const FusedSegment& s) { return x < s.fused + s.length; });
+        for (auto it = first; it != segments.end() && it->fused < b; ++it) {
+          const FusedSegment& s = *it;
           const int64_t lo = std::max(a, s.fused), hi = std::min(b, s.fused + s.length);
           if (lo >= hi) continue;
           LoweredDestination& d = lowered[static_cast<size_t>(s.component)];
@@ -310,7 +340,12 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         for (const FusedPiece& p : pieces) {
           if (EmptyPiece(p)) continue;
           const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
-          for (const FusedSegment& s : own) {
+          // `own` lies in the component's order: only those from the one holding `a` on.
+          auto first = std::upper_bound(
+              own.begin(), own.end(), a,
+              [](int64_t x, const FusedSegment& s) { return x < s.offset + s.length; });
+          for (auto it = first; it != own.end() && it->offset < b; ++it) {
+            const FusedSegment& s = *it;
             const int64_t lo = std::max(a, s.offset), hi = std::min(b, s.offset + s.length);
             if (lo >= hi) continue;
             TransferBox box{p.offsets, p.sizes, p.rank};
@@ -340,6 +375,20 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     for (const std::string& d : dsts) removed.insert({d, false});
   }
   if (out.empty()) return out;
+  // Every rank's description of a leaf the lowering replaces must be the first one's (the
+  // lowering reads the first alone; MergeLeafLayouts will not see the others).
+  for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
+    for (const LeafLayout& l : per_rank[rank]) {
+      const SideKey key{l.path, false};
+      if (l.source || !removed.count(key)) continue;
+      const SideInfo& first = sides.at(key);
+      if (first.first_rank != rank && !SameDescription(*first.layout, l)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("reshard: ranks ", first.first_rank, " and ", rank,
+                         " describe the destination of '", l.path, "' differently"));
+      }
+    }
+  }
   for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
     std::vector<LeafLayout> rewritten;
     rewritten.reserve(per_rank[rank].size());
@@ -347,8 +396,9 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       if (!l.source) {
         const SideKey key{l.path, false};
         if (removed.count(key)) {
+          const SideInfo& first = sides.at(key);
           const auto anchor = anchored.find(key);
-          if (anchor != anchored.end() && sides.at(key).first_rank == rank) {
+          if (anchor != anchored.end() && first.first_rank == rank) {
             for (LeafLayout& c : anchor->second) rewritten.push_back(std::move(c));
           }
           continue;

@@ -73,11 +73,13 @@ struct MapLowering {
 // Applies `map` to `per_rank` (every rank's description, as PlanReshard decoded them; a
 // rank's list may be empty), in place: each destination leaf a rule makes is replaced by
 // its lowered leaves (where the first rank that described it had it; every other rank's
-// description of it is dropped), or renamed. A rule whose destination no rank holds is
-// left out, as an unwanted source is. InvalidArgument naming the rule and tensor, the same
-// on every rank: a fuse missing a component, two sources for one component or two rules
-// making one destination; a name a lowered leaf takes that a destination leaf has already;
-// shapes that do not fit (other dims differing, a fused size that is not the components'
+// description of it is dropped, once checked to be the first's), or renamed. A rule whose
+// destination no rank holds (a split: none of them) is left out, as an unwanted source is.
+// InvalidArgument naming the rule and tensor, the same on every rank: a fuse missing a
+// component, two sources for one component or two rules making one destination; a name a
+// lowered leaf takes that a destination leaf has already; a split some of whose
+// destinations no rank holds while others do; ranks describing a replaced leaf differently;
+// a peer's box outside its tensor; shapes that do not fit (other dims differing, a fused size that is not the components'
 // sum (times the parts), a head size or group count that does not divide, a pad that is
 // not the source's size rounded up to the multiple), a split's components of different
 // dtypes; a fused layout that is not one box per local (_StridedShard, Partial), or that

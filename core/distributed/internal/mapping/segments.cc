@@ -85,8 +85,11 @@ absl::StatusOr<int64_t> FusedSize(const WeightMapRule& rule, const std::vector<i
   int64_t pieces = parts;
   SDRT_ASSIGN_OR_RETURN(const std::vector<Cut> cuts, Cuts(rule, rows, pieces, where));
   int64_t piece_size = 0;
-  for (const Cut& c : cuts) piece_size += c.per_piece;
-  if (piece_size == 0) return Invalid(where, "the components hold nothing");
+  for (const Cut& c : cuts) {
+    if (c.per_piece > (int64_t{1} << 62) - piece_size) return Invalid(where, "too many rows");
+    piece_size += c.per_piece;
+  }
+  if (piece_size == 0) return 0;  // components of no rows: a fused dim of none
   if (piece_size > (int64_t{1} << 62) / pieces) return Invalid(where, "too many rows");
   return pieces * piece_size;
 }

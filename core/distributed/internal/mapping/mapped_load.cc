@@ -4,10 +4,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/descriptors.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/lowering.h"
+#include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -15,7 +17,11 @@ namespace sdrt::internal {
 absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& source, int64_t me,
                        Device device, Map& local, MappedLoad& out) {
   // This rank's description alone: the checkpoint's tensors as plain sources it holds, its
-  // own leaves as destinations.
+  // own leaves as destinations (a list per rank up to this one: a rank is bounded first).
+  if (me < 0 || me >= kMaxMeshRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight map: rank ", me, " is outside [0, ", kMaxMeshRanks, ") (a mesh's most ranks)"));
+  }
   std::vector<std::vector<LeafLayout>> per_rank(static_cast<size_t>(me) + 1);
   std::vector<LeafLayout>& mine = per_rank.back();
   for (const CheckpointSourceTensor& t : source.tensors()) {

@@ -20,20 +20,6 @@ constexpr size_t kMaxComponents = 16;
 constexpr int kMaxDims = 12;
 constexpr int64_t kMaxCount = int64_t{1} << 40;
 
-const char* KindName(WeightMapRule::Kind kind) {
-  switch (kind) {
-    case WeightMapRule::Kind::kRename: return "rename";
-    case WeightMapRule::Kind::kFuse: return "fuse";
-    case WeightMapRule::Kind::kSplit: return "split";
-    case WeightMapRule::Kind::kPad: return "pad";
-  }
-  return "?";
-}
-
-std::string RuleName(size_t index, const WeightMapRule& rule) {
-  return absl::StrCat("weight map rule ", index, " (", KindName(rule.kind), ")");
-}
-
 // `text` as template pieces over the groups of `re`; InvalidArgument naming `where`.
 absl::StatusOr<WeightMap::Compiled::Template> ParseTemplate(absl::string_view text, const RE2& re,
                                                             const std::string& where) {
@@ -86,7 +72,7 @@ absl::StatusOr<WeightMap::Compiled::Template> ParseTemplate(absl::string_view te
 }
 
 absl::Status CheckCounts(size_t index, const WeightMapRule& rule) {
-  const std::string where = RuleName(index, rule);
+  const std::string where = internal::RuleName(index, rule);
   const bool many_from = rule.kind == WeightMapRule::Kind::kFuse;
   const bool many_to = rule.kind == WeightMapRule::Kind::kSplit;
   const size_t from = rule.from.size(), to = rule.to.size();
@@ -124,7 +110,7 @@ absl::StatusOr<WeightMap> WeightMap::FromRules(std::vector<WeightMapRule> rules)
   for (size_t i = 0; i < rules.size(); ++i) {
     WeightMapRule& rule = rules[i];
     SDRT_RETURN_IF_ERROR(CheckCounts(i, rule));
-    const std::string where = RuleName(i, rule);
+    const std::string where = internal::RuleName(i, rule);
     Compiled::Rule out;
     for (const std::string& pattern : rule.from) {
       if (pattern.size() > kMaxText) {
@@ -178,7 +164,7 @@ std::string WeightMap::Describe() const {
   };
   std::string out;
   for (const WeightMapRule& r : rules()) {
-    absl::StrAppend(&out, KindName(r.kind), "|");
+    absl::StrAppend(&out, internal::RuleKindName(r.kind), "|");
     strings(out, r.from);
     absl::StrAppend(&out, "|");
     strings(out, r.to);
@@ -291,6 +277,24 @@ std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::str
     }
   }
   return std::nullopt;
+}
+
+const char* RuleKindName(WeightMapRule::Kind kind) {
+  switch (kind) {
+    case WeightMapRule::Kind::kRename: return "rename";
+    case WeightMapRule::Kind::kFuse: return "fuse";
+    case WeightMapRule::Kind::kSplit: return "split";
+    case WeightMapRule::Kind::kPad: return "pad";
+  }
+  return "?";
+}
+
+std::string RuleName(size_t index, const WeightMapRule& rule) {
+  return absl::StrCat("weight map rule ", index, " (", RuleKindName(rule.kind), ")");
+}
+
+std::string RuleWhere(size_t index, const WeightMapRule& rule, absl::string_view tensor) {
+  return absl::StrCat(RuleName(index, rule), " for '", tensor, "'");
 }
 
 std::string WeightMapHash(const WeightMap& map) {

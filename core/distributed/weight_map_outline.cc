@@ -19,10 +19,8 @@ using Kind = WeightMapRule::Kind;
 
 absl::Status Invalid(int rule, const WeightMapRule& r, absl::string_view tensor,
                      absl::string_view what) {
-  static const char* const kKinds[] = {"rename", "fuse", "split", "pad"};
-  return absl::InvalidArgumentError(absl::StrCat("weight map rule ", rule, " (",
-                                                 kKinds[static_cast<int>(r.kind)], ") for '",
-                                                 tensor, "': ", what));
+  return absl::InvalidArgumentError(
+      absl::StrCat(internal::RuleWhere(static_cast<size_t>(rule), r, tensor), ": ", what));
 }
 
 }  // namespace
@@ -92,7 +90,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
       SDRT_ASSIGN_OR_RETURN(
           spec.shape[r.dim],
           internal::FusedSize(r, {s.shape[r.dim]}, 1,
-                              absl::StrCat("weight map rule ", m->rule, " (pad) for '", s.name, "'")));
+                              internal::RuleWhere(static_cast<size_t>(m->rule), r, s.name)));
     }
     out.push_back(std::move(spec));
   }
@@ -126,7 +124,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     SDRT_ASSIGN_OR_RETURN(
         const int64_t size,
         internal::FusedSize(r, rows, n,
-                            absl::StrCat("weight map rule ", f.rule, " (fuse) for '", name, "'")));
+                            internal::RuleWhere(static_cast<size_t>(f.rule), r, name)));
     out[f.slot].shape = first->shape;
     out[f.slot].shape[r.dim] = size;
   }

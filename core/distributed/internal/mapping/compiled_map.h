@@ -47,6 +47,13 @@ struct SourceMatch {
 inline constexpr size_t kMaxDestinationNameBytes = size_t{1} << 16;
 std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::string_view name);
 
+// "rename", "fuse", "split", "pad".
+const char* RuleKindName(WeightMapRule::Kind kind);
+// How errors name rule `index` ("weight map rule 3 (fuse)"), and its application to a
+// tensor ("weight map rule 3 (fuse) for 'x'").
+std::string RuleName(size_t index, const WeightMapRule& rule);
+std::string RuleWhere(size_t index, const WeightMapRule& rule, absl::string_view tensor);
+
 // "<n> rules, hash <xxh64 of Describe()>": what the agreements compare, so that ranks
 // given different maps fail alike.
 std::string WeightMapHash(const WeightMap& map);

@@ -43,16 +43,6 @@ struct FusedPiece {
   IntVector offsets, sizes;
 };
 
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kRename: return "rename";
-    case Kind::kFuse: return "fuse";
-    case Kind::kSplit: return "split";
-    case Kind::kPad: return "pad";
-  }
-  return "?";
-}
-
 absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
@@ -178,8 +168,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     const std::optional<SourceMatch> m = MatchSource(map, name);
     if (!m.has_value()) continue;
     const WeightMapRule& rule = map.rule_list[m->rule];
-    const std::string where = absl::StrCat("weight map rule ", m->rule, " (", KindName(rule.kind),
-                                           ") for '", name, "'");
+    const std::string where = RuleWhere(static_cast<size_t>(m->rule), rule, name);
     if (m->too_long) {
       return Invalid(where, absl::StrCat("makes a name of more than ", kMaxDestinationNameBytes,
                                          " bytes"));
@@ -217,8 +206,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     const WeightMapRule& rule = map.rule_list[unit.rule];
     const bool split = rule.kind == Kind::kSplit;
     const std::string& fused_path = split ? unit.sources[0] : unit.destinations[0];
-    const std::string where = absl::StrCat("weight map rule ", unit.rule, " (", KindName(rule.kind),
-                                           ") for '", fused_path, "'");
+    const std::string where = RuleWhere(static_cast<size_t>(unit.rule), rule, fused_path);
     if (rule.kind == Kind::kRename) {
       const std::string& src = unit.sources[0];
       const std::string& d = unit.destinations[0];

@@ -60,7 +60,8 @@ int64_t ContiguousDestByte(const Segment& s, DType dtype, const Tensor& dest,
 
 // Copies the segments of one read out of its staging buffer into their dests: one memcpy
 // where the segment is a contiguous range of a CPU dest, else a strided CopyRuns; a dest of
-// another float dtype than the file's gets the segment converted on the CPU first. With
+// another float dtype than the file's gets the segment converted on the CPU from the staging
+// bytes, straight into a dense range of a CPU dest (one pass), else into a box then copied. With
 // `stream` (a device load), the copies are enqueued on it and the buffer must stay
 // untouched until they have run.
 absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
@@ -83,10 +84,28 @@ absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, c
       continue;
     }
     box_shape.resize(begin.size());
-    for (size_t d = 0; d < begin.size(); ++d) box_shape[d] = end[d] - begin[d];
+    int64_t count = 1;
+    for (size_t d = 0; d < begin.size(); ++d) {
+      box_shape[d] = end[d] - begin[d];
+      count *= box_shape[d];
+    }
     const int64_t at = base + (s.file_offset - read.offset);
     Tensor box;
-    if (at % ElementAlignment(entry.dtype) == 0) {
+    if (cast) {
+      // Converted (as Tensor.to() rounds) from the staging bytes (any address): straight into
+      // a dense range of a CPU dest, else into a box of the dest's dtype copied as below.
+      const int64_t into = ContiguousDestByte(s, dest.dtype(), dest, *rd.runs, begin, end);
+      if (into < 0) {
+        SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, dest.dtype(), Device::CPU()));
+      }
+      void* const to = into >= 0 ? static_cast<uint8_t*>(dest.data_ptr()) + into : box.data_ptr();
+      if (!ConvertFloats(buffer.data<uint8_t>() + at, entry.dtype, to, dest.dtype(), count)) {
+        return absl::InternalError(absl::StrCat("'", entry.name, "': no cast from ",
+                                                DTypeName(entry.dtype), " to ",
+                                                DTypeName(dest.dtype())));
+      }
+      if (into >= 0) continue;
+    } else if (at % ElementAlignment(entry.dtype) == 0) {
       SDRT_ASSIGN_OR_RETURN(box, Tensor::AtByteOffset(buffer.storage(),
                                                       buffer.storage_offset() + at, entry.dtype,
                                                       box_shape));
@@ -94,20 +113,8 @@ absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, c
       SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
       std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
     }
-    if (cast) {
-      // Converted (as Tensor.to() rounds) into the dest's dtype on the CPU first.
-      SDRT_ASSIGN_OR_RETURN(const Tensor dense, box.Contiguous());
-      SDRT_ASSIGN_OR_RETURN(Tensor converted, Tensor::Empty(box_shape, dest.dtype(), Device::CPU()));
-      if (!ConvertFloats(dense.data_ptr(), entry.dtype, converted.data_ptr(), dest.dtype(),
-                         dense.numel())) {
-        return absl::InternalError(absl::StrCat("'", entry.name, "': no cast from ",
-                                                DTypeName(entry.dtype), " to ",
-                                                DTypeName(dest.dtype())));
-      }
-      box = std::move(converted);
-    }
     const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
-    // A pageable box (the unaligned case) is copied out of before an asynchronous copy
+    // A pageable box (the unaligned case, a cast) is copied out of before an asynchronous copy
     // from it returns, so it may go when this iteration ends.
     SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, dest, runs, /*to_local=*/true,
                                   /*non_blocking=*/stream != nullptr, stream));

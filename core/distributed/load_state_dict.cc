@@ -10,7 +10,9 @@
 #include "sdrt/core/distributed/internal/load/load_paths.h"
 #include "sdrt/core/distributed/internal/load/read_policy.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/mapped_load.h"
+#include "sdrt/core/distributed/internal/mapping/quantize.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -100,7 +102,7 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   // This rank's open error matters where its source is read.
   const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;
   absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
-  if (options.weight_map.rules().empty()) {
+  if (options.weight_map.compiled() == nullptr && !internal::HasCodeLeaves(local)) {
     return RunPath(decision, source, precondition, local, options, stats);
   }
   // A weight map: the path fills this rank's lowered state dict (mapping/mapped_load.h),
@@ -113,13 +115,23 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   internal::MappedLoad mapped;
   Map* target = &local;
   if (precondition.ok() && source != nullptr) {
-    precondition = internal::LowerLoad(*options.weight_map.compiled(), *source,
+    precondition = internal::LowerLoad(internal::CompiledOrEmpty(options.weight_map), *source,
                                        options.rank >= 0 ? options.rank : options.comm->rank(),
                                        options.device, local, mapped);
     if (precondition.ok()) target = &mapped.lowered;
   }
   SDRT_ASSIGN_OR_RETURN(LoadResult result,
                         RunPath(decision, source, precondition, *target, options, stats));
+  // FP8 leaves: quantized from what the path read into their staging (quantize.h).
+  const internal::QuantizeWork& quantize = mapped.mapped.quantize;
+  if (quantize.per_tensor && options.comm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": an FP8 scale per tensor takes every rank's amax: give a communicator (a "
+             "SelfCommunicator for one process)"));
+  }
+  if (quantize.per_tensor || !quantize.steps.empty()) {
+    SDRT_RETURN_IF_ERROR(internal::FinishQuantized(quantize, options.comm));
+  }
   SDRT_RETURN_IF_ERROR(internal::TakeBack(mapped, local));
   return result;
 }

@@ -103,9 +103,11 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
             payload.all[q].substr(payload.all[q].size() - reader.Remaining()), q));
     per_rank.push_back(std::move(leaves));
   }
-  if (options.weight_map.compiled() != nullptr) {
+  // A map, or FP8 destinations with scales (quantize.h), which the lowering makes too.
+  if (options.weight_map.compiled() != nullptr || internal::HasCodeLeaves(per_rank)) {
     SDRT_ASSIGN_OR_RETURN(internal::MapLowering lowering,
-                          internal::LowerLeafLayouts(*options.weight_map.compiled(), per_rank));
+                          internal::LowerLeafLayouts(internal::CompiledOrEmpty(options.weight_map),
+                                                     per_rank));
     if (!lowering.empty()) {
       state->lowering = std::make_shared<const internal::MapLowering>(std::move(lowering));
     }
@@ -178,6 +180,10 @@ absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::S
       RunTransfer(program, s.plan, s.schedule, &comm, locals.sources, locals.destinations);
   collectives += static_cast<int64_t>(program.exchanges.size());
   if (!program.exchanges.empty()) status = CloseTransfer(comm, op, status, &collectives);
+  if (status.ok() && (locals.mapped.quantize.per_tensor || !locals.mapped.quantize.steps.empty())) {
+    status = FinishQuantized(locals.mapped.quantize, &comm);
+    collectives += locals.mapped.quantize.per_tensor ? 1 : 0;
+  }
   if (status.ok() && stats != nullptr) {
     *stats = s.stats;
     stats->collectives = collectives;

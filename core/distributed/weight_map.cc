@@ -297,6 +297,11 @@ std::string RuleWhere(size_t index, const WeightMapRule& rule, absl::string_view
   return absl::StrCat(RuleName(index, rule), " for '", tensor, "'");
 }
 
+const WeightMap::Compiled& CompiledOrEmpty(const WeightMap& map) {
+  static const WeightMap::Compiled* const kNoRules = new WeightMap::Compiled();
+  return map.compiled() != nullptr ? *map.compiled() : *kNoRules;
+}
+
 std::string WeightMapHash(const WeightMap& map) {
   const std::string text = map.Describe();
   return absl::StrCat(map.rules().size(), " rules, hash ",

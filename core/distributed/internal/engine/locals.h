@@ -15,6 +15,7 @@
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
+#include "sdrt/core/distributed/internal/mapping/quantize.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
 namespace sdrt::internal {
@@ -26,6 +27,8 @@ struct MappedLeaves {
   std::map<std::string, Value> destinations;
   // Destination leaves given a new local (path, new value), for InstallFreshLocals.
   std::vector<std::pair<std::string, Value>> fresh;
+  // FP8 leaves: quantized from their staging locals after each move (FinishQuantized).
+  QuantizeWork quantize;
 };
 
 // One rank's locals of both sides, and the destination leaves that get new ones.

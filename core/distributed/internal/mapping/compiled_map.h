@@ -54,6 +54,9 @@ const char* RuleKindName(WeightMapRule::Kind kind);
 std::string RuleName(size_t index, const WeightMapRule& rule);
 std::string RuleWhere(size_t index, const WeightMapRule& rule, absl::string_view tensor);
 
+// The map's compiled form, or that of a map of no rules (every source keeps its name).
+const WeightMap::Compiled& CompiledOrEmpty(const WeightMap& map);
+
 // "<n> rules, hash <xxh64 of Describe()>": what the agreements compare, so that ranks
 // given different maps fail alike.
 std::string WeightMapHash(const WeightMap& map);

@@ -88,6 +88,47 @@ absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, c
   return locals;
 }
 
+// The step of FP8 leaf `q` on rank `me`: per local of its codes, a staging local of
+// `source_dtype` and the scale local beside it. InvalidArgument naming the leaf for locals
+// that are not contiguous, scales of another count or shape than the codes' blocks;
+// Unimplemented off the CPU; Tensor::Empty's errors.
+absl::StatusOr<QuantizeStep> MakeQuantizeStep(const QuantizedDestination& q, int slot,
+                                              DType source_dtype, const std::vector<Tensor>& codes,
+                                              const std::vector<Tensor>& scales, int64_t me) {
+  const std::string where = absl::StrCat("FP8: '", q.path, "' on rank ", me);
+  QuantizeStep step;
+  step.spec = q;
+  step.slot = slot;
+  if (codes.size() != scales.size()) {
+    return Invalid(where, absl::StrCat(codes.size(), " locals of codes and ", scales.size(),
+                                       " of '", q.scale_path, "'"));
+  }
+  for (size_t j = 0; j < codes.size(); ++j) {
+    const Tensor& c = codes[j];
+    const Tensor& s = scales[j];
+    if (!c.device().is_cpu() || !s.device().is_cpu()) {
+      return absl::UnimplementedError(
+          absl::StrCat(where, ": FP8 quantization writes into CPU tensors only so far"));
+    }
+    IntVector want{1};
+    if (q.tile > 0) {
+      want = {(c.size(0) + q.tile - 1) / q.tile, (c.size(1) + q.tile - 1) / q.tile};
+    }
+    const bool fits = q.tile > 0 ? s.shape() == want : s.numel() == 1;
+    if (!c.is_contiguous() || !s.is_contiguous() || !fits) {
+      return Invalid(where, absl::StrCat(
+          "its local ", c.ToString(), " and scales ", s.ToString(), " must be contiguous, the "
+          "scales ", q.tile > 0 ? ShapeToString(want) : "one element",
+          q.tile > 0 ? absl::StrCat(" (a scale per ", q.tile, " x ", q.tile, " block)") : ""));
+    }
+    QuantizeLocal& local = step.locals.emplace_back();
+    SDRT_ASSIGN_OR_RETURN(local.staging, Tensor::Empty(c.shape(), source_dtype, c.device()));
+    local.codes = c;
+    local.scales = s;
+  }
+  return step;
+}
+
 }  // namespace
 
 absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device, Map& destination,
@@ -136,6 +177,23 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
     }
     return &it->second;
   };
+  out.quantize.destinations = static_cast<int64_t>(lowering.quantized.size());
+  for (const QuantizedDestination& q : lowering.quantized) out.quantize.per_tensor |= q.tile == 0;
+  std::map<std::string, size_t> step_of;  // an FP8 leaf's path -> its step
+  const auto step = [&](const LoweredDestination& d) -> absl::StatusOr<QuantizeStep*> {
+    const QuantizedDestination& q = lowering.quantized[static_cast<size_t>(d.quantized)];
+    auto it = step_of.find(q.path);
+    if (it == step_of.end()) {
+      SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* codes, locals(q.path));
+      SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> scales,
+                            DestinationLocals(q.scale_path, find(q.scale_path), me, device, out));
+      SDRT_ASSIGN_OR_RETURN(QuantizeStep made,
+                            MakeQuantizeStep(q, d.quantized, d.dtype, *codes, scales, me));
+      it = step_of.emplace(q.path, out.quantize.steps.size()).first;
+      out.quantize.steps.push_back(std::move(made));
+    }
+    return &out.quantize.steps[it->second];
+  };
   for (const LoweredDestination& d : lowering.destinations) {
     std::vector<ShardMetadata> metadata;
     std::vector<LocalShard> shards;
@@ -147,9 +205,17 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
       if (v.rank == me) {
         const std::string& path = d.leaves[static_cast<size_t>(v.leaf)];
         SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(path));
+        const bool has = v.local < static_cast<int>(mine->size());
+        Tensor into = has ? (*mine)[static_cast<size_t>(v.local)] : Tensor();
+        if (has && d.quantized >= 0) {
+          // An FP8 leaf: the view is of its staging local, whose rows FinishQuantized reads.
+          SDRT_ASSIGN_OR_RETURN(QuantizeStep* const q, step(d));
+          QuantizeLocal& local = q->locals[static_cast<size_t>(v.local)];
+          local.rows.emplace_back(v.start, v.length);
+          into = local.staging;
+        }
         absl::StatusOr<Tensor> view =
-            v.local < static_cast<int>(mine->size())
-                ? (*mine)[static_cast<size_t>(v.local)].Narrow(d.dim, v.start, v.length)
+            has ? into.Narrow(d.dim, v.start, v.length)
                 : absl::InvalidArgumentError(absl::StrCat("no local ", v.local));
         if (!view.ok()) {
           return Invalid(absl::StrCat("weight map: the destination '", path, "' on rank ", me),

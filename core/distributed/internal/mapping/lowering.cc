@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/core/distributed/internal/mapping/layout_pieces.h"
 #include "sdrt/core/distributed/internal/mapping/segments.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
@@ -36,85 +37,16 @@ struct Unit {
   std::vector<std::string> destinations;  // a split's: one per component
 };
 
-// One piece of a leaf: a box on `rank`, its local `local`.
-struct FusedPiece {
-  int64_t rank = 0;
-  int local = 0;
-  IntVector offsets, sizes;
-};
-
 absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-absl::StatusOr<std::vector<FusedPiece>> PiecesOf(const SideInfo& side, const std::string& where) {
-  const LeafLayout& l = *side.layout;
-  std::vector<FusedPiece> pieces;
-  switch (l.kind) {
-    case LeafLayout::Kind::kMesh: {
-      absl::StatusOr<DeviceMesh> mesh =
-          DeviceMesh::Create(l.mesh_shape, l.mesh_ranks, {}, l.mesh_device);
-      if (!mesh.ok()) return Invalid(where, mesh.status().message());
-      for (const Placement& p : l.placements) {
-        if (p.kind() != Placement::Kind::kShard && !p.is_replicate()) {
-          return Invalid(where, absl::StrCat("a tensor a rule fuses, splits or pads is laid out by "
-                                             "Shard and Replicate placements only, not ",
-                                             PlacementsToString(l.placements)));
-        }
-      }
-      for (int64_t rank : mesh->ranks()) {
-        absl::StatusOr<LocalShardInfo> info =
-            ComputeLocalShapeAndGlobalOffset(l.shape, *mesh, l.placements, rank);
-        if (!info.ok()) return Invalid(where, info.status().message());
-        pieces.push_back({rank, 0, info->global_offset, info->local_shape});
-      }
-      break;
-    }
-    case LeafLayout::Kind::kBoxes: {
-      std::map<int64_t, int> per_rank;
-      for (const TransferBox& b : l.boxes) {
-        pieces.push_back({b.rank, per_rank[b.rank]++, b.offsets, b.sizes});
-      }
-      break;
-    }
-    case LeafLayout::Kind::kPlain:
-      for (int64_t rank : side.plain_holders) {
-        pieces.push_back({rank, 0, IntVector(l.shape.size(), 0), l.shape});
-      }
-      break;
-    case LeafLayout::Kind::kInline:
-      return Invalid(where, "a value, not a tensor");
-  }
-  // A peer's boxes are checked here, before any arithmetic on them (the planner checks
-  // them again): within the tensor on every dim.
-  for (const FusedPiece& p : pieces) {
-    if (p.offsets.size() != l.shape.size() || p.sizes.size() != l.shape.size()) {
-      return Invalid(where, absl::StrCat("a box on rank ", p.rank, " is not of the tensor's ",
-                                         l.shape.size(), " dims"));
-    }
-    for (size_t d = 0; d < l.shape.size(); ++d) {
-      if (l.shape[d] < 0 || p.sizes[d] < 0 || p.offsets[d] < 0 ||
-          (p.sizes[d] > 0 && p.offsets[d] > l.shape[d] - p.sizes[d])) {
-        return Invalid(where, absl::StrCat("a box on rank ", p.rank, " (offsets ",
-                                           ShapeToString(p.offsets), " sizes ",
-                                           ShapeToString(p.sizes), ") lies outside ",
-                                           ShapeToString(l.shape)));
-      }
-    }
-  }
-  return pieces;
-}
-
-bool EmptyPiece(const FusedPiece& p) {
-  return std::any_of(p.sizes.begin(), p.sizes.end(), [](int64_t s) { return s <= 0; });
-}
-
 // How many equal parts the fused layout cuts `dim` (of size `size`) into: its pieces'
 // ranges along the dim must tile [0, size) with one length.
-absl::StatusOr<int64_t> Parts(const std::vector<FusedPiece>& pieces, int dim, int64_t size,
+absl::StatusOr<int64_t> Parts(const std::vector<LayoutPiece>& pieces, int dim, int64_t size,
                               const std::string& where) {
   std::set<std::pair<int64_t, int64_t>> ranges;
-  for (const FusedPiece& p : pieces) {
+  for (const LayoutPiece& p : pieces) {
     if (!EmptyPiece(p)) ranges.emplace(p.offsets[dim], p.offsets[dim] + p.sizes[dim]);
   }
   int64_t at = 0, length = -1;
@@ -144,6 +76,32 @@ absl::Status CheckNoTwice(const LoweredDestination& d, const std::string& where)
   return absl::OkStatus();
 }
 
+// Appends lowered leaf `d` to `out` and its description to `leaves` (its anchor's), once
+// checked: its box count, no element twice on a rank, an FP8 leaf's blocks.
+absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& out,
+                  std::vector<LeafLayout>& leaves) {
+  if (static_cast<int64_t>(d.boxes.size()) > kMaxTransferBoxes) {
+    return Invalid(where, absl::StrCat("more than ", kMaxTransferBoxes, " boxes"));
+  }
+  SDRT_RETURN_IF_ERROR(CheckNoTwice(d, where));
+  if (d.quantized >= 0) {
+    std::vector<int64_t> starts;
+    starts.reserve(d.views.size());
+    for (const LoweredView& v : d.views) starts.push_back(v.start);
+    SDRT_RETURN_IF_ERROR(CheckQuantizedBoxes(out.quantized[static_cast<size_t>(d.quantized)],
+                                             d.dtype, d.dim, d.boxes, starts, where));
+  }
+  LeafLayout& leaf = leaves.emplace_back();
+  leaf.path = d.name;
+  leaf.source = false;
+  leaf.dtype = d.dtype;
+  leaf.shape = d.shape;
+  leaf.kind = LeafLayout::Kind::kBoxes;
+  leaf.boxes = d.boxes;
+  out.destinations.push_back(std::move(d));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
@@ -161,6 +119,23 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       if (l.kind == LeafLayout::Kind::kPlain) it->second.plain_holders.push_back(rank);
     }
   }
+  MapLowering out;
+  // FP8 destinations (quantize.h): every rank's first description of a destination leaf.
+  std::vector<const LeafLayout*> destination_leaves;
+  for (const auto& [key, side] : sides) {
+    if (!key.second) destination_leaves.push_back(side.layout);
+  }
+  SDRT_ASSIGN_OR_RETURN(
+      out.quantized,
+      FindQuantizedDestinations(destination_leaves, [&](const std::string& path) {
+        const auto it = sides.find({path, false});
+        return it == sides.end() ? nullptr : it->second.layout;
+      }));
+  std::map<std::string, int> quantized_of;
+  for (size_t i = 0; i < out.quantized.size(); ++i) {
+    quantized_of.emplace(out.quantized[i].path, static_cast<int>(i));
+  }
+  std::map<std::string, std::string> quantized_source;  // a renamed FP8 leaf's source
   // Which rule takes each source, and the units they make.
   std::vector<Unit> units;
   std::map<std::string, size_t> unit_of_destination;
@@ -196,7 +171,6 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     }
     units.push_back({m->rule, {name}, m->destinations});
   }
-  MapLowering out;
   // Destination leaves replaced: the lowered leaves go where the first of a unit's
   // destinations was (its anchor), the others are dropped.
   std::map<SideKey, std::vector<LeafLayout>> anchored;
@@ -214,6 +188,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       if (sides.count({src, false})) {
         return Invalid(where, absl::StrCat("'", d, "' would go by the name '", src,
                                            "', which another destination leaf has"));
+      }
+      if (quantized_of.count(d)) {
+        quantized_source[d] = src;  // lowered below, as any FP8 leaf no rule fuses
+        continue;
       }
       const LeafLayout& s = *sides.at({src, true}).layout;
       renames[d] = src;
@@ -265,7 +243,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       components.push_back(&c->second);
       rows.push_back(shape[rule.dim]);
     }
-    SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> fused_pieces, PiecesOf(fused, where));
+    SDRT_ASSIGN_OR_RETURN(const std::vector<LayoutPiece> fused_pieces, PiecesOfLayout(*fused.layout, fused.plain_holders, where));
     // A tensor of no elements has no pieces to count parts by, nor anything to move.
     const bool no_elements =
         std::any_of(fused_shape.begin(), fused_shape.end(), [](int64_t n) { return n == 0; });
@@ -286,13 +264,15 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         }
         LoweredDestination& d = lowered.emplace_back();
         d.name = names[k];
-        d.dtype = fused.layout->dtype;
+        const auto q = quantized_of.find(dsts[0]);
+        d.quantized = q == quantized_of.end() ? -1 : q->second;
+        d.dtype = d.quantized >= 0 ? components[k]->layout->dtype : fused.layout->dtype;
         d.shape = components[k]->layout->shape;
         d.dim = dim;
         d.leaves = {dsts[0]};
         d.zero_rest = rule.kind == Kind::kPad;
       }
-      for (const FusedPiece& p : fused_pieces) {
+      for (const LayoutPiece& p : fused_pieces) {
         if (EmptyPiece(p)) continue;
         const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
         // The segments lie in fused order: only those from the one holding `a` on.
@@ -316,6 +296,12 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       if (sides.count({fused_path, false})) {
         return Invalid(where, "its name is also the name of a destination leaf");
       }
+      for (const std::string& n : names) {
+        if (quantized_of.count(n)) {
+          return Invalid(where, absl::StrCat("its destination '", n,
+                                             "' is FP8 with scales, which a split does not make"));
+        }
+      }
       LoweredDestination& d = lowered.emplace_back();
       d.name = fused_path;
       d.dtype = components[0]->layout->dtype;
@@ -323,9 +309,9 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       d.dim = dim;
       d.leaves = names;
       for (size_t k = 0; k < names.size(); ++k) {
-        SDRT_ASSIGN_OR_RETURN(const std::vector<FusedPiece> pieces, PiecesOf(*components[k], where));
+        SDRT_ASSIGN_OR_RETURN(const std::vector<LayoutPiece> pieces, PiecesOfLayout(*components[k]->layout, components[k]->plain_holders, where));
         const std::vector<FusedSegment> own = FirstOfEach(segments, static_cast<int>(k));
-        for (const FusedPiece& p : pieces) {
+        for (const LayoutPiece& p : pieces) {
           if (EmptyPiece(p)) continue;
           const int64_t a = p.offsets[dim], b = a + p.sizes[dim];
           // `own` lies in the component's order: only those from the one holding `a` on.
@@ -345,22 +331,48 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         }
       }
     }
-    std::vector<LeafLayout>& leaves = anchored[{dsts[0], false}];
     for (LoweredDestination& d : lowered) {
-      if (static_cast<int64_t>(d.boxes.size()) > kMaxTransferBoxes) {
-        return Invalid(where, absl::StrCat("more than ", kMaxTransferBoxes, " boxes"));
-      }
-      SDRT_RETURN_IF_ERROR(CheckNoTwice(d, where));
-      LeafLayout& leaf = leaves.emplace_back();
-      leaf.path = d.name;
-      leaf.source = false;
-      leaf.dtype = d.dtype;
-      leaf.shape = d.shape;
-      leaf.kind = LeafLayout::Kind::kBoxes;
-      leaf.boxes = d.boxes;
-      out.destinations.push_back(std::move(d));
+      SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[{dsts[0], false}]));
     }
     for (const std::string& d : dsts) removed.insert({d, false});
+  }
+  // FP8 leaves no rule fuses or pads: lowered onto their source as they are, a box per
+  // piece, views of whole locals. Their scale leaves are no transfer's.
+  for (size_t i = 0; i < out.quantized.size(); ++i) {
+    const QuantizedDestination& q = out.quantized[i];
+    removed.insert({q.scale_path, false});
+    if (removed.count({q.path, false})) continue;  // a rule lowered it
+    const auto renamed = quantized_source.find(q.path);
+    const std::string& name = renamed == quantized_source.end() ? q.path : renamed->second;
+    const std::string where = absl::StrCat("FP8: '", q.path, "'");
+    const auto source = sides.find({name, true});
+    const SideInfo& destination = sides.at({q.path, false});
+    if (source == sides.end()) {
+      return Invalid(where, absl::StrCat("no rank holds its source '", name, "'"));
+    }
+    if (source->second.layout->shape != destination.layout->shape ||
+        destination.layout->shape.empty()) {
+      return Invalid(where, absl::StrCat("of ", ShapeToString(destination.layout->shape),
+                                         " from '", name, "' of ",
+                                         ShapeToString(source->second.layout->shape),
+                                         " (a quantized tensor keeps its shape and has a dim)"));
+    }
+    SDRT_ASSIGN_OR_RETURN(
+        const std::vector<LayoutPiece> pieces,
+        PiecesOfLayout(*destination.layout, destination.plain_holders, where));
+    LoweredDestination d;
+    d.name = name;
+    d.dtype = source->second.layout->dtype;
+    d.shape = destination.layout->shape;
+    d.leaves = {q.path};
+    d.quantized = static_cast<int>(i);
+    for (const LayoutPiece& p : pieces) {
+      if (EmptyPiece(p)) continue;
+      d.boxes.push_back({p.offsets, p.sizes, p.rank});
+      d.views.push_back({0, p.rank, p.local, 0, p.sizes[0]});
+    }
+    SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[{q.path, false}]));
+    removed.insert({q.path, false});
   }
   if (out.empty()) return out;
   // Every rank's description of a leaf the lowering replaces must be the first one's (the

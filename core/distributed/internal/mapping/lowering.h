@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "sdrt/core/distributed/internal/engine/descriptors.h"
 #include "sdrt/core/distributed/internal/engine/locals.h"
+#include "sdrt/core/distributed/internal/mapping/quantize.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/device.h"
@@ -54,6 +55,9 @@ struct LoweredDestination {
   std::vector<TransferBox> boxes;   // every rank's
   std::vector<LoweredView> views;   // one per box
   bool zero_rest = false;           // a pad: what no view covers in its leaf is zeroed
+  // An FP8 leaf (quantize.h): the index of its MapLowering::quantized, -1 for none. Its
+  // views go into staging locals, and `dtype` is the source's.
+  int quantized = -1;
 };
 
 // A destination leaf that goes by its source's name.
@@ -67,7 +71,8 @@ struct RenamedDestination {
 struct MapLowering {
   std::vector<LoweredDestination> destinations;
   std::vector<RenamedDestination> renamed;
-  bool empty() const { return destinations.empty() && renamed.empty(); }
+  std::vector<QuantizedDestination> quantized;
+  bool empty() const { return destinations.empty() && renamed.empty() && quantized.empty(); }
 };
 
 // Applies `map` to `per_rank` (every rank's description, as PlanReshard decoded them; a

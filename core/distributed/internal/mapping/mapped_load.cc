@@ -40,6 +40,7 @@ absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& s
     for (const std::string& path : d.leaves) taken.insert(path);
   }
   for (const RenamedDestination& r : lowering.renamed) taken.insert(r.path);
+  for (const QuantizedDestination& q : lowering.quantized) taken.insert(q.scale_path);
   SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(local));
   for (const Leaf& leaf : leaves) {
     if (taken.contains(leaf.path)) continue;

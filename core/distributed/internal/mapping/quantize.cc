@@ -1,0 +1,193 @@
+#include "sdrt/core/distributed/internal/mapping/quantize.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/tensor/internal/float_cast.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+absl::Status Invalid(const std::string& where, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+bool IsCodes(DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The bits of a non-negative float as an int32: ordered as the floats, NaN above infinity,
+// so that a max of the bits is the max of the magnitudes with NaN kept (as amax keeps it).
+int32_t OrderedBits(float magnitude) { return static_cast<int32_t>(FloatBits(magnitude)); }
+
+// Writes `scale` as element `i` of a float32 or float8_e8m0fnu scale local.
+void StoreScale(const Tensor& scales, int64_t i, float scale) {
+  if (scales.dtype() == DType::kFloat32) {
+    static_cast<float*>(scales.data_ptr())[i] = scale;
+  } else {
+    static_cast<uint8_t*>(scales.data_ptr())[i] = FloatToFloat8E8M0FNU(scale);
+  }
+}
+
+// The elements of one row along dim 0.
+int64_t RowElements(const Tensor& t) {
+  return t.dim() == 0 || t.size(0) == 0 ? 1 : t.numel() / t.size(0);
+}
+
+// The largest magnitude of the rows of `local` its views cover (0 for none).
+float LocalAmax(const QuantizeLocal& local) {
+  const int64_t cols = RowElements(local.staging);
+  const int64_t bytes = ElementBits(local.staging.dtype()) / 8;
+  float amax = 0.0f;
+  for (const auto& [start, length] : local.rows) {
+    float part = 0.0f;
+    AbsMax(static_cast<const char*>(local.staging.data_ptr()) + start * cols * bytes,
+           local.staging.dtype(), length * cols, &part);
+    if (OrderedBits(part) > OrderedBits(amax)) amax = part;
+  }
+  return amax;
+}
+
+}  // namespace
+
+bool HasCodeLeaves(const std::vector<std::vector<LeafLayout>>& per_rank) {
+  for (const std::vector<LeafLayout>& leaves : per_rank) {
+    for (const LeafLayout& l : leaves) {
+      if (!l.source && IsCodes(l.dtype)) return true;
+    }
+  }
+  return false;
+}
+
+bool HasCodeLeaves(const Map& tree) {
+  const absl::StatusOr<Leaves> leaves = CollectLeaves(tree);
+  if (!leaves.ok()) return false;  // the load reports it
+  for (const Leaf& leaf : *leaves) {
+    const Value& v = *leaf.value;
+    const bool codes = (v.kind() == ValueKind::kTensor && IsCodes(v.as_tensor().dtype())) ||
+                       (v.kind() == ValueKind::kDTensor && IsCodes(v.as_dtensor().dtype())) ||
+                       (v.kind() == ValueKind::kShardedTensor && IsCodes(v.as_sharded().dtype()));
+    if (codes) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::vector<QuantizedDestination>> FindQuantizedDestinations(
+    const std::vector<const LeafLayout*>& destinations,
+    const std::function<const LeafLayout*(const std::string&)>& find) {
+  std::vector<QuantizedDestination> out;
+  for (const LeafLayout* l : destinations) {
+    if (!IsCodes(l->dtype)) continue;
+    QuantizedDestination q;
+    q.path = l->path;
+    q.codes = l->dtype;
+    const LeafLayout* scale = nullptr;
+    for (const char* suffix : {"_scale_inv", "_scale"}) {
+      scale = find(l->path + suffix);
+      if (scale != nullptr) {
+        q.scale_path = l->path + suffix;
+        q.tile = std::string(suffix) == "_scale_inv" ? kFp8BlockSize : 0;
+        break;
+      }
+    }
+    if (scale == nullptr) continue;  // no scales: a plain cast (scale 1)
+    const std::string where = absl::StrCat("FP8: '", q.path, "' with '", q.scale_path, "'");
+    if (scale->dtype != DType::kFloat32 && scale->dtype != DType::kFloat8E8M0FNU) {
+      return Invalid(where, absl::StrCat("scales are float32 or float8_e8m0fnu, not ",
+                                         DTypeName(scale->dtype)));
+    }
+    if (q.tile > 0 && l->shape.size() != 2) {
+      return Invalid(where, absl::StrCat("block scales are for 2-D weights; it is ",
+                                         ShapeToString(l->shape)));
+    }
+    q.scale = scale->dtype;
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, DType source_dtype, int dim,
+                                 const std::vector<TransferBox>& boxes,
+                                 const std::vector<int64_t>& view_starts,
+                                 const std::string& where) {
+  if (source_dtype != DType::kFloat32 && source_dtype != DType::kBFloat16 &&
+      source_dtype != DType::kFloat16) {
+    return Invalid(where, absl::StrCat("'", q.path, "' quantizes float32, bfloat16 or float16, not ",
+                                       DTypeName(source_dtype)));
+  }
+  if (dim != 0) {
+    return Invalid(where, absl::StrCat("'", q.path, "' is quantized, so it is fused along dim 0"));
+  }
+  if (q.tile == 0) return absl::OkStatus();
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const TransferBox& b = boxes[i];
+    const bool empty = std::any_of(b.sizes.begin(), b.sizes.end(), [](int64_t s) { return s <= 0; });
+    if (empty) continue;
+    const bool aligned = b.offsets.size() == 2 && b.offsets[0] % q.tile == 0 &&
+                         b.offsets[1] % q.tile == 0 && view_starts[i] % q.tile == 0;
+    if (!aligned) {
+      return Invalid(where, absl::StrCat(
+          "the block ", q.tile, " x ", q.tile, " does not fit: rank ", b.rank, " holds '", q.path,
+          "' elements from ", ShapeToString(b.offsets), " of its source at row ", view_starts[i],
+          " of its local, and block scales need each piece to start at a multiple of ", q.tile,
+          " in both (as vLLM asks of each rank's part)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FinishQuantized(const QuantizeWork& work, Communicator* comm) {
+  // A tensor's scale: its amax over every rank's views.
+  std::vector<float> tensor_scale(static_cast<size_t>(work.destinations), 1.0f);
+  if (work.per_tensor) {
+    SDRT_ASSIGN_OR_RETURN(Tensor amax, Tensor::Zeros(IntVector{work.destinations}, DType::kInt32));
+    int32_t* bits = amax.data<int32_t>();
+    for (const QuantizeStep& step : work.steps) {
+      if (step.spec.tile != 0) continue;
+      for (const QuantizeLocal& local : step.locals) {
+        bits[step.slot] = std::max(bits[step.slot], OrderedBits(LocalAmax(local)));
+      }
+    }
+    SDRT_RETURN_IF_ERROR(comm->AllReduce(amax, ReduceOp::kMax));
+    for (const QuantizeStep& step : work.steps) {
+      tensor_scale[static_cast<size_t>(step.slot)] =
+          TileScale(FloatFromBits(static_cast<uint32_t>(bits[step.slot])), step.spec.codes,
+                    step.spec.scale == DType::kFloat8E8M0FNU);
+    }
+  }
+  for (const QuantizeStep& step : work.steps) {
+    const QuantizedDestination& q = step.spec;
+    for (const QuantizeLocal& local : step.locals) {
+      const int64_t cols = RowElements(local.staging);
+      const int64_t in_bytes = ElementBits(local.staging.dtype()) / 8;
+      const char* const from = static_cast<const char*>(local.staging.data_ptr());
+      char* const codes = static_cast<char*>(local.codes.data_ptr());
+      const int64_t scales = local.scales.numel();
+      for (int64_t i = 0; i < scales; ++i) StoreScale(local.scales, i, 1.0f);
+      if (q.tile == 0) {
+        const float scale = tensor_scale[static_cast<size_t>(step.slot)];
+        if (scales > 0) StoreScale(local.scales, 0, scale);
+        for (const auto& [start, length] : local.rows) {
+          QuantizeFloats(from + start * cols * in_bytes, local.staging.dtype(),
+                         codes + start * cols, q.codes, scale, length * cols);
+        }
+        continue;
+      }
+      const int64_t scale_cols = CeilDiv(cols, q.tile);
+      const int64_t scale_bytes = ElementBits(q.scale) / 8;
+      char* const scale_data = static_cast<char*>(local.scales.data_ptr());
+      for (const auto& [start, length] : local.rows) {
+        QuantizeMatrix(from + start * cols * in_bytes, local.staging.dtype(), length, cols, q.tile,
+                       codes + start * cols, q.codes,
+                       scale_data + (start / q.tile) * scale_cols * scale_bytes, q.scale);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

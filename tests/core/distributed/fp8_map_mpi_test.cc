@@ -1,0 +1,277 @@
+// FP8 destinations of a weight map (core/distributed/internal/mapping/quantize.h) against
+// PyTorch: a Hugging Face Llama layer's bfloat16 weights, cut by an fsdp trainer (or read
+// from a safetensors file), go into vLLM-style tensor-parallel FP8 buffers with the built-in
+// map "vllm-llama": fused qkv_proj (kv heads replicated at tp 4) and gate_up_proj, o_proj
+// and down_proj cut on dim 1, each with its scales beside it ("<name>_scale_inv": a float32
+// or float8_e8m0fnu scale per 128 x 128 block of each source tensor; "<name>_scale": one
+// per tensor). Every rank's codes and scales equal tests/data/fp8_map/expected.json (written
+// by tests/golden/make_fp8_map_golden.py with PyTorch's ops) bit for bit, for the one-shot
+// reshard, a bound plan run twice and a load. Pieces that cut a block are refused on every
+// rank before any byte moves. CTest runs it under `mpiexec -n N`, N = 1..4: the cases whose
+// tp is the world size.
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/internal/float_cast.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/golden_codec.h"
+#include "sdrt/tests/support/mpi_test_main.h"
+
+namespace sdrt::test {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+MpiCommunicator* g_world = nullptr;
+const char* const kOrder[] = {"q_proj", "k_proj", "v_proj", "gate_proj",
+                              "up_proj", "o_proj", "down_proj"};
+const char* const kDestinations[] = {"qkv_proj", "gate_up_proj", "o_proj", "down_proj"};
+
+const json& Golden() {
+  static const json* golden = [] {
+    absl::StatusOr<json> j = testing_golden::ReadGoldenJson("fp8_map/expected.json");
+    return new json(j.ok() ? *std::move(j) : json());
+  }();
+  return *golden;
+}
+
+std::string HfName(const std::string& key) {
+  const bool attn = key == "q_proj" || key == "k_proj" || key == "v_proj" || key == "o_proj" ||
+                    key == "qkv_proj";
+  return absl::StrCat("model.layers.0.", attn ? "self_attn." : "mlp.", key, ".weight");
+}
+
+// The golden script's source formula (make_fp8_map_golden.py), element by element.
+Tensor Source(int t, int64_t rows, int64_t cols) {
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const uint64_t u = (static_cast<uint64_t>(i) * 2654435761ull + t * 40503ull + 12345ull) &
+                       0xffffffffull;
+    const int64_t m = static_cast<int64_t>(u >> 8) - (int64_t{1} << 23);
+    const int64_t r = i / cols, c = i % cols;
+    const int e = static_cast<int>(((r / 128) * 3 + (c / 128) * 5 + t) % 9) - 4;
+    x[static_cast<size_t>(i)] = std::ldexp(static_cast<float>(m), e - 23);
+    if (t == 4 && r < 128 && c < 128) x[static_cast<size_t>(i)] = 0.0f;
+  }
+  Tensor out = *Tensor::Empty({rows, cols}, DType::kBFloat16);
+  EXPECT_TRUE(internal::ConvertFloats(x.data(), DType::kFloat32, out.data_ptr(),
+                                      DType::kBFloat16, rows * cols));
+  return out;
+}
+
+std::string Fnv(const Tensor& t) {
+  const Tensor dense = *t.Contiguous();
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const uint8_t*>(dense.data_ptr());
+  for (int64_t i = 0; i < dense.nbytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return absl::StrFormat("%016x", h);
+}
+
+std::vector<int64_t> Raw(const Tensor& scales) {
+  const Tensor dense = *scales.Contiguous();
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < dense.numel(); ++i) {
+    out.push_back(dense.dtype() == DType::kFloat32 ? dense.data<int32_t>()[i]
+                                                   : dense.data<uint8_t>()[i]);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> Sources() {
+  std::map<std::string, Tensor> out;
+  for (int t = 0; t < 7; ++t) {
+    const json& shape = Golden()["shapes"][kOrder[t]];
+    out[kOrder[t]] = Source(t, shape[0].get<int64_t>(), shape[1].get<int64_t>());
+  }
+  return out;
+}
+
+std::shared_ptr<const DeviceMesh> World() {
+  return std::make_shared<const DeviceMesh>(*DeviceMesh::Create({g_world->size()}));
+}
+
+// A DTensor over the world of local `shape` (0xFF bytes) and `placements`, its global
+// shape the local's with dim `dim` times the ranks (none for Replicate).
+Value Buffer(const IntVector& shape, DType dtype, const char* placements, int dim) {
+  IntVector global = shape;
+  if (dim >= 0) global[static_cast<size_t>(dim)] *= g_world->size();
+  Tensor local = *Tensor::Empty(shape, dtype);
+  if (local.nbytes() > 0) std::memset(local.data_ptr(), 0xFF, local.nbytes());
+  return Value(*DTensor::Make(local, World(), *ParsePlacements(placements), global));
+}
+
+DType CodesDType(const json& c) {
+  return c["fp8"] == "e5m2" ? DType::kFloat8E5M2 : DType::kFloat8E4M3FN;
+}
+
+// The engine's FP8 buffers of case `c` on this rank, with their scales.
+Map EngineBuffers(const json& c) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  const bool block = c["block"].get<int64_t>() > 0;
+  const DType scale = c["scale_format"] == "e8m0" ? DType::kFloat8E8M0FNU : DType::kFloat32;
+  Map engine;
+  for (const char* key : kDestinations) {
+    const bool fused = std::string(key) == "qkv_proj" || std::string(key) == "gate_up_proj";
+    const int dim = fused ? 0 : 1;
+    const char* placements = fused ? "[S(0)]" : "[S(1)]";
+    const IntVector codes = mine[key]["codes_shape"].get<IntVector>();
+    engine.Set(HfName(key), Buffer(codes, CodesDType(c), placements, dim));
+    const IntVector scales = mine[key]["scales_shape"].get<IntVector>();
+    engine.Set(HfName(key) + (block ? "_scale_inv" : "_scale"),
+               block ? Buffer(scales, scale, placements, dim)
+                     : Buffer(scales, scale, "[R]", -1));
+  }
+  return engine;
+}
+
+void ExpectGolden(const json& c, const Map& engine, const std::string& what) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  const bool block = c["block"].get<int64_t>() > 0;
+  for (const char* key : kDestinations) {
+    const std::string where = absl::StrCat(c["name"].get<std::string>(), " ", what, " ", key,
+                                           " on rank ", g_world->rank());
+    const Value* codes = engine.Find(HfName(key));
+    const Value* scales = engine.Find(HfName(key) + (block ? "_scale_inv" : "_scale"));
+    ASSERT_TRUE(codes != nullptr && scales != nullptr) << where;
+    EXPECT_EQ(Fnv(codes->as_dtensor().local()), mine[key]["codes_fnv"].get<std::string>())
+        << where;
+    EXPECT_EQ(Raw(scales->as_dtensor().local()), mine[key]["scales"].get<std::vector<int64_t>>())
+        << where;
+  }
+}
+
+// The trainer: every source cut by fsdp (Shard(0)) over the world.
+Map FsdpSources(const std::map<std::string, Tensor>& sources) {
+  Map m;
+  for (const auto& [key, full] : sources) {
+    m.Set(HfName(key), Value(*DistributeTensor(full, World(), *ParsePlacements("[S(0)]"),
+                                               g_world->rank())));
+  }
+  return m;
+}
+
+ReshardOptions MapOptions() {
+  ReshardOptions options;
+  options.comm = g_world;
+  options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+  return options;
+}
+
+TEST(Fp8MapMpi, TheSourceFormulaIsTheGoldenScripts) {
+  ASSERT_FALSE(Golden().is_null()) << "tests/data/fp8_map/expected.json";
+  const std::map<std::string, Tensor> sources = Sources();
+  for (const char* key : kOrder) {
+    EXPECT_EQ(Fnv(sources.at(key)), Golden()["source_fnv"][key].get<std::string>()) << key;
+  }
+}
+
+TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
+  ASSERT_FALSE(Golden().is_null());
+  const std::map<std::string, Tensor> sources = Sources();
+  const Map trainer = FsdpSources(sources);
+  int ran = 0;
+  for (const json& c : Golden()["cases"]) {
+    if (c["tp"] != g_world->size()) continue;
+    ++ran;
+    const std::string name = c["name"];
+    Map engine = EngineBuffers(c);
+    TransferStats stats;
+    const absl::Status one_shot = ReshardStateDict(trainer, engine, MapOptions(), &stats);
+    ASSERT_TRUE(one_shot.ok()) << name << ": " << one_shot;
+    ExpectGolden(c, engine, "one-shot");
+    // A bound plan: the staging kept, every step quantized afresh into the same buffers.
+    const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, MapOptions());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Map bound_engine = EngineBuffers(c);
+    absl::StatusOr<BoundReshard> bound = BindReshard(*plan, trainer, bound_engine);
+    ASSERT_TRUE(bound.ok()) << bound.status();
+    for (int step = 0; step < 2; ++step) {
+      for (const char* key : kDestinations) {
+        const Tensor local = bound_engine.Find(HfName(key))->as_dtensor().local();
+        std::memset(local.data_ptr(), 0x55, local.nbytes());
+      }
+      ASSERT_TRUE(bound->Execute().ok()) << name;
+      ExpectGolden(c, bound_engine, absl::StrCat("bound step ", step));
+    }
+  }
+  if (g_world->size() != 3) EXPECT_EQ(ran, 4);
+}
+
+TEST(Fp8MapMpi, LoadAFileIntoFp8BuffersBitExact) {
+  ASSERT_FALSE(Golden().is_null());
+  std::string dir;
+  if (g_world->rank() == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_fp8_XXXXXX");
+    const char* made = mkdtemp(pattern.data());
+    dir = made != nullptr ? made : "";
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const auto& [key, t] : Sources()) tensors.emplace_back(HfName(key), t);
+    ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  }
+  ASSERT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  ASSERT_FALSE(dir.empty());
+  for (const json& c : Golden()["cases"]) {
+    if (c["tp"] != g_world->size()) continue;
+    Map engine = EngineBuffers(c);
+    LoadOptions options;
+    options.comm = g_world;
+    options.read = ReadMode::kAll;
+    options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+    const absl::StatusOr<LoadResult> result =
+        LoadStateDict(CheckpointSource::Open(dir + "/model.safetensors"), engine, options);
+    ASSERT_TRUE(result.ok()) << c["name"] << ": " << result.status();
+    EXPECT_TRUE(result->missing_keys.empty());
+    EXPECT_TRUE(result->unexpected_keys.empty());
+    ExpectGolden(c, engine, "loaded");
+  }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  if (g_world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(Fp8MapMpi, PiecesThatCutABlockAndWrongScalesFailOnEveryRank) {
+  const std::map<std::string, Tensor> sources = Sources();
+  const Map trainer = FsdpSources(sources);
+  // o_proj's 512 columns over the ranks: on 3 ranks 171 | 171 | 170 cut blocks.
+  const int64_t n = g_world->size();
+  Map engine;
+  Tensor local = *Tensor::Empty({300, 512 / n + (g_world->rank() < 512 % n ? 1 : 0)},
+                                DType::kFloat8E4M3FN);
+  engine.Set(HfName("o_proj"),
+             Value(*DTensor::Make(local, World(), *ParsePlacements("[S(1)]"), {300, 512})));
+  // Elsewhere whole blocks, but a scale local of [1, 1] where the blocks are [3, 4 / n].
+  engine.Set(HfName("o_proj") + "_scale_inv",
+             Buffer({n == 3 ? 3 : 1, 1}, DType::kFloat32, "[S(1)]", 1));
+  const absl::Status status = ReshardStateDict(trainer, engine, MapOptions());
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr(n == 3 ? "does not fit: rank 1 holds"
+                                                 : absl::StrCat("the scales [3, ", 4 / n, "]")));
+}
+
+}  // namespace
+}  // namespace sdrt::test
+
+int main(int argc, char** argv) {
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+}

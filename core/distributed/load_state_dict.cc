@@ -123,15 +123,13 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   SDRT_ASSIGN_OR_RETURN(LoadResult result,
                         RunPath(decision, source, precondition, *target, options, stats));
   // FP8 leaves: quantized from what the path read into their staging (quantize.h).
-  const internal::QuantizeWork& quantize = mapped.mapped.quantize;
+  internal::QuantizeWork& quantize = mapped.mapped.quantize;
   if (quantize.per_tensor && options.comm == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": an FP8 scale per tensor takes every rank's amax: give a communicator (a "
              "SelfCommunicator for one process)"));
   }
-  if (quantize.per_tensor || !quantize.steps.empty()) {
-    SDRT_RETURN_IF_ERROR(internal::FinishQuantized(quantize, options.comm));
-  }
+  if (quantize.any()) SDRT_RETURN_IF_ERROR(internal::FinishQuantized(quantize, options.comm));
   SDRT_RETURN_IF_ERROR(internal::TakeBack(mapped, local));
   return result;
 }

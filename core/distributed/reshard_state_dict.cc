@@ -107,7 +107,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   if (options.weight_map.compiled() != nullptr || internal::HasCodeLeaves(per_rank)) {
     SDRT_ASSIGN_OR_RETURN(internal::MapLowering lowering,
                           internal::LowerLeafLayouts(internal::CompiledOrEmpty(options.weight_map),
-                                                     per_rank));
+                                                     per_rank, /*quantize_on_senders=*/true));
     if (!lowering.empty()) {
       state->lowering = std::make_shared<const internal::MapLowering>(std::move(lowering));
     }
@@ -156,6 +156,56 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
 
 namespace internal {
 
+// This rank's source locals of a quantized source with their global offsets (a piece of
+// one run per dim; InvalidArgument for a _StridedShard one).
+SourceLocals SourceLocalsOf(const sdrt::ReshardPlan::State& s, const FoundTransferLocals& found) {
+  return [&s, &found](const QuantizedSource& src)
+             -> absl::StatusOr<std::vector<std::pair<Tensor, IntVector>>> {
+    std::vector<std::pair<Tensor, IntVector>> out;
+    if (src.tensor < 0) return out;
+    const size_t t = static_cast<size_t>(src.tensor);
+    const LocalRefs locals = found.sources.of(t);
+    for (const TransferPiece& piece : s.plan.tensors[t].source()) {
+      if (piece.rank != s.comm->rank()) continue;
+      IntVector offsets;
+      for (const IndexRuns& runs : piece.runs) {
+        if (runs.size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "FP8: '", src.name, "' is quantized from a _StridedShard source, which is not built"));
+        }
+        offsets.push_back(runs[0].global - runs[0].local);
+      }
+      if (piece.local < static_cast<int>(locals.size()) && locals[piece.local].tensor != nullptr) {
+        out.emplace_back(*locals[piece.local].tensor, std::move(offsets));
+      }
+    }
+    return out;
+  };
+}
+
+// Finds each quantized source's plan tensor and points its source locals' scales at its
+// grid (quantize.h); Unimplemented off the CPU.
+absl::Status BindSenderScales(const sdrt::ReshardPlan::State& s, FoundTransferLocals& found) {
+  QuantizeWork& work = found.mapped.quantize;
+  if (!work.on_senders || work.sources.empty()) return absl::OkStatus();
+  if (!s.comm->device().is_cpu()) {
+    return absl::UnimplementedError("FP8 codes on the wire are made on CPU ranks only so far");
+  }
+  absl::flat_hash_map<absl::string_view, size_t> tensor_of;
+  for (size_t t = 0; t < s.paths.size(); ++t) tensor_of.emplace(s.paths[t], t);
+  found.sources.scales.assign(s.plan.tensors.size(), BoxScales{});
+  for (QuantizedSource& src : work.sources) {
+    const auto it = tensor_of.find(src.name);
+    if (it == tensor_of.end()) continue;
+    src.tensor = static_cast<int64_t>(it->second);
+    BoxScales& b = found.sources.scales[it->second];
+    b.scales = work.scales.data() + src.offset;
+    b.tile = work.specs[static_cast<size_t>(src.destination)].tile;
+    b.grid_cols = src.grid_cols;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source, Map& destination,
                             bool keep, FoundTransferLocals& found,
                             std::optional<TransferProgram>& program) {
@@ -166,6 +216,7 @@ absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source
   }
   SDRT_RETURN_IF_ERROR(
       FindTransferLocals(s.plan, comm.rank(), comm.device(), source, destination, keep, found));
+  SDRT_RETURN_IF_ERROR(BindSenderScales(s, found));
   // Compiled before the agreement, so that its errors (the buckets) are every rank's.
   SDRT_ASSIGN_OR_RETURN(program, CompileTransfer(s.plan, s.schedule, s.exchanges, comm,
                                                  found.sources, found.destinations));
@@ -173,17 +224,20 @@ absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source
 }
 
 absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::State& s,
-                                const TransferProgram& program, const FoundTransferLocals& locals,
+                                const TransferProgram& program, FoundTransferLocals& locals,
                                 int64_t collectives, TransferStats* stats) {
   Communicator& comm = *s.comm;
+  QuantizeWork& quantize = locals.mapped.quantize;
+  if (quantize.on_senders && !quantize.sources.empty()) {
+    // FP8 codes on the wire: every tile's scale from every rank's amax, before packing.
+    SDRT_RETURN_IF_ERROR(SenderScales(quantize, SourceLocalsOf(s, locals), comm));
+    ++collectives;
+  }
   absl::Status status =
       RunTransfer(program, s.plan, s.schedule, &comm, locals.sources, locals.destinations);
   collectives += static_cast<int64_t>(program.exchanges.size());
   if (!program.exchanges.empty()) status = CloseTransfer(comm, op, status, &collectives);
-  if (status.ok() && (locals.mapped.quantize.per_tensor || !locals.mapped.quantize.steps.empty())) {
-    status = FinishQuantized(locals.mapped.quantize, &comm);
-    collectives += locals.mapped.quantize.per_tensor ? 1 : 0;
-  }
+  if (status.ok() && quantize.any()) status = FinishQuantized(quantize, &comm);
   if (status.ok() && stats != nullptr) {
     *stats = s.stats;
     stats->collectives = collectives;

@@ -161,4 +161,49 @@ bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType sc
   });
 }
 
+bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t cols,
+                        int64_t row_stride, int64_t row0, int64_t col0, int64_t tile,
+                        int64_t grid_cols, int32_t* amax_bits) {
+  if (!IsWide(dtype) || rows < 0 || cols < 0 || row0 < 0 || col0 < 0 || tile < 0) return false;
+  const char* const base = static_cast<const char*>(from);
+  const int64_t bytes = ElementBits(dtype) / 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* const row = base + r * row_stride * bytes;
+    const int64_t tile_row = tile == 0 ? 0 : (row0 + r) / tile;
+    for (int64_t c = 0; c < cols;) {
+      // The columns of this row in one tile.
+      const int64_t end = tile == 0 ? cols : std::min(cols, ((col0 + c) / tile + 1) * tile - col0);
+      float amax = 0.0f;
+      AbsMax(row + c * bytes, dtype, end - c, &amax);
+      int32_t& slot = amax_bits[tile == 0 ? 0 : tile_row * grid_cols + (col0 + c) / tile];
+      slot = std::max(slot, static_cast<int32_t>(FloatBits(amax)));
+      c = end;
+    }
+  }
+  return true;
+}
+
+bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols, int64_t row0,
+                 int64_t col0, int64_t tile, int64_t grid_cols, const float* scales, void* to,
+                 DType fp8) {
+  if (!IsWide(from_dtype) || !IsFp8(fp8) || rows < 0 || cols < 0 || row0 < 0 || col0 < 0 ||
+      tile < 0) {
+    return false;
+  }
+  const char* const in = static_cast<const char*>(from);
+  char* const out = static_cast<char*>(to);
+  const int64_t bytes = ElementBits(from_dtype) / 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t tile_row = tile == 0 ? 0 : (row0 + r) / tile;
+    for (int64_t c = 0; c < cols;) {
+      const int64_t end = tile == 0 ? cols : std::min(cols, ((col0 + c) / tile + 1) * tile - col0);
+      const float scale = scales[tile == 0 ? 0 : tile_row * grid_cols + (col0 + c) / tile];
+      const int64_t at = r * cols + c;
+      QuantizeFloats(in + at * bytes, from_dtype, out + at, fp8, scale, end - c);
+      c = end;
+    }
+  }
+  return true;
+}
+
 }  // namespace sdrt::internal

@@ -8,9 +8,9 @@
 //           rounded up to the next power of two (a power of two stays), at least 2^-127
 //   q     = (tile.float() / scale).to(fp8)     (float_cast.h's rounding and saturation)
 //   x'    = (q.float() * scale).to(dtype)
-// The per-element steps are host and device code (SDRT_HD); the loops are host code. Not the
-// transfer engine's step yet: its lowering is the next part of issue 30. Not API: in
-// namespace sdrt::internal.
+// The per-element steps are host and device code (SDRT_HD); the loops are host code. The
+// weight map's FP8 destinations use them (core/distributed/internal/mapping/quantize.h).
+// Not API: in namespace sdrt::internal.
 #ifndef SDRT_TENSOR_INTERNAL_FP8_SCALE_H_
 #define SDRT_TENSOR_INTERNAL_FP8_SCALE_H_
 
@@ -73,6 +73,22 @@ bool QuantizeMatrix(const void* from, DType from_dtype, int64_t rows, int64_t co
                     void* codes, DType fp8, void* scales, DType scale_dtype);
 bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType scale_dtype,
                       int64_t rows, int64_t cols, int64_t tile, void* to, DType to_dtype);
+
+// The pieces of a quantization that several ranks share (the weight sync's FP8 on the
+// wire): a box of `rows` x `cols` elements of a 2-D tensor, its element (0, 0) the tensor's
+// (row0, col0), row-major at `from` with `row_stride` elements from one row to the next;
+// tiles of `tile` x `tile` over the whole tensor (`tile` 0: one tile), `grid_cols` tiles
+// per row of tiles. AccumulateTileAmax raises each tile's entry of `amax_bits` (the float
+// bits of an amax as int32: ordered as the magnitudes, NaN above infinity) to the box's
+// largest magnitude in that tile. QuantizeBox writes the box's codes row-major at `to` (a
+// dense [rows, cols]) with each tile's scale from `scales` (float32, as stored: e8m0 ones
+// already powers of two). False for dtypes outside the recipe's or negative sizes.
+bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t cols,
+                        int64_t row_stride, int64_t row0, int64_t col0, int64_t tile,
+                        int64_t grid_cols, int32_t* amax_bits);
+bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols, int64_t row0,
+                 int64_t col0, int64_t tile, int64_t grid_cols, const float* scales, void* to,
+                 DType fp8);
 
 }  // namespace sdrt::internal
 

@@ -199,6 +199,20 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
     const absl::Status one_shot = ReshardStateDict(trainer, engine, MapOptions(), &stats);
     ASSERT_TRUE(one_shot.ok()) << name << ": " << one_shot;
     ExpectGolden(c, engine, "one-shot");
+    // The senders quantize: the wire carries one byte per element, half of what the same
+    // sync into bfloat16 buffers moves (the scales go by one all-reduce of block amaxes).
+    Map bf16_engine;
+    for (const char* key : kDestinations) {
+      const Value* codes = engine.Find(HfName(key));
+      const DTensor& d = codes->as_dtensor();
+      bf16_engine.Set(HfName(key), Value(*DTensor::Make(*Tensor::Empty(d.local().shape(),
+                                                                       DType::kBFloat16),
+                                                        d.mesh(), d.placements(), d.global_shape())));
+    }
+    TransferStats bf16_stats;
+    ASSERT_TRUE(ReshardStateDict(trainer, bf16_engine, MapOptions(), &bf16_stats).ok()) << name;
+    EXPECT_EQ(2 * stats.wire_bytes, bf16_stats.wire_bytes) << name;
+    if (g_world->size() > 1) EXPECT_GT(stats.wire_bytes, 0) << name;
     // A bound plan: the staging kept, every step quantized afresh into the same buffers.
     const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, MapOptions());
     ASSERT_TRUE(plan.ok()) << plan.status();

@@ -55,7 +55,8 @@ absl::Status InspectMap(const std::string& path, const WeightMapOptions& engine,
   }
   SDRT_RETURN_IF_ERROR(internal::DescribeStateDict(meta, /*source=*/false, per_rank[0]));
   SDRT_ASSIGN_OR_RETURN(const internal::MapLowering lowering,
-                        internal::LowerLeafLayouts(*map->compiled(), per_rank));
+                        internal::LowerLeafLayouts(*map->compiled(), per_rank,
+                                                   /*quantize_on_senders=*/false));
   // Per destination leaf, its runs in rank, local and start order; its dim.
   std::map<std::string, std::vector<Run>> runs;
   std::map<std::string, int> dim_of;

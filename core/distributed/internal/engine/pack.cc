@@ -7,6 +7,7 @@
 #include "sdrt/core/distributed/internal/engine/reduce.h"
 #include "sdrt/tensor/backend/device_backend.h"
 #include "sdrt/tensor/internal/float_cast.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -67,11 +68,42 @@ absl::Status CastBox(DType wire, const TransferMove& move, const Tensor& local, 
   return Convert(slot, wire, temporary.data_ptr(), side, count, device, false, stream);
 }
 
+// The codes of the box of `move` (of `shape`) of `local` (checked: of `side`, its piece's
+// shape; `ref` its ref) at `slot` (a host buffer): straight from the local when the box is
+// one dense range of it (whole rows, or part of one), else through a temporary of the box.
+absl::Status QuantizeOut(const TransferTensorPlan& tp, const TransferMove& move,
+                         const LocalRef& ref, DType side, IntSpan shape, const ShardRuns& runs,
+                         const BoxScales& scales, char* slot) {
+  const char* from = BoxAddress(move.source_offset, ref, side);
+  Tensor temporary;
+  if (from == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(temporary, Tensor::Empty(shape, side));
+    SDRT_RETURN_IF_ERROR(CopyRuns(temporary, move.begin, *ref.tensor, runs, /*to_local=*/false));
+    from = static_cast<const char*>(temporary.data_ptr());
+  }
+  const bool matrix = scales.tile > 0;
+  if (matrix && shape.size() != 2) {
+    return absl::InvalidArgumentError("block scales are for 2-D tensors");
+  }
+  int64_t count = 1;
+  for (int64_t n : shape) count *= n;
+  const int64_t rows = matrix ? shape[0] : 1, cols = matrix ? shape[1] : count;
+  if (!QuantizeBox(from, side, rows, cols, matrix ? move.begin[0] : 0,
+                   matrix ? move.begin[1] : 0, scales.tile, scales.grid_cols, scales.scales, slot,
+                   tp.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("no quantization of ", DTypeName(side),
+                                                   " into ", DTypeName(tp.dtype)));
+  }
+  return absl::OkStatus();
+}
+
 // Copies every move of `message` between `buffer` and `locals`: into the locals when
-// `to_local` (destination side), else into the buffer (source side).
+// `to_local` (destination side), else into the buffer (source side), quantized with
+// `scales` when given (source side).
 absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& message,
                          LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
-                         bool to_local, bool non_blocking, StreamHandle stream) {
+                         bool to_local, bool non_blocking, StreamHandle stream,
+                         const BoxScales* scales = nullptr) {
   // The text of an error only: a message of many small tensors is copied per call.
   const auto where = [&] {
     return absl::StrCat("reshard of tensor '", tp.name, "', message from rank ",
@@ -101,6 +133,27 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
                                                      " is needed"));
     }
     const LocalRef& ref = locals[piece.local];
+    if (scales != nullptr && !to_local && !message.forward && move.bytes > 0) {
+      // FP8 codes made on the sender, with the scales of the box's tiles.
+      if (!host_buffer) {
+        return absl::UnimplementedError(
+            absl::StrCat(where(), ": FP8 codes are made into host buffers only so far"));
+      }
+      if (ref.tensor == nullptr || !ref.tensor->defined() || ref.tensor->dtype() != side ||
+          ref.tensor->shape() != piece.local_shape || !ref.tensor->device().is_cpu()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ": local ", piece.local, " of rank ", piece.rank, " is not a CPU ",
+            DTypeName(side), ShapeToString(piece.local_shape)));
+      }
+      shape.resize(move.begin.size());
+      for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
+      const absl::Status q =
+          QuantizeOut(tp, move, ref, side, shape, ClipRuns(piece.runs, move.begin, move.end),
+                      *scales, static_cast<char*>(buffer->data()) + at);
+      if (!q.ok()) return absl::Status(q.code(), absl::StrCat(where(), ": ", q.message()));
+      at += move.bytes;
+      continue;
+    }
     if (!(to_local && message.contribution > 0) && host_buffer && move.bytes > 0) {
       // The common box (a Shard or Replicate piece of a checked dense local): one memcpy, or
       // for a cast one conversion between the local and the buffer.
@@ -198,8 +251,9 @@ LocalRef CheckedRef(const Tensor& local) {
 
 absl::Status PackMessage(const TransferTensorPlan& tp, const TransferMessage& message,
                          LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
-                         bool non_blocking, StreamHandle stream) {
-  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/false, non_blocking, stream);
+                         bool non_blocking, StreamHandle stream, const BoxScales* scales) {
+  return CopyMessage(tp, message, locals, buffer, offset, /*to_local=*/false, non_blocking, stream,
+                     scales != nullptr && scales->scales != nullptr ? scales : nullptr);
 }
 
 absl::Status PackMessage(const TransferTensorPlan& tp, const TransferMessage& message,

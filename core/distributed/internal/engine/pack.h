@@ -38,6 +38,15 @@ using LocalRefs = absl::Span<const LocalRef>;
 // applies.
 LocalRef CheckedRef(const Tensor& local);
 
+// The scales a sender makes FP8 codes with (core/distributed/internal/mapping/quantize.h):
+// row-major [ceil(rows / tile), grid_cols] float32 scales of a 2-D tensor's tiles (as
+// stored: e8m0 ones widened), or one (`tile` 0) for the whole tensor. Owned by the caller.
+struct BoxScales {
+  const float* scales = nullptr;
+  int64_t tile = 0;
+  int64_t grid_cols = 1;
+};
+
 // Copies the boxes of `message` (a message of tensor `tp`) from `locals`, the source
 // rank's local tensors of that tensor (a checked ref's box at the move's offset by one
 // memcpy, without reading the tensor) (its destination locals for a forward message: the
@@ -51,10 +60,12 @@ LocalRef CheckedRef(const Tensor& local);
 // else through a temporary of the box there, and then blocking. InvalidArgument naming the
 // tensor, the ranks and the local when a local is missing, undefined, or not of the piece's
 // dtype and shape, or when the buffer is shorter than offset + message.bytes; the errors of
-// CopyRuns and of the conversion.
+// CopyRuns and of the conversion. With `scales` (a cast into float8 codes) each box is
+// quantized with its tiles' scales instead of cast (host buffers only: else Unimplemented).
 absl::Status PackMessage(const TransferTensorPlan& tp, const TransferMessage& message,
                          LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
-                         bool non_blocking = false, StreamHandle stream = nullptr);
+                         bool non_blocking = false, StreamHandle stream = nullptr,
+                         const BoxScales* scales = nullptr);
 absl::Status PackMessage(const TransferTensorPlan& tp, const TransferMessage& message,
                          absl::Span<const Tensor> locals, const std::shared_ptr<Storage>& buffer,
                          int64_t offset, bool non_blocking = false, StreamHandle stream = nullptr);

@@ -37,17 +37,19 @@ namespace internal {
 
 // What ExecuteReshard and BindReshard do before their agreement: this rank's locals of
 // `source` and `destination` found and checked (FindTransferLocals, kept by handle when
-// `keep`) and its program compiled (CompileTransfer) into `program`. Returns this rank's
-// error, for the caller to agree on.
+// `keep`; a weight map's lowered leaves made first, and its FP8 sources' scales bound) and
+// its program compiled (CompileTransfer) into `program`. Returns this rank's error, for the
+// caller to agree on.
 absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source, Map& destination,
                             bool keep, FoundTransferLocals& found,
                             std::optional<TransferProgram>& program);
 
 // Runs a compiled reshard and closes the call (transfer.h), filling `stats` when not null:
 // the plan's figures, this rank's from `program`, and `collectives` made before it (the
-// agreement) plus the exchanges and the closing.
+// agreement) plus the exchanges and the closing. FP8 leaves (mapping/quantize.h): their
+// scales all-reduced before the exchanges, written after them.
 absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::State& s,
-                        const TransferProgram& program, const FoundTransferLocals& locals,
+                        const TransferProgram& program, FoundTransferLocals& locals,
                         int64_t collectives, TransferStats* stats);
 
 }  // namespace internal

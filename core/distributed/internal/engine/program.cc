@@ -410,7 +410,9 @@ absl::Status RunTransfer(
       const LocalRefs from =
           step.chunk->forward ? destinations.of(step.tensor) : sources.of(step.tensor);
       if (op.kind == Kind::kPack || op.kind == Kind::kSelf) {
-        SDRT_RETURN_IF_ERROR(PackMessage(tp, *step.chunk, from, program.send_bucket, op.offset));
+        SDRT_RETURN_IF_ERROR(PackMessage(
+            tp, *step.chunk, from, program.send_bucket, op.offset, false, nullptr,
+            step.chunk->forward ? nullptr : sources.scales_of(step.tensor)));
       }
       if (op.kind != Kind::kPack) {
         SDRT_RETURN_IF_ERROR(UnpackMessage(

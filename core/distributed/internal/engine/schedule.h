@@ -129,6 +129,12 @@ struct TransferLocals {
   std::vector<size_t> begin{0};
   std::deque<Tensor> owned;
   bool checked = false;
+  // Sources only: per plan tensor, the scales its FP8 codes are made with (none: empty, or
+  // an entry without scales).
+  std::vector<BoxScales> scales;
+  const BoxScales* scales_of(size_t t) const {
+    return t < scales.size() && scales[t].scales != nullptr ? &scales[t] : nullptr;
+  }
   size_t size() const { return begin.size() - 1; }
   LocalRefs of(size_t t) const {
     return LocalRefs(tensors.data() + begin[t], begin[t + 1] - begin[t]);

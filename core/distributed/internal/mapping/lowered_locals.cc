@@ -1,6 +1,7 @@
 // LowerLocals (lowering.h): a rank's lowered destination leaves over views of its locals.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,17 +89,18 @@ absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, c
   return locals;
 }
 
-// The step of FP8 leaf `q` on rank `me`: per local of its codes, a staging local of
-// `source_dtype` and the scale local beside it. InvalidArgument naming the leaf for locals
-// that are not contiguous, scales of another count or shape than the codes' blocks;
-// Unimplemented off the CPU; Tensor::Empty's errors.
-absl::StatusOr<QuantizeStep> MakeQuantizeStep(const QuantizedDestination& q, int slot,
-                                              DType source_dtype, const std::vector<Tensor>& codes,
+// The step of FP8 leaf `q` on rank `me`: per local of its codes the scale local beside it
+// and, unless `staging_dtype` is unset (the senders quantize), a staging local of that
+// dtype. InvalidArgument naming the leaf for locals that are not contiguous, scales of
+// another count or shape than the codes' blocks; Unimplemented off the CPU; Tensor::Empty's
+// errors.
+absl::StatusOr<QuantizeStep> MakeQuantizeStep(const QuantizedDestination& q,
+                                              std::optional<DType> staging_dtype,
+                                              const std::vector<Tensor>& codes,
                                               const std::vector<Tensor>& scales, int64_t me) {
   const std::string where = absl::StrCat("FP8: '", q.path, "' on rank ", me);
   QuantizeStep step;
   step.spec = q;
-  step.slot = slot;
   if (codes.size() != scales.size()) {
     return Invalid(where, absl::StrCat(codes.size(), " locals of codes and ", scales.size(),
                                        " of '", q.scale_path, "'"));
@@ -122,7 +124,9 @@ absl::StatusOr<QuantizeStep> MakeQuantizeStep(const QuantizedDestination& q, int
           q.tile > 0 ? absl::StrCat(" (a scale per ", q.tile, " x ", q.tile, " block)") : ""));
     }
     QuantizeLocal& local = step.locals.emplace_back();
-    SDRT_ASSIGN_OR_RETURN(local.staging, Tensor::Empty(c.shape(), source_dtype, c.device()));
+    if (staging_dtype.has_value()) {
+      SDRT_ASSIGN_OR_RETURN(local.staging, Tensor::Empty(c.shape(), *staging_dtype, c.device()));
+    }
     local.codes = c;
     local.scales = s;
   }
@@ -177,24 +181,60 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
     }
     return &it->second;
   };
-  out.quantize.destinations = static_cast<int64_t>(lowering.quantized.size());
-  for (const QuantizedDestination& q : lowering.quantized) out.quantize.per_tensor |= q.tile == 0;
+  // FP8 leaves (quantize.h): their sources and the grid of their scales, alike on every rank.
+  QuantizeWork& work = out.quantize;
+  work.specs = lowering.quantized;
+  work.on_senders = lowering.on_senders;
+  std::vector<int> source_of(lowering.destinations.size(), -1);  // lowered leaf -> source
+  {
+    std::map<int, int64_t> tensor_entry;  // a per-tensor destination's entry
+    int64_t entries = 0;
+    for (size_t i = 0; i < lowering.destinations.size(); ++i) {
+      const LoweredDestination& d = lowering.destinations[i];
+      if (d.quantized < 0) continue;
+      const QuantizedDestination& q = work.specs[static_cast<size_t>(d.quantized)];
+      work.per_tensor |= q.tile == 0;
+      QuantizedSource src;
+      src.name = d.name;
+      src.destination = d.quantized;
+      if (q.tile == 0) {
+        const auto [it, made] = tensor_entry.emplace(d.quantized, entries);
+        entries += made ? 1 : 0;
+        src.offset = it->second;
+      } else {
+        // A grid of blocks where the senders quantize; each rank makes its own blocks' scales
+        // from its staging otherwise.
+        src.grid_rows = work.on_senders ? (d.shape[0] + q.tile - 1) / q.tile : 0;
+        src.grid_cols = work.on_senders ? (d.shape[1] + q.tile - 1) / q.tile : 0;
+        src.offset = entries;
+        entries += src.grid_rows * src.grid_cols;
+      }
+      source_of[i] = static_cast<int>(work.sources.size());
+      work.sources.push_back(std::move(src));
+    }
+    work.amax.assign(static_cast<size_t>(entries), 0);
+    work.scales.assign(static_cast<size_t>(entries), 1.0f);
+  }
   std::map<std::string, size_t> step_of;  // an FP8 leaf's path -> its step
-  const auto step = [&](const LoweredDestination& d) -> absl::StatusOr<QuantizeStep*> {
-    const QuantizedDestination& q = lowering.quantized[static_cast<size_t>(d.quantized)];
+  const auto step = [&](const LoweredDestination& d, int source) -> absl::StatusOr<QuantizeStep*> {
+    const QuantizedDestination& q = work.specs[static_cast<size_t>(d.quantized)];
     auto it = step_of.find(q.path);
     if (it == step_of.end()) {
       SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* codes, locals(q.path));
       SDRT_ASSIGN_OR_RETURN(std::vector<Tensor> scales,
                             DestinationLocals(q.scale_path, find(q.scale_path), me, device, out));
-      SDRT_ASSIGN_OR_RETURN(QuantizeStep made,
-                            MakeQuantizeStep(q, d.quantized, d.dtype, *codes, scales, me));
-      it = step_of.emplace(q.path, out.quantize.steps.size()).first;
-      out.quantize.steps.push_back(std::move(made));
+      SDRT_ASSIGN_OR_RETURN(
+          QuantizeStep made,
+          MakeQuantizeStep(q, work.on_senders ? std::nullopt : std::optional<DType>(d.dtype),
+                           *codes, scales, me));
+      made.grid_offset = work.sources[static_cast<size_t>(source)].offset;
+      it = step_of.emplace(q.path, work.steps.size()).first;
+      work.steps.push_back(std::move(made));
     }
-    return &out.quantize.steps[it->second];
+    return &work.steps[it->second];
   };
-  for (const LoweredDestination& d : lowering.destinations) {
+  for (size_t index = 0; index < lowering.destinations.size(); ++index) {
+    const LoweredDestination& d = lowering.destinations[index];
     std::vector<ShardMetadata> metadata;
     std::vector<LocalShard> shards;
     metadata.reserve(d.boxes.size());
@@ -208,11 +248,12 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
         const bool has = v.local < static_cast<int>(mine->size());
         Tensor into = has ? (*mine)[static_cast<size_t>(v.local)] : Tensor();
         if (has && d.quantized >= 0) {
-          // An FP8 leaf: the view is of its staging local, whose rows FinishQuantized reads.
-          SDRT_ASSIGN_OR_RETURN(QuantizeStep* const q, step(d));
+          // An FP8 leaf: the view is of its codes (the senders quantize) or of its staging
+          // local (FinishQuantized quantizes it here).
+          SDRT_ASSIGN_OR_RETURN(QuantizeStep* const q, step(d, source_of[index]));
           QuantizeLocal& local = q->locals[static_cast<size_t>(v.local)];
-          local.rows.emplace_back(v.start, v.length);
-          into = local.staging;
+          local.views.push_back({v.start, v.length, source_of[index], box.offsets});
+          if (!work.on_senders) into = local.staging;
         }
         absl::StatusOr<Tensor> view =
             has ? into.Narrow(d.dim, v.start, v.length)

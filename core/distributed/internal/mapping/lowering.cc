@@ -89,7 +89,7 @@ absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& o
     starts.reserve(d.views.size());
     for (const LoweredView& v : d.views) starts.push_back(v.start);
     SDRT_RETURN_IF_ERROR(CheckQuantizedBoxes(out.quantized[static_cast<size_t>(d.quantized)],
-                                             d.dtype, d.dim, d.boxes, starts, where));
+                                             d.source_dtype, d.dim, d.boxes, starts, where));
   }
   LeafLayout& leaf = leaves.emplace_back();
   leaf.path = d.name;
@@ -105,7 +105,8 @@ absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& o
 }  // namespace
 
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
-                                            std::vector<std::vector<LeafLayout>>& per_rank) {
+                                            std::vector<std::vector<LeafLayout>>& per_rank,
+                                            bool quantize_on_senders) {
   std::map<SideKey, SideInfo> sides;
   std::vector<std::string> source_order;
   for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
@@ -120,6 +121,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     }
   }
   MapLowering out;
+  out.on_senders = quantize_on_senders;
   // FP8 destinations (quantize.h): every rank's first description of a destination leaf.
   std::vector<const LeafLayout*> destination_leaves;
   for (const auto& [key, side] : sides) {
@@ -266,7 +268,8 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         d.name = names[k];
         const auto q = quantized_of.find(dsts[0]);
         d.quantized = q == quantized_of.end() ? -1 : q->second;
-        d.dtype = d.quantized >= 0 ? components[k]->layout->dtype : fused.layout->dtype;
+        d.source_dtype = components[k]->layout->dtype;
+        d.dtype = d.quantized >= 0 && !quantize_on_senders ? d.source_dtype : fused.layout->dtype;
         d.shape = components[k]->layout->shape;
         d.dim = dim;
         d.leaves = {dsts[0]};
@@ -362,7 +365,8 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         PiecesOfLayout(*destination.layout, destination.plain_holders, where));
     LoweredDestination d;
     d.name = name;
-    d.dtype = source->second.layout->dtype;
+    d.source_dtype = source->second.layout->dtype;
+    d.dtype = quantize_on_senders ? q.codes : d.source_dtype;
     d.shape = destination.layout->shape;
     d.leaves = {q.path};
     d.quantized = static_cast<int>(i);

@@ -55,9 +55,11 @@ struct LoweredDestination {
   std::vector<TransferBox> boxes;   // every rank's
   std::vector<LoweredView> views;   // one per box
   bool zero_rest = false;           // a pad: what no view covers in its leaf is zeroed
-  // An FP8 leaf (quantize.h): the index of its MapLowering::quantized, -1 for none. Its
-  // views go into staging locals, and `dtype` is the source's.
+  // An FP8 leaf (quantize.h): the index of its MapLowering::quantized, -1 for none. `dtype`
+  // is then its codes' when the senders quantize, else the source's (its views go into
+  // staging locals).
   int quantized = -1;
+  DType source_dtype = DType::kFloat32;  // the source's (set for FP8 leaves)
 };
 
 // A destination leaf that goes by its source's name.
@@ -72,6 +74,7 @@ struct MapLowering {
   std::vector<LoweredDestination> destinations;
   std::vector<RenamedDestination> renamed;
   std::vector<QuantizedDestination> quantized;
+  bool on_senders = false;  // the senders quantize (a reshard), else each rank after (a load)
   bool empty() const { return destinations.empty() && renamed.empty() && quantized.empty(); }
 };
 
@@ -89,8 +92,10 @@ struct MapLowering {
 // not the source's size rounded up to the multiple), a split's components of different
 // dtypes; a fused layout that is not one box per local (_StridedShard, Partial), or that
 // kShards cannot cut into equal parts; a rank holding one element of a lowered leaf twice.
+// FP8 leaves are quantized by the senders when `quantize_on_senders` (quantize.h).
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
-                                            std::vector<std::vector<LeafLayout>>& per_rank);
+                                            std::vector<std::vector<LeafLayout>>& per_rank,
+                                            bool quantize_on_senders);
 
 // Rank `me`'s lowered leaves over its locals of `destination` (on `device`), into
 // out.destinations: ShardedTensors whose local shards are views, and renamed leaves under

@@ -33,7 +33,7 @@ absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& s
     l.kind = LeafLayout::Kind::kPlain;
   }
   SDRT_RETURN_IF_ERROR(DescribeStateDict(local, /*source=*/false, mine));
-  SDRT_ASSIGN_OR_RETURN(const MapLowering lowering, LowerLeafLayouts(map, per_rank));
+  SDRT_ASSIGN_OR_RETURN(const MapLowering lowering, LowerLeafLayouts(map, per_rank, /*quantize_on_senders=*/false));
   SDRT_RETURN_IF_ERROR(LowerLocals(lowering, me, device, local, out.mapped));
   absl::flat_hash_set<absl::string_view> taken;  // the caller's leaves a rule replaces
   for (const LoweredDestination& d : lowering.destinations) {

@@ -43,10 +43,10 @@ float LocalAmax(const QuantizeLocal& local) {
   const int64_t cols = RowElements(local.staging);
   const int64_t bytes = ElementBits(local.staging.dtype()) / 8;
   float amax = 0.0f;
-  for (const auto& [start, length] : local.rows) {
+  for (const QuantizeView& v : local.views) {
     float part = 0.0f;
-    AbsMax(static_cast<const char*>(local.staging.data_ptr()) + start * cols * bytes,
-           local.staging.dtype(), length * cols, &part);
+    AbsMax(static_cast<const char*>(local.staging.data_ptr()) + v.start * cols * bytes,
+           local.staging.dtype(), v.length * cols, &part);
     if (OrderedBits(part) > OrderedBits(amax)) amax = part;
   }
   return amax;
@@ -140,50 +140,116 @@ absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, DType source_dty
   return absl::OkStatus();
 }
 
-absl::Status FinishQuantized(const QuantizeWork& work, Communicator* comm) {
-  // A tensor's scale: its amax over every rank's views.
-  std::vector<float> tensor_scale(static_cast<size_t>(work.destinations), 1.0f);
-  if (work.per_tensor) {
-    SDRT_ASSIGN_OR_RETURN(Tensor amax, Tensor::Zeros(IntVector{work.destinations}, DType::kInt32));
-    int32_t* bits = amax.data<int32_t>();
-    for (const QuantizeStep& step : work.steps) {
-      if (step.spec.tile != 0) continue;
-      for (const QuantizeLocal& local : step.locals) {
-        bits[step.slot] = std::max(bits[step.slot], OrderedBits(LocalAmax(local)));
+namespace {
+
+// Every grid entry's scale from its amax (the all-reduced bits), by its destination's recipe.
+void ScalesFromAmax(QuantizeWork& work) {
+  for (const QuantizedSource& src : work.sources) {
+    const QuantizedDestination& q = work.specs[static_cast<size_t>(src.destination)];
+    const int64_t n = q.tile == 0 ? 1 : src.grid_rows * src.grid_cols;
+    for (int64_t i = src.offset; i < src.offset + n; ++i) {
+      work.scales[static_cast<size_t>(i)] =
+          TileScale(FloatFromBits(static_cast<uint32_t>(work.amax[static_cast<size_t>(i)])),
+                    q.codes, q.scale == DType::kFloat8E8M0FNU);
+    }
+  }
+}
+
+absl::Status AllReduceAmax(QuantizeWork& work, Communicator& comm) {
+  const int64_t n = static_cast<int64_t>(work.amax.size());
+  SDRT_ASSIGN_OR_RETURN(Tensor amax, Tensor::Empty(IntVector{n}, DType::kInt32));
+  std::memcpy(amax.data_ptr(), work.amax.data(), static_cast<size_t>(n) * sizeof(int32_t));
+  SDRT_RETURN_IF_ERROR(comm.AllReduce(amax, ReduceOp::kMax));
+  std::memcpy(work.amax.data(), amax.data_ptr(), static_cast<size_t>(n) * sizeof(int32_t));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SenderScales(QuantizeWork& work, const SourceLocals& locals_of, Communicator& comm) {
+  std::fill(work.amax.begin(), work.amax.end(), 0);
+  for (const QuantizedSource& src : work.sources) {
+    const QuantizedDestination& q = work.specs[static_cast<size_t>(src.destination)];
+    SDRT_ASSIGN_OR_RETURN(const auto held_pieces, locals_of(src));
+    for (const auto& [held, offsets] : held_pieces) {
+      if (held.numel() == 0) continue;
+      SDRT_ASSIGN_OR_RETURN(const Tensor local, held.Contiguous());
+      int32_t* const grid = work.amax.data() + src.offset;
+      if (q.tile == 0) {
+        AccumulateTileAmax(local.data_ptr(), local.dtype(), 1, local.numel(), local.numel(), 0, 0,
+                           0, 1, grid);
+      } else {
+        AccumulateTileAmax(local.data_ptr(), local.dtype(), local.size(0), local.size(1),
+                           local.size(1), offsets[0], offsets[1], q.tile, src.grid_cols, grid);
       }
     }
-    SDRT_RETURN_IF_ERROR(comm->AllReduce(amax, ReduceOp::kMax));
+  }
+  if (!work.amax.empty()) SDRT_RETURN_IF_ERROR(AllReduceAmax(work, comm));
+  ScalesFromAmax(work);
+  return absl::OkStatus();
+}
+
+absl::Status FinishQuantized(QuantizeWork& work, Communicator* comm) {
+  if (!work.on_senders && work.per_tensor) {
+    // A tensor's scale: its amax over every rank's views.
+    std::fill(work.amax.begin(), work.amax.end(), 0);
     for (const QuantizeStep& step : work.steps) {
-      tensor_scale[static_cast<size_t>(step.slot)] =
-          TileScale(FloatFromBits(static_cast<uint32_t>(bits[step.slot])), step.spec.codes,
-                    step.spec.scale == DType::kFloat8E8M0FNU);
+      if (step.spec.tile != 0) continue;
+      int32_t& bits = work.amax[static_cast<size_t>(step.grid_offset)];
+      for (const QuantizeLocal& local : step.locals) {
+        bits = std::max(bits, OrderedBits(LocalAmax(local)));
+      }
     }
+    SDRT_RETURN_IF_ERROR(AllReduceAmax(work, *comm));
+    ScalesFromAmax(work);
   }
   for (const QuantizeStep& step : work.steps) {
     const QuantizedDestination& q = step.spec;
     for (const QuantizeLocal& local : step.locals) {
-      const int64_t cols = RowElements(local.staging);
-      const int64_t in_bytes = ElementBits(local.staging.dtype()) / 8;
-      const char* const from = static_cast<const char*>(local.staging.data_ptr());
-      char* const codes = static_cast<char*>(local.codes.data_ptr());
       const int64_t scales = local.scales.numel();
       for (int64_t i = 0; i < scales; ++i) StoreScale(local.scales, i, 1.0f);
       if (q.tile == 0) {
-        const float scale = tensor_scale[static_cast<size_t>(step.slot)];
+        const float scale = work.scales[static_cast<size_t>(step.grid_offset)];
         if (scales > 0) StoreScale(local.scales, 0, scale);
-        for (const auto& [start, length] : local.rows) {
-          QuantizeFloats(from + start * cols * in_bytes, local.staging.dtype(),
-                         codes + start * cols, q.codes, scale, length * cols);
+        if (work.on_senders) continue;
+        const int64_t cols = RowElements(local.staging);
+        const int64_t in_bytes = ElementBits(local.staging.dtype()) / 8;
+        for (const QuantizeView& v : local.views) {
+          QuantizeFloats(static_cast<const char*>(local.staging.data_ptr()) +
+                             v.start * cols * in_bytes,
+                         local.staging.dtype(), static_cast<char*>(local.codes.data_ptr()) +
+                                                    v.start * cols,
+                         q.codes, scale, v.length * cols);
         }
         continue;
       }
-      const int64_t scale_cols = CeilDiv(cols, q.tile);
+      const int64_t scale_cols = local.scales.size(1);
+      if (work.on_senders) {
+        // The blocks of each view, from the grid of its source.
+        for (const QuantizeView& v : local.views) {
+          const QuantizedSource& src = work.sources[static_cast<size_t>(v.source)];
+          const int64_t rows = (v.length + q.tile - 1) / q.tile;
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < scale_cols; ++j) {
+              const int64_t from = src.offset + (v.offsets[0] / q.tile + i) * src.grid_cols +
+                                   v.offsets[1] / q.tile + j;
+              StoreScale(local.scales, (v.start / q.tile + i) * scale_cols + j,
+                         work.scales[static_cast<size_t>(from)]);
+            }
+          }
+        }
+        continue;
+      }
+      const int64_t cols = RowElements(local.staging);
+      const int64_t in_bytes = ElementBits(local.staging.dtype()) / 8;
       const int64_t scale_bytes = ElementBits(q.scale) / 8;
-      char* const scale_data = static_cast<char*>(local.scales.data_ptr());
-      for (const auto& [start, length] : local.rows) {
-        QuantizeMatrix(from + start * cols * in_bytes, local.staging.dtype(), length, cols, q.tile,
-                       codes + start * cols, q.codes,
-                       scale_data + (start / q.tile) * scale_cols * scale_bytes, q.scale);
+      for (const QuantizeView& v : local.views) {
+        QuantizeMatrix(static_cast<const char*>(local.staging.data_ptr()) + v.start * cols * in_bytes,
+                       local.staging.dtype(), v.length, cols, q.tile,
+                       static_cast<char*>(local.codes.data_ptr()) + v.start * cols, q.codes,
+                       static_cast<char*>(local.scales.data_ptr()) +
+                           (v.start / q.tile) * scale_cols * scale_bytes,
+                       q.scale);
       }
     }
   }

@@ -5,15 +5,15 @@
 // float32 or float8_e8m0fnu. The recipe is fp8_scale.h's (PyTorch's, bit for bit).
 //
 // How it is lowered: the codes leaf is lowered as any destination (lowering.h), fused,
-// padded or as it is, but its views go into staging locals of the source's dtype and the
-// codes leaf's local shapes, made once per call or binding; the engine moves the source's
-// bytes into them uncast; then each rank quantizes what it holds into the codes and writes
-// the scales (FinishQuantized). With whole blocks on every rank (checked at planning: every
-// piece of a block-quantized tensor starts at a multiple of 128 in the source and in its
-// local) a block's scale needs nothing from a peer; a tensor's scale is the largest
-// magnitude over every rank (one all-reduce of every per-tensor amax). The wire carries the
-// source's dtype; sending codes (the wire in fp8) is the next step of the issue. CPU
-// destinations only for now. Not public API.
+// padded or as it is. In a reshard the senders quantize: before each move every rank takes
+// the amax of each 128 x 128 block (or tensor) over what it holds of the source, one
+// all-reduce of them gives every rank every scale, the senders pack codes (the wire carries
+// fp8) and each rank writes the scales of the blocks its pieces hold. A load has no sender:
+// the views go into staging locals of the source's dtype (made once per call), the readers
+// fill them, and each rank quantizes what it holds. Both need each piece of a block-quantized
+// leaf to start at a multiple of 128 in the source and in its local (checked at planning,
+// on every rank), so a rank's scale local is the blocks of its pieces. CPU only for now.
+// Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_QUANTIZE_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_QUANTIZE_H_
 
@@ -66,32 +66,65 @@ absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, DType source_dty
                                  const std::vector<TransferBox>& boxes,
                                  const std::vector<int64_t>& view_starts, const std::string& where);
 
-// One local of a quantized leaf on this rank: what the engine filled (`staging`, of the
-// source's dtype and the codes' shape, rows [start, start + length) of it in views), and
-// where the codes and scales go.
+// A source tensor some FP8 leaf is made of, and where its scales lie in the work's grid:
+// [grid_rows, grid_cols] entries from `offset` (per tensor: one, its destination's, shared by
+// every source of it).
+struct QuantizedSource {
+  std::string name;     // the plan tensor's: the source's name
+  int destination = 0;  // its leaf's index in MapLowering::quantized
+  int64_t grid_rows = 1, grid_cols = 1, offset = 0;
+  int64_t tensor = -1;  // its plan tensor, where the engine has found it
+};
+
+// Rows [start, start + length) of a quantized leaf's local hold source `source`'s elements
+// from its global `offsets` on (the local's whole width).
+struct QuantizeView {
+  int64_t start = 0, length = 0;
+  int source = 0;
+  IntVector offsets;
+};
+
+// One local of a quantized leaf on this rank: its codes and scales, and (quantized here
+// after the move) the staging the engine filled, of the source's dtype and the codes' shape.
 struct QuantizeLocal {
   Tensor staging, codes, scales;
-  std::vector<std::pair<int64_t, int64_t>> rows;  // (start, length) along dim 0
+  std::vector<QuantizeView> views;
 };
 struct QuantizeStep {
   QuantizedDestination spec;
-  int slot = 0;  // the destination's index in MapLowering::quantized
+  int64_t grid_offset = 0;  // per tensor: its scale's entry
   std::vector<QuantizeLocal> locals;
 };
 
-// This rank's quantized leaves (LowerLocals makes them): the steps, and of the lowering
-// (the same on every rank) how many destinations it quantizes and whether any is per tensor.
+// This rank's quantized leaves (LowerLocals makes them, from a lowering that is the same
+// on every rank): the steps, the sources and their grid of amaxes (as ordered int32 bits)
+// and scales (as stored, e8m0 ones widened). `on_senders`: the senders quantize (the wire
+// carries codes; SenderScales before each move), else each rank after it (FinishQuantized
+// from its staging).
 struct QuantizeWork {
+  std::vector<QuantizedDestination> specs;  // the lowering's
   std::vector<QuantizeStep> steps;
-  int64_t destinations = 0;
-  bool per_tensor = false;
+  std::vector<QuantizedSource> sources;
+  std::vector<int32_t> amax;
+  std::vector<float> scales;
+  bool on_senders = false;
+  bool per_tensor = false;  // any destination with one scale per tensor
+  bool any() const { return !sources.empty() || !steps.empty(); }
 };
 
-// After a move: the scales of whole tensors agreed by one all-reduce over `comm` (every
-// rank alike, when work.per_tensor; `comm` is then not null), then every local's codes and scales written from its
-// staging (blocks no view covers: scale 1, their codes left as they are: zero for a pad).
+// Before a move that quantizes on the senders: each source's amax per tile over what this
+// rank holds of it (`locals_of(source)`: its local tensors with their global offsets), the
+// largest of every rank's by one all-reduce over `comm` (every rank alike), and the scales.
+using SourceLocals = std::function<absl::StatusOr<std::vector<std::pair<Tensor, IntVector>>>(
+    const QuantizedSource& source)>;
+absl::Status SenderScales(QuantizeWork& work, const SourceLocals& locals_of, Communicator& comm);
+
+// After a move: on the senders' side, every local's scales written from the grid; else the
+// scales of whole tensors agreed by one all-reduce over `comm` (every rank alike, when
+// work.per_tensor; `comm` is then not null) and every local's codes and scales made from its
+// staging. Blocks no view covers: scale 1, their codes left as they are (zero for a pad).
 // The all-reduce's errors.
-absl::Status FinishQuantized(const QuantizeWork& work, Communicator* comm);
+absl::Status FinishQuantized(QuantizeWork& work, Communicator* comm);
 
 }  // namespace sdrt::internal
 

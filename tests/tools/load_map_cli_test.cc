@@ -110,6 +110,25 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
   EXPECT_THAT(r.err, HasSubstr("neither a built-in map"));
 }
 
+// `--cast fp8-block|fp8-tensor`: the linear weights as float8_e4m3fn codes with their scales
+// (the values are held to PyTorch's by fp8_map_mpi_test); a block that a rank's piece cuts is
+// exit 2 naming the tensor, before any byte moves.
+TEST_F(LoadMapCli, Fp8CastsWithScales) {
+  // One scale per tensor: any cut, here the fused vLLM layout on 2 ranks.
+  const nlohmann::json tensor =
+      Load(2, full_, "--map vllm-llama --head-size 16 --read all --cast fp8-tensor");
+  ASSERT_TRUE(tensor.is_object());
+  EXPECT_EQ(tensor["tensors"], 21);
+  // Block scales on one rank: every weight whole, its ragged edge blocks included.
+  EXPECT_TRUE(Load(1, full_, "--cast fp8-block").is_object());
+  // On 2 ranks fsdp cuts the 64-row weights at row 32: inside a block.
+  const CommandResult r = RunSdrtMpi(
+      2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan fsdp --cast fp8-block"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("the block 128 x 128 does not fit"));
+  EXPECT_THAT(r.err, HasSubstr("from [32, 0]"));
+}
+
 // `sdrt inspect --map`: on 4 ranks, what rank 1's fused qkv_proj is made of: its query
 // heads, then kv head 0, which rank 0 holds too (2 kv heads over 4 ranks).
 TEST_F(LoadMapCli, InspectShowsWhatEachFusedTensorIsMadeOf) {

@@ -1,5 +1,5 @@
 // `mpiexec -n N sdrt load SRC --mesh 2x2 --plan P [--read auto|all|root] [--verify INDIR]
-// [--device cpu|cuda] [--map MAP [--head-size N]] [--cast bf16|f16|f32]`: what an inference
+// [--device cpu|cuda] [--map MAP [--head-size N]] [--cast bf16|f16|f32|fp8-block|fp8-tensor]`: what an inference
 // engine does at start-up, into its own layout with --map (internal/weight_map_option.h). SRC is any checkpoint
 // CheckpointSource opens: a safetensors file, a Hugging Face folder, a folder of safetensors
 // files or an sdrt sharded folder in any layout. Rank 0 opens SRC and sends the other ranks
@@ -85,7 +85,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                           EngineTensors(map, args.engine, outline.tensors, layout->plan,
                                         *layout->mesh));
     SDRT_ASSIGN_OR_RETURN(local, layout->plan.MetaStateDict(tensors, layout->mesh, run.rank()));
-    return absl::OkStatus();
+    return AddScaleLeaves(args.engine, run.rank(), local);
   }));
 
   LoadFacts facts;

@@ -4,7 +4,11 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/status_macros.h"
@@ -13,6 +17,7 @@ namespace sdrt::cli {
 namespace {
 
 constexpr int64_t kMaxJsonBytes = int64_t{1} << 20;
+constexpr int64_t kFp8Block = 128;  // DeepSeek-V3's and vLLM's block edge
 
 // The attention head size in `folder`/config.json; 0 when there is no such regular file or
 // it does not say.
@@ -37,6 +42,21 @@ absl::StatusOr<int64_t> HeadSizeFromConfig(const std::string& folder) {
   return hidden > 0 && heads > 0 && hidden % heads == 0 ? hidden / heads : 0;
 }
 
+// A linear layer's weight of a Llama-family model, HF's or Megatron's names: what an FP8
+// cast quantizes (never embeddings, norms or the head).
+bool IsLinearWeight(const SafetensorsTensorSpec& t) {
+  if (t.shape.size() != 2 || CastKindOf(t.dtype) != CastKind::kFloat ||
+      t.dtype == DType::kFloat8E4M3FN || t.dtype == DType::kFloat8E5M2 ||
+      t.dtype == DType::kFloat8E8M0FNU) {
+    return false;
+  }
+  for (const char* suffix : {"_proj.weight", "linear_qkv.weight", "linear_proj.weight",
+                             "linear_fc1.weight", "linear_fc2.weight"}) {
+    if (absl::EndsWith(t.name, suffix)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
@@ -48,8 +68,10 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
                   "attention head size for a built-in map (default: SRC's config.json)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--cast", options->cast,
-                  "the dtype of every floating tensor in the engine's layout")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+                  "the dtype of every floating tensor in the engine's layout (bf16, f16, f32), "
+                  "or float8_e4m3fn linear weights with a float32 scale per 128 x 128 block "
+                  "(fp8-block: '<weight>_scale_inv') or per tensor (fp8-tensor: '<weight>_scale')")
+      ->check(CLI::IsMember({"bf16", "f16", "f32", "fp8-block", "fp8-tensor"}));
 }
 
 absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& options,
@@ -101,7 +123,11 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     };
     SDRT_ASSIGN_OR_RETURN(tensors, map->DestinationTensors(sources, parts));
   }
-  if (!options.cast.empty()) {
+  if (absl::StartsWith(options.cast, "fp8")) {
+    for (SafetensorsTensorSpec& t : tensors) {
+      if (IsLinearWeight(t)) t.dtype = DType::kFloat8E4M3FN;
+    }
+  } else if (!options.cast.empty()) {
     const DType to = options.cast == "bf16"  ? DType::kBFloat16
                      : options.cast == "f16" ? DType::kFloat16
                                              : DType::kFloat32;
@@ -110,6 +136,33 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     }
   }
   return tensors;
+}
+
+absl::Status AddScaleLeaves(const WeightMapOptions& options, int64_t rank, Map& local) {
+  if (!absl::StartsWith(options.cast, "fp8")) return absl::OkStatus();
+  const bool block = options.cast == "fp8-block";
+  std::vector<std::pair<std::string, Value>> scales;
+  SDRT_ASSIGN_OR_RETURN(const internal::Leaves leaves, internal::CollectLeaves(local));
+  for (const internal::Leaf& leaf : leaves) {
+    if (leaf.value->kind() != ValueKind::kDTensor) continue;
+    const DTensor& w = leaf.value->as_dtensor();
+    if (w.dtype() != DType::kFloat8E4M3FN) continue;
+    const IntVector& shape = w.global_shape();
+    IntVector global{1};
+    std::vector<Placement> placements(w.placements().size(), Placement::Replicate());
+    if (block) {
+      global = {(shape[0] + kFp8Block - 1) / kFp8Block, (shape[1] + kFp8Block - 1) / kFp8Block};
+      placements = w.placements();
+    }
+    SDRT_ASSIGN_OR_RETURN(const LocalShardInfo info,
+                          ComputeLocalShapeAndGlobalOffset(global, *w.mesh(), placements, rank));
+    SDRT_ASSIGN_OR_RETURN(const Tensor meta, Tensor::Meta(info.local_shape, DType::kFloat32));
+    SDRT_ASSIGN_OR_RETURN(DTensor d, DTensor::Make(meta, w.mesh(), placements, global));
+    scales.emplace_back(absl::StrCat(leaf.path, block ? "_scale_inv" : "_scale"),
+                        Value(std::move(d)));
+  }
+  for (auto& [path, value] : scales) local.Set(path, std::move(value));
+  return absl::OkStatus();
 }
 
 }  // namespace sdrt::cli

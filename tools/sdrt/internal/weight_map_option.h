@@ -13,6 +13,7 @@
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtype.h"
 
@@ -21,7 +22,8 @@ namespace sdrt::cli {
 struct WeightMapOptions {
   std::string map;        // --map: "vllm-llama", "megatron-llama" or a MAP.json path; "": none
   int64_t head_size = 0;  // --head-size; 0: from SRC's config.json
-  std::string cast;       // --cast bf16|f16|f32; "": each tensor keeps its dtype
+  // --cast bf16|f16|f32|fp8-block|fp8-tensor; "": each tensor keeps its dtype
+  std::string cast;
 };
 
 // Adds --map, --head-size and --cast to `cmd`.
@@ -37,12 +39,20 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& 
 
 // The engine's tensor list: `sources` through `map` (WeightMap::DestinationTensors, a
 // kShards fuse cut into as many parts as `plan` shards it on `mesh`), every float tensor in
-// --cast's dtype. InvalidArgument for --cast outside bf16, f16, f32 (fp8 is not built yet),
-// the map's and the plan's errors.
+// --cast's dtype, or with fp8-block / fp8-tensor every linear layer's 2-D weight (a name
+// ending in "_proj.weight", or Megatron's linear_qkv, linear_proj, linear_fc1, linear_fc2)
+// in float8_e4m3fn. The map's and the plan's errors.
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     const std::optional<WeightMap>& map, const WeightMapOptions& options,
     const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,
     const DeviceMesh& mesh);
+
+// With --cast fp8-block or fp8-tensor, the scales beside each float8_e4m3fn DTensor of
+// `local` (rank `rank`'s, made by MetaStateDict from EngineTensors' list): a meta float32
+// DTensor "<weight>_scale_inv" of its [ceil(rows / 128), ceil(cols / 128)] block scales laid
+// out as the weight (each rank's blocks of its piece), or "<weight>_scale" of one scale
+// replicated. The layout's errors.
+absl::Status AddScaleLeaves(const WeightMapOptions& options, int64_t rank, Map& local);
 
 }  // namespace sdrt::cli
 

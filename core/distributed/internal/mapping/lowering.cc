@@ -89,7 +89,8 @@ absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& o
     starts.reserve(d.views.size());
     for (const LoweredView& v : d.views) starts.push_back(v.start);
     SDRT_RETURN_IF_ERROR(CheckQuantizedBoxes(out.quantized[static_cast<size_t>(d.quantized)],
-                                             d.source_dtype, d.dim, d.boxes, starts, where));
+                                             d.name, d.source_dtype, d.dim, d.boxes, starts,
+                                             where));
   }
   LeafLayout& leaf = leaves.emplace_back();
   leaf.path = d.name;

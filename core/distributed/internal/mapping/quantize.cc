@@ -110,8 +110,8 @@ absl::StatusOr<std::vector<QuantizedDestination>> FindQuantizedDestinations(
   return out;
 }
 
-absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, DType source_dtype, int dim,
-                                 const std::vector<TransferBox>& boxes,
+absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, const std::string& source,
+                                 DType source_dtype, int dim, const std::vector<TransferBox>& boxes,
                                  const std::vector<int64_t>& view_starts,
                                  const std::string& where) {
   if (source_dtype != DType::kFloat32 && source_dtype != DType::kBFloat16 &&
@@ -131,9 +131,9 @@ absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, DType source_dty
                          b.offsets[1] % q.tile == 0 && view_starts[i] % q.tile == 0;
     if (!aligned) {
       return Invalid(where, absl::StrCat(
-          "the block ", q.tile, " x ", q.tile, " does not fit: rank ", b.rank, " holds '", q.path,
-          "' elements from ", ShapeToString(b.offsets), " of its source at row ", view_starts[i],
-          " of its local, and block scales need each piece to start at a multiple of ", q.tile,
+          "the block ", q.tile, " x ", q.tile, " does not fit: rank ", b.rank, " holds '", source,
+          "' from ", ShapeToString(b.offsets), " at row ", view_starts[i], " of its local of '",
+          q.path, "', and block scales need each piece to start at a multiple of ", q.tile,
           " in both (as vLLM asks of each rank's part)"));
     }
   }

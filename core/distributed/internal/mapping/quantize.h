@@ -57,13 +57,13 @@ absl::StatusOr<std::vector<QuantizedDestination>> FindQuantizedDestinations(
     const std::vector<const LeafLayout*>& destinations,
     const std::function<const LeafLayout*(const std::string&)>& find);
 
-// Checks a lowered destination whose views go into a quantized leaf, on every rank alike:
-// `source_dtype` quantizes (float32, bfloat16, float16), the fused dim is 0 and the tensor
+// Checks a lowered destination (of source `source`) whose views go into a quantized leaf, on
+// every rank alike: `source_dtype` quantizes (float32, bfloat16, float16), the fused dim is 0 and the tensor
 // 2-D, and with block scales every box starts at a multiple of the block in the source on
 // both dims and its view at one in its local (`boxes` and `view_starts`, one per box).
 // InvalidArgument prefixed by `where` otherwise.
-absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, DType source_dtype, int dim,
-                                 const std::vector<TransferBox>& boxes,
+absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, const std::string& source,
+                                 DType source_dtype, int dim, const std::vector<TransferBox>& boxes,
                                  const std::vector<int64_t>& view_starts, const std::string& where);
 
 // A source tensor some FP8 leaf is made of, and where its scales lie in the work's grid:

@@ -81,14 +81,14 @@ bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType sc
 // per row of tiles. AccumulateTileAmax raises each tile's entry of `amax_bits` (the float
 // bits of an amax as int32: ordered as the magnitudes, NaN above infinity) to the box's
 // largest magnitude in that tile. QuantizeBox writes the box's codes row-major at `to` (a
-// dense [rows, cols]) with each tile's scale from `scales` (float32, as stored: e8m0 ones
+// dense [rows, cols], whatever the input's `row_stride`) with each tile's scale from `scales` (float32, as stored: e8m0 ones
 // already powers of two). False for dtypes outside the recipe's or negative sizes.
 bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t cols,
                         int64_t row_stride, int64_t row0, int64_t col0, int64_t tile,
                         int64_t grid_cols, int32_t* amax_bits);
-bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols, int64_t row0,
-                 int64_t col0, int64_t tile, int64_t grid_cols, const float* scales, void* to,
-                 DType fp8);
+bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols,
+                 int64_t row_stride, int64_t row0, int64_t col0, int64_t tile, int64_t grid_cols,
+                 const float* scales, void* to, DType fp8);
 
 }  // namespace sdrt::internal
 

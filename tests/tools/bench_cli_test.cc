@@ -189,6 +189,27 @@ TEST(BenchCliTest, MappedSyncRowFusesIntoTheEnginesBuffers) {
   EXPECT_THAT(r.err, ::testing::HasSubstr("sync_mapped needs --workload llama"));
 }
 
+// sync_fp8: the same sync into float8_e4m3fn linear weights with per-tensor scales: every
+// code and scale right, half the wire bytes of the bfloat16 sync (the codes; the scales go by
+// one all-reduce of amaxes: a third collective), and the text says so under the table.
+TEST(BenchCliTest, Fp8SyncRowHalvesTheWireBytes) {
+  CommandResult r =
+      Bench(2, "--workload llama --tensors 19 --ops sync_fp8 --iters 1 --warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json rows = ParseRows(r);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].value("op", ""), "sync_fp8");
+  EXPECT_EQ(rows[0].value("wrong", int64_t{-1}), 0) << rows[0].dump();
+  EXPECT_EQ(rows[0].value("collectives", int64_t{-1}), 3) << rows[0].dump();
+  const int64_t wire = rows[0].value("wire_bytes", int64_t{0});
+  const int64_t bf16 = rows[0].value("flat_wire_bytes", int64_t{0});
+  ASSERT_GT(bf16, 0) << rows[0].dump();
+  EXPECT_LE(wire * 100, bf16 * 55) << rows[0].dump();
+  r = Bench(2, "--workload llama --tensors 19 --ops sync_fp8 --iters 1 --warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("# sync_fp8: wire bytes "));
+}
+
 TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {
   const CommandResult r =
       Bench(2, "--workload small --tensors 50 --ops distribute,gather --iters 2 --warmup 0 --json");

@@ -105,7 +105,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                   "broadcast_bound, distribute_bound (the same plan bound to both sides once, "
                   "BindReshard, executed per call), sync_mapped (a bound sync into a tp "
                   "engine's fused buffers through the vllm-llama map, against the same sync "
-                  "unmapped; llama workload); the last eight not in the default")
+                  "unmapped; llama workload), sync_fp8 (the same into float8_e4m3fn linear "
+                  "weights with per-tensor scales, against the bfloat16 sync; its wire bytes "
+                  "printed); the last nine not in the default")
       ->check(CLI::Validator(
           [](std::string& text) {
             const absl::StatusOr<std::vector<std::string>> ops = ParseBenchOps(text);

@@ -1,16 +1,21 @@
-// The mapped row of `sdrt bench` (bench_ops.h): `sync_mapped`, a trainer -> engine weight
-// sync through a weight map, against the same sync without one, in the same run. The
-// trainer holds every tensor Shard(0) over the world (fsdp); the engine is the tp plan on
-// the same ranks, with its own buffers (one allocation per rank) bound once:
+// The mapped rows of `sdrt bench` (bench_ops.h): trainer -> engine weight syncs through a
+// weight map, each against a baseline in the same run. The trainer holds every tensor
+// Shard(0) over the world (fsdp); the engine is the tp plan on the same ranks, with its own
+// buffers (one allocation per rank) bound once:
 //
-//   timed:    the built-in map vllm-llama (fused qkv_proj and gate_up_proj, the vocabulary
-//             padded to a multiple of 64), BoundReshard::Execute;
-//   baseline: the unmapped tensors in the tp layout (q, k, v, gate, up apart), bound the
-//             same way: the bytes the engine would get without the map.
+//   sync_mapped  timed: the built-in map vllm-llama (fused qkv_proj and gate_up_proj, the
+//                vocabulary padded to a multiple of 64), BoundReshard::Execute; baseline:
+//                the unmapped tensors in the tp layout (q, k, v, gate, up apart), bound the
+//                same way: the bytes the engine would get without the map.
+//   sync_fp8     timed: the same map into float8_e4m3fn linear weights, each with one
+//                float32 scale ("<weight>_scale"; the workload's 16-wide heads put tp
+//                pieces inside 128 x 128 blocks, so per tensor); baseline: sync_mapped's
+//                timed sync (bfloat16). The wire bytes of both are printed.
 //
 // The Llama workload only (its names; head size 16). After the timed runs every byte the
 // engine holds is compared with the layout built from the full tensors by plain slicing
-// (each component's rank piece stacked, the pad zero), #wrong summed over ranks.
+// (each component's rank piece stacked, the pad zero; for FP8 quantized by PyTorch's recipe,
+// tensor/internal/fp8_scale.h, with the amax of the whole tensor), #wrong summed over ranks.
 #include <cstring>
 #include <map>
 #include <optional>
@@ -21,11 +26,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_ops.h"
 #include "sdrt/tools/sdrt/internal/bench_timing.h"
@@ -73,133 +80,252 @@ absl::StatusOr<Tensor> Part(const Tensor& full, int64_t parts, int64_t r) {
   return full.Narrow(0, r * n, n);
 }
 
+// Clears the highest exponent bit of every bfloat16 of `t` (a contiguous CPU tensor; other
+// dtypes are left): the values stay noise, but finite and under 2 in magnitude.
+void Finite(const Tensor& t) {
+  if (t.dtype() != DType::kBFloat16 || !t.is_contiguous() || !t.device().is_cpu()) return;
+  uint16_t* const bits = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) bits[i] &= 0xBFFF;
+}
+
+// A linear layer's weight: what sync_fp8 quantizes.
+bool Linear(const SafetensorsTensorSpec& s) {
+  return s.shape.size() == 2 && absl::EndsWith(s.name, "_proj.weight");
+}
+
+// The sources a fused engine tensor is made of (none for any other).
+std::vector<std::string> ComponentsOf(const std::string& name) {
+  for (const auto& [fused, parts] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"qkv_proj.weight", {"q_proj.weight", "k_proj.weight", "v_proj.weight"}},
+           {"gate_up_proj.weight", {"gate_proj.weight", "up_proj.weight"}}}) {
+    if (absl::EndsWith(name, fused)) {
+      const std::string p = name.substr(0, name.size() - fused.size());
+      std::vector<std::string> out;
+      for (const std::string& c : parts) out.push_back(p + c);
+      return out;
+    }
+  }
+  return {};
+}
+
+// Bytes of `got` that differ from `want`'s (all of them when they cannot be compared).
+int64_t DifferingBytes(const Tensor& got, const Tensor& want) {
+  absl::StatusOr<Tensor> dense = got.Contiguous();
+  absl::StatusOr<Tensor> expected = want.Contiguous();
+  if (!dense.ok() || !expected.ok() || dense->nbytes() != expected->nbytes()) {
+    return want.nbytes();
+  }
+  const auto* a = static_cast<const uint8_t*>(dense->data_ptr());
+  const auto* b = static_cast<const uint8_t*>(expected->data_ptr());
+  int64_t wrong = 0;
+  for (int64_t j = 0; j < dense->nbytes(); ++j) wrong += a[j] != b[j] ? 1 : 0;
+  return wrong;
+}
+
 }  // namespace
 
-absl::StatusOr<BenchRow> BenchRunner::SyncMapped() {
-  BenchRow row = NewRow("sync_mapped", -1);
-  std::vector<SafetensorsTensorSpec> specs;
-  bool llama = false;
-  for (size_t i = 0; i < workload_.full.size(); ++i) {
-    specs.push_back({workload_.names[i], workload_.full[i].dtype(), workload_.full[i].shape()});
-    llama = llama || absl::EndsWith(workload_.names[i], "self_attn.q_proj.weight");
-  }
-  if (!llama || workload_.name != "llama") {
-    return absl::InvalidArgumentError(
-        "sync_mapped needs --workload llama (its tensor names and head size 16)");
-  }
-  SDRT_ASSIGN_OR_RETURN(const WeightMap map, WeightMap::Builtin("vllm-llama", kLlamaHeadSize));
-  SDRT_ASSIGN_OR_RETURN(const ShardingPlan tp, ShardingPlan::Builtin("tp"));
-  const int64_t parts = mesh_->num_ranks();
-  absl::StatusOr<std::vector<SafetensorsTensorSpec>> mapped_specs = map.DestinationTensors(
-      specs, [&](absl::string_view, const IntVector&, int) -> absl::StatusOr<int64_t> {
-        return parts;
-      });
-  absl::Status ready = MakeSharded();
-  ready.Update(mapped_specs.status());
-  absl::StatusOr<Map> plain = EngineBuffers(specs, tp, mesh_, rank_);
-  absl::StatusOr<Map> fused = mapped_specs.ok()
-                                  ? EngineBuffers(*mapped_specs, tp, mesh_, rank_)
-                                  : absl::StatusOr<Map>(mapped_specs.status());
-  ready.Update(plain.status());
-  ready.Update(fused.status());
-  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
-
-  ReshardOptions options;
-  options.comm = &world_;
-  options.bucket_bytes = settings_.bucket_bytes;
-  absl::StatusOr<ReshardPlan> unmapped_plan = PlanReshard(sharded_, *plain, options);
-  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, unmapped_plan.status()));
-  options.weight_map = map;
-  absl::StatusOr<ReshardPlan> mapped_plan = PlanReshard(sharded_, *fused, options);
-  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, mapped_plan.status()));
-  absl::StatusOr<BoundReshard> unmapped = BindReshard(*unmapped_plan, sharded_, *plain);
-  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, unmapped.status()));
-  absl::StatusOr<BoundReshard> mapped = BindReshard(*mapped_plan, sharded_, *fused);
-  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, mapped.status()));
-
-  TransferStats stats;
-  absl::Status flat_status;
-  BenchCalls calls;
-  calls.prepare = [] {};
-  calls.sdrt = [&] { return mapped->Execute(&stats); };
-  calls.flat = [&] { flat_status.Update(unmapped->Execute()); };
-  calls.fresh = [&] { return unmapped->Execute(); };
-  calls.release = [] {};
-  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
-                                  &row.times));
-  SDRT_RETURN_IF_ERROR(flat_status);
-  row.stats.collectives = stats.collectives;
-  row.stats.exchanges = stats.exchanges;
-  row.stats.received_bytes = stats.received_bytes;
-
-  // The checks: every engine local against slices of the full tensors.
+// The engine's layout of the workload on this rank, as plain slicing makes it.
+struct BenchRunner::MappedSync {
+  WeightMap map;
+  std::optional<ShardingPlan> tp;
+  int64_t parts = 1;
+  std::vector<SafetensorsTensorSpec> specs;         // the workload's
+  std::vector<SafetensorsTensorSpec> mapped_specs;  // the engine's
   std::map<std::string, size_t> index;
-  for (size_t i = 0; i < workload_.names.size(); ++i) index[workload_.names[i]] = i;
-  const auto full = [&](const std::string& name) { return workload_.full[index.at(name)]; };
-  const auto wrong_bytes = [](const Tensor& got, const Tensor& want) -> int64_t {
-    absl::StatusOr<Tensor> dense = got.Contiguous();
-    absl::StatusOr<Tensor> expected = want.Contiguous();
-    if (!dense.ok() || !expected.ok() || dense->nbytes() != expected->nbytes()) {
-      return want.nbytes();
-    }
-    const auto* a = static_cast<const uint8_t*>(dense->data_ptr());
-    const auto* b = static_cast<const uint8_t*>(expected->data_ptr());
-    int64_t wrong = 0;
-    for (int64_t j = 0; j < dense->nbytes(); ++j) wrong += a[j] != b[j] ? 1 : 0;
-    return wrong;
-  };
-  int64_t wrong = 0;
-  for (const SafetensorsTensorSpec& s : *mapped_specs) {
-    const Tensor& got = fused->Find(s.name)->as_dtensor().local();
-    std::vector<std::string> components;
-    if (absl::EndsWith(s.name, "qkv_proj.weight")) {
-      const std::string p = s.name.substr(0, s.name.size() - std::string("qkv_proj.weight").size());
-      components = {p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"};
-    } else if (absl::EndsWith(s.name, "gate_up_proj.weight")) {
-      const std::string p =
-          s.name.substr(0, s.name.size() - std::string("gate_up_proj.weight").size());
-      components = {p + "gate_proj.weight", p + "up_proj.weight"};
-    }
-    Tensor want;
+
+  const Tensor& Full(const BenchWorkload& w, const std::string& name) const {
+    return w.full[index.at(name)];
+  }
+  // Engine tensor `s`'s local on `rank` (in the workload's dtype), from the full tensors.
+  absl::StatusOr<Tensor> Expected(const BenchWorkload& w, const SafetensorsTensorSpec& s,
+                                  const std::vector<Placement>& placements,
+                                  const std::shared_ptr<const DeviceMesh>& mesh, int rank) const {
+    const std::vector<std::string> components = ComponentsOf(s.name);
     if (!components.empty()) {
       // [component 0's rank piece; component 1's; ...] (kv heads >= ranks: no replication).
       std::vector<Tensor> pieces;
       int64_t rows = 0;
       for (const std::string& c : components) {
-        SDRT_ASSIGN_OR_RETURN(pieces.emplace_back(), Part(full(c), parts, rank_));
+        SDRT_ASSIGN_OR_RETURN(pieces.emplace_back(), Part(Full(w, c), parts, rank));
         rows += pieces.back().size(0);
       }
-      SDRT_ASSIGN_OR_RETURN(want, Tensor::Empty({rows, s.shape[1]}, s.dtype));
+      SDRT_ASSIGN_OR_RETURN(Tensor want, Tensor::Empty({rows, s.shape[1]}, pieces[0].dtype()));
       int64_t at = 0;
       for (const Tensor& piece : pieces) {
         SDRT_ASSIGN_OR_RETURN(Tensor into, want.Narrow(0, at, piece.size(0)));
         SDRT_RETURN_IF_ERROR(into.CopyFrom(piece));
         at += piece.size(0);
       }
-    } else if (s.shape != full(s.name).shape()) {
-      // A padded vocabulary: the full tensor with zero rows after it, then this rank's rows.
-      SDRT_ASSIGN_OR_RETURN(Tensor padded, Tensor::Zeros(s.shape, s.dtype));
-      SDRT_ASSIGN_OR_RETURN(Tensor head, padded.Narrow(0, 0, full(s.name).size(0)));
-      SDRT_RETURN_IF_ERROR(head.CopyFrom(full(s.name)));
-      SDRT_ASSIGN_OR_RETURN(want, Part(padded, parts, rank_));
-    } else {
-      SDRT_ASSIGN_OR_RETURN(const DTensor d,
-                            DistributeTensor(full(s.name), mesh_,
-                                             fused->Find(s.name)->as_dtensor().placements(),
-                                             rank_));
-      want = d.local();
+      return want;
     }
-    wrong += wrong_bytes(got, want);
+    const Tensor& full = Full(w, s.name);
+    if (s.shape != full.shape()) {
+      // A padded vocabulary: the full tensor with zero rows after it, then this rank's rows.
+      SDRT_ASSIGN_OR_RETURN(Tensor padded, Tensor::Zeros(s.shape, full.dtype()));
+      SDRT_ASSIGN_OR_RETURN(Tensor head, padded.Narrow(0, 0, full.size(0)));
+      SDRT_RETURN_IF_ERROR(head.CopyFrom(full));
+      return Part(padded, parts, rank);
+    }
+    SDRT_ASSIGN_OR_RETURN(const DTensor d, DistributeTensor(full, mesh, placements, rank));
+    return d.local();
+  }
+};
+
+absl::StatusOr<BenchRunner::MappedSync> BenchRunner::PrepareMappedSync(const std::string& op) {
+  MappedSync m;
+  bool llama = false;
+  for (size_t i = 0; i < workload_.full.size(); ++i) {
+    m.specs.push_back({workload_.names[i], workload_.full[i].dtype(), workload_.full[i].shape()});
+    m.index[workload_.names[i]] = i;
+    llama = llama || absl::EndsWith(workload_.names[i], "self_attn.q_proj.weight");
+  }
+  if (!llama || workload_.name != "llama") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " needs --workload llama (its tensor names and head size 16)"));
+  }
+  SDRT_ASSIGN_OR_RETURN(m.map, WeightMap::Builtin("vllm-llama", kLlamaHeadSize));
+  SDRT_ASSIGN_OR_RETURN(m.tp, ShardingPlan::Builtin("tp"));
+  m.parts = mesh_->num_ranks();
+  absl::StatusOr<std::vector<SafetensorsTensorSpec>> mapped = m.map.DestinationTensors(
+      m.specs, [&](absl::string_view, const IntVector&, int) -> absl::StatusOr<int64_t> {
+        return m.parts;
+      });
+  absl::Status ready = MakeSharded();
+  ready.Update(mapped.status());
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
+  m.mapped_specs = *std::move(mapped);
+  return m;
+}
+
+// A bound sync of the trainer's pieces into `engine` through `map` (none: unmapped).
+absl::StatusOr<BoundReshard> BenchRunner::BindSync(Map& engine, const WeightMap* map) {
+  ReshardOptions options;
+  options.comm = &world_;
+  options.bucket_bytes = settings_.bucket_bytes;
+  if (map != nullptr) options.weight_map = *map;
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(sharded_, engine, options);
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, plan.status()));
+  absl::StatusOr<BoundReshard> bound = BindReshard(*plan, sharded_, engine);
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, bound.status()));
+  return bound;
+}
+
+absl::StatusOr<BenchRow> BenchRunner::SyncMapped() {
+  BenchRow row = NewRow("sync_mapped", -1);
+  SDRT_ASSIGN_OR_RETURN(const MappedSync m, PrepareMappedSync("sync_mapped"));
+  absl::StatusOr<Map> plain = EngineBuffers(m.specs, *m.tp, mesh_, rank_);
+  absl::StatusOr<Map> fused = EngineBuffers(m.mapped_specs, *m.tp, mesh_, rank_);
+  absl::Status ready = plain.status();
+  ready.Update(fused.status());
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
+  SDRT_ASSIGN_OR_RETURN(BoundReshard unmapped, BindSync(*plain, nullptr));
+  SDRT_ASSIGN_OR_RETURN(BoundReshard mapped, BindSync(*fused, &m.map));
+
+  TransferStats stats;
+  absl::Status flat_status;
+  BenchCalls calls;
+  calls.prepare = [] {};
+  calls.sdrt = [&] { return mapped.Execute(&stats); };
+  calls.flat = [&] { flat_status.Update(unmapped.Execute()); };
+  calls.fresh = [&] { return unmapped.Execute(); };
+  calls.release = [] {};
+  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
+                                  &row.times));
+  SDRT_RETURN_IF_ERROR(flat_status);
+  row.stats = stats;
+
+  // The checks: every engine local against slices of the full tensors.
+  int64_t wrong = 0;
+  for (const SafetensorsTensorSpec& s : m.mapped_specs) {
+    const DTensor& got = fused->Find(s.name)->as_dtensor();
+    SDRT_ASSIGN_OR_RETURN(const Tensor want,
+                          m.Expected(workload_, s, got.placements(), mesh_, rank_));
+    wrong += DifferingBytes(got.local(), want);
   }
   int64_t flat_wrong = 0;
-  for (const SafetensorsTensorSpec& s : specs) {
+  for (const SafetensorsTensorSpec& s : m.specs) {
     const DTensor& got = plain->Find(s.name)->as_dtensor();
-    SDRT_ASSIGN_OR_RETURN(const DTensor d,
-                          DistributeTensor(full(s.name), mesh_, got.placements(), rank_));
-    flat_wrong += wrong_bytes(got.local(), d.local());
+    SDRT_ASSIGN_OR_RETURN(const DTensor d, DistributeTensor(m.Full(workload_, s.name), mesh_,
+                                                            got.placements(), rank_));
+    flat_wrong += DifferingBytes(got.local(), d.local());
   }
   row.wrong = SumOverRanks(wrong);
   row.flat_wrong = SumOverRanks(flat_wrong);
+  return row;
+}
+
+absl::StatusOr<BenchRow> BenchRunner::SyncFp8() {
+  BenchRow row = NewRow("sync_fp8", -1);
+  SDRT_ASSIGN_OR_RETURN(const MappedSync m, PrepareMappedSync("sync_fp8"));
+  // The workload's bytes are noise, NaN and infinities included (every code and scale
+  // NaN, as PyTorch would make them): from here on (the last row) every bfloat16 keeps
+  // its bits but the exponent's highest, so |x| < 2, finite, for the full tensors and the
+  // trainer's pieces alike.
+  for (const Tensor& t : workload_.full) Finite(t);
+  SDRT_ASSIGN_OR_RETURN(const internal::Leaves pieces, internal::CollectLeaves(sharded_));
+  for (const internal::Leaf& leaf : pieces) {
+    if (leaf.value->kind() != ValueKind::kDTensor) continue;
+    Finite(leaf.value->as_dtensor().local());
+  }
+  std::vector<SafetensorsTensorSpec> fp8_specs;
+  for (SafetensorsTensorSpec s : m.mapped_specs) {
+    const bool linear = Linear(s);
+    if (linear) s.dtype = DType::kFloat8E4M3FN;
+    fp8_specs.push_back(s);
+    if (linear) fp8_specs.push_back({s.name + "_scale", DType::kFloat32, {1}});
+  }
+  absl::StatusOr<Map> bf16 = EngineBuffers(m.mapped_specs, *m.tp, mesh_, rank_);
+  absl::StatusOr<Map> fp8 = EngineBuffers(fp8_specs, *m.tp, mesh_, rank_);
+  absl::Status ready = bf16.status();
+  ready.Update(fp8.status());
+  SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, ready));
+  SDRT_ASSIGN_OR_RETURN(BoundReshard wide, BindSync(*bf16, &m.map));
+  SDRT_ASSIGN_OR_RETURN(BoundReshard narrow, BindSync(*fp8, &m.map));
+
+  TransferStats stats, wide_stats;
+  absl::Status flat_status;
+  BenchCalls calls;
+  calls.prepare = [] {};
+  calls.sdrt = [&] { return narrow.Execute(&stats); };
+  calls.flat = [&] { flat_status.Update(wide.Execute(&wide_stats)); };
+  calls.fresh = [&] { return wide.Execute(); };
+  calls.release = [] {};
+  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
+                                  &row.times));
+  SDRT_RETURN_IF_ERROR(flat_status);
+  row.stats = stats;
+  row.wire_bytes = stats.wire_bytes;
+  row.flat_wire_bytes = wide_stats.wire_bytes;
+
+  // The checks: the codes of the sliced layout with the scale of the whole tensor (the amax
+  // of every component), and the scale itself.
+  int64_t wrong = 0;
+  for (const SafetensorsTensorSpec& s : m.mapped_specs) {
+    const DTensor& got = fp8->Find(s.name)->as_dtensor();
+    SDRT_ASSIGN_OR_RETURN(Tensor want, m.Expected(workload_, s, got.placements(), mesh_, rank_));
+    SDRT_ASSIGN_OR_RETURN(want, want.Contiguous());
+    if (Linear(s)) {
+      std::vector<std::string> components = ComponentsOf(s.name);
+      if (components.empty()) components = {s.name};
+      float amax = 0.0f;
+      for (const std::string& c : components) {
+        const Tensor& full = m.Full(workload_, c);
+        float part = 0.0f;
+        internal::AbsMax(full.data_ptr(), full.dtype(), full.numel(), &part);
+        amax = std::max(amax, part);
+      }
+      const float scale = internal::TileScale(amax, DType::kFloat8E4M3FN, false);
+      SDRT_ASSIGN_OR_RETURN(Tensor codes, Tensor::Empty(want.shape(), DType::kFloat8E4M3FN));
+      internal::QuantizeFloats(want.data_ptr(), want.dtype(), codes.data_ptr(),
+                               DType::kFloat8E4M3FN, scale, want.numel());
+      want = codes;
+      SDRT_ASSIGN_OR_RETURN(Tensor stored, Tensor::Empty({1}, DType::kFloat32));
+      *stored.data<float>() = scale;
+      wrong += DifferingBytes(fp8->Find(s.name + "_scale")->as_dtensor().local(), stored);
+    }
+    wrong += DifferingBytes(got.local(), want);
+  }
+  row.wrong = SumOverRanks(wrong);
   return row;
 }
 

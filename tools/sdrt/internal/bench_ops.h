@@ -24,6 +24,7 @@
 //                  weight sync of a trainer and an engine that keep their buffers). Not in
 //                  the default --ops.
 //   sync_mapped    an fsdp trainer's Llama weights bound to a tp engine's fused buffers
+//   sync_fp8       the same into float8_e4m3fn linear weights with their scales
 //                  through the built-in map vllm-llama, against the same bound sync into
 //                  the unmapped tp layout (the baseline column; bench_mapped.cc). Llama
 //                  workload only; not in the default --ops.
@@ -45,6 +46,8 @@
 
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
@@ -78,6 +81,11 @@ class BenchRunner {
   // The mapped row (bench_mapped.cc): a bound sync through the vllm-llama map against the
   // same sync unmapped; InvalidArgument for a workload without Llama names.
   absl::StatusOr<BenchRow> SyncMapped();
+  absl::StatusOr<BenchRow> SyncFp8();
+  // What the mapped rows share (bench_mapped.cc).
+  struct MappedSync;
+  absl::StatusOr<MappedSync> PrepareMappedSync(const std::string& op);
+  absl::StatusOr<BoundReshard> BindSync(Map& engine, const WeightMap* map);
   // The row of `op`, one of kBenchOps (ParseBenchOps), by the calls above.
   absl::StatusOr<BenchRow> Run(const std::string& op);
 

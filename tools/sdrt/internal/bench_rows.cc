@@ -89,6 +89,13 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
   }
   table.Print(out);
   for (const BenchRow& row : rows) {
+    if (row.flat_wire_bytes > 0) {
+      out << "# " << row.op << ": wire bytes " << WithThousands(row.wire_bytes) << " against "
+          << WithThousands(row.flat_wire_bytes) << " for the baseline: "
+          << absl::StrFormat("%.3f", static_cast<double>(row.wire_bytes) /
+                                         static_cast<double>(row.flat_wire_bytes))
+          << "x\n";
+    }
     if (row.flat_wrong != 0) {
       out << "# " << row.op << ": the flat baseline's buffer differs from the source in "
           << row.flat_wrong << " bytes\n";
@@ -128,6 +135,8 @@ nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachi
                     {"flat_wrong", row.flat_wrong},
                     {"collectives", row.stats.collectives},
                     {"exchanges", row.stats.exchanges},
+                    {"wire_bytes", row.wire_bytes},
+                    {"flat_wire_bytes", row.flat_wire_bytes},
                     {"fault_mib", f.fault_mib},
                     {"digest", absl::StrFormat("%016x", workload.digest)},
                     {"tensors", workload.full.size()},

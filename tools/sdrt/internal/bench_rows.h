@@ -24,7 +24,8 @@ namespace sdrt::cli {
 inline constexpr const char* kBenchOps[] = {
     "gather",         "gather_r0_off",   "broadcast",         "distribute",
     "gather_partial", "gather_planned",  "broadcast_planned", "distribute_planned",
-    "gather_bound",   "broadcast_bound", "distribute_bound", "sync_mapped"};
+    "gather_bound",   "broadcast_bound", "distribute_bound", "sync_mapped",
+    "sync_fp8"};
 
 // The ops of `text` (comma separated), in kBenchOps order; InvalidArgument naming an
 // unknown one, or for none.
@@ -65,6 +66,10 @@ struct BenchRow {
   TransferStats stats;     // rank 0's last sdrt call
   int64_t wrong = 0;       // bytes of sdrt's results that differ from the source, all ranks
   int64_t flat_wrong = 0;  // the same for the flat baseline's buffer
+  // Every rank's bytes between ranks of one call, sdrt's and the baseline's, where a row
+  // compares them (sync_fp8); 0 elsewhere.
+  int64_t wire_bytes = 0;
+  int64_t flat_wire_bytes = 0;
 };
 
 // This machine as the session sees it: threads, affinity, ranks, backend, device, the

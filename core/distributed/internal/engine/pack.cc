@@ -70,11 +70,19 @@ absl::Status CastBox(DType wire, const TransferMove& move, const Tensor& local, 
 
 // The codes of the box of `move` (of `shape`) of `local` (checked: of `side`, its piece's
 // shape; `ref` its ref) at `slot` (a host buffer): straight from the local when the box is
-// one dense range of it (whole rows, or part of one), else through a temporary of the box.
+// one dense range of it (whole rows, or part of one) or rows of a contiguous 2-D local (a
+// column cut), else through a temporary of the box.
 absl::Status QuantizeOut(const TransferTensorPlan& tp, const TransferMove& move,
                          const LocalRef& ref, DType side, IntSpan shape, const ShardRuns& runs,
                          const BoxScales& scales, char* slot) {
   const char* from = BoxAddress(move.source_offset, ref, side);
+  int64_t row_stride = shape.size() == 2 ? shape[1] : 0;
+  if (from == nullptr && ref.host != nullptr && shape.size() == 2 && runs.size() == 2 &&
+      runs[0].size() == 1 && runs[1].size() == 1) {
+    // Rows of the contiguous local: the box's first element, and the local's width apart.
+    row_stride = ref.tensor->size(1);
+    from = ref.host + (runs[0][0].local * row_stride + runs[1][0].local) * (ElementBits(side) / 8);
+  }
   Tensor temporary;
   if (from == nullptr) {
     SDRT_ASSIGN_OR_RETURN(temporary, Tensor::Empty(shape, side));
@@ -88,7 +96,18 @@ absl::Status QuantizeOut(const TransferTensorPlan& tp, const TransferMove& move,
   int64_t count = 1;
   for (int64_t n : shape) count *= n;
   const int64_t rows = matrix ? shape[0] : 1, cols = matrix ? shape[1] : count;
-  if (!QuantizeBox(from, side, rows, cols, matrix ? move.begin[0] : 0,
+  if (!matrix && rows * cols > 0 && shape.size() == 2 && row_stride != shape[1]) {
+    // One scale, but rows apart: row by row.
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      if (!QuantizeBox(from + r * row_stride * (ElementBits(side) / 8), side, 1, shape[1],
+                       shape[1], 0, 0, 0, 1, scales.scales, slot + r * shape[1], tp.dtype)) {
+        return absl::InvalidArgumentError(absl::StrCat("no quantization of ", DTypeName(side),
+                                                       " into ", DTypeName(tp.dtype)));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (!QuantizeBox(from, side, rows, cols, matrix ? row_stride : cols, matrix ? move.begin[0] : 0,
                    matrix ? move.begin[1] : 0, scales.tile, scales.grid_cols, scales.scales, slot,
                    tp.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("no quantization of ", DTypeName(side),

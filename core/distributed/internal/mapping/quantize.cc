@@ -18,8 +18,6 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
 
 bool IsCodes(DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The bits of a non-negative float as an int32: ordered as the floats, NaN above infinity,
 // so that a max of the bits is the max of the magnitudes with NaN kept (as amax keeps it).
 int32_t OrderedBits(float magnitude) { return static_cast<int32_t>(FloatBits(magnitude)); }
@@ -185,6 +183,7 @@ absl::Status SenderScales(QuantizeWork& work, const SourceLocals& locals_of, Com
     }
   }
   if (!work.amax.empty()) SDRT_RETURN_IF_ERROR(AllReduceAmax(work, comm));
+
   ScalesFromAmax(work);
   return absl::OkStatus();
 }

@@ -51,7 +51,9 @@ struct ReshardOptions {
   std::vector<int64_t> node_of_rank;
   // How the destination's tensors are made from the source's (weight_map.h): renamed,
   // fused, split, padded. Empty (the default): leaves are matched by path. Every rank
-  // passes the same map (compared in the agreement).
+  // passes the same map (compared in the agreement). FP8 destinations with scales
+  // (weight_map.h) are quantized by the senders with or without a map: one all-reduce of
+  // block amaxes per execution, codes on the wire.
   WeightMap weight_map;
 };
 

@@ -33,8 +33,17 @@
 //            over the head size: the kv heads). G = 1 is plain concatenation ([gate; up]).
 //
 // Casts need no rule: a destination of another float dtype than its source is converted
-// (reshard_state_dict.h). The map is applied by PlanReshard (ReshardOptions::weight_map):
-// every rule is checked against every rank's leaves there, on every rank alike.
+// (reshard_state_dict.h). Nor does FP8: a destination leaf of float8_e4m3fn or float8_e5m2
+// next to a leaf named as it plus "_scale_inv" (float32 or float8_e8m0fnu, a scale per 128 x
+// 128 block of each source tensor: shape [ceil(rows / 128), ceil(cols / 128)] per local,
+// for 2-D tensors) or plus "_scale" (one element per local, the scale of the whole
+// destination tensor) is quantized from its float32 / bfloat16 / float16 sources as PyTorch's
+// recipe does (scale = amax / finfo.max, 1 for all zeros; e8m0 rounded up to a power of two;
+// codes = (x / scale).to(fp8)), fused, padded or as it is, with any map or none; block scales
+// need each piece to start at a multiple of 128 in its source and its local (InvalidArgument
+// naming the tensor and rank, on every rank, before any byte moves). CPU tensors only so far
+// (Unimplemented). The map is applied by PlanReshard (ReshardOptions::weight_map): every
+// rule is checked against every rank's leaves there, on every rank alike.
 #ifndef SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
 #define SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
 

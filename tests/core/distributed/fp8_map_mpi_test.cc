@@ -213,7 +213,24 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
     ASSERT_TRUE(ReshardStateDict(trainer, bf16_engine, MapOptions(), &bf16_stats).ok()) << name;
     EXPECT_EQ(2 * stats.wire_bytes, bf16_stats.wire_bytes) << name;
     if (g_world->size() > 1) EXPECT_GT(stats.wire_bytes, 0) << name;
-    // A bound plan: the staging kept, every step quantized afresh into the same buffers.
+    // Without a map: the leaves no rule touches (o_proj, down_proj) quantize all the same.
+    Map plain = EngineBuffers(c);
+    plain.EraseIf([](const std::string& path, const Value&) {
+      return path.find("qkv_proj") != std::string::npos ||
+             path.find("gate_up_proj") != std::string::npos;
+    });
+    ReshardOptions no_map;
+    no_map.comm = g_world;
+    ASSERT_TRUE(ReshardStateDict(trainer, plain, no_map).ok()) << name;
+    {
+      const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+      for (const char* key : {"o_proj", "down_proj"}) {
+        EXPECT_EQ(Fnv(plain.Find(HfName(key))->as_dtensor().local()),
+                  mine[key]["codes_fnv"].get<std::string>())
+            << name << " without a map " << key;
+      }
+    }
+    // A bound plan: the scales' grid kept, every step quantized afresh into the same buffers.
     const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, MapOptions());
     ASSERT_TRUE(plan.ok()) << plan.status();
     Map bound_engine = EngineBuffers(c);

@@ -32,6 +32,11 @@ struct TransferStats {
   // collectives (broadcasts, all-gathers, all-reduces of buckets), each at most one bucket
   // per rank, except one tensor larger than a bucket that a collective moves whole.
   int64_t exchanges = 0;
+  // Tensors whose dtype changes on the way (a cast, or FP8 codes made with scales): by the
+  // senders, so that the wire carries the narrower dtype (the destination's), or by the
+  // receivers after the move (the source's narrower). The other tensors move as they are.
+  int64_t cast_by_senders = 0;
+  int64_t cast_by_receivers = 0;
 
   // This rank's figures in the call.
   int64_t collectives = 0;     // every Communicator call: agreements, exchanges, the closing

@@ -271,6 +271,7 @@ std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::str
           }
           out.append(g.data(), g.size());
         }
+        match.empty_name = match.empty_name || out.empty();
       }
       if (match.destinations.empty()) match.destinations.emplace_back(name);
       return match;

@@ -62,6 +62,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
                      absl::StrCat("makes a name of more than ",
                                   internal::kMaxDestinationNameBytes, " bytes"));
     }
+    if (m->empty_name) return Invalid(m->rule, r, s.name, "makes an empty name");
     const std::string& d = m->destinations[0];
     if (r.kind == Kind::kSplit) {
       return Invalid(m->rule, r, s.name,

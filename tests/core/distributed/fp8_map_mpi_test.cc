@@ -212,6 +212,11 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
     TransferStats bf16_stats;
     ASSERT_TRUE(ReshardStateDict(trainer, bf16_engine, MapOptions(), &bf16_stats).ok()) << name;
     EXPECT_EQ(2 * stats.wire_bytes, bf16_stats.wire_bytes) << name;
+    // Every source of the four FP8 tensors is quantized by its senders: q, k, v, gate, up,
+    // o, down; the bf16 sync casts nothing.
+    EXPECT_EQ(stats.cast_by_senders, 7) << name;
+    EXPECT_EQ(stats.cast_by_receivers, 0) << name;
+    EXPECT_EQ(bf16_stats.cast_by_senders + bf16_stats.cast_by_receivers, 0) << name;
     if (g_world->size() > 1) EXPECT_GT(stats.wire_bytes, 0) << name;
     // Without a map: the leaves no rule touches (o_proj, down_proj) quantize all the same.
     Map plain = EngineBuffers(c);

@@ -98,6 +98,24 @@ TEST(WeightMapMatch, NoRuleMatches) {
   EXPECT_FALSE(Match(map, std::string("a\0", 2)).has_value());
 }
 
+// A template of empty captures makes an empty name: marked, and refused by the map's users
+// (DestinationTensors here) naming the rule and tensor.
+TEST(WeightMapMatch, AnEmptyNameIsMarkedAndRefused) {
+  const WeightMap map = Map({Rename("x(.*)", "{1}")});
+  const std::optional<internal::SourceMatch> m = Match(map, "x");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_TRUE(m->empty_name);
+  EXPECT_FALSE(Match(map, "xy")->empty_name);
+  const absl::StatusOr<std::vector<SafetensorsTensorSpec>> out = map.DestinationTensors(
+      {{"x", DType::kFloat32, {2}}},
+      [](absl::string_view, const IntVector&, int) -> absl::StatusOr<int64_t> { return 1; });
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out.status().message().find("weight map rule 0 (rename) for 'x': makes an empty name"),
+            std::string::npos)
+      << out.status();
+}
+
 // --- Builtin -------------------------------------------------------------------------------
 
 TEST(WeightMapBuiltin, NamesAndHeadSizes) {

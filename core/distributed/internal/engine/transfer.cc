@@ -172,6 +172,12 @@ void SetPlanStats(const TransferPlan& plan, const TransferSchedule& schedule, Ex
   stats.messages = ps.messages;
   stats.internode_bytes = ps.internode_bytes;
   stats.exchanges = most.direct + most.forward + static_cast<int64_t>(schedule.collectives.size());
+  stats.cast_by_senders = stats.cast_by_receivers = 0;
+  for (const TransferTensorPlan& tp : plan.tensors) {
+    if (!tp.cast.has_value()) continue;
+    // The wire carries `dtype`: the destination's when the senders convert.
+    (tp.dtype == tp.cast->destination ? stats.cast_by_senders : stats.cast_by_receivers) += 1;
+  }
 }
 
 }  // namespace sdrt::internal

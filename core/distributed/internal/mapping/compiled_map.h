@@ -43,6 +43,8 @@ struct SourceMatch {
   // A template made a name longer than kMaxDestinationNameBytes (its expansion stopped
   // there): the caller refuses the rule.
   bool too_long = false;
+  // A template made an empty name (of empty captures): the caller refuses the rule.
+  bool empty_name = false;
 };
 inline constexpr size_t kMaxDestinationNameBytes = size_t{1} << 16;
 std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::string_view name);

@@ -151,6 +151,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       return Invalid(where, absl::StrCat("makes a name of more than ", kMaxDestinationNameBytes,
                                          " bytes"));
     }
+    if (m->empty_name) return Invalid(where, "makes an empty name");
     if (rule.kind == Kind::kFuse) {
       const std::string& d = m->destinations[0];
       auto [it, inserted] = unit_of_destination.try_emplace(d, units.size());

@@ -102,7 +102,19 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   // This rank's open error matters where its source is read.
   const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;
   absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
-  if (options.weight_map.compiled() == nullptr && !internal::HasCodeLeaves(local)) {
+  // FP8 leaves with scales need the lowering too: quantized into (the engine's leaves) or
+  // dequantized from (the checkpoint's tensors).
+  bool fp8_source = false;
+  if (source != nullptr) {
+    for (const CheckpointSourceTensor& t : source->tensors()) {
+      fp8_source = fp8_source || t.dtype == DType::kFloat8E4M3FN || t.dtype == DType::kFloat8E5M2;
+    }
+  }
+  const bool lowered = options.weight_map.compiled() != nullptr || fp8_source ||
+                       internal::HasCodeLeaves(local);
+  if (!lowered || (options.weight_map.compiled() == nullptr && decision.read == ReadMode::kRoot &&
+                   !decision.sharded)) {
+    // (With kRoot and no map, FP8 moves as it is: BroadcastStateDict refuses a dtype change.)
     return RunPath(decision, source, precondition, local, options, stats);
   }
   // A weight map: the path fills this rank's lowered state dict (mapping/mapped_load.h),
@@ -130,6 +142,9 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
              "SelfCommunicator for one process)"));
   }
   if (quantize.any()) SDRT_RETURN_IF_ERROR(internal::FinishQuantized(quantize, options.comm));
+  if (mapped.mapped.dequantize.any()) {
+    SDRT_RETURN_IF_ERROR(internal::FinishDequantized(mapped.mapped.dequantize));
+  }
   SDRT_RETURN_IF_ERROR(internal::TakeBack(mapped, local));
   return result;
 }

@@ -238,6 +238,9 @@ absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::S
   collectives += static_cast<int64_t>(program.exchanges.size());
   if (!program.exchanges.empty()) status = CloseTransfer(comm, op, status, &collectives);
   if (status.ok() && quantize.any()) status = FinishQuantized(quantize, &comm);
+  if (status.ok() && locals.mapped.dequantize.any()) {
+    status = FinishDequantized(locals.mapped.dequantize);
+  }
   if (status.ok() && stats != nullptr) {
     *stats = s.stats;
     stats->collectives = collectives;

@@ -29,6 +29,11 @@ the fused order; "tensor" cases have one scale per destination tensor: the amax 
 it (for qkv_proj over q, k and v together), the codes made with it, the scale a [1] tensor.
 Per case, rank and destination: "codes_fnv" (FNV-1a 64 of the codes' bytes, hex), "codes_shape",
 "scales" (the scales' raw values: float32 bits as integers, or e8m0 bytes) and "scales_shape".
+
+"dequant_cases", the other way: each source quantized alone by the same recipe (an FP8
+checkpoint, "inputs": its codes' FNV and its scales, so the test checks what it made), then
+dequantized, (q.float() * scale).to(bfloat16), into the same vLLM layouts in bfloat16:
+per rank and destination "values_fnv".
 """
 import json
 import os
@@ -132,12 +137,43 @@ def case(src, name, fp8n, block, fmt, tp):
             "tp": tp, "ranks": ranks}
 
 
+def dequant_case(src, name, fp8n, block, fmt, tp):
+    """An FP8 checkpoint (each source quantized by its own blocks, or per tensor) loaded or
+    synced into vLLM's bfloat16 layout: dequantized = (q.float() * scale).to(bfloat16),
+    then cut and fused as the bfloat16 layout is."""
+    fp8 = FP8[fp8n]
+    inputs, deq = {}, {}
+    for k in ORDER:
+        q, stored, d, _ = quantize(src[k], fp8, block, fmt)
+        inputs[k] = {"codes_fnv": fnv(q), "scales": raw(stored), "scales_shape": list(stored.shape)}
+        deq[k] = d
+    ranks = []
+    for r in range(tp):
+        mine = {}
+        for dest, parts in (("qkv_proj", [("q_proj", NQ), ("k_proj", NKV), ("v_proj", NKV)]),
+                            ("gate_up_proj", [("gate_proj", None), ("up_proj", None)])):
+            rows = []
+            for k, heads in parts:
+                n = deq[k].shape[0]
+                a, b = rows_of(tp, r, heads) if heads else (r * n // tp, (r + 1) * n // tp)
+                rows.append(deq[k][a:b])
+            mine[dest] = {"values_fnv": fnv(torch.cat(rows))}
+        for k in ("o_proj", "down_proj"):
+            n = deq[k].shape[1]
+            mine[k] = {"values_fnv": fnv(deq[k][:, r * n // tp:(r + 1) * n // tp])}
+        ranks.append(mine)
+    return {"name": f"dequant_{name}_tp{tp}", "fp8": fp8n, "block": block, "scale_format": fmt,
+            "tp": tp, "inputs": inputs, "ranks": ranks}
+
+
 def main():
     src = {k: source(t, *SHAPES[k]) for t, k in enumerate(ORDER)}
     cases = [case(src, n, f, b, s, tp) for n, f, b, s in CASES for tp in (1, 2, 4)]
+    dequant = [dequant_case(src, n, f, b, s, tp) for n, f, b, s in CASES for tp in (1, 2, 4)]
     doc = {"torch_version": torch.__version__, "hidden": HIDDEN, "head_size": HEAD,
            "shapes": {k: list(v) for k, v in SHAPES.items()},
-           "source_fnv": {k: fnv(src[k]) for k in ORDER}, "cases": cases}
+           "source_fnv": {k: fnv(src[k]) for k in ORDER}, "cases": cases,
+           "dequant_cases": dequant}
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, "expected.json")
     with open(path, "w") as fh:

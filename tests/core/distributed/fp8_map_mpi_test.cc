@@ -10,6 +10,7 @@
 // rank before any byte moves. CTest runs it under `mpiexec -n N`, N = 1..4: the cases whose
 // tp is the world size.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/internal/float_cast.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/support/golden_codec.h"
@@ -281,6 +283,115 @@ TEST(Fp8MapMpi, LoadAFileIntoFp8BuffersBitExact) {
     EXPECT_TRUE(result->unexpected_keys.empty());
     ExpectGolden(c, engine, "loaded");
   }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  if (g_world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The FP8 checkpoint of a dequant case: each source quantized by fp8_scale.h (its codes and
+// scales checked against PyTorch's first), under the source's name and name + "_scale_inv"
+// (block) or "_scale" (per tensor).
+std::vector<std::pair<std::string, Tensor>> Fp8Checkpoint(const json& c) {
+  const std::map<std::string, Tensor> sources = Sources();
+  const int64_t tile = c["block"].get<int64_t>();
+  const DType scale = c["scale_format"] == "e8m0" ? DType::kFloat8E8M0FNU : DType::kFloat32;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const char* key : kOrder) {
+    const Tensor& x = sources.at(key);
+    const int64_t rows = x.size(0), cols = x.size(1);
+    const IntVector grid = tile > 0 ? IntVector{(rows + tile - 1) / tile, (cols + tile - 1) / tile}
+                                    : IntVector{1, 1};
+    Tensor codes = *Tensor::Empty({rows, cols}, CodesDType(c));
+    Tensor scales = *Tensor::Empty(grid, scale);
+    EXPECT_TRUE(internal::QuantizeMatrix(x.data_ptr(), x.dtype(), rows, cols, tile,
+                                         codes.data_ptr(), CodesDType(c), scales.data_ptr(),
+                                         scale));
+    const json& want = c["inputs"][key];
+    EXPECT_EQ(Fnv(codes), want["codes_fnv"].get<std::string>()) << c["name"] << " " << key;
+    EXPECT_EQ(Raw(scales), want["scales"].get<std::vector<int64_t>>()) << c["name"] << " " << key;
+    out.emplace_back(HfName(key), codes);
+    out.emplace_back(HfName(key) + (tile > 0 ? "_scale_inv" : "_scale"), scales);
+  }
+  return out;
+}
+
+// vLLM's bfloat16 buffers of a dequant case on this rank (0xFF bytes).
+Map Bf16Buffers(const json& c) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  const json& shapes = Golden()["cases"][0]["ranks"][0];  // tp 1: the whole shapes
+  Map engine;
+  for (const char* key : kDestinations) {
+    const bool fused = std::string(key) == "qkv_proj" || std::string(key) == "gate_up_proj";
+    IntVector shape = shapes[key]["codes_shape"].get<IntVector>();
+    const int64_t tp = c["tp"].get<int64_t>();
+    if (fused) {
+      // Rows per rank: [q; k; v] pieces, kv heads replicated past 2 ranks.
+      const int64_t kv = std::string(key) == "qkv_proj" ? std::max<int64_t>(256 / tp, 128) : 0;
+      shape[0] = std::string(key) == "qkv_proj" ? 512 / tp + 2 * kv : shape[0] / tp;
+    } else {
+      shape[1] /= tp;
+    }
+    engine.Set(HfName(key), Buffer(shape, DType::kBFloat16, fused ? "[S(0)]" : "[S(1)]",
+                                   fused ? 0 : 1));
+    (void)mine;
+  }
+  return engine;
+}
+
+void ExpectDequantized(const json& c, const Map& engine, const std::string& what) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  for (const char* key : kDestinations) {
+    EXPECT_EQ(Fnv(engine.Find(HfName(key))->as_dtensor().local()),
+              mine[key]["values_fnv"].get<std::string>())
+        << c["name"] << " " << what << " " << key << " on rank " << g_world->rank();
+  }
+}
+
+TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
+  ASSERT_FALSE(Golden().is_null());
+  std::string dir;
+  if (g_world->rank() == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_fp8d_XXXXXX");
+    const char* made = mkdtemp(pattern.data());
+    dir = made != nullptr ? made : "";
+  }
+  ASSERT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  ASSERT_FALSE(dir.empty());
+  int ran = 0;
+  for (const json& c : Golden()["dequant_cases"]) {
+    if (c["tp"] != g_world->size()) continue;
+    ++ran;
+    const std::string name = c["name"];
+    const std::vector<std::pair<std::string, Tensor>> checkpoint = Fp8Checkpoint(c);
+    // A trainer holding the FP8 codes and their scales cut by fsdp (a scale grid of 4 rows
+    // over 4 ranks, or a single scale: uneven and empty pieces).
+    Map trainer;
+    for (const auto& [path, t] : checkpoint) {
+      trainer.Set(path, Value(*DistributeTensor(t, World(), *ParsePlacements("[S(0)]"),
+                                                g_world->rank())));
+    }
+    Map engine = Bf16Buffers(c);
+    TransferStats stats;
+    const absl::Status synced = ReshardStateDict(trainer, engine, MapOptions(), &stats);
+    ASSERT_TRUE(synced.ok()) << name << ": " << synced;
+    ExpectDequantized(c, engine, "synced");
+    // The codes moved as they are (one byte each), the receivers dequantize.
+    EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
+    // Loaded from a file of the codes and scales.
+    const std::string file = absl::StrCat(dir, "/", name, ".safetensors");
+    if (g_world->rank() == 0) ASSERT_TRUE(WriteSafetensors(file, checkpoint).ok());
+    ASSERT_TRUE(g_world->Barrier().ok());
+    Map loaded = Bf16Buffers(c);
+    LoadOptions options;
+    options.comm = g_world;
+    options.read = ReadMode::kAll;
+    options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+    const absl::StatusOr<LoadResult> result =
+        LoadStateDict(CheckpointSource::Open(file), loaded, options);
+    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    ExpectDequantized(c, loaded, "loaded");
+  }
+  if (g_world->size() != 3) EXPECT_EQ(ran, 4);
   ASSERT_TRUE(g_world->Barrier().ok());
   if (g_world->rank() == 0) std::filesystem::remove_all(dir);
 }

@@ -15,6 +15,7 @@
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
+#include "sdrt/core/distributed/internal/mapping/dequantize.h"
 #include "sdrt/core/distributed/internal/mapping/quantize.h"
 #include "sdrt/core/state_dict/state_dict.h"
 
@@ -27,8 +28,10 @@ struct MappedLeaves {
   std::map<std::string, Value> destinations;
   // Destination leaves given a new local (path, new value), for InstallFreshLocals.
   std::vector<std::pair<std::string, Value>> fresh;
-  // FP8 leaves: quantized from their staging locals after each move (FinishQuantized).
+  // FP8 leaves: quantized by the senders or from their staging (mapping/quantize.h), and
+  // leaves dequantized from FP8 sources after each move (mapping/dequantize.h).
   QuantizeWork quantize;
+  DequantizeWork dequantize;
 };
 
 // One rank's locals of both sides, and the destination leaves that get new ones.

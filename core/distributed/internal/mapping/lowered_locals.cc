@@ -215,6 +215,27 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
     work.amax.assign(static_cast<size_t>(entries), 0);
     work.scales.assign(static_cast<size_t>(entries), 1.0f);
   }
+  // Dequantized leaves (dequantize.h): their sources, and per local a staging of codes.
+  out.dequantize.sources = lowering.dequantized;
+  out.dequantize.scales.assign(lowering.dequantized.size(), Tensor());
+  std::map<std::pair<std::string, int>, size_t> dequantize_of;  // (path, local) -> local
+  const auto DequantizeLocalOf = [&](const std::string& path, int j, const Tensor& values,
+                                     DType codes, int64_t rank) -> absl::StatusOr<DequantizeLocal*> {
+    auto it = dequantize_of.find({path, j});
+    if (it == dequantize_of.end()) {
+      if (!values.device().is_cpu() || !values.is_contiguous()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "FP8: '", path, "' on rank ", rank, " is dequantized into contiguous CPU tensors "
+            "only so far; it is ", values.ToString()));
+      }
+      DequantizeLocal local;
+      SDRT_ASSIGN_OR_RETURN(local.staging, Tensor::Empty(values.shape(), codes, device));
+      local.values = values;
+      it = dequantize_of.emplace(std::make_pair(path, j), out.dequantize.locals.size()).first;
+      out.dequantize.locals.push_back(std::move(local));
+    }
+    return &out.dequantize.locals[it->second];
+  };
   std::map<std::string, size_t> step_of;  // an FP8 leaf's path -> its step
   const auto step = [&](const LoweredDestination& d, int source) -> absl::StatusOr<QuantizeStep*> {
     const QuantizedDestination& q = work.specs[static_cast<size_t>(d.quantized)];
@@ -242,7 +263,12 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
       const TransferBox& box = d.boxes[i];
       ShardMetadata m{box.offsets, box.sizes, RemoteDevice{box.rank, device}};
       const LoweredView& v = d.views[i];
-      if (v.rank == me) {
+      if (v.rank == me && d.scale_of >= 0) {
+        // A dequantized source's scales, whole on this rank: a new local (dequantize.h).
+        Tensor& scales = out.dequantize.scales[static_cast<size_t>(d.scale_of)];
+        SDRT_ASSIGN_OR_RETURN(scales, Tensor::Empty(d.shape, d.dtype, device));
+        shards.push_back({scales, m});
+      } else if (v.rank == me) {
         const std::string& path = d.leaves[static_cast<size_t>(v.leaf)];
         SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* mine, locals(path));
         const bool has = v.local < static_cast<int>(mine->size());
@@ -254,6 +280,12 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
           QuantizeLocal& local = q->locals[static_cast<size_t>(v.local)];
           local.views.push_back({v.start, v.length, source_of[index], box.offsets});
           if (!work.on_senders) into = local.staging;
+        } else if (has && d.dequantized >= 0) {
+          // A dequantized leaf: the view is of its staging codes (FinishDequantized).
+          SDRT_ASSIGN_OR_RETURN(DequantizeLocal* const local,
+                                DequantizeLocalOf(path, v.local, into, d.dtype, me));
+          local->views.push_back({v.start, v.length, d.dequantized, box.offsets});
+          into = local->staging;
         }
         absl::StatusOr<Tensor> view =
             has ? into.Narrow(d.dim, v.start, v.length)
@@ -269,7 +301,8 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
     absl::StatusOr<ShardedTensor> st =
         ShardedTensor::Make(d.shape, d.dtype, std::move(metadata), std::move(shards));
     if (!st.ok()) {
-      return Invalid(absl::StrCat("weight map: '", d.name, "' into '", d.leaves[0], "' on rank ", me),
+      return Invalid(absl::StrCat("weight map: '", d.name, "' into '",
+                                  d.leaves.empty() ? d.name : d.leaves[0], "' on rank ", me),
                      st.status().message());
     }
     out.destinations.emplace(d.name, Value(*std::move(st)));

@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/mapping/lowering.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -103,6 +104,74 @@ absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& o
   return absl::OkStatus();
 }
 
+// FP8 sources dequantized into destinations no rule fuses (plain, or renamed from
+// `renamed_sources`): lowered onto their source as they are, a box per piece, views of whole
+// locals. Then, per dequantized source, the leaf that brings its scales whole to every rank
+// holding a piece of its destinations (dequantize.h).
+absl::Status LowerDequantized(
+    const std::map<SideKey, SideInfo>& sides,
+    const std::map<std::string, std::string>& renamed_sources,
+    const std::function<absl::StatusOr<int>(const std::string&, DType)>& dequantize,
+    MapLowering& out, std::map<SideKey, std::vector<LeafLayout>>& anchored,
+    std::set<SideKey>& removed) {
+  for (const auto& [key, side] : sides) {
+    if (key.second || removed.count(key)) continue;
+    const std::string& path = key.first;
+    const auto renamed = renamed_sources.find(path);
+    const std::string& name = renamed == renamed_sources.end() ? path : renamed->second;
+    SDRT_ASSIGN_OR_RETURN(const int dq, dequantize(name, side.layout->dtype));
+    if (dq < 0) continue;
+    const std::string where = absl::StrCat("FP8: '", path, "' from '", name, "'");
+    const LeafLayout& source = *sides.at({name, true}).layout;
+    if (source.shape != side.layout->shape || source.shape.empty()) {
+      return Invalid(where, absl::StrCat("of ", ShapeToString(side.layout->shape), " from ",
+                                         ShapeToString(source.shape),
+                                         " (a dequantized tensor keeps its shape and has a dim)"));
+    }
+    SDRT_ASSIGN_OR_RETURN(const std::vector<LayoutPiece> pieces,
+                          PiecesOfLayout(*side.layout, side.plain_holders, where));
+    LoweredDestination d;
+    d.name = name;
+    d.dtype = d.source_dtype = source.dtype;
+    d.shape = source.shape;
+    d.leaves = {path};
+    d.dequantized = dq;
+    for (const LayoutPiece& p : pieces) {
+      if (EmptyPiece(p)) continue;
+      d.boxes.push_back({p.offsets, p.sizes, p.rank});
+      d.views.push_back({0, p.rank, p.local, 0, p.sizes[0]});
+    }
+    SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[key]));
+    removed.insert(key);
+  }
+  for (size_t i = 0; i < out.dequantized.size(); ++i) {
+    std::set<int64_t> ranks;
+    std::string anchor;
+    for (const LoweredDestination& d : out.destinations) {
+      if (d.dequantized != static_cast<int>(i)) continue;
+      for (const TransferBox& b : d.boxes) ranks.insert(b.rank);
+      if (anchor.empty()) anchor = d.leaves[0];
+    }
+    if (ranks.empty()) continue;
+    const DequantizedSource& src = out.dequantized[i];
+    const std::string where = absl::StrCat("FP8: '", src.name, "' with '", src.scale_name, "'");
+    if (sides.count({src.scale_name, false})) {
+      return Invalid(where, "its scales are a source to dequantize with and a destination leaf");
+    }
+    LoweredDestination d;
+    d.name = src.scale_name;
+    d.dtype = d.source_dtype = src.scale;
+    d.shape = src.scale_shape;
+    d.scale_of = static_cast<int>(i);
+    for (int64_t rank : ranks) {
+      d.boxes.push_back({IntVector(d.shape.size(), 0), d.shape, rank});
+      d.views.push_back({0, rank, 0, 0, 0});
+    }
+    SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[{anchor, false}]));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
@@ -139,6 +208,23 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     quantized_of.emplace(out.quantized[i].path, static_cast<int>(i));
   }
   std::map<std::string, std::string> quantized_source;  // a renamed FP8 leaf's source
+  // FP8 sources dequantized into wider destinations (dequantize.h), by name.
+  std::map<std::string, int> dequantized_of;
+  const auto dequantize = [&](const std::string& name, DType into) -> absl::StatusOr<int> {
+    const auto side = sides.find({name, true});
+    if (side == sides.end()) return -1;
+    SDRT_ASSIGN_OR_RETURN(
+        const std::optional<DequantizedSource> found,
+        FindDequantized(*side->second.layout, into, [&](const std::string& path) {
+          const auto it = sides.find({path, true});
+          return it == sides.end() ? nullptr : it->second.layout;
+        }));
+    if (!found.has_value()) return -1;
+    const auto [it, made] =
+        dequantized_of.emplace(name, static_cast<int>(out.dequantized.size()));
+    if (made) out.dequantized.push_back(*found);
+    return it->second;
+  };
   // Which rule takes each source, and the units they make.
   std::vector<Unit> units;
   std::map<std::string, size_t> unit_of_destination;
@@ -193,7 +279,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         return Invalid(where, absl::StrCat("'", d, "' would go by the name '", src,
                                            "', which another destination leaf has"));
       }
-      if (quantized_of.count(d)) {
+      SDRT_ASSIGN_OR_RETURN(const int dq, dequantize(src, sides.at({d, false}).layout->dtype));
+      const DType from = sides.at({src, true}).layout->dtype;
+      const bool codes_source = from == DType::kFloat8E4M3FN || from == DType::kFloat8E5M2;
+      if ((quantized_of.count(d) && !codes_source) || dq >= 0) {
         quantized_source[d] = src;  // lowered below, as any FP8 leaf no rule fuses
         continue;
       }
@@ -272,6 +361,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         d.quantized = q == quantized_of.end() ? -1 : q->second;
         d.source_dtype = components[k]->layout->dtype;
         d.dtype = d.quantized >= 0 && !quantize_on_senders ? d.source_dtype : fused.layout->dtype;
+        if (d.quantized < 0) {
+          SDRT_ASSIGN_OR_RETURN(d.dequantized, dequantize(names[k], fused.layout->dtype));
+          if (d.dequantized >= 0) d.dtype = d.source_dtype;  // the codes move as they are
+        }
         d.shape = components[k]->layout->shape;
         d.dim = dim;
         d.leaves = {dsts[0]};
@@ -306,6 +399,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
           return Invalid(where, absl::StrCat("its destination '", n,
                                              "' is FP8 with scales, which a split does not make"));
         }
+      }
+      SDRT_ASSIGN_OR_RETURN(const int dq, dequantize(fused_path, components[0]->layout->dtype));
+      if (dq >= 0) {
+        return Invalid(where, "its source is FP8 with scales, which a split does not dequantize");
       }
       LoweredDestination& d = lowered.emplace_back();
       d.name = fused_path;
@@ -345,8 +442,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
   // piece, views of whole locals. Their scale leaves are no transfer's.
   for (size_t i = 0; i < out.quantized.size(); ++i) {
     const QuantizedDestination& q = out.quantized[i];
-    removed.insert({q.scale_path, false});
-    if (removed.count({q.path, false})) continue;  // a rule lowered it
+    if (removed.count({q.path, false})) {  // a rule lowered it
+      removed.insert({q.scale_path, false});
+      continue;
+    }
     const auto renamed = quantized_source.find(q.path);
     const std::string& name = renamed == quantized_source.end() ? q.path : renamed->second;
     const std::string where = absl::StrCat("FP8: '", q.path, "'");
@@ -355,6 +454,11 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     if (source == sides.end()) {
       return Invalid(where, absl::StrCat("no rank holds its source '", name, "'"));
     }
+    const DType from = source->second.layout->dtype;
+    if (from == DType::kFloat8E4M3FN || from == DType::kFloat8E5M2) {
+      continue;  // codes already: they and their scales move as they are
+    }
+    removed.insert({q.scale_path, false});
     if (source->second.layout->shape != destination.layout->shape ||
         destination.layout->shape.empty()) {
       return Invalid(where, absl::StrCat("of ", ShapeToString(destination.layout->shape),
@@ -380,6 +484,8 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[{q.path, false}]));
     removed.insert({q.path, false});
   }
+  SDRT_RETURN_IF_ERROR(LowerDequantized(sides, quantized_source, dequantize, out, anchored,
+                                        removed));
   if (out.empty()) return out;
   // Every rank's description of a leaf the lowering replaces must be the first one's (the
   // lowering reads the first alone; MergeLeafLayouts will not see the others).

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "sdrt/core/distributed/internal/engine/descriptors.h"
 #include "sdrt/core/distributed/internal/engine/locals.h"
+#include "sdrt/core/distributed/internal/mapping/dequantize.h"
 #include "sdrt/core/distributed/internal/mapping/quantize.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/state_dict/state_dict.h"
@@ -60,6 +61,12 @@ struct LoweredDestination {
   // staging locals).
   int quantized = -1;
   DType source_dtype = DType::kFloat32;  // the source's (set for FP8 leaves)
+  // A destination of fp8 codes dequantized (dequantize.h): the index of its source in
+  // MapLowering::dequantized, -1 for none; `dtype` is the codes' (its views go into staging
+  // locals). Or (scale_of) the leaf that brings that source's scales whole to the ranks that
+  // need them: no views, one box per such rank, fresh locals.
+  int dequantized = -1;
+  int scale_of = -1;
 };
 
 // A destination leaf that goes by its source's name.
@@ -75,6 +82,7 @@ struct MapLowering {
   std::vector<RenamedDestination> renamed;
   std::vector<QuantizedDestination> quantized;
   bool on_senders = false;  // the senders quantize (a reshard), else each rank after (a load)
+  std::vector<DequantizedSource> dequantized;
   bool empty() const { return destinations.empty() && renamed.empty() && quantized.empty(); }
 };
 

@@ -55,7 +55,7 @@ float LocalAmax(const QuantizeLocal& local) {
 bool HasCodeLeaves(const std::vector<std::vector<LeafLayout>>& per_rank) {
   for (const std::vector<LeafLayout>& leaves : per_rank) {
     for (const LeafLayout& l : leaves) {
-      if (!l.source && IsCodes(l.dtype)) return true;
+      if (IsCodes(l.dtype)) return true;
     }
   }
   return false;
@@ -115,7 +115,8 @@ absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, const std::strin
   if (source_dtype != DType::kFloat32 && source_dtype != DType::kBFloat16 &&
       source_dtype != DType::kFloat16) {
     return Invalid(where, absl::StrCat("'", q.path, "' quantizes float32, bfloat16 or float16, not ",
-                                       DTypeName(source_dtype)));
+                                       DTypeName(source_dtype),
+                                       " (fusing FP8 sources with their scales is not built)"));
   }
   if (dim != 0) {
     return Invalid(where, absl::StrCat("'", q.path, "' is quantized, so it is fused along dim 0"));

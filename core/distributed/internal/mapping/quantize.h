@@ -42,8 +42,8 @@ struct QuantizedDestination {
   int64_t tile = 0;               // kFp8BlockSize, or 0: one scale for the whole tensor
 };
 
-// Whether any rank describes a destination leaf of an fp8 code dtype (the lowering then
-// looks for its scales).
+// Whether any rank describes a leaf of an fp8 code dtype, on either side (the lowering then
+// looks for scales: to quantize into, or to dequantize with).
 bool HasCodeLeaves(const std::vector<std::vector<LeafLayout>>& per_rank);
 // Whether `tree` holds a tensor leaf of an fp8 code dtype.
 bool HasCodeLeaves(const Map& tree);

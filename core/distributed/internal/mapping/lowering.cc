@@ -12,6 +12,7 @@
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/layout_pieces.h"
+#include "sdrt/core/distributed/internal/mapping/lowering_steps.h"
 #include "sdrt/core/distributed/internal/mapping/segments.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
@@ -23,13 +24,6 @@ namespace {
 
 using Kind = WeightMapRule::Kind;
 using Interleave = WeightMapRule::Interleave;
-
-struct SideInfo {
-  const LeafLayout* layout = nullptr;
-  int first_rank = 0;
-  std::vector<int64_t> plain_holders;
-};
-using SideKey = std::pair<std::string, bool>;  // path, source side
 
 // A rule applied: its sources and destinations by name.
 struct Unit {
@@ -77,6 +71,8 @@ absl::Status CheckNoTwice(const LoweredDestination& d, const std::string& where)
   return absl::OkStatus();
 }
 
+}  // namespace
+
 // Appends lowered leaf `d` to `out` and its description to `leaves` (its anchor's), once
 // checked: its box count, no element twice on a rank, an FP8 leaf's blocks.
 absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& out,
@@ -104,80 +100,10 @@ absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& o
   return absl::OkStatus();
 }
 
-// FP8 sources dequantized into destinations no rule fuses (plain, or renamed from
-// `renamed_sources`): lowered onto their source as they are, a box per piece, views of whole
-// locals. Then, per dequantized source, the leaf that brings its scales whole to every rank
-// holding a piece of its destinations (dequantize.h).
-absl::Status LowerDequantized(
-    const std::map<SideKey, SideInfo>& sides,
-    const std::map<std::string, std::string>& renamed_sources,
-    const std::function<absl::StatusOr<int>(const std::string&, DType)>& dequantize,
-    MapLowering& out, std::map<SideKey, std::vector<LeafLayout>>& anchored,
-    std::set<SideKey>& removed) {
-  for (const auto& [key, side] : sides) {
-    if (key.second || removed.count(key)) continue;
-    const std::string& path = key.first;
-    const auto renamed = renamed_sources.find(path);
-    const std::string& name = renamed == renamed_sources.end() ? path : renamed->second;
-    SDRT_ASSIGN_OR_RETURN(const int dq, dequantize(name, side.layout->dtype));
-    if (dq < 0) continue;
-    const std::string where = absl::StrCat("FP8: '", path, "' from '", name, "'");
-    const LeafLayout& source = *sides.at({name, true}).layout;
-    if (source.shape != side.layout->shape || source.shape.empty()) {
-      return Invalid(where, absl::StrCat("of ", ShapeToString(side.layout->shape), " from ",
-                                         ShapeToString(source.shape),
-                                         " (a dequantized tensor keeps its shape and has a dim)"));
-    }
-    SDRT_ASSIGN_OR_RETURN(const std::vector<LayoutPiece> pieces,
-                          PiecesOfLayout(*side.layout, side.plain_holders, where));
-    LoweredDestination d;
-    d.name = name;
-    d.dtype = d.source_dtype = source.dtype;
-    d.shape = source.shape;
-    d.leaves = {path};
-    d.dequantized = dq;
-    for (const LayoutPiece& p : pieces) {
-      if (EmptyPiece(p)) continue;
-      d.boxes.push_back({p.offsets, p.sizes, p.rank});
-      d.views.push_back({0, p.rank, p.local, 0, p.sizes[0]});
-    }
-    SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[key]));
-    removed.insert(key);
-  }
-  for (size_t i = 0; i < out.dequantized.size(); ++i) {
-    std::set<int64_t> ranks;
-    std::string anchor;
-    for (const LoweredDestination& d : out.destinations) {
-      if (d.dequantized != static_cast<int>(i)) continue;
-      for (const TransferBox& b : d.boxes) ranks.insert(b.rank);
-      if (anchor.empty()) anchor = d.leaves[0];
-    }
-    if (ranks.empty()) continue;
-    const DequantizedSource& src = out.dequantized[i];
-    const std::string where = absl::StrCat("FP8: '", src.name, "' with '", src.scale_name, "'");
-    if (sides.count({src.scale_name, false})) {
-      return Invalid(where, "its scales are a source to dequantize with and a destination leaf");
-    }
-    LoweredDestination d;
-    d.name = src.scale_name;
-    d.dtype = d.source_dtype = src.scale;
-    d.shape = src.scale_shape;
-    d.scale_of = static_cast<int>(i);
-    for (int64_t rank : ranks) {
-      d.boxes.push_back({IntVector(d.shape.size(), 0), d.shape, rank});
-      d.views.push_back({0, rank, 0, 0, 0});
-    }
-    SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[{anchor, false}]));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
                                             std::vector<std::vector<LeafLayout>>& per_rank,
                                             bool quantize_on_senders) {
-  std::map<SideKey, SideInfo> sides;
+  LoweringSides sides;
   std::vector<std::string> source_order;
   for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
     for (const LeafLayout& l : per_rank[rank]) {
@@ -263,7 +189,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
   }
   // Destination leaves replaced: the lowered leaves go where the first of a unit's
   // destinations was (its anchor), the others are dropped.
-  std::map<SideKey, std::vector<LeafLayout>> anchored;
+  AnchoredLeaves anchored;
   std::set<SideKey> removed;
   std::map<std::string, std::string> renames;  // destination path -> the source's name
   for (const Unit& unit : units) {
@@ -438,52 +364,8 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     }
     for (const std::string& d : dsts) removed.insert({d, false});
   }
-  // FP8 leaves no rule fuses or pads: lowered onto their source as they are, a box per
-  // piece, views of whole locals. Their scale leaves are no transfer's.
-  for (size_t i = 0; i < out.quantized.size(); ++i) {
-    const QuantizedDestination& q = out.quantized[i];
-    if (removed.count({q.path, false})) {  // a rule lowered it
-      removed.insert({q.scale_path, false});
-      continue;
-    }
-    const auto renamed = quantized_source.find(q.path);
-    const std::string& name = renamed == quantized_source.end() ? q.path : renamed->second;
-    const std::string where = absl::StrCat("FP8: '", q.path, "'");
-    const auto source = sides.find({name, true});
-    const SideInfo& destination = sides.at({q.path, false});
-    if (source == sides.end()) {
-      return Invalid(where, absl::StrCat("no rank holds its source '", name, "'"));
-    }
-    const DType from = source->second.layout->dtype;
-    if (from == DType::kFloat8E4M3FN || from == DType::kFloat8E5M2) {
-      continue;  // codes already: they and their scales move as they are
-    }
-    removed.insert({q.scale_path, false});
-    if (source->second.layout->shape != destination.layout->shape ||
-        destination.layout->shape.empty()) {
-      return Invalid(where, absl::StrCat("of ", ShapeToString(destination.layout->shape),
-                                         " from '", name, "' of ",
-                                         ShapeToString(source->second.layout->shape),
-                                         " (a quantized tensor keeps its shape and has a dim)"));
-    }
-    SDRT_ASSIGN_OR_RETURN(
-        const std::vector<LayoutPiece> pieces,
-        PiecesOfLayout(*destination.layout, destination.plain_holders, where));
-    LoweredDestination d;
-    d.name = name;
-    d.source_dtype = source->second.layout->dtype;
-    d.dtype = quantize_on_senders ? q.codes : d.source_dtype;
-    d.shape = destination.layout->shape;
-    d.leaves = {q.path};
-    d.quantized = static_cast<int>(i);
-    for (const LayoutPiece& p : pieces) {
-      if (EmptyPiece(p)) continue;
-      d.boxes.push_back({p.offsets, p.sizes, p.rank});
-      d.views.push_back({0, p.rank, p.local, 0, p.sizes[0]});
-    }
-    SDRT_RETURN_IF_ERROR(Emit(std::move(d), where, out, anchored[{q.path, false}]));
-    removed.insert({q.path, false});
-  }
+  SDRT_RETURN_IF_ERROR(
+      LowerPlainQuantized(sides, quantized_source, quantize_on_senders, out, anchored, removed));
   SDRT_RETURN_IF_ERROR(LowerDequantized(sides, quantized_source, dequantize, out, anchored,
                                         removed));
   if (out.empty()) return out;

@@ -1,0 +1,59 @@
+// The steps LowerLeafLayouts (lowering.h) is made of, shared by its files: every rank's first
+// description of each leaf, the emission of a lowered leaf, and the FP8 leaves no rule fuses
+// (fp8_lowering.cc). Not public API.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_LOWERING_STEPS_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_LOWERING_STEPS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sdrt/core/distributed/internal/mapping/lowering.h"
+
+namespace sdrt::internal {
+
+// A leaf as the first rank that described it did, and the ranks holding it as a plain tensor.
+struct SideInfo {
+  const LeafLayout* layout = nullptr;
+  int first_rank = 0;
+  std::vector<int64_t> plain_holders;
+};
+using SideKey = std::pair<std::string, bool>;  // path, source side
+using LoweringSides = std::map<SideKey, SideInfo>;
+// The lowered leaves' descriptions, by the leaf they replace (their anchor).
+using AnchoredLeaves = std::map<SideKey, std::vector<LeafLayout>>;
+// The index of the dequantized source `name` for a destination of `dtype` in
+// MapLowering::dequantized (registered on first use), or -1 when it is not one.
+using DequantizeOf = std::function<absl::StatusOr<int>(const std::string& name, DType dtype)>;
+
+// Appends lowered leaf `d` to `out` and its description to `leaves` (its anchor's), once
+// checked: its box count, no element twice on a rank, an FP8 leaf's blocks.
+absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& out,
+                  std::vector<LeafLayout>& leaves);
+
+// FP8 leaves (out.quantized) that no rule lowered: onto their source (itself, or
+// `renamed_sources`' entry) as they are, a box per piece, views of whole locals, their scale
+// leaves no transfer's; skipped where the source holds codes already (they and their scales
+// move as they are). InvalidArgument naming the leaf: no source, another shape.
+absl::Status LowerPlainQuantized(const LoweringSides& sides,
+                                 const std::map<std::string, std::string>& renamed_sources,
+                                 bool quantize_on_senders, MapLowering& out,
+                                 AnchoredLeaves& anchored, std::set<SideKey>& removed);
+
+// Destinations dequantized from FP8 sources that no rule lowered (dequantize.h), as above;
+// then per dequantized source the leaf that brings its scales whole to every rank holding a
+// piece of its destinations. InvalidArgument naming the leaf: another shape, a scalar, scales
+// that are also a destination leaf's name.
+absl::Status LowerDequantized(const LoweringSides& sides,
+                              const std::map<std::string, std::string>& renamed_sources,
+                              const DequantizeOf& dequantize, MapLowering& out,
+                              AnchoredLeaves& anchored, std::set<SideKey>& removed);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_LOWERING_STEPS_H_

@@ -41,8 +41,11 @@
 // recipe does (scale = amax / finfo.max, 1 for all zeros; e8m0 rounded up to a power of two;
 // codes = (x / scale).to(fp8)), fused, padded or as it is, with any map or none; block scales
 // need each piece to start at a multiple of 128 in its source and its local (InvalidArgument
-// naming the tensor and rank, on every rank, before any byte moves). CPU tensors only so far
-// (Unimplemented). The map is applied by PlanReshard (ReshardOptions::weight_map): every
+// naming the tensor and rank, on every rank, before any byte moves). The inverse too: a
+// source of fp8 codes beside a source named as it plus "_scale_inv" or "_scale" (as above),
+// taken by a float32 / bfloat16 / float16 destination, is dequantized ((q.float() * scale)
+// .to(dtype)); codes with their scales into fp8 leaves move as they are. CPU tensors only so
+// far (Unimplemented). The map is applied by PlanReshard (ReshardOptions::weight_map): every
 // rule is checked against every rank's leaves there, on every rank alike.
 #ifndef SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
 #define SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -131,9 +132,22 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     const DType to = options.cast == "bf16"  ? DType::kBFloat16
                      : options.cast == "f16" ? DType::kFloat16
                                              : DType::kFloat32;
-    for (SafetensorsTensorSpec& t : tensors) {
-      if (CastKindOf(t.dtype) == CastKind::kFloat) t.dtype = to;
+    // FP8 codes are dequantized with their scales, which the engine then does not hold.
+    std::set<std::string> codes;
+    for (const SafetensorsTensorSpec& t : sources) {
+      if (t.dtype == DType::kFloat8E4M3FN || t.dtype == DType::kFloat8E5M2) codes.insert(t.name);
     }
+    std::vector<SafetensorsTensorSpec> kept;
+    for (SafetensorsTensorSpec& t : tensors) {
+      const bool scales = (absl::EndsWith(t.name, "_scale_inv") &&
+                           codes.count(t.name.substr(0, t.name.size() - 10))) ||
+                          (absl::EndsWith(t.name, "_scale") &&
+                           codes.count(t.name.substr(0, t.name.size() - 6)));
+      if (scales) continue;
+      if (CastKindOf(t.dtype) == CastKind::kFloat) t.dtype = to;
+      kept.push_back(std::move(t));
+    }
+    tensors = std::move(kept);
   }
   return tensors;
 }

@@ -39,9 +39,10 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& 
 
 // The engine's tensor list: `sources` through `map` (WeightMap::DestinationTensors, a
 // kShards fuse cut into as many parts as `plan` shards it on `mesh`), every float tensor in
-// --cast's dtype, or with fp8-block / fp8-tensor every linear layer's 2-D weight (a name
-// ending in "_proj.weight", or Megatron's linear_qkv, linear_proj, linear_fc1, linear_fc2)
-// in float8_e4m3fn. The map's and the plan's errors.
+// --cast's dtype (FP8 codes dequantized with their "_scale_inv" / "_scale" tensors, which
+// the list then leaves out), or with fp8-block / fp8-tensor every linear layer's 2-D weight
+// (a name ending in "_proj.weight", or Megatron's linear_qkv, linear_proj, linear_fc1,
+// linear_fc2) in float8_e4m3fn. The map's and the plan's errors.
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     const std::optional<WeightMap>& map, const WeightMapOptions& options,
     const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,

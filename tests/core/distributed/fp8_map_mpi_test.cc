@@ -255,20 +255,29 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
   if (g_world->size() != 3) EXPECT_EQ(ran, 4);
 }
 
-TEST(Fp8MapMpi, LoadAFileIntoFp8BuffersBitExact) {
-  ASSERT_FALSE(Golden().is_null());
+// A fresh folder made by rank 0, the same path on every rank ("" when it cannot be made).
+std::string SharedTempDir() {
   std::string dir;
   if (g_world->rank() == 0) {
     const char* base = std::getenv("TMPDIR");
     std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_fp8_XXXXXX");
     const char* made = mkdtemp(pattern.data());
     dir = made != nullptr ? made : "";
+  }
+  EXPECT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  return dir;
+}
+
+TEST(Fp8MapMpi, LoadAFileIntoFp8BuffersBitExact) {
+  ASSERT_FALSE(Golden().is_null());
+  const std::string dir = SharedTempDir();
+  ASSERT_FALSE(dir.empty());
+  if (g_world->rank() == 0) {
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (const auto& [key, t] : Sources()) tensors.emplace_back(HfName(key), t);
     ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors).ok());
   }
-  ASSERT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
-  ASSERT_FALSE(dir.empty());
+  ASSERT_TRUE(g_world->Barrier().ok());
   for (const json& c : Golden()["cases"]) {
     if (c["tp"] != g_world->size()) continue;
     Map engine = EngineBuffers(c);
@@ -348,14 +357,7 @@ void ExpectDequantized(const json& c, const Map& engine, const std::string& what
 
 TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
   ASSERT_FALSE(Golden().is_null());
-  std::string dir;
-  if (g_world->rank() == 0) {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_fp8d_XXXXXX");
-    const char* made = mkdtemp(pattern.data());
-    dir = made != nullptr ? made : "";
-  }
-  ASSERT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  const std::string dir = SharedTempDir();
   ASSERT_FALSE(dir.empty());
   int ran = 0;
   for (const json& c : Golden()["dequant_cases"]) {

@@ -219,7 +219,9 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
     EXPECT_EQ(stats.cast_by_senders, 7) << name;
     EXPECT_EQ(stats.cast_by_receivers, 0) << name;
     EXPECT_EQ(bf16_stats.cast_by_senders + bf16_stats.cast_by_receivers, 0) << name;
-    if (g_world->size() > 1) EXPECT_GT(stats.wire_bytes, 0) << name;
+    if (g_world->size() > 1) {
+      EXPECT_GT(stats.wire_bytes, 0) << name;
+    }
     // Without a map: the leaves no rule touches (o_proj, down_proj) quantize all the same.
     Map plain = EngineBuffers(c);
     plain.EraseIf([](const std::string& path, const Value&) {
@@ -252,7 +254,9 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
       ExpectGolden(c, bound_engine, absl::StrCat("bound step ", step));
     }
   }
-  if (g_world->size() != 3) EXPECT_EQ(ran, 4);
+  if (g_world->size() != 3) {
+    EXPECT_EQ(ran, 4);
+  }
 }
 
 // A fresh folder made by rank 0, the same path on every rank ("" when it cannot be made).
@@ -381,7 +385,9 @@ TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
     EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
     // Loaded from a file of the codes and scales.
     const std::string file = absl::StrCat(dir, "/", name, ".safetensors");
-    if (g_world->rank() == 0) ASSERT_TRUE(WriteSafetensors(file, checkpoint).ok());
+    if (g_world->rank() == 0) {
+      ASSERT_TRUE(WriteSafetensors(file, checkpoint).ok());
+    }
     ASSERT_TRUE(g_world->Barrier().ok());
     Map loaded = Bf16Buffers(c);
     LoadOptions options;
@@ -393,7 +399,9 @@ TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
     ASSERT_TRUE(result.ok()) << name << ": " << result.status();
     ExpectDequantized(c, loaded, "loaded");
   }
-  if (g_world->size() != 3) EXPECT_EQ(ran, 4);
+  if (g_world->size() != 3) {
+    EXPECT_EQ(ran, 4);
+  }
   ASSERT_TRUE(g_world->Barrier().ok());
   if (g_world->rank() == 0) std::filesystem::remove_all(dir);
 }

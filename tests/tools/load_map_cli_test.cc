@@ -123,6 +123,8 @@ TEST_F(LoadMapCli, Fp8CastsWithScales) {
       Load(2, full_, "--map vllm-llama --head-size 16 --read all --cast fp8-tensor");
   ASSERT_TRUE(tensor.is_object());
   EXPECT_EQ(tensor["tensors"], 21);
+  // 15 engine tensors (q, k, v and gate, up fused in 2 layers) and the scales of 8 of them.
+  EXPECT_EQ(tensor["engine_tensors"], 15 + 8);
   // Block scales on one rank: every weight whole, its ragged edge blocks included.
   EXPECT_TRUE(Load(1, full_, "--cast fp8-block").is_object());
   // On 2 ranks fsdp cuts the 64-row weights at row 32: inside a block.

@@ -116,6 +116,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   facts.gathered = outline.sharded && args.verify_dir.empty();
   if (!args.engine.map.empty() || !args.engine.cast.empty()) {
     // The pieces are SRC's tensors made into others: no slice of SRC to compare them with.
+    facts.engine_tensors = static_cast<int64_t>(local.size());
     facts.unchecked = absl::StrCat(!args.engine.map.empty() ? "--map" : "--cast",
                                    " changes the tensors (the layouts are held to PyTorch's by "
                                    "sdrt's tests)");

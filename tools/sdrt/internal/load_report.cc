@@ -103,6 +103,7 @@ Report LoadReport(const LoadFacts& f) {
                                                               : nlohmann::ordered_json()},
                                             {"bytes_read", f.bytes_read},
                                             {"bytes_kept", f.bytes_kept}});
+  if (f.engine_tensors >= 0) report.json["engine_tensors"] = f.engine_tensors;
   if (outline.sharded) {
     report.json.update(TransferStatsJson(f.stats.transfer));
   } else {
@@ -117,7 +118,9 @@ Report LoadReport(const LoadFacts& f) {
                                            : "";
   report.text = absl::StrCat(
       "loaded ", outline.tensors.size(), " tensors (", HumanBytes(bytes), ") from ",
-      Printable(f.src), from, " into ", Ranks(f.ranks), ", mesh ", Printable(f.mesh), ", plan ",
+      Printable(f.src), from,
+      f.engine_tensors >= 0 ? absl::StrCat(" as ", f.engine_tensors, " engine tensors") : "",
+      " into ", Ranks(f.ranks), ", mesh ", Printable(f.mesh), ", plan ",
       Printable(f.plan), "\n", ReadLines(f, reason, gbps, amplification),
       f.unchecked.empty()
           ? absl::StrCat("  verified against ", Printable(against), ": ",

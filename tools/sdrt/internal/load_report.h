@@ -35,6 +35,8 @@ struct LoadFacts {
   std::vector<std::string> wrong;
   // Why the pieces were not checked ("": they were).
   std::string unchecked;
+  // The engine's tensors, when --map or --cast made SRC's into others; -1: SRC's own.
+  int64_t engine_tensors = -1;
 };
 
 // The summary. Its verdict, when a piece differs: InvalidArgument (exit 2) when the pieces

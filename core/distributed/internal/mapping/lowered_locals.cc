@@ -1,5 +1,6 @@
 // LowerLocals (lowering.h): a rank's lowered destination leaves over views of its locals.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,7 +55,12 @@ absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, c
       if (locals.empty()) break;
       locals[0] = d.local();
       if (locals[0].is_meta()) {
-        SDRT_ASSIGN_OR_RETURN(locals[0], Tensor::Empty(d.local().shape(), d.dtype(), device));
+        absl::StatusOr<Tensor> made = Tensor::Empty(d.local().shape(), d.dtype(), device);
+        if (!made.ok()) {
+          return absl::Status(made.status().code(),
+                              absl::StrCat(where, ": ", made.status().message()));
+        }
+        locals[0] = *std::move(made);
         SDRT_ASSIGN_OR_RETURN(DTensor filled, d.WithLocal(locals[0]));
         out.fresh.emplace_back(path, Value(std::move(filled)));
       }
@@ -324,9 +330,18 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
       for (const auto& [a, b] : covered) {
         if (a > at) {
           SDRT_ASSIGN_OR_RETURN(Tensor gap, local.Narrow(d.dim, at, a - at));
-          SDRT_ASSIGN_OR_RETURN(const Tensor zeros,
-                                Tensor::Zeros(gap.shape(), gap.dtype(), device));
-          SDRT_RETURN_IF_ERROR(gap.CopyFrom(zeros));
+          if (gap.device().is_cpu() && gap.is_contiguous()) {
+            // In place: a padded vocabulary's rows need no second buffer of their size.
+            if (gap.nbytes() > 0) std::memset(gap.data_ptr(), 0, static_cast<size_t>(gap.nbytes()));
+          } else {
+            absl::StatusOr<Tensor> zeros = Tensor::Zeros(gap.shape(), gap.dtype(), device);
+            if (!zeros.ok()) {
+              return absl::Status(zeros.status().code(),
+                                  absl::StrCat("weight map: the pad of '", d.leaves[0], "' on rank ",
+                                               me, ": ", zeros.status().message()));
+            }
+            SDRT_RETURN_IF_ERROR(gap.CopyFrom(*zeros));
+          }
         }
         at = std::max(at, b);
       }

@@ -5,6 +5,8 @@
 // the rows each rank must hold), split back by a JSON map through a reshard plan that
 // outlives its map; maps refused and loads whose map cannot hold, with their exact status
 // codes and messages. The world comes from sdrt_comm_create_world (c_api_test_util.h).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "sdrt/c_api.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tests/c_api/c_api_llama_util.h"
 #include "sdrt/tests/c_api/c_api_test_util.h"
 
@@ -206,6 +209,56 @@ TEST(CApiWeightMap, ReshardPlanSplitsAndRenamesWithoutItsMap) {
 
 // Maps that cannot be made, and loads whose map cannot hold: the rule is named, and a
 // collective's error is every rank's.
+// FP8 through the C API: an engine's float8_e4m3fn DLPack buffer of a gate_proj (12 x 3,
+// rows cut over the ranks) beside a float32 "<name>_scale" of one element, filled by one
+// sdrt_load with no map: the codes of each rank's rows with the scale of the whole tensor
+// (amax / 448), as PyTorch's recipe (fp8_scale.h, held to it by its golden) makes them.
+TEST(CApiWeightMap, LoadsFp8CodesAndTheirScale) {
+  const std::string name = LayerName(0, "mlp.gate_proj");
+  const int t = HfIndex(name);
+  const int64_t rows = HfTensors()[t].rows;
+  const auto [begin, end] = sdrt::testing_c_api::Chunk(rows, g_size, g_rank);
+  std::vector<uint8_t> codes(static_cast<size_t>(std::max<int64_t>(1, (end - begin) * kCols)),
+                             0xAA);
+  int64_t codes_shape[2] = {end - begin, kCols};
+  DLTensor dl;
+  std::memset(&dl, 0, sizeof dl);
+  dl.data = codes.data();
+  dl.device.device_type = kDLCPU;
+  dl.ndim = 2;
+  dl.dtype.code = 10;  // kDLFloat8_e4m3fn (DLPack 1.1; the bundled header predates it)
+  dl.dtype.bits = 8;
+  dl.dtype.lanes = 1;
+  dl.shape = codes_shape;
+  Buffer scale(1, 1, 1);
+  MeshSpec codes_spec("S(0)", rows, kCols);
+  MeshSpec scale_spec("R", 1, 1);
+  sdrt_state_dict_t sd = nullptr;
+  ASSERT_SDRT_OK(sdrt_state_dict_create(&sd));
+  ASSERT_SDRT_OK(sdrt_state_dict_add(sd, name.c_str(), &dl, &codes_spec.spec));
+  ASSERT_SDRT_OK(sdrt_state_dict_add(sd, (name + "_scale").c_str(), &scale.dl, &scale_spec.spec));
+  sdrt_checkpoint_t ckpt = nullptr;
+  ASSERT_SDRT_OK(sdrt_checkpoint_open(LlamaPath().c_str(), &ckpt));
+  sdrt_load_options_t o = LoadOptions();
+  o.strict = 0;  // the other tensors of the file are not this engine's
+  ASSERT_SDRT_OK(sdrt_load(ckpt, sd, &o));
+  float amax = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < kCols; ++j) amax = std::max(amax, std::fabs(HfValue(t, i, j)));
+  }
+  const float want_scale = amax / 448.0f;
+  EXPECT_EQ(scale.at(0, 0), want_scale);
+  for (int64_t i = begin; i < end; ++i) {
+    for (int64_t j = 0; j < kCols; ++j) {
+      EXPECT_EQ(codes[static_cast<size_t>((i - begin) * kCols + j)],
+                sdrt::internal::FloatToFloat8E4M3FN(HfValue(t, i, j) / want_scale))
+          << "row " << i << " col " << j << " on rank " << g_rank;
+    }
+  }
+  sdrt_checkpoint_close(ckpt);
+  sdrt_state_dict_destroy(sd);
+}
+
 TEST(CApiWeightMap, Errors) {
   sdrt_weight_map_t map = nullptr;
   // JSON that does not parse, a rule's pattern RE2 refuses, an unknown key, a split with

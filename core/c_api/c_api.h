@@ -390,7 +390,12 @@ SDRT_C_API sdrt_status_t sdrt_state_dict_destroy(sdrt_state_dict_t state_dict);
  * k heads; its v heads]), each rank moving only its own rows, no full tensor built. Handed
  * to sdrt_load_options_t.weight_map or sdrt_reshard_options_t.weight_map, which borrow it
  * for the call only: the map may be destroyed as soon as the call returns (a reshard plan
- * keeps what it needs of it). */
+ * keeps what it needs of it). FP8 needs no map: a float8_e4m3fn / float8_e5m2 entry (DLPack
+ * type codes 10 / 12) beside a float32 entry named as it plus "_scale_inv" (a scale per
+ * 128 x 128 block of the source tensor, laid out as the codes) or plus "_scale" (one
+ * element) is quantized by PyTorch's recipe on the way (in a reshard by the senders: one
+ * byte per element on the wire); a float8 source beside such scales into a float entry is
+ * dequantized. CPU buffers only so far (SDRT_UNIMPLEMENTED). */
 typedef struct sdrt_weight_map_s* sdrt_weight_map_t;
 
 /* Local. A map from its JSON text, the `length` bytes at `json` (no terminating NUL needed;

@@ -13,6 +13,7 @@
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/mapped_load.h"
 #include "sdrt/core/distributed/internal/mapping/quantize.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -107,7 +108,7 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   bool fp8_source = false;
   if (source != nullptr) {
     for (const CheckpointSourceTensor& t : source->tensors()) {
-      fp8_source = fp8_source || t.dtype == DType::kFloat8E4M3FN || t.dtype == DType::kFloat8E5M2;
+      fp8_source = fp8_source || internal::IsFp8Codes(t.dtype);
     }
   }
   const bool lowered = options.weight_map.compiled() != nullptr || fp8_source ||

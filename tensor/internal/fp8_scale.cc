@@ -8,10 +8,6 @@
 namespace sdrt::internal {
 namespace {
 
-bool IsFp8(DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; }
-bool IsWide(DType d) {
-  return d == DType::kBFloat16 || d == DType::kFloat16 || d == DType::kFloat32;
-}
 
 // Element i of float dtype D at `p`, widened.
 template <DType D>
@@ -128,7 +124,7 @@ bool AbsMax(const void* data, DType dtype, int64_t count, float* amax) {
 
 bool QuantizeFloats(const void* from, DType from_dtype, void* to, DType fp8, float scale,
                     int64_t count) {
-  if (!IsWide(from_dtype) || !IsFp8(fp8)) return false;
+  if (!IsFp8Wide(from_dtype) || !IsFp8Codes(fp8)) return false;
   // The common pairs into float8_e4m3fn (aligned input): one vectorized pass.
   uint8_t* const codes = static_cast<uint8_t*>(to);
   if (fp8 == DType::kFloat8E4M3FN && from_dtype == DType::kBFloat16 &&
@@ -155,7 +151,7 @@ bool QuantizeFloats(const void* from, DType from_dtype, void* to, DType fp8, flo
 
 bool DequantizeFloats(const void* from, DType fp8, void* to, DType to_dtype, float scale,
                       int64_t count) {
-  if (!IsFp8(fp8) || !IsWide(to_dtype)) return false;
+  if (!IsFp8Codes(fp8) || !IsFp8Wide(to_dtype)) return false;
   const char* in = static_cast<const char*>(from);
   char* out = static_cast<char*>(to);
   return VisitFloatDType(fp8, false, [&](auto q) {
@@ -170,7 +166,7 @@ bool DequantizeFloats(const void* from, DType fp8, void* to, DType to_dtype, flo
 
 bool QuantizeMatrix(const void* from, DType from_dtype, int64_t rows, int64_t cols, int64_t tile,
                     void* codes, DType fp8, void* scales, DType scale_dtype) {
-  if (!IsWide(from_dtype) || !IsFp8(fp8) || rows < 0 || cols < 0 || tile < 0 ||
+  if (!IsFp8Wide(from_dtype) || !IsFp8Codes(fp8) || rows < 0 || cols < 0 || tile < 0 ||
       (scale_dtype != DType::kFloat32 && scale_dtype != DType::kFloat8E8M0FNU)) {
     return false;
   }
@@ -215,7 +211,7 @@ bool QuantizeMatrix(const void* from, DType from_dtype, int64_t rows, int64_t co
 
 bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType scale_dtype,
                       int64_t rows, int64_t cols, int64_t tile, void* to, DType to_dtype) {
-  if (!IsFp8(fp8) || !IsWide(to_dtype) || rows < 0 || cols < 0 || tile < 0 ||
+  if (!IsFp8Codes(fp8) || !IsFp8Wide(to_dtype) || rows < 0 || cols < 0 || tile < 0 ||
       (scale_dtype != DType::kFloat32 && scale_dtype != DType::kFloat8E8M0FNU)) {
     return false;
   }
@@ -246,7 +242,7 @@ bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType sc
 bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t cols,
                         int64_t row_stride, int64_t row0, int64_t col0, int64_t tile,
                         int64_t grid_cols, int32_t* amax_bits) {
-  if (!IsWide(dtype) || rows < 0 || cols < 0 || row0 < 0 || col0 < 0 || tile < 0) return false;
+  if (!IsFp8Wide(dtype) || rows < 0 || cols < 0 || row0 < 0 || col0 < 0 || tile < 0) return false;
   const char* const base = static_cast<const char*>(from);
   const int64_t bytes = ElementBits(dtype) / 8;
   for (int64_t r = 0; r < rows; ++r) {
@@ -268,7 +264,7 @@ bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t col
 bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols,
                  int64_t row_stride, int64_t row0, int64_t col0, int64_t tile, int64_t grid_cols,
                  const float* scales, void* to, DType fp8) {
-  if (!IsWide(from_dtype) || !IsFp8(fp8) || rows < 0 || cols < 0 || row0 < 0 || col0 < 0 ||
+  if (!IsFp8Wide(from_dtype) || !IsFp8Codes(fp8) || rows < 0 || cols < 0 || row0 < 0 || col0 < 0 ||
       tile < 0) {
     return false;
   }

@@ -20,6 +20,15 @@
 
 namespace sdrt::internal {
 
+// The dtypes of fp8 codes (float8_e4m3fn, float8_e5m2), and those the recipe quantizes from
+// and dequantizes into (float32, bfloat16, float16).
+SDRT_HD inline bool IsFp8Codes(DType d) {
+  return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2;
+}
+SDRT_HD inline bool IsFp8Wide(DType d) {
+  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
+
 // The largest finite magnitude of an fp8 code dtype (448 for e4m3fn, 57344 for e5m2); 0 for
 // any other dtype.
 SDRT_HD inline float Fp8Max(DType fp8) {

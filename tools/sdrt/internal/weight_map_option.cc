@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "nlohmann/json.hpp"
@@ -46,11 +47,7 @@ absl::StatusOr<int64_t> HeadSizeFromConfig(const std::string& folder) {
 // A linear layer's weight of a Llama-family model, HF's or Megatron's names: what an FP8
 // cast quantizes (never embeddings, norms or the head).
 bool IsLinearWeight(const SafetensorsTensorSpec& t) {
-  if (t.shape.size() != 2 || CastKindOf(t.dtype) != CastKind::kFloat ||
-      t.dtype == DType::kFloat8E4M3FN || t.dtype == DType::kFloat8E5M2 ||
-      t.dtype == DType::kFloat8E8M0FNU) {
-    return false;
-  }
+  if (t.shape.size() != 2 || !internal::IsFp8Wide(t.dtype)) return false;
   for (const char* suffix : {"_proj.weight", "linear_qkv.weight", "linear_proj.weight",
                              "linear_fc1.weight", "linear_fc2.weight"}) {
     if (absl::EndsWith(t.name, suffix)) return true;
@@ -135,7 +132,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     // FP8 codes are dequantized with their scales, which the engine then does not hold.
     std::set<std::string> codes;
     for (const SafetensorsTensorSpec& t : sources) {
-      if (t.dtype == DType::kFloat8E4M3FN || t.dtype == DType::kFloat8E5M2) codes.insert(t.name);
+      if (internal::IsFp8Codes(t.dtype)) codes.insert(t.name);
     }
     std::vector<SafetensorsTensorSpec> kept;
     for (SafetensorsTensorSpec& t : tensors) {

@@ -5,14 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
+#include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
 namespace {
-
-bool IsCodes(DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; }
-bool IsWide(DType d) {
-  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
-}
 
 // Scale `i` of a float32 or float8_e8m0fnu scale tensor, as a float.
 float ScaleAt(const Tensor& scales, int64_t i) {
@@ -26,26 +22,17 @@ float ScaleAt(const Tensor& scales, int64_t i) {
 absl::StatusOr<std::optional<DequantizedSource>> FindDequantized(
     const LeafLayout& source, DType destination_dtype,
     const std::function<const LeafLayout*(const std::string&)>& find_source) {
-  if (!IsCodes(source.dtype) || !IsWide(destination_dtype)) return std::nullopt;
+  if (!IsFp8Codes(source.dtype) || !IsFp8Wide(destination_dtype)) return std::nullopt;
   DequantizedSource d;
   d.name = source.path;
   d.codes = source.dtype;
   d.shape = source.shape;
-  const LeafLayout* scale = nullptr;
-  for (const char* suffix : {"_scale_inv", "_scale"}) {
-    scale = find_source(source.path + suffix);
-    if (scale != nullptr) {
-      d.scale_name = source.path + suffix;
-      d.tile = std::string(suffix) == "_scale_inv" ? kFp8BlockSize : 0;
-      break;
-    }
-  }
-  if (scale == nullptr) return std::nullopt;  // no scales: a plain cast
+  SDRT_ASSIGN_OR_RETURN(const Fp8Scales scales, FindFp8Scales(source.path, find_source));
+  if (scales.layout == nullptr) return std::nullopt;  // no scales: a plain cast
+  const LeafLayout* scale = scales.layout;
+  d.scale_name = scales.name;
+  d.tile = scales.tile;
   const std::string where = absl::StrCat("FP8: '", d.name, "' with '", d.scale_name, "'");
-  if (scale->dtype != DType::kFloat32 && scale->dtype != DType::kFloat8E8M0FNU) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": scales are float32 or float8_e8m0fnu, not ", DTypeName(scale->dtype)));
-  }
   IntVector want{1};
   if (d.tile > 0) {
     if (d.shape.size() != 2) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/mapping/layout_pieces.h"
 #include "sdrt/core/distributed/internal/mapping/lowering_steps.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -36,7 +37,7 @@ absl::Status LowerPlainQuantized(const LoweringSides& sides,
       return Invalid(where, absl::StrCat("no rank holds its source '", name, "'"));
     }
     const DType from = source->second.layout->dtype;
-    if (from == DType::kFloat8E4M3FN || from == DType::kFloat8E5M2) {
+    if (IsFp8Codes(from)) {
       continue;  // codes already: they and their scales move as they are
     }
     removed.insert({q.scale_path, false});

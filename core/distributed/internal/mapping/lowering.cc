@@ -17,6 +17,7 @@
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/sharded_tensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -207,7 +208,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       }
       SDRT_ASSIGN_OR_RETURN(const int dq, dequantize(src, sides.at({d, false}).layout->dtype));
       const DType from = sides.at({src, true}).layout->dtype;
-      const bool codes_source = from == DType::kFloat8E4M3FN || from == DType::kFloat8E5M2;
+      const bool codes_source = IsFp8Codes(from);
       if ((quantized_of.count(d) && !codes_source) || dq >= 0) {
         quantized_source[d] = src;  // lowered below, as any FP8 leaf no rule fuses
         continue;

@@ -16,7 +16,6 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-bool IsCodes(DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; }
 
 // The bits of a non-negative float as an int32: ordered as the floats, NaN above infinity,
 // so that a max of the bits is the max of the magnitudes with NaN kept (as amax keeps it).
@@ -55,7 +54,7 @@ float LocalAmax(const QuantizeLocal& local) {
 bool HasCodeLeaves(const std::vector<std::vector<LeafLayout>>& per_rank) {
   for (const std::vector<LeafLayout>& leaves : per_rank) {
     for (const LeafLayout& l : leaves) {
-      if (IsCodes(l.dtype)) return true;
+      if (IsFp8Codes(l.dtype)) return true;
     }
   }
   return false;
@@ -66,12 +65,30 @@ bool HasCodeLeaves(const Map& tree) {
   if (!leaves.ok()) return false;  // the load reports it
   for (const Leaf& leaf : *leaves) {
     const Value& v = *leaf.value;
-    const bool codes = (v.kind() == ValueKind::kTensor && IsCodes(v.as_tensor().dtype())) ||
-                       (v.kind() == ValueKind::kDTensor && IsCodes(v.as_dtensor().dtype())) ||
-                       (v.kind() == ValueKind::kShardedTensor && IsCodes(v.as_sharded().dtype()));
+    const bool codes = (v.kind() == ValueKind::kTensor && IsFp8Codes(v.as_tensor().dtype())) ||
+                       (v.kind() == ValueKind::kDTensor && IsFp8Codes(v.as_dtensor().dtype())) ||
+                       (v.kind() == ValueKind::kShardedTensor && IsFp8Codes(v.as_sharded().dtype()));
     if (codes) return true;
   }
   return false;
+}
+
+absl::StatusOr<Fp8Scales> FindFp8Scales(
+    const std::string& path, const std::function<const LeafLayout*(const std::string&)>& find) {
+  Fp8Scales out;
+  for (const char* suffix : {"_scale_inv", "_scale"}) {
+    out.layout = find(path + suffix);
+    if (out.layout == nullptr) continue;
+    out.name = path + suffix;
+    out.tile = std::string(suffix) == "_scale_inv" ? kFp8BlockSize : 0;
+    if (out.layout->dtype != DType::kFloat32 && out.layout->dtype != DType::kFloat8E8M0FNU) {
+      return Invalid(absl::StrCat("FP8: '", path, "' with '", out.name, "'"),
+                     absl::StrCat("scales are float32 or float8_e8m0fnu, not ",
+                                  DTypeName(out.layout->dtype)));
+    }
+    break;
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<QuantizedDestination>> FindQuantizedDestinations(
@@ -79,25 +96,16 @@ absl::StatusOr<std::vector<QuantizedDestination>> FindQuantizedDestinations(
     const std::function<const LeafLayout*(const std::string&)>& find) {
   std::vector<QuantizedDestination> out;
   for (const LeafLayout* l : destinations) {
-    if (!IsCodes(l->dtype)) continue;
+    if (!IsFp8Codes(l->dtype)) continue;
     QuantizedDestination q;
     q.path = l->path;
     q.codes = l->dtype;
-    const LeafLayout* scale = nullptr;
-    for (const char* suffix : {"_scale_inv", "_scale"}) {
-      scale = find(l->path + suffix);
-      if (scale != nullptr) {
-        q.scale_path = l->path + suffix;
-        q.tile = std::string(suffix) == "_scale_inv" ? kFp8BlockSize : 0;
-        break;
-      }
-    }
-    if (scale == nullptr) continue;  // no scales: a plain cast (scale 1)
+    SDRT_ASSIGN_OR_RETURN(const Fp8Scales scales, FindFp8Scales(l->path, find));
+    if (scales.layout == nullptr) continue;  // no scales: a plain cast (scale 1)
+    const LeafLayout* scale = scales.layout;
+    q.scale_path = scales.name;
+    q.tile = scales.tile;
     const std::string where = absl::StrCat("FP8: '", q.path, "' with '", q.scale_path, "'");
-    if (scale->dtype != DType::kFloat32 && scale->dtype != DType::kFloat8E8M0FNU) {
-      return Invalid(where, absl::StrCat("scales are float32 or float8_e8m0fnu, not ",
-                                         DTypeName(scale->dtype)));
-    }
     if (q.tile > 0 && l->shape.size() != 2) {
       return Invalid(where, absl::StrCat("block scales are for 2-D weights; it is ",
                                          ShapeToString(l->shape)));
@@ -112,8 +120,7 @@ absl::Status CheckQuantizedBoxes(const QuantizedDestination& q, const std::strin
                                  DType source_dtype, int dim, const std::vector<TransferBox>& boxes,
                                  const std::vector<int64_t>& view_starts,
                                  const std::string& where) {
-  if (source_dtype != DType::kFloat32 && source_dtype != DType::kBFloat16 &&
-      source_dtype != DType::kFloat16) {
+  if (!IsFp8Wide(source_dtype)) {
     return Invalid(where, absl::StrCat("'", q.path, "' quantizes float32, bfloat16 or float16, not ",
                                        DTypeName(source_dtype),
                                        " (fusing FP8 sources with their scales is not built)"));

@@ -48,6 +48,18 @@ bool HasCodeLeaves(const std::vector<std::vector<LeafLayout>>& per_rank);
 // Whether `tree` holds a tensor leaf of an fp8 code dtype.
 bool HasCodeLeaves(const Map& tree);
 
+// The scales beside fp8 codes `path` on one side (`find(name)`: that side's first
+// description of leaf `name`, or null): "<path>_scale_inv" (tile kFp8BlockSize) looked for
+// first, then "<path>_scale" (tile 0). Null `layout` for none. InvalidArgument naming both
+// for scales of another dtype than float32 / float8_e8m0fnu.
+struct Fp8Scales {
+  const LeafLayout* layout = nullptr;
+  std::string name;
+  int64_t tile = 0;
+};
+absl::StatusOr<Fp8Scales> FindFp8Scales(
+    const std::string& path, const std::function<const LeafLayout*(const std::string&)>& find);
+
 // The quantized destinations among the destination leaves (`find(path)`: the first rank's
 // description of the destination leaf `path`, or null): every leaf of an fp8 code dtype
 // with a companion ("_scale_inv" looked for first), in path order. InvalidArgument naming

@@ -180,7 +180,9 @@ class BoundReshard {
 // ExecuteReshard takes them): collective over the plan's communicator, one agreement. Every
 // local is found and checked as ExecuteReshard does; a DTensor with a meta local gets a
 // fresh compact local and a plain destination leaf becomes a new full tensor, put into
-// `destination` here (their bytes are undefined until the first Execute). The binding keeps
+// `destination` here (their bytes are undefined until the first Execute). The rows a weight
+// map's pad adds (a padded vocabulary) are zeroed here, once: each Execute writes only the
+// source's elements, as an engine's own weight update does. The binding keeps
 // handles of every local (and of those new ones) and the buckets; the state dicts may be
 // dropped afterwards. Cost: ExecuteReshard's per-tensor work, once. Errors, the same on
 // every rank (agreed): ExecuteReshard's (InvalidArgument naming a leaf that does not fit

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/tensor/status_macros.h"
 #include "xxhash.h"
@@ -89,6 +90,20 @@ absl::Status CheckCounts(size_t index, const WeightMapRule& rule) {
   if (rule.dim < 0 || rule.dim >= kMaxDims) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": dim ", rule.dim, " not in [0, 12)"));
   }
+  if (rule.kind == WeightMapRule::Kind::kRegroup) {
+    if (rule.sizes.size() < 2 || rule.sizes.size() > kMaxComponents) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", rule.sizes.size(), " sizes; 2 to 16 (the components')"));
+    }
+    for (const int64_t n : rule.sizes) {
+      if (n < 0 || n > kMaxCount) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": size ", n, " must lie in [0, 2^40]"));
+      }
+    }
+  } else if (!rule.sizes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": sizes are a regroup's alone"));
+  }
   if (rule.head_size < 0 || rule.head_size > kMaxCount || rule.groups < 0 ||
       rule.groups > kMaxCount || rule.multiple < 1 || rule.multiple > kMaxCount) {
     return absl::InvalidArgumentError(
@@ -170,7 +185,13 @@ std::string WeightMap::Describe() const {
     strings(out, r.to);
     absl::StrAppend(&out, "|", r.dim, "|",
                     r.interleave == WeightMapRule::Interleave::kShards ? "shards" : "groups", "|",
-                    r.head_size, "|", r.groups, "|", r.multiple, "\n");
+                    r.head_size, "|", r.groups, "|", r.multiple);
+    if (r.kind == WeightMapRule::Kind::kRegroup) {
+      absl::StrAppend(&out, "|from ",
+                      r.source_interleave == WeightMapRule::Interleave::kShards ? "shards" : "groups",
+                      "|", absl::StrJoin(r.sizes, ","));
+    }
+    absl::StrAppend(&out, "\n");
   }
   return out;
 }
@@ -286,6 +307,7 @@ const char* RuleKindName(WeightMapRule::Kind kind) {
     case WeightMapRule::Kind::kFuse: return "fuse";
     case WeightMapRule::Kind::kSplit: return "split";
     case WeightMapRule::Kind::kPad: return "pad";
+    case WeightMapRule::Kind::kRegroup: return "regroup";
   }
   return "?";
 }

@@ -14,6 +14,11 @@
 //   split   one fused source -> several destinations (one template each): fuse's inverse.
 //   pad     one source -> a destination larger along `dim` (its size the source's rounded
 //           up to `multiple`): the source's elements first, the rest zero.
+//   regroup one fused source -> one fused destination of the same components held another
+//           way (`source_interleave` the source's, `interleave` the destination's; `sizes`
+//           the components' sizes along `dim`, as the unfused tensors have them): a
+//           Megatron trainer's linear_qkv (kGroups) straight into vLLM's qkv_proj (kShards),
+//           a split and a fuse in one rule, with no component tensor anywhere.
 //
 // How a fused tensor holds its components along `dim` (its size there is the sum over the
 // components, times the parts for kShards):
@@ -65,7 +70,7 @@
 namespace sdrt SDRT_API {
 
 struct WeightMapRule {
-  enum class Kind { kRename, kFuse, kSplit, kPad };
+  enum class Kind { kRename, kFuse, kSplit, kPad, kRegroup };
   enum class Interleave { kShards, kGroups };
   Kind kind = Kind::kRename;
   // RE2 patterns over source names: one, or one per component for kFuse.
@@ -73,11 +78,16 @@ struct WeightMapRule {
   // Destination name templates: one, or one per component for kSplit. kPad may leave it
   // empty (the source's name).
   std::vector<std::string> to;
-  int dim = 0;  // kFuse, kSplit, kPad: the dim along which tensors are fused or padded
-  Interleave interleave = Interleave::kShards;  // kFuse, kSplit
-  int64_t head_size = 0;  // kFuse, kSplit: elements along dim per head; 0: cut by rows
+  int dim = 0;  // kFuse, kSplit, kPad, kRegroup: the dim along which tensors are fused or padded
+  // kFuse, kSplit: how the fused tensor holds its components; kRegroup: how the destination does.
+  Interleave interleave = Interleave::kShards;
+  int64_t head_size = 0;  // kFuse, kSplit, kRegroup: elements along dim per head; 0: by rows
   int64_t groups = 0;     // kGroups: the group count; 0: the second component's heads
   int64_t multiple = 1;   // kPad: the destination's size along dim is a multiple of it
+  // kRegroup only: how the source holds the components, and their sizes along dim (2 to 16
+  // of them, each in [0, 2^40]; q, k, v: heads times the head size).
+  Interleave source_interleave = Interleave::kGroups;
+  std::vector<int64_t> sizes;
 };
 
 // A checked, compiled weight map: a value; copies share the compiled patterns.
@@ -88,14 +98,16 @@ class WeightMap {
   // wrong number of patterns or templates for the kind (fuse and split: at least 2
   // components, at most 16); dim outside [0, 12); head_size, groups or multiple out of
   // range (negative, or multiple < 1, or any above 2^40); more than 10,000 rules or a
-  // pattern or template of more than 4,096 bytes.
+  // pattern or template of more than 4,096 bytes; sizes on a rule that is not a regroup, or
+  // a regroup without 2 to 16 of them in [0, 2^40].
   static absl::StatusOr<WeightMap> FromRules(std::vector<WeightMapRule> rules);
 
   // A map from its JSON text (at most 1 MiB): {"rules": [rule, ...]}, each rule an object
   // with one of "rename", "pad" (a pattern), "fuse" (an array of patterns), "split" (a
   // pattern), and "to" (a template; an array of them for split; optional for pad), "dim",
   // "interleave" ("shards" or "groups"), "head_size", "groups", "multiple" as the fields
-  // above. Unknown keys are refused. InvalidArgument naming the rule for malformed JSON, a
+  // above; a regroup has "regroup" (a pattern), "to", "from_interleave" (its source's, default
+  // "groups") and "sizes" (an array of integers). Unknown keys are refused. InvalidArgument naming the rule for malformed JSON, a
   // field of the wrong type, and FromRules' errors.
   static absl::StatusOr<WeightMap> FromJson(absl::string_view text);
 
@@ -126,10 +138,12 @@ class WeightMap {
   // list), in the order of their first source: a source no rule takes as it is; a rename's
   // under its new name; a pad's with its dim rounded up; a fuse's with its dim the
   // components' sum (kGroups) or `parts` times what a part holds (kShards, kv heads
-  // replicated as the rule says), its dtype the first component's. What an engine
+  // replicated as the rule says), its dtype the first component's; a regroup's with its dim
+  // as the destination's interleave holds `sizes`. What an engine
   // allocates for this map (ShardingPlan::MetaStateDict of the result). InvalidArgument
   // naming the rule and tensor: a split (its destinations' shapes are not known from its
-  // source alone: give the destination state dict), a fuse missing a component or whose
+  // source alone: give the destination state dict), a regroup from kShards (likewise), a
+  // regroup whose source's dim is not what `sizes` make, a fuse missing a component or whose
   // components differ off the dim or in dtype, heads or rows that do not divide, a dim the
   // tensor lacks; `parts`' errors.
   absl::StatusOr<std::vector<SafetensorsTensorSpec>> DestinationTensors(

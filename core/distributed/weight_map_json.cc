@@ -59,22 +59,33 @@ absl::StatusOr<WeightMapRule> RuleOf(size_t index, const Json& j) {
   WeightMapRule rule;
   int kinds = 0;
   for (const auto& [key, value] : j.items()) {
-    if (key == "rename" || key == "fuse" || key == "split" || key == "pad") {
+    if (key == "rename" || key == "fuse" || key == "split" || key == "pad" ||
+        key == "regroup") {
       ++kinds;
-      rule.kind = key == "rename" ? Kind::kRename
-                  : key == "fuse" ? Kind::kFuse
+      rule.kind = key == "rename"  ? Kind::kRename
+                  : key == "fuse"  ? Kind::kFuse
                   : key == "split" ? Kind::kSplit
-                                   : Kind::kPad;
+                  : key == "pad"   ? Kind::kPad
+                                   : Kind::kRegroup;
       SDRT_RETURN_IF_ERROR(Strings(index, key.c_str(), value, rule.kind == Kind::kFuse, rule.from));
     } else if (key == "to") {
       SDRT_RETURN_IF_ERROR(Strings(index, "to", value, value.is_array(), rule.to));
-    } else if (key == "interleave") {
+    } else if (key == "interleave" || key == "from_interleave") {
+      WeightMapRule::Interleave& out =
+          key == "interleave" ? rule.interleave : rule.source_interleave;
       if (value == "shards") {
-        rule.interleave = WeightMapRule::Interleave::kShards;
+        out = WeightMapRule::Interleave::kShards;
       } else if (value == "groups") {
-        rule.interleave = WeightMapRule::Interleave::kGroups;
+        out = WeightMapRule::Interleave::kGroups;
       } else {
-        return Bad(index, "\"interleave\" must be \"shards\" or \"groups\"");
+        return Bad(index, absl::StrCat("\"", key, "\" must be \"shards\" or \"groups\""));
+      }
+    } else if (key == "sizes") {
+      if (!value.is_array() || value.size() > 16) {
+        return Bad(index, "\"sizes\" must be an array of at most 16 integers");
+      }
+      for (const Json& item : value) {
+        SDRT_RETURN_IF_ERROR(Integer(index, "sizes", item, rule.sizes.emplace_back()));
       }
     } else if (key == "dim") {
       int64_t dim = 0;
@@ -95,7 +106,8 @@ absl::StatusOr<WeightMapRule> RuleOf(size_t index, const Json& j) {
     }
   }
   if (kinds != 1) {
-    return Bad(index, "needs exactly one of \"rename\", \"fuse\", \"split\", \"pad\"");
+    return Bad(index,
+               "needs exactly one of \"rename\", \"fuse\", \"split\", \"pad\", \"regroup\"");
   }
   return rule;
 }

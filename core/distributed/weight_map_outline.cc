@@ -87,6 +87,26 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     }
     SDRT_RETURN_IF_ERROR(once(d, m->rule, s.name));
     SafetensorsTensorSpec spec{d, s.dtype, s.shape};
+    if (r.kind == Kind::kRegroup) {
+      const std::string where = internal::RuleWhere(static_cast<size_t>(m->rule), r, s.name);
+      if (r.source_interleave == WeightMapRule::Interleave::kShards) {
+        return Invalid(m->rule, r, s.name,
+                       "a regroup from shards: the source's parts are not known from its tensors "
+                       "alone (give the destination state dict to the library)");
+      }
+      SDRT_ASSIGN_OR_RETURN(const int64_t held,
+                            internal::FusedSize(internal::SourceSideOf(r), r.sizes, 1, where));
+      if (held != s.shape[r.dim]) {
+        return Invalid(m->rule, r, s.name,
+                       absl::StrCat("its dim ", r.dim, " is ", s.shape[r.dim], "; its sizes make ",
+                                    held));
+      }
+      int64_t n = 1;
+      if (r.interleave == WeightMapRule::Interleave::kShards) {
+        SDRT_ASSIGN_OR_RETURN(n, parts(d, s.shape, r.dim));
+      }
+      SDRT_ASSIGN_OR_RETURN(spec.shape[r.dim], internal::FusedSize(r, r.sizes, n, where));
+    }
     if (r.kind == Kind::kPad) {
       SDRT_ASSIGN_OR_RETURN(
           spec.shape[r.dim],

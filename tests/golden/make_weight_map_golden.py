@@ -27,7 +27,9 @@ Kinds of case:
     chunk of gate_proj, then its chunk of up_proj) and embed_tokens (the table padded with
     zero rows to 128, then torch.chunk's piece r, DTensor Shard(0)'s cut: 43, 43, 42 rows
     for tp 3). Two "_cast" cases have float32 sources, their layouts built in float32 and
-    then cast with .to(torch.bfloat16).
+    then cast with .to(torch.bfloat16). Every vllm case's sources also hold its weights as a
+    Megatron trainer does, linear_qkv and linear_fc1 (as the "megatron" cases below), for the
+    regroup straight from those into the vLLM layouts.
   - "megatron", for 1, 2 or 8 KV heads: the whole linear_qkv (per query group g: the group's
     query heads, key head g, value head g; the groups in order) and linear_fc1 (gate_proj,
     then up_proj).
@@ -193,6 +195,10 @@ def vllm_case(tp, nkv, cast):
         ranks = [{k: t.to(torch.bfloat16) for k, t in rank.items()} for rank in ranks]
         src16 = {k: t.to(torch.bfloat16) for k, t in src.items()}
         check_vllm(src16, tp, nkv, ranks)  # casting commutes with moving rows
+    # The same weights as a Megatron trainer holds them, for the regroup into these layouts.
+    fused = megatron_fused(src, nkv)
+    check_megatron(src, nkv, fused)
+    src = dict(src, **fused)
     return {
         "name": name, "kind": "vllm", "tp": tp, "num_kv_heads": nkv,
         "source_dtype": str(source_dtype).replace("torch.", ""), "dtype": "bfloat16",

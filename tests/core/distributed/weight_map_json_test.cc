@@ -84,6 +84,50 @@ TEST(WeightMapFromJson, EachKindIntoItsRule) {
   ExpectMatch(map, "head", 5, 0, {"head.padded"});
 }
 
+TEST(WeightMapFromJson, ARegroupAndItsFields) {
+  const WeightMap map = Json(R"json({"rules": [
+    {"regroup": "decoder\\.layers\\.(?P<i>\\d+)\\.self_attention\\.linear_qkv\\.weight",
+     "to": "model.layers.{i}.self_attn.qkv_proj.weight", "head_size": 128,
+     "from_interleave": "groups", "sizes": [4096, 1024, 1024]},
+    {"regroup": "gate_up", "to": "fc1", "from_interleave": "shards", "interleave": "groups",
+     "groups": 1, "sizes": [0, 14336]}
+  ]})json");
+  ASSERT_EQ(map.rules().size(), 2u);
+  WeightMapRule qkv = Rule(Kind::kRegroup,
+                           {R"(decoder\.layers\.(?P<i>\d+)\.self_attention\.linear_qkv\.weight)"},
+                           {"model.layers.{i}.self_attn.qkv_proj.weight"});
+  qkv.head_size = 128;
+  qkv.sizes = {4096, 1024, 1024};
+  EXPECT_TRUE(SameRule(map.rules()[0], qkv));
+  WeightMapRule fc1 = Rule(Kind::kRegroup, {"gate_up"}, {"fc1"});
+  fc1.source_interleave = Interleave::kShards;
+  fc1.interleave = Interleave::kGroups;
+  fc1.groups = 1;
+  fc1.sizes = {0, 14336};
+  EXPECT_TRUE(SameRule(map.rules()[1], fc1));
+  EXPECT_EQ(map.Describe(), Map({qkv, fc1}).Describe());
+  ExpectMatch(map, "decoder.layers.5.self_attention.linear_qkv.weight", 0, 0,
+              {"model.layers.5.self_attn.qkv_proj.weight"});
+
+  const auto rule = [](const std::string& body) {
+    return JsonError(absl::StrCat(R"({"rules": [)", body, "]}"));
+  };
+  EXPECT_THAT(rule(R"({"regroup": "a", "to": "b", "sizes": 8})"),
+              HasSubstr("weight map rule 0: \"sizes\" must be an array of at most 16 integers"));
+  EXPECT_THAT(rule(R"({"regroup": "a", "to": "b", "sizes": [8, "8"]})"),
+              HasSubstr("\"sizes\" must be an integer"));
+  EXPECT_THAT(rule(R"({"regroup": "a", "to": "b", "sizes": [8, 8], "from_interleave": "rows"})"),
+              HasSubstr("\"from_interleave\" must be \"shards\" or \"groups\""));
+  EXPECT_THAT(rule(R"({"regroup": "a", "to": "b", "sizes": [8]})"),
+              HasSubstr("weight map rule 0 (regroup): 1 sizes; 2 to 16"));
+  EXPECT_THAT(rule(R"({"regroup": "a", "to": "b", "sizes": [8, -8]})"),
+              HasSubstr("weight map rule 0 (regroup): size -8 must lie in [0, 2^40]"));
+  EXPECT_THAT(rule(R"({"regroup": ["a"], "to": "b", "sizes": [8, 8]})"),
+              HasSubstr("\"regroup\" must be a string"));
+  EXPECT_THAT(rule(R"({"fuse": ["a", "b"], "to": "c", "sizes": [8, 8]})"),
+              HasSubstr("weight map rule 0 (fuse): sizes are a regroup's alone"));
+}
+
 TEST(WeightMapFromJson, EmptyRulesAndKeyOrder) {
   const WeightMap empty = Json(R"({"rules": []})");
   EXPECT_TRUE(empty.rules().empty());
@@ -185,7 +229,7 @@ TEST(WeightMapFromJson, ValuesAreCheckedByFromRules) {
 TEST(WeightMapFromJson, RefusesARuleOfTwoKindsOrNone) {
   EXPECT_THAT(JsonError(R"({"rules": [{"rename": "a", "pad": "b", "to": "c"}]})"),
               HasSubstr("weight map rule 0: needs exactly one of \"rename\", \"fuse\", "
-                        "\"split\", \"pad\""));
+                        "\"split\", \"pad\", \"regroup\""));
   EXPECT_THAT(JsonError(R"({"rules": [{"rename": "a", "to": "b"},
                                       {"fuse": ["a", "b"], "split": "c", "to": "x"}]})"),
               HasSubstr("weight map rule 1: needs exactly one of"));

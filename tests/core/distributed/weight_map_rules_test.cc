@@ -263,6 +263,20 @@ TEST(WeightMapDescribe, EqualForEqualMapsDifferentForAnyField) {
   with([](WeightMapRule& r) { r.head_size = 128; });
   with([](WeightMapRule& r) { r.groups = 0; });
   with([](WeightMapRule& r) { r.multiple = 1; });
+  const auto regroup = [](WeightMapRule& r) {
+    r.kind = Kind::kRegroup;
+    r.from = {r.from[0]};
+    r.sizes = {64, 64};
+  };
+  with(regroup);
+  with([&](WeightMapRule& r) {
+    regroup(r);
+    r.sizes = {64, 128};
+  });
+  with([&](WeightMapRule& r) {
+    regroup(r);
+    r.source_interleave = Interleave::kShards;
+  });
   others.push_back({rules[1], rules[0]});  // the order of the rules
   others.push_back({rules[0]});
   others.push_back({rules[0], rules[1], rules[1]});

@@ -85,7 +85,8 @@ inline void ExpectMatch(const WeightMap& map, const std::string& name, int rule,
 inline bool SameRule(const WeightMapRule& a, const WeightMapRule& b) {
   return a.kind == b.kind && a.from == b.from && a.to == b.to && a.dim == b.dim &&
          a.interleave == b.interleave && a.head_size == b.head_size && a.groups == b.groups &&
-         a.multiple == b.multiple;
+         a.multiple == b.multiple && a.source_interleave == b.source_interleave &&
+         a.sizes == b.sizes;
 }
 
 }  // namespace testing_weight_map

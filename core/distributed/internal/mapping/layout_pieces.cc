@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
@@ -77,6 +79,27 @@ absl::StatusOr<std::vector<LayoutPiece>> PiecesOfLayout(const LeafLayout& l,
 
 bool EmptyPiece(const LayoutPiece& p) {
   return std::any_of(p.sizes.begin(), p.sizes.end(), [](int64_t s) { return s <= 0; });
+}
+
+absl::StatusOr<int64_t> EqualParts(const std::vector<LayoutPiece>& pieces, int dim, int64_t size,
+                                   const std::string& where) {
+  std::set<std::pair<int64_t, int64_t>> ranges;
+  for (const LayoutPiece& p : pieces) {
+    if (!EmptyPiece(p)) ranges.emplace(p.offsets[dim], p.offsets[dim] + p.sizes[dim]);
+  }
+  int64_t at = 0, length = -1;
+  for (const auto& [a, b] : ranges) {
+    if (a != at || (length >= 0 && b - a != length)) {
+      return Invalid(where, absl::StrCat("its layout does not cut dim ", dim,
+                                         " into equal parts (a piece holds [", a, ", ", b, "))"));
+    }
+    length = b - a;
+    at = b;
+  }
+  if (ranges.empty() || at != size) {
+    return Invalid(where, absl::StrCat("its pieces do not cover dim ", dim, " (", size, ")"));
+  }
+  return static_cast<int64_t>(ranges.size());
 }
 
 }  // namespace sdrt::internal

@@ -32,6 +32,12 @@ absl::StatusOr<std::vector<LayoutPiece>> PiecesOfLayout(const LeafLayout& layout
 // True when the piece holds no element.
 bool EmptyPiece(const LayoutPiece& p);
 
+// How many equal parts `pieces` cut dim `dim` (of size `size`) into: the ranges the
+// non-empty pieces hold along it must tile [0, size) with one length (a kShards fused
+// tensor's parts). InvalidArgument prefixed by `where` otherwise.
+absl::StatusOr<int64_t> EqualParts(const std::vector<LayoutPiece>& pieces, int dim, int64_t size,
+                                   const std::string& where);
+
 }  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_LAYOUT_PIECES_H_

@@ -37,29 +37,6 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-// How many equal parts the fused layout cuts `dim` (of size `size`) into: its pieces'
-// ranges along the dim must tile [0, size) with one length.
-absl::StatusOr<int64_t> Parts(const std::vector<LayoutPiece>& pieces, int dim, int64_t size,
-                              const std::string& where) {
-  std::set<std::pair<int64_t, int64_t>> ranges;
-  for (const LayoutPiece& p : pieces) {
-    if (!EmptyPiece(p)) ranges.emplace(p.offsets[dim], p.offsets[dim] + p.sizes[dim]);
-  }
-  int64_t at = 0, length = -1;
-  for (const auto& [a, b] : ranges) {
-    if (a != at || (length >= 0 && b - a != length)) {
-      return Invalid(where, absl::StrCat("its layout does not cut dim ", dim,
-                                         " into equal parts (a piece holds [", a, ", ", b, "))"));
-    }
-    length = b - a;
-    at = b;
-  }
-  if (ranges.empty() || at != size) {
-    return Invalid(where, absl::StrCat("its pieces do not cover dim ", dim, " (", size, ")"));
-  }
-  return static_cast<int64_t>(ranges.size());
-}
-
 // Fails when a rank holds one element of `d` in two boxes (two views would take it).
 absl::Status CheckNoTwice(const LoweredDestination& d, const std::string& where) {
   std::set<std::tuple<int64_t, IntVector, IntVector>> seen;
@@ -263,13 +240,20 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       components.push_back(&c->second);
       rows.push_back(shape[rule.dim]);
     }
+    // A regroup: the components are the rule's sizes, and where its source holds each.
+    const bool regroup = rule.kind == Kind::kRegroup;
+    std::vector<std::vector<FusedSegment>> held;
+    if (regroup) {
+      rows = rule.sizes;
+      SDRT_ASSIGN_OR_RETURN(held, HeldComponents(rule, *components[0], where));
+    }
     SDRT_ASSIGN_OR_RETURN(const std::vector<LayoutPiece> fused_pieces, PiecesOfLayout(*fused.layout, fused.plain_holders, where));
     // A tensor of no elements has no pieces to count parts by, nor anything to move.
     const bool no_elements =
         std::any_of(fused_shape.begin(), fused_shape.end(), [](int64_t n) { return n == 0; });
     int64_t parts = 1;
     if (!no_elements && rule.kind != Kind::kPad && rule.interleave == Interleave::kShards) {
-      SDRT_ASSIGN_OR_RETURN(parts, Parts(fused_pieces, rule.dim, fused_shape[rule.dim], where));
+      SDRT_ASSIGN_OR_RETURN(parts, EqualParts(fused_pieces, rule.dim, fused_shape[rule.dim], where));
     }
     SDRT_ASSIGN_OR_RETURN(const std::vector<FusedSegment> segments,
                           FusedSegments(rule, rows, fused_shape[rule.dim], parts, where));
@@ -290,6 +274,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         d.dtype = d.quantized >= 0 && !quantize_on_senders ? d.source_dtype : fused.layout->dtype;
         if (d.quantized < 0) {
           SDRT_ASSIGN_OR_RETURN(d.dequantized, dequantize(names[k], fused.layout->dtype));
+          if (d.dequantized >= 0 && regroup) {
+            return Invalid(where, "its source is FP8 with scales, which a regroup does not "
+                                  "dequantize");
+          }
           if (d.dequantized >= 0) d.dtype = d.source_dtype;  // the codes move as they are
         }
         d.shape = components[k]->layout->shape;
@@ -308,12 +296,18 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
           const FusedSegment& s = *it;
           const int64_t lo = std::max(a, s.fused), hi = std::min(b, s.fused + s.length);
           if (lo >= hi) continue;
-          LoweredDestination& d = lowered[static_cast<size_t>(s.component)];
-          TransferBox box{p.offsets, p.sizes, p.rank};
-          box.offsets[dim] = s.offset + (lo - s.fused);
-          box.sizes[dim] = hi - lo;
-          d.boxes.push_back(std::move(box));
-          d.views.push_back({0, p.rank, p.local, lo - a, hi - lo});
+          if (!regroup) {
+            LoweredDestination& d = lowered[static_cast<size_t>(s.component)];
+            TransferBox box{p.offsets, p.sizes, p.rank};
+            box.offsets[dim] = s.offset + (lo - s.fused);
+            box.sizes[dim] = hi - lo;
+            d.boxes.push_back(std::move(box));
+            d.views.push_back({0, p.rank, p.local, lo - a, hi - lo});
+            continue;
+          }
+          // A regroup: the component's elements where the source holds them.
+          PlaceRegrouped(held[static_cast<size_t>(s.component)], s.offset + (lo - s.fused),
+                         hi - lo, p, lo - a, lowered[0]);
         }
       }
     } else {

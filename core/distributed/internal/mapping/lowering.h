@@ -9,6 +9,8 @@
 //   split the component destinations become one leaf of the fused source (each
 //         component piece's rows placed where the fused tensor holds them), views into
 //         the components' locals;
+//   regroup the fused destination becomes one leaf of the fused source (each component
+//         piece's rows placed where the source holds them), views into the fused locals;
 //   pad   the padded destination becomes a leaf of the source's shape (its pieces clipped
 //         to the source), the rest of each local zeroed;
 //   rename the destination leaf goes by the source's name.

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sdrt/core/distributed/internal/mapping/layout_pieces.h"
 #include "sdrt/core/distributed/internal/mapping/lowering.h"
+#include "sdrt/core/distributed/internal/mapping/segments.h"
 
 namespace sdrt::internal {
 
@@ -35,6 +37,20 @@ using DequantizeOf = std::function<absl::StatusOr<int>(const std::string& name, 
 // checked: its box count, no element twice on a rank, an FP8 leaf's blocks.
 absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& out,
                   std::vector<LeafLayout>& leaves);
+
+// A regroup's source (`source`, fused as SourceSideOf(rule) says): where it holds each of
+// the rule's components along its dim, per component in the component's order (a kShards
+// source replicating a head: the first part that holds it). InvalidArgument prefixed by
+// `where`: its dim not what the sizes make, a kShards layout not of equal parts.
+absl::StatusOr<std::vector<std::vector<FusedSegment>>> HeldComponents(
+    const WeightMapRule& rule, const SideInfo& source, const std::string& where);
+
+// Elements [component_start, component_start + length) of one component, which a
+// destination piece `piece` holds from `local_start` on along out.dim, as boxes of lowered
+// leaf `out` where the source holds them (`held`: HeldComponents' for that component).
+void PlaceRegrouped(const std::vector<FusedSegment>& held, int64_t component_start,
+                    int64_t length, const LayoutPiece& piece, int64_t local_start,
+                    LoweredDestination& out);
 
 // FP8 leaves (out.quantized) that no rule lowered: onto their source (itself, or
 // `renamed_sources`' entry) as they are, a box per piece, views of whole locals, their scale

@@ -125,6 +125,12 @@ absl::StatusOr<std::vector<FusedSegment>> FusedSegments(const WeightMapRule& rul
   return out;
 }
 
+WeightMapRule SourceSideOf(const WeightMapRule& regroup) {
+  WeightMapRule side = regroup;
+  side.interleave = regroup.source_interleave;
+  return side;
+}
+
 std::vector<FusedSegment> FirstOfEach(const std::vector<FusedSegment>& segments, int component) {
   std::vector<FusedSegment> out;
   std::set<int64_t> seen;

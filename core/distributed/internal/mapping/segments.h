@@ -37,6 +37,10 @@ absl::StatusOr<std::vector<FusedSegment>> FusedSegments(const WeightMapRule& rul
                                               const std::vector<int64_t>& rows, int64_t size,
                                               int64_t parts, const std::string& where);
 
+// A regroup's source side as the rule FusedSize and FusedSegments read (its interleave the
+// source's); the rule itself describes its destination side.
+WeightMapRule SourceSideOf(const WeightMapRule& regroup);
+
 // Component `component`'s segments with each of its elements once: where kShards
 // replicates its heads over several parts, the first part that holds them.
 std::vector<FusedSegment> FirstOfEach(const std::vector<FusedSegment>& segments, int component);

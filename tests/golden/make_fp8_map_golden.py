@@ -30,6 +30,11 @@ it (for qkv_proj over q, k and v together), the codes made with it, the scale a 
 Per case, rank and destination: "codes_fnv" (FNV-1a 64 of the codes' bytes, hex), "codes_shape",
 "scales" (the scales' raw values: float32 bits as integers, or e8m0 bytes) and "scales_shape".
 
+"megatron_fnv": the FNV-1a 64 of the same layer as a Megatron trainer holds it (linear_qkv,
+[2 q heads of group g; k head g; v head g] for the 2 groups, and linear_fc1, [gate; up]):
+regrouped straight into the FP8 buffers, they give the same codes and scales, since each
+128-row block of linear_qkv is one of q, k or v's.
+
 "dequant_cases", the other way: each source quantized alone by the same recipe (an FP8
 checkpoint, "inputs": its codes' FNV and its scales, so the test checks what it made), then
 dequantized, (q.float() * scale).to(bfloat16), into the same vLLM layouts in bfloat16:
@@ -166,13 +171,25 @@ def dequant_case(src, name, fp8n, block, fmt, tp):
             "tp": tp, "inputs": inputs, "ranks": ranks}
 
 
+def megatron(src):
+    """The layer as a Megatron trainer holds it: linear_qkv ([q heads of group g; k head g;
+    v head g] for each of the NKV groups) and linear_fc1 ([gate; up])."""
+    per = NQ // NKV
+    q = src["q_proj"].view(NKV, per * HEAD, HIDDEN)
+    k = src["k_proj"].view(NKV, HEAD, HIDDEN)
+    v = src["v_proj"].view(NKV, HEAD, HIDDEN)
+    qkv = torch.cat([q, k, v], 1).reshape(-1, HIDDEN)
+    return {"linear_qkv": qkv, "linear_fc1": torch.cat([src["gate_proj"], src["up_proj"]])}
+
+
 def main():
     src = {k: source(t, *SHAPES[k]) for t, k in enumerate(ORDER)}
     cases = [case(src, n, f, b, s, tp) for n, f, b, s in CASES for tp in (1, 2, 4)]
     dequant = [dequant_case(src, n, f, b, s, tp) for n, f, b, s in CASES for tp in (1, 2, 4)]
     doc = {"torch_version": torch.__version__, "hidden": HIDDEN, "head_size": HEAD,
            "shapes": {k: list(v) for k, v in SHAPES.items()},
-           "source_fnv": {k: fnv(src[k]) for k in ORDER}, "cases": cases,
+           "source_fnv": {k: fnv(src[k]) for k in ORDER},
+           "megatron_fnv": {k: fnv(t) for k, t in megatron(src).items()}, "cases": cases,
            "dequant_cases": dequant}
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, "expected.json")

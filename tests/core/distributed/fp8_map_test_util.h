@@ -1,0 +1,170 @@
+// Helpers of the FP8 weight-map tests (fp8_map_mpi_test.cc, fp8_regroup_mpi_test.cc): the
+// golden (tests/data/fp8_map/expected.json), the golden script's source formula, FNV-1a of a
+// tensor's bytes, scales as raw integers, the engine's FP8 buffers of a case and the check of
+// them, an fsdp trainer's sources. The test's main sets g_world. Test code only.
+#ifndef SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_
+#define SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/distributed/reshard_state_dict.h"
+#include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/internal/float_cast.h"
+#include "sdrt/tensor/sharding/distribute.h"
+#include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/support/golden_codec.h"
+
+namespace sdrt::testing_fp8_map {
+
+using json = nlohmann::json;
+
+inline MpiCommunicator* g_world = nullptr;
+inline const char* const kOrder[] = {"q_proj", "k_proj", "v_proj", "gate_proj",
+                              "up_proj", "o_proj", "down_proj"};
+inline const char* const kDestinations[] = {"qkv_proj", "gate_up_proj", "o_proj", "down_proj"};
+
+inline const json& Golden() {
+  static const json* golden = [] {
+    absl::StatusOr<json> j = testing_golden::ReadGoldenJson("fp8_map/expected.json");
+    return new json(j.ok() ? *std::move(j) : json());
+  }();
+  return *golden;
+}
+
+inline std::string HfName(const std::string& key) {
+  const bool attn = key == "q_proj" || key == "k_proj" || key == "v_proj" || key == "o_proj" ||
+                    key == "qkv_proj";
+  return absl::StrCat("model.layers.0.", attn ? "self_attn." : "mlp.", key, ".weight");
+}
+
+// The golden script's source formula (make_fp8_map_golden.py), element by element.
+inline Tensor Source(int t, int64_t rows, int64_t cols) {
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const uint64_t u = (static_cast<uint64_t>(i) * 2654435761ull + t * 40503ull + 12345ull) &
+                       0xffffffffull;
+    const int64_t m = static_cast<int64_t>(u >> 8) - (int64_t{1} << 23);
+    const int64_t r = i / cols, c = i % cols;
+    const int e = static_cast<int>(((r / 128) * 3 + (c / 128) * 5 + t) % 9) - 4;
+    x[static_cast<size_t>(i)] = std::ldexp(static_cast<float>(m), e - 23);
+    if (t == 4 && r < 128 && c < 128) x[static_cast<size_t>(i)] = 0.0f;
+  }
+  Tensor out = *Tensor::Empty({rows, cols}, DType::kBFloat16);
+  EXPECT_TRUE(internal::ConvertFloats(x.data(), DType::kFloat32, out.data_ptr(),
+                                      DType::kBFloat16, rows * cols));
+  return out;
+}
+
+inline std::string Fnv(const Tensor& t) {
+  const Tensor dense = *t.Contiguous();
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const uint8_t*>(dense.data_ptr());
+  for (int64_t i = 0; i < dense.nbytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return absl::StrFormat("%016x", h);
+}
+
+inline std::vector<int64_t> Raw(const Tensor& scales) {
+  const Tensor dense = *scales.Contiguous();
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < dense.numel(); ++i) {
+    out.push_back(dense.dtype() == DType::kFloat32 ? dense.data<int32_t>()[i]
+                                                   : dense.data<uint8_t>()[i]);
+  }
+  return out;
+}
+
+inline std::map<std::string, Tensor> Sources() {
+  std::map<std::string, Tensor> out;
+  for (int t = 0; t < 7; ++t) {
+    const json& shape = Golden()["shapes"][kOrder[t]];
+    out[kOrder[t]] = Source(t, shape[0].get<int64_t>(), shape[1].get<int64_t>());
+  }
+  return out;
+}
+
+inline std::shared_ptr<const DeviceMesh> World() {
+  return std::make_shared<const DeviceMesh>(*DeviceMesh::Create({g_world->size()}));
+}
+
+// A DTensor over the world of local `shape` (0xFF bytes) and `placements`, its global
+// shape the local's with dim `dim` times the ranks (none for Replicate).
+inline Value Buffer(const IntVector& shape, DType dtype, const char* placements, int dim) {
+  IntVector global = shape;
+  if (dim >= 0) global[static_cast<size_t>(dim)] *= g_world->size();
+  Tensor local = *Tensor::Empty(shape, dtype);
+  if (local.nbytes() > 0) std::memset(local.data_ptr(), 0xFF, local.nbytes());
+  return Value(*DTensor::Make(local, World(), *ParsePlacements(placements), global));
+}
+
+inline DType CodesDType(const json& c) {
+  return c["fp8"] == "e5m2" ? DType::kFloat8E5M2 : DType::kFloat8E4M3FN;
+}
+
+// The engine's FP8 buffers of case `c` on this rank, with their scales.
+inline Map EngineBuffers(const json& c) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  const bool block = c["block"].get<int64_t>() > 0;
+  const DType scale = c["scale_format"] == "e8m0" ? DType::kFloat8E8M0FNU : DType::kFloat32;
+  Map engine;
+  for (const char* key : kDestinations) {
+    const bool fused = std::string(key) == "qkv_proj" || std::string(key) == "gate_up_proj";
+    const int dim = fused ? 0 : 1;
+    const char* placements = fused ? "[S(0)]" : "[S(1)]";
+    const IntVector codes = mine[key]["codes_shape"].get<IntVector>();
+    engine.Set(HfName(key), Buffer(codes, CodesDType(c), placements, dim));
+    const IntVector scales = mine[key]["scales_shape"].get<IntVector>();
+    engine.Set(HfName(key) + (block ? "_scale_inv" : "_scale"),
+               block ? Buffer(scales, scale, placements, dim)
+                     : Buffer(scales, scale, "[R]", -1));
+  }
+  return engine;
+}
+
+inline void ExpectGolden(const json& c, const Map& engine, const std::string& what) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  const bool block = c["block"].get<int64_t>() > 0;
+  for (const char* key : kDestinations) {
+    const std::string where = absl::StrCat(c["name"].get<std::string>(), " ", what, " ", key,
+                                           " on rank ", g_world->rank());
+    const Value* codes = engine.Find(HfName(key));
+    const Value* scales = engine.Find(HfName(key) + (block ? "_scale_inv" : "_scale"));
+    ASSERT_TRUE(codes != nullptr && scales != nullptr) << where;
+    EXPECT_EQ(Fnv(codes->as_dtensor().local()), mine[key]["codes_fnv"].get<std::string>())
+        << where;
+    EXPECT_EQ(Raw(scales->as_dtensor().local()), mine[key]["scales"].get<std::vector<int64_t>>())
+        << where;
+  }
+}
+
+// The trainer: every source cut by fsdp (Shard(0)) over the world.
+inline Map FsdpSources(const std::map<std::string, Tensor>& sources) {
+  Map m;
+  for (const auto& [key, full] : sources) {
+    m.Set(HfName(key), Value(*DistributeTensor(full, World(), *ParsePlacements("[S(0)]"),
+                                               g_world->rank())));
+  }
+  return m;
+}
+
+inline ReshardOptions MapOptions() {
+  ReshardOptions options;
+  options.comm = g_world;
+  options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+  return options;
+}
+
+}  // namespace sdrt::testing_fp8_map
+
+#endif  // SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_

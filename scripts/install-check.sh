@@ -74,8 +74,8 @@ done
 # synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
 # (3: uneven slices) and checks its slices, and the same model as a Hugging Face folder (with
 # a config.json made from `sdrt make --json`) on 2 ranks into vLLM's fused qkv_proj /
-# gate_up_proj buffers through the built-in weight map; the C++ trainer pushes weights and
-# exports on 3. The engine (engine.c and fused.c) is also built by pkg-config and the C
+# gate_up_proj buffers through the built-in weight map; the C++ trainer syncs its
+# Megatron-named weights into vLLM-style bf16 and FP8 buffers and exports on 3. The engine (engine.c and fused.c) is also built by pkg-config and the C
 # compiler alone (-std=c11 -pedantic).
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
 examples=(engine)
@@ -116,6 +116,9 @@ if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
   mkdir "$tmp/trainer-out"
   mpiexec -n 3 "$tmp/trainer/trainer" "$tmp/trainer-out" --steps 2 --engine-ranks 2 \
     > "$tmp/trainer.log" || { cat "$tmp/trainer.log" >&2; exit 1; }
+  grep -q "fp8-block .*both engines match the trainer" "$tmp/trainer.log" ||
+    { echo "install-check: the trainer did not check its engines:" >&2
+      cat "$tmp/trainer.log" >&2; exit 1; }
   echo "install-check: $(tail -1 "$tmp/engine.3.log")" >&2
   echo "install-check: $(grep qkv_proj "$tmp/engine.vllm.log")" >&2
   echo "install-check: trainer: $(tail -1 "$tmp/trainer.log")" >&2

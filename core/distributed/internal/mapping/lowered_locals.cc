@@ -42,7 +42,7 @@ int LocalCount(const Value& value, int64_t me) {
 }
 
 // Rank `me`'s locals of destination leaf `path` (`value`), in TransferPiece::local order; a
-// meta DTensor local is replaced by a new one (recorded in out.fresh).
+// meta DTensor local or plain meta leaf is replaced by a new one (recorded in out.fresh).
 absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, const Value* value,
                                                       int64_t me, Device device,
                                                       MappedLeaves& out) {
@@ -82,6 +82,15 @@ absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, c
     }
     case ValueKind::kTensor:
       locals[0] = value->as_tensor();
+      if (locals[0].is_meta()) {  // a plain meta leaf becomes a new full tensor
+        absl::StatusOr<Tensor> made = Tensor::Empty(locals[0].shape(), locals[0].dtype(), device);
+        if (!made.ok()) {
+          return absl::Status(made.status().code(),
+                              absl::StrCat(where, ": ", made.status().message()));
+        }
+        locals[0] = *std::move(made);
+        out.fresh.emplace_back(path, Value(locals[0]));
+      }
       break;
     default:
       break;

@@ -109,7 +109,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
 
 // Rank `me`'s lowered leaves over its locals of `destination` (on `device`), into
 // out.destinations: ShardedTensors whose local shards are views, and renamed leaves under
-// their plan names. A destination DTensor with a meta local, or a plain leaf renamed, gets
+// their plan names. A destination DTensor with a meta local, or a plain meta leaf (or one renamed), gets
 // a new compact local here (out.fresh, installed by InstallFreshLocals); what a pad's views
 // leave uncovered is zeroed. InvalidArgument naming the leaf when one this rank holds a
 // piece of is missing or its local does not fit; allocation errors.

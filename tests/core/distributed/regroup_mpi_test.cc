@@ -217,6 +217,51 @@ TEST(RegroupMpi, VllmBuffersRegroupedBackIntoMegatronFsdp) {
   }
 }
 
+TEST(RegroupMpi, SplitIntoPlainMetaLeavesOnRankZero) {
+  // An export: the Megatron tensors split into whole Hugging Face tensors on rank 0 alone,
+  // given as plain meta leaves, which the reshard allocates.
+  ASSERT_FALSE(Golden().is_null());
+  const absl::StatusOr<WeightMap> map = WeightMap::Builtin("megatron-llama", kHeadSize);
+  ASSERT_TRUE(map.ok()) << map.status();
+  for (const json& c : Golden()["cases"]) {
+    if (c["kind"] != "vllm" || c["tp"] != g_world->size() || c["source_dtype"] != c["dtype"]) {
+      continue;
+    }
+    const std::string name = c["name"];
+    Map trainer;
+    trainer.Set(kLinearQkv, Fsdp(TensorOf(c["sources"]["linear_qkv"])));
+    trainer.Set(kLinearFc1, Fsdp(TensorOf(c["sources"]["linear_fc1"])));
+    const std::pair<const char*, const char*> hf[] = {
+        {"model.layers.0.self_attn.q_proj.weight", "q_proj"},
+        {"model.layers.0.self_attn.k_proj.weight", "k_proj"},
+        {"model.layers.0.self_attn.v_proj.weight", "v_proj"},
+        {"model.layers.0.mlp.gate_proj.weight", "gate_proj"},
+        {"model.layers.0.mlp.up_proj.weight", "up_proj"}};
+    Map full;
+    if (g_world->rank() == 0) {
+      for (const auto& [path, key] : hf) {
+        const Tensor want = TensorOf(c["sources"][key]);
+        full.Set(path, Value(*Tensor::Meta(want.shape(), want.dtype())));
+      }
+    }
+    ReshardOptions options;
+    options.comm = g_world;
+    options.weight_map = *map;
+    const absl::Status status = ReshardStateDict(trainer, full, options);
+    ASSERT_TRUE(status.ok()) << name << ": " << status;
+    if (g_world->rank() != 0) continue;
+    for (const auto& [path, key] : hf) {
+      const Value* got = full.Find(path);
+      ASSERT_NE(got, nullptr) << path;
+      ASSERT_EQ(got->kind(), ValueKind::kTensor) << path;
+      ASSERT_FALSE(got->as_tensor().is_meta()) << path;
+      const Tensor want = TensorOf(c["sources"][key]);
+      EXPECT_EQ(std::memcmp(got->as_tensor().data_ptr(), want.data_ptr(), want.nbytes()), 0)
+          << name << " " << key;
+    }
+  }
+}
+
 TEST(RegroupMpi, SizesThatDoNotMakeTheSourceFailOnEveryRank) {
   const int64_t n = g_world->size();
   // 8 query heads per rank and one kv group: linear_qkv holds 8 n + 2 heads.

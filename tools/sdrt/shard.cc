@@ -1,11 +1,13 @@
 // `sdrt shard SRC OUTDIR --mesh 2x2 --plan fsdp|hsdp|tp|fsdp-tp|PLAN.json`: cut a full
 // checkpoint (a safetensors file, a Hugging Face folder or a folder of safetensors files:
 // core/checkpoint/checkpoint_source.h) into a sharded checkpoint folder
-// (core/checkpoint/sharded_checkpoint.h), in one process.
+// (core/checkpoint/sharded_checkpoint.h), in one process. With --map / --cast the folder holds
+// an engine's own layout of it (internal/mapped_shard.h).
 #include <sys/stat.h>
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +19,11 @@
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/mapped_shard.h"
 #include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
+#include "sdrt/tools/sdrt/internal/weight_map_option.h"
 
 namespace sdrt::cli {
 namespace {
@@ -28,6 +32,7 @@ struct ShardArgs {
   std::string source;
   std::string out_dir;
   SharedOptions shared;  // --mesh, --plan, --mesh-dim-names, --overwrite, --json
+  WeightMapOptions engine;  // --map, --head-size, --cast
 };
 
 int Fail(const absl::Status& status) { return ReportError("shard", status, /*rank=*/0); }
@@ -43,11 +48,18 @@ int RunShard(const ShardArgs& args) {
   const absl::Status out_ok = CheckOutputPath(args.out_dir, inputs);
   if (!out_ok.ok()) return Fail(out_ok);
 
-  WriteShardedCheckpointOptions options;
-  options.source_name = args.source;
-  options.overwrite = args.shared.overwrite;
-  absl::StatusOr<ShardedCheckpointIndex> index =
-      WriteShardedCheckpoint(*source, layout->mesh, layout->plan, args.out_dir, options);
+  absl::StatusOr<ShardedCheckpointIndex> index;
+  if (!args.engine.map.empty() || !args.engine.cast.empty()) {
+    absl::StatusOr<std::optional<WeightMap>> map = ParseWeightMap(args.engine, args.source);
+    if (!map.ok()) return Fail(map.status());
+    index = WriteMappedShards(*source, args.source, *map, args.engine, *layout, args.out_dir,
+                              args.shared.overwrite);
+  } else {
+    WriteShardedCheckpointOptions options;
+    options.source_name = args.source;
+    options.overwrite = args.shared.overwrite;
+    index = WriteShardedCheckpoint(*source, layout->mesh, layout->plan, args.out_dir, options);
+  }
   if (!index.ok()) return Fail(index.status());
 
   std::vector<int64_t> file_sizes;
@@ -109,6 +121,7 @@ void AddShardCommand(CLI::App& app, int* exit_code) {
       ->required();
   AddSharedOptions(cmd, kMeshPlanOption | kMeshDimNamesOption | kOverwriteOption | kJsonOption,
                    &args->shared);
+  AddWeightMapOptions(cmd, &args->engine);
   cmd->callback([args, exit_code] { *exit_code = RunShard(*args); });
 }
 

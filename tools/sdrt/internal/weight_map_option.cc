@@ -61,7 +61,7 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
   cmd->add_option("--map", options->map,
                   "the engine's layout: a built-in weight map (vllm-llama: fused qkv_proj and "
                   "gate_up_proj, vocabulary padded to a multiple of 64; megatron-llama) or a "
-                  "MAP.json of rename, fuse, split and pad rules");
+                  "MAP.json of rename, fuse, split, pad and regroup rules");
   cmd->add_option("--head-size", options->head_size,
                   "attention head size for a built-in map (default: SRC's config.json)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

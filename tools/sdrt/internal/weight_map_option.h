@@ -1,4 +1,4 @@
-// `--map`, `--head-size` and `--cast` (sdrt load, sdrt inspect): the engine's layout of a
+// `--map`, `--head-size` and `--cast` (sdrt load, sdrt inspect, sdrt shard): the engine's layout of a
 // checkpoint, as a weight map (core/distributed/weight_map.h) and a destination dtype.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_WEIGHT_MAP_OPTION_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_WEIGHT_MAP_OPTION_H_

@@ -1,0 +1,186 @@
+// `sdrt shard SRC OUTDIR --mesh N --plan tp --map MAP [--cast D]` (issue 30): an engine's own
+// layout saved as a sharded folder. From the Hugging Face tensors of tests/data/weight_map's
+// vLLM cases (tp 1, 2, 3, 4, 8; 1, 2 or 8 kv heads; float32 cast to bfloat16), every rank
+// file's qkv_proj, gate_up_proj and padded embed_tokens equal PyTorch's layouts bit for bit,
+// and the index's full-tensor hash is that of the ranks' pieces put together (so `sdrt
+// gather` checks it); from tests/data/fp8_map's layer, --cast fp8-block writes the FP8 codes
+// and block scales PyTorch's recipe makes (tp 1, 2, 4). fp8-tensor is refused, exit 2.
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/sharded_checkpoint.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tests/core/distributed/fp8_map_test_util.h"
+#include "sdrt/tests/support/golden_codec.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::RunSdrt;
+using test::RunSdrtMpi;
+using ::testing::HasSubstr;
+
+std::string Quote(const std::string& s) { return test::ShellQuote(s); }
+
+Tensor TensorOf(const json& j) {
+  absl::StatusOr<Value> v = testing_golden::DecodeGoldenValue(j);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() && v->kind() == ValueKind::kTensor ? v->as_tensor() : Tensor();
+}
+
+std::string HfName(const std::string& key) {
+  if (key == "embed_tokens") return "model.embed_tokens.weight";
+  const bool attn = key == "q_proj" || key == "k_proj" || key == "v_proj" || key == "o_proj" ||
+                    key == "qkv_proj";
+  return absl::StrCat("model.layers.0.", attn ? "self_attn." : "mlp.", key, ".weight");
+}
+
+// The rows of `pieces` one after another (the full tensor a Shard(0) layout cuts).
+Tensor Rows(const std::vector<Tensor>& pieces) {
+  int64_t rows = 0;
+  for (const Tensor& p : pieces) rows += p.shape()[0];
+  IntVector shape = pieces[0].shape();
+  shape[0] = rows;
+  Tensor out = *Tensor::Empty(shape, pieces[0].dtype());
+  int64_t at = 0;
+  for (const Tensor& p : pieces) {
+    std::memcpy(static_cast<char*>(out.data_ptr()) + at, p.data_ptr(), p.nbytes());
+    at += p.nbytes();
+  }
+  return out;
+}
+
+class ShardMapCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(test::TestTmpRoot()) / absl::StrCat("shard_map_cli_", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(ShardMapCli, VllmLayoutsOfEveryGoldenCase) {
+  absl::StatusOr<json> golden = testing_golden::ReadGoldenJson("weight_map/expected.json");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  int ran = 0;
+  for (const json& c : (*golden)["cases"]) {
+    if (c["kind"] != "vllm") continue;
+    ++ran;
+    const std::string name = c["name"];
+    const int64_t tp = c["tp"];
+    const std::string file = (dir_ / (name + ".safetensors")).string();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens"}) {
+      tensors.emplace_back(HfName(key), TensorOf(c["sources"][key]));
+    }
+    ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+    const std::string out = (dir_ / name).string();
+    const bool cast = c["source_dtype"] != c["dtype"];
+    const test::CommandResult r =
+        RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(out), " --mesh ", tp,
+                             " --plan tp --map vllm-llama --head-size 4", cast ? " --cast bf16" : ""));
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    std::map<std::string, std::vector<Tensor>> pieces;
+    for (int64_t rank = 0; rank < tp; ++rank) {
+      absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
+      ASSERT_TRUE(shards.ok()) << name << ": " << shards.status();
+      const json& mine = c["ranks"][static_cast<size_t>(rank)];
+      ASSERT_EQ(shards->tensors.size(), 3u) << name;
+      for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
+        const DTensor* got = nullptr;
+        for (const auto& [path, d] : shards->tensors) {
+          if (path == HfName(key)) got = &d;
+        }
+        ASSERT_NE(got, nullptr) << name << " " << key;
+        const Tensor want = TensorOf(mine[key]);
+        const Tensor local = *got->local().Contiguous();
+        ASSERT_EQ(local.shape(), want.shape()) << name << " " << key << " rank " << rank;
+        ASSERT_EQ(local.dtype(), want.dtype()) << name << " " << key;
+        EXPECT_EQ(std::memcmp(local.data_ptr(), want.data_ptr(), want.nbytes()), 0)
+            << name << " " << key << " rank " << rank;
+        pieces[key].push_back(want);
+      }
+    }
+    // The index's hash is the full tensor's: the golden's pieces one after another.
+    const absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(out);
+    ASSERT_TRUE(index.ok()) << index.status();
+    for (const auto& [key, list] : pieces) {
+      const ShardedCheckpointTensor* t = index->Find(HfName(key));
+      ASSERT_NE(t, nullptr) << key;
+      EXPECT_EQ(t->xxh64, *TensorXxh64(Rows(list))) << name << " " << key;
+    }
+    if (tp == 2 && !cast) {
+      // A gather of the folder checks every tensor against those hashes.
+      const test::CommandResult g = RunSdrtMpi(
+          2, absl::StrCat("gather ", Quote(out), " ", Quote(out + ".full.safetensors")));
+      EXPECT_EQ(g.exit_code, 0) << g.err;
+      EXPECT_THAT(g.out, HasSubstr("every tensor matches the index's xxh64"));
+    }
+  }
+  EXPECT_EQ(ran, 15);
+}
+
+TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {
+  ASSERT_FALSE(testing_fp8_map::Golden().is_null()) << "tests/data/fp8_map/expected.json";
+  const std::string file = (dir_ / "layer.safetensors").string();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
+  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  int ran = 0;
+  for (const json& c : testing_fp8_map::Golden()["cases"]) {
+    if (c["block"].get<int64_t>() == 0 || c["scale_format"] != "f32" || c["fp8"] != "e4m3fn") {
+      continue;
+    }
+    ++ran;
+    const int64_t tp = c["tp"];
+    const std::string out = (dir_ / absl::StrCat("fp8_tp", tp)).string();
+    const test::CommandResult r =
+        RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(out), " --mesh ", tp,
+                             " --plan tp --map vllm-llama --head-size 128 --cast fp8-block"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (int64_t rank = 0; rank < tp; ++rank) {
+      absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
+      ASSERT_TRUE(shards.ok()) << shards.status();
+      const json& mine = c["ranks"][static_cast<size_t>(rank)];
+      std::map<std::string, const DTensor*> by_name;
+      for (const auto& [path, d] : shards->tensors) by_name[path] = &d;
+      for (const char* key : testing_fp8_map::kDestinations) {
+        const std::string where = absl::StrCat("tp ", tp, " rank ", rank, " ", key);
+        ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + "_scale_inv"))
+            << where;
+        EXPECT_EQ(testing_fp8_map::Fnv(by_name[HfName(key)]->local()),
+                  mine[key]["codes_fnv"].get<std::string>())
+            << where;
+        EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + "_scale_inv"]->local()),
+                  mine[key]["scales"].get<std::vector<int64_t>>())
+            << where;
+      }
+    }
+  }
+  EXPECT_EQ(ran, 3);
+  // One scale per tensor needs every rank's pieces at once: refused.
+  const test::CommandResult r = RunSdrt(absl::StrCat(
+      "shard ", Quote(file), " ", Quote((dir_ / "tensor").string()),
+      " --mesh 2 --plan tp --cast fp8-tensor"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cast fp8-tensor"));
+  EXPECT_FALSE(fs::exists(dir_ / "tensor"));
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -5,6 +5,7 @@
 // and the index's full-tensor hash is that of the ranks' pieces put together (so `sdrt
 // gather` checks it); from tests/data/fp8_map's layer, --cast fp8-block writes the FP8 codes
 // and block scales PyTorch's recipe makes (tp 1, 2, 4). fp8-tensor is refused, exit 2.
+// `mpiexec -n 3 sdrt reshard FSDP OUTDIR ... --map` writes the same folder, byte for byte.
 #include <unistd.h>
 
 #include <filesystem>
@@ -180,6 +181,55 @@ TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--cast fp8-tensor"));
   EXPECT_FALSE(fs::exists(dir_ / "tensor"));
+}
+
+// Every file of the two folders byte for byte the same.
+void ExpectSameFolders(const fs::path& a, const fs::path& b) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(a)) names.push_back(entry.path().filename());
+  ASSERT_EQ(names.size(), static_cast<size_t>(std::distance(fs::directory_iterator(b),
+                                                            fs::directory_iterator())));
+  for (const std::string& name : names) {
+    EXPECT_EQ(test::ReadFileText((a / name).string()), test::ReadFileText((b / name).string()))
+        << name;
+  }
+}
+
+TEST_F(ShardMapCli, ReshardWithAMapWritesWhatShardWrites) {
+  // The fp8 golden's layer: an fsdp folder over 3 ranks resharded peer to peer into vLLM's
+  // layout on 2 (bfloat16, and FP8 with block scales quantized by the senders) equals the
+  // folder `sdrt shard --map` writes from the full file, which equals PyTorch's (above).
+  const std::string file = (dir_ / "layer.safetensors").string();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
+  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const std::string fsdp = (dir_ / "fsdp3").string();
+  ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(fsdp), " --mesh 3 --plan fsdp"))
+                .exit_code,
+            0);
+  for (const char* cast : {"", " --cast fp8-block"}) {
+    const std::string engine = absl::StrCat(" --mesh 2 --plan tp --map vllm-llama --head-size 128",
+                                            cast);
+    const fs::path shard = dir_ / absl::StrCat("shard", cast[0] ? "_fp8" : "");
+    const fs::path reshard = dir_ / absl::StrCat("reshard", cast[0] ? "_fp8" : "");
+    const test::CommandResult s =
+        RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(shard.string()), engine));
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    const test::CommandResult r = RunSdrtMpi(
+        3, absl::StrCat("reshard ", Quote(fsdp), " ", Quote(reshard.string()), engine));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ExpectSameFolders(shard, reshard);
+  }
+  // One scale per tensor, which the reshard's senders agree on: a folder gather checks.
+  const std::string tensor = (dir_ / "tensor").string();
+  const test::CommandResult r = RunSdrtMpi(
+      3, absl::StrCat("reshard ", Quote(fsdp), " ", Quote(tensor),
+                      " --mesh 2 --plan tp --map vllm-llama --head-size 128 --cast fp8-tensor"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const test::CommandResult g =
+      RunSdrtMpi(2, absl::StrCat("gather ", Quote(tensor), " ", Quote(tensor + ".safetensors")));
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_THAT(g.out, HasSubstr("every tensor matches the index's xxh64"));
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 // each destination rank receives only the bytes of its pieces and writes only its own rank
 // file, and rank 0 writes index.json and moves the folder into place (it appears whole).
 // N is at least the larger of the two world sizes. OUTDIR holds what `sdrt shard FULL
-// OUTDIR --mesh M --plan P` would write, byte for byte. The run is the runner's
-// (internal/runner.h).
+// OUTDIR --mesh M --plan P` would write, byte for byte. With --map / --cast the new folder
+// holds an engine's layout (what `sdrt shard --map` writes): the map is the reshard's, and
+// the tensors it makes anew are brought whole to rank 0 once, a bucket at a time, for the
+// index's full hashes. The run is the runner's (internal/runner.h).
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -13,16 +15,18 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/engine_index.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
-#include "sdrt/tools/sdrt/internal/reshard_target.h"
 #include "sdrt/tools/sdrt/internal/runner.h"
+#include "sdrt/tools/sdrt/internal/weight_map_option.h"
 
 namespace sdrt::cli {
 namespace {
@@ -31,14 +35,76 @@ struct ReshardArgs {
   std::string in_dir;
   std::string out_dir;
   SharedOptions shared;
+  WeightMapOptions engine;  // --map, --head-size, --cast
 };
+
+// The full hashes of the tensors `e` makes anew (the map's, the cast's: no source's hash is
+// theirs): brought whole to rank 0 at most a bucket's worth at a time (or one larger
+// tensor), by the same engine, and hashed there; then every rank is given every hash.
+absl::Status HashMadeTensors(EngineIndex& e, const Map& destination, Runner& run,
+                             int64_t bucket_bytes) {
+  std::vector<std::vector<size_t>> batches(1);
+  int64_t batch_bytes = 0;
+  for (const EngineIndex::Group& g : e.groups) {
+    if (g.as_in_source) continue;
+    for (size_t i : g.members) {
+      const ShardedCheckpointTensor& t = e.index.tensors[i];
+      const int64_t bytes = BytesForElements(t.dtype, *CheckedNumel(t.shape)).value_or(0);
+      if (!batches.back().empty() && batch_bytes + bytes > bucket_bytes) {
+        batches.emplace_back();
+        batch_bytes = 0;
+      }
+      batches.back().push_back(i);
+      batch_bytes += bytes;
+    }
+  }
+  ReshardOptions options;
+  options.comm = &run.data();
+  options.bucket_bytes = bucket_bytes;
+  for (const std::vector<size_t>& batch : batches) {
+    if (batch.empty()) continue;
+    Map pieces, whole;
+    for (size_t i : batch) {
+      const ShardedCheckpointTensor& t = e.index.tensors[i];
+      if (const Value* v = destination.Find(t.name)) pieces.Set(t.name, *v);
+      if (run.rank() == 0) {
+        SDRT_ASSIGN_OR_RETURN(const Tensor meta, Tensor::Meta(t.shape, t.dtype));
+        whole.Set(t.name, Value(meta));
+      }
+    }
+    SDRT_RETURN_IF_ERROR(run.Step([&] { return ReshardStateDict(pieces, whole, options); }));
+    SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
+      for (size_t i : batch) {
+        if (run.rank() != 0) break;
+        ShardedCheckpointTensor& t = e.index.tensors[i];
+        SDRT_ASSIGN_OR_RETURN(t.xxh64, TensorXxh64(whole.Find(t.name)->as_tensor()));
+      }
+      return absl::OkStatus();
+    }));
+  }
+  std::string hashes;
+  if (run.rank() == 0) {
+    for (const ShardedCheckpointTensor& t : e.index.tensors) hashes += FormatXxh64(t.xxh64);
+  }
+  SDRT_RETURN_IF_ERROR(run.ShareFromRankZero(&hashes));
+  if (hashes.size() != 16 * e.index.tensors.size()) {
+    return absl::InternalError("the tensors' hashes did not reach every rank");
+  }
+  for (size_t i = 0; i < e.index.tensors.size(); ++i) {
+    if (!absl::SimpleHexAtoi(hashes.substr(16 * i, 16), &e.index.tensors[i].xxh64)) {
+      return absl::InternalError("a tensor's hash did not parse");
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
   const int rank = run.rank();
-  ShardedCheckpointIndex source_index, target;
+  ShardedCheckpointIndex source_index;
+  EngineIndex engine;
+  std::optional<WeightMap> map;
+  std::optional<MeshAndPlan> layout;
   Map source, destination;
-  std::optional<ShardedCheckpointFolder> folder;  // rank 0's, which every target rank fills
-  std::string folder_path;
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     ReadShardedCheckpointOptions read_options;
     read_options.check_rank_files = false;  // a source rank checks its own below
@@ -47,23 +113,50 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
       WriteStderrLine(
           absl::StrCat("sdrt reshard: warning: ", Printable(UncheckedPiecesWarning(source_index))));
     }
-    SDRT_ASSIGN_OR_RETURN(const MeshAndPlan layout, ParseMeshAndPlan(args.shared));
-    SDRT_ASSIGN_OR_RETURN(target, TargetIndex(args.shared.mesh, layout, source_index));
-    const int64_t needed = std::max(source_index.world_size, target.world_size);
+    SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(args.shared));
+    SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.in_dir));
+    SDRT_ASSIGN_OR_RETURN(engine, MakeEngineIndex(args.shared.mesh, source_index.TensorSpecs(),
+                                                  source_index.metadata, map, args.engine,
+                                                  *layout));
+    const int64_t needed = std::max(source_index.world_size, engine.index.world_size);
     if (run.size() < needed) {
       return absl::InvalidArgumentError(
           absl::StrCat(args.in_dir, " has ", Ranks(source_index.world_size), " and --mesh ",
-                       args.shared.mesh, " has ", Ranks(target.world_size), "; mpiexec started ",
-                       run.size(), " (run with -n ", needed, ")"));
+                       args.shared.mesh, " has ", Ranks(engine.index.world_size),
+                       "; mpiexec started ", run.size(), " (run with -n ", needed, ")"));
+    }
+    // The tensors that keep the source's bytes keep its hashes.
+    for (const EngineIndex::Group& g : engine.groups) {
+      for (size_t i : g.members) {
+        ShardedCheckpointTensor& t = engine.index.tensors[i];
+        if (g.as_in_source) t.xxh64 = source_index.Find(t.name)->xxh64;
+      }
     }
     if (rank < source_index.world_size) {
       SDRT_ASSIGN_OR_RETURN(const RankShards shards, LoadRankShards(args.in_dir, rank));
       source = shards.ToStateDict();
     }
-    SDRT_ASSIGN_OR_RETURN(destination,
-                          layout.plan.MetaStateDict(target.TensorSpecs(), target.mesh, rank));
+    if (rank < engine.index.world_size) {
+      SDRT_ASSIGN_OR_RETURN(destination, EngineLayout(engine, args.engine, *layout, rank));
+    }
+    return rank == 0 ? CheckOutputPath(args.out_dir, {args.in_dir}) : absl::OkStatus();
+  }));
+
+  ReshardOptions options;
+  options.comm = &run.data();
+  options.bucket_bytes = args.shared.bucket_bytes();
+  if (map.has_value()) options.weight_map = *map;
+  TransferStats stats;
+  SDRT_ASSIGN_OR_RETURN(const double seconds, run.TimedStep([&] {
+    return ReshardStateDict(source, destination, options, &stats);
+  }));
+  source = Map();  // unmap the source rank file
+  SDRT_RETURN_IF_ERROR(HashMadeTensors(engine, destination, run, args.shared.bucket_bytes()));
+  const ShardedCheckpointIndex& target = engine.index;
+  std::optional<ShardedCheckpointFolder> folder;  // rank 0's, which every target rank fills
+  std::string folder_path;
+  SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     if (rank != 0) return absl::OkStatus();
-    SDRT_RETURN_IF_ERROR(CheckOutputPath(args.out_dir, {args.in_dir}));
     absl::StatusOr<ShardedCheckpointFolder> begun =
         ShardedCheckpointFolder::Begin(target, args.out_dir, args.in_dir, args.shared.overwrite);
     if (!begun.ok()) return begun.status();
@@ -71,15 +164,6 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
     return absl::OkStatus();
   }));
   SDRT_RETURN_IF_ERROR(run.ShareFromRankZero(&folder_path));
-
-  ReshardOptions options;
-  options.comm = &run.data();
-  options.bucket_bytes = args.shared.bucket_bytes();
-  TransferStats stats;
-  SDRT_ASSIGN_OR_RETURN(const double seconds, run.TimedStep([&] {
-    return ReshardStateDict(source, destination, options, &stats);
-  }));
-  source = Map();  // unmap the source rank file
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     if (rank >= target.world_size) return absl::OkStatus();
     std::vector<std::pair<std::string, Tensor>> locals;
@@ -137,6 +221,7 @@ void AddReshardCommand(CLI::App& app, int* exit_code) {
                    kMeshPlanOption | kMeshDimNamesOption | kBucketMibOption | kOverwriteOption |
                        kJsonOption | kTimeoutOption,
                    &args->shared);
+  AddWeightMapOptions(cmd, &args->engine);
   cmd->callback([args, exit_code] {
     *exit_code =
         RunOnRanks("reshard", args->shared, [&](Runner& run) { return Reshard(*args, run); });

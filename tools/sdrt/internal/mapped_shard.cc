@@ -7,26 +7,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
-#include "sdrt/tensor/internal/fp8_scale.h"
-#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::cli {
 namespace {
-
-// What the engine holds on `rank`: meta DTensors of the engine's tensors, scales beside FP8
-// weights.
-absl::StatusOr<Map> RankLayout(const std::vector<SafetensorsTensorSpec>& tensors,
-                               const WeightMapOptions& engine, const MeshAndPlan& layout,
-                               int64_t rank) {
-  SDRT_ASSIGN_OR_RETURN(Map local, layout.plan.MetaStateDict(tensors, layout.mesh, rank));
-  SDRT_RETURN_IF_ERROR(AddScaleLeaves(engine, rank, local));
-  return local;
-}
 
 // Fills `local` (rank `rank`'s layout, or part of it) from `source` through `map`; every leaf
 // must be found.
@@ -45,33 +32,18 @@ absl::Status LoadAsRank(const CheckpointSource& source, const std::optional<Weig
   return absl::OkStatus();
 }
 
-// The source's tensors by name.
-using SourceSpecs = std::map<std::string, const SafetensorsTensorSpec*>;
-
-// Whether the engine's tensor `t` is the source's tensor of that name as it is: no rule takes
-// that source and the dtype and shape are the same.
-bool AsInSource(const SourceSpecs& sources, const std::optional<WeightMap>& map,
-                const ShardedCheckpointTensor& t) {
-  if (map.has_value() &&
-      internal::MatchSource(internal::CompiledOrEmpty(*map), t.name).has_value()) {
-    return false;
-  }
-  const auto it = sources.find(t.name);
-  return it != sources.end() && it->second->dtype == t.dtype && it->second->shape == t.shape;
-}
-
 // The full engine tensors `names` (FP8 codes with their scales, made together, or one
 // tensor), assembled from every rank's pieces, each piece loaded once.
 absl::StatusOr<std::vector<Tensor>> AssembleFull(const CheckpointSource& source,
                                                  const std::optional<WeightMap>& map,
-                                                 const std::vector<SafetensorsTensorSpec>& tensors,
+                                                 const EngineIndex& e,
                                                  const WeightMapOptions& engine,
                                                  const MeshAndPlan& layout,
                                                  const std::vector<std::string>& names) {
   std::vector<Tensor> full(names.size());
   std::vector<std::set<std::pair<IntVector, IntVector>>> placed(names.size());
   for (int64_t rank = 0; rank < layout.mesh->num_ranks(); ++rank) {
-    SDRT_ASSIGN_OR_RETURN(Map all, RankLayout(tensors, engine, layout, rank));
+    SDRT_ASSIGN_OR_RETURN(Map all, EngineLayout(e, engine, layout, rank));
     Map wanted;
     std::vector<LocalShardInfo> infos;
     bool fresh = false;
@@ -123,78 +95,32 @@ absl::StatusOr<ShardedCheckpointIndex> WriteMappedShards(const CheckpointSource&
         "--cast fp8-tensor: one scale per tensor needs every rank's pieces at once, and sdrt "
         "shard makes one rank at a time (use --cast fp8-block, or sdrt load)");
   }
-  const DeviceMesh& mesh = *layout.mesh;
-  if (mesh.num_ranks() > kMaxShardedCheckpointRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mesh: more than ", kMaxShardedCheckpointRanks, " ranks"));
-  }
-  SDRT_ASSIGN_OR_RETURN(const std::vector<SafetensorsTensorSpec> tensors,
-                        EngineTensors(map, engine, source.TensorSpecs(), layout.plan, mesh));
-  // The index: rank 0's layout names every tensor (scales included) in the rank files' order.
-  ShardedCheckpointIndex index;
-  index.world_size = mesh.num_ranks();
-  index.mesh = layout.mesh;
-  index.plan = layout.plan.name();
-  index.metadata = source.metadata();
-  for (int64_t r = 0; r < index.world_size; ++r) {
-    index.files.push_back(RankFileName(r, index.world_size));
-  }
-  SDRT_ASSIGN_OR_RETURN(const Map first, RankLayout(tensors, engine, layout, 0));
-  for (size_t i = 0; i < first.size(); ++i) {
-    const DTensor& d = first.value(i).as_dtensor();
-    ShardedCheckpointTensor& t = index.tensors.emplace_back();
-    t.name = first.key(i);
-    t.dtype = d.dtype();
-    t.shape = d.global_shape();
-    t.placements = d.placements();
-    SDRT_RETURN_IF_ERROR(
-        internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, mesh, t.placements));
-  }
-  // Each tensor's full hash: from SRC when it is SRC's as it is, else assembled from every
-  // rank's piece; FP8 codes and their scales together (they are made together).
-  const std::vector<SafetensorsTensorSpec> source_list = source.TensorSpecs();
-  SourceSpecs sources;
-  for (const SafetensorsTensorSpec& s : source_list) sources.emplace(s.name, &s);
-  std::map<std::string, size_t> position;
-  for (size_t i = 0; i < index.tensors.size(); ++i) position.emplace(index.tensors[i].name, i);
-  std::vector<std::vector<size_t>> groups;
-  std::set<size_t> grouped;
-  for (size_t i = 0; i < index.tensors.size(); ++i) {
-    if (!internal::IsFp8Codes(index.tensors[i].dtype)) continue;
-    std::vector<size_t>& group = groups.emplace_back(1, i);
-    for (const char* suffix : {"_scale_inv", "_scale"}) {
-      const auto it = position.find(index.tensors[i].name + suffix);
-      if (it != position.end() && grouped.insert(it->second).second) group.push_back(it->second);
-    }
-    grouped.insert(i);
-  }
-  for (size_t i = 0; i < index.tensors.size(); ++i) {
-    if (!grouped.count(i)) groups.push_back({i});
-  }
-  for (const std::vector<size_t>& group : groups) {
-    bool as_in_source = true;
+  SDRT_ASSIGN_OR_RETURN(EngineIndex e,
+                        MakeEngineIndex(layout.mesh->ToString(), source.TensorSpecs(),
+                                        source.metadata(), map, engine, layout));
+  ShardedCheckpointIndex& index = e.index;
+  // Each tensor's full hash: SRC's tensor's, or that of the tensor made, put together from
+  // every rank's pieces.
+  for (const EngineIndex::Group& group : e.groups) {
     std::vector<std::string> names;
-    for (size_t i : group) {
-      as_in_source = as_in_source && AsInSource(sources, map, index.tensors[i]);
-      names.push_back(index.tensors[i].name);
-    }
+    for (size_t i : group.members) names.push_back(index.tensors[i].name);
     std::vector<Tensor> full;
-    if (as_in_source) {
+    if (group.as_in_source) {
       for (const std::string& name : names) {
         SDRT_ASSIGN_OR_RETURN(full.emplace_back(), source.Get(name));
       }
     } else {
-      SDRT_ASSIGN_OR_RETURN(full, AssembleFull(source, map, tensors, engine, layout, names));
+      SDRT_ASSIGN_OR_RETURN(full, AssembleFull(source, map, e, engine, layout, names));
     }
-    for (size_t k = 0; k < group.size(); ++k) {
-      SDRT_ASSIGN_OR_RETURN(index.tensors[group[k]].xxh64, TensorXxh64(full[k]));
+    for (size_t k = 0; k < group.members.size(); ++k) {
+      SDRT_ASSIGN_OR_RETURN(index.tensors[group.members[k]].xxh64, TensorXxh64(full[k]));
     }
   }
   // The rank files, one rank at a time.
   SDRT_ASSIGN_OR_RETURN(ShardedCheckpointFolder folder,
                         ShardedCheckpointFolder::Begin(index, out_dir, source_name, overwrite));
   for (int64_t rank = 0; rank < index.world_size; ++rank) {
-    SDRT_ASSIGN_OR_RETURN(Map local, RankLayout(tensors, engine, layout, rank));
+    SDRT_ASSIGN_OR_RETURN(Map local, EngineLayout(e, engine, layout, rank));
     SDRT_RETURN_IF_ERROR(LoadAsRank(source, map, rank, local));
     std::vector<std::pair<std::string, Tensor>> locals;
     for (const ShardedCheckpointTensor& t : index.tensors) {

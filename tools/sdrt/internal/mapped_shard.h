@@ -16,6 +16,7 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/tools/sdrt/internal/engine_index.h"
 #include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/weight_map_option.h"
 

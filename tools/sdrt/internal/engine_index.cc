@@ -1,0 +1,90 @@
+#include "sdrt/tools/sdrt/internal/engine_index.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
+#include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::cli {
+
+absl::StatusOr<Map> EngineLayout(const EngineIndex& e, const WeightMapOptions& engine,
+                                 const MeshAndPlan& layout, int64_t rank) {
+  SDRT_ASSIGN_OR_RETURN(Map local, layout.plan.MetaStateDict(e.tensors, layout.mesh, rank));
+  SDRT_RETURN_IF_ERROR(AddScaleLeaves(engine, rank, local));
+  return local;
+}
+
+absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
+                                            const std::vector<SafetensorsTensorSpec>& sources,
+                                            const std::map<std::string, std::string>& metadata,
+                                            const std::optional<WeightMap>& map,
+                                            const WeightMapOptions& engine,
+                                            const MeshAndPlan& layout) {
+  const DeviceMesh& mesh = *layout.mesh;
+  if (mesh.num_ranks() > kMaxShardedCheckpointRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh ", mesh_spec, ": more than ", kMaxShardedCheckpointRanks, " ranks"));
+  }
+  EngineIndex out;
+  SDRT_ASSIGN_OR_RETURN(out.tensors, EngineTensors(map, engine, sources, layout.plan, mesh));
+  ShardedCheckpointIndex& index = out.index;
+  index.world_size = mesh.num_ranks();
+  index.mesh = layout.mesh;
+  index.plan = layout.plan.name();
+  index.metadata = metadata;
+  for (int64_t r = 0; r < index.world_size; ++r) {
+    index.files.push_back(RankFileName(r, index.world_size));
+  }
+  // Rank 0's layout names every tensor (scales included) in the rank files' order.
+  SDRT_ASSIGN_OR_RETURN(const Map first, EngineLayout(out, engine, layout, 0));
+  for (size_t i = 0; i < first.size(); ++i) {
+    const DTensor& d = first.value(i).as_dtensor();
+    ShardedCheckpointTensor& t = index.tensors.emplace_back();
+    t.name = first.key(i);
+    t.dtype = d.dtype();
+    t.shape = d.global_shape();
+    t.placements = d.placements();
+    SDRT_RETURN_IF_ERROR(
+        internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, mesh, t.placements));
+  }
+  // The groups: FP8 codes with their scales, every other tensor alone.
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < index.tensors.size(); ++i) position.emplace(index.tensors[i].name, i);
+  std::set<size_t> grouped;
+  for (size_t i = 0; i < index.tensors.size(); ++i) {
+    if (!internal::IsFp8Codes(index.tensors[i].dtype)) continue;
+    std::vector<size_t>& members = out.groups.emplace_back().members;
+    members.push_back(i);
+    for (const char* suffix : {"_scale_inv", "_scale"}) {
+      const auto it = position.find(index.tensors[i].name + suffix);
+      if (it != position.end() && grouped.insert(it->second).second) members.push_back(it->second);
+    }
+    grouped.insert(i);
+  }
+  for (size_t i = 0; i < index.tensors.size(); ++i) {
+    if (!grouped.count(i)) out.groups.emplace_back().members.push_back(i);
+  }
+  // Which keep the source's bytes.
+  std::map<std::string, const SafetensorsTensorSpec*> by_name;
+  for (const SafetensorsTensorSpec& s : sources) by_name.emplace(s.name, &s);
+  const WeightMap::Compiled* compiled = map.has_value() ? &internal::CompiledOrEmpty(*map) : nullptr;
+  for (EngineIndex::Group& g : out.groups) {
+    g.as_in_source = true;
+    for (size_t i : g.members) {
+      const ShardedCheckpointTensor& t = index.tensors[i];
+      const auto it = by_name.find(t.name);
+      const bool same = it != by_name.end() && it->second->dtype == t.dtype &&
+                        it->second->shape == t.shape &&
+                        (compiled == nullptr || !internal::MatchSource(*compiled, t.name));
+      g.as_in_source = g.as_in_source && same;
+    }
+  }
+  return out;
+}
+
+}  // namespace sdrt::cli

@@ -37,9 +37,10 @@ const std::vector<std::pair<std::unique_ptr<RE2>, TpRole>>& TpPatterns() {
   static const auto* patterns = [] {
     const TpPattern kPatterns[] = {
         // Llama / Mistral / Qwen, and the fused tensors of vLLM-style engines (weight_map.h).
-        {R"((^|\.)(q_proj|k_proj|v_proj|gate_proj|up_proj|qkv_proj|gate_up_proj)\.(weight|bias)$)",
+        // An FP8 weight's 128 x 128 block scales ("weight_scale_inv") are cut as it is.
+        {R"((^|\.)(q_proj|k_proj|v_proj|gate_proj|up_proj|qkv_proj|gate_up_proj)\.(weight|bias|weight_scale_inv)$)",
          TpRole::kColumn},
-        {R"((^|\.)(o_proj|down_proj)\.(weight|bias)$)", TpRole::kRow},
+        {R"((^|\.)(o_proj|down_proj)\.(weight|bias|weight_scale_inv)$)", TpRole::kRow},
         {R"((^|\.)(embed_tokens|lm_head)\.weight$)", TpRole::kVocab},
         // BERT.
         {R"((^|\.)attention\.self\.(query|key|value)\.(weight|bias)$)", TpRole::kColumn},

@@ -49,7 +49,9 @@
 // naming the tensor and rank, on every rank, before any byte moves). The inverse too: a
 // source of fp8 codes beside a source named as it plus "_scale_inv" or "_scale" (as above),
 // taken by a float32 / bfloat16 / float16 destination, is dequantized ((q.float() * scale)
-// .to(dtype)); codes with their scales into fp8 leaves move as they are. CPU tensors only so
+// .to(dtype)); codes with their scales into fp8 leaves move as they are, fused (or
+// regrouped) too when each source has block scales: the scales then follow by the same rule
+// counted in 128-row blocks (whole blocks needed). CPU tensors only so
 // far (Unimplemented). The map is applied by PlanReshard (ReshardOptions::weight_map): every
 // rule is checked against every rank's leaves there, on every rank alike.
 #ifndef SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
@@ -139,7 +141,10 @@ class WeightMap {
   // under its new name; a pad's with its dim rounded up; a fuse's with its dim the
   // components' sum (kGroups) or `parts` times what a part holds (kShards, kv heads
   // replicated as the rule says), its dtype the first component's; a regroup's with its dim
-  // as the destination's interleave holds `sizes`. What an engine
+  // as the destination's interleave holds `sizes`; FP8 codes fused from components each
+  // beside "<name>_scale_inv" get "<fused>_scale_inv" right after them (the components'
+  // scales fused like the codes, in 128-row blocks, theirs left out) when the components
+  // and the head size are whole blocks (else the scales stay as they are). What an engine
   // allocates for this map (ShardingPlan::MetaStateDict of the result). InvalidArgument
   // naming the rule and tensor: a split (its destinations' shapes are not known from its
   // source alone: give the destination state dict), a regroup from kShards (likewise), a

@@ -2,6 +2,7 @@
 // destination made by a map, from the source's alone, by the lowering's own arithmetic
 // (internal/mapping/segments.h) without any layout.
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,12 +11,15 @@
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/segments.h"
 #include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
 namespace {
 
 using Kind = WeightMapRule::Kind;
+
+constexpr int64_t kFp8Block = 128;  // the block edge of block scales (quantize.h)
 
 absl::Status Invalid(int rule, const WeightMapRule& r, absl::string_view tensor,
                      absl::string_view what) {
@@ -115,6 +119,12 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     }
     out.push_back(std::move(spec));
   }
+  // FP8 components' block scales fused like their codes: placed after the fused codes, and
+  // the components' own left out.
+  std::map<std::string, const SafetensorsTensorSpec*> by_name;
+  for (const SafetensorsTensorSpec& s : sources) by_name.emplace(s.name, &s);
+  std::map<size_t, SafetensorsTensorSpec> scale_after;
+  std::set<std::string> consumed;
   for (auto& [name, f] : fused) {
     const WeightMapRule& r = compiled_->rule_list[f.rule];
     std::vector<int64_t> rows;
@@ -148,8 +158,40 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
                             internal::RuleWhere(static_cast<size_t>(f.rule), r, name)));
     out[f.slot].shape = first->shape;
     out[f.slot].shape[r.dim] = size;
+    // FP8 codes beside block scales: the scales are fused like them, in blocks.
+    if (!internal::IsFp8Codes(first->dtype)) continue;
+    std::vector<const SafetensorsTensorSpec*> scales;
+    for (const SafetensorsTensorSpec* c : f.components) {
+      const auto it = by_name.find(c->name + "_scale_inv");
+      if (it != by_name.end()) scales.push_back(it->second);
+    }
+    if (scales.size() != f.components.size()) continue;  // codes alone
+    // Only whole 128-row blocks fuse; else the codes go alone and the scales as they are.
+    bool whole = r.head_size % kFp8Block == 0;
+    std::vector<int64_t> block_rows;
+    for (int64_t n_rows : rows) {
+      whole = whole && n_rows % kFp8Block == 0;
+      block_rows.push_back(n_rows / kFp8Block);
+    }
+    if (!whole) continue;
+    WeightMapRule blocks = r;
+    blocks.head_size = r.head_size / kFp8Block;
+    const std::string where = internal::RuleWhere(static_cast<size_t>(f.rule), r, name);
+    SafetensorsTensorSpec fused_scales{name + "_scale_inv", scales[0]->dtype, scales[0]->shape};
+    SDRT_ASSIGN_OR_RETURN(fused_scales.shape[r.dim],
+                          internal::FusedSize(blocks, block_rows, n, where));
+    scale_after[f.slot] = std::move(fused_scales);
+    for (const SafetensorsTensorSpec* c : scales) consumed.insert(c->name);
   }
-  return out;
+  if (scale_after.empty()) return out;
+  std::vector<SafetensorsTensorSpec> with_scales;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (consumed.count(out[i].name)) continue;
+    with_scales.push_back(std::move(out[i]));
+    const auto it = scale_after.find(i);
+    if (it != scale_after.end()) with_scales.push_back(std::move(it->second));
+  }
+  return with_scales;
 }
 
 }  // namespace sdrt

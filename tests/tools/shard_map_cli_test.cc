@@ -5,7 +5,8 @@
 // and the index's full-tensor hash is that of the ranks' pieces put together (so `sdrt
 // gather` checks it); from tests/data/fp8_map's layer, --cast fp8-block writes the FP8 codes
 // and block scales PyTorch's recipe makes (tp 1, 2, 4). fp8-tensor is refused, exit 2.
-// `mpiexec -n 3 sdrt reshard FSDP OUTDIR ... --map` writes the same folder, byte for byte.
+// `mpiexec -n 3 sdrt reshard FSDP OUTDIR ... --map` writes the same folder, byte for byte. An
+// FP8 checkpoint goes into the fused FP8 layout with its block scales fused like its codes.
 #include <unistd.h>
 
 #include <filesystem>
@@ -181,6 +182,81 @@ TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--cast fp8-tensor"));
   EXPECT_FALSE(fs::exists(dir_ / "tensor"));
+}
+
+TEST_F(ShardMapCli, AnFp8CheckpointIntoFusedFp8Buffers) {
+  // An FP8 checkpoint of the golden's layer (every linear weight quantized alone with its
+  // 128 x 128 block scales: the one rank file of `--mesh 1 --cast fp8-block`) sharded into
+  // vLLM's layout: the fused qkv_proj and gate_up_proj get their components' codes as they
+  // are and their scales fused like them, which is what quantizing the fused layout gives.
+  const std::string file = (dir_ / "layer.safetensors").string();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
+  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const fs::path fp8 = dir_ / "fp8";
+  test::CommandResult r = RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(fp8.string()),
+                                               " --mesh 1 --plan tp --cast fp8-block"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string checkpoint = (fp8 / "rank-00000-of-00001.safetensors").string();
+  int ran = 0;
+  for (const json& c : testing_fp8_map::Golden()["cases"]) {
+    if (c["block"].get<int64_t>() == 0 || c["scale_format"] != "f32" || c["fp8"] != "e4m3fn" ||
+        c["tp"] == 1) {
+      continue;
+    }
+    ++ran;
+    const int64_t tp = c["tp"];
+    const std::string out = (dir_ / absl::StrCat("fused_tp", tp)).string();
+    r = RunSdrt(absl::StrCat("shard ", Quote(checkpoint), " ", Quote(out), " --mesh ", tp,
+                             " --plan tp --map vllm-llama --head-size 128"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (int64_t rank = 0; rank < tp; ++rank) {
+      absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
+      ASSERT_TRUE(shards.ok()) << shards.status();
+      ASSERT_EQ(shards->tensors.size(), 8u);
+      std::map<std::string, const DTensor*> by_name;
+      for (const auto& [path, d] : shards->tensors) by_name[path] = &d;
+      const json& mine = c["ranks"][static_cast<size_t>(rank)];
+      for (const char* key : testing_fp8_map::kDestinations) {
+        const std::string where = absl::StrCat("tp ", tp, " rank ", rank, " ", key);
+        ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + "_scale_inv"))
+            << where;
+        EXPECT_EQ(testing_fp8_map::Fnv(by_name[HfName(key)]->local()),
+                  mine[key]["codes_fnv"].get<std::string>())
+            << where;
+        EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + "_scale_inv"]->local()),
+                  mine[key]["scales"].get<std::vector<int64_t>>())
+            << where;
+      }
+    }
+  }
+  EXPECT_EQ(ran, 2);
+  // The same checkpoint dequantized into bfloat16 buffers (--cast bf16): PyTorch's
+  // (q.float() * scale).to(bfloat16) in vLLM's layout; the scales are not kept.
+  ran = 0;
+  for (const json& d : testing_fp8_map::Golden()["dequant_cases"]) {
+    if (d["name"] != "dequant_block_f32_tp2" && d["name"] != "dequant_block_f32_tp4") continue;
+    ++ran;
+    const int64_t tp = d["tp"];
+    const std::string out = (dir_ / absl::StrCat("bf16_tp", tp)).string();
+    r = RunSdrt(absl::StrCat("shard ", Quote(checkpoint), " ", Quote(out), " --mesh ", tp,
+                             " --plan tp --map vllm-llama --head-size 128 --cast bf16"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (int64_t rank = 0; rank < tp; ++rank) {
+      absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
+      ASSERT_TRUE(shards.ok()) << shards.status();
+      ASSERT_EQ(shards->tensors.size(), 4u);
+      for (const auto& [path, t] : shards->tensors) {
+        // "model.layers.0.self_attn.qkv_proj.weight" -> "qkv_proj"
+        const std::string stem = path.substr(0, path.size() - std::string(".weight").size());
+        const std::string key = stem.substr(stem.rfind('.') + 1);
+        EXPECT_EQ(testing_fp8_map::Fnv(t.local()),
+                  d["ranks"][static_cast<size_t>(rank)][key]["values_fnv"].get<std::string>())
+            << "tp " << tp << " rank " << rank << " " << path;
+      }
+    }
+  }
+  EXPECT_EQ(ran, 2);
 }
 
 // Every file of the two folders byte for byte the same.

@@ -38,6 +38,10 @@ TEST(TpRole, LlamaBertAndGpt2Names) {
   EXPECT_EQ(TpRoleOf("model.norm.weight"), TpRole::kReplicate);
   EXPECT_EQ(TpRoleOf("model.embed_tokens.weight"), TpRole::kVocab);
   EXPECT_EQ(TpRoleOf("lm_head.weight"), TpRole::kVocab);
+  // An FP8 weight's block scales are cut as it is; one scale per tensor is replicated.
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.qkv_proj.weight_scale_inv"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.mlp.down_proj.weight_scale_inv"), TpRole::kRow);
+  EXPECT_EQ(TpRoleOf("model.layers.3.mlp.down_proj.weight_scale"), TpRole::kReplicate);
 
   EXPECT_EQ(TpRoleOf("encoder.layer.0.attention.self.query.weight"), TpRole::kColumn);
   EXPECT_EQ(TpRoleOf("bert.encoder.layer.0.attention.self.value.bias"), TpRole::kColumn);

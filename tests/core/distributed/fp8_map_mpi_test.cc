@@ -288,6 +288,64 @@ TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
   if (g_world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
+TEST(Fp8MapMpi, AnFp8CheckpointFusedWithItsScalesBitExact) {
+  // An FP8 checkpoint (each Hugging Face tensor quantized alone, with its block scales) into
+  // vLLM's fused FP8 buffers: the codes move as they are and the scales are fused like them.
+  // Block scales are each source tensor's own, so the result is the quantize cases' exactly.
+  ASSERT_FALSE(Golden().is_null());
+  const std::string dir = SharedTempDir();
+  ASSERT_FALSE(dir.empty());
+  int ran = 0;
+  for (const json& d : Golden()["dequant_cases"]) {
+    if (d["tp"] != g_world->size()) continue;
+    const std::string name = d["name"].get<std::string>().substr(std::string("dequant_").size());
+    const json* c = nullptr;
+    for (const json& q : Golden()["cases"]) {
+      if (q["name"] == name) c = &q;
+    }
+    ASSERT_NE(c, nullptr) << name;
+    const std::vector<std::pair<std::string, Tensor>> checkpoint = Fp8Checkpoint(d);
+    Map trainer;
+    for (const auto& [path, t] : checkpoint) {
+      trainer.Set(path, Value(*DistributeTensor(t, World(), *ParsePlacements("[S(0)]"),
+                                                g_world->rank())));
+    }
+    Map engine = EngineBuffers(*c);
+    TransferStats stats;
+    const absl::Status synced = ReshardStateDict(trainer, engine, MapOptions(), &stats);
+    if ((*c)["block"].get<int64_t>() == 0) {
+      // One scale per tensor: q, k and v each have their own, which no one scale can hold.
+      ASSERT_FALSE(synced.ok()) << name;
+      EXPECT_EQ(synced.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(synced.message()), HasSubstr("give it block scales"));
+      continue;
+    }
+    ++ran;
+    ASSERT_TRUE(synced.ok()) << name << ": " << synced;
+    ExpectGolden(*c, engine, "fused from FP8");
+    EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
+    const std::string file = absl::StrCat(dir, "/", name, ".safetensors");
+    if (g_world->rank() == 0) {
+      ASSERT_TRUE(WriteSafetensors(file, checkpoint).ok());
+    }
+    ASSERT_TRUE(g_world->Barrier().ok());
+    Map loaded = EngineBuffers(*c);
+    LoadOptions options;
+    options.comm = g_world;
+    options.read = ReadMode::kAll;
+    options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+    const absl::StatusOr<LoadResult> result =
+        LoadStateDict(CheckpointSource::Open(file), loaded, options);
+    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    ExpectGolden(*c, loaded, "loaded fused from FP8");
+  }
+  if (g_world->size() != 3) {
+    EXPECT_EQ(ran, 3);
+  }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  if (g_world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
 TEST(Fp8MapMpi, PiecesThatCutABlockAndWrongScalesFailOnEveryRank) {
   const std::map<std::string, Tensor> sources = Sources();
   const Map trainer = FsdpSources(sources);

@@ -129,10 +129,14 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     const DType to = options.cast == "bf16"  ? DType::kBFloat16
                      : options.cast == "f16" ? DType::kFloat16
                                              : DType::kFloat32;
-    // FP8 codes are dequantized with their scales, which the engine then does not hold.
+    // FP8 codes are dequantized with their scales, which the engine then does not hold
+    // (the map's fused scales neither).
     std::set<std::string> codes;
-    for (const SafetensorsTensorSpec& t : sources) {
-      if (internal::IsFp8Codes(t.dtype)) codes.insert(t.name);
+    const std::vector<SafetensorsTensorSpec>* lists[] = {&sources, &tensors};
+    for (const std::vector<SafetensorsTensorSpec>* list : lists) {
+      for (const SafetensorsTensorSpec& t : *list) {
+        if (internal::IsFp8Codes(t.dtype)) codes.insert(t.name);
+      }
     }
     std::vector<SafetensorsTensorSpec> kept;
     for (SafetensorsTensorSpec& t : tensors) {

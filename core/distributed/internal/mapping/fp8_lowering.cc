@@ -1,7 +1,9 @@
-// The weight map's lowering of FP8 leaves that no rule fuses or pads (lowering_steps.h).
+// The weight map's lowering of FP8 leaves that no rule fuses or pads, and of the scales of
+// FP8 sources a rule fuses as they are (lowering_steps.h).
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/mapping/layout_pieces.h"
@@ -17,6 +19,64 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
 }
 
 }  // namespace
+
+absl::StatusOr<Fp8ScalesUnit> ScalesLikeTheirCodes(const WeightMapRule& rule,
+                                                   const QuantizedDestination& q,
+                                                   const std::vector<std::string>& names,
+                                                   const std::vector<const SideInfo*>& components,
+                                                   const LeafLayout& fused,
+                                                   const LoweringSides& sides,
+                                                   const std::string& where) {
+  const int64_t tile = q.tile;
+  if (tile == 0) {
+    return Invalid(where, absl::StrCat("'", q.path, "' has one scale ('", q.scale_path,
+                                       "'), and its FP8 sources each their own: give it block "
+                                       "scales ('_scale_inv'), which fuse with the codes"));
+  }
+  if (rule.kind == WeightMapRule::Kind::kPad) {
+    return Invalid(where, "a pad of FP8 codes is not built");
+  }
+  Fp8ScalesUnit out;
+  out.rule = rule;
+  out.destination = q.scale_path;
+  const auto find = [&](const std::string& path) -> const LeafLayout* {
+    const auto it = sides.find({path, true});
+    return it == sides.end() ? nullptr : it->second.layout;
+  };
+  for (size_t k = 0; k < names.size(); ++k) {
+    const LeafLayout& c = *components[k]->layout;
+    if (c.dtype != fused.dtype) {
+      return Invalid(where, absl::StrCat("its source '", names[k], "' is ", DTypeName(c.dtype),
+                                         " and '", q.path, "' ", DTypeName(fused.dtype),
+                                         " (FP8 sources fuse as they are, into their own dtype)"));
+    }
+    SDRT_ASSIGN_OR_RETURN(const Fp8Scales scales, FindFp8Scales(names[k], find));
+    if (scales.layout == nullptr || scales.tile != tile) {
+      return Invalid(where, absl::StrCat("its FP8 source '", names[k], "' has no '", names[k],
+                                         "_scale_inv' of 128 x 128 block scales beside it"));
+    }
+    if (c.shape.empty() || c.shape[static_cast<size_t>(rule.dim)] % tile != 0) {
+      return Invalid(where, absl::StrCat("its FP8 source '", names[k], "' ",
+                                         ShapeToString(c.shape), " is not whole ", tile,
+                                         "-row blocks along dim ", rule.dim,
+                                         ", so its scales cannot be fused"));
+    }
+    out.sources.push_back(scales.name);
+  }
+  if (rule.head_size % tile != 0) {
+    return Invalid(where, absl::StrCat("the head size ", rule.head_size, " is not whole ", tile,
+                                       "-row blocks, so the scales cannot be fused"));
+  }
+  out.rule.head_size = rule.head_size / tile;
+  for (int64_t& n : out.rule.sizes) {
+    if (n % tile != 0) {
+      return Invalid(where, absl::StrCat("a component of ", n, " rows is not whole ", tile,
+                                         "-row blocks, so the scales cannot be fused"));
+    }
+    n /= tile;
+  }
+  return out;
+}
 
 absl::Status LowerPlainQuantized(const LoweringSides& sides,
                                  const std::map<std::string, std::string>& renamed_sources,

@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/mapping/lowering.h"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -31,52 +32,14 @@ struct Unit {
   int rule = 0;
   std::vector<std::string> sources;       // a fuse's: one per component ("" until found)
   std::vector<std::string> destinations;  // a split's: one per component
+  const WeightMapRule* derived = nullptr;  // FP8 scales: the rule in blocks, else map's own
 };
 
 absl::Status Invalid(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-// Fails when a rank holds one element of `d` in two boxes (two views would take it).
-absl::Status CheckNoTwice(const LoweredDestination& d, const std::string& where) {
-  std::set<std::tuple<int64_t, IntVector, IntVector>> seen;
-  for (const TransferBox& box : d.boxes) {
-    if (!seen.emplace(box.rank, box.offsets, box.sizes).second) {
-      return Invalid(where, absl::StrCat("rank ", box.rank, " would take '", d.name, "' at ",
-                                         ShapeToString(box.offsets), " twice"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-// Appends lowered leaf `d` to `out` and its description to `leaves` (its anchor's), once
-// checked: its box count, no element twice on a rank, an FP8 leaf's blocks.
-absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& out,
-                  std::vector<LeafLayout>& leaves) {
-  if (static_cast<int64_t>(d.boxes.size()) > kMaxTransferBoxes) {
-    return Invalid(where, absl::StrCat("more than ", kMaxTransferBoxes, " boxes"));
-  }
-  SDRT_RETURN_IF_ERROR(CheckNoTwice(d, where));
-  if (d.quantized >= 0) {
-    std::vector<int64_t> starts;
-    starts.reserve(d.views.size());
-    for (const LoweredView& v : d.views) starts.push_back(v.start);
-    SDRT_RETURN_IF_ERROR(CheckQuantizedBoxes(out.quantized[static_cast<size_t>(d.quantized)],
-                                             d.name, d.source_dtype, d.dim, d.boxes, starts,
-                                             where));
-  }
-  LeafLayout& leaf = leaves.emplace_back();
-  leaf.path = d.name;
-  leaf.source = false;
-  leaf.dtype = d.dtype;
-  leaf.shape = d.shape;
-  leaf.kind = LeafLayout::Kind::kBoxes;
-  leaf.boxes = d.boxes;
-  out.destinations.push_back(std::move(d));
-  return absl::OkStatus();
-}
 
 absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
                                             std::vector<std::vector<LeafLayout>>& per_rank,
@@ -170,8 +133,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
   AnchoredLeaves anchored;
   std::set<SideKey> removed;
   std::map<std::string, std::string> renames;  // destination path -> the source's name
-  for (const Unit& unit : units) {
-    const WeightMapRule& rule = map.rule_list[unit.rule];
+  std::deque<WeightMapRule> derived_rules;  // FP8 scales' rules (units point at them)
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Unit unit = units[u];  // copied: FP8 scales add units
+    const WeightMapRule& rule = unit.derived != nullptr ? *unit.derived : map.rule_list[unit.rule];
     const bool split = rule.kind == Kind::kSplit;
     const std::string& fused_path = split ? unit.sources[0] : unit.destinations[0];
     const std::string where = RuleWhere(static_cast<size_t>(unit.rule), rule, fused_path);
@@ -258,6 +223,20 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     SDRT_ASSIGN_OR_RETURN(const std::vector<FusedSegment> segments,
                           FusedSegments(rule, rows, fused_shape[rule.dim], parts, where));
     const int dim = rule.dim;
+    // FP8 codes with their block scales into an FP8 destination: the codes move as they are,
+    // the scales follow as a unit of their own, by the rule in blocks (fp8_lowering.cc).
+    const auto quantized = quantized_of.find(dsts[0]);
+    const bool codes_as_they_are = !split && quantized != quantized_of.end() &&
+                                   IsFp8Codes(components[0]->layout->dtype);
+    if (codes_as_they_are) {
+      SDRT_ASSIGN_OR_RETURN(
+          Fp8ScalesUnit scales,
+          ScalesLikeTheirCodes(rule, out.quantized[static_cast<size_t>(quantized->second)],
+                               names, components, *fused.layout, sides, where));
+      derived_rules.push_back(std::move(scales.rule));
+      units.push_back({unit.rule, std::move(scales.sources), {std::move(scales.destination)},
+                       &derived_rules.back()});
+    }
     std::vector<LoweredDestination> lowered;
     if (!split) {
       // A fuse or pad: one lowered leaf per component source, views into the fused leaf.
@@ -268,8 +247,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         }
         LoweredDestination& d = lowered.emplace_back();
         d.name = names[k];
-        const auto q = quantized_of.find(dsts[0]);
-        d.quantized = q == quantized_of.end() ? -1 : q->second;
+        d.quantized = quantized == quantized_of.end() || codes_as_they_are ? -1 : quantized->second;
         d.source_dtype = components[k]->layout->dtype;
         d.dtype = d.quantized >= 0 && !quantize_on_senders ? d.source_dtype : fused.layout->dtype;
         if (d.quantized < 0) {
@@ -364,41 +342,7 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
   SDRT_RETURN_IF_ERROR(LowerDequantized(sides, quantized_source, dequantize, out, anchored,
                                         removed));
   if (out.empty()) return out;
-  // Every rank's description of a leaf the lowering replaces must be the first one's (the
-  // lowering reads the first alone; MergeLeafLayouts will not see the others).
-  for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
-    for (const LeafLayout& l : per_rank[rank]) {
-      const SideKey key{l.path, false};
-      if (l.source || !removed.count(key)) continue;
-      const SideInfo& first = sides.at(key);
-      if (first.first_rank != rank && !SameDescription(*first.layout, l)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("reshard: ranks ", first.first_rank, " and ", rank,
-                         " describe the destination of '", l.path, "' differently"));
-      }
-    }
-  }
-  for (int rank = 0; rank < static_cast<int>(per_rank.size()); ++rank) {
-    std::vector<LeafLayout> rewritten;
-    rewritten.reserve(per_rank[rank].size());
-    for (LeafLayout& l : per_rank[rank]) {
-      if (!l.source) {
-        const SideKey key{l.path, false};
-        if (removed.count(key)) {
-          const SideInfo& first = sides.at(key);
-          const auto anchor = anchored.find(key);
-          if (anchor != anchored.end() && first.first_rank == rank) {
-            for (LeafLayout& c : anchor->second) rewritten.push_back(std::move(c));
-          }
-          continue;
-        }
-        const auto renamed = renames.find(l.path);
-        if (renamed != renames.end()) l.path = renamed->second;
-      }
-      rewritten.push_back(std::move(l));
-    }
-    per_rank[rank] = std::move(rewritten);
-  }
+  SDRT_RETURN_IF_ERROR(ReplaceLoweredLeaves(sides, anchored, removed, renames, per_rank));
   return out;
 }
 

@@ -38,6 +38,15 @@ using DequantizeOf = std::function<absl::StatusOr<int>(const std::string& name, 
 absl::Status Emit(LoweredDestination d, const std::string& where, MapLowering& out,
                   std::vector<LeafLayout>& leaves);
 
+// Every rank's description in `per_rank` rewritten: a leaf in `removed` replaced by its
+// anchored lowered leaves (where the first rank that described it had it), a renamed one
+// going by its source's name (`renames`: destination path -> source name). InvalidArgument
+// when ranks describe a replaced leaf differently (the lowering read the first alone).
+absl::Status ReplaceLoweredLeaves(const LoweringSides& sides, AnchoredLeaves& anchored,
+                                  const std::set<SideKey>& removed,
+                                  const std::map<std::string, std::string>& renames,
+                                  std::vector<std::vector<LeafLayout>>& per_rank);
+
 // A regroup's source (`source`, fused as SourceSideOf(rule) says): where it holds each of
 // the rule's components along its dim, per component in the component's order (a kShards
 // source replicating a head: the first part that holds it). InvalidArgument prefixed by
@@ -51,6 +60,26 @@ absl::StatusOr<std::vector<std::vector<FusedSegment>>> HeldComponents(
 void PlaceRegrouped(const std::vector<FusedSegment>& held, int64_t component_start,
                     int64_t length, const LayoutPiece& piece, int64_t local_start,
                     LoweredDestination& out);
+
+// A rule making FP8 destination `q` (with block scales) of FP8 codes sources `names`
+// (`components`, each beside its own block scales; `fused`: the destination's description):
+// the scales' unit, by the same rule counted in blocks (head size, sizes and rows over the
+// block), from the sources' scales into q's. InvalidArgument prefixed by `where`: sources
+// not all codes of the destination's dtype, a source without block scales, one scale per
+// tensor (components' scales differ: one cannot hold them), a pad, rows or a head size not
+// whole blocks.
+struct Fp8ScalesUnit {
+  WeightMapRule rule;
+  std::vector<std::string> sources;
+  std::string destination;
+};
+absl::StatusOr<Fp8ScalesUnit> ScalesLikeTheirCodes(const WeightMapRule& rule,
+                                                   const QuantizedDestination& q,
+                                                   const std::vector<std::string>& names,
+                                                   const std::vector<const SideInfo*>& components,
+                                                   const LeafLayout& fused,
+                                                   const LoweringSides& sides,
+                                                   const std::string& where);
 
 // FP8 leaves (out.quantized) that no rule lowered: onto their source (itself, or
 // `renamed_sources`' entry) as they are, a box per piece, views of whole locals, their scale

@@ -38,9 +38,10 @@ absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& s
   absl::flat_hash_set<absl::string_view> taken;  // the caller's leaves a rule replaces
   for (const LoweredDestination& d : lowering.destinations) {
     for (const std::string& path : d.leaves) taken.insert(path);
+    // Scales the quantize step writes (not those of codes that move as they are).
+    if (d.quantized >= 0) taken.insert(lowering.quantized[static_cast<size_t>(d.quantized)].scale_path);
   }
   for (const RenamedDestination& r : lowering.renamed) taken.insert(r.path);
-  for (const QuantizedDestination& q : lowering.quantized) taken.insert(q.scale_path);
   SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(local));
   for (const Leaf& leaf : leaves) {
     if (taken.contains(leaf.path)) continue;

@@ -65,6 +65,24 @@ Tensor Rows(const std::vector<Tensor>& pieces) {
   return out;
 }
 
+// A rank file's FP8 codes and block scales of the four linear weights against the golden's
+// rank `mine`.
+void ExpectFp8Rank(const RankShards& shards, const json& mine, const std::string& what) {
+  std::map<std::string, const DTensor*> by_name;
+  for (const auto& [path, d] : shards.tensors) by_name[path] = &d;
+  for (const char* key : testing_fp8_map::kDestinations) {
+    const std::string where = absl::StrCat(what, " ", key);
+    ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + "_scale_inv"))
+        << where;
+    EXPECT_EQ(testing_fp8_map::Fnv(by_name[HfName(key)]->local()),
+              mine[key]["codes_fnv"].get<std::string>())
+        << where;
+    EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + "_scale_inv"]->local()),
+              mine[key]["scales"].get<std::vector<int64_t>>())
+        << where;
+  }
+}
+
 class ShardMapCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -158,20 +176,8 @@ TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {
     for (int64_t rank = 0; rank < tp; ++rank) {
       absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
       ASSERT_TRUE(shards.ok()) << shards.status();
-      const json& mine = c["ranks"][static_cast<size_t>(rank)];
-      std::map<std::string, const DTensor*> by_name;
-      for (const auto& [path, d] : shards->tensors) by_name[path] = &d;
-      for (const char* key : testing_fp8_map::kDestinations) {
-        const std::string where = absl::StrCat("tp ", tp, " rank ", rank, " ", key);
-        ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + "_scale_inv"))
-            << where;
-        EXPECT_EQ(testing_fp8_map::Fnv(by_name[HfName(key)]->local()),
-                  mine[key]["codes_fnv"].get<std::string>())
-            << where;
-        EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + "_scale_inv"]->local()),
-                  mine[key]["scales"].get<std::vector<int64_t>>())
-            << where;
-      }
+      ExpectFp8Rank(*shards, c["ranks"][static_cast<size_t>(rank)],
+                    absl::StrCat("tp ", tp, " rank ", rank));
     }
   }
   EXPECT_EQ(ran, 3);
@@ -214,20 +220,8 @@ TEST_F(ShardMapCli, AnFp8CheckpointIntoFusedFp8Buffers) {
       absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
       ASSERT_TRUE(shards.ok()) << shards.status();
       ASSERT_EQ(shards->tensors.size(), 8u);
-      std::map<std::string, const DTensor*> by_name;
-      for (const auto& [path, d] : shards->tensors) by_name[path] = &d;
-      const json& mine = c["ranks"][static_cast<size_t>(rank)];
-      for (const char* key : testing_fp8_map::kDestinations) {
-        const std::string where = absl::StrCat("tp ", tp, " rank ", rank, " ", key);
-        ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + "_scale_inv"))
-            << where;
-        EXPECT_EQ(testing_fp8_map::Fnv(by_name[HfName(key)]->local()),
-                  mine[key]["codes_fnv"].get<std::string>())
-            << where;
-        EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + "_scale_inv"]->local()),
-                  mine[key]["scales"].get<std::vector<int64_t>>())
-            << where;
-      }
+      ExpectFp8Rank(*shards, c["ranks"][static_cast<size_t>(rank)],
+                    absl::StrCat("tp ", tp, " rank ", rank));
     }
   }
   EXPECT_EQ(ran, 2);

@@ -35,6 +35,7 @@
 #include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tests/core/distributed/fp8_map_test_util.h"
 #include "sdrt/tests/support/golden_codec.h"
 #include "sdrt/tests/support/mpi_test_main.h"
@@ -48,6 +49,7 @@ using json = nlohmann::json;
 using testing_fp8_map::Buffer;
 using testing_fp8_map::CodesDType;
 using testing_fp8_map::EngineBuffers;
+using testing_fp8_map::ExpectBoundTwice;
 using testing_fp8_map::ExpectGolden;
 using testing_fp8_map::Fnv;
 using testing_fp8_map::FsdpSources;
@@ -124,17 +126,7 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
     // A bound plan: the scales' grid kept, every step quantized afresh into the same buffers.
     const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, MapOptions());
     ASSERT_TRUE(plan.ok()) << plan.status();
-    Map bound_engine = EngineBuffers(c);
-    absl::StatusOr<BoundReshard> bound = BindReshard(*plan, trainer, bound_engine);
-    ASSERT_TRUE(bound.ok()) << bound.status();
-    for (int step = 0; step < 2; ++step) {
-      for (const char* key : kDestinations) {
-        const Tensor local = bound_engine.Find(HfName(key))->as_dtensor().local();
-        std::memset(local.data_ptr(), 0x55, local.nbytes());
-      }
-      ASSERT_TRUE(bound->Execute().ok()) << name;
-      ExpectGolden(c, bound_engine, absl::StrCat("bound step ", step));
-    }
+    ExpectBoundTwice(*plan, trainer, c, "bound");
   }
   if (g_world->size() != 3) {
     EXPECT_EQ(ran, 4);
@@ -209,6 +201,32 @@ std::vector<std::pair<std::string, Tensor>> Fp8Checkpoint(const json& c) {
   return out;
 }
 
+// The trainer of an FP8 checkpoint: each tensor cut by fsdp (Shard(0)) over the world.
+Map FsdpOf(const std::vector<std::pair<std::string, Tensor>>& checkpoint) {
+  Map trainer;
+  for (const auto& [path, t] : checkpoint) {
+    trainer.Set(path, Value(*DistributeTensor(t, World(), *ParsePlacements("[S(0)]"),
+                                              g_world->rank())));
+  }
+  return trainer;
+}
+
+// `checkpoint` written by rank 0 to `file`, then loaded by every rank into `into` with the
+// vllm-llama map (kAll).
+absl::Status LoadFromAFile(const std::string& file,
+                           const std::vector<std::pair<std::string, Tensor>>& checkpoint,
+                           Map& into) {
+  absl::Status written = g_world->rank() == 0 ? WriteSafetensors(file, checkpoint)
+                                              : absl::OkStatus();
+  if (!written.ok()) return written;
+  SDRT_RETURN_IF_ERROR(g_world->Barrier());
+  LoadOptions options;
+  options.comm = g_world;
+  options.read = ReadMode::kAll;
+  options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+  return LoadStateDict(CheckpointSource::Open(file), into, options).status();
+}
+
 // vLLM's bfloat16 buffers of a dequant case on this rank (0xFF bytes).
 Map Bf16Buffers(const json& c) {
   const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
@@ -253,11 +271,7 @@ TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
     const std::vector<std::pair<std::string, Tensor>> checkpoint = Fp8Checkpoint(c);
     // A trainer holding the FP8 codes and their scales cut by fsdp (a scale grid of 4 rows
     // over 4 ranks, or a single scale: uneven and empty pieces).
-    Map trainer;
-    for (const auto& [path, t] : checkpoint) {
-      trainer.Set(path, Value(*DistributeTensor(t, World(), *ParsePlacements("[S(0)]"),
-                                                g_world->rank())));
-    }
+    const Map trainer = FsdpOf(checkpoint);
     Map engine = Bf16Buffers(c);
     TransferStats stats;
     const absl::Status synced = ReshardStateDict(trainer, engine, MapOptions(), &stats);
@@ -266,19 +280,10 @@ TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
     // The codes moved as they are (one byte each), the receivers dequantize.
     EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
     // Loaded from a file of the codes and scales.
-    const std::string file = absl::StrCat(dir, "/", name, ".safetensors");
-    if (g_world->rank() == 0) {
-      ASSERT_TRUE(WriteSafetensors(file, checkpoint).ok());
-    }
-    ASSERT_TRUE(g_world->Barrier().ok());
     Map loaded = Bf16Buffers(c);
-    LoadOptions options;
-    options.comm = g_world;
-    options.read = ReadMode::kAll;
-    options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
-    const absl::StatusOr<LoadResult> result =
-        LoadStateDict(CheckpointSource::Open(file), loaded, options);
-    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    const absl::Status read = LoadFromAFile(absl::StrCat(dir, "/", name, ".safetensors"),
+                                            checkpoint, loaded);
+    ASSERT_TRUE(read.ok()) << name << ": " << read;
     ExpectDequantized(c, loaded, "loaded");
   }
   if (g_world->size() != 3) {
@@ -305,11 +310,7 @@ TEST(Fp8MapMpi, AnFp8CheckpointFusedWithItsScalesBitExact) {
     }
     ASSERT_NE(c, nullptr) << name;
     const std::vector<std::pair<std::string, Tensor>> checkpoint = Fp8Checkpoint(d);
-    Map trainer;
-    for (const auto& [path, t] : checkpoint) {
-      trainer.Set(path, Value(*DistributeTensor(t, World(), *ParsePlacements("[S(0)]"),
-                                                g_world->rank())));
-    }
+    const Map trainer = FsdpOf(checkpoint);
     Map engine = EngineBuffers(*c);
     TransferStats stats;
     const absl::Status synced = ReshardStateDict(trainer, engine, MapOptions(), &stats);
@@ -324,19 +325,10 @@ TEST(Fp8MapMpi, AnFp8CheckpointFusedWithItsScalesBitExact) {
     ASSERT_TRUE(synced.ok()) << name << ": " << synced;
     ExpectGolden(*c, engine, "fused from FP8");
     EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
-    const std::string file = absl::StrCat(dir, "/", name, ".safetensors");
-    if (g_world->rank() == 0) {
-      ASSERT_TRUE(WriteSafetensors(file, checkpoint).ok());
-    }
-    ASSERT_TRUE(g_world->Barrier().ok());
     Map loaded = EngineBuffers(*c);
-    LoadOptions options;
-    options.comm = g_world;
-    options.read = ReadMode::kAll;
-    options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
-    const absl::StatusOr<LoadResult> result =
-        LoadStateDict(CheckpointSource::Open(file), loaded, options);
-    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    const absl::Status read = LoadFromAFile(absl::StrCat(dir, "/", name, ".safetensors"),
+                                            checkpoint, loaded);
+    ASSERT_TRUE(read.ok()) << name << ": " << read;
     ExpectGolden(*c, loaded, "loaded fused from FP8");
   }
   if (g_world->size() != 3) {

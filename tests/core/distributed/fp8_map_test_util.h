@@ -1,7 +1,8 @@
 // Helpers of the FP8 weight-map tests (fp8_map_mpi_test.cc, fp8_regroup_mpi_test.cc): the
 // golden (tests/data/fp8_map/expected.json), the golden script's source formula, FNV-1a of a
 // tensor's bytes, scales as raw integers, the engine's FP8 buffers of a case and the check of
-// them, an fsdp trainer's sources. The test's main sets g_world. Test code only.
+// them (once bound too), an fsdp trainer's sources. The test's main sets g_world. Test code
+// only.
 #ifndef SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_
 #define SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_
 
@@ -163,6 +164,23 @@ inline ReshardOptions MapOptions() {
   options.comm = g_world;
   options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
   return options;
+}
+
+// `plan` bound to `trainer` and fresh buffers of case `c`, executed twice (the codes
+// overwritten in between): the golden's codes and scales both times.
+inline void ExpectBoundTwice(const ReshardPlan& plan, const Map& trainer, const json& c,
+                             const std::string& what) {
+  Map engine = EngineBuffers(c);
+  absl::StatusOr<BoundReshard> bound = BindReshard(plan, trainer, engine);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  for (int step = 0; step < 2; ++step) {
+    for (const char* key : kDestinations) {
+      const Tensor local = engine.Find(HfName(key))->as_dtensor().local();
+      std::memset(local.data_ptr(), 0x55, local.nbytes());
+    }
+    ASSERT_TRUE(bound->Execute().ok()) << c["name"] << " " << what;
+    ExpectGolden(c, engine, absl::StrCat(what, " step ", step));
+  }
 }
 
 }  // namespace sdrt::testing_fp8_map

@@ -29,6 +29,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing_fp8_map::json;
 using testing_fp8_map::EngineBuffers;
+using testing_fp8_map::ExpectBoundTwice;
 using testing_fp8_map::ExpectGolden;
 using testing_fp8_map::Fnv;
 using testing_fp8_map::g_world;
@@ -139,17 +140,7 @@ TEST(Fp8RegroupMpi, MegatronFsdpTrainerIntoFp8BuffersBitExact) {
     const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->paths().size(), 4u) << name;
-    Map bound_engine = EngineBuffers(c);
-    absl::StatusOr<BoundReshard> bound = BindReshard(*plan, trainer, bound_engine);
-    ASSERT_TRUE(bound.ok()) << bound.status();
-    for (int step = 0; step < 2; ++step) {
-      for (const char* key : kDestinations) {
-        const Tensor local = bound_engine.Find(HfName(key))->as_dtensor().local();
-        std::memset(local.data_ptr(), 0x55, local.nbytes());
-      }
-      ASSERT_TRUE(bound->Execute().ok()) << name;
-      ExpectGolden(c, bound_engine, absl::StrCat("regrouped bound step ", step));
-    }
+    ExpectBoundTwice(*plan, trainer, c, "regrouped bound");
   }
   if (g_world->size() != 3) {
     EXPECT_EQ(ran, 4);

@@ -24,6 +24,7 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/core/distributed/weight_map_golden_util.h"
 #include "sdrt/tests/support/golden_codec.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 
@@ -32,8 +33,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
+using testing_weight_map_golden::g_world;
+using testing_weight_map_golden::Golden;
+using testing_weight_map_golden::TensorOf;
+using testing_weight_map_golden::World;
 
-MpiCommunicator* g_world = nullptr;
 constexpr int64_t kHeadSize = 4;
 constexpr char kLinearQkv[] = "decoder.layers.0.self_attention.linear_qkv.weight";
 constexpr char kLinearFc1[] = "decoder.layers.0.mlp.linear_fc1.weight";
@@ -42,28 +46,8 @@ constexpr char kQkvProj[] = "model.layers.0.self_attn.qkv_proj.weight";
 constexpr char kGateUpProj[] = "model.layers.0.mlp.gate_up_proj.weight";
 constexpr char kEmbedTokens[] = "model.embed_tokens.weight";
 
-const json& Golden() {
-  static const json* golden = [] {
-    absl::StatusOr<json> j = testing_golden::ReadGoldenJson("weight_map/expected.json");
-    return new json(j.ok() ? *std::move(j) : json());
-  }();
-  return *golden;
-}
-
-Tensor TensorOf(const json& j) {
-  absl::StatusOr<Value> v = testing_golden::DecodeGoldenValue(j);
-  EXPECT_TRUE(v.ok()) << v.status();
-  return v.ok() && v->kind() == ValueKind::kTensor ? v->as_tensor() : Tensor();
-}
-
-std::shared_ptr<const DeviceMesh> World() {
-  return std::make_shared<const DeviceMesh>(*DeviceMesh::Create({g_world->size()}));
-}
-
 // This rank's piece of `full`, Shard(0) over the world (fsdp).
-Value Fsdp(const Tensor& full) {
-  return Value(*DistributeTensor(full, World(), *ParsePlacements("[S(0)]"), g_world->rank()));
-}
+Value Fsdp(const Tensor& full) { return testing_weight_map_golden::Piece(full, "[S(0)]"); }
 
 // A Shard(0) destination over the world of `rows` global rows whose rank-r local is
 // `local_shape`: meta, or allocated and filled with 0xFF bytes.
@@ -306,5 +290,5 @@ TEST(RegroupMpi, SizesThatDoNotMakeTheSourceFailOnEveryRank) {
 }  // namespace sdrt::test
 
 int main(int argc, char** argv) {
-  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::testing_weight_map_golden::g_world);
 }

@@ -35,6 +35,7 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/core/distributed/weight_map_golden_util.h"
 #include "sdrt/tests/support/golden_codec.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 
@@ -43,32 +44,13 @@ namespace {
 
 using ::testing::HasSubstr;
 using json = nlohmann::json;
+using testing_weight_map_golden::g_world;
+using testing_weight_map_golden::Golden;
+using testing_weight_map_golden::Piece;
+using testing_weight_map_golden::TensorOf;
+using testing_weight_map_golden::World;
 
-MpiCommunicator* g_world = nullptr;
 constexpr int64_t kHeadSize = 4;
-
-const json& Golden() {
-  static const json* golden = [] {
-    absl::StatusOr<json> j = testing_golden::ReadGoldenJson("weight_map/expected.json");
-    return new json(j.ok() ? *std::move(j) : json());
-  }();
-  return *golden;
-}
-
-Tensor TensorOf(const json& j) {
-  absl::StatusOr<Value> v = testing_golden::DecodeGoldenValue(j);
-  EXPECT_TRUE(v.ok()) << v.status();
-  return v.ok() && v->kind() == ValueKind::kTensor ? v->as_tensor() : Tensor();
-}
-
-std::shared_ptr<const DeviceMesh> World() {
-  return std::make_shared<const DeviceMesh>(*DeviceMesh::Create({g_world->size()}));
-}
-
-// This rank's piece of `full` under `placements` on the world mesh.
-Value Piece(const Tensor& full, const char* placements) {
-  return Value(*DistributeTensor(full, World(), *ParsePlacements(placements), g_world->rank()));
-}
 
 // A destination DTensor Shard(0) over the world whose rank-r local is `local_shape`: meta
 // (`meta`) or allocated and filled with 0xFF bytes. Its rows are `rows`, or (-1) the
@@ -482,5 +464,5 @@ TEST(WeightMapMpi, RulesThatCannotHoldFailOnEveryRankBeforeAnyByteMoves) {
 }  // namespace sdrt::test
 
 int main(int argc, char** argv) {
-  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::testing_weight_map_golden::g_world);
 }

@@ -24,6 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const sdrt::WeightMap::Compiled& compiled = *map->compiled();
   SDRT_FUZZ_CHECK(compiled.rules.size() == rules.size());
   for (size_t r = 0; r < rules.size(); ++r) {
+    // Sizes are a regroup's, 2 to 16 of them; no other kind has any.
+    const bool regroup = rules[r].kind == sdrt::WeightMapRule::Kind::kRegroup;
+    SDRT_FUZZ_CHECK(regroup ? rules[r].sizes.size() >= 2 && rules[r].sizes.size() <= 16
+                            : rules[r].sizes.empty());
     SDRT_FUZZ_CHECK(compiled.rules[r].patterns.size() == rules[r].from.size());
     SDRT_FUZZ_CHECK(compiled.rules[r].templates.size() == rules[r].from.size());
     for (const auto& parsed : compiled.rules[r].templates) {

@@ -210,6 +210,19 @@ TEST(BenchCliTest, Fp8SyncRowHalvesTheWireBytes) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("# sync_fp8: wire bytes "));
 }
 
+TEST(BenchCliTest, RegroupRowFillsTheFusedBuffersExactly) {
+  // 19 tensors: two layers' attention and MLP weights, so linear_qkv and linear_fc1 exist.
+  const CommandResult r =
+      Bench(2, "--workload llama --tensors 19 --ops sync_mapped,sync_regroup --iters 1 "
+               "--warmup 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json rows = ParseRows(r);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].value("op", ""), "sync_regroup");
+  EXPECT_EQ(rows[1].value("wrong", int64_t{-1}), 0) << rows[1].dump();
+  EXPECT_EQ(rows[1].value("flat_wrong", int64_t{-1}), 0) << rows[1].dump();
+}
+
 TEST(BenchCliTest, OpsAndTensorsSelectRowsAndTensors) {
   const CommandResult r =
       Bench(2, "--workload small --tensors 50 --ops distribute,gather --iters 2 --warmup 0 --json");

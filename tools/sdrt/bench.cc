@@ -107,7 +107,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                   "engine's fused buffers through the vllm-llama map, against the same sync "
                   "unmapped; llama workload), sync_fp8 (the same into float8_e4m3fn linear "
                   "weights with per-tensor scales, against the bfloat16 sync; its wire bytes "
-                  "printed); the last nine not in the default")
+                  "printed), sync_regroup (the same buffers from Megatron-fused linear_qkv / "
+                  "linear_fc1 by regroup rules, against sync_mapped); the last ten not in the "
+                  "default")
       ->check(CLI::Validator(
           [](std::string& text) {
             const absl::StatusOr<std::vector<std::string>> ops = ParseBenchOps(text);

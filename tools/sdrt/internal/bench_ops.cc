@@ -363,6 +363,7 @@ absl::StatusOr<BenchRow> BenchRunner::Run(const std::string& op) {
   if (op == "distribute_bound") return DistributePlanned(true);
   if (op == "sync_mapped") return SyncMapped();
   if (op == "sync_fp8") return SyncFp8();
+  if (op == "sync_regroup") return SyncRegroup();
   return absl::InvalidArgumentError(absl::StrCat("sdrt bench: unknown op \"", op, "\""));
 }
 

@@ -25,6 +25,7 @@
 //                  the default --ops.
 //   sync_mapped    an fsdp trainer's Llama weights bound to a tp engine's fused buffers
 //   sync_fp8       the same into float8_e4m3fn linear weights with their scales
+//   sync_regroup   the same from Megatron's fused linear_qkv / linear_fc1 (regroup rules)
 //                  through the built-in map vllm-llama, against the same bound sync into
 //                  the unmapped tp layout (the baseline column; bench_mapped.cc). Llama
 //                  workload only; not in the default --ops.
@@ -82,6 +83,8 @@ class BenchRunner {
   // same sync unmapped; InvalidArgument for a workload without Llama names.
   absl::StatusOr<BenchRow> SyncMapped();
   absl::StatusOr<BenchRow> SyncFp8();
+  // A Megatron-fused trainer into the same buffers by regroup rules (bench_regroup.cc).
+  absl::StatusOr<BenchRow> SyncRegroup();
   // What the mapped rows share (bench_mapped.cc).
   struct MappedSync;
   absl::StatusOr<MappedSync> PrepareMappedSync(const std::string& op);

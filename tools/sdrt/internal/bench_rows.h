@@ -25,7 +25,7 @@ inline constexpr const char* kBenchOps[] = {
     "gather",         "gather_r0_off",   "broadcast",         "distribute",
     "gather_partial", "gather_planned",  "broadcast_planned", "distribute_planned",
     "gather_bound",   "broadcast_bound", "distribute_bound", "sync_mapped",
-    "sync_fp8"};
+    "sync_fp8",       "sync_regroup"};
 
 // The ops of `text` (comma separated), in kBenchOps order; InvalidArgument naming an
 // unknown one, or for none.

@@ -6,8 +6,8 @@
 // N is at least the larger of the two world sizes. OUTDIR holds what `sdrt shard FULL
 // OUTDIR --mesh M --plan P` would write, byte for byte. With --map / --cast the new folder
 // holds an engine's layout (what `sdrt shard --map` writes): the map is the reshard's, and
-// the tensors it makes anew are brought whole to rank 0 once, a bucket at a time, for the
-// index's full hashes. The run is the runner's (internal/runner.h).
+// the index's full hashes of the tensors it makes anew are made as internal/made_hashes.h
+// says. The run is the runner's (internal/runner.h).
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -15,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
@@ -23,6 +22,7 @@
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/engine_index.h"
+#include "sdrt/tools/sdrt/internal/made_hashes.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #include "sdrt/tools/sdrt/internal/output_path.h"
 #include "sdrt/tools/sdrt/internal/runner.h"
@@ -37,66 +37,6 @@ struct ReshardArgs {
   SharedOptions shared;
   WeightMapOptions engine;  // --map, --head-size, --cast
 };
-
-// The full hashes of the tensors `e` makes anew (the map's, the cast's: no source's hash is
-// theirs): brought whole to rank 0 at most a bucket's worth at a time (or one larger
-// tensor), by the same engine, and hashed there; then every rank is given every hash.
-absl::Status HashMadeTensors(EngineIndex& e, const Map& destination, Runner& run,
-                             int64_t bucket_bytes) {
-  std::vector<std::vector<size_t>> batches(1);
-  int64_t batch_bytes = 0;
-  for (const EngineIndex::Group& g : e.groups) {
-    if (g.as_in_source) continue;
-    for (size_t i : g.members) {
-      const ShardedCheckpointTensor& t = e.index.tensors[i];
-      const int64_t bytes = BytesForElements(t.dtype, *CheckedNumel(t.shape)).value_or(0);
-      if (!batches.back().empty() && batch_bytes + bytes > bucket_bytes) {
-        batches.emplace_back();
-        batch_bytes = 0;
-      }
-      batches.back().push_back(i);
-      batch_bytes += bytes;
-    }
-  }
-  ReshardOptions options;
-  options.comm = &run.data();
-  options.bucket_bytes = bucket_bytes;
-  for (const std::vector<size_t>& batch : batches) {
-    if (batch.empty()) continue;
-    Map pieces, whole;
-    for (size_t i : batch) {
-      const ShardedCheckpointTensor& t = e.index.tensors[i];
-      if (const Value* v = destination.Find(t.name)) pieces.Set(t.name, *v);
-      if (run.rank() == 0) {
-        SDRT_ASSIGN_OR_RETURN(const Tensor meta, Tensor::Meta(t.shape, t.dtype));
-        whole.Set(t.name, Value(meta));
-      }
-    }
-    SDRT_RETURN_IF_ERROR(run.Step([&] { return ReshardStateDict(pieces, whole, options); }));
-    SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
-      for (size_t i : batch) {
-        if (run.rank() != 0) break;
-        ShardedCheckpointTensor& t = e.index.tensors[i];
-        SDRT_ASSIGN_OR_RETURN(t.xxh64, TensorXxh64(whole.Find(t.name)->as_tensor()));
-      }
-      return absl::OkStatus();
-    }));
-  }
-  std::string hashes;
-  if (run.rank() == 0) {
-    for (const ShardedCheckpointTensor& t : e.index.tensors) hashes += FormatXxh64(t.xxh64);
-  }
-  SDRT_RETURN_IF_ERROR(run.ShareFromRankZero(&hashes));
-  if (hashes.size() != 16 * e.index.tensors.size()) {
-    return absl::InternalError("the tensors' hashes did not reach every rank");
-  }
-  for (size_t i = 0; i < e.index.tensors.size(); ++i) {
-    if (!absl::SimpleHexAtoi(hashes.substr(16 * i, 16), &e.index.tensors[i].xxh64)) {
-      return absl::InternalError("a tensor's hash did not parse");
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
   const int rank = run.rank();

@@ -90,10 +90,15 @@ absl::Status CheckCounts(size_t index, const WeightMapRule& rule) {
   if (rule.dim < 0 || rule.dim >= kMaxDims) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": dim ", rule.dim, " not in [0, 12)"));
   }
-  if (rule.kind == WeightMapRule::Kind::kRegroup) {
-    if (rule.sizes.size() < 2 || rule.sizes.size() > kMaxComponents) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": ", rule.sizes.size(), " sizes; 2 to 16 (the components')"));
+  const bool regroup = rule.kind == WeightMapRule::Kind::kRegroup;
+  if (regroup || (rule.kind == WeightMapRule::Kind::kSplit && !rule.sizes.empty())) {
+    // A regroup's components, or a split's destinations (one size per template).
+    const bool fits = regroup ? rule.sizes.size() >= 2 && rule.sizes.size() <= kMaxComponents
+                              : rule.sizes.size() == to;
+    if (!fits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", rule.sizes.size(), " sizes; ",
+                       regroup ? "2 to 16 (the components')" : "one per template"));
     }
     for (const int64_t n : rule.sizes) {
       if (n < 0 || n > kMaxCount) {
@@ -102,7 +107,8 @@ absl::Status CheckCounts(size_t index, const WeightMapRule& rule) {
       }
     }
   } else if (!rule.sizes.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": sizes are a regroup's alone"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": sizes are a regroup's or a split's alone"));
   }
   if (rule.head_size < 0 || rule.head_size > kMaxCount || rule.groups < 0 ||
       rule.groups > kMaxCount || rule.multiple < 1 || rule.multiple > kMaxCount) {
@@ -190,6 +196,8 @@ std::string WeightMap::Describe() const {
       absl::StrAppend(&out, "|from ",
                       r.source_interleave == WeightMapRule::Interleave::kShards ? "shards" : "groups",
                       "|", absl::StrJoin(r.sizes, ","));
+    } else if (!r.sizes.empty()) {
+      absl::StrAppend(&out, "|sizes ", absl::StrJoin(r.sizes, ","));
     }
     absl::StrAppend(&out, "\n");
   }

@@ -86,9 +86,11 @@ struct WeightMapRule {
   int64_t head_size = 0;  // kFuse, kSplit, kRegroup: elements along dim per head; 0: by rows
   int64_t groups = 0;     // kGroups: the group count; 0: the second component's heads
   int64_t multiple = 1;   // kPad: the destination's size along dim is a multiple of it
-  // kRegroup only: how the source holds the components, and their sizes along dim (2 to 16
-  // of them, each in [0, 2^40]; q, k, v: heads times the head size).
+  // kRegroup: how the source holds the components.
   Interleave source_interleave = Interleave::kGroups;
+  // The components' sizes along dim (each in [0, 2^40]; q, k, v: heads times the head size):
+  // a kRegroup's (2 to 16, required), or a kSplit's (one per template, optional: with them
+  // DestinationTensors can list a split's destinations, and the lowering checks them).
   std::vector<int64_t> sizes;
 };
 
@@ -100,16 +102,17 @@ class WeightMap {
   // wrong number of patterns or templates for the kind (fuse and split: at least 2
   // components, at most 16); dim outside [0, 12); head_size, groups or multiple out of
   // range (negative, or multiple < 1, or any above 2^40); more than 10,000 rules or a
-  // pattern or template of more than 4,096 bytes; sizes on a rule that is not a regroup, or
-  // a regroup without 2 to 16 of them in [0, 2^40].
+  // pattern or template of more than 4,096 bytes; sizes on a rule that is neither a regroup
+  // nor a split, a regroup without 2 to 16 of them, a split's not one per template, a size
+  // outside [0, 2^40].
   static absl::StatusOr<WeightMap> FromRules(std::vector<WeightMapRule> rules);
 
   // A map from its JSON text (at most 1 MiB): {"rules": [rule, ...]}, each rule an object
   // with one of "rename", "pad" (a pattern), "fuse" (an array of patterns), "split" (a
   // pattern), and "to" (a template; an array of them for split; optional for pad), "dim",
-  // "interleave" ("shards" or "groups"), "head_size", "groups", "multiple" as the fields
-  // above; a regroup has "regroup" (a pattern), "to", "from_interleave" (its source's, default
-  // "groups") and "sizes" (an array of integers). Unknown keys are refused. InvalidArgument naming the rule for malformed JSON, a
+  // "interleave" ("shards" or "groups"), "head_size", "groups", "multiple", "sizes" (an array
+  // of integers) as the fields above; a regroup has "regroup" (a pattern), "to",
+  // "from_interleave" (its source's, default "groups") and "sizes". Unknown keys are refused. InvalidArgument naming the rule for malformed JSON, a
   // field of the wrong type, and FromRules' errors.
   static absl::StatusOr<WeightMap> FromJson(absl::string_view text);
 
@@ -141,13 +144,16 @@ class WeightMap {
   // under its new name; a pad's with its dim rounded up; a fuse's with its dim the
   // components' sum (kGroups) or `parts` times what a part holds (kShards, kv heads
   // replicated as the rule says), its dtype the first component's; a regroup's with its dim
-  // as the destination's interleave holds `sizes`; FP8 codes fused from components each
+  // as the destination's interleave holds `sizes`; a split's destinations (with sizes) in
+  // their templates' order, each the source's shape with `dim` its size; FP8 codes fused
+  // from components each
   // beside "<name>_scale_inv" get "<fused>_scale_inv" right after them (the components'
   // scales fused like the codes, in 128-row blocks, theirs left out) when the components
   // and the head size are whole blocks (else the scales stay as they are). What an engine
   // allocates for this map (ShardingPlan::MetaStateDict of the result). InvalidArgument
   // naming the rule and tensor: a split (its destinations' shapes are not known from its
-  // source alone: give the destination state dict), a regroup from kShards (likewise), a
+  // source alone without the rule's sizes: give them, or the destination state dict), a
+  // split or regroup from kShards (a full source's parts are unknown), a split or
   // regroup whose source's dim is not what `sizes` make, a fuse missing a component or whose
   // components differ off the dim or in dtype, heads or rows that do not divide, a dim the
   // tensor lacks; `parts`' errors.

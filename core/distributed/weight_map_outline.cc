@@ -68,14 +68,38 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     }
     if (m->empty_name) return Invalid(m->rule, r, s.name, "makes an empty name");
     const std::string& d = m->destinations[0];
-    if (r.kind == Kind::kSplit) {
+    if (r.kind == Kind::kSplit && r.sizes.empty()) {
       return Invalid(m->rule, r, s.name,
                      "a split's destination shapes are not known from its source alone (give "
-                     "the destination state dict to the library)");
+                     "the rule its sizes, or the destination state dict to the library)");
     }
     if (r.kind != Kind::kRename && r.dim >= static_cast<int>(s.shape.size())) {
       return Invalid(m->rule, r, s.name,
                      absl::StrCat("dim ", r.dim, " of a tensor of ", s.shape.size(), " dims"));
+    }
+    if (r.kind == Kind::kSplit) {
+      // The destinations, each the source's shape with dim its size.
+      if (r.interleave == WeightMapRule::Interleave::kShards) {
+        return Invalid(m->rule, r, s.name,
+                       "a split from shards: a full source's parts are not known (give the "
+                       "destination state dict to the library)");
+      }
+      SDRT_ASSIGN_OR_RETURN(
+          const int64_t held,
+          internal::FusedSize(r, r.sizes, 1,
+                              internal::RuleWhere(static_cast<size_t>(m->rule), r, s.name)));
+      if (held != s.shape[r.dim]) {
+        return Invalid(m->rule, r, s.name,
+                       absl::StrCat("its dim ", r.dim, " is ", s.shape[r.dim],
+                                    "; its sizes make ", held));
+      }
+      for (size_t k = 0; k < m->destinations.size(); ++k) {
+        SDRT_RETURN_IF_ERROR(once(m->destinations[k], m->rule, s.name));
+        SafetensorsTensorSpec part{m->destinations[k], s.dtype, s.shape};
+        part.shape[r.dim] = r.sizes[k];
+        out.push_back(std::move(part));
+      }
+      continue;
     }
     if (r.kind == Kind::kFuse) {
       auto [it, inserted] = fused.try_emplace(d);

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tests/core/distributed/fp8_map_test_util.h"
 #include "sdrt/tests/support/golden_codec.h"
 #include "sdrt/tests/support/test_util.h"
@@ -153,6 +156,54 @@ TEST_F(ShardMapCli, VllmLayoutsOfEveryGoldenCase) {
     }
   }
   EXPECT_EQ(ran, 15);
+}
+
+TEST_F(ShardMapCli, AMegatronFolderIntoHuggingFaceTensorsByItsConfig) {
+  // The golden's Megatron tensors (linear_qkv by query group, linear_fc1 [gate; up]) in a
+  // folder whose config.json gives the heads and sizes: megatron-llama's splits take their
+  // sizes from it, so the destinations are known from SRC alone.
+  absl::StatusOr<json> golden = testing_golden::ReadGoldenJson("weight_map/expected.json");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  int ran = 0;
+  for (const json& c : (*golden)["cases"]) {
+    if (c["kind"] != "megatron") continue;
+    ++ran;
+    const std::string name = c["name"];
+    const fs::path folder = dir_ / name;
+    fs::create_directories(folder);
+    const std::vector<std::pair<std::string, Tensor>> tensors = {
+        {"decoder.layers.0.self_attention.linear_qkv.weight", TensorOf(c["fused"]["linear_qkv"])},
+        {"decoder.layers.0.mlp.linear_fc1.weight", TensorOf(c["fused"]["linear_fc1"])}};
+    ASSERT_TRUE(WriteSafetensors((folder / "model.safetensors").string(), tensors).ok());
+    {
+      std::ofstream config(folder / "config.json");
+      config << json{{"hidden_size", (*golden)["hidden"]},
+                     {"num_attention_heads", (*golden)["num_heads"]},
+                     {"num_key_value_heads", c["num_kv_heads"]},
+                     {"head_dim", (*golden)["head_size"]},
+                     {"intermediate_size", (*golden)["intermediate"]}}.dump();
+    }
+    const std::string out = (dir_ / (name + "_tp2")).string();
+    const test::CommandResult r =
+        RunSdrt(absl::StrCat("shard ", Quote(folder.string()), " ", Quote(out),
+                             " --mesh 2 --plan tp --map megatron-llama"));
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    const std::shared_ptr<const DeviceMesh> mesh =
+        std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2}));
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
+      ASSERT_TRUE(shards.ok()) << shards.status();
+      ASSERT_EQ(shards->tensors.size(), 5u) << name;
+      for (const auto& [path, got] : shards->tensors) {
+        const std::string stem = path.substr(0, path.size() - std::string(".weight").size());
+        const Tensor full = TensorOf(c["sources"][stem.substr(stem.rfind('.') + 1)]);
+        const DTensor want = *DistributeTensor(full, mesh, got.placements(), rank);
+        EXPECT_EQ(testing_fp8_map::Fnv(got.local()), testing_fp8_map::Fnv(want.local()))
+            << name << " " << path << " rank " << rank;
+      }
+    }
+  }
+  EXPECT_EQ(ran, 3);
 }
 
 TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {

@@ -125,7 +125,7 @@ TEST(WeightMapFromJson, ARegroupAndItsFields) {
   EXPECT_THAT(rule(R"({"regroup": ["a"], "to": "b", "sizes": [8, 8]})"),
               HasSubstr("\"regroup\" must be a string"));
   EXPECT_THAT(rule(R"({"fuse": ["a", "b"], "to": "c", "sizes": [8, 8]})"),
-              HasSubstr("weight map rule 0 (fuse): sizes are a regroup's alone"));
+              HasSubstr("weight map rule 0 (fuse): sizes are a regroup's or a split's alone"));
 }
 
 TEST(WeightMapFromJson, EmptyRulesAndKeyOrder) {

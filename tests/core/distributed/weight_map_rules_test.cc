@@ -232,6 +232,36 @@ TEST(WeightMapFromRules, RefusesOverLongTextAndTooManyRules) {
 
 // --- Describe ------------------------------------------------------------------------------
 
+TEST(WeightMapFromRules, ASplitsSizesAreOnePerTemplate) {
+  WeightMapRule split = Rule(Kind::kSplit, {"qkv"}, {"q", "k", "v"});
+  split.interleave = Interleave::kGroups;
+  split.sizes = {64, 16};
+  EXPECT_THAT(Error({split}), HasSubstr("weight map rule 0 (split): 2 sizes; one per template"));
+  split.sizes = {64, 16, -16};
+  EXPECT_THAT(Error({split}), HasSubstr("weight map rule 0 (split): size -16 must lie in"));
+  split.sizes = {64, 16, 16};
+  // With them the destinations are known from the source alone: [q of group g; k; v] for
+  // the 16 / 4 = 4 groups of head size 4.
+  split.head_size = 4;
+  const WeightMap map = Map({split});
+  const absl::StatusOr<std::vector<SafetensorsTensorSpec>> specs =
+      map.DestinationTensors({{"qkv", DType::kBFloat16, {96, 8}}},
+                                      [](absl::string_view, const IntVector&, int)
+                                          -> absl::StatusOr<int64_t> { return 1; });
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 3u);
+  EXPECT_EQ((*specs)[0].name, "q");
+  EXPECT_EQ((*specs)[0].shape, (IntVector{64, 8}));
+  EXPECT_EQ((*specs)[2].shape, (IntVector{16, 8}));
+  // Sizes that do not make the source are refused naming both.
+  EXPECT_THAT(std::string(map.DestinationTensors({{"qkv", DType::kBFloat16, {100, 8}}},
+                                                 [](absl::string_view, const IntVector&, int)
+                                                     -> absl::StatusOr<int64_t> { return 1; })
+                              .status()
+                              .message()),
+              HasSubstr("its dim 0 is 100; its sizes make 96"));
+}
+
 TEST(WeightMapDescribe, EqualForEqualMapsDifferentForAnyField) {
   WeightMapRule base = Rule(Kind::kFuse, {R"(a(?P<i>\d+))", R"(b(?P<i>\d+))"}, {"ab{i}"});
   base.dim = 1;

@@ -1,5 +1,6 @@
 #include "sdrt/tools/sdrt/internal/engine_index.h"
 
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -52,11 +53,27 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
     SDRT_RETURN_IF_ERROR(
         internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, mesh, t.placements));
   }
-  // The groups: FP8 codes with their scales, every other tensor alone.
+  // The groups: a split's destinations (its lowering makes them together), FP8 codes with
+  // their scales, every other tensor alone.
   std::map<std::string, size_t> position;
   for (size_t i = 0; i < index.tensors.size(); ++i) position.emplace(index.tensors[i].name, i);
   std::set<size_t> grouped;
+  const WeightMap::Compiled* compiled = map.has_value() ? &internal::CompiledOrEmpty(*map) : nullptr;
+  for (const SafetensorsTensorSpec& s : sources) {
+    if (compiled == nullptr) break;
+    const std::optional<internal::SourceMatch> m = internal::MatchSource(*compiled, s.name);
+    if (!m.has_value() || compiled->rule_list[m->rule].kind != WeightMapRule::Kind::kSplit) {
+      continue;
+    }
+    std::vector<size_t> members;
+    for (const std::string& d : m->destinations) {
+      const auto it = position.find(d);
+      if (it != position.end() && grouped.insert(it->second).second) members.push_back(it->second);
+    }
+    if (!members.empty()) out.groups.emplace_back().members = std::move(members);
+  }
   for (size_t i = 0; i < index.tensors.size(); ++i) {
+    if (grouped.count(i)) continue;
     if (!internal::IsFp8Codes(index.tensors[i].dtype)) continue;
     std::vector<size_t>& members = out.groups.emplace_back().members;
     members.push_back(i);
@@ -72,7 +89,6 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
   // Which keep the source's bytes.
   std::map<std::string, const SafetensorsTensorSpec*> by_name;
   for (const SafetensorsTensorSpec& s : sources) by_name.emplace(s.name, &s);
-  const WeightMap::Compiled* compiled = map.has_value() ? &internal::CompiledOrEmpty(*map) : nullptr;
   for (EngineIndex::Group& g : out.groups) {
     g.as_in_source = true;
     for (size_t i : g.members) {

@@ -2,8 +2,8 @@
 // or without --map / --cast): the engine's tensors (a source's through a weight map and a
 // cast: weight_map_option.h's EngineTensors), laid out by a plan on a mesh, FP8 scales
 // beside FP8 weights, and which tensors keep the source's bytes (their full hash is the
-// source's) and which are made anew (hashed from the tensor made: FP8 codes with their
-// scales, as they are made together). Not public API.
+// source's) and which are made anew (hashed from the tensors made together: a split's
+// destinations, FP8 codes with their scales). Not public API.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_ENGINE_INDEX_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_ENGINE_INDEX_H_
 

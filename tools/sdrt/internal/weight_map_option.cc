@@ -23,25 +23,58 @@ constexpr int64_t kFp8Block = 128;  // DeepSeek-V3's and vLLM's block edge
 
 // The attention head size in `folder`/config.json; 0 when there is no such regular file or
 // it does not say.
-absl::StatusOr<int64_t> HeadSizeFromConfig(const std::string& folder) {
+// What a Hugging Face folder's config.json says of the model (0 for what it does not say).
+struct ModelConfig {
+  int64_t head_size = 0, heads = 0, kv_heads = 0, intermediate = 0;
+};
+
+// `folder`'s config.json (when `folder` is a folder holding one as a regular file, not a
+// link); InvalidArgument naming the file when it cannot be read.
+absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
+  ModelConfig out;
   struct stat st;
-  if (stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  if (stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return out;
   const std::string path = folder + "/config.json";
   // Only a regular file of the folder's own (a link is never followed into an input).
-  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
   absl::StatusOr<std::string> text = internal::ReadBoundedFile(path, kMaxJsonBytes);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));
   }
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return 0;
+  if (!j.is_object()) return out;
   const auto number = [&](const char* key) -> int64_t {
     const auto it = j.find(key);
-    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+    const int64_t n = it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+    return n > 0 && n <= (int64_t{1} << 40) ? n : 0;
   };
-  if (number("head_dim") > 0) return number("head_dim");
-  const int64_t hidden = number("hidden_size"), heads = number("num_attention_heads");
-  return hidden > 0 && heads > 0 && hidden % heads == 0 ? hidden / heads : 0;
+  const int64_t hidden = number("hidden_size");
+  out.heads = number("num_attention_heads");
+  out.kv_heads = number("num_key_value_heads") > 0 ? number("num_key_value_heads") : out.heads;
+  out.intermediate = number("intermediate_size");
+  out.head_size = number("head_dim");
+  if (out.head_size == 0 && hidden > 0 && out.heads > 0 && hidden % out.heads == 0) {
+    out.head_size = hidden / out.heads;
+  }
+  return out;
+}
+
+// megatron-llama's splits given their sizes from `config` (q, k, v: heads times the head
+// size; gate, up: the intermediate size), so that its destinations can be listed; the map
+// as it is when the config lacks them.
+absl::StatusOr<WeightMap> WithSplitSizes(const WeightMap& map, const ModelConfig& config) {
+  if (config.heads == 0 || config.kv_heads == 0 || config.intermediate == 0) return map;
+  std::vector<WeightMapRule> rules = map.rules();
+  for (WeightMapRule& r : rules) {
+    if (r.kind != WeightMapRule::Kind::kSplit) continue;
+    if (r.to.size() == 3) {
+      r.sizes = {config.heads * r.head_size, config.kv_heads * r.head_size,
+                 config.kv_heads * r.head_size};
+    } else if (r.to.size() == 2) {
+      r.sizes = {config.intermediate, config.intermediate};
+    }
+  }
+  return WeightMap::FromRules(std::move(rules));
 }
 
 // A linear layer's weight of a Llama-family model, HF's or Megatron's names: what an FP8
@@ -76,15 +109,14 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& 
                                                         const std::string& src) {
   if (options.map.empty()) return std::nullopt;
   if (options.map == "vllm-llama" || options.map == "megatron-llama") {
-    int64_t head_size = options.head_size;
-    if (head_size == 0) {
-      SDRT_ASSIGN_OR_RETURN(head_size, HeadSizeFromConfig(src));
-    }
+    SDRT_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigOf(src));
+    const int64_t head_size = options.head_size > 0 ? options.head_size : config.head_size;
     if (head_size == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--map ", options.map, " needs --head-size (SRC has no config.json that gives it)"));
     }
     SDRT_ASSIGN_OR_RETURN(WeightMap map, WeightMap::Builtin(options.map, head_size));
+    if (options.map == "megatron-llama") return WithSplitSizes(map, config);
     return map;
   }
   absl::StatusOr<std::string> text = internal::ReadBoundedFile(options.map, kMaxJsonBytes);

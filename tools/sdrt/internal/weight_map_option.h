@@ -32,7 +32,10 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options);
 // The map of --map (nullopt without one): a built-in map with --head-size, or else the
 // head size SRC's config.json gives (head_dim, else hidden_size / num_attention_heads, when
 // `src` is a folder holding one as a regular file, not a link), or a JSON map file (at
-// most 1 MiB, a regular file). InvalidArgument naming the option for a built-in map without
+// most 1 MiB, a regular file). megatron-llama's splits take their sizes from that
+// config.json too (num_attention_heads, num_key_value_heads, intermediate_size), so that the
+// destinations of a Megatron checkpoint can be listed (EngineTensors); without them a split
+// needs the destination given. InvalidArgument naming the option for a built-in map without
 // a head size, a file that cannot be read, WeightMap's errors.
 absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& options,
                                                         const std::string& src);

@@ -205,6 +205,9 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       components.push_back(&c->second);
       rows.push_back(shape[rule.dim]);
     }
+    if (split && !rule.sizes.empty() && rows != rule.sizes) {
+      return Invalid(where, "its destinations' sizes along the dim are not the rule's sizes");
+    }
     // A regroup: the components are the rule's sizes, and where its source holds each.
     const bool regroup = rule.kind == Kind::kRegroup;
     std::vector<std::vector<FusedSegment>> held;

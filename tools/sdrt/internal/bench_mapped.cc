@@ -161,6 +161,34 @@ absl::StatusOr<BoundReshard> BenchRunner::BindSync(Map& engine, const WeightMap*
   return bound;
 }
 
+absl::Status BenchRunner::TimeSyncs(BoundReshard& timed, BoundReshard& baseline, BenchRow& row,
+                                    TransferStats* baseline_stats) {
+  TransferStats stats;
+  absl::Status flat_status;
+  BenchCalls calls;
+  calls.prepare = [] {};
+  calls.sdrt = [&] { return timed.Execute(&stats); };
+  calls.flat = [&] { flat_status.Update(baseline.Execute(baseline_stats)); };
+  calls.fresh = [&] { return baseline.Execute(); };
+  calls.release = [] {};
+  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
+                                  &row.times));
+  SDRT_RETURN_IF_ERROR(flat_status);
+  row.stats = stats;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> BenchRunner::WrongInEngine(const MappedSync& m, const Map& engine) {
+  int64_t wrong = 0;
+  for (const SafetensorsTensorSpec& s : m.mapped_specs) {
+    const DTensor& got = engine.Find(s.name)->as_dtensor();
+    SDRT_ASSIGN_OR_RETURN(const Tensor want,
+                          m.Expected(workload_, s, got.placements(), mesh_, rank_));
+    wrong += DifferingBytes(got.local(), want);
+  }
+  return wrong;
+}
+
 absl::StatusOr<BenchRow> BenchRunner::SyncMapped() {
   BenchRow row = NewRow("sync_mapped", -1);
   SDRT_ASSIGN_OR_RETURN(const MappedSync m, PrepareMappedSync("sync_mapped"));
@@ -172,27 +200,9 @@ absl::StatusOr<BenchRow> BenchRunner::SyncMapped() {
   SDRT_ASSIGN_OR_RETURN(BoundReshard unmapped, BindSync(*plain, nullptr));
   SDRT_ASSIGN_OR_RETURN(BoundReshard mapped, BindSync(*fused, &m.map));
 
-  TransferStats stats;
-  absl::Status flat_status;
-  BenchCalls calls;
-  calls.prepare = [] {};
-  calls.sdrt = [&] { return mapped.Execute(&stats); };
-  calls.flat = [&] { flat_status.Update(unmapped.Execute()); };
-  calls.fresh = [&] { return unmapped.Execute(); };
-  calls.release = [] {};
-  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
-                                  &row.times));
-  SDRT_RETURN_IF_ERROR(flat_status);
-  row.stats = stats;
-
+  SDRT_RETURN_IF_ERROR(TimeSyncs(mapped, unmapped, row, nullptr));
   // The checks: every engine local against slices of the full tensors.
-  int64_t wrong = 0;
-  for (const SafetensorsTensorSpec& s : m.mapped_specs) {
-    const DTensor& got = fused->Find(s.name)->as_dtensor();
-    SDRT_ASSIGN_OR_RETURN(const Tensor want,
-                          m.Expected(workload_, s, got.placements(), mesh_, rank_));
-    wrong += DifferingBytes(got.local(), want);
-  }
+  SDRT_ASSIGN_OR_RETURN(const int64_t wrong, WrongInEngine(m, *fused));
   int64_t flat_wrong = 0;
   for (const SafetensorsTensorSpec& s : m.specs) {
     const DTensor& got = plain->Find(s.name)->as_dtensor();
@@ -233,19 +243,9 @@ absl::StatusOr<BenchRow> BenchRunner::SyncFp8() {
   SDRT_ASSIGN_OR_RETURN(BoundReshard wide, BindSync(*bf16, &m.map));
   SDRT_ASSIGN_OR_RETURN(BoundReshard narrow, BindSync(*fp8, &m.map));
 
-  TransferStats stats, wide_stats;
-  absl::Status flat_status;
-  BenchCalls calls;
-  calls.prepare = [] {};
-  calls.sdrt = [&] { return narrow.Execute(&stats); };
-  calls.flat = [&] { flat_status.Update(wide.Execute(&wide_stats)); };
-  calls.fresh = [&] { return wide.Execute(); };
-  calls.release = [] {};
-  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
-                                  &row.times));
-  SDRT_RETURN_IF_ERROR(flat_status);
-  row.stats = stats;
-  row.wire_bytes = stats.wire_bytes;
+  TransferStats wide_stats;
+  SDRT_RETURN_IF_ERROR(TimeSyncs(narrow, wide, row, &wide_stats));
+  row.wire_bytes = row.stats.wire_bytes;
   row.flat_wire_bytes = wide_stats.wire_bytes;
 
   // The checks: the codes of the sliced layout with the scale of the whole tensor (the amax

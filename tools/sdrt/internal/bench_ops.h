@@ -89,6 +89,12 @@ class BenchRunner {
   struct MappedSync;
   absl::StatusOr<MappedSync> PrepareMappedSync(const std::string& op);
   absl::StatusOr<BoundReshard> BindSync(Map& engine, const WeightMap* map);
+  // `timed` against `baseline` (bound syncs, each executed per call) into row.times and
+  // row.stats (`timed`'s; `baseline_stats`, when not null, the baseline's).
+  absl::Status TimeSyncs(BoundReshard& timed, BoundReshard& baseline, BenchRow& row,
+                         TransferStats* baseline_stats);
+  // This rank's bytes of `engine` (m's mapped tensors) that differ from the sliced layout.
+  absl::StatusOr<int64_t> WrongInEngine(const MappedSync& m, const Map& engine);
   // The row of `op`, one of kBenchOps (ParseBenchOps), by the calls above.
   absl::StatusOr<BenchRow> Run(const std::string& op);
 

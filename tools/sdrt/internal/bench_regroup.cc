@@ -19,7 +19,6 @@
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tools/sdrt/internal/bench_mapped.h"
-#include "sdrt/tools/sdrt/internal/bench_timing.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 
 namespace sdrt::cli {
@@ -128,25 +127,8 @@ absl::StatusOr<BenchRow> BenchRunner::SyncRegroup() {
   absl::StatusOr<BoundReshard> regrouped = BindReshard(*plan, trainer, *from_megatron);
   SDRT_RETURN_IF_ERROR(AgreeUnlessTimedOut(world_, regrouped.status()));
 
-  TransferStats stats;
-  absl::Status flat_status;
-  BenchCalls calls;
-  calls.prepare = [] {};
-  calls.sdrt = [&] { return regrouped->Execute(&stats); };
-  calls.flat = [&] { flat_status.Update(fused.Execute()); };
-  calls.fresh = [&] { return fused.Execute(); };
-  calls.release = [] {};
-  SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,
-                                  &row.times));
-  SDRT_RETURN_IF_ERROR(flat_status);
-  row.stats = stats;
-  int64_t wrong = 0;
-  for (const SafetensorsTensorSpec& s : m.mapped_specs) {
-    const DTensor& got = from_megatron->Find(s.name)->as_dtensor();
-    SDRT_ASSIGN_OR_RETURN(const Tensor want,
-                          m.Expected(workload_, s, got.placements(), mesh_, rank_));
-    wrong += DifferingBytes(got.local(), want);
-  }
+  SDRT_RETURN_IF_ERROR(TimeSyncs(*regrouped, fused, row, nullptr));
+  SDRT_ASSIGN_OR_RETURN(const int64_t wrong, WrongInEngine(m, *from_megatron));
   row.wrong = SumOverRanks(wrong);
   return row;
 }

@@ -31,6 +31,7 @@ namespace sdrt {
 
 const std::vector<std::string>& ReshardPlan::paths() const { return state_->paths; }
 const TransferStats& ReshardPlan::stats() const { return state_->stats; }
+const std::vector<PlannedCast>& ReshardPlan::casts() const { return state_->casts; }
 
 namespace {
 
@@ -116,6 +117,12 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
                         internal::MergeLeafLayouts(per_rank));
   for (const internal::TransferTensor& t : tensors) state->paths.push_back(t.name);
   SDRT_ASSIGN_OR_RETURN(state->plan, internal::PlanTransfer(std::move(tensors), plan_options));
+  for (const internal::TransferTensorPlan& tp : state->plan.tensors) {
+    if (!tp.cast.has_value()) continue;
+    // The wire carries `dtype`: the destination's when the senders convert.
+    state->casts.push_back({tp.name, tp.cast->source, tp.cast->destination,
+                            tp.dtype == tp.cast->destination});
+  }
   internal::TransferScheduleOptions execute;
   execute.bucket_bytes = options.bucket_bytes;
   // Every rank makes as many exchanges as the busiest in each phase: one more exchange of

@@ -59,6 +59,17 @@ struct ReshardOptions {
 
 class BoundReshard;
 
+// A planned tensor whose dtype changes on the way (a cast, or FP8 codes made with scales):
+// `path` is its plan path (with a weight map, the source tensor's name), and `by_senders`
+// says where the conversion runs: on the senders (the wire carries `destination`'s dtype,
+// the narrower) or on the receivers after the move (the wire carries `source`'s).
+struct PlannedCast {
+  std::string path;
+  DType source = DType::kFloat32;
+  DType destination = DType::kFloat32;
+  bool by_senders = false;
+};
+
 // The plan of one (source layout, destination layout) pair: a value to keep and execute
 // again while the layouts stay the same. Copies share it.
 class ReshardPlan {
@@ -67,6 +78,9 @@ class ReshardPlan {
   const std::vector<std::string>& paths() const;
   // The plan's figures (transfer_stats.h; `collectives`: those of PlanReshard).
   const TransferStats& stats() const;
+  // Per planned tensor whose dtype changes, which side converts it (TransferStats's
+  // cast_by_senders / cast_by_receivers, tensor by tensor), in plan order.
+  const std::vector<PlannedCast>& casts() const;
 
   struct State;
 

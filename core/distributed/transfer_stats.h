@@ -35,6 +35,7 @@ struct TransferStats {
   // Tensors whose dtype changes on the way (a cast, or FP8 codes made with scales): by the
   // senders, so that the wire carries the narrower dtype (the destination's), or by the
   // receivers after the move (the source's narrower). The other tensors move as they are.
+  // ReshardPlan::casts() names them tensor by tensor.
   int64_t cast_by_senders = 0;
   int64_t cast_by_receivers = 0;
 

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,17 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
     // A bound plan: the scales' grid kept, every step quantized afresh into the same buffers.
     const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, MapOptions());
     ASSERT_TRUE(plan.ok()) << plan.status();
+    // Tensor by tensor, the sources the senders quantize: q, k, v, gate, up, o, down.
+    ASSERT_EQ(plan->casts().size(), 7u) << name;
+    for (const PlannedCast& cast : plan->casts()) {
+      EXPECT_TRUE(cast.by_senders) << name << " " << cast.path;
+      EXPECT_EQ(cast.source, DType::kBFloat16) << cast.path;
+      EXPECT_EQ(cast.destination, CodesDType(c)) << cast.path;
+    }
+    std::set<std::string> cast_paths, want_paths;
+    for (const PlannedCast& cast : plan->casts()) cast_paths.insert(cast.path);
+    for (const char* key : kOrder) want_paths.insert(HfName(key));
+    EXPECT_EQ(cast_paths, want_paths) << name;
     ExpectBoundTwice(*plan, trainer, c, "bound");
   }
   if (g_world->size() != 3) {

@@ -22,6 +22,7 @@
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/core/distributed/weight_map_golden_util.h"
@@ -198,6 +199,43 @@ TEST(RegroupMpi, VllmBuffersRegroupedBackIntoMegatronFsdp) {
   }
   if (g_world->size() <= 4 || g_world->size() == 8) {
     EXPECT_GT(ran, 0);
+  }
+}
+
+TEST(RegroupMpi, APlanSaysWhichSideCastsEachTensor) {
+  // bfloat16 linear_qkv into float32 qkv_proj buffers: the wire carries the narrower
+  // bfloat16, the receivers widen (exactly); float32 sources into bfloat16 buffers (the
+  // golden's "_cast" cases) are narrowed by the senders.
+  ASSERT_FALSE(Golden().is_null());
+  for (const json& c : Golden()["cases"]) {
+    if (c["kind"] != "vllm" || c["tp"] != g_world->size()) continue;
+    const std::string name = c["name"];
+    const bool narrowing = c["source_dtype"] != c["dtype"];
+    Map trainer;
+    trainer.Set(kLinearQkv, Fsdp(TensorOf(c["sources"]["linear_qkv"])));
+    const Tensor want = TensorOf(c["ranks"][static_cast<size_t>(g_world->rank())]["qkv_proj"]);
+    const DType into = narrowing ? DType::kBFloat16 : DType::kFloat32;
+    Map engine;
+    engine.Set(kQkvProj, Buffer(want.shape(), into, false, want.shape()[0] * g_world->size()));
+    ReshardOptions options;
+    options.comm = g_world;
+    options.weight_map = MegatronToVllm(c["num_kv_heads"].get<int64_t>());
+    const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    ASSERT_EQ(plan->casts().size(), 1u) << name;
+    const PlannedCast& cast = plan->casts()[0];
+    EXPECT_EQ(cast.path, kLinearQkv);
+    EXPECT_EQ(cast.destination, into);
+    EXPECT_EQ(cast.by_senders, narrowing) << name;
+    TransferStats stats;
+    ASSERT_TRUE(ExecuteReshard(*plan, trainer, engine, &stats).ok()) << name;
+    EXPECT_EQ(stats.cast_by_senders, narrowing ? 1 : 0) << name;
+    EXPECT_EQ(stats.cast_by_receivers, narrowing ? 0 : 1) << name;
+    const Tensor& got = engine.Find(kQkvProj)->as_dtensor().local();
+    Tensor back = *Tensor::Empty(got.shape(), DType::kBFloat16);
+    ASSERT_TRUE(internal::ConvertFloats(got.data_ptr(), got.dtype(), back.data_ptr(),
+                                        DType::kBFloat16, got.numel()));
+    EXPECT_EQ(std::memcmp(back.data_ptr(), want.data_ptr(), want.nbytes()), 0) << name;
   }
 }
 

@@ -28,6 +28,7 @@ struct ReshardPlan::State {
   internal::TransferSchedule schedule;
   internal::ExchangeCounts exchanges;  // the most of any rank's schedule
   std::vector<std::string> paths;
+  std::vector<PlannedCast> casts;
   TransferStats stats;  // the plan's figures
   // The weight map's lowering (mapping/lowering.h); null without a map.
   std::shared_ptr<const internal::MapLowering> lowering;

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
@@ -14,8 +15,30 @@
 namespace sdrt::cli {
 
 absl::StatusOr<Map> EngineLayout(const EngineIndex& e, const WeightMapOptions& engine,
-                                 const MeshAndPlan& layout, int64_t rank) {
-  SDRT_ASSIGN_OR_RETURN(Map local, layout.plan.MetaStateDict(e.tensors, layout.mesh, rank));
+                                 const MeshAndPlan& layout, int64_t rank,
+                                 const std::vector<std::string>* only) {
+  if (only == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(Map local, layout.plan.MetaStateDict(e.tensors, layout.mesh, rank));
+    SDRT_RETURN_IF_ERROR(AddScaleLeaves(engine, rank, local));
+    return local;
+  }
+  // The tensors named, and the weights of scales named (AddScaleLeaves makes those).
+  std::set<size_t> wanted;
+  for (const std::string& name : *only) {
+    std::vector<std::string> candidates = {name};
+    for (const absl::string_view suffix : {"_scale_inv", "_scale"}) {
+      if (absl::EndsWith(name, suffix)) {
+        candidates.push_back(name.substr(0, name.size() - suffix.size()));
+      }
+    }
+    for (const std::string& c : candidates) {
+      const auto it = e.by_name.find(c);
+      if (it != e.by_name.end()) wanted.insert(it->second);
+    }
+  }
+  std::vector<SafetensorsTensorSpec> specs;
+  for (size_t i : wanted) specs.push_back(e.tensors[i]);  // in the list's order
+  SDRT_ASSIGN_OR_RETURN(Map local, layout.plan.MetaStateDict(specs, layout.mesh, rank));
   SDRT_RETURN_IF_ERROR(AddScaleLeaves(engine, rank, local));
   return local;
 }
@@ -33,6 +56,7 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
   }
   EngineIndex out;
   SDRT_ASSIGN_OR_RETURN(out.tensors, EngineTensors(map, engine, sources, layout.plan, mesh));
+  for (size_t i = 0; i < out.tensors.size(); ++i) out.by_name.emplace(out.tensors[i].name, i);
   ShardedCheckpointIndex& index = out.index;
   index.world_size = mesh.num_ranks();
   index.mesh = layout.mesh;

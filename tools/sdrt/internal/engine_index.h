@@ -27,6 +27,7 @@ struct EngineIndex {
   // record the index's hash, so they come first).
   ShardedCheckpointIndex index;
   std::vector<SafetensorsTensorSpec> tensors;  // EngineTensors' list, before scales are added
+  std::map<std::string, size_t> by_name;         // tensors' positions by name
   // Tensors hashed together (positions in index.tensors), and whether they are the source's
   // tensors of those names as they are (no rule takes them, same dtype and shape).
   struct Group {
@@ -48,9 +49,11 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
                                             const MeshAndPlan& layout);
 
 // What rank `rank` holds of the engine's tensors: meta DTensors in index order (plan's
-// MetaStateDict, then AddScaleLeaves). The plan's errors.
+// MetaStateDict, then AddScaleLeaves); with `only`, of those tensors alone (and the weights
+// whose scales they are), at a cost of their count. The plan's errors.
 absl::StatusOr<Map> EngineLayout(const EngineIndex& e, const WeightMapOptions& engine,
-                                 const MeshAndPlan& layout, int64_t rank);
+                                 const MeshAndPlan& layout, int64_t rank,
+                                 const std::vector<std::string>* only = nullptr);
 
 }  // namespace sdrt::cli
 

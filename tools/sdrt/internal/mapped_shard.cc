@@ -43,7 +43,7 @@ absl::StatusOr<std::vector<Tensor>> AssembleFull(const CheckpointSource& source,
   std::vector<Tensor> full(names.size());
   std::vector<std::set<std::pair<IntVector, IntVector>>> placed(names.size());
   for (int64_t rank = 0; rank < layout.mesh->num_ranks(); ++rank) {
-    SDRT_ASSIGN_OR_RETURN(Map all, EngineLayout(e, engine, layout, rank));
+    SDRT_ASSIGN_OR_RETURN(Map all, EngineLayout(e, engine, layout, rank, &names));
     Map wanted;
     std::vector<LocalShardInfo> infos;
     bool fresh = false;

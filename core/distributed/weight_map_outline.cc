@@ -191,19 +191,14 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     }
     if (scales.size() != f.components.size()) continue;  // codes alone
     // Only whole 128-row blocks fuse; else the codes go alone and the scales as they are.
-    bool whole = r.head_size % kFp8Block == 0;
-    std::vector<int64_t> block_rows;
-    for (int64_t n_rows : rows) {
-      whole = whole && n_rows % kFp8Block == 0;
-      block_rows.push_back(n_rows / kFp8Block);
-    }
-    if (!whole) continue;
-    WeightMapRule blocks = r;
-    blocks.head_size = r.head_size / kFp8Block;
     const std::string where = internal::RuleWhere(static_cast<size_t>(f.rule), r, name);
+    std::vector<int64_t> block_rows;
+    const absl::StatusOr<WeightMapRule> blocks =
+        internal::InBlocks(r, kFp8Block, rows, block_rows, where);
+    if (!blocks.ok()) continue;
     SafetensorsTensorSpec fused_scales{name + "_scale_inv", scales[0]->dtype, scales[0]->shape};
     SDRT_ASSIGN_OR_RETURN(fused_scales.shape[r.dim],
-                          internal::FusedSize(blocks, block_rows, n, where));
+                          internal::FusedSize(*blocks, block_rows, n, where));
     scale_after[f.slot] = std::move(fused_scales);
     for (const SafetensorsTensorSpec* c : scales) consumed.insert(c->name);
   }

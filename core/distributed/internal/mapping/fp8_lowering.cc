@@ -55,26 +55,17 @@ absl::StatusOr<Fp8ScalesUnit> ScalesLikeTheirCodes(const WeightMapRule& rule,
       return Invalid(where, absl::StrCat("its FP8 source '", names[k], "' has no '", names[k],
                                          "_scale_inv' of 128 x 128 block scales beside it"));
     }
-    if (c.shape.empty() || c.shape[static_cast<size_t>(rule.dim)] % tile != 0) {
+    if (c.shape.size() <= static_cast<size_t>(rule.dim)) {
       return Invalid(where, absl::StrCat("its FP8 source '", names[k], "' ",
-                                         ShapeToString(c.shape), " is not whole ", tile,
-                                         "-row blocks along dim ", rule.dim,
-                                         ", so its scales cannot be fused"));
+                                         ShapeToString(c.shape), " has no dim ", rule.dim));
     }
     out.sources.push_back(scales.name);
   }
-  if (rule.head_size % tile != 0) {
-    return Invalid(where, absl::StrCat("the head size ", rule.head_size, " is not whole ", tile,
-                                       "-row blocks, so the scales cannot be fused"));
+  std::vector<int64_t> rows, block_rows;
+  for (const SideInfo* c : components) {
+    rows.push_back(c->layout->shape[static_cast<size_t>(rule.dim)]);
   }
-  out.rule.head_size = rule.head_size / tile;
-  for (int64_t& n : out.rule.sizes) {
-    if (n % tile != 0) {
-      return Invalid(where, absl::StrCat("a component of ", n, " rows is not whole ", tile,
-                                         "-row blocks, so the scales cannot be fused"));
-    }
-    n /= tile;
-  }
+  SDRT_ASSIGN_OR_RETURN(out.rule, InBlocks(rule, tile, rows, block_rows, where));
   return out;
 }
 

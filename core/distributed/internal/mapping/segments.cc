@@ -125,6 +125,29 @@ absl::StatusOr<std::vector<FusedSegment>> FusedSegments(const WeightMapRule& rul
   return out;
 }
 
+absl::StatusOr<WeightMapRule> InBlocks(const WeightMapRule& rule, int64_t tile,
+                                       const std::vector<int64_t>& rows,
+                                       std::vector<int64_t>& block_rows, const std::string& where) {
+  const auto whole = [&](int64_t n, absl::string_view what) -> absl::Status {
+    if (n % tile == 0) return absl::OkStatus();
+    return Invalid(where, absl::StrCat(what, " ", n, " is not whole ", tile,
+                                       "-row blocks, so the FP8 scales cannot be fused"));
+  };
+  WeightMapRule out = rule;
+  SDRT_RETURN_IF_ERROR(whole(rule.head_size, "the head size"));
+  out.head_size = rule.head_size / tile;
+  for (int64_t& n : out.sizes) {
+    SDRT_RETURN_IF_ERROR(whole(n, "a component size"));
+    n /= tile;
+  }
+  block_rows.clear();
+  for (const int64_t n : rows) {
+    SDRT_RETURN_IF_ERROR(whole(n, "a component of rows"));
+    block_rows.push_back(n / tile);
+  }
+  return out;
+}
+
 WeightMapRule SourceSideOf(const WeightMapRule& regroup) {
   WeightMapRule side = regroup;
   side.interleave = regroup.source_interleave;

@@ -37,6 +37,14 @@ absl::StatusOr<std::vector<FusedSegment>> FusedSegments(const WeightMapRule& rul
                                               const std::vector<int64_t>& rows, int64_t size,
                                               int64_t parts, const std::string& where);
 
+// `rule` counted in blocks of `tile` rows (FP8 block scales fused like their codes): its
+// head size and sizes over the tile, with `rows` (the components' sizes along the dim, in
+// rows) over it into `block_rows`; InvalidArgument prefixed by `where` when one of them is
+// not whole blocks.
+absl::StatusOr<WeightMapRule> InBlocks(const WeightMapRule& rule, int64_t tile,
+                                       const std::vector<int64_t>& rows,
+                                       std::vector<int64_t>& block_rows, const std::string& where);
+
 // A regroup's source side as the rule FusedSize and FusedSegments read (its interleave the
 // source's); the rule itself describes its destination side.
 WeightMapRule SourceSideOf(const WeightMapRule& regroup);

@@ -8,6 +8,7 @@
 
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/device_guard.h"
+#include "sdrt/cuda/fp8_kernels.h"
 #include "sdrt/cuda/kernels.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/backend/device_backend.h"
@@ -78,6 +79,15 @@ class CudaBackend final : public DeviceBackend {
     internal::DeviceGuard guard;
     SDRT_RETURN_IF_ERROR(guard.Enter(device.index));
     SDRT_RETURN_IF_ERROR(ConvertFloatsDevice(dst, dst_dtype, src, src_dtype, count, stream));
+    if (non_blocking) return absl::OkStatus();
+    return SDRT_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+
+  absl::Status Fp8Box(const Fp8BoxOp& op, Device device, StreamHandle stream,
+                      bool non_blocking) override {
+    internal::DeviceGuard guard;
+    SDRT_RETURN_IF_ERROR(guard.Enter(device.index));
+    SDRT_RETURN_IF_ERROR(Fp8BoxDevice(op, stream));
     if (non_blocking) return absl::OkStatus();
     return SDRT_CUDA_STATUS(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
+#include "sdrt/cuda/internal/launch.cuh"
 #include "sdrt/cuda/kernels.h"
 #include "sdrt/tensor/backend/convert_plan.h"
 #include "sdrt/tensor/backend/index_math.h"
@@ -40,10 +41,10 @@
 namespace sdrt {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kUnroll = 4;
-// Accesses one block covers per iteration.
-constexpr int64_t kTile = int64_t{kThreads} * kUnroll;
+using internal::kThreads;
+using internal::kTile;
+using internal::kUnroll;
+using internal::Launch;
 
 // ---------------------------------------------------------------------------------
 // Kernels. In each, `base` is this thread's first access of an iteration; its kUnroll
@@ -147,53 +148,6 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-}
-
-// ---------------------------------------------------------------------------------
-// Launch helpers.
-
-// The blocks of `kKernel` that fit on `device` at once (multiprocessors times resident
-// blocks per multiprocessor, at least one per multiprocessor). Both queries cost
-// microseconds of host time, more than a small copy's launch, so each kernel instance
-// remembers the answer per device (devices beyond kCachedDevices are asked every time).
-// Racing first calls store the same value.
-template <auto kKernel>
-absl::StatusOr<int64_t> ResidentBlocks(int device) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int64_t> cached[kCachedDevices] = {};
-  const bool cacheable = device >= 0 && device < kCachedDevices;
-  if (cacheable) {
-    const int64_t known = cached[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
-  }
-  int sms = 0;
-  SDRT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int blocks_per_sm = 0;
-  SDRT_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks_per_sm, reinterpret_cast<const void*>(kKernel), kThreads, 0));
-  const int64_t blocks = int64_t{std::max(sms, 1)} * std::max(blocks_per_sm, 1);
-  if (cacheable) cached[device].store(blocks, std::memory_order_relaxed);
-  return blocks;
-}
-
-// Launches `kKernel` (one of the grid-stride kernels above) over `units` units of work (kUnroll
-// per thread per iteration) with `args`, on `stream`. The grid is persistent: enough blocks
-// to give each thread one iteration, capped at the blocks that fit on the current device at
-// once. The launch's status is cudaLaunchKernelEx's own return value, never
-// cudaGetLastError(), which would also report whatever error an earlier, unrelated call
-// left behind.
-template <auto kKernel, typename... Args>
-absl::Status Launch(int64_t units, StreamHandle stream, Args... args) {
-  int device = 0;
-  SDRT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  SDRT_ASSIGN_OR_RETURN(const int64_t resident, ResidentBlocks<kKernel>(device));
-  const int64_t blocks = std::min<int64_t>((units + kTile - 1) / kTile, resident);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = static_cast<cudaStream_t>(stream);
-  return SDRT_CUDA_STATUS(cudaLaunchKernelEx(&config, kKernel, args...));
 }
 
 // Calls launch(T{}) with T the unsigned type of `width` bytes (uint4 for 16).

@@ -191,12 +191,17 @@ SourceLocals SourceLocalsOf(const sdrt::ReshardPlan::State& s, const FoundTransf
 }
 
 // Finds each quantized source's plan tensor and points its source locals' scales at its
-// grid (quantize.h); Unimplemented off the CPU.
+// grid (quantize.h), on the communicator's device.
 absl::Status BindSenderScales(const sdrt::ReshardPlan::State& s, FoundTransferLocals& found) {
   QuantizeWork& work = found.mapped.quantize;
   if (!work.on_senders || work.sources.empty()) return absl::OkStatus();
+  const float* scales = work.scales.data();
   if (!s.comm->device().is_cpu()) {
-    return absl::UnimplementedError("FP8 codes on the wire are made on CPU ranks only so far");
+    // Device buckets: the packing reads the scales on the device (SenderScales fills them).
+    SDRT_ASSIGN_OR_RETURN(work.device_scales,
+                          Tensor::Empty(IntVector{static_cast<int64_t>(work.scales.size())},
+                                        DType::kFloat32, s.comm->device()));
+    scales = work.device_scales.data<float>();
   }
   absl::flat_hash_map<absl::string_view, size_t> tensor_of;
   for (size_t t = 0; t < s.paths.size(); ++t) tensor_of.emplace(s.paths[t], t);
@@ -206,9 +211,10 @@ absl::Status BindSenderScales(const sdrt::ReshardPlan::State& s, FoundTransferLo
     if (it == tensor_of.end()) continue;
     src.tensor = static_cast<int64_t>(it->second);
     BoxScales& b = found.sources.scales[it->second];
-    b.scales = work.scales.data() + src.offset;
+    b.scales = scales + src.offset;
     b.tile = work.specs[static_cast<size_t>(src.destination)].tile;
     b.grid_cols = src.grid_cols;
+    b.grid_entries = b.tile == 0 ? 1 : src.grid_rows * src.grid_cols;
   }
   return absl::OkStatus();
 }

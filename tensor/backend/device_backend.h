@@ -2,8 +2,8 @@
 //
 // tensor/ sits below cuda/ and never includes CUDA headers, yet Tensor::Empty and Zeros on a
 // CUDA device, Tensor::To and Tensor::CopyFrom across devices need cudaMalloc,
-// cudaMemsetAsync and cudaMemcpyAsync, and the transfer engine's casts of device buffers a
-// conversion kernel. cuda/ implements this interface and registers it for
+// cudaMemsetAsync and cudaMemcpyAsync, the transfer engine's casts of device buffers a
+// conversion kernel, and FP8 destinations on a device the block-FP8 kernels. cuda/ implements this interface and registers it for
 // DeviceType::kCUDA when its library is linked (see cuda/cuda_backend.cc); a build
 // without CUDA leaves it unregistered and those calls return FailedPrecondition.
 #ifndef SDRT_TENSOR_BACKEND_DEVICE_BACKEND_H_
@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "sdrt/tensor/backend/fp8_box.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/storage.h"
@@ -68,6 +69,13 @@ class DeviceBackend {
   virtual absl::Status ConvertFloats(void* dst, DType dst_dtype, const void* src, DType src_dtype,
                                      int64_t count, Device device, StreamHandle stream,
                                      bool non_blocking) = 0;
+
+  // Runs a block-FP8 op (tensor/backend/fp8_box.h) with every pointer on `device`, bit for
+  // bit as the host loops run it; `op` is already validated (ValidateFp8Box) and not empty.
+  // Enqueued on `stream` (of `device`), synchronous unless `non_blocking`. The backend's
+  // errors.
+  virtual absl::Status Fp8Box(const Fp8BoxOp& op, Device device, StreamHandle stream,
+                              bool non_blocking) = 0;
 };
 
 // Installs `backend` (not owned; must outlive every later call) for `type`. Passing

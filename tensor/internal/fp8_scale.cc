@@ -247,14 +247,13 @@ bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t col
   const int64_t bytes = ElementBits(dtype) / 8;
   for (int64_t r = 0; r < rows; ++r) {
     const char* const row = base + r * row_stride * bytes;
-    const int64_t tile_row = tile == 0 ? 0 : (row0 + r) / tile;
     for (int64_t c = 0; c < cols;) {
       // The columns of this row in one tile.
       const int64_t end = tile == 0 ? cols : std::min(cols, ((col0 + c) / tile + 1) * tile - col0);
       float amax = 0.0f;
       AbsMax(row + c * bytes, dtype, end - c, &amax);
-      int32_t& slot = amax_bits[tile == 0 ? 0 : tile_row * grid_cols + (col0 + c) / tile];
-      slot = std::max(slot, static_cast<int32_t>(FloatBits(amax)));
+      int32_t& slot = amax_bits[BoxTileIndex(row0, col0, tile, grid_cols, r, c)];
+      slot = std::max(slot, std::isnan(amax) ? kNanAmaxBits : static_cast<int32_t>(FloatBits(amax)));
       c = end;
     }
   }
@@ -272,12 +271,38 @@ bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols,
   char* const out = static_cast<char*>(to);
   const int64_t bytes = ElementBits(from_dtype) / 8;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t tile_row = tile == 0 ? 0 : (row0 + r) / tile;
     for (int64_t c = 0; c < cols;) {
       const int64_t end = tile == 0 ? cols : std::min(cols, ((col0 + c) / tile + 1) * tile - col0);
-      const float scale = scales[tile == 0 ? 0 : tile_row * grid_cols + (col0 + c) / tile];
+      const float scale = scales[BoxTileIndex(row0, col0, tile, grid_cols, r, c)];
       QuantizeFloats(in + (r * row_stride + c) * bytes, from_dtype, out + r * cols + c, fp8,
                      scale, end - c);
+      c = end;
+    }
+  }
+  return true;
+}
+
+bool DequantizeBox(const void* codes, DType fp8, int64_t rows, int64_t cols, int64_t row_stride,
+                   int64_t row0, int64_t col0, int64_t tile, int64_t grid_cols,
+                   const void* scales, DType scale_dtype, void* to, DType to_dtype) {
+  if (!IsFp8Codes(fp8) || !IsFp8Wide(to_dtype) || rows < 0 || cols < 0 || row0 < 0 ||
+      col0 < 0 || tile < 0 ||
+      (scale_dtype != DType::kFloat32 && scale_dtype != DType::kFloat8E8M0FNU)) {
+    return false;
+  }
+  const char* const in = static_cast<const char*>(codes);
+  const char* const s_in = static_cast<const char*>(scales);
+  char* const out = static_cast<char*>(to);
+  const int64_t out_bytes = ElementBits(to_dtype) / 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols;) {
+      const int64_t end = tile == 0 ? cols : std::min(cols, ((col0 + c) / tile + 1) * tile - col0);
+      const int64_t s = BoxTileIndex(row0, col0, tile, grid_cols, r, c);
+      const float scale = scale_dtype == DType::kFloat8E8M0FNU
+                              ? Load<DType::kFloat8E8M0FNU>(s_in, s)
+                              : Load<DType::kFloat32>(s_in, s);
+      DequantizeFloats(in + r * row_stride + c, fp8, out + (r * cols + c) * out_bytes, to_dtype,
+                       scale, end - c);
       c = end;
     }
   }

@@ -22,10 +22,10 @@ namespace sdrt::internal {
 
 // The dtypes of fp8 codes (float8_e4m3fn, float8_e5m2), and those the recipe quantizes from
 // and dequantizes into (float32, bfloat16, float16).
-SDRT_HD inline bool IsFp8Codes(DType d) {
+SDRT_HD constexpr bool IsFp8Codes(DType d) {
   return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2;
 }
-SDRT_HD inline bool IsFp8Wide(DType d) {
+SDRT_HD constexpr bool IsFp8Wide(DType d) {
   return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
 }
 
@@ -59,6 +59,34 @@ SDRT_HD inline float TileScale(float amax, DType fp8, bool power_of_two) {
   return p < 0x1p-127f ? 0x1p-127f : p;
 }
 
+// The entry of a tile grid that element (r, c) of a box falls in: the box's element (0, 0) is
+// the tensor's (row0, col0), tiles of `tile` x `tile` over the whole tensor, `grid_cols`
+// tiles per row of tiles; 0 for `tile` 0 (one tile).
+SDRT_HD inline int64_t BoxTileIndex(int64_t row0, int64_t col0, int64_t tile, int64_t grid_cols,
+                                    int64_t r, int64_t c) {
+  return tile == 0 ? 0 : ((row0 + r) / tile) * grid_cols + (col0 + c) / tile;
+}
+
+// The canonical NaN amax (the bits every NaN amax is stored as, so that each rank's and
+// each device's maxima agree bit for bit): above infinity's bits as the order needs.
+inline constexpr int32_t kNanAmaxBits = 0x7fc00000;
+
+// How a box is cut into chunks that each lie in one tile (the device's amax reduces a chunk
+// per thread block, with one atomic max per chunk): along one dim of the box, `count` box
+// elements from global index `origin` (the box's row0 or col0; 0 when `tile` is 0), chunks
+// of `edge` = `tile` (or kFp8FreeChunk for `tile` 0) aligned to the global multiples of
+// `edge`. Chunk i (0 <= i < ChunkCount) covers box indices [ChunkBegin(i), ChunkBegin(i + 1))
+// clipped to [0, count).
+inline constexpr int64_t kFp8FreeChunk = 128;
+SDRT_HD inline int64_t ChunkEdge(int64_t tile) { return tile > 0 ? tile : kFp8FreeChunk; }
+SDRT_HD inline int64_t ChunkCount(int64_t origin, int64_t count, int64_t edge) {
+  return count <= 0 ? 0 : (origin + count - 1) / edge - origin / edge + 1;
+}
+SDRT_HD inline int64_t ChunkBegin(int64_t origin, int64_t count, int64_t edge, int64_t i) {
+  const int64_t b = (origin / edge + i) * edge - origin;
+  return b < 0 ? 0 : b > count ? count : b;
+}
+
 // The largest magnitude of `count` float elements of `dtype` at `data` (host memory, any
 // address); NaN when one is NaN, 0 for none. False for a dtype that is not kFloat.
 bool AbsMax(const void* data, DType dtype, int64_t count, float* amax);
@@ -88,8 +116,8 @@ bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType sc
 // (row0, col0), row-major at `from` with `row_stride` elements from one row to the next;
 // tiles of `tile` x `tile` over the whole tensor (`tile` 0: one tile), `grid_cols` tiles
 // per row of tiles. AccumulateTileAmax raises each tile's entry of `amax_bits` (the float
-// bits of an amax as int32: ordered as the magnitudes, NaN above infinity) to the box's
-// largest magnitude in that tile. QuantizeBox writes the box's codes row-major at `to` (a
+// bits of an amax as int32: ordered as the magnitudes, every NaN as kNanAmaxBits) to the
+// box's largest magnitude in that tile. QuantizeBox writes the box's codes row-major at `to` (a
 // dense [rows, cols], whatever the input's `row_stride`) with each tile's scale from `scales` (float32, as stored: e8m0 ones
 // already powers of two). False for dtypes outside the recipe's or negative sizes.
 bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t cols,
@@ -98,6 +126,12 @@ bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t col
 bool QuantizeBox(const void* from, DType from_dtype, int64_t rows, int64_t cols,
                  int64_t row_stride, int64_t row0, int64_t col0, int64_t tile, int64_t grid_cols,
                  const float* scales, void* to, DType fp8);
+// The inverse of QuantizeBox: the box's codes (`fp8`, rows `row_stride` apart) times their
+// tile's scale, from `scales` read as `scale_dtype` (float32 or float8_e8m0fnu), written
+// row-major and dense at `to` as `to_dtype`.
+bool DequantizeBox(const void* codes, DType fp8, int64_t rows, int64_t cols, int64_t row_stride,
+                   int64_t row0, int64_t col0, int64_t tile, int64_t grid_cols,
+                   const void* scales, DType scale_dtype, void* to, DType to_dtype);
 
 }  // namespace sdrt::internal
 

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/reduce.h"
 #include "sdrt/tensor/backend/device_backend.h"
+#include "sdrt/tensor/backend/fp8_box.h"
 #include "sdrt/tensor/internal/float_cast.h"
-#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -69,51 +69,59 @@ absl::Status CastBox(DType wire, const TransferMove& move, const Tensor& local, 
 }
 
 // The codes of the box of `move` (of `shape`) of `local` (checked: of `side`, its piece's
-// shape; `ref` its ref) at `slot` (a host buffer): straight from the local when the box is
-// one dense range of it (whole rows, or part of one) or rows of a contiguous 2-D local (a
-// column cut), else through a temporary of the box.
+// shape) into `buffer` from `at`, on the buffer's device (RunFp8Box): straight from the local
+// when it is contiguous on that device and the box is one dense range of it (whole rows, or
+// part of one) or rows of a 2-D local (a column cut), else through a temporary of the box
+// on that device (then blocking whatever `non_blocking` says).
 absl::Status QuantizeOut(const TransferTensorPlan& tp, const TransferMove& move,
-                         const LocalRef& ref, DType side, IntSpan shape, const ShardRuns& runs,
-                         const BoxScales& scales, char* slot) {
-  const char* from = BoxAddress(move.source_offset, ref, side);
-  int64_t row_stride = shape.size() == 2 ? shape[1] : 0;
-  if (from == nullptr && ref.host != nullptr && shape.size() == 2 && runs.size() == 2 &&
-      runs[0].size() == 1 && runs[1].size() == 1) {
-    // Rows of the contiguous local: the box's first element, and the local's width apart.
-    row_stride = ref.tensor->size(1);
-    from = ref.host + (runs[0][0].local * row_stride + runs[1][0].local) * (ElementBits(side) / 8);
-  }
-  Tensor temporary;
-  if (from == nullptr) {
-    SDRT_ASSIGN_OR_RETURN(temporary, Tensor::Empty(shape, side));
-    SDRT_RETURN_IF_ERROR(CopyRuns(temporary, move.begin, *ref.tensor, runs, /*to_local=*/false));
-    from = static_cast<const char*>(temporary.data_ptr());
-  }
-  const bool matrix = scales.tile > 0;
-  if (matrix && shape.size() != 2) {
+                         const Tensor& local, DType side, IntSpan shape, const ShardRuns& runs,
+                         const BoxScales& scales, const std::shared_ptr<Storage>& buffer,
+                         int64_t at, bool non_blocking, StreamHandle stream) {
+  const Device device = buffer->device();
+  if (scales.tile > 0 && shape.size() != 2) {
     return absl::InvalidArgumentError("block scales are for 2-D tensors");
   }
   int64_t count = 1;
   for (int64_t n : shape) count *= n;
-  const int64_t rows = matrix ? shape[0] : 1, cols = matrix ? shape[1] : count;
-  if (!matrix && rows * cols > 0 && shape.size() == 2 && row_stride != shape[1]) {
-    // One scale, but rows apart: row by row.
-    for (int64_t r = 0; r < shape[0]; ++r) {
-      if (!QuantizeBox(from + r * row_stride * (ElementBits(side) / 8), side, 1, shape[1],
-                       shape[1], 0, 0, 0, 1, scales.scales, slot + r * shape[1], tp.dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat("no quantization of ", DTypeName(side),
-                                                       " into ", DTypeName(tp.dtype)));
-      }
-    }
-    return absl::OkStatus();
+  const bool two_d = shape.size() == 2;
+  const int64_t elem = ElementBits(side) / 8;
+  const bool here = local.device() == device && local.is_contiguous();
+  const char* from = nullptr;
+  int64_t row_stride = two_d ? shape[1] : count;
+  if (here && move.source_offset >= 0) {
+    from = static_cast<const char*>(local.data_ptr()) + move.source_offset * elem;
+  } else if (here && two_d && local.dim() == 2 && runs.size() == 2 && runs[0].size() == 1 &&
+             runs[1].size() == 1) {
+    row_stride = local.size(1);
+    from = static_cast<const char*>(local.data_ptr()) +
+           (runs[0][0].local * row_stride + runs[1][0].local) * elem;
   }
-  if (!QuantizeBox(from, side, rows, cols, matrix ? row_stride : cols, matrix ? move.begin[0] : 0,
-                   matrix ? move.begin[1] : 0, scales.tile, scales.grid_cols, scales.scales, slot,
-                   tp.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("no quantization of ", DTypeName(side),
-                                                   " into ", DTypeName(tp.dtype)));
+  Tensor temporary;
+  if (from == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(temporary, Tensor::Empty(shape, side, device));
+    SDRT_RETURN_IF_ERROR(
+        CopyRuns(temporary, move.begin, local, runs, /*to_local=*/false, false, stream));
+    from = static_cast<const char*>(temporary.data_ptr());
+    row_stride = two_d ? shape[1] : count;
   }
-  return absl::OkStatus();
+  Fp8BoxOp op;
+  op.kind = Fp8BoxOp::Kind::kQuantize;
+  op.src = from;
+  op.src_dtype = side;
+  op.dst = static_cast<char*>(buffer->data()) + at;
+  op.dst_dtype = tp.dtype;
+  op.scales = scales.scales;
+  op.rows = two_d ? shape[0] : 1;
+  op.cols = two_d ? shape[1] : count;
+  op.src_row_stride = row_stride;
+  if (scales.tile > 0) {
+    op.row0 = move.begin[0];
+    op.col0 = move.begin[1];
+  }
+  op.tile = scales.tile;
+  op.grid_cols = scales.grid_cols;
+  op.grid_entries = scales.grid_entries;
+  return RunFp8Box(op, device, stream, non_blocking && !temporary.defined());
 }
 
 // Copies every move of `message` between `buffer` and `locals`: into the locals when
@@ -154,21 +162,17 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
     const LocalRef& ref = locals[piece.local];
     if (scales != nullptr && !to_local && !message.forward && move.bytes > 0) {
       // FP8 codes made on the sender, with the scales of the box's tiles.
-      if (!host_buffer) {
-        return absl::UnimplementedError(
-            absl::StrCat(where(), ": FP8 codes are made into host buffers only so far"));
-      }
       if (ref.tensor == nullptr || !ref.tensor->defined() || ref.tensor->dtype() != side ||
-          ref.tensor->shape() != piece.local_shape || !ref.tensor->device().is_cpu()) {
+          ref.tensor->shape() != piece.local_shape) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": local ", piece.local, " of rank ", piece.rank, " is not a CPU ",
+            where(), ": local ", piece.local, " of rank ", piece.rank, " is not a ",
             DTypeName(side), ShapeToString(piece.local_shape)));
       }
       shape.resize(move.begin.size());
       for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
-      const absl::Status q =
-          QuantizeOut(tp, move, ref, side, shape, ClipRuns(piece.runs, move.begin, move.end),
-                      *scales, static_cast<char*>(buffer->data()) + at);
+      const absl::Status q = QuantizeOut(tp, move, *ref.tensor, side, shape,
+                                         ClipRuns(piece.runs, move.begin, move.end), *scales,
+                                         buffer, at, non_blocking, stream);
       if (!q.ok()) return absl::Status(q.code(), absl::StrCat(where(), ": ", q.message()));
       at += move.bytes;
       continue;

@@ -42,9 +42,10 @@ LocalRef CheckedRef(const Tensor& local);
 // row-major [ceil(rows / tile), grid_cols] float32 scales of a 2-D tensor's tiles (as
 // stored: e8m0 ones widened), or one (`tile` 0) for the whole tensor. Owned by the caller.
 struct BoxScales {
-  const float* scales = nullptr;
+  const float* scales = nullptr;  // on the buffers' device
   int64_t tile = 0;
   int64_t grid_cols = 1;
+  int64_t grid_entries = 1;  // the grid's entries in all
 };
 
 // Copies the boxes of `message` (a message of tensor `tp`) from `locals`, the source
@@ -61,7 +62,7 @@ struct BoxScales {
 // tensor, the ranks and the local when a local is missing, undefined, or not of the piece's
 // dtype and shape, or when the buffer is shorter than offset + message.bytes; the errors of
 // CopyRuns and of the conversion. With `scales` (a cast into float8 codes) each box is
-// quantized with its tiles' scales instead of cast (host buffers only: else Unimplemented).
+// quantized with its tiles' scales instead of cast (on the buffer's device).
 absl::Status PackMessage(const TransferTensorPlan& tp, const TransferMessage& message,
                          LocalRefs locals, const std::shared_ptr<Storage>& buffer, int64_t offset,
                          bool non_blocking = false, StreamHandle stream = nullptr,

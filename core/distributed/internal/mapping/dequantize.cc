@@ -1,23 +1,12 @@
 #include "sdrt/core/distributed/internal/mapping/dequantize.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/mapping/fp8_boxes.h"
 #include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
-namespace {
-
-// Scale `i` of a float32 or float8_e8m0fnu scale tensor, as a float.
-float ScaleAt(const Tensor& scales, int64_t i) {
-  return scales.dtype() == DType::kFloat32
-             ? scales.data<float>()[i]
-             : Float8E8M0FNUToFloat(static_cast<const uint8_t*>(scales.data_ptr())[i]);
-}
-
-}  // namespace
 
 absl::StatusOr<std::optional<DequantizedSource>> FindDequantized(
     const LeafLayout& source, DType destination_dtype,
@@ -58,10 +47,6 @@ absl::Status FinishDequantized(const DequantizeWork& work) {
     const int64_t cols = local.staging.dim() == 0 || local.staging.size(0) == 0
                              ? 1
                              : local.staging.numel() / local.staging.size(0);
-    const DType to = local.values.dtype();
-    const int64_t out_bytes = ElementBits(to) / 8;
-    const auto* in = static_cast<const uint8_t*>(local.staging.data_ptr());
-    auto* out = static_cast<char*>(local.values.data_ptr());
     for (const QuantizeView& v : local.views) {
       const DequantizedSource& src = work.sources[static_cast<size_t>(v.source)];
       const Tensor& scales = work.scales[static_cast<size_t>(v.source)];
@@ -69,22 +54,18 @@ absl::Status FinishDequantized(const DequantizeWork& work) {
         return absl::InvalidArgumentError(
             absl::StrCat("FP8: this rank has no scales of '", src.name, "'"));
       }
-      if (src.tile == 0) {
-        DequantizeFloats(in + v.start * cols, src.codes, out + v.start * cols * out_bytes, to,
-                         ScaleAt(scales, 0), v.length * cols);
-        continue;
+      Fp8Rows box;
+      box.first = v.start;
+      box.rows = v.length;
+      box.cols = cols;
+      if (src.tile > 0) {
+        box.row0 = v.offsets[0];
+        box.col0 = v.offsets[1];
+        box.tile = src.tile;
+        box.grid_cols = src.scale_shape[1];
+        box.grid_entries = src.scale_shape[0] * src.scale_shape[1];
       }
-      const int64_t grid_cols = src.scale_shape[1];
-      for (int64_t r = 0; r < v.length; ++r) {
-        const int64_t row = v.start + r, tile_row = (v.offsets[0] + r) / src.tile;
-        for (int64_t c = 0; c < cols;) {
-          const int64_t global = v.offsets[1] + c;
-          const int64_t end = std::min(cols, (global / src.tile + 1) * src.tile - v.offsets[1]);
-          DequantizeFloats(in + row * cols + c, src.codes, out + (row * cols + c) * out_bytes, to,
-                           ScaleAt(scales, tile_row * grid_cols + global / src.tile), end - c);
-          c = end;
-        }
-      }
+      SDRT_RETURN_IF_ERROR(DequantizeRows(local.staging, box, scales, local.values));
     }
   }
   return absl::OkStatus();

@@ -9,7 +9,7 @@
 // one byte per element); the scale tensor, small, is moved whole to every rank holding a
 // piece of such a destination (a lowered leaf of its own, one box of the whole tensor per
 // such rank, fresh locals); after the move each rank multiplies what it holds (its views'
-// global offsets pick each element's block). No piece needs whole blocks. CPU only for now.
+// global offsets pick each element's block). No piece needs whole blocks. Locals of any device.
 // Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_DEQUANTIZE_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_DEQUANTIZE_H_

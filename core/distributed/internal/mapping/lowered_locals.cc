@@ -107,8 +107,8 @@ absl::StatusOr<std::vector<Tensor>> DestinationLocals(const std::string& path, c
 // The step of FP8 leaf `q` on rank `me`: per local of its codes the scale local beside it
 // and, unless `staging_dtype` is unset (the senders quantize), a staging local of that
 // dtype. InvalidArgument naming the leaf for locals that are not contiguous, scales of
-// another count or shape than the codes' blocks; Unimplemented off the CPU; Tensor::Empty's
-// errors.
+// another count or shape than the codes' blocks; Tensor::Empty's errors. The staging is on
+// the codes' device, the scales of any.
 absl::StatusOr<QuantizeStep> MakeQuantizeStep(const QuantizedDestination& q,
                                               std::optional<DType> staging_dtype,
                                               const std::vector<Tensor>& codes,
@@ -123,10 +123,6 @@ absl::StatusOr<QuantizeStep> MakeQuantizeStep(const QuantizedDestination& q,
   for (size_t j = 0; j < codes.size(); ++j) {
     const Tensor& c = codes[j];
     const Tensor& s = scales[j];
-    if (!c.device().is_cpu() || !s.device().is_cpu()) {
-      return absl::UnimplementedError(
-          absl::StrCat(where, ": FP8 quantization writes into CPU tensors only so far"));
-    }
     IntVector want{1};
     if (q.tile > 0) {
       want = {(c.size(0) + q.tile - 1) / q.tile, (c.size(1) + q.tile - 1) / q.tile};
@@ -238,13 +234,13 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
                                      DType codes, int64_t rank) -> absl::StatusOr<DequantizeLocal*> {
     auto it = dequantize_of.find({path, j});
     if (it == dequantize_of.end()) {
-      if (!values.device().is_cpu() || !values.is_contiguous()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "FP8: '", path, "' on rank ", rank, " is dequantized into contiguous CPU tensors "
-            "only so far; it is ", values.ToString()));
+      if (!values.is_contiguous()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FP8: '", path, "' on rank ", rank, " is dequantized into contiguous tensors; it is ",
+            values.ToString()));
       }
       DequantizeLocal local;
-      SDRT_ASSIGN_OR_RETURN(local.staging, Tensor::Empty(values.shape(), codes, device));
+      SDRT_ASSIGN_OR_RETURN(local.staging, Tensor::Empty(values.shape(), codes, values.device()));
       local.values = values;
       it = dequantize_of.emplace(std::make_pair(path, j), out.dequantize.locals.size()).first;
       out.dequantize.locals.push_back(std::move(local));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/distributed/internal/mapping/fp8_boxes.h"
 #include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
@@ -17,36 +18,24 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
 }
 
 
-// The bits of a non-negative float as an int32: ordered as the floats, NaN above infinity,
-// so that a max of the bits is the max of the magnitudes with NaN kept (as amax keeps it).
-int32_t OrderedBits(float magnitude) { return static_cast<int32_t>(FloatBits(magnitude)); }
-
-// Writes `scale` as element `i` of a float32 or float8_e8m0fnu scale local.
-void StoreScale(const Tensor& scales, int64_t i, float scale) {
-  if (scales.dtype() == DType::kFloat32) {
-    static_cast<float*>(scales.data_ptr())[i] = scale;
-  } else {
-    static_cast<uint8_t*>(scales.data_ptr())[i] = FloatToFloat8E8M0FNU(scale);
-  }
-}
-
 // The elements of one row along dim 0.
 int64_t RowElements(const Tensor& t) {
   return t.dim() == 0 || t.size(0) == 0 ? 1 : t.numel() / t.size(0);
 }
 
-// The largest magnitude of the rows of `local` its views cover (0 for none).
-float LocalAmax(const QuantizeLocal& local) {
-  const int64_t cols = RowElements(local.staging);
-  const int64_t bytes = ElementBits(local.staging.dtype()) / 8;
-  float amax = 0.0f;
-  for (const QuantizeView& v : local.views) {
-    float part = 0.0f;
-    AbsMax(static_cast<const char*>(local.staging.data_ptr()) + v.start * cols * bytes,
-           local.staging.dtype(), v.length * cols, &part);
-    if (OrderedBits(part) > OrderedBits(amax)) amax = part;
+// The rows of view `v` of a local whose rows are `cols` elements, in a grid of its own
+// (`tile` 0: one tile): a receiver quantizes a view whose blocks start with it.
+Fp8Rows ViewRows(const QuantizeView& v, int64_t cols, int64_t tile) {
+  Fp8Rows box;
+  box.first = v.start;
+  box.rows = v.length;
+  box.cols = cols;
+  box.tile = tile;
+  if (tile > 0) {
+    box.grid_cols = (cols + tile - 1) / tile;
+    box.grid_entries = std::max<int64_t>((v.length + tile - 1) / tile, 1) * box.grid_cols;
   }
-  return amax;
+  return box;
 }
 
 }  // namespace
@@ -165,7 +154,14 @@ absl::Status AllReduceAmax(QuantizeWork& work, Communicator& comm) {
   const int64_t n = static_cast<int64_t>(work.amax.size());
   SDRT_ASSIGN_OR_RETURN(Tensor amax, Tensor::Empty(IntVector{n}, DType::kInt32));
   std::memcpy(amax.data_ptr(), work.amax.data(), static_cast<size_t>(n) * sizeof(int32_t));
-  SDRT_RETURN_IF_ERROR(comm.AllReduce(amax, ReduceOp::kMax));
+  if (comm.device().is_cpu()) {
+    SDRT_RETURN_IF_ERROR(comm.AllReduce(amax, ReduceOp::kMax));
+  } else {
+    // A device communicator (NCCL) reduces device memory.
+    SDRT_ASSIGN_OR_RETURN(Tensor on_device, amax.To(comm.device()));
+    SDRT_RETURN_IF_ERROR(comm.AllReduce(on_device, ReduceOp::kMax));
+    SDRT_RETURN_IF_ERROR(amax.CopyFrom(on_device));
+  }
   std::memcpy(work.amax.data(), amax.data_ptr(), static_cast<size_t>(n) * sizeof(int32_t));
   return absl::OkStatus();
 }
@@ -180,21 +176,96 @@ absl::Status SenderScales(QuantizeWork& work, const SourceLocals& locals_of, Com
     for (const auto& [held, offsets] : held_pieces) {
       if (held.numel() == 0) continue;
       SDRT_ASSIGN_OR_RETURN(const Tensor local, held.Contiguous());
-      int32_t* const grid = work.amax.data() + src.offset;
+      Fp8Rows box;
+      box.rows = q.tile == 0 ? 1 : local.size(0);
+      box.cols = q.tile == 0 ? local.numel() : local.size(1);
       if (q.tile == 0) {
-        AccumulateTileAmax(local.data_ptr(), local.dtype(), 1, local.numel(), local.numel(), 0, 0,
-                           0, 1, grid);
-      } else {
-        AccumulateTileAmax(local.data_ptr(), local.dtype(), local.size(0), local.size(1),
-                           local.size(1), offsets[0], offsets[1], q.tile, src.grid_cols, grid);
+        SDRT_ASSIGN_OR_RETURN(const Tensor flat, local.View(IntVector{1, local.numel()}));
+        SDRT_RETURN_IF_ERROR(AccumulateAmax(flat, box, work.amax.data() + src.offset));
+        continue;
       }
+      box.row0 = offsets[0];
+      box.col0 = offsets[1];
+      box.tile = q.tile;
+      box.grid_cols = src.grid_cols;
+      box.grid_entries = src.grid_rows * src.grid_cols;
+      SDRT_RETURN_IF_ERROR(AccumulateAmax(local, box, work.amax.data() + src.offset));
     }
   }
   if (!work.amax.empty()) SDRT_RETURN_IF_ERROR(AllReduceAmax(work, comm));
-
   ScalesFromAmax(work);
+  if (work.device_scales.defined()) {
+    // The senders' packing reads the scales on their device.
+    SDRT_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(IntVector{work.device_scales.numel()},
+                                                     DType::kFloat32));
+    std::memcpy(host.data_ptr(), work.scales.data(), work.scales.size() * sizeof(float));
+    SDRT_RETURN_IF_ERROR(work.device_scales.CopyFrom(host));
+  }
   return absl::OkStatus();
 }
+
+namespace {
+
+// The scales of a local whose codes the senders made: each view's blocks from its source's
+// grid, 1 elsewhere.
+absl::Status SenderSideScales(const QuantizeWork& work, const QuantizeStep& step,
+                              const QuantizeLocal& local) {
+  const QuantizedDestination& q = step.spec;
+  std::vector<float> out(static_cast<size_t>(local.scales.numel()), 1.0f);
+  if (q.tile == 0) {
+    if (!out.empty()) out[0] = work.scales[static_cast<size_t>(step.grid_offset)];
+  } else {
+    const int64_t scale_cols = local.scales.size(1);
+    for (const QuantizeView& v : local.views) {
+      const QuantizedSource& src = work.sources[static_cast<size_t>(v.source)];
+      const int64_t rows = (v.length + q.tile - 1) / q.tile;
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < scale_cols; ++j) {
+          const int64_t from = src.offset + (v.offsets[0] / q.tile + i) * src.grid_cols +
+                               v.offsets[1] / q.tile + j;
+          out[static_cast<size_t>((v.start / q.tile + i) * scale_cols + j)] =
+              work.scales[static_cast<size_t>(from)];
+        }
+      }
+    }
+  }
+  return WriteScales(local.scales, 0, out.data(), static_cast<int64_t>(out.size()));
+}
+
+// Quantizes a local's staging here: per view its blocks' amax, scales and codes (one scale
+// per tensor: the agreed `tensor_scale`), the scales written beside, 1 where no view is.
+absl::Status ReceiverSideQuantize(const QuantizeStep& step, const QuantizeLocal& local,
+                                  float tensor_scale) {
+  const QuantizedDestination& q = step.spec;
+  const int64_t cols = RowElements(local.staging);
+  std::vector<float> out(static_cast<size_t>(local.scales.numel()), 1.0f);
+  if (q.tile == 0 && !out.empty()) out[0] = tensor_scale;
+  for (const QuantizeView& v : local.views) {
+    const Fp8Rows box = ViewRows(v, cols, q.tile);
+    if (q.tile == 0) {
+      SDRT_RETURN_IF_ERROR(QuantizeRows(local.staging, box, &tensor_scale, local.codes));
+      continue;
+    }
+    std::vector<int32_t> amax(static_cast<size_t>(box.grid_entries), 0);
+    SDRT_RETURN_IF_ERROR(AccumulateAmax(local.staging, box, amax.data()));
+    std::vector<float> grid(amax.size());
+    for (size_t i = 0; i < amax.size(); ++i) {
+      grid[i] = TileScale(FloatFromBits(static_cast<uint32_t>(amax[i])), q.codes,
+                          q.scale == DType::kFloat8E8M0FNU);
+    }
+    SDRT_RETURN_IF_ERROR(QuantizeRows(local.staging, box, grid.data(), local.codes));
+    const int64_t first = (v.start / q.tile) * box.grid_cols;
+    if (first + box.grid_entries > static_cast<int64_t>(out.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("FP8: '", q.path, "' has ", out.size(),
+                                                     " scales; a view needs ",
+                                                     first + box.grid_entries));
+    }
+    std::copy(grid.begin(), grid.end(), out.begin() + first);
+  }
+  return WriteScales(local.scales, 0, out.data(), static_cast<int64_t>(out.size()));
+}
+
+}  // namespace
 
 absl::Status FinishQuantized(QuantizeWork& work, Communicator* comm) {
   if (!work.on_senders && work.per_tensor) {
@@ -202,61 +273,24 @@ absl::Status FinishQuantized(QuantizeWork& work, Communicator* comm) {
     std::fill(work.amax.begin(), work.amax.end(), 0);
     for (const QuantizeStep& step : work.steps) {
       if (step.spec.tile != 0) continue;
-      int32_t& bits = work.amax[static_cast<size_t>(step.grid_offset)];
       for (const QuantizeLocal& local : step.locals) {
-        bits = std::max(bits, OrderedBits(LocalAmax(local)));
+        for (const QuantizeView& v : local.views) {
+          SDRT_RETURN_IF_ERROR(AccumulateAmax(local.staging,
+                                              ViewRows(v, RowElements(local.staging), 0),
+                                              work.amax.data() + step.grid_offset));
+        }
       }
     }
     SDRT_RETURN_IF_ERROR(AllReduceAmax(work, *comm));
     ScalesFromAmax(work);
   }
   for (const QuantizeStep& step : work.steps) {
-    const QuantizedDestination& q = step.spec;
     for (const QuantizeLocal& local : step.locals) {
-      const int64_t scales = local.scales.numel();
-      for (int64_t i = 0; i < scales; ++i) StoreScale(local.scales, i, 1.0f);
-      if (q.tile == 0) {
-        const float scale = work.scales[static_cast<size_t>(step.grid_offset)];
-        if (scales > 0) StoreScale(local.scales, 0, scale);
-        if (work.on_senders) continue;
-        const int64_t cols = RowElements(local.staging);
-        const int64_t in_bytes = ElementBits(local.staging.dtype()) / 8;
-        for (const QuantizeView& v : local.views) {
-          QuantizeFloats(static_cast<const char*>(local.staging.data_ptr()) +
-                             v.start * cols * in_bytes,
-                         local.staging.dtype(), static_cast<char*>(local.codes.data_ptr()) +
-                                                    v.start * cols,
-                         q.codes, scale, v.length * cols);
-        }
-        continue;
-      }
-      const int64_t scale_cols = local.scales.size(1);
       if (work.on_senders) {
-        // The blocks of each view, from the grid of its source.
-        for (const QuantizeView& v : local.views) {
-          const QuantizedSource& src = work.sources[static_cast<size_t>(v.source)];
-          const int64_t rows = (v.length + q.tile - 1) / q.tile;
-          for (int64_t i = 0; i < rows; ++i) {
-            for (int64_t j = 0; j < scale_cols; ++j) {
-              const int64_t from = src.offset + (v.offsets[0] / q.tile + i) * src.grid_cols +
-                                   v.offsets[1] / q.tile + j;
-              StoreScale(local.scales, (v.start / q.tile + i) * scale_cols + j,
-                         work.scales[static_cast<size_t>(from)]);
-            }
-          }
-        }
-        continue;
-      }
-      const int64_t cols = RowElements(local.staging);
-      const int64_t in_bytes = ElementBits(local.staging.dtype()) / 8;
-      const int64_t scale_bytes = ElementBits(q.scale) / 8;
-      for (const QuantizeView& v : local.views) {
-        QuantizeMatrix(static_cast<const char*>(local.staging.data_ptr()) + v.start * cols * in_bytes,
-                       local.staging.dtype(), v.length, cols, q.tile,
-                       static_cast<char*>(local.codes.data_ptr()) + v.start * cols, q.codes,
-                       static_cast<char*>(local.scales.data_ptr()) +
-                           (v.start / q.tile) * scale_cols * scale_bytes,
-                       q.scale);
+        SDRT_RETURN_IF_ERROR(SenderSideScales(work, step, local));
+      } else {
+        SDRT_RETURN_IF_ERROR(ReceiverSideQuantize(
+            step, local, work.scales.empty() ? 1.0f : work.scales[static_cast<size_t>(step.grid_offset)]));
       }
     }
   }

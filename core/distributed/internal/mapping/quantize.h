@@ -12,8 +12,8 @@
 // the views go into staging locals of the source's dtype (made once per call), the readers
 // fill them, and each rank quantizes what it holds. Both need each piece of a block-quantized
 // leaf to start at a multiple of 128 in the source and in its local (checked at planning,
-// on every rank), so a rank's scale local is the blocks of its pieces. CPU only for now.
-// Not public API.
+// on every rank), so a rank's scale local is the blocks of its pieces. Locals of any device:
+// the amax, codes and dequantization run where the local is (fp8_boxes.h). Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_QUANTIZE_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_MAPPING_QUANTIZE_H_
 
@@ -119,6 +119,9 @@ struct QuantizeWork {
   std::vector<QuantizedSource> sources;
   std::vector<int32_t> amax;
   std::vector<float> scales;
+  // The scales on the senders' device when it is not the CPU (their packing reads them
+  // there): float32, as many as `scales`, rewritten by SenderScales.
+  Tensor device_scales;
   bool on_senders = false;
   bool per_tensor = false;  // any destination with one scale per tensor
   bool any() const { return !sources.empty() || !steps.empty(); }
@@ -135,7 +138,7 @@ absl::Status SenderScales(QuantizeWork& work, const SourceLocals& locals_of, Com
 // scales of whole tensors agreed by one all-reduce over `comm` (every rank alike, when
 // work.per_tensor; `comm` is then not null) and every local's codes and scales made from its
 // staging. Blocks no view covers: scale 1, their codes left as they are (zero for a pad).
-// The all-reduce's errors.
+// The all-reduce's errors and the device's.
 absl::Status FinishQuantized(QuantizeWork& work, Communicator* comm);
 
 }  // namespace sdrt::internal

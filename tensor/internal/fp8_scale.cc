@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace sdrt::internal {
 namespace {
@@ -23,15 +24,6 @@ void Store(char* p, int64_t i, float v) {
   using Bits = typename FloatCodec<D>::Bits;
   const Bits b = FloatCodec<D>::Narrow(v);
   std::memcpy(p + i * static_cast<int64_t>(sizeof(Bits)), &b, sizeof(b));
-}
-
-// f(i) for every element of the row-major box [r0, r1) x [c0, c1) of a matrix of `cols`
-// columns, as its linear index.
-template <typename F>
-void ForTile(int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1, F&& f) {
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t c = c0; c < c1; ++c) f(r * cols + c);
-  }
 }
 
 // The hot loops below are built for the CPU they run on as well: AVX-512 and AVX2 clones
@@ -170,73 +162,32 @@ bool QuantizeMatrix(const void* from, DType from_dtype, int64_t rows, int64_t co
       (scale_dtype != DType::kFloat32 && scale_dtype != DType::kFloat8E8M0FNU)) {
     return false;
   }
-  const int64_t tr = tile == 0 ? std::max<int64_t>(rows, 1) : tile;
-  const int64_t tc = tile == 0 ? std::max<int64_t>(cols, 1) : tile;
-  const int64_t grid_cols = tile == 0 ? 1 : (cols + tc - 1) / tc;
-  const char* in = static_cast<const char*>(from);
-  char* out = static_cast<char*>(codes);
-  char* s_out = static_cast<char*>(scales);
+  // The box steps over the whole matrix: each tile's amax, its scale, the codes.
+  const int64_t grid_cols = tile == 0 ? 1 : (cols + tile - 1) / tile;
+  const int64_t grid_rows = tile == 0 ? 1 : (rows + tile - 1) / tile;
+  const size_t entries = static_cast<size_t>(grid_rows * grid_cols);
+  std::vector<int32_t> amax(entries, 0);
+  AccumulateTileAmax(from, from_dtype, rows, cols, cols, 0, 0, tile, grid_cols, amax.data());
   const bool e8m0 = scale_dtype == DType::kFloat8E8M0FNU;
-  return VisitFloatDType(from_dtype, false, [&](auto f) {
-    constexpr DType F = decltype(f)::value;
-    return VisitFloatDType(fp8, false, [&](auto q) {
-      constexpr DType Q = decltype(q)::value;
-      for (int64_t r0 = 0; r0 < rows || (r0 == 0 && tile == 0); r0 += tr) {
-        for (int64_t c0 = 0; c0 < cols || (c0 == 0 && tile == 0); c0 += tc) {
-          const int64_t r1 = std::min(rows, r0 + tr), c1 = std::min(cols, c0 + tc);
-          float amax = 0.0f;
-          bool nan = false;
-          ForTile(cols, r0, r1, c0, c1, [&](int64_t i) {
-            const float v = std::fabs(Load<F>(in, i));
-            nan = nan || std::isnan(v);
-            if (v > amax) amax = v;
-          });
-          const float scale =
-              TileScale(nan ? std::nanf("") : amax, Q, /*power_of_two=*/e8m0);
-          ForTile(cols, r0, r1, c0, c1,
-                  [&](int64_t i) { Store<Q>(out, i, Load<F>(in, i) / scale); });
-          const int64_t s = (r0 / tr) * grid_cols + c0 / tc;
-          if (e8m0) {
-            Store<DType::kFloat8E8M0FNU>(s_out, s, scale);
-          } else {
-            Store<DType::kFloat32>(s_out, s, scale);
-          }
-          if (tile == 0) return true;
-        }
-      }
-      return true;
-    });
-  });
+  std::vector<float> grid(entries);
+  char* const s_out = static_cast<char*>(scales);
+  for (size_t i = 0; i < entries; ++i) {
+    grid[i] = TileScale(FloatFromBits(static_cast<uint32_t>(amax[i])), fp8, e8m0);
+    if (e8m0) {
+      Store<DType::kFloat8E8M0FNU>(s_out, static_cast<int64_t>(i), grid[i]);
+    } else {
+      Store<DType::kFloat32>(s_out, static_cast<int64_t>(i), grid[i]);
+    }
+  }
+  return QuantizeBox(from, from_dtype, rows, cols, cols, 0, 0, tile, grid_cols, grid.data(), codes,
+                     fp8);
 }
 
 bool DequantizeMatrix(const void* codes, DType fp8, const void* scales, DType scale_dtype,
                       int64_t rows, int64_t cols, int64_t tile, void* to, DType to_dtype) {
-  if (!IsFp8Codes(fp8) || !IsFp8Wide(to_dtype) || rows < 0 || cols < 0 || tile < 0 ||
-      (scale_dtype != DType::kFloat32 && scale_dtype != DType::kFloat8E8M0FNU)) {
-    return false;
-  }
-  const int64_t tr = tile == 0 ? std::max<int64_t>(rows, 1) : tile;
-  const int64_t tc = tile == 0 ? std::max<int64_t>(cols, 1) : tile;
-  const int64_t grid_cols = tile == 0 ? 1 : (cols + tc - 1) / tc;
-  const char* in = static_cast<const char*>(codes);
-  const char* s_in = static_cast<const char*>(scales);
-  char* out = static_cast<char*>(to);
-  return VisitFloatDType(fp8, false, [&](auto q) {
-    constexpr DType Q = decltype(q)::value;
-    return VisitFloatDType(to_dtype, false, [&](auto t) {
-      constexpr DType T = decltype(t)::value;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t s = (r / tr) * grid_cols + c / tc;
-          const float scale = scale_dtype == DType::kFloat8E8M0FNU
-                                  ? Load<DType::kFloat8E8M0FNU>(s_in, s)
-                                  : Load<DType::kFloat32>(s_in, s);
-          Store<T>(out, r * cols + c, Load<Q>(in, r * cols + c) * scale);
-        }
-      }
-      return true;
-    });
-  });
+  const int64_t grid_cols = tile <= 0 ? 1 : (cols + tile - 1) / tile;
+  return DequantizeBox(codes, fp8, rows, cols, cols, 0, 0, tile, grid_cols, scales, scale_dtype,
+                       to, to_dtype);
 }
 
 bool AccumulateTileAmax(const void* from, DType dtype, int64_t rows, int64_t cols,

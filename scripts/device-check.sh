@@ -18,8 +18,9 @@
 # without the NCCL tests (fails when a test skips for want of a device while one is visible;
 # other skips are counted and listed, e.g. "needs two CUDA devices" on one GPU),
 # compute-sanitizer (--report-api-errors no) memcheck and initcheck on the kernel and runtime
-# tests without their multi-GiB cases and racecheck on one small kernel test, the kernel and
-# pinned-memory benchmarks (each case against cudaMemcpy of the same bytes in the same run);
+# tests without their multi-GiB cases and racecheck on two small kernel tests (a copy, an FP8
+# box), the kernel and pinned-memory benchmarks (each case against cudaMemcpy of the same
+# bytes in the same run);
 # then an NCCL smoke test (one one-rank communicator, 30 s) and, only when it passes, the
 # steps with NCCL: ctest -L gpu of the NCCL tests and one-rank `sdrt load --device cuda` of
 # the demo checkpoint and of a gpt2-shaped bf16 one (made on the spot). ctest runs 4 tests at

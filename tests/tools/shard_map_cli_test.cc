@@ -4,7 +4,9 @@
 // file's qkv_proj, gate_up_proj and padded embed_tokens equal PyTorch's layouts bit for bit,
 // and the index's full-tensor hash is that of the ranks' pieces put together (so `sdrt
 // gather` checks it); from tests/data/fp8_map's layer, --cast fp8-block writes the FP8 codes
-// and block scales PyTorch's recipe makes (tp 1, 2, 4). fp8-tensor is refused, exit 2.
+// and block scales PyTorch's recipe makes (tp 1, 2, 4), and a Megatron folder by the
+// megatron-llama map the Hugging Face tensors' FP8 with block scales (split parts quantized).
+// fp8-tensor is refused, exit 2.
 // `mpiexec -n 3 sdrt reshard FSDP OUTDIR ... --map` writes the same folder, byte for byte. An
 // FP8 checkpoint goes into the fused FP8 layout with its block scales fused like its codes.
 #include <unistd.h>
@@ -204,6 +206,82 @@ TEST_F(ShardMapCli, AMegatronFolderIntoHuggingFaceTensorsByItsConfig) {
     }
   }
   EXPECT_EQ(ran, 3);
+}
+
+TEST_F(ShardMapCli, AMegatronFolderIntoFp8HuggingFaceTensors) {
+  // megatron-llama with --cast fp8-block: the splits' parts are FP8 with block scales, the
+  // blocks of linear_qkv and linear_fc1 being each part's own (heads of 128 rows), so the
+  // parts put together are PyTorch's quantization of each Hugging Face tensor (the FP8
+  // golden's dequant cases' inputs).
+  ASSERT_FALSE(testing_fp8_map::Golden().is_null());
+  const fs::path folder = dir_ / "megatron";
+  fs::create_directories(folder);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : testing_fp8_map::MegatronSources()) {
+    tensors.emplace_back("decoder.layers.0." + name, t);
+  }
+  ASSERT_TRUE(WriteSafetensors((folder / "model.safetensors").string(), tensors).ok());
+  {
+    std::ofstream config(folder / "config.json");
+    config << json{{"hidden_size", 300}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                   {"head_dim", 128}, {"intermediate_size", 512}}.dump();
+  }
+  const std::string out = (dir_ / "fp8_tp2").string();
+  const test::CommandResult r =
+      RunSdrt(absl::StrCat("shard ", Quote(folder.string()), " ", Quote(out),
+                           " --mesh 2 --plan tp --map megatron-llama --cast fp8-block"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::vector<Tensor>> pieces;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    for (const auto& [path, d] : shards->tensors) pieces[path].push_back(d.local());
+  }
+  const json* c = nullptr;
+  for (const json& d : testing_fp8_map::Golden()["dequant_cases"]) {
+    if (d["tp"] == 1 && d["block"] == 128 && d["scale_format"] == "f32" && d["fp8"] == "e4m3fn") {
+      c = &d;
+    }
+  }
+  ASSERT_NE(c, nullptr);
+  // q, k, v, gate and up: cut by rows (dim 0) on both ranks, with their block scales.
+  for (const char* key : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+    const std::string name = testing_fp8_map::HfName(key);
+    ASSERT_EQ(pieces[name].size(), 2u) << key;
+    ASSERT_EQ(pieces[name + "_scale_inv"].size(), 2u) << key;
+    EXPECT_EQ(pieces[name][0].dtype(), DType::kFloat8E4M3FN) << key;
+    EXPECT_EQ(testing_fp8_map::Fnv(Rows(pieces[name])),
+              (*c)["inputs"][key]["codes_fnv"].get<std::string>())
+        << key;
+    EXPECT_EQ(testing_fp8_map::Raw(Rows(pieces[name + "_scale_inv"])),
+              (*c)["inputs"][key]["scales"].get<std::vector<int64_t>>())
+        << key;
+  }
+  // sdrt gather checks every full hash of the index against the pieces.
+  const test::CommandResult g = RunSdrtMpi(
+      2, absl::StrCat("gather ", Quote(out), " ", Quote((dir_ / "gathered.safetensors").string())));
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  // Without config.json (the head size given): the splits' sizes from the tensors' shapes
+  // (linear_proj's columns are q's rows), the same folder.
+  fs::remove(folder / "config.json");
+  const std::string bare = (dir_ / "fp8_tp2_bare").string();
+  const test::CommandResult b =
+      RunSdrt(absl::StrCat("shard ", Quote(folder.string()), " ", Quote(bare),
+                           " --mesh 2 --plan tp --map megatron-llama --head-size 128"
+                           " --cast fp8-block"));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<RankShards> with = LoadRankShards(out, rank);
+    absl::StatusOr<RankShards> without = LoadRankShards(bare, rank);
+    ASSERT_TRUE(with.ok() && without.ok());
+    ASSERT_EQ(with->tensors.size(), without->tensors.size());
+    for (size_t i = 0; i < with->tensors.size(); ++i) {
+      EXPECT_EQ(with->tensors[i].first, without->tensors[i].first);
+      EXPECT_EQ(testing_fp8_map::Fnv(with->tensors[i].second.local()),
+                testing_fp8_map::Fnv(without->tensors[i].second.local()))
+          << with->tensors[i].first;
+    }
+  }
 }
 
 TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {

@@ -80,7 +80,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
       return absl::InvalidArgumentError(
           "--verify goes without --map and --cast (the engine's pieces are not SRC's)");
     }
-    SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.src));
+    SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.src, outline.tensors));
     SDRT_ASSIGN_OR_RETURN(const std::vector<SafetensorsTensorSpec> tensors,
                           EngineTensors(map, args.engine, outline.tensors, layout->plan,
                                         *layout->mesh));

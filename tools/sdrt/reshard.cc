@@ -54,7 +54,7 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
           absl::StrCat("sdrt reshard: warning: ", Printable(UncheckedPiecesWarning(source_index))));
     }
     SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(args.shared));
-    SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.in_dir));
+    SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.in_dir, source_index.TensorSpecs()));
     SDRT_ASSIGN_OR_RETURN(engine, MakeEngineIndex(args.shared.mesh, source_index.TensorSpecs(),
                                                   source_index.metadata, map, args.engine,
                                                   *layout));

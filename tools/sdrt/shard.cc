@@ -50,7 +50,7 @@ int RunShard(const ShardArgs& args) {
 
   absl::StatusOr<ShardedCheckpointIndex> index;
   if (!args.engine.map.empty() || !args.engine.cast.empty()) {
-    absl::StatusOr<std::optional<WeightMap>> map = ParseWeightMap(args.engine, args.source);
+    absl::StatusOr<std::optional<WeightMap>> map = ParseWeightMap(args.engine, args.source, source->TensorSpecs());
     if (!map.ok()) return Fail(map.status());
     index = WriteMappedShards(*source, args.source, *map, args.engine, *layout, args.out_dir,
                               args.shared.overwrite);

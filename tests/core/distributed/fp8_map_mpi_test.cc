@@ -47,10 +47,12 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
+using testing_fp8_map::Bf16Buffers;
 using testing_fp8_map::Buffer;
 using testing_fp8_map::CodesDType;
 using testing_fp8_map::EngineBuffers;
 using testing_fp8_map::ExpectBoundTwice;
+using testing_fp8_map::ExpectDequantized;
 using testing_fp8_map::ExpectGolden;
 using testing_fp8_map::Fnv;
 using testing_fp8_map::FsdpSources;
@@ -237,38 +239,6 @@ absl::Status LoadFromAFile(const std::string& file,
   options.read = ReadMode::kAll;
   options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
   return LoadStateDict(CheckpointSource::Open(file), into, options).status();
-}
-
-// vLLM's bfloat16 buffers of a dequant case on this rank (0xFF bytes).
-Map Bf16Buffers(const json& c) {
-  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
-  const json& shapes = Golden()["cases"][0]["ranks"][0];  // tp 1: the whole shapes
-  Map engine;
-  for (const char* key : kDestinations) {
-    const bool fused = std::string(key) == "qkv_proj" || std::string(key) == "gate_up_proj";
-    IntVector shape = shapes[key]["codes_shape"].get<IntVector>();
-    const int64_t tp = c["tp"].get<int64_t>();
-    if (fused) {
-      // Rows per rank: [q; k; v] pieces, kv heads replicated past 2 ranks.
-      const int64_t kv = std::string(key) == "qkv_proj" ? std::max<int64_t>(256 / tp, 128) : 0;
-      shape[0] = std::string(key) == "qkv_proj" ? 512 / tp + 2 * kv : shape[0] / tp;
-    } else {
-      shape[1] /= tp;
-    }
-    engine.Set(HfName(key), Buffer(shape, DType::kBFloat16, fused ? "[S(0)]" : "[S(1)]",
-                                   fused ? 0 : 1));
-    (void)mine;
-  }
-  return engine;
-}
-
-void ExpectDequantized(const json& c, const Map& engine, const std::string& what) {
-  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
-  for (const char* key : kDestinations) {
-    EXPECT_EQ(Fnv(engine.Find(HfName(key))->as_dtensor().local()),
-              mine[key]["values_fnv"].get<std::string>())
-        << c["name"] << " " << what << " " << key << " on rank " << g_world->rank();
-  }
 }
 
 TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {

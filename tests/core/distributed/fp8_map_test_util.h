@@ -1,11 +1,12 @@
 // Helpers of the FP8 weight-map tests (fp8_map_mpi_test.cc, fp8_regroup_mpi_test.cc): the
 // golden (tests/data/fp8_map/expected.json), the golden script's source formula, FNV-1a of a
 // tensor's bytes, scales as raw integers, the engine's FP8 buffers of a case and the check of
-// them (once bound too), an fsdp trainer's sources. The test's main sets g_world. Test code
-// only.
+// them (once bound too), its bfloat16 buffers of a dequant case and their check, an fsdp
+// trainer's sources. The test's main sets g_world. Test code only.
 #ifndef SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_
 #define SDRT_TESTS_CORE_DISTRIBUTED_FP8_MAP_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -95,6 +96,45 @@ inline std::map<std::string, Tensor> Sources() {
   return out;
 }
 
+inline constexpr int64_t kMegatronHead = 128;
+
+// Rows [row, row + count) of `from` appended to `to` at `at` (rows of the same width).
+inline void CopyRows(const Tensor& from, int64_t row, int64_t count, Tensor& to, int64_t& at) {
+  const int64_t width = from.nbytes() / from.shape()[0];
+  std::memcpy(static_cast<char*>(to.data_ptr()) + at * width,
+              static_cast<const char*>(from.data_ptr()) + row * width,
+              static_cast<size_t>(count * width));
+  at += count;
+}
+
+// The layer as a Megatron trainer holds it (heads of kMegatronHead rows), by Megatron's
+// names, without the "decoder.layers.0." prefix: linear_qkv interleaved by
+// the kv heads' groups, linear_fc1 [gate; up], linear_proj and linear_fc2 as o_proj and
+// down_proj.
+inline std::map<std::string, Tensor> MegatronSources() {
+  const std::map<std::string, Tensor> hf = Sources();
+  const Tensor& q = hf.at("q_proj");
+  const Tensor& k = hf.at("k_proj");
+  const int64_t groups = k.shape()[0] / kMegatronHead, cols = q.shape()[1];
+  const int64_t per_group = q.shape()[0] / groups;
+  Tensor qkv = *Tensor::Empty({q.shape()[0] + 2 * k.shape()[0], cols}, DType::kBFloat16);
+  int64_t at = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    CopyRows(q, g * per_group, per_group, qkv, at);
+    CopyRows(k, g * kMegatronHead, kMegatronHead, qkv, at);
+    CopyRows(hf.at("v_proj"), g * kMegatronHead, kMegatronHead, qkv, at);
+  }
+  const Tensor& gate = hf.at("gate_proj");
+  Tensor fc1 = *Tensor::Empty({2 * gate.shape()[0], cols}, DType::kBFloat16);
+  at = 0;
+  CopyRows(gate, 0, gate.shape()[0], fc1, at);
+  CopyRows(hf.at("up_proj"), 0, gate.shape()[0], fc1, at);
+  return {{"self_attention.linear_qkv.weight", qkv},
+          {"mlp.linear_fc1.weight", fc1},
+          {"self_attention.linear_proj.weight", hf.at("o_proj")},
+          {"mlp.linear_fc2.weight", hf.at("down_proj")}};
+}
+
 inline std::shared_ptr<const DeviceMesh> World() {
   return std::make_shared<const DeviceMesh>(*DeviceMesh::Create({g_world->size()}));
 }
@@ -180,6 +220,36 @@ inline void ExpectBoundTwice(const ReshardPlan& plan, const Map& trainer, const 
     }
     ASSERT_TRUE(bound->Execute().ok()) << c["name"] << " " << what;
     ExpectGolden(c, engine, absl::StrCat(what, " step ", step));
+  }
+}
+
+// vLLM's bfloat16 buffers of a dequant case on this rank (0xFF bytes).
+inline Map Bf16Buffers(const json& c) {
+  const json& shapes = Golden()["cases"][0]["ranks"][0];  // tp 1: the whole shapes
+  Map engine;
+  for (const char* key : kDestinations) {
+    const bool fused = std::string(key) == "qkv_proj" || std::string(key) == "gate_up_proj";
+    IntVector shape = shapes[key]["codes_shape"].get<IntVector>();
+    const int64_t tp = c["tp"].get<int64_t>();
+    if (fused) {
+      // Rows per rank: [q; k; v] pieces, kv heads replicated past 2 ranks.
+      const int64_t kv = std::string(key) == "qkv_proj" ? std::max<int64_t>(256 / tp, 128) : 0;
+      shape[0] = std::string(key) == "qkv_proj" ? 512 / tp + 2 * kv : shape[0] / tp;
+    } else {
+      shape[1] /= tp;
+    }
+    engine.Set(HfName(key), Buffer(shape, DType::kBFloat16, fused ? "[S(0)]" : "[S(1)]",
+                                   fused ? 0 : 1));
+  }
+  return engine;
+}
+
+inline void ExpectDequantized(const json& c, const Map& engine, const std::string& what) {
+  const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
+  for (const char* key : kDestinations) {
+    EXPECT_EQ(Fnv(engine.Find(HfName(key))->as_dtensor().local()),
+              mine[key]["values_fnv"].get<std::string>())
+        << c["name"] << " " << what << " " << key << " on rank " << g_world->rank();
   }
 }
 

@@ -6,8 +6,11 @@
 // PyTorch makes from the Hugging Face tensors: tests/data/fp8_map/expected.json
 // (tests/golden/make_fp8_map_golden.py, which also gives the Megatron tensors' FNV-1a so the
 // test checks the rows it builds them from). One-shot and bound, run twice; a head size
-// that would cut blocks is refused on every rank. CTest runs it under `mpiexec -n N`,
-// N = 1, 2, 4: the cases whose tp is the world.
+// that would cut blocks is refused on every rank. Both ways with FP8 on the Megatron side
+// too: an FP8 Megatron trainer (codes beside block scales) regrouped and dequantized into
+// vLLM's bf16 buffers, and a bf16 one split by the megatron-llama map into Hugging Face FP8
+// tensors with block scales, each against PyTorch's (the golden's dequant cases). CTest runs
+// it under `mpiexec -n N`, N = 1, 2, 4: the cases whose tp is the world.
 
 #include <cstdint>
 #include <cstring>
@@ -20,6 +23,7 @@
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/core/distributed/weight_map.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tests/core/distributed/fp8_map_test_util.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 
@@ -28,55 +32,26 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing_fp8_map::json;
+using testing_fp8_map::Bf16Buffers;
+using testing_fp8_map::Buffer;
+using testing_fp8_map::CodesDType;
 using testing_fp8_map::EngineBuffers;
 using testing_fp8_map::ExpectBoundTwice;
+using testing_fp8_map::ExpectDequantized;
 using testing_fp8_map::ExpectGolden;
 using testing_fp8_map::Fnv;
 using testing_fp8_map::g_world;
 using testing_fp8_map::Golden;
 using testing_fp8_map::HfName;
 using testing_fp8_map::kDestinations;
+using testing_fp8_map::kOrder;
+using testing_fp8_map::MegatronSources;
+using testing_fp8_map::Raw;
 using testing_fp8_map::Sources;
 using testing_fp8_map::World;
 
 constexpr int64_t kHead = 128;
 constexpr char kLayer[] = "decoder.layers.0.";
-
-// Rows [row, row + count) of `from` appended to `to` at `at` (rows of the same width).
-void CopyRows(const Tensor& from, int64_t row, int64_t count, Tensor& to, int64_t& at) {
-  const int64_t width = from.nbytes() / from.shape()[0];
-  std::memcpy(static_cast<char*>(to.data_ptr()) + at * width,
-              static_cast<const char*>(from.data_ptr()) + row * width,
-              static_cast<size_t>(count * width));
-  at += count;
-}
-
-// The layer as a Megatron trainer holds it, by Megatron's names: linear_qkv interleaved by
-// the kv heads' groups, linear_fc1 [gate; up], linear_proj and linear_fc2 as o_proj and
-// down_proj.
-std::map<std::string, Tensor> MegatronSources() {
-  const std::map<std::string, Tensor> hf = Sources();
-  const Tensor& q = hf.at("q_proj");
-  const Tensor& k = hf.at("k_proj");
-  const int64_t groups = k.shape()[0] / kHead, cols = q.shape()[1];
-  const int64_t per_group = q.shape()[0] / groups;
-  Tensor qkv = *Tensor::Empty({q.shape()[0] + 2 * k.shape()[0], cols}, DType::kBFloat16);
-  int64_t at = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    CopyRows(q, g * per_group, per_group, qkv, at);
-    CopyRows(k, g * kHead, kHead, qkv, at);
-    CopyRows(hf.at("v_proj"), g * kHead, kHead, qkv, at);
-  }
-  const Tensor& gate = hf.at("gate_proj");
-  Tensor fc1 = *Tensor::Empty({2 * gate.shape()[0], cols}, DType::kBFloat16);
-  at = 0;
-  CopyRows(gate, 0, gate.shape()[0], fc1, at);
-  CopyRows(hf.at("up_proj"), 0, gate.shape()[0], fc1, at);
-  return {{"self_attention.linear_qkv.weight", qkv},
-          {"mlp.linear_fc1.weight", fc1},
-          {"self_attention.linear_proj.weight", hf.at("o_proj")},
-          {"mlp.linear_fc2.weight", hf.at("down_proj")}};
-}
 
 Map FsdpTrainer(const std::map<std::string, Tensor>& sources) {
   Map m;
@@ -169,6 +144,126 @@ TEST(Fp8RegroupMpi, AHeadSizeThatCutsBlocksFailsOnEveryRank) {
     }
     return;
   }
+}
+
+// The Megatron tensors of a dequant case as an FP8 trainer holds them: each quantized by its
+// own 128 x 128 blocks, beside its "_scale_inv". With heads of 128 rows every block of
+// linear_qkv (linear_fc1) is one of q, k or v's (gate or up's), so these are the Hugging Face
+// tensors' codes and scales, interleaved as the tensors are.
+std::map<std::string, Tensor> MegatronFp8(const json& c) {
+  const DType scale = c["scale_format"] == "e8m0" ? DType::kFloat8E8M0FNU : DType::kFloat32;
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, x] : MegatronSources()) {
+    const int64_t rows = x.shape()[0], cols = x.shape()[1];
+    Tensor codes = *Tensor::Empty({rows, cols}, CodesDType(c));
+    Tensor scales = *Tensor::Empty({(rows + 127) / 128, (cols + 127) / 128}, scale);
+    EXPECT_TRUE(internal::QuantizeMatrix(x.data_ptr(), x.dtype(), rows, cols, 128,
+                                         codes.data_ptr(), CodesDType(c), scales.data_ptr(),
+                                         scale));
+    out[name] = codes;
+    out[name + "_scale_inv"] = scales;
+  }
+  return out;
+}
+
+TEST(Fp8RegroupMpi, AnFp8MegatronTrainerDequantizedIntoBf16BuffersBitExact) {
+  // The regroup takes FP8 codes with their scales into vLLM's bfloat16 buffers: the codes move
+  // as they are, each rank dequantizes what it holds. PyTorch's values: the golden's dequant
+  // cases (made from the Hugging Face tensors' FP8).
+  ASSERT_FALSE(Golden().is_null());
+  const ReshardOptions options = MegatronToVllm(kHead);
+  int ran = 0;
+  for (const json& c : Golden()["dequant_cases"]) {
+    if (c["tp"] != g_world->size() || c["block"].get<int64_t>() == 0) continue;
+    ++ran;
+    const std::string name = c["name"];
+    const Map trainer = FsdpTrainer(MegatronFp8(c));
+    Map engine = Bf16Buffers(c);
+    TransferStats stats;
+    const absl::Status synced = ReshardStateDict(trainer, engine, options, &stats);
+    ASSERT_TRUE(synced.ok()) << name << ": " << synced;
+    ExpectDequantized(c, engine, "regrouped");
+    EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
+    // Bound: the same buffers, written afresh.
+    Map bound_engine = Bf16Buffers(c);
+    const absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, bound_engine, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<BoundReshard> sync = BindReshard(*plan, trainer, bound_engine);
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    ASSERT_TRUE(sync->Execute().ok()) << name;
+    ExpectDequantized(c, bound_engine, "regrouped bound");
+  }
+  if (g_world->size() != 3) {
+    EXPECT_EQ(ran, 3);
+  }
+}
+
+// Every Hugging Face tensor as FP8 codes of `c` with block scales (or one scale: `per_tensor`
+// for q, k and v), whole on every rank.
+Map Fp8HuggingFace(const json& c, bool per_tensor) {
+  const DType scale = c["scale_format"] == "e8m0" ? DType::kFloat8E8M0FNU : DType::kFloat32;
+  Map hf;
+  for (const char* key : kOrder) {
+    const IntVector shape = Golden()["shapes"][key].get<IntVector>();
+    hf.Set(HfName(key), Buffer(shape, CodesDType(c), "[R]", -1));
+    const std::string k = key;
+    if (per_tensor && (k == "q_proj" || k == "k_proj" || k == "v_proj")) {
+      hf.Set(HfName(key) + "_scale", Buffer({1}, scale, "[R]", -1));
+      continue;
+    }
+    hf.Set(HfName(key) + "_scale_inv",
+           Buffer({(shape[0] + 127) / 128, (shape[1] + 127) / 128}, scale, "[R]", -1));
+  }
+  return hf;
+}
+
+TEST(Fp8RegroupMpi, AMegatronTrainerSplitIntoFp8HuggingFaceTensorsBitExact) {
+  // The megatron-llama map's splits into FP8 destinations: linear_qkv's blocks quantized by
+  // its senders are q, k and v's own blocks, so each part's codes and scales are PyTorch's
+  // quantization of the Hugging Face tensor (the golden dequant cases' inputs).
+  ASSERT_FALSE(Golden().is_null());
+  const Map trainer = FsdpTrainer(MegatronSources());
+  ReshardOptions options;
+  options.comm = g_world;
+  options.weight_map = *WeightMap::Builtin("megatron-llama", kHead);
+  int ran = 0;
+  for (const json& c : Golden()["dequant_cases"]) {
+    if (c["tp"] != 1 || c["block"].get<int64_t>() == 0) continue;  // the inputs, whatever tp
+    ++ran;
+    const std::string name = c["name"];
+    Map hf = Fp8HuggingFace(c, false);
+    TransferStats stats;
+    const absl::Status synced = ReshardStateDict(trainer, hf, options, &stats);
+    ASSERT_TRUE(synced.ok()) << name << ": " << synced;
+    for (const char* key : kOrder) {
+      const json& want = c["inputs"][key];
+      EXPECT_EQ(Fnv(hf.Find(HfName(key))->as_dtensor().local()),
+                want["codes_fnv"].get<std::string>())
+          << name << " " << key << " on rank " << g_world->rank();
+      EXPECT_EQ(Raw(hf.Find(HfName(key) + "_scale_inv")->as_dtensor().local()),
+                want["scales"].get<std::vector<int64_t>>())
+          << name << " " << key << " on rank " << g_world->rank();
+    }
+    // linear_qkv, linear_fc1, linear_proj and linear_fc2, each quantized by its senders.
+    EXPECT_EQ(stats.cast_by_senders, 4) << name;
+    // One scale per tensor for the parts: refused on every rank (a part's amax is not its
+    // source's). Parts of different recipes too.
+    Map per_tensor = Fp8HuggingFace(c, true);
+    const absl::Status refused = ReshardStateDict(trainer, per_tensor, options);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_THAT(std::string(refused.message()),
+                HasSubstr("the parts of a split are quantized by blocks of their source"));
+    Map mixed = Fp8HuggingFace(c, false);
+    const Tensor& k_scales = mixed.Find(HfName("k_proj") + "_scale_inv")->as_dtensor().local();
+    mixed.Set(HfName("k_proj") + "_scale_inv",
+              Buffer(k_scales.shape(),
+                     k_scales.dtype() == DType::kFloat32 ? DType::kFloat8E8M0FNU : DType::kFloat32,
+                     "[R]", -1));
+    const absl::Status unlike = ReshardStateDict(trainer, mixed, options);
+    EXPECT_EQ(unlike.code(), absl::StatusCode::kInvalidArgument) << unlike;
+    EXPECT_THAT(std::string(unlike.message()), HasSubstr("are not FP8 alike"));
+  }
+  EXPECT_EQ(ran, 3);
 }
 
 }  // namespace

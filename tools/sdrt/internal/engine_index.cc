@@ -77,11 +77,21 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
     SDRT_RETURN_IF_ERROR(
         internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, mesh, t.placements));
   }
-  // The groups: a split's destinations (its lowering makes them together), FP8 codes with
-  // their scales, every other tensor alone.
+  // The groups: a split's destinations (its lowering makes them together) with their scales
+  // when they are FP8, FP8 codes with their scales, every other tensor alone.
   std::map<std::string, size_t> position;
   for (size_t i = 0; i < index.tensors.size(); ++i) position.emplace(index.tensors[i].name, i);
   std::set<size_t> grouped;
+  // Tensor `i` into `members` once, with the scales beside it when it is FP8 codes.
+  const auto add = [&](size_t i, std::vector<size_t>& members) {
+    if (!grouped.insert(i).second) return;
+    members.push_back(i);
+    if (!internal::IsFp8Codes(index.tensors[i].dtype)) return;
+    for (const char* suffix : {"_scale_inv", "_scale"}) {
+      const auto it = position.find(index.tensors[i].name + suffix);
+      if (it != position.end() && grouped.insert(it->second).second) members.push_back(it->second);
+    }
+  };
   const WeightMap::Compiled* compiled = map.has_value() ? &internal::CompiledOrEmpty(*map) : nullptr;
   for (const SafetensorsTensorSpec& s : sources) {
     if (compiled == nullptr) break;
@@ -92,20 +102,13 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
     std::vector<size_t> members;
     for (const std::string& d : m->destinations) {
       const auto it = position.find(d);
-      if (it != position.end() && grouped.insert(it->second).second) members.push_back(it->second);
+      if (it != position.end()) add(it->second, members);
     }
     if (!members.empty()) out.groups.emplace_back().members = std::move(members);
   }
   for (size_t i = 0; i < index.tensors.size(); ++i) {
-    if (grouped.count(i)) continue;
-    if (!internal::IsFp8Codes(index.tensors[i].dtype)) continue;
-    std::vector<size_t>& members = out.groups.emplace_back().members;
-    members.push_back(i);
-    for (const char* suffix : {"_scale_inv", "_scale"}) {
-      const auto it = position.find(index.tensors[i].name + suffix);
-      if (it != position.end() && grouped.insert(it->second).second) members.push_back(it->second);
-    }
-    grouped.insert(i);
+    if (grouped.count(i) || !internal::IsFp8Codes(index.tensors[i].dtype)) continue;
+    add(i, out.groups.emplace_back().members);
   }
   for (size_t i = 0; i < index.tensors.size(); ++i) {
     if (!grouped.count(i)) out.groups.emplace_back().members.push_back(i);

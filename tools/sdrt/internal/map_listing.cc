@@ -39,8 +39,9 @@ absl::Status InspectMap(const std::string& path, const WeightMapOptions& engine,
   SDRT_ASSIGN_OR_RETURN(DeviceMesh made, DeviceMesh::FromString(mesh_spec));
   const auto mesh = std::make_shared<const DeviceMesh>(std::move(made));
   SDRT_ASSIGN_OR_RETURN(const ShardingPlan plan, ShardingPlan::FromSpec(plan_spec));
-  SDRT_ASSIGN_OR_RETURN(const std::optional<WeightMap> map, ParseWeightMap(engine, path));
   const std::vector<SafetensorsTensorSpec> sources = source.TensorSpecs();
+  SDRT_ASSIGN_OR_RETURN(const std::optional<WeightMap> map,
+                        ParseWeightMap(engine, path, sources));
   SDRT_ASSIGN_OR_RETURN(const std::vector<SafetensorsTensorSpec> tensors,
                         EngineTensors(map, engine, sources, plan, *mesh));
   // Rank 0's layout names every rank's pieces; the sources are described as its own.

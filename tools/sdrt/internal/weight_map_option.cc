@@ -21,8 +21,6 @@ namespace {
 constexpr int64_t kMaxJsonBytes = int64_t{1} << 20;
 constexpr int64_t kFp8Block = 128;  // DeepSeek-V3's and vLLM's block edge
 
-// The attention head size in `folder`/config.json; 0 when there is no such regular file or
-// it does not say.
 // What a Hugging Face folder's config.json says of the model (0 for what it does not say).
 struct ModelConfig {
   int64_t head_size = 0, heads = 0, kv_heads = 0, intermediate = 0;
@@ -59,19 +57,55 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
   return out;
 }
 
-// megatron-llama's splits given their sizes from `config` (q, k, v: heads times the head
-// size; gate, up: the intermediate size), so that its destinations can be listed; the map
-// as it is when the config lacks them.
-absl::StatusOr<WeightMap> WithSplitSizes(const WeightMap& map, const ModelConfig& config) {
-  if (config.heads == 0 || config.kv_heads == 0 || config.intermediate == 0) return map;
+// The rows of megatron-llama's split parts (q; k and v each; gate and up each), 0 where
+// unknown.
+struct SplitRows {
+  int64_t q = 0, kv = 0, intermediate = 0;
+};
+
+// The parts' rows from `config` (heads times `head_size`, the intermediate size), else from
+// the first layer's tensors in `sources`: linear_proj's columns are q's rows, linear_qkv's
+// other rows are k's and v's halves, linear_fc1's halves gate's and up's (the lowering
+// checks the rest).
+SplitRows SplitRowsOf(const ModelConfig& config, int64_t head_size,
+                      const std::vector<SafetensorsTensorSpec>& sources) {
+  SplitRows out;
+  if (config.heads > 0 && config.kv_heads > 0 && config.intermediate > 0) {
+    out.q = config.heads * head_size;
+    out.kv = config.kv_heads * head_size;
+    out.intermediate = config.intermediate;
+    return out;
+  }
+  int64_t proj_cols = 0, qkv_rows = 0, fc1_rows = 0;
+  const auto first = [](const SafetensorsTensorSpec& t, const char* suffix, int64_t& into,
+                        size_t dim) {
+    if (into == 0 && t.shape.size() == 2 && absl::EndsWith(t.name, suffix)) {
+      into = t.shape[dim];
+    }
+  };
+  for (const SafetensorsTensorSpec& t : sources) {
+    first(t, "self_attention.linear_proj.weight", proj_cols, 1);
+    first(t, "self_attention.linear_qkv.weight", qkv_rows, 0);
+    first(t, "mlp.linear_fc1.weight", fc1_rows, 0);
+  }
+  if (proj_cols > 0 && qkv_rows > proj_cols && (qkv_rows - proj_cols) % 2 == 0) {
+    out.q = proj_cols;
+    out.kv = (qkv_rows - proj_cols) / 2;
+  }
+  if (fc1_rows > 0 && fc1_rows % 2 == 0) out.intermediate = fc1_rows / 2;
+  return out;
+}
+
+// megatron-llama's splits given their sizes (SplitRowsOf), so that its destinations can be
+// listed; a split whose sizes are unknown as it is.
+absl::StatusOr<WeightMap> WithSplitSizes(const WeightMap& map, const SplitRows& rows) {
   std::vector<WeightMapRule> rules = map.rules();
   for (WeightMapRule& r : rules) {
     if (r.kind != WeightMapRule::Kind::kSplit) continue;
-    if (r.to.size() == 3) {
-      r.sizes = {config.heads * r.head_size, config.kv_heads * r.head_size,
-                 config.kv_heads * r.head_size};
-    } else if (r.to.size() == 2) {
-      r.sizes = {config.intermediate, config.intermediate};
+    if (r.to.size() == 3 && rows.q > 0) {
+      r.sizes = {rows.q, rows.kv, rows.kv};
+    } else if (r.to.size() == 2 && rows.intermediate > 0) {
+      r.sizes = {rows.intermediate, rows.intermediate};
     }
   }
   return WeightMap::FromRules(std::move(rules));
@@ -105,8 +139,9 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
       ->check(CLI::IsMember({"bf16", "f16", "f32", "fp8-block", "fp8-tensor"}));
 }
 
-absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& options,
-                                                        const std::string& src) {
+absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(
+    const WeightMapOptions& options, const std::string& src,
+    const std::vector<SafetensorsTensorSpec>& sources) {
   if (options.map.empty()) return std::nullopt;
   if (options.map == "vllm-llama" || options.map == "megatron-llama") {
     SDRT_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigOf(src));
@@ -116,7 +151,9 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& 
           "--map ", options.map, " needs --head-size (SRC has no config.json that gives it)"));
     }
     SDRT_ASSIGN_OR_RETURN(WeightMap map, WeightMap::Builtin(options.map, head_size));
-    if (options.map == "megatron-llama") return WithSplitSizes(map, config);
+    if (options.map == "megatron-llama") {
+      return WithSplitSizes(map, SplitRowsOf(config, head_size, sources));
+    }
     return map;
   }
   absl::StatusOr<std::string> text = internal::ReadBoundedFile(options.map, kMaxJsonBytes);

@@ -33,12 +33,15 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options);
 // head size SRC's config.json gives (head_dim, else hidden_size / num_attention_heads, when
 // `src` is a folder holding one as a regular file, not a link), or a JSON map file (at
 // most 1 MiB, a regular file). megatron-llama's splits take their sizes from that
-// config.json too (num_attention_heads, num_key_value_heads, intermediate_size), so that the
-// destinations of a Megatron checkpoint can be listed (EngineTensors); without them a split
-// needs the destination given. InvalidArgument naming the option for a built-in map without
-// a head size, a file that cannot be read, WeightMap's errors.
-absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(const WeightMapOptions& options,
-                                                        const std::string& src);
+// config.json too (num_attention_heads, num_key_value_heads, intermediate_size), else from
+// SRC's tensors `sources` (the first layer's linear_proj columns are q's rows, the rest of
+// linear_qkv's rows k's and v's, linear_fc1's halves gate's and up's), so that the
+// destinations of a Megatron checkpoint can be listed (EngineTensors); a split whose sizes
+// are found neither way needs its destinations given. InvalidArgument naming the option for
+// a built-in map without a head size, a file that cannot be read, WeightMap's errors.
+absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(
+    const WeightMapOptions& options, const std::string& src,
+    const std::vector<SafetensorsTensorSpec>& sources);
 
 // The engine's tensor list: `sources` through `map` (WeightMap::DestinationTensors, a
 // kShards fuse cut into as many parts as `plan` shards it on `mesh`), every float tensor in

@@ -20,6 +20,40 @@ absl::Status Invalid(const std::string& where, absl::string_view what) {
 
 }  // namespace
 
+absl::StatusOr<int> SplitRecipe(const std::vector<std::string>& names,
+                                const std::map<std::string, int>& quantized_of,
+                                const std::vector<QuantizedDestination>& quantized,
+                                const std::string& where) {
+  int first = -1;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const auto it = quantized_of.find(names[k]);
+    const int q = it == quantized_of.end() ? -1 : it->second;
+    if (k == 0) {
+      first = q;
+      continue;
+    }
+    const bool alike =
+        (q < 0) == (first < 0) &&
+        (q < 0 || (quantized[static_cast<size_t>(q)].codes ==
+                       quantized[static_cast<size_t>(first)].codes &&
+                   quantized[static_cast<size_t>(q)].scale ==
+                       quantized[static_cast<size_t>(first)].scale &&
+                   quantized[static_cast<size_t>(q)].tile ==
+                       quantized[static_cast<size_t>(first)].tile));
+    if (!alike) {
+      return Invalid(where, absl::StrCat("its destinations '", names[0], "' and '", names[k],
+                                         "' are not FP8 alike (codes, scales and blocks)"));
+    }
+  }
+  if (first >= 0 && quantized[static_cast<size_t>(first)].tile == 0) {
+    return Invalid(where, absl::StrCat(
+        "'", names[0], "' has one scale ('", quantized[static_cast<size_t>(first)].scale_path,
+        "'): the parts of a split are quantized by blocks of their source, so give them block "
+        "scales ('_scale_inv')"));
+  }
+  return first;
+}
+
 absl::StatusOr<Fp8ScalesUnit> ScalesLikeTheirCodes(const WeightMapRule& rule,
                                                    const QuantizedDestination& q,
                                                    const std::vector<std::string>& names,

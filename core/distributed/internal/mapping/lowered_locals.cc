@@ -248,8 +248,16 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
     return &out.dequantize.locals[it->second];
   };
   std::map<std::string, size_t> step_of;  // an FP8 leaf's path -> its step
-  const auto step = [&](const LoweredDestination& d, int source) -> absl::StatusOr<QuantizeStep*> {
-    const QuantizedDestination& q = work.specs[static_cast<size_t>(d.quantized)];
+  std::map<std::string, size_t> spec_of;  // an FP8 leaf's path -> its spec
+  for (size_t i = 0; i < work.specs.size(); ++i) spec_of.emplace(work.specs[i].path, i);
+  // The step of FP8 leaf `path` (one of d's leaves: a split's parts are several).
+  const auto step = [&](const LoweredDestination& d, const std::string& path,
+                        int source) -> absl::StatusOr<QuantizeStep*> {
+    const auto spec = spec_of.find(path);
+    if (spec == spec_of.end()) {
+      return absl::InternalError(absl::StrCat("FP8: no recipe for '", path, "'"));
+    }
+    const QuantizedDestination& q = work.specs[spec->second];
     auto it = step_of.find(q.path);
     if (it == step_of.end()) {
       SDRT_ASSIGN_OR_RETURN(std::vector<Tensor>* codes, locals(q.path));
@@ -287,7 +295,7 @@ absl::Status LowerLocals(const MapLowering& lowering, int64_t me, Device device,
         if (has && d.quantized >= 0) {
           // An FP8 leaf: the view is of its codes (the senders quantize) or of its staging
           // local (FinishQuantized quantizes it here).
-          SDRT_ASSIGN_OR_RETURN(QuantizeStep* const q, step(d, source_of[index]));
+          SDRT_ASSIGN_OR_RETURN(QuantizeStep* const q, step(d, path, source_of[index]));
           QuantizeLocal& local = q->locals[static_cast<size_t>(v.local)];
           local.views.push_back({v.start, v.length, source_of[index], box.offsets});
           if (!work.on_senders) into = local.staging;

@@ -255,10 +255,6 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
         d.dtype = d.quantized >= 0 && !quantize_on_senders ? d.source_dtype : fused.layout->dtype;
         if (d.quantized < 0) {
           SDRT_ASSIGN_OR_RETURN(d.dequantized, dequantize(names[k], fused.layout->dtype));
-          if (d.dequantized >= 0 && regroup) {
-            return Invalid(where, "its source is FP8 with scales, which a regroup does not "
-                                  "dequantize");
-          }
           if (d.dequantized >= 0) d.dtype = d.source_dtype;  // the codes move as they are
         }
         d.shape = components[k]->layout->shape;
@@ -296,12 +292,8 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       if (sides.count({fused_path, false})) {
         return Invalid(where, "its name is also the name of a destination leaf");
       }
-      for (const std::string& n : names) {
-        if (quantized_of.count(n)) {
-          return Invalid(where, absl::StrCat("its destination '", n,
-                                             "' is FP8 with scales, which a split does not make"));
-        }
-      }
+      SDRT_ASSIGN_OR_RETURN(const int split_quantized,
+                            SplitRecipe(names, quantized_of, out.quantized, where));
       SDRT_ASSIGN_OR_RETURN(const int dq, dequantize(fused_path, components[0]->layout->dtype));
       if (dq >= 0) {
         return Invalid(where, "its source is FP8 with scales, which a split does not dequantize");
@@ -309,6 +301,10 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
       LoweredDestination& d = lowered.emplace_back();
       d.name = fused_path;
       d.dtype = components[0]->layout->dtype;
+      d.quantized = split_quantized;
+      d.source_dtype = fused.layout->dtype;
+      // FP8 parts quantized after the move go through staging of the source's dtype.
+      if (d.quantized >= 0 && !quantize_on_senders) d.dtype = d.source_dtype;
       d.shape = fused_shape;
       d.dim = dim;
       d.leaves = names;

@@ -61,6 +61,17 @@ void PlaceRegrouped(const std::vector<FusedSegment>& held, int64_t component_sta
                     int64_t length, const LayoutPiece& piece, int64_t local_start,
                     LoweredDestination& out);
 
+// The recipe a split's FP8 destinations `names` share (the index of the first's in
+// `quantized`; `quantized_of`: a destination path -> its index), -1 when none is FP8.
+// Their scales are blocks of the fused source, which are each part's own blocks where every
+// part starts at a block (the lowering's checks). InvalidArgument prefixed by `where`: some
+// parts FP8 and some not, parts of different recipes (codes, scale dtype, tile), one scale
+// per tensor (a part's own amax is not the source's).
+absl::StatusOr<int> SplitRecipe(const std::vector<std::string>& names,
+                                const std::map<std::string, int>& quantized_of,
+                                const std::vector<QuantizedDestination>& quantized,
+                                const std::string& where);
+
 // A rule making FP8 destination `q` (with block scales) of FP8 codes sources `names`
 // (`components`, each beside its own block scales; `fused`: the destination's description):
 // the scales' unit, by the same rule counted in blocks (head size, sizes and rows over the

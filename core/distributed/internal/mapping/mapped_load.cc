@@ -35,11 +35,17 @@ absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& s
   SDRT_RETURN_IF_ERROR(DescribeStateDict(local, /*source=*/false, mine));
   SDRT_ASSIGN_OR_RETURN(const MapLowering lowering, LowerLeafLayouts(map, per_rank, /*quantize_on_senders=*/false));
   SDRT_RETURN_IF_ERROR(LowerLocals(lowering, me, device, local, out.mapped));
+  absl::flat_hash_map<absl::string_view, absl::string_view> scales_of;  // FP8 leaf -> scales
+  for (const QuantizedDestination& q : lowering.quantized) scales_of.emplace(q.path, q.scale_path);
   absl::flat_hash_set<absl::string_view> taken;  // the caller's leaves a rule replaces
   for (const LoweredDestination& d : lowering.destinations) {
-    for (const std::string& path : d.leaves) taken.insert(path);
-    // Scales the quantize step writes (not those of codes that move as they are).
-    if (d.quantized >= 0) taken.insert(lowering.quantized[static_cast<size_t>(d.quantized)].scale_path);
+    for (const std::string& path : d.leaves) {
+      taken.insert(path);
+      // Scales the quantize step writes (not those of codes that move as they are): each
+      // FP8 leaf's, a split's parts several.
+      const auto q = scales_of.find(path);
+      if (d.quantized >= 0 && q != scales_of.end()) taken.insert(q->second);
+    }
   }
   for (const RenamedDestination& r : lowering.renamed) taken.insert(r.path);
   SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(local));

@@ -395,7 +395,7 @@ SDRT_C_API sdrt_status_t sdrt_state_dict_destroy(sdrt_state_dict_t state_dict);
  * 128 x 128 block of the source tensor, laid out as the codes) or plus "_scale" (one
  * element) is quantized by PyTorch's recipe on the way (in a reshard by the senders: one
  * byte per element on the wire); a float8 source beside such scales into a float entry is
- * dequantized. CPU buffers only so far (SDRT_UNIMPLEMENTED). */
+ * dequantized; CPU and CUDA buffers alike. */
 typedef struct sdrt_weight_map_s* sdrt_weight_map_t;
 
 /* Local. A map from its JSON text, the `length` bytes at `json` (no terminating NUL needed;

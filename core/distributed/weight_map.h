@@ -51,9 +51,12 @@
 // taken by a float32 / bfloat16 / float16 destination, is dequantized ((q.float() * scale)
 // .to(dtype)); codes with their scales into fp8 leaves move as they are, fused (or
 // regrouped) too when each source has block scales: the scales then follow by the same rule
-// counted in 128-row blocks (whole blocks needed). CPU tensors only so
-// far (Unimplemented). The map is applied by PlanReshard (ReshardOptions::weight_map): every
-// rule is checked against every rank's leaves there, on every rank alike.
+// counted in 128-row blocks (whole blocks needed). A split into FP8 parts quantizes by the
+// blocks of its source, each part's own when every part starts at a block (block scales
+// only: one scale per part is InvalidArgument), and a regroup dequantizes as a fuse does.
+// CPU and CUDA tensors alike (the amax, codes and dequantization run where the local is).
+// The map is applied by PlanReshard (ReshardOptions::weight_map): every rule is checked
+// against every rank's leaves there, on every rank alike.
 #ifndef SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
 #define SDRT_CORE_DISTRIBUTED_WEIGHT_MAP_H_
 

@@ -4,8 +4,9 @@
 // over the box's elements (row-major, so a warp reads adjacent elements of a row), each
 // element's scale read by its tile's index (the same few scales for a whole row of a tile:
 // they stay in L1). The amax is a reduction per tile: one thread block per chunk (the box's
-// part in one tile, at most tile x tile elements), a warp-shuffle max, a shared-memory max
-// over the warps and one atomicMax of the chunk's bits into its grid entry. A float's bits
+// part in one tile, at most tile x tile elements; a warp per row, its lanes along the row),
+// a warp-shuffle max, a shared-memory max over the warps and one atomicMax of the chunk's
+// bits into its grid entry. A float's bits
 // with the sign cleared order as its magnitude, so integer max is float max; every NaN is
 // stored as kNanAmaxBits, as the host does, so that all ranks agree bit for bit.
 #include <cuda_runtime_api.h>
@@ -51,14 +52,16 @@ __global__ void __launch_bounds__(kThreads) TileAmaxKernel(const Fp8BoxOp op) {
     const int64_t r1 = ChunkBegin(row_origin, op.rows, edge, i + 1);
     const int64_t c0 = ChunkBegin(col_origin, op.cols, edge, j);
     const int64_t c1 = ChunkBegin(col_origin, op.cols, edge, j + 1);
-    // At most edge x edge elements: int32 indices when the chunk fits them.
-    const int64_t width = c1 - c0, n = (r1 - r0) * width;
+    // A warp per row (the block's warps take every kWarps-th row), its lanes along the row:
+    // adjacent reads, no division per element.
     uint32_t m = 0;
-    for (int64_t e = threadIdx.x; e < n; e += kThreads) {
-      const int64_t r = r0 + e / width, c = c0 + e % width;
-      uint32_t bits = internal::FloatBits(fabsf(FloatCodec<F>::Widen(src[r * op.src_row_stride + c])));
-      if (bits > 0x7f800000u) bits = static_cast<uint32_t>(internal::kNanAmaxBits);
-      m = max(m, bits);
+    for (int64_t r = r0 + (threadIdx.x >> 5); r < r1; r += kWarps) {
+      const Bits* const row = src + r * op.src_row_stride;
+      for (int64_t c = c0 + (threadIdx.x & 31); c < c1; c += 32) {
+        uint32_t bits = internal::FloatBits(fabsf(FloatCodec<F>::Widen(row[c])));
+        if (bits > 0x7f800000u) bits = static_cast<uint32_t>(internal::kNanAmaxBits);
+        m = max(m, bits);
+      }
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
       m = max(m, __shfl_down_sync(0xffffffffu, m, offset));

@@ -4,9 +4,9 @@
 // file's qkv_proj, gate_up_proj and padded embed_tokens equal PyTorch's layouts bit for bit,
 // and the index's full-tensor hash is that of the ranks' pieces put together (so `sdrt
 // gather` checks it); from tests/data/fp8_map's layer, --cast fp8-block writes the FP8 codes
-// and block scales PyTorch's recipe makes (tp 1, 2, 4), and a Megatron folder by the
-// megatron-llama map the Hugging Face tensors' FP8 with block scales (split parts quantized).
-// fp8-tensor is refused, exit 2.
+// and block scales PyTorch's recipe makes (tp 1, 2, 4), --cast fp8-tensor the codes and one
+// scale of each whole tensor, and a Megatron folder by the megatron-llama map the Hugging
+// Face tensors' FP8 with block scales (split parts quantized; one scale per part refused).
 // `mpiexec -n 3 sdrt reshard FSDP OUTDIR ... --map` writes the same folder, byte for byte. An
 // FP8 checkpoint goes into the fused FP8 layout with its block scales fused like its codes.
 #include <unistd.h>
@@ -70,19 +70,19 @@ Tensor Rows(const std::vector<Tensor>& pieces) {
   return out;
 }
 
-// A rank file's FP8 codes and block scales of the four linear weights against the golden's
-// rank `mine`.
-void ExpectFp8Rank(const RankShards& shards, const json& mine, const std::string& what) {
+// A rank file's FP8 codes and scales (block scales, "_scale_inv", or one per tensor,
+// "_scale") of the four linear weights against the golden's rank `mine`.
+void ExpectFp8Rank(const RankShards& shards, const json& mine, const std::string& what,
+                   const std::string& suffix = "_scale_inv") {
   std::map<std::string, const DTensor*> by_name;
   for (const auto& [path, d] : shards.tensors) by_name[path] = &d;
   for (const char* key : testing_fp8_map::kDestinations) {
     const std::string where = absl::StrCat(what, " ", key);
-    ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + "_scale_inv"))
-        << where;
+    ASSERT_TRUE(by_name.count(HfName(key)) && by_name.count(HfName(key) + suffix)) << where;
     EXPECT_EQ(testing_fp8_map::Fnv(by_name[HfName(key)]->local()),
               mine[key]["codes_fnv"].get<std::string>())
         << where;
-    EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + "_scale_inv"]->local()),
+    EXPECT_EQ(testing_fp8_map::Raw(by_name[HfName(key) + suffix]->local()),
               mine[key]["scales"].get<std::vector<int64_t>>())
         << where;
   }
@@ -261,6 +261,14 @@ TEST_F(ShardMapCli, AMegatronFolderIntoFp8HuggingFaceTensors) {
   const test::CommandResult g = RunSdrtMpi(
       2, absl::StrCat("gather ", Quote(out), " ", Quote((dir_ / "gathered.safetensors").string())));
   EXPECT_EQ(g.exit_code, 0) << g.err;
+  // One scale per part of a split is refused (its scales are blocks of its source), exit 2.
+  const test::CommandResult t =
+      RunSdrt(absl::StrCat("shard ", Quote(folder.string()), " ",
+                           Quote((dir_ / "per_tensor").string()),
+                           " --mesh 2 --plan tp --map megatron-llama --cast fp8-tensor"));
+  EXPECT_EQ(t.exit_code, 2);
+  EXPECT_THAT(t.err, HasSubstr("are parts of one split"));
+  EXPECT_FALSE(fs::exists(dir_ / "per_tensor"));
   // Without config.json (the head size given): the splits' sizes from the tensors' shapes
   // (linear_proj's columns are q's rows), the same folder.
   fs::remove(folder / "config.json");
@@ -292,31 +300,31 @@ TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {
   ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
   int ran = 0;
   for (const json& c : testing_fp8_map::Golden()["cases"]) {
-    if (c["block"].get<int64_t>() == 0 || c["scale_format"] != "f32" || c["fp8"] != "e4m3fn") {
-      continue;
-    }
+    if (c["scale_format"] != "f32" || c["fp8"] != "e4m3fn") continue;
     ++ran;
+    const bool block = c["block"].get<int64_t>() > 0;
     const int64_t tp = c["tp"];
-    const std::string out = (dir_ / absl::StrCat("fp8_tp", tp)).string();
-    const test::CommandResult r =
-        RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(out), " --mesh ", tp,
-                             " --plan tp --map vllm-llama --head-size 128 --cast fp8-block"));
+    const std::string out = (dir_ / absl::StrCat(block ? "block" : "tensor", "_tp", tp)).string();
+    const test::CommandResult r = RunSdrt(
+        absl::StrCat("shard ", Quote(file), " ", Quote(out), " --mesh ", tp,
+                     " --plan tp --map vllm-llama --head-size 128 --cast ",
+                     block ? "fp8-block" : "fp8-tensor"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (int64_t rank = 0; rank < tp; ++rank) {
       absl::StatusOr<RankShards> shards = LoadRankShards(out, rank);
       ASSERT_TRUE(shards.ok()) << shards.status();
       ExpectFp8Rank(*shards, c["ranks"][static_cast<size_t>(rank)],
-                    absl::StrCat("tp ", tp, " rank ", rank));
+                    absl::StrCat(c["name"].get<std::string>(), " rank ", rank),
+                    block ? "_scale_inv" : "_scale");
+    }
+    // One scale per tensor: the whole tensor's, which the index's hash checks too.
+    if (!block && tp > 1) {
+      const test::CommandResult g = RunSdrtMpi(
+          tp, absl::StrCat("gather ", Quote(out), " ", Quote(out + ".safetensors")));
+      EXPECT_EQ(g.exit_code, 0) << g.err;
     }
   }
-  EXPECT_EQ(ran, 3);
-  // One scale per tensor needs every rank's pieces at once: refused.
-  const test::CommandResult r = RunSdrt(absl::StrCat(
-      "shard ", Quote(file), " ", Quote((dir_ / "tensor").string()),
-      " --mesh 2 --plan tp --cast fp8-tensor"));
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--cast fp8-tensor"));
-  EXPECT_FALSE(fs::exists(dir_ / "tensor"));
+  EXPECT_EQ(ran, 6);
 }
 
 TEST_F(ShardMapCli, AnFp8CheckpointIntoFusedFp8Buffers) {

@@ -1,5 +1,6 @@
 #include "sdrt/tools/sdrt/internal/mapped_shard.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -81,6 +83,99 @@ absl::StatusOr<std::vector<Tensor>> AssembleFull(const CheckpointSource& source,
   return full;
 }
 
+// --cast fp8-tensor: one scale per FP8 weight, its whole tensor's amax, which ranks loaded
+// one at a time cannot agree on. So the pieces are loaded in their source's dtype (`index`:
+// the engine without the FP8 cast, `options`) and quantized here, each with the scale found
+// while hashing its whole tensor (put together from every rank's pieces).
+struct TensorScales {
+  WeightMapOptions options;
+  EngineIndex index;
+  std::map<std::string, float> scale_of;  // an FP8 weight's one scale
+};
+
+// `x` (float32, bfloat16 or float16) quantized with `scale` into float8_e4m3fn.
+absl::StatusOr<Tensor> Quantized(const Tensor& x, float scale) {
+  SDRT_ASSIGN_OR_RETURN(const Tensor dense, x.Contiguous());
+  SDRT_ASSIGN_OR_RETURN(Tensor codes, Tensor::Empty(dense.shape(), DType::kFloat8E4M3FN));
+  if (!internal::QuantizeFloats(dense.data_ptr(), dense.dtype(), codes.data_ptr(),
+                                DType::kFloat8E4M3FN, scale, dense.numel())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cast fp8-tensor: no quantization of ", DTypeName(dense.dtype())));
+  }
+  return codes;
+}
+
+// A one-element float32 tensor holding `scale`.
+absl::StatusOr<Tensor> ScaleTensor(float scale) {
+  SDRT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(IntVector{1}, DType::kFloat32));
+  *t.data<float>() = scale;
+  return t;
+}
+
+// The full tensors of `group` (FP8 weights with their one scale each) made from the source
+// dtype's, every FP8 weight's scale kept in `ts`. InvalidArgument for the FP8 parts of one
+// split (their scales would be blocks of their source: --cast fp8-block).
+absl::StatusOr<std::vector<Tensor>> FullPerTensor(const CheckpointSource& source,
+                                                  const std::optional<WeightMap>& map,
+                                                  const EngineIndex& e,
+                                                  const EngineIndex::Group& group,
+                                                  const MeshAndPlan& layout, TensorScales& ts) {
+  std::vector<std::string> codes;
+  for (size_t i : group.members) {
+    if (internal::IsFp8Codes(e.index.tensors[i].dtype)) codes.push_back(e.index.tensors[i].name);
+  }
+  if (codes.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cast fp8-tensor: '", codes[0], "' and '", codes[1], "' are parts of one split, "
+        "quantized by the blocks of their source: use --cast fp8-block"));
+  }
+  SDRT_ASSIGN_OR_RETURN(const std::vector<Tensor> wide,
+                        AssembleFull(source, map, ts.index, ts.options, layout, codes));
+  std::vector<Tensor> full;
+  for (size_t i : group.members) {
+    const std::string& name = e.index.tensors[i].name;
+    if (name == codes[0]) {
+      float amax = 0.0f;
+      internal::AbsMax(wide[0].data_ptr(), wide[0].dtype(), wide[0].numel(), &amax);
+      const float scale = internal::TileScale(amax, DType::kFloat8E4M3FN, false);
+      ts.scale_of[name] = scale;
+      SDRT_ASSIGN_OR_RETURN(full.emplace_back(), Quantized(wide[0], scale));
+    } else {  // its scale (AddScaleLeaves: the weight's name and "_scale")
+      SDRT_ASSIGN_OR_RETURN(full.emplace_back(), ScaleTensor(ts.scale_of.at(codes[0])));
+    }
+  }
+  return full;
+}
+
+// Rank `rank`'s pieces of every tensor of `index`, FP8 weights quantized with their one scale.
+absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> PerTensorPieces(
+    const CheckpointSource& source, const std::optional<WeightMap>& map,
+    const ShardedCheckpointIndex& index, const MeshAndPlan& layout, int64_t rank,
+    const TensorScales& ts) {
+  SDRT_ASSIGN_OR_RETURN(Map local, EngineLayout(ts.index, ts.options, layout, rank));
+  SDRT_RETURN_IF_ERROR(LoadAsRank(source, map, rank, local));
+  std::vector<std::pair<std::string, Tensor>> pieces;
+  for (const ShardedCheckpointTensor& t : index.tensors) {
+    const auto scale = ts.scale_of.find(t.name);
+    if (scale != ts.scale_of.end()) {
+      SDRT_ASSIGN_OR_RETURN(Tensor codes, Quantized(local.Find(t.name)->as_dtensor().local(),
+                                                    scale->second));
+      pieces.emplace_back(t.name, std::move(codes));
+      continue;
+    }
+    const Value* v = local.Find(t.name);
+    if (v == nullptr && absl::EndsWith(t.name, "_scale")) {
+      const std::string weight = t.name.substr(0, t.name.size() - 6);
+      SDRT_ASSIGN_OR_RETURN(Tensor one, ScaleTensor(ts.scale_of.at(weight)));
+      pieces.emplace_back(t.name, std::move(one));
+      continue;
+    }
+    if (v == nullptr) return absl::InternalError(absl::StrCat("no piece of ", t.name));
+    pieces.emplace_back(t.name, v->as_dtensor().local());
+  }
+  return pieces;
+}
+
 }  // namespace
 
 absl::StatusOr<ShardedCheckpointIndex> WriteMappedShards(const CheckpointSource& source,
@@ -90,22 +185,31 @@ absl::StatusOr<ShardedCheckpointIndex> WriteMappedShards(const CheckpointSource&
                                                          const MeshAndPlan& layout,
                                                          const std::string& out_dir,
                                                          bool overwrite) {
-  if (engine.cast == "fp8-tensor") {
-    return absl::InvalidArgumentError(
-        "--cast fp8-tensor: one scale per tensor needs every rank's pieces at once, and sdrt "
-        "shard makes one rank at a time (use --cast fp8-block, or sdrt load)");
-  }
   SDRT_ASSIGN_OR_RETURN(EngineIndex e,
                         MakeEngineIndex(layout.mesh->ToString(), source.TensorSpecs(),
                                         source.metadata(), map, engine, layout));
   ShardedCheckpointIndex& index = e.index;
+  std::optional<TensorScales> per_tensor;
+  if (engine.cast == "fp8-tensor") {
+    per_tensor.emplace();
+    per_tensor->options = engine;
+    per_tensor->options.cast.clear();
+    SDRT_ASSIGN_OR_RETURN(per_tensor->index,
+                          MakeEngineIndex(layout.mesh->ToString(), source.TensorSpecs(),
+                                          source.metadata(), map, per_tensor->options, layout));
+  }
   // Each tensor's full hash: SRC's tensor's, or that of the tensor made, put together from
   // every rank's pieces.
   for (const EngineIndex::Group& group : e.groups) {
     std::vector<std::string> names;
     for (size_t i : group.members) names.push_back(index.tensors[i].name);
     std::vector<Tensor> full;
-    if (group.as_in_source) {
+    const bool fp8 = std::any_of(group.members.begin(), group.members.end(), [&](size_t i) {
+      return internal::IsFp8Codes(index.tensors[i].dtype);
+    });
+    if (per_tensor.has_value() && fp8) {
+      SDRT_ASSIGN_OR_RETURN(full, FullPerTensor(source, map, e, group, layout, *per_tensor));
+    } else if (group.as_in_source) {
       for (const std::string& name : names) {
         SDRT_ASSIGN_OR_RETURN(full.emplace_back(), source.Get(name));
       }
@@ -120,11 +224,16 @@ absl::StatusOr<ShardedCheckpointIndex> WriteMappedShards(const CheckpointSource&
   SDRT_ASSIGN_OR_RETURN(ShardedCheckpointFolder folder,
                         ShardedCheckpointFolder::Begin(index, out_dir, source_name, overwrite));
   for (int64_t rank = 0; rank < index.world_size; ++rank) {
-    SDRT_ASSIGN_OR_RETURN(Map local, EngineLayout(e, engine, layout, rank));
-    SDRT_RETURN_IF_ERROR(LoadAsRank(source, map, rank, local));
     std::vector<std::pair<std::string, Tensor>> locals;
-    for (const ShardedCheckpointTensor& t : index.tensors) {
-      locals.emplace_back(t.name, local.Find(t.name)->as_dtensor().local());
+    if (per_tensor.has_value()) {
+      SDRT_ASSIGN_OR_RETURN(locals,
+                            PerTensorPieces(source, map, index, layout, rank, *per_tensor));
+    } else {
+      SDRT_ASSIGN_OR_RETURN(Map local, EngineLayout(e, engine, layout, rank));
+      SDRT_RETURN_IF_ERROR(LoadAsRank(source, map, rank, local));
+      for (const ShardedCheckpointTensor& t : index.tensors) {
+        locals.emplace_back(t.name, local.Find(t.name)->as_dtensor().local());
+      }
     }
     SDRT_RETURN_IF_ERROR(WriteShardedRankFile(folder.path(), folder.index(), rank, locals));
   }

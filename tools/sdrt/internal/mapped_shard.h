@@ -25,10 +25,13 @@ namespace sdrt::cli {
 // Writes `out_dir` (atomically, as WriteShardedCheckpoint does; `overwrite` as its option)
 // holding `source` (named `source_name` in messages) in the engine's layout: EngineTensors'
 // list of `map` and `engine.cast`, laid out by `layout`, FP8 scales beside FP8 weights
-// (AddScaleLeaves). Returns the index written. InvalidArgument: --cast fp8-tensor (one scale
-// per tensor needs every rank's pieces at once), a map or plan that does not fit (naming the
-// rule and tensor), a mapped tensor whose pieces are not one box each (Unimplemented); the
-// errors of LoadStateDict and of the folder's writes.
+// (AddScaleLeaves). With --cast fp8-tensor each FP8 weight's one scale is its whole tensor's
+// (the amax over every rank's pieces, which ranks loaded one at a time cannot agree on): the
+// pieces are loaded in their source's dtype and quantized here with the scale found while
+// hashing the whole tensor. Returns the index written. InvalidArgument: --cast fp8-tensor of
+// a split's parts (their scales are blocks of their source), a map or plan that does not fit
+// (naming the rule and tensor), a mapped tensor whose pieces are not one box each
+// (Unimplemented); the errors of LoadStateDict and of the folder's writes.
 absl::StatusOr<ShardedCheckpointIndex> WriteMappedShards(const CheckpointSource& source,
                                                          const std::string& source_name,
                                                          const std::optional<WeightMap>& map,

@@ -65,7 +65,7 @@ std::string HfShardFileName(int64_t i, int64_t n) {
 std::string SerializeHfIndex(const std::vector<std::pair<std::string, std::string>>& weight_map,
                              int64_t total_size) {
   Json map = Json::object();
-  for (const auto& [tensor, file] : weight_map) map[tensor] = file;
+  for (const auto& [tensor, file] : weight_map) AppendNewMember(map, tensor, file);
   const Json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", std::move(map)}};
   return index.dump(2, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
 }

@@ -50,7 +50,7 @@ bool IsPlainFileName(absl::string_view name);
 // from 1 with five digits or more, as huggingface_hub names them.
 std::string HfShardFileName(int64_t i, int64_t n);
 
-// The index text for `weight_map` (in its order) and `total_size`:
+// The index text for `weight_map` (in its order; each tensor named once) and `total_size`:
 // {"metadata": {"total_size": N}, "weight_map": {...}}, indented by two spaces, non-ASCII
 // escaped as \uXXXX, no final newline: byte for byte what huggingface_hub's
 // save_torch_state_dict writes (json.dump(index, f, indent=2)) for the same map. Bytes that

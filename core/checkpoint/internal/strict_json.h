@@ -5,6 +5,8 @@
 #ifndef SDRT_CORE_CHECKPOINT_INTERNAL_STRICT_JSON_H_
 #define SDRT_CORE_CHECKPOINT_INTERNAL_STRICT_JSON_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -18,6 +20,12 @@ inline constexpr int kMaxJsonDepth = 64;
 // file): "not valid JSON: <nlohmann's error>", "duplicate key \"<key>\" in one object", or
 // "nested deeper than 64 levels".
 absl::StatusOr<nlohmann::ordered_json> ParseStrictJson(absl::string_view text);
+
+// Appends member `key` to the JSON object `object` without looking it up (nlohmann's
+// operator[] and emplace search an ordered object's members: quadratic over many members).
+// The caller knows `key` is not in `object` yet (else the document names it twice).
+void AppendNewMember(nlohmann::ordered_json& object, std::string key,
+                     nlohmann::ordered_json value);
 
 }  // namespace sdrt::internal
 

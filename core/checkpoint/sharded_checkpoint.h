@@ -61,6 +61,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -115,8 +116,10 @@ struct ShardedCheckpointIndex {
 
   // dir + "/" + files[rank]. Precondition: 0 <= rank < world_size.
   std::string RankFilePath(int64_t rank) const;
-  // The tensor named `name`, or nullptr.
+  // The tensor named `name`, or nullptr. A linear search: for many names, ByName.
   const ShardedCheckpointTensor* Find(absl::string_view name) const;
+  // Every tensor by its name (views of `tensors`: valid while they are not changed).
+  absl::flat_hash_map<absl::string_view, const ShardedCheckpointTensor*> ByName() const;
   // The tensor list (names, dtypes, global shapes) in index order, e.g. for
   // ShardingPlan::MetaStateDict or a header to write.
   std::vector<SafetensorsTensorSpec> TensorSpecs() const;

@@ -67,8 +67,9 @@ absl::StatusOr<std::vector<uint64_t>> CheckRankFileOf(const ShardedCheckpointInd
     }
   }
   if (file.entries().size() != index.tensors.size()) {
+    const auto by_name = index.ByName();
     for (const SafetensorsEntry& e : file.entries()) {
-      if (index.Find(e.name) == nullptr) {
+      if (!by_name.contains(e.name)) {
         return Bad(path, absl::StrCat("tensor ", e.name, " is not in the index"));
       }
     }
@@ -121,6 +122,14 @@ const ShardedCheckpointTensor* ShardedCheckpointIndex::Find(absl::string_view na
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+absl::flat_hash_map<absl::string_view, const ShardedCheckpointTensor*>
+ShardedCheckpointIndex::ByName() const {
+  absl::flat_hash_map<absl::string_view, const ShardedCheckpointTensor*> out;
+  out.reserve(tensors.size());
+  for (const ShardedCheckpointTensor& t : tensors) out.emplace(t.name, &t);
+  return out;
 }
 
 std::vector<SafetensorsTensorSpec> ShardedCheckpointIndex::TensorSpecs() const {

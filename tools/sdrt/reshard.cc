@@ -66,10 +66,11 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
                        "; mpiexec started ", run.size(), " (run with -n ", needed, ")"));
     }
     // The tensors that keep the source's bytes keep its hashes.
+    const auto source_tensors = source_index.ByName();
     for (const EngineIndex::Group& g : engine.groups) {
       for (size_t i : g.members) {
         ShardedCheckpointTensor& t = engine.index.tensors[i];
-        if (g.as_in_source) t.xxh64 = source_index.Find(t.name)->xxh64;
+        if (g.as_in_source) t.xxh64 = source_tensors.at(t.name)->xxh64;
       }
     }
     if (rank < source_index.world_size) {

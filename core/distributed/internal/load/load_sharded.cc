@@ -150,8 +150,10 @@ absl::StatusOr<LoadResult> LoadShardedFolder(const CheckpointSource* source,
   if (local_error.ok()) {
     absl::flat_hash_map<absl::string_view, bool> named;
     named.reserve(leaves.size());
+    const auto by_name = index->ByName();
     for (size_t i = 0; i < leaves.size() && local_error.ok(); ++i) {
-      const ShardedCheckpointTensor* tensor = index->Find(leaves[i].path);
+      const auto found = by_name.find(leaves[i].path);
+      const ShardedCheckpointTensor* tensor = found == by_name.end() ? nullptr : found->second;
       if (tensor == nullptr) {
         result.missing_keys.emplace_back(leaves[i].path);
         continue;

@@ -17,6 +17,7 @@
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tests/core/checkpoint/checkpoint_source_test_util.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tools/command_util.h"
 
@@ -240,6 +241,32 @@ TEST_F(HfSourceCli, LoadHfFolderMatchesSingleFile) {
   index["metadata"]["total_size"] = 1;
   test::WriteHfIndex(hf_, index);
   ExpectBadInput(Sdrt("load " + ShellQuote(hf_) + " --mesh 1 --plan fsdp"), {hf_, "total_size"});
+}
+
+// A folder of more files than the open-file limit allows at once (300 files under `ulimit -n
+// 128`) loads: the reads keep a bounded number of files open (a folder of 10,000 files under
+// the default limit of 1,024). Every piece equals the single file's.
+TEST_F(HfSourceCli, AFolderOfMoreFilesThanTheOpenFileLimitLoads) {
+  std::vector<std::pair<std::string, Tensor>> many;
+  for (int i = 0; i < 300; ++i) {
+    many.emplace_back(absl::StrCat("layers.", i, ".weight"),
+                      test::HashBytes({3, 5}, DType::kFloat32, static_cast<uint64_t>(i)));
+  }
+  const std::string folder = root_ + "/many";
+  test::WriteHfFolder(folder, many, 300);
+  const std::string file = root_ + "/many.safetensors";
+  ASSERT_TRUE(WriteSafetensors(file, many).ok());
+  const std::string dir = root_ + "/many_sharded";
+  ASSERT_EQ(Sdrt("shard " + ShellQuote(file) + " " + ShellQuote(dir) + " --mesh 1 --plan fsdp")
+                .exit_code,
+            0);
+  const CommandResult r = test::RunCommand(
+      "ulimit -n 128 && timeout 60 " + std::string(SDRT_BINARY) + " load " + ShellQuote(folder) +
+      " --mesh 1 --plan fsdp --read all --verify " + ShellQuote(dir) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const Json l = ParseOut(r);
+  EXPECT_TRUE(l.value("bit_exact", false)) << l;
+  EXPECT_EQ(l["tensors"], 300) << l;
 }
 
 // A file of the folder that is a link loop (a -> b -> a) is bad input, one line naming the

@@ -45,20 +45,58 @@ absl::StatusOr<Tensor> BlockAligned(const Tensor& buffer) {
   return buffer.Narrow(0, skip, buffer.numel() - kBlock);
 }
 
-class Fd {
- public:
-  Fd() = default;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int fd_ = -1;
-};
-
 absl::Status ErrnoError(int err, const std::string& what) {
   return absl::Status(absl::ErrnoToStatusCode(err), absl::StrCat(what, ": ", std::strerror(err)));
 }
+
+// The files' descriptors, at most kMaxOpenFiles open at once (a folder of 10,000 files loads
+// under the default limit of 1,024 open files): a file is opened when a read first needs it,
+// its size checked against the plan's, and the one opened longest ago is closed to make room
+// (reads come file by file, so a file is seldom opened twice). One thread uses it.
+inline constexpr size_t kMaxOpenFiles = 64;
+class OpenFiles {
+ public:
+  OpenFiles(const std::vector<StagedFile>& files, bool direct_io)
+      : files_(files), direct_io_(direct_io), fd_of_(files.size(), -1) {}
+  OpenFiles(const OpenFiles&) = delete;
+  OpenFiles& operator=(const OpenFiles&) = delete;
+  ~OpenFiles() {
+    for (size_t f : order_) close(fd_of_[f]);
+  }
+
+  // The descriptor of file `f`. InvalidArgument when direct I/O is not supported there;
+  // the errno of open or fstat; FailedPrecondition when its size is not the plan's.
+  absl::StatusOr<int> Get(size_t f) {
+    if (fd_of_[f] >= 0) return fd_of_[f];
+    if (order_.size() >= kMaxOpenFiles) {
+      close(fd_of_[order_.front()]);
+      fd_of_[order_.front()] = -1;
+      order_.pop_front();
+    }
+    const StagedFile& file = files_[f];
+    const int fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC | (direct_io_ ? O_DIRECT : 0));
+    if (fd < 0 && errno == EINVAL && direct_io_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.path, ": its file system does not support O_DIRECT (direct I/O)"));
+    }
+    if (fd < 0) return ErrnoError(errno, file.path);
+    fd_of_[f] = fd;
+    order_.push_back(f);
+    struct stat st;
+    if (fstat(fd, &st) != 0) return ErrnoError(errno, file.path);
+    if (st.st_size != file.size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file.path, ": size changed from ", file.size, " to ", st.st_size, " bytes"));
+    }
+    return fd;
+  }
+
+ private:
+  const std::vector<StagedFile>& files_;
+  const bool direct_io_;
+  std::vector<int> fd_of_;   // -1: not open
+  std::deque<size_t> order_;  // the open files, the first opened first
+};
 
 // The tensor holding file offset `at` within `read` (the last segment starting at or before it).
 size_t SegmentAt(const ReadPlan& plan, const Read& read, int64_t at) {
@@ -72,7 +110,7 @@ size_t SegmentAt(const ReadPlan& plan, const Read& read, int64_t at) {
 class Reader {
  public:
   Reader(const std::vector<StagedFile>& files, const ReadPlan& plan,
-         const std::function<std::string(size_t)>& name_of, std::vector<Fd>& fds,
+         const std::function<std::string(size_t)>& name_of, OpenFiles& fds,
          StagedReadStats& stats, bool direct_io)
       : files_(files),
         plan_(plan),
@@ -91,10 +129,11 @@ class Reader {
     const int64_t needed = lead + r.bytes;  // bytes from `start` the consumer needs
     const int64_t wanted = direct_io_ ? (needed + kBlock - 1) / kBlock * kBlock : needed;
     const std::string& path = files_[static_cast<size_t>(r.file)].path;
+    SDRT_ASSIGN_OR_RETURN(const int fd, fds_.Get(static_cast<size_t>(r.file)));
     int64_t done = 0;
     while (done < needed) {
-      const ssize_t n = pread(fds_[static_cast<size_t>(r.file)].fd_, dst + done,
-                              static_cast<size_t>(wanted - done), start + done);
+      const ssize_t n =
+          pread(fd, dst + done, static_cast<size_t>(wanted - done), start + done);
       ++preads_;
       if (n < 0 && errno == EINTR) continue;
       const int64_t at = start + done;
@@ -122,7 +161,7 @@ class Reader {
   const std::vector<StagedFile>& files_;
   const ReadPlan& plan_;
   const std::function<std::string(size_t)>& name_of_;
-  std::vector<Fd>& fds_;
+  OpenFiles& fds_;
   StagedReadStats& stats_;
   const bool direct_io_;
   int64_t preads_ = 0;
@@ -142,23 +181,7 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
   // Direct I/O reads whole blocks into block-aligned memory: no read goes to a target
   // (its address is not aligned) and none shares a buffer.
   const DirectTarget direct = direct_io ? DirectTarget() : direct_target;
-  std::vector<Fd> fds(files.size());
-  for (const Read& r : plan.reads) {
-    const size_t f = static_cast<size_t>(r.file);
-    if (fds[f].fd_ >= 0) continue;
-    fds[f].fd_ = open(files[f].path.c_str(), O_RDONLY | O_CLOEXEC | (direct_io ? O_DIRECT : 0));
-    if (fds[f].fd_ < 0 && errno == EINVAL && direct_io) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(files[f].path, ": its file system does not support O_DIRECT (direct I/O)"));
-    }
-    if (fds[f].fd_ < 0) return ErrnoError(errno, files[f].path);
-    struct stat st;
-    if (fstat(fds[f].fd_, &st) != 0) return ErrnoError(errno, files[f].path);
-    if (st.st_size != files[f].size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          files[f].path, ": size changed from ", files[f].size, " to ", st.st_size, " bytes"));
-    }
-  }
+  OpenFiles fds(files, direct_io);
   // Reads with a direct target go there, consecutive ones in batches of about kBatchBytes.
   // The others are packed into buffers in order, each at a position congruent to its
   // offset modulo kAlign; a buffer holds at least kBatchBytes (or every read, if less), so

@@ -65,8 +65,10 @@ using ConsumeRead = std::function<absl::Status(const Read& read, const Tensor& b
 // direct_io.
 using DirectTarget = std::function<uint8_t*(const Read& read)>;
 
-// Opens every file a read names (read-only, by path; O_DIRECT with pool.direct_io),
-// checks its size against files[i].size, and reads plan.reads into pool.buffers buffers of
+// Opens each file a read names when its first read comes (read-only, by path; O_DIRECT with
+// pool.direct_io; at most 64 open at once, the one opened longest ago closed first, so a
+// folder of any number of files loads under a process's open-file limit), checks its size
+// against files[i].size, and reads plan.reads into pool.buffers buffers of
 // min(pool.buffer_bytes, max(largest staged read, min(1 MiB, sum of (staged read + 16))))
 // + 16 bytes (with direct_io: min(pool.buffer_bytes, largest read) + 3 x 4096, one read
 // per buffer), allocated up front (none when every read has a direct target),

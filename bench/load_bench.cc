@@ -13,7 +13,7 @@
 //          timed, as in a fresh process) and BroadcastStateDict sends every rank its pieces.
 // and, to tell the cost of new memory from the rest, `fresh`: the floor's preads into a
 // buffer allocated inside the timed region (one Tensor::Empty of the kept bytes: 2 MiB
-// aligned, MADV_HUGEPAGE, as sdrt's large locals), so fresh - floor is the first touch of
+// aligned, as sdrt's large locals), so fresh - floor is the first touch of
 // the kept bytes, which any load returning new tensors pays.
 //
 // The file is put in the page cache first (rank 0 reads it whole; the fraction of its pages

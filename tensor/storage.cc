@@ -75,9 +75,13 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, in
   }
   if (nbytes == 0) return Wrap(nullptr, 0, Device::CPU(), StorageKind::kCpu, nullptr);
   if (alignment < static_cast<int64_t>(sizeof(void*))) alignment = sizeof(void*);
-  // Large buffers (buckets, gathered tensors) start on a 2 MiB boundary and ask for
-  // transparent huge pages: first touching fresh memory otherwise costs a page fault per
-  // 4 KiB, several times the cost of the copy that fills it.
+  // Large buffers (buckets, gathered tensors) start on a 2 MiB boundary, so that a kernel
+  // set to give transparent huge pages always can back them with whole ones, and come back
+  // to a cache of blocks when released (a reused block's pages are already mapped). They do
+  // not ask for huge pages (MADV_HUGEPAGE) where the kernel gives them on request only: on
+  // this project's machine (bench/RESULTS.md, "Many tensors, many files, fresh processes")
+  // the request made a fresh process's load and gather bimodal and up to 4x slower (the
+  // kernel zeroing 2 MiB pages at first touch) and did not speed up the warm benchmarks.
   constexpr int64_t kHugePage = int64_t{2} << 20;
   const bool huge = nbytes >= kHugePage;
   if (huge && alignment < kHugePage) alignment = kHugePage;
@@ -104,7 +108,6 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, in
         return absl::ResourceExhaustedError(
             absl::StrCat("AllocateCpu: cannot allocate ", nbytes, " bytes"));
       }
-      ::madvise(data, static_cast<size_t>(rounded), MADV_HUGEPAGE);  // a hint only
     }
     return Wrap(data, nbytes, Device::CPU(), StorageKind::kCpu,
                 [size](void* p) { internal::CpuBlockCache::Get().Give(p, size); });
@@ -114,7 +117,6 @@ absl::StatusOr<std::shared_ptr<Storage>> Storage::AllocateCpu(int64_t nbytes, in
     return absl::ResourceExhaustedError(
         absl::StrCat("AllocateCpu: cannot allocate ", nbytes, " bytes"));
   }
-  if (huge) ::madvise(data, static_cast<size_t>(rounded), MADV_HUGEPAGE);  // a hint only
   return Wrap(data, nbytes, Device::CPU(), StorageKind::kCpu, [](void* p) { std::free(p); });
 }
 

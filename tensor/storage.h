@@ -48,8 +48,9 @@ class Storage {
   // Uninitialised CPU memory of `nbytes` bytes aligned to `alignment` (a power of two).
   // nbytes == 0 gives a storage with a null data pointer. ResourceExhausted when the
   // allocation fails, InvalidArgument for negative sizes or a bad alignment.
-  // Blocks of 2 MiB and more start on a 2 MiB boundary with a transparent-huge-page hint,
-  // and come from the process's CPU cache: when such a storage is released its block is
+  // Blocks of 2 MiB and more start on a 2 MiB boundary (no MADV_HUGEPAGE request: a
+  // kernel giving huge pages always backs them with whole ones), and come from the
+  // process's CPU cache: when such a storage is released its block is
   // kept (up to CpuCacheLimit() bytes in all, the largest evicted first) and reused by the
   // next allocation of the same size up to 5/4 of it, whose pages are then already mapped
   // (a repeated gather, broadcast or weight sync touches no fresh pages). The memory stays

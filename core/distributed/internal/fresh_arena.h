@@ -3,8 +3,8 @@
 // checkpoint: a piece that follows the previous piece in its file without a gap also
 // follows it in memory, so a read that covers several such pieces is read straight into
 // them, one pread and no staging copy (load_state_dict.cc's direct reads). One allocation
-// instead of one per tensor also removes the per-tensor malloc, and on the CPU the arena
-// gets transparent huge pages when it is 2 MiB or more (Storage::AllocateCpu).
+// instead of one per tensor also removes the per-tensor malloc, and on the CPU an arena of
+// 2 MiB or more starts on a 2 MiB boundary (Storage::AllocateCpu).
 //
 // The tensors share the arena's storage: its memory is released when the last of them is
 // gone (docs/ARCHITECTURE.md, loading, says so to users). Not public API.

@@ -1,6 +1,9 @@
 // EncodeOutline, DecodeOutline and CheckLoaded (load_setup.h).
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -17,6 +20,24 @@
 
 namespace sdrt::cli {
 namespace {
+
+// Gives back this process's pages of `tensor` when it is a view of a read-only file mapping
+// (SafetensorsFile's, kMappedFile), so that checking every piece against SRC does not keep
+// each byte of SRC it compared in the rank's memory (its peak was the pieces' twice and
+// more); the page cache keeps the bytes. Nothing for any other storage.
+void ReleaseMappedPages(const Tensor& tensor) {
+  const std::shared_ptr<Storage>& storage = tensor.storage();
+  if (storage == nullptr || storage->kind() != StorageKind::kMappedFile || tensor.nbytes() == 0) {
+    return;
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(tensor.data_ptr());
+  const uintptr_t end = begin + static_cast<uintptr_t>(tensor.nbytes());
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (last > first) {
+    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);  // a hint only
+  }
+}
 
 // Checks rank `rank`'s loaded pieces in `local` by xxh64 against `verify_dir`'s rank file
 // (a sharded checkpoint; `mesh_text` is --mesh, for the message) or, when it is empty,
@@ -57,7 +78,7 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     absl::StatusOr<Tensor> mine =
         (got != nullptr ? got->local() : value.as_tensor()).To(Device::CPU());
     if (!mine.ok()) return mine.status();
-    Tensor want;
+    Tensor want, source_tensor;
     if (expected.has_value()) {
       const auto it = expected_by_name.find(local.key(i));
       if (it == expected_by_name.end()) {
@@ -75,6 +96,7 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     } else {
       absl::StatusOr<Tensor> full = file->Get(local.key(i));
       if (!full.ok()) return full.status();
+      source_tensor = *full;
       if (got != nullptr) {
         absl::StatusOr<DTensor> piece =
             DistributeTensor(*full, got->mesh(), got->placements(), rank);
@@ -89,6 +111,7 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     if (!a.ok()) return a.status();
     if (!b.ok()) return b.status();
     if (*a != *b || mine->shape() != want.shape()) wrong.push_back(local.key(i));
+    ReleaseMappedPages(source_tensor);
   }
   return wrong;
 }

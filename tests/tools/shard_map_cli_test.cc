@@ -8,7 +8,6 @@
 // scale of each whole tensor (Megatron folders: shard_megatron_cli_test.cc).
 // `mpiexec -n 3 sdrt reshard FSDP OUTDIR ... --map` writes the same folder, byte for byte. An
 // FP8 checkpoint goes into the fused FP8 layout with its block scales fused like its codes.
-#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -60,16 +59,7 @@ void ExpectFp8Rank(const RankShards& shards, const json& mine, const std::string
   }
 }
 
-class ShardMapCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::path(test::TestTmpRoot()) / absl::StrCat("shard_map_cli_", getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class ShardMapCli : public test_shard_map::FreshDirTest {};
 
 TEST_F(ShardMapCli, VllmLayoutsOfEveryGoldenCase) {
   absl::StatusOr<json> golden = testing_golden::ReadGoldenJson("weight_map/expected.json");

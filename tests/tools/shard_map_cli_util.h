@@ -1,11 +1,14 @@
 // Helpers of the `sdrt shard --map` tests (shard_map_cli_test.cc, shard_megatron_cli_test.cc):
 // shell quoting, a golden value as a tensor, the Hugging Face names of a Llama layer's
-// tensors, and Shard(0) pieces put together. Test code only.
+// tensors, Shard(0) pieces put together, a fixture with a fresh folder. Test code only.
 #ifndef SDRT_TESTS_TOOLS_SHARD_MAP_CLI_UTIL_H_
 #define SDRT_TESTS_TOOLS_SHARD_MAP_CLI_UTIL_H_
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/tests/support/golden_codec.h"
+#include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tools/command_util.h"
 
 namespace sdrt::test_shard_map {
@@ -46,6 +50,21 @@ inline Tensor Rows(const std::vector<Tensor>& pieces) {
   }
   return out;
 }
+
+// A test with a fresh folder of its own (`dir_`, named after the suite and the process under
+// the test root), removed after it.
+class FreshDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(test::TestTmpRoot()) /
+           absl::StrCat(::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name(),
+                        "_", getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
 
 }  // namespace sdrt::test_shard_map
 

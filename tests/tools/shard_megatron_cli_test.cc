@@ -5,7 +5,6 @@
 // --cast fp8-block the split's parts are FP8 with block scales, put together PyTorch's
 // quantization of each Hugging Face tensor (tests/data/fp8_map's dequant cases' inputs);
 // one scale per part is refused, exit 2.
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -40,16 +39,7 @@ using test_shard_map::Rows;
 using test_shard_map::TensorOf;
 using ::testing::HasSubstr;
 
-class ShardMegatronCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::path(test::TestTmpRoot()) / absl::StrCat("shard_megatron_cli_", getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class ShardMegatronCli : public test_shard_map::FreshDirTest {};
 
 TEST_F(ShardMegatronCli, AMegatronFolderIntoHuggingFaceTensorsByItsConfig) {
   // The golden's Megatron tensors (linear_qkv by query group, linear_fc1 [gate; up]) in a

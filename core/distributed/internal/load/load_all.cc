@@ -6,10 +6,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/agreement.h"
@@ -36,7 +36,7 @@ struct ReadDest {
   LocalTarget* target = nullptr;
   const CheckpointSourceTensor* tensor = nullptr;
   size_t dest = 0;
-  const ShardRuns* runs = nullptr;  // the runs the dest holds (in its ReadTensor)
+  const ShardRuns* runs = nullptr;  // the runs the dest holds (the target's)
 };
 
 // Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
@@ -200,9 +200,15 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
                      const LoadOptions& options, int rank, LoadResult& result,
                      std::vector<LocalTarget>& targets, std::vector<ReadDest>& dests,
                      std::vector<ReadTensor>& reads, ReadPlan& plan, std::vector<bool>& matched) {
-  absl::flat_hash_map<absl::string_view, size_t> by_path;
-  by_path.reserve(leaves.size());
-  for (size_t i = 0; i < leaves.size(); ++i) by_path.emplace(leaves[i].path, i);
+  // The leaf of each checkpoint tensor: one comparison per tensor when the leaves list the
+  // header's names in its order (a state dict built from the checkpoint's own specs).
+  const std::vector<int64_t> leaf_of = MatchPaths(source.tensors(), leaves, [](const auto& x) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, CheckpointSourceTensor>) {
+      return absl::string_view(x.name);
+    } else {
+      return x.path;
+    }
+  });
   matched.assign(leaves.size(), false);
   LocalTargetRules rules;
   rules.rank = rank;
@@ -218,26 +224,27 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   // past the reserve: dests point into reads once both are complete.
   reads.reserve(source.tensors().size());
   dests.reserve(source.tensors().size());
-  for (const CheckpointSourceTensor& entry : source.tensors()) {
-    const auto it = by_path.find(entry.name);
-    if (it == by_path.end()) {
+  for (size_t t = 0; t < source.tensors().size(); ++t) {
+    const CheckpointSourceTensor& entry = source.tensors()[t];
+    const int64_t leaf = leaf_of[t];
+    if (leaf < 0) {
       result.unexpected_keys.push_back(entry.name);
       continue;
     }
-    matched[it->second] = true;
-    if (leaves[it->second].value->is_none()) continue;
+    matched[leaf] = true;
+    if (leaves[leaf].value->is_none()) continue;
     SDRT_ASSIGN_OR_RETURN(LocalTarget target, PlanLocalTarget(entry.name, entry.dtype, entry.shape,
-                                                              leaves[it->second], rules));
+                                                              leaves[leaf], rules));
     targets.push_back(std::move(target));
+    // The ReadTensors borrow the header's shape and the target's runs (targets never grow
+    // past the reserve, so neither moves).
     LocalTarget& planned = targets.back();
-    // The runs move into the ReadTensors, which outlive the reads.
     for (size_t d = 0; d < planned.dests.size(); ++d) {
       reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
-                                 std::move(planned.runs[d])});
-      dests.push_back(ReadDest{&planned, &entry, d});
+                                 &planned.runs[d]});
+      dests.push_back(ReadDest{&planned, &entry, d, &planned.runs[d]});
     }
   }
-  for (size_t i = 0; i < dests.size(); ++i) dests[i].runs = &reads[i].runs;
   for (size_t i = 0; i < leaves.size(); ++i) {
     // A path that two leaves spell alike matched only the first of them above.
     if (!matched[i]) matched[i] = source.Find(leaves[i].path) != nullptr;

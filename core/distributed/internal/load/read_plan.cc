@@ -59,12 +59,12 @@ class SegmentMaker {
   // Walks the kept indices of dims [0, j) and emits dim j's runs for each combination.
   void Walk(int d, int j, int64_t prefix) {
     if (d == j) {
-      for (const IndexRun& r : t_.runs[j]) {
+      for (const IndexRun& r : (*t_.runs)[j]) {
         if (r.length > 0) Emit(prefix, j, r.global, r.length);
       }
       return;
     }
-    for (const IndexRun& r : t_.runs[d]) {
+    for (const IndexRun& r : (*t_.runs)[d]) {
       for (int64_t i = r.global; i < r.global + r.length; ++i) {
         Walk(d + 1, j, prefix + i * inner_[d]);
       }
@@ -107,13 +107,14 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
                                                    ", offset ", t.offset, " or file ", t.file,
                                                    " out of range"));
   }
-  if (t.runs.size() != t.shape.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where(), ": runs for ", t.runs.size(), " dims, shape has ", n));
+  if (t.runs == nullptr || t.runs->size() != t.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": runs for ",
+                                                   t.runs == nullptr ? 0 : t.runs->size(),
+                                                   " dims, shape has ", n));
   }
   for (int d = 0; d < n; ++d) {
     if (t.shape[d] < 0) return absl::InvalidArgumentError(absl::StrCat(where(), ": negative dim"));
-    for (const IndexRun& r : t.runs[d]) {
+    for (const IndexRun& r : (*t.runs)[d]) {
       if (r.global < 0 || r.length < 0 || r.global > t.shape[d] - r.length) {
         return absl::InvalidArgumentError(absl::StrCat(where(), ": run [", r.global, ", +", r.length,
                                                        ") outside dim ", d, " of size ",
@@ -129,11 +130,11 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
     maker.Emit(0, 0, 0, 1);
     return absl::OkStatus();
   }
-  if (RunsNumel(t.runs) == 0) return absl::OkStatus();
+  if (RunsNumel(*t.runs) == 0) return absl::OkStatus();
   // The last dim not kept whole; the dims after it are one run each.
   int j = 0;
   for (int d = n - 1; d >= 0; --d) {
-    const auto& rd = t.runs[d];
+    const auto& rd = (*t.runs)[d];
     if (!(rd.size() == 1 && rd[0].global == 0 && rd[0].length == t.shape[d])) {
       j = d;
       break;

@@ -6,6 +6,7 @@
 #include "sdrt/core/distributed/internal/load/read_plan.h"
 
 #include <cstdint>
+#include <deque>
 #include <set>
 #include <string>
 #include <utility>
@@ -29,9 +30,18 @@ LocalShardInfo InfoOf(const IntVector& shape, const IntVector& mesh_shape, const
   return *ComputeLocalShapeAndGlobalOffset(shape, mesh, *ParsePlacements(placements), rank);
 }
 
+// A ReadTensor borrows its shape and runs: these keep them for the test's whole run.
+ReadTensor Borrowing(int file, int64_t offset, int bits, IntVector shape, ShardRuns runs) {
+  static auto* const shapes = new std::deque<IntVector>;
+  static auto* const kept_runs = new std::deque<ShardRuns>;
+  shapes->push_back(std::move(shape));
+  kept_runs->push_back(std::move(runs));
+  return ReadTensor{file, offset, bits, shapes->back(), &kept_runs->back()};
+}
+
 ReadTensor TensorOf(int file, int64_t offset, int64_t element_size, const IntVector& shape,
                     const LocalShardInfo& info) {
-  return ReadTensor{file, offset, static_cast<int>(8 * element_size), shape, OwnedRuns(info)};
+  return Borrowing(file, offset, static_cast<int>(8 * element_size), shape, OwnedRuns(info));
 }
 
 // The kept byte offsets of `t` (whose runs came from `info`), element by element.
@@ -225,16 +235,21 @@ TEST(PlanReadsTest, LongRunsAreCutToTheStagingBuffer) {
 }
 
 TEST(PlanReadsTest, RefusesBadInput) {
-  ReadTensor t{0, 0, 32, {4, 4}, BoxRuns(IntVector{2, 0}, IntVector{3, 4})};
+  const IntVector shape = {4, 4};
+  ShardRuns runs = BoxRuns(IntVector{2, 0}, IntVector{3, 4});
+  const ReadTensor t{0, 0, 32, shape, &runs};
   EXPECT_THAT(PlanReads({t}, {}).status().message(), HasSubstr("outside dim 0"));
-  t.runs.pop_back();
+  runs.pop_back();
   EXPECT_THAT(PlanReads({t}, {}).status().message(), HasSubstr("runs for 1 dims"));
+  EXPECT_THAT(PlanReads({ReadTensor{0, 0, 32, shape, nullptr}}, {}).status().message(),
+              HasSubstr("runs for 0 dims"));
   ReadPlanOptions bad;
   bad.max_read_bytes = 8;
   EXPECT_FALSE(PlanReads({}, bad).ok());
-  ReadTensor huge{0, 0, 64, {int64_t{1} << 40, int64_t{1} << 30}, {}};
-  huge.runs = BoxRuns(IntVector{0, 0}, huge.shape);
-  EXPECT_THAT(PlanReads({huge}, {}).status().message(), HasSubstr("overflows"));
+  const IntVector huge_shape = {int64_t{1} << 40, int64_t{1} << 30};
+  const ShardRuns huge_runs = BoxRuns(IntVector{0, 0}, huge_shape);
+  EXPECT_THAT(PlanReads({ReadTensor{0, 0, 64, huge_shape, &huge_runs}}, {}).status().message(),
+              HasSubstr("overflows"));
 }
 
 // Sub-byte elements (4 and 6 bits): segments and cuts fall on whole bytes; a kept run that
@@ -242,7 +257,8 @@ TEST(PlanReadsTest, RefusesBadInput) {
 TEST(PlanReadsTest, SubByteSegmentsAreWholeBytes) {
   const IntVector w = {4, 8};
   const LocalShardInfo right = InfoOf(w, {2}, "[S(1)]", 1);
-  ReadTensor f4{0, 40, 4, w, OwnedRuns(right)};
+  ShardRuns f4_runs = OwnedRuns(right);
+  const ReadTensor f4{0, 40, 4, w, &f4_runs};
   absl::StatusOr<ReadPlan> plan = PlanReads({f4}, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->segments.size(), 4u);  // one per row: elements 4..7 are bytes 2..3
@@ -250,7 +266,7 @@ TEST(PlanReadsTest, SubByteSegmentsAreWholeBytes) {
     EXPECT_EQ(plan->segments[r].file_offset, 40 + 4 * static_cast<int64_t>(r) + 2);
     EXPECT_EQ(plan->segments[r].bytes, 2);
   }
-  f4.runs = OwnedRuns(InfoOf(w, {3}, "[S(1)]", 0));
+  f4_runs = OwnedRuns(InfoOf(w, {3}, "[S(1)]", 0));
   EXPECT_THAT(PlanReads({f4}, {}).status().message(),
               HasSubstr("begins or ends inside a byte (4-bit elements)"));
   // One long row cut to fit 16-byte reads: 32 4-bit or 20 6-bit elements per cut.
@@ -258,8 +274,9 @@ TEST(PlanReadsTest, SubByteSegmentsAreWholeBytes) {
   small.max_read_bytes = 16;
   for (const auto& [bits, bytes_per_cut] : {std::pair{4, 16}, std::pair{6, 15}}) {
     const IntVector row = {1, 96};
-    ReadTensor t{0, 8, bits, row, BoxRuns(IntVector{0, 0}, row)};
-    t.runs[0][0].length = 1;
+    ShardRuns runs = BoxRuns(IntVector{0, 0}, row);
+    runs[0][0].length = 1;
+    const ReadTensor t{0, 8, bits, row, &runs};
     plan = PlanReads({t}, small);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->kept_bytes, 96 * bits / 8);

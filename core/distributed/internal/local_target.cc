@@ -114,12 +114,14 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
     const LocalLayoutCache::Layout* layout = &own;
     if (rules.layouts != nullptr) {
       SDRT_ASSIGN_OR_RETURN(layout, rules.layouts->Get(name, d, rules.rank));
+      target.runs.push_back(&layout->runs);
     } else {
       SDRT_RETURN_IF_ERROR(
           CheckShardingCutsWholeBytes(name, dtype, shape, *d.mesh(), d.placements()));
       SDRT_ASSIGN_OR_RETURN(own.info, ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(),
                                                                        d.placements(), rules.rank));
-      own.runs = OwnedRuns(own.info);
+      target.owned_runs.push_back(OwnedRuns(own.info));
+      target.runs.push_back(&target.owned_runs.back());
     }
     const LocalShardInfo& info = layout->info;
     Tensor dest;
@@ -135,7 +137,6 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
       dest = d.local();
     }
     target.dests.push_back(std::move(dest));
-    target.runs.push_back(layout->runs);
     return target;
   }
   if (v.kind() == ValueKind::kShardedTensor && !shape.empty()) {
@@ -146,6 +147,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
           " but the checkpoint holds ", Describe(dtype, shape)));
     }
     target.kind = LocalTarget::Kind::kSharded;
+    target.owned_runs.reserve(st.local_shards().size());  // runs point into it
     for (const LocalShard& s : st.local_shards()) {
       if (s.tensor.device().is_meta()) {
         return absl::FailedPreconditionError(
@@ -163,14 +165,16 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
       SDRT_RETURN_IF_ERROR(
           CheckBoxCutsWholeBytes(name, dtype, shape, s.metadata.offsets, s.metadata.sizes));
       target.dests.push_back(s.tensor);
-      target.runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
+      target.owned_runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
+      target.runs.push_back(&target.owned_runs.back());
     }
     return target;
   }
   target.kind = LocalTarget::Kind::kReplace;
   SDRT_ASSIGN_OR_RETURN(Tensor dest, fresh(shape, dtype));
   target.dests.push_back(std::move(dest));
-  target.runs.push_back(BoxRuns(IntVector(shape.size(), 0), shape));
+  target.owned_runs.push_back(BoxRuns(IntVector(shape.size(), 0), shape));
+  target.runs.push_back(&target.owned_runs.back());
   return target;
 }
 

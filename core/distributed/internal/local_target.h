@@ -31,9 +31,12 @@ struct LocalTarget {
   Kind kind = Kind::kReplace;
   MutableLeaf* leaf = nullptr;
   // Tensors written (one per local shard for kSharded), and per dest the global runs it
-  // holds; one inline, so a DTensor's target allocates nothing.
+  // holds: a DTensor's those of its layout in the call's LocalLayoutCache (nothing copied
+  // or allocated per tensor), any other target's in owned_runs, whose elements never move
+  // (moving a target keeps them where they are).
   absl::InlinedVector<Tensor, 1> dests;
-  absl::InlinedVector<ShardRuns, 1> runs;
+  absl::InlinedVector<const ShardRuns*, 1> runs;
+  std::vector<ShardRuns> owned_runs;
 };
 
 // A hash of `dtensor`'s layout: its mesh's address, global shape and placements (FNV-1a).

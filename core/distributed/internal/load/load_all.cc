@@ -194,12 +194,26 @@ absl::Status AllocateFreshDests(const ReadPlan& plan, std::vector<ReadDest>& des
   return AllocateFresh(layout, device, fresh);
 }
 
+// What PlanAll works out, used until the targets are committed. Pointers run one way:
+// dests into targets (reserved to the header's tensor count, so they never move), targets'
+// and reads' runs into layouts or the targets' own runs.
+struct AllPlan {
+  LocalLayoutCache layouts;
+  std::vector<LocalTarget> targets;
+  std::vector<ReadDest> dests;    // dests[i] fills reads[i]
+  std::vector<ReadTensor> reads;
+  ReadPlan plan;
+  std::vector<bool> matched;      // matched[i]: leaf i names a checkpoint tensor
+};
+
 // Plans every target and the reads, and allocates the fresh dests; the first local error
-// is returned. matched[i]: leaf i names a checkpoint tensor.
+// is returned.
 absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
-                     const LoadOptions& options, int rank, LoadResult& result,
-                     std::vector<LocalTarget>& targets, std::vector<ReadDest>& dests,
-                     std::vector<ReadTensor>& reads, ReadPlan& plan, std::vector<bool>& matched) {
+                     const LoadOptions& options, int rank, LoadResult& result, AllPlan& all) {
+  std::vector<LocalTarget>& targets = all.targets;
+  std::vector<ReadDest>& dests = all.dests;
+  std::vector<ReadTensor>& reads = all.reads;
+  std::vector<bool>& matched = all.matched;
   // The leaf of each checkpoint tensor: one comparison per tensor when the leaves list the
   // header's names in its order (a state dict built from the checkpoint's own specs).
   const std::vector<int64_t> leaf_of = MatchPaths(source.tensors(), leaves, [](const auto& x) {
@@ -216,12 +230,9 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   rules.device = options.device;
   rules.allocate = false;
   rules.allow_cast = true;  // CopyOut converts
-  LocalLayoutCache layouts;
-  rules.layouts = &layouts;
-  // Reserved so that the pointers dests keep stay valid.
-  targets.reserve(source.tensors().size());
-  // dests[i] fills reads[i]. A ShardedTensor has a dest per local shard, so both may grow
-  // past the reserve: dests point into reads once both are complete.
+  rules.layouts = &all.layouts;
+  targets.reserve(source.tensors().size());  // at most one per tensor: never reallocated
+  // A ShardedTensor has a dest per local shard, so these may grow past the reserve.
   reads.reserve(source.tensors().size());
   dests.reserve(source.tensors().size());
   for (size_t t = 0; t < source.tensors().size(); ++t) {
@@ -236,13 +247,13 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
     SDRT_ASSIGN_OR_RETURN(LocalTarget target, PlanLocalTarget(entry.name, entry.dtype, entry.shape,
                                                               leaves[leaf], rules));
     targets.push_back(std::move(target));
-    // The ReadTensors borrow the header's shape and the target's runs (targets never grow
-    // past the reserve, so neither moves).
+    // The ReadTensors borrow the header's shape and the target's runs (the layout cache's
+    // or the target's own, which stay where they are).
     LocalTarget& planned = targets.back();
     for (size_t d = 0; d < planned.dests.size(); ++d) {
       reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
-                                 &planned.runs[d]});
-      dests.push_back(ReadDest{&planned, &entry, d, &planned.runs[d]});
+                                 planned.runs[d]});
+      dests.push_back(ReadDest{&planned, &entry, d, planned.runs[d]});
     }
   }
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -253,8 +264,8 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   ReadPlanOptions read_options;
   read_options.max_gap_bytes = options.max_gap_bytes;
   read_options.max_read_bytes = options.staging_bytes;
-  SDRT_ASSIGN_OR_RETURN(plan, PlanReads(reads, read_options));
-  return AllocateFreshDests(plan, dests, options.device);
+  SDRT_ASSIGN_OR_RETURN(all.plan, PlanReads(reads, read_options));
+  return AllocateFreshDests(all.plan, dests, options.device);
 }
 
 }  // namespace
@@ -272,15 +283,11 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     if (leaves_or.ok()) leaves = *std::move(leaves_or);
   }
   LoadResult result;
-  std::vector<LocalTarget> targets;
-  std::vector<ReadDest> dests;
-  ReadPlan plan;
-  std::vector<ReadTensor> reads;
-  std::vector<bool> matched;
-  if (local_error.ok()) {
-    local_error =
-        PlanAll(*source, leaves, options, rank, result, targets, dests, reads, plan, matched);
-  }
+  AllPlan all;
+  const std::vector<LocalTarget>& targets = all.targets;
+  const std::vector<ReadDest>& dests = all.dests;
+  const ReadPlan& plan = all.plan;
+  if (local_error.ok()) local_error = PlanAll(*source, leaves, options, rank, result, all);
   // The device the locals are on: the CPU, or one CUDA device for the whole call.
   std::optional<int> cuda_device;
   if (local_error.ok()) {
@@ -361,7 +368,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
   if (read_status.ok()) {
-    for (LocalTarget& target : targets) {
+    for (LocalTarget& target : all.targets) {
       read_status = CommitLocalTarget(target, rank);
       if (!read_status.ok()) break;
     }
@@ -373,7 +380,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   }
   if (options.strict) {
     std::vector<bool> erase(leaves.size());
-    for (size_t i = 0; i < leaves.size(); ++i) erase[i] = !matched[i];
+    for (size_t i = 0; i < leaves.size(); ++i) erase[i] = !all.matched[i];
     EraseLeaves(leaves, erase);
   }
   return result;

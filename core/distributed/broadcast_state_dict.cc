@@ -302,14 +302,12 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
     }
     // A None local takes nothing, as in PyTorch's _broadcast_tensors.
     if (!local_error.ok() || leaf.value->is_none()) continue;
-    absl::StatusOr<internal::LocalTarget> target =
-        internal::PlanLocalTarget(entry.path, entry.dtype, entry.shape, leaf, rules);
-    if (!target.ok()) {
-      local_error = target.status();
-      continue;
-    }
+    auto target = std::make_unique<internal::LocalTarget>();
+    local_error = internal::PlanLocalTarget(entry.path, entry.dtype, entry.shape, leaf, rules,
+                                            *target);
+    if (!local_error.ok()) continue;
     any_sharded = any_sharded || target->kind == internal::LocalTarget::Kind::kSharded;
-    targets.push_back(std::make_unique<internal::LocalTarget>(*std::move(target)));
+    targets.push_back(std::move(target));
     if (!any_sharded) BroadcastRequest::AddTargetToKey(entry, *targets.back(), key);
     target_entry.push_back(&entry);
     sources.Add(is_root ? absl::Span<const Tensor>(root_tensors[this_tensor], 1)

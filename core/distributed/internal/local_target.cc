@@ -72,9 +72,8 @@ absl::StatusOr<const LocalLayoutCache::Layout*> LocalLayoutCache::Get(absl::stri
   return &same_key.back()->layout;
 }
 
-absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
-                                            MutableLeaf& leaf, const LocalTargetRules& rules) {
-  LocalTarget target;
+absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape, MutableLeaf& leaf,
+                             const LocalTargetRules& rules, LocalTarget& target) {
   target.leaf = &leaf;
   const Value& v = *leaf.value;
   // Built only for an error message.
@@ -137,7 +136,7 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
       dest = d.local();
     }
     target.dests.push_back(std::move(dest));
-    return target;
+    return absl::OkStatus();
   }
   if (v.kind() == ValueKind::kShardedTensor && !shape.empty()) {
     const ShardedTensor& st = v.as_sharded();
@@ -168,14 +167,14 @@ absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype,
       target.owned_runs.push_back(BoxRuns(s.metadata.offsets, s.metadata.sizes));
       target.runs.push_back(&target.owned_runs.back());
     }
-    return target;
+    return absl::OkStatus();
   }
   target.kind = LocalTarget::Kind::kReplace;
   SDRT_ASSIGN_OR_RETURN(Tensor dest, fresh(shape, dtype));
   target.dests.push_back(std::move(dest));
   target.owned_runs.push_back(BoxRuns(IntVector(shape.size(), 0), shape));
   target.runs.push_back(&target.owned_runs.back());
-  return target;
+  return absl::OkStatus();
 }
 
 absl::Status CommitLocalTarget(LocalTarget& target, int rank) {

@@ -82,17 +82,19 @@ struct LocalTargetRules {
   bool allow_cast = false;
 };
 
-// Plans the target of checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and
-// allocates the new tensors it needs (before any data moves; see rules.allocate). A DTensor leaf of
-// a tensor of dimension >= 1 gets its local (fresh on rules.device when the local is meta, else the
-// local itself, whose shape must be the rank's local shape); a ShardedTensor leaf its local shards
-// (each within the global shape, none on meta); anything else, and every 0-dim tensor, a new tensor
-// of the full shape that replaces the leaf. InvalidArgument naming the tensor for a dtype (but a
-// cast that rules.allow_cast allows) or global shape that differs from the checkpoint's, a mesh without this rank or of another size, a local or
-// shard that does not fit; FailedPrecondition for a meta shard; ResourceExhausted when an
-// allocation fails.
-absl::StatusOr<LocalTarget> PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
-                                            MutableLeaf& leaf, const LocalTargetRules& rules);
+// Plans into `target` (default-constructed: filled in place, never moved) the target of
+// checkpoint tensor `name` (`dtype`, global `shape`) in `leaf`, and allocates the new
+// tensors it needs (before any data moves; see rules.allocate). A DTensor leaf of a tensor
+// of dimension >= 1 gets its local (fresh on rules.device when the local is meta, else the
+// local itself, whose shape must be the rank's local shape); a ShardedTensor leaf its local
+// shards (each within the global shape, none on meta); anything else, and every 0-dim
+// tensor, a new tensor of the full shape that replaces the leaf. InvalidArgument naming the
+// tensor for a dtype (but a cast that rules.allow_cast allows) or global shape that differs
+// from the checkpoint's, a mesh without this rank or of another size, a local or shard that
+// does not fit; FailedPrecondition for a meta shard; ResourceExhausted when an allocation
+// fails. On an error `target` is partly filled and must not be committed.
+absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape, MutableLeaf& leaf,
+                             const LocalTargetRules& rules, LocalTarget& target);
 
 // Writes a filled target back into its leaf: the tensor replaces a kReplace leaf, a fresh
 // local becomes a DTensor with the leaf's mesh and placements, and DTensor locals get the

@@ -244,9 +244,8 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
     }
     matched[leaf] = true;
     if (leaves[leaf].value->is_none()) continue;
-    SDRT_ASSIGN_OR_RETURN(LocalTarget target, PlanLocalTarget(entry.name, entry.dtype, entry.shape,
-                                                              leaves[leaf], rules));
-    targets.push_back(std::move(target));
+    SDRT_RETURN_IF_ERROR(PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[leaf], rules,
+                                         targets.emplace_back()));
     // The ReadTensors borrow the header's shape and the target's runs (the layout cache's
     // or the target's own, which stay where they are).
     LocalTarget& planned = targets.back();

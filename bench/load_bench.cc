@@ -30,7 +30,7 @@
 // of `all` that differ from the floor buffer's bytes (must be 0; LoadStats::bytes_kept must
 // equal the floor's bytes on every rank, else the run fails).
 //
-// Run:  load_bench --make llama|small F          (rank 0 writes workload F, load_workloads.h)
+// Run:  load_bench --make llama|small|small100k F  (rank 0 writes workload F, load_workloads.h)
 //       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
 //                  [--staging-buffers B]   (LoadOptions::staging_buffers; 1: no reader thread)
 #include <fcntl.h>
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   const int me = world->rank();
   const int n = world->size();
   if (file.empty()) {
-    if (me == 0) std::fprintf(stderr, "load_bench: --file F (or --make llama|small F)\n");
+    if (me == 0) std::fprintf(stderr, "load_bench: --file F (or --make llama|small|small100k F)\n");
     return 2;
   }
   if (!make.empty()) {

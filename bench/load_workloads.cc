@@ -43,9 +43,9 @@ std::vector<SafetensorsTensorSpec> LlamaSpecs() {
   return specs;
 }
 
-std::vector<SafetensorsTensorSpec> SmallSpecs() {
+std::vector<SafetensorsTensorSpec> SmallSpecs(int64_t count) {
   std::vector<SafetensorsTensorSpec> specs;
-  for (int64_t i = 0; i < 10000; ++i) {
+  for (int64_t i = 0; i < count; ++i) {
     specs.push_back({absl::StrCat("block.", i / 100, ".param", i % 100),
                      DType::kFloat32,
                      {64 + (i * 7919) % 961}});
@@ -74,10 +74,12 @@ absl::Status WriteWorkload(const std::string& which, const std::string& path) {
   if (which == "llama") {
     specs = LlamaSpecs();
   } else if (which == "small") {
-    specs = SmallSpecs();
+    specs = SmallSpecs(10000);
+  } else if (which == "small100k") {
+    specs = SmallSpecs(100000);
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown workload '", which, "' (llama, small)"));
+        absl::StrCat("unknown workload '", which, "' (llama, small, small100k)"));
   }
   const auto make = [&](size_t index) -> absl::StatusOr<Tensor> {
     absl::StatusOr<Tensor> t = Tensor::Empty(specs[index].shape, specs[index].dtype);

@@ -22,7 +22,9 @@ namespace sdrt::bench {
 //            and the layer count (hidden 1024 = 32 heads x 32, 8 kv heads: k/v 256 x 1024,
 //            intermediate 3584, vocab 32064), bfloat16, 1.00 GB;
 //   "small": `sdrt bench`'s 10,000 float32 1-D tensors of 64..1024 elements
-//            ("block.{i/100}.param{i%100}"), 20.8 MiB (tools/sdrt/internal/bench_workloads.h).
+//            ("block.{i/100}.param{i%100}"), 20.8 MiB (tools/sdrt/internal/bench_workloads.h);
+//   "small100k": the same formula for 100,000 tensors, 208 MiB (the per-tensor cost at 10x
+//            the count: a path without anything quadratic takes about 10x small's time).
 // Bytes: splitmix64 per tensor and word, as `sdrt bench`'s. `sdrt make
 // --arch llama-8b --scale S` cannot make the first: --scale also scales the layer count, so
 // only S = 1 (16 GB) keeps 291 tensors. InvalidArgument for another name.

@@ -1,7 +1,9 @@
 #include "sdrt/comm/communicator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -124,18 +126,32 @@ absl::Status Communicator::Broadcast(absl::Span<Tensor> tensors, int root) {
   constexpr absl::string_view kOp = "broadcast";
   SDRT_RETURN_IF_ERROR(CheckRoot(kOp, root));
   std::vector<Tensor> non_empty;
+  std::vector<size_t> index;  // of non_empty's tensors in `tensors`
   for (size_t i = 0; i < tensors.size(); ++i) {
     SDRT_RETURN_IF_ERROR(CheckTensor(kOp, absl::StrCat("tensors[", i, "]"), tensors[i]));
     if (tensors[i].numel() == 0) continue;
-    for (const Tensor& seen : non_empty) {
-      if (Overlaps(seen.data_ptr(), seen.nbytes(), tensors[i].data_ptr(), tensors[i].nbytes())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Where(kOp), ": tensors[", i, "] ", tensors[i].ToString(), " overlaps another tensor"));
-      }
-    }
     non_empty.push_back(tensors[i]);
+    index.push_back(i);
   }
   if (non_empty.empty()) return absl::OkStatus();
+  // Overlaps: by address, each tensor against the one before it (n log n, not n^2: a
+  // grouped broadcast may carry tens of thousands of tensors).
+  std::vector<size_t> by_address(non_empty.size());
+  for (size_t k = 0; k < by_address.size(); ++k) by_address[k] = k;
+  const auto address = [&](size_t k) {
+    return reinterpret_cast<uintptr_t>(non_empty[k].data_ptr());
+  };
+  std::sort(by_address.begin(), by_address.end(),
+            [&](size_t a, size_t b) { return address(a) < address(b); });
+  for (size_t k = 1; k < by_address.size(); ++k) {
+    const Tensor& before = non_empty[by_address[k - 1]];
+    const Tensor& t = non_empty[by_address[k]];
+    if (Overlaps(before.data_ptr(), before.nbytes(), t.data_ptr(), t.nbytes())) {
+      const size_t i = std::max(index[by_address[k - 1]], index[by_address[k]]);
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(kOp), ": tensors[", i, "] ", tensors[i].ToString(), " overlaps another tensor"));
+    }
+  }
   return DoBroadcast(non_empty, root);
 }
 

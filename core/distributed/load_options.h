@@ -46,6 +46,11 @@ struct LoadStats {
   // kRoot and a sharded folder: the transfer's figures (BroadcastStateDict's, or the
   // reshard's from the rank files; transfer_stats.h).
   TransferStats transfer;
+  // kAll with LoadOptions::share_reads: the bytes of this rank's pieces that another rank
+  // of its node read and sent it (counted there in bytes_read, not here), and its node
+  // (0, 1, ... in the order of the nodes' first ranks).
+  int64_t bytes_from_node = 0;
+  int node = 0;
   // bytes_read / bytes_kept; 1 when nothing is kept.
   double read_amplification() const {
     return bytes_kept == 0 ? 1.0 : static_cast<double>(bytes_read) / bytes_kept;
@@ -80,6 +85,17 @@ struct LoadOptions {
   bool direct_io = false;
   // kAll: the largest gap read through (>= 0; load_state_dict.h).
   int64_t max_gap_bytes = int64_t{1} << 20;
+  // kAll: a tensor every rank of a node keeps alike (a full tensor, or a DTensor local that
+  // is the same on all of them: tp's replicated tensors, every tensor of a data-parallel
+  // replica) is read from storage by one rank of the node, which broadcasts it to the
+  // others there, so each node reads the distinct bytes its ranks keep once. CPU tensors
+  // (the locals fresh, not preallocated); false: every rank reads all its own bytes. Every
+  // rank passes the same (compared in the agreement).
+  bool share_reads = false;
+  // Which ranks of comm share a node, for share_reads: empty, ranks with the same host name
+  // (one exchange of names per call); else one entry per rank, equal values sharing a
+  // node (InvalidArgument for another length).
+  std::vector<int64_t> node_of_rank;
   // The most bytes of one collective bucket: kRoot's broadcast (BroadcastOptions::
   // bucket_bytes) and a sharded folder's reshard (ReshardOptions::bucket_bytes: the peak
   // extra memory per rank is two such buckets). >= 64.

@@ -4,10 +4,7 @@
 // chunks in exchanges (internal/engine/schedule.h), as many on every rank.
 #include "sdrt/core/distributed/reshard_state_dict.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -25,6 +22,7 @@
 #include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/lowering.h"
+#include "sdrt/core/distributed/internal/node.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -32,20 +30,6 @@ namespace sdrt {
 const std::vector<std::string>& ReshardPlan::paths() const { return state_->paths; }
 const TransferStats& ReshardPlan::stats() const { return state_->stats; }
 const std::vector<PlannedCast>& ReshardPlan::casts() const { return state_->casts; }
-
-namespace {
-
-// Host names longer than this are refused in a peer's payload (POSIX: HOST_NAME_MAX 255).
-constexpr size_t kMaxHostNameBytes = 255;
-
-// This machine's host name ("" when gethostname fails: then every such rank shares one).
-std::string HostName() {
-  char name[kMaxHostNameBytes + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "";
-  return std::string(name, strnlen(name, kMaxHostNameBytes));
-}
-
-}  // namespace
 
 absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
                                         const ReshardOptions& options) {
@@ -70,7 +54,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   }
   // Each rank's payload: its host name (for node_of_rank when not given), then its leaves.
   AgreementPayload payload;
-  internal::PutString(&payload.mine, options.node_of_rank.empty() ? HostName() : "");
+  internal::PutString(&payload.mine, options.node_of_rank.empty() ? internal::HostName() : "");
   payload.mine += internal::EncodeLeafLayouts(mine);
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
       comm, "PlanReshard",
@@ -90,7 +74,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   for (int q = 0; q < static_cast<int>(payload.all.size()); ++q) {
     internal::ByteReader reader(payload.all[q]);
     std::string host;
-    if (!reader.String(&host) || host.size() > kMaxHostNameBytes) {
+    if (!reader.String(&host) || host.size() > internal::kMaxHostNameBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("PlanReshard: rank ", q, " sent a malformed host name"));
     }

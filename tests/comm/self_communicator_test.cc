@@ -106,6 +106,17 @@ TEST(SelfCommunicator, ArgumentErrorsAreTheBackendsErrors) {
   absl::Status root = self.Broadcast(absl::MakeSpan(one), 1);
   EXPECT_EQ(root.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(root.message(), HasSubstr("root 1 is not in [0, 1)"));
+  // Overlapping tensors are found by address, whatever their order in the list: the first
+  // and last of four views of one buffer share bytes, the two between touch neither.
+  const Tensor whole = *Tensor::Zeros({64}, DType::kFloat32);
+  std::vector<Tensor> views = {*whole.Narrow(0, 0, 16), *whole.Narrow(0, 40, 8),
+                               *whole.Narrow(0, 20, 10), *whole.Narrow(0, 12, 8)};
+  absl::Status overlap = self.Broadcast(absl::MakeSpan(views), 0);
+  EXPECT_EQ(overlap.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(overlap.message(), HasSubstr("tensors[3]"));
+  EXPECT_THAT(overlap.message(), HasSubstr("overlaps another tensor"));
+  views.pop_back();
+  EXPECT_TRUE(self.Broadcast(absl::MakeSpan(views), 0).ok());
   Tensor flags = *Tensor::Zeros({2}, DType::kBool);
   absl::Status avg = self.AllReduce(flags, ReduceOp::kAvg);
   EXPECT_EQ(avg.code(), absl::StatusCode::kInvalidArgument);

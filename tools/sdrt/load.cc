@@ -94,6 +94,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   facts.plan = layout->plan.name();
   facts.device = o.device;
   facts.read = o.read;
+  facts.options_read_once_per_node = o.read_once_per_node;
   facts.bucket_mib = o.bucket_mib;
   facts.ranks = run.size();
   facts.outline = &outline;
@@ -102,6 +103,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   options.read = o.read_mode();
   options.device = run.session().device;
   options.direct_io = o.direct_io;
+  options.share_reads = o.read_once_per_node;
   options.bucket_bytes = o.bucket_bytes();
   options.strict = true;
   options.stats = &facts.stats;
@@ -111,6 +113,8 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
       facts.seconds, run.TimedStep([&] { return LoadStateDict(source, local, options).status(); }));
   SDRT_ASSIGN_OR_RETURN(facts.bytes_read, run.AllGather(facts.stats.bytes_read));
   SDRT_ASSIGN_OR_RETURN(facts.bytes_kept, run.AllGather(facts.stats.bytes_kept));
+  SDRT_ASSIGN_OR_RETURN(facts.bytes_from_node, run.AllGather(facts.stats.bytes_from_node));
+  SDRT_ASSIGN_OR_RETURN(facts.node, run.AllGather(int64_t{facts.stats.node}));
 
   facts.verify_dir = args.verify_dir;
   facts.gathered = outline.sharded && args.verify_dir.empty();

@@ -110,6 +110,18 @@ Report LoadReport(const LoadFacts& f) {
     report.json.update(nlohmann::ordered_json{{"collectives", f.stats.transfer.collectives},
                                               {"exchanges", f.stats.transfer.exchanges},
                                               {"read_amplification", amplification}});
+    if (f.options_read_once_per_node) {
+      // Per node (the ranks' host names): the bytes its ranks read from storage.
+      std::vector<int64_t> per_node;
+      for (size_t q = 0; q < f.node.size() && q < f.bytes_read.size(); ++q) {
+        const auto n = static_cast<size_t>(f.node[q]);
+        if (per_node.size() <= n) per_node.resize(n + 1, 0);
+        per_node[n] += f.bytes_read[q];
+      }
+      report.json.update(nlohmann::ordered_json{{"node_of_rank", f.node},
+                                                {"bytes_read_per_node", per_node},
+                                                {"bytes_from_node", f.bytes_from_node}});
+    }
   }
 
   const std::string from = outline.sharded ? absl::StrCat(" (", Ranks(outline.sharded_ranks), ", ",

@@ -65,10 +65,17 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
         ->capture_default_str();
     cmd->add_flag("--direct-io", options->direct_io,
                   "with --read all: read with O_DIRECT, bypassing the page cache (cold storage)");
+    cmd->add_flag("--read-once-per-node", options->read_once_per_node,
+                  "with --read all: what every rank of a host keeps alike (replicated tensors) "
+                  "is read by one of them and broadcast to the others there");
     // The one check that spans two options, at the end of the command's parse.
     cmd->parse_complete_callback([options] {
       if (options->direct_io && options->read == "root") {
         throw CLI::ValidationError("--direct-io goes with --read all (or auto), not --read root");
+      }
+      if (options->read_once_per_node && options->read == "root") {
+        throw CLI::ValidationError(
+            "--read-once-per-node goes with --read all (or auto), not --read root");
       }
     });
   }

@@ -44,6 +44,7 @@ struct SharedOptions {
   double bucket_mib = 256;     // in [1/1048576, kMaxBucketMib]
   std::string read = "auto";   // "auto", "all" or "root"
   bool direct_io = false;      // never with read "root"
+  bool read_once_per_node = false;  // LoadOptions::share_reads; never with read "root"
   std::string mesh;
   std::string plan;
   std::string mesh_dim_names;

@@ -17,7 +17,9 @@
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/load/load_paths.h"
+#include "sdrt/core/distributed/internal/load/node_reads.h"
 #include "sdrt/core/distributed/internal/local_target.h"
+#include "sdrt/core/distributed/internal/node.h"
 #include "sdrt/core/distributed/internal/load/read_plan.h"
 #include "sdrt/core/distributed/internal/load/staged_reader.h"
 #include "sdrt/tensor/internal/float_cast.h"
@@ -204,6 +206,7 @@ struct AllPlan {
   std::vector<ReadTensor> reads;
   ReadPlan plan;
   std::vector<bool> matched;      // matched[i]: leaf i names a checkpoint tensor
+  NodeReads node_reads;           // who of the node reads a tensor its ranks keep alike
 };
 
 // Plans every target and the reads, and allocates the fresh dests; the first local error
@@ -232,6 +235,8 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   rules.allow_cast = true;  // CopyOut converts
   rules.layouts = &all.layouts;
   targets.reserve(source.tensors().size());  // at most one per tensor: never reallocated
+  std::vector<const CheckpointSourceTensor*> entries;  // of each target
+  entries.reserve(source.tensors().size());
   // A ShardedTensor has a dest per local shard, so these may grow past the reserve.
   reads.reserve(source.tensors().size());
   dests.reserve(source.tensors().size());
@@ -246,12 +251,18 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
     if (leaves[leaf].value->is_none()) continue;
     SDRT_RETURN_IF_ERROR(PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[leaf], rules,
                                          targets.emplace_back()));
-    // The ReadTensors borrow the header's shape and the target's runs (the layout cache's
-    // or the target's own, which stay where they are).
-    LocalTarget& planned = targets.back();
+    entries.push_back(&entry);
+  }
+  // The ReadTensors borrow the header's shape and the target's runs (the layout cache's or
+  // the target's own, which stay where they are); none when another rank of the node reads
+  // the tensor for this one.
+  const std::vector<bool> reads_it = all.node_reads.Decide(targets);
+  for (size_t t = 0; t < targets.size(); ++t) {
+    LocalTarget& planned = targets[t];
+    const CheckpointSourceTensor& entry = *entries[t];
     for (size_t d = 0; d < planned.dests.size(); ++d) {
       reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
-                                 planned.runs[d]});
+                                 reads_it[t] ? planned.runs[d] : nullptr});
       dests.push_back(ReadDest{&planned, &entry, d, planned.runs[d]});
     }
   }
@@ -286,6 +297,16 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   const std::vector<LocalTarget>& targets = all.targets;
   const std::vector<ReadDest>& dests = all.dests;
   const ReadPlan& plan = all.plan;
+  // Reading once per node: the nodes first (a collective every rank takes part in).
+  const bool share = options.share_reads && comm != nullptr && comm->size() > 1;
+  if (share) {
+    SDRT_ASSIGN_OR_RETURN(std::vector<int> node_of_rank,
+                          NodeOfRank(*comm, options.node_of_rank));
+    stats.node = node_of_rank[comm->rank()];
+    if (rank == comm->rank()) {
+      all.node_reads = NodeReads(std::move(node_of_rank), rank, options.device, comm->device());
+    }
+  }
   if (local_error.ok()) local_error = PlanAll(*source, leaves, options, rank, result, all);
   // The device the locals are on: the CPU, or one CUDA device for the whole call.
   std::optional<int> cuda_device;
@@ -305,7 +326,9 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   if (comm != nullptr) {
     // The leaves are hashed; their text is written only if the ranks disagree.
     const HashedSkeleton skeleton = HashLeaves(leaves);
-    SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*comm, kOp, "", skeleton, local_error));
+    // Reading once per node needs every rank to share (the meshes' ranks being comm's).
+    const std::string agreed = share && rank != comm->rank() ? "share_reads off" : "";
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*comm, kOp, agreed, skeleton, local_error));
   } else {
     SDRT_RETURN_IF_ERROR(local_error);
   }
@@ -366,6 +389,12 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   stats.preads = read_stats.preads;
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
+  if (share) {  // collective: after a failed read too, which the agreement below reports
+    const absl::Status shared =
+        all.node_reads.Share(*comm, all.targets, options.bucket_bytes, stats.bytes_from_node);
+    if (read_status.ok()) read_status = shared;
+    stats.bytes_kept += stats.bytes_from_node;
+  }
   if (read_status.ok()) {
     for (LocalTarget& target : all.targets) {
       read_status = CommitLocalTarget(target, rank);

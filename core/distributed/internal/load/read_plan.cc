@@ -107,10 +107,10 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
                                                    ", offset ", t.offset, " or file ", t.file,
                                                    " out of range"));
   }
-  if (t.runs == nullptr || t.runs->size() != t.shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), ": runs for ",
-                                                   t.runs == nullptr ? 0 : t.runs->size(),
-                                                   " dims, shape has ", n));
+  if (t.runs == nullptr) return absl::OkStatus();  // nothing read
+  if (t.runs->size() != t.shape.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": runs for ", t.runs->size(), " dims, shape has ", n));
   }
   for (int d = 0; d < n; ++d) {
     if (t.shape[d] < 0) return absl::InvalidArgumentError(absl::StrCat(where(), ": negative dim"));

@@ -27,15 +27,16 @@ struct ReadPlanOptions {
 };
 
 // One tensor to read part of. `runs` (per dim, global index runs) must lie in `shape`;
-// a dim without runs, or runs of total length 0, means nothing is kept. Both are borrowed
-// (the checkpoint's header and the caller's targets hold them: nothing is copied per
-// tensor) and must outlive the plan's use.
+// a dim without runs, or runs of total length 0, means nothing is kept, and so does null
+// runs (also for a 0-dim tensor). Both are borrowed (the checkpoint's header and the
+// caller's targets hold them: nothing is copied per tensor) and must outlive the plan's
+// use.
 struct ReadTensor {
   int file = 0;
   int64_t offset = 0;    // absolute byte offset of element 0 in the file
   int element_bits = 8;  // ElementBits of the dtype, >= 1
   IntSpan shape;         // empty for a 0-dim tensor (one element)
-  const ShardRuns* runs = nullptr;  // one entry per dim of `shape`; not null
+  const ShardRuns* runs = nullptr;  // one entry per dim of `shape`, or null
 };
 
 // A box of one tensor that is one contiguous byte run of its file: indices fixed on the

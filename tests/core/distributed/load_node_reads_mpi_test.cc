@@ -1,0 +1,211 @@
+// LoadStateDict reading once per node (LoadOptions::share_reads, internal/load/node_reads.h)
+// over MPI, 1..4 ranks on one machine: the locals equal those of the load where every rank
+// reads its own bytes, for every kind of leaf (shared or not); what the ranks of one node keep
+// alike is read from the file once per node (bytes read summed over the ranks = the distinct
+// bytes times the nodes, with node_of_rank making one machine two nodes); the rest is
+// received from the node's readers (LoadStats::bytes_from_node); a bad node_of_rank is the
+// same error on every rank.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdrt/comm/mpi_communicator.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/load_state_dict.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/tests/core/distributed/distributed_state_dict_test_util.h"
+#include "sdrt/tests/support/mpi_test_main.h"
+
+namespace sdrt::test {
+
+// The folders WriteFile made (rank 0's), removed when the tests end.
+std::vector<std::string>& Made() {
+  static auto* made = new std::vector<std::string>();
+  return *made;
+}
+
+namespace {
+
+using ::testing::HasSubstr;
+
+// Rank 0 writes `specs`' full tensors as one safetensors file in a fresh folder; every rank
+// returns its path once it is written.
+std::string WriteFile(const std::vector<Spec>& specs) {
+  std::string path;
+  if (Rank() == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_node_XXXXXX");
+    const char* dir = mkdtemp(pattern.data());
+    if (dir != nullptr) Made().push_back(dir);
+    path = dir != nullptr ? absl::StrCat(dir, "/model.safetensors") : "";
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const Spec& s : specs) tensors.emplace_back(s.path, s.Full());
+    EXPECT_TRUE(WriteSafetensors(path, tensors).ok());
+  }
+  EXPECT_TRUE(g_world->BroadcastBytes(&path, 0).ok());
+  return path;
+}
+
+Map Tree(const std::vector<Spec>& specs, const LeafFn& leaf) {
+  Map m;
+  for (const Spec& s : specs) m.Set(s.path, leaf(s));
+  return m;
+}
+
+// `mine` summed over the ranks.
+int64_t Sum(int64_t mine) {
+  absl::StatusOr<std::vector<std::string>> all =
+      g_world->AllGatherBytes(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+  EXPECT_TRUE(all.ok()) << all.status();
+  int64_t sum = 0;
+  for (const std::string& bytes : all.ok() ? *all : std::vector<std::string>()) {
+    int64_t theirs = 0;
+    std::memcpy(&theirs, bytes.data(), std::min(bytes.size(), sizeof(theirs)));
+    sum += theirs;
+  }
+  return sum;
+}
+
+// What the ranks keep alike (Replicate, plain and 0-dim leaves: shared), what each keeps of
+// its own (Shard; Partial and ShardedTensor leaves, which are never shared).
+std::vector<Spec> Specs() {
+  const int n = WorldSize();
+  const auto m1 = Mesh({n});
+  return {
+      DSpec("replicated.a", {9, 4}, DType::kFloat32, m1, "[R]"),
+      DSpec("fsdp", {7, 5}, DType::kFloat32, m1, "[S(0)]"),
+      DSpec("replicated.b", {33}, DType::kBFloat16, m1, "[R]"),
+      DSpec("tp.col", {6, 9}, DType::kFloat32, m1, "[S(1)]"),
+      PlainSpec("plain", {3, 3}, DType::kFloat32),
+      DSpec("partial", {3, 4}, DType::kFloat32, m1, "[P(sum)]"),
+      DSpec("dtensor_0dim", {}, DType::kFloat32, m1, "[R]"),
+      SSpec("sharded", {10, 4}, DType::kFloat32, ChunkShards(IntVector{10, 4}, 0)),
+      DSpec("replicated.c", {5, 3}, DType::kInt64, m1, "[R]"),
+  };
+}
+
+// Bytes of the tensors every rank fills alike with fresh tensors when the leaves are
+// `leaf`'s: Replicate DTensors with meta locals, plain and 0-dim leaves (None takes nothing).
+int64_t SharedBytes(const std::vector<Spec>& specs, const LeafFn& leaf) {
+  int64_t bytes = 0;
+  for (const Spec& s : specs) {
+    const Value v = leaf(s);
+    const bool fresh_replica = v.kind() == ValueKind::kDTensor &&
+                               v.as_dtensor().local().is_meta() &&
+                               s.path.rfind("replicated", 0) == 0;
+    const bool replaced = !v.is_none() && (s.shape.empty() || s.kind == Spec::Kind::kPlain);
+    if (fresh_replica || replaced) bytes += s.Full().nbytes();
+  }
+  return bytes;
+}
+
+TEST(LoadNodeReadsMpiTest, SameLocalsReadOncePerNode) {
+  const std::vector<Spec> specs = Specs();
+  const std::string file = WriteFile(specs);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  const int n = WorldSize();
+  // One node (the host names), and the machine cut into nodes of two ranks.
+  std::vector<std::vector<int64_t>> layouts = {{}};
+  std::vector<int64_t> pairs;
+  for (int q = 0; q < n; ++q) pairs.push_back(100 + q / 2);
+  layouts.push_back(pairs);
+  for (const LeafFn& leaf : {LeafFn(MetaLeaf), LeafFn(ZeroLeaf)}) {
+    Map own = Tree(specs, leaf);
+    LoadStats own_stats;
+    LoadOptions options;
+    options.comm = g_world;
+    options.stats = &own_stats;
+    ASSERT_TRUE(AllTrue(LoadStateDict(*source, own, options).ok()));
+    for (const std::vector<int64_t>& node_of_rank : layouts) {
+      SCOPED_TRACE(node_of_rank.empty() ? "host names" : "pairs");
+      Map shared = Tree(specs, leaf);
+      LoadStats stats;
+      options.stats = &stats;
+      options.share_reads = true;
+      options.node_of_rank = node_of_rank;
+      absl::StatusOr<LoadResult> l = LoadStateDict(*source, shared, options);
+      ASSERT_TRUE(AllTrue(l.ok())) << l.status();
+      ExpectTreeEq(Value(shared), Value(own), "");
+      EXPECT_EQ(stats.bytes_kept, own_stats.bytes_kept);
+      const int nodes = node_of_rank.empty() ? 1 : (n + 1) / 2;
+      // Every rank kept the shared bytes; one per node read them, the others received them.
+      EXPECT_EQ(Sum(stats.bytes_from_node), n > 1 ? (n - nodes) * SharedBytes(specs, leaf) : 0);
+      EXPECT_EQ(Sum(stats.bytes_read) + Sum(stats.bytes_from_node), Sum(own_stats.bytes_read));
+      EXPECT_EQ(stats.node, node_of_rank.empty() ? 0 : Rank() / 2);
+      ASSERT_TRUE(NoRankFailed());
+    }
+  }
+}
+
+// A data-parallel replica: every tensor Replicate. The node reads the file's tensor bytes
+// once in all (1.00x the distinct bytes), each rank a contiguous part of them.
+TEST(LoadNodeReadsMpiTest, AReplicaReadsTheFileOncePerNode) {
+  const auto mesh = Mesh({WorldSize()});
+  std::vector<Spec> specs;
+  int64_t total = 0;
+  for (int i = 0; i < 40; ++i) {
+    specs.push_back(DSpec(absl::StrCat("layer.", i), {3 + i % 5, 8}, DType::kFloat32, mesh, "[R]"));
+    total += specs.back().Full().nbytes();
+  }
+  const std::string file = WriteFile(specs);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  Map loaded = Tree(specs, MetaLeaf);
+  LoadStats stats;
+  LoadOptions options;
+  options.comm = g_world;
+  options.stats = &stats;
+  options.share_reads = true;
+  options.bucket_bytes = 256;  // many buckets, and tensors larger than one
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, loaded, options).ok()));
+  Map own = Tree(specs, MetaLeaf);
+  options.share_reads = false;
+  options.stats = nullptr;  // `stats` keeps the shared load's figures
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, own, options).ok()));
+  ExpectTreeEq(Value(loaded), Value(own), "");
+  EXPECT_EQ(Sum(stats.bytes_read), total);
+  EXPECT_EQ(Sum(stats.bytes_from_node), (WorldSize() - 1) * total);
+  EXPECT_EQ(stats.bytes_kept, total);
+  EXPECT_LE(stats.reads, 1);  // its part is one run of the file
+}
+
+TEST(LoadNodeReadsMpiTest, ABadNodeListIsTheSameErrorOnEveryRank) {
+  if (WorldSize() == 1) GTEST_SKIP() << "one rank shares nothing";
+  const std::vector<Spec> specs = Specs();
+  const std::string file = WriteFile(specs);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  Map loaded = Tree(specs, MetaLeaf);
+  LoadOptions options;
+  options.comm = g_world;
+  options.share_reads = true;
+  options.node_of_rank = {0};
+  absl::StatusOr<LoadResult> l = LoadStateDict(*source, loaded, options);
+  ExpectSameStatusOnEveryRank(l.status());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(l.status().message(), HasSubstr("node_of_rank has 1 entries"));
+}
+
+}  // namespace
+}  // namespace sdrt::test
+
+class RemoveFolders : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const std::string& dir : sdrt::test::Made()) std::filesystem::remove_all(dir);
+  }
+};
+
+int main(int argc, char** argv) {
+  ::testing::AddGlobalTestEnvironment(new RemoveFolders);
+  return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
+}

@@ -33,6 +33,7 @@
 // Run:  load_bench --make llama|small|small100k F  (rank 0 writes workload F, load_workloads.h)
 //       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
 //                  [--staging-buffers B]   (LoadOptions::staging_buffers; 1: no reader thread)
+//                  [--share-reads 0|1]     (LoadOptions::share_reads: read once per node)
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/resource.h>
@@ -136,6 +137,7 @@ bool SameBytes(const Tensor& t, const uint8_t* want, int64_t bytes) {
 int main(int argc, char** argv) {
   std::string file, plan_name = "fsdp", json_path, make;
   int repeat = 5, warmup = 1, staging_buffers = sdrt::LoadOptions().staging_buffers;
+  bool share_reads = false;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--file") file = argv[i + 1];
@@ -144,6 +146,7 @@ int main(int argc, char** argv) {
     if (a == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--warmup") warmup = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--staging-buffers") staging_buffers = std::atoi(argv[i + 1]);
+    if (a == "--share-reads") share_reads = std::atoi(argv[i + 1]) != 0;
     if (a == "--make" && i + 2 < argc) {
       make = argv[i + 1];
       file = argv[i + 2];
@@ -195,6 +198,7 @@ int main(int argc, char** argv) {
   load_options.strict = true;
   load_options.stats = &stats;
   load_options.staging_buffers = staging_buffers;
+  load_options.share_reads = share_reads;
   // root
   Map root_local, full;
   std::optional<CheckpointSource> mapped;
@@ -307,6 +311,10 @@ int main(int argc, char** argv) {
         r.median / f.median, amplification, static_cast<long long>(preads),
         static_cast<long long>(floor_calls), static_cast<long long>(wrong),
         static_cast<long long>(floor_wrong));
+    // Every byte of these workloads is kept by some rank: the distinct bytes are the file's.
+    std::printf("# all: bytes read summed over the ranks %.3fx the file's tensor bytes%s\n",
+                static_cast<double>(total_read) / static_cast<double>(source.total_bytes()),
+                share_reads ? " (--share-reads 1: once per node)" : "");
     for (const Path& p : paths) {
       const Spread w = Summarize(p.seconds);
       std::printf(

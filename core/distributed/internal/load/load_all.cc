@@ -303,11 +303,12 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     SDRT_ASSIGN_OR_RETURN(std::vector<int> node_of_rank,
                           NodeOfRank(*comm, options.node_of_rank));
     stats.node = node_of_rank[comm->rank()];
-    if (rank == comm->rank()) {
-      all.node_reads = NodeReads(std::move(node_of_rank), rank, options.device, comm->device());
-    }
+    all.node_reads = NodeReads(std::move(node_of_rank), comm->rank(), rank == comm->rank(),
+                               options.device, comm->device());
+    SDRT_RETURN_IF_ERROR(all.node_reads.Connect(*comm));
   }
   if (local_error.ok()) local_error = PlanAll(*source, leaves, options, rank, result, all);
+  if (local_error.ok()) local_error = all.node_reads.Prepare(all.targets, options.bucket_bytes);
   // The device the locals are on: the CPU, or one CUDA device for the whole call.
   std::optional<int> cuda_device;
   if (local_error.ok()) {
@@ -328,7 +329,11 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     const HashedSkeleton skeleton = HashLeaves(leaves);
     // Reading once per node needs every rank to share (the meshes' ranks being comm's).
     const std::string agreed = share && rank != comm->rank() ? "share_reads off" : "";
-    SDRT_RETURN_IF_ERROR(AgreeAcrossRanksHashed(*comm, kOp, agreed, skeleton, local_error));
+    AgreementPayload payload;  // the node transfer's exchange counts
+    payload.mine = all.node_reads.payload();
+    SDRT_RETURN_IF_ERROR(
+        AgreeAcrossRanksHashed(*comm, kOp, agreed, skeleton, local_error, nullptr, &payload));
+    SDRT_RETURN_IF_ERROR(all.node_reads.Agreed(payload.all));
   } else {
     SDRT_RETURN_IF_ERROR(local_error);
   }
@@ -389,12 +394,10 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   stats.preads = read_stats.preads;
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
-  if (share) {  // collective: after a failed read too, which the agreement below reports
-    const absl::Status shared =
-        all.node_reads.Share(*comm, all.targets, options.bucket_bytes, stats.bytes_from_node);
-    if (read_status.ok()) read_status = shared;
-    stats.bytes_kept += stats.bytes_from_node;
-  }
+  // Collective over the node: after a failed read too, which the agreement below reports.
+  const absl::Status shared = all.node_reads.Run(stats.transfer, stats.bytes_from_node);
+  if (read_status.ok()) read_status = shared;
+  stats.bytes_kept += stats.bytes_from_node;
   if (read_status.ok()) {
     for (LocalTarget& target : all.targets) {
       read_status = CommitLocalTarget(target, rank);

@@ -1,51 +1,76 @@
 // Reading once per node (LoadStateDict's kAll, LoadOptions::share_reads): a tensor that
-// every rank of a node keeps alike is read from storage by one of them, which then sends it
-// to the others in one grouped broadcast per reader, so a node reads the distinct bytes its
-// ranks keep once (tp's norms and biases, a data-parallel replica's everything) instead of
-// once per rank. Not public API.
+// every rank of a node keeps alike is read from storage by one of them, and the transfer
+// engine (internal/engine/transfer.h) moves it from that reader to the node's other ranks,
+// so a node reads the distinct bytes its ranks keep once (tp's norms and biases, a
+// data-parallel replica's everything) instead of once per rank. Not public API.
+//
+// The calls, every rank taking part in the collective ones in this order: the constructor
+// (after NodeOfRank), Connect (collective), Decide, Prepare, payload() into the load's
+// agreement, Agreed with every rank's payloads, the reads, Run (collective over the node).
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_NODE_READS_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_NODE_READS_H_
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/core/distributed/internal/local_target.h"
+#include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/tensor/device.h"
 
 namespace sdrt::internal {
 
 class NodeReads {
  public:
-  // Nothing shared (every rank reads its own bytes).
+  // Nothing shared (every rank reads its own bytes); every call below does nothing.
   NodeReads() = default;
-  // `node_of_rank` (NodeOfRank's, one entry per rank of the communicator), this rank in it
-  // (which must also be its rank in the DTensors' meshes) and the device of the fresh
-  // tensors (LoadOptions::device); sharing needs it to be the communicator's device type.
-  NodeReads(std::vector<int> node_of_rank, int rank, Device fresh_device, Device comm_device);
+  // `node_of_rank` (NodeOfRank's, one entry per rank of the communicator) and this rank
+  // in it. This rank shares only when `mesh_rank_is_rank` (its rank in the DTensors' meshes
+  // is its communicator rank) and `fresh_device`, where the load's new tensors go
+  // (LoadOptions::device), is of the communicator's device type; else it still takes part
+  // in Connect.
+  NodeReads(std::vector<int> node_of_rank, int rank, bool mesh_rank_is_rank, Device fresh_device,
+            Device comm_device);
+  NodeReads(NodeReads&&) noexcept;
+  NodeReads& operator=(NodeReads&&) noexcept;
+  ~NodeReads();
 
-  // Decides who reads each target (the load's targets, in file order; a default-constructed
-  // NodeReads shares nothing): a target is shared when every rank of this node fills the
-  // same fresh, contiguous tensor of the same bytes: a full tensor (kReplace), or the fresh
-  // local of a DTensor whose placements have no Partial and on whose every other
-  // non-Replicate mesh dim all ranks of the node have one coordinate. The shared targets are
-  // cut into the node's ranks' shares of their bytes, contiguous in file order (node rank
-  // k reads those whose first byte falls in [k, k + 1) x total / ranks), so each reader's
-  // reads stay long. The same on every rank of the node when their leaves agree (the load's
-  // agreement checks that before anything is read). [t]: this rank reads target t's bytes
-  // (its own, or for the node).
+  // Collective over `comm` (every rank calls it) when the ranks make more than one node and
+  // one of them has two or more ranks: `comm` split into the nodes' communicators. The
+  // communicator's errors.
+  absl::Status Connect(Communicator& comm);
+
+  // Decides who reads each target (the load's targets, in file order): a target is shared
+  // when every rank of this node fills the same fresh, contiguous tensor of the same bytes:
+  // a full tensor (kReplace), or the fresh local of a DTensor whose placements have no
+  // Partial and on whose every other non-Replicate mesh dim all ranks of the node have one
+  // coordinate. The shared targets are cut into the node's ranks' shares of their bytes,
+  // contiguous in file order (node rank k reads those whose first byte falls in
+  // [k, k + 1) x total / ranks), so each reader's reads stay long. The same on every rank
+  // of the node when their leaves agree (the load's agreement checks that before anything
+  // moves). [t]: this rank reads target t's bytes (its own, or for the node).
   std::vector<bool> Decide(const std::vector<LocalTarget>& targets);
 
-  // After every rank's reads: each reader sends the targets it read for the node to the
-  // node's other ranks, packed into buckets of at most `bucket_bytes` (one Broadcast per
-  // bucket over the node's ranks: `comm` itself when all its ranks share a node, else a
-  // Split of it, which every rank of `comm` takes part in). Collective over `comm` whenever
-  // a node of two or more ranks exists; every rank calls it. The communicator's errors,
-  // ResourceExhausted when a bucket cannot be allocated; bytes_received: what this rank got
-  // from its node.
-  absl::Status Share(Communicator& comm, const std::vector<LocalTarget>& targets,
-                     int64_t bucket_bytes, int64_t& bytes_received) const;
+  // Plans the moves once the targets' fresh tensors exist: for each shared target, its
+  // reader's tensor (Replicate on a 1-D mesh of the reader) into the node's other ranks'
+  // (Replicate on theirs), through buckets of at most `bucket_bytes`. The engine's
+  // planning errors, this rank's (for the load's agreement).
+  absl::Status Prepare(const std::vector<LocalTarget>& targets, int64_t bucket_bytes);
+  // What this rank's part of the load's agreement carries ("" when nothing is moved), and
+  // every rank's of it (the communicator's order) after the agreement.
+  std::string payload() const;
+  absl::Status Agreed(absl::Span<const std::string> payloads);
+
+  // After the reads: the moves (collective over the node's ranks; every rank of a node that
+  // shares calls it, after a failed read too). The engine's errors, the same on every rank
+  // of the node. `stats` gets the transfer's figures; bytes_received: the bytes this rank
+  // got from its node's readers.
+  absl::Status Run(TransferStats& stats, int64_t& bytes_received);
 
  private:
   std::vector<int> node_of_rank_;
@@ -53,7 +78,11 @@ class NodeReads {
   int node_rank_ = 0;            // this rank's index in node_ranks_
   int rank_ = 0;
   bool enabled_ = false;
-  std::vector<int> reader_;  // per target: the node rank reading it, or -1
+  std::unique_ptr<Communicator> split_;  // this node's ranks, when the ranks make several
+  Communicator* node_ = nullptr;         // split_, or the load's communicator
+  std::vector<int> reader_;              // per target: the node rank reading it, or -1
+  int64_t received_bytes_ = 0;           // of the targets others read for this rank
+  std::unique_ptr<TransferRun> run_;     // set by Prepare when the node moves anything
 };
 
 }  // namespace sdrt::internal

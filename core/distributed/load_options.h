@@ -85,12 +85,17 @@ struct LoadOptions {
   bool direct_io = false;
   // kAll: the largest gap read through (>= 0; load_state_dict.h).
   int64_t max_gap_bytes = int64_t{1} << 20;
-  // kAll: a tensor every rank of a node keeps alike (a full tensor, or a DTensor local that
-  // is the same on all of them: tp's replicated tensors, every tensor of a data-parallel
-  // replica) is read from storage by one rank of the node, which broadcasts it to the
-  // others there, so each node reads the distinct bytes its ranks keep once. CPU tensors
-  // (the locals fresh, not preallocated); false: every rank reads all its own bytes. Every
-  // rank passes the same (compared in the agreement).
+  // kAll: a tensor every rank of a node keeps alike (a full tensor, or a fresh DTensor
+  // local that is the same on all of them: tp's replicated tensors, every tensor of a
+  // data-parallel replica) is read from storage by one rank of the node and sent to the
+  // others there (the transfer engine over a communicator of the node's ranks), so each
+  // node reads the distinct bytes its ranks keep once. Fresh locals on the communicator's
+  // device type (CPU with MPI; CUDA with NCCL, not yet run on GPUs); preallocated locals
+  // and ShardedTensor shards are read by each rank. Needs `rank` to be comm->rank() on
+  // every rank (else the agreement fails). Costs one exchange of host names (without
+  // node_of_rank) and, with several nodes, a Split per call. false (the default): every rank
+  // reads all its own bytes, which from the page cache is faster. Every rank passes the
+  // same.
   bool share_reads = false;
   // Which ranks of comm share a node, for share_reads: empty, ranks with the same host name
   // (one exchange of names per call); else one entry per rank, equal values sharing a

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/load/load_paths.h"
 #include "sdrt/core/distributed/internal/load/read_policy.h"
@@ -91,7 +92,9 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
     SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(
         *options.comm, kOp,
         absl::StrCat("read ", ReadModeName(options.read), ", bucket_bytes ", options.bucket_bytes,
-                     ", weight map ", internal::WeightMapHash(options.weight_map)),
+                     ", weight map ", internal::WeightMapHash(options.weight_map),
+                     ", share_reads ", options.share_reads, " node_of_rank [",
+                     absl::StrJoin(options.node_of_rank, ","), "]"),
         {}, options_error, nullptr, &views));
     SDRT_ASSIGN_OR_RETURN(decision, internal::DecideRead(options.read, views.all));
   }

@@ -29,7 +29,11 @@
 // (internal::kGapDivisor), so the gaps add at most 1/32 to the bytes kept (read
 // amplification <= 1.032); no read is longer than one staging buffer (a longer run is cut).
 // Nothing else is read. Replicated tensors (and Replicate or Partial mesh dims) are read by
-// every rank that holds them: there is no exchange between ranks.
+// every rank that holds them: there is no exchange between ranks, unless
+// LoadOptions::share_reads: then what every rank of a node fills alike (fresh locals) is
+// read by one rank of the node and moved to the others by the transfer engine (the node
+// reads those bytes once; a node_of_rank of the wrong length is InvalidArgument on every
+// rank, and every rank must pass the same share_reads and node_of_rank).
 //
 // kAll into local tensors on a CUDA device (one device per call): the staging buffers are
 // allocated pinned (cudaHostAlloc) once per call and every piece moves from them to the

@@ -1,0 +1,62 @@
+// `sdrt load --read-once-per-node` (LoadOptions::share_reads) under mpiexec -n 2 on one
+// machine: the pieces are still checked bit for bit against the file, the replicated
+// tensors of a tp plan are read once for the node (the bytes read on the node fall to the
+// file's, from about twice them), the JSON names each rank's node and what it received,
+// and the flag with --read root is bad input.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+int64_t Sum(const Json& values) {
+  int64_t sum = 0;
+  for (const Json& v : values) sum += v.get<int64_t>();
+  return sum;
+}
+
+TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
+  const std::string root = test::FreshDir("load_node_cli");
+  const std::string file = root + "/tiny.safetensors";
+  ASSERT_EQ(test::RunSdrt("make --dtype bf16 " + test::ShellQuote(file)).exit_code, 0);
+  const std::string load = "load " + test::ShellQuote(file) + " --mesh 2 --plan tp --json";
+  const test::CommandResult own = test::RunSdrtMpi(2, load + " --read all");
+  ASSERT_EQ(own.exit_code, 0) << own.all();
+  const test::CommandResult shared =
+      test::RunSdrtMpi(2, load + " --read all --read-once-per-node");
+  ASSERT_EQ(shared.exit_code, 0) << shared.all();
+  const Json o = Json::parse(own.out);
+  const Json s = Json::parse(shared.out);
+  EXPECT_TRUE(s.value("bit_exact", false)) << s;
+  EXPECT_EQ(s["bytes_kept"], o["bytes_kept"]);
+  EXPECT_FALSE(o.contains("bytes_read_per_node")) << o;
+  EXPECT_EQ(s["node_of_rank"], Json::array({0, 0})) << s;
+  ASSERT_EQ(s["bytes_read_per_node"].size(), 1u) << s;
+  const int64_t file_bytes = s["bytes"].get<int64_t>();
+  // Without the flag every rank reads the replicated tensors (norms, biases): more than the
+  // file; with it the node reads each byte once (gaps read through: at most 1/32 more).
+  EXPECT_GT(Sum(o["bytes_read"]), file_bytes) << o;
+  EXPECT_EQ(s["bytes_read_per_node"][0].get<int64_t>(), Sum(s["bytes_read"])) << s;
+  EXPECT_LE(Sum(s["bytes_read"]), file_bytes + file_bytes / 32) << s;
+  EXPECT_GE(Sum(s["bytes_read"]), file_bytes) << s;
+  EXPECT_EQ(Sum(s["bytes_read"]) + Sum(s["bytes_from_node"]), Sum(o["bytes_read"])) << s << o;
+  const test::CommandResult bad = test::RunSdrtMpi(2, load + " --read root --read-once-per-node");
+  EXPECT_EQ(bad.exit_code, 2) << bad.all();
+  EXPECT_THAT(bad.err, HasSubstr("--read-once-per-node goes with --read all"));
+  if (!HasFailure()) std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace sdrt

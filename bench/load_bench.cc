@@ -34,6 +34,8 @@
 //       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
 //                  [--staging-buffers B]   (LoadOptions::staging_buffers; 1: no reader thread)
 //                  [--share-reads 0|1]     (LoadOptions::share_reads: read once per node)
+//                  [--readers R]           (LoadOptions::readers: reader threads per rank;
+//                                           floor and fresh then pread with R threads too)
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/resource.h>
@@ -138,6 +140,7 @@ int main(int argc, char** argv) {
   std::string file, plan_name = "fsdp", json_path, make;
   int repeat = 5, warmup = 1, staging_buffers = sdrt::LoadOptions().staging_buffers;
   bool share_reads = false;
+  int readers = 1;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--file") file = argv[i + 1];
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     if (a == "--warmup") warmup = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--staging-buffers") staging_buffers = std::atoi(argv[i + 1]);
     if (a == "--share-reads") share_reads = std::atoi(argv[i + 1]) != 0;
+    if (a == "--readers") readers = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--make" && i + 2 < argc) {
       make = argv[i + 1];
       file = argv[i + 2];
@@ -199,6 +203,7 @@ int main(int argc, char** argv) {
   load_options.stats = &stats;
   load_options.staging_buffers = staging_buffers;
   load_options.share_reads = share_reads;
+  load_options.readers = readers;
   // root
   Map root_local, full;
   std::optional<CheckpointSource> mapped;
@@ -212,7 +217,7 @@ int main(int argc, char** argv) {
   paths[0].name = "floor";
   paths[0].prepare = [] {};
   paths[0].run = [&] {
-    floor_preads = Check(sdrt::bench::PreadRuns(fds, runs, floor_buffer.data()), "floor");
+    floor_preads = Check(sdrt::bench::PreadRuns(fds, runs, floor_buffer.data(), readers), "floor");
   };
   paths[1].name = "all";
   paths[1].prepare = [&] { all_local = meta; };
@@ -236,7 +241,8 @@ int main(int argc, char** argv) {
   paths[3].prepare = [&] { fresh_buffer.reset(); };
   paths[3].run = [&] {
     fresh_buffer = Check(Tensor::Empty({kept}, sdrt::DType::kUInt8), "fresh buffer");
-    Check(sdrt::bench::PreadRuns(fds, runs, static_cast<uint8_t*>(fresh_buffer->data_ptr())),
+    Check(sdrt::bench::PreadRuns(fds, runs, static_cast<uint8_t*>(fresh_buffer->data_ptr()),
+                                 readers),
           "fresh");
   };
   for (int it = 0; it < warmup + repeat; ++it) {

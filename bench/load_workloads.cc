@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/io/safetensors.h"
@@ -140,22 +142,58 @@ absl::StatusOr<std::vector<ByteRun>> KeptRuns(const CheckpointSource& source,
   return runs;
 }
 
-absl::StatusOr<int64_t> PreadRuns(const std::vector<int>& fds, const std::vector<ByteRun>& runs,
-                                  uint8_t* out) {
+namespace {
+
+// Preads bytes [from, to) of the runs read back to back (the runs' bytes laid end to end)
+// into out + from; returns the pread calls.
+absl::StatusOr<int64_t> PreadRange(const std::vector<int>& fds, const std::vector<ByteRun>& runs,
+                                   uint8_t* out, int64_t from, int64_t to) {
   int64_t calls = 0;
+  int64_t at = 0;  // where the run starts in `out`
   for (const ByteRun& r : runs) {
-    for (int64_t done = 0; done < r.bytes;) {
+    const int64_t begin = std::max(from, at);
+    const int64_t end = std::min(to, at + r.bytes);
+    for (int64_t done = begin; done < end;) {
       const ssize_t got = pread(fds[static_cast<size_t>(r.file)], out + done,
-                                static_cast<size_t>(r.bytes - done), r.offset + done);
+                                static_cast<size_t>(end - done), r.offset + (done - at));
       ++calls;
       if (got < 0 && errno == EINTR) continue;
-      if (got < 0) return Errno(absl::StrCat("pread at ", r.offset + done));
-      if (got == 0) return absl::DataLossError(absl::StrCat("short read at ", r.offset + done));
+      if (got < 0) return Errno(absl::StrCat("pread at ", r.offset + (done - at)));
+      if (got == 0) {
+        return absl::DataLossError(absl::StrCat("short read at ", r.offset + (done - at)));
+      }
       done += got;
     }
-    out += r.bytes;
+    at += r.bytes;
+    if (at >= to) break;
   }
   return calls;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> PreadRuns(const std::vector<int>& fds, const std::vector<ByteRun>& runs,
+                                  uint8_t* out, int threads) {
+  int64_t total = 0;
+  for (const ByteRun& r : runs) total += r.bytes;
+  if (threads <= 1) return PreadRange(fds, runs, out, 0, total);
+  // Equal byte ranges of the runs, one per thread.
+  std::vector<absl::StatusOr<int64_t>> calls(static_cast<size_t>(threads), int64_t{0});
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t from = total * t / threads;
+    const int64_t to = total * (t + 1) / threads;
+    pool.emplace_back([&, t, from, to] {
+      calls[static_cast<size_t>(t)] = PreadRange(fds, runs, out, from, to);
+    });
+  }
+  for (std::thread& thread : pool) thread.join();
+  int64_t sum = 0;
+  for (const absl::StatusOr<int64_t>& c : calls) {
+    if (!c.ok()) return c.status();
+    sum += *c;
+  }
+  return sum;
 }
 
 absl::StatusOr<double> ResidentFraction(const std::string& path) {

@@ -48,9 +48,11 @@ absl::StatusOr<std::vector<ByteRun>> KeptRuns(const CheckpointSource& source,
                                               int rank);
 
 // Reads every run into `out` back to back (pread, EINTR retried, short counts continued);
-// returns the pread calls. `fds` are the source's files, open for reading.
+// returns the pread calls. `fds` are the source's files, open for reading. With `threads`
+// > 1 the runs' bytes are cut into that many equal ranges, each read by a thread of its own
+// (the multi-threaded floor of LoadOptions::readers).
 absl::StatusOr<int64_t> PreadRuns(const std::vector<int>& fds, const std::vector<ByteRun>& runs,
-                                  uint8_t* out);
+                                  uint8_t* out, int threads = 1);
 
 // The fraction of `path`'s pages in the page cache (mincore over a mapping of it).
 absl::StatusOr<double> ResidentFraction(const std::string& path);

@@ -78,6 +78,12 @@ struct LoadOptions {
   // copies out of another (pinned buffers when the locals are on a CUDA device).
   int staging_buffers = 2;
   int64_t staging_bytes = int64_t{256} << 20;
+  // kAll: reader threads (1 to 64) preading at the same time, each into a staging buffer of
+  // its own (then at least readers + 1 buffers) or straight into the locals, the calling
+  // thread copying out in file order. More than one pays where one thread cannot keep up
+  // with the storage (or the page cache) and cores are free: one rank per node, or a GPU
+  // fed from pinned buffers.
+  int readers = 1;
   // kAll: read with O_DIRECT (the page cache bypassed: for checkpoints on cold storage that
   // would only evict what the page cache holds); reads are widened to whole 4096-byte
   // blocks and LoadStats::bytes_read counts the widening. Default: through the page cache.

@@ -1,8 +1,8 @@
-// `sdrt load --read-once-per-node` (LoadOptions::share_reads) under mpiexec -n 2 on one
-// machine: the pieces are still checked bit for bit against the file, the replicated
-// tensors of a tp plan are read once for the node (the bytes read on the node fall to the
-// file's, from about twice them), the JSON names each rank's node and what it received,
-// and the flag with --read root is bad input.
+// `sdrt load --read-once-per-node` (LoadOptions::share_reads) and `--readers N`
+// (LoadOptions::readers) under mpiexec -n 2 on one machine: the pieces are still checked bit
+// for bit against the file; the replicated tensors of a tp plan are read once for the node
+// (the bytes read on the node fall to the file's, from more), the JSON names each rank's
+// node and what it received; either with --read root is bad input.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -55,6 +55,23 @@ TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
   const test::CommandResult bad = test::RunSdrtMpi(2, load + " --read root --read-once-per-node");
   EXPECT_EQ(bad.exit_code, 2) << bad.all();
   EXPECT_THAT(bad.err, HasSubstr("--read-once-per-node goes with --read all"));
+  if (!HasFailure()) std::filesystem::remove_all(root);
+}
+
+// --readers N: N threads per rank read at once, the pieces still bit for bit the file's;
+// out of [1, 64], or with --read root, bad input.
+TEST(LoadNodeCli, SeveralReadersPerRank) {
+  const std::string root = test::FreshDir("load_readers_cli");
+  const std::string file = root + "/tiny.safetensors";
+  ASSERT_EQ(test::RunSdrt("make --dtype f32 " + test::ShellQuote(file)).exit_code, 0);
+  const std::string load = "load " + test::ShellQuote(file) + " --mesh 2 --plan fsdp --json";
+  const test::CommandResult r = test::RunSdrtMpi(2, load + " --read all --readers 3");
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_TRUE(Json::parse(r.out).value("bit_exact", false)) << r.out;
+  for (const char* bad : {" --readers 0", " --readers 65", " --read root --readers 2"}) {
+    const test::CommandResult b = test::RunSdrtMpi(2, load + bad);
+    EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
+  }
   if (!HasFailure()) std::filesystem::remove_all(root);
 }
 

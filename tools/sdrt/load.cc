@@ -104,6 +104,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   options.device = run.session().device;
   options.direct_io = o.direct_io;
   options.share_reads = o.read_once_per_node;
+  options.readers = o.readers;
   options.bucket_bytes = o.bucket_bytes();
   options.strict = true;
   options.stats = &facts.stats;

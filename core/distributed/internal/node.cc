@@ -25,7 +25,9 @@ absl::StatusOr<std::vector<int>> NodeOfRank(Communicator& comm, absl::Span<const
                                                      " entries for ", comm.size(), " ranks"));
     }
     absl::flat_hash_map<int64_t, int> ids;
-    for (int64_t g : given) node.push_back(ids.emplace(g, static_cast<int>(ids.size())).first->second);
+    for (int64_t g : given) {
+      node.push_back(ids.emplace(g, static_cast<int>(ids.size())).first->second);
+    }
     return node;
   }
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, comm.AllGatherBytes(HostName()));

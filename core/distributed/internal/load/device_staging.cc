@@ -18,7 +18,7 @@ absl::StatusOr<DeviceStaging> DeviceStaging::Create(int device, int buffers) {
     events.push_back(std::move(event));
   }
   DeviceStaging staging(device, std::move(stream), std::move(events));
-  staging.recorded_.assign(static_cast<size_t>(buffers), false);
+  staging.recorded_.assign(static_cast<size_t>(buffers), 0);
   return staging;
 }
 
@@ -34,7 +34,7 @@ void DeviceStaging::Attach(StagingPool& pool) {
     return Tensor::FromStorage(*std::move(storage), DType::kUInt8, {nbytes});
   };
   pool.before_refill = [this](size_t index) -> absl::Status {
-    if (index >= events_.size() || !recorded_[index]) return absl::OkStatus();
+    if (index >= events_.size() || recorded_[index] == 0) return absl::OkStatus();
     return events_[index].Synchronize();
   };
   pool.drain = [this] { return stream_.Synchronize(); };
@@ -45,7 +45,7 @@ absl::Status DeviceStaging::RecordUse(size_t index) {
     return absl::InternalError(absl::StrCat("staging buffer ", index, " of ", events_.size()));
   }
   SDRT_RETURN_IF_ERROR(events_[index].Record(stream_.handle()));
-  recorded_[index] = true;
+  recorded_[index] = 1;
   return absl::OkStatus();
 }
 

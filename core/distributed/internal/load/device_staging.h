@@ -44,7 +44,9 @@ class DeviceStaging {
   int device_;
   CudaStream stream_;
   std::vector<CudaEvent> events_;
-  std::vector<bool> recorded_;
+  // One byte per buffer (not vector<bool>'s shared words): the reader threads read the
+  // entries of the buffers they hold while the consumer sets another's.
+  std::vector<char> recorded_;
 };
 
 }  // namespace sdrt::internal

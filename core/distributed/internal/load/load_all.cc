@@ -319,7 +319,8 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   std::optional<DeviceStaging> staging;
   if (local_error.ok() && cuda_device.has_value()) {
     absl::StatusOr<DeviceStaging> created =
-        DeviceStaging::Create(*cuda_device, options.staging_buffers);
+        DeviceStaging::Create(*cuda_device,
+                              PoolBuffers(options.staging_buffers, options.readers));
     local_error = created.status();
     if (created.ok()) staging.emplace(*std::move(created));
   }
@@ -347,6 +348,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   int64_t done_bytes = 0;
   StagingPool pool;
   pool.buffers = options.staging_buffers;
+  pool.readers = options.readers;
   pool.buffer_bytes = options.staging_bytes;
   pool.direct_io = options.direct_io;
   if (staging.has_value()) staging->Attach(pool);

@@ -116,7 +116,8 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
     if (t.shape[d] < 0) return absl::InvalidArgumentError(absl::StrCat(where(), ": negative dim"));
     for (const IndexRun& r : (*t.runs)[d]) {
       if (r.global < 0 || r.length < 0 || r.global > t.shape[d] - r.length) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), ": run [", r.global, ", +", r.length,
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": run [", r.global, ", +",
+                                                       r.length,
                                                        ") outside dim ", d, " of size ",
                                                        t.shape[d]));
       }

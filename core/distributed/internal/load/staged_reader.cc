@@ -1,6 +1,6 @@
 // RunStagedReads (staged_reader.h): pread into a pool of buffers, consecutive small reads
-// packed into one buffer, large reads with a direct target straight there; one reader
-// thread when there are at least two buffers.
+// packed into one buffer, large reads with a direct target straight there; reader threads
+// (one by default) when there are at least two buffers or several readers.
 #include "sdrt/core/distributed/internal/load/staged_reader.h"
 
 #include <fcntl.h>
@@ -12,6 +12,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -49,15 +51,16 @@ absl::Status ErrnoError(int err, const std::string& what) {
   return absl::Status(absl::ErrnoToStatusCode(err), absl::StrCat(what, ": ", std::strerror(err)));
 }
 
-// The files' descriptors, at most kMaxOpenFiles open at once (a folder of 10,000 files loads
-// under the default limit of 1,024 open files): a file is opened when a read first needs it,
-// its size checked against the plan's, and the one opened longest ago is closed to make room
-// (reads come file by file, so a file is seldom opened twice). One thread uses it.
+// The files' descriptors of one reading thread, at most `max_open` open at once (all the
+// threads together at most kMaxOpenFiles: a folder of 10,000 files loads under the default
+// limit of 1,024 open files): a file is opened when a read first needs it, its size checked
+// against the plan's, and the one opened longest ago is closed to make room (reads come file
+// by file, so a file is seldom opened twice).
 inline constexpr size_t kMaxOpenFiles = 64;
 class OpenFiles {
  public:
-  OpenFiles(const std::vector<StagedFile>& files, bool direct_io)
-      : files_(files), direct_io_(direct_io), fd_of_(files.size(), -1) {}
+  OpenFiles(const std::vector<StagedFile>& files, bool direct_io, size_t max_open)
+      : files_(files), direct_io_(direct_io), max_open_(max_open), fd_of_(files.size(), -1) {}
   OpenFiles(const OpenFiles&) = delete;
   OpenFiles& operator=(const OpenFiles&) = delete;
   ~OpenFiles() {
@@ -68,7 +71,7 @@ class OpenFiles {
   // the errno of open or fstat; FailedPrecondition when its size is not the plan's.
   absl::StatusOr<int> Get(size_t f) {
     if (fd_of_[f] >= 0) return fd_of_[f];
-    if (order_.size() >= kMaxOpenFiles) {
+    if (order_.size() >= max_open_) {
       close(fd_of_[order_.front()]);
       fd_of_[order_.front()] = -1;
       order_.pop_front();
@@ -94,6 +97,7 @@ class OpenFiles {
  private:
   const std::vector<StagedFile>& files_;
   const bool direct_io_;
+  const size_t max_open_;
   std::vector<int> fd_of_;   // -1: not open
   std::deque<size_t> order_;  // the open files, the first opened first
 };
@@ -136,13 +140,14 @@ class Reader {
           pread(fd, dst + done, static_cast<size_t>(wanted - done), start + done);
       ++preads_;
       if (n < 0 && errno == EINTR) continue;
-      const int64_t at = start + done;
-      const std::string tensor = name_of_(SegmentAt(plan_, r, at));
-      if (n < 0) {
-        return ErrnoError(errno,
-                          absl::StrCat(path, ": pread at offset ", at, " (tensor '", tensor, "')"));
-      }
-      if (n == 0) {
+      if (n <= 0) {  // the tensor is named only for the error
+        const int err = errno;
+        const int64_t at = start + done;
+        const std::string tensor = name_of_(SegmentAt(plan_, r, at));
+        if (n < 0) {
+          return ErrnoError(
+              err, absl::StrCat(path, ": pread at offset ", at, " (tensor '", tensor, "')"));
+        }
         return absl::DataLossError(
             absl::StrCat(path, ": short read at offset ", at, " (tensor '", tensor, "')"));
       }
@@ -175,13 +180,14 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
                             const StagingPool& pool_options, const ConsumeRead& consume,
                             StagedReadStats& stats, const DirectTarget& direct_target) {
   if (plan.reads.empty()) return absl::OkStatus();
-  const int buffers = pool_options.buffers;
+  const int readers = std::max(pool_options.readers, 1);
+  // Each reader thread fills a buffer while the caller consumes another.
+  const int buffers = PoolBuffers(pool_options.buffers, readers);
   const int64_t buffer_bytes = pool_options.buffer_bytes;
   const bool direct_io = pool_options.direct_io;
   // Direct I/O reads whole blocks into block-aligned memory: no read goes to a target
   // (its address is not aligned) and none shares a buffer.
   const DirectTarget direct = direct_io ? DirectTarget() : direct_target;
-  OpenFiles fds(files, direct_io);
   // Reads with a direct target go there, consecutive ones in batches of about kBatchBytes.
   // The others are packed into buffers in order, each at a position congruent to its
   // offset modulo kAlign; a buffer holds at least kBatchBytes (or every read, if less), so
@@ -237,25 +243,36 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
     pool.push_back(*std::move(b));
   }
   stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, each * static_cast<int64_t>(count));
-  Reader reader(files, plan, name_of, fds, stats, direct_io);
+  // One Reader (and its open files) per reading thread; their counts go to `stats` at the
+  // end.
+  const size_t threads = static_cast<size_t>(readers);
+  std::vector<std::unique_ptr<OpenFiles>> open_files;
+  std::vector<std::unique_ptr<Reader>> reader_of;
+  for (size_t t = 0; t < threads; ++t) {
+    open_files.push_back(std::make_unique<OpenFiles>(
+        files, direct_io, std::max<size_t>(kMaxOpenFiles / threads, 1)));
+    reader_of.push_back(
+        std::make_unique<Reader>(files, plan, name_of, *open_files.back(), stats, direct_io));
+  }
   // The first use of a buffer needs no wait; every later one waits for its last consumer's
-  // asynchronous work (StagingPool::before_refill).
-  std::vector<bool> used(count, false);
+  // asynchronous work (StagingPool::before_refill). One byte per buffer: buffers are used by
+  // several threads, each buffer by one at a time.
+  std::vector<char> used(count, 0);
   const auto ready = [&](size_t b) {
-    if (b == kNoBuffer || !used[b]) {
-      if (b != kNoBuffer) used[b] = true;
+    if (b == kNoBuffer || used[b] == 0) {
+      if (b != kNoBuffer) used[b] = 1;
       return absl::OkStatus();
     }
     return pool_options.before_refill ? pool_options.before_refill(b) : absl::OkStatus();
   };
   const auto finish = [&](absl::Status status) {
-    reader.Flush();
+    for (const std::unique_ptr<Reader>& r : reader_of) r->Flush();
     if (pool_options.drain) status.Update(pool_options.drain());
     return status;
   };
-  // Reads batch `i` into buffer `b` (a direct batch: to its target); `done` is how many of
-  // its reads were read.
-  const auto read_batch = [&](size_t i, size_t b, size_t& done) {
+  // Reads batch `i` into buffer `b` (a direct batch: to its target) with `reader`; `done` is
+  // how many of its reads were read.
+  const auto read_batch = [&](Reader& reader, size_t i, size_t b, size_t& done) {
     const Batch& batch = batches[i];
     done = 0;
     SDRT_RETURN_IF_ERROR(ready(batch.direct ? kNoBuffer : b));
@@ -280,59 +297,69 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
     }
     return read_status;
   };
-  if (count <= 1) {  // one buffer, or none: read and consume in turn on this thread
+  if (count <= 1 && threads == 1) {  // one buffer, or none: read and consume on this thread
     absl::Status s = absl::OkStatus();
     for (size_t i = 0; i < batches.size() && s.ok(); ++i) {
       size_t done = 0;
-      absl::Status read_status = read_batch(i, 0, done);
+      absl::Status read_status = read_batch(*reader_of[0], i, 0, done);
       s = consume_batch(i, 0, done, std::move(read_status));
     }
     return finish(s);
   }
-  // A reader thread fills free buffers in batch order; this thread consumes them in order.
+  // Reader threads take the batches in order, each with a free buffer (a direct batch needs
+  // none), and read them at the same time; this thread consumes them in batch order.
   struct Filled {
-    size_t buffer = 0;
+    size_t buffer = kNoBuffer;
     size_t done = 0;
     absl::Status status;
+    bool ready = false;
   };
   std::mutex mu;
   std::condition_variable cv;
   std::deque<size_t> free_buffers;
   for (size_t i = 0; i < count; ++i) free_buffers.push_back(i);
-  std::deque<Filled> filled;  // batch order
-  bool stop = false;
-  std::thread thread([&] {
-    for (size_t i = 0; i < batches.size(); ++i) {
-      const bool direct_batch = batches[i].direct;
+  std::vector<Filled> filled(batches.size());
+  size_t next = 0;    // the next batch a reader takes
+  bool stop = false;  // a read or a consumer failed: take no more batches
+  const auto read_loop = [&](Reader& reader) {
+    while (true) {
+      size_t i = 0;
       size_t b = kNoBuffer;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stop || direct_batch || !free_buffers.empty(); });
-        if (stop) return;
-        if (!direct_batch) {
+        cv.wait(lock, [&] {
+          return stop || next >= batches.size() || batches[next].direct || !free_buffers.empty();
+        });
+        if (stop || next >= batches.size()) return;
+        i = next++;
+        if (!batches[i].direct) {
           b = free_buffers.front();
           free_buffers.pop_front();
         }
       }
-      Filled item{b, 0, absl::OkStatus()};
-      item.status = read_batch(i, b, item.done);
+      Filled item{b, 0, absl::OkStatus(), true};
+      item.status = read_batch(reader, i, b, item.done);
       const bool failed = !item.status.ok();
       {
         std::lock_guard<std::mutex> lock(mu);
-        filled.push_back(std::move(item));
+        filled[i] = std::move(item);
+        if (failed) stop = true;
       }
       cv.notify_all();
       if (failed) return;
     }
-  });
+  };
+  std::vector<std::thread> pool_threads;
+  for (size_t t = 0; t < threads; ++t) {
+    pool_threads.emplace_back(read_loop, std::ref(*reader_of[t]));
+  }
   absl::Status status = absl::OkStatus();
   for (size_t i = 0; i < batches.size() && status.ok(); ++i) {
     Filled item;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return !filled.empty(); });
-      item = std::move(filled.front());
-      filled.pop_front();
+      cv.wait(lock, [&] { return filled[i].ready; });
+      item = std::move(filled[i]);
     }
     status = consume_batch(i, item.buffer, item.done, std::move(item.status));
     {
@@ -342,7 +369,12 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
     }
     cv.notify_all();
   }
-  thread.join();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  for (std::thread& t : pool_threads) t.join();
   return finish(status);
 }
 

@@ -4,6 +4,7 @@
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_STAGED_READER_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_STAGED_READER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,6 +30,10 @@ struct StagedReadStats {
 // The staging buffers and how the consumer uses them.
 struct StagingPool {
   int buffers = 2;                        // >= 1
+  // Reader threads (>= 1) reading batches of reads at the same time, each into a buffer of
+  // its own (the pool then has at least readers + 1 buffers) or straight to the reads'
+  // targets; the consumer still gets the reads in plan order.
+  int readers = 1;
   int64_t buffer_bytes = int64_t{256} << 20;  // the longest read
   // Allocates one buffer of `nbytes` (a uint8 CPU tensor: pinned when the consumer copies
   // to a device). Empty: Tensor::Empty (pageable).
@@ -46,6 +51,12 @@ struct StagingPool {
   // outcome: waits for all of the consumer's asynchronous work. Empty: nothing to wait for.
   std::function<absl::Status()> drain;
 };
+
+// The buffers a pool of `buffers` and `readers` (StagingPool's) has at most: each reader
+// thread fills one while the consumer copies out of another.
+inline int PoolBuffers(int buffers, int readers) {
+  return readers > 1 ? std::max(buffers, readers + 1) : buffers;
+}
 
 // Called once per read, in plan order, on the calling thread: `buffer` (uint8, CPU; the
 // pool's buffer `index`) holds the read's bytes at [base, base + read.bytes), where base
@@ -66,15 +77,16 @@ using ConsumeRead = std::function<absl::Status(const Read& read, const Tensor& b
 using DirectTarget = std::function<uint8_t*(const Read& read)>;
 
 // Opens each file a read names when its first read comes (read-only, by path; O_DIRECT with
-// pool.direct_io; at most 64 open at once, the one opened longest ago closed first, so a
+// pool.direct_io; at most 64 open at once over all the readers, the one a reader opened
+// longest ago closed first, so a
 // folder of any number of files loads under a process's open-file limit), checks its size
 // against files[i].size, and reads plan.reads into pool.buffers buffers of
 // min(pool.buffer_bytes, max(largest staged read, min(1 MiB, sum of (staged read + 16))))
 // + 16 bytes (with direct_io: min(pool.buffer_bytes, largest read) + 3 x 4096, one read
 // per buffer), allocated up front (none when every read has a direct target),
 // consecutive reads sharing a buffer while they fit (a read with a direct target is not
-// staged); with two or more buffers and reads, a reader
-// thread fills the next buffers while `consume` runs. pread is retried on EINTR and
+// staged); with two or more buffers, or pool.readers > 1, pool.readers threads fill the next
+// buffers (and read the direct reads) while `consume` runs. pread is retried on EINTR and
 // continued after a short count. `name_of(segment)` names the tensor of a segment in
 // messages. Errors: FailedPrecondition "<path>: size changed from A to B bytes"; DataLoss
 // "<path>: short read at offset O (tensor 'T')"; the errno's code for open, fstat and

@@ -21,6 +21,13 @@ namespace {
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
+// `sdrt make --dtype DTYPE` into a fresh folder named `name`; its file's path.
+std::string MadeFile(const std::string& name, const std::string& dtype) {
+  const std::string file = test::FreshDir(name) + "/tiny.safetensors";
+  EXPECT_EQ(test::RunSdrt("make --dtype " + dtype + " " + test::ShellQuote(file)).exit_code, 0);
+  return file;
+}
+
 int64_t Sum(const Json& values) {
   int64_t sum = 0;
   for (const Json& v : values) sum += v.get<int64_t>();
@@ -28,9 +35,7 @@ int64_t Sum(const Json& values) {
 }
 
 TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
-  const std::string root = test::FreshDir("load_node_cli");
-  const std::string file = root + "/tiny.safetensors";
-  ASSERT_EQ(test::RunSdrt("make --dtype bf16 " + test::ShellQuote(file)).exit_code, 0);
+  const std::string file = MadeFile("load_node_cli", "bf16");
   const std::string load = "load " + test::ShellQuote(file) + " --mesh 2 --plan tp --json";
   const test::CommandResult own = test::RunSdrtMpi(2, load + " --read all");
   ASSERT_EQ(own.exit_code, 0) << own.all();
@@ -55,15 +60,13 @@ TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
   const test::CommandResult bad = test::RunSdrtMpi(2, load + " --read root --read-once-per-node");
   EXPECT_EQ(bad.exit_code, 2) << bad.all();
   EXPECT_THAT(bad.err, HasSubstr("--read-once-per-node goes with --read all"));
-  if (!HasFailure()) std::filesystem::remove_all(root);
+  if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 
 // --readers N: N threads per rank read at once, the pieces still bit for bit the file's;
 // out of [1, 64], or with --read root, bad input.
 TEST(LoadNodeCli, SeveralReadersPerRank) {
-  const std::string root = test::FreshDir("load_readers_cli");
-  const std::string file = root + "/tiny.safetensors";
-  ASSERT_EQ(test::RunSdrt("make --dtype f32 " + test::ShellQuote(file)).exit_code, 0);
+  const std::string file = MadeFile("load_readers_cli", "f32");
   const std::string load = "load " + test::ShellQuote(file) + " --mesh 2 --plan fsdp --json";
   const test::CommandResult r = test::RunSdrtMpi(2, load + " --read all --readers 3");
   ASSERT_EQ(r.exit_code, 0) << r.all();
@@ -72,7 +75,7 @@ TEST(LoadNodeCli, SeveralReadersPerRank) {
     const test::CommandResult b = test::RunSdrtMpi(2, load + bad);
     EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
   }
-  if (!HasFailure()) std::filesystem::remove_all(root);
+  if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ std::string Describe(DType dtype, IntSpan shape) {
 }  // namespace
 
 struct LocalLayoutCache::Entry {
+  int rank = 0;
   const DeviceMesh* mesh = nullptr;
   DType dtype = DType::kFloat32;
   IntVector global_shape;
@@ -49,10 +50,12 @@ LocalLayoutCache::~LocalLayoutCache() = default;
 absl::StatusOr<const LocalLayoutCache::Layout*> LocalLayoutCache::Get(absl::string_view name,
                                                                       const DTensor& d, int rank) {
   std::vector<std::unique_ptr<Entry>>& same_key =
-      entries_[(HashLayout(d) ^ static_cast<uint64_t>(d.dtype())) * 0x100000001b3ULL];
+      entries_[((HashLayout(d) ^ static_cast<uint64_t>(d.dtype())) * 0x100000001b3ULL ^
+                static_cast<uint64_t>(rank)) *
+               0x100000001b3ULL];
   for (const std::unique_ptr<Entry>& e : same_key) {
-    if (e->mesh == d.mesh().get() && e->dtype == d.dtype() && e->global_shape == d.global_shape() &&
-        e->placements == d.placements()) {
+    if (e->rank == rank && e->mesh == d.mesh().get() && e->dtype == d.dtype() &&
+        e->global_shape == d.global_shape() && e->placements == d.placements()) {
       return &e->layout;
     }
   }
@@ -62,6 +65,7 @@ absl::StatusOr<const LocalLayoutCache::Layout*> LocalLayoutCache::Get(absl::stri
       LocalShardInfo info,
       ComputeLocalShapeAndGlobalOffset(d.global_shape(), *d.mesh(), d.placements(), rank));
   auto e = std::make_unique<Entry>();
+  e->rank = rank;
   e->mesh = d.mesh().get();
   e->dtype = d.dtype();
   e->global_shape = d.global_shape();

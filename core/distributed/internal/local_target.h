@@ -44,9 +44,10 @@ struct LocalTarget {
 // GatherStateDict's local-shape check); entries still compare the fields themselves.
 uint64_t HashLayout(const DTensor& dtensor);
 
-// What a DTensor layout (mesh, placements, global shape, dtype) gives this rank, worked out
+// What a DTensor layout (mesh, placements, global shape, dtype) gives a rank, worked out
 // once per call and shared by the tensors of that layout (10,000 tensors of a state dict
 // have a few dozen layouts): the byte-cut check, the local shape and the global runs owned.
+// Keyed by layout and rank (reading once per node asks it for the node's other ranks too).
 class LocalLayoutCache {
  public:
   struct Layout {

@@ -1,10 +1,10 @@
 // LoadStateDict reading once per node (LoadOptions::share_reads, internal/load/node_reads.h)
 // over MPI, 1..4 ranks on one machine: the locals equal those of the load where every rank
-// reads its own bytes, for every kind of leaf (shared or not); what the ranks of one node keep
+// reads its own bytes, for every kind of leaf (shared or not); what ranks of one node keep
 // alike is read from the file once per node (bytes read summed over the ranks = the distinct
-// bytes times the nodes, with node_of_rank making one machine two nodes); the rest is
-// received from the node's readers (LoadStats::bytes_from_node); a bad node_of_rank is the
-// same error on every rank.
+// bytes times the nodes, with node_of_rank making one machine two nodes; replicas of every
+// rank, and hsdp's replica pairs); the rest is received from the readers
+// (LoadStats::bytes_from_node); a bad node_of_rank is the same error on every rank.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -146,36 +146,46 @@ TEST(LoadNodeReadsMpiTest, SameLocalsReadOncePerNode) {
   }
 }
 
-// A data-parallel replica: every tensor Replicate. The node reads the file's tensor bytes
-// once in all (1.00x the distinct bytes), each rank a contiguous part of them.
-TEST(LoadNodeReadsMpiTest, AReplicaReadsTheFileOncePerNode) {
-  const auto mesh = Mesh({WorldSize()});
-  std::vector<Spec> specs;
-  int64_t total = 0;
-  for (int i = 0; i < 40; ++i) {
-    specs.push_back(DSpec(absl::StrCat("layer.", i), {3 + i % 5, 8}, DType::kFloat32, mesh, "[R]"));
-    total += specs.back().Full().nbytes();
+// Data-parallel replicas: every tensor Replicate on a 1-D mesh (one replica group of every
+// rank), or hsdp's [R, S(0)] on a 2 x 2 mesh of 4 ranks (ranks 0 and 2 keep one half, 1 and 3
+// the other: two groups). Each group reads what it keeps once, each rank a contiguous part:
+// the node reads the file's tensor bytes once in all (1.00x the distinct bytes).
+TEST(LoadNodeReadsMpiTest, ReplicasReadTheFileOncePerNode) {
+  const int n = WorldSize();
+  for (const char* placements : {"[R]", "[R, S(0)]"}) {
+    SCOPED_TRACE(placements);
+    const bool hsdp = std::string(placements) != "[R]";
+    const auto mesh = !hsdp ? Mesh({n}) : n == 4 ? Mesh({2, 2}) : Mesh({n, 1});
+    std::vector<Spec> specs;
+    int64_t total = 0;
+    for (int i = 0; i < 40; ++i) {
+      specs.push_back(
+          DSpec(absl::StrCat("layer.", i), {3 + i % 5, 8}, DType::kFloat32, mesh, placements));
+      total += specs.back().Full().nbytes();
+    }
+    const std::string file = WriteFile(specs);
+    absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
+    ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+    Map loaded = Tree(specs, MetaLeaf);
+    LoadStats stats;
+    LoadOptions options;
+    options.comm = g_world;
+    options.stats = &stats;
+    options.share_reads = true;
+    options.bucket_bytes = 256;  // many buckets, and tensors larger than one
+    ASSERT_TRUE(AllTrue(LoadStateDict(*source, loaded, options).ok()));
+    Map own = Tree(specs, MetaLeaf);
+    options.share_reads = false;
+    options.stats = nullptr;  // `stats` keeps the shared load's figures
+    ASSERT_TRUE(AllTrue(LoadStateDict(*source, own, options).ok()));
+    ExpectTreeEq(Value(loaded), Value(own), "");
+    EXPECT_EQ(Sum(stats.bytes_read), total);
+    EXPECT_EQ(Sum(stats.bytes_read) + Sum(stats.bytes_from_node), Sum(stats.bytes_kept));
+    if (!hsdp) {
+      EXPECT_LE(stats.reads, 1);  // its part is one run of the file
+    }
+    ASSERT_TRUE(NoRankFailed());
   }
-  const std::string file = WriteFile(specs);
-  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
-  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
-  Map loaded = Tree(specs, MetaLeaf);
-  LoadStats stats;
-  LoadOptions options;
-  options.comm = g_world;
-  options.stats = &stats;
-  options.share_reads = true;
-  options.bucket_bytes = 256;  // many buckets, and tensors larger than one
-  ASSERT_TRUE(AllTrue(LoadStateDict(*source, loaded, options).ok()));
-  Map own = Tree(specs, MetaLeaf);
-  options.share_reads = false;
-  options.stats = nullptr;  // `stats` keeps the shared load's figures
-  ASSERT_TRUE(AllTrue(LoadStateDict(*source, own, options).ok()));
-  ExpectTreeEq(Value(loaded), Value(own), "");
-  EXPECT_EQ(Sum(stats.bytes_read), total);
-  EXPECT_EQ(Sum(stats.bytes_from_node), (WorldSize() - 1) * total);
-  EXPECT_EQ(stats.bytes_kept, total);
-  EXPECT_LE(stats.reads, 1);  // its part is one run of the file
 }
 
 TEST(LoadNodeReadsMpiTest, ABadNodeListIsTheSameErrorOnEveryRank) {

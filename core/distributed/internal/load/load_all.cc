@@ -112,7 +112,7 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   // The ReadTensors borrow the header's shape and the target's runs (the layout cache's or
   // the target's own, which stay where they are); none when another rank of the node reads
   // the tensor for this one.
-  const std::vector<bool> reads_it = all.node_reads.Decide(targets);
+  const std::vector<bool> reads_it = all.node_reads.Decide(targets, all.layouts);
   for (size_t t = 0; t < targets.size(); ++t) {
     LocalTarget& planned = targets[t];
     const CheckpointSourceTensor& entry = *entries[t];

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "sdrt/core/distributed/internal/engine/route_cache.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
@@ -14,22 +15,33 @@ namespace {
 
 constexpr absl::string_view kOp = "LoadStateDict";
 
-// Every rank of `node_ranks` holds the same bytes of `d`: no Partial, and one coordinate
-// on each mesh dim that is not Replicate.
-bool SameOnEveryRank(const DTensor& d, const std::vector<int>& node_ranks, int rank) {
-  if (d.mesh() == nullptr) return false;
-  const std::optional<IntVector> mine = d.mesh()->Coordinate(rank);
-  if (!mine.has_value()) return false;
-  for (int q : node_ranks) {
-    const std::optional<IntVector> theirs = d.mesh()->Coordinate(q);
-    if (!theirs.has_value()) return false;
+// The groups of `node_ranks` (node indices into it) that hold the same bytes of `d`: ranks
+// with one coordinate on every mesh dim that is not Replicate; none for a Partial placement
+// or a rank off the mesh. Groups in the order of their first rank.
+std::vector<std::vector<int>> SameBytesGroups(const DTensor& d,
+                                             const std::vector<int>& node_ranks) {
+  std::vector<std::vector<int>> groups;
+  if (d.mesh() == nullptr) return groups;
+  for (const Placement& p : d.placements()) {
+    if (p.is_partial()) return groups;
+  }
+  std::vector<IntVector> keys;  // per group: its coordinates on the non-Replicate dims
+  for (int k = 0; k < static_cast<int>(node_ranks.size()); ++k) {
+    const std::optional<IntVector> at = d.mesh()->Coordinate(node_ranks[k]);
+    if (!at.has_value()) return {};
+    IntVector key;
     for (size_t i = 0; i < d.placements().size(); ++i) {
-      const Placement& p = d.placements()[i];
-      if (p.is_partial()) return false;
-      if (!p.is_replicate() && (*theirs)[i] != (*mine)[i]) return false;
+      if (!d.placements()[i].is_replicate()) key.push_back((*at)[i]);
+    }
+    const auto found = std::find(keys.begin(), keys.end(), key);
+    if (found == keys.end()) {
+      keys.push_back(key);
+      groups.push_back({k});
+    } else {
+      groups[static_cast<size_t>(found - keys.begin())].push_back(k);
     }
   }
-  return true;
+  return groups;
 }
 
 }  // namespace
@@ -67,74 +79,100 @@ absl::Status NodeReads::Connect(Communicator& comm) {
   return absl::OkStatus();
 }
 
-std::vector<bool> NodeReads::Decide(const std::vector<LocalTarget>& targets) {
-  reader_.assign(targets.size(), -1);
+std::vector<bool> NodeReads::Decide(const std::vector<LocalTarget>& targets,
+                                    LocalLayoutCache& layouts) {
+  shares_.clear();
   std::vector<bool> reads(targets.size(), true);
   if (!enabled_) return reads;
-  int64_t total = 0;
+  std::vector<int> everyone(node_ranks_.size());
+  for (size_t k = 0; k < everyone.size(); ++k) everyone[k] = static_cast<int>(k);
   for (size_t t = 0; t < targets.size(); ++t) {
     const LocalTarget& target = targets[t];
-    const bool shared =
-        target.dests.size() == 1 &&
-        (target.kind == LocalTarget::Kind::kReplace ||
-         (target.kind == LocalTarget::Kind::kFreshDTensor &&
-          SameOnEveryRank(target.leaf->value->as_dtensor(), node_ranks_, rank_)));
-    if (!shared) continue;
-    reader_[t] = 0;  // shared; the reader is set below
-    total += target.dests[0].nbytes();
+    if (target.dests.size() != 1) continue;
+    const Tensor& dest = target.dests[0];
+    if (target.kind == LocalTarget::Kind::kReplace) {
+      shares_.push_back(Share{t, everyone, 0, dest.shape(), dest.dtype(), dest.nbytes()});
+      continue;
+    }
+    if (target.kind != LocalTarget::Kind::kFreshDTensor) continue;
+    const DTensor& d = target.leaf->value->as_dtensor();
+    for (std::vector<int>& group : SameBytesGroups(d, node_ranks_)) {
+      if (group.size() < 2) continue;
+      // The group's local shape: this rank's dest when it is in the group, else the layout's
+      // for the group's first rank.
+      IntVector shape = dest.shape();
+      if (std::find(group.begin(), group.end(), node_rank_) == group.end()) {
+        absl::StatusOr<const LocalLayoutCache::Layout*> layout =
+            layouts.Get(target.leaf->path, d, node_ranks_[group[0]]);
+        if (!layout.ok()) continue;  // this rank's own layout passed: cannot happen
+        shape = (*layout)->info.local_shape;
+      }
+      int64_t numel = 1;
+      for (int64_t s : shape) numel *= s;
+      const absl::StatusOr<int64_t> bytes = BytesForElements(dest.dtype(), numel);
+      if (!bytes.ok()) continue;
+      shares_.push_back(Share{t, std::move(group), 0, std::move(shape), dest.dtype(), *bytes});
+    }
   }
-  const auto ranks = static_cast<int64_t>(node_ranks_.size());
-  int64_t before = 0;
-  for (size_t t = 0; t < targets.size(); ++t) {
-    if (reader_[t] < 0) continue;
+  // Readers: each group's tensors cut into its ranks' shares of its bytes, in file order.
+  absl::flat_hash_map<std::vector<int>, std::pair<int64_t, int64_t>> bytes_of;  // total, so far
+  for (const Share& share : shares_) bytes_of[share.group].first += share.bytes;
+  received_bytes_ = 0;
+  for (Share& share : shares_) {
+    auto& [total, before] = bytes_of[share.group];
+    const auto ranks = static_cast<int64_t>(share.group.size());
     // before < total, so the share is below `ranks`; __int128: before x ranks may pass int64.
-    reader_[t] =
-        static_cast<int>(static_cast<__int128>(before) * ranks / std::max<int64_t>(total, 1));
-    before += targets[t].dests[0].nbytes();
-    reads[t] = reader_[t] == node_rank_;
+    share.reader = share.group[static_cast<size_t>(static_cast<__int128>(before) * ranks /
+                                                   std::max<int64_t>(total, 1))];
+    before += share.bytes;
+    if (std::find(share.group.begin(), share.group.end(), node_rank_) == share.group.end()) {
+      continue;
+    }
+    if (share.reader != node_rank_) {
+      reads[share.target] = false;
+      received_bytes_ += share.bytes;
+    }
   }
   return reads;
 }
 
 absl::Status NodeReads::Prepare(const std::vector<LocalTarget>& targets, int64_t bucket_bytes) {
-  received_bytes_ = 0;
-  size_t shared = 0;
-  for (int r : reader_) shared += r >= 0;
-  if (!enabled_ || shared == 0 || node_ == nullptr) return absl::OkStatus();
-  // A 1-D mesh of each reader, and of the node's other ranks (the node's own numbering).
-  const int ranks = static_cast<int>(node_ranks_.size());
-  std::vector<std::shared_ptr<const DeviceMesh>> reader_mesh(ranks), others_mesh(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<int64_t> others;
-    for (int q = 0; q < ranks; ++q) {
-      if (q != r) others.push_back(q);
+  if (!enabled_ || shares_.empty() || node_ == nullptr) return absl::OkStatus();
+  // A 1-D mesh of a reader, and of the rest of its group (the node's own numbering).
+  absl::flat_hash_map<std::vector<int64_t>, std::shared_ptr<const DeviceMesh>> meshes;
+  const auto mesh_of = [&](std::vector<int64_t> ranks)
+      -> absl::StatusOr<std::shared_ptr<const DeviceMesh>> {
+    auto [it, added] = meshes.try_emplace(ranks);
+    if (added) {
+      SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(
+                                                 {static_cast<int64_t>(ranks.size())}, ranks));
+      it->second = std::make_shared<const DeviceMesh>(std::move(mesh));
     }
-    SDRT_ASSIGN_OR_RETURN(DeviceMesh one, DeviceMesh::Create({1}, {r}));
-    SDRT_ASSIGN_OR_RETURN(DeviceMesh rest,
-                          DeviceMesh::Create({static_cast<int64_t>(others.size())}, others));
-    reader_mesh[r] = std::make_shared<const DeviceMesh>(std::move(one));
-    others_mesh[r] = std::make_shared<const DeviceMesh>(std::move(rest));
-  }
+    return it->second;
+  };
   const std::vector<Placement> replicate = {Placement::Replicate()};
-  const absl::Span<TransferTensor> tensors = ReusedDescriptors(shared);
+  const absl::Span<TransferTensor> tensors = ReusedDescriptors(shares_.size());
   TransferLocals sources, destinations;
-  size_t i = 0;
-  for (size_t t = 0; t < targets.size(); ++t) {
-    const int r = reader_[t];
-    if (r < 0) continue;
-    const Tensor& dest = targets[t].dests[0];
-    TransferTensor& d = tensors[i++];
-    d.name = std::string(targets[t].leaf->path);
-    d.dtype = dest.dtype();
-    d.shape.assign(dest.shape().begin(), dest.shape().end());
-    d.source.mesh = reader_mesh[r];
+  for (size_t i = 0; i < shares_.size(); ++i) {
+    const Share& share = shares_[i];
+    std::vector<int64_t> others;
+    for (int q : share.group) {
+      if (q != share.reader) others.push_back(q);
+    }
+    TransferTensor& d = tensors[i];
+    d.name = std::string(targets[share.target].leaf->path);
+    d.dtype = share.dtype;
+    d.shape.assign(share.shape.begin(), share.shape.end());
+    SDRT_ASSIGN_OR_RETURN(d.source.mesh, mesh_of({share.reader}));
     d.source.placements = replicate;
-    d.destination.mesh = others_mesh[r];
+    SDRT_ASSIGN_OR_RETURN(d.destination.mesh, mesh_of(std::move(others)));
     d.destination.placements = replicate;
-    const absl::Span<const Tensor> mine(&dest, 1);
-    sources.Add(r == node_rank_ ? mine : absl::Span<const Tensor>());
-    destinations.Add(r == node_rank_ ? absl::Span<const Tensor>() : mine);
-    if (r != node_rank_) received_bytes_ += dest.nbytes();
+    const bool member =
+        std::find(share.group.begin(), share.group.end(), node_rank_) != share.group.end();
+    const absl::Span<const Tensor> mine(&targets[share.target].dests[0], 1);
+    const absl::Span<const Tensor> nothing;
+    sources.Add(member && share.reader == node_rank_ ? mine : nothing);
+    destinations.Add(member && share.reader != node_rank_ ? mine : nothing);
   }
   TransferRunOptions options;
   options.bucket_bytes = std::max<int64_t>(bucket_bytes, 64);

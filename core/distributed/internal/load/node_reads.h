@@ -22,6 +22,8 @@
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/transfer_stats.h"
 #include "sdrt/tensor/device.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
 
@@ -45,16 +47,18 @@ class NodeReads {
   // communicator's errors.
   absl::Status Connect(Communicator& comm);
 
-  // Decides who reads each target (the load's targets, in file order): a target is shared
-  // when every rank of this node fills the same fresh, contiguous tensor of the same bytes:
-  // a full tensor (kReplace), or the fresh local of a DTensor whose placements have no
-  // Partial and on whose every other non-Replicate mesh dim all ranks of the node have one
-  // coordinate. The shared targets are cut into the node's ranks' shares of their bytes,
-  // contiguous in file order (node rank k reads those whose first byte falls in
-  // [k, k + 1) x total / ranks), so each reader's reads stay long. The same on every rank
-  // of the node when their leaves agree (the load's agreement checks that before anything
-  // moves). [t]: this rank reads target t's bytes (its own, or for the node).
-  std::vector<bool> Decide(const std::vector<LocalTarget>& targets);
+  // Decides who reads each target (the load's targets, in file order): the ranks of this
+  // node that fill the same fresh, contiguous tensor of the same bytes make a group, and a
+  // group of two or more shares it: every rank of the node for a full tensor (kReplace);
+  // for the fresh local of a DTensor without Partial placements, the node's ranks with one
+  // coordinate on every non-Replicate mesh dim (all of them under tp's Replicate; each
+  // data-parallel replica's ranks under hsdp's [R, S(0)]), their local shape from `layouts`.
+  // The tensors a group shares are cut into its ranks' shares of their bytes, contiguous in
+  // file order (the group's k-th rank reads those whose first byte falls in [k, k + 1) x
+  // total / ranks of what that group shares), so each reader's reads stay long. The same on
+  // every rank of the node when their leaves agree (the load's agreement checks that before
+  // anything moves). [t]: this rank reads target t's bytes (its own, or for its group).
+  std::vector<bool> Decide(const std::vector<LocalTarget>& targets, LocalLayoutCache& layouts);
 
   // Plans the moves once the targets' fresh tensors exist: for each shared target, its
   // reader's tensor (Replicate on a 1-D mesh of the reader) into the node's other ranks'
@@ -80,7 +84,17 @@ class NodeReads {
   bool enabled_ = false;
   std::unique_ptr<Communicator> split_;  // this node's ranks, when the ranks make several
   Communicator* node_ = nullptr;         // split_, or the load's communicator
-  std::vector<int> reader_;              // per target: the node rank reading it, or -1
+  // One group's share of one target: its ranks (node indices, ascending), the reader among
+  // them, the tensor's shape and dtype there.
+  struct Share {
+    size_t target = 0;
+    std::vector<int> group;
+    int reader = 0;
+    IntVector shape;
+    DType dtype = DType::kFloat32;
+    int64_t bytes = 0;
+  };
+  std::vector<Share> shares_;            // in target order, then group order
   int64_t received_bytes_ = 0;           // of the targets others read for this rank
   std::unique_ptr<TransferRun> run_;     // set by Prepare when the node moves anything
 };

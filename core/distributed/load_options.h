@@ -91,13 +91,13 @@ struct LoadOptions {
   bool direct_io = false;
   // kAll: the largest gap read through (>= 0; load_state_dict.h).
   int64_t max_gap_bytes = int64_t{1} << 20;
-  // kAll: a tensor several ranks of a node keep alike (a full tensor, or a fresh DTensor
-  // local that is the same on them: tp's replicated tensors, a data-parallel replica's
-  // pieces, hsdp's replica groups) is read from storage by one of them and sent to the
-  // others (the transfer engine over a communicator of the node's ranks), so each node
-  // reads the distinct bytes its ranks keep once. Fresh locals on the communicator's
-  // device type (CPU with MPI; CUDA with NCCL, not yet run on GPUs); preallocated locals
-  // and ShardedTensor shards are read by each rank. Needs `rank` to be comm->rank() on
+  // kAll: a tensor several ranks of a node keep alike (a full tensor, or a DTensor local
+  // that is the same on them: tp's replicated tensors, a data-parallel replica's pieces,
+  // hsdp's replica groups) is read from storage by one of them and sent to the others (the
+  // transfer engine over a communicator of the node's ranks), so each node reads the
+  // distinct bytes its ranks keep once. Locals fresh or preallocated, on the communicator's
+  // device type (CPU with MPI; CUDA with NCCL, not yet run on GPUs), every rank's on one
+  // type; ShardedTensor shards are read by each rank. Needs `rank` to be comm->rank() on
   // every rank (else the agreement fails). Costs one exchange of host names (without
   // node_of_rank) and, with several nodes, a Split per call. false (the default): every rank
   // reads all its own bytes, which from the page cache is faster. Every rank passes the

@@ -3,7 +3,8 @@
 // reads its own bytes, for every kind of leaf (shared or not); what ranks of one node keep
 // alike is read from the file once per node (bytes read summed over the ranks = the distinct
 // bytes times the nodes, with node_of_rank making one machine two nodes; replicas of every
-// rank, and hsdp's replica pairs); the rest is received from the readers
+// rank, and hsdp's replica pairs; an engine's strided buffers in place); the rest is
+// received from the readers
 // (LoadStats::bytes_from_node); a bad node_of_rank is the same error on every rank.
 #include <algorithm>
 #include <cstdint>
@@ -92,17 +93,15 @@ std::vector<Spec> Specs() {
   };
 }
 
-// Bytes of the tensors every rank fills alike with fresh tensors when the leaves are
-// `leaf`'s: Replicate DTensors with meta locals, plain and 0-dim leaves (None takes nothing).
+// Bytes of the tensors every rank fills alike when the leaves are `leaf`'s: Replicate
+// DTensors (fresh or preallocated locals), plain and 0-dim leaves (None takes nothing).
 int64_t SharedBytes(const std::vector<Spec>& specs, const LeafFn& leaf) {
   int64_t bytes = 0;
   for (const Spec& s : specs) {
     const Value v = leaf(s);
-    const bool fresh_replica = v.kind() == ValueKind::kDTensor &&
-                               v.as_dtensor().local().is_meta() &&
-                               s.path.rfind("replicated", 0) == 0;
+    const bool replica = v.kind() == ValueKind::kDTensor && s.path.rfind("replicated", 0) == 0;
     const bool replaced = !v.is_none() && (s.shape.empty() || s.kind == Spec::Kind::kPlain);
-    if (fresh_replica || replaced) bytes += s.Full().nbytes();
+    if (replica || replaced) bytes += s.Full().nbytes();
   }
   return bytes;
 }
@@ -186,6 +185,33 @@ TEST(LoadNodeReadsMpiTest, ReplicasReadTheFileOncePerNode) {
     }
     ASSERT_TRUE(NoRankFailed());
   }
+}
+
+// An engine's own buffer: a Replicate local that is columns [1, 1 + 9) of a zero [6, 12]
+// buffer (strided, borrowed) is read by one rank and moved into the others' buffers in
+// place; the columns around it stay zero.
+TEST(LoadNodeReadsMpiTest, StridedBuffersInPlace) {
+  const Spec spec = DSpec("replicated.w", {6, 9}, DType::kFloat32, Mesh({WorldSize()}), "[R]");
+  const std::string file = WriteFile({spec});
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  Tensor buffer = *Tensor::Zeros({6, 12}, DType::kFloat32);
+  Tensor view = *buffer.Narrow(1, 1, 9);
+  Map local;
+  local.Set(spec.path, Value(*DTensor::Make(view, spec.mesh, spec.placements, spec.shape)));
+  LoadStats stats;
+  LoadOptions options;
+  options.comm = g_world;
+  options.stats = &stats;
+  options.share_reads = true;
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, local, options).ok()));
+  const DTensor& got = local.Find(spec.path)->as_dtensor();
+  EXPECT_EQ(got.local().data_ptr(), view.data_ptr());
+  ExpectSameTensor(got.local(), spec.Full(), spec.path);
+  ExpectSameTensor(*buffer.Narrow(1, 0, 1), *Tensor::Zeros({6, 1}, DType::kFloat32), "left");
+  ExpectSameTensor(*buffer.Narrow(1, 10, 2), *Tensor::Zeros({6, 2}, DType::kFloat32), "right");
+  EXPECT_EQ(Sum(stats.bytes_read), 6 * 9 * 4);
+  EXPECT_EQ(Sum(stats.bytes_from_node), (WorldSize() - 1) * 6 * 9 * 4);
 }
 
 TEST(LoadNodeReadsMpiTest, ABadNodeListIsTheSameErrorOnEveryRank) {

@@ -184,8 +184,11 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   if (comm != nullptr) {
     // The leaves are hashed; their text is written only if the ranks disagree.
     const HashedSkeleton skeleton = HashLeaves(leaves);
-    // Reading once per node needs every rank to share (the meshes' ranks being comm's).
-    const std::string agreed = share && rank != comm->rank() ? "share_reads off" : "";
+    // Reading once per node needs every rank to share (the meshes' ranks being comm's) and
+    // every rank's locals on one device type (the groups are decided from the layouts).
+    const std::string agreed =
+        !share ? "" : absl::StrCat("share_reads", rank != comm->rank() ? " off" : "",
+                                   cuda_device.has_value() ? " cuda" : " cpu");
     AgreementPayload payload;  // the node transfer's exchange counts
     payload.mine = all.node_reads.payload();
     SDRT_RETURN_IF_ERROR(

@@ -58,6 +58,7 @@ NodeReads::NodeReads(std::vector<int> node_of_rank, int rank, bool mesh_rank_is_
     if (q == rank) node_rank_ = static_cast<int>(node_ranks_.size());
     node_ranks_.push_back(q);
   }
+  device_type_ = comm_device.type;
   enabled_ = mesh_rank_is_rank && node_ranks_.size() > 1 && fresh_device.type == comm_device.type;
 }
 
@@ -94,7 +95,11 @@ std::vector<bool> NodeReads::Decide(const std::vector<LocalTarget>& targets,
       shares_.push_back(Share{t, everyone, 0, dest.shape(), dest.dtype(), dest.nbytes()});
       continue;
     }
-    if (target.kind != LocalTarget::Kind::kFreshDTensor) continue;
+    // A fresh local (on the communicator's device type: enabled_), or the caller's own
+    // buffer there (an engine's: read into, then sent from or into, as it is laid out).
+    const bool in_place = target.kind == LocalTarget::Kind::kInPlaceDTensor &&
+                          dest.device().type == device_type_;
+    if (target.kind != LocalTarget::Kind::kFreshDTensor && !in_place) continue;
     const DTensor& d = target.leaf->value->as_dtensor();
     for (std::vector<int>& group : SameBytesGroups(d, node_ranks_)) {
       if (group.size() < 2) continue;

@@ -48,9 +48,10 @@ class NodeReads {
   absl::Status Connect(Communicator& comm);
 
   // Decides who reads each target (the load's targets, in file order): the ranks of this
-  // node that fill the same fresh, contiguous tensor of the same bytes make a group, and a
-  // group of two or more shares it: every rank of the node for a full tensor (kReplace);
-  // for the fresh local of a DTensor without Partial placements, the node's ranks with one
+  // node that fill the same bytes of a tensor make a group, and a group of two or more
+  // shares it: every rank of the node for a full tensor (kReplace); for the local of a
+  // DTensor without Partial placements (fresh, or the caller's own on the communicator's
+  // device type, whatever its strides), the node's ranks with one
   // coordinate on every non-Replicate mesh dim (all of them under tp's Replicate; each
   // data-parallel replica's ranks under hsdp's [R, S(0)]), their local shape from `layouts`.
   // The tensors a group shares are cut into its ranks' shares of their bytes, contiguous in
@@ -82,6 +83,7 @@ class NodeReads {
   int node_rank_ = 0;            // this rank's index in node_ranks_
   int rank_ = 0;
   bool enabled_ = false;
+  DeviceType device_type_ = DeviceType::kCPU;  // the communicator's
   std::unique_ptr<Communicator> split_;  // this node's ranks, when the ranks make several
   Communicator* node_ = nullptr;         // split_, or the load's communicator
   // One group's share of one target: its ranks (node indices, ascending), the reader among

@@ -80,13 +80,41 @@ absl::Status NodeReads::Connect(Communicator& comm) {
   return absl::OkStatus();
 }
 
+const std::vector<size_t>& NodeReads::GroupsOf(const DTensor& d) {
+  // Consecutive tensors mostly share a layout: the last one is tried first.
+  const auto same = [&](const LayoutGroups& l) {
+    return l.mesh == d.mesh().get() && l.placements == d.placements();
+  };
+  if (!layout_groups_.empty() && same(layout_groups_.back())) return layout_groups_.back().groups;
+  for (const LayoutGroups& l : layout_groups_) {
+    if (same(l)) return l.groups;
+  }
+  LayoutGroups entry{d.mesh().get(), d.placements(), {}};
+  for (std::vector<int>& group : SameBytesGroups(d, node_ranks_)) {
+    if (group.size() >= 2) entry.groups.push_back(GroupIndex(std::move(group)));
+  }
+  layout_groups_.push_back(std::move(entry));
+  return layout_groups_.back().groups;
+}
+
+size_t NodeReads::GroupIndex(std::vector<int> group) {
+  const auto found = std::find(groups_.begin(), groups_.end(), group);
+  if (found != groups_.end()) return static_cast<size_t>(found - groups_.begin());
+  groups_.push_back(std::move(group));
+  return groups_.size() - 1;
+}
+
 std::vector<bool> NodeReads::Decide(const std::vector<LocalTarget>& targets,
                                     LocalLayoutCache& layouts) {
   shares_.clear();
   std::vector<bool> reads(targets.size(), true);
   if (!enabled_) return reads;
-  std::vector<int> everyone(node_ranks_.size());
-  for (size_t k = 0; k < everyone.size(); ++k) everyone[k] = static_cast<int>(k);
+  const auto has = [](const std::vector<int>& group, int k) {
+    return std::find(group.begin(), group.end(), k) != group.end();
+  };
+  std::vector<int> node(node_ranks_.size());
+  for (size_t k = 0; k < node.size(); ++k) node[k] = static_cast<int>(k);
+  const size_t everyone = GroupIndex(std::move(node));  // for full tensors
   for (size_t t = 0; t < targets.size(); ++t) {
     const LocalTarget& target = targets[t];
     if (target.dests.size() != 1) continue;
@@ -101,14 +129,13 @@ std::vector<bool> NodeReads::Decide(const std::vector<LocalTarget>& targets,
                           dest.device().type == device_type_;
     if (target.kind != LocalTarget::Kind::kFreshDTensor && !in_place) continue;
     const DTensor& d = target.leaf->value->as_dtensor();
-    for (std::vector<int>& group : SameBytesGroups(d, node_ranks_)) {
-      if (group.size() < 2) continue;
+    for (const size_t g : GroupsOf(d)) {
       // The group's local shape: this rank's dest when it is in the group, else the layout's
       // for the group's first rank.
       IntVector shape = dest.shape();
-      if (std::find(group.begin(), group.end(), node_rank_) == group.end()) {
+      if (!has(groups_[g], node_rank_)) {
         absl::StatusOr<const LocalLayoutCache::Layout*> layout =
-            layouts.Get(target.leaf->path, d, node_ranks_[group[0]]);
+            layouts.Get(target.leaf->path, d, node_ranks_[groups_[g][0]]);
         if (!layout.ok()) continue;  // this rank's own layout passed: cannot happen
         shape = (*layout)->info.local_shape;
       }
@@ -116,24 +143,22 @@ std::vector<bool> NodeReads::Decide(const std::vector<LocalTarget>& targets,
       for (int64_t s : shape) numel *= s;
       const absl::StatusOr<int64_t> bytes = BytesForElements(dest.dtype(), numel);
       if (!bytes.ok()) continue;
-      shares_.push_back(Share{t, std::move(group), 0, std::move(shape), dest.dtype(), *bytes});
+      shares_.push_back(Share{t, g, 0, std::move(shape), dest.dtype(), *bytes});
     }
   }
   // Readers: each group's tensors cut into its ranks' shares of its bytes, in file order.
-  absl::flat_hash_map<std::vector<int>, std::pair<int64_t, int64_t>> bytes_of;  // total, so far
-  for (const Share& share : shares_) bytes_of[share.group].first += share.bytes;
+  std::vector<int64_t> total(groups_.size(), 0);
+  std::vector<int64_t> before(groups_.size(), 0);
+  for (const Share& share : shares_) total[share.group] += share.bytes;
   received_bytes_ = 0;
   for (Share& share : shares_) {
-    auto& [total, before] = bytes_of[share.group];
-    const auto ranks = static_cast<int64_t>(share.group.size());
+    const std::vector<int>& group = groups_[share.group];
+    const auto ranks = static_cast<int64_t>(group.size());
     // before < total, so the share is below `ranks`; __int128: before x ranks may pass int64.
-    share.reader = share.group[static_cast<size_t>(static_cast<__int128>(before) * ranks /
-                                                   std::max<int64_t>(total, 1))];
-    before += share.bytes;
-    if (std::find(share.group.begin(), share.group.end(), node_rank_) == share.group.end()) {
-      continue;
-    }
-    if (share.reader != node_rank_) {
+    share.reader = group[static_cast<size_t>(static_cast<__int128>(before[share.group]) * ranks /
+                                             std::max<int64_t>(total[share.group], 1))];
+    before[share.group] += share.bytes;
+    if (has(group, node_rank_) && share.reader != node_rank_) {
       reads[share.target] = false;
       received_bytes_ += share.bytes;
     }
@@ -160,8 +185,9 @@ absl::Status NodeReads::Prepare(const std::vector<LocalTarget>& targets, int64_t
   TransferLocals sources, destinations;
   for (size_t i = 0; i < shares_.size(); ++i) {
     const Share& share = shares_[i];
+    const std::vector<int>& group = groups_[share.group];
     std::vector<int64_t> others;
-    for (int q : share.group) {
+    for (int q : group) {
       if (q != share.reader) others.push_back(q);
     }
     TransferTensor& d = tensors[i];
@@ -172,8 +198,7 @@ absl::Status NodeReads::Prepare(const std::vector<LocalTarget>& targets, int64_t
     d.source.placements = replicate;
     SDRT_ASSIGN_OR_RETURN(d.destination.mesh, mesh_of(std::move(others)));
     d.destination.placements = replicate;
-    const bool member =
-        std::find(share.group.begin(), share.group.end(), node_rank_) != share.group.end();
+    const bool member = std::find(group.begin(), group.end(), node_rank_) != group.end();
     const absl::Span<const Tensor> mine(&targets[share.target].dests[0], 1);
     const absl::Span<const Tensor> nothing;
     sources.Add(member && share.reader == node_rank_ ? mine : nothing);

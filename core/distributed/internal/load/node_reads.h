@@ -86,17 +86,30 @@ class NodeReads {
   DeviceType device_type_ = DeviceType::kCPU;  // the communicator's
   std::unique_ptr<Communicator> split_;  // this node's ranks, when the ranks make several
   Communicator* node_ = nullptr;         // split_, or the load's communicator
-  // One group's share of one target: its ranks (node indices, ascending), the reader among
-  // them, the tensor's shape and dtype there.
+  // One group's share of one target: the group (an index into groups_), the reader among
+  // its ranks, the tensor's shape and dtype there.
   struct Share {
     size_t target = 0;
-    std::vector<int> group;
+    size_t group = 0;
     int reader = 0;
     IntVector shape;
     DType dtype = DType::kFloat32;
     int64_t bytes = 0;
   };
   std::vector<Share> shares_;            // in target order, then group order
+  // The groups of two or more ranks (node indices, ascending) that some target has, each
+  // once, and the groups of each layout seen (a mesh and placements: a few per call).
+  std::vector<std::vector<int>> groups_;
+  struct LayoutGroups {
+    const DeviceMesh* mesh = nullptr;
+    std::vector<Placement> placements;
+    std::vector<size_t> groups;
+  };
+  std::vector<LayoutGroups> layout_groups_;
+  // The groups_ indices of `d`'s layout (SameBytesGroups of it, worked out once per layout).
+  const std::vector<size_t>& GroupsOf(const DTensor& d);
+  // The index of `group` in groups_, added when new.
+  size_t GroupIndex(std::vector<int> group);
   int64_t received_bytes_ = 0;           // of the targets others read for this rank
   std::unique_ptr<TransferRun> run_;     // set by Prepare when the node moves anything
 };

@@ -34,6 +34,8 @@
 //       mpiexec -n N load_bench --file F --plan fsdp|tp [--repeat K] [--warmup W] [--json PATH]
 //                  [--staging-buffers B]   (LoadOptions::staging_buffers; 1: no reader thread)
 //                  [--share-reads 0|1]     (LoadOptions::share_reads: read once per node)
+//                  [--map-results 0|1]     (LoadOptions::map_results: contiguous pieces
+//                                           mapped, not read; `all` maps the file each time)
 //                  [--readers R]           (LoadOptions::readers: reader threads per rank;
 //                                           floor and fresh then pread with R threads too)
 #include <fcntl.h>
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
   std::string file, plan_name = "fsdp", json_path, make;
   int repeat = 5, warmup = 1, staging_buffers = sdrt::LoadOptions().staging_buffers;
   bool share_reads = false;
+  bool map_results = false;
   int readers = 1;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
@@ -150,6 +153,7 @@ int main(int argc, char** argv) {
     if (a == "--warmup") warmup = std::max(0, std::atoi(argv[i + 1]));
     if (a == "--staging-buffers") staging_buffers = std::atoi(argv[i + 1]);
     if (a == "--share-reads") share_reads = std::atoi(argv[i + 1]) != 0;
+    if (a == "--map-results") map_results = std::atoi(argv[i + 1]) != 0;
     if (a == "--readers") readers = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--make" && i + 2 < argc) {
       make = argv[i + 1];
@@ -203,6 +207,7 @@ int main(int argc, char** argv) {
   load_options.stats = &stats;
   load_options.staging_buffers = staging_buffers;
   load_options.share_reads = share_reads;
+  load_options.map_results = map_results;
   load_options.readers = readers;
   // root
   Map root_local, full;
@@ -289,6 +294,7 @@ int main(int argc, char** argv) {
   const int64_t most_kept = Reduce(kept, MPI_MAX);
   const int64_t floor_calls = Reduce(floor_preads, MPI_MAX);
   const int64_t total_read = Reduce(stats.bytes_read, MPI_SUM);
+  const int64_t total_mapped = Reduce(stats.bytes_mapped, MPI_SUM);
   const double resident_after = me == 0 ? Resident(source) : 0;
 
   if (me == 0) {
@@ -321,6 +327,10 @@ int main(int argc, char** argv) {
     std::printf("# all: bytes read summed over the ranks %.3fx the file's tensor bytes%s\n",
                 static_cast<double>(total_read) / static_cast<double>(source.total_bytes()),
                 share_reads ? " (--share-reads 1: once per node)" : "");
+    if (map_results) {
+      std::printf("# all: bytes mapped, not read, summed over the ranks %.3fx the file's\n",
+                  static_cast<double>(total_mapped) / static_cast<double>(source.total_bytes()));
+    }
     for (const Path& p : paths) {
       const Spread w = Summarize(p.seconds);
       std::printf(
@@ -337,6 +347,7 @@ int main(int argc, char** argv) {
                             {"plan", plan_name},
                             {"kept_bytes_max", most_kept},
                             {"bytes_read_sum", total_read},
+                            {"bytes_mapped_sum", total_mapped},
                             {"resident_before", resident_before},
                             {"resident_after", resident_after},
                             {"read_amplification_max", amplification},

@@ -51,9 +51,13 @@ struct LoadStats {
   // (0, 1, ... in the order of the nodes' first ranks).
   int64_t bytes_from_node = 0;
   int node = 0;
-  // bytes_read / bytes_kept; 1 when nothing is kept.
+  // kAll with LoadOptions::map_results: the bytes of this rank's pieces that are views of
+  // the file's mapping (in bytes_kept, not in bytes_read).
+  int64_t bytes_mapped = 0;
+  // bytes_read / the bytes kept that were read (bytes_kept - bytes_mapped); 1 when none were.
   double read_amplification() const {
-    return bytes_kept == 0 ? 1.0 : static_cast<double>(bytes_read) / bytes_kept;
+    const int64_t read_kept = bytes_kept - bytes_mapped;
+    return read_kept <= 0 ? 1.0 : static_cast<double>(bytes_read) / read_kept;
   }
 };
 
@@ -103,6 +107,21 @@ struct LoadOptions {
   // reads all its own bytes, which from the page cache is faster. Every rank passes the
   // same.
   bool share_reads = false;
+  // kAll: a fresh CPU local (of a meta DTensor, or a tensor replacing a plain leaf) whose
+  // bytes are one range of its file in the checkpoint's dtype at an address aligned to its
+  // element (a whole tensor, a Shard(0) piece) is not read but becomes a view of a private
+  // (copy-on-write) mapping of the file, its page tables set up in the call (Linux >= 5.14,
+  // MADV_POPULATE_READ; else every piece is read and LoadStats::read_reason says so). No
+  // copy and no new memory: the ranks of a host share the page cache's pages until one
+  // writes a page, which becomes its own. Other pieces (Shard(1), a cast, preallocated
+  // locals, CUDA) are read as usual. What the caller takes on, as with torch.load(mmap=True):
+  // the file must stay as it is while the tensors live. A writer that replaces the file
+  // (writing a new one and renaming it over, as sdrt and safetensors do) is safe; one that
+  // cuts it short in place makes a later touch of a mapped tensor fault (SIGBUS), and one
+  // that rewrites it in place changes the pages not yet written. InvalidArgument with
+  // direct_io or share_reads; unused (noted in read_reason) when the read is kRoot or the
+  // source a sharded folder. Each rank decides alone (no agreement needed).
+  bool map_results = false;
   // Which ranks of comm share a node, for share_reads: empty, ranks with the same host name
   // (one exchange of names per call); else one entry per rank, equal values sharing a
   // node (InvalidArgument for another length).

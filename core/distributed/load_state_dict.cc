@@ -38,6 +38,12 @@ absl::Status CheckOptions(const LoadOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("bucket_bytes ", o.bucket_bytes, " must be >= 64"));
   }
+  if (o.map_results && (o.direct_io || o.share_reads)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "map_results goes with neither direct_io nor share_reads (it reads nothing: the page "
+        "cache's pages are shared already); got direct_io ", o.direct_io, ", share_reads ",
+        o.share_reads));
+  }
   if (o.direct_io && o.read == ReadMode::kRoot) {
     return absl::InvalidArgumentError(
         "direct_io goes with read kAll or kAuto (every rank reading), not kRoot");
@@ -104,6 +110,10 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   stats.read_reason = decision.reason;
   if (decision.read == ReadMode::kRoot && options.direct_io) {
     absl::StrAppend(&stats.read_reason, "; direct_io unused (it is for every rank reading)");
+  }
+  if ((decision.read == ReadMode::kRoot || decision.sharded) && options.map_results) {
+    absl::StrAppend(&stats.read_reason, "; map_results unused (it maps the pieces of every ",
+                    "rank reading a safetensors file or folder)");
   }
   // This rank's open error matters where its source is read.
   const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;

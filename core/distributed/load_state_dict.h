@@ -114,7 +114,8 @@ namespace sdrt SDRT_API {
 // every rank passes a `local` of the same skeleton (an empty map on a rank that receives
 // nothing, for a sharded folder). `source` must stay open and its files unchanged during
 // the call; kAll opens each file again by path and reads it with pread (no mapping is
-// touched).
+// touched), or with LoadOptions::map_results maps it again, privately, for the pieces that
+// become views of it (their tensors then keep that mapping, not `source`).
 // Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
 // a local leaf whose global shape or dtype is not the checkpoint's (nor a cast), a weight
 // map's rule that cannot hold (internal/mapping/lowering.h: naming the rule and tensor);
@@ -122,11 +123,14 @@ namespace sdrt SDRT_API {
 // a mesh that does not span the communicator or lacks `rank`, options out of range or that
 // differ between ranks, a skeleton that differs between ranks, kRoot or direct_io for a
 // sharded folder (or rank 0's source being one while another rank's is not), direct_io
-// with kRoot, a rank other than comm->rank() with kRoot or a sharded folder;
+// with kRoot, map_results with direct_io or share_reads, a rank other than comm->rank()
+// with kRoot or a sharded folder;
 // FailedPrecondition without a communicator for kRoot or a sharded folder, for local
 // tensors on two CUDA devices (or a device that is neither CPU nor CUDA), a meta
-// ShardedTensor shard, or a file whose size is no longer the source's ("<path>: size
-// changed from A to B bytes"); Unimplemented for a sharded folder into CUDA tensors;
+// ShardedTensor shard, a file whose size is no longer the source's ("<path>: size
+// changed from A to B bytes") or, with map_results, that was cut short while it was being
+// mapped ("<path>: mapping bytes [A, B): the file was cut short since it was opened");
+// Unimplemented for a sharded folder into CUDA tensors;
 // InvalidArgument with direct_io for a file whose file system refuses O_DIRECT;
 // Unavailable for CUDA locals in a build without CUDA; CUDA's error for a failed copy,
 // stream or event; DataLoss for a pread that returns fewer bytes than the file has

@@ -1,8 +1,10 @@
-// `sdrt load --read-once-per-node` (LoadOptions::share_reads) and `--readers N`
+// `sdrt load --read-once-per-node` (LoadOptions::share_reads), `--readers N`
 // (LoadOptions::readers) under mpiexec -n 2 on one machine: the pieces are still checked bit
 // for bit against the file; the replicated tensors of a tp plan are read once for the node
 // (the bytes read on the node fall to the file's, from more), the JSON names each rank's
-// node and what it received; either with --read root is bad input.
+// node and what it received; either with --read root is bad input. `--map-results`
+// (LoadOptions::map_results): fsdp's pieces are mapped, none read, still bit exact; tp's
+// Shard(1) pieces read; with --read root, --direct-io or --read-once-per-node bad input.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -74,6 +76,35 @@ TEST(LoadNodeCli, SeveralReadersPerRank) {
   for (const char* bad : {" --readers 0", " --readers 65", " --read root --readers 2"}) {
     const test::CommandResult b = test::RunSdrtMpi(2, load + bad);
     EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
+  }
+  if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
+}
+
+TEST(LoadNodeCli, MapResultsMapsContiguousPiecesAndReadsTheRest) {
+  const std::string file = MadeFile("load_map_cli", "f32");
+  const std::string load = "load " + test::ShellQuote(file) + " --mesh 2 --json --read all";
+  const test::CommandResult fsdp = test::RunSdrtMpi(2, load + " --plan fsdp --map-results");
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.all();
+  const Json f = Json::parse(fsdp.out);
+  EXPECT_TRUE(f.value("bit_exact", false)) << f;
+  EXPECT_EQ(f["bytes_mapped"], f["bytes_kept"]) << f;  // Shard(0) pieces: all one range
+  EXPECT_EQ(Sum(f["bytes_read"]), 0) << f;
+  const test::CommandResult tp = test::RunSdrtMpi(2, load + " --plan tp --map-results");
+  ASSERT_EQ(tp.exit_code, 0) << tp.all();
+  const Json t = Json::parse(tp.out);
+  EXPECT_TRUE(t.value("bit_exact", false)) << t;
+  EXPECT_GT(Sum(t["bytes_read"]), 0) << t;  // the row-parallel weights' Shard(1) pieces
+  EXPECT_GT(Sum(t["bytes_mapped"]), 0) << t;
+  EXPECT_EQ(Sum(t["bytes_mapped"]) + Sum(t["bytes_read"]), Sum(t["bytes_kept"])) << t;
+  const test::CommandResult plain = test::RunSdrtMpi(2, load + " --plan tp");
+  ASSERT_EQ(plain.exit_code, 0) << plain.all();
+  EXPECT_FALSE(Json::parse(plain.out).contains("bytes_mapped")) << plain.out;
+  for (const char* bad : {" --read root", " --direct-io", " --read-once-per-node"}) {
+    const test::CommandResult b =
+        test::RunSdrtMpi(2, "load " + test::ShellQuote(file) + " --mesh 2 --plan tp" + bad +
+                                " --map-results");
+    EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
+    EXPECT_THAT(b.err, HasSubstr("--map-results goes with --read all")) << bad;
   }
   if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }

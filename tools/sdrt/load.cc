@@ -95,6 +95,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   facts.device = o.device;
   facts.read = o.read;
   facts.options_read_once_per_node = o.read_once_per_node;
+  facts.options_map_results = o.map_results;
   facts.bucket_mib = o.bucket_mib;
   facts.ranks = run.size();
   facts.outline = &outline;
@@ -104,6 +105,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   options.device = run.session().device;
   options.direct_io = o.direct_io;
   options.share_reads = o.read_once_per_node;
+  options.map_results = o.map_results;
   options.readers = o.readers;
   options.bucket_bytes = o.bucket_bytes();
   options.strict = true;
@@ -116,6 +118,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   SDRT_ASSIGN_OR_RETURN(facts.bytes_kept, run.AllGather(facts.stats.bytes_kept));
   SDRT_ASSIGN_OR_RETURN(facts.bytes_from_node, run.AllGather(facts.stats.bytes_from_node));
   SDRT_ASSIGN_OR_RETURN(facts.node, run.AllGather(int64_t{facts.stats.node}));
+  SDRT_ASSIGN_OR_RETURN(facts.bytes_mapped, run.AllGather(facts.stats.bytes_mapped));
 
   facts.verify_dir = args.verify_dir;
   facts.gathered = outline.sharded && args.verify_dir.empty();

@@ -200,15 +200,26 @@ TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
     absl::StatusOr<BroadcastResult> b = BroadcastStateDict(full, broadcast, WorldBroadcast());
     ASSERT_TRUE(AllTrue(b.ok())) << b.status();
     // Small staging buffers: many reads, runs cut, the reader threads busy (one, or three
-    // reading at once while the batches are consumed in order).
-    for (const auto& [staging, readers] : std::vector<std::pair<int64_t, int>>{
-             {4096, 1}, {4096, 3}, {int64_t{256} << 20, 1}, {int64_t{256} << 20, 3}}) {
-      SCOPED_TRACE(absl::StrCat(staging, " bytes, ", readers, " readers"));
+    // reading at once while the batches are consumed in order); and contiguous pieces
+    // mapped instead of read (map_results), the rest read.
+    struct Variant {
+      int64_t staging;
+      int readers;
+      bool map;
+    };
+    for (const Variant& v : std::vector<Variant>{{4096, 1, false},
+                                                 {4096, 3, false},
+                                                 {int64_t{256} << 20, 1, false},
+                                                 {int64_t{256} << 20, 3, false},
+                                                 {4096, 1, true}}) {
+      const auto [staging, readers, map] = v;
+      SCOPED_TRACE(absl::StrCat(staging, " bytes, ", readers, " readers, map ", map));
       Map loaded = Tree(specs, leaf);
       LoadStats stats;
       LoadOptions options = WorldLoad(&stats);
       options.staging_bytes = staging;
       options.readers = readers;
+      options.map_results = map;
       int64_t last_done = -1;
       int64_t calls = 0;
       options.progress = [&](int64_t done, int64_t total) {
@@ -223,6 +234,17 @@ TEST(LoadStateDictMpiTest, SameLocalsAsBroadcastStateDict) {
       EXPECT_TRUE(l->unexpected_keys.empty());
       ExpectTreeEq(Value(loaded), Value(broadcast), "");
       EXPECT_LE(stats.bytes_read, stats.bytes_kept + stats.bytes_kept / 32);
+      // Mapped: the fresh pieces of one range (fsdp.a's rows, a meta local; the 0-dim
+      // tensors, which replace their leaves), never a preallocated local (ZeroLeaf's).
+      const Tensor& fsdp_a = loaded.Find("fsdp.a")->as_dtensor().local();
+      const bool fresh = leaf(specs[0]).as_dtensor().local().is_meta();
+      EXPECT_EQ(fsdp_a.storage()->kind() == StorageKind::kMappedFile, map && fresh);
+      if (map) {
+        EXPECT_GE(stats.bytes_mapped, (fresh ? fsdp_a.nbytes() : 0) + 8 + 4);
+      } else {
+        EXPECT_EQ(stats.bytes_mapped, 0);
+      }
+      EXPECT_LE(stats.bytes_mapped, stats.bytes_kept);
       EXPECT_LE(stats.peak_staging_bytes, (readers > 1 ? readers + 1 : 2) * (staging + 16));
       EXPECT_GE(stats.preads, stats.reads);
       EXPECT_EQ(calls, stats.reads);

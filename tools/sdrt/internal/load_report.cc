@@ -41,7 +41,13 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
     absl::StrAppend(&text, "  every rank read its pieces ",
                     absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps), "; read amplification");
     for (double a : amplification) absl::StrAppend(&text, absl::StrFormat(" %.3f", a));
-    return text + "\n";
+    absl::StrAppend(&text, "\n");
+    if (f.options_map_results) {
+      absl::StrAppend(&text, "  mapped (views of SRC's pages, not read) per rank:");
+      for (int64_t b : f.bytes_mapped) absl::StrAppend(&text, " ", HumanBytes(b));
+      absl::StrAppend(&text, "\n");
+    }
+    return text;
   }
   return absl::StrCat(text, "  broadcast ", absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps),
                       "; ", t.collectives, " collectives (", t.exchanges,
@@ -73,8 +79,10 @@ Report LoadReport(const LoadFacts& f) {
   }
   std::vector<double> amplification;
   for (size_t q = 0; q < f.bytes_read.size(); ++q) {
-    const int64_t kept = f.bytes_kept[q];
-    amplification.push_back(kept == 0 ? 1.0 : static_cast<double>(f.bytes_read[q]) / kept);
+    // Of the bytes kept that were read (mapped ones are not).
+    const int64_t kept =
+        f.bytes_kept[q] - (q < f.bytes_mapped.size() ? f.bytes_mapped[q] : int64_t{0});
+    amplification.push_back(kept <= 0 ? 1.0 : static_cast<double>(f.bytes_read[q]) / kept);
   }
 
   Report report;
@@ -110,6 +118,7 @@ Report LoadReport(const LoadFacts& f) {
     report.json.update(nlohmann::ordered_json{{"collectives", f.stats.transfer.collectives},
                                               {"exchanges", f.stats.transfer.exchanges},
                                               {"read_amplification", amplification}});
+    if (f.options_map_results) report.json["bytes_mapped"] = f.bytes_mapped;
     if (f.options_read_once_per_node) {
       // Per node (the ranks' host names): the bytes its ranks read from storage.
       std::vector<int64_t> per_node;

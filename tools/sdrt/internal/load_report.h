@@ -21,6 +21,7 @@ struct LoadFacts {
   std::string device;
   std::string read;  // --read as given
   bool options_read_once_per_node = false;  // --read-once-per-node
+  bool options_map_results = false;         // --map-results
   double bucket_mib = 0;
   int ranks = 0;
   const SourceOutline* outline = nullptr;
@@ -30,6 +31,7 @@ struct LoadFacts {
   std::vector<int64_t> bytes_kept;  // per rank
   std::vector<int64_t> bytes_from_node;  // per rank: received from its node's readers
   std::vector<int64_t> node;             // per rank (LoadStats::node)
+  std::vector<int64_t> bytes_mapped;     // per rank: pieces mapped, not read
   // What the pieces were checked against, and the names that differ per rank (comma
   // separated; "" for none). `gathered`: the check of every tensor gathered to rank 0 (a
   // sharded SRC without --verify), which names tensors rather than pieces.

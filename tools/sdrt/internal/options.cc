@@ -73,7 +73,11 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
     cmd->add_flag("--read-once-per-node", options->read_once_per_node,
                   "with --read all: what every rank of a host keeps alike (replicated tensors) "
                   "is read by one of them and broadcast to the others there");
-    // The one check that spans two options, at the end of the command's parse.
+    cmd->add_flag("--map-results", options->map_results,
+                  "with --read all: pieces that are one range of SRC (whole tensors, Shard(0) "
+                  "pieces) become views of a private mapping of SRC instead of being read (no "
+                  "copy; SRC must not be cut short or rewritten in place while they live)");
+    // The checks that span two options, at the end of the command's parse.
     cmd->parse_complete_callback([options] {
       if (options->direct_io && options->read == "root") {
         throw CLI::ValidationError("--direct-io goes with --read all (or auto), not --read root");
@@ -84,6 +88,12 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
       if (options->read_once_per_node && options->read == "root") {
         throw CLI::ValidationError(
             "--read-once-per-node goes with --read all (or auto), not --read root");
+      }
+      if (options->map_results &&
+          (options->read == "root" || options->direct_io || options->read_once_per_node)) {
+        throw CLI::ValidationError(
+            "--map-results goes with --read all (or auto), without --direct-io and "
+            "--read-once-per-node");
       }
     });
   }

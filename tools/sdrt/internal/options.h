@@ -46,6 +46,8 @@ struct SharedOptions {
   bool direct_io = false;      // never with read "root"
   bool read_once_per_node = false;  // LoadOptions::share_reads; never with read "root"
   int readers = 1;                  // LoadOptions::readers, in [1, 64]; 1 with read "root"
+  bool map_results = false;  // LoadOptions::map_results; never with read "root", direct_io
+                             // or read_once_per_node
   std::string mesh;
   std::string plan;
   std::string mesh_dim_names;

@@ -14,6 +14,7 @@
 #include "sdrt/core/distributed/internal/load/device_staging.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/load/load_paths.h"
+#include "sdrt/core/distributed/internal/load/mapped_pieces.h"
 #include "sdrt/core/distributed/internal/load/node_reads.h"
 #include "sdrt/core/distributed/internal/load/read_dests.h"
 #include "sdrt/core/distributed/internal/local_target.h"
@@ -63,6 +64,7 @@ struct AllPlan {
   ReadPlan plan;
   std::vector<bool> matched;      // matched[i]: leaf i names a checkpoint tensor
   NodeReads node_reads;           // who of the node reads a tensor its ranks keep alike
+  std::optional<MappedPieces> mapped;  // with LoadOptions::map_results on the CPU
 };
 
 // Plans every target and the reads, and allocates the fresh dests; the first local error
@@ -111,14 +113,20 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   }
   // The ReadTensors borrow the header's shape and the target's runs (the layout cache's or
   // the target's own, which stay where they are); none when another rank of the node reads
-  // the tensor for this one.
+  // the tensor for this one, or when the piece is mapped.
   const std::vector<bool> reads_it = all.node_reads.Decide(targets, all.layouts);
+  if (options.map_results && options.device.is_cpu()) all.mapped.emplace(source);
   for (size_t t = 0; t < targets.size(); ++t) {
     LocalTarget& planned = targets[t];
     const CheckpointSourceTensor& entry = *entries[t];
     for (size_t d = 0; d < planned.dests.size(); ++d) {
+      bool mapped = false;
+      if (all.mapped.has_value()) {
+        SDRT_ASSIGN_OR_RETURN(mapped,
+                              all.mapped->TryMap(entry, *planned.runs[d], planned.dests[d]));
+      }
       reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
-                                 reads_it[t] ? planned.runs[d] : nullptr});
+                                 reads_it[t] && !mapped ? planned.runs[d] : nullptr});
       dests.push_back(ReadDest{&planned, &entry, d, planned.runs[d]});
     }
   }
@@ -131,7 +139,8 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   read_options.max_gap_bytes = options.max_gap_bytes;
   read_options.max_read_bytes = options.staging_bytes;
   SDRT_ASSIGN_OR_RETURN(all.plan, PlanReads(reads, read_options));
-  return AllocateFreshDests(all.plan, dests, options.device);
+  SDRT_RETURN_IF_ERROR(AllocateFreshDests(all.plan, dests, options.device));
+  return all.mapped.has_value() ? all.mapped->Populate() : absl::OkStatus();
 }
 
 }  // namespace
@@ -259,6 +268,17 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   const absl::Status shared = all.node_reads.Run(stats.transfer, stats.bytes_from_node);
   if (read_status.ok()) read_status = shared;
   stats.bytes_kept += stats.bytes_from_node;
+  if (all.mapped.has_value()) {
+    stats.bytes_mapped = all.mapped->bytes();
+    stats.bytes_kept += stats.bytes_mapped;
+    if (all.mapped->unavailable()) {
+      absl::StrAppend(&stats.read_reason, "; map_results: the kernel lacks MADV_POPULATE_READ ",
+                      "(Linux < 5.14), every piece read");
+    }
+  } else if (options.map_results) {
+    absl::StrAppend(&stats.read_reason, "; map_results unused (new locals on ",
+                    options.device.ToString(), ")");
+  }
   if (read_status.ok()) {
     for (LocalTarget& target : all.targets) {
       read_status = CommitLocalTarget(target, rank);

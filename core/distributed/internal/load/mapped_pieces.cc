@@ -1,0 +1,116 @@
+// MappedPieces (mapped_pieces.h).
+#include "sdrt/core/distributed/internal/load/mapped_pieces.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/io/internal/open_regular_file.h"
+#include "sdrt/tensor/dtype.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+
+std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
+                                                                int64_t element_bytes,
+                                                                const ShardRuns& runs) {
+  if (runs.size() != shape.size()) return std::nullopt;
+  // From the last dim: whole dims, then the first partial one, then dims of one index.
+  int64_t start = 0;   // the piece's first element, in the tensor's row-major order
+  int64_t count = 1;   // its elements
+  int64_t stride = 1;  // elements per index of the dim at hand
+  bool partial = false;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (runs[i].size() != 1 || runs[i][0].length < 1) return std::nullopt;
+    const IndexRun& run = runs[i][0];
+    if (partial && run.length != 1) return std::nullopt;
+    if (run.length != shape[i]) partial = true;
+    start += run.global * stride;
+    count *= run.length;
+    stride *= shape[i];
+  }
+  return std::make_pair(start * element_bytes, (start + count) * element_bytes);
+}
+
+MappedPieces::MappedPieces(const CheckpointSource& source)
+    : source_(source), maps_(source.files().size()), ranges_(source.files().size()) {}
+
+absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
+                                          const ShardRuns& runs, Tensor& dest) {
+  const int bits = ElementBits(entry.dtype);
+  if (unavailable_ || entry.file < 0 || bits % 8 != 0 || !dest.is_meta() ||
+      dest.dtype() != entry.dtype) {
+    return false;
+  }
+  const std::optional<std::pair<int64_t, int64_t>> piece =
+      ContiguousPieceBytes(entry.shape, bits / 8, runs);
+  if (!piece.has_value()) return false;
+  const int64_t begin = entry.offset + piece->first;
+  const int64_t end = entry.offset + piece->second;
+  if (begin % ElementAlignment(entry.dtype) != 0 || end - begin != dest.nbytes()) return false;
+  const size_t f = static_cast<size_t>(entry.file);
+  if (maps_[f] == nullptr) {
+    const CheckpointSourceFile& file = source_.files()[f];
+    absl::StatusOr<RegularFile> opened = OpenRegularFile(file.path);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat(file.path, ": ", opened.status().message()));
+    }
+    if (opened->size() != file.size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          file.path, ": size changed from ", file.size, " to ", opened->size(), " bytes"));
+    }
+    const size_t size = static_cast<size_t>(file.size);
+    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, opened->fd(), 0);
+    if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, absl::StrCat(file.path, ": mmap"));
+    maps_[f] = Storage::Wrap(data, file.size, Device::CPU(), StorageKind::kMappedFile,
+                             [size](void* p) { munmap(p, size); });
+    // Populate() needs MADV_POPULATE_READ: without it a file cut short later would fault
+    // on first touch instead of failing the load, so nothing is mapped.
+    const long page = sysconf(_SC_PAGESIZE);
+    if (madvise(data, static_cast<size_t>(std::min<int64_t>(page, file.size)),
+                MADV_POPULATE_READ) != 0 &&
+        errno == EINVAL) {
+      unavailable_ = true;
+      maps_[f].reset();
+      return false;
+    }
+  }
+  SDRT_ASSIGN_OR_RETURN(dest, Tensor::AtByteOffset(maps_[f], begin, entry.dtype, dest.shape()));
+  ranges_[f].emplace_back(begin, end);
+  bytes_ += end - begin;
+  return true;
+}
+
+absl::Status MappedPieces::Populate() {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  for (size_t f = 0; f < maps_.size(); ++f) {
+    std::vector<std::pair<int64_t, int64_t>>& ranges = ranges_[f];
+    if (maps_[f] == nullptr || ranges.empty()) continue;
+    std::sort(ranges.begin(), ranges.end());
+    uint8_t* const base = static_cast<uint8_t*>(maps_[f]->data());
+    // Page-aligned, touching ranges joined: one madvise each.
+    int64_t begin = ranges[0].first / page * page;
+    int64_t end = begin;
+    for (size_t i = 0; i <= ranges.size(); ++i) {
+      if (i < ranges.size() && ranges[i].first / page * page <= end) {
+        end = std::max(end, ranges[i].second);
+        continue;
+      }
+      if (madvise(base + begin, static_cast<size_t>(end - begin), MADV_POPULATE_READ) != 0) {
+        const int error = errno;
+        return absl::FailedPreconditionError(absl::StrCat(
+            source_.files()[f].path, ": mapping bytes [", begin, ", ", end, "): ",
+            error == EFAULT ? "the file was cut short since it was opened" : strerror(error)));
+      }
+      if (i < ranges.size()) begin = end = ranges[i].first / page * page;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sdrt::internal

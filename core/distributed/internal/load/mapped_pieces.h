@@ -1,0 +1,68 @@
+// LoadOptions::map_results (internal/load/load_all.cc): fresh CPU pieces whose bytes are one
+// range of their file become views of a private, copy-on-write mapping of that file instead
+// of being read. Not public API.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_MAPPED_PIECES_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_MAPPED_PIECES_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/storage.h"
+#include "sdrt/tensor/tensor.h"
+
+namespace sdrt::internal {
+
+// Where the piece `runs` of a tensor of `shape` and `element_bytes` bytes an element lies
+// in its data, as [begin, end) bytes from the tensor's first byte, when it is one
+// contiguous range there (a box whose dims after its first partial one are whole and whose
+// dims before it hold one index: a whole tensor, a Shard(0) piece, a row of a Shard(1)
+// piece of one row); nullopt otherwise (several runs on a dim, nothing kept).
+std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
+                                                                int64_t element_bytes,
+                                                                const ShardRuns& runs);
+
+// The mappings of one LoadStateDict call, one per file of its source, made when a piece of
+// the file is first mapped. Each is the whole file, MAP_PRIVATE with PROT_READ|PROT_WRITE:
+// a tensor made from it reads the page cache's pages (shared with every process mapping
+// the file) until it is written, when the written page becomes its own. The storages live
+// as long as a tensor holds them.
+class MappedPieces {
+ public:
+  explicit MappedPieces(const CheckpointSource& source);
+
+  // When `dest` (a meta tensor for a fresh CPU local, of `entry`'s dtype and the shape of
+  // the piece `runs`) is one contiguous range of its file at an offset aligned to its
+  // element, makes it a view of the file's mapping and returns true; else false and `dest`
+  // is unchanged (the piece is read). Errors: the file cannot be opened (its errno's code)
+  // or its size is no longer the header's (FailedPrecondition), mmap fails (its errno's).
+  // After the first mapping, a kernel without MADV_POPULATE_READ (Linux < 5.14) turns
+  // mapping off for the call (returns false; unavailable() says so).
+  absl::StatusOr<bool> TryMap(const CheckpointSourceTensor& entry, const ShardRuns& runs,
+                              Tensor& dest);
+
+  // Sets up the page tables of every mapped range now (MADV_POPULATE_READ), so that the
+  // first touch of a mapped tensor does not fault, and a file cut short since it was
+  // mapped fails here (FailedPrecondition naming it) instead of faulting later.
+  absl::Status Populate();
+
+  int64_t bytes() const { return bytes_; }  // the bytes of the pieces mapped
+  bool unavailable() const { return unavailable_; }
+
+ private:
+  const CheckpointSource& source_;
+  std::vector<std::shared_ptr<Storage>> maps_;  // per file of source_; null until used
+  // Per file, the [begin, end) byte ranges mapped, in the order they were mapped.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges_;
+  int64_t bytes_ = 0;
+  bool unavailable_ = false;
+};
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_MAPPED_PIECES_H_

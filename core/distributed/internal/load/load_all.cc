@@ -139,8 +139,7 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   read_options.max_gap_bytes = options.max_gap_bytes;
   read_options.max_read_bytes = options.staging_bytes;
   SDRT_ASSIGN_OR_RETURN(all.plan, PlanReads(reads, read_options));
-  SDRT_RETURN_IF_ERROR(AllocateFreshDests(all.plan, dests, options.device));
-  return all.mapped.has_value() ? all.mapped->Populate() : absl::OkStatus();
+  return AllocateFreshDests(all.plan, dests, options.device);
 }
 
 }  // namespace
@@ -180,6 +179,17 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     absl::StatusOr<std::optional<int>> device = LocalsDevice(targets);
     local_error = device.status();
     if (device.ok()) cuda_device = *device;
+  }
+  // map_results: on the CPU, what is not mapped is copied out of the same mappings; the
+  // page tables of both are set up now (a file cut short fails here, agreed below).
+  const bool copy_mapped =
+      all.mapped.has_value() && !all.mapped->unavailable() && !cuda_device.has_value();
+  if (local_error.ok() && all.mapped.has_value()) {
+    for (size_t r = 0; copy_mapped && local_error.ok() && r < plan.reads.size(); ++r) {
+      const Read& read = plan.reads[r];
+      local_error = all.mapped->AddCopied(read.file, read.offset, read.offset + read.bytes);
+    }
+    if (local_error.ok()) local_error = all.mapped->Populate();
   }
   std::optional<DeviceStaging> staging;
   if (local_error.ok() && cuda_device.has_value()) {
@@ -247,18 +257,25 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     }
     return next == read.offset + read.bytes ? first : nullptr;
   };
-  absl::Status read_status = RunStagedReads(
-      files, plan, name_of, pool,
-      [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
-        if (buffer.defined()) {  // else it was read straight into its dest
-          SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
-          if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
-        }
-        done_bytes += read.bytes;
-        if (options.progress) options.progress(done_bytes, plan.read_bytes);
-        return absl::OkStatus();
-      },
-      read_stats, direct);
+  const auto copy_out = [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
+    if (buffer.defined()) {  // else it was read straight into its dest
+      SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
+      if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
+    }
+    done_bytes += read.bytes;
+    if (options.progress) options.progress(done_bytes, plan.read_bytes);
+    return absl::OkStatus();
+  };
+  absl::Status read_status;
+  if (copy_mapped) {  // no pread, no staging: a read's buffer is the file's mapping
+    for (const Read& read : plan.reads) {
+      read_status = copy_out(read, all.mapped->FileBytes(read.file), read.offset, 0);
+      if (!read_status.ok()) break;
+      read_stats.bytes_read += read.bytes;
+    }
+  } else {
+    read_status = RunStagedReads(files, plan, name_of, pool, copy_out, read_stats, direct);
+  }
   stats.bytes_read = read_stats.bytes_read;
   stats.bytes_kept = plan.kept_bytes;
   stats.preads = read_stats.preads;

@@ -37,7 +37,10 @@ std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
 }
 
 MappedPieces::MappedPieces(const CheckpointSource& source)
-    : source_(source), maps_(source.files().size()), ranges_(source.files().size()) {}
+    : source_(source),
+      maps_(source.files().size()),
+      views_(source.files().size()),
+      ranges_(source.files().size()) {}
 
 absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
                                           const ShardRuns& runs, Tensor& dest) {
@@ -53,37 +56,65 @@ absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
   const int64_t end = entry.offset + piece->second;
   if (begin % ElementAlignment(entry.dtype) != 0 || end - begin != dest.nbytes()) return false;
   const size_t f = static_cast<size_t>(entry.file);
-  if (maps_[f] == nullptr) {
-    const CheckpointSourceFile& file = source_.files()[f];
-    absl::StatusOr<RegularFile> opened = OpenRegularFile(file.path);
-    if (!opened.ok()) {
-      return absl::Status(opened.status().code(),
-                          absl::StrCat(file.path, ": ", opened.status().message()));
-    }
-    if (opened->size() != file.size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          file.path, ": size changed from ", file.size, " to ", opened->size(), " bytes"));
-    }
-    const size_t size = static_cast<size_t>(file.size);
-    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, opened->fd(), 0);
-    if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, absl::StrCat(file.path, ": mmap"));
-    maps_[f] = Storage::Wrap(data, file.size, Device::CPU(), StorageKind::kMappedFile,
-                             [size](void* p) { munmap(p, size); });
-    // Populate() needs MADV_POPULATE_READ: without it a file cut short later would fault
-    // on first touch instead of failing the load, so nothing is mapped.
-    const long page = sysconf(_SC_PAGESIZE);
-    if (madvise(data, static_cast<size_t>(std::min<int64_t>(page, file.size)),
-                MADV_POPULATE_READ) != 0 &&
-        errno == EINVAL) {
-      unavailable_ = true;
-      maps_[f].reset();
-      return false;
-    }
-  }
+  SDRT_ASSIGN_OR_RETURN(const bool mapped, MapFile(f));
+  if (!mapped) return false;
   SDRT_ASSIGN_OR_RETURN(dest, Tensor::AtByteOffset(maps_[f], begin, entry.dtype, dest.shape()));
   ranges_[f].emplace_back(begin, end);
   bytes_ += end - begin;
   return true;
+}
+
+absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
+  if (maps_[f] != nullptr || unavailable_) return maps_[f] != nullptr;
+  const CheckpointSourceFile& file = source_.files()[f];
+  absl::StatusOr<RegularFile> opened = OpenRegularFile(file.path);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat(file.path, ": ", opened.status().message()));
+  }
+  if (opened->size() != file.size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        file.path, ": size changed from ", file.size, " to ", opened->size(), " bytes"));
+  }
+  const size_t size = static_cast<size_t>(file.size);
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, opened->fd(), 0);
+  if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, absl::StrCat(file.path, ": mmap"));
+  std::shared_ptr<Storage> mapping = Storage::Wrap(
+      data, file.size, Device::CPU(), StorageKind::kMappedFile, [size](void* p) { munmap(p, size); });
+  // Populate() needs MADV_POPULATE_READ: without it a file cut short later would fault on
+  // first touch instead of failing the load, so nothing is mapped.
+  const long page = sysconf(_SC_PAGESIZE);
+  if (madvise(data, static_cast<size_t>(std::min<int64_t>(page, file.size)),
+              MADV_POPULATE_READ) != 0 &&
+      errno == EINVAL) {
+    unavailable_ = true;
+    return false;
+  }
+  SDRT_ASSIGN_OR_RETURN(views_[f], Tensor::FromStorage(mapping, DType::kUInt8, {file.size}));
+  maps_[f] = std::move(mapping);
+  return true;
+}
+
+absl::Status MappedPieces::PopulateRange(size_t f, int64_t begin, int64_t end) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  begin = begin / page * page;
+  uint8_t* const base = static_cast<uint8_t*>(maps_[f]->data());
+  if (end > begin && madvise(base + begin, static_cast<size_t>(end - begin),
+                             MADV_POPULATE_READ) != 0) {
+    const int error = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        source_.files()[f].path, ": mapping bytes [", begin, ", ", end, "): ",
+        error == EFAULT ? "the file was cut short since it was opened" : strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MappedPieces::AddCopied(int file, int64_t begin, int64_t end) {
+  const size_t f = static_cast<size_t>(file);
+  SDRT_ASSIGN_OR_RETURN(const bool mapped, MapFile(f));
+  if (!mapped) return absl::InternalError("MappedPieces::AddCopied without MADV_POPULATE_READ");
+  ranges_[f].emplace_back(begin, end);
+  return absl::OkStatus();
 }
 
 absl::Status MappedPieces::Populate() {
@@ -92,23 +123,17 @@ absl::Status MappedPieces::Populate() {
     std::vector<std::pair<int64_t, int64_t>>& ranges = ranges_[f];
     if (maps_[f] == nullptr || ranges.empty()) continue;
     std::sort(ranges.begin(), ranges.end());
-    uint8_t* const base = static_cast<uint8_t*>(maps_[f]->data());
-    // Page-aligned, touching ranges joined: one madvise each.
-    int64_t begin = ranges[0].first / page * page;
+    // Ranges on the same or touching pages joined: one madvise each.
+    int64_t begin = ranges[0].first;
     int64_t end = begin;
-    for (size_t i = 0; i <= ranges.size(); ++i) {
-      if (i < ranges.size() && ranges[i].first / page * page <= end) {
-        end = std::max(end, ranges[i].second);
-        continue;
+    for (const auto& [first, last] : ranges) {
+      if (first / page * page > end) {
+        SDRT_RETURN_IF_ERROR(PopulateRange(f, begin, end));
+        begin = first;
       }
-      if (madvise(base + begin, static_cast<size_t>(end - begin), MADV_POPULATE_READ) != 0) {
-        const int error = errno;
-        return absl::FailedPreconditionError(absl::StrCat(
-            source_.files()[f].path, ": mapping bytes [", begin, ", ", end, "): ",
-            error == EFAULT ? "the file was cut short since it was opened" : strerror(error)));
-      }
-      if (i < ranges.size()) begin = end = ranges[i].first / page * page;
+      end = std::max(end, last);
     }
+    SDRT_RETURN_IF_ERROR(PopulateRange(f, begin, end));
   }
   return absl::OkStatus();
 }

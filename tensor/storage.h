@@ -32,7 +32,8 @@ enum class StorageKind : uint8_t {
   kBorrowed,    // someone else's pointer
   kPinnedHost,  // cudaHostAlloc
   kCudaDevice,  // cudaMalloc
-  kMappedFile,  // a read-only mmap of a file (safetensors reader)
+  kMappedFile,  // a private mmap of a file (read-only: the safetensors reader; writable,
+                // copy on write: LoadOptions::map_results)
 };
 absl::string_view StorageKindName(StorageKind kind);
 

@@ -5,9 +5,6 @@
 // of them. A tensor whose address is not a multiple of its element size (other writers may
 // leave the data region unaligned: case-045) is copied instead, never reinterpreted through
 // a misaligned pointer.
-#include <sys/mman.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -30,21 +27,6 @@ absl::Status WithSource(const absl::Status& status, absl::string_view source) {
   return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
 }
 
-// Maps the whole regular file at `path` read-only (internal::OpenRegularFile: a FIFO or a
-// device is refused without waiting for a writer).
-absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
-  SDRT_ASSIGN_OR_RETURN(const internal::RegularFile file, internal::OpenRegularFile(path));
-  const int64_t size = file.size();
-  if (size == 0) {  // mmap refuses empty ranges; Parse reports the short file
-    return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kMappedFile, nullptr);
-  }
-  // The mapping keeps the file referenced once `file` closes its descriptor.
-  void* data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, file.fd(), 0);
-  if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, "mmap");
-  return Storage::Wrap(data, size, Device::CPU(), StorageKind::kMappedFile,
-                       [size](void* p) { munmap(p, static_cast<size_t>(size)); });
-}
-
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, Options options) {
@@ -52,7 +34,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, O
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": pin_chunk_bytes must be >= 1, got ", options.pin_chunk_bytes));
   }
-  absl::StatusOr<std::shared_ptr<Storage>> mapping = MapFile(path);
+  // Read-only (internal::OpenRegularFile: a FIFO or a device is refused without waiting for a
+  // writer).
+  absl::StatusOr<std::shared_ptr<Storage>> mapping = internal::MapRegularFile(path, false);
   if (!mapping.ok()) return WithSource(mapping.status(), path);
   SDRT_ASSIGN_OR_RETURN(SafetensorsFile file, Parse(*std::move(mapping), path));
   if (!options.pin_mapping) return file;

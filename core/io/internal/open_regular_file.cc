@@ -1,6 +1,7 @@
 #include "sdrt/core/io/internal/open_regular_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,6 +57,20 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
         absl::StrCat("not a regular file (", FileKind(st.st_mode), ")"));
   }
   return RegularFile(fd, st.st_size);
+}
+
+absl::StatusOr<std::shared_ptr<Storage>> MapRegularFile(const std::string& path, bool writable) {
+  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
+  if (!file.ok()) return file.status();
+  const int64_t size = file->size();
+  if (size == 0) {  // mmap refuses empty ranges
+    return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kMappedFile, nullptr);
+  }
+  const int protection = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* data = mmap(nullptr, static_cast<size_t>(size), protection, MAP_PRIVATE, file->fd(), 0);
+  if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, "mmap");
+  return Storage::Wrap(data, size, Device::CPU(), StorageKind::kMappedFile,
+                       [size](void* p) { munmap(p, static_cast<size_t>(size)); });
 }
 
 }  // namespace sdrt::internal

@@ -1,12 +1,15 @@
-// Opening an input file that sdrt reads whole or maps (ReadBoundedFile, SafetensorsFile::Open):
-// one place that refuses anything but a regular file without ever blocking on it.
+// Opening an input file that sdrt reads whole or maps (ReadBoundedFile, SafetensorsFile::Open,
+// LoadOptions::map_results): one place that refuses anything but a regular file without ever
+// blocking on it, and maps one.
 #ifndef SDRT_CORE_IO_INTERNAL_OPEN_REGULAR_FILE_H_
 #define SDRT_CORE_IO_INTERNAL_OPEN_REGULAR_FILE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "sdrt/tensor/storage.h"
 
 namespace sdrt::internal {
 
@@ -39,6 +42,14 @@ class RegularFile {
 //   not a regular file: InvalidArgument, "not a regular file (a FIFO)" (or a character
 //     device, a block device, a socket, a folder).
 absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
+
+// The whole regular file at `path` (OpenRegularFile's rules) mapped MAP_PRIVATE, as a CPU
+// Storage of kind kMappedFile whose release is munmap (the mapping keeps the file
+// referenced once the descriptor is closed, also when its name is removed): PROT_READ, or
+// with `writable` PROT_READ | PROT_WRITE, a write copying the page for this mapping alone.
+// nbytes() is the size fstat reported; an empty file is an empty storage (null data).
+// Errors: OpenRegularFile's; mmap's errno, "mmap: <strerror>".
+absl::StatusOr<std::shared_ptr<Storage>> MapRegularFile(const std::string& path, bool writable);
 
 }  // namespace sdrt::internal
 

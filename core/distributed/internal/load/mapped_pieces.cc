@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <cstring>
 
@@ -67,31 +68,26 @@ absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
 absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
   if (maps_[f] != nullptr || unavailable_) return maps_[f] != nullptr;
   const CheckpointSourceFile& file = source_.files()[f];
-  absl::StatusOr<RegularFile> opened = OpenRegularFile(file.path);
-  if (!opened.ok()) {
-    return absl::Status(opened.status().code(),
-                        absl::StrCat(file.path, ": ", opened.status().message()));
+  absl::StatusOr<std::shared_ptr<Storage>> mapping = MapRegularFile(file.path, /*writable=*/true);
+  if (!mapping.ok()) {
+    return absl::Status(mapping.status().code(),
+                        absl::StrCat(file.path, ": ", mapping.status().message()));
   }
-  if (opened->size() != file.size) {
+  if ((*mapping)->nbytes() != file.size) {
     return absl::FailedPreconditionError(absl::StrCat(
-        file.path, ": size changed from ", file.size, " to ", opened->size(), " bytes"));
+        file.path, ": size changed from ", file.size, " to ", (*mapping)->nbytes(), " bytes"));
   }
-  const size_t size = static_cast<size_t>(file.size);
-  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, opened->fd(), 0);
-  if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, absl::StrCat(file.path, ": mmap"));
-  std::shared_ptr<Storage> mapping = Storage::Wrap(
-      data, file.size, Device::CPU(), StorageKind::kMappedFile, [size](void* p) { munmap(p, size); });
   // Populate() needs MADV_POPULATE_READ: without it a file cut short later would fault on
   // first touch instead of failing the load, so nothing is mapped.
   const long page = sysconf(_SC_PAGESIZE);
-  if (madvise(data, static_cast<size_t>(std::min<int64_t>(page, file.size)),
+  if (madvise((*mapping)->data(), static_cast<size_t>(std::min<int64_t>(page, file.size)),
               MADV_POPULATE_READ) != 0 &&
       errno == EINVAL) {
     unavailable_ = true;
     return false;
   }
-  SDRT_ASSIGN_OR_RETURN(views_[f], Tensor::FromStorage(mapping, DType::kUInt8, {file.size}));
-  maps_[f] = std::move(mapping);
+  SDRT_ASSIGN_OR_RETURN(views_[f], Tensor::FromStorage(*mapping, DType::kUInt8, {file.size}));
+  maps_[f] = *std::move(mapping);
   return true;
 }
 

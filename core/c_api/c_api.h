@@ -77,13 +77,13 @@ extern "C" {
  * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers; 4:
  * sdrt_load_options_t's read policy and bucket_bytes, a rank's local shape and global
  * offset under placements or a sharding plan; 5: weight maps, sdrt_weight_map_t in the load
- * and reshard options). */
-#define SDRT_C_API_VERSION 5
+ * and reshard options; 6: sdrt_load_options_t's readers and share_reads). */
+#define SDRT_C_API_VERSION 6
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
  * grew read and bucket_bytes; 4: sdrt_load_options_t and sdrt_reshard_options_t grew
- * weight_map). */
-#define SDRT_C_ABI_VERSION 4
+ * weight_map; 5: sdrt_load_options_t grew readers and share_reads). */
+#define SDRT_C_ABI_VERSION 5
 
 /* ------------------------------------------------------------------------------------------
  * Status, errors, versions (local, any thread, never fail)
@@ -504,10 +504,21 @@ typedef struct sdrt_load_options_t {
    * agreement). Not with read ROOT (nor AUTO when it picks ROOT): every rank reads the
    * checkpoint's header. */
   sdrt_weight_map_t weight_map;
+  /* 1 to 64: reader threads per rank preading at once (read ALL), each into a staging
+   * buffer of its own (pinned for CUDA buffers) or straight into the buffers; more than
+   * one pays where cores are free (one rank per node) or a GPU is fed. Default 1. */
+  int32_t readers;
+  /* Nonzero (read ALL): what several ranks of one host fill alike (a replicated tensor, a
+   * data-parallel replica's pieces) is read from storage by one of them and sent to the
+   * others over `comm` (the hosts by name), so each host reads its distinct bytes once;
+   * without `comm` it does nothing; `rank` must be -1 (or comm's rank) on every rank, and
+   * every rank passes the same. Default 0: from the page cache each rank reading its own
+   * bytes is faster. */
+  int32_t share_reads;
 } sdrt_load_options_t;
 #define SDRT_LOAD_OPTIONS_INIT                                                               \
   {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, \
-   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20, NULL}
+   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20, NULL, 1, 0}
 
 /* Fills the engine's buffers in `state_dict` from `checkpoint` (a safetensors file, a
  * Hugging Face folder, a folder of safetensors files or an sdrt sharded folder) in place
@@ -521,9 +532,10 @@ typedef struct sdrt_load_options_t {
  * leaves in local (LoadStateDict in C++), whoever reads (options->read):
  *   ALL: each piece is read with pread straight from the files into staging buffers and
  *     copied into the entry's buffer (any strides). sdrt allocates nothing visible to the
- *     caller; staging is staging_buffers x staging_bytes, freed on return. Nothing goes
- *     through another rank: every rank reads only its pieces' bytes (read amplification
- *     <= 1.032).
+ *     caller; staging is staging_buffers x staging_bytes (at least readers + 1 buffers
+ *     with readers > 1), freed on return. Nothing goes through another rank: every rank
+ *     reads only its pieces' bytes (read amplification <= 1.032); with share_reads what the
+ *     ranks of a host fill alike is read there once and sent to the others.
  *   ROOT: rank 0 copies the whole checkpoint out of its mapping (registered with CUDA for
  *     CUDA buffers) and broadcasts it in buckets of bucket_bytes; the other ranks' files
  *     are not read. options->comm is required.
@@ -545,7 +557,8 @@ typedef struct sdrt_load_options_t {
  * CUDA buffers: one device per call; copies run on sdrt's own stream or the broadcast's,
  * complete on return (a sharded folder: CPU buffers, with an MPI communicator).
  * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
- * handles, bad options or struct_size, a read other than the sdrt_read_t values, ranks
+ * handles, bad options or struct_size (readers outside [1, 64]; share_reads with a rank
+ * other than comm's), a read other than the sdrt_read_t values, ranks
  * passing different options, a buffer whose dtype or global shape is not the
  * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the
  * communicator or lacks the rank, ranks whose state dicts differ, a damaged or foreign

@@ -86,6 +86,8 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
     lo.max_gap_bytes = o.max_gap_bytes;
     lo.bucket_bytes = o.bucket_bytes;
     lo.weight_map = std::move(weight_map);
+    lo.readers = o.readers;
+    lo.share_reads = o.share_reads != 0;
     lo.stats = &stats;
     absl::StatusOr<sdrt::LoadResult> result;
     {

@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
     CHECK(reshard.struct_size == sizeof(sdrt_reshard_options_t) &&
           reshard.bucket_bytes == (int64_t)256 << 20);
   }
+  {
+    /* Version 6: one reader per rank, each rank reading its own bytes, by default. */
+    const sdrt_load_options_t load = SDRT_LOAD_OPTIONS_INIT;
+    CHECK(load.readers == 1 && load.share_reads == 0 && load.weight_map == NULL);
+  }
 
   /* Status strings. */
   CHECK(strcmp(sdrt_status_string(SDRT_OK), "OK") == 0);

@@ -423,6 +423,39 @@ TEST(CApiLoad, EveryPlacementIntoMallocedBuffers) {
   sdrt_checkpoint_close(ckpt);
 }
 
+// readers: several threads per rank read at once; share_reads: what the ranks of this host
+// fill alike (the replicated entries) is read by one of them and sent to the others, so no
+// rank reads more than it did alone and the host reads each byte once. The same values.
+TEST(CApiLoad, ReadersAndReadsOncePerHost) {
+  sdrt_checkpoint_t ckpt = OpenCheckpoint();
+  int64_t alone_read = 0;
+  for (const auto& [readers, share] : std::vector<std::pair<int, int>>{{1, 0}, {3, 0}, {1, 1}}) {
+    SCOPED_TRACE(testing::Message() << readers << " readers, share_reads " << share);
+    Local local(kSharded);
+    sdrt_load_options_t o = LoadOptions();
+    o.read = SDRT_READ_ALL;
+    o.readers = readers;
+    o.share_reads = share;
+    ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, &o));
+    local.ExpectValues();
+    sdrt_stats_t stats = SDRT_STATS_INIT;
+    ASSERT_SDRT_OK(sdrt_get_last_stats(&stats));
+    if (readers == 1 && share == 0) alone_read = stats.bytes_read;
+    EXPECT_LE(stats.bytes_read, alone_read);
+    int64_t host_read = stats.bytes_read;
+    ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, &host_read, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+              MPI_SUCCESS);
+    int64_t file_bytes = 0;
+    for (int t = 0; t < kNumTensors; ++t) file_bytes += kTensors[t].rows * kTensors[t].cols * 4;
+    if (share != 0) EXPECT_LE(host_read, file_bytes + file_bytes / 32);
+  }
+  Local local(kSharded);
+  sdrt_load_options_t bad = LoadOptions();
+  bad.readers = 65;
+  EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, &bad));
+  sdrt_checkpoint_close(ckpt);
+}
+
 // read ROOT: rank 0 reads the whole file and broadcasts the pieces in buckets of
 // bucket_bytes, into the same buffers; read AUTO reads with every rank here (one machine).
 TEST(CApiLoad, ReadRootBroadcastsFromRankZero) {

@@ -511,9 +511,9 @@ typedef struct sdrt_load_options_t {
   /* Nonzero (read ALL): what several ranks of one host fill alike (a replicated tensor, a
    * data-parallel replica's pieces) is read from storage by one of them and sent to the
    * others over `comm` (the hosts by name), so each host reads its distinct bytes once;
-   * without `comm` it does nothing; `rank` must be -1 (or comm's rank) on every rank, and
-   * every rank passes the same. Default 0: from the page cache each rank reading its own
-   * bytes is faster. */
+   * without `comm`, or where `rank` is not comm's rank, it does nothing (ranks that differ
+   * in this fail the agreement); every rank passes the same. Default 0: from the page cache
+   * each rank reading its own bytes is faster. */
   int32_t share_reads;
 } sdrt_load_options_t;
 #define SDRT_LOAD_OPTIONS_INIT                                                               \
@@ -557,8 +557,8 @@ typedef struct sdrt_load_options_t {
  * CUDA buffers: one device per call; copies run on sdrt's own stream or the broadcast's,
  * complete on return (a sharded folder: CPU buffers, with an MPI communicator).
  * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
- * handles, bad options or struct_size (readers outside [1, 64]; share_reads with a rank
- * other than comm's), a read other than the sdrt_read_t values, ranks
+ * handles, bad options or struct_size (readers outside [1, 64]; share_reads on ranks some
+ * of which pass a rank other than comm's), a read other than the sdrt_read_t values, ranks
  * passing different options, a buffer whose dtype or global shape is not the
  * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the
  * communicator or lacks the rank, ranks whose state dicts differ, a damaged or foreign

@@ -26,14 +26,12 @@ absl::string_view ReadModeName(ReadMode mode);
 
 // What one rank's LoadStateDict read and kept.
 struct LoadStats {
-  // kAll: the bytes pread returned (kept bytes plus gaps read through; with map_results,
-  // the bytes copied out of the file's mapping for the pieces not mapped); kRoot: the whole
+  // kAll: the bytes pread returned (kept bytes plus gaps read through); kRoot: the whole
   // checkpoint on the root, 0 elsewhere; a sharded folder: the bytes of the pieces in the
   // rank files this rank read.
   int64_t bytes_read = 0;
   int64_t bytes_kept = 0;  // the bytes of this rank's pieces (local tensors filled)
-  int64_t preads = 0;      // kAll: pread calls (a read interrupted or cut short takes
-                           // several; none with map_results on the CPU)
+  int64_t preads = 0;      // kAll: pread calls (a read interrupted or cut short takes several)
   int64_t reads = 0;       // kAll: planned reads; a sharded folder: rank files read
   // kAll: the most staging bytes allocated at once: at most staging_buffers x
   // staging_bytes, less when the largest read is smaller than a buffer.
@@ -113,17 +111,17 @@ struct LoadOptions {
   // bytes are one range of its file in the checkpoint's dtype at an address aligned to its
   // element (a whole tensor, a Shard(0) piece) is not read but becomes a view of a private
   // (copy-on-write) mapping of the file, its page tables set up in the call (Linux >= 5.14,
-  // MADV_POPULATE_READ; else every piece is read and LoadStats::read_reason says so). No
-  // copy and no new memory: the ranks of a host share the page cache's pages until one
-  // writes a page, which becomes its own. The other pieces (Shard(1), a cast, preallocated
-  // locals) are copied out of the same mapping (no pread, no staging), but for locals on
-  // CUDA, which are read as usual. What the caller takes on, as with torch.load(mmap=True):
-  // the file must stay as it is while the tensors live. A writer that replaces the file
-  // (writing a new one and renaming it over, as sdrt and safetensors do) is safe; one that
-  // cuts it short in place makes a later touch of a mapped tensor fault (SIGBUS), and one
-  // that rewrites it in place changes the pages not yet written. InvalidArgument with
-  // direct_io or share_reads; unused (noted in read_reason) when the read is kRoot or the
-  // source a sharded folder. Each rank decides alone (no agreement needed).
+  // MADV_POPULATE_READ; without it, or where mmap lacks memory, the pieces are read and
+  // LoadStats::read_reason says why). No copy and no new memory: the ranks of a host share
+  // the page cache's pages until one writes a page, which becomes its own. Other pieces
+  // (Shard(1), a cast, a Partial local, preallocated locals, CUDA) are read as usual. What
+  // the caller takes on, as with torch.load(mmap=True): the file must stay as it is while
+  // the tensors live. A writer that replaces the file (writing a new one and renaming it
+  // over, as sdrt and safetensors do) is safe; one that cuts it short in place makes a
+  // later touch of a mapped tensor fault (SIGBUS), and one that rewrites it in place
+  // changes the pages not yet written. InvalidArgument with direct_io or share_reads;
+  // unused (noted in read_reason) when the read is kRoot or the source a sharded folder.
+  // Each rank decides alone (no agreement needed).
   bool map_results = false;
   // Which ranks of comm share a node, for share_reads: empty, ranks with the same host name
   // (one exchange of names per call); else one entry per rank, equal values sharing a

@@ -447,7 +447,9 @@ TEST(CApiLoad, ReadersAndReadsOncePerHost) {
               MPI_SUCCESS);
     int64_t file_bytes = 0;
     for (int t = 0; t < kNumTensors; ++t) file_bytes += kTensors[t].rows * kTensors[t].cols * 4;
-    if (share != 0) EXPECT_LE(host_read, file_bytes + file_bytes / 32);
+    if (share != 0) {
+      EXPECT_LE(host_read, file_bytes + file_bytes / 32);
+    }
   }
   Local local(kSharded);
   sdrt_load_options_t bad = LoadOptions();

@@ -67,7 +67,10 @@ absl::StatusOr<std::shared_ptr<Storage>> MapRegularFile(const std::string& path,
     return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kMappedFile, nullptr);
   }
   const int protection = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-  void* data = mmap(nullptr, static_cast<size_t>(size), protection, MAP_PRIVATE, file->fd(), 0);
+  // Writable: no swap reserved for the pages a write would copy (the file is the backing
+  // of every page not written), so mapping a large file is not charged as new memory.
+  const int flags = MAP_PRIVATE | (writable ? MAP_NORESERVE : 0);
+  void* data = mmap(nullptr, static_cast<size_t>(size), protection, flags, file->fd(), 0);
   if (data == MAP_FAILED) return absl::ErrnoToStatus(errno, "mmap");
   return Storage::Wrap(data, size, Device::CPU(), StorageKind::kMappedFile,
                        [size](void* p) { munmap(p, static_cast<size_t>(size)); });

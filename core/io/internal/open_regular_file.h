@@ -46,7 +46,8 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
 // The whole regular file at `path` (OpenRegularFile's rules) mapped MAP_PRIVATE, as a CPU
 // Storage of kind kMappedFile whose release is munmap (the mapping keeps the file
 // referenced once the descriptor is closed, also when its name is removed): PROT_READ, or
-// with `writable` PROT_READ | PROT_WRITE, a write copying the page for this mapping alone.
+// with `writable` PROT_READ | PROT_WRITE and MAP_NORESERVE, a write copying the page for
+// this mapping alone (memory then, not reserved up front).
 // nbytes() is the size fstat reported; an empty file is an empty storage (null data).
 // Errors: OpenRegularFile's; mmap's errno, "mmap: <strerror>".
 absl::StatusOr<std::shared_ptr<Storage>> MapRegularFile(const std::string& path, bool writable);

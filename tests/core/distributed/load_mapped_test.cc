@@ -132,8 +132,8 @@ TEST_F(LoadMappedTest, ContiguousFreshPiecesAreMappedTheRestRead) {
   EXPECT_EQ(stats.bytes_kept, read_stats.bytes_kept);
   EXPECT_EQ(stats.bytes_read, read_stats.bytes_read - rows - plain);
   EXPECT_EQ(stats.read_amplification(), 1.0);
-  EXPECT_EQ(stats.preads, 0);  // the rest copied out of the same mapping
-  EXPECT_GT(read_stats.preads, 0);
+  EXPECT_GT(stats.preads, 0);  // the rest read
+  EXPECT_LT(stats.preads, read_stats.preads);
   EXPECT_EQ(read_stats.bytes_mapped, 0);
 }
 

@@ -87,7 +87,8 @@ class LoadOptions(ctypes.Structure):
                 ("max_gap_bytes", ctypes.c_int64), ("stream", ctypes.c_void_p),
                 ("num_missing", c_int64_p), ("num_unexpected", c_int64_p),
                 ("read", ctypes.c_int32), ("bucket_bytes", ctypes.c_int64),
-                ("weight_map", ctypes.c_void_p)]
+                ("weight_map", ctypes.c_void_p), ("readers", ctypes.c_int32),
+                ("share_reads", ctypes.c_int32)]
 
 
 class GatherOptions(ctypes.Structure):
@@ -257,6 +258,7 @@ def load_options(comm, rank, strict):
     o.strict = 1 if strict else 0
     o.staging_buffers, o.staging_bytes, o.max_gap_bytes = 2, 256 << 20, 1 << 20
     o.read, o.bucket_bytes = 0, 256 << 20  # SDRT_READ_AUTO
+    o.readers, o.share_reads = 1, 0
     return o
 
 

@@ -1,6 +1,7 @@
 // LoadEveryRank (load_paths.h), LoadStateDict's kAll: plan the targets from the local
 // leaves, plan the reads from the source's header, agree, read through the staging pool
 // into the targets, agree again, then write the local tree.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,14 @@ absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<LocalTarget>& 
     }
   }
   return cuda;
+}
+
+// Whether `target` is a DTensor's local with a Partial placement.
+bool HasPartial(const LocalTarget& target) {
+  if (target.kind != LocalTarget::Kind::kFreshDTensor) return false;
+  const std::vector<Placement>& placements = target.leaf->value->as_dtensor().placements();
+  return std::any_of(placements.begin(), placements.end(),
+                     [](const Placement& p) { return p.is_partial(); });
 }
 
 // What PlanAll works out, used until the targets are committed. Pointers run one way:
@@ -121,7 +130,8 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
     const CheckpointSourceTensor& entry = *entries[t];
     for (size_t d = 0; d < planned.dests.size(); ++d) {
       bool mapped = false;
-      if (all.mapped.has_value()) {
+      // Not a Partial local: ranks off coordinate 0 overwrite it with the identity.
+      if (all.mapped.has_value() && !HasPartial(planned)) {
         SDRT_ASSIGN_OR_RETURN(mapped,
                               all.mapped->TryMap(entry, *planned.runs[d], planned.dests[d]));
       }
@@ -139,7 +149,9 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   read_options.max_gap_bytes = options.max_gap_bytes;
   read_options.max_read_bytes = options.staging_bytes;
   SDRT_ASSIGN_OR_RETURN(all.plan, PlanReads(reads, read_options));
-  return AllocateFreshDests(all.plan, dests, options.device);
+  SDRT_RETURN_IF_ERROR(AllocateFreshDests(all.plan, dests, options.device));
+  // The mapped pieces' page tables now: a file cut short fails here, agreed like any error.
+  return all.mapped.has_value() ? all.mapped->Populate() : absl::OkStatus();
 }
 
 }  // namespace
@@ -179,17 +191,6 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     absl::StatusOr<std::optional<int>> device = LocalsDevice(targets);
     local_error = device.status();
     if (device.ok()) cuda_device = *device;
-  }
-  // map_results: on the CPU, what is not mapped is copied out of the same mappings; the
-  // page tables of both are set up now (a file cut short fails here, agreed below).
-  const bool copy_mapped =
-      all.mapped.has_value() && !all.mapped->unavailable() && !cuda_device.has_value();
-  if (local_error.ok() && all.mapped.has_value()) {
-    for (size_t r = 0; copy_mapped && local_error.ok() && r < plan.reads.size(); ++r) {
-      const Read& read = plan.reads[r];
-      local_error = all.mapped->AddCopied(read.file, read.offset, read.offset + read.bytes);
-    }
-    if (local_error.ok()) local_error = all.mapped->Populate();
   }
   std::optional<DeviceStaging> staging;
   if (local_error.ok() && cuda_device.has_value()) {
@@ -257,25 +258,18 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     }
     return next == read.offset + read.bytes ? first : nullptr;
   };
-  const auto copy_out = [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
-    if (buffer.defined()) {  // else it was read straight into its dest
-      SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
-      if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
-    }
-    done_bytes += read.bytes;
-    if (options.progress) options.progress(done_bytes, plan.read_bytes);
-    return absl::OkStatus();
-  };
-  absl::Status read_status;
-  if (copy_mapped) {  // no pread, no staging: a read's buffer is the file's mapping
-    for (const Read& read : plan.reads) {
-      read_status = copy_out(read, all.mapped->FileBytes(read.file), read.offset, 0);
-      if (!read_status.ok()) break;
-      read_stats.bytes_read += read.bytes;
-    }
-  } else {
-    read_status = RunStagedReads(files, plan, name_of, pool, copy_out, read_stats, direct);
-  }
+  absl::Status read_status = RunStagedReads(
+      files, plan, name_of, pool,
+      [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
+        if (buffer.defined()) {  // else it was read straight into its dest
+          SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
+          if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
+        }
+        done_bytes += read.bytes;
+        if (options.progress) options.progress(done_bytes, plan.read_bytes);
+        return absl::OkStatus();
+      },
+      read_stats, direct);
   stats.bytes_read = read_stats.bytes_read;
   stats.bytes_kept = plan.kept_bytes;
   stats.preads = read_stats.preads;
@@ -288,9 +282,9 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   if (all.mapped.has_value()) {
     stats.bytes_mapped = all.mapped->bytes();
     stats.bytes_kept += stats.bytes_mapped;
-    if (all.mapped->unavailable()) {
-      absl::StrAppend(&stats.read_reason, "; map_results: the kernel lacks MADV_POPULATE_READ ",
-                      "(Linux < 5.14), every piece read");
+    if (!all.mapped->not_mapped().empty()) {
+      absl::StrAppend(&stats.read_reason, "; map_results: pieces read instead (",
+                      all.mapped->not_mapped(), ")");
     }
   } else if (options.map_results) {
     absl::StrAppend(&stats.read_reason, "; map_results unused (new locals on ",

@@ -5,14 +5,19 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/io/internal/open_regular_file.h"
 #include "sdrt/tensor/dtype.h"
 #include "sdrt/tensor/status_macros.h"
+
+// Linux 5.14's; glibc before 2.35 lacks the name (the kernel's answer decides, MapFile).
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 namespace sdrt::internal {
 
@@ -20,6 +25,11 @@ std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
                                                                 int64_t element_bytes,
                                                                 const ShardRuns& runs) {
   if (runs.size() != shape.size()) return std::nullopt;
+  // No empty dim: the header's validation then bounds numel x element_bytes by the file's
+  // size, so nothing below overflows.
+  for (int64_t d : shape) {
+    if (d < 1) return std::nullopt;
+  }
   // From the last dim: whole dims, then the first partial one, then dims of one index.
   int64_t start = 0;   // the piece's first element, in the tensor's row-major order
   int64_t count = 1;   // its elements
@@ -40,7 +50,7 @@ std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
 MappedPieces::MappedPieces(const CheckpointSource& source)
     : source_(source),
       maps_(source.files().size()),
-      views_(source.files().size()),
+      refused_(source.files().size(), false),
       ranges_(source.files().size()) {}
 
 absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
@@ -66,9 +76,14 @@ absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
 }
 
 absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
-  if (maps_[f] != nullptr || unavailable_) return maps_[f] != nullptr;
+  if (maps_[f] != nullptr || unavailable_ || refused_[f]) return maps_[f] != nullptr;
   const CheckpointSourceFile& file = source_.files()[f];
   absl::StatusOr<std::shared_ptr<Storage>> mapping = MapRegularFile(file.path, /*writable=*/true);
+  if (mapping.status().code() == absl::StatusCode::kResourceExhausted) {  // ENOMEM: read it
+    refused_[f] = true;
+    if (not_mapped_.empty()) not_mapped_ = absl::StrCat(file.path, ": ", mapping.status().message());
+    return false;
+  }
   if (!mapping.ok()) {
     return absl::Status(mapping.status().code(),
                         absl::StrCat(file.path, ": ", mapping.status().message()));
@@ -77,16 +92,17 @@ absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
     return absl::FailedPreconditionError(absl::StrCat(
         file.path, ": size changed from ", file.size, " to ", (*mapping)->nbytes(), " bytes"));
   }
-  // Populate() needs MADV_POPULATE_READ: without it a file cut short later would fault on
-  // first touch instead of failing the load, so nothing is mapped.
+  // Populate() needs MADV_POPULATE_READ: without it (Linux < 5.14: EINVAL; a sandbox that
+  // refuses the call) a file cut short later would fault on first touch instead of failing
+  // the load, so nothing is mapped.
   const long page = sysconf(_SC_PAGESIZE);
   if (madvise((*mapping)->data(), static_cast<size_t>(std::min<int64_t>(page, file.size)),
-              MADV_POPULATE_READ) != 0 &&
-      errno == EINVAL) {
+              MADV_POPULATE_READ) != 0) {
     unavailable_ = true;
+    not_mapped_ = absl::StrCat("madvise(MADV_POPULATE_READ): ", strerror(errno),
+                               " (it needs Linux >= 5.14)");
     return false;
   }
-  SDRT_ASSIGN_OR_RETURN(views_[f], Tensor::FromStorage(*mapping, DType::kUInt8, {file.size}));
   maps_[f] = *std::move(mapping);
   return true;
 }
@@ -100,16 +116,9 @@ absl::Status MappedPieces::PopulateRange(size_t f, int64_t begin, int64_t end) {
     const int error = errno;
     return absl::FailedPreconditionError(absl::StrCat(
         source_.files()[f].path, ": mapping bytes [", begin, ", ", end, "): ",
-        error == EFAULT ? "the file was cut short since it was opened" : strerror(error)));
+        error == EFAULT ? "the file was cut short (or could not be read) since it was opened"
+                        : strerror(error)));
   }
-  return absl::OkStatus();
-}
-
-absl::Status MappedPieces::AddCopied(int file, int64_t begin, int64_t end) {
-  const size_t f = static_cast<size_t>(file);
-  SDRT_ASSIGN_OR_RETURN(const bool mapped, MapFile(f));
-  if (!mapped) return absl::InternalError("MappedPieces::AddCopied without MADV_POPULATE_READ");
-  ranges_[f].emplace_back(begin, end);
   return absl::OkStatus();
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,41 +43,36 @@ class MappedPieces {
   // element, makes it a view of the file's mapping and returns true; else false and `dest`
   // is unchanged (the piece is read). Errors: the file cannot be opened (its errno's code)
   // or its size is no longer the header's (FailedPrecondition), mmap fails (its errno's).
-  // After the first mapping, a kernel without MADV_POPULATE_READ (Linux < 5.14) turns
-  // mapping off for the call (returns false; unavailable() says so).
+  // A kernel without MADV_POPULATE_READ (Linux < 5.14, or a sandbox refusing it) turns
+  // mapping off for the call, and a file mmap refuses for want of memory (ENOMEM) is not
+  // mapped: false, not_mapped() says why.
   absl::StatusOr<bool> TryMap(const CheckpointSourceTensor& entry, const ShardRuns& runs,
                               Tensor& dest);
 
-  // Marks bytes [begin, end) of file `file` (an index into the source's files) as to be
-  // copied out of its mapping (made now if it is not yet: TryMap's errors), so that
-  // Populate sets up their page tables too. Not when unavailable().
-  absl::Status AddCopied(int file, int64_t begin, int64_t end);
-  // The whole of file `file`'s mapping as a uint8 tensor (a read's staging buffer, at base
-  // read.offset). Precondition: AddCopied of that file succeeded.
-  const Tensor& FileBytes(int file) const { return views_[static_cast<size_t>(file)]; }
-
-  // Sets up the page tables of every range mapped or to be copied now (MADV_POPULATE_READ),
-  // so that the first touch of a mapped tensor does not fault, and a file cut short since
-  // it was mapped fails here (FailedPrecondition naming it) instead of faulting later.
+  // Sets up the page tables of every mapped range now (MADV_POPULATE_READ), so that the
+  // first touch of a mapped tensor does not fault, and a file cut short (or unreadable)
+  // since it was mapped fails here (FailedPrecondition naming it) instead of faulting later.
   absl::Status Populate();
 
   int64_t bytes() const { return bytes_; }  // the bytes of the pieces mapped
-  bool unavailable() const { return unavailable_; }
+  // Why pieces that could have been mapped were read instead ("": none were).
+  const std::string& not_mapped() const { return not_mapped_; }
 
  private:
   // Maps file f (once) into maps_[f]; false when the kernel lacks MADV_POPULATE_READ
-  // (then unavailable_ is set and nothing is mapped).
+  // (then unavailable_ is set and nothing is mapped) or mmap lacks memory (refused_[f]).
   absl::StatusOr<bool> MapFile(size_t f);
   // MADV_POPULATE_READ of [begin, end) of file f's mapping (page-aligned first).
   absl::Status PopulateRange(size_t f, int64_t begin, int64_t end);
 
   const CheckpointSource& source_;
   std::vector<std::shared_ptr<Storage>> maps_;  // per file of source_; null until used
-  std::vector<Tensor> views_;                    // maps_[f] whole, as uint8
-  // Per file, the [begin, end) byte ranges mapped or to be copied, in the order added.
+  std::vector<bool> refused_;                    // per file: mmap said ENOMEM
+  // Per file, the [begin, end) byte ranges mapped, in the order they were mapped.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges_;
   int64_t bytes_ = 0;
   bool unavailable_ = false;
+  std::string not_mapped_;
 };
 
 }  // namespace sdrt::internal

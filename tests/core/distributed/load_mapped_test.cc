@@ -1,10 +1,10 @@
 // LoadOptions::map_results (core/distributed/load_options.h, internal/load/mapped_pieces.h)
-// in one process: which pieces are one range of their file (ContiguousPieceBytes), which
-// of rank 1's pieces of a 2-rank mesh are mapped and which read (Shard(1), a cast, a
-// preallocated local, a tensor at an unaligned offset), the same values either way, the
-// stats, a written mapped tensor changing neither the file nor a later load, the tensors
-// outliving the source and the file's name, a file cut short refused without a signal, and
-// the options it does not go with.
+// in one process: which pieces are one range of their file (one segment of the read plan,
+// PlanTensorSegments), which of rank 1's pieces of a 2-rank mesh are mapped and which read
+// (Shard(1), a cast, a preallocated local, a tensor at an unaligned offset), the same values
+// either way, the stats, a written mapped tensor changing neither the file nor a later
+// load, the tensors outliving the source and the file's name, a file cut short refused
+// without a signal, and the options it does not go with.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,7 +17,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sdrt/core/distributed/internal/load/mapped_pieces.h"
+#include "sdrt/core/distributed/internal/load/read_plan.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -30,7 +30,6 @@ namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
-using internal::ContiguousPieceBytes;
 using internal::IndexRun;
 using internal::ShardRuns;
 
@@ -39,6 +38,20 @@ ShardRuns Box(std::vector<std::pair<int64_t, int64_t>> dims) {
   ShardRuns runs;
   for (const auto& [begin, length] : dims) runs.push_back({IndexRun{begin, 0, length}});
   return runs;
+}
+
+// [begin, end) bytes of the piece `runs` from the tensor's first byte when the read plan
+// makes it one uncut segment (what map_results maps); nullopt otherwise.
+std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
+                                                                int64_t element_bytes,
+                                                                const ShardRuns& runs) {
+  std::vector<internal::Segment> segments;
+  const internal::ReadTensor t{0, 0, static_cast<int>(8 * element_bytes), shape, &runs};
+  if (!internal::PlanTensorSegments(t, 0, int64_t{1} << 40, segments).ok() ||
+      segments.size() != 1) {
+    return std::nullopt;
+  }
+  return std::make_pair(segments[0].file_offset, segments[0].file_offset + segments[0].bytes);
 }
 
 TEST(ContiguousPieceBytesTest, WholeTensorsShardZeroAndSingleRowsAreOneRange) {

@@ -20,32 +20,12 @@
 #endif
 
 namespace sdrt::internal {
+namespace {
 
-std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
-                                                                int64_t element_bytes,
-                                                                const ShardRuns& runs) {
-  if (runs.size() != shape.size()) return std::nullopt;
-  // No empty dim: the header's validation then bounds numel x element_bytes by the file's
-  // size, so nothing below overflows.
-  for (int64_t d : shape) {
-    if (d < 1) return std::nullopt;
-  }
-  // From the last dim: whole dims, then the first partial one, then dims of one index.
-  int64_t start = 0;   // the piece's first element, in the tensor's row-major order
-  int64_t count = 1;   // its elements
-  int64_t stride = 1;  // elements per index of the dim at hand
-  bool partial = false;
-  for (size_t i = shape.size(); i-- > 0;) {
-    if (runs[i].size() != 1 || runs[i][0].length < 1) return std::nullopt;
-    const IndexRun& run = runs[i][0];
-    if (partial && run.length != 1) return std::nullopt;
-    if (run.length != shape[i]) partial = true;
-    start += run.global * stride;
-    count *= run.length;
-    stride *= shape[i];
-  }
-  return std::make_pair(start * element_bytes, (start + count) * element_bytes);
-}
+// A segment bound no piece reaches (and whose 8x still fits int64: read_plan.cc's cuts).
+constexpr int64_t kUncut = int64_t{1} << 56;
+
+}  // namespace
 
 MappedPieces::MappedPieces(const CheckpointSource& source)
     : source_(source),
@@ -60,11 +40,13 @@ absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
       dest.dtype() != entry.dtype) {
     return false;
   }
-  const std::optional<std::pair<int64_t, int64_t>> piece =
-      ContiguousPieceBytes(entry.shape, bits / 8, runs);
-  if (!piece.has_value()) return false;
-  const int64_t begin = entry.offset + piece->first;
-  const int64_t end = entry.offset + piece->second;
+  // One byte run of the file: the read plan's one segment of the piece, uncut.
+  segments_.clear();
+  SDRT_RETURN_IF_ERROR(PlanTensorSegments(
+      ReadTensor{entry.file, entry.offset, bits, entry.shape, &runs}, 0, kUncut, segments_));
+  if (segments_.size() != 1) return false;
+  const int64_t begin = segments_[0].file_offset;
+  const int64_t end = begin + segments_[0].bytes;
   if (begin % ElementAlignment(entry.dtype) != 0 || end - begin != dest.nbytes()) return false;
   const size_t f = static_cast<size_t>(entry.file);
   SDRT_ASSIGN_OR_RETURN(const bool mapped, MapFile(f));
@@ -81,7 +63,9 @@ absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
   absl::StatusOr<std::shared_ptr<Storage>> mapping = MapRegularFile(file.path, /*writable=*/true);
   if (mapping.status().code() == absl::StatusCode::kResourceExhausted) {  // ENOMEM: read it
     refused_[f] = true;
-    if (not_mapped_.empty()) not_mapped_ = absl::StrCat(file.path, ": ", mapping.status().message());
+    if (not_mapped_.empty()) {
+      not_mapped_ = absl::StrCat(file.path, ": ", mapping.status().message());
+    }
     return false;
   }
   if (!mapping.ok()) {

@@ -6,28 +6,18 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/internal/load/read_plan.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/storage.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
-
-// Where the piece `runs` of a tensor of `shape` and `element_bytes` bytes an element lies
-// in its data, as [begin, end) bytes from the tensor's first byte, when it is one
-// contiguous range there (a box whose dims after its first partial one are whole and whose
-// dims before it hold one index: a whole tensor, a Shard(0) piece, a row of a Shard(1)
-// piece of one row); nullopt otherwise (several runs on a dim, nothing kept).
-std::optional<std::pair<int64_t, int64_t>> ContiguousPieceBytes(IntSpan shape,
-                                                                int64_t element_bytes,
-                                                                const ShardRuns& runs);
 
 // The mappings of one LoadStateDict call, one per file of its source, made when a piece of
 // the file is first mapped. Each is the whole file, MAP_PRIVATE with PROT_READ|PROT_WRITE:
@@ -39,9 +29,10 @@ class MappedPieces {
   explicit MappedPieces(const CheckpointSource& source);
 
   // When `dest` (a meta tensor for a fresh CPU local, of `entry`'s dtype and the shape of
-  // the piece `runs`) is one contiguous range of its file at an offset aligned to its
-  // element, makes it a view of the file's mapping and returns true; else false and `dest`
-  // is unchanged (the piece is read). Errors: the file cannot be opened (its errno's code)
+  // the piece `runs`) is one contiguous range of its file (the read plan makes it one
+  // segment: a whole tensor, a Shard(0) piece) at an offset aligned to its element, makes it a view of the file's mapping and returns true; else false and `dest`
+  // is unchanged (the piece is read). Errors: PlanReads' for runs outside the tensor, the
+  // file cannot be opened (its errno's code)
   // or its size is no longer the header's (FailedPrecondition), mmap fails (its errno's).
   // A kernel without MADV_POPULATE_READ (Linux < 5.14, or a sandbox refusing it) turns
   // mapping off for the call, and a file mmap refuses for want of memory (ENOMEM) is not
@@ -70,6 +61,7 @@ class MappedPieces {
   std::vector<bool> refused_;                    // per file: mmap said ENOMEM
   // Per file, the [begin, end) byte ranges mapped, in the order they were mapped.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges_;
+  std::vector<Segment> segments_;  // TryMap's scratch
   int64_t bytes_ = 0;
   bool unavailable_ = false;
   std::string not_mapped_;

@@ -97,8 +97,10 @@ class SegmentMaker {
   std::string error_;
 };
 
-absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_bytes,
-                        std::vector<Segment>& out) {
+}  // namespace
+
+absl::Status PlanTensorSegments(const ReadTensor& t, size_t index, int64_t max_read_bytes,
+                                std::vector<Segment>& out) {
   // Built only for an error message.
   const auto where = [index] { return absl::StrCat("PlanReads: tensor ", index); };
   const int n = static_cast<int>(t.shape.size());
@@ -148,8 +150,6 @@ absl::Status PlanTensor(const ReadTensor& t, size_t index, int64_t max_read_byte
   return absl::OkStatus();
 }
 
-}  // namespace
-
 void SegmentBox(const Segment& segment, IntSpan shape, IntVector& begin, IntVector& end) {
   const size_t n = shape.size();
   begin.assign(n, 0);
@@ -175,7 +175,8 @@ absl::StatusOr<ReadPlan> PlanReads(const std::vector<ReadTensor>& tensors,
   }
   ReadPlan plan;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    SDRT_RETURN_IF_ERROR(PlanTensor(tensors[i], i, options.max_read_bytes, plan.segments));
+    SDRT_RETURN_IF_ERROR(
+        PlanTensorSegments(tensors[i], i, options.max_read_bytes, plan.segments));
   }
   const auto in_file_order = [&](const Segment& a, const Segment& b) {
     const int fa = tensors[a.tensor].file;

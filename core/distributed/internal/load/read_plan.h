@@ -81,6 +81,13 @@ struct ReadPlan {
 absl::StatusOr<ReadPlan> PlanReads(const std::vector<ReadTensor>& tensors,
                                    const ReadPlanOptions& options);
 
+// The segments PlanReads makes of tensor `t` (as tensor `index`), none above
+// max_read_bytes, appended to `out` in `t`'s row-major order; PlanReads' errors for `t`.
+// A box that is one contiguous byte run of its file is one segment when it fits (what
+// LoadOptions::map_results maps, internal/load/mapped_pieces.h).
+absl::Status PlanTensorSegments(const ReadTensor& t, size_t index, int64_t max_read_bytes,
+                                std::vector<Segment>& out);
+
 // The global box [begin, end) of `segment` in a tensor of `shape`.
 void SegmentBox(const Segment& segment, IntSpan shape, IntVector& begin, IntVector& end);
 

@@ -189,6 +189,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int
 
 absl::Status Communicator::Barrier() { return DoBarrier(); }
 
+absl::Status Communicator::Synchronize() { return DoSynchronize(); }
+
 absl::Status Communicator::Exchange(absl::Span<const SendMessage> sends,
                                     absl::Span<const ReceiveMessage> receives,
                                     const LocalWork& overlap) {

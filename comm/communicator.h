@@ -168,6 +168,18 @@ class Communicator {
   // Whether this backend implements Exchange (MPI, NCCL and the self communicator do).
   virtual bool SupportsExchange() const { return false; }
 
+  // The stream a device communicator runs its calls on (NCCL: a cudaStream_t of device(),
+  // Options::stream or one it owns); null for host communicators (MPI, self). Work enqueued
+  // on it before a call runs before that call's transfers: the transfer engine packs its
+  // device buckets on it without waiting, and unpacks on it after an exchange.
+  virtual StreamHandle stream() const { return nullptr; }
+
+  // Returns once everything enqueued on stream() so far has run (at once for a host
+  // communicator). Not collective. Bounded by timeout() like a collective's wait: past it
+  // DeadlineExceeded, and the communicator is aborted as a collective's wait would abort it.
+  // FailedPrecondition once aborted; CUDA's or NCCL's asynchronous error.
+  absl::Status Synchronize();
+
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
 
@@ -191,6 +203,8 @@ class Communicator {
   virtual absl::Status DoExchange(absl::Span<const SendMessage> sends,
                                   absl::Span<const ReceiveMessage> receives,
                                   const LocalWork& overlap);
+  // Synchronize's half; the default (host communicators) has nothing to wait for.
+  virtual absl::Status DoSynchronize() { return absl::OkStatus(); }
 
   // AllGatherBytes in terms of a backend's all-gather-v of host bytes (`gather_host`
   // takes output, input and per-rank byte counts): one exchange of the lengths, then one

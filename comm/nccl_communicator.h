@@ -166,7 +166,7 @@ class NcclCommunicator final : public Communicator {
   bool SupportsExchange() const override { return true; }
   Device device() const override { return Device::CUDA(device_); }
   // The stream the collectives run on (a cudaStream_t).
-  StreamHandle stream() const { return stream_; }
+  StreamHandle stream() const override { return stream_; }
 
  protected:
   absl::Status DoAllGather(void* output, const void* input, int64_t bytes_per_rank) override;
@@ -182,6 +182,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status DoExchange(absl::Span<const SendMessage> sends,
                           absl::Span<const ReceiveMessage> receives,
                           const LocalWork& overlap) override;
+  // The stream half of the watchdog (Wait) under a deadline of timeout() from now.
+  absl::Status DoSynchronize() override;
   bool StagesCpuTensors() const override { return true; }
 
  private:

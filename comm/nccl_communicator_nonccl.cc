@@ -56,5 +56,6 @@ absl::Status NcclCommunicator::DoExchange(absl::Span<const SendMessage>,
                                           absl::Span<const ReceiveMessage>, const LocalWork&) {
   return NoNccl("exchange");
 }
+absl::Status NcclCommunicator::DoSynchronize() { return NoNccl("synchronize"); }
 
 }  // namespace sdrt

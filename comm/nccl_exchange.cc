@@ -3,7 +3,8 @@
 // communicator's stream, then a wait under the call's deadline. NCCL keeps the messages
 // between two ranks of one group in order, which is the pairing Exchange promises; a send
 // to self pairs with the receive from self inside the group. Buffers are device memory of
-// the communicator's GPU (the CPU staging of the collectives is not offered here).
+// the communicator's GPU (the CPU staging of the collectives is not offered here). And
+// DoSynchronize: the same wait for whatever the caller enqueued on the stream.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -48,6 +49,14 @@ absl::Status NcclCommunicator::DoExchange(absl::Span<const SendMessage> sends,
   const absl::Status local = overlap ? overlap() : absl::OkStatus();
   SDRT_RETURN_IF_ERROR(Wait(kOp, deadline));
   return local;
+}
+
+absl::Status NcclCommunicator::DoSynchronize() {
+  constexpr absl::string_view kOp = "synchronize";
+  SDRT_RETURN_IF_ERROR(CheckUsable(kOp));
+  internal::DeviceGuard guard;
+  SDRT_RETURN_IF_ERROR(guard.Enter(device_));
+  return Wait(kOp, Deadline());
 }
 
 }  // namespace sdrt

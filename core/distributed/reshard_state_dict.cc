@@ -109,6 +109,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   }
   internal::TransferScheduleOptions execute;
   execute.bucket_bytes = options.bucket_bytes;
+  execute.chunk_alignment = comm.device().is_cpu() ? 1 : internal::kDeviceChunkAlignment;
   // Every rank makes as many exchanges as the busiest in each phase: one more exchange of
   // 16 bytes, which also carries a rank's failure to schedule so that no rank is left
   // waiting.

@@ -1,8 +1,9 @@
 // GPU tests of the transfer engine (core/distributed/reshard_state_dict.h) on CUDA locals
 // through a one-rank NcclCommunicator (label gpu; each test skips without a CUDA device).
 // One rank sends nothing on the wire, but every other part of a device reshard runs: the
-// agreement and the closing all-reduce over NCCL, the self chunks copied through the
-// device buckets (a small bucket_bytes makes many buckets), fresh CUDA locals for meta
+// agreement and the closing all-reduce over NCCL, the self chunks copied local to local on
+// the communicator's stream (CopyToSelf; a small bucket_bytes cuts them into many chunks)
+// or, for casts, through the device buckets, fresh CUDA locals for meta
 // DTensor destinations, in-place writes into allocated CUDA locals with other strides and
 // into ShardedTensor shards, a plain leaf replaced by the full tensor; and a binding
 // (BindReshard) that carries in-place updates of the source step after step; and casts

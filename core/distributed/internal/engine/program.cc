@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
+#include "sdrt/core/distributed/internal/engine/self_copy.h"
 #include "sdrt/tensor/backend/device_backend.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -57,6 +58,24 @@ absl::Status CheckLocals(const TransferPlan& plan, const TransferSite& comm, Tra
   return absl::OkStatus();
 }
 
+// Unimplemented, on every rank alike (it reads the plan, which every rank shares, not its
+// own messages), when a tensor has Partial contributions to reduce at the receivers and the
+// buckets are off the CPU: UnpackMessage reduces from CPU buffers only. Refused before
+// anything moves, so that no rank fails in the middle of a run while the others wait.
+absl::Status RefuseDeviceReductions(const TransferPlan& plan, const TransferSite& comm) {
+  if (comm.device().is_cpu()) return absl::OkStatus();
+  for (const TransferTensorPlan& tp : plan.tensors) {
+    if (tp.contributions() > 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "reshard of tensor '", tp.name, "': its ", tp.contributions(),
+          " Partial contributions would be reduced from buckets on ", comm.device().ToString(),
+          "; they are reduced from CPU buffers only (reshard over a CPU communicator, or "
+          "into a layout that every contributing rank holds whole)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Appends `copies` to `ops` as copy ops.
 void AppendCopies(const std::vector<BoxCopy>& copies, std::vector<TransferProgram::Op>& ops) {
   for (const BoxCopy& c : copies) {
@@ -66,6 +85,15 @@ void AppendCopies(const std::vector<BoxCopy>& copies, std::vector<TransferProgra
     op.bytes = c.bytes;
     ops.push_back(op);
   }
+}
+
+// How a chunk to itself that is not dense host ranges is copied: on a device communicator
+// straight from local to local where its boxes allow (CopiesToSelfDirectly), else through
+// the send bucket.
+TransferProgram::Op::Kind SelfKind(const TransferTensorPlan& tp, const TransferMessage& chunk,
+                                   bool host) {
+  using Kind = TransferProgram::Op::Kind;
+  return !host && CopiesToSelfDirectly(tp, chunk) ? Kind::kSelfDirect : Kind::kSelf;
 }
 
 // A step that goes through PackMessage / UnpackMessage.
@@ -167,25 +195,6 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
   return absl::OkStatus();
 }
 
-// The collective of exchange `x`, on views of the program's buckets.
-absl::Status RunCollective(const TransferProgram& program, const TransferProgram::Exchange& x,
-                           Communicator& comm) {
-  if (x.kind == Collective::kBroadcast) {
-    SDRT_ASSIGN_OR_RETURN(
-        Tensor bytes,
-        Tensor::AtByteOffset(x.root == comm.rank() ? program.send_bucket : program.receive_bucket,
-                             0, DType::kUInt8, {x.bytes}));
-    return comm.Broadcast(absl::MakeSpan(&bytes, 1), x.root);
-  }
-  const absl::Span<const int64_t> counts(program.counts.data() + x.counts_begin,
-                                         static_cast<size_t>(comm.size()));
-  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::AtByteOffset(program.receive_bucket, 0,
-                                                              DType::kUInt8, {x.bytes}));
-  SDRT_ASSIGN_OR_RETURN(const Tensor mine, Tensor::AtByteOffset(program.send_bucket, 0,
-                                                                DType::kUInt8, {counts[comm.rank()]}));
-  return comm.AllGatherV(gathered, mine, counts);
-}
-
 }  // namespace
 
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
@@ -209,6 +218,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                      " with ", mine_direct, " + ", mine_forward, " exchanges, to run in ",
                      exchanges.direct, " + ", exchanges.forward));
   }
+  SDRT_RETURN_IF_ERROR(RefuseDeviceReductions(plan, comm));
   SDRT_RETURN_IF_ERROR(CheckLocals(plan, comm, sources, destinations));
   for (const TransferSchedule::Step& step : schedule.steps) {
     const TransferMessage& c = *step.chunk;
@@ -226,6 +236,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
     return step.chunk->forward ? destinations.of(step.tensor) : sources.of(step.tensor);
   };
   std::vector<BoxCopy> copies;
+  const int64_t align = schedule.chunk_alignment;
   // An exchange's ops while its messages move and after it (packing goes straight into
   // program.ops, before them). After it, in unit order: unpacking (a later Partial
   // contribution is reduced into what an earlier one wrote) and the chunks to itself that go
@@ -250,7 +261,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                       destinations.of(step.tensor), copies)) {
         AppendCopies(copies, program.ops);
       } else {
-        AppendStep(Kind::kSelf, j, 0, program.ops);
+        AppendStep(SelfKind(plan.tensors[step.tensor], *step.chunk, host), j, 0, program.ops);
       }
       st.self_bytes += step.chunk->bytes;
     }
@@ -292,9 +303,11 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
         for (size_t j = u.first; j < u.first + u.count; ++j) {
           const TransferSchedule::Step& step = schedule.steps[j];
           copies.clear();
-          if (DirectBoxes(plan.tensors[step.tensor], *step.chunk, from(step),
-                          destinations.of(step.tensor), copies)) {
+          const TransferTensorPlan& tp = plan.tensors[step.tensor];
+          if (DirectBoxes(tp, *step.chunk, from(step), destinations.of(step.tensor), copies)) {
             AppendCopies(copies, during);
+          } else if (SelfKind(tp, *step.chunk, host) == Kind::kSelfDirect) {
+            AppendStep(Kind::kSelfDirect, j, 0, during);
           } else {
             AppendStep(Kind::kSelf, j, 0, after);
           }
@@ -313,6 +326,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
           continue;
         }
         // The schedule sized the bucket for this exchange; a unit past its end is a bug.
+        send_at = AlignUp(send_at, align);
         if (send_at + u.bytes > program.send_bucket->nbytes()) {
           return absl::InternalError(absl::StrCat("ExecuteReshard: a unit of ", u.bytes,
                                                   " bytes at ", send_at,
@@ -321,6 +335,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
         int64_t at = send_at;
         for (size_t j = u.first; j < u.first + u.count; ++j) {
           const TransferSchedule::Step& step = schedule.steps[j];
+          at = AlignUp(at, align);
           copies.clear();
           if (host && BucketBoxes(plan.tensors[step.tensor], *step.chunk, from(step),
                                   send_base + at, /*to_local=*/false, copies)) {
@@ -347,6 +362,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
           st.direct_bytes += u.bytes;
           continue;
         }
+        receive_at = AlignUp(receive_at, align);
         if (receive_at + u.bytes > program.receive_bucket->nbytes()) {
           return absl::InternalError(absl::StrCat("ExecuteReshard: a unit of ", u.bytes,
                                                   " bytes at ", receive_at,
@@ -354,27 +370,21 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
         }
         program.receives.push_back(
             {static_cast<int>(u.source_rank), receive_base + receive_at, u.bytes});
+        int64_t at = receive_at;
         for (size_t j = u.first; j < u.first + u.count; ++j) {
           const TransferSchedule::Step& step = schedule.steps[j];
           const TransferMessage& c = *step.chunk;
-          const TransferTensorPlan& tp = plan.tensors[step.tensor];
+          at = AlignUp(at, align);
           copies.clear();
-          if (host && BucketBoxes(tp, c, destinations.of(step.tensor), receive_base + receive_at,
-                                  /*to_local=*/true, copies)) {
+          if (host && BucketBoxes(plan.tensors[step.tensor], c, destinations.of(step.tensor),
+                                  receive_base + at, /*to_local=*/true, copies)) {
             AppendCopies(copies, after);
           } else {
-            // Refused here rather than in the middle of a step, where the other ranks would
-            // wait for this one until the deadline.
-            if (!host && c.contribution > 0) {
-              return absl::UnimplementedError(
-                  absl::StrCat("reshard of tensor '", tp.name,
-                               "': Partial contributions are reduced from CPU "
-                               "buffers only"));
-            }
-            AppendStep(Kind::kUnpack, j, receive_at, after);
+            AppendStep(Kind::kUnpack, j, at, after);
           }
-          receive_at += c.bytes;
+          at += c.bytes;
         }
+        receive_at += u.bytes;
       }
     }
     x.ops_during = program.ops.size();
@@ -389,75 +399,6 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
   }
   SDRT_RETURN_IF_ERROR(CompileCollectives(plan, schedule, comm, sources, destinations, program));
   return program;
-}
-
-absl::Status RunTransfer(
-    const TransferProgram& program, const TransferPlan& plan, const TransferSchedule& schedule,
-    Communicator* comm, const TransferLocals& sources, const TransferLocals& destinations,
-    const std::function<void(int64_t done_bytes, int64_t total_bytes)>& progress) {
-  const int64_t total = program.stats.sent_bytes + program.stats.received_bytes;
-  int64_t done = 0;
-  using Kind = TransferProgram::Op::Kind;
-  const auto run = [&](size_t begin, size_t end) -> absl::Status {
-    for (size_t i = begin; i < end; ++i) {
-      const TransferProgram::Op& op = program.ops[i];
-      if (op.kind == Kind::kCopy) {
-        std::memmove(op.to, op.from, static_cast<size_t>(op.bytes));
-        continue;
-      }
-      const TransferSchedule::Step& step = schedule.steps[op.step];
-      const TransferTensorPlan& tp = plan.tensors[step.tensor];
-      const LocalRefs from =
-          step.chunk->forward ? destinations.of(step.tensor) : sources.of(step.tensor);
-      if (op.kind == Kind::kPack || op.kind == Kind::kSelf) {
-        SDRT_RETURN_IF_ERROR(PackMessage(
-            tp, *step.chunk, from, program.send_bucket, op.offset, false, nullptr,
-            step.chunk->forward ? nullptr : sources.scales_of(step.tensor)));
-      }
-      if (op.kind != Kind::kPack) {
-        SDRT_RETURN_IF_ERROR(UnpackMessage(
-            tp, *step.chunk, op.kind == Kind::kUnpack ? program.receive_bucket : program.send_bucket,
-            op.offset, destinations.of(step.tensor)));
-      }
-    }
-    return absl::OkStatus();
-  };
-  SDRT_RETURN_IF_ERROR(run(0, program.local_ops_end));
-  const size_t n = program.exchanges.size();
-  if (n > 0 && comm == nullptr) {
-    return absl::InternalError("RunTransfer: exchanges to make and no communicator");
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const TransferProgram::Exchange& x = program.exchanges[i];
-    SDRT_RETURN_IF_ERROR(run(x.ops_begin, x.ops_during));
-    absl::Status moved;
-    if (x.kind != Collective::kNone) {
-      moved = RunCollective(program, x, *comm);
-    } else {
-      const Communicator::LocalWork during =
-          x.ops_split > x.ops_during
-              ? Communicator::LocalWork([&] { return run(x.ops_during, x.ops_split); })
-              : nullptr;
-      moved = comm->Exchange(
-          absl::MakeConstSpan(program.sends.data() + x.sends_begin, x.sends_end - x.sends_begin),
-          absl::MakeConstSpan(program.receives.data() + x.receives_begin,
-                              x.receives_end - x.receives_begin),
-          during);
-    }
-    if (!moved.ok()) {
-      // Which exchange, so that a timeout or a failed rank can be placed in the run.
-      return absl::Status(moved.code(),
-                          absl::StrCat("exchange ", i + 1, " of ", n, " (",
-                                       x.kind == Collective::kBroadcast   ? "a broadcast"
-                                       : x.kind == Collective::kAllGather ? "an all-gather"
-                                                                          : "point to point",
-                                       "): ", moved.message()));
-    }
-    SDRT_RETURN_IF_ERROR(run(x.ops_split, x.ops_end));
-    done += x.moved;
-    if (progress) progress(done, total);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace sdrt::internal

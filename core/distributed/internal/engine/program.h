@@ -13,6 +13,13 @@
 // when every box is one dense range of a checked contiguous CPU local (ContiguousBoxOffset) and
 // nothing is to be reduced; otherwise the chunk stays one step through PackMessage / UnpackMessage
 // (any strides, Partial contributions, other devices), at its place in the order.
+//
+// On a device communicator (NCCL) every step is enqueued on the communicator's stream
+// (Communicator::stream) without waiting: packing before the exchange's messages, which the
+// stream orders after it; unpacking after them; a chunk to itself straight from local to
+// local where its boxes are views (CopyToSelf), else through the send bucket. The exchange's
+// own wait is the only one per exchange, and one Synchronize ends the run. Chunks start on
+// kDeviceChunkAlignment bytes in the device buckets (schedule.h).
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
 
@@ -38,6 +45,8 @@ struct TransferProgram {
       kPack,    // PackMessage of schedule step `step` into the send bucket at `offset`
       kUnpack,  // UnpackMessage of step `step` from the receive bucket at `offset`
       kSelf,    // step `step`, a chunk to itself, packed and unpacked through the send bucket
+      kSelfDirect,  // step `step`, a chunk to itself, CopyToSelf (self_copy.h): local to
+                    // local on the communicator's stream (device communicators)
       kUnpackSent,  // UnpackMessage of step `step` from the send bucket at `offset` (a
                     // broadcast root's own copy of what it sent)
     };
@@ -94,8 +103,9 @@ struct TransferProgram {
 // when a local needed is missing or of the wrong dtype or shape (PackMessage's errors), when
 // the schedule is not comm.rank()'s or has more exchanges than `exchanges`, or comm.size() is
 // not larger than every rank of the schedule; ResourceExhausted when a bucket cannot be
-// allocated; Unimplemented when a Partial contribution would be reduced from a bucket off the
-// CPU; Internal for a schedule whose units overrun its buckets. The program points into the
+// allocated; Unimplemented, on every rank alike, when the buckets are off the CPU and a tensor
+// of the plan has Partial contributions to reduce at its receivers (UnpackMessage reduces from
+// CPU buffers only); Internal for a schedule whose units overrun its buckets. The program points into the
 // plan, the schedule, the locals' memory and the refs of `sources` and `destinations`: all
 // must outlive it, unchanged.
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
@@ -105,9 +115,11 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
 
 // Runs `program` (CompileTransfer of the same plan, schedule, comm and locals): collective
 // over comm, every rank running its own program of the same plan. On return every
-// destination local holds its piece. Errors: the communicator's (DeadlineExceeded names
-// the missing ranks) and PackMessage's / UnpackMessage's for the steps that go through them
-// (Unimplemented: a Partial contribution reduced from a bucket off the CPU).
+// destination local holds its piece (on a device communicator: the stream has run every
+// copy, also on error, unless an exchange failed: then the communicator is aborted, and the
+// buckets are kept for the rest of the process, since an aborted collective's kernels may
+// still touch them). Errors: the communicator's (DeadlineExceeded names the missing ranks)
+// and PackMessage's / UnpackMessage's / CopyToSelf's for the steps that go through them.
 // `progress`, when given, is called after each exchange with this rank's bytes sent and
 // received so far and in all.
 absl::Status RunTransfer(

@@ -178,6 +178,7 @@ absl::StatusOr<std::shared_ptr<const TransferRoute>> RouteTransfer(
   key_words.Word((plan_options.broadcast ? 1 : 0) | (plan_options.all_gather ? 2 : 0));
   key_words.Word(plan_options.max_cells);
   key_words.Word(schedule_options.bucket_bytes);
+  key_words.Word(schedule_options.chunk_alignment);
   key_words.Ints(plan_options.node_of_rank);
   request.AddToKey(key_words);
   const RouteCache::Key key = key_words.Digest();

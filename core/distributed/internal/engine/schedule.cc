@@ -15,8 +15,9 @@ namespace {
 
 constexpr int64_t kMinBucketBytes = 64;
 
-// Where a chunk starts in a collective's bucket: on 16 bytes, as the device copies like.
-int64_t AlignUp16(int64_t bytes) { return (bytes + 15) & ~int64_t{15}; }
+// Where a chunk starts in a collective's bucket: on 16 bytes, as the device copies like
+// (whatever the chunk alignment of the units).
+int64_t AlignUp16(int64_t bytes) { return AlignUp(bytes, kDeviceChunkAlignment); }
 constexpr size_t kMaxChunks = size_t{1} << 24;
 
 // Appends the pieces of `move` of at most `bucket` bytes each (see ScheduleTransfer) to
@@ -64,12 +65,13 @@ absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
 // Appends the units of one phase's chunks `steps` (in plan order) to `schedule`: a wire
 // chunk of contribution 0 under kDirectRangeBytes joins the open unit of its (sender,
 // receiver) pair while that stays within `bucket` bytes, else opens the pair's next unit
-// at its own place; a chunk to itself, a later Partial contribution and a large chunk
+// at its own place (each chunk of a unit on `chunk_alignment` bytes); a chunk to itself, a later Partial contribution and a large chunk
 // (which may go on the wire from its local, DirectRange) are units of their own. Joining only moves
 // a contribution-0 chunk earlier, which its destination allows: those chunks write disjoint
 // elements, and a later contribution, reduced into them, comes after them in plan order.
 void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
                  TransferSchedule& schedule) {
+  const int64_t align = schedule.chunk_alignment;
   struct Open {
     absl::InlinedVector<TransferSchedule::Step, 1> members;  // most units hold one chunk
     int64_t bytes = 0;
@@ -101,9 +103,9 @@ void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
         recent_unit[0] = slot;
         if (inserted) recent_pair[1] = {-2, -2};
       }
-      if (!fresh && units[*slot].bytes + c.bytes <= bucket) {
+      if (!fresh && AlignUp(units[*slot].bytes, align) + c.bytes <= bucket) {
         units[*slot].members.push_back(step);
-        units[*slot].bytes += c.bytes;
+        units[*slot].bytes = AlignUp(units[*slot].bytes, align) + c.bytes;
         continue;
       }
       *slot = units.size();
@@ -182,12 +184,18 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
     return absl::InvalidArgumentError(
         absl::StrCat("reshard bucket_bytes ", bucket, " must be >= ", kMinBucketBytes));
   }
+  const int64_t align = options.chunk_alignment;
+  if (align < 1 || align > 256 || (align & (align - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard chunk alignment ", align, " is not a power of two in [1, 256]"));
+  }
   if (rank < 0 || (plan.rank >= 0 && plan.rank != rank)) {
     return absl::InvalidArgumentError(
         absl::StrCat("ScheduleTransfer: rank ", rank, " of a plan of rank ", plan.rank));
   }
   TransferSchedule schedule;
   schedule.rank = rank;
+  schedule.chunk_alignment = align;
   absl::flat_hash_map<const TransferLayoutPlan*, std::shared_ptr<const std::vector<TransferMessage>>>
       cut;
   size_t total = 0;
@@ -296,8 +304,9 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
         continue;
       }
       int64_t& side = u.source_rank == rank ? sent : received;
-      if (side > 0 && side + u.bytes > bucket) break;
-      side += u.bytes;
+      const int64_t at = AlignUp(side, align);
+      if (side > 0 && at + u.bytes > bucket) break;
+      side = at + u.bytes;
     }
     schedule.send_bucket_bytes = std::max(schedule.send_bucket_bytes, sent);
     schedule.receive_bucket_bytes = std::max(schedule.receive_bucket_bytes, received);

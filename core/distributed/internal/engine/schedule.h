@@ -59,7 +59,21 @@ class TransferSite {
 struct TransferScheduleOptions {
   // The most bytes one rank sends (or receives) in one exchange; >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
+  // Where every chunk starts inside its unit and every unit inside a bucket: on a multiple
+  // of this many bytes (a power of two, 1 to 256). 1 packs chunks back to back (host
+  // buckets: nothing gained by padding); a device communicator asks for
+  // kDeviceChunkAlignment so that every packing copy and kernel starts on 16 bytes. The
+  // padding between a unit's chunks travels on the wire and counts in its bytes.
+  int64_t chunk_alignment = 1;
 };
+
+// The chunk alignment of device buckets (TransferScheduleOptions::chunk_alignment).
+inline constexpr int64_t kDeviceChunkAlignment = 16;
+
+// `bytes` rounded up to a multiple of `alignment` (a power of two).
+inline int64_t AlignUp(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) & ~(alignment - 1);
+}
 
 // One rank's chunks and exchanges: a value, derived once per (plan, rank, bucket_bytes).
 struct TransferSchedule {
@@ -70,7 +84,8 @@ struct TransferSchedule {
     const TransferMessage* chunk = nullptr;
   };
   // One wire message (or one chunk to itself): steps [first, first + count), all from
-  // source_rank to destination_rank, packed back to back, `bytes` in all.
+  // source_rank to destination_rank, each starting on `chunk_alignment` bytes after the end
+  // of the one before, `bytes` in all (the padding between them included).
   struct Unit {
     size_t first = 0;
     size_t count = 0;
@@ -79,6 +94,7 @@ struct TransferSchedule {
     int64_t destination_rank = 0;
   };
   int64_t rank = 0;
+  int64_t chunk_alignment = 1;  // TransferScheduleOptions'
   // Per plan tensor, its chunks that this rank sends or receives (shared by the tensors
   // of one layout plan); the steps point into them.
   std::vector<std::shared_ptr<const std::vector<TransferMessage>>> chunks;
@@ -179,8 +195,9 @@ struct TransferRunStats {
 // cut as above, consecutive chunks of one root sharing an exchange within a bucket; an
 // all-gather's messages whole, consecutive all-gathered tensors sharing an exchange while
 // every rank's segments together stay within a bucket (a tensor larger than a bucket is
-// gathered in an exchange of its own). InvalidArgument for
-// bucket_bytes < 64, a negative rank, a plan of another rank (TransferPlan::rank), or more
+// gathered in an exchange of its own). Units lie in a bucket one after another, each on
+// chunk_alignment bytes. InvalidArgument for bucket_bytes < 64, a chunk_alignment that is
+// not a power of two in [1, 256], a negative rank, a plan of another rank (TransferPlan::rank), or more
 // than 2^24 chunks.
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
                                                 const TransferScheduleOptions& options);

@@ -113,6 +113,7 @@ absl::Status TransferRun::Route(const TransferSite& site, const TransferRequest&
   plan_options.rank = site.rank();
   TransferScheduleOptions schedule_options;
   schedule_options.bucket_bytes = options_.bucket_bytes;
+  schedule_options.chunk_alignment = site.device().is_cpu() ? 1 : kDeviceChunkAlignment;
   SDRT_ASSIGN_OR_RETURN(route_, RouteTransfer(request, plan_options, schedule_options));
   mine_ = most_ = CountsOf(route_->schedule);
   return absl::OkStatus();

@@ -197,9 +197,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int r
           : internal::NcclStatus(started, "ncclCommInitRankConfig", __FILE__, __LINE__);
   if (status.ok()) status = AwaitComm(comm, deadline, options.timeout, "ncclCommInitRankConfig");
   if (!status.ok()) {
-    if (comm == nullptr) return Prefixed(where, status);
-    (void)ncclCommAbort(comm);
-    return AbortedBy(where, status);
+    // NCCL's result, for the hint: the call's, or the asynchronous error AwaitComm saw
+    // (kept by the communicator; still ncclInProgress after a timeout).
+    ncclResult_t result = started;
+    if (started == ncclInProgress && comm != nullptr) (void)ncclCommGetAsyncError(comm, &result);
+    if (comm == nullptr) return internal::WithInitHint(result, Prefixed(where, status));
+    AbortLater(comm, device);  // on its own thread: the call returns by its deadline
+    return internal::WithInitHint(result, AbortedBy(where, status));
   }
   return std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(comm, rank, size, device, std::move(owned), stream, options.timeout));
@@ -552,11 +556,15 @@ absl::Status NcclCommunicator::DoAllReduce(Tensor& tensor, ReduceOp op) {
                     static_cast<ncclRedOp_t>(internal::NcclReduceOp(tensor.dtype(), op)),
                     ToComm(comm_), stream),
       deadline));
-  if (op == ReduceOp::kAvg) {  // the sum, divided as the MPI backend divides it
-    SDRT_RETURN_IF_ERROR(
-        internal::DivideOnDevice(data, tensor.dtype(), tensor.numel(), size(), stream_));
-  }
+  // The sum, divided as the MPI backend divides it. When the division cannot be launched
+  // the all-reduce is still on the stream: waited for before the error comes back, so that
+  // the caller does not free `tensor` (or a later call the staging buffer) under it.
+  const absl::Status divided =
+      op == ReduceOp::kAvg
+          ? internal::DivideOnDevice(data, tensor.dtype(), tensor.numel(), size(), stream_)
+          : absl::OkStatus();
   SDRT_RETURN_IF_ERROR(Wait(kOp, deadline));
+  SDRT_RETURN_IF_ERROR(divided);
   if (!staged) return absl::OkStatus();
   SDRT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(tensor.data_ptr(), data, bytes, cudaMemcpyDeviceToHost, stream));
@@ -618,7 +626,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
       ncclCommSplit(ToComm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
       deadline);
   if (!status.ok()) {
-    if (child != nullptr) (void)ncclCommAbort(child);
+    if (child != nullptr) AbortLater(child, device_);
     return status;
   }
   if (child == nullptr) return std::unique_ptr<Communicator>();
@@ -630,7 +638,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::DoSplit(int colo
   absl::StatusOr<CudaStream> stream = CudaStream::Create(device_);
   if (status.ok()) status = stream.status();
   if (!status.ok()) {
-    (void)ncclCommAbort(child);
+    AbortLater(child, device_);
     return AbortedBy(Where(kOp), status);
   }
   std::optional<CudaStream> owned(std::move(*stream));

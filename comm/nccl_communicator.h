@@ -101,7 +101,9 @@ class NcclCommunicator final : public Communicator {
   // InvalidArgument for a rank outside [0, size), size < 1 or a device outside
   // [0, CudaDeviceCount()) (checked before any NCCL call); DeadlineExceeded when the
   // communicator is not ready within options.timeout (e.g. a rank never calls Create; the
-  // half-made communicator is aborted); NCCL's or CUDA's error otherwise.
+  // half-made communicator is aborted, on a thread of its own); NCCL's or CUDA's error
+  // otherwise (NCCL's invalid usage, which is how it refuses two ranks on one GPU, with that
+  // hint added to the message).
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(int rank, int size, int device,
                                                                   const NcclUniqueId& id,
                                                                   Options options);

@@ -45,10 +45,35 @@ absl::StatusOr<bool> IsPageLocked(const void* ptr) {
   return attributes.type == cudaMemoryTypeHost;
 }
 
-}  // namespace
+// A registration made by RegisterChunks: the registering device and each chunk's start,
+// in address order.
+struct Chunks {
+  int device = 0;
+  std::vector<void*> starts;
+};
 
-absl::StatusOr<HostRegistration> HostRegistration::Register(
-    void* ptr, int64_t nbytes, unsigned flags, const HostRegistrationOptions& options) {
+// cudaHostUnregister of every chunk, last first, on their device; the first CUDA error
+// (every chunk is attempted). OK at once for no chunks.
+absl::Status Unregister(const Chunks& chunks) {
+  if (chunks.starts.empty()) return absl::OkStatus();
+  internal::DeviceGuard guard;
+  absl::Status first = guard.Enter(chunks.device);
+  // Without the guard (device lost) the chunks are still unregistered: portable
+  // registrations can be undone from any context.
+  for (auto it = chunks.starts.rbegin(); it != chunks.starts.rend(); ++it) {
+    absl::Status status = SDRT_CUDA_STATUS(cudaHostUnregister(*it));
+    if (first.ok()) first = std::move(status);
+  }
+  return first;
+}
+
+// HostRegistration::Register's work (cuda/runtime.h), errors included. When a chunk fails,
+// the chunks registered before it are unregistered (nothing stays registered) and, with
+// `failed` not null, `*failed` is CUDA's error of that chunk (cudaSuccess when none
+// failed): PinStorage tells a range that overlaps someone else's registration by it.
+absl::StatusOr<Chunks> RegisterChunks(void* ptr, int64_t nbytes, unsigned flags,
+                                      const HostRegistrationOptions& options, cudaError_t* failed) {
+  if (failed != nullptr) *failed = cudaSuccess;
   if (nbytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("HostRegistration: negative size ", nbytes));
   }
@@ -56,34 +81,46 @@ absl::StatusOr<HostRegistration> HostRegistration::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("HostRegistration: chunk_bytes must be >= 1, got ", options.chunk_bytes));
   }
-  if (nbytes == 0) return HostRegistration();
+  if (nbytes == 0) return Chunks();
   if (ptr == nullptr) return absl::InvalidArgumentError("HostRegistration: null pointer");
-  SDRT_ASSIGN_OR_RETURN(
-      const std::vector<internal::RegistrationChunk> chunks,
-      internal::PlanRegistrationChunks(reinterpret_cast<uintptr_t>(ptr), nbytes,
-                                       options.chunk_bytes, sysconf(_SC_PAGESIZE),
-                                       options.unbroken_ranges));
-  SDRT_ASSIGN_OR_RETURN(const int device, internal::ResolveCudaDevice(options.device));
+  SDRT_ASSIGN_OR_RETURN(const std::vector<internal::RegistrationChunk> planned,
+                        internal::PlanRegistrationChunks(reinterpret_cast<uintptr_t>(ptr), nbytes,
+                                                         options.chunk_bytes, sysconf(_SC_PAGESIZE),
+                                                         options.unbroken_ranges));
+  Chunks chunks;
+  SDRT_ASSIGN_OR_RETURN(chunks.device, internal::ResolveCudaDevice(options.device));
   internal::DeviceGuard guard;
-  SDRT_RETURN_IF_ERROR(guard.Enter(device));
-  SDRT_ASSIGN_OR_RETURN(const unsigned device_flags, FlagsForDevice(flags, device));
-  HostRegistration registration;
-  registration.device_ = device;
-  registration.chunks_.reserve(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    char* start = static_cast<char*>(ptr) + chunks[i].offset;
-    const absl::Status status = SDRT_CUDA_STATUS(
-        cudaHostRegister(start, static_cast<size_t>(chunks[i].nbytes), device_flags));
-    if (!status.ok()) {
-      (void)registration.Release();  // roll back; the first error is the one to report
+  SDRT_RETURN_IF_ERROR(guard.Enter(chunks.device));
+  SDRT_ASSIGN_OR_RETURN(const unsigned device_flags, FlagsForDevice(flags, chunks.device));
+  chunks.starts.reserve(planned.size());
+  for (size_t i = 0; i < planned.size(); ++i) {
+    char* start = static_cast<char*>(ptr) + planned[i].offset;
+    const cudaError_t error =
+        cudaHostRegister(start, static_cast<size_t>(planned[i].nbytes), device_flags);
+    if (error != cudaSuccess) {
+      const absl::Status status = internal::CudaStatus(
+          error, "cudaHostRegister(start, chunk bytes, flags)", __FILE__, __LINE__);
+      (void)Unregister(chunks);  // roll back; the first error is the one to report
+      if (failed != nullptr) *failed = error;
       return absl::Status(
           status.code(),
-          absl::StrCat("HostRegistration: chunk ", i, " of ", chunks.size(), " (bytes ",
-                       chunks[i].offset, "..", chunks[i].offset + chunks[i].nbytes, " of ", nbytes,
-                       ") on device ", device, ": ", status.message()));
+          absl::StrCat("HostRegistration: chunk ", i, " of ", planned.size(), " (bytes ",
+                       planned[i].offset, "..", planned[i].offset + planned[i].nbytes, " of ",
+                       nbytes, ") on device ", chunks.device, ": ", status.message()));
     }
-    registration.chunks_.push_back(start);
+    chunks.starts.push_back(start);
   }
+  return chunks;
+}
+
+}  // namespace
+
+absl::StatusOr<HostRegistration> HostRegistration::Register(
+    void* ptr, int64_t nbytes, unsigned flags, const HostRegistrationOptions& options) {
+  SDRT_ASSIGN_OR_RETURN(Chunks chunks, RegisterChunks(ptr, nbytes, flags, options, nullptr));
+  HostRegistration registration;
+  registration.device_ = chunks.device;
+  registration.chunks_ = std::move(chunks.starts);
   return registration;
 }
 
@@ -102,17 +139,7 @@ HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept
 HostRegistration::~HostRegistration() { (void)Release(); }
 
 absl::Status HostRegistration::Release() {
-  if (chunks_.empty()) return absl::OkStatus();
-  std::vector<void*> chunks = std::exchange(chunks_, {});
-  internal::DeviceGuard guard;
-  absl::Status first = guard.Enter(device_);
-  // Without the guard (device lost) the chunks are still unregistered: portable
-  // registrations can be undone from any context.
-  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
-    absl::Status status = SDRT_CUDA_STATUS(cudaHostUnregister(*it));
-    if (first.ok()) first = std::move(status);
-  }
-  return first;
+  return Unregister(Chunks{device_, std::exchange(chunks_, {})});
 }
 
 absl::Status PinStorage(Storage& storage, unsigned flags, const HostRegistrationOptions& options) {
@@ -133,11 +160,18 @@ absl::Status PinStorage(Storage& storage, unsigned flags, const HostRegistration
       return absl::OkStatus();
     }
   }
-  SDRT_ASSIGN_OR_RETURN(
-      HostRegistration registration,
-      HostRegistration::Register(storage.data(), storage.nbytes(), flags, options));
-  auto owned = std::make_shared<HostRegistration>(std::move(registration));
-  storage.AddFinalizer([owned] { (void)owned->Release(); }, /*marks_pinned=*/true);
+  cudaError_t failed = cudaSuccess;
+  absl::StatusOr<Chunks> chunks =
+      RegisterChunks(storage.data(), storage.nbytes(), flags, options, &failed);
+  if (failed == cudaErrorHostMemoryAlreadyRegistered) {
+    // Part of the range is someone else's registration (a chunk overlaps it): pinned, not
+    // owned, as above. Nothing of ours stays registered, so no finalizer.
+    storage.MarkPinned();
+    return absl::OkStatus();
+  }
+  SDRT_RETURN_IF_ERROR(chunks.status());
+  auto owned = std::make_shared<const Chunks>(*std::move(chunks));
+  storage.AddFinalizer([owned] { (void)Unregister(*owned); }, /*marks_pinned=*/true);
   return absl::OkStatus();
 }
 

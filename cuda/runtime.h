@@ -190,8 +190,13 @@ class HostRegistration {
 // already knows as page-locked (cudaPointerGetAttributes reports host memory for its first
 // and last byte: a cudaHostAlloc buffer or a range someone else registered, such as a
 // DLPack producer's) is marked pinned without a second registration and is not
-// unregistered here (pinned, not owned). Errors as HostRegistration::Register; also
-// InvalidArgument for device storages, Unavailable without CUDA or a device.
+// unregistered here (pinned, not owned). So is a range that only partly overlaps someone
+// else's registration (a chunk's cudaHostRegister fails with
+// cudaErrorHostMemoryAlreadyRegistered): the chunks registered before that one are
+// unregistered again, nothing stays registered, and the storage is marked pinned with
+// nothing to undo at release (its bytes outside that registration stay pageable). Errors
+// as HostRegistration::Register, less that one; also InvalidArgument for device storages,
+// Unavailable without CUDA or a device.
 absl::Status PinStorage(Storage& storage, unsigned flags,
                         const HostRegistrationOptions& options = {});
 

@@ -34,4 +34,14 @@ absl::Status AbortedBy(absl::string_view where, const absl::Status& status) {
                    timed_out ? " (is a rank missing from the collective?)" : ""));
 }
 
+absl::Status WithInitHint(ncclResult_t result, const absl::Status& status) {
+  if (result != ncclInvalidUsage || status.ok()) return status;
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(),
+                   "; two ranks on one GPU? NCCL refuses that at init (\"Duplicate GPU "
+                   "detected\", shown with NCCL_DEBUG=WARN): give each rank of a node its own "
+                   "GPU, e.g. one per rank through CUDA_VISIBLE_DEVICES"));
+}
+
 }  // namespace sdrt::internal

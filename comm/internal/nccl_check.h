@@ -22,6 +22,13 @@ absl::Status NcclStatus(ncclResult_t result, const char* call, const char* file,
 // saying so (with the likely cause of a timeout).
 absl::Status AbortedBy(absl::string_view where, const absl::Status& status);
 
+// `status`, the error of an NCCL communicator's creation whose NCCL result (of
+// ncclCommInitRankConfig or, after it, ncclCommGetAsyncError) was `result`, with the likely
+// cause added when that is ncclInvalidUsage: it is how NCCL's init refuses two ranks on one
+// GPU ("Duplicate GPU detected", a line NCCL prints only with NCCL_DEBUG=WARN). Any other
+// result leaves `status` as it is.
+absl::Status WithInitHint(ncclResult_t result, const absl::Status& status);
+
 }  // namespace sdrt::internal
 
 #define SDRT_NCCL_STATUS(expr) ::sdrt::internal::NcclStatus((expr), #expr, __FILE__, __LINE__)

@@ -1,6 +1,6 @@
 // HostRegistration and PinStorage on a real device (ctest label gpu; each test skips
 // without one): chunked registration, its rollback, its release, read-only ranges, and
-// memory that is already page-locked.
+// memory that is already page-locked, wholly or in part.
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -216,6 +216,52 @@ TEST(HostRegistrationGpu, AlreadyRegisteredMemoryIsPinnedNotOwned) {
   }
   EXPECT_TRUE(IsPageLocked(mapping.data()));  // still the owner's registration
   EXPECT_EQ(cudaHostUnregister(mapping.data()), cudaSuccess);
+}
+
+// A storage partly over someone else's registration (first byte locked, last not): its
+// cudaHostRegister fails with cudaErrorHostMemoryAlreadyRegistered, PinStorage marks it
+// pinned, not owned, and its release undoes nothing, so the owner's unregistration succeeds.
+TEST(HostRegistrationGpu, PartlyRegisteredMemoryIsPinnedNotOwned) {
+  SDRT_SKIP_WITHOUT_GPU();
+  Mapping mapping(3 * kMiB);
+  ASSERT_NE(mapping.data(), nullptr);
+  ASSERT_EQ(cudaHostRegister(mapping.data(), 2 * kMiB, cudaHostRegisterPortable), cudaSuccess);
+  char* const start = mapping.data() + kMiB;
+  {
+    std::shared_ptr<Storage> borrowed = Storage::Borrow(start, 2 * kMiB, Device::CPU());
+    const absl::Status pinned = PinStorage(*borrowed, kHostRegisterPortable);
+    ASSERT_TRUE(pinned.ok()) << pinned;
+    EXPECT_TRUE(borrowed->is_pinned());
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the refused registration left no error
+    EXPECT_FALSE(IsPageLocked(start + kMiB));    // the rest was not registered
+  }
+  EXPECT_TRUE(IsPageLocked(mapping.data()));  // still the owner's registration
+  EXPECT_EQ(cudaHostUnregister(mapping.data()), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_FALSE(IsPageLocked(start));
+}
+
+// The same when a later chunk overlaps: 1 MiB chunks over 3 MiB whose middle MiB is someone
+// else's: chunk 0 registers, chunk 1 fails, chunk 0 is unregistered again.
+TEST(HostRegistrationGpu, ALaterChunkOverlappingARegistrationIsPinnedNotOwned) {
+  SDRT_SKIP_WITHOUT_GPU();
+  Mapping mapping(3 * kMiB);
+  ASSERT_NE(mapping.data(), nullptr);
+  char* const middle = mapping.data() + kMiB;
+  ASSERT_EQ(cudaHostRegister(middle, kMiB, cudaHostRegisterPortable), cudaSuccess);
+  {
+    std::shared_ptr<Storage> borrowed = Storage::Borrow(mapping.data(), 3 * kMiB, Device::CPU());
+    HostRegistrationOptions options;
+    options.device = 0;
+    options.chunk_bytes = kMiB;
+    const absl::Status pinned = PinStorage(*borrowed, kHostRegisterPortable, options);
+    ASSERT_TRUE(pinned.ok()) << pinned;
+    EXPECT_TRUE(borrowed->is_pinned());
+    EXPECT_FALSE(IsPageLocked(mapping.data()));  // chunk 0 was rolled back
+    EXPECT_FALSE(IsPageLocked(mapping.data() + 2 * kMiB));
+  }
+  EXPECT_TRUE(IsPageLocked(middle));  // the release undid nothing
+  EXPECT_EQ(cudaHostUnregister(middle), cudaSuccess);
 }
 
 // A DLPack kDLCUDAHost buffer (a producer's cudaHostAlloc memory) is imported pinned, and

@@ -13,36 +13,31 @@
 #endif
 #if SDRT_CLI_HAVE_NCCL
 #include "sdrt/comm/nccl_communicator.h"
+#include "sdrt/tools/sdrt/internal/gpu_for_rank.h"
 #endif
 
 namespace sdrt::cli {
 namespace {
 
 #if SDRT_CLI_HAVE_NCCL
-// The GPU of this process for --device cuda: its node-local rank `local_rank`, one GPU per
-// rank of the node, so that no two ranks of a node share a GPU (NCCL refuses that) however
-// the launcher places ranks on nodes. FailedPrecondition when no GPU is visible or the
-// node runs more ranks (`local_size`) than it has visible GPUs, naming both numbers; the
-// verdict is agreed over `world` (AgreeAcrossRanks), so that every rank fails alike
-// instead of some waiting for the others in NCCL's init. On success the GPU is made this
-// process's current device before anything else uses CUDA, so that no rank opens a
-// context on another rank's GPU (GPU 0 above all).
+// The GPU of this process for --device cuda: GpuForRank of the visible devices and its
+// node-local rank `local_rank` of `local_size` (gpu_for_rank.h: the one device a rank sees,
+// or the one of its local rank). Its errors (with why CUDA sees no device when none is
+// visible) and SetCurrentCudaDevice's are agreed over `world` (AgreeAcrossRanks), so that
+// every rank fails alike instead of some waiting for the others in NCCL's init. On success
+// the GPU is made this process's current device before anything else uses CUDA, so that no
+// rank opens a context on another rank's GPU (GPU 0 above all).
 absl::StatusOr<int> ChooseGpu(Communicator& world, int local_rank, int local_size) {
   const int count = CudaDeviceCount();
-  absl::Status mine;
-  if (count <= 0) {
-    mine = absl::FailedPreconditionError(
-        absl::StrCat("--device cuda: no CUDA device is visible (", CudaAvailable().message(), ")"));
-  } else if (local_size > count) {
-    mine = absl::FailedPreconditionError(
-        absl::StrCat("--device cuda: ", local_size, " ranks run on this node but only ", count,
-                     " CUDA devices are visible; each rank needs its own GPU, so start at most ",
-                     count, " ranks per node"));
-  } else {
-    mine = SetCurrentCudaDevice(local_rank);
+  const absl::StatusOr<int> gpu = GpuForRank(count, local_rank, local_size);
+  absl::Status mine = gpu.status();
+  if (count == 0) {
+    mine = absl::Status(mine.code(),
+                        absl::StrCat(mine.message(), " (", CudaAvailable().message(), ")"));
   }
+  if (mine.ok()) mine = SetCurrentCudaDevice(*gpu);
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(world, "", "", {}, mine));
-  return local_rank;
+  return *gpu;
 }
 #endif
 
@@ -74,7 +69,12 @@ absl::StatusOr<Session> StartSession(bool cuda, std::chrono::milliseconds timeou
     SDRT_ASSIGN_OR_RETURN(const int gpu, ChooseGpu(*world, local_rank, local_size));
     NcclCommunicator::Options options;
     options.timeout = timeout;
-    SDRT_ASSIGN_OR_RETURN(nccl, NcclCommunicator::CreateFromCommunicator(*world, gpu, options));
+    // Agreed, so that what one rank's init hit (NCCL refusing two ranks on one GPU, with its
+    // hint) is what every rank reports, rank 0 included.
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> made =
+        NcclCommunicator::CreateFromCommunicator(*world, gpu, options);
+    SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*world, "", "", {}, made.status()));
+    nccl = *std::move(made);
     data_device = Device::CUDA(gpu);
 #else
     (void)local_rank;

@@ -33,14 +33,18 @@ struct Session {
 
 // Starts the world: MPI (MpiCommunicator::World) when sdrt is built with it, else one
 // process on its own (SelfCommunicator), so that one-rank `sdrt gather` and `sdrt load`
-// run without MPI. With `cuda` (--device cuda) each process then takes the GPU of its node-local
-// rank (MpiCommunicator::SplitShared; 0 without MPI), makes it its current device
-// (SetCurrentCudaDevice) before anything else uses CUDA, and joins NCCL on it
-// (NcclCommunicator::CreateFromCommunicator over the world). FailedPrecondition, the same on every
-// rank, when no GPU is visible or a node runs more ranks than it has visible GPUs (the message
-// names both numbers), and for cuda in a build without NCCL; the backends' errors. Every
-// communicator of the session has `timeout` (--timeout, tools/sdrt/internal/deadline.h):
-// DeadlineExceeded when a rank does not arrive within it, starting with MPI's world.
+// run without MPI. With `cuda` (--device cuda) each process then takes its GPU (GpuForRank,
+// gpu_for_rank.h: the one device it sees, as with one GPU per rank through
+// CUDA_VISIBLE_DEVICES, else the one of its node-local rank, MpiCommunicator::SplitShared; 0
+// without MPI), makes it its current device (SetCurrentCudaDevice) before anything else uses
+// CUDA, and joins NCCL on it (NcclCommunicator::CreateFromCommunicator over the world).
+// FailedPrecondition, the same on every rank, when no GPU is visible or a rank sees more than
+// one but fewer than its node's ranks (the message names both numbers), and for cuda in a
+// build without NCCL; NCCL's init errors agreed across the ranks, so that every rank reports
+// what any rank hit (two ranks on one GPU: InvalidArgument with a hint); the backends'
+// errors. Every communicator of the session has `timeout` (--timeout,
+// tools/sdrt/internal/deadline.h): DeadlineExceeded when a rank does not arrive within it,
+// starting with MPI's world.
 absl::StatusOr<Session> StartSession(bool cuda, std::chrono::milliseconds timeout);
 
 // This process's peak resident memory (getrusage ru_maxrss), bytes.

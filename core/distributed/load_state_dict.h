@@ -36,14 +36,24 @@
 // rank, and every rank must pass the same share_reads and node_of_rank).
 //
 // kAll into local tensors on a CUDA device (one device per call): the staging buffers are
-// allocated pinned (cudaHostAlloc) once per call and every piece moves from them to the
-// device with cudaMemcpyAsync on one stream of the call's own (cudaMemcpy2DAsync for the
-// rows of a Shard(1) piece); the reading thread waits for a buffer's copies (an event)
+// pinned (cudaHostAlloc) and kept afterwards in a process-wide pool (keyed by device, at
+// most 1 GiB in all), so the next call into the device reuses them. The pieces move from
+// them to the device on one stream of the call's own, in a few large copies per staging
+// buffer: pieces that follow one another in the buffer and in device memory as one
+// cudaMemcpyAsync (whole tensors back to back, the rows of a Shard(1) piece into a
+// contiguous local), rows at constant pitches as one cudaMemcpy2DAsync, from any file
+// offset (a cast, or a piece whose rows are not dense in its local: per block, as
+// Tensor::CopyFrom copies). The reading thread waits for a buffer's copies (an event)
 // before it reads into it again, so reading the next buffer overlaps the copy of the last
-// (double buffering with the default two). The file is never mapped; the call returns
-// after the stream has run every copy. kRoot into CUDA tensors: the root registers its
-// mapping with CUDA first (PinStorage, read-only; a mapping already pinned is used as it
-// is, one that cannot be registered is copied from pageable memory, said in
+// (double buffering with the default two). Ordering with the caller's work: the stream
+// first waits for an event recorded at the call's start on the device's legacy default
+// stream (cudaStreamWaitEvent), so work the caller enqueued before the call on the legacy
+// default stream (PyTorch's default stream), on a per-thread default stream or on a
+// blocking stream runs before the load writes the locals; work on the caller's non-blocking
+// streams is not waited for (synchronize them first). The file is never mapped; the call
+// returns after the stream has run every copy. kRoot into CUDA tensors: the root registers
+// its mapping with CUDA first (PinStorage, read-only; a mapping already pinned is used as
+// it is, one that cannot be registered is copied from pageable memory, said in
 // LoadStats::read_reason); the registration lasts as long as the source's mapping.
 //
 // An sdrt sharded folder (sharded_checkpoint.h: index.json plus one safetensors file per

@@ -4,11 +4,16 @@
 // each CUDA piece is compared byte for byte with DistributeTensor of the full tensor on
 // the CPU. The staging is pinned and double buffered: tiny staging buffers (4 KiB) make
 // every buffer refilled many times, so a refill that did not wait for its device copies
-// shows as wrong bytes; fsdp pieces move with cudaMemcpyAsync, tp (Shard(1)) pieces with
-// cudaMemcpy2DAsync out of the rows read through their gaps, a 3-D Shard(1) piece as one
-// pitched copy per outer index, and a strided CUDA local (a narrow of a larger buffer) is
-// filled in place.
+// shows as wrong bytes (with one buffer, two, and two reader threads, which enqueue a
+// buffer's planned copies before refilling it); the copies are those of
+// internal/load/device_copies.h: fsdp pieces and whole tensors joined into 1-D copies, tp
+// (Shard(1)) rows into one copy per buffer, a 3-D Shard(1) piece's rows likewise, a strided
+// CUDA local (a narrow of a larger buffer: rows apart) filled in place by 2-D copies, bf16
+// at odd file offsets as byte copies. A second load reuses the pinned buffers of the first
+// (PinnedStagingBuffers), and work pending on the legacy default stream runs before the
+// load writes.
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,12 +22,15 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/internal/load/device_staging.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tensor/backend/device_backend.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tests/core/io/safetensors_test_util.h"
 #include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/support/test_util.h"
 
@@ -140,6 +148,92 @@ TEST_F(LoadStateDictGpuTest, PreallocatedAndStridedCudaLocalsAreFilledInPlace) {
       addresses.push_back(local.data_ptr());
       return *DTensor::Make(local, mesh, p, c.shape);
     }, &addresses);
+  }
+}
+
+TEST_F(LoadStateDictGpuTest, ReaderThreadsFlushTheBuffersTheyRefill) {
+  LoadOptions options;
+  options.device = kGpu;
+  options.staging_bytes = 4096;
+  options.readers = 2;  // three buffers, refilled by two threads
+  for (int rank = 0; rank < 2; ++rank) {
+    LoadAndCheck(2, rank, options, [&](const Case& c, auto mesh, const auto& p) {
+      const IntVector shape = *ComputeLocalShape(c.shape, *mesh, p, rank);
+      return *DTensor::Make(*Tensor::Meta(shape, c.dtype), mesh, p, c.shape);
+    });
+  }
+}
+
+TEST_F(LoadStateDictGpuTest, ASecondLoadReusesThePinnedStagingBuffers) {
+  LoadOptions options;
+  options.device = kGpu;
+  options.staging_bytes = 4096;
+  const auto meta = [&](const Case& c, auto mesh, const auto& p) {
+    const IntVector shape = *ComputeLocalShape(c.shape, *mesh, p, 0);
+    return *DTensor::Make(*Tensor::Meta(shape, c.dtype), mesh, p, c.shape);
+  };
+  LoadAndCheck(2, 0, options, meta);
+  const internal::BufferCache::Counters before = internal::PinnedStagingBuffers().counters();
+  EXPECT_GE(before.kept_buffers, options.staging_buffers);
+  LoadAndCheck(2, 0, options, meta);
+  const internal::BufferCache::Counters after = internal::PinnedStagingBuffers().counters();
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.reuses - before.reuses, options.staging_buffers);
+  EXPECT_LE(after.kept_bytes, internal::kKeptPinnedStagingBytes);
+}
+
+TEST_F(LoadStateDictGpuTest, WorkPendingOnTheDefaultStreamRunsBeforeTheLoad) {
+  // Each local is set to 0xFF on the legacy default stream behind memsets of a 1 GiB
+  // scratch buffer, and the load starts at once: its copies must land after the 0xFF.
+  DeviceBackend* const backend = *GetDeviceBackend(DeviceType::kCUDA);
+  const Tensor scratch = *Tensor::Empty({int64_t{1} << 30}, DType::kUInt8, kGpu);
+  LoadOptions options;
+  options.staging_bytes = 4096;
+  LoadAndCheck(2, 1, options, [&](const Case& c, auto mesh, const auto& p) {
+    const IntVector shape = *ComputeLocalShape(c.shape, *mesh, p, 1);
+    Tensor local = *Tensor::Empty(shape, c.dtype, kGpu);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_TRUE(backend->Memset(scratch.data_ptr(), static_cast<uint8_t>(i), scratch.nbytes(),
+                                  kGpu, nullptr, /*non_blocking=*/true).ok());
+    }
+    EXPECT_TRUE(
+        backend->Memset(local.data_ptr(), 0xFF, local.nbytes(), kGpu, nullptr, true).ok());
+    return *DTensor::Make(local, mesh, p, c.shape);
+  });
+}
+
+TEST_F(LoadStateDictGpuTest, Bf16AtOddFileOffsetsIsCopiedByBytes) {
+  // "b" (bf16 [4, 6]) sits at an odd byte of the file with one header length, at an even
+  // one with the other; loaded whole (a fresh CUDA tensor) and as Shard(1) rows.
+  const std::string path = absl::StrCat(test::TestTmpRoot(), "/load_gpu_unaligned.safetensors");
+  std::string data(50, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 37 + 11);
+  const std::string json =
+      R"({"o":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"BF16",)"
+      R"("shape":[4,6],"data_offsets":[1,49]},"x":{"dtype":"U8","shape":[1],)"
+      R"("data_offsets":[49,50]}})";
+  auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create(IntVector{2}));
+  const std::vector<Placement> s1 = *ParsePlacements("[S(1)]");
+  for (int pad = 0; pad < 2; ++pad) {
+    SCOPED_TRACE(absl::StrCat("pad ", pad));
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        << test::Image(json + std::string(pad, ' '), data);
+    const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(path);
+    ASSERT_TRUE(source.ok()) << source.status();
+    Map local;
+    local.Set("b", Value(*Tensor::Zeros({4, 6}, DType::kBFloat16)));
+    Map piece;
+    piece.Set("b", Value(*DTensor::Make(*Tensor::Meta({4, 3}, DType::kBFloat16), mesh, s1,
+                                        IntVector{4, 6})));
+    LoadOptions options;
+    options.device = kGpu;
+    ASSERT_TRUE(LoadStateDict(*source, local, options).ok());
+    options.rank = 1;
+    ASSERT_TRUE(LoadStateDict(*source, piece, options).ok());
+    EXPECT_EQ(Bytes(local.Find("b")->as_tensor()), data.substr(1, 48));
+    std::string rows;  // columns 3..5 of each row: 6 of its 12 bytes
+    for (int r = 0; r < 4; ++r) rows += data.substr(1 + r * 12 + 6, 6);
+    EXPECT_EQ(Bytes(piece.Find("b")->as_dtensor().local()), rows);
   }
 }
 

@@ -192,13 +192,13 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     local_error = device.status();
     if (device.ok()) cuda_device = *device;
   }
-  std::optional<DeviceStaging> staging;
+  std::unique_ptr<DeviceStaging> staging;
   if (local_error.ok() && cuda_device.has_value()) {
-    absl::StatusOr<DeviceStaging> created =
+    absl::StatusOr<std::unique_ptr<DeviceStaging>> created =
         DeviceStaging::Create(*cuda_device,
                               PoolBuffers(options.staging_buffers, options.readers));
     local_error = created.status();
-    if (created.ok()) staging.emplace(*std::move(created));
+    if (created.ok()) staging = *std::move(created);
   }
 
   if (comm != nullptr) {
@@ -230,8 +230,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   pool.readers = options.readers;
   pool.buffer_bytes = options.staging_bytes;
   pool.direct_io = options.direct_io;
-  if (staging.has_value()) staging->Attach(pool);
-  const StreamHandle stream = staging.has_value() ? staging->stream() : nullptr;
+  if (staging != nullptr) staging->Attach(pool);
   // A read is read straight into its dests when it has no gap and each of its segments
   // is a contiguous range of a CPU dest that sits where the read's bytes would put it
   // (one segment; or pieces the fresh arena laid out as they follow in the file).
@@ -246,6 +245,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
       const ReadDest& rd = dests[s.tensor];
       SegmentBox(s, rd.tensor->shape, begin, end);
       const Tensor& dest = rd.target->dests[rd.dest];
+      if (!dest.device().is_cpu()) return nullptr;
       const int64_t start = ContiguousDestByte(s, rd.tensor->dtype, dest, *rd.runs, begin, end);
       if (start < 0) return nullptr;
       uint8_t* const at = static_cast<uint8_t*>(dest.data_ptr()) + start;
@@ -262,14 +262,18 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
       files, plan, name_of, pool,
       [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
         if (buffer.defined()) {  // else it was read straight into its dest
-          SDRT_RETURN_IF_ERROR(CopyOut(plan, dests, read, buffer, base, stream));
-          if (staging.has_value()) SDRT_RETURN_IF_ERROR(staging->RecordUse(index));
+          SDRT_RETURN_IF_ERROR(staging != nullptr
+                                   ? staging->CopyOut(plan, dests, read, buffer, base, index)
+                                   : CopyOut(plan, dests, read, buffer, base));
         }
         done_bytes += read.bytes;
         if (options.progress) options.progress(done_bytes, plan.read_bytes);
         return absl::OkStatus();
       },
       read_stats, direct);
+  // The stream has drained: the pinned buffers go back to the process's pool for the next
+  // call into this device.
+  if (staging != nullptr) staging->ReturnBuffers();
   stats.bytes_read = read_stats.bytes_read;
   stats.bytes_kept = plan.kept_bytes;
   stats.preads = read_stats.preads;

@@ -12,85 +12,86 @@
 
 namespace sdrt::internal {
 
-// Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
-// the plan lies in its dest's runs) starts in `dest`, in bytes, when its elements are one
-// contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
-// ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
-// -1 otherwise (also for a sub-byte start that is not a whole byte, and for a dest of
-// another dtype than the file's `dtype`: a cast).
 int64_t ContiguousDestByte(const Segment& s, DType dtype, const Tensor& dest,
                            const ShardRuns& runs, IntSpan begin, IntSpan end) {
-  if (!dest.device().is_cpu() || !dest.is_contiguous() || dest.dtype() != dtype) return -1;
+  if (dest.dtype() != dtype || dest.is_meta()) return -1;
   int64_t start = 0;
-  for (size_t d = 0; d < runs.size(); ++d) {
+  int64_t dense = 1;  // the box's elements in the dims after d, when they are dense in dest
+  for (size_t d = runs.size(); d-- > 0;) {
     if (runs[d].size() != 1) return -1;
-    if (static_cast<int>(d) > s.dim && end[d] - begin[d] != dest.shape()[d]) return -1;
+    const int64_t length = end[d] - begin[d];
+    if (static_cast<int>(d) >= s.dim) {
+      if (static_cast<int>(d) > s.dim && length != dest.shape()[d]) return -1;
+      // A dim of one index adds nothing to the range; a longer one must follow the dims
+      // after it (lengths are within dest's shape, so `dense` stays below its numel).
+      if (length > 1 && dest.strides()[d] != dense) return -1;
+      dense *= length;
+    }
     start += (begin[d] - runs[d][0].global + runs[d][0].local) * dest.strides()[d];
   }
   const absl::StatusOr<int64_t> bytes = BytesForElements(dest.dtype(), start);
   return bytes.ok() ? *bytes : -1;
 }
 
-// Copies the segments of one read out of its staging buffer into their dests: one memcpy
-// where the segment is a contiguous range of a CPU dest, else a strided CopyRuns; a dest of
-// another float dtype than the file's gets the segment converted on the CPU from the staging
-// bytes, straight into a dense range of a CPU dest (one pass), else into a box then copied. With
-// `stream` (a device load), the copies are enqueued on it and the buffer must stay
-// untouched until they have run.
-absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
-                     const Tensor& buffer, int64_t base, StreamHandle stream) {
+absl::Status CopySegment(const ReadPlan& plan, const std::vector<ReadDest>& dests,
+                         const Read& read, size_t i, const Tensor& buffer, int64_t base,
+                         StreamHandle stream) {
   IntVector begin;
   IntVector end;
-  IntVector box_shape;
+  const Segment& s = plan.segments[i];
+  const ReadDest& rd = dests[s.tensor];
+  const CheckpointSourceTensor& entry = *rd.tensor;
+  SegmentBox(s, entry.shape, begin, end);
+  const Tensor& dest = rd.target->dests[rd.dest];
+  const bool cpu = dest.device().is_cpu();
+  const int64_t at = base + (s.file_offset - read.offset);
+  const int64_t start = cpu ? ContiguousDestByte(s, entry.dtype, dest, *rd.runs, begin, end) : -1;
+  if (start >= 0) {
+    std::memcpy(static_cast<uint8_t*>(dest.data_ptr()) + start, buffer.data<uint8_t>() + at,
+                static_cast<size_t>(s.bytes));
+    return absl::OkStatus();
+  }
+  IntVector box_shape(begin.size());
+  int64_t count = 1;
+  for (size_t d = 0; d < begin.size(); ++d) {
+    box_shape[d] = end[d] - begin[d];
+    count *= box_shape[d];
+  }
+  Tensor box;
+  if (dest.dtype() != entry.dtype) {
+    // Converted (as Tensor.to() rounds) from the staging bytes (any address): straight into
+    // a dense range of a CPU dest, else into a box of the dest's dtype copied as below.
+    const int64_t into =
+        cpu ? ContiguousDestByte(s, dest.dtype(), dest, *rd.runs, begin, end) : -1;
+    if (into < 0) {
+      SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, dest.dtype(), Device::CPU()));
+    }
+    void* const to = into >= 0 ? static_cast<uint8_t*>(dest.data_ptr()) + into : box.data_ptr();
+    if (!ConvertFloats(buffer.data<uint8_t>() + at, entry.dtype, to, dest.dtype(), count)) {
+      return absl::InternalError(absl::StrCat("'", entry.name, "': no cast from ",
+                                              DTypeName(entry.dtype), " to ",
+                                              DTypeName(dest.dtype())));
+    }
+    if (into >= 0) return absl::OkStatus();
+  } else if (at % ElementAlignment(entry.dtype) == 0) {
+    SDRT_ASSIGN_OR_RETURN(box, Tensor::AtByteOffset(buffer.storage(),
+                                                    buffer.storage_offset() + at, entry.dtype,
+                                                    box_shape));
+  } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
+    SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
+    std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
+  }
+  const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
+  // A pageable box (the unaligned case, a cast) is copied out of before an asynchronous copy
+  // from it returns, so it may go when this call ends.
+  return CopyRuns(box, begin, dest, runs, /*to_local=*/true, /*non_blocking=*/stream != nullptr,
+                  stream);
+}
+
+absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
+                     const Tensor& buffer, int64_t base) {
   for (size_t i = read.first_segment; i < read.first_segment + read.segment_count; ++i) {
-    const Segment& s = plan.segments[i];
-    const ReadDest& rd = dests[s.tensor];
-    const CheckpointSourceTensor& entry = *rd.tensor;
-    SegmentBox(s, entry.shape, begin, end);
-    const Tensor& dest = rd.target->dests[rd.dest];
-    const bool cast = dest.dtype() != entry.dtype;
-    const int64_t start = ContiguousDestByte(s, entry.dtype, dest, *rd.runs, begin, end);
-    if (start >= 0) {
-      std::memcpy(static_cast<uint8_t*>(dest.data_ptr()) + start,
-                  buffer.data<uint8_t>() + base + (s.file_offset - read.offset),
-                  static_cast<size_t>(s.bytes));
-      continue;
-    }
-    box_shape.resize(begin.size());
-    int64_t count = 1;
-    for (size_t d = 0; d < begin.size(); ++d) {
-      box_shape[d] = end[d] - begin[d];
-      count *= box_shape[d];
-    }
-    const int64_t at = base + (s.file_offset - read.offset);
-    Tensor box;
-    if (cast) {
-      // Converted (as Tensor.to() rounds) from the staging bytes (any address): straight into
-      // a dense range of a CPU dest, else into a box of the dest's dtype copied as below.
-      const int64_t into = ContiguousDestByte(s, dest.dtype(), dest, *rd.runs, begin, end);
-      if (into < 0) {
-        SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, dest.dtype(), Device::CPU()));
-      }
-      void* const to = into >= 0 ? static_cast<uint8_t*>(dest.data_ptr()) + into : box.data_ptr();
-      if (!ConvertFloats(buffer.data<uint8_t>() + at, entry.dtype, to, dest.dtype(), count)) {
-        return absl::InternalError(absl::StrCat("'", entry.name, "': no cast from ",
-                                                DTypeName(entry.dtype), " to ",
-                                                DTypeName(dest.dtype())));
-      }
-      if (into >= 0) continue;
-    } else if (at % ElementAlignment(entry.dtype) == 0) {
-      SDRT_ASSIGN_OR_RETURN(box, Tensor::AtByteOffset(buffer.storage(),
-                                                      buffer.storage_offset() + at, entry.dtype,
-                                                      box_shape));
-    } else {  // a tensor at an unaligned file offset: copy its bytes to aligned memory
-      SDRT_ASSIGN_OR_RETURN(box, Tensor::Empty(box_shape, entry.dtype, Device::CPU()));
-      std::memcpy(box.data<uint8_t>(), buffer.data<uint8_t>() + at, static_cast<size_t>(s.bytes));
-    }
-    const ShardRuns runs = ClipRuns(*rd.runs, begin, end);
-    // A pageable box (the unaligned case, a cast) is copied out of before an asynchronous copy
-    // from it returns, so it may go when this iteration ends.
-    SDRT_RETURN_IF_ERROR(CopyRuns(box, begin, dest, runs, /*to_local=*/true,
-                                  /*non_blocking=*/stream != nullptr, stream));
+    SDRT_RETURN_IF_ERROR(CopySegment(plan, dests, read, i, buffer, base, /*stream=*/nullptr));
   }
   return absl::OkStatus();
 }

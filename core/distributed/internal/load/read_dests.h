@@ -28,22 +28,32 @@ struct ReadDest {
 };
 
 // Where the box [begin, end) of segment `s` (which lies in `runs`, as every segment of
-// the plan lies in its dest's runs) starts in `dest`, in bytes, when its elements are one
-// contiguous range of `dest`: a contiguous CPU dest, one run per dim (Shard, Replicate, a
-// ShardedTensor box) and, after the segment's dim, dims the box and the dest hold whole.
-// -1 otherwise (also for a sub-byte start that is not a whole byte, and for a dest of
+// the plan lies in its dest's runs) starts in `dest`, in bytes from dest.data_ptr(), when
+// its elements are one contiguous range of `dest` (on any device): one run per dim
+// (Shard, Replicate, a ShardedTensor box), dims after the segment's dim whole in the box
+// and the dest, and from the segment's dim on dest's strides dense (a contiguous dest, or
+// the rows of a dest whose rows are dense: the caller's view of a wider buffer). -1
+// otherwise (also for a meta dest, a sub-byte start that is not a whole byte, and a dest of
 // another dtype than the file's `dtype`: a cast).
 int64_t ContiguousDestByte(const Segment& s, DType dtype, const Tensor& dest,
                            const ShardRuns& runs, IntSpan begin, IntSpan end);
 
-// Copies the segments of one read out of its staging buffer into their dests: one memcpy
-// where the segment is a contiguous range of a CPU dest, else a strided CopyRuns; a dest of
-// another float dtype than the file's gets the segment converted on the CPU from the staging
-// bytes, straight into a dense range of a CPU dest (one pass), else into a box then copied. With
-// `stream` (a device load), the copies are enqueued on it and the buffer must stay
-// untouched until they have run.
+// Copies segment `i` (of `read`) out of the staging buffer holding the read's bytes at
+// [base, base + read.bytes) into its dest: one memcpy where the segment is a contiguous
+// range of a CPU dest, else a strided CopyRuns (from a view of the buffer, or from a CPU
+// box holding its bytes when it is not aligned to its element); a dest of another float
+// dtype than the file's gets the segment converted on the CPU from the staging bytes,
+// straight into a dense range of a CPU dest (one pass), else into a box then copied. With
+// `stream` (a device load: DeviceStaging::CopyOut's segments that device_copies.h leaves),
+// copies to a device are enqueued on it and the buffer must stay untouched until they have
+// run (a CPU box is copied out of before the call returns).
+absl::Status CopySegment(const ReadPlan& plan, const std::vector<ReadDest>& dests,
+                         const Read& read, size_t i, const Tensor& buffer, int64_t base,
+                         StreamHandle stream);
+
+// CopySegment for each segment of `read`, without a stream: a load into CPU locals.
 absl::Status CopyOut(const ReadPlan& plan, const std::vector<ReadDest>& dests, const Read& read,
-                     const Tensor& buffer, int64_t base, StreamHandle stream);
+                     const Tensor& buffer, int64_t base);
 
 // Lays out and allocates the fresh dests (meta until now: LocalTargetRules::allocate is
 // false) in one arena, in the order of their first segment in the plan, so that a piece

@@ -39,8 +39,10 @@ struct StagingPool {
   // to a device). Empty: Tensor::Empty (pageable).
   std::function<absl::StatusOr<Tensor>(int64_t nbytes)> allocate;
   // Called on the reading thread before buffer `index` is filled again (its previous read
-  // consumed); blocks until the consumer's asynchronous work on it (a device copy) is
-  // complete. Its error ends the reading like a read error. Empty: nothing to wait for.
+  // consumed); starts whatever asynchronous work of the consumer's on it is still only
+  // planned (a device load's copies, which it joins over the reads of one buffer) and
+  // blocks until all of it (a device copy) is complete. Its error ends the reading like a
+  // read error. Empty: nothing to wait for.
   std::function<absl::Status(size_t index)> before_refill;
   // Open the files with O_DIRECT (the page cache is bypassed: for cold storage) and read
   // whole 4096-byte blocks into 4096-aligned buffers: a read is widened to the blocks

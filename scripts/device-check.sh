@@ -28,14 +28,18 @@
 # then compute-sanitizer (--report-api-errors no) memcheck and initcheck on the kernel and
 # runtime tests without their multi-GiB cases, racecheck on the one kernel that shares
 # memory between threads (the FP8 amax reduce; racecheck of the others can find nothing),
-# and the kernel and
-# pinned-memory benchmarks (each case against cudaMemcpy of the same bytes in the same run;
-# a ratio under 0.9 is the result "under 0.9x", never ok). ctest runs 4 tests at a time only
+# the load row (load-h2d: one rank's LoadStateDict of the gpt2-shaped checkpoint into the GPU
+# against pread and pinned cudaMemcpyAsync of the same bytes in the same process, planning
+# and the first call's pinned staging allocation timed apart; bench/load_device_bench.cc),
+# and the kernel and pinned-memory benchmarks (each case against cudaMemcpy of the same
+# bytes in the same run). A ratio under 0.9 (the load's: to the slower of its two floors)
+# is the result "under 0.9x", never ok. ctest runs 4 tests at a time only
 # when the GPU's compute mode is Default. NCCL logs (NCCL_DEBUG=WARN unless set) go to files
 # in the logs, never to stdout. After the table a coverage line names every step not run and
 # counts the tests that skipped (multi-rank NCCL tests on one GPU among them).
 # Output in $OUT (or /tmp/sdrt-device-out), at most 8 files: table.txt, env.txt,
-# kernels_bench.json, pinned_bench.json, load.json, load_gpt2.json and logs.tgz (every
+# kernels_bench.json, pinned_bench.json, load.json, load_gpt2.json, load_h2d.json and
+# logs.tgz (every
 # step's log); table.txt and logs.tgz are rewritten after every step and on SIGTERM/SIGINT,
 # so a check killed on the way still returns them. The table is printed last. Exit status
 # 0 only when every step passed.
@@ -54,7 +58,7 @@ esac
 first_steps=(env bundle configure build)
 nccl_steps=(nccl-smoke ctest-nccl load load-gpt2)
 later_steps=(memcheck-kernels memcheck-runtime initcheck-kernels initcheck-runtime
-             racecheck-fp8 bench-kernels bench-pinned)
+             racecheck-fp8 load-h2d bench-kernels bench-pinned)
 planned_steps() {
   if [ "$1" = nccl ]; then
     echo "${first_steps[*]} ${nccl_steps[*]}"
@@ -153,7 +157,7 @@ if [ "$mode" = dry ]; then
   cmake --build "$build" -j"$(nproc)" --target sdrt_device_check >"$build.build.log" 2>&1 ||
     { tail -60 "$build.build.log"; exit 1; }
   for f in tests/kernels_gpu_test tests/runtime_gpu_test bench/kernels_bench \
-           bench/state_dict_ops_bench bin/sdrt; do
+           bench/state_dict_ops_bench bench/load_device_bench bin/sdrt; do
     [ -x "$build/$f" ] || { echo "device-check --dry-run: $build/$f was not built" >&2; exit 1; }
   done
   gpu_tests=$(ctest --test-dir "$build" -N -L gpu | grep -oE '^Total Tests: [0-9]+' | grep -oE '[0-9]+')
@@ -185,7 +189,8 @@ export NCCL_DEBUG_FILE=$logs/nccl.%h.%p.log
 # The GPU test cases that use NCCL (ctest names are gtest's Suite.Test): every Nccl* suite
 # but DivideOnDeviceGpuTest (in the same binary, no NCCL), the DTensor collectives on a
 # one-rank NCCL communicator, the multi-GPU state dicts and the one-rank CLI on GPU 0.
-nccl_tests='^(Nccl[A-Za-z]*|DTensorOpsGpuTest|DistributedStateDictMultiGpu|ReshardGpuTest|OneRankCli)\.'
+nccl_tests='^(Nccl[A-Za-z]*|DTensorOpsGpuTest|DistributedStateDictMultiGpu|ReshardGpuTest|'
+nccl_tests+='ReshardMultiGpu|OneRankCli)\.'
 # The NCCL smoke test: one one-rank communicator and a barrier (under the tests' own
 # 60 s NCCL timeout; the step's limit is shorter still).
 nccl_smoke='NcclCommunicatorGpuTest.Identity'
@@ -430,6 +435,49 @@ load() {
   rm -f "$work/$name.safetensors"
 }
 
+# load_h2d_summary JSON: the load row from load_device_bench's JSON; exit 1 unless bit-exact,
+# 2 when the file is not that JSON, 3 when the load runs under 0.9 of the slower floor.
+load_h2d_summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+    floor = min(r["pread_gbps"], r["h2d_gbps"])
+    ratio = r["load_gbps"] / floor
+    fig = (f"pread {r['pread_gbps']:.1f} h2d {r['h2d_gbps']:.1f} load {r['load_gbps']:.1f} GB/s "
+           f"={r['load_to_h2d']:.2f}h2d {ratio:.2f}fl plan {1e3 * r['plan_seconds']:.0f}ms "
+           f"pin {1e3 * r['first_staging_seconds']:.0f}/{1e3 * r['staging_seconds']:.0f}ms")
+except Exception as e:  # unreadable, not JSON, or not the bench's fields
+    print(f"bad json: {type(e).__name__}: {e}"[:70])
+    sys.exit(2)
+print(fig)
+sys.exit(1 if r["bit_exact"] is not True else 3 if ratio < 0.9 else 0)
+PY
+}
+
+# load_h2d LIMIT_S MAKE_ARGS: the load row (bench/load_device_bench.cc) on a checkpoint made
+# on the spot; no NCCL needed (one rank, no communicator).
+load_h2d() {
+  local json=$out/load_h2d.json file=$work/load-h2d.safetensors figure result
+  # shellcheck disable=SC2016  # the arguments expand in the inner shell
+  step load-h2d "$1" bash -c '"$1" make $2 "$3" >&2 && "$4" --file "$3" --repeat 3 --json "$5"' \
+    _ "$build/bin/sdrt" "$2" "$file" "$build/bench/load_device_bench" "$json"
+  if [ "$rc" = 0 ] || [ "$rc" = 1 ] && [ -s "$json" ]; then
+    figure=$(load_h2d_summary "$json" 2>>"$logs/load-h2d.log")
+    case $? in
+      0) result=ok ;;
+      1) result="not exact" ;;
+      3) result="under 0.9x" ;;
+      *) result="bad json" ;;
+    esac
+  else
+    result=$(verdict "$rc")
+    figure=$(last_line load-h2d)
+  fi
+  record load-h2d "$result" "$figure"
+  rm -f "$file"
+}
+
 # The coverage line: the steps that did not run (and, with --nccl-only, those left out) and
 # the tests that skipped, summed over the ctest steps with their most common reason.
 coverage() {
@@ -540,6 +588,8 @@ else
   sanitize initcheck-kernels initcheck "$build/tests/kernels_gpu_test" "-$sanitizer_skip"
   sanitize initcheck-runtime initcheck "$build/tests/runtime_gpu_test" "-$initcheck_skip"
   sanitize racecheck-fp8 racecheck "$build/tests/kernels_gpu_test" "$racecheck_test"
+  # -- the load row: LoadStateDict into the GPU against its floors, the same bytes.
+  load_h2d 60 "--arch gpt2 --dtype bf16 --seed 1"
   # -- the benchmarks, against cudaMemcpy of the same bytes.
   bench kernels 90 "$build/bench/kernels_bench" --benchmark_filter=Device --benchmark_min_time=0.3
   bench pinned 120 "$build/bench/state_dict_ops_bench" --benchmark_filter=Pinned \

@@ -36,6 +36,13 @@ struct LoadStats {
   // kAll: the most staging bytes allocated at once: at most staging_buffers x
   // staging_bytes, less when the largest read is smaller than a buffer.
   int64_t peak_staging_bytes = 0;
+  // kAll, in seconds: from the call's start until the first read can start (matching the
+  // header, the agreements, planning, new locals allocated, a CUDA load's stream made), and
+  // allocating the staging buffers (for CUDA locals pinned ones, cudaHostAlloc: about 0 when
+  // the process's kept buffers serve them, load_state_dict.h). What is left of the call is
+  // reading, copying and the closing agreement.
+  double plan_seconds = 0;
+  double staging_seconds = 0;
   // The read that ran, the same on every rank: kAll (also for a sharded folder) or kRoot;
   // and why: "requested", "auto: every rank sees the same files", "auto: rank 2 sees other
   // files than rank 0", "auto: rank 1 cannot open it (<why>)", "auto: no communicator",

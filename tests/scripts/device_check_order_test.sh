@@ -22,10 +22,11 @@ before nccl-smoke ctest-nccl
 before ctest-nccl load
 before load load-gpt2
 for later in memcheck-kernels memcheck-runtime initcheck-kernels initcheck-runtime racecheck-fp8 \
-             bench-kernels bench-pinned; do
+             load-h2d bench-kernels bench-pinned; do
   before load-gpt2 "$later"
 done
 before initcheck-runtime bench-kernels
+before load-h2d bench-kernels
 racechecks=$(printf '%s\n' "${steps[@]}" | grep -c '^racecheck' || true)
 [ "$racechecks" = 1 ] || { echo "one racecheck step expected, got $racechecks" >&2; exit 1; }
 if "$script" --bogus >/dev/null 2>&1; then

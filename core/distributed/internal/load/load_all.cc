@@ -2,6 +2,7 @@
 // leaves, plan the reads from the source's header, agree, read through the staging pool
 // into the targets, agree again, then write the local tree.
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +160,7 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
 absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
                                          const absl::Status& precondition, Map& local,
                                          const LoadOptions& options, LoadStats& stats) {
+  const auto start = std::chrono::steady_clock::now();
   Communicator* comm = options.comm;
   const int rank = options.rank >= 0 || comm == nullptr ? options.rank : comm->rank();
   absl::Status local_error = precondition;
@@ -258,6 +260,8 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     }
     return next == read.offset + read.bytes ? first : nullptr;
   };
+  stats.plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   absl::Status read_status = RunStagedReads(
       files, plan, name_of, pool,
       [&](const Read& read, const Tensor& buffer, int64_t base, size_t index) {
@@ -279,6 +283,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   stats.preads = read_stats.preads;
   stats.reads = static_cast<int64_t>(plan.reads.size());
   stats.peak_staging_bytes = read_stats.peak_staging_bytes;
+  stats.staging_seconds = read_stats.staging_seconds;
   // Collective over the node: after a failed read too, which the agreement below reports.
   const absl::Status shared = all.node_reads.Run(stats.transfer, stats.bytes_from_node);
   if (read_status.ok()) read_status = shared;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -235,6 +236,7 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
   // No buffer at all when every read goes straight to its target.
   const size_t count = std::min<size_t>(static_cast<size_t>(std::max(buffers, 1)), staged_batches);
   std::vector<Tensor> pool;
+  const auto allocating = std::chrono::steady_clock::now();
   for (size_t i = 0; i < count; ++i) {
     absl::StatusOr<Tensor> b = pool_options.allocate ? pool_options.allocate(each)
                                                      : Tensor::Empty({each}, DType::kUInt8);
@@ -242,6 +244,8 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
     if (!b.ok()) return b.status();
     pool.push_back(*std::move(b));
   }
+  stats.staging_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                         allocating).count();
   stats.peak_staging_bytes = std::max(stats.peak_staging_bytes, each * static_cast<int64_t>(count));
   // One Reader (and its open files) per reading thread; their counts go to `stats` at the
   // end.

@@ -25,6 +25,7 @@ struct StagedReadStats {
   int64_t preads = 0;
   int64_t bytes_read = 0;
   int64_t peak_staging_bytes = 0;
+  double staging_seconds = 0;  // allocating the staging buffers (StagingPool::allocate)
 };
 
 // The staging buffers and how the consumer uses them.

@@ -31,14 +31,6 @@ using test::HashBytes;
 using test::RunNcclRanks;
 using ::testing::HasSubstr;
 
-// Skips unless at least two GPUs are visible; the number of ranks to run otherwise (one
-// per GPU, at most 8).
-#define SDRT_RANKS_OR_SKIP(ranks)                   \
-  SDRT_SKIP_WITHOUT_GPU();                          \
-  const int ranks = std::min(CudaDeviceCount(), 8); \
-  if (ranks < 2)                                    \
-  GTEST_SKIP() << "needs 2 or more GPUs for NCCL across ranks; " << ranks << " visible"
-
 std::string Bytes(const Tensor& t) {
   const Tensor cpu = *t.To(Device::CPU());
   return std::string(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());

@@ -5,6 +5,7 @@
 #ifndef SDRT_TESTS_SUPPORT_NCCL_RANKS_H_
 #define SDRT_TESTS_SUPPORT_NCCL_RANKS_H_
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "sdrt/comm/nccl_communicator.h"
 #include "sdrt/cuda/runtime.h"
+#include "sdrt/tests/support/test_util.h"
 
 namespace sdrt::test {
 
@@ -46,5 +48,13 @@ inline void RunNcclRanks(int ranks, const std::function<void(int, NcclCommunicat
 }
 
 }  // namespace sdrt::test
+
+// In a test body: skips unless at least two GPUs are visible, else declares `ranks`, the
+// number of ranks to run (one per GPU, at most 8).
+#define SDRT_RANKS_OR_SKIP(ranks)                   \
+  SDRT_SKIP_WITHOUT_GPU();                          \
+  const int ranks = std::min(CudaDeviceCount(), 8); \
+  if (ranks < 2)                                    \
+  GTEST_SKIP() << "needs 2 or more GPUs for NCCL across ranks; " << ranks << " visible"
 
 #endif  // SDRT_TESTS_SUPPORT_NCCL_RANKS_H_

@@ -108,12 +108,6 @@ void ExpectGathered(const Map& got, int ranks, int rank, Device device) {
   EXPECT_EQ(got.Find("step")->as_int(), 7);
 }
 
-#define SDRT_RANKS_OR_SKIP(ranks)                   \
-  SDRT_SKIP_WITHOUT_GPU();                          \
-  const int ranks = std::min(CudaDeviceCount(), 8); \
-  if (ranks < 2)                                    \
-  GTEST_SKIP() << "needs 2 or more GPUs for NCCL across ranks; " << ranks << " visible"
-
 TEST(DistributedStateDictMultiGpu, GatherOnTheGpusAndOffloaded) {
   SDRT_RANKS_OR_SKIP(ranks);
   RunNcclRanks(ranks, [&](int rank, NcclCommunicator& comm) {

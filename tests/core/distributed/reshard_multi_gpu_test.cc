@@ -7,7 +7,6 @@
 // replicated destination, and a Partial source, which every rank refuses alike with
 // Unimplemented before anything moves (no rank waits for a deadline). Every result is
 // compared byte for byte with DistributeTensor of the full tensor on the CPU.
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -31,14 +30,6 @@ namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Skips unless at least two GPUs are visible; the number of ranks to run otherwise (one
-// per GPU, at most 8).
-#define SDRT_RANKS_OR_SKIP(ranks)                   \
-  SDRT_SKIP_WITHOUT_GPU();                          \
-  const int ranks = std::min(CudaDeviceCount(), 8); \
-  if (ranks < 2)                                    \
-  GTEST_SKIP() << "needs 2 or more GPUs for a reshard across ranks; " << ranks << " visible"
 
 struct Weight {
   std::string path;
@@ -91,8 +82,8 @@ Map Side(int ranks, int rank, bool trainer, int step) {
       const Tensor full = *FullOf(w, w.trainer_dtype, step).To(gpu);
       m.Set(w.path, Value(*DistributeTensor(full, MeshOf(ranks), p, rank)));
     } else {
-      m.Set(w.path,
-            Value(*DTensor::Make(*Tensor::Meta(w.shape, w.engine_dtype), MeshOf(ranks), p, w.shape)));
+      const Tensor meta = *Tensor::Meta(w.shape, w.engine_dtype);
+      m.Set(w.path, Value(*DTensor::Make(meta, MeshOf(ranks), p, w.shape)));
     }
   }
   return m;

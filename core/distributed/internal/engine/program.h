@@ -103,11 +103,11 @@ struct TransferProgram {
 // when a local needed is missing or of the wrong dtype or shape (PackMessage's errors), when
 // the schedule is not comm.rank()'s or has more exchanges than `exchanges`, or comm.size() is
 // not larger than every rank of the schedule; ResourceExhausted when a bucket cannot be
-// allocated; Unimplemented, on every rank alike, when the buckets are off the CPU and a tensor
-// of the plan has Partial contributions to reduce at its receivers (UnpackMessage reduces from
-// CPU buffers only); Internal for a schedule whose units overrun its buckets. The program points into the
-// plan, the schedule, the locals' memory and the refs of `sources` and `destinations`: all
-// must outlive it, unchanged.
+// allocated; Unimplemented, on every rank alike, when the buckets are off the CPU and a
+// tensor of the plan has Partial contributions to reduce at its receivers (UnpackMessage
+// reduces from CPU buffers only); Internal for a schedule whose units overrun its buckets.
+// The program points into the plan, the schedule, the locals' memory and the refs of
+// `sources` and `destinations`: all must outlive it, unchanged.
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                                               const TransferSchedule& schedule,
                                               ExchangeCounts exchanges, const TransferSite& comm,

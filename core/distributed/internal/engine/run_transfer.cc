@@ -27,8 +27,9 @@ absl::Status RunCollective(const TransferProgram& program, const TransferProgram
                                          static_cast<size_t>(comm.size()));
   SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::AtByteOffset(program.receive_bucket, 0,
                                                               DType::kUInt8, {x.bytes}));
-  SDRT_ASSIGN_OR_RETURN(const Tensor mine, Tensor::AtByteOffset(program.send_bucket, 0,
-                                                                DType::kUInt8, {counts[comm.rank()]}));
+  SDRT_ASSIGN_OR_RETURN(const Tensor mine,
+                        Tensor::AtByteOffset(program.send_bucket, 0, DType::kUInt8,
+                                             {counts[comm.rank()]}));
   return comm.AllGatherV(gathered, mine, counts);
 }
 
@@ -67,9 +68,10 @@ absl::Status RunOps(const TransferProgram& program, const TransferPlan& plan,
       continue;
     }
     if (op.kind == Kind::kPack || op.kind == Kind::kSelf) {
+      const BoxScales* const scales =
+          step.chunk->forward ? nullptr : sources.scales_of(step.tensor);
       SDRT_RETURN_IF_ERROR(PackMessage(tp, *step.chunk, from, program.send_bucket, op.offset,
-                                       device, stream,
-                                       step.chunk->forward ? nullptr : sources.scales_of(step.tensor)));
+                                       device, stream, scales));
     }
     if (op.kind != Kind::kPack) {
       SDRT_RETURN_IF_ERROR(UnpackMessage(

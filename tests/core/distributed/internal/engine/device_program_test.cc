@@ -116,9 +116,9 @@ TEST(DeviceProgramTest, ChunksToItselfGoLocalToLocalWithoutABucket) {
       source_locals.Add(sources[t]);
       destination_locals.Add(results[t]);
     }
-    absl::StatusOr<TransferProgram> program =
-        internal::CompileTransfer(*plan, schedule, {}, internal::TransferSite(0, 1, Device::CUDA(0)),
-                                  source_locals, destination_locals);
+    const internal::TransferSite site(0, 1, Device::CUDA(0));
+    absl::StatusOr<TransferProgram> program = internal::CompileTransfer(
+        *plan, schedule, {}, site, source_locals, destination_locals);
     ASSERT_TRUE(program.ok()) << program.status();
     EXPECT_EQ(program->stats.buffer_bytes, 0) << "no bucket for copies local to local";
     ASSERT_FALSE(program->ops.empty());

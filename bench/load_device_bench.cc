@@ -1,8 +1,9 @@
-// `load_device_bench --file F [--repeat K] [--json PATH]`: one rank's LoadStateDict of a
-// checkpoint into fresh CUDA locals (mesh of one, read kAll, the defaults of LoadOptions)
-// against the two floors of the same bytes in the same process: pread into one pinned
-// staging-sized buffer (the storage half), and cudaMemcpyAsync from pinned memory to the
-// device of as many bytes (the copy half). The load's first call is timed apart from the
+// `load_device_bench --file F [--readers N] [--repeat K] [--json PATH]`: one rank's
+// LoadStateDict of a checkpoint into fresh CUDA locals (mesh of one, read kAll, N reader
+// threads, LoadOptions' other defaults) against the two floors of the same bytes in the same
+// process: pread by N threads, each into its own pinned staging-sized buffer (the storage
+// half), and cudaMemcpyAsync from pinned memory to the device of as many bytes (the copy
+// half). The load's first call is timed apart from the
 // later ones: it allocates the pinned staging buffers (LoadStats::staging_seconds), which the
 // process keeps for the later calls; planning (LoadStats::plan_seconds) is reported per call.
 // Every tensor of the first load is compared byte for byte with the file. Prints one JSON
@@ -18,8 +19,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -57,24 +60,38 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The tensors' bytes of every file, as [offset, offset + bytes) runs (one per tensor).
+// The tensors' bytes of every file, as [offset, offset + bytes) runs of at most kChunk.
 struct Run {
   int file = 0;
   int64_t offset = 0;
   int64_t bytes = 0;
 };
 
-// Preads every run into `pinned` (kChunk bytes), chunk by chunk; false on a short read.
-bool PreadAll(const std::vector<int>& fds, const std::vector<Run>& runs, uint8_t* pinned) {
-  for (const Run& r : runs) {
-    for (int64_t done = 0; done < r.bytes;) {
-      const int64_t want = std::min(kChunk, r.bytes - done);
-      const ssize_t got = pread(fds[r.file], pinned, static_cast<size_t>(want), r.offset + done);
-      if (got <= 0) return false;
-      done += got;
-    }
+// Preads every run, `buffers.size()` threads taking the next run each into its own pinned
+// buffer (kChunk bytes); false on a short read.
+bool PreadAll(const std::vector<int>& fds, const std::vector<Run>& runs,
+              const std::vector<uint8_t*>& buffers) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> ok{true};
+  std::vector<std::thread> threads;
+  for (uint8_t* const buffer : buffers) {
+    threads.emplace_back([&, buffer] {
+      for (size_t i = next++; i < runs.size() && ok; i = next++) {
+        const Run& r = runs[i];
+        for (int64_t done = 0; done < r.bytes;) {
+          const ssize_t got = pread(fds[r.file], buffer, static_cast<size_t>(r.bytes - done),
+                                    r.offset + done);
+          if (got <= 0) {
+            ok = false;
+            break;
+          }
+          done += got;
+        }
+      }
+    });
   }
-  return true;
+  for (std::thread& t : threads) t.join();
+  return ok;
 }
 
 }  // namespace
@@ -82,14 +99,16 @@ bool PreadAll(const std::vector<int>& fds, const std::vector<Run>& runs, uint8_t
 int main(int argc, char** argv) {
   std::string file, json_path;
   int repeat = 3;
+  int readers = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--file") file = argv[i + 1];
     else if (flag == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
     else if (flag == "--json") json_path = argv[i + 1];
+    else if (flag == "--readers") readers = std::min(64, std::max(1, std::atoi(argv[i + 1])));
   }
   if (file.empty()) {
-    std::cerr << "usage: load_device_bench --file F [--repeat K] [--json PATH]\n";
+    std::cerr << "usage: load_device_bench --file F [--readers N] [--repeat K] [--json PATH]\n";
     return 2;
   }
   const sdrt::CheckpointSource source = Check(sdrt::CheckpointSource::Open(file), "open " + file);
@@ -101,13 +120,19 @@ int main(int argc, char** argv) {
   std::vector<Run> runs;
   int64_t bytes = 0;
   for (const sdrt::CheckpointSourceTensor& t : source.tensors()) {
-    runs.push_back({t.file, t.offset, t.nbytes});
+    for (int64_t at = 0; at < t.nbytes; at += kChunk) {
+      runs.push_back({t.file, t.offset + at, std::min(kChunk, t.nbytes - at)});
+    }
     bytes += t.nbytes;
   }
   const sdrt::Device gpu = sdrt::Device::CUDA(0);
-  const std::shared_ptr<sdrt::Storage> pinned =
-      Check(sdrt::PinnedHostAllocator::Allocate(kChunk, 0), "pinned buffer");
-  auto* const staging = static_cast<uint8_t*>(pinned->data());
+  std::vector<std::shared_ptr<sdrt::Storage>> pinned;
+  std::vector<uint8_t*> buffers;
+  for (int r = 0; r < readers; ++r) {
+    pinned.push_back(Check(sdrt::PinnedHostAllocator::Allocate(kChunk, 0), "pinned buffer"));
+    buffers.push_back(static_cast<uint8_t*>(pinned.back()->data()));
+  }
+  uint8_t* const staging = buffers[0];
   const sdrt::Tensor device_bytes =
       Check(sdrt::Tensor::Empty({std::max<int64_t>(bytes, 1)}, sdrt::DType::kUInt8, gpu), "device");
   sdrt::DeviceBackend* const backend =
@@ -118,7 +143,7 @@ int main(int argc, char** argv) {
   double pread_s = 1e30, h2d_s = 1e30;
   for (int k = 0; k <= repeat; ++k) {
     const Clock::time_point t = Clock::now();
-    if (!PreadAll(fds, runs, staging)) Check(absl::DataLossError("short read"), "pread");
+    if (!PreadAll(fds, runs, buffers)) Check(absl::DataLossError("short read"), "pread");
     if (k > 0) pread_s = std::min(pread_s, Since(t));
   }
   for (int k = 0; k <= repeat; ++k) {
@@ -143,6 +168,7 @@ int main(int argc, char** argv) {
   options.read = sdrt::ReadMode::kAll;
   options.device = gpu;
   options.strict = true;
+  options.readers = readers;
   double first_s = 0, best_s = 1e30, first_plan = 0, first_staging = 0, plan_s = 0,
          staging_s = 0;
   sdrt::Map first;
@@ -187,6 +213,7 @@ int main(int argc, char** argv) {
       {"file", file},
       {"bytes", bytes},
       {"tensors", source.tensors().size()},
+      {"readers", readers},
       {"pread_gbps", gb / pread_s},
       {"h2d_gbps", gb / h2d_s},
       {"load_gbps", gb / best_s},

@@ -28,8 +28,9 @@
 # then compute-sanitizer (--report-api-errors no) memcheck and initcheck on the kernel and
 # runtime tests without their multi-GiB cases, racecheck on the one kernel that shares
 # memory between threads (the FP8 amax reduce; racecheck of the others can find nothing),
-# the load row (load-h2d: one rank's LoadStateDict of the gpt2-shaped checkpoint into the GPU
-# against pread and pinned cudaMemcpyAsync of the same bytes in the same process, planning
+# the load row (load-h2d: one rank's LoadStateDict, 4 readers, of a llama-shaped checkpoint of
+# about 2 GB into the GPU against a 4-thread pread and pinned cudaMemcpyAsync of the same
+# bytes in the same process, planning
 # and the first call's pinned staging allocation timed apart; bench/load_device_bench.cc),
 # and the kernel and pinned-memory benchmarks (each case against cudaMemcpy of the same
 # bytes in the same run). A ratio under 0.9 (the load's: to the slower of its two floors)
@@ -460,7 +461,8 @@ PY
 load_h2d() {
   local json=$out/load_h2d.json file=$work/load-h2d.safetensors figure result
   # shellcheck disable=SC2016  # the arguments expand in the inner shell
-  step load-h2d "$1" bash -c '"$1" make $2 "$3" >&2 && "$4" --file "$3" --repeat 3 --json "$5"' \
+  step load-h2d "$1" bash -c '"$1" make $2 "$3" >&2 &&
+    "$4" --file "$3" --readers 4 --repeat 3 --json "$5"' \
     _ "$build/bin/sdrt" "$2" "$file" "$build/bench/load_device_bench" "$json"
   if [ "$rc" = 0 ] || [ "$rc" = 1 ] && [ -s "$json" ]; then
     figure=$(load_h2d_summary "$json" 2>>"$logs/load-h2d.log")
@@ -589,7 +591,7 @@ else
   sanitize initcheck-runtime initcheck "$build/tests/runtime_gpu_test" "-$initcheck_skip"
   sanitize racecheck-fp8 racecheck "$build/tests/kernels_gpu_test" "$racecheck_test"
   # -- the load row: LoadStateDict into the GPU against its floors, the same bytes.
-  load_h2d 60 "--arch gpt2 --dtype bf16 --seed 1"
+  load_h2d 60 "--arch llama-8b --scale 0.5 --dtype bf16 --seed 2"
   # -- the benchmarks, against cudaMemcpy of the same bytes.
   bench kernels 90 "$build/bench/kernels_bench" --benchmark_filter=Device --benchmark_min_time=0.3
   bench pinned 120 "$build/bench/state_dict_ops_bench" --benchmark_filter=Pinned \

@@ -135,6 +135,12 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // error; DeadlineExceeded naming the ranks that did not arrive). `stats`, when not null,
 // gets the plan's and this rank's figures (collectives: 1 + exchanges + 1).
 //
+// On a device communicator (NCCL) the copies run on the communicator's stream
+// (Communicator::stream), ordered with its messages, and the call returns once that stream
+// has run them: the caller's writes of the source locals on other streams must be complete
+// before the call (or ordered before it on that stream), and the destination locals are
+// ready on return. Chunks of a rank to itself are copied local to local there.
+//
 // Cost per call (a weight sync runs it every step): no planning; each leaf is found and
 // checked once (by position when the trees list the plan's paths in its order); the small
 // pieces between two ranks travel as one message per bucket; a piece of 64 KiB or more goes
@@ -173,7 +179,7 @@ class BoundReshard {
   // those that exchange nothing with it; and no rank starts the next step's exchanges
   // before every rank has finished this one's, so a late rank never takes another step's
   // bytes. Blocking; CPU locals through MPI, CUDA locals through NCCL (the copies of a step
-  // go through the buckets, blocking, as in ExecuteReshard). `stats`, when not null, gets
+  // on the communicator's stream, as in ExecuteReshard). `stats`, when not null, gets
   // the plan's figures and this rank's (on success; collectives: the exchanges + 1, the
   // same on every rank). Errors: the communicator's; a failed rank's error on every rank;
   // FailedPrecondition on a moved-from binding.

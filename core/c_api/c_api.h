@@ -77,8 +77,9 @@ extern "C" {
  * ncclComm_t, loading an sdrt sharded folder; 3: reshard plans bound to buffers; 4:
  * sdrt_load_options_t's read policy and bucket_bytes, a rank's local shape and global
  * offset under placements or a sharding plan; 5: weight maps, sdrt_weight_map_t in the load
- * and reshard options; 6: sdrt_load_options_t's readers and share_reads). */
-#define SDRT_C_API_VERSION 6
+ * and reshard options; 6: sdrt_load_options_t's readers and share_reads; 7: readers 0, the
+ * default, chosen per call). */
+#define SDRT_C_API_VERSION 7
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
  * grew read and bucket_bytes; 4: sdrt_load_options_t and sdrt_reshard_options_t grew
@@ -504,9 +505,11 @@ typedef struct sdrt_load_options_t {
    * agreement). Not with read ROOT (nor AUTO when it picks ROOT): every rank reads the
    * checkpoint's header. */
   sdrt_weight_map_t weight_map;
-  /* 1 to 64: reader threads per rank preading at once (read ALL), each into a staging
+  /* 0 to 64: reader threads per rank preading at once (read ALL), each into a staging
    * buffer of its own (pinned for CUDA buffers) or straight into the buffers; more than
-   * one pays where cores are free (one rank per node) or a GPU is fed. Default 1. */
+   * one pays where cores are free (one rank per node) or a GPU is fed. 0 (the default):
+   * chosen per call, 1 into CPU buffers, into CUDA buffers half the CPUs the process may
+   * run on (its affinity mask), 1 to 4. */
   int32_t readers;
   /* Nonzero (read ALL): what several ranks of one host fill alike (a replicated tensor, a
    * data-parallel replica's pieces) is read from storage by one of them and sent to the
@@ -518,7 +521,7 @@ typedef struct sdrt_load_options_t {
 } sdrt_load_options_t;
 #define SDRT_LOAD_OPTIONS_INIT                                                               \
   {sizeof(sdrt_load_options_t), NULL, -1, 0, 0.0, 2, (int64_t)256 << 20, 0, (int64_t)1 << 20, \
-   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20, NULL, 1, 0}
+   NULL, NULL, NULL, SDRT_READ_AUTO, (int64_t)256 << 20, NULL, 0, 0}
 
 /* Fills the engine's buffers in `state_dict` from `checkpoint` (a safetensors file, a
  * Hugging Face folder, a folder of safetensors files or an sdrt sharded folder) in place
@@ -557,7 +560,7 @@ typedef struct sdrt_load_options_t {
  * CUDA buffers: one device per call; copies run on sdrt's own stream or the broadcast's,
  * complete on return (a sharded folder: CPU buffers, with an MPI communicator).
  * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
- * handles, bad options or struct_size (readers outside [1, 64]; share_reads on ranks some
+ * handles, bad options or struct_size (readers outside [0, 64]; share_reads on ranks some
  * of which pass a rank other than comm's), a read other than the sdrt_read_t values, ranks
  * passing different options, a buffer whose dtype or global shape is not the
  * checkpoint's, a buffer that is not this rank's local shape, a mesh that does not span the

@@ -93,8 +93,10 @@ struct LoadOptions {
   // its own (then at least readers + 1 buffers) or straight into the locals, the calling
   // thread copying out in file order. More than one pays where one thread cannot keep up
   // with the storage (or the page cache) and cores are free: one rank per node, or a GPU
-  // fed from pinned buffers.
-  int readers = 1;
+  // fed from pinned buffers. 0 (the default): chosen per call (AutomaticReaders): 1 into
+  // CPU locals; into CUDA locals half the CPUs this process may run on (its affinity mask,
+  // which launchers narrow per rank), at least 1 and at most 4.
+  int readers = 0;
   // kAll: read with O_DIRECT (the page cache bypassed: for checkpoints on cold storage that
   // would only evict what the page cache holds); reads are widened to whole 4096-byte
   // blocks and LoadStats::bytes_read counts the widening. Default: through the page cache.

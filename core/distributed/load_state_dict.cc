@@ -27,12 +27,12 @@ absl::Status CheckOptions(const LoadOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " must be >= 0 (or -1 with a communicator)"));
   }
-  if (o.staging_buffers < 1 || o.staging_bytes < 4096 || o.max_gap_bytes < 0 || o.readers < 1 ||
+  if (o.staging_buffers < 1 || o.staging_bytes < 4096 || o.max_gap_bytes < 0 || o.readers < 0 ||
       o.readers > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         "staging_buffers ", o.staging_buffers, " must be >= 1, staging_bytes ", o.staging_bytes,
         " >= 4096, max_gap_bytes ", o.max_gap_bytes, " >= 0 and readers ", o.readers,
-        " in [1, 64]"));
+        " in [0, 64]"));
   }
   if (o.bucket_bytes < 64) {
     return absl::InvalidArgumentError(

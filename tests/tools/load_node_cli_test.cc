@@ -73,7 +73,7 @@ TEST(LoadNodeCli, SeveralReadersPerRank) {
   const test::CommandResult r = test::RunSdrtMpi(2, load + " --read all --readers 3");
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(Json::parse(r.out).value("bit_exact", false)) << r.out;
-  for (const char* bad : {" --readers 0", " --readers 65", " --read root --readers 2"}) {
+  for (const char* bad : {" --readers -1", " --readers 65", " --read root --readers 2"}) {
     const test::CommandResult b = test::RunSdrtMpi(2, load + bad);
     EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
   }

@@ -258,7 +258,7 @@ def load_options(comm, rank, strict):
     o.strict = 1 if strict else 0
     o.staging_buffers, o.staging_bytes, o.max_gap_bytes = 2, 256 << 20, 1 << 20
     o.read, o.bucket_bytes = 0, 256 << 20  # SDRT_READ_AUTO
-    o.readers, o.share_reads = 1, 0
+    o.readers, o.share_reads = 0, 0
     return o
 
 

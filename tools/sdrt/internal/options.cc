@@ -67,8 +67,9 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
                   "with --read all: read with O_DIRECT, bypassing the page cache (cold storage)");
     cmd->add_option("--readers", options->readers,
                     "with --read all: reader threads per rank reading at the same time (each into "
-                    "its own staging buffer, or straight into the tensors)")
-        ->check(CLI::Range(1, 64))
+                    "its own staging buffer, or straight into the tensors); 0: chosen, 1 into "
+                    "CPU tensors, up to 4 into CUDA ones")
+        ->check(CLI::Range(0, 64))
         ->capture_default_str();
     cmd->add_flag("--read-once-per-node", options->read_once_per_node,
                   "with --read all: what every rank of a host keeps alike (replicated tensors) "
@@ -82,7 +83,7 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
       if (options->direct_io && options->read == "root") {
         throw CLI::ValidationError("--direct-io goes with --read all (or auto), not --read root");
       }
-      if (options->readers != 1 && options->read == "root") {
+      if (options->readers > 1 && options->read == "root") {
         throw CLI::ValidationError("--readers goes with --read all (or auto), not --read root");
       }
       if (options->read_once_per_node && options->read == "root") {

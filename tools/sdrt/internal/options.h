@@ -45,7 +45,7 @@ struct SharedOptions {
   std::string read = "auto";   // "auto", "all" or "root"
   bool direct_io = false;      // never with read "root"
   bool read_once_per_node = false;  // LoadOptions::share_reads; never with read "root"
-  int readers = 1;                  // LoadOptions::readers, in [1, 64]; 1 with read "root"
+  int readers = 0;                  // LoadOptions::readers, in [0, 64]; <= 1 with read "root"
   bool map_results = false;  // LoadOptions::map_results; never with read "root", direct_io
                              // or read_once_per_node
   std::string mesh;

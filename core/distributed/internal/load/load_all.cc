@@ -22,6 +22,7 @@
 #include "sdrt/core/distributed/internal/local_target.h"
 #include "sdrt/core/distributed/internal/node.h"
 #include "sdrt/core/distributed/internal/load/read_plan.h"
+#include "sdrt/core/distributed/internal/load/read_policy.h"
 #include "sdrt/core/distributed/internal/load/staged_reader.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/sharding/region_copy.h"
@@ -194,11 +195,11 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
     local_error = device.status();
     if (device.ok()) cuda_device = *device;
   }
+  const int readers = ResolveReaders(options.readers, cuda_device.has_value(), AffinityCpus());
   std::unique_ptr<DeviceStaging> staging;
   if (local_error.ok() && cuda_device.has_value()) {
     absl::StatusOr<std::unique_ptr<DeviceStaging>> created =
-        DeviceStaging::Create(*cuda_device,
-                              PoolBuffers(options.staging_buffers, options.readers));
+        DeviceStaging::Create(*cuda_device, PoolBuffers(options.staging_buffers, readers));
     local_error = created.status();
     if (created.ok()) staging = *std::move(created);
   }
@@ -229,7 +230,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   int64_t done_bytes = 0;
   StagingPool pool;
   pool.buffers = options.staging_buffers;
-  pool.readers = options.readers;
+  pool.readers = readers;
   pool.buffer_bytes = options.staging_bytes;
   pool.direct_io = options.direct_io;
   if (staging != nullptr) staging->Attach(pool);

@@ -1,10 +1,13 @@
 // DescribeSource and DecideRead (read_policy.h).
 #include "sdrt/core/distributed/internal/load/read_policy.h"
 
+#include <sched.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -100,6 +103,21 @@ absl::StatusOr<ReadDecision> DecideRead(ReadMode requested,
     }
   }
   return ReadDecision{ReadMode::kAll, false, "auto: every rank sees the same files"};
+}
+
+int ResolveReaders(int readers, bool device, int cpus) {
+  if (readers > 0) return readers;
+  if (!device) return 1;
+  return std::min(kMaxAutomaticReaders, std::max(1, cpus / 2));
+}
+
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    return CPU_COUNT(&set);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 }  // namespace sdrt::internal

@@ -1,7 +1,8 @@
 // Which read LoadStateDict runs (core/distributed/load_state_dict.h): kAuto's rule (every
 // rank sees the same files: kAll, else kRoot) and the check that every rank takes the same
 // path for a sharded folder. The ranks exchange DescribeSource's text in the agreement
-// that opens the call; DecideRead then gives the same answer on every rank. Not public API.
+// that opens the call; DecideRead then gives the same answer on every rank. And how many
+// threads of a rank read (ResolveReaders). Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_POLICY_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_LOAD_READ_POLICY_H_
 
@@ -48,6 +49,20 @@ struct ReadDecision {
 // with its open error.
 absl::StatusOr<ReadDecision> DecideRead(ReadMode requested,
                                         const std::vector<std::string>& descriptions);
+
+// The most reader threads LoadOptions::readers 0 chooses.
+inline constexpr int kMaxAutomaticReaders = 4;
+
+// LoadOptions::readers for one call: `readers` when it is > 0; else 1 into CPU locals (a
+// rank's copying keeps up with one thread there, and the ranks of a node share its cores),
+// and into device locals (`device`) half of `cpus`, at least 1 and at most
+// kMaxAutomaticReaders (the reads feed pinned buffers that one stream empties).
+int ResolveReaders(int readers, bool device, int cpus);
+
+// The CPUs this process may run on: its affinity mask's count (sched_getaffinity: what a
+// launcher that binds ranks leaves each one), else std::thread::hardware_concurrency, at
+// least 1.
+int AffinityCpus();
 
 }  // namespace sdrt::internal
 

@@ -7,8 +7,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -125,6 +127,22 @@ TEST_F(DescribeSourceTest, TheSameFilesAloneDescribeAlike) {
                              *ShardingPlan::Builtin("fsdp"), sharded)
           .ok());
   EXPECT_EQ(Describe(sharded), "sdrt sharded folder");
+}
+
+// LoadOptions::readers 0: one reader into CPU locals whatever the cores, half the CPUs into
+// device locals between 1 and 4; a count the caller gives is kept.
+TEST(ResolveReaders, ZeroChoosesByTheLocalsDeviceAndTheCpus) {
+  for (const int cpus : {1, 2, 16, 128}) EXPECT_EQ(ResolveReaders(0, false, cpus), 1) << cpus;
+  EXPECT_EQ(ResolveReaders(0, true, 1), 1);
+  EXPECT_EQ(ResolveReaders(0, true, 2), 1);
+  EXPECT_EQ(ResolveReaders(0, true, 6), 3);
+  EXPECT_EQ(ResolveReaders(0, true, 16), kMaxAutomaticReaders);
+  EXPECT_EQ(ResolveReaders(0, true, 128), kMaxAutomaticReaders);
+  EXPECT_EQ(ResolveReaders(3, false, 1), 3);
+  EXPECT_EQ(ResolveReaders(7, true, 128), 7);
+  const int cpus = AffinityCpus();
+  EXPECT_GE(cpus, 1);
+  EXPECT_LE(cpus, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 }  // namespace

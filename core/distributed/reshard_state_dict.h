@@ -136,10 +136,12 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // gets the plan's and this rank's figures (collectives: 1 + exchanges + 1).
 //
 // On a device communicator (NCCL) the copies run on the communicator's stream
-// (Communicator::stream), ordered with its messages, and the call returns once that stream
-// has run them: the caller's writes of the source locals on other streams must be complete
-// before the call (or ordered before it on that stream), and the destination locals are
-// ready on return. Chunks of a rank to itself are copied local to local there.
+// (Communicator::stream), ordered with its messages, after the work the caller enqueued on
+// the device's legacy default stream before the call (PyTorch's default stream: its writes
+// of the sources and reads of the destinations), and the call returns once that stream has
+// run them, the destination locals ready. Work on the caller's non-blocking streams is not
+// waited for: synchronize it first. Chunks of a rank to itself whose locals are on the
+// device are copied local to local there.
 //
 // Cost per call (a weight sync runs it every step): no planning; each leaf is found and
 // checked once (by position when the trees list the plan's paths in its order); the small

@@ -114,11 +114,14 @@ TEST_F(LoadStateDictAloneTest, OpenErrorsAndOptions) {
   no_rank.rank = -1;
   LoadOptions readers = Alone();
   readers.readers = 65;
+  LoadOptions negative_readers = Alone();
+  negative_readers.readers = -1;
   for (const auto& [options, part] : std::vector<std::pair<LoadOptions, std::string>>{
            {bucket, "bucket_bytes 63"},
            {direct, "direct_io"},
            {no_rank, "rank -1"},
-           {readers, "readers 65 in [1, 64]"}}) {
+           {readers, "readers 65 in [0, 64]"},
+           {negative_readers, "readers -1 in [0, 64]"}}) {
     const absl::Status s = LoadStateDict(*source, local, options).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr(part));

@@ -7,16 +7,19 @@
 // to the plan's wire bytes, which equal the optimum. CTest runs it under `mpiexec -n N`,
 // N = 1..4 and 8 (3 ranks: uneven pieces; 8: the trainer/engine halves of 4).
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/engine/transfer.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tests/core/distributed/internal/engine/random.h"
 #include "sdrt/tests/core/distributed/internal/engine/simulator.h"
@@ -63,6 +66,22 @@ absl::Status ExecuteTransfer(const internal::TransferPlan& plan,
       internal::RunTransfer(program, plan, schedule, &comm, sources, destinations));
   *stats = program.stats;
   return absl::OkStatus();
+}
+
+// The exchanges every rank makes: the most of any rank's schedule of `every` (the plan of
+// every rank) in each phase.
+absl::StatusOr<internal::ExchangeCounts> BusiestExchanges(
+    const internal::TransferPlan& every, const internal::TransferScheduleOptions& options) {
+  internal::ExchangeCounts exchanges;
+  for (int64_t r = 0; r < g_world->size(); ++r) {
+    SDRT_ASSIGN_OR_RETURN(const internal::TransferSchedule theirs,
+                          internal::ScheduleTransfer(every, r, options));
+    const int64_t direct = static_cast<int64_t>(theirs.direct_exchanges);
+    exchanges.direct = std::max(exchanges.direct, direct);
+    exchanges.forward =
+        std::max(exchanges.forward, static_cast<int64_t>(theirs.exchanges()) - direct);
+  }
+  return exchanges;
 }
 
 void ReshardOverMpi(const std::vector<internal::TransferTensor>& tensors, int64_t bucket,
@@ -300,9 +319,60 @@ TEST(ReshardMpi, Case053FsdpOfEightRanksIntoThisWorld) {
                  128);
 }
 
+// A rank whose own step fails in the middle of a run (a source local that does not fit its
+// piece, handed over as checked so that compiling does not catch it) still makes every
+// exchange: the other ranks finish theirs at once instead of waiting for the deadline, and
+// the closing (CloseTransfer, as every verb ends) gives every rank that rank's error.
+TEST(ReshardMpi, AStepFailingOnOneRankReachesEveryRankBeforeTheDeadline) {
+  const int64_t n = g_world->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int64_t me = g_world->rank();
+  const std::vector<internal::TransferTensor> tensors = {
+      Describe("w", DType::kFloat32, {16 * n, 4 * n}, MeshLayout({n}, Ranks(0, n), "[S(0)]"),
+               MeshLayout({n}, Ranks(0, n), "[S(1)]"))};
+  internal::TransferPlanOptions mine;
+  mine.rank = me;
+  absl::StatusOr<internal::TransferPlan> plan = internal::PlanTransfer(tensors, mine);
+  absl::StatusOr<internal::TransferPlan> every = internal::PlanTransfer(tensors, {});
+  ASSERT_TRUE(plan.ok() && every.ok());
+  internal::TransferScheduleOptions options;
+  options.bucket_bytes = 64;  // many exchanges: the failure comes early in the run
+  absl::StatusOr<internal::TransferSchedule> schedule =
+      internal::ScheduleTransfer(*plan, me, options);
+  absl::StatusOr<internal::ExchangeCounts> exchanges = BusiestExchanges(*every, options);
+  ASSERT_TRUE(schedule.ok() && exchanges.ok());
+  ASSERT_GT(exchanges->direct, 1) << "one exchange";
+  const Tensor full = HashBytes(tensors[0].shape, tensors[0].dtype, 9);
+  std::vector<Tensor> sources = (*PieceLocals(full, tensors[0], true))[me];
+  if (me == 1) sources[0] = *Tensor::Zeros({1, 1}, DType::kFloat32);  // not its piece
+  std::vector<Tensor> destinations;
+  for (const Tensor& local : (*PieceLocals(full, tensors[0], false))[me]) {
+    destinations.push_back(*Tensor::Zeros(local.shape(), local.dtype()));
+  }
+  internal::TransferLocals source_locals, destination_locals;
+  source_locals.Add(sources);
+  destination_locals.Add(destinations);
+  source_locals.checked = destination_locals.checked = true;
+  const std::chrono::milliseconds timeout = g_world->timeout();
+  g_world->set_timeout(std::chrono::seconds(30));
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<internal::TransferProgram> program = internal::CompileTransfer(
+      *plan, *schedule, *exchanges, *g_world, source_locals, destination_locals);
+  ASSERT_TRUE(program.ok()) << program.status();
+  const absl::Status ran = internal::RunTransfer(*program, *plan, *schedule, g_world,
+                                                 source_locals, destination_locals);
+  const absl::Status closed = internal::CloseTransfer(*g_world, "reshard", ran, nullptr);
+  const auto took = std::chrono::steady_clock::now() - start;
+  g_world->set_timeout(timeout);
+  EXPECT_EQ(closed.code(), absl::StatusCode::kInvalidArgument) << "rank " << me << ": " << closed;
+  EXPECT_THAT(std::string(closed.message()), ::testing::HasSubstr("'w'"));
+  EXPECT_LT(took, std::chrono::seconds(10)) << "every rank ends at once, not at the deadline";
+}
+
 }  // namespace
 }  // namespace sdrt::test
 
 int main(int argc, char** argv) {
   return sdrt::test::RunMpiTests(argc, argv, &sdrt::test::g_world);
 }
+

@@ -88,12 +88,13 @@ void AppendCopies(const std::vector<BoxCopy>& copies, std::vector<TransferProgra
 }
 
 // How a chunk to itself that is not dense host ranges is copied: on a device communicator
-// straight from local to local where its boxes allow (CopiesToSelfDirectly), else through
-// the send bucket.
+// straight from local to local where its boxes and locals allow (CopiesToSelfDirectly),
+// else through the send bucket.
 TransferProgram::Op::Kind SelfKind(const TransferTensorPlan& tp, const TransferMessage& chunk,
-                                   bool host) {
+                                   LocalRefs from, LocalRefs to, Device device) {
   using Kind = TransferProgram::Op::Kind;
-  return !host && CopiesToSelfDirectly(tp, chunk) ? Kind::kSelfDirect : Kind::kSelf;
+  return !device.is_cpu() && CopiesToSelfDirectly(tp, chunk, from, to, device) ? Kind::kSelfDirect
+                                                                               : Kind::kSelf;
 }
 
 // A step that goes through PackMessage / UnpackMessage.
@@ -261,7 +262,9 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                       destinations.of(step.tensor), copies)) {
         AppendCopies(copies, program.ops);
       } else {
-        AppendStep(SelfKind(plan.tensors[step.tensor], *step.chunk, host), j, 0, program.ops);
+        AppendStep(SelfKind(plan.tensors[step.tensor], *step.chunk, from(step),
+                            destinations.of(step.tensor), comm.device()),
+                   j, 0, program.ops);
       }
       st.self_bytes += step.chunk->bytes;
     }
@@ -306,8 +309,12 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
           const TransferTensorPlan& tp = plan.tensors[step.tensor];
           if (DirectBoxes(tp, *step.chunk, from(step), destinations.of(step.tensor), copies)) {
             AppendCopies(copies, during);
-          } else if (SelfKind(tp, *step.chunk, host) == Kind::kSelfDirect) {
-            AppendStep(Kind::kSelfDirect, j, 0, during);
+          } else if (SelfKind(tp, *step.chunk, from(step), destinations.of(step.tensor),
+                              comm.device()) == Kind::kSelfDirect) {
+            // Before the exchange's messages, on the stream they go on: a copy enqueued
+            // after them would only wait for them, and one that blocks would block the
+            // calling thread behind them without the exchange's deadline.
+            AppendStep(Kind::kSelfDirect, j, 0, program.ops);
           } else {
             AppendStep(Kind::kSelf, j, 0, after);
           }

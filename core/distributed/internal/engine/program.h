@@ -15,11 +15,13 @@
 // (any strides, Partial contributions, other devices), at its place in the order.
 //
 // On a device communicator (NCCL) every step is enqueued on the communicator's stream
-// (Communicator::stream) without waiting: packing before the exchange's messages, which the
-// stream orders after it; unpacking after them; a chunk to itself straight from local to
-// local where its boxes are views (CopyToSelf), else through the send bucket. The exchange's
-// own wait is the only one per exchange, and one Synchronize ends the run. Chunks start on
-// kDeviceChunkAlignment bytes in the device buckets (schedule.h).
+// (Communicator::stream) without waiting, after the work the caller enqueued on the device's
+// legacy default stream before the run: packing before the exchange's messages, which the
+// stream orders after it; unpacking after them; a chunk to itself whose boxes are views of
+// locals on the device straight from local to local before the messages (CopyToSelf), else
+// through the send bucket after them. The exchange's own wait is the only one per exchange,
+// and one Synchronize ends the run. Chunks start on kDeviceChunkAlignment bytes in the
+// device buckets (schedule.h).
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
 
@@ -116,10 +118,13 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
 // Runs `program` (CompileTransfer of the same plan, schedule, comm and locals): collective
 // over comm, every rank running its own program of the same plan. On return every
 // destination local holds its piece (on a device communicator: the stream has run every
-// copy, also on error, unless an exchange failed: then the communicator is aborted, and the
-// buckets are kept for the rest of the process, since an aborted collective's kernels may
-// still touch them). Errors: the communicator's (DeadlineExceeded names the missing ranks)
-// and PackMessage's / UnpackMessage's / CopyToSelf's for the steps that go through them.
+// copy, also on error, unless the communicator aborted: then the buckets are kept for the
+// rest of the process, since an aborted collective's kernels may still touch them). A rank
+// whose own step fails (PackMessage's, UnpackMessage's, CopyToSelf's errors) skips its
+// other steps but still makes every exchange, so that the other ranks are not left waiting
+// for it, and returns that error after them (the caller's closing agrees on it). Errors: the
+// communicator's (DeadlineExceeded names the missing ranks; the run stops there), those of
+// the steps, CUDA's for the wait on the legacy default stream.
 // `progress`, when given, is called after each exchange with this rank's bytes sent and
 // received so far and in all.
 absl::Status RunTransfer(

@@ -8,6 +8,7 @@
 #include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/internal/engine/self_copy.h"
+#include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -44,6 +45,15 @@ void KeepBuckets(const TransferProgram& program) {
   for (const std::shared_ptr<Storage>* bucket : {&program.send_bucket, &program.receive_bucket}) {
     if (*bucket != nullptr) kept->push_back(*bucket);
   }
+}
+
+// Makes `stream` (of CUDA device `device`) wait for what is enqueued on the device's legacy
+// default stream now: the caller's writes of the sources (and reads of the destinations)
+// there, as PyTorch's default stream makes them, come before the transfer's copies.
+absl::Status AfterDefaultStream(int device, StreamHandle stream) {
+  SDRT_ASSIGN_OR_RETURN(CudaEvent before, CudaEvent::Create(device, EventTiming::kDisabled));
+  SDRT_RETURN_IF_ERROR(before.Record(nullptr));
+  return before.Block(stream);
 }
 
 // Runs ops [begin, end) of `program`: on `stream` without waiting when `device` (program.h).
@@ -92,58 +102,63 @@ absl::Status RunTransfer(
   if (n > 0 && comm == nullptr) {
     return absl::InternalError("RunTransfer: exchanges to make and no communicator");
   }
-  // A device communicator's steps go on its stream without waiting (program.h).
+  // A device communicator's steps go on its stream without waiting (program.h), after the
+  // work the caller enqueued on the device's legacy default stream before the call.
   const bool device = comm != nullptr && !comm->device().is_cpu();
   const StreamHandle stream = device ? comm->stream() : nullptr;
+  // This rank's first error in its own steps. The rank still makes every exchange (with
+  // whatever its buckets hold) so that no other rank waits for it until the deadline; the
+  // caller's closing then reports the error on every rank.
+  absl::Status local = device && stream != nullptr
+                           ? AfterDefaultStream(comm->device().index, stream)
+                           : absl::OkStatus();
   const auto run = [&](size_t begin, size_t end) {
-    return RunOps(program, plan, schedule, sources, destinations, device, stream, begin, end);
-  };
-  bool exchange_failed = false;
-  const auto walk = [&]() -> absl::Status {
-    SDRT_RETURN_IF_ERROR(run(0, program.local_ops_end));
-    const int64_t total = program.stats.sent_bytes + program.stats.received_bytes;
-    int64_t done = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const TransferProgram::Exchange& x = program.exchanges[i];
-      SDRT_RETURN_IF_ERROR(run(x.ops_begin, x.ops_during));
-      absl::Status moved;
-      if (x.kind != Collective::kNone) {
-        moved = RunCollective(program, x, *comm);
-      } else {
-        const Communicator::LocalWork during =
-            x.ops_split > x.ops_during
-                ? Communicator::LocalWork([&] { return run(x.ops_during, x.ops_split); })
-                : nullptr;
-        moved = comm->Exchange(
-            absl::MakeConstSpan(program.sends.data() + x.sends_begin, x.sends_end - x.sends_begin),
-            absl::MakeConstSpan(program.receives.data() + x.receives_begin,
-                                x.receives_end - x.receives_begin),
-            during);
-      }
-      if (!moved.ok()) {
-        exchange_failed = true;
-        // Which exchange, so that a timeout or a failed rank can be placed in the run.
-        return absl::Status(moved.code(),
-                            absl::StrCat("exchange ", i + 1, " of ", n, " (",
-                                         x.kind == Collective::kBroadcast   ? "a broadcast"
-                                         : x.kind == Collective::kAllGather ? "an all-gather"
-                                                                            : "point to point",
-                                         "): ", moved.message()));
-      }
-      SDRT_RETURN_IF_ERROR(run(x.ops_split, x.ops_end));
-      done += x.moved;
-      if (progress) progress(done, total);
+    if (local.ok()) {
+      local = RunOps(program, plan, schedule, sources, destinations, device, stream, begin, end);
     }
-    return absl::OkStatus();
   };
-  const absl::Status status = walk();
-  if (!device) return status;
-  if (exchange_failed) {
-    KeepBuckets(program);
-    return status;
+  absl::Status moved;
+  run(0, program.local_ops_end);
+  const int64_t total = program.stats.sent_bytes + program.stats.received_bytes;
+  int64_t done = 0;
+  for (size_t i = 0; i < n && moved.ok(); ++i) {
+    const TransferProgram::Exchange& x = program.exchanges[i];
+    run(x.ops_begin, x.ops_during);
+    if (x.kind != Collective::kNone) {
+      moved = RunCollective(program, x, *comm);
+    } else {
+      const Communicator::LocalWork during =
+          x.ops_split > x.ops_during ? Communicator::LocalWork([&] {
+            run(x.ops_during, x.ops_split);
+            return absl::OkStatus();
+          })
+                                     : nullptr;
+      moved = comm->Exchange(
+          absl::MakeConstSpan(program.sends.data() + x.sends_begin, x.sends_end - x.sends_begin),
+          absl::MakeConstSpan(program.receives.data() + x.receives_begin,
+                              x.receives_end - x.receives_begin),
+          during);
+    }
+    if (!moved.ok()) {
+      // Which exchange, so that a timeout or a failed rank can be placed in the run.
+      moved = absl::Status(moved.code(),
+                           absl::StrCat("exchange ", i + 1, " of ", n, " (",
+                                        x.kind == Collective::kBroadcast   ? "a broadcast"
+                                        : x.kind == Collective::kAllGather ? "an all-gather"
+                                                                           : "point to point",
+                                        "): ", moved.message()));
+      break;
+    }
+    run(x.ops_split, x.ops_end);
+    done += x.moved;
+    if (progress && local.ok()) progress(done, total);
   }
-  // Everything the steps enqueued has run before the caller reads (or frees) its locals.
+  const absl::Status status = !moved.ok() ? moved : local;
+  if (!device) return status;
+  // Everything the steps enqueued has run before the caller reads (or frees) its locals. A
+  // communicator that aborted refuses at once: its buckets stay (KeepBuckets).
   const absl::Status synced = comm->Synchronize();
+  if (!synced.ok()) KeepBuckets(program);
   return status.ok() ? synced : status;
 }
 

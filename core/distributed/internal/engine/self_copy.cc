@@ -29,13 +29,24 @@ const Tensor* LocalOf(const TransferPiece& piece, LocalRefs locals, DType dtype)
 
 }  // namespace
 
-bool CopiesToSelfDirectly(const TransferTensorPlan& tp, const TransferMessage& message) {
+bool CopiesToSelfDirectly(const TransferTensorPlan& tp, const TransferMessage& message,
+                          LocalRefs from, LocalRefs to, Device device) {
   if (message.contribution != 0 || tp.cast.has_value() || ElementBits(tp.dtype) % 8 != 0) {
     return false;
   }
   const std::vector<TransferPiece>& senders = Senders(tp, message);
+  const std::vector<TransferPiece>& receivers = tp.destination();
   for (const TransferMove& move : message.moves) {
-    if (move.source < 0 || move.source >= static_cast<int>(senders.size())) return false;
+    if (move.source < 0 || move.source >= static_cast<int>(senders.size()) ||
+        move.destination < 0 || move.destination >= static_cast<int>(receivers.size())) {
+      return false;
+    }
+    const Tensor* const source = LocalOf(senders[move.source], from, tp.dtype);
+    const Tensor* const destination = LocalOf(receivers[move.destination], to, tp.dtype);
+    if (source == nullptr || destination == nullptr || source->device() != device ||
+        destination->device() != device) {
+      return false;
+    }
     const ShardRuns runs = ClipRuns(senders[move.source].runs, move.begin, move.end);
     for (size_t d = 0; d < runs.size(); ++d) {
       if (runs[d].size() != 1 || runs[d][0].length != move.end[d] - move.begin[d]) return false;

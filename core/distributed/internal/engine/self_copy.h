@@ -15,11 +15,14 @@
 namespace sdrt::internal {
 
 // Whether every box of `message` (a chunk of tensor `tp` from a rank to itself) can be
-// copied that way: contribution 0 (nothing to reduce), no cast (both sides' locals in the
-// plan's dtype), a whole-byte dtype, and each box covered by its sending piece (a source
-// piece, or a destination piece for a forward) in one run per dim, so that the box is one
-// view of the sending local (a Narrow per dim). Reads the plan only, not the locals.
-bool CopiesToSelfDirectly(const TransferTensorPlan& tp, const TransferMessage& message);
+// copied that way on `device`: contribution 0 (nothing to reduce), no cast (both sides'
+// locals in the plan's dtype), a whole-byte dtype, each box covered by its sending piece (a
+// source piece, or a destination piece for a forward) in one run per dim, so that the box
+// is one view of the sending local (a Narrow per dim), and both locals of every box on
+// `device` (a CPU local goes through the bucket, whose copies to and from the host are
+// the ones a device communicator stages). `from` and `to` as CopyToSelf's.
+bool CopiesToSelfDirectly(const TransferTensorPlan& tp, const TransferMessage& message,
+                          LocalRefs from, LocalRefs to, Device device);
 
 // Copies the boxes of `message` (for which CopiesToSelfDirectly holds) from `from` (the
 // source locals, or the destination locals for a forward) into `to` (the destination

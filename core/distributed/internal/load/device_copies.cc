@@ -11,8 +11,9 @@
 namespace sdrt::internal {
 namespace {
 
-// Addresses compared as integers: the rows of one copy may span adjacent dests (several
-// allocations), where pointer differences are not defined.
+// Addresses compared as integers: the rows of one copy may span adjacent dests, and the
+// source side lies in the staging buffer: differences of unrelated pointers are not
+// defined.
 int64_t Address(const uint8_t* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
 bool PitchFits(int64_t pitch, int64_t width) { return pitch >= width && pitch <= kMaxPitchBytes; }
@@ -71,8 +72,12 @@ void PlanDeviceCopies(const ReadPlan& plan, const std::vector<ReadDest>& dests, 
     }
     uint8_t* const dst = static_cast<uint8_t*>(dest.data_ptr()) + start;
     const uint8_t* const src = bytes + (s.file_offset - read.offset);
-    if (!copies.empty() && Extend(copies.back(), src, dst, s.bytes)) continue;
-    copies.push_back(DeviceCopy{dst, src, s.bytes, 1, s.bytes, s.bytes});
+    const Storage* const storage = dest.storage().get();
+    if (!copies.empty() && copies.back().storage == storage &&
+        Extend(copies.back(), src, dst, s.bytes)) {
+      continue;
+    }
+    copies.push_back(DeviceCopy{storage, dst, src, s.bytes, 1, s.bytes, s.bytes});
   }
 }
 

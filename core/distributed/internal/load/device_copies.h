@@ -35,8 +35,10 @@
 namespace sdrt::internal {
 
 // `height` rows of `width` bytes: row r from src + r * src_pitch (host memory: a staging
-// buffer) to dst + r * dst_pitch (device memory: one or several adjacent dests).
+// buffer) to dst + r * dst_pitch (device memory: one or several adjacent dests of one
+// allocation, `storage`: a copy never spans two, which CUDA does not promise to allow).
 struct DeviceCopy {
+  const Storage* storage = nullptr;
   uint8_t* dst = nullptr;
   const uint8_t* src = nullptr;
   int64_t width = 0;      // > 0, bytes per row
@@ -47,8 +49,9 @@ struct DeviceCopy {
 
 // Plans the copies of `read`'s segments (into dests[segment.tensor]) whose dests are on
 // `device`, the read's first byte (file offset read.offset) being at `bytes`: appended to
-// `copies`, the first joined to copies.back() where it continues it (so the reads of one
-// buffer, planned one after another into one vector, share copies). The segments no copy
+// `copies`, the first joined to copies.back() where it continues it in the same dest
+// allocation (so the reads of one buffer, planned one after another into one vector, share
+// copies; the load's fresh arena holds its new locals in one allocation). The segments no copy
 // covers (a cast, another device, not one contiguous range of the dest) are appended to
 // `others` (indices into plan.segments, in order). Each copy writes exactly the bytes its
 // segments name.

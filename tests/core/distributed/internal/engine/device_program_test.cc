@@ -1,10 +1,9 @@
 // What CompileTransfer (core/distributed/internal/engine/program.h) decides for a device
-// communicator, checked on any machine: a program compiled for a CUDA site with CPU locals
-// allocates no device memory when every chunk is a copy to itself, so its choices can be
-// read and run here. A tensor with Partial contributions to reduce at its receivers is
-// refused on every rank alike (also on ranks that receive no later contribution), before
-// anything moves; chunks to themselves go local to local (CopyToSelf) instead of through the
-// send bucket; and with ScheduleTransfer's chunk alignment of device buckets every chunk and
+// communicator, checked on any machine. A tensor with Partial contributions to reduce at its
+// receivers is refused on every rank alike (also on ranks that receive no later
+// contribution), before anything moves; chunks to themselves whose locals are on the
+// communicator's device go local to local (CopiesToSelfDirectly, CopyToSelf: run here with
+// CPU locals standing for a device's) instead of through the send bucket; and with ScheduleTransfer's chunk alignment of device buckets every chunk and
 // unit starts on 16 bytes, which the MPI twin (reshard_mpi_test) runs between processes.
 #include <cstdint>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/core/distributed/internal/engine/program.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/engine/self_copy.h"
 #include "sdrt/tests/core/distributed/internal/engine/simulator.h"
 #include "sdrt/tests/support/fill.h"
 
@@ -22,7 +22,6 @@ namespace sdrt::test {
 namespace {
 
 using internal::TransferProgram;
-using Kind = TransferProgram::Op::Kind;
 using ::testing::HasSubstr;
 
 // Schedules `plan` (every rank's) for `rank` with `alignment` and small buckets.
@@ -90,10 +89,12 @@ TEST(DeviceProgramTest, PartialReductionsAreRefusedOnEveryRankBeforeAnythingMove
   }
 }
 
-TEST(DeviceProgramTest, ChunksToItselfGoLocalToLocalWithoutABucket) {
+TEST(DeviceProgramTest, ChunksToItselfCopyLocalToLocalWhereBothLocalsAreOnTheDevice) {
   // A mesh of one: every chunk goes to the rank itself. Sources laid out transposed or
   // narrowed (no dense range to memmove), destinations contiguous; bfloat16 and an odd
-  // uint8 shape.
+  // uint8 shape. CopyToSelf copies each chunk's boxes local to local (here on the CPU,
+  // whose locals stand for a device's); with the locals on another device than the
+  // communicator's the chunk goes through the bucket instead.
   const std::vector<internal::TransferTensor> tensors = {
       Describe("q", DType::kBFloat16, {24, 10}, MeshLayout({1}, {}, "[S(0)]"),
                MeshLayout({1}, {}, "[S(1)]")),
@@ -105,30 +106,29 @@ TEST(DeviceProgramTest, ChunksToItselfGoLocalToLocalWithoutABucket) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     // Buckets of 64 bytes cut the boxes into many chunks, each its own copy.
     const internal::TransferSchedule schedule = ScheduleFor(*plan, 0, 16, 64);
+    ASSERT_GT(schedule.steps.size(), tensors.size());
     std::vector<std::vector<Tensor>> sources(tensors.size()), results(tensors.size()),
         expected(tensors.size());
-    internal::TransferLocals source_locals, destination_locals;
+    internal::TransferLocals from, to;
     for (size_t t = 0; t < tensors.size(); ++t) {
       const Tensor full = HashBytes(tensors[t].shape, tensors[t].dtype, 40 + t);
       sources[t].push_back(*Relayout((*PieceLocals(full, tensors[t], true))[0][0], layout));
       expected[t] = (*PieceLocals(full, tensors[t], false))[0];
       results[t].push_back(*Tensor::Zeros(expected[t][0].shape(), tensors[t].dtype));
-      source_locals.Add(sources[t]);
-      destination_locals.Add(results[t]);
+      from.Add(sources[t]);
+      to.Add(results[t]);
     }
-    const internal::TransferSite site(0, 1, Device::CUDA(0));
-    absl::StatusOr<TransferProgram> program = internal::CompileTransfer(
-        *plan, schedule, {}, site, source_locals, destination_locals);
-    ASSERT_TRUE(program.ok()) << program.status();
-    EXPECT_EQ(program->stats.buffer_bytes, 0) << "no bucket for copies local to local";
-    ASSERT_FALSE(program->ops.empty());
-    for (const TransferProgram::Op& op : program->ops) {
-      EXPECT_EQ(op.kind, Kind::kSelfDirect);
+    for (const internal::TransferSchedule::Step& step : schedule.steps) {
+      const internal::TransferTensorPlan& tp = plan->tensors[step.tensor];
+      ASSERT_TRUE(internal::CopiesToSelfDirectly(tp, *step.chunk, from.of(step.tensor),
+                                                 to.of(step.tensor), Device::CPU()));
+      EXPECT_FALSE(internal::CopiesToSelfDirectly(tp, *step.chunk, from.of(step.tensor),
+                                                  to.of(step.tensor), Device::CUDA(0)))
+          << "CPU locals of a CUDA communicator go through its bucket";
+      const absl::Status copied = internal::CopyToSelf(
+          tp, *step.chunk, from.of(step.tensor), to.of(step.tensor), false, nullptr);
+      ASSERT_TRUE(copied.ok()) << copied;
     }
-    // No communicator: the copies run on the host, blocking (CopyToSelf's CPU case).
-    const absl::Status run = internal::RunTransfer(*program, *plan, schedule, nullptr,
-                                                   source_locals, destination_locals);
-    ASSERT_TRUE(run.ok()) << run;
     for (size_t t = 0; t < tensors.size(); ++t) {
       ASSERT_EQ(results[t][0].nbytes(), expected[t][0].nbytes());
       EXPECT_EQ(std::memcmp(results[t][0].data_ptr(), expected[t][0].data_ptr(),
@@ -137,6 +137,27 @@ TEST(DeviceProgramTest, ChunksToItselfGoLocalToLocalWithoutABucket) {
           << tensors[t].name;
     }
   }
+  // A strided source (_StridedShard on a mesh of one has several runs on its dim) is not
+  // one view: through the bucket.
+  absl::StatusOr<internal::TransferPlan> strided = internal::PlanTransfer(
+      {Describe("s", DType::kFloat32, {8, 4}, MeshLayout({1}, {}, "[_S(0, 2)]"),
+                MeshLayout({1}, {}, "[S(0)]"))},
+      {});
+  ASSERT_TRUE(strided.ok()) << strided.status();
+  const internal::TransferTensorPlan& tp = strided->tensors[0];
+  const IntVector local_shape = tp.source()[0].local_shape;
+  const std::vector<Tensor> src = {*Tensor::Zeros(local_shape, DType::kFloat32)};
+  const std::vector<Tensor> dst = {*Tensor::Zeros(tp.destination()[0].local_shape,
+                                                  DType::kFloat32)};
+  internal::TransferLocals from, to;
+  from.Add(src);
+  to.Add(dst);
+  bool any_direct = false;
+  for (const internal::TransferMessage& m : tp.messages()) {
+    any_direct = any_direct || internal::CopiesToSelfDirectly(tp, m, from.of(0), to.of(0),
+                                                              Device::CPU());
+  }
+  EXPECT_EQ(any_direct, tp.source()[0].runs[0].size() == 1);
 }
 
 TEST(DeviceProgramTest, AlignedChunksStartOn16BytesAndBothSidesAgree) {

@@ -58,6 +58,12 @@ std::string CudaVersionString() {
 
 absl::Status SetCurrentCudaDevice(int device) { return SDRT_CUDA_STATUS(cudaSetDevice(device)); }
 
+absl::StatusOr<std::string> CudaPciBusId(int device) {
+  char id[32] = {};  // "dddd:bb:dd.f" and its end, with room to spare
+  SDRT_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof(id)), device));
+  return std::string(id);
+}
+
 absl::StatusOr<CudaStream> CudaStream::Create(int device) {
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(device));

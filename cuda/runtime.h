@@ -47,6 +47,12 @@ inline constexpr int kCurrentCudaDevice = -1;
 // device 0. InvalidArgument for an invalid ordinal; Unavailable without CUDA or a device.
 absl::Status SetCurrentCudaDevice(int device);
 
+// The PCI bus id of CUDA device `device` ("0000:19:00.0", cudaDeviceGetPCIBusId): the same
+// for one GPU whatever CUDA_VISIBLE_DEVICES numbers it as, so ranks of one host can tell
+// whether they were given one GPU. CUDA's error for an invalid ordinal; Unavailable
+// without CUDA or a device.
+absl::StatusOr<std::string> CudaPciBusId(int device);
+
 // An owned, non-blocking CUDA stream on one device. Move-only; destroyed with the object
 // (on its device).
 class CudaStream {

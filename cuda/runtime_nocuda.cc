@@ -18,6 +18,7 @@ int CudaDeviceCount() { return 0; }
 absl::Status CudaAvailable() { return NoCuda("CudaAvailable"); }
 std::string CudaVersionString() { return "built without CUDA"; }
 absl::Status SetCurrentCudaDevice(int) { return NoCuda("SetCurrentCudaDevice"); }
+absl::StatusOr<std::string> CudaPciBusId(int) { return NoCuda("CudaPciBusId"); }
 
 absl::StatusOr<CudaStream> CudaStream::Create(int) { return NoCuda("CudaStream::Create"); }
 CudaStream::CudaStream(CudaStream&& other) noexcept = default;

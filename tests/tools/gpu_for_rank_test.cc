@@ -1,5 +1,6 @@
 // GpuForRank (tools/sdrt/internal/gpu_for_rank.h): the GPU a rank takes with --device cuda,
-// from the devices it sees and its place among its node's ranks. No GPU needed.
+// from the devices it sees and its place among its node's ranks; RefuseSharedGpus: two ranks
+// of a host on one GPU. No GPU needed.
 #include "sdrt/tools/sdrt/internal/gpu_for_rank.h"
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,22 @@ TEST(GpuForRank, BadInputsAreInvalidArguments) {
                 HasSubstr(absl::StrCat("local rank ", c.local_rank, " of ", c.local_size)))
         << what;
   }
+}
+
+// Two ranks of a host given one GPU (the same PCI bus id), as when the launcher left every
+// rank of a node the same one device: refused naming both ranks; the same bus id on other
+// hosts is another GPU.
+TEST(RefuseSharedGpus, TheSameGpuOnOneHostIsRefusedOnOthersNot) {
+  EXPECT_TRUE(RefuseSharedGpus({}).ok());
+  EXPECT_TRUE(RefuseSharedGpus({"a 0000:19:00.0", "a 0000:3b:00.0", "b 0000:19:00.0",
+                                "b 0000:3b:00.0"})
+                  .ok());
+  const absl::Status shared =
+      RefuseSharedGpus({"a 0000:19:00.0", "a 0000:3b:00.0", "b 0000:19:00.0", "a 0000:19:00.0"});
+  EXPECT_EQ(shared.code(), absl::StatusCode::kInvalidArgument) << shared;
+  EXPECT_THAT(shared.message(),
+              AllOf(HasSubstr("ranks 0 and 3"), HasSubstr("a 0000:19:00.0"),
+                    HasSubstr("CUDA_VISIBLE_DEVICES")));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "sdrt/tools/sdrt/internal/gpu_for_rank.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -24,6 +25,20 @@ absl::StatusOr<int> GpuForRank(int visible_devices, int local_rank, int local_si
         "(CUDA_VISIBLE_DEVICES)"));
   }
   return local_rank;
+}
+
+absl::Status RefuseSharedGpus(const std::vector<std::string>& gpus) {
+  absl::flat_hash_map<std::string, size_t> first;
+  for (size_t q = 0; q < gpus.size(); ++q) {
+    const auto [it, fresh] = first.try_emplace(gpus[q], q);
+    if (!fresh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device cuda: ranks ", it->second, " and ", q, " were given one GPU (", gpus[q],
+          "); each rank needs its own: one GPU per rank through CUDA_VISIBLE_DEVICES, or "
+          "every GPU visible to every rank of the node"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sdrt::cli

@@ -4,6 +4,10 @@
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_GPU_FOR_RANK_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_GPU_FOR_RANK_H_
 
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace sdrt::cli {
@@ -22,6 +26,12 @@ namespace sdrt::cli {
 // InvalidArgument for visible_devices < 0, local_size < 1 or local_rank outside
 // [0, local_size).
 absl::StatusOr<int> GpuForRank(int visible_devices, int local_rank, int local_size);
+
+// Whether two ranks were given one GPU: `gpus[q]` is rank q's (its host name and its GPU's
+// PCI bus id, CudaPciBusId, as one string). InvalidArgument naming the first two ranks that
+// share one and the GPU (NCCL would refuse them at its init, but only on those ranks,
+// while the others waited for them there until the deadline); OK otherwise.
+absl::Status RefuseSharedGpus(const std::vector<std::string>& gpus);
 
 }  // namespace sdrt::cli
 

@@ -13,6 +13,7 @@
 #endif
 #if SDRT_CLI_HAVE_NCCL
 #include "sdrt/comm/nccl_communicator.h"
+#include "sdrt/core/distributed/internal/node.h"
 #include "sdrt/tools/sdrt/internal/gpu_for_rank.h"
 #endif
 
@@ -24,9 +25,10 @@ namespace {
 // node-local rank `local_rank` of `local_size` (gpu_for_rank.h: the one device a rank sees,
 // or the one of its local rank). Its errors (with why CUDA sees no device when none is
 // visible) and SetCurrentCudaDevice's are agreed over `world` (AgreeAcrossRanks), so that
-// every rank fails alike instead of some waiting for the others in NCCL's init. On success
-// the GPU is made this process's current device before anything else uses CUDA, so that no
-// rank opens a context on another rank's GPU (GPU 0 above all).
+// every rank fails alike instead of some waiting for the others in NCCL's init; so are two
+// ranks of a host given one GPU (RefuseSharedGpus of every rank's host and PCI bus id). On
+// success the GPU is made this process's current device before anything else uses CUDA, so
+// that no rank opens a context on another rank's GPU (GPU 0 above all).
 absl::StatusOr<int> ChooseGpu(Communicator& world, int local_rank, int local_size) {
   const int count = CudaDeviceCount();
   const absl::StatusOr<int> gpu = GpuForRank(count, local_rank, local_size);
@@ -36,7 +38,18 @@ absl::StatusOr<int> ChooseGpu(Communicator& world, int local_rank, int local_siz
                         absl::StrCat(mine.message(), " (", CudaAvailable().message(), ")"));
   }
   if (mine.ok()) mine = SetCurrentCudaDevice(*gpu);
+  std::string bus;
+  if (mine.ok()) {
+    absl::StatusOr<std::string> id = CudaPciBusId(*gpu);
+    mine = id.status();
+    if (id.ok()) bus = *std::move(id);
+  }
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(world, "", "", {}, mine));
+  // Two ranks of a host on one GPU are refused on every rank now, not by NCCL's init on
+  // those two while the others wait for them.
+  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> gpus,
+                        world.AllGatherBytes(absl::StrCat(internal::HostName(), " ", bus)));
+  SDRT_RETURN_IF_ERROR(RefuseSharedGpus(gpus));
   return *gpu;
 }
 #endif

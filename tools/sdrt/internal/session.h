@@ -40,9 +40,9 @@ struct Session {
 // CUDA, and joins NCCL on it (NcclCommunicator::CreateFromCommunicator over the world).
 // FailedPrecondition, the same on every rank, when no GPU is visible or a rank sees more than
 // one but fewer than its node's ranks (the message names both numbers), and for cuda in a
-// build without NCCL; NCCL's init errors agreed across the ranks, so that every rank reports
-// what any rank hit (two ranks on one GPU: InvalidArgument with a hint); the backends'
-// errors. Every communicator of the session has `timeout` (--timeout,
+// build without NCCL; InvalidArgument on every rank when two ranks of a host were given one
+// GPU (told apart by host name and PCI bus id before NCCL starts); NCCL's init errors agreed
+// across the ranks, so that every rank reports what any rank hit; the backends' errors. Every communicator of the session has `timeout` (--timeout,
 // tools/sdrt/internal/deadline.h): DeadlineExceeded when a rank does not arrive within it,
 // starting with MPI's world.
 absl::StatusOr<Session> StartSession(bool cuda, std::chrono::milliseconds timeout);

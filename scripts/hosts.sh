@@ -24,12 +24,16 @@
 #                                 else 77 with the reason (a test's "skipped").
 #
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and util-linux's unshare. The
-# prefix (SDRT_HOSTS_PREFIX, default sdrt-h) keeps two users of the script apart.
+# prefix (SDRT_HOSTS_PREFIX, default sdrt-h, at most 9 characters: interface names are) and
+# the subnet (SDRT_HOSTS_SUBNET, three octets, default 10.213.0) keep two users of the script
+# apart (the tests use their own).
 set -euo pipefail
 
 prefix=${SDRT_HOSTS_PREFIX:-sdrt-h}
 bridge=${prefix}br
-subnet=10.213.0
+subnet=${SDRT_HOSTS_SUBNET:-10.213.0}
+[ ${#prefix} -le 9 ] || { echo "hosts.sh: SDRT_HOSTS_PREFIX longer than 9" >&2; exit 2; }
+[[ $subnet =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "hosts.sh: bad SDRT_HOSTS_SUBNET" >&2; exit 2; }
 script=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 
 die() { echo "hosts.sh: $*" >&2; exit 2; }
@@ -139,6 +143,7 @@ case "${1:-}" in
   launch) shift; launch "$@" ;;
   mpiexec) shift; run_mpiexec "$@" ;;
   # hydra calls its launcher as ssh: [options] HOST COMMAND
-  -x | 10.213.0.*) launch "$@" ;;
+  -*) launch "$@" ;;
+  "$subnet".*) launch "$@" ;;
   *) die "usage: scripts/hosts.sh up N | down | check | mpiexec HOSTS ARGS... | launch ADDRESS CMD" ;;
 esac

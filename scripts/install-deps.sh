@@ -3,7 +3,8 @@
 # prints nothing when everything is already there. The CUDA toolkit and NCCL are not
 # Debian packages: they are used from /usr/local/cuda when present (CUDA builds are AUTO).
 # clang and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes of Debian's default
-# clang, 14 in bookworm) build the fuzz targets (scripts/fuzz.sh).
+# clang, 14 in bookworm) build the fuzz targets (scripts/fuzz.sh); iproute2 makes the test
+# hosts of the `hosts` test (scripts/hosts.sh).
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,7 @@ packages=(
   nlohmann-json3-dev libdlpack-dev libxxhash-dev libcli11-dev libre2-dev
   xxhash
   clang libclang-rt-14-dev
+  iproute2
 )
 
 missing=()

@@ -144,6 +144,13 @@ absl::Status CudaEvent::Block(StreamHandle stream) const {
   return SDRT_CUDA_STATUS(cudaStreamWaitEvent(AsStream(stream), AsEvent(event_), 0));
 }
 
+absl::Status WaitForLegacyStream(int device, StreamHandle stream) {
+  SDRT_ASSIGN_OR_RETURN(CudaEvent before, CudaEvent::Create(device, EventTiming::kDisabled));
+  SDRT_RETURN_IF_ERROR(before.Record(nullptr));
+  // The event may go once the wait is enqueued.
+  return before.Block(stream);
+}
+
 absl::StatusOr<float> CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(start.device_));

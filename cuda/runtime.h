@@ -106,6 +106,13 @@ class CudaEvent {
   int device_ = 0;
 };
 
+// Makes `stream` (a stream of CUDA device `device`, usually non-blocking) wait for what is
+// enqueued now on that device's legacy default stream, without blocking the host: an event
+// recorded there and waited on (cudaStreamWaitEvent). So the caller's work there (PyTorch's
+// default stream, and the blocking streams it waits for) runs before what the caller's
+// callee enqueues on `stream` next. CUDA's errors; Unavailable without CUDA.
+absl::Status WaitForLegacyStream(int device, StreamHandle stream);
+
 // RAII device memory: a Storage on CUDA:device whose bytes are cudaFree'd when the last
 // holder (buffer handle or tensor viewing it) lets go.
 using DeviceBuffer = std::shared_ptr<Storage>;

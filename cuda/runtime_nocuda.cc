@@ -35,6 +35,7 @@ CudaEvent::~CudaEvent() = default;
 absl::Status CudaEvent::Record(StreamHandle) { return NoCuda("CudaEvent::Record"); }
 absl::Status CudaEvent::Synchronize() const { return NoCuda("CudaEvent::Synchronize"); }
 absl::Status CudaEvent::Block(StreamHandle) const { return NoCuda("CudaEvent::Block"); }
+absl::Status WaitForLegacyStream(int, StreamHandle) { return NoCuda("WaitForLegacyStream"); }
 absl::StatusOr<float> CudaEvent::ElapsedMs(const CudaEvent&, const CudaEvent&) {
   return NoCuda("CudaEvent::ElapsedMs");
 }

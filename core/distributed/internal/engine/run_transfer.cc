@@ -47,15 +47,6 @@ void KeepBuckets(const TransferProgram& program) {
   }
 }
 
-// Makes `stream` (of CUDA device `device`) wait for what is enqueued on the device's legacy
-// default stream now: the caller's writes of the sources (and reads of the destinations)
-// there, as PyTorch's default stream makes them, come before the transfer's copies.
-absl::Status AfterDefaultStream(int device, StreamHandle stream) {
-  SDRT_ASSIGN_OR_RETURN(CudaEvent before, CudaEvent::Create(device, EventTiming::kDisabled));
-  SDRT_RETURN_IF_ERROR(before.Record(nullptr));
-  return before.Block(stream);
-}
-
 // Runs ops [begin, end) of `program`: on `stream` without waiting when `device` (program.h).
 absl::Status RunOps(const TransferProgram& program, const TransferPlan& plan,
                     const TransferSchedule& schedule, const TransferLocals& sources,
@@ -109,8 +100,9 @@ absl::Status RunTransfer(
   // This rank's first error in its own steps. The rank still makes every exchange (with
   // whatever its buckets hold) so that no other rank waits for it until the deadline; the
   // caller's closing then reports the error on every rank.
+  // (The caller's writes of the sources and reads of the destinations there come first.)
   absl::Status local = device && stream != nullptr
-                           ? AfterDefaultStream(comm->device().index, stream)
+                           ? WaitForLegacyStream(comm->device().index, stream)
                            : absl::OkStatus();
   const auto run = [&](size_t begin, size_t end) {
     if (local.ok()) {

@@ -21,10 +21,8 @@ absl::StatusOr<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(int device,
   SDRT_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(device));
   SDRT_ASSIGN_OR_RETURN(DeviceBackend* const backend, GetDeviceBackend(DeviceType::kCUDA));
   // The caller's pending work on the legacy default stream first (ours is non-blocking: it
-  // would not wait by itself). The event may go once the wait is enqueued.
-  SDRT_ASSIGN_OR_RETURN(CudaEvent before, CudaEvent::Create(device, EventTiming::kDisabled));
-  SDRT_RETURN_IF_ERROR(before.Record(nullptr));
-  SDRT_RETURN_IF_ERROR(before.Block(stream.handle()));
+  // would not wait by itself).
+  SDRT_RETURN_IF_ERROR(WaitForLegacyStream(device, stream.handle()));
   std::unique_ptr<DeviceStaging> staging(new DeviceStaging(device, std::move(stream), backend));
   for (int i = 0; i < buffers; ++i) {
     SDRT_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::Create(device, EventTiming::kDisabled));

@@ -2,13 +2,15 @@
 // as MPI_Irecv / MPI_Isend on one tag, then one wait under the call's deadline. MPI keeps
 // the messages between two ranks on one (communicator, tag) in order, which is the pairing
 // Exchange promises. A message above 1 GiB goes as 1 GiB pieces, which both sides cut
-// alike since the paired messages have the same size.
+// alike since the paired messages have the same size. The requests of an exchange of up
+// to kInlineRequests messages live on the stack: a weight sync's every step (a bound
+// reshard's exchanges) allocates nothing here.
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "sdrt/comm/internal/mpi_check.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/tensor/status_macros.h"
@@ -18,6 +20,7 @@ namespace {
 
 constexpr int kExchangeTag = 4711;
 constexpr int64_t kPieceBytes = int64_t{1} << 30;
+constexpr size_t kInlineRequests = 64;  // receives and sends from and to 32 peers
 
 int64_t Pieces(int64_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; }
 
@@ -32,7 +35,7 @@ absl::Status MpiCommunicator::DoExchange(absl::Span<const SendMessage> sends,
   int64_t count = 0;
   for (const SendMessage& m : sends) count += Pieces(m.bytes);
   for (const ReceiveMessage& m : receives) count += Pieces(m.bytes);
-  std::vector<MPI_Request> requests;
+  absl::InlinedVector<MPI_Request, kInlineRequests> requests;
   requests.reserve(static_cast<size_t>(count));
   // Receives first, so that no send waits for its receive to be posted.
   for (const ReceiveMessage& m : receives) {

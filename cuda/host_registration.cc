@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/device_guard.h"
+#include "sdrt/cuda/pinning_counts.h"
 #include "sdrt/cuda/registration_chunks.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/status_macros.h"
@@ -95,6 +96,7 @@ absl::StatusOr<Chunks> RegisterChunks(void* ptr, int64_t nbytes, unsigned flags,
   chunks.starts.reserve(planned.size());
   for (size_t i = 0; i < planned.size(); ++i) {
     char* start = static_cast<char*>(ptr) + planned[i].offset;
+    internal::CountHostRegistration();
     const cudaError_t error =
         cudaHostRegister(start, static_cast<size_t>(planned[i].nbytes), device_flags);
     if (error != cudaSuccess) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/cuda/cuda_check.h"
 #include "sdrt/cuda/device_guard.h"
+#include "sdrt/cuda/pinning_counts.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt {
@@ -185,6 +186,7 @@ absl::StatusOr<std::shared_ptr<Storage>> PinnedHostAllocator::Allocate(int64_t n
   internal::DeviceGuard guard;
   SDRT_RETURN_IF_ERROR(guard.Enter(on));
   void* ptr = nullptr;
+  internal::CountPinnedAllocation();
   SDRT_CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(&ptr, static_cast<size_t>(nbytes), cudaHostAllocPortable));
   return Storage::Wrap(ptr, nbytes, Device::CPU(), StorageKind::kPinnedHost,

@@ -213,6 +213,17 @@ class HostRegistration {
 absl::Status PinStorage(Storage& storage, unsigned flags,
                         const HostRegistrationOptions& options = {});
 
+// How many times sdrt has pinned host memory in this process, on every thread: cudaHostRegister
+// calls (one per chunk of a HostRegistration or PinStorage, failed ones included) and
+// cudaHostAlloc calls (PinnedHostAllocator, failed ones included). Both 0 in a build without
+// CUDA. For checking that a loop pins nothing once warm (bench/sync_soak.cc: a bound reshard
+// registers nothing per step).
+struct HostPinningCounts {
+  int64_t registrations = 0;
+  int64_t allocations = 0;
+};
+HostPinningCounts HostPinningCountsSoFar();
+
 }  // namespace sdrt
 
 #endif  // SDRT_CUDA_RUNTIME_H_

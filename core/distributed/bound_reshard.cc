@@ -9,6 +9,7 @@
 #include "sdrt/core/distributed/internal/engine/plan_state.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
+#include "sdrt/tensor/tensor.h"
 
 namespace sdrt {
 
@@ -18,6 +19,7 @@ struct BoundReshard::State {
   // into the plan's schedule and into the locals' memory.
   internal::FoundTransferLocals locals;
   std::optional<internal::TransferProgram> program;
+  Tensor close_flag;  // the closing's all-reduce (internal::CloseTransfer), kept for every step
 };
 
 BoundReshard::BoundReshard(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -32,7 +34,8 @@ absl::Status BoundReshard::Execute(TransferStats* stats) {
     return absl::FailedPreconditionError("BoundReshard::Execute: a moved-from binding");
   }
   return internal::RunCompiledReshard("BoundReshard::Execute", *state_->plan.state_,
-                                      *state_->program, state_->locals, /*collectives=*/0, stats);
+                                      *state_->program, state_->locals, /*collectives=*/0, stats,
+                                      &state_->close_flag);
 }
 
 absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& source,
@@ -41,8 +44,13 @@ absl::StatusOr<BoundReshard> BindReshard(const ReshardPlan& plan, const Map& sou
   const ReshardPlan::State& s = *plan.state_;
   auto state = std::make_unique<BoundReshard::State>();
   state->plan = plan;
-  const absl::Status local_error = internal::PrepareReshard(s, source, destination, /*keep=*/true,
-                                                            state->locals, state->program);
+  absl::Status local_error = internal::PrepareReshard(s, source, destination, /*keep=*/true,
+                                                      state->locals, state->program);
+  if (local_error.ok()) {
+    absl::StatusOr<Tensor> flag = Tensor::Empty({1}, DType::kInt64, Device::CPU());
+    local_error = flag.status();
+    if (flag.ok()) state->close_flag = *std::move(flag);
+  }
   SDRT_RETURN_IF_ERROR(AgreeAcrossRanks(*s.comm, "BindReshard", "", {}, local_error));
   SDRT_RETURN_IF_ERROR(internal::InstallFreshLocals(state->locals));
   // The destination tree's leaves are not needed again (and may go with the tree).

@@ -223,7 +223,7 @@ absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source
 
 absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::State& s,
                                 const TransferProgram& program, FoundTransferLocals& locals,
-                                int64_t collectives, TransferStats* stats) {
+                                int64_t collectives, TransferStats* stats, Tensor* close_flag) {
   Communicator& comm = *s.comm;
   QuantizeWork& quantize = locals.mapped.quantize;
   if (quantize.on_senders && !quantize.sources.empty()) {
@@ -234,7 +234,9 @@ absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::S
   absl::Status status =
       RunTransfer(program, s.plan, s.schedule, &comm, locals.sources, locals.destinations);
   collectives += static_cast<int64_t>(program.exchanges.size());
-  if (!program.exchanges.empty()) status = CloseTransfer(comm, op, status, &collectives);
+  if (!program.exchanges.empty()) {
+    status = CloseTransfer(comm, op, status, &collectives, close_flag);
+  }
   if (status.ok() && quantize.any()) status = FinishQuantized(quantize, &comm);
   if (status.ok() && locals.mapped.dequantize.any()) {
     status = FinishDequantized(locals.mapped.dequantize);

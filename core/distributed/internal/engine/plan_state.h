@@ -48,10 +48,11 @@ absl::Status PrepareReshard(const sdrt::ReshardPlan::State& s, const Map& source
 // Runs a compiled reshard and closes the call (transfer.h), filling `stats` when not null:
 // the plan's figures, this rank's from `program`, and `collectives` made before it (the
 // agreement) plus the exchanges and the closing. FP8 leaves (mapping/quantize.h): their
-// scales all-reduced before the exchanges, written after them.
+// scales all-reduced before the exchanges, written after them. `close_flag`: CloseTransfer's
+// (transfer.h; a bound reshard's own), or null.
 absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::State& s,
                         const TransferProgram& program, FoundTransferLocals& locals,
-                        int64_t collectives, TransferStats* stats);
+                        int64_t collectives, TransferStats* stats, Tensor* close_flag = nullptr);
 
 }  // namespace internal
 

@@ -63,10 +63,15 @@ void PadExchanges(ExchangeCounts mine, ExchangeCounts most, TransferProgram& pro
 }
 
 absl::Status CloseTransfer(Communicator& comm, absl::string_view op, const absl::Status& status,
-                           int64_t* collectives) {
+                           int64_t* collectives, Tensor* flag) {
   // A communicator that timed out can take no more calls; its error is the verdict.
   if (status.code() == absl::StatusCode::kDeadlineExceeded) return status;
-  SDRT_ASSIGN_OR_RETURN(Tensor failed, Tensor::Empty({1}, DType::kInt64, Device::CPU()));
+  Tensor made;
+  if (flag == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(made, Tensor::Empty({1}, DType::kInt64, Device::CPU()));
+    flag = &made;
+  }
+  Tensor& failed = *flag;
   *static_cast<int64_t*>(failed.data_ptr()) = status.ok() ? 0 : 1;
   if (collectives != nullptr) ++*collectives;
   // A broken communicator refuses at once: this rank's own error says more.

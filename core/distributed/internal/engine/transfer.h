@@ -62,9 +62,11 @@ void PadExchanges(ExchangeCounts mine, ExchangeCounts most, TransferProgram& pro
 // The closing of a call (see above): one all-reduce of the status codes; when some rank
 // failed, an agreement on the messages (AgreeAcrossRanks: "<op>: rank R: ..."). A
 // communicator that failed (DeadlineExceeded, FailedPrecondition of a broken one) returns
-// `status` as it is. Counts its collectives in *collectives.
+// `status` as it is. Counts its collectives in *collectives. `flag`, when not null, is the
+// one-element int64 CPU tensor the status codes are all-reduced in (a bound reshard keeps
+// one, so that its steps allocate nothing); else one is made.
 absl::Status CloseTransfer(Communicator& comm, absl::string_view op, const absl::Status& status,
-                           int64_t* collectives);
+                           int64_t* collectives, Tensor* flag = nullptr);
 
 struct TransferRunOptions {
   int64_t bucket_bytes = int64_t{256} << 20;  // >= 64

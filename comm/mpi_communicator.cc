@@ -25,12 +25,7 @@ constexpr int64_t kMaxAllgathervCount = int64_t{32} << 10;
 constexpr int64_t kAllReducePieceBytes = int64_t{16} << 20;
 
 using internal::ToComm;
-
-intptr_t ToHandle(MPI_Comm comm) {
-  intptr_t handle = 0;
-  std::memcpy(&handle, &comm, sizeof(comm));
-  return handle;
-}
+using internal::ToHandle;
 
 void FinalizeMpi() {
   int finalized = 0;

@@ -25,8 +25,8 @@
 //
 // Ownership: the MPI communicator is freed by the destructor (unless MPI was already
 // finalized). This header does not include mpi.h. In a build without MPI the same header is
-// served by comm/mpi_communicator_nompi.cc: World, Duplicate, DuplicateFortran return
-// Unavailable, and AbortJob ends this process (the whole job) with the exit code.
+// served by comm/mpi_communicator_nompi.cc: World, Duplicate, DuplicateFortran, Accept and
+// Connect return Unavailable, and AbortJob ends this process (the whole job) with the exit code.
 #ifndef SDRT_COMM_MPI_COMMUNICATOR_H_
 #define SDRT_COMM_MPI_COMMUNICATOR_H_
 
@@ -67,6 +67,41 @@ class MpiCommunicator final : public Communicator {
   // MPI_Fint, MPI_COMM_NULL, or (under MPICH) without a communicator's handle bits.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> DuplicateFortran(
       int64_t fortran_handle, std::chrono::milliseconds timeout = kDefaultTimeout);
+
+  // Two separately launched jobs (two `mpiexec`s: a trainer's and an engine's) joined into
+  // one communicator through MPI's dynamic processes (MPI_Open_port, MPI_Comm_accept /
+  // MPI_Comm_connect, MPI_Intercomm_merge). One job calls Accept and the other Connect with
+  // the same `port_file`, a path both can reach (a shared folder across hosts). Each is
+  // collective over its own job's MPI_COMM_WORLD and initializes MPI as World does. The
+  // result spans both jobs, the accepting job's ranks first (ranks 0..A-1 in their
+  // MPI_COMM_WORLD order, then the connecting job's), with timeout() `timeout`; freeing it
+  // frees the link (the jobs may then meet again, e.g. a trainer accepting a restarted
+  // engine). Needs no more than MPI_THREAD_SERIALIZED: no thread calls MPI.
+  //
+  // Accept: rank 0 opens a port and writes its name to `port_file` atomically (a temporary
+  // file in the same folder, fsync, rename; InvalidArgument, before MPI is asked, when
+  // `port_file` exists and is not a regular file; a symlink is never followed), waits for a
+  // connector to claim it (Connect renames it to `port_file`.claimed), and only then enters
+  // MPI_Comm_accept, which has no deadline of its own; it removes both names when done, on
+  // failure too, and nothing it did not write. DeadlineExceeded naming `port_file` and the
+  // wait when nobody claims the port within `timeout` (every rank gets it; no file is left);
+  // FailedPrecondition when `port_file`.claimed already exists (left by a job that died).
+  // Connect: rank 0 polls for `port_file` until `timeout` passes (DeadlineExceeded naming it
+  // and the wait), reads at most MPI_MAX_PORT_NAME bytes of it (InvalidArgument for a
+  // symlink, a non-regular or larger file, or bytes that are not a port name), claims it,
+  // and every rank calls MPI_Comm_connect with MPI's "timeout" info set to what is left of
+  // `timeout` (MPICH's connect then fails with MPI_ERR_PORT, not exactly on time, if the
+  // acceptor never accepts).
+  //
+  // Limits (docs/ARCHITECTURE.md, "Two jobs that meet"): the MPI library must implement
+  // dynamic processes (MPICH 5's ch4:ofi does, docs/HOSTS.md; MPICH 4.0's ch4:ucx netmod,
+  // Debian 12's, does not: MPI_Open_port and MPI_Comm_connect fail with "The function is
+  // currently not supported with ucx netmod", returned as MPI's error); a connector that dies between its claim and its connect
+  // leaves the acceptor blocked in MPI_Comm_accept. Unavailable in a build without MPI.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Accept(
+      const std::string& port_file, std::chrono::milliseconds timeout = kDefaultTimeout);
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Connect(
+      const std::string& port_file, std::chrono::milliseconds timeout = kDefaultTimeout);
 
   // Ends every process of the MPI job, this one included, with exit status `exit_code`
   // (MPI_Abort on MPI_COMM_WORLD; mpiexec kills the other ranks, a stopped one too). What a
@@ -120,6 +155,10 @@ class MpiCommunicator final : public Communicator {
   // A communicator over `comm` (adopted: freed with the object, also on error), with its
   // roll-call duplicate made under `timeout`.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Adopt(Handle comm,
+                                                                std::chrono::milliseconds timeout);
+  // The merged communicator of Accept (`accepting`) or Connect over the intercommunicator
+  // `inter` (freed here): comm/mpi_connect.cc.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Merge(Handle inter, bool accepting,
                                                                 std::chrono::milliseconds timeout);
   // Splits with MPI_Comm_split (color < 0: MPI_UNDEFINED) or, when `shared`, with
   // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), after a barrier under the deadline; nullptr

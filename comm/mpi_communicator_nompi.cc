@@ -27,6 +27,14 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::DuplicateFortr
     int64_t, std::chrono::milliseconds) {
   return NoMpi("MpiCommunicator::DuplicateFortran");
 }
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Accept(
+    const std::string&, std::chrono::milliseconds) {
+  return NoMpi("MpiCommunicator::Accept");
+}
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Connect(
+    const std::string&, std::chrono::milliseconds) {
+  return NoMpi("MpiCommunicator::Connect");
+}
 // Without MPI the job is this process.
 void MpiCommunicator::AbortJob(int exit_code) { std::_Exit(exit_code); }
 

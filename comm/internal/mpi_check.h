@@ -42,6 +42,11 @@ inline MPI_Comm ToComm(intptr_t handle) {
   std::memcpy(&comm, &handle, sizeof(comm));
   return comm;
 }
+inline intptr_t ToHandle(MPI_Comm comm) {
+  intptr_t handle = 0;
+  std::memcpy(&handle, &comm, sizeof(comm));
+  return handle;
+}
 
 }  // namespace sdrt::internal
 

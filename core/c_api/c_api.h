@@ -78,8 +78,9 @@ extern "C" {
  * sdrt_load_options_t's read policy and bucket_bytes, a rank's local shape and global
  * offset under placements or a sharding plan; 5: weight maps, sdrt_weight_map_t in the load
  * and reshard options; 6: sdrt_load_options_t's readers and share_reads; 7: readers 0, the
- * default, chosen per call). */
-#define SDRT_C_API_VERSION 7
+ * default, chosen per call; 8: sdrt_comm_accept and sdrt_comm_connect, two separately
+ * launched MPI jobs joined into one communicator). */
+#define SDRT_C_API_VERSION 8
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
  * grew read and bucket_bytes; 4: sdrt_load_options_t and sdrt_reshard_options_t grew
@@ -170,6 +171,31 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi(const void* mpi_comm,
 SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
                                                            const sdrt_comm_options_t* options,
                                                            sdrt_comm_t* out);
+
+/* Two separately launched MPI jobs (two mpiexec's: a trainer's and an engine's) joined into
+ * one communicator through MPI's dynamic processes: one job calls sdrt_comm_accept and the
+ * other sdrt_comm_connect with the same `port_file`, a path both can reach. Each call is
+ * collective over its own job's MPI_COMM_WORLD and initializes MPI as
+ * sdrt_comm_create_world does. The result spans both jobs, the accepting job's ranks first;
+ * options->timeout_seconds bounds the meeting and is the communicator's deadline.
+ * Destroying the handle frees the link; the jobs may meet again (a restarted engine).
+ * sdrt_comm_accept: rank 0 opens an MPI port, writes its name to `port_file` atomically
+ * (a temporary file in the same folder, fsync, rename; a symlink is never followed), waits
+ * until a connector claims it (renames it to `port_file`.claimed), accepts, and removes
+ * both names, on failure too. sdrt_comm_connect: rank 0 waits for `port_file`, reads at
+ * most MPI_MAX_PORT_NAME bytes of it, claims it, and every rank connects.
+ * The MPI library must implement dynamic processes (MPICH 5's ch4:ofi does, docs/HOSTS.md;
+ * MPICH 4.0's ch4:ucx netmod does not: its error is returned); comm/mpi_communicator.h and docs/ARCHITECTURE.md ("Two jobs that
+ * meet") give the limits. Errors: SDRT_INVALID_ARGUMENT (NULL port_file or out, bad
+ * options, a port file that is not a regular file, is larger than MPI_MAX_PORT_NAME or
+ * holds no port name); SDRT_DEADLINE_EXCEEDED naming the port file and the wait when the
+ * other job does not come within the timeout (no port file is left behind);
+ * SDRT_FAILED_PRECONDITION when `port_file`.claimed is left from a job that died or MPI
+ * was already finalized; SDRT_UNAVAILABLE in a build without MPI; MPI's error. */
+SDRT_C_API sdrt_status_t sdrt_comm_accept(const char* port_file,
+                                          const sdrt_comm_options_t* options, sdrt_comm_t* out);
+SDRT_C_API sdrt_status_t sdrt_comm_connect(const char* port_file,
+                                           const sdrt_comm_options_t* options, sdrt_comm_t* out);
 
 /* Options of sdrt_comm_create_from_nccl. */
 typedef struct sdrt_nccl_comm_options_t {

@@ -1,5 +1,5 @@
-// sdrt/c_api.h: communicators (the MPI world, an MPI_Comm of the program's, an engine's
-// ncclComm_t).
+// sdrt/c_api.h: communicators (the MPI world, an MPI_Comm of the program's, two MPI jobs
+// that meet through a port file, an engine's ncclComm_t).
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -69,6 +69,26 @@ sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handle,
   return Guard("sdrt_comm_create_from_mpi_fortran", [&] {
     return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
       return sdrt::MpiCommunicator::DuplicateFortran(fortran_handle, timeout);
+    });
+  });
+}
+
+sdrt_status_t sdrt_comm_accept(const char* port_file, const sdrt_comm_options_t* options,
+                               sdrt_comm_t* out) {
+  return Guard("sdrt_comm_accept", [&] {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(port_file, "port_file"));
+    return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
+      return sdrt::MpiCommunicator::Accept(port_file, timeout);
+    });
+  });
+}
+
+sdrt_status_t sdrt_comm_connect(const char* port_file, const sdrt_comm_options_t* options,
+                                sdrt_comm_t* out) {
+  return Guard("sdrt_comm_connect", [&] {
+    SDRT_RETURN_IF_ERROR(c_api::NotNull(port_file, "port_file"));
+    return c_api::Create(options, out, [&](std::chrono::milliseconds timeout) {
+      return sdrt::MpiCommunicator::Connect(port_file, timeout);
     });
   });
 }

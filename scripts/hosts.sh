@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
 # Test hosts on this machine (issue 33): N network namespaces joined by a bridge, each its own
 # host to MPI and to sdrt (its own address, its own host name), made with the kernel's tools
-# (ip netns, a bridge and veth pairs, unshare --uts) and launched into by MPICH's mpiexec in
-# place of ssh. Ranks on two test hosts talk over TCP through the bridge, ranks on one over
-# shared memory, as on a cluster; sdrt tells nodes apart by host name (read once per node,
-# the reshard's node ids).
+# (ip netns, a bridge and veth pairs, unshare) and launched into by MPICH's mpiexec in place
+# of ssh. Ranks on two test hosts talk over TCP through the bridge (each host has its own
+# boot id, /dev/shm and IPC namespace, so MPICH's UCX finds no shared memory between them),
+# ranks on one over shared memory, as on a cluster; sdrt tells nodes apart by host name
+# (read once per node, the reshard's node ids).
 #
-#   scripts/hosts.sh up N         makes hosts 1..N (N in 1..16): namespace sdrt-hI, address
+#   scripts/hosts.sh up N [--hide I[,J...]:DIR]...
+#                                 makes hosts 1..N (N in 1..16): namespace sdrt-hI, address
 #                                 10.213.0.I/24 on an interface named like the bridge (so
 #                                 that mpiexec -iface names it on both sides), host name
 #                                 sdrt-hI; the bridge sdrt-hbr holds 10.213.0.254 for
-#                                 mpiexec. Fails, undoing what it made, if any part exists.
-#   scripts/hosts.sh down         removes the hosts and the bridge this script made (only
+#                                 mpiexec. --hide: on hosts I, J, ... the folder DIR (an
+#                                 existing directory, not a link) is empty and read-only
+#                                 (an empty file system mounted over it in the processes'
+#                                 own mount namespace), as on a node without the shared
+#                                 storage. Fails, undoing what it made, if any part exists.
+#   scripts/hosts.sh down         kills the processes left in the hosts, removes the hosts,
+#                                 the bridge and the state folder this script made (only
 #                                 names with its prefix); nothing else.
+#   scripts/hosts.sh cut I | heal I
+#                                 takes host I's link to the bridge down (a node dropping
+#                                 off the network: its packets are lost, nothing is closed)
+#                                 or up again.
+#   scripts/hosts.sh stop I | cont I
+#                                 stops (SIGSTOP) or continues the ranks on host I, every
+#                                 process there but mpiexec's proxy (ranks that hang: alive,
+#                                 their connections open).
 #   scripts/hosts.sh mpiexec HOSTS ARGS...
 #                                 mpiexec ARGS on the test hosts: HOSTS is "I:R,J:R" (host
 #                                 number and ranks on it, e.g. 1:2,2:2), ARGS what mpiexec
-#                                 takes after them (-n 4 PROGRAM ...).
+#                                 takes after them (-n 4 PROGRAM ...). The MPICH is the one
+#                                 at SDRT_MPICH5 (default /opt/sdrt-mpich5, what
+#                                 scripts/install-deps.sh installs), its ofi netmod.
 #   scripts/hosts.sh launch [-x] ADDRESS COMMAND
 #                                 what mpiexec calls instead of ssh: runs COMMAND inside the
 #                                 namespace of ADDRESS under the host's name.
@@ -31,6 +48,9 @@ set -euo pipefail
 
 prefix=${SDRT_HOSTS_PREFIX:-sdrt-h}
 bridge=${prefix}br
+mpich5=${SDRT_MPICH5:-/opt/sdrt-mpich5}  # the MPICH the hosts run (scripts/install-deps.sh)
+# What `up` made for `launch`: boot_id.I (host I's boot id), hide.I (its hidden folders).
+state=/run/$prefix.hosts
 subnet=${SDRT_HOSTS_SUBNET:-10.213.0}
 [ ${#prefix} -le 9 ] || { echo "hosts.sh: SDRT_HOSTS_PREFIX longer than 9" >&2; exit 2; }
 [[ $subnet =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "hosts.sh: bad SDRT_HOSTS_SUBNET" >&2; exit 2; }
@@ -43,6 +63,10 @@ check() {
   local probe=${prefix}probe why
   command -v ip >/dev/null || { echo "hosts.sh: skipped: no ip (iproute2)" >&2; return 77; }
   command -v unshare >/dev/null || { echo "hosts.sh: skipped: no unshare" >&2; return 77; }
+  if [ ! -x "$mpich5/bin/mpiexec" ]; then
+    echo "hosts.sh: skipped: no MPICH 5 at $mpich5 (scripts/install-deps.sh installs it)" >&2
+    return 77
+  fi
   if ! why=$(ip netns add "$probe" 2>&1); then
     echo "hosts.sh: skipped: network namespaces not permitted here ($why)" >&2
     return 77
@@ -61,13 +85,45 @@ made_hosts() {
     sort -n
 }
 
+# The processes in host I's namespace (all of them started through `launch`).
+host_pids() { ip netns pids "$prefix$1" 2>/dev/null || true; }
+
 down() {
-  local i
+  local i pids
   for i in $(made_hosts); do
+    pids=$(host_pids "$i")
+    # shellcheck disable=SC2086  # a list of pids
+    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
     ip netns del "$prefix$i" 2>/dev/null || true
     ip link del "${prefix}v$i" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$state"
+}
+
+# The host number I of a made host, else exit 2.
+made_host() {
+  if ! [[ $1 =~ ^[0-9]+$ ]] || ! ip netns list | grep -q "^$prefix$1\b"; then
+    die "no test host '$1'"
+  fi
+}
+
+# Each --hide I[,J...]:DIR of `up`, recorded for `launch`.
+record_hidden() {
+  local n=$1 spec=$2 list dir i
+  local -a on
+  list=${spec%%:*}
+  dir=${spec#*:}
+  [[ $spec == *:* && -n $list && $dir == /* ]] || die "up: --hide I[,J...]:/DIR, got '$spec'"
+  if [ ! -d "$dir" ] || [ -L "$dir" ]; then die "up: --hide: $dir is no directory (or a link)"; fi
+  [[ $dir != *$'\n'* ]] || die "up: --hide: a folder name with a newline"
+  IFS=, read -r -a on <<<"$list"
+  for i in "${on[@]}"; do
+    if ! [[ $i =~ ^[0-9]+$ ]] || [ "$i" -lt 1 ] || [ "$i" -gt "$n" ]; then
+      die "up: --hide: no host '$i'"
+    fi
+    printf '%s\n' "$dir" >>"$state/hide.$i"
+  done
 }
 
 # The EXIT trap while `up` runs: a failed step leaves nothing behind.
@@ -78,16 +134,23 @@ undo_on_failure() {
 
 up() {
   local n=$1 i
+  shift
   if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 16 ]; then
     die "up: N must be 1..16, got $n"
   fi
   check || exit $?
-  if ip link show "$bridge" >/dev/null 2>&1 || [ -n "$(made_hosts)" ]; then
+  if ip link show "$bridge" >/dev/null 2>&1 || [ -n "$(made_hosts)" ] || [ -e "$state" ]; then
     die "up: test hosts exist already (scripts/hosts.sh down first)"
   fi
   # Whatever fails or is interrupted half way is undone.
   trap 'down; exit 130' INT TERM
   trap undo_on_failure EXIT
+  mkdir -m 0700 "$state"
+  while [ $# -gt 0 ]; do
+    if [ "$1" != --hide ] || [ $# -lt 2 ]; then die "up: unknown argument '$1'"; fi
+    record_hidden "$n" "$2"
+    shift 2
+  done
   ip link add "$bridge" type bridge
   ip addr add "$subnet.254/24" dev "$bridge"
   ip link set "$bridge" up
@@ -100,6 +163,7 @@ up() {
     ip netns exec "$prefix$i" ip addr add "$subnet.$i/24" dev "$bridge"
     ip netns exec "$prefix$i" ip link set "$bridge" up
     ip netns exec "$prefix$i" ip link set lo up
+    cat /proc/sys/kernel/random/uuid >"$state/boot_id.$i"
   done
   trap - INT TERM EXIT
   echo "hosts.sh: $n test hosts up: ${prefix}1..$prefix$n at $subnet.1..$subnet.$n"
@@ -113,10 +177,37 @@ launch() {
   shift
   i=${address##*.}
   [[ $address == "$subnet.$i" && $i =~ ^[0-9]+$ ]] || die "launch: $address is no test host"
-  # A UTS namespace of its own per launch: the host name is the test host's.
-  # shellcheck disable=SC2016  # $0 and $1 expand in the inner shell
-  exec ip netns exec "$prefix$i" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' \
-    "$prefix$i" "$*"
+  # Namespaces of its own per launch, as a node has: UTS (the test host's name), IPC and
+  # mount: its own /dev/shm, its own boot id (UCX, MPICH's transport, takes two processes
+  # with one boot id for one machine and would move their bytes through shared memory,
+  # never the network), and its hidden folders empty read-only file systems.
+  # shellcheck disable=SC2016  # $0 to $3 expand in the inner shell
+  exec ip netns exec "$prefix$i" unshare --uts --ipc --mount --propagation private sh -c '
+    hostname "$0" || exit 1
+    mount --bind "$2/boot_id.$3" /proc/sys/kernel/random/boot_id || exit 1
+    mount -t tmpfs -o mode=1777 sdrt-shm /dev/shm || exit 1
+    if [ -f "$2/hide.$3" ]; then
+      while IFS= read -r dir; do
+        mount -t tmpfs -o ro,size=4k,mode=0555 sdrt-hidden "$dir" || exit 1
+      done <"$2/hide.$3"
+    fi
+    exec sh -c "$1"' "$prefix$i" "$*" "$state" "$i"
+}
+
+# cut/heal I: host I's end of its veth pair on the bridge down or up.
+link() {
+  made_host "$2"
+  ip link set "${prefix}v$2" "$1"
+}
+
+# stop/cont I: a signal to the programs mpiexec started on host I (not its proxy and shell).
+signal_host() {
+  made_host "$2"
+  local pid name
+  for pid in $(host_pids "$2"); do
+    name=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    case $name in hydra_pmi_proxy | sh) ;; *) kill "-$1" "$pid" 2>/dev/null || true ;; esac
+  done
 }
 
 # mpiexec HOSTS ARGS...: hydra with this script as its ssh, on the test network.
@@ -133,17 +224,28 @@ run_mpiexec() {
     ip netns list | grep -q "^$prefix$i\b" || die "mpiexec: no test host $i (scripts/hosts.sh up)"
     hosts+=${hosts:+,}$subnet.$i:$r
   done
-  exec mpiexec -launcher ssh -launcher-exec "$script" -iface "$bridge" -hosts "$hosts" "$@"
+  # MPICH 5 with the ofi netmod (scripts/install-deps.sh), not Debian's MPICH 4.0.2 over UCX,
+  # which hangs in MPI_Finalize over TCP in about half of the runs (docs/HOSTS.md).
+  [ -x "$mpich5/bin/mpiexec" ] || die "mpiexec: no MPICH 5 at $mpich5 (scripts/install-deps.sh)"
+  export LD_LIBRARY_PATH=$mpich5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export MPIR_CVAR_CH4_NETMOD=ofi
+  exec "$mpich5/bin/mpiexec" -launcher ssh -launcher-exec "$script" -iface "$bridge" \
+    -hosts "$hosts" "$@"
 }
 
 case "${1:-}" in
-  up) [ $# = 2 ] || die "usage: scripts/hosts.sh up N"; up "$2" ;;
+  up) [ $# -ge 2 ] || die "usage: scripts/hosts.sh up N [--hide I[,J...]:DIR]..."; shift; up "$@" ;;
   down) down ;;
+  cut) [ $# = 2 ] || die "usage: scripts/hosts.sh cut I"; link down "$2" ;;
+  heal) [ $# = 2 ] || die "usage: scripts/hosts.sh heal I"; link up "$2" ;;
+  stop) [ $# = 2 ] || die "usage: scripts/hosts.sh stop I"; signal_host STOP "$2" ;;
+  cont) [ $# = 2 ] || die "usage: scripts/hosts.sh cont I"; signal_host CONT "$2" ;;
   check) check ;;
   launch) shift; launch "$@" ;;
   mpiexec) shift; run_mpiexec "$@" ;;
   # hydra calls its launcher as ssh: [options] HOST COMMAND
   -*) launch "$@" ;;
   "$subnet".*) launch "$@" ;;
-  *) die "usage: scripts/hosts.sh up N | down | check | mpiexec HOSTS ARGS... | launch ADDRESS CMD" ;;
+  *) die "usage: scripts/hosts.sh up N [--hide I:DIR] | down | cut I | heal I | stop I |" \
+    "cont I | check | mpiexec HOSTS ARGS... | launch ADDRESS CMD" ;;
 esac

@@ -121,7 +121,9 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   SDRT_ASSIGN_OR_RETURN(facts.bytes_mapped, run.AllGather(facts.stats.bytes_mapped));
 
   facts.verify_dir = args.verify_dir;
-  facts.gathered = outline.sharded && args.verify_dir.empty();
+  // Where only rank 0 is sure to see SRC (read by the root), rank 0 checks every tensor.
+  facts.gathered =
+      args.verify_dir.empty() && (outline.sharded || facts.stats.read == ReadMode::kRoot);
   if (!args.engine.map.empty() || !args.engine.cast.empty()) {
     // The pieces are SRC's tensors made into others: no slice of SRC to compare them with.
     facts.engine_tensors = static_cast<int64_t>(local.size());
@@ -135,7 +137,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                         o.mesh,
                         layout->mesh.get(),
                         run.rank(),
-                        outline.sharded,
+                        facts.gathered,
                         source.ok() ? &*source : nullptr,
                         &run.data(),
                         options.bucket_bytes};

@@ -66,9 +66,11 @@ Report LoadReport(const LoadFacts& f) {
   const std::string reason = absl::ConsumePrefix(&notes, "requested")
                                  ? absl::StrCat("--read ", f.read, notes)
                                  : f.stats.read_reason;
-  const std::string against = !f.verify_dir.empty() ? f.verify_dir
-                              : f.gathered ? absl::StrCat(f.src, "'s index (each tensor gathered)")
-                                           : f.src;
+  const std::string against =
+      !f.verify_dir.empty() ? f.verify_dir
+      : !f.gathered         ? f.src
+                            : absl::StrCat(f.src, outline.sharded ? "'s index" : " on rank 0",
+                                           " (each tensor gathered)");
   std::vector<std::string> mismatches;
   int64_t pieces = 0;
   for (size_t q = 0; q < f.wrong.size(); ++q) {
@@ -153,8 +155,10 @@ Report LoadReport(const LoadFacts& f) {
     const std::string message =
         absl::StrCat(pieces, " piece(s) on ", mismatches.size(), " rank(s) differ from ", against,
                      "; the first: ", Utf8Prefix(first.substr(0, first.find(',')), 500));
-    report.verdict = f.verify_dir.empty() && !f.gathered ? absl::InternalError(message)
-                                                         : absl::InvalidArgumentError(message);
+    // Pieces that differ from SRC itself are sdrt's fault; from INDIR or an index, the data's.
+    report.verdict = f.verify_dir.empty() && !outline.sharded
+                         ? absl::InternalError(message)
+                         : absl::InvalidArgumentError(message);
   }
   return report;
 }

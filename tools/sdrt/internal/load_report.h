@@ -34,7 +34,8 @@ struct LoadFacts {
   std::vector<int64_t> bytes_mapped;     // per rank: pieces mapped, not read
   // What the pieces were checked against, and the names that differ per rank (comma
   // separated; "" for none). `gathered`: the check of every tensor gathered to rank 0 (a
-  // sharded SRC without --verify), which names tensors rather than pieces.
+  // sharded SRC, or one read by the root, without --verify), which names tensors rather than
+  // pieces.
   std::string verify_dir;
   bool gathered = false;
   std::vector<std::string> wrong;

@@ -116,10 +116,11 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
   return wrong;
 }
 
-// Every tensor gathered to rank 0 and compared with the index's xxh64 there; the names
+// Every tensor gathered to rank 0 and compared there by xxh64 with SRC as rank 0 opened it:
+// a sharded folder's index hashes, else the full tensors of the file or folder. The names
 // that differ (on rank 0; empty elsewhere).
-absl::StatusOr<std::vector<std::string>> CheckAgainstIndex(const LoadCheck& check,
-                                                           const Map& local) {
+absl::StatusOr<std::vector<std::string>> CheckGathered(const LoadCheck& check,
+                                                       const Map& local) {
   GatherOptions options;
   options.comm = check.comm;
   options.ranks_only = {0};
@@ -128,13 +129,29 @@ absl::StatusOr<std::vector<std::string>> CheckAgainstIndex(const LoadCheck& chec
   SDRT_ASSIGN_OR_RETURN(const Map full, GatherStateDict(local, options));
   std::vector<std::string> wrong;
   if (check.rank != 0) return wrong;
-  const ShardedCheckpointIndex& index = *check.sharded_source->sharded_index();
-  for (const ShardedCheckpointTensor& t : index.tensors) {
-    const Value* v = full.Find(t.name);
-    if (v == nullptr || v->kind() != ValueKind::kTensor ||
-        !CheckGatheredTensor(index, t, v->as_tensor()).ok()) {
-      wrong.push_back(t.name);
+  const CheckpointSource& source = *check.root_source;
+  const ShardedCheckpointIndex* index = source.sharded_index();
+  absl::flat_hash_map<absl::string_view, const ShardedCheckpointTensor*> indexed;
+  if (index != nullptr) indexed = index->ByName();  // one lookup per tensor
+  for (size_t i = 0; i < full.size(); ++i) {
+    const Value& v = full.value(i);
+    const std::string& name = full.key(i);
+    if (v.kind() != ValueKind::kTensor) {
+      wrong.push_back(name);
+      continue;
     }
+    if (index != nullptr) {
+      const auto t = indexed.find(name);
+      if (t == indexed.end() || !CheckGatheredTensor(*index, *t->second, v.as_tensor()).ok()) {
+        wrong.push_back(name);
+      }
+      continue;
+    }
+    SDRT_ASSIGN_OR_RETURN(const Tensor want, source.Get(name));
+    SDRT_ASSIGN_OR_RETURN(const uint64_t a, TensorXxh64(v.as_tensor()));
+    SDRT_ASSIGN_OR_RETURN(const uint64_t b, TensorXxh64(want));
+    if (a != b || v.as_tensor().shape() != want.shape()) wrong.push_back(name);
+    ReleaseMappedPages(want);
   }
   return wrong;
 }
@@ -179,7 +196,7 @@ absl::StatusOr<SourceOutline> DecodeOutline(const std::string& bytes) {
 }
 
 absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local) {
-  if (check.sharded && check.verify_dir.empty()) return CheckAgainstIndex(check, local);
+  if (check.gathered) return CheckGathered(check, local);
   return VerifyPieces(check.verify_dir, check.src, check.mesh_text, check.rank, *check.mesh, local);
 }
 

@@ -39,19 +39,20 @@ struct LoadCheck {
   std::string mesh_text;   // --mesh, for messages
   const DeviceMesh* mesh = nullptr;
   int rank = 0;
-  // A sharded SRC without --verify: every tensor is gathered to rank 0 over `comm` in
-  // buckets of `bucket_bytes` and compared there with the index of `sharded_source` (SRC
-  // as rank 0 opened it; unused elsewhere).
-  bool sharded = false;
-  const CheckpointSource* sharded_source = nullptr;
+  // Without --verify, for a sharded SRC or where only rank 0 was sure to see SRC (the load
+  // read it with kRoot): every tensor is gathered to rank 0 over `comm` in buckets of
+  // `bucket_bytes` and compared there with `root_source` (SRC as rank 0 opened it; unused
+  // elsewhere): a sharded folder's index hashes, else its full tensors.
+  bool gathered = false;
+  const CheckpointSource* root_source = nullptr;
   Communicator* comm = nullptr;
   int64_t bucket_bytes = 0;
 };
 
 // The names of this rank's pieces in `local` that differ, by xxh64: from `verify_dir`'s rank
-// file (a sharded checkpoint); without it, for a sharded SRC from the full tensors gathered
-// to rank 0 against its index's hashes (collective; names on rank 0 only), else from
-// DistributeTensor of SRC's full tensors (SRC must be readable on every rank).
+// file (a sharded checkpoint); without it and `gathered`, the full tensors gathered to rank
+// 0 against rank 0's SRC (collective; names on rank 0 only), else from DistributeTensor of
+// SRC's full tensors (SRC must be readable on every rank).
 // InvalidArgument when `verify_dir` is of another mesh or plan (its pieces cannot match)
 // or lacks a tensor; the errors of opening either; GatherStateDict's.
 absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local);

@@ -104,6 +104,7 @@ nlohmann::ordered_json TransferStatsJson(const TransferStats& stats) {
           {"self_bytes", stats.self_bytes},
           {"max_sent_bytes", stats.max_sent_bytes},
           {"max_received_bytes", stats.max_received_bytes},
+          {"internode_bytes", stats.internode_bytes},
           {"exchanges", stats.exchanges},
           {"collectives", stats.collectives}};
 }

@@ -91,7 +91,7 @@ int RunOnRanks(absl::string_view command, const SharedOptions& options,
 // Report helpers shared by the commands: "1 rank", "4 ranks".
 std::string Ranks(int64_t n);
 // A transfer's figures as --json prints them: wire, optimum and self bytes, the busiest
-// rank's sent and received bytes, exchanges and collectives.
+// rank's sent and received bytes, the bytes between nodes, exchanges and collectives.
 nlohmann::ordered_json TransferStatsJson(const TransferStats& stats);
 
 }  // namespace sdrt::cli

@@ -229,6 +229,8 @@ run_mpiexec() {
   [ -x "$mpich5/bin/mpiexec" ] || die "mpiexec: no MPICH 5 at $mpich5 (scripts/install-deps.sh)"
   export LD_LIBRARY_PATH=$mpich5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export MPIR_CVAR_CH4_NETMOD=ofi
+  # libfabric on the test network: the interface named like the bridge in every host.
+  export FI_TCP_IFACE=$bridge FI_SOCKETS_IFACE=$bridge
   exec "$mpich5/bin/mpiexec" -launcher ssh -launcher-exec "$script" -iface "$bridge" \
     -hosts "$hosts" "$@"
 }

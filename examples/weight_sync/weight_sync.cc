@@ -220,7 +220,13 @@ int ServeEngines(const Args& args, std::chrono::milliseconds timeout) {
       st = Step(**comm, s, *plan, engine, ++step, &wrong);
     }
     if (wrong != 0) return 1;
-    --step;  // the step that failed is sent again to the next engine
+    // The step that failed is sent again to the next engine. A peer that dies mid-step can
+    // leave the trainer's ranks disagreeing on whether that step completed (one finished its
+    // part, another timed out): they agree, over their own job, on the last step all of
+    // them completed.
+    int last_good = step - 1;
+    MPI_Allreduce(MPI_IN_PLACE, &last_good, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    step = last_good;
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - failed_at);
     long rss = 0;

@@ -4,9 +4,9 @@
 // bit, with its heap allocations (bench/alloc_counter.h: every operator new and malloc of
 // the process, on every thread, inside the call; the MPI library's own mallocs apart), host
 // registrations (HostPinningCountsSoFar, cuda/runtime.h: cudaHostRegister and cudaHostAlloc
-// calls; 0 on a CPU run by construction), its time (steady_clock, the slowest rank's per step) and the resident memory after step
-// min(10, K) and after step K. The model: tiny-llama at --scale S (default 1), float32
-// (bench/soak_state.h). Ops:
+// calls; 0 on a CPU run by construction), its time (steady_clock, the slowest rank's per
+// step) and the resident memory after step min(10, K) and after step K. The model:
+// tiny-llama at --scale S (default 1), float32 (bench/soak_state.h). Ops:
 //   sync    BindReshard once: a trainer (fsdp, Shard(0)) on ranks [0, N/2), an engine (tp) on
 //           [N/2, N) (both on rank 0 for N = 1); each step the trainer writes the step's
 //           values into its locals in place, BoundReshard::Execute, the engine checks them;
@@ -14,12 +14,12 @@
 //           locals on every rank, poisoned before each step;
 //   gather  GatherStateDict of fsdp locals over every rank (rewritten each step), one shot:
 //           every rank gets full tensors, checked and dropped.
-// Steps after the first --warmup W (default 1, fewer than K) are the steady state the
-// figures and the limits are about. Exit 1 when a step fails or differs, or (given) a rank allocates more
-// than A times outside the MPI library in a steady step, or its private resident memory
-// (all but shared memory, which here is MPI's intranode segments: their pages become
-// resident as the transport first cycles through them, up to their fixed size) grows by
-// more than the fraction F from step min(10, K) to step K; 2 for bad arguments.
+// Steps after the first --warmup W (default 1, fewer than K) are the steady state the figures and
+// the limits are about. Exit 1 when a step fails or differs, or (given) a rank allocates more than
+// A times outside the MPI library in a steady step, or its private resident memory (all but shared
+// memory, which here is MPI's intranode segments: their pages become resident as the transport
+// first cycles through them, up to their fixed size) grows by more than the fraction F from step
+// min(10, K) to step K; 2 for bad arguments.
 // --trace-step K writes a backtrace of every allocation outside MPI in step K to stderr
 // (bench/RESULTS.md, "A thousand syncs", says how to read them).
 #include <mpi.h>

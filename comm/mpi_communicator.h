@@ -93,10 +93,10 @@ class MpiCommunicator final : public Communicator {
   // `timeout` (MPICH's connect then fails with MPI_ERR_PORT, not exactly on time, if the
   // acceptor never accepts).
   //
-  // Limits (docs/ARCHITECTURE.md, "Two jobs that meet"): the MPI library must implement
-  // dynamic processes (MPICH 5's ch4:ofi does, docs/HOSTS.md; MPICH 4.0's ch4:ucx netmod,
-  // Debian 12's, does not: MPI_Open_port and MPI_Comm_connect fail with "The function is
-  // currently not supported with ucx netmod", returned as MPI's error); a connector that dies between its claim and its connect
+  // Limits (docs/ARCHITECTURE.md, "Two jobs that meet"): the MPI library must implement dynamic
+  // processes (MPICH 5's ch4:ofi does, docs/HOSTS.md; MPICH 4.0's ch4:ucx netmod, Debian 12's, does
+  // not: MPI_Open_port and MPI_Comm_connect fail with "The function is currently not supported with
+  // ucx netmod", returned as MPI's error); a connector that dies between its claim and its connect
   // leaves the acceptor blocked in MPI_Comm_accept. Unavailable in a build without MPI.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Accept(
       const std::string& port_file, std::chrono::milliseconds timeout = kDefaultTimeout);

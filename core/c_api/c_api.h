@@ -185,12 +185,12 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handl
  * both names, on failure too. sdrt_comm_connect: rank 0 waits for `port_file`, reads at
  * most MPI_MAX_PORT_NAME bytes of it, claims it, and every rank connects.
  * The MPI library must implement dynamic processes (MPICH 5's ch4:ofi does, docs/HOSTS.md;
- * MPICH 4.0's ch4:ucx netmod does not: its error is returned); comm/mpi_communicator.h and docs/ARCHITECTURE.md ("Two jobs that
- * meet") give the limits. Errors: SDRT_INVALID_ARGUMENT (NULL port_file or out, bad
- * options, a port file that is not a regular file, is larger than MPI_MAX_PORT_NAME or
- * holds no port name); SDRT_DEADLINE_EXCEEDED naming the port file and the wait when the
- * other job does not come within the timeout (no port file is left behind);
- * SDRT_FAILED_PRECONDITION when `port_file`.claimed is left from a job that died or MPI
+ * MPICH 4.0's ch4:ucx netmod does not: its error is returned); comm/mpi_communicator.h and
+ * docs/ARCHITECTURE.md ("Two jobs that meet") give the limits. Errors:
+ * SDRT_INVALID_ARGUMENT (NULL port_file or out, bad options, a port file that is not a regular
+ * file, is larger than MPI_MAX_PORT_NAME or holds no port name); SDRT_DEADLINE_EXCEEDED naming the
+ * port file and the wait when the other job does not come within the timeout (no port file is left
+ * behind); SDRT_FAILED_PRECONDITION when `port_file`.claimed is left from a job that died or MPI
  * was already finalized; SDRT_UNAVAILABLE in a build without MPI; MPI's error. */
 SDRT_C_API sdrt_status_t sdrt_comm_accept(const char* port_file,
                                           const sdrt_comm_options_t* options, sdrt_comm_t* out);

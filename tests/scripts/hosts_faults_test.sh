@@ -9,21 +9,11 @@
 # that did not arrive (2 and 3), the job must end with exit status 1, no process may be left
 # on either host, and the reshard's output folder must not appear. Skipped (77) where
 # namespaces are not permitted. Usage: hosts_faults_test.sh ROOT SDRT WEIGHT_SYNC
-set -euo pipefail
-root=$1
-sdrt=$2
-weight_sync=$3
-hosts=$root/scripts/hosts.sh
 export SDRT_HOSTS_PREFIX=sdrt-f SDRT_HOSTS_SUBNET=10.216.0
-"$hosts" check || exit $?
-work=$(mktemp -d /tmp/sdrt-hosts-test.XXXXXX)
-cleanup() { "$hosts" down; rm -rf "$work"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-"$hosts" down  # what an earlier run killed hard may have left
+# shellcheck source=tests/scripts/hosts_common.sh
+source "$(dirname "$0")/hosts_common.sh"
 "$hosts" up 2
 timeout_s=3
-fail() { echo "hosts_faults: $*" >&2; exit 1; }
 
 # 850 MB: the root's broadcast of it to 3 ranks takes about 0.7 s here, so that a fault
 # at its first progress line lands inside it.

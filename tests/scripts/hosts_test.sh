@@ -13,20 +13,10 @@
 # - examples/weight_sync as two jobs, the trainer's on host 1 and the engine's on host 2,
 #   meeting through a port file.
 # Skipped (77) where namespaces are not permitted. Usage: hosts_test.sh ROOT SDRT WEIGHT_SYNC
-set -euo pipefail
-root=$1
-sdrt=$2
-weight_sync=$3
-hosts=$root/scripts/hosts.sh
 export SDRT_HOSTS_PREFIX=sdrt-t SDRT_HOSTS_SUBNET=10.214.0
-"$hosts" check || exit $?
-work=$(mktemp -d /tmp/sdrt-hosts-test.XXXXXX)
-cleanup() { "$hosts" down; rm -rf "$work"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-fail() { echo "hosts: $*" >&2; exit 1; }
+# shellcheck source=tests/scripts/hosts_common.sh
+source "$(dirname "$0")/hosts_common.sh"
 mkdir "$work/data" "$work/shared"
-"$hosts" down  # what an earlier run killed hard may have left
 "$hosts" up 3 --hide "3:$work/data"
 "$sdrt" make --arch tiny-llama --seed 3 "$work/data/model.safetensors" >/dev/null
 model=$work/data/model.safetensors

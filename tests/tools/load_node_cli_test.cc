@@ -73,8 +73,10 @@ TEST(LoadNodeCli, SeveralReadersPerRank) {
   const test::CommandResult r = test::RunSdrtMpi(2, load + " --read all --readers 3");
   ASSERT_EQ(r.exit_code, 0) << r.all();
   EXPECT_TRUE(Json::parse(r.out).value("bit_exact", false)) << r.out;
+  // Refused while the options are parsed, before MPI: one process tells (a job of ranks
+  // that all end before MPI starts once ended with hydra's own SIGPIPE, exit 141).
   for (const char* bad : {" --readers -1", " --readers 65", " --read root --readers 2"}) {
-    const test::CommandResult b = test::RunSdrtMpi(2, load + bad);
+    const test::CommandResult b = test::RunSdrt(load + bad);
     EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
   }
   if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());

@@ -41,9 +41,11 @@
 #                                 else 77 with the reason (a test's "skipped").
 #
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and util-linux's unshare. The
-# prefix (SDRT_HOSTS_PREFIX, default sdrt-h, at most 9 characters: interface names are) and
-# the subnet (SDRT_HOSTS_SUBNET, three octets, default 10.213.0) keep two users of the script
-# apart (the tests use their own).
+# prefix (SDRT_HOSTS_PREFIX, default sdrt-h: 2 to 9 of a-z, 0-9 and '-', starting with a
+# letter and not ending in a digit, so that no prefix is another's followed by a host number)
+# and the subnet (SDRT_HOSTS_SUBNET, three octets without leading zeros, default 10.213.0,
+# refused when a route to it exists) keep two users of the script apart (the tests use their
+# own).
 set -euo pipefail
 
 prefix=${SDRT_HOSTS_PREFIX:-sdrt-h}
@@ -52,21 +54,25 @@ mpich5=${SDRT_MPICH5:-/opt/sdrt-mpich5}  # the MPICH the hosts run (scripts/inst
 # What `up` made for `launch`: boot_id.I (host I's boot id), hide.I (its hidden folders).
 state=/run/$prefix.hosts
 subnet=${SDRT_HOSTS_SUBNET:-10.213.0}
-[ ${#prefix} -le 9 ] || { echo "hosts.sh: SDRT_HOSTS_PREFIX longer than 9" >&2; exit 2; }
-[[ $subnet =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "hosts.sh: bad SDRT_HOSTS_SUBNET" >&2; exit 2; }
 script=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 
 die() { echo "hosts.sh: $*" >&2; exit 2; }
+[[ $prefix =~ ^[a-z][a-z0-9-]{0,7}[a-z-]$ ]] ||
+  die "SDRT_HOSTS_PREFIX '$prefix': 2 to 9 of a-z, 0-9, '-', a letter first, no digit last"
+octet='(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
+[[ $subnet =~ ^$octet\.$octet\.$octet$ ]] ||
+  die "SDRT_HOSTS_SUBNET '$subnet': three octets (0-255, no leading zeros), e.g. 10.213.0"
 
 # check: whether namespaces, bridges and veth pairs can be made here.
 check() {
-  local probe=${prefix}probe why
+  local probe=$prefix.probe$$ why  # '.': no prefix has one, so no host is named like it
   command -v ip >/dev/null || { echo "hosts.sh: skipped: no ip (iproute2)" >&2; return 77; }
   command -v unshare >/dev/null || { echo "hosts.sh: skipped: no unshare" >&2; return 77; }
   if [ ! -x "$mpich5/bin/mpiexec" ]; then
     echo "hosts.sh: skipped: no MPICH 5 at $mpich5 (scripts/install-deps.sh installs it)" >&2
     return 77
   fi
+  # An interrupt between these two lines leaves the probe: `down` removes it.
   if ! why=$(ip netns add "$probe" 2>&1); then
     echo "hosts.sh: skipped: network namespaces not permitted here ($why)" >&2
     return 77
@@ -89,7 +95,11 @@ made_hosts() {
 host_pids() { ip netns pids "$prefix$1" 2>/dev/null || true; }
 
 down() {
-  local i pids
+  local i pids probe
+  for probe in $(ip netns list 2>/dev/null |
+                   awk -v p="$prefix" 'index($1, p ".probe") == 1 {print $1}'); do
+    ip netns del "$probe" 2>/dev/null || true
+  done
   for i in $(made_hosts); do
     pids=$(host_pids "$i")
     # shellcheck disable=SC2086  # a list of pids
@@ -115,7 +125,10 @@ record_hidden() {
   list=${spec%%:*}
   dir=${spec#*:}
   [[ $spec == *:* && -n $list && $dir == /* ]] || die "up: --hide I[,J...]:/DIR, got '$spec'"
-  if [ ! -d "$dir" ] || [ -L "$dir" ]; then die "up: --hide: $dir is no directory (or a link)"; fi
+  # The folder itself, by a path without links (a trailing slash would follow one) or '/'.
+  if [ ! -d "$dir" ] || [ "$(realpath -e -- "$dir")" != "${dir%/}" ] || [ "$dir" = / ]; then
+    die "up: --hide: $dir is no directory, is the root, or goes through a link"
+  fi
   [[ $dir != *$'\n'* ]] || die "up: --hide: a folder name with a newline"
   IFS=, read -r -a on <<<"$list"
   for i in "${on[@]}"; do
@@ -135,15 +148,18 @@ undo_on_failure() {
 up() {
   local n=$1 i
   shift
-  if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 16 ]; then
+  if ! [[ $n =~ ^[0-9]{1,2}$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 16 ]; then
     die "up: N must be 1..16, got $n"
   fi
   check || exit $?
   if ip link show "$bridge" >/dev/null 2>&1 || [ -n "$(made_hosts)" ] || [ -e "$state" ]; then
     die "up: test hosts exist already (scripts/hosts.sh down first)"
   fi
+  if [ -n "$(ip route show to "$subnet.0/24" 2>/dev/null)" ]; then
+    die "up: a route to $subnet.0/24 exists already (another SDRT_HOSTS_SUBNET)"
+  fi
   # Whatever fails or is interrupted half way is undone.
-  trap 'down; exit 130' INT TERM
+  trap 'down; exit 130' INT TERM HUP
   trap undo_on_failure EXIT
   mkdir -m 0700 "$state"
   while [ $# -gt 0 ]; do
@@ -216,11 +232,13 @@ run_mpiexec() {
   local spec=$1 hosts='' entry i r
   local -a entries
   shift
+  [[ $spec =~ ^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$ ]] ||
+    die "mpiexec: HOSTS is I:R[,J:R...], got '$spec'"
   IFS=, read -r -a entries <<<"$spec"
   for entry in "${entries[@]}"; do
     i=${entry%%:*}
     r=${entry#*:}
-    [[ $i =~ ^[0-9]+$ && $r =~ ^[0-9]+$ ]] || die "mpiexec: bad host entry '$entry' (I:R)"
+    [[ $r =~ ^[1-9][0-9]{0,2}$ ]] || die "mpiexec: host entry '$entry': 1 to 999 ranks"
     ip netns list | grep -q "^$prefix$i\b" || die "mpiexec: no test host $i (scripts/hosts.sh up)"
     hosts+=${hosts:+,}$subnet.$i:$r
   done

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sdrt/comm/mpi_communicator.h"
 
 namespace sdrt::bench {
 
@@ -28,7 +29,7 @@ inline int& BenchRank() {
 inline void Check(const absl::Status& status, const std::string& what) {
   if (status.ok()) return;
   std::fprintf(stderr, "rank %d: %s: %s\n", BenchRank(), what.c_str(), status.ToString().c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MpiCommunicator::AbortJob(1);
 }
 
 template <typename T>

@@ -3,9 +3,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -293,6 +296,11 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::DuplicateFortr
 }
 
 void MpiCommunicator::AbortJob(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::cout << std::flush;
+  std::cerr << std::flush;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this is for the type system
 }

@@ -106,8 +106,10 @@ class MpiCommunicator final : public Communicator {
   // Ends every process of the MPI job, this one included, with exit status `exit_code`
   // (MPI_Abort on MPI_COMM_WORLD; mpiexec kills the other ranks, a stopped one too). What a
   // program that owns the job does after a DeadlineExceeded, so that nothing is left
-  // running: `sdrt` does. A library embedded in someone else's job should return the error
-  // instead. Does not return.
+  // running: `sdrt` does. Flushes stdout and stderr and waits 300 ms first: mpiexec ends
+  // the job on the first abort it hears of, before forwarding what the other live ranks
+  // printed about the same fault (seen: both live ranks' errors lost). A library embedded
+  // in someone else's job should return the error instead. Does not return.
   [[noreturn]] static void AbortJob(int exit_code);
 
   ~MpiCommunicator() override;

@@ -246,10 +246,7 @@ absl::StatusOr<HfShardPlan> WriteHfCheckpoint(const std::string& out_dir,
                                               const std::map<std::string, std::string>& metadata,
                                               const WriteHfCheckpointOptions& options) {
   const std::string target = StripTrailingSlashes(out_dir);
-  const size_t slash = target.rfind('/');
-  const std::string parent =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
-  const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+  const auto [parent, base] = internal::SplitPath(target);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError(
         absl::StrCat("WriteHfCheckpoint: \"", out_dir, "\" does not name a folder to create"));

@@ -294,6 +294,12 @@ absl::Status AtomicFolder::Install(const std::string& parent, const std::string&
 
 // --- WriteNewFile ------------------------------------------------------------------------
 
+std::pair<std::string, std::string> SplitPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
 absl::Status WriteNewFile(const std::string& path, absl::string_view bytes) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) return IoError(errno, "open", path);

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -97,6 +98,11 @@ class AtomicFolder {
 // running destructors (_exit), since the objects' own cleanup may be in progress on other
 // threads.
 int RemoveTemporaryPaths();
+
+// The folder and the last component of `path`, as Create and Commit take them:
+// "a/b.st" -> {"a", "b.st"}, "b.st" -> {".", "b.st"}, "/b.st" -> {"/", "b.st"}, "a/" ->
+// {"a", ""} (trailing slashes are the caller's to strip).
+std::pair<std::string, std::string> SplitPath(const std::string& path);
 
 // Writes `bytes` into a new file `path` (O_EXCL: an existing file is an error, AlreadyExists)
 // and fsyncs it. For files inside an AtomicFolder, which is made visible as a whole.

@@ -95,13 +95,6 @@ absl::StatusOr<Layout> LayOut(absl::Span<const SafetensorsTensorSpec> specs, boo
   return layout;
 }
 
-// The folder and file name of `path` ("a/b.st" -> "a", "b.st"; "b.st" -> ".", "b.st").
-std::pair<std::string, std::string> SplitPath(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
 // The file `path` names once symlinks in its last component are followed, so that renaming
 // over it replaces the file and keeps the link (a dangling link yields the path it names,
 // where the file will be created). Symlinked folders need nothing: rename works through them.
@@ -123,7 +116,7 @@ absl::StatusOr<std::string> FollowSymlinks(const std::string& path) {
     if (n < 0) return fail(errno, "readlink");
     if (n == static_cast<ssize_t>(sizeof(target))) return fail(ENAMETOOLONG, "readlink");
     std::string next(target, static_cast<size_t>(n));
-    if (next.empty() || next[0] != '/') next = absl::StrCat(SplitPath(current).first, "/", next);
+    if (next.empty() || next[0] != '/') next = absl::StrCat(internal::SplitPath(current).first, "/", next);
     current = std::move(next);
   }
   return absl::ErrnoToStatus(ELOOP, "following symbolic links");
@@ -135,14 +128,14 @@ absl::Status WriteAll(const std::string& path, absl::Span<const SafetensorsTenso
                       const WriteSafetensorsOptions& options) {
   SDRT_ASSIGN_OR_RETURN(const std::string header,
                         internal::SerializeSafetensorsHeader(layout.entries, metadata));
-  if (SplitPath(path).second.empty()) {
+  if (internal::SplitPath(path).second.empty()) {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
   std::string target = path;
   if (options.follow_symlinks) {
     SDRT_ASSIGN_OR_RETURN(target, FollowSymlinks(path));
   }
-  const auto [dir, base] = SplitPath(target);
+  const auto [dir, base] = internal::SplitPath(target);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }

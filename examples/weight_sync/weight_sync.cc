@@ -55,8 +55,7 @@ const Weight kWeights[] = {
 
 int Fail(const char* what, const absl::Status& status) {
   std::fprintf(stderr, "weight_sync: %s: %s\n", what, status.ToString().c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  return 1;
+  sdrt::MpiCommunicator::AbortJob(1);
 }
 
 // The full weight at `step`: element i is (i % 97) / 8 + step, in float32.

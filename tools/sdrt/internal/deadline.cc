@@ -1,7 +1,6 @@
 #include "sdrt/tools/sdrt/internal/deadline.h"
 
 #include <iostream>
-#include <thread>
 
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/tools/sdrt/commands.h"
@@ -21,10 +20,6 @@ void EndJobIfTimedOut(absl::string_view command, const absl::Status& status) {
   if (status.code() != absl::StatusCode::kDeadlineExceeded) return;
 #if SDRT_CLI_HAVE_MPI
   ReportError(command, status, /*rank=*/0);  // printed here, whatever this rank's number
-  std::cerr << std::flush;
-  // The live ranks give up within moments of each other (the roll call); let theirs print
-  // before MPI_Abort ends them.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   MpiCommunicator::AbortJob(kExitRuntimeError);
 #endif
 }

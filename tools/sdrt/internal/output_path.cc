@@ -105,10 +105,7 @@ bool IsWithin(const std::string& path, const std::string& folder) {
 absl::Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs) {
   std::string trimmed = out;
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const size_t slash = trimmed.rfind('/');
-  const std::string folder =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : trimmed.substr(0, slash));
-  const std::string base = slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
+  const auto [folder, base] = internal::SplitPath(trimmed);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError(
         absl::StrCat(out, " does not name a file or folder to write"));

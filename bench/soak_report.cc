@@ -72,6 +72,7 @@ double Ratio(int64_t last, int64_t reference) {
 SoakRecord::SoakRecord(int64_t steps, int64_t reference)
     : reference_step(reference),
       seconds(static_cast<size_t>(steps)),
+      baseline(static_cast<size_t>(steps)),
       news(static_cast<size_t>(steps)),
       mallocs(static_cast<size_t>(steps)),
       mpi_mallocs(static_cast<size_t>(steps)),
@@ -100,6 +101,8 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
   std::vector<double> slowest(record.seconds.size());
   std::vector<int64_t> wrong(record.wrong.size());
   MPI_Reduce(record.seconds.data(), slowest.data(), steps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  std::vector<double> copies(record.baseline.size());
+  MPI_Reduce(record.baseline.data(), copies.data(), steps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(record.wrong.data(), wrong.data(), steps, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   const std::vector<int64_t> mine = Summarize(record, setup.warmup);
   std::vector<int64_t> all(static_cast<size_t>(kFields) * setup.ranks);
@@ -113,6 +116,9 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
     std::vector<double> steady(slowest.begin() + setup.warmup, slowest.end());
     std::sort(steady.begin(), steady.end());
     const double p50 = Percentile(steady, 0.5), p99 = Percentile(steady, 0.99);
+    std::vector<double> copy(copies.begin() + setup.warmup, copies.end());
+    std::sort(copy.begin(), copy.end());
+    const double copy_p50 = Percentile(copy, 0.5), copy_p99 = Percentile(copy, 0.99);
     std::printf("sync_soak --op %s: %d rank%s (%s); tiny-llama x%g, %lld tensors, %.2f MB "
                 "float32\n",
                 setup.op.c_str(), setup.ranks, setup.ranks == 1 ? "" : "s", setup.layout.c_str(),
@@ -124,6 +130,10 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
     std::printf("step time (slowest rank): first %.1f us, p50 %.1f us, p99 %.1f us, "
                 "p99/p50 %.3f, max %.1f us\n",
                 slowest[0] * 1e6, p50 * 1e6, p99 * 1e6, p99 / p50, steady.back() * 1e6);
+    std::printf("baseline, memcpy of %lld bytes per rank after each step (slowest rank): p50 "
+                "%.1f us, p99 %.1f us, p99/p50 %.3f, max %.1f us\n",
+                static_cast<long long>(setup.baseline_bytes), copy_p50 * 1e6, copy_p99 * 1e6,
+                copy_p99 / copy_p50, copy.back() * 1e6);
     std::printf("allocations outside MPI (operator new + malloc): in the warm-up, the most in "
                 "a steady step (which), in all steady steps; MPI's own mallocs apart\n");
     std::printf("resident memory after step %lld and step %d, KiB: all (of which MPI's shared "
@@ -180,6 +190,9 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
           {"step_seconds",
            {{"first", slowest[0]}, {"p50", p50}, {"p99", p99}, {"max", steady.back()},
             {"p99_over_p50", p99 / p50}}},
+          {"baseline_memcpy",
+           {{"bytes_per_rank", setup.baseline_bytes}, {"p50", copy_p50}, {"p99", copy_p99},
+            {"max", copy.back()}, {"p99_over_p50", copy_p99 / copy_p50}}},
           {"limits",
            {{"max_allocations_per_step", setup.max_allocs},
             {"max_rss_growth", setup.max_rss_growth}}},

@@ -18,9 +18,11 @@ struct SoakRecord {
   SoakRecord(int64_t steps, int64_t reference_step);
   void Step(int64_t step, double seconds, const AllocationCounts& allocs, int64_t pins);
   void Checked(int64_t step, int64_t wrong, const Resident& resident);
+  void Baseline(int64_t step, double seconds) { baseline[static_cast<size_t>(step - 1)] = seconds; }
 
   int64_t reference_step = 0;  // the step whose resident memory is the reference
   std::vector<double> seconds;
+  std::vector<double> baseline;  // the memcpy of SoakSetup::baseline_bytes after the step
   std::vector<int64_t> news, mallocs, mpi_mallocs, pins, wrong;
   Resident reference, last;  // after the reference step and the last
 };
@@ -30,6 +32,7 @@ struct SoakSetup {
   int ranks = 0;
   double scale = 1;
   int64_t tensors = 0, model_bytes = 0;
+  int64_t baseline_bytes = 0;   // what each rank's baseline memcpy copies: model_bytes / ranks
   int64_t warmup = 1;           // steps before the steady state
   int64_t max_allocs = -1;      // the most allocations outside MPI in a steady step; -1: none
   // The growth of private resident memory (Resident::private_bytes) from the reference step

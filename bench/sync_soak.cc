@@ -5,7 +5,12 @@
 // the process, on every thread, inside the call; the MPI library's own mallocs apart), host
 // registrations (HostPinningCountsSoFar, cuda/runtime.h: cudaHostRegister and cudaHostAlloc
 // calls; 0 on a CPU run by construction), its time (steady_clock, the slowest rank's per
-// step) and the resident memory after step min(10, K) and after step K. The model:
+// step) and the resident memory after step min(10, K) and after step K. The baseline, in the
+// same run: after each step every rank copies model bytes / N with memcpy between two
+// buffers of its own (the slowest rank's time), so that a spread of step times can be told
+// from the machine's own. Between steps the ranks meet in the communicator's Barrier, whose
+// wait gives the core away (MPI_Barrier spins: with more ranks than cores a rank done early
+// held the core that a rank still in its call needed, and steps took a scheduler tick). The model:
 // tiny-llama at --scale S (default 1), float32 (bench/soak_state.h). Ops:
 //   sync    BindReshard once: a trainer (fsdp, Shard(0)) on ranks [0, N/2), an engine (tp) on
 //           [N/2, N) (both on rank 0 for N = 1); each step the trainer writes the step's
@@ -200,9 +205,17 @@ int main(int argc, char** argv) {
     op.layout = "fsdp on " + Ranks(0, n) + " to full tensors on every rank";
   }
   sdrt::bench::SoakRecord record(args->steps, std::min<int64_t>(10, args->steps));
+  int64_t model_bytes = 0;
+  for (const sdrt::SafetensorsTensorSpec& s : model) {
+    int64_t numel = 1;
+    for (const int64_t d : s.shape) numel *= d;
+    model_bytes += numel * 4;
+  }
+  const size_t baseline_bytes = static_cast<size_t>(model_bytes / n);
+  std::vector<char> baseline_from(baseline_bytes, 1), baseline_to(baseline_bytes, 0);
   for (int64_t step = 1; step <= args->steps; ++step) {
     op.before(step);
-    MPI_Barrier(MPI_COMM_WORLD);
+    Check(world->Barrier(), "barrier");
     if (step == args->trace_step) sdrt::bench::TraceAllocations(true);
     const sdrt::bench::AllocationCounts allocs = sdrt::bench::AllocationsSoFar();
     const int64_t pins = Pins();
@@ -214,6 +227,12 @@ int main(int argc, char** argv) {
     sdrt::bench::TraceAllocations(false);
     Check(status, args->op + " step " + std::to_string(step));
     record.Checked(step, op.wrong(step), sdrt::bench::ResidentMemory());
+    Check(world->Barrier(), "barrier");
+    baseline_from[static_cast<size_t>(step) % baseline_bytes] = static_cast<char>(step);
+    const auto copy_start = std::chrono::steady_clock::now();
+    std::memcpy(baseline_to.data(), baseline_from.data(), baseline_bytes);
+    record.Baseline(step, std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                        copy_start).count());
   }
   if (!path.empty() && rank == 0) std::remove(path.c_str());
 
@@ -223,11 +242,8 @@ int main(int argc, char** argv) {
   setup.ranks = n;
   setup.scale = args->scale;
   setup.tensors = static_cast<int64_t>(model.size());
-  for (const sdrt::SafetensorsTensorSpec& s : model) {
-    int64_t numel = 1;
-    for (const int64_t d : s.shape) numel *= d;
-    setup.model_bytes += numel * 4;
-  }
+  setup.model_bytes = model_bytes;
+  setup.baseline_bytes = static_cast<int64_t>(baseline_bytes);
   setup.warmup = args->warmup;
   setup.max_allocs = args->max_allocs;
   setup.max_rss_growth = args->max_rss_growth;

@@ -16,12 +16,14 @@
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
 #include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tools/command_util.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt {
 namespace {
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
+using cli::HumanBytes;
 
 // `sdrt make --dtype DTYPE` into a fresh folder named `name`; its file's path.
 std::string MadeFile(const std::string& name, const std::string& dtype) {
@@ -59,6 +61,16 @@ TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
   EXPECT_LE(Sum(s["bytes_read"]), file_bytes + file_bytes / 32) << s;
   EXPECT_GE(Sum(s["bytes_read"]), file_bytes) << s;
   EXPECT_EQ(Sum(s["bytes_read"]) + Sum(s["bytes_from_node"]), Sum(o["bytes_read"])) << s << o;
+  // The text summary says the same: one node, what it read, what each rank got from it.
+  const test::CommandResult text = test::RunSdrtMpi(
+      2, "load " + test::ShellQuote(file) + " --mesh 2 --plan tp --read all --read-once-per-node");
+  ASSERT_EQ(text.exit_code, 0) << text.all();
+  EXPECT_THAT(text.out, HasSubstr("  read once per node: 1 node, read there: " +
+                                  HumanBytes(s["bytes_read_per_node"][0].get<int64_t>()) +
+                                  "; per rank, from a rank of its node: " +
+                                  HumanBytes(s["bytes_from_node"][0].get<int64_t>()) + " " +
+                                  HumanBytes(s["bytes_from_node"][1].get<int64_t>()) + "\n"))
+      << text.out;
   const test::CommandResult bad = test::RunSdrtMpi(2, load + " --read root --read-once-per-node");
   EXPECT_EQ(bad.exit_code, 2) << bad.all();
   EXPECT_THAT(bad.err, HasSubstr("--read-once-per-node goes with --read all"));

@@ -21,6 +21,18 @@ int64_t TotalBytes(const SourceOutline& outline) {
   return bytes;
 }
 
+// With --read-once-per-node: the bytes the ranks of each node (0, 1, ... as LoadStats::node
+// numbers them) read from storage, in all.
+std::vector<int64_t> BytesReadPerNode(const LoadFacts& f) {
+  std::vector<int64_t> per_node;
+  for (size_t q = 0; q < f.node.size() && q < f.bytes_read.size(); ++q) {
+    const auto n = static_cast<size_t>(f.node[q]);
+    if (per_node.size() <= n) per_node.resize(n + 1, 0);
+    per_node[n] += f.bytes_read[q];
+  }
+  return per_node;
+}
+
 // How the read went, after the summary's first line: who read, how long, at what rate.
 std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps,
                       const std::vector<double>& amplification) {
@@ -42,6 +54,15 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
                     absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps), "; read amplification");
     for (double a : amplification) absl::StrAppend(&text, absl::StrFormat(" %.3f", a));
     absl::StrAppend(&text, "\n");
+    if (f.options_read_once_per_node) {
+      const std::vector<int64_t> per_node = BytesReadPerNode(f);
+      absl::StrAppend(&text, "  read once per node: ", per_node.size(),
+                      per_node.size() == 1 ? " node" : " nodes", ", read there:");
+      for (int64_t b : per_node) absl::StrAppend(&text, " ", HumanBytes(b));
+      absl::StrAppend(&text, "; per rank, from a rank of its node:");
+      for (int64_t b : f.bytes_from_node) absl::StrAppend(&text, " ", HumanBytes(b));
+      absl::StrAppend(&text, "\n");
+    }
     if (f.options_map_results) {
       absl::StrAppend(&text, "  mapped (views of SRC's pages, not read) per rank:");
       for (int64_t b : f.bytes_mapped) absl::StrAppend(&text, " ", HumanBytes(b));
@@ -122,15 +143,8 @@ Report LoadReport(const LoadFacts& f) {
                                               {"read_amplification", amplification}});
     if (f.options_map_results) report.json["bytes_mapped"] = f.bytes_mapped;
     if (f.options_read_once_per_node) {
-      // Per node (the ranks' host names): the bytes its ranks read from storage.
-      std::vector<int64_t> per_node;
-      for (size_t q = 0; q < f.node.size() && q < f.bytes_read.size(); ++q) {
-        const auto n = static_cast<size_t>(f.node[q]);
-        if (per_node.size() <= n) per_node.resize(n + 1, 0);
-        per_node[n] += f.bytes_read[q];
-      }
       report.json.update(nlohmann::ordered_json{{"node_of_rank", f.node},
-                                                {"bytes_read_per_node", per_node},
+                                                {"bytes_read_per_node", BytesReadPerNode(f)},
                                                 {"bytes_from_node", f.bytes_from_node}});
     }
   }

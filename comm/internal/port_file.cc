@@ -9,7 +9,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "sdrt/core/io/atomic_file.h"
 
 namespace sdrt::internal {
 namespace {
@@ -61,14 +60,20 @@ absl::Status CheckReplaceable(const std::string& path) {
 absl::Status WritePortFile(const std::string& path, absl::string_view port, int max_bytes) {
   if (absl::Status s = CheckPortName(port, max_bytes, path); !s.ok()) return s;
   if (absl::Status s = CheckReplaceable(path); !s.ok()) return s;
-  const auto [dir, base] = SplitPath(path);
-  absl::StatusOr<AtomicFile> file = AtomicFile::Create(dir, base, 0600);
-  if (!file.ok()) return file.status();
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  Fd file{open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
+  if (file.fd < 0) return Os("cannot create", temp);
   const std::string text = absl::StrCat(port, "\n");
-  if (absl::Status s = file->Write(text.data(), static_cast<int64_t>(text.size())); !s.ok()) {
-    return s;
+  absl::Status status;
+  if (write(file.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    status = Os("cannot write", temp);
+  } else if (fsync(file.fd) != 0) {
+    status = Os("cannot fsync", temp);
+  } else if (rename(temp.c_str(), path.c_str()) != 0) {
+    status = Os(absl::StrCat("cannot rename ", temp, " to"), path);
   }
-  return file->Commit(dir, path);
+  if (!status.ok()) unlink(temp.c_str());
+  return status;
 }
 
 absl::StatusOr<std::string> ReadPortFile(const std::string& path, int max_bytes) {

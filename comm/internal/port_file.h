@@ -31,11 +31,12 @@ std::string ClaimedPath(absl::string_view path);
 // what the acceptor checks before it opens a port, and WritePortFile again.
 absl::Status CheckReplaceable(const std::string& path);
 
-// Writes `port` (plus a newline) to `path` as an AtomicFile (core/io/atomic_file.h: a
-// temporary file of mode 0600 in the same folder, fsync, rename, fsync of the folder).
-// InvalidArgument when `path` exists and is not a regular file (a symlink included: it is
-// never followed) or `port` is not a valid port name under `max_bytes`; the OS error
-// (errno, absl::ErrnoToStatus) otherwise. The temporary file is removed on every failure.
+// Writes `port` (plus a newline) to `path` through a temporary file in the same folder
+// (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600), fsync, rename. InvalidArgument when `path`
+// exists and is not a regular file (a symlink included: it is never followed) or `port`
+// is not a valid port name under `max_bytes`; the OS error (errno) as Unavailable or
+// PermissionDenied otherwise. The temporary file is removed on every failure. (Not
+// core/io/atomic_file.h's AtomicFile: comm sits below core, docs/ARCHITECTURE.md.)
 absl::Status WritePortFile(const std::string& path, absl::string_view port, int max_bytes);
 
 // The port name in `path`, a trailing newline removed. NotFound when the file does not

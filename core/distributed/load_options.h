@@ -150,8 +150,8 @@ struct LoadOptions {
   WeightMap weight_map;
   LoadStats* stats = nullptr;  // filled when not null
   // Called on the calling thread with this rank's bytes so far and in all, e.g. to show
-  // progress: kAll after each read is copied out (LoadStats::bytes_read units), kRoot after
-  // each exchange (bytes sent and received); not for a sharded folder. May be empty.
+  // progress: kAll after each read is copied out (LoadStats::bytes_read units), kRoot and a
+  // sharded folder after each exchange (bytes sent and received). May be empty.
   std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 

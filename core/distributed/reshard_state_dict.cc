@@ -46,6 +46,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
   }
   auto state = std::make_shared<ReshardPlan::State>();
   state->comm = &comm;
+  state->progress = options.progress;
   TransferStats collectives;
   if (local_error.ok() && !options.node_of_rank.empty() &&
       static_cast<int>(options.node_of_rank.size()) != comm.size()) {
@@ -231,8 +232,8 @@ absl::Status RunCompiledReshard(absl::string_view op, const sdrt::ReshardPlan::S
     SDRT_RETURN_IF_ERROR(SenderScales(quantize, SourceLocalsOf(s, locals), comm));
     ++collectives;
   }
-  absl::Status status =
-      RunTransfer(program, s.plan, s.schedule, &comm, locals.sources, locals.destinations);
+  absl::Status status = RunTransfer(program, s.plan, s.schedule, &comm, locals.sources,
+                                    locals.destinations, s.progress);
   collectives += static_cast<int64_t>(program.exchanges.size());
   if (!program.exchanges.empty()) {
     status = CloseTransfer(comm, op, status, &collectives, close_flag);

@@ -24,6 +24,7 @@
 #define SDRT_CORE_DISTRIBUTED_RESHARD_STATE_DICT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,12 @@ struct ReshardOptions {
   // (weight_map.h) are quantized by the senders with or without a map: one all-reduce of
   // block amaxes per execution, codes on the wire.
   WeightMap weight_map;
+  // Called on the calling thread after each exchange of every execution of the plan
+  // (ExecuteReshard, ReshardStateDict, each BoundReshard::Execute) with this rank's bytes
+  // sent and received so far in that execution and in all of it, e.g. to show progress.
+  // Kept by the plan (copied; what it captures must outlive the plan and its bindings).
+  // Not compared across ranks. May be empty.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
 class BoundReshard;

@@ -3,8 +3,9 @@
 # across two test hosts (scripts/hosts.sh; 4 ranks, 2 per host). Host 2's link is cut (ip
 # link set down: its packets are lost, no connection is closed) or its ranks stopped
 # (SIGSTOP: alive, answering nothing) in the middle of a load (--read root: the root's
-# broadcast, at its first progress line), a reshard (half a second into the command) and a
-# bound weight sync (examples/weight_sync, after its second step). Each time every live rank
+# broadcast, at its first progress line), a reshard (at its first progress line: after its
+# first exchange of 16 MiB buckets) and a bound weight sync (examples/weight_sync, after its
+# second step). Each time every live rank
 # must give up within --timeout + 5 s of the fault with an error naming the op and the ranks
 # that did not arrive (2 and 3), the job must end with exit status 1, no process may be left
 # on either host, and the reshard's output folder must not appear. Skipped (77) where
@@ -21,23 +22,18 @@ timeout_s=3
 "$sdrt" shard "$work/big.safetensors" "$work/fsdp" --mesh 4 --plan fsdp >/dev/null
 
 # fault NAME FAULT MARKER COMMAND...: COMMAND on hosts 1:2,2:2 in the background; when
-# MARKER appears in its output ("" : half a second after it starts), host 2 gets FAULT (cut
-# or stop); then the checks above.
+# MARKER appears in its output, host 2 gets FAULT (cut or stop); then the checks above.
 fault() {
   local name=$1 what=$2 marker=$3 out=$work/$1.out err=$work/$1.err pid rc t0 t1
   shift 3
   "$hosts" mpiexec 1:2,2:2 -n 4 "$@" >"$out" 2>"$err" &
   pid=$!
-  if [ -n "$marker" ]; then
-    for _ in $(seq 1200); do
-      grep -q -- "$marker" "$out" "$err" && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-    grep -q -- "$marker" "$out" "$err" || { cat "$err" >&2; fail "$name: no '$marker' in 60 s"; }
-  else
-    sleep 0.5
-  fi
+  for _ in $(seq 1200); do
+    grep -q -- "$marker" "$out" "$err" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  grep -q -- "$marker" "$out" "$err" || { cat "$err" >&2; fail "$name: no '$marker' in 60 s"; }
   t0=$(date +%s%N)
   "$hosts" "$what" 2
   rc=0
@@ -68,8 +64,8 @@ load=("$sdrt" load "$work/big.safetensors" --mesh 4 --plan tp --read root --buck
       --timeout "$timeout_s" --progress)
 fault load_cut cut "load: " "${load[@]}"
 fault load_stop stop "load: " "${load[@]}"
-fault reshard_stop stop "" "$sdrt" reshard "$work/fsdp" "$work/tp" --mesh 4 --plan tp \
-  --timeout "$timeout_s"
+fault reshard_stop stop "reshard: " "$sdrt" reshard "$work/fsdp" "$work/tp" --mesh 4 --plan tp \
+  --bucket-mib 16 --timeout "$timeout_s" --progress
 ! compgen -G "$work/tp*" >/dev/null || fail "reshard_stop: left $(ls -d "$work"/tp*)"
 sync=("$weight_sync" --steps 1000000 --timeout "$timeout_s")
 fault sync_cut cut "step 2:" "${sync[@]}"

@@ -245,14 +245,29 @@ TEST(Errors, VerifyMismatchIsBadInputOnEveryRank) {
   EXPECT_THAT(r.err, HasSubstr("on 2 rank(s) differ from"));
 }
 
+// How many of `err`'s progress lines for `what` are final ("what: N B of N B, ...").
+size_t FinalProgressLines(const std::string& err, const std::string& what) {
+  const std::string prefix = what + ": ";
+  size_t finals = 0;
+  for (size_t at = err.find(prefix); at != std::string::npos; at = err.find(prefix, at + 1)) {
+    const size_t from = at + prefix.size();
+    const size_t of = err.find(" of ", at);
+    const size_t comma = err.find(", ", of);
+    if (err.substr(from, of - from) == err.substr(of + 4, comma - of - 4)) ++finals;
+  }
+  return finals;
+}
+
 // Under mpiexec no rank's stderr is a terminal: progress shows only with --progress, on
-// rank 0 alone.
+// rank 0 alone (load, and reshard's exchanges).
 TEST(Progress, ForcedProgressUnderMpiexecGoesToAFile) {
   const std::string root = test::FreshDir("cli_output_progress");
   const std::string source = root + "/tiny.safetensors";
   ASSERT_EQ(Sdrt("make " + ShellQuote(source)).exit_code, 0);
-  const std::string load = absl::StrCat(ShellQuote(SDRT_MPIEXEC), " -n 2 ", ShellQuote(SDRT_BINARY),
-                                        " load ", ShellQuote(source), " --mesh 2 --plan fsdp");
+  const std::string mpiexec =
+      absl::StrCat(ShellQuote(SDRT_MPIEXEC), " -n 2 ", ShellQuote(SDRT_BINARY));
+  const std::string load =
+      absl::StrCat(mpiexec, " load ", ShellQuote(source), " --mesh 2 --plan fsdp");
   CommandResult quiet = test::RunCommand(load);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_THAT(quiet.err, Not(HasSubstr("load: ")));
@@ -260,17 +275,18 @@ TEST(Progress, ForcedProgressUnderMpiexecGoesToAFile) {
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
   EXPECT_THAT(shown.err, AllOf(HasSubstr("load: "), HasSubstr(" of "), HasSubstr("GB/s\n")));
   EXPECT_THAT(shown.err, Not(HasSubstr("\r")));
-  // One final line (rank 0 only): "load: N B of N B, ...".
-  size_t finals = 0;
-  for (size_t at = shown.err.find("load: "); at != std::string::npos;
-       at = shown.err.find("load: ", at + 1)) {
-    const size_t of = shown.err.find(" of ", at);
-    const size_t comma = shown.err.find(", ", of);
-    if (shown.err.substr(at + 6, of - at - 6) == shown.err.substr(of + 4, comma - of - 4)) {
-      ++finals;
-    }
-  }
-  EXPECT_EQ(finals, 1u) << shown.err;
+  EXPECT_EQ(FinalProgressLines(shown.err, "load"), 1u) << shown.err;
+
+  ASSERT_EQ(Sdrt(absl::StrCat("shard ", ShellQuote(source), " ", ShellQuote(root + "/fsdp"),
+                              " --mesh 2 --plan fsdp"))
+                .exit_code,
+            0);
+  const std::string reshard = absl::StrCat(mpiexec, " reshard ", ShellQuote(root + "/fsdp"), " ",
+                                           ShellQuote(root + "/tp"), " --mesh 2 --plan tp");
+  CommandResult resharded = test::RunCommand(reshard + " --bucket-mib 0.01 --progress");
+  ASSERT_EQ(resharded.exit_code, 0) << resharded.err;
+  EXPECT_THAT(resharded.err, AllOf(HasSubstr("reshard: "), HasSubstr("GB/s\n")));
+  EXPECT_EQ(FinalProgressLines(resharded.err, "reshard"), 1u) << resharded.err;
 }
 #endif
 

@@ -87,6 +87,7 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
   options.comm = &run.data();
   options.bucket_bytes = args.shared.bucket_bytes();
   if (map.has_value()) options.weight_map = *map;
+  options.progress = run.Progress();
   TransferStats stats;
   SDRT_ASSIGN_OR_RETURN(const double seconds, run.TimedStep([&] {
     return ReshardStateDict(source, destination, options, &stats);
@@ -160,7 +161,7 @@ void AddReshardCommand(CLI::App& app, int* exit_code) {
       ->required();
   AddSharedOptions(cmd,
                    kMeshPlanOption | kMeshDimNamesOption | kBucketMibOption | kOverwriteOption |
-                       kJsonOption | kTimeoutOption,
+                       kJsonOption | kProgressOption | kTimeoutOption,
                    &args->shared);
   AddWeightMapOptions(cmd, &args->engine);
   cmd->callback([args, exit_code] {

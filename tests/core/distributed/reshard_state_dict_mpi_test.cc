@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,11 +137,37 @@ void ExpectEngineHolds(const Sides& s, const Map& engine, int step) {
   EXPECT_EQ(std::memcmp(scale->as_tensor().data_ptr(), want.data_ptr(), want.nbytes()), 0);
 }
 
+// ReshardOptions::progress's calls in one execution: `done` never falls, never passes
+// `total`, and the last call reports everything this rank sent and received.
+struct ProgressSeen {
+  int64_t calls = 0, done = 0, total = -1;
+  bool fell = false;
+  std::function<void(int64_t, int64_t)> Hook() {
+    return [this](int64_t d, int64_t t) {
+      fell = fell || d < done || d > t || (total >= 0 && t != total);
+      done = d;
+      total = t;
+      ++calls;
+    };
+  }
+  void Expect(const TransferStats& stats) {
+    EXPECT_EQ(calls, stats.exchanges);
+    EXPECT_FALSE(fell);
+    if (calls > 0) {
+      EXPECT_EQ(done, stats.sent_bytes + stats.received_bytes);
+      EXPECT_EQ(total, done);
+    }
+    *this = ProgressSeen();
+  }
+};
+
 TEST(ReshardStateDictMpi, TrainerToEngineEveryStepThroughOnePlan) {
   const Sides s = WorldSides();
   ReshardOptions options;
   options.comm = g_world;
   options.bucket_bytes = 256;  // many exchanges, when bytes cross the wire
+  ProgressSeen seen;
+  options.progress = seen.Hook();
   Map engine = EngineMeta(s);
   absl::StatusOr<ReshardPlan> plan = PlanReshard(Trainer(s, 0), engine, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -159,6 +186,7 @@ TEST(ReshardStateDictMpi, TrainerToEngineEveryStepThroughOnePlan) {
     // The agreement, the exchanges, and the closing when there were any.
     EXPECT_EQ(stats.collectives, 1 + stats.exchanges + (stats.exchanges > 0 ? 1 : 0));
     EXPECT_LE(stats.buffer_bytes, 2 * 256);
+    seen.Expect(stats);  // the plan kept the hook: every execution reports
   }
 }
 
@@ -214,6 +242,8 @@ TEST(ReshardStateDictMpi, BoundReshardSyncsInPlaceUpdatesEveryStep) {
   ReshardOptions options;
   options.comm = g_world;
   options.bucket_bytes = 256;  // many exchanges, when bytes cross the wire
+  ProgressSeen seen;
+  options.progress = seen.Hook();
   Map trainer = Trainer(s, 0);
   Map engine = EngineMeta(s);
   absl::StatusOr<ReshardPlan> plan = PlanReshard(trainer, engine, options);
@@ -242,6 +272,7 @@ TEST(ReshardStateDictMpi, BoundReshardSyncsInPlaceUpdatesEveryStep) {
     EXPECT_EQ(stats.exchanges, plan->stats().exchanges);
     EXPECT_EQ(stats.wire_bytes, plan->stats().wire_bytes);
     EXPECT_LE(stats.buffer_bytes, 2 * 256);
+    seen.Expect(stats);
   }
   // A moved-from binding refuses, on its own.
   EXPECT_EQ(sync->Execute().code(), absl::StatusCode::kFailedPrecondition);

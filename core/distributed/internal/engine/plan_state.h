@@ -32,6 +32,8 @@ struct ReshardPlan::State {
   TransferStats stats;  // the plan's figures
   // The weight map's lowering (mapping/lowering.h); null without a map.
   std::shared_ptr<const internal::MapLowering> lowering;
+  // ReshardOptions::progress, for every execution.
+  std::function<void(int64_t done_bytes, int64_t total_bytes)> progress;
 };
 
 namespace internal {

@@ -185,6 +185,7 @@ absl::StatusOr<LoadResult> LoadShardedFolder(const CheckpointSource* source,
   ReshardOptions reshard;
   reshard.comm = &comm;
   reshard.bucket_bytes = options.bucket_bytes;
+  reshard.progress = options.progress;
   SDRT_RETURN_IF_ERROR(ReshardStateDict(pieces, destination, reshard, &stats.transfer));
   pieces = Map();  // unmaps the rank files
 

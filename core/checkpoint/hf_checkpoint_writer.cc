@@ -141,7 +141,7 @@ absl::StatusOr<bool> ReplacesFolder(const std::string& target, bool overwrite) {
     return absl::AlreadyExistsError(absl::StrCat(
         target,
         ": a Hugging Face checkpoint folder is already there; replace it with overwrite "
-        "(sdrt gather --overwrite)"));
+        "(--overwrite in the sdrt commands)"));
   }
   return true;
 }

@@ -241,6 +241,15 @@ int ServeEngines(const Args& args, std::chrono::milliseconds timeout) {
   return 0;
 }
 
+// A bad command line: the usage and exit 2, before MPI starts.
+int Usage(const char* flag, const char* why) {
+  std::fprintf(stderr,
+               "weight_sync: %s: %s\nusage: weight_sync [--steps K] [--timeout SECONDS] "
+               "[--accept PORT_FILE [--restarts R] | --connect PORT_FILE [--die]]\n",
+               flag, why);
+  return 2;
+}
+
 int Parse(int argc, char** argv, Args* args) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -248,7 +257,8 @@ int Parse(int argc, char** argv, Args* args) {
       args->die = true;
       continue;
     }
-    if (i + 1 >= argc) return Fail(argv[i], absl::InvalidArgumentError("needs a value"));
+    if (flag == "--help" || flag == "-h") return Usage(argv[i], "the flags are");
+    if (i + 1 >= argc) return Usage(argv[i], "needs a value");
     const char* value = argv[++i];
     if (flag == "--steps") {
       args->steps = std::atoi(value);
@@ -261,7 +271,7 @@ int Parse(int argc, char** argv, Args* args) {
     } else if (flag == "--timeout") {
       args->timeout = std::atof(value);
     } else {
-      return Fail(argv[i - 1], absl::InvalidArgumentError("unknown flag"));
+      return Usage(argv[i - 1], "unknown flag");
     }
   }
   return 0;

@@ -158,7 +158,7 @@ std::vector<Case> ShardedLoadCases(const std::string& ckpt) {
   const std::string load = "load " + ShellQuote(ckpt) + " --mesh 2 --plan fsdp";
   return {{load + " --read bogus", "--read: bogus not in {auto,all,root}"},
           {load + " --bucket-mib 8796093022208",
-           "--bucket-mib: must be a number in [1/1048576, 1048576] (MiB), got 8796093022208"},
+           "--bucket-mib: must be a number in [1/16384, 1048576] (MiB), got 8796093022208"},
           {load + " --bucket-mib nan", "--bucket-mib"},
           {load + " --direct-io", "direct_io does not apply to an sdrt sharded folder"},
           {load + " --read root", "every rank reads its own rank files"}};

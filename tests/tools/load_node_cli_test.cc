@@ -51,6 +51,8 @@ TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
   EXPECT_TRUE(s.value("bit_exact", false)) << s;
   EXPECT_EQ(s["bytes_kept"], o["bytes_kept"]);
   EXPECT_FALSE(o.contains("bytes_read_per_node")) << o;
+  EXPECT_FALSE(o.contains("read_once_per_node")) << o;
+  EXPECT_EQ(s["read_once_per_node"], true) << s;
   EXPECT_EQ(s["node_of_rank"], Json::array({0, 0})) << s;
   ASSERT_EQ(s["bytes_read_per_node"].size(), 1u) << s;
   const int64_t file_bytes = s["bytes"].get<int64_t>();
@@ -74,6 +76,30 @@ TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
   const test::CommandResult bad = test::RunSdrtMpi(2, load + " --read root --read-once-per-node");
   EXPECT_EQ(bad.exit_code, 2) << bad.all();
   EXPECT_THAT(bad.err, HasSubstr("--read-once-per-node goes with --read all"));
+  if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
+}
+
+// --read-once-per-node where nothing is read by every rank (a sharded folder: each rank its
+// own rank files) is said to be unused, in the text and the JSON, not dropped in silence.
+TEST(LoadNodeCli, ReadOncePerNodeSaysWhenItIsNotUsed) {
+  const std::string file = MadeFile("load_node_unused_cli", "f32");
+  const std::string folder = std::filesystem::path(file).parent_path().string() + "/fsdp";
+  ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(file) + " " + test::ShellQuote(folder) +
+                          " --mesh 2 --plan fsdp")
+                .exit_code,
+            0);
+  const std::string load =
+      "load " + test::ShellQuote(folder) + " --mesh 2 --plan tp --read all --read-once-per-node";
+  const test::CommandResult text = test::RunSdrtMpi(2, load);
+  ASSERT_EQ(text.exit_code, 0) << text.all();
+  EXPECT_THAT(text.out,
+              HasSubstr("\n  --read-once-per-node not used: each rank reads its own rank files\n"))
+      << text.out;
+  const test::CommandResult json = test::RunSdrtMpi(2, load + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.all();
+  const Json j = Json::parse(json.out);
+  EXPECT_EQ(j["read_once_per_node"], false) << j;
+  EXPECT_FALSE(j.contains("bytes_read_per_node")) << j;
   if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "sdrt/core/checkpoint/internal/checkpoint_target.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/reshard_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
@@ -80,7 +81,11 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
     if (rank < engine.index.world_size) {
       SDRT_ASSIGN_OR_RETURN(destination, EngineLayout(engine, args.engine, *layout, rank));
     }
-    return rank == 0 ? CheckOutputPath(args.out_dir, {args.in_dir}) : absl::OkStatus();
+    if (rank != 0) return absl::OkStatus();
+    SDRT_RETURN_IF_ERROR(CheckOutputPath(args.out_dir, {args.in_dir}));
+    // OUTDIR may be written (absent, empty, or a sharded checkpoint with --overwrite): known
+    // before any byte moves, not after the reshard.
+    return sdrt::internal::PrepareCheckpointTarget(args.out_dir, args.shared.overwrite).status();
   }));
 
   ReshardOptions options;

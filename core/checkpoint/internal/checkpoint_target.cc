@@ -141,7 +141,7 @@ absl::StatusOr<CheckpointTarget> PrepareCheckpointTarget(const std::string& out_
       return absl::AlreadyExistsError(
           absl::StrCat(target,
                        ": a sharded checkpoint is already there; replace it with "
-                       "overwrite (sdrt shard --overwrite)"));
+                       "overwrite (--overwrite in the sdrt commands)"));
     }
     where.exchange = true;
   } else if (errno != ENOENT) {

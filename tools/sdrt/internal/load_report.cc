@@ -38,6 +38,14 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
                       const std::vector<double>& amplification) {
   const TransferStats& t = f.stats.transfer;
   std::string text;
+  // --read-once-per-node applies to a file read by every rank: say so where it was not.
+  const std::string unused_once_per_node =
+      !f.options_read_once_per_node ? ""
+      : f.outline->sharded
+          ? "  --read-once-per-node not used: each rank reads its own rank files\n"
+      : f.stats.read != ReadMode::kAll
+          ? "  --read-once-per-node not used: the root read SRC and broadcast it\n"
+          : "";
   if (f.outline->sharded) {
     text = "  read: each rank its own rank files; bytes read per rank:";
     for (int64_t b : f.bytes_read) absl::StrAppend(&text, " ", HumanBytes(b));
@@ -46,7 +54,7 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
         HumanBytes(t.wire_bytes), " (the optimum: ", HumanBytes(t.optimum_bytes),
         "), kept in place ", HumanBytes(t.self_bytes), "; ", t.exchanges,
         t.exchanges == 1 ? " exchange, " : " exchanges, ", t.collectives, " collectives\n");
-    return text;
+    return text + unused_once_per_node;
   }
   text = absl::StrCat("  read: ", ReadModeName(f.stats.read), " (", Printable(reason), ")\n");
   if (f.stats.read == ReadMode::kAll) {
@@ -73,7 +81,7 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
   return absl::StrCat(text, "  broadcast ", absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps),
                       "; ", t.collectives, " collectives (", t.exchanges,
                       t.exchanges == 1 ? " exchange" : " exchanges", " of at most ", f.bucket_mib,
-                      " MiB per rank)\n");
+                      " MiB per rank)\n", unused_once_per_node);
 }
 
 }  // namespace
@@ -135,6 +143,10 @@ Report LoadReport(const LoadFacts& f) {
                                             {"bytes_read", f.bytes_read},
                                             {"bytes_kept", f.bytes_kept}});
   if (f.engine_tensors >= 0) report.json["engine_tensors"] = f.engine_tensors;
+  if (f.options_read_once_per_node) {
+    // Whether --read-once-per-node applied (a file read by every rank).
+    report.json["read_once_per_node"] = !outline.sharded && f.stats.read == ReadMode::kAll;
+  }
   if (outline.sharded) {
     report.json.update(TransferStatsJson(f.stats.transfer));
   } else {
@@ -142,7 +154,7 @@ Report LoadReport(const LoadFacts& f) {
                                               {"exchanges", f.stats.transfer.exchanges},
                                               {"read_amplification", amplification}});
     if (f.options_map_results) report.json["bytes_mapped"] = f.bytes_mapped;
-    if (f.options_read_once_per_node) {
+    if (f.options_read_once_per_node && f.stats.read == ReadMode::kAll) {
       report.json.update(nlohmann::ordered_json{{"node_of_rank", f.node},
                                                 {"bytes_read_per_node", BytesReadPerNode(f)},
                                                 {"bytes_from_node", f.bytes_from_node}});

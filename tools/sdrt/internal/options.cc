@@ -16,7 +16,7 @@ namespace {
 
 // A finite number in [min, max], checked before CLI11 converts it: NaN passes any range
 // check (every comparison with it is false), so it is refused first. `what` ends the
-// message: "--bucket-mib: must be a number in [1/1048576, 1048576] (MiB), got 8796093022208".
+// message: "--bucket-mib: must be a number in [1/16384, 1048576] (MiB), got 8796093022208".
 CLI::Validator FiniteRange(double min, double max, const std::string& range_text,
                            const std::string& unit) {
   return CLI::Validator(
@@ -34,7 +34,7 @@ CLI::Validator FiniteRange(double min, double max, const std::string& range_text
 }  // namespace
 
 int64_t SharedOptions::bucket_bytes() const {
-  return std::max<int64_t>(1, static_cast<int64_t>(bucket_mib * 1048576.0));
+  return std::max<int64_t>(64, static_cast<int64_t>(bucket_mib * 1048576.0));
 }
 
 ReadMode SharedOptions::read_mode() const {
@@ -108,8 +108,8 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
   if (which & kBucketMibOption) {
     cmd->add_option("--bucket-mib", options->bucket_mib,
                     "the most bytes one collective moves per rank, MiB (fractions allowed)")
-        ->check(FiniteRange(1.0 / 1048576, static_cast<double>(kMaxBucketMib),
-                            absl::StrCat("[1/1048576, ", kMaxBucketMib, "]"), "MiB"))
+        ->check(FiniteRange(1.0 / 16384, static_cast<double>(kMaxBucketMib),
+                            absl::StrCat("[1/16384, ", kMaxBucketMib, "]"), "MiB"))
         ->capture_default_str();
   }
   if (which & kOverwriteOption) {

@@ -21,7 +21,8 @@ namespace sdrt::cli {
 inline constexpr double kDefaultTimeoutSeconds = 600;
 inline constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
 // --bucket-mib: at most 1 TiB, so that the bytes (MiB << 20) stay far from overflow; at
-// least one byte (1/1048576 MiB: fractions are allowed).
+// least 64 bytes (1/16384 MiB: fractions are allowed), the least LoadStateDict and
+// ReshardStateDict take.
 inline constexpr int64_t kMaxBucketMib = int64_t{1} << 20;
 
 // Which of the shared options a command takes (AddSharedOptions), or'ed together.
@@ -41,7 +42,7 @@ struct SharedOptions {
   bool json = false;
   bool progress = false;
   std::string device = "cpu";  // "cpu" or "cuda"
-  double bucket_mib = 256;     // in [1/1048576, kMaxBucketMib]
+  double bucket_mib = 256;     // in [1/16384, kMaxBucketMib]
   std::string read = "auto";   // "auto", "all" or "root"
   bool direct_io = false;      // never with read "root"
   bool read_once_per_node = false;  // LoadOptions::share_reads; never with read "root"

@@ -221,10 +221,13 @@ std::function<void(int64_t, int64_t)> ProgressLine(const std::string& what, bool
   if (!enabled || (!terminal && !force)) return {};
   const double start = NowSeconds();
   double last = -1.0;  // when the last whole line was written
-  return [what, start, terminal, last](int64_t done, int64_t total) mutable {
+  bool ended = false;  // the final line is written: later calls (exchanges that move none
+                       // of this rank's bytes) print nothing
+  return [what, start, terminal, last, ended](int64_t done, int64_t total) mutable {
     const double now = NowSeconds();
     const bool end = done >= total;
-    if (!terminal && !end && last >= 0 && now - last < 1.0) return;
+    if (ended || (!terminal && !end && last >= 0 && now - last < 1.0)) return;
+    ended = end;
     last = now;
     const double seconds = now - start;
     const char* ending = "\n";  // a whole line in a file

@@ -77,7 +77,8 @@ SoakRecord::SoakRecord(int64_t steps, int64_t reference)
       mallocs(static_cast<size_t>(steps)),
       mpi_mallocs(static_cast<size_t>(steps)),
       pins(static_cast<size_t>(steps)),
-      wrong(static_cast<size_t>(steps)) {}
+      wrong(static_cast<size_t>(steps)),
+      private_rss(static_cast<size_t>(steps)) {}
 
 void SoakRecord::Step(int64_t step, double s, const AllocationCounts& allocs, int64_t p) {
   const size_t i = static_cast<size_t>(step - 1);
@@ -90,6 +91,7 @@ void SoakRecord::Step(int64_t step, double s, const AllocationCounts& allocs, in
 
 void SoakRecord::Checked(int64_t step, int64_t w, const Resident& resident) {
   wrong[static_cast<size_t>(step - 1)] = w;
+  private_rss[static_cast<size_t>(step - 1)] = resident.private_bytes();
   if (step == reference_step) reference = resident;
   if (step == static_cast<int64_t>(seconds.size())) last = resident;
 }
@@ -107,6 +109,20 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
   const std::vector<int64_t> mine = Summarize(record, setup.warmup);
   std::vector<int64_t> all(static_cast<size_t>(kFields) * setup.ranks);
   MPI_Gather(mine.data(), kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, 0,
+             MPI_COMM_WORLD);
+  // Private resident memory along the run (steps 10, 30, 100, 300, 1,000, ... and the last),
+  // every rank's: where it grows, and whether it stops.
+  std::vector<int64_t> curve_steps;
+  for (int64_t s = 10; s < steps; s *= 10) {
+    curve_steps.push_back(s);
+    if (3 * s < steps) curve_steps.push_back(3 * s);
+  }
+  curve_steps.push_back(steps);
+  std::vector<int64_t> curve_mine;
+  for (const int64_t s : curve_steps) curve_mine.push_back(record.private_rss[s - 1]);
+  std::vector<int64_t> curve_all(curve_mine.size() * static_cast<size_t>(setup.ranks));
+  MPI_Gather(curve_mine.data(), static_cast<int>(curve_mine.size()), MPI_INT64_T,
+             curve_all.data(), static_cast<int>(curve_mine.size()), MPI_INT64_T, 0,
              MPI_COMM_WORLD);
   int code = 0;
   if (rank == 0) {
@@ -178,6 +194,18 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
                        {"private_rss_ratio", private_ratio}});
     }
     if (exact != steps) code = 1;
+    std::printf("private resident memory along the run, KiB, after steps");
+    for (const int64_t s : curve_steps) std::printf(" %lld", static_cast<long long>(s));
+    std::printf("\n");
+    nlohmann::json curve = nlohmann::json::array();
+    for (int r = 0; r < setup.ranks; ++r) {
+      const auto first = curve_all.begin() + static_cast<int64_t>(r * curve_mine.size());
+      const std::vector<int64_t> row(first, first + static_cast<int64_t>(curve_mine.size()));
+      std::printf("%4d ", r);
+      for (const int64_t b : row) std::printf(" %lld", static_cast<long long>(b / 1024));
+      std::printf("\n");
+      curve.push_back(row);
+    }
     std::printf("%s\n", code == 0 ? "ok" : "FAILED (a step differed or a limit was passed)");
     if (!json_path.empty()) {
       const nlohmann::json j = {
@@ -197,6 +225,7 @@ int ReportSoak(const SoakSetup& setup, const SoakRecord& record, const std::stri
            {{"max_allocations_per_step", setup.max_allocs},
             {"max_rss_growth", setup.max_rss_growth}}},
           {"per_rank", ranks},
+          {"private_rss_curve", {{"steps", curve_steps}, {"bytes_per_rank", curve}}},
           {"ok", code == 0}};
       std::ofstream out(json_path);
       out << j.dump(2) << "\n";

@@ -24,6 +24,7 @@ struct SoakRecord {
   std::vector<double> seconds;
   std::vector<double> baseline;  // the memcpy of SoakSetup::baseline_bytes after the step
   std::vector<int64_t> news, mallocs, mpi_mallocs, pins, wrong;
+  std::vector<int64_t> private_rss;  // Resident::private_bytes after each step
   Resident reference, last;  // after the reference step and the last
 };
 

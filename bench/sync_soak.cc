@@ -5,7 +5,8 @@
 // the process, on every thread, inside the call; the MPI library's own mallocs apart), host
 // registrations (HostPinningCountsSoFar, cuda/runtime.h: cudaHostRegister and cudaHostAlloc
 // calls; 0 on a CPU run by construction), its time (steady_clock, the slowest rank's per
-// step) and the resident memory after step min(10, K) and after step K. The baseline, in the
+// step) and the resident memory after step min(10, K) and after step K (and each rank's
+// private part after steps 10, 30, 100, 300, 1,000, ... and K). The baseline, in the
 // same run: after each step every rank copies model bytes / N with memcpy between two
 // buffers of its own (the slowest rank's time), so that a spread of step times can be told
 // from the machine's own. Between steps the ranks meet in the communicator's Barrier, whose

@@ -296,10 +296,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::DuplicateFortr
 }
 
 void MpiCommunicator::AbortJob(int exit_code) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::cout << std::flush;
-  std::cerr << std::flush;
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);  // every C stream
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this is for the type system

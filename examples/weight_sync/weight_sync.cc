@@ -195,6 +195,10 @@ void Usage(long* rss_kb, int* fds) {
 // The trainer of --restarts: serves `args.restarts` + 1 engine jobs, each until a step
 // fails, with the step count going on from one engine to the next.
 int ServeEngines(const Args& args, std::chrono::milliseconds timeout) {
+  // The trainer's own ranks, for agreeing on the last good step under the same deadline.
+  auto trainers = sdrt::MpiCommunicator::World(timeout);
+  if (!trainers.ok()) return Fail("MPI", trainers.status());
+  sdrt::Tensor last_good = *sdrt::Tensor::Empty({1}, sdrt::DType::kInt64);
   int step = 0;
   for (int round = 0; round <= args.restarts; ++round) {
     auto comm = sdrt::MpiCommunicator::Accept(args.accept, timeout);
@@ -223,9 +227,12 @@ int ServeEngines(const Args& args, std::chrono::milliseconds timeout) {
     // leave the trainer's ranks disagreeing on whether that step completed (one finished its
     // part, another timed out): they agree, over their own job, on the last step all of
     // them completed.
-    int last_good = step - 1;
-    MPI_Allreduce(MPI_IN_PLACE, &last_good, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    step = last_good;
+    last_good.data<int64_t>()[0] = step - 1;
+    if (absl::Status agreed = (*trainers)->AllReduce(last_good, sdrt::ReduceOp::kMin);
+        !agreed.ok()) {
+      return Fail("agreeing on the last good step", agreed);
+    }
+    step = static_cast<int>(last_good.data<int64_t>()[0]);
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - failed_at);
     long rss = 0;
@@ -242,7 +249,7 @@ int ServeEngines(const Args& args, std::chrono::milliseconds timeout) {
 }
 
 // A bad command line: the usage and exit 2, before MPI starts.
-int Usage(const char* flag, const char* why) {
+int BadFlag(const char* flag, const char* why) {
   std::fprintf(stderr,
                "weight_sync: %s: %s\nusage: weight_sync [--steps K] [--timeout SECONDS] "
                "[--accept PORT_FILE [--restarts R] | --connect PORT_FILE [--die]]\n",
@@ -257,8 +264,8 @@ int Parse(int argc, char** argv, Args* args) {
       args->die = true;
       continue;
     }
-    if (flag == "--help" || flag == "-h") return Usage(argv[i], "the flags are");
-    if (i + 1 >= argc) return Usage(argv[i], "needs a value");
+    if (flag == "--help" || flag == "-h") return BadFlag(argv[i], "the flags are");
+    if (i + 1 >= argc) return BadFlag(argv[i], "needs a value");
     const char* value = argv[++i];
     if (flag == "--steps") {
       args->steps = std::atoi(value);
@@ -271,7 +278,7 @@ int Parse(int argc, char** argv, Args* args) {
     } else if (flag == "--timeout") {
       args->timeout = std::atof(value);
     } else {
-      return Usage(argv[i - 1], "unknown flag");
+      return BadFlag(argv[i - 1], "unknown flag");
     }
   }
   return 0;

@@ -33,19 +33,25 @@ std::vector<int64_t> BytesReadPerNode(const LoadFacts& f) {
   return per_node;
 }
 
+// Why --read-once-per-node did not apply, as a summary line: it applies to a file every rank
+// reads (kAll); "" where it applied or was not given.
+std::string OncePerNodeUnused(const LoadFacts& f) {
+  if (!f.options_read_once_per_node) return "";
+  if (f.outline->sharded) {
+    return "  --read-once-per-node not used: each rank reads its own rank files\n";
+  }
+  if (f.stats.read != ReadMode::kAll) {
+    return "  --read-once-per-node not used: the root read SRC and broadcast it\n";
+  }
+  return "";
+}
+
 // How the read went, after the summary's first line: who read, how long, at what rate.
 std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps,
                       const std::vector<double>& amplification) {
   const TransferStats& t = f.stats.transfer;
   std::string text;
-  // --read-once-per-node applies to a file read by every rank: say so where it was not.
-  const std::string unused_once_per_node =
-      !f.options_read_once_per_node ? ""
-      : f.outline->sharded
-          ? "  --read-once-per-node not used: each rank reads its own rank files\n"
-      : f.stats.read != ReadMode::kAll
-          ? "  --read-once-per-node not used: the root read SRC and broadcast it\n"
-          : "";
+  const std::string unused_once_per_node = OncePerNodeUnused(f);
   if (f.outline->sharded) {
     text = "  read: each rank its own rank files; bytes read per rank:";
     for (int64_t b : f.bytes_read) absl::StrAppend(&text, " ", HumanBytes(b));
@@ -143,10 +149,8 @@ Report LoadReport(const LoadFacts& f) {
                                             {"bytes_read", f.bytes_read},
                                             {"bytes_kept", f.bytes_kept}});
   if (f.engine_tensors >= 0) report.json["engine_tensors"] = f.engine_tensors;
-  if (f.options_read_once_per_node) {
-    // Whether --read-once-per-node applied (a file read by every rank).
-    report.json["read_once_per_node"] = !outline.sharded && f.stats.read == ReadMode::kAll;
-  }
+  const bool once_per_node = f.options_read_once_per_node && OncePerNodeUnused(f).empty();
+  if (f.options_read_once_per_node) report.json["read_once_per_node"] = once_per_node;
   if (outline.sharded) {
     report.json.update(TransferStatsJson(f.stats.transfer));
   } else {
@@ -154,7 +158,7 @@ Report LoadReport(const LoadFacts& f) {
                                               {"exchanges", f.stats.transfer.exchanges},
                                               {"read_amplification", amplification}});
     if (f.options_map_results) report.json["bytes_mapped"] = f.bytes_mapped;
-    if (f.options_read_once_per_node && f.stats.read == ReadMode::kAll) {
+    if (once_per_node) {
       report.json.update(nlohmann::ordered_json{{"node_of_rank", f.node},
                                                 {"bytes_read_per_node", BytesReadPerNode(f)},
                                                 {"bytes_from_node", f.bytes_from_node}});

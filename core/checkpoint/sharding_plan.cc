@@ -40,6 +40,9 @@ const std::vector<std::pair<std::unique_ptr<RE2>, TpRole>>& TpPatterns() {
         // An FP8 weight's 128 x 128 block scales ("weight_scale_inv") are cut as it is.
         {R"((^|\.)(q_proj|k_proj|v_proj|gate_proj|up_proj|qkv_proj|gate_up_proj)\.(weight|bias|weight_scale_inv)$)",
          TpRole::kColumn},
+        // DeepSeek's multi-head latent attention: the up-projections are column-parallel
+        // (vLLM's ColumnParallelLinear); q_a_proj and kv_a_proj_with_mqa are replicated.
+        {R"((^|\.)(q_b_proj|kv_b_proj)\.(weight|bias|weight_scale_inv)$)", TpRole::kColumn},
         {R"((^|\.)(o_proj|down_proj)\.(weight|bias|weight_scale_inv)$)", TpRole::kRow},
         {R"((^|\.)(embed_tokens|lm_head)\.weight$)", TpRole::kVocab},
         // BERT.

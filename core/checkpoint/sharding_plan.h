@@ -87,9 +87,11 @@ absl::string_view TpRoleName(TpRole role);
 
 // The role of `name` under the built-in tp plan. Llama-style names
 // (model.layers.N.self_attn.q_proj.weight, mlp.gate_proj / up_proj / down_proj, o_proj,
-// embed_tokens, lm_head; an FP8 weight's block scales, "...q_proj.weight_scale_inv", take its
-// weight's role: a 2-D grid of 128 x 128 blocks cut as the weight is), BERT-style (encoder.layer.N.attention.self.query.weight,
-// attention.output.dense, intermediate.dense, output.dense, embeddings.word_embeddings) and
+// embed_tokens, lm_head; DeepSeek's q_b_proj and kv_b_proj are column-parallel; an FP8
+// weight's block scales, "...q_proj.weight_scale_inv", take its weight's role: a 2-D grid
+// of 128 x 128 blocks cut as the weight is), BERT-style
+// (encoder.layer.N.attention.self.query.weight, attention.output.dense, intermediate.dense,
+// output.dense, embeddings.word_embeddings) and
 // GPT-2-style (h.N.attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, wte). Matching is on
 // the trailing components, so any prefix ("model.", "bert.", "transformer.") works. GPT-2's
 // Conv1D stores weights as [in, out], the transpose of nn.Linear, so its column-parallel

@@ -2,7 +2,8 @@
 // (tools/sdrt/internal/layout.h), run as the built binary: the table and picture of a 2-D
 // tensor on a 2x2 mesh, an uneven 1-D tensor over 3 ranks with an empty piece, a
 // _StridedShard's several runs in --json, a sharded folder's own layout equal to the
-// source's under the same plan, and the input errors (exit 2, one line).
+// source's under the same plan, a tensor's own mesh under a parallel layout description
+// (pipeline stages, vLLM replicas), and the input errors (exit 2, one line).
 #include <fstream>
 #include <string>
 #include <utility>
@@ -121,6 +122,38 @@ TEST_F(InspectLayout, InputErrorsAreExitTwoWithOneLine) {
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.all();
     EXPECT_TRUE(r.out.empty()) << r.out;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+  }
+}
+
+TEST(InspectParallelLayout, ATensorOnItsStagesRanks) {
+  const std::string file = test::TestTmpRoot() + "/inspect_parallel_layout.safetensors";
+  const CommandResult made = Sdrt("make --arch tiny-llama --overwrite " + ShellQuote(file));
+  ASSERT_EQ(made.exit_code, 0) << made.all();
+  // tiny-llama has 2 layers: with pp 2, layer 1 is stage 1, ranks (p * dp + d) * tp + t.
+  const CommandResult down =
+      Sdrt("inspect " + ShellQuote(file) +
+           " --layout model.layers.1.mlp.down_proj.weight --plan megatron:tp=2,pp=2,dp=2");
+  ASSERT_EQ(down.exit_code, 0) << down.all();
+  EXPECT_THAT(down.out, HasSubstr("[64, 172] on mesh [2, 2] (dp, tp) of ranks 4, 5, 6, 7, "
+                                  "placements [R, S(1)]"));
+  EXPECT_THAT(down.out, testing::ContainsRegex("7 +\\[1, 1\\] +\\[64, 86\\] +\\[0, 64\\) +"
+                                               "\\[86, 172\\)"));
+  // vLLM: replicas outermost, the head on the last stage; --mesh is the world size.
+  const CommandResult head = Sdrt("inspect " + ShellQuote(file) +
+                                  " --layout lm_head.weight --plan vllm:tp=2,pp=2 --mesh 8");
+  ASSERT_EQ(head.exit_code, 0) << head.all();
+  EXPECT_THAT(head.out, HasSubstr("on mesh [2, 2] (dp, tp) of ranks 2, 3, 6, 7, placements [R, S(0)]"));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {" --plan megatron:tp=2 --mesh 2x2", "the world size (one number)"},
+      {" --plan megatron:tp=2", "dp is left out"},
+      {" --plan megatron:pp=4 --mesh 4", "pp=4 needs at least 4 layers, the model has 2"},
+      {" --plan megatron:tp=3 --mesh 4", "does not divide the world of 4"},
+  };
+  for (const auto& [args, message] : refused) {
+    const CommandResult r =
+        Sdrt("inspect " + ShellQuote(file) + " --layout lm_head.weight" + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.all();
     EXPECT_THAT(r.err, HasSubstr(message)) << args;
   }
 }

@@ -8,13 +8,16 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
+#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
@@ -59,9 +62,22 @@ std::string RunsText(const internal::IndexRuns& runs) {
 }
 
 std::string Header(const TensorLayout& layout, const DeviceMesh& mesh) {
+  // A mesh over other ranks than 0..N-1 (a pipeline stage's, an expert's) lists them.
+  std::string ranks;
+  const std::vector<int64_t>& r = mesh.ranks();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i] == static_cast<int64_t>(i)) continue;
+    const size_t shown = std::min<size_t>(r.size(), 16);
+    ranks = absl::StrCat(" of ranks ", absl::StrJoin(r.begin(), r.begin() + shown, ", "),
+                         shown < r.size() ? absl::StrCat(", ... (", r.size(), " ranks)") : "");
+    break;
+  }
+  const std::string names =
+      mesh.dim_names().empty() ? "" : absl::StrCat(" (", absl::StrJoin(mesh.dim_names(), ", "), ")");
   return absl::StrCat("tensor ", Printable(layout.name), ": ", DTypeName(layout.dtype), " ",
                       ShapeToString(layout.shape), " on mesh ", ShapeToString(mesh.shape()),
-                      ", placements ", PlacementsToString(layout.placements), "\n");
+                      Printable(names), ranks, ", placements ",
+                      PlacementsToString(layout.placements), "\n");
 }
 
 // Every run boundary of `dim` over all ranks, with 0 and the dim's size.
@@ -121,6 +137,32 @@ void Picture(const TensorLayout& layout, const std::vector<RankPiece>& pieces, s
   table.Print(out);
 }
 
+// FindLayout of a checkpoint source under a parallel layout description: the tensor's own
+// mesh and placements among all of the source's tensors; `mesh_spec`, when given, is the
+// world size.
+absl::StatusOr<FoundLayout> FindInParallelLayout(const std::string& path, const std::string& name,
+                                                 const std::string& mesh_spec,
+                                                 const std::string& plan_spec) {
+  int64_t world = 0;
+  if (!mesh_spec.empty() && (!absl::SimpleAtoi(mesh_spec, &world) || world < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mesh \"", mesh_spec, "\" with a parallel layout: the world size (one number); the "
+        "layout makes each tensor's own mesh"));
+  }
+  SDRT_ASSIGN_OR_RETURN(ParallelLayout layout, ParallelLayout::Parse(plan_spec, world));
+  SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(path));
+  const std::vector<SafetensorsTensorSpec> specs = source.TensorSpecs();
+  SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> placed, layout.Place(specs));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name != name) continue;
+    FoundLayout found;
+    found.layout = {name, specs[i].dtype, specs[i].shape, std::move(placed[i].placements)};
+    found.mesh = std::move(placed[i].mesh);
+    return found;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "'"));
+}
+
 }  // namespace
 
 absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::string& name,
@@ -146,6 +188,9 @@ absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::strin
       return found;
     }
     return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "'"));
+  }
+  if (ParallelLayout::IsDescription(plan_spec)) {
+    return FindInParallelLayout(path, name, mesh_spec, plan_spec);
   }
   if (mesh_spec.empty() || plan_spec.empty()) {
     return absl::InvalidArgumentError(

@@ -38,10 +38,12 @@ struct FoundLayout {
 // The layout of tensor `name` in `path`: a sharded checkpoint folder's own (its index's
 // mesh and placements; `mesh_spec` and `plan_spec` must be empty), or that of a checkpoint
 // source (a safetensors file, a Hugging Face folder, a folder of safetensors files) under
-// `mesh_spec` ("2x2") and `plan_spec` (a built-in plan or a PLAN.json), both required.
-// InvalidArgument naming what is missing or wrong (an unknown tensor, a mesh or plan
-// given for a sharded folder or missing for a source, the plan's errors); the opening
-// errors of the folder or source.
+// `mesh_spec` ("2x2") and `plan_spec` (a built-in plan or a PLAN.json), both required, or
+// under a parallel layout description (core/checkpoint/parallel_layout.h) as `plan_spec`,
+// which gives the tensor its own mesh among all of the source's tensors (`mesh_spec`, then
+// optional, is the world size). InvalidArgument naming what is missing or wrong (an unknown
+// tensor, a mesh or plan given for a sharded folder or missing for a source, the plan's or
+// the layout's errors); the opening errors of the folder or source.
 absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::string& name,
                                        const std::string& mesh_spec, const std::string& plan_spec);
 

@@ -82,7 +82,10 @@ struct CheckpointSourceTensor {
 class CheckpointSource {
  public:
   struct Options {
-    // How each safetensors file is opened (pinning the mapping, ...).
+    // How each safetensors file is opened (pinning the mapping, ...). With
+    // file_options.accept_header_only, header-only descriptions open too: tensors() then
+    // describe bytes their files lack (offset past the end), Get refuses them, and the
+    // merged metadata() holds kSafetensorsHeaderOnlyKey; for listing and planning only.
     SafetensorsFile::Options file_options;
   };
 

@@ -59,6 +59,10 @@ inline constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 // The reserved header key holding the string-to-string metadata; no tensor may use it.
 inline constexpr absl::string_view kSafetensorsMetadataKey = "__metadata__";
 
+// The __metadata__ key marking a header-only description (value "true"), which
+// SafetensorsFile::Options::accept_header_only opens and everything else refuses.
+inline constexpr absl::string_view kSafetensorsHeaderOnlyKey = "sdrt.header_only";
+
 // One tensor as the header describes it.
 struct SafetensorsEntry {
   std::string name;
@@ -97,6 +101,16 @@ class SafetensorsFile {
     // it is registered (StridedCopyDevice's contract): set this to false, or check
     // pin_status() / storage()->is_pinned() first.
     bool pageable_fallback = true;
+    // Opens a header-only description instead of refusing it: a file whose header lists
+    // tensors with their data_offsets but that ends where the data region begins, its
+    // __metadata__ holding kSafetensorsHeaderOnlyKey = "true" (`sdrt make --header-only`,
+    // a checkpoint's layout without its bytes). header_only() is then true, entries() and
+    // metadata() describe the tensors, Get() refuses every one and the mapping is never
+    // pinned. For tools that only describe or plan (`sdrt inspect`); nothing may read the
+    // tensors' bytes (TensorByteRanges() lie past the end of the file). The marker excuses
+    // an empty data region only: a file holding some of its data bytes, or an empty one
+    // without the marker, is refused as truncated either way.
+    bool accept_header_only = false;
   };
 
   // Maps `path` read-only (mmap PROT_READ) and validates the header and the layout.
@@ -106,7 +120,9 @@ class SafetensorsFile {
   // the tensor or metadata key, and the rule); InvalidArgument for pin_chunk_bytes < 1;
   // with pin_mapping and without pageable_fallback, the registration's error
   // (HostRegistration::Register: Unavailable without CUDA or a device, FailedPrecondition,
-  // ResourceExhausted, ...) after "<path>: pinning the mapping: ".
+  // ResourceExhausted, ...) after "<path>: pinning the mapping: ". A header-only description
+  // (Options::accept_header_only) without that option: InvalidArgument "<path>: a
+  // header-only description made by `sdrt make --header-only` ...: it has no tensor bytes".
   // The file must not be truncated while mapped (reading a vanished page raises SIGBUS).
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path, Options options);
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path) {
@@ -115,7 +131,8 @@ class SafetensorsFile {
 
   // Validates a whole file image already in host memory (tests, fuzzing, network buffers).
   // The returned tensors borrow `bytes` like Open's borrow the mapping. InvalidArgument for
-  // a null or non-CPU storage and for every format rule Open checks.
+  // a null or non-CPU storage and for every format rule Open checks (a header-only
+  // description included: it is never accepted here).
   static absl::StatusOr<SafetensorsFile> FromBuffer(std::shared_ptr<Storage> bytes);
 
   // The tensors sorted by data_begin (the order of their bytes in the file); zero-length
@@ -131,8 +148,13 @@ class SafetensorsFile {
   // Open is read-only: writing to it faults; Clone() it to modify) when the tensor's address
   // is a multiple of its element size, else a copy in fresh 256-byte-aligned memory.
   // Tensors with no elements own an empty storage. NotFound naming the tensor and the file
-  // when absent; ResourceExhausted when a copy cannot be allocated.
+  // when absent; ResourceExhausted when a copy cannot be allocated; InvalidArgument for
+  // every tensor of a header-only description (header_only()).
   absl::StatusOr<Tensor> Get(absl::string_view name) const;
+
+  // Whether this is a header-only description, opened with Options::accept_header_only:
+  // the tensors' bytes are not in the file (data_offset() is its end).
+  bool header_only() const { return header_only_; }
 
   // OK unless Open was asked to pin the mapping and fell back to pageable memory
   // (Options::pageable_fallback); then why, as Open would have failed with it.
@@ -151,13 +173,15 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   // Validates the image in `storage`; `source` (a path or "<buffer>") prefixes messages.
-  static absl::StatusOr<SafetensorsFile> Parse(std::shared_ptr<Storage> storage,
-                                               std::string source);
+  // With `accept_header_only`, a header-only description is returned instead of refused.
+  static absl::StatusOr<SafetensorsFile> Parse(std::shared_ptr<Storage> storage, std::string source,
+                                               bool accept_header_only);
 
   std::shared_ptr<Storage> storage_;
   std::string source_;
   absl::Status pin_status_;
   int64_t header_size_ = 0;
+  bool header_only_ = false;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in entries_
   std::map<std::string, std::string> metadata_;

@@ -5,13 +5,21 @@
 // of them. A tensor whose address is not a multiple of its element size (other writers may
 // leave the data region unaligned: case-045) is copied instead, never reinterpreted through
 // a misaligned pointer.
+//
+// A header-only description (`sdrt make --header-only`) fails the ordinary rules, its data
+// region being empty; only then, and only when its metadata has the marker, is the header
+// checked again by the same rules against the data region it describes (the end of its
+// last tensor), and the file refused as what it is, or opened with accept_header_only.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "sdrt/core/io/internal/open_regular_file.h"
 #include "sdrt/core/io/internal/safetensors_header.h"
 #include "sdrt/core/io/safetensors.h"
@@ -27,6 +35,34 @@ absl::Status WithSource(const absl::Status& status, absl::string_view source) {
   return absl::Status(status.code(), absl::StrCat(source, ": ", status.message()));
 }
 
+// For a header `json` whose __metadata__ marks it header-only: the size of the data region
+// it describes (the largest data_offsets end; ParseSafetensorsHeader then checks the rest).
+// nullopt for anything else. Only called for a file whose data region is empty and whose
+// header broke a rule; nlohmann parses and frees any depth without recursion.
+std::optional<int64_t> DescribedDataBytes(absl::string_view json) {
+  if (json.find(kSafetensorsHeaderOnlyKey) == absl::string_view::npos) return std::nullopt;
+  const nlohmann::json root =
+      nlohmann::json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object()) return std::nullopt;
+  const auto metadata = root.find(std::string(kSafetensorsMetadataKey));
+  if (metadata == root.end() || !metadata->is_object()) return std::nullopt;
+  const auto marker = metadata->find(std::string(kSafetensorsHeaderOnlyKey));
+  if (marker == metadata->end() || *marker != "true") return std::nullopt;
+  int64_t end = 0;
+  for (const auto& [key, entry] : root.items()) {
+    if (key == kSafetensorsMetadataKey || !entry.is_object()) continue;
+    const auto offsets = entry.find("data_offsets");
+    if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[1].is_number_unsigned()) {
+      continue;  // refused by ParseSafetensorsHeader
+    }
+    const uint64_t e = (*offsets)[1].get<uint64_t>();
+    if (e > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    end = std::max(end, static_cast<int64_t>(e));
+  }
+  return end;
+}
+
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, Options options) {
@@ -38,8 +74,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, O
   // writer).
   absl::StatusOr<std::shared_ptr<Storage>> mapping = internal::MapRegularFile(path, false);
   if (!mapping.ok()) return WithSource(mapping.status(), path);
-  SDRT_ASSIGN_OR_RETURN(SafetensorsFile file, Parse(*std::move(mapping), path));
-  if (!options.pin_mapping) return file;
+  SDRT_ASSIGN_OR_RETURN(SafetensorsFile file,
+                        Parse(*std::move(mapping), path, options.accept_header_only));
+  if (!options.pin_mapping || file.header_only_) return file;
   HostRegistrationOptions registration;
   registration.device = options.pin_device;
   registration.chunk_bytes = options.pin_chunk_bytes;
@@ -67,24 +104,47 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBuffer(std::shared_ptr<Stor
   if (bytes == nullptr || !bytes->device().is_cpu()) {
     return absl::InvalidArgumentError("SafetensorsFile::FromBuffer: needs a CPU storage");
   }
-  return Parse(std::move(bytes), "<buffer>");
+  return Parse(std::move(bytes), "<buffer>", /*accept_header_only=*/false);
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<Storage> storage,
-                                                       std::string source) {
+                                                       std::string source,
+                                                       bool accept_header_only) {
   const char* bytes = static_cast<const char*>(storage->data());
   const int64_t size = storage->nbytes();
   absl::StatusOr<int64_t> header_size =
       internal::ParseSafetensorsHeaderLength(absl::string_view(bytes, size < 8 ? 0 : 8), size);
   if (!header_size.ok()) return WithSource(header_size.status(), source);
-  absl::StatusOr<internal::SafetensorsHeader> header = internal::ParseSafetensorsHeader(
-      absl::string_view(bytes + 8, *header_size), size - 8 - *header_size);
+  const absl::string_view json(bytes + 8, *header_size);
+  const int64_t data_bytes = size - 8 - *header_size;
+  absl::StatusOr<internal::SafetensorsHeader> header =
+      internal::ParseSafetensorsHeader(json, data_bytes);
+  bool header_only = false;
+  if (!header.ok() && data_bytes == 0) {
+    const std::optional<int64_t> described = DescribedDataBytes(json);
+    absl::StatusOr<internal::SafetensorsHeader> description =
+        described.has_value() && *described > 0
+            ? internal::ParseSafetensorsHeader(json, *described)
+            : absl::StatusOr<internal::SafetensorsHeader>(header.status());
+    if (description.ok() && !accept_header_only) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": a header-only description made by `sdrt make --header-only` (",
+                       description->entries.size(), " tensors, ", *described,
+                       " bytes of data described): it has no tensor bytes, so it can be inspected "
+                       "(`sdrt inspect`) but not loaded"));
+    }
+    if (description.ok()) {
+      header = std::move(description);
+      header_only = true;
+    }
+  }
   if (!header.ok()) return WithSource(header.status(), source);
 
   SafetensorsFile file;
   file.storage_ = std::move(storage);
   file.source_ = std::move(source);
   file.header_size_ = *header_size;
+  file.header_only_ = header_only;
   file.entries_ = std::move(header->entries);
   file.metadata_ = std::move(header->metadata);
   for (size_t i = 0; i < file.entries_.size(); ++i) file.index_[file.entries_[i].name] = i;
@@ -101,6 +161,11 @@ absl::StatusOr<Tensor> SafetensorsFile::Get(absl::string_view name) const {
   if (entry == nullptr) {
     return absl::NotFoundError(
         absl::StrCat(source_, ": no tensor named \"", absl::Utf8SafeCHexEscape(name), "\""));
+  }
+  if (header_only_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_, ": tensor \"", absl::Utf8SafeCHexEscape(name),
+        "\": a header-only description made by `sdrt make --header-only` has no tensor bytes"));
   }
   const int64_t alignment = ElementAlignment(entry->dtype);
   const int64_t offset = data_offset() + entry->data_begin;  // bytes from the file start

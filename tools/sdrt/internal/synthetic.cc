@@ -13,6 +13,10 @@
 namespace sdrt::cli {
 namespace {
 
+using synthetic_internal::Init;
+using synthetic_internal::Scaled;
+using synthetic_internal::Spec;
+
 struct BaseArch {
   const char* name;
   ArchFamily family;
@@ -27,10 +31,6 @@ constexpr BaseArch kArchs[] = {
     {"gpt2", ArchFamily::kGpt2, 768, 3072, 12, 12, 12, 50257, 1024, 0},
 };
 
-int64_t Scaled(int64_t value, double scale) {
-  return std::max<int64_t>(1, std::llround(static_cast<double>(value) * scale));
-}
-
 int64_t Numel(IntSpan shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -43,16 +43,6 @@ uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-
-// How a tensor is filled; kPositionIds is BERT's embeddings.position_ids (0, 1, ...).
-enum class Init : uint8_t { kWeight, kNorm, kBias, kPositionIds };
-
-// One parameter tensor to make.
-struct Spec {
-  std::string name;
-  IntVector shape;
-  Init init;
-};
 
 std::vector<Spec> Specs(const ArchConfig& c) {
   std::vector<Spec> out;
@@ -133,11 +123,23 @@ std::vector<Spec> Specs(const ArchConfig& c) {
       vec("ln_f.bias", h, Init::kBias);
       break;
     }
+    case ArchFamily::kQwen3Moe:
+    case ArchFamily::kDeepseekV3:
+    case ArchFamily::kGlmMoe:
+      return synthetic_internal::MoeSpecs(c);
   }
   return out;
 }
 
 }  // namespace
+
+namespace synthetic_internal {
+
+int64_t Scaled(int64_t value, double scale) {
+  return std::max<int64_t>(1, std::llround(static_cast<double>(value) * scale));
+}
+
+}  // namespace synthetic_internal
 
 uint16_t FloatToBFloat16Bits(float value) {
   uint32_t bits;
@@ -175,6 +177,7 @@ uint16_t FloatToHalfBits(float value) {
 std::vector<std::string> ArchNames() {
   std::vector<std::string> out;
   for (const BaseArch& a : kArchs) out.emplace_back(a.name);
+  for (std::string& name : synthetic_internal::MoeArchNames()) out.push_back(std::move(name));
   return out;
 }
 
@@ -198,6 +201,9 @@ absl::StatusOr<ArchConfig> ScaledArch(absl::string_view arch, double scale) {
     c.type_vocab = a.type_vocab;
     return c;
   }
+  bool found = false;
+  absl::StatusOr<ArchConfig> moe = synthetic_internal::ScaledMoeArch(arch, scale, &found);
+  if (found) return moe;
   return absl::InvalidArgumentError(absl::StrCat("unknown arch \"", arch, "\": expected one of ",
                                                  absl::StrJoin(ArchNames(), ", ")));
 }
@@ -215,7 +221,8 @@ absl::StatusOr<SyntheticStateDict> SyntheticStateDict::Create(const ArchConfig& 
     out.fills_.push_back(static_cast<uint8_t>(Init::kPositionIds));
   }
   for (Spec& spec : Specs(config)) {
-    out.specs_.push_back({std::move(spec.name), dtype, std::move(spec.shape)});
+    out.specs_.push_back(
+        {std::move(spec.name), spec.float32 ? DType::kFloat32 : dtype, std::move(spec.shape)});
     out.fills_.push_back(static_cast<uint8_t>(spec.init));
   }
   return out;
@@ -298,6 +305,7 @@ std::map<std::string, std::string> SyntheticMetadata(const ArchConfig& config, d
       {"kv_heads", config.kv_heads}, {"head_dim", config.head_dim},
       {"vocab", config.vocab}};
   if (config.max_positions > 0) sizes["max_positions"] = config.max_positions;
+  for (const auto& [key, value] : synthetic_internal::MoeSizes(config)) sizes[key] = value;
   return {{"format", "pt"},
           {"sdrt.arch", config.name},
           {"sdrt.scale", absl::StrCat(scale)},

@@ -58,8 +58,8 @@ absl::StatusOr<NameFacts> FactsOf(absl::string_view name) {
   const size_t n = parts.size();
   const auto index = [&](size_t i, int64_t& out) -> absl::Status {
     if (!absl::SimpleAtoi(parts[i], &out) || out > kMaxLayoutIndex) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': index ", parts[i],
-                                                     " above ", kMaxLayoutIndex));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': index ", parts[i], " above ", kMaxLayoutIndex));
     }
     return absl::OkStatus();
   };
@@ -89,13 +89,16 @@ absl::StatusOr<NameFacts> FactsOf(absl::string_view name) {
 
 // Placements on one mesh for every tensor: the fsdp and fsdp-tp frameworks.
 absl::StatusOr<std::vector<LaidOutTensor>> PlaceOnOneMesh(
-    const ParallelLayout& layout, const std::vector<SafetensorsTensorSpec>& tensors) {
+    const ParallelLayout& layout, const std::vector<SafetensorsTensorSpec>& tensors,
+    int64_t first_rank) {
   const bool two_d = layout.framework() == ParallelLayout::Framework::kFsdpTp;
   SDRT_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::Builtin(two_d ? "fsdp-tp" : "fsdp"));
   const IntVector shape = two_d ? IntVector{layout.dp(), layout.tp()} : IntVector{layout.dp()};
   std::vector<std::string> names = {"dp"};
   if (two_d) names.push_back("tp");
-  SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(shape, {}, names));
+  std::vector<int64_t> ranks(static_cast<size_t>(layout.world_size()));
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = first_rank + static_cast<int64_t>(r);
+  SDRT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(shape, std::move(ranks), names));
   auto shared = std::make_shared<const DeviceMesh>(std::move(mesh));
   std::vector<LaidOutTensor> out;
   out.reserve(tensors.size());
@@ -176,8 +179,8 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Parse(absl::string_view spec, int
     return bad(absl::StrCat("more than ", kMaxMeshRanks, " ranks"));
   }
   if (world_size != 0 && layout.world_size() != world_size) {
-    return bad(absl::StrCat("it spans ", layout.world_size(), " ranks, the world has ",
-                            world_size));
+    return bad(
+        absl::StrCat("it spans ", layout.world_size(), " ranks, the world has ", world_size));
   }
   layout.ep_ = get("ep").value_or(1);
   layout.etp_ = get("etp").value_or(layout.ep_ == 1 ? layout.tp_ : 1);
@@ -187,8 +190,8 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Parse(absl::string_view spec, int
                             " does not divide dp x tp = ", stage_ranks));
   }
   if (layout.framework_ == Framework::kVllm && layout.ep_ != 1 && layout.ep_ != stage_ranks) {
-    return bad(absl::StrCat("vLLM's expert parallelism spans dp x tp: ep must be 1 or ",
-                            stage_ranks));
+    return bad(
+        absl::StrCat("vLLM's expert parallelism spans dp x tp: ep must be 1 or ", stage_ranks));
   }
   return layout;
 }
@@ -209,9 +212,14 @@ std::string ParallelLayout::ToString() const {
 }
 
 absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
-    const std::vector<SafetensorsTensorSpec>& tensors) const {
+    const std::vector<SafetensorsTensorSpec>& tensors, int64_t first_rank) const {
+  if (first_rank < 0 || first_rank > kMaxMeshRanks - world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(), ": first rank ",
+                                                   first_rank, " outside [0, ",
+                                                   kMaxMeshRanks - world_size(), "]"));
+  }
   if (framework_ == Framework::kFsdp || framework_ == Framework::kFsdpTp) {
-    return PlaceOnOneMesh(*this, tensors);
+    return PlaceOnOneMesh(*this, tensors, first_rank);
   }
   std::vector<NameFacts> facts;
   facts.reserve(tensors.size());
@@ -228,20 +236,19 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
   }
   if (pp_ > 1 && layers < pp_) {
     return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(), ": pp=", pp_,
-                                                   " needs at least ", pp_, " layers, the model has ",
-                                                   layers));
+                                                   " needs at least ", pp_,
+                                                   " layers, the model has ", layers));
   }
   // A stage's local rank l = d * tp + t (d < dp, t < tp) as a global rank.
-  const auto stage_rank = [this](int64_t stage, int64_t l) {
+  const auto stage_rank = [this, first_rank](int64_t stage, int64_t l) {
     const int64_t d = l / tp_;
     const int64_t t = l % tp_;
-    return framework_ == Framework::kMegatron ? (stage * dp_ + d) * tp_ + t
-                                              : (d * pp_ + stage) * tp_ + t;
+    return first_rank + (framework_ == Framework::kMegatron ? (stage * dp_ + d) * tp_ + t
+                                                            : (d * pp_ + stage) * tp_ + t);
   };
   const int64_t edp = dp_ * tp_ / (ep_ * etp_);
   // Meshes by (kind, stage, expert owner): 0 dense, 1 one ep rank's experts, 2 stacked.
-  absl::flat_hash_map<std::tuple<int, int64_t, int64_t>, std::shared_ptr<const DeviceMesh>>
-      meshes;
+  absl::flat_hash_map<std::tuple<int, int64_t, int64_t>, std::shared_ptr<const DeviceMesh>> meshes;
   const auto mesh_of = [&](int kind, int64_t stage,
                            int64_t owner) -> absl::StatusOr<std::shared_ptr<const DeviceMesh>> {
     std::shared_ptr<const DeviceMesh>& mesh = meshes[{kind, stage, owner}];
@@ -257,7 +264,8 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
       shape = {edp, etp_};
       names = {"edp", "etp"};
       for (int64_t e = 0; e < edp; ++e) {
-        for (int64_t x = 0; x < etp_; ++x) ranks.push_back(stage_rank(stage, (e * ep_ + owner) * etp_ + x));
+        for (int64_t x = 0; x < etp_; ++x)
+          ranks.push_back(stage_rank(stage, (e * ep_ + owner) * etp_ + x));
       }
     } else {
       shape = {edp, ep_, etp_};
@@ -274,8 +282,9 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
     const SafetensorsTensorSpec& t = tensors[i];
     const NameFacts& f = facts[i];
     const int ndim = static_cast<int>(t.shape.size());
-    const auto where = [&] { return absl::StrCat("parallel layout ", ToString(), ": tensor '",
-                                                 t.name, "': "); };
+    const auto where = [&] {
+      return absl::StrCat("parallel layout ", ToString(), ": tensor '", t.name, "': ");
+    };
     const int64_t stage = f.layer >= 0   ? ((f.layer + 1) * pp_ + layers - 1) / layers - 1
                           : f.final_part ? pp_ - 1
                                          : 0;
@@ -284,17 +293,16 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
     if (f.expert >= 0) {
       const int64_t count = experts_of_layer[f.layer];
       if (count % ep_ != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), "its layer has ", count,
-                                                       " experts, which ep=", ep_,
-                                                       " does not divide"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), "its layer has ", count, " experts, which ep=", ep_, " does not divide"));
       }
       SDRT_ASSIGN_OR_RETURN(laid.mesh, mesh_of(1, stage, f.expert / (count / ep_)));
       laid.placements = {Placement::Replicate(), tp_placement};
     } else if (f.stacked_experts) {
       if (ndim == 0 || t.shape[0] % ep_ != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), "stacked experts need dim 0 a multiple of ep=", ep_, ", the shape is ",
-            ShapeToString(t.shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), "stacked experts need dim 0 a multiple of ep=", ep_,
+                         ", the shape is ", ShapeToString(t.shape)));
       }
       SDRT_ASSIGN_OR_RETURN(laid.mesh, mesh_of(2, stage, 0));
       laid.placements = {Placement::Replicate(), Placement::Shard(0), Placement::Replicate()};
@@ -309,21 +317,21 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
 }
 
 absl::StatusOr<Map> ParallelLayout::MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors,
-                                                  int64_t rank) const {
-  if (rank < 0 || rank >= world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(), ": rank ",
-                                                   rank, " is outside its ", world_size(),
-                                                   " ranks"));
+                                                  int64_t rank, int64_t first_rank) const {
+  if (rank < first_rank || rank - first_rank >= world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(), ": rank ", rank,
+                                                   " is outside its ", world_size(),
+                                                   " ranks from rank ", first_rank));
   }
-  SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> placed, Place(tensors));
+  SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> placed, Place(tensors, first_rank));
   Map local;
   absl::flat_hash_set<absl::string_view> names;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const SafetensorsTensorSpec& t = tensors[i];
     LaidOutTensor& laid = placed[i];
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(),
-                                                     ": tensor ", t.name, " is listed twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel layout ", ToString(), ": tensor ", t.name, " is listed twice"));
     }
     if (!laid.mesh->Coordinate(rank).has_value()) continue;
     absl::StatusOr<IntVector> shape = ComputeLocalShape(t.shape, *laid.mesh, laid.placements, rank);

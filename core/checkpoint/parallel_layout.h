@@ -90,22 +90,25 @@ class ParallelLayout {
   std::string ToString() const;
 
   // The home of each of `tensors` (a model's or a checkpoint's list, in order; no data),
-  // one per tensor. Meshes are over global ranks 0..world_size()-1 and shared between
-  // tensors of one stage and kind (so a planner keys them once). InvalidArgument naming
-  // the tensor for: a layer or expert index above kMaxLayoutIndex, fewer layers than
-  // pipeline stages, a layer's expert count (or a stacked tensor's dim 0) that ep does not
-  // divide, a 0-dim stacked expert tensor; fsdp and fsdp-tp: ShardingPlan::PlacementsFor's.
+  // one per tensor. Meshes are over global ranks first_rank .. first_rank + world_size() - 1
+  // (first_rank > 0: the layout's ranks follow another's, as an engine's follow its
+  // trainer's in one world) and shared between tensors of one stage and kind (so a planner
+  // keys them once). InvalidArgument naming the tensor for: a layer or expert index above
+  // kMaxLayoutIndex, fewer layers than pipeline stages, a layer's expert count (or a stacked
+  // tensor's dim 0) that ep does not divide, a 0-dim stacked expert tensor; fsdp and
+  // fsdp-tp: ShardingPlan::PlacementsFor's; a first_rank below 0 or putting the last rank
+  // above kMaxMeshRanks.
   absl::StatusOr<std::vector<LaidOutTensor>> Place(
-      const std::vector<SafetensorsTensorSpec>& tensors) const;
+      const std::vector<SafetensorsTensorSpec>& tensors, int64_t first_rank = 0) const;
 
-  // What `rank` holds of `tensors` under the layout, before any byte is loaded: a flat
-  // state dict of a DTensor with a meta local (the local shape, no memory) for each tensor
-  // whose mesh holds `rank`, in order; the others are left out (what PlanReshard takes from
-  // a rank that receives nothing of them). The same as ShardingPlan::MetaStateDict for
-  // fsdp and fsdp-tp. Errors: Place's; InvalidArgument for a rank outside the world or a
-  // name listed twice.
-  absl::StatusOr<Map> MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors,
-                                    int64_t rank) const;
+  // What global `rank` holds of `tensors` under the layout placed from `first_rank`
+  // (Place), before any byte is loaded: a flat state dict of a DTensor with a meta local
+  // (the local shape, no memory) for each tensor whose mesh holds `rank`, in order; the
+  // others are left out (what PlanReshard takes from a rank that receives nothing of them).
+  // The same as ShardingPlan::MetaStateDict for fsdp and fsdp-tp. Errors: Place's;
+  // InvalidArgument for a rank outside the layout's ranks or a name listed twice.
+  absl::StatusOr<Map> MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors, int64_t rank,
+                                    int64_t first_rank = 0) const;
 
  private:
   ParallelLayout() = default;

@@ -24,6 +24,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code);
 void AddGatherCommand(CLI::App& app, int* exit_code);
 void AddLoadCommand(CLI::App& app, int* exit_code);
 void AddReshardCommand(CLI::App& app, int* exit_code);
+// `sdrt simulate`: a whole world's reshard plan in one process (one process, no MPI).
+void AddSimulateCommand(CLI::App& app, int* exit_code);
 
 }  // namespace sdrt::cli
 

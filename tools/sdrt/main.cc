@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   sdrt::cli::AddGatherCommand(app, &exit_code);
   sdrt::cli::AddLoadCommand(app, &exit_code);
   sdrt::cli::AddReshardCommand(app, &exit_code);
+  sdrt::cli::AddSimulateCommand(app, &exit_code);
   sdrt::cli::AddDemoCommand(app, &exit_code);
   sdrt::cli::AddBenchCommand(app, &exit_code);
   // `sdrt --version CMD` is refused (exit 2) before CMD runs: CLI11 checks exclusions

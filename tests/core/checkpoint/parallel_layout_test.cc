@@ -48,8 +48,8 @@ std::vector<SafetensorsTensorSpec> MoeModel(int layers, int experts) {
 }
 
 // The home of tensor `name` of `tensors` under `layout`.
-LaidOutTensor HomeOf(const ParallelLayout& layout, const std::vector<SafetensorsTensorSpec>& tensors,
-                     const std::string& name) {
+LaidOutTensor HomeOf(const ParallelLayout& layout,
+                     const std::vector<SafetensorsTensorSpec>& tensors, const std::string& name) {
   const std::vector<LaidOutTensor> placed = *layout.Place(tensors);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].name == name) return placed[i];
@@ -233,7 +233,16 @@ TEST(ParallelLayout, WhatARankHolds) {
     }
   }
   EXPECT_THAT(std::string(layout.MetaStateDict(model, 4).status().message()),
-              HasSubstr("rank 4 is outside its 4 ranks"));
+              HasSubstr("rank 4 is outside its 4 ranks from rank 0"));
+  // Placed after another layout's 4 ranks (an engine after its trainer): ranks 4-7.
+  const Map rank7 = *layout.MetaStateDict(model, 7, /*first_rank=*/4);
+  ASSERT_NE(rank7.Find("model.layers.3.self_attn.o_proj.weight"), nullptr);
+  EXPECT_EQ(rank7.Find("model.layers.3.self_attn.o_proj.weight")->as_dtensor().mesh()->ranks(),
+            (std::vector<int64_t>{6, 7}));
+  EXPECT_FALSE(layout.MetaStateDict(model, 3, 4).ok());
+  EXPECT_EQ(fsdp.Place(model, 4)->front().mesh->ranks(), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_THAT(std::string(layout.Place(model, -1).status().message()),
+              HasSubstr("first rank -1 outside"));
   std::vector<SafetensorsTensorSpec> twice = model;
   twice.push_back(model.back());
   EXPECT_THAT(std::string(layout.MetaStateDict(twice, 0).status().message()),

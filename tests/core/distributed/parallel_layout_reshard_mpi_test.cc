@@ -27,7 +27,8 @@ MpiCommunicator* g_world = nullptr;
 
 // Four layers of eight experts, with a router, shared expert, norms, embedding and head.
 std::vector<SafetensorsTensorSpec> Model() {
-  std::vector<SafetensorsTensorSpec> t = {{"model.embed_tokens.weight", DType::kBFloat16, {40, 12}}};
+  std::vector<SafetensorsTensorSpec> t = {
+      {"model.embed_tokens.weight", DType::kBFloat16, {40, 12}}};
   for (int l = 0; l < 4; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
     t.push_back({p + "self_attn.q_proj.weight", DType::kBFloat16, {24, 12}});

@@ -50,7 +50,9 @@ absl::StatusOr<std::vector<RankPiece>> Pieces(const TensorLayout& layout, const 
   return pieces;
 }
 
-std::string Interval(int64_t begin, int64_t end) { return absl::StrCat("[", begin, ", ", end, ")"); }
+std::string Interval(int64_t begin, int64_t end) {
+  return absl::StrCat("[", begin, ", ", end, ")");
+}
 
 // "[0, 4) [8, 12)", or "none" for a dim with nothing owned.
 std::string RunsText(const internal::IndexRuns& runs) {
@@ -72,8 +74,9 @@ std::string Header(const TensorLayout& layout, const DeviceMesh& mesh) {
                          shown < r.size() ? absl::StrCat(", ... (", r.size(), " ranks)") : "");
     break;
   }
-  const std::string names =
-      mesh.dim_names().empty() ? "" : absl::StrCat(" (", absl::StrJoin(mesh.dim_names(), ", "), ")");
+  const std::string names = mesh.dim_names().empty()
+                                ? ""
+                                : absl::StrCat(" (", absl::StrJoin(mesh.dim_names(), ", "), ")");
   return absl::StrCat("tensor ", Printable(layout.name), ": ", DTypeName(layout.dtype), " ",
                       ShapeToString(layout.shape), " on mesh ", ShapeToString(mesh.shape()),
                       Printable(names), ranks, ", placements ",
@@ -104,15 +107,15 @@ bool Owns(const internal::IndexRuns& runs, int64_t begin, int64_t end) {
 // dim 1's; each cell lists the ranks that hold it.
 void Picture(const TensorLayout& layout, const std::vector<RankPiece>& pieces, std::ostream& out) {
   const int ndim = static_cast<int>(layout.shape.size());
-  const std::vector<int64_t> rows = ndim == 2 ? Cuts(pieces, 0, layout.shape[0])
-                                              : std::vector<int64_t>{0, 1};
+  const std::vector<int64_t> rows =
+      ndim == 2 ? Cuts(pieces, 0, layout.shape[0]) : std::vector<int64_t>{0, 1};
   const int col_dim = ndim == 2 ? 1 : 0;
   const std::vector<int64_t> cols = Cuts(pieces, col_dim, layout.shape[col_dim]);
   const int64_t n_rows = static_cast<int64_t>(rows.size()) - 1;
   const int64_t n_cols = static_cast<int64_t>(cols.size()) - 1;
   if (n_rows > kMaxLayoutCells || n_cols > kMaxLayoutCells) {
-    out << "\n(no picture: " << n_rows << " x " << n_cols << " cells, more than "
-        << kMaxLayoutCells << " on a dim; the table has every rank)\n";
+    out << "\n(no picture: " << n_rows << " x " << n_cols << " cells, more than " << kMaxLayoutCells
+        << " on a dim; the table has every rank)\n";
     return;
   }
   if (n_rows < 1 || n_cols < 1) return;  // a dim of size 0: nothing to draw
@@ -137,6 +140,13 @@ void Picture(const TensorLayout& layout, const std::vector<RankPiece>& pieces, s
   table.Print(out);
 }
 
+// A layout needs the tensors' names and shapes only: header-only descriptions open too.
+CheckpointSource::Options HeaderOnlyToo() {
+  CheckpointSource::Options options;
+  options.file_options.accept_header_only = true;
+  return options;
+}
+
 // FindLayout of a checkpoint source under a parallel layout description: the tensor's own
 // mesh and placements among all of the source's tensors; `mesh_spec`, when given, is the
 // world size.
@@ -145,12 +155,13 @@ absl::StatusOr<FoundLayout> FindInParallelLayout(const std::string& path, const 
                                                  const std::string& plan_spec) {
   int64_t world = 0;
   if (!mesh_spec.empty() && (!absl::SimpleAtoi(mesh_spec, &world) || world < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--mesh \"", mesh_spec, "\" with a parallel layout: the world size (one number); the "
-        "layout makes each tensor's own mesh"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh \"", mesh_spec,
+                     "\" with a parallel layout: the world size (one number); the "
+                     "layout makes each tensor's own mesh"));
   }
   SDRT_ASSIGN_OR_RETURN(ParallelLayout layout, ParallelLayout::Parse(plan_spec, world));
-  SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(path));
+  SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(path, HeaderOnlyToo()));
   const std::vector<SafetensorsTensorSpec> specs = source.TensorSpecs();
   SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> placed, layout.Place(specs));
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -174,8 +185,9 @@ absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::strin
   if (*kind == CheckpointKind::kShardedFolder) {
     if (!mesh_spec.empty() || !plan_spec.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, " is a sharded checkpoint: its index says the mesh and placements (drop --mesh "
-                "and --plan)"));
+          path,
+          " is a sharded checkpoint: its index says the mesh and placements (drop --mesh "
+          "and --plan)"));
     }
     absl::StatusOr<ShardedCheckpointIndex> index = ReadShardedCheckpointIndex(path);
     if (!index.ok()) return index.status();
@@ -196,10 +208,11 @@ absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::strin
     return absl::InvalidArgumentError(
         "--layout of a checkpoint needs --mesh and --plan (how it would be laid out)");
   }
-  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(path);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(path, HeaderOnlyToo());
   if (!source.ok()) return source.status();
   const CheckpointSourceTensor* t = source->Find(name);
-  if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "'"));
+  if (t == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "'"));
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::FromString(mesh_spec);
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromSpec(plan_spec);
@@ -259,11 +272,11 @@ absl::StatusOr<nlohmann::ordered_json> LayoutJson(const TensorLayout& layout,
       }
       runs.push_back(std::move(list));
     }
-    ranks.push_back({{"rank", p.rank},
-                     {"coordinate", std::vector<int64_t>(p.coordinate.begin(), p.coordinate.end())},
-                     {"local_shape",
-                      std::vector<int64_t>(p.local_shape.begin(), p.local_shape.end())},
-                     {"runs", std::move(runs)}});
+    ranks.push_back(
+        {{"rank", p.rank},
+         {"coordinate", std::vector<int64_t>(p.coordinate.begin(), p.coordinate.end())},
+         {"local_shape", std::vector<int64_t>(p.local_shape.begin(), p.local_shape.end())},
+         {"runs", std::move(runs)}});
   }
   out["ranks"] = std::move(ranks);
   return out;

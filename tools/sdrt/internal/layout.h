@@ -37,7 +37,8 @@ struct FoundLayout {
 
 // The layout of tensor `name` in `path`: a sharded checkpoint folder's own (its index's
 // mesh and placements; `mesh_spec` and `plan_spec` must be empty), or that of a checkpoint
-// source (a safetensors file, a Hugging Face folder, a folder of safetensors files) under
+// source (a safetensors file, a Hugging Face folder, a folder of safetensors files; header-only
+// descriptions of `sdrt make --header-only` too) under
 // `mesh_spec` ("2x2") and `plan_spec` (a built-in plan or a PLAN.json), both required, or
 // under a parallel layout description (core/checkpoint/parallel_layout.h) as `plan_spec`,
 // which gives the tensor its own mesh among all of the source's tensors (`mesh_spec`, then

@@ -33,7 +33,8 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
     if (c == 0) return absl::OkStatus();  // no elements
   }
   auto too_many = [&] {
-    return TransferInvalid(tensor, absl::StrCat("the common refinement has more than ", options.max_cells,
+    return TransferInvalid(tensor,
+                           absl::StrCat("the common refinement has more than ", options.max_cells,
                                         " cells (the planner's max_cells)"));
   };
   int64_t cells = 1;
@@ -77,9 +78,9 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
                                        static_cast<size_t>(first[cell + 1] - first[cell]));
       if (held.empty()) {
         if (tensor.allow_uncovered) return absl::OkStatus();
-        return TransferInvalid(tensor,
-                       absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
-                                    ", ", ShapeToString(end), ") that no source rank holds"));
+        return TransferInvalid(
+            tensor, absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
+                                 ", ", ShapeToString(end), ") that no source rank holds"));
       }
       const absl::StatusOr<int64_t> box_bytes = BoxBytes(tensor.dtype, begin, end);
       if (!box_bytes.ok()) return TransferInvalid(tensor, box_bytes.status().message());
@@ -164,7 +165,7 @@ absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
   // The stats count every move (merging changes neither the bytes nor the set of (source
   // rank, destination rank, contribution) that make the messages); only the moves kept
   // are merged and sorted.
-  absl::flat_hash_map<int64_t, int64_t> sent, received;
+  absl::flat_hash_map<int64_t, int64_t> sent, received, node_sent, node_received;
   std::vector<TransferMove> kept;
   // A move's sending rank and contribution (a forward's: its relay's, 0).
   auto from_of = [&](const TransferMove& m) {
@@ -186,6 +187,8 @@ absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
     }
     if (!options.node_of_rank.empty() && node_of(from) != node_of(to)) {
       SDRT_RETURN_IF_ERROR(TransferAdd(stats.internode_bytes, move.bytes, tensor));
+      SDRT_RETURN_IF_ERROR(TransferAdd(node_sent[node_of(from)], move.bytes, tensor));
+      SDRT_RETURN_IF_ERROR(TransferAdd(node_received[node_of(to)], move.bytes, tensor));
     }
     if (from == to) {
       SDRT_RETURN_IF_ERROR(TransferAdd(stats.self_bytes, move.bytes, tensor));
@@ -221,10 +224,15 @@ absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
     SDRT_RETURN_IF_ERROR(TransferAdd(message.bytes, move.bytes, tensor));
     message.moves.push_back(std::move(move));
   }
-  tp.sent.assign(sent.begin(), sent.end());
-  tp.received.assign(received.begin(), received.end());
-  std::sort(tp.sent.begin(), tp.sent.end());
-  std::sort(tp.received.begin(), tp.received.end());
+  const std::pair<std::vector<std::pair<int64_t, int64_t>>*, absl::flat_hash_map<int64_t, int64_t>*>
+      per_side[] = {{&tp.sent, &sent},
+                    {&tp.received, &received},
+                    {&tp.node_sent, &node_sent},
+                    {&tp.node_received, &node_received}};
+  for (const auto& [list, map] : per_side) {
+    list->assign(map->begin(), map->end());
+    std::sort(list->begin(), list->end());
+  }
   return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
 }
 
@@ -275,7 +283,7 @@ class LayoutKeys {
   absl::flat_hash_map<std::string, uint64_t> by_content_;
 };
 
-// Adds `times` x `bytes` per rank into `total`.
+// Adds `times` x `bytes` per rank (or node) into `total`.
 absl::Status AddPerRank(const std::vector<std::pair<int64_t, int64_t>>& bytes, int64_t times,
                         absl::flat_hash_map<int64_t, int64_t>& total) {
   for (const auto& [rank, b] : bytes) {
@@ -325,17 +333,18 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
       cast = TransferCast{tensor.dtype, *tensor.destination_dtype};
       for (const Placement& p : tensor.source.placements) {
         if (p.is_partial()) {  // refused before the layout is planned in another dtype
-          return absl::InvalidArgumentError(absl::StrCat(
-              "reshard of '", tensor.name, "': a Partial source is not cast (from ",
-              DTypeName(cast->source), " to ", DTypeName(cast->destination), ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("reshard of '", tensor.name, "': a Partial source is not cast (from ",
+                           DTypeName(cast->source), " to ", DTypeName(cast->destination), ")"));
         }
       }
       if (CastKindOf(cast->source) != CastKind::kFloat ||
           CastKindOf(cast->destination) != CastKind::kFloat) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "reshard of '", tensor.name, "': no cast from ", DTypeName(cast->source), " to ",
-            DTypeName(cast->destination), " (only between bfloat16, float16, float32 and the "
-            "float8 formats e4m3fn, e5m2, e8m0fnu)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("reshard of '", tensor.name, "': no cast from ", DTypeName(cast->source),
+                         " to ", DTypeName(cast->destination),
+                         " (only between bfloat16, float16, float32 and the "
+                         "float8 formats e4m3fn, e5m2, e8m0fnu)"));
       }
       if (ElementBits(cast->destination) < ElementBits(cast->source)) {
         tensor.dtype = cast->destination;
@@ -367,16 +376,20 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
     plan.tensors.push_back(
         {std::move(tensor.name), tensor.dtype, tensor.shape, entry->first, cast});
   }
-  absl::flat_hash_map<int64_t, int64_t> sent, received;
+  // Per rank and per node, summed over the layouts, each times its tensors; the busiest.
+  absl::flat_hash_map<int64_t, int64_t> totals[4];
+  int64_t* const maxima[4] = {&stats.max_sent_bytes, &stats.max_received_bytes,
+                              &stats.max_node_sent_bytes, &stats.max_node_received_bytes};
   for (const auto& [key, layout] : layouts) {
-    SDRT_RETURN_IF_ERROR(AddPerRank(layout.first->sent, layout.second, sent));
-    SDRT_RETURN_IF_ERROR(AddPerRank(layout.first->received, layout.second, received));
+    const TransferLayoutPlan& lp = *layout.first;
+    const std::vector<std::pair<int64_t, int64_t>>* lists[4] = {&lp.sent, &lp.received,
+                                                                &lp.node_sent, &lp.node_received};
+    for (int i = 0; i < 4; ++i) {
+      SDRT_RETURN_IF_ERROR(AddPerRank(*lists[i], layout.second, totals[i]));
+    }
   }
-  for (const auto& [rank, bytes] : sent) {
-    stats.max_sent_bytes = std::max(stats.max_sent_bytes, bytes);
-  }
-  for (const auto& [rank, bytes] : received) {
-    stats.max_received_bytes = std::max(stats.max_received_bytes, bytes);
+  for (int i = 0; i < 4; ++i) {
+    for (const auto& [rank_or_node, bytes] : totals[i]) *maxima[i] = std::max(*maxima[i], bytes);
   }
   return plan;
 }

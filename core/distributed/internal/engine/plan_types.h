@@ -138,6 +138,10 @@ struct TransferPlanStats {
   // Bytes between ranks of different nodes (TransferPlanOptions::node_of_rank; with fan-out
   // each cell enters a node once); 0 without node_of_rank.
   int64_t internode_bytes = 0;
+  // Of those, the most one node sends and the most one node receives (point-to-point
+  // layouts; a layout moved by a collective adds to neither).
+  int64_t max_node_sent_bytes = 0;
+  int64_t max_node_received_bytes = 0;
 };
 
 // What every tensor of one (dtype, global shape, source layout, destination layout) has
@@ -155,6 +159,9 @@ struct TransferLayoutPlan {
   TransferPlanStats stats;
   std::vector<std::pair<int64_t, int64_t>> sent;
   std::vector<std::pair<int64_t, int64_t>> received;
+  // With node ids, the inter-node bytes each node sends and receives: (node, bytes), by node.
+  std::vector<std::pair<int64_t, int64_t>> node_sent;
+  std::vector<std::pair<int64_t, int64_t>> node_received;
   // kNone: `messages` are point to point. Else every message goes to kEveryRank by this
   // collective, kBroadcast from `root`.
   Collective collective = Collective::kNone;

@@ -322,6 +322,9 @@ TEST(ReshardPlanTest, FanOutEntersEachNodeOnce) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->stats.internode_bytes, 2 * bytes);
   EXPECT_EQ(plan->stats.wire_bytes, 6 * bytes);
+  // Node 0 sends the tensor to each other node; each takes it in once.
+  EXPECT_EQ(plan->stats.max_node_sent_bytes, 2 * bytes);
+  EXPECT_EQ(plan->stats.max_node_received_bytes, bytes);
   int64_t forwarded = 0;
   for (const internal::TransferMessage& m : plan->tensors[0].messages()) {
     if (m.forward) forwarded += m.bytes;
@@ -331,6 +334,8 @@ TEST(ReshardPlanTest, FanOutEntersEachNodeOnce) {
   absl::StatusOr<TransferPlan> flat = ReshardAndCheck({whole}, {full});
   ASSERT_TRUE(flat.ok());
   EXPECT_EQ(flat->stats.internode_bytes, 0);  // not counted without nodes
+  EXPECT_EQ(flat->stats.max_node_sent_bytes, 0);
+  EXPECT_EQ(flat->stats.max_node_received_bytes, 0);
   // A holder on the node: node 1 holds rows 6-11 (fsdp over ranks 0-3 = nodes 0, 0, 1, 1),
   // which its ranks take there; the rest enters once; and [R, S(0)] on 2 x 3 rows.
   for (const char* placements : {"[R, S(0)]", "[S(0), R]"}) {

@@ -1,0 +1,104 @@
+// `sdrt simulate` (tools/sdrt/simulate.cc, internal/world_plan.h), run as the built binary:
+// the whole world's plan between two parallel layouts from a built-in architecture or a
+// header-only description, its byte counts where they can be worked out by hand (nothing
+// moves between equal layouts on the same ranks; every byte once to an engine beside the
+// trainer; a replicated engine's node takes each byte in once), and the input errors.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+using test::CommandResult;
+using test::RunSdrt;
+using test::ShellQuote;
+using ::testing::HasSubstr;
+
+nlohmann::json Simulate(const std::string& args) {
+  const CommandResult r = RunSdrt("simulate --json " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.all();
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+// The bytes of `sdrt make --arch ARCH` (bfloat16, as simulate's built-in models).
+int64_t ModelBytes(const std::string& arch_args) {
+  const std::string file = test::TestTmpRoot() + "/simulate_model.safetensors";
+  const CommandResult r = RunSdrt("make --json --overwrite " + arch_args + " " + ShellQuote(file));
+  EXPECT_EQ(r.exit_code, 0) << r.all();
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out)["bytes"].get<int64_t>() : -1;
+}
+
+TEST(SimulateCli, ByteCountsThatCanBeWorkedOutByHand) {
+  const int64_t bytes = ModelBytes("--arch tiny-llama");
+  ASSERT_GT(bytes, 0);
+  // The same layout on the same ranks: nothing moves.
+  nlohmann::json same =
+      Simulate("--model tiny-llama --from fsdp:dp=2 --to fsdp:dp=2 --cluster nodes=1,gpus=2");
+  EXPECT_EQ(same["tensor_bytes"], bytes);
+  EXPECT_EQ(same["wire_bytes"], 0);
+  EXPECT_EQ(same["optimum_bytes"], 0);
+  // Beside it, on the next node: every byte once, all of it between the nodes.
+  nlohmann::json beside = Simulate(
+      "--model tiny-llama --from fsdp:dp=2 --to fsdp:dp=2 --disjoint --cluster nodes=2,gpus=2");
+  EXPECT_EQ(beside["ranks"], 4);
+  EXPECT_EQ(beside["wire_bytes"], bytes);
+  EXPECT_EQ(beside["internode_bytes"], bytes);
+  EXPECT_EQ(beside["max_node_sent_bytes"], bytes);
+  EXPECT_EQ(beside["max_node_received_bytes"], bytes);
+  // Two whole replicas on the next node: each needs every byte (wire 2x), which enters the
+  // node once and is forwarded there.
+  nlohmann::json replicas = Simulate(
+      "--model tiny-llama --from fsdp:dp=2 --to vllm:tp=1,dp=2 --disjoint --cluster "
+      "nodes=2,gpus=2");
+  EXPECT_EQ(replicas["wire_bytes"], 2 * bytes);
+  EXPECT_EQ(replicas["optimum_bytes"], 2 * bytes);
+  EXPECT_EQ(replicas["internode_bytes"], bytes);
+  EXPECT_EQ(replicas["max_received_bytes"], bytes);
+  EXPECT_EQ(replicas["lower_bound_bytes"], bytes);
+}
+
+TEST(SimulateCli, AHeaderOnlyDescriptionPlansAsItsArchitecture) {
+  const std::string file = test::TestTmpRoot() + "/simulate_kimi.safetensors";
+  const CommandResult made =
+      RunSdrt("make --arch kimi-k2 --scale 0.05 --header-only --overwrite " + ShellQuote(file));
+  ASSERT_EQ(made.exit_code, 0) << made.all();
+  const std::string layouts =
+      " --from megatron:tp=2,pp=2 --to vllm:tp=2,dp=2 --cluster nodes=2,gpus=2";
+  nlohmann::json from_file = Simulate("--model " + ShellQuote(file) + layouts);
+  nlohmann::json built_in = Simulate("--model kimi-k2 --scale 0.05" + layouts);
+  for (const char* key : {"tensors", "tensor_bytes", "wire_bytes", "optimum_bytes",
+                          "internode_bytes", "max_sent_bytes", "distinct_layouts"}) {
+    EXPECT_EQ(from_file[key], built_in[key]) << key;
+  }
+  EXPECT_EQ(from_file["wire_bytes"], from_file["optimum_bytes"]);
+  EXPECT_EQ(from_file["from"], "megatron:tp=2,pp=2,dp=1,ep=1,etp=2");
+  EXPECT_GT(from_file["kept_messages"].get<int64_t>(), 0);
+}
+
+TEST(SimulateCli, InputErrorsAreExitTwo) {
+  const std::string ok = " --from fsdp:dp=2 --to fsdp:dp=2";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--model tiny-llama" + ok + " --cluster nodes=2", "nodes and gpus are both needed"},
+      {"--model tiny-llama" + ok + " --cluster nodes=2,gpus=0", "\"gpus=0\" is not key=N"},
+      {"--model tiny-llama" + ok + " --disjoint --cluster nodes=1,gpus=2",
+       "need 4 ranks; the cluster has 1 x 2 = 2"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --rank 2", "--rank 2 is outside"},
+      {"--model no-such-model" + ok + " --cluster nodes=1,gpus=2", "no such file or folder"},
+      {"--model tiny-llama --from megatron:tp=3 --to fsdp: --cluster nodes=1,gpus=2",
+       "does not divide the world of 2"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CommandResult r = RunSdrt("simulate " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.all();
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+  }
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -1,0 +1,143 @@
+#include "sdrt/tools/sdrt/internal/world_plan.h"
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/synthetic.h"
+
+namespace sdrt::cli {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text) {
+  const auto bad = [&text](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--cluster \"", text.substr(0, 128), "\": ", why,
+                                                   " (expected nodes=N,gpus=G)"));
+  };
+  ClusterShape shape;
+  bool nodes = false, gpus = false;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(kv.second, &value) || value < 1 || value > kMaxMeshRanks ||
+        kv.second.find_first_not_of("0123456789") != absl::string_view::npos) {
+      return bad(absl::StrCat("\"", item, "\" is not key=N with N in [1, ", kMaxMeshRanks, "]"));
+    }
+    if (kv.first != "nodes" && kv.first != "gpus") {
+      return bad(absl::StrCat("unknown \"", item, "\""));
+    }
+    bool& seen = kv.first == "nodes" ? nodes : gpus;
+    if (seen) return bad(absl::StrCat(kv.first, " given twice"));
+    seen = true;
+    (kv.first == "nodes" ? shape.nodes : shape.gpus) = value;
+  }
+  if (!nodes || !gpus) return bad("nodes and gpus are both needed");
+  if (shape.nodes * shape.gpus > kMaxMeshRanks) {
+    return bad(absl::StrCat("more than ", kMaxMeshRanks, " ranks"));
+  }
+  return shape;
+}
+
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::string& model,
+                                                                double scale) {
+  struct stat st;
+  if (lstat(model.c_str(), &st) == 0) {
+    CheckpointSource::Options options;
+    options.file_options.accept_header_only = true;
+    SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(model, options));
+    return source.TensorSpecs();
+  }
+  absl::StatusOr<ArchConfig> config = ScaledArch(model, scale);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", model, ": no such file or folder, and ", config.status().message()));
+  }
+  SDRT_ASSIGN_OR_RETURN(SyntheticStateDict synthetic,
+                        SyntheticStateDict::Create(*config, DType::kBFloat16, 0));
+  return synthetic.specs();
+}
+
+absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSpec>& tensors,
+                                           const ParallelLayout& from, const ParallelLayout& to,
+                                           bool disjoint, const ClusterShape& cluster,
+                                           int64_t rank) {
+  WorldPlanFigures figures;
+  const int64_t to_first = disjoint ? from.world_size() : 0;
+  figures.ranks = std::max(from.world_size(), to_first + to.world_size());
+  if (figures.ranks > cluster.nodes * cluster.gpus) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(from.ToString(), disjoint ? " beside " : " and ", to.ToString(), " need ",
+                     figures.ranks, " ranks; the cluster has ", cluster.nodes, " x ", cluster.gpus,
+                     " = ", cluster.nodes * cluster.gpus));
+  }
+  if (rank < 0 || rank >= figures.ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank ", rank, " is outside the world of ", figures.ranks, " ranks"));
+  }
+  auto start = std::chrono::steady_clock::now();
+  SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> sources, from.Place(tensors, 0));
+  SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> destinations, to.Place(tensors, to_first));
+  figures.place_seconds = SecondsSince(start);
+
+  std::vector<internal::TransferTensor> descriptors(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    internal::TransferTensor& t = descriptors[i];
+    t.name = tensors[i].name;
+    t.dtype = tensors[i].dtype;
+    t.shape = tensors[i].shape;
+    t.source.mesh = std::move(sources[i].mesh);
+    t.source.placements = std::move(sources[i].placements);
+    t.destination.mesh = std::move(destinations[i].mesh);
+    t.destination.placements = std::move(destinations[i].placements);
+    SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(t.shape));
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(t.dtype, numel));
+    figures.tensor_bytes += bytes;
+  }
+  figures.tensors = static_cast<int64_t>(tensors.size());
+  internal::TransferPlanOptions options;
+  options.rank = rank;
+  options.world_size = figures.ranks;
+  options.node_of_rank.resize(static_cast<size_t>(figures.ranks));
+  for (int64_t r = 0; r < figures.ranks; ++r) {
+    options.node_of_rank[static_cast<size_t>(r)] = r / cluster.gpus;
+  }
+  start = std::chrono::steady_clock::now();
+  SDRT_ASSIGN_OR_RETURN(internal::TransferPlan plan,
+                        internal::PlanTransfer(std::move(descriptors), options));
+  figures.plan_seconds = SecondsSince(start);
+  figures.stats = plan.stats;
+  absl::flat_hash_set<const internal::TransferLayoutPlan*> layouts;
+  for (const internal::TransferTensorPlan& t : plan.tensors) {
+    const auto messages = static_cast<int64_t>(t.messages().size());
+    figures.rank_messages += messages;
+    if (layouts.insert(t.layout.get()).second) figures.kept_messages += messages;
+  }
+  figures.distinct_layouts = static_cast<int64_t>(layouts.size());
+  const int64_t nodes_used = (figures.ranks + cluster.gpus - 1) / cluster.gpus;
+  figures.lower_bound_bytes = plan.stats.max_received_bytes;
+  figures.node_lower_bound_bytes =
+      std::max(plan.stats.max_node_received_bytes, plan.stats.internode_bytes / nodes_used);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  return figures;
+}
+
+}  // namespace sdrt::cli

@@ -1,0 +1,148 @@
+// `sdrt simulate --model M --from LAYOUT --to LAYOUT --cluster nodes=N,gpus=G [--disjoint]
+// [--scale S] [--rank R] [--json]`: the whole world's reshard plan of a model between two
+// parallel layouts, made in this one process from the tensors' names and shapes alone
+// (internal/world_plan.h): how long planning takes and how much memory, the bytes on the
+// wire against the optimum, inter-node bytes with fan-out by node, and the busiest rank's
+// and node's bytes against their lower bounds. The cost model that turns these into seconds is not
+// built yet (docs/LAYOUTS.md, "Planning the whole world").
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/core/checkpoint/parallel_layout.h"
+#include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/options.h"
+#include "sdrt/tools/sdrt/internal/output.h"
+#include "sdrt/tools/sdrt/internal/world_plan.h"
+
+namespace sdrt::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model;
+  double scale = 1.0;
+  std::string from;
+  std::string to;
+  std::string cluster;
+  bool disjoint = false;
+  int64_t rank = 0;
+  SharedOptions shared;  // --json
+};
+
+// A description that gives every size spans what it says; one that leaves dp out spans
+// `room` ranks (the cluster, or what the source leaves of it beside it).
+absl::StatusOr<ParallelLayout> ParseLayout(const std::string& description, int64_t room) {
+  absl::StatusOr<ParallelLayout> sized = ParallelLayout::Parse(description);
+  return sized.ok() ? sized : ParallelLayout::Parse(description, room);
+}
+
+double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b : 1.0; }
+
+absl::Status RunSimulate(const SimulateArgs& args) {
+  SDRT_ASSIGN_OR_RETURN(const ClusterShape cluster, ParseClusterShape(args.cluster));
+  absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(args.model, args.scale);
+  if (!tensors.ok()) return InputError(tensors.status());
+  const int64_t cluster_ranks = cluster.nodes * cluster.gpus;
+  SDRT_ASSIGN_OR_RETURN(const ParallelLayout from, ParseLayout(args.from, cluster_ranks));
+  const int64_t to_world = args.disjoint ? cluster_ranks - from.world_size() : cluster_ranks;
+  absl::StatusOr<ParallelLayout> to = ParseLayout(args.to, std::max<int64_t>(to_world, 0));
+  if (!to.ok()) return to.status();
+  SDRT_ASSIGN_OR_RETURN(const WorldPlanFigures f,
+                        PlanWorld(*tensors, from, *to, args.disjoint, cluster, args.rank));
+  const auto& s = f.stats;
+  const int64_t busiest = std::max(s.max_sent_bytes, s.max_received_bytes);
+  const int64_t busiest_node = std::max(s.max_node_sent_bytes, s.max_node_received_bytes);
+  if (args.shared.json) {
+    const nlohmann::ordered_json out = {{"model", args.model},
+                                        {"tensors", f.tensors},
+                                        {"tensor_bytes", f.tensor_bytes},
+                                        {"from", from.ToString()},
+                                        {"to", to->ToString()},
+                                        {"disjoint", args.disjoint},
+                                        {"ranks", f.ranks},
+                                        {"nodes", cluster.nodes},
+                                        {"gpus_per_node", cluster.gpus},
+                                        {"rank", args.rank},
+                                        {"place_seconds", f.place_seconds},
+                                        {"plan_seconds", f.plan_seconds},
+                                        {"peak_rss_bytes", f.peak_rss_bytes},
+                                        {"distinct_layouts", f.distinct_layouts},
+                                        {"kept_messages", f.kept_messages},
+                                        {"rank_messages", f.rank_messages},
+                                        {"messages", s.messages},
+                                        {"wire_bytes", s.wire_bytes},
+                                        {"optimum_bytes", s.optimum_bytes},
+                                        {"internode_bytes", s.internode_bytes},
+                                        {"max_sent_bytes", s.max_sent_bytes},
+                                        {"max_received_bytes", s.max_received_bytes},
+                                        {"lower_bound_bytes", f.lower_bound_bytes},
+                                        {"max_node_sent_bytes", s.max_node_sent_bytes},
+                                        {"max_node_received_bytes", s.max_node_received_bytes},
+                                        {"node_lower_bound_bytes", f.node_lower_bound_bytes}};
+    std::cout << JsonText(out, 1) << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << Printable(args.model) << ": " << WithThousands(f.tensors) << " tensors, "
+            << HumanBytes(f.tensor_bytes) << "\n"
+            << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
+            << cluster.nodes << " x " << cluster.gpus << " (" << f.ranks << " ranks)\n"
+            << absl::StrFormat("planned in %.3f s (placing %.3f s), peak memory %s\n",
+                               f.place_seconds + f.plan_seconds, f.place_seconds,
+                               HumanBytes(f.peak_rss_bytes))
+            << WithThousands(f.distinct_layouts) << " distinct layouts; rank " << args.rank
+            << " keeps " << WithThousands(f.kept_messages) << " messages and runs "
+            << WithThousands(f.rank_messages) << " (all ranks: " << WithThousands(s.messages)
+            << ")\n"
+            << absl::StrFormat("wire %s = %.3fx the optimum %s; inter-node %s\n",
+                               HumanBytes(s.wire_bytes), Ratio(s.wire_bytes, s.optimum_bytes),
+                               HumanBytes(s.optimum_bytes), HumanBytes(s.internode_bytes))
+            << absl::StrFormat("busiest rank: sends %s, receives %s; lower bound %s (%.3fx)\n",
+                               HumanBytes(s.max_sent_bytes), HumanBytes(s.max_received_bytes),
+                               HumanBytes(f.lower_bound_bytes), Ratio(busiest, f.lower_bound_bytes))
+            << absl::StrFormat(
+                   "busiest node, between nodes: sends %s, receives %s; lower bound %s (%.3fx)\n",
+                   HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
+                   HumanBytes(f.node_lower_bound_bytes),
+                   Ratio(busiest_node, f.node_lower_bound_bytes));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate",
+      "Plan a model's weight sync between two parallel layouts for a whole cluster in this one "
+      "process, from tensor names and shapes alone: planning time and memory, wire bytes "
+      "against the optimum, inter-node bytes, the busiest rank against its lower bound.");
+  cmd->add_option("--model", args->model,
+                  "a safetensors file or folder (header-only descriptions too) or an "
+                  "architecture of `sdrt make --arch`")
+      ->required();
+  cmd->add_option("--scale", args->scale, "with an architecture: its --scale")
+      ->check(CLI::Range(1e-6, 16.0))
+      ->capture_default_str();
+  cmd->add_option("--from", args->from, "the source's layout, e.g. megatron:tp=4,pp=8,ep=16")
+      ->required();
+  cmd->add_option("--to", args->to, "the destination's layout, e.g. vllm:tp=8,dp=16")->required();
+  cmd->add_option("--cluster", args->cluster, "nodes=N,gpus=G: rank r is on node r / G")
+      ->required();
+  cmd->add_flag("--disjoint", args->disjoint,
+                "the destination's ranks follow the source's (an engine beside its trainer) "
+                "instead of being the same ranks");
+  cmd->add_option("--rank", args->rank, "whose plan is kept, as its PlanReshard keeps it")
+      ->check(CLI::Range(int64_t{0}, kMaxMeshRanks - 1))
+      ->capture_default_str();
+  AddSharedOptions(cmd, kJsonOption, &args->shared);
+  cmd->callback([args, exit_code] {
+    const absl::Status status = RunSimulate(*args);
+    *exit_code = status.ok() ? kExitOk : ReportError("simulate", status, /*rank=*/0);
+  });
+}
+
+}  // namespace sdrt::cli

@@ -42,11 +42,22 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end) {
   return BytesForElements(dtype, numel);
 }
 
-absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
+absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
+                               const std::vector<TransferPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
                                IntSpan end, std::map<int64_t, int64_t>& sent,
                                std::vector<TransferMove>& moves) {
   const int64_t k = static_cast<int64_t>(held.size());
+  if (k == 1) {  // the common case, without the slabs' and order's allocations
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
+    int64_t& total = sent[sources[held[0]].rank];
+    if (__builtin_add_overflow(total, bytes, &total)) {
+      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
+    }
+    moves.push_back({held[0], destination, IntVector(begin.begin(), begin.end()),
+                     IntVector(end.begin(), end.end()), bytes});
+    return absl::OkStatus();
+  }
   std::vector<std::pair<IntVector, IntVector>> slabs;
   if (k > 1) {
     std::vector<int> dims(begin.size());

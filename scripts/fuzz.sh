@@ -11,7 +11,7 @@
 # installs both). scripts/test.sh runs `scripts/fuzz.sh 6`. On the 2-core CI machine the
 # first build takes about 1.5 minutes alone (86 s in a cold CI run, 2026-12-04); a rebuild
 # after a library change recompiles only what changed; the runs take 6 s per target plus
-# start-up (8 targets: about 1 minute); `scripts/fuzz.sh 600`, ten minutes a target, takes
+# start-up (10 targets: about 1.5 minutes); `scripts/fuzz.sh 600`, ten minutes a target, takes
 # about 82 minutes.
 #
 #   scripts/fuzz.sh [--grow] [SECONDS]

@@ -3,21 +3,16 @@
 // files or a sharded checkpoint folder holds (internal/inspect_listing.h); with --layout,
 // which rank holds which part of one tensor (internal/layout.h); with --map, what each
 // tensor of an engine's layout is made of (internal/map_listing.h). A header-only
-// description (`sdrt make --header-only`), which every loader refuses, is listed here too,
-// saying "header only".
+// description (`sdrt make --header-only`), which every loader refuses, is listed too.
 #include <sys/stat.h>
 
 #include <iostream>
-#include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
-#include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/inspect_listing.h"
 #include "sdrt/tools/sdrt/internal/layout.h"
@@ -52,78 +47,6 @@ absl::Status InspectLayout(const InspectArgs& args) {
   return absl::OkStatus();
 }
 
-// The listing of InspectSafetensorsFile for a header-only description: the same table and
-// JSON, with "header_only": true and the data described rather than held.
-absl::Status InspectHeaderOnly(const std::string& path, const SafetensorsFile& file, bool json) {
-  int64_t parameters = 0;
-  int64_t bytes = 0;
-  for (const SafetensorsEntry& e : file.entries()) {
-    int64_t numel = 1;
-    for (int64_t s : e.shape) numel *= s;
-    parameters += numel;
-    bytes += e.data_end - e.data_begin;
-  }
-  if (json) {
-    nlohmann::ordered_json out;
-    out["file"] = path;
-    out["file_size"] = file.file_size();
-    out["header_only"] = true;
-    out["tensors"] = file.entries().size();
-    out["parameters"] = parameters;
-    out["bytes"] = bytes;  // described, not in the file
-    out["metadata"] = file.metadata();
-    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    for (const SafetensorsEntry& e : file.entries()) {
-      entries.push_back({{"name", e.name},
-                         {"dtype", std::string(SafetensorsCode(e.dtype))},
-                         {"shape", std::vector<int64_t>(e.shape.begin(), e.shape.end())},
-                         {"nbytes", e.data_end - e.data_begin},
-                         {"data_offsets", {e.data_begin, e.data_end}}});
-    }
-    out["entries"] = std::move(entries);
-    std::cout << JsonText(out, 1) << "\n";
-    return absl::OkStatus();
-  }
-  Table table({"name", "dtype", "shape", "bytes"}, {false, false, false, true});
-  for (const SafetensorsEntry& e : file.entries()) {
-    table.AddRow({Printable(e.name), std::string(DTypeName(e.dtype)),
-                  "[" + absl::StrJoin(e.shape, ", ") + "]",
-                  WithThousands(e.data_end - e.data_begin)});
-  }
-  std::cout << Printable(path) << " (header only)\n\n";
-  table.Print(std::cout);
-  std::cout << "\n"
-            << file.entries().size() << (file.entries().size() == 1 ? " tensor, " : " tensors, ")
-            << WithThousands(parameters) << " parameters, " << WithThousands(bytes) << " bytes ("
-            << HumanBytes(bytes) << ") of data described\n"
-            << "header only: a " << HumanBytes(file.file_size())
-            << " file made by `sdrt make --header-only`, holding no tensor bytes (loads refuse "
-               "it)\n";
-  const std::map<std::string, std::string>& metadata = file.metadata();
-  std::cout << "metadata:\n";  // never empty: it holds the marker
-  for (const auto& [key, value] : metadata) {
-    constexpr size_t kMaxShown = 120;
-    std::cout << "  " << Printable(key) << " = " << Printable(Utf8Prefix(value, kMaxShown))
-              << (value.size() > kMaxShown
-                      ? "... (" + WithThousands(static_cast<int64_t>(value.size())) + " bytes)"
-                      : "")
-              << "\n";
-  }
-  return absl::OkStatus();
-}
-
-// One safetensors file; a header-only description, which InspectSafetensorsFile refuses as
-// SafetensorsFile::Open does, is opened again accepting it.
-absl::Status InspectFile(const std::string& path, bool json) {
-  const absl::Status status = InspectSafetensorsFile(path, json);
-  if (status.ok() || !absl::IsInvalidArgument(status)) return status;
-  SafetensorsFile::Options options;
-  options.accept_header_only = true;
-  const absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, options);
-  if (!file.ok() || !file->header_only()) return status;
-  return InspectHeaderOnly(path, *file, json);
-}
-
 absl::Status RunInspect(const InspectArgs& args) {
   if (!args.engine.map.empty()) {
     const absl::Status status =
@@ -136,7 +59,7 @@ absl::Status RunInspect(const InspectArgs& args) {
   }
   struct stat st;
   if (stat(args.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return InspectFile(args.path, args.shared.json);
+    return InspectSafetensorsFile(args.path, args.shared.json);
   }
   absl::StatusOr<CheckpointKind> kind = DetectCheckpointKind(args.path);
   if (!kind.ok()) return InputError(kind.status());

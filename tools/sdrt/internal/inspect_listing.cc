@@ -267,8 +267,11 @@ absl::Status InspectFolderSource(const std::string& path, bool json) {
 }
 
 absl::Status InspectSafetensorsFile(const std::string& path, bool json) {
-  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  SafetensorsFile::Options options;
+  options.accept_header_only = true;  // listed, saying so
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path, options);
   if (!file.ok()) return InputError(file.status());
+  const bool header_only = file->header_only();
   int64_t parameters = 0;
   int64_t bytes = 0;
   for (const SafetensorsEntry& e : file->entries()) {
@@ -281,9 +284,10 @@ absl::Status InspectSafetensorsFile(const std::string& path, bool json) {
     nlohmann::ordered_json out;
     out["file"] = path;
     out["file_size"] = file->file_size();
+    if (header_only) out["header_only"] = true;
     out["tensors"] = file->entries().size();
     out["parameters"] = parameters;
-    out["bytes"] = bytes;
+    out["bytes"] = bytes;  // of a header-only description: described, not in the file
     out["metadata"] = file->metadata();
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const SafetensorsEntry& e : file->entries()) {
@@ -304,12 +308,17 @@ absl::Status InspectSafetensorsFile(const std::string& path, bool json) {
                   "[" + absl::StrJoin(e.shape, ", ") + "]",
                   WithThousands(e.data_end - e.data_begin)});
   }
-  std::cout << Printable(path) << "\n\n";
+  std::cout << Printable(path) << (header_only ? " (header only)" : "") << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
             << file->entries().size() << (file->entries().size() == 1 ? " tensor, " : " tensors, ")
             << WithThousands(parameters) << " parameters, " << WithThousands(bytes) << " bytes ("
-            << HumanBytes(bytes) << ") of data in a " << HumanBytes(file->file_size()) << " file\n";
+            << HumanBytes(bytes) << ") of data "
+            << (header_only ? "described\nheader only: a " : "in a ")
+            << HumanBytes(file->file_size())
+            << (header_only ? " file made by `sdrt make --header-only`, holding no tensor bytes "
+                              "(loads refuse it)\n"
+                            : " file\n");
   PrintMetadata("metadata", file->metadata());
   return absl::OkStatus();
 }

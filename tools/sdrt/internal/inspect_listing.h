@@ -19,8 +19,9 @@ absl::Status InspectShardedCheckpoint(const std::string& path, bool json);
 // CheckpointSource::Open's errors, as bad input (InputError).
 absl::Status InspectFolderSource(const std::string& path, bool json);
 
-// One safetensors file: its tensors, totals and metadata. SafetensorsFile::Open's errors, as
-// bad input (InputError).
+// One safetensors file: its tensors, totals and metadata; a header-only description of `sdrt
+// make --header-only` too, saying "header only" ("header_only": true in JSON) and that the
+// bytes are described, not held. SafetensorsFile::Open's errors, as bad input (InputError).
 absl::Status InspectSafetensorsFile(const std::string& path, bool json);
 
 }  // namespace sdrt::cli

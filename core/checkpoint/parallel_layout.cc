@@ -69,12 +69,17 @@ absl::StatusOr<NameFacts> FactsOf(absl::string_view name) {
         AllDigits(parts[i + 1])) {
       SDRT_RETURN_IF_ERROR(index(i + 1, facts.layer));
     } else if (p == "experts" && facts.expert < 0 && !facts.stacked_experts) {
-      if (AllDigits(parts[i + 1])) {
-        SDRT_RETURN_IF_ERROR(index(i + 1, facts.expert));
+      // Megatron-Core's SequentialMLP: "experts.local_experts.K." (K global in its
+      // checkpoints).
+      const size_t k = parts[i + 1] == "local_experts" && i + 2 < n ? i + 2 : i + 1;
+      if (AllDigits(parts[k])) {
+        SDRT_RETURN_IF_ERROR(index(k, facts.expert));
       } else {
         facts.stacked_experts = true;
       }
     }
+  }
+  for (const absl::string_view p : parts) {
     if (p == "lm_head" || p == "output_layer") facts.final_part = true;
   }
   if (n >= 2) {
@@ -141,7 +146,8 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Parse(absl::string_view spec, int
   const absl::string_view rest = spec.substr(colon + 1);
   if (!rest.empty()) {
     for (absl::string_view item : absl::StrSplit(rest, ',')) {
-      const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+      const std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(item, absl::MaxSplits('=', 1));
       const std::vector<absl::string_view> keys = absl::StrSplit(framework->keys, ',');
       if (std::find(keys.begin(), keys.end(), kv.first) == keys.end()) {
         return bad(absl::StrCat("\"", item, "\": ", framework->name, " takes ", framework->keys));

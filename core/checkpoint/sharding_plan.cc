@@ -43,6 +43,12 @@ const std::vector<std::pair<std::unique_ptr<RE2>, TpRole>>& TpPatterns() {
         // DeepSeek's multi-head latent attention: the up-projections are column-parallel
         // (vLLM's ColumnParallelLinear); q_a_proj and kv_a_proj_with_mqa are replicated.
         {R"((^|\.)(q_b_proj|kv_b_proj)\.(weight|bias|weight_scale_inv)$)", TpRole::kColumn},
+        // Megatron-Core: linear_qkv and linear_fc1 column-parallel, linear_proj and
+        // linear_fc2 row-parallel, output_layer the vocabulary (its fused layer norms
+        // replicated).
+        {R"((^|\.)(linear_qkv|linear_fc1)\.(weight|bias)$)", TpRole::kColumn},
+        {R"((^|\.)(linear_proj|linear_fc2)\.(weight|bias)$)", TpRole::kRow},
+        {R"((^|\.)output_layer\.weight$)", TpRole::kVocab},
         {R"((^|\.)(o_proj|down_proj)\.(weight|bias|weight_scale_inv)$)", TpRole::kRow},
         {R"((^|\.)(embed_tokens|lm_head)\.weight$)", TpRole::kVocab},
         // BERT.

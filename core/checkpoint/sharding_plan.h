@@ -91,7 +91,8 @@ absl::string_view TpRoleName(TpRole role);
 // weight's block scales, "...q_proj.weight_scale_inv", take its weight's role: a 2-D grid
 // of 128 x 128 blocks cut as the weight is), BERT-style
 // (encoder.layer.N.attention.self.query.weight, attention.output.dense, intermediate.dense,
-// output.dense, embeddings.word_embeddings) and
+// output.dense, embeddings.word_embeddings), Megatron-Core's (linear_qkv, linear_fc1 column;
+// linear_proj, linear_fc2 row; output_layer vocabulary) and
 // GPT-2-style (h.N.attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, wte). Matching is on
 // the trailing components, so any prefix ("model.", "bert.", "transformer.") works. GPT-2's
 // Conv1D stores weights as [in, out], the transpose of nn.Linear, so its column-parallel

@@ -61,6 +61,9 @@ TEST(SimulateCli, ByteCountsThatCanBeWorkedOutByHand) {
   EXPECT_EQ(replicas["internode_bytes"], bytes);
   EXPECT_EQ(replicas["max_received_bytes"], bytes);
   EXPECT_EQ(replicas["lower_bound_bytes"], bytes);
+  // One rank's messages are some of every rank's.
+  EXPECT_LE(replicas["rank_messages"].get<int64_t>(), replicas["messages"].get<int64_t>());
+  EXPECT_GT(replicas["rank_messages"].get<int64_t>(), 0);
 }
 
 TEST(SimulateCli, AHeaderOnlyDescriptionPlansAsItsArchitecture) {
@@ -86,8 +89,14 @@ TEST(SimulateCli, InputErrorsAreExitTwo) {
   const std::pair<std::string, std::string> cases[] = {
       {"--model tiny-llama" + ok + " --cluster nodes=2", "nodes and gpus are both needed"},
       {"--model tiny-llama" + ok + " --cluster nodes=2,gpus=0", "\"gpus=0\" is not key=N"},
+      {"--model tiny-llama" + ok + " --disjoint --cluster nodes=1,gpus=3",
+       "need 4 ranks; the cluster has 1 x 3 = 3"},
       {"--model tiny-llama" + ok + " --disjoint --cluster nodes=1,gpus=2",
-       "need 4 ranks; the cluster has 1 x 2 = 2"},
+       "takes all 2 ranks of the cluster: none are left"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1024,gpus=9", "more than 8192 ranks"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2=3", "\"gpus=2=3\" is not key=N"},
+      {"--model " + ShellQuote(SDRT_BINARY) + " --scale 0.5" + ok + " --cluster nodes=1,gpus=2",
+       "--scale goes with an architecture"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --rank 2", "--rank 2 is outside"},
       {"--model no-such-model" + ok + " --cluster nodes=1,gpus=2", "no such file or folder"},
       {"--model tiny-llama --from megatron:tp=3 --to fsdp: --cluster nodes=1,gpus=2",

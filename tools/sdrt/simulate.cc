@@ -5,6 +5,9 @@
 // wire against the optimum, inter-node bytes with fan-out by node, and the busiest rank's
 // and node's bytes against their lower bounds. The cost model that turns these into seconds is not
 // built yet (docs/LAYOUTS.md, "Planning the whole world").
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -44,12 +47,21 @@ double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b :
 
 absl::Status RunSimulate(const SimulateArgs& args) {
   SDRT_ASSIGN_OR_RETURN(const ClusterShape cluster, ParseClusterShape(args.cluster));
+  struct stat st;
+  if (args.scale != 1.0 && lstat(args.model.c_str(), &st) == 0) {
+    return absl::InvalidArgumentError("--scale goes with an architecture's name, not a file");
+  }
   absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(args.model, args.scale);
   if (!tensors.ok()) return InputError(tensors.status());
   const int64_t cluster_ranks = cluster.nodes * cluster.gpus;
   SDRT_ASSIGN_OR_RETURN(const ParallelLayout from, ParseLayout(args.from, cluster_ranks));
   const int64_t to_world = args.disjoint ? cluster_ranks - from.world_size() : cluster_ranks;
-  absl::StatusOr<ParallelLayout> to = ParseLayout(args.to, std::max<int64_t>(to_world, 0));
+  if (to_world <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(from.ToString(), " takes all ", cluster_ranks,
+                                                   " ranks of the cluster: none are left for "
+                                                   "--disjoint's destination"));
+  }
+  absl::StatusOr<ParallelLayout> to = ParseLayout(args.to, to_world);
   if (!to.ok()) return to.status();
   SDRT_ASSIGN_OR_RETURN(const WorldPlanFigures f,
                         PlanWorld(*tensors, from, *to, args.disjoint, cluster, args.rank));
@@ -94,9 +106,9 @@ absl::Status RunSimulate(const SimulateArgs& args) {
                                f.place_seconds + f.plan_seconds, f.place_seconds,
                                HumanBytes(f.peak_rss_bytes))
             << WithThousands(f.distinct_layouts) << " distinct layouts; rank " << args.rank
-            << " keeps " << WithThousands(f.kept_messages) << " messages and runs "
-            << WithThousands(f.rank_messages) << " (all ranks: " << WithThousands(s.messages)
-            << ")\n"
+            << " sends or receives " << WithThousands(f.rank_messages) << " messages (its plan "
+            << "keeps " << WithThousands(f.kept_messages)
+            << ", once per layout; all ranks: " << WithThousands(s.messages) << ")\n"
             << absl::StrFormat("wire %s = %.3fx the optimum %s; inter-node %s\n",
                                HumanBytes(s.wire_bytes), Ratio(s.wire_bytes, s.optimum_bytes),
                                HumanBytes(s.optimum_bytes), HumanBytes(s.internode_bytes))

@@ -90,6 +90,8 @@ TEST(ParallelLayout, BadDescriptionsAreRefusedNamingWhy) {
   EXPECT_THAT(ParseError("megatron:tp=2x", 4), HasSubstr("got \"2x\""));
   EXPECT_THAT(ParseError("megatron:tp=99999999999999999999", 4), HasSubstr("whole number"));
   EXPECT_THAT(ParseError("megatron:tp=2,,pp=2", 4), HasSubstr("\"\": megatron takes"));
+  EXPECT_THAT(ParseError("megatron:tp=2=abc", 4), HasSubstr("got \"2=abc\""));
+  EXPECT_THAT(ParseError("megatron:tp=2,pp=2=", 4), HasSubstr("got \"2=\""));
   EXPECT_THAT(ParseError("megatron:tp=1048576,pp=2"), HasSubstr("more than 1048576 ranks"));
   EXPECT_THAT(ParseError("megatron:tp=1024,pp=1024,dp=2"), HasSubstr("more than 1048576"));
   EXPECT_THAT(ParseError("megatron:tp=2"), HasSubstr("dp is left out"));
@@ -247,6 +249,31 @@ TEST(ParallelLayout, WhatARankHolds) {
   twice.push_back(model.back());
   EXPECT_THAT(std::string(layout.MetaStateDict(twice, 0).status().message()),
               HasSubstr("tensor lm_head.weight is listed twice"));
+}
+
+TEST(ParallelLayout, MegatronCoreNamesAndABareHead) {
+  const std::vector<SafetensorsTensorSpec> model = {
+      {"embedding.word_embeddings.weight", DType::kBFloat16, {32, 8}},
+      {"decoder.layers.0.self_attention.linear_qkv.weight", DType::kBFloat16, {24, 8}},
+      {"decoder.layers.1.self_attention.linear_proj.weight", DType::kBFloat16, {8, 16}},
+      {"decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight", DType::kBFloat16, {8, 6}},
+      {"decoder.layers.1.mlp.experts.local_experts.0.linear_fc2.weight", DType::kBFloat16, {8, 6}},
+      {"decoder.final_layernorm.weight", DType::kBFloat16, {8}},
+      {"output_layer", DType::kBFloat16, {32, 8}}};
+  const ParallelLayout layout = *ParallelLayout::Parse("megatron:tp=2,pp=2,ep=2", 4);
+  const std::vector<LaidOutTensor> placed = *layout.Place(model);
+  EXPECT_EQ(PlacementsToString(placed[0].placements), "[R, S(0)]");
+  EXPECT_THAT(RanksOf(placed[0]), ElementsAre(0, 1));
+  EXPECT_EQ(PlacementsToString(placed[1].placements), "[R, S(0)]");
+  EXPECT_EQ(PlacementsToString(placed[2].placements), "[R, S(1)]");
+  EXPECT_THAT(RanksOf(placed[2]), ElementsAre(2, 3));
+  // local_experts.K is expert K of 4: ep rank K / 2, whole on its one rank (etp 1).
+  EXPECT_THAT(RanksOf(placed[3]), ElementsAre(3));
+  EXPECT_THAT(RanksOf(placed[4]), ElementsAre(2));
+  EXPECT_EQ(placed[3].mesh->dim_names(), (std::vector<std::string>{"edp", "etp"}));
+  EXPECT_THAT(RanksOf(placed[5]), ElementsAre(2, 3));
+  // A bare "output_layer" (no ".weight") is the head: the last stage.
+  EXPECT_THAT(RanksOf(placed[6]), ElementsAre(2, 3));
 }
 
 TEST(ParallelLayout, HostileNamesAndTooFewLayers) {

@@ -28,6 +28,13 @@ std::string Placements(const ShardingPlan& plan, const std::string& name, IntVec
 
 TEST(TpRole, LlamaBertAndGpt2Names) {
   EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.q_proj.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.kv_b_proj.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.q_a_proj.weight"), TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("decoder.layers.0.self_attention.linear_qkv.weight"), TpRole::kColumn);
+  EXPECT_EQ(TpRoleOf("decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"),
+            TpRole::kReplicate);
+  EXPECT_EQ(TpRoleOf("decoder.layers.0.mlp.linear_fc2.weight"), TpRole::kRow);
+  EXPECT_EQ(TpRoleOf("output_layer.weight"), TpRole::kVocab);
   EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.k_proj.bias"), TpRole::kColumn);
   EXPECT_EQ(TpRoleOf("model.layers.3.self_attn.v_proj.weight"), TpRole::kColumn);
   EXPECT_EQ(TpRoleOf("model.layers.3.mlp.gate_proj.weight"), TpRole::kColumn);

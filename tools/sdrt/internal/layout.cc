@@ -132,7 +132,16 @@ void Picture(const TensorLayout& layout, const std::vector<RankPiece>& pieces, s
           holders.push_back(p.rank);
         }
       }
-      row.push_back(holders.empty() ? "-" : absl::StrJoin(holders, ","));
+      // A cell that a whole world holds lists its first ranks and the count.
+      constexpr size_t kMaxListed = 16;
+      const size_t listed = std::min(holders.size(), kMaxListed);
+      row.push_back(
+          holders.empty()
+              ? "-"
+              : absl::StrCat(absl::StrJoin(holders.begin(), holders.begin() + listed, ","),
+                             listed < holders.size()
+                                 ? absl::StrCat(",... (", holders.size(), " ranks)")
+                                 : ""));
     }
     table.AddRow(std::move(row));
   }
@@ -261,6 +270,8 @@ absl::StatusOr<nlohmann::ordered_json> LayoutJson(const TensorLayout& layout,
   out["dtype"] = std::string(DTypeName(layout.dtype));
   out["shape"] = std::vector<int64_t>(layout.shape.begin(), layout.shape.end());
   out["mesh"] = std::vector<int64_t>(mesh.shape().begin(), mesh.shape().end());
+  out["mesh_dim_names"] = mesh.dim_names();
+  out["mesh_ranks"] = mesh.ranks();
   out["placements"] = PlacementsToString(layout.placements);
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const RankPiece& p : *pieces) {

@@ -48,7 +48,8 @@ struct FoundLayout {
 absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::string& name,
                                        const std::string& mesh_spec, const std::string& plan_spec);
 
-// The picture is drawn only when each of its dims has at most this many cells.
+// The picture is drawn only when each of its dims has at most this many cells; a cell lists
+// at most 16 of the ranks holding it, then their count.
 inline constexpr int kMaxLayoutCells = 16;
 // The table lists at most this many ranks (then says how many it left out).
 inline constexpr int64_t kMaxLayoutRanks = 64;
@@ -58,8 +59,9 @@ inline constexpr int64_t kMaxLayoutRanks = 64;
 // tensor).
 absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const DeviceMesh& mesh);
 
-// The same as JSON: {"tensor", "dtype", "shape", "mesh", "placements", "ranks": [{"rank",
-// "coordinate", "local_shape", "runs": per dim a list of [begin, end)}]} (every rank).
+// The same as JSON: {"tensor", "dtype", "shape", "mesh", "mesh_dim_names", "mesh_ranks",
+// "placements", "ranks": [{"rank", "coordinate", "local_shape", "runs": per dim a list of
+// [begin, end)}]} (every rank).
 absl::StatusOr<nlohmann::ordered_json> LayoutJson(const TensorLayout& layout,
                                                   const DeviceMesh& mesh);
 

@@ -53,10 +53,10 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }
 
 std::string HumanBytes(int64_t bytes) {
-  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
   double value = static_cast<double>(bytes);
   int unit = 0;
-  while (value >= 1000.0 && unit < 4) {
+  while (value >= 1000.0 && unit < 6) {
     value /= 1000.0;
     ++unit;
   }

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -34,7 +35,8 @@ absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text) {
   ClusterShape shape;
   bool nodes = false, gpus = false;
   for (absl::string_view item : absl::StrSplit(text, ',')) {
-    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
     int64_t value = 0;
     if (!absl::SimpleAtoi(kv.second, &value) || value < 1 || value > kMaxMeshRanks ||
         kv.second.find_first_not_of("0123456789") != absl::string_view::npos) {
@@ -49,8 +51,10 @@ absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text) {
     (kv.first == "nodes" ? shape.nodes : shape.gpus) = value;
   }
   if (!nodes || !gpus) return bad("nodes and gpus are both needed");
-  if (shape.nodes * shape.gpus > kMaxMeshRanks) {
-    return bad(absl::StrCat("more than ", kMaxMeshRanks, " ranks"));
+  if (shape.nodes * shape.gpus > kMaxSimulatedRanks) {
+    return bad(absl::StrCat("more than ", kMaxSimulatedRanks,
+                            " ranks, the most simulate plans (its time grows with the square of "
+                            "the replicas)"));
   }
   return shape;
 }
@@ -125,7 +129,9 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
   figures.stats = plan.stats;
   absl::flat_hash_set<const internal::TransferLayoutPlan*> layouts;
   for (const internal::TransferTensorPlan& t : plan.tensors) {
-    const auto messages = static_cast<int64_t>(t.messages().size());
+    const auto messages = static_cast<int64_t>(
+        std::count_if(t.messages().begin(), t.messages().end(),
+                      [](const auto& m) { return m.source_rank != m.destination_rank; }));
     figures.rank_messages += messages;
     if (layouts.insert(t.layout.get()).second) figures.kept_messages += messages;
   }

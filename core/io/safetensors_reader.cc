@@ -130,8 +130,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<Storage> 
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": a header-only description made by `sdrt make --header-only` (",
                        description->entries.size(), " tensors, ", *described,
-                       " bytes of data described): it has no tensor bytes (a layout to list or plan "
-                       "with, not to load)"));
+                       " bytes of data described): it has no tensor bytes (a layout to list or "
+                       "plan with, not to load)"));
     }
     if (description.ok()) {
       header = std::move(description);

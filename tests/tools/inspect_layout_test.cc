@@ -143,7 +143,8 @@ TEST(InspectParallelLayout, ATensorOnItsStagesRanks) {
   const CommandResult head = Sdrt("inspect " + ShellQuote(file) +
                                   " --layout lm_head.weight --plan vllm:tp=2,pp=2 --mesh 8");
   ASSERT_EQ(head.exit_code, 0) << head.all();
-  EXPECT_THAT(head.out, HasSubstr("on mesh [2, 2] (dp, tp) of ranks 2, 3, 6, 7, placements [R, S(0)]"));
+  EXPECT_THAT(head.out,
+              HasSubstr("on mesh [2, 2] (dp, tp) of ranks 2, 3, 6, 7, placements [R, S(0)]"));
   const std::vector<std::pair<std::string, std::string>> refused = {
       {" --plan megatron:tp=2 --mesh 2x2", "the world size (one number)"},
       {" --plan megatron:tp=2", "dp is left out"},

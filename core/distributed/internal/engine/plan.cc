@@ -59,28 +59,8 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
     return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
                                                                     : -1 - rank;
   };
-  // With fan-out, each cell's relay on each node, once per cell (not per piece): relay[i]
-  // for the piece needs[i] is the (cell % k)-th of the k pieces of its node needing the
-  // cell, in piece order.
-  std::vector<int> relay;
-  if (fan_out) {
-    relay.resize(needs.size());
-    std::vector<std::pair<int64_t, int64_t>> by_node;  // (node, i), i into needs
-    for (int64_t cell = 0; cell < cells; ++cell) {
-      by_node.clear();
-      for (int64_t i = needs_first[cell]; i < needs_first[cell + 1]; ++i) {
-        by_node.emplace_back(node_of(tp.destination[needs[i]].rank), i);
-      }
-      std::sort(by_node.begin(), by_node.end());  // piece order within a node
-      for (size_t run = 0; run < by_node.size();) {
-        size_t next = run;
-        while (next < by_node.size() && by_node[next].first == by_node[run].first) ++next;
-        const int chosen = needs[by_node[run + static_cast<size_t>(cell) % (next - run)].second];
-        for (size_t j = run; j < next; ++j) relay[by_node[j].second] = chosen;
-        run = next;
-      }
-    }
-  }
+  const std::vector<int> relay =
+      fan_out ? RelaysByNode(needs_first, needs, tp.destination, node_of) : std::vector<int>();
   Cover cover;
   std::vector<int> group, on_node;
   std::map<int64_t, int64_t> sent;  // wire bytes each source rank sends so far

@@ -97,6 +97,29 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
   return absl::OkStatus();
 }
 
+std::vector<int> RelaysByNode(const std::vector<int64_t>& needs_first,
+                              const std::vector<int>& needs,
+                              const std::vector<TransferPiece>& destinations,
+                              const std::function<int64_t(int64_t)>& node_of) {
+  std::vector<int> relay(needs.size());
+  std::vector<std::pair<int64_t, int64_t>> by_node;  // (node, i), i into needs
+  for (size_t cell = 0; cell + 1 < needs_first.size(); ++cell) {
+    by_node.clear();
+    for (int64_t i = needs_first[cell]; i < needs_first[cell + 1]; ++i) {
+      by_node.emplace_back(node_of(destinations[needs[i]].rank), i);
+    }
+    std::sort(by_node.begin(), by_node.end());  // piece order within a node
+    for (size_t run = 0; run < by_node.size();) {
+      size_t next = run;
+      while (next < by_node.size() && by_node[next].first == by_node[run].first) ++next;
+      const int chosen = needs[by_node[run + cell % (next - run)].second];
+      for (size_t j = run; j < next; ++j) relay[by_node[j].second] = chosen;
+      run = next;
+    }
+  }
+  return relay;
+}
+
 void MergeMoves(std::vector<TransferMove>& moves) {
   const int ndim = moves.empty() ? 0 : static_cast<int>(moves.front().begin.size());
   for (int dim = ndim - 1; dim >= 0; --dim) {

@@ -4,6 +4,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SPLIT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -24,10 +25,20 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end);
 // bytes, else not cut), slab sizes differing by at most one index, and the slabs, largest
 // first, go to the holders in increasing order of what their ranks have sent so far (ties:
 // holder order). `sent` (wire bytes per source rank) is updated.
-absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
+absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
+                               const std::vector<TransferPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
                                IntSpan end, std::map<int64_t, int64_t>& sent,
                                std::vector<TransferMove>& moves);
+
+// With fan-out, each cell's relay on each node, chosen once per cell: for the CSR lists of
+// the destination pieces covering each cell (needs[needs_first[c] .. needs_first[c + 1]),
+// in piece order), relay[i] is the piece that takes cell c from the holders for needs[i]:
+// the (c % k)-th, in piece order, of the k pieces of needs[i]'s node that need the cell.
+std::vector<int> RelaysByNode(const std::vector<int64_t>& needs_first,
+                              const std::vector<int>& needs,
+                              const std::vector<TransferPiece>& destinations,
+                              const std::function<int64_t(int64_t)>& node_of);
 
 // Merges moves with the same (forward, source, destination) that are adjacent along one dim and
 // equal on every other, dim by dim from the last to the first. Bytes add up. The order of

@@ -215,6 +215,11 @@ struct WriteSafetensorsOptions {
   // points at is never written: what a tool that must not write into its inputs wants
   // (`sdrt gather`, `sdrt make`), whatever the path has become since it was checked.
   bool follow_symlinks = true;
+  // Write the header alone, marked kSafetensorsHeaderOnlyKey = "true" in __metadata__: a
+  // header-only description (`sdrt make --header-only`) that SafetensorsFile opens only with
+  // Options::accept_header_only. The data's offsets are those of the full file; no tensor
+  // is asked for and no data byte is written.
+  bool header_only = false;
 };
 
 absl::Status WriteSafetensors(const std::string& path,
@@ -251,7 +256,8 @@ absl::Status WriteSafetensorsStreamed(const std::string& path,
                                       const WriteSafetensorsOptions& options = {});
 
 // The size in bytes of the file WriteSafetensorsStreamed (or WriteSafetensors of tensors
-// with these names, dtypes and shapes) writes: 8 + the padded header + the data. Errors:
+// with these names, dtypes and shapes) writes: 8 + the padded header + the data (none with
+// options.header_only). Errors:
 // InvalidArgument as WriteSafetensorsStreamed's before it creates a file, or a header above
 // kSafetensorsMaxHeaderBytes.
 absl::StatusOr<int64_t> SafetensorsFileBytes(absl::Span<const SafetensorsTensorSpec> specs,

@@ -70,9 +70,9 @@ absl::StatusOr<Layout> LayOut(absl::Span<const SafetensorsTensorSpec> specs, boo
     absl::StatusOr<int64_t> bytes =
         numel.ok() ? BytesForElements(spec.dtype, *numel) : numel.status();
     if (!bytes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(quoted, ": shape ", ShapeToString(spec.shape),
-                                                     " is not a valid size: ",
-                                                     bytes.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(quoted, ": shape ", ShapeToString(spec.shape),
+                       " is not a valid size: ", bytes.status().message()));
     }
     nbytes.push_back(*bytes);
     layout.entries.push_back(SafetensorsEntry{spec.name, spec.dtype, spec.shape, 0, 0});
@@ -116,18 +116,28 @@ absl::StatusOr<std::string> FollowSymlinks(const std::string& path) {
     if (n < 0) return fail(errno, "readlink");
     if (n == static_cast<ssize_t>(sizeof(target))) return fail(ENAMETOOLONG, "readlink");
     std::string next(target, static_cast<size_t>(n));
-    if (next.empty() || next[0] != '/') next = absl::StrCat(internal::SplitPath(current).first, "/", next);
+    if (next.empty() || next[0] != '/')
+      next = absl::StrCat(internal::SplitPath(current).first, "/", next);
     current = std::move(next);
   }
   return absl::ErrnoToStatus(ELOOP, "following symbolic links");
+}
+
+// The header of `layout` with `metadata` (and, with options.header_only, its marker).
+absl::StatusOr<std::string> HeaderOf(const Layout& layout,
+                                     const std::map<std::string, std::string>& metadata,
+                                     const WriteSafetensorsOptions& options) {
+  if (!options.header_only) return internal::SerializeSafetensorsHeader(layout.entries, metadata);
+  std::map<std::string, std::string> marked = metadata;
+  marked[std::string(kSafetensorsHeaderOnlyKey)] = "true";
+  return internal::SerializeSafetensorsHeader(layout.entries, marked);
 }
 
 absl::Status WriteAll(const std::string& path, absl::Span<const SafetensorsTensorSpec> specs,
                       const Layout& layout, const SafetensorsTensorSource& source,
                       const std::map<std::string, std::string>& metadata,
                       const WriteSafetensorsOptions& options) {
-  SDRT_ASSIGN_OR_RETURN(const std::string header,
-                        internal::SerializeSafetensorsHeader(layout.entries, metadata));
+  SDRT_ASSIGN_OR_RETURN(const std::string header, HeaderOf(layout, metadata, options));
   if (internal::SplitPath(path).second.empty()) {
     return absl::InvalidArgumentError("the path names a folder, not a file");
   }
@@ -150,6 +160,7 @@ absl::Status WriteAll(const std::string& path, absl::Span<const SafetensorsTenso
   SDRT_RETURN_IF_ERROR(file.Write(header.data(), static_cast<int64_t>(header.size())));
   for (size_t i : layout.data_order) {
     const SafetensorsEntry& entry = layout.entries[i];
+    if (options.header_only) break;
     if (entry.data_end == entry.data_begin) continue;
     const std::string quoted = absl::StrCat("tensor \"", absl::CHexEscape(entry.name), "\"");
     absl::StatusOr<Tensor> tensor = source(i);
@@ -221,10 +232,11 @@ absl::StatusOr<int64_t> SafetensorsFileBytes(absl::Span<const SafetensorsTensorS
                                              const std::map<std::string, std::string>& metadata,
                                              const WriteSafetensorsOptions& options) {
   SDRT_ASSIGN_OR_RETURN(const Layout layout, LayOut(specs, options.data_in_given_order, nullptr));
-  SDRT_ASSIGN_OR_RETURN(const std::string header,
-                        internal::SerializeSafetensorsHeader(layout.entries, metadata));
+  SDRT_ASSIGN_OR_RETURN(const std::string header, HeaderOf(layout, metadata, options));
   int64_t data = 0;
-  for (const SafetensorsEntry& e : layout.entries) data = std::max(data, e.data_end);
+  for (const SafetensorsEntry& e : layout.entries) {
+    if (!options.header_only) data = std::max(data, e.data_end);
+  }
   return 8 + static_cast<int64_t>(header.size()) + data;
 }
 

@@ -4,11 +4,7 @@
 // free-space check; with --header-only, only its header (every tensor's dtype, shape and
 // data_offsets as if the data followed, and "sdrt.header_only" = "true" in __metadata__),
 // which readers refuse to load (SafetensorsFile::Options::accept_header_only).
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -17,12 +13,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "sdrt/core/io/atomic_file.h"
-#include "sdrt/core/io/internal/safetensors_header.h"
 #include "sdrt/core/io/safetensors.h"
-#include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
@@ -43,69 +35,6 @@ struct MakeArgs {
   SharedOptions shared;  // --overwrite, --json
 };
 
-// The safetensors header WriteSafetensorsStreamed would write for `specs` (the data laid out
-// by element size, largest first, the given order within a size), with its 8-byte length.
-absl::StatusOr<std::string> HeaderBytes(const std::vector<SafetensorsTensorSpec>& specs,
-                                        const std::map<std::string, std::string>& metadata) {
-  std::vector<size_t> order(specs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return ElementAlignment(specs[a].dtype) > ElementAlignment(specs[b].dtype);
-  });
-  std::vector<SafetensorsEntry> entries(specs.size());
-  int64_t offset = 0;
-  for (size_t i : order) {
-    int64_t numel = 1;
-    for (int64_t d : specs[i].shape) numel *= d;  // synthetic sizes: far below 2^63
-    entries[i] = {specs[i].name, specs[i].dtype, specs[i].shape, offset,
-                  offset + numel * ElementBits(specs[i].dtype) / 8};
-    offset = entries[i].data_end;
-  }
-  SDRT_ASSIGN_OR_RETURN(std::string header,
-                        internal::SerializeSafetensorsHeader(entries, metadata));
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(uint64_t{header.size()} >> (8 * i));
-  return out + header;
-}
-
-// Writes `bytes` as `path` atomically (a link at `path` is replaced, not followed; an
-// existing file's permission bits carry over), after checking the file system has room.
-absl::Status WriteHeaderOnly(const std::string& path, const std::string& bytes) {
-  const auto [dir, base] = internal::SplitPath(path);
-  if (base.empty() || base == "." || base == "..") {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": names a folder, not a file"));
-  }
-  struct statvfs fs;
-  if (statvfs(dir.c_str(), &fs) != 0) return internal::IoError(errno, "statvfs", dir);
-  const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
-  if (fs.f_bavail < (bytes.size() + block - 1) / block) {
-    return absl::FailedPreconditionError(absl::StrFormat("%s needs %d bytes, %d free on %s", path,
-                                                         bytes.size(), fs.f_bavail * block, dir));
-  }
-  int mode = -1;
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
-  SDRT_ASSIGN_OR_RETURN(internal::AtomicFile file, internal::AtomicFile::Create(dir, base, mode));
-  SDRT_RETURN_IF_ERROR(file.Write(bytes.data(), static_cast<int64_t>(bytes.size())));
-  return file.Commit(dir, path);
-}
-
-// CheckReplaceableSafetensors, which refuses a header-only description as "not a
-// safetensors file": such a file may be replaced like a checkpoint.
-absl::Status CheckReplaceable(const std::string& out, bool overwrite) {
-  const absl::Status status = CheckReplaceableSafetensors(out, overwrite);
-  if (status.ok() || !absl::IsAlreadyExists(status)) return status;
-  struct stat st;
-  if (lstat(out.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return status;
-  SafetensorsFile::Options options;
-  options.accept_header_only = true;
-  const absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out, options);
-  if (!file.ok() || !file->header_only()) return status;
-  if (overwrite) return absl::OkStatus();
-  return absl::AlreadyExistsError(
-      absl::StrCat(out, " exists; replace it with --overwrite, or name another path"));
-}
-
 int RunMake(MakeArgs args) {
   // One process, but under mpiexec the launcher's rank 0 alone prints (ReportError).
   const auto fail = [](const absl::Status& status) {
@@ -122,40 +51,31 @@ int RunMake(MakeArgs args) {
                       : args.dtype == "f16" ? DType::kFloat16
                                             : DType::kBFloat16;  // checked by CLI11
   absl::Status out_ok = CheckOutputPath(args.out, {});
-  if (out_ok.ok()) out_ok = CheckReplaceable(args.out, args.shared.overwrite);
+  if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.shared.overwrite);
   if (!out_ok.ok()) return fail(out_ok);
   absl::StatusOr<ArchConfig> config = ScaledArch(args.arch, args.scale);
   if (!config.ok()) return fail(config.status());  // InvalidArgument: exit 2
   absl::StatusOr<SyntheticStateDict> synthetic =
       SyntheticStateDict::Create(*config, dtype, args.seed);
   if (!synthetic.ok()) return fail(synthetic.status());
-  std::map<std::string, std::string> metadata = SyntheticMetadata(*config, args.scale, args.seed);
-  int64_t file_size = 0;
-  if (args.header_only) {
-    metadata[std::string(kSafetensorsHeaderOnlyKey)] = "true";
-    // The header alone: the free-space check asks for its bytes, not the data's.
-    absl::StatusOr<std::string> header = HeaderBytes(synthetic->specs(), metadata);
-    absl::Status written = header.status();
-    if (written.ok()) written = WriteHeaderOnly(args.out, *header);
-    if (!written.ok()) return fail(written);
-    file_size = static_cast<int64_t>(header->size());
-  } else {
-    WriteSafetensorsOptions write_options;
-    write_options.follow_symlinks = false;  // a link made since the check is replaced
-    // Refused before anything is written when the file cannot fit: the temporary file
-    // beside OUT takes the whole size (an existing OUT is replaced only at the end).
-    absl::Status room = CheckFreeSpace(args.out, synthetic->specs(), metadata, write_options);
-    if (!room.ok()) return fail(room);
-    // Streamed: the header first, then one tensor at a time, so memory peaks near the
-    // largest tensor (llama-70b is about 141 GB in bf16).
-    const absl::Status written = WriteSafetensorsStreamed(
-        args.out, synthetic->specs(), [&](size_t i) { return synthetic->MakeTensor(i); }, metadata,
-        write_options);
-    if (!written.ok()) return fail(written);
-    absl::StatusOr<int64_t> size = SafetensorsFileBytes(synthetic->specs(), metadata);
-    if (!size.ok()) return fail(size.status());
-    file_size = *size;
-  }
+  const std::map<std::string, std::string> metadata =
+      SyntheticMetadata(*config, args.scale, args.seed);
+  WriteSafetensorsOptions write_options;
+  write_options.follow_symlinks = false;  // a link made since the check is replaced
+  write_options.header_only = args.header_only;
+  // Refused before anything is written when the file cannot fit: the temporary file beside
+  // OUT takes the whole size (an existing OUT is replaced only at the end).
+  absl::Status room = CheckFreeSpace(args.out, synthetic->specs(), metadata, write_options);
+  if (!room.ok()) return fail(room);
+  // Streamed: the header first, then one tensor at a time, so memory peaks near the
+  // largest tensor (llama-70b is about 141 GB in bf16); the header alone with --header-only.
+  const absl::Status written = WriteSafetensorsStreamed(
+      args.out, synthetic->specs(), [&](size_t i) { return synthetic->MakeTensor(i); }, metadata,
+      write_options);
+  if (!written.ok()) return fail(written);
+  absl::StatusOr<int64_t> file_size =
+      SafetensorsFileBytes(synthetic->specs(), metadata, write_options);
+  if (!file_size.ok()) return fail(file_size.status());
   const int64_t parameters = synthetic->parameters();
   const int64_t bytes = synthetic->bytes();
   const size_t tensor_count = synthetic->specs().size();
@@ -179,7 +99,7 @@ int RunMake(MakeArgs args) {
     out["parameters"] = parameters;
     out["bytes"] = bytes;  // of the tensors' data (not in the file with header_only)
     out["header_only"] = args.header_only;
-    out["file_size"] = file_size;
+    out["file_size"] = *file_size;
     std::cout << JsonText(out, 1) << "\n";
     return kExitOk;
   }
@@ -202,8 +122,8 @@ int RunMake(MakeArgs args) {
             << tensor_count << " tensors, " << WithThousands(parameters) << " parameters, "
             << WithThousands(bytes) << " bytes (" << HumanBytes(bytes) << ")\n";
   if (args.header_only) {
-    std::cout << "header only: a " << WithThousands(file_size) << "-byte file ("
-              << HumanBytes(file_size)
+    std::cout << "header only: a " << WithThousands(*file_size) << "-byte file ("
+              << HumanBytes(*file_size)
               << ") describing them, no tensor bytes (sdrt inspect lists it; loads refuse it)\n";
   }
   return kExitOk;

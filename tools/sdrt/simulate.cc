@@ -5,8 +5,6 @@
 // wire against the optimum, inter-node bytes with fan-out by node, and the busiest rank's
 // and node's bytes against their lower bounds. The cost model that turns these into seconds is not
 // built yet (docs/LAYOUTS.md, "Planning the whole world").
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -47,10 +45,6 @@ double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b :
 
 absl::Status RunSimulate(const SimulateArgs& args) {
   SDRT_ASSIGN_OR_RETURN(const ClusterShape cluster, ParseClusterShape(args.cluster));
-  struct stat st;
-  if (args.scale != 1.0 && lstat(args.model.c_str(), &st) == 0) {
-    return absl::InvalidArgumentError("--scale goes with an architecture's name, not a file");
-  }
   absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(args.model, args.scale);
   if (!tensors.ok()) return InputError(tensors.status());
   const int64_t cluster_ranks = cluster.nodes * cluster.gpus;

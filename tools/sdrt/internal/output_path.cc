@@ -162,7 +162,9 @@ absl::Status CheckReplaceableSafetensors(const std::string& out, bool overwrite)
         out, " exists and ", why, "; refusing to replace it (remove it or name another path)"));
   };
   if (!S_ISREG(st.st_mode)) return refuse("is not a regular file");
-  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out);
+  SafetensorsFile::Options options;
+  options.accept_header_only = true;  // `sdrt make --header-only`'s own output
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out, options);
   if (!file.ok()) {
     return refuse(absl::StrCat("is not a safetensors file (", file.status().message(), ")"));
   }

@@ -29,7 +29,7 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
 
 // For a command that writes one safetensors file `out` (gather, make): an existing `out` is
 // replaced only when asked (`overwrite`, the commands' --overwrite) and only when it is a
-// safetensors file (SafetensorsFile::Open accepts it), so neither a mistyped path nor a
+// safetensors file (SafetensorsFile::Open accepts it; a header-only description too), so neither a mistyped path nor a
 // forgotten checkpoint is destroyed. AlreadyExists naming `out` and why otherwise (exists
 // without --overwrite, not a regular file, not safetensors: the reader's reason); OK when
 // it does not exist.

@@ -63,6 +63,9 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::strin
                                                                 double scale) {
   struct stat st;
   if (lstat(model.c_str(), &st) == 0) {
+    if (scale != 1.0) {
+      return absl::InvalidArgumentError("--scale goes with an architecture's name, not a file");
+    }
     CheckpointSource::Options options;
     options.file_options.accept_header_only = true;
     SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(model, options));

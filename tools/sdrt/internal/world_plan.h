@@ -34,8 +34,8 @@ absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text);
 // The tensor list `model` names: a safetensors file, a Hugging Face folder or a folder of
 // safetensors files (header-only descriptions included), or else a built-in architecture of
 // `sdrt make --arch` at `scale` (its names and shapes, bfloat16; no data is made).
-// InvalidArgument for a path that does not exist and is no architecture's name; the
-// opening errors of a checkpoint source.
+// InvalidArgument for a path that does not exist and is no architecture's name, or a scale
+// other than 1 with a path; the opening errors of a checkpoint source.
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::string& model,
                                                                 double scale);
 

@@ -1,10 +1,11 @@
-// `sdrt simulate --model M --from LAYOUT --to LAYOUT --cluster nodes=N,gpus=G [--disjoint]
-// [--scale S] [--rank R] [--json]`: the whole world's reshard plan of a model between two
-// parallel layouts, made in this one process from the tensors' names and shapes alone
-// (internal/world_plan.h): how long planning takes and how much memory, the bytes on the
-// wire against the optimum, inter-node bytes with fan-out by node, and the busiest rank's
-// and node's bytes against their lower bounds. The cost model that turns these into seconds is not
-// built yet (docs/LAYOUTS.md, "Planning the whole world").
+// `sdrt simulate --model M --from LAYOUT --to LAYOUT --cluster nodes=N,gpus=G[,links]
+// [--disjoint] [--dtype-to fp8] [--bucket-mib B] [--scale S] [--rank R] [--json]`: the whole
+// world's reshard plan of a model between two parallel layouts, made in this one process
+// from the tensors' names and shapes alone (internal/world_plan.h): how long planning takes
+// and how much memory, the bytes on the wire against the optimum, inter-node bytes with
+// fan-out by node, the busiest rank's and node's bytes against their lower bounds, and the
+// sync time the cost model of internal/engine/sync_cost.h predicts for sdrt's executor and
+// for the funnel and the bucketed broadcast (docs/LAYOUTS.md, "Predicting a sync").
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -30,8 +31,9 @@ struct SimulateArgs {
   std::string to;
   std::string cluster;
   bool disjoint = false;
+  std::string dtype_to;
   int64_t rank = 0;
-  SharedOptions shared;  // --json
+  SharedOptions shared;  // --json, --bucket-mib
 };
 
 // A description that gives every size spans what it says; one that leaves dp out spans
@@ -44,10 +46,18 @@ absl::StatusOr<ParallelLayout> ParseLayout(const std::string& description, int64
 double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b : 1.0; }
 
 absl::Status RunSimulate(const SimulateArgs& args) {
-  SDRT_ASSIGN_OR_RETURN(const ClusterShape cluster, ParseClusterShape(args.cluster));
+  SDRT_ASSIGN_OR_RETURN(const internal::ClusterLinks cluster, ParseCluster(args.cluster));
+  WorldPlanOptions options;
+  options.disjoint = args.disjoint;
+  options.rank = args.rank;
+  options.bucket_bytes = args.shared.bucket_bytes();
+  if (!args.dtype_to.empty()) {
+    SDRT_ASSIGN_OR_RETURN(options.dtype_to,
+                          DTypeFromName(args.dtype_to == "fp8" ? "float8_e4m3fn" : args.dtype_to));
+  }
   absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(args.model, args.scale);
   if (!tensors.ok()) return InputError(tensors.status());
-  const int64_t cluster_ranks = cluster.nodes * cluster.gpus;
+  const int64_t cluster_ranks = cluster.nodes * cluster.gpus_per_node;
   SDRT_ASSIGN_OR_RETURN(const ParallelLayout from, ParseLayout(args.from, cluster_ranks));
   const int64_t to_world = args.disjoint ? cluster_ranks - from.world_size() : cluster_ranks;
   if (to_world <= 0) {
@@ -57,45 +67,62 @@ absl::Status RunSimulate(const SimulateArgs& args) {
   }
   absl::StatusOr<ParallelLayout> to = ParseLayout(args.to, to_world);
   if (!to.ok()) return to.status();
-  SDRT_ASSIGN_OR_RETURN(const WorldPlanFigures f,
-                        PlanWorld(*tensors, from, *to, args.disjoint, cluster, args.rank));
+  SDRT_ASSIGN_OR_RETURN(const WorldPlanFigures f, PlanWorld(*tensors, from, *to, cluster, options));
   const auto& s = f.stats;
   const int64_t busiest = std::max(s.max_sent_bytes, s.max_received_bytes);
   const int64_t busiest_node = std::max(s.max_node_sent_bytes, s.max_node_received_bytes);
   if (args.shared.json) {
-    const nlohmann::ordered_json out = {{"model", args.model},
-                                        {"tensors", f.tensors},
-                                        {"tensor_bytes", f.tensor_bytes},
-                                        {"from", from.ToString()},
-                                        {"to", to->ToString()},
-                                        {"disjoint", args.disjoint},
-                                        {"ranks", f.ranks},
-                                        {"nodes", cluster.nodes},
-                                        {"gpus_per_node", cluster.gpus},
-                                        {"rank", args.rank},
-                                        {"place_seconds", f.place_seconds},
-                                        {"plan_seconds", f.plan_seconds},
-                                        {"peak_rss_bytes", f.peak_rss_bytes},
-                                        {"distinct_layouts", f.distinct_layouts},
-                                        {"kept_messages", f.kept_messages},
-                                        {"rank_messages", f.rank_messages},
-                                        {"messages", s.messages},
-                                        {"wire_bytes", s.wire_bytes},
-                                        {"optimum_bytes", s.optimum_bytes},
-                                        {"internode_bytes", s.internode_bytes},
-                                        {"max_sent_bytes", s.max_sent_bytes},
-                                        {"max_received_bytes", s.max_received_bytes},
-                                        {"lower_bound_bytes", f.lower_bound_bytes},
-                                        {"max_node_sent_bytes", s.max_node_sent_bytes},
-                                        {"max_node_received_bytes", s.max_node_received_bytes},
-                                        {"node_lower_bound_bytes", f.node_lower_bound_bytes}};
+    const nlohmann::ordered_json out = {
+        {"model", args.model},
+        {"tensors", f.tensors},
+        {"tensor_bytes", f.tensor_bytes},
+        {"from", from.ToString()},
+        {"to", to->ToString()},
+        {"disjoint", args.disjoint},
+        {"ranks", f.ranks},
+        {"nodes", cluster.nodes},
+        {"gpus_per_node", cluster.gpus_per_node},
+        {"nvlink_bytes_per_second", cluster.nvlink},
+        {"nic_bytes_per_second", cluster.nic},
+        {"latency_seconds", cluster.latency},
+        {"copy_bytes_per_second", cluster.copy},
+        {"bucket_bytes", options.bucket_bytes},
+        {"dtype_to", args.dtype_to.empty() ? nlohmann::ordered_json()
+                                           : nlohmann::ordered_json(DTypeName(*options.dtype_to))},
+        {"rank", args.rank},
+        {"place_seconds", f.place_seconds},
+        {"plan_seconds", f.plan_seconds},
+        {"peak_rss_bytes", f.peak_rss_bytes},
+        {"distinct_layouts", f.distinct_layouts},
+        {"kept_messages", f.kept_messages},
+        {"rank_messages", f.rank_messages},
+        {"messages", s.messages},
+        {"wire_bytes", s.wire_bytes},
+        {"optimum_bytes", s.optimum_bytes},
+        {"internode_bytes", s.internode_bytes},
+        {"max_sent_bytes", s.max_sent_bytes},
+        {"max_received_bytes", s.max_received_bytes},
+        {"lower_bound_bytes", f.lower_bound_bytes},
+        {"max_node_sent_bytes", s.max_node_sent_bytes},
+        {"max_node_received_bytes", s.max_node_received_bytes},
+        {"node_lower_bound_bytes", f.node_lower_bound_bytes},
+        {"predicted_seconds", f.sync.seconds},
+        {"bound_seconds", f.bound_seconds},
+        {"busiest_link_seconds", f.sync.busiest_link_seconds},
+        {"max_nic_bytes", f.sync.max_nic_bytes},
+        {"max_nvlink_bytes", f.sync.max_nvlink_bytes},
+        {"max_exchanges", f.sync.max_exchanges},
+        {"wire_messages", f.sync.messages},
+        {"funnel_seconds", f.baselines.funnel_seconds},
+        {"bucketed_broadcast_seconds", f.baselines.bucketed_broadcast_seconds},
+        {"predict_seconds", f.predict_seconds}};
     std::cout << JsonText(out, 1) << "\n";
     return absl::OkStatus();
   }
   std::cout << Printable(args.model) << ": " << WithThousands(f.tensors) << " tensors, "
             << HumanBytes(f.tensor_bytes) << "\n"
             << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
-            << cluster.nodes << " x " << cluster.gpus << " (" << f.ranks << " ranks)\n"
+            << cluster.nodes << " x " << cluster.gpus_per_node << " (" << f.ranks << " ranks)\n"
             << absl::StrFormat("planned in %.3f s (placing %.3f s), peak memory %s\n",
                                f.place_seconds + f.plan_seconds, f.place_seconds,
                                HumanBytes(f.peak_rss_bytes))
@@ -113,7 +140,23 @@ absl::Status RunSimulate(const SimulateArgs& args) {
                    "busiest node, between nodes: sends %s, receives %s; lower bound %s (%.3fx)\n",
                    HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
                    HumanBytes(f.node_lower_bound_bytes),
-                   Ratio(busiest_node, f.node_lower_bound_bytes));
+                   Ratio(busiest_node, f.node_lower_bound_bytes))
+            << absl::StrFormat(
+                   "links: NVLink %s/s, NIC %s/s per GPU, latency %.3g us, copies %s/s; "
+                   "bucket %s\n",
+                   HumanBytes(static_cast<int64_t>(cluster.nvlink)),
+                   HumanBytes(static_cast<int64_t>(cluster.nic)), cluster.latency * 1e6,
+                   HumanBytes(static_cast<int64_t>(cluster.copy)), HumanBytes(options.bucket_bytes))
+            << absl::StrFormat(
+                   "busiest NIC %s, busiest NVLink %s: %.3f s on the wire; bound %.3f s\n",
+                   HumanBytes(f.sync.max_nic_bytes), HumanBytes(f.sync.max_nvlink_bytes),
+                   f.sync.busiest_link_seconds, f.bound_seconds)
+            << absl::StrFormat(
+                   "predicted sync: %.3f s (%s exchanges on the busiest rank, %s messages); "
+                   "funnel %.3f s, bucketed broadcast %.3f s (predicted in %.3f s)\n",
+                   f.sync.seconds, WithThousands(f.sync.max_exchanges),
+                   WithThousands(f.sync.messages), f.baselines.funnel_seconds,
+                   f.baselines.bucketed_broadcast_seconds, f.predict_seconds);
   return absl::OkStatus();
 }
 
@@ -125,7 +168,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       "simulate",
       "Plan a model's weight sync between two parallel layouts for a whole cluster in this one "
       "process, from tensor names and shapes alone: planning time and memory, wire bytes "
-      "against the optimum, inter-node bytes, the busiest rank against its lower bound.");
+      "against the optimum, inter-node bytes, the busiest rank against its lower bound, and "
+      "the predicted sync time beside a rank-0 funnel's and a bucketed broadcast's.");
   cmd->add_option("--model", args->model,
                   "a safetensors file or folder (header-only descriptions too) or an "
                   "architecture of `sdrt make --arch`")
@@ -136,15 +180,20 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--from", args->from, "the source's layout, e.g. megatron:tp=4,pp=8,ep=16")
       ->required();
   cmd->add_option("--to", args->to, "the destination's layout, e.g. vllm:tp=8,dp=16")->required();
-  cmd->add_option("--cluster", args->cluster, "nodes=N,gpus=G: rank r is on node r / G")
+  cmd->add_option("--cluster", args->cluster,
+                  "nodes=N,gpus=G[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s]: "
+                  "rank r is on node r / G; bandwidths per GPU and direction")
       ->required();
+  cmd->add_option("--dtype-to", args->dtype_to,
+                  "the engine's dtype of its linear layers' weights (fp8 = float8_e4m3fn): the "
+                  "wire carries the narrower");
   cmd->add_flag("--disjoint", args->disjoint,
                 "the destination's ranks follow the source's (an engine beside its trainer) "
                 "instead of being the same ranks");
   cmd->add_option("--rank", args->rank, "whose plan is kept, as its PlanReshard keeps it")
       ->check(CLI::Range(int64_t{0}, kMaxMeshRanks - 1))
       ->capture_default_str();
-  AddSharedOptions(cmd, kJsonOption, &args->shared);
+  AddSharedOptions(cmd, kJsonOption | kBucketMibOption, &args->shared);
   cmd->callback([args, exit_code] {
     const absl::Status status = RunSimulate(*args);
     *exit_code = status.ok() ? kExitOk : ReportError("simulate", status, /*rank=*/0);

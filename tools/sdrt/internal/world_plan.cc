@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -27,36 +29,80 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text) {
+absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
   const auto bad = [&text](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("--cluster \"", text.substr(0, 128), "\": ", why,
-                                                   " (expected nodes=N,gpus=G)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cluster \"", text.substr(0, 128), "\": ", why,
+                     " (expected nodes=N,gpus=G[,nvlink=450GB/s][,nic=50GB/s][,latency=10us]"
+                     "[,copy=1000GB/s])"));
   };
-  ClusterShape shape;
-  bool nodes = false, gpus = false;
+  internal::ClusterLinks links;
+  absl::flat_hash_set<std::string> seen;
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(item, absl::MaxSplits('=', 1));
-    int64_t value = 0;
-    if (!absl::SimpleAtoi(kv.second, &value) || value < 1 || value > kMaxMeshRanks ||
-        kv.second.find_first_not_of("0123456789") != absl::string_view::npos) {
-      return bad(absl::StrCat("\"", item, "\" is not key=N with N in [1, ", kMaxMeshRanks, "]"));
+    if (!seen.insert(std::string(kv.first)).second) {
+      return bad(absl::StrCat(kv.first.substr(0, 16), " given twice"));
     }
-    if (kv.first != "nodes" && kv.first != "gpus") {
+    if (kv.first == "nodes" || kv.first == "gpus") {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(kv.second, &value) || value < 1 || value > kMaxMeshRanks ||
+          kv.second.find_first_not_of("0123456789") != absl::string_view::npos) {
+        return bad(absl::StrCat("\"", item, "\" is not key=N with N in [1, ", kMaxMeshRanks, "]"));
+      }
+      (kv.first == "nodes" ? links.nodes : links.gpus_per_node) = value;
+      continue;
+    }
+    const bool time = kv.first == "latency";
+    if (!time && kv.first != "nvlink" && kv.first != "nic" && kv.first != "copy") {
       return bad(absl::StrCat("unknown \"", item, "\""));
     }
-    bool& seen = kv.first == "nodes" ? nodes : gpus;
-    if (seen) return bad(absl::StrCat(kv.first, " given twice"));
-    seen = true;
-    (kv.first == "nodes" ? shape.nodes : shape.gpus) = value;
+    // A number, then its unit.
+    const size_t unit_at = kv.second.find_first_not_of("0123456789.");
+    const absl::string_view unit =
+        unit_at == absl::string_view::npos ? absl::string_view() : kv.second.substr(unit_at);
+    double number = 0;
+    if (unit_at == 0 || !absl::SimpleAtod(kv.second.substr(0, unit_at), &number) ||
+        !std::isfinite(number)) {
+      return bad(absl::StrCat("\"", item, "\" has no number"));
+    }
+    static const std::pair<absl::string_view, double> kRates[] = {
+        {"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"Gb/s", 1e9 / 8}};
+    static const std::pair<absl::string_view, double> kTimes[] = {
+        {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+    double scale = 0;
+    for (const auto& [name, factor] : time ? absl::MakeSpan(kTimes) : absl::MakeSpan(kRates)) {
+      if (unit == name) scale = factor;
+    }
+    if (scale == 0) {
+      return bad(absl::StrCat(
+          "\"", item, "\" needs a unit: ", time ? "s, ms, us or ns" : "TB/s, GB/s, MB/s or Gb/s"));
+    }
+    const double value = number * scale;
+    if (time ? value > 1 : (value <= 0 || value > 1e15)) {
+      return bad(absl::StrCat(
+          "\"", item, "\" is out of range: ", time ? "at most 1 s" : "above 0 and at most 1 PB/s"));
+    }
+    (time                   ? links.latency
+     : kv.first == "nvlink" ? links.nvlink
+     : kv.first == "nic"    ? links.nic
+                            : links.copy) = value;
   }
-  if (!nodes || !gpus) return bad("nodes and gpus are both needed");
-  if (shape.nodes * shape.gpus > kMaxSimulatedRanks) {
+  if (!seen.contains("nodes") || !seen.contains("gpus"))
+    return bad("nodes and gpus are both needed");
+  if (links.nodes * links.gpus_per_node > kMaxSimulatedRanks) {
     return bad(absl::StrCat("more than ", kMaxSimulatedRanks,
                             " ranks, the most simulate plans (its time grows with the square of "
                             "the replicas)"));
   }
-  return shape;
+  return links;
+}
+
+bool CastsToEngineDtype(const std::string& name, const IntVector& shape) {
+  const absl::string_view n = name;
+  return shape.size() >= 2 && absl::EndsWith(n, ".weight") && !absl::EndsWith(n, ".gate.weight") &&
+         !absl::StrContains(n, "embed") && !absl::StrContains(n, "lm_head") &&
+         !absl::StrContains(n, "norm");
 }
 
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::string& model,
@@ -83,16 +129,18 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::strin
 
 absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSpec>& tensors,
                                            const ParallelLayout& from, const ParallelLayout& to,
-                                           bool disjoint, const ClusterShape& cluster,
-                                           int64_t rank) {
+                                           const internal::ClusterLinks& cluster,
+                                           const WorldPlanOptions& world) {
+  const bool disjoint = world.disjoint;
+  const int64_t rank = world.rank;
   WorldPlanFigures figures;
   const int64_t to_first = disjoint ? from.world_size() : 0;
   figures.ranks = std::max(from.world_size(), to_first + to.world_size());
-  if (figures.ranks > cluster.nodes * cluster.gpus) {
+  if (figures.ranks > cluster.nodes * cluster.gpus_per_node) {
     return absl::InvalidArgumentError(
         absl::StrCat(from.ToString(), disjoint ? " beside " : " and ", to.ToString(), " need ",
-                     figures.ranks, " ranks; the cluster has ", cluster.nodes, " x ", cluster.gpus,
-                     " = ", cluster.nodes * cluster.gpus));
+                     figures.ranks, " ranks; the cluster has ", cluster.nodes, " x ",
+                     cluster.gpus_per_node, " = ", cluster.nodes * cluster.gpus_per_node));
   }
   if (rank < 0 || rank >= figures.ranks) {
     return absl::InvalidArgumentError(
@@ -113,17 +161,18 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
     t.source.placements = std::move(sources[i].placements);
     t.destination.mesh = std::move(destinations[i].mesh);
     t.destination.placements = std::move(destinations[i].placements);
+    if (world.dtype_to && CastsToEngineDtype(t.name, t.shape)) t.destination_dtype = world.dtype_to;
     SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(t.shape));
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BytesForElements(t.dtype, numel));
     figures.tensor_bytes += bytes;
   }
   figures.tensors = static_cast<int64_t>(tensors.size());
+  // Every rank's messages: the model runs every rank's schedule.
   internal::TransferPlanOptions options;
-  options.rank = rank;
   options.world_size = figures.ranks;
   options.node_of_rank.resize(static_cast<size_t>(figures.ranks));
   for (int64_t r = 0; r < figures.ranks; ++r) {
-    options.node_of_rank[static_cast<size_t>(r)] = r / cluster.gpus;
+    options.node_of_rank[static_cast<size_t>(r)] = r / cluster.gpus_per_node;
   }
   start = std::chrono::steady_clock::now();
   SDRT_ASSIGN_OR_RETURN(internal::TransferPlan plan,
@@ -133,16 +182,27 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
   absl::flat_hash_set<const internal::TransferLayoutPlan*> layouts;
   for (const internal::TransferTensorPlan& t : plan.tensors) {
     const auto messages = static_cast<int64_t>(
-        std::count_if(t.messages().begin(), t.messages().end(),
-                      [](const auto& m) { return m.source_rank != m.destination_rank; }));
+        std::count_if(t.messages().begin(), t.messages().end(), [rank](const auto& m) {
+          return m.source_rank != m.destination_rank &&
+                 (m.source_rank == rank || m.destination_rank == rank);
+        }));
     figures.rank_messages += messages;
     if (layouts.insert(t.layout.get()).second) figures.kept_messages += messages;
   }
   figures.distinct_layouts = static_cast<int64_t>(layouts.size());
-  const int64_t nodes_used = (figures.ranks + cluster.gpus - 1) / cluster.gpus;
+  const int64_t gpus = cluster.gpus_per_node;
+  const int64_t nodes_used = (figures.ranks + gpus - 1) / gpus;
   figures.lower_bound_bytes = plan.stats.max_received_bytes;
   figures.node_lower_bound_bytes =
       std::max(plan.stats.max_node_received_bytes, plan.stats.internode_bytes / nodes_used);
+  figures.bound_seconds = std::max(
+      static_cast<double>(figures.node_lower_bound_bytes) / static_cast<double>(gpus) / cluster.nic,
+      static_cast<double>(figures.lower_bound_bytes) / std::max(cluster.nic, cluster.nvlink));
+  start = std::chrono::steady_clock::now();
+  SDRT_ASSIGN_OR_RETURN(figures.sync, internal::PredictSync(plan, cluster, world.bucket_bytes));
+  SDRT_ASSIGN_OR_RETURN(figures.baselines,
+                        internal::PredictBaselines(plan, cluster, world.bucket_bytes));
+  figures.predict_seconds = SecondsSince(start);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;

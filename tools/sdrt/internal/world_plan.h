@@ -7,12 +7,14 @@
 #define SDRT_TOOLS_SDRT_INTERNAL_WORLD_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
+#include "sdrt/core/distributed/internal/engine/sync_cost.h"
 #include "sdrt/core/io/safetensors.h"
 
 namespace sdrt::cli {
@@ -21,15 +23,13 @@ namespace sdrt::cli {
 // piece (4,096 ranks of 1,024 replicas: 10-30 s; 8,192: 78 s, on one core here).
 inline constexpr int64_t kMaxSimulatedRanks = 8192;
 
-// The machines the world runs on: `nodes` x `gpus` ranks, rank r on node r / gpus.
-struct ClusterShape {
-  int64_t nodes = 1;
-  int64_t gpus = 1;  // ranks per node
-};
-
-// "nodes=16,gpus=8" (both required, whole numbers >= 1, product <= kMaxSimulatedRanks).
-// InvalidArgument naming the text and what is wrong.
-absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text);
+// The machines the world runs on and their links (internal/engine/sync_cost.h):
+// "nodes=16,gpus=8[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s]", rank r on
+// node r / gpus. nodes and gpus are required, whole numbers >= 1 whose product is at most
+// kMaxSimulatedRanks; bandwidths are a number > 0 with TB/s, GB/s, MB/s or Gb/s (at most
+// 1 PB/s), the latency a number >= 0 with s, ms, us or ns (at most 1 s); the others keep
+// ClusterLinks' defaults. InvalidArgument naming the text and what is wrong.
+absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text);
 
 // The tensor list `model` names: a safetensors file, a Hugging Face folder or a folder of
 // safetensors files (header-only descriptions included), or else a built-in architecture of
@@ -38,6 +38,20 @@ absl::StatusOr<ClusterShape> ParseClusterShape(const std::string& text);
 // other than 1 with a path; the opening errors of a checkpoint source.
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::string& model,
                                                                 double scale);
+
+struct WorldPlanOptions {
+  bool disjoint = false;  // the destination's ranks follow the source's
+  int64_t rank = 0;       // whose plan's messages are counted as kept
+  // The engine's dtype of the weights it casts (std::nullopt: none cast): see
+  // CastsToEngineDtype.
+  std::optional<DType> dtype_to;
+  int64_t bucket_bytes = int64_t{256} << 20;  // the executor's and the bucketed broadcast's
+};
+
+// Whether an engine that keeps its weights in a narrower dtype (FP8) casts tensor `name` of
+// `shape`: the matrices of its linear layers (two dims or more, named *.weight), not the
+// embeddings, the head, the MoE routers (*.gate.weight) or the norms.
+bool CastsToEngineDtype(const std::string& name, const IntVector& shape);
 
 struct WorldPlanFigures {
   int64_t ranks = 0;  // the world: ranks of both layouts
@@ -60,17 +74,26 @@ struct WorldPlanFigures {
   // node must take in (stats.max_node_received_bytes: with fan-out each piece enters a node
   // once) and the inter-node bytes over the nodes the world uses.
   int64_t node_lower_bound_bytes = 0;
+  // The sync time the model predicts (sync_cost.h) and how long predicting took.
+  internal::SyncPrediction sync;
+  internal::BaselinePredictions baselines;
+  double predict_seconds = 0;
+  // No schedule ends before the busiest NIC or NVLink has moved the bytes the lower
+  // bounds above leave it: node_lower_bound_bytes over the node's NICs, lower_bound_bytes
+  // over the faster link.
+  double bound_seconds = 0;
 };
 
 // Plans `tensors` from layout `from` (ranks 0..) to layout `to` (ranks 0.. as well, or,
-// with `disjoint`, the ranks after from's: an engine beside its trainer) on `cluster`,
-// keeping `rank`'s messages, with fan-out by node (a piece that several ranks of a node
-// need enters the node once). InvalidArgument when the world does not fit the cluster or
-// `rank` is outside it; Place's and the planner's errors.
+// with options.disjoint, the ranks after from's: an engine beside its trainer) on
+// `cluster`, every rank's messages, with fan-out by node (a piece that several ranks of a
+// node need enters the node once), and predicts the sync and the baselines on its links.
+// InvalidArgument when the world does not fit the cluster or options.rank is outside it;
+// Place's, the planner's and the model's errors.
 absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSpec>& tensors,
                                            const ParallelLayout& from, const ParallelLayout& to,
-                                           bool disjoint, const ClusterShape& cluster,
-                                           int64_t rank);
+                                           const internal::ClusterLinks& cluster,
+                                           const WorldPlanOptions& options);
 
 }  // namespace sdrt::cli
 

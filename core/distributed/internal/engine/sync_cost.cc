@@ -1,0 +1,216 @@
+#include "sdrt/core/distributed/internal/engine/sync_cost.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <queue>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/tensor/status_macros.h"
+
+namespace sdrt::internal {
+namespace {
+
+// One wire message (a unit of the schedules): from `sender`'s exchange `sender_exchange`
+// to `receiver`'s exchange `receiver_exchange` (indices into the ranks' own exchanges).
+struct WireMessage {
+  int64_t sender = 0, receiver = 0;
+  int64_t bytes = 0;
+  uint32_t sender_exchange = 0, receiver_exchange = 0;
+  double sender_ready = -1, receiver_ready = -1;  // -1: that side has not reached it
+};
+
+// One rank's exchange: its copies and its messages (ids into the world's messages).
+struct RankExchange {
+  double pack_seconds = 0, unpack_seconds = 0;
+  std::vector<uint32_t> messages;
+  size_t pending = 0;
+  double last_arrival = 0;
+};
+
+struct RankState {
+  double start_seconds = 0;  // its chunks to itself before its first exchange
+  std::vector<RankExchange> exchanges;
+  size_t current = 0;
+};
+
+// A send or a receive of a schedule, numbered within its (sender, receiver) pair: the
+// n-th send of a pair is the n-th receive of that pair (both sides cut the pair's units
+// alike, in the plan's order).
+struct PairSlot {
+  int64_t sender, receiver, nth;
+  uint32_t exchange;
+  int64_t bytes;
+  bool operator<(const PairSlot& o) const {
+    return std::tie(sender, receiver, nth) < std::tie(o.sender, o.receiver, o.nth);
+  }
+};
+
+absl::Status CheckLinks(const TransferPlan& plan, const ClusterLinks& links) {
+  if (plan.rank != -1) {
+    return absl::InvalidArgumentError("a sync is predicted from a plan of every rank");
+  }
+  if (links.nodes < 1 || links.gpus_per_node < 1 ||
+      links.nodes > kMaxMeshRanks / links.gpus_per_node ||
+      links.nodes * links.gpus_per_node < plan.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("a cluster of ", links.nodes, " x ",
+                                                   links.gpus_per_node, " GPUs for a world of ",
+                                                   plan.world_size, " ranks"));
+  }
+  if (!(links.nvlink > 0 && links.nic > 0 && links.copy > 0 && links.latency >= 0)) {
+    return absl::InvalidArgumentError("link bandwidths must be > 0 and the latency >= 0");
+  }
+  for (const TransferTensorPlan& t : plan.tensors) {
+    if (t.layout->collective != Collective::kNone) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", t.name, "' moves by a collective: not in the sync model"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const ClusterLinks& links,
+                                           int64_t bucket_bytes) {
+  SDRT_RETURN_IF_ERROR(CheckLinks(plan, links));
+  const int64_t world = plan.world_size;
+  SyncPrediction out;
+  std::vector<RankState> ranks(static_cast<size_t>(world));
+  std::vector<PairSlot> sends, receives;
+  TransferScheduleOptions options;
+  options.bucket_bytes = bucket_bytes;
+  options.chunk_alignment = kDeviceChunkAlignment;
+  for (int64_t r = 0; r < world; ++r) {
+    SDRT_ASSIGN_OR_RETURN(const TransferSchedule s, ScheduleTransfer(plan, r, options));
+    RankState& rank = ranks[static_cast<size_t>(r)];
+    int64_t copied = 0;
+    for (size_t u = 0; u < s.local_units; ++u) copied += s.units[u].bytes;
+    rank.start_seconds = static_cast<double>(copied) / links.copy;
+    absl::flat_hash_map<int64_t, int64_t> nth_sent, nth_received;  // by peer
+    for (size_t x = 0; x < s.exchanges(); ++x) {
+      int64_t packed = 0, unpacked = 0;
+      for (size_t u = s.begin[x]; u < s.begin[x + 1]; ++u) {
+        const TransferSchedule::Unit& unit = s.units[u];
+        const auto exchange = static_cast<uint32_t>(rank.exchanges.size());
+        if (unit.source_rank == r && unit.destination_rank == r) {
+          packed += unit.bytes;  // through the send bucket, or local to local on the stream
+        } else if (unit.source_rank == r) {
+          packed += unit.bytes;
+          sends.push_back(
+              {r, unit.destination_rank, nth_sent[unit.destination_rank]++, exchange, unit.bytes});
+        } else {
+          unpacked += unit.bytes;
+          receives.push_back(
+              {unit.source_rank, r, nth_received[unit.source_rank]++, exchange, unit.bytes});
+        }
+      }
+      rank.exchanges.push_back({static_cast<double>(packed) / links.copy,
+                                static_cast<double>(unpacked) / links.copy,
+                                {},
+                                0,
+                                0});
+      out.max_copy_bytes = std::max(out.max_copy_bytes, copied += packed + unpacked);
+    }
+    out.max_exchanges = std::max(out.max_exchanges, static_cast<int64_t>(s.exchanges()));
+  }
+  if (sends.size() != receives.size() || sends.size() > UINT32_MAX) {
+    return absl::InternalError(absl::StrCat("the schedules send ", sends.size(),
+                                            " messages and receive ", receives.size()));
+  }
+  std::sort(sends.begin(), sends.end());
+  std::sort(receives.begin(), receives.end());
+  std::vector<WireMessage> messages(sends.size());
+  std::vector<int64_t> nic_sent(world), nic_received(world), nvl_sent(world), nvl_received(world);
+  const auto node = [&](int64_t r) { return r / links.gpus_per_node; };
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const PairSlot& s = sends[i];
+    const PairSlot& d = receives[i];
+    if (s.sender != d.sender || s.receiver != d.receiver || s.nth != d.nth || s.bytes != d.bytes) {
+      return absl::InternalError(absl::StrCat("message ", s.nth, " from rank ", s.sender,
+                                              " to rank ", s.receiver, " has no receive"));
+    }
+    messages[i] = {s.sender, s.receiver, s.bytes, s.exchange, d.exchange};
+    const auto id = static_cast<uint32_t>(i);
+    ranks[static_cast<size_t>(s.sender)].exchanges[s.exchange].messages.push_back(id);
+    ranks[static_cast<size_t>(d.receiver)].exchanges[d.exchange].messages.push_back(id);
+    const bool nic = node(s.sender) != node(s.receiver);
+    (nic ? nic_sent : nvl_sent)[s.sender] += s.bytes;
+    (nic ? nic_received : nvl_received)[s.receiver] += s.bytes;
+  }
+  out.messages = static_cast<int64_t>(messages.size());
+  sends = {};
+  receives = {};
+  for (int64_t r = 0; r < world; ++r) {
+    out.max_nic_bytes = std::max({out.max_nic_bytes, nic_sent[r], nic_received[r]});
+    out.max_nvlink_bytes = std::max({out.max_nvlink_bytes, nvl_sent[r], nvl_received[r]});
+  }
+  out.busiest_link_seconds = std::max(static_cast<double>(out.max_nic_bytes) / links.nic,
+                                      static_cast<double>(out.max_nvlink_bytes) / links.nvlink);
+
+  // The run: messages leave in the order they become ready.
+  using Ready = std::pair<double, uint32_t>;
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> ready;
+  std::vector<double> nic_send_free(world), nic_receive_free(world), nvl_send_free(world),
+      nvl_receive_free(world);
+  // Rank r reaches its next exchange (or its end) at time t.
+  const auto reach = [&](int64_t r, double t) {
+    RankState& rank = ranks[static_cast<size_t>(r)];
+    while (rank.current < rank.exchanges.size()) {
+      RankExchange& x = rank.exchanges[rank.current];
+      if (x.messages.empty()) {
+        t += x.pack_seconds + x.unpack_seconds;
+        ++rank.current;
+        continue;
+      }
+      x.pending = x.messages.size();
+      for (const uint32_t id : x.messages) {
+        WireMessage& m = messages[id];
+        (m.sender == r ? m.sender_ready : m.receiver_ready) =
+            m.sender == r ? t + x.pack_seconds : t;
+        if (m.sender_ready >= 0 && m.receiver_ready >= 0) {
+          ready.push({std::max(m.sender_ready, m.receiver_ready), id});
+        }
+      }
+      return;
+    }
+    out.seconds = std::max(out.seconds, t);
+  };
+  for (int64_t r = 0; r < world; ++r) reach(r, ranks[static_cast<size_t>(r)].start_seconds);
+  // A message ends one side's wait: the exchange it completes unpacks, and its rank moves
+  // on.
+  const auto arrive = [&](int64_t r, uint32_t exchange, double t) {
+    RankState& rank = ranks[static_cast<size_t>(r)];
+    RankExchange& x = rank.exchanges[exchange];
+    x.last_arrival = std::max(x.last_arrival, t);
+    if (--x.pending > 0) return;
+    ++rank.current;
+    reach(r, x.last_arrival + x.unpack_seconds);
+  };
+  while (!ready.empty()) {
+    const auto [at, id] = ready.top();
+    ready.pop();
+    const WireMessage& m = messages[id];
+    const bool nic = node(m.sender) != node(m.receiver);
+    double& send_free = (nic ? nic_send_free : nvl_send_free)[m.sender];
+    double& receive_free = (nic ? nic_receive_free : nvl_receive_free)[m.receiver];
+    const double busy = static_cast<double>(m.bytes) / (nic ? links.nic : links.nvlink);
+    send_free = std::max(at, send_free) + busy;
+    receive_free = std::max(at, receive_free) + busy;
+    const double arrival = std::max(send_free, receive_free) + links.latency;
+    arrive(m.sender, m.sender_exchange, arrival);
+    arrive(m.receiver, m.receiver_exchange, arrival);
+  }
+  for (const RankState& rank : ranks) {
+    if (rank.current < rank.exchanges.size()) {
+      return absl::InternalError("the schedules wait on each other: a message is never sent");
+    }
+  }
+  return out;
+}
+
+}  // namespace sdrt::internal

@@ -1,0 +1,83 @@
+// What a weight sync costs on a cluster of GPUs, predicted from a whole world's plan
+// (plan.h, every rank's messages kept) by a stated model, for `sdrt simulate` (issue 34):
+// the engine's own schedule (schedule.h) run through queues of links, and the two schemes
+// people use instead, priced by formulas on the same links. Nothing moves. Not public API.
+//
+// The links. Rank r is on node r / gpus_per_node. Each rank has four queues: NVLink send and
+// receive (to and from ranks of its node), NIC send and receive (to and from other nodes:
+// one NIC per GPU, as on HGX machines). A message of b bytes between ranks of one node
+// takes b / nvlink seconds of the sender's NVLink send queue and of the receiver's NVLink
+// receive queue, between nodes b / nic seconds of the two NIC queues; each queue serves
+// its messages one after another in the order they become ready (so that the bytes
+// through one port add up, as flows sharing it fairly do), and a message arrives
+// `latency` seconds after both of its queues have served it.
+//
+// The engine, as its program runs on a device communicator (program.h): each rank runs
+// its schedule's exchanges in order, one at a time on one stream. An exchange packs what
+// it sends (and its chunks to itself) into the send bucket at `copy` bytes per second, then
+// its messages move (a message is ready when its sender has packed it and its receiver
+// has reached the exchange that receives it), then it unpacks what it received, and the
+// next exchange starts. A rank's chunks that all go to itself are copied before its first
+// exchange. The buckets and units are ScheduleTransfer's, with kDeviceChunkAlignment.
+#ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SYNC_COST_H_
+#define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SYNC_COST_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "sdrt/core/distributed/internal/engine/plan_types.h"
+
+namespace sdrt::internal {
+
+// The machines: bandwidths in bytes per second (each direction), latency in seconds.
+struct ClusterLinks {
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 1;
+  double nvlink = 450e9;   // per GPU, between GPUs of one node (H100/H200 NVLink 4)
+  double nic = 50e9;       // per GPU, between nodes (one 400 Gb/s NIC per GPU)
+  double latency = 10e-6;  // per message
+  double copy = 1000e9;    // packing and unpacking on the GPU (device to device copies)
+};
+
+struct SyncPrediction {
+  double seconds = 0;  // when the last rank's last exchange ends
+  // The busiest queue of each kind (send or receive) and its bytes / bandwidth: no
+  // schedule can end before the busiest queue has moved its bytes.
+  int64_t max_nic_bytes = 0;
+  int64_t max_nvlink_bytes = 0;
+  double busiest_link_seconds = 0;
+  int64_t max_exchanges = 0;   // the most exchanges of one rank
+  int64_t messages = 0;        // wire messages (units) of every rank
+  int64_t max_copy_bytes = 0;  // the most one rank packs and unpacks
+};
+
+// Runs the schedule of every rank of `plan` (a plan of every rank: TransferPlan::rank -1)
+// with `bucket_bytes` through the model above. InvalidArgument for a plan of one rank, a
+// plan with collective layouts (not modelled), links without the world's ranks
+// (nodes x gpus_per_node < world) or a bandwidth <= 0; ScheduleTransfer's errors; Internal
+// when the schedules cannot complete (a message no exchange receives).
+absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const ClusterLinks& links,
+                                           int64_t bucket_bytes);
+
+// The two schemes people use instead, for the same tensors and layouts (the same plan):
+//  * funnel: as PyTorch's gather then broadcast of a state dict, tensor by tensor: rank 0
+//    receives the bytes of each tensor it does not hold (what node 0's ranks hold over
+//    NVLink, the rest over its NIC, both at once), then broadcasts the whole tensor to every
+//    destination rank (a pipelined broadcast: bytes / the slowest link on its way, the NIC
+//    when the destinations span nodes, plus latency x ceil(log2 ranks)).
+//  * bucketed broadcast of full tensors (MoonshotAI's checkpoint-engine): every byte of the
+//    model (each tensor once, in the plan's wire dtype) is broadcast from the rank holding it
+//    to every destination rank in buckets of `bucket_bytes`, loading the next bucket while
+//    the last one moves: the sum of bytes / the broadcast's bandwidth (as above), latency x
+//    ceil(log2 ranks) per bucket, and one bucket's copy to start the pipeline.
+struct BaselinePredictions {
+  double funnel_seconds = 0;
+  double bucketed_broadcast_seconds = 0;
+};
+absl::StatusOr<BaselinePredictions> PredictBaselines(const TransferPlan& plan,
+                                                     const ClusterLinks& links,
+                                                     int64_t bucket_bytes);
+
+}  // namespace sdrt::internal
+
+#endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SYNC_COST_H_

@@ -62,15 +62,19 @@ absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
   return absl::OkStatus();
 }
 
-// Appends the units of one phase's chunks `steps` (in plan order) to `schedule`: a wire
+// Appends the units of one phase's chunks `steps` (in the exchange order, each exchange
+// group from its index in `group_starts_in_steps` on) to `schedule`, noting in
+// `group_starts` the units that open a group: a wire
 // chunk of contribution 0 under kDirectRangeBytes joins the open unit of its (sender,
 // receiver) pair while that stays within `bucket` bytes, else opens the pair's next unit
-// at its own place (each chunk of a unit on `chunk_alignment` bytes); a chunk to itself, a later Partial contribution and a large chunk
-// (which may go on the wire from its local, DirectRange) are units of their own. Joining only moves
-// a contribution-0 chunk earlier, which its destination allows: those chunks write disjoint
-// elements, and a later contribution, reduced into them, comes after them in plan order.
+// at its own place (each chunk of a unit on `chunk_alignment` bytes); a chunk to itself, a later
+// Partial contribution and a large chunk (which may go on the wire from its local, DirectRange) are
+// units of their own. Joining only moves a contribution-0 chunk earlier, which its destination
+// allows: those chunks write disjoint elements, and a later contribution, reduced into them, comes
+// after them in the order (a tensor's chunks are in one group, in the plan's message order).
 void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
-                 TransferSchedule& schedule) {
+                 absl::Span<const size_t> group_starts_in_steps, TransferSchedule& schedule,
+                 std::vector<size_t>& group_starts) {
   const int64_t align = schedule.chunk_alignment;
   struct Open {
     absl::InlinedVector<TransferSchedule::Step, 1> members;  // most units hold one chunk
@@ -84,11 +88,20 @@ void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
   // alternate between a few pairs (a gather sends to a peer and receives from it).
   std::pair<int64_t, int64_t> recent_pair[2] = {{-2, -2}, {-2, -2}};
   size_t* recent_unit[2] = {nullptr, nullptr};
-  for (const TransferSchedule::Step& step : steps) {
+  auto next_group = group_starts_in_steps.begin();
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const TransferSchedule::Step& step = steps[k];
+    if (next_group != group_starts_in_steps.end() && *next_group <= k) {
+      // A new exchange group: no unit is joined across its start.
+      while (next_group != group_starts_in_steps.end() && *next_group <= k) ++next_group;
+      open.clear();
+      recent_pair[0] = recent_pair[1] = {-2, -2};
+      group_starts.push_back(schedule.units.size() + units.size());
+    }
     const TransferMessage& c = *step.chunk;
     if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
       const std::pair<int64_t, int64_t> pair(c.source_rank, c.destination_rank);
-      size_t* slot = pair == recent_pair[0] ? recent_unit[0]
+      size_t* slot = pair == recent_pair[0]   ? recent_unit[0]
                      : pair == recent_pair[1] ? recent_unit[1]
                                               : nullptr;
       bool fresh = false;
@@ -141,10 +154,10 @@ absl::Status AppendCollectives(const TransferPlan& plan,
     }
     int64_t bytes = 0;
     for (size_t k = i; k < j; ++k) bytes += AlignUp16(steps[k].chunk->bytes);
-    const bool joins = !out.empty() && out.back().kind == layout.collective &&
-                       (layout.collective == Collective::kAllGather ||
-                        out.back().root == layout.root) &&
-                       out.back().bytes + bytes <= bucket;
+    const bool joins =
+        !out.empty() && out.back().kind == layout.collective &&
+        (layout.collective == Collective::kAllGather || out.back().root == layout.root) &&
+        out.back().bytes + bytes <= bucket;
     if (!joins) {
       Exchange x;
       x.kind = layout.collective;
@@ -177,8 +190,79 @@ absl::Status AppendCollectives(const TransferPlan& plan,
 
 }  // namespace
 
+ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
+  ExchangeOrder order;
+  // Each rank's bytes sent and received in the open group (indexed by rank, grown as
+  // ranks appear), and the ranks to reset when it closes.
+  std::vector<int64_t> sent, received;
+  std::vector<int64_t> touched;
+  const auto at = [](std::vector<int64_t>& side, int64_t rank) -> int64_t& {
+    if (static_cast<size_t>(rank) >= side.size()) side.resize(static_cast<size_t>(rank) + 1, 0);
+    return side[static_cast<size_t>(rank)];
+  };
+  // The rank and side that last kept a tensor out of the group, tried first: it stays full
+  // while the group fills, and the tensors after one it blocked mostly involve it too.
+  int64_t blocker = -1;
+  bool blocker_sends = true;
+  using PerRank = std::vector<std::pair<int64_t, int64_t>>;
+  const auto over = [&](const PerRank& list, std::vector<int64_t>& side, int64_t rank) {
+    const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(rank, int64_t{0}));
+    return it != list.end() && it->first == rank && at(side, rank) + it->second > bucket_bytes;
+  };
+  const auto fits = [&](const TransferLayoutPlan& layout) {
+    if (blocker >= 0 && (blocker_sends ? over(layout.sent, sent, blocker)
+                                       : over(layout.received, received, blocker))) {
+      return false;
+    }
+    for (const bool sends : {true, false}) {
+      for (const auto& [rank, bytes] : sends ? layout.sent : layout.received) {
+        if (at(sends ? sent : received, rank) + bytes > bucket_bytes) {
+          blocker = rank;
+          blocker_sends = sends;
+          return false;
+        }
+      }
+    }
+    return true;
+  };
+  std::vector<size_t> pending;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    if (plan.tensors[t].layout->collective == Collective::kNone) pending.push_back(t);
+  }
+  std::vector<size_t> left;
+  while (!pending.empty()) {
+    order.begin.push_back(order.tensors.size());
+    left.clear();
+    for (const size_t t : pending) {
+      const TransferLayoutPlan& layout = *plan.tensors[t].layout;
+      // The first tensor left opens the group, also when it alone passes a bucket.
+      if (order.tensors.size() > order.begin.back() && !fits(layout)) {
+        left.push_back(t);
+        continue;
+      }
+      order.tensors.push_back(t);
+      for (const auto& [rank, bytes] : layout.sent) {
+        at(sent, rank) += bytes;
+        touched.push_back(rank);
+      }
+      for (const auto& [rank, bytes] : layout.received) {
+        at(received, rank) += bytes;
+        touched.push_back(rank);
+      }
+    }
+    for (const int64_t rank : touched) {
+      at(sent, rank) = 0;
+      at(received, rank) = 0;
+    }
+    touched.clear();
+    blocker = -1;
+    pending.swap(left);
+  }
+  return order;
+}
+
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
-                                                const TransferScheduleOptions& options) {
+                                                  const TransferScheduleOptions& options) {
   const int64_t bucket = options.bucket_bytes;
   if (bucket < kMinBucketBytes) {
     return absl::InvalidArgumentError(
@@ -196,7 +280,8 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   TransferSchedule schedule;
   schedule.rank = rank;
   schedule.chunk_alignment = align;
-  absl::flat_hash_map<const TransferLayoutPlan*, std::shared_ptr<const std::vector<TransferMessage>>>
+  absl::flat_hash_map<const TransferLayoutPlan*,
+                      std::shared_ptr<const std::vector<TransferMessage>>>
       cut;
   size_t total = 0;
   std::vector<TransferSchedule::Step> forwards, collective;
@@ -205,9 +290,8 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   std::shared_ptr<const std::vector<TransferMessage>> last_chunks;
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const TransferTensorPlan& tp = plan.tensors[t];
-    auto [it, fresh] = tp.layout.get() == last_layout
-                           ? std::make_pair(cut.end(), false)
-                           : cut.try_emplace(tp.layout.get());
+    auto [it, fresh] = tp.layout.get() == last_layout ? std::make_pair(cut.end(), false)
+                                                      : cut.try_emplace(tp.layout.get());
     if (fresh) {
       auto chunks = std::make_shared<std::vector<TransferMessage>>();
       // An all-gathered message travels whole (every rank's part of a tensor in one
@@ -227,7 +311,8 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
           }
         }
         // Where each box lies in contiguous locals, for the host copies of every call.
-        const std::vector<TransferPiece>& senders = message.forward ? tp.destination() : tp.source();
+        const std::vector<TransferPiece>& senders =
+            message.forward ? tp.destination() : tp.source();
         for (TransferMove& move :
              IsSubByte(tp.dtype) ? absl::Span<TransferMove>() : absl::MakeSpan(moves)) {
           if (move.source >= 0 && move.source < static_cast<int>(senders.size())) {
@@ -267,17 +352,36 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
     if (total > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
     schedule.chunks.push_back(last_chunks);
     for (const TransferMessage& chunk : *last_chunks) {
-      (chunk.destination_rank == kEveryRank ? collective
-       : chunk.forward                      ? forwards
-                                            : schedule.steps)
-          .push_back({t, &chunk});
+      if (chunk.destination_rank == kEveryRank) collective.push_back({t, &chunk});
     }
   }
-  const std::vector<TransferSchedule::Step> direct = std::move(schedule.steps);
-  schedule.steps.clear();
-  AppendUnits(direct, bucket, schedule);
+  // The point-to-point chunks in the exchange order, each group's first step noted.
+  const ExchangeOrder own_order =
+      options.exchange_order == nullptr ? OrderExchanges(plan, bucket) : ExchangeOrder();
+  const ExchangeOrder& order =
+      options.exchange_order == nullptr ? own_order : *options.exchange_order;
+  std::vector<TransferSchedule::Step> direct;
+  std::vector<size_t> direct_starts, forward_starts;
+  for (size_t g = 0; g < order.begin.size(); ++g) {
+    direct_starts.push_back(direct.size());
+    forward_starts.push_back(forwards.size());
+    const size_t end = g + 1 < order.begin.size() ? order.begin[g + 1] : order.tensors.size();
+    for (size_t k = order.begin[g]; k < end; ++k) {
+      const size_t t = order.tensors[k];
+      if (t >= schedule.chunks.size()) {
+        return absl::InvalidArgumentError("an exchange order of another plan");
+      }
+      for (const TransferMessage& chunk : *schedule.chunks[t]) {
+        if (chunk.destination_rank != kEveryRank) {
+          (chunk.forward ? forwards : direct).push_back({t, &chunk});
+        }
+      }
+    }
+  }
+  std::vector<size_t> group_starts;  // units that open an exchange, ascending
+  AppendUnits(direct, bucket, direct_starts, schedule, group_starts);
   const size_t direct_units = schedule.units.size();
-  AppendUnits(forwards, bucket, schedule);
+  AppendUnits(forwards, bucket, forward_starts, schedule, group_starts);
   // Exchanges: consecutive units of one phase while neither side passes a bucket (at
   // least one unit); units to itself do not count: they are copied local to local during
   // the exchange or go through the send bucket after it (program.h).
@@ -292,10 +396,14 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
     }
     schedule.local_units = direct_units;
   }
+  auto next_start = group_starts.begin();
   while (i < schedule.units.size()) {
     if (i == direct_units) schedule.direct_exchanges = schedule.begin.size();
     schedule.begin.push_back(i);
-    const size_t phase_end = i < direct_units ? direct_units : schedule.units.size();
+    while (next_start != group_starts.end() && *next_start <= i) ++next_start;
+    const size_t group_end = next_start == group_starts.end() ? schedule.units.size() : *next_start;
+    const size_t phase_end =
+        std::min(group_end, i < direct_units ? direct_units : schedule.units.size());
     int64_t sent = 0, received = 0;
     for (; i < phase_end; ++i) {
       const TransferSchedule::Unit& u = schedule.units[i];

@@ -1,14 +1,18 @@
 // Running a reshard plan (plan.h) on one rank of a communicator that spans both
 // sides (issue 14, the executor). The rank's messages are cut into chunks of at most one
-// bucket and put in the plan's order (tensor, contribution, source rank, destination
-// rank, chunk), which every rank derives alike. The chunks between one pair of ranks are
-// joined into units, one wire message each (many small tensors cost one message per peer
-// and bucket, not one per tensor); units keep the order of their first chunk. A large
-// chunk whose box is one dense range of its local travels from and into the locals, not
-// through the buckets. Each
+// bucket and put in the exchange order (tensors as OrderExchanges orders them, then
+// contribution, source rank, destination rank, chunk), which every rank derives alike. The chunks
+// between one pair of ranks are joined into units, one wire message each (many small tensors cost
+// one message per peer and bucket, not one per tensor); units keep the order of their first chunk.
+// A large chunk whose box is one dense range of its local travels from and into the locals, not
+// through the buckets. The plan's tensors are cut into exchange groups in which no rank
+// sends or receives more than a bucket (OrderExchanges), the same on every rank. Each
 // exchange (one Communicator::Exchange: MPI_Isend/Irecv, or ncclSend/ncclRecv in one
-// group) takes the rank's next units in that order, sends and receives alike, while
-// neither side passes a bucket, packed into and unpacked from the rank's two buckets; a
+// group) takes the rank's next units of one exchange group in that order, sends and
+// receives alike, while neither side passes a bucket, packed into and unpacked from the
+// rank's two buckets, so that both sides of a message make it in the same group's
+// exchange (a schedule cut by each rank's own bytes alone lets a rank wait on a peer still
+// busy with earlier tensors, and those waits chain across the world: sync_cost.h); a
 // chunk to itself is copied without the wire: local to local while the exchange's messages
 // move, or through the send bucket after them at its place in the order
 // (program.h).
@@ -56,6 +60,16 @@ class TransferSite {
   Device device_;
 };
 
+// The order in which every rank moves the plan's point-to-point tensors, in exchange
+// groups: group g is tensors[begin[g]] .. tensors[begin[g + 1] - 1] (plan tensor indices),
+// and in each group every rank sends at most a bucket and receives at most a bucket (its
+// wire bytes of the group's tensors: TransferLayoutPlan::sent and received, direct and
+// forward), or the group is one tensor alone.
+struct ExchangeOrder {
+  std::vector<size_t> tensors;
+  std::vector<size_t> begin;
+};
+
 struct TransferScheduleOptions {
   // The most bytes one rank sends (or receives) in one exchange; >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
@@ -65,7 +79,18 @@ struct TransferScheduleOptions {
   // kDeviceChunkAlignment so that every packing copy and kernel starts on 16 bytes. The
   // padding between a unit's chunks travels on the wire and counts in its bytes.
   int64_t chunk_alignment = 1;
+  // OrderExchanges(plan, bucket_bytes) when the caller has it (a simulator scheduling
+  // every rank of one plan); null: ScheduleTransfer works it out.
+  const ExchangeOrder* exchange_order = nullptr;
 };
+
+// Fills each group in turn with the tensors not yet taken that fit it, in plan order, so
+// that a group holds tensors of as many senders as the buckets allow: a plan whose
+// consecutive tensors come from one rank (the experts of one expert-parallel rank) does
+// not have every other rank wait while that one sends. Every rank derives the same order
+// from any plan of the same tensors (also a plan of one rank); time: the layouts'
+// per-rank lists of the tensors taken, plus one test per tensor left per group.
+ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes);
 
 // The chunk alignment of device buckets (TransferScheduleOptions::chunk_alignment).
 inline constexpr int64_t kDeviceChunkAlignment = 16;
@@ -101,7 +126,7 @@ struct TransferSchedule {
   // This rank's chunks, unit by unit: sends to other ranks, receives from other ranks,
   // and chunks to itself.
   std::vector<Step> steps;
-  // This rank's units in the order of their first chunk in the plan's order.
+  // This rank's units in the order of their first chunk in the exchange order.
   std::vector<Unit> units;
   // Units [0, local_units): a rank's direct chunks when every one of them goes to itself,
   // copied without an exchange (then it has no direct exchange of its own).
@@ -183,24 +208,30 @@ struct TransferRunStats {
 // holds more than options.bucket_bytes (a box is cut along its first dim of extent > 1
 // into whole rows, whole bytes for sub-byte dtypes; a row larger than a bucket along its
 // next dim; one element or one whole-byte group is never cut) and lists the rank's chunks
-// in plan order. Chunks between one pair of ranks travel as one wire message (a unit)
+// in the exchange order (OrderExchanges; collective tensors in plan order). Chunks
+// between one pair of ranks travel as one wire message (a unit)
 // while it stays within a bucket: a chunk joins the pair's open unit of its phase, which
 // moves it earlier (never later) in the order; a later Partial contribution, a chunk to
 // itself and a chunk of kDirectRangeBytes or more (sent from and received into its locals
 // where they are dense, pack.h) are units of their own. Every rank derives a pair's units
-// alike, from the plan's order of that pair's chunks, so sender and receiver agree on every
-// message. Consecutive units are grouped into exchanges of at most a bucket on each side (a unit
-// larger than a bucket travels in an exchange of its own). The messages of collective
+// alike, from the exchange order of that pair's chunks, so sender and receiver agree on
+// every message. No unit joins chunks of two exchange groups, and each group opens a new
+// exchange of each phase on every rank that has units in it: a rank's messages
+// of a group are in that group's exchange on both sides, so that no exchange waits for a
+// peer still busy with earlier groups. Within a group, consecutive units share an exchange
+// while neither side passes a bucket (only a group of one tensor larger than a bucket, or
+// the chunk alignment's padding, passes it; a unit larger than a bucket travels in an
+// exchange of its own). The messages of collective
 // layouts (to kEveryRank) are every rank's, in the collective exchanges: a broadcast's chunks
 // cut as above, consecutive chunks of one root sharing an exchange within a bucket; an
 // all-gather's messages whole, consecutive all-gathered tensors sharing an exchange while
 // every rank's segments together stay within a bucket (a tensor larger than a bucket is
 // gathered in an exchange of its own). Units lie in a bucket one after another, each on
 // chunk_alignment bytes. InvalidArgument for bucket_bytes < 64, a chunk_alignment that is
-// not a power of two in [1, 256], a negative rank, a plan of another rank (TransferPlan::rank), or more
-// than 2^24 chunks.
+// not a power of two in [1, 256], a negative rank, a plan of another rank (TransferPlan::rank), or
+// more than 2^24 chunks.
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
-                                                const TransferScheduleOptions& options);
+                                                  const TransferScheduleOptions& options);
 
 }  // namespace sdrt::internal
 

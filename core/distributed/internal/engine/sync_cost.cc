@@ -85,6 +85,8 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   TransferScheduleOptions options;
   options.bucket_bytes = bucket_bytes;
   options.chunk_alignment = kDeviceChunkAlignment;
+  const ExchangeOrder order = OrderExchanges(plan, bucket_bytes);
+  options.exchange_order = &order;
   for (int64_t r = 0; r < world; ++r) {
     SDRT_ASSIGN_OR_RETURN(const TransferSchedule s, ScheduleTransfer(plan, r, options));
     RankState& rank = ranks[static_cast<size_t>(r)];

@@ -84,6 +84,41 @@ TEST(SimulateCli, AHeaderOnlyDescriptionPlansAsItsArchitecture) {
   EXPECT_GT(from_file["kept_messages"].get<int64_t>(), 0);
 }
 
+TEST(SimulateCli, PredictsTheSyncAndTheBaselinesOnTheLinksGiven) {
+  // Each rank sends its half to its counterpart on the next node: one message per rank and
+  // exchange over the NIC, so the sync is about a half over the NIC (plus packing and
+  // latency); the funnel moves every byte twice and the broadcast every byte to both.
+  const std::string layouts = "--model tiny-llama --from fsdp:dp=2 --to fsdp:dp=2 --disjoint ";
+  const std::string links = ",nvlink=10GB/s,latency=0s,copy=1TB/s";
+  const std::string args = layouts + "--cluster nodes=2,gpus=2,nic=1GB/s" + links;
+  nlohmann::json p = Simulate(args);
+  EXPECT_EQ(p["nic_bytes_per_second"], 1e9);
+  EXPECT_EQ(p["nvlink_bytes_per_second"], 1e10);
+  EXPECT_EQ(p["latency_seconds"], 0.0);
+  EXPECT_EQ(p["copy_bytes_per_second"], 1e12);
+  const auto bytes = p["tensor_bytes"].get<double>();
+  const auto busiest = p["max_nic_bytes"].get<double>();
+  EXPECT_GE(busiest, bytes / 2);
+  EXPECT_LT(busiest, bytes / 2 * 1.1);
+  EXPECT_EQ(p["max_nvlink_bytes"], 0);
+  const auto predicted = p["predicted_seconds"].get<double>();
+  EXPECT_GE(predicted, busiest / 1e9);
+  EXPECT_LT(predicted, busiest / 1e9 * 1.05);
+  EXPECT_GE(predicted, p["bound_seconds"].get<double>());
+  EXPECT_GT(p["funnel_seconds"].get<double>(), 1.5 * predicted);
+  EXPECT_GT(p["bucketed_broadcast_seconds"].get<double>(), 1.5 * predicted);
+  // Ten times the NIC: a tenth of the time.
+  nlohmann::json fast = Simulate(layouts + "--cluster nodes=2,gpus=2,nic=10GB/s" + links);
+  EXPECT_NEAR(fast["predicted_seconds"].get<double>(), predicted / 10, predicted / 50);
+  // An FP8 engine: the linear layers' weights travel in one byte (the narrower side's
+  // dtype), the norms and embeddings in two.
+  nlohmann::json fp8 = Simulate(args + " --dtype-to fp8");
+  EXPECT_EQ(fp8["dtype_to"], "float8_e4m3fn");
+  EXPECT_LT(fp8["wire_bytes"].get<double>(), 0.7 * p["wire_bytes"].get<double>());
+  EXPECT_GT(fp8["wire_bytes"].get<double>(), 0.5 * p["wire_bytes"].get<double>());
+  EXPECT_LT(fp8["predicted_seconds"].get<double>(), 0.7 * predicted);
+}
+
 TEST(SimulateCli, InputErrorsAreExitTwo) {
   const std::string ok = " --from fsdp:dp=2 --to fsdp:dp=2";
   const std::pair<std::string, std::string> cases[] = {
@@ -101,6 +136,14 @@ TEST(SimulateCli, InputErrorsAreExitTwo) {
       {"--model no-such-model" + ok + " --cluster nodes=1,gpus=2", "no such file or folder"},
       {"--model tiny-llama --from megatron:tp=3 --to fsdp: --cluster nodes=1,gpus=2",
        "does not divide the world of 2"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=50", "needs a unit"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=0GB/s", "out of range"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,latency=2s", "at most 1 s"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=GB/s", "has no number"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1.2.3GB/s", "has no number"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1GB/s,nic=2GB/s",
+       "nic given twice"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --dtype-to int4", "int4"},
   };
   for (const auto& [args, message] : cases) {
     const CommandResult r = RunSdrt("simulate " + args);

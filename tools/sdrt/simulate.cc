@@ -115,48 +115,48 @@ absl::Status RunSimulate(const SimulateArgs& args) {
         {"wire_messages", f.sync.messages},
         {"funnel_seconds", f.baselines.funnel_seconds},
         {"bucketed_broadcast_seconds", f.baselines.bucketed_broadcast_seconds},
-        {"predict_seconds", f.predict_seconds}};
+        {"predict_seconds", f.predict_seconds},
+        {"predict_peak_rss_bytes", f.predict_peak_rss_bytes}};
     std::cout << JsonText(out, 1) << "\n";
     return absl::OkStatus();
   }
-  std::cout << Printable(args.model) << ": " << WithThousands(f.tensors) << " tensors, "
-            << HumanBytes(f.tensor_bytes) << "\n"
-            << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
-            << cluster.nodes << " x " << cluster.gpus_per_node << " (" << f.ranks << " ranks)\n"
-            << absl::StrFormat("planned in %.3f s (placing %.3f s), peak memory %s\n",
-                               f.place_seconds + f.plan_seconds, f.place_seconds,
-                               HumanBytes(f.peak_rss_bytes))
-            << WithThousands(f.distinct_layouts) << " distinct layouts; rank " << args.rank
-            << " sends or receives " << WithThousands(f.rank_messages) << " messages (its plan "
-            << "keeps " << WithThousands(f.kept_messages)
-            << ", once per layout; all ranks: " << WithThousands(s.messages) << ")\n"
-            << absl::StrFormat("wire %s = %.3fx the optimum %s; inter-node %s\n",
-                               HumanBytes(s.wire_bytes), Ratio(s.wire_bytes, s.optimum_bytes),
-                               HumanBytes(s.optimum_bytes), HumanBytes(s.internode_bytes))
-            << absl::StrFormat("busiest rank: sends %s, receives %s; lower bound %s (%.3fx)\n",
-                               HumanBytes(s.max_sent_bytes), HumanBytes(s.max_received_bytes),
-                               HumanBytes(f.lower_bound_bytes), Ratio(busiest, f.lower_bound_bytes))
-            << absl::StrFormat(
-                   "busiest node, between nodes: sends %s, receives %s; lower bound %s (%.3fx)\n",
-                   HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
-                   HumanBytes(f.node_lower_bound_bytes),
-                   Ratio(busiest_node, f.node_lower_bound_bytes))
-            << absl::StrFormat(
-                   "links: NVLink %s/s, NIC %s/s per GPU, latency %.3g us, copies %s/s; "
-                   "bucket %s\n",
-                   HumanBytes(static_cast<int64_t>(cluster.nvlink)),
-                   HumanBytes(static_cast<int64_t>(cluster.nic)), cluster.latency * 1e6,
-                   HumanBytes(static_cast<int64_t>(cluster.copy)), HumanBytes(options.bucket_bytes))
-            << absl::StrFormat(
-                   "busiest NIC %s, busiest NVLink %s: %.3f s on the wire; bound %.3f s\n",
-                   HumanBytes(f.sync.max_nic_bytes), HumanBytes(f.sync.max_nvlink_bytes),
-                   f.sync.busiest_link_seconds, f.bound_seconds)
-            << absl::StrFormat(
-                   "predicted sync: %.3f s (%s exchanges on the busiest rank, %s messages); "
-                   "funnel %.3f s, bucketed broadcast %.3f s (predicted in %.3f s)\n",
-                   f.sync.seconds, WithThousands(f.sync.max_exchanges),
-                   WithThousands(f.sync.messages), f.baselines.funnel_seconds,
-                   f.baselines.bucketed_broadcast_seconds, f.predict_seconds);
+  std::cout
+      << Printable(args.model) << ": " << WithThousands(f.tensors) << " tensors, "
+      << HumanBytes(f.tensor_bytes) << "\n"
+      << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
+      << cluster.nodes << " x " << cluster.gpus_per_node << " (" << f.ranks << " ranks)\n"
+      << absl::StrFormat("planned in %.3f s (placing %.3f s), peak memory %s\n",
+                         f.place_seconds + f.plan_seconds, f.place_seconds,
+                         HumanBytes(f.peak_rss_bytes))
+      << WithThousands(f.distinct_layouts) << " distinct layouts; rank " << args.rank
+      << " sends or receives " << WithThousands(f.rank_messages) << " messages (its plan "
+      << "keeps " << WithThousands(f.kept_messages)
+      << ", once per layout; all ranks: " << WithThousands(s.messages) << ")\n"
+      << absl::StrFormat("wire %s = %.3fx the optimum %s; inter-node %s\n",
+                         HumanBytes(s.wire_bytes), Ratio(s.wire_bytes, s.optimum_bytes),
+                         HumanBytes(s.optimum_bytes), HumanBytes(s.internode_bytes))
+      << absl::StrFormat("busiest rank: sends %s, receives %s; lower bound %s (%.3fx)\n",
+                         HumanBytes(s.max_sent_bytes), HumanBytes(s.max_received_bytes),
+                         HumanBytes(f.lower_bound_bytes), Ratio(busiest, f.lower_bound_bytes))
+      << absl::StrFormat(
+             "busiest node, between nodes: sends %s, receives %s; lower bound %s (%.3fx)\n",
+             HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
+             HumanBytes(f.node_lower_bound_bytes), Ratio(busiest_node, f.node_lower_bound_bytes))
+      << absl::StrFormat(
+             "links: NVLink %s/s, NIC %s/s per GPU, latency %.3g us, copies %s/s; "
+             "bucket %s\n",
+             HumanBytes(static_cast<int64_t>(cluster.nvlink)),
+             HumanBytes(static_cast<int64_t>(cluster.nic)), cluster.latency * 1e6,
+             HumanBytes(static_cast<int64_t>(cluster.copy)), HumanBytes(options.bucket_bytes))
+      << absl::StrFormat("busiest NIC %s, busiest NVLink %s: %.3f s on the wire; bound %.3f s\n",
+                         HumanBytes(f.sync.max_nic_bytes), HumanBytes(f.sync.max_nvlink_bytes),
+                         f.sync.busiest_link_seconds, f.bound_seconds)
+      << absl::StrFormat(
+             "predicted sync: %.3f s (%s exchanges on the busiest rank, %s messages); "
+             "funnel %.3f s, bucketed broadcast %.3f s (predicted in %.3f s, peak memory %s)\n",
+             f.sync.seconds, WithThousands(f.sync.max_exchanges), WithThousands(f.sync.messages),
+             f.baselines.funnel_seconds, f.baselines.bucketed_broadcast_seconds, f.predict_seconds,
+             HumanBytes(f.predict_peak_rss_bytes));
   return absl::OkStatus();
 }
 

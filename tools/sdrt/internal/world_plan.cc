@@ -198,14 +198,16 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
   figures.bound_seconds = std::max(
       static_cast<double>(figures.node_lower_bound_bytes) / static_cast<double>(gpus) / cluster.nic,
       static_cast<double>(figures.lower_bound_bytes) / std::max(cluster.nic, cluster.nvlink));
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
   start = std::chrono::steady_clock::now();
   SDRT_ASSIGN_OR_RETURN(figures.sync, internal::PredictSync(plan, cluster, world.bucket_bytes));
   SDRT_ASSIGN_OR_RETURN(figures.baselines,
                         internal::PredictBaselines(plan, cluster, world.bucket_bytes));
   figures.predict_seconds = SecondsSince(start);
-  rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  figures.predict_peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
   return figures;
 }
 

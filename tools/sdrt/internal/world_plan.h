@@ -56,11 +56,12 @@ bool CastsToEngineDtype(const std::string& name, const IntVector& shape);
 struct WorldPlanFigures {
   int64_t ranks = 0;  // the world: ranks of both layouts
   int64_t tensors = 0;
-  int64_t tensor_bytes = 0;      // the model's bytes
-  int64_t distinct_layouts = 0;  // (dtype, shape, source, destination) pairs walked
-  double place_seconds = 0;      // both layouts' ParallelLayout::Place
-  double plan_seconds = 0;       // the planner
-  int64_t peak_rss_bytes = 0;    // of this process, at the end
+  int64_t tensor_bytes = 0;            // the model's bytes
+  int64_t distinct_layouts = 0;        // (dtype, shape, source, destination) pairs walked
+  double place_seconds = 0;            // both layouts' ParallelLayout::Place
+  double plan_seconds = 0;             // the planner
+  int64_t peak_rss_bytes = 0;          // of this process, once planned
+  int64_t predict_peak_rss_bytes = 0;  // and once predicted
   // The planned rank's messages to or from another rank: stored (once per distinct layout,
   // what its PlanReshard keeps) and sent or received (over every tensor, as
   // stats.messages counts every rank's).

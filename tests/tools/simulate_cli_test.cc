@@ -114,6 +114,16 @@ TEST(SimulateCli, PredictsTheSyncAndTheBaselinesOnTheLinksGiven) {
   // dtype), the norms and embeddings in two.
   nlohmann::json fp8 = Simulate(args + " --dtype-to fp8");
   EXPECT_EQ(fp8["dtype_to"], "float8_e4m3fn");
+  EXPECT_EQ(Simulate(args + " --dtype-to FP8")["wire_bytes"], fp8["wire_bytes"]);
+  // Exponents and every unit: 1e3 GB/s is 1 TB/s, 400 Gb/s is 50 GB/s, 1ms is 1e-3 s.
+  nlohmann::json units =
+      Simulate(layouts + "--cluster nodes=2,gpus=2,nvlink=1e3GB/s,nic=400Gb/s,latency=1ms");
+  EXPECT_EQ(units["nvlink_bytes_per_second"], 1e12);
+  EXPECT_EQ(units["nic_bytes_per_second"], 50e9);
+  EXPECT_EQ(units["latency_seconds"], 1e-3);
+  const CommandResult text =
+      RunSdrt("simulate " + layouts + "--cluster nodes=2,gpus=2,latency=1ms");
+  EXPECT_THAT(text.out, HasSubstr("latency 1 ms,")) << text.all();
   EXPECT_LT(fp8["wire_bytes"].get<double>(), 0.7 * p["wire_bytes"].get<double>());
   EXPECT_GT(fp8["wire_bytes"].get<double>(), 0.5 * p["wire_bytes"].get<double>());
   EXPECT_LT(fp8["predicted_seconds"].get<double>(), 0.7 * predicted);
@@ -138,11 +148,17 @@ TEST(SimulateCli, InputErrorsAreExitTwo) {
        "does not divide the world of 2"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=50", "needs a unit"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=0GB/s", "out of range"},
-      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,latency=2s", "at most 1 s"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,latency=2s", "0 to 1 s"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=GB/s", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1.2.3GB/s", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1GB/s,nic=2GB/s",
        "nic given twice"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nvlink=0.5MB/s", "1 MB/s to 1 PB/s"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nvlink=-5GB/s", "out of range"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --dtype-to ''",
+       "not a dtype an engine keeps"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --dtype-to float8_e8m0fnu",
+       "not a dtype an engine keeps"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --dtype-to int4", "int4"},
   };
   for (const auto& [args, message] : cases) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +33,7 @@ struct SimulateArgs {
   std::string cluster;
   bool disjoint = false;
   std::string dtype_to;
+  bool dtype_to_given = false;
   int64_t rank = 0;
   SharedOptions shared;  // --json, --bucket-mib
 };
@@ -45,15 +47,42 @@ absl::StatusOr<ParallelLayout> ParseLayout(const std::string& description, int64
 
 double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b : 1.0; }
 
+// --dtype-to: a dtype name or fp8, bf16, fp16, fp32 (any case), of a dtype a transfer casts
+// weights to (CastKind kFloat; not the scale-only float8_e8m0fnu).
+absl::StatusOr<DType> EngineDtype(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  static const std::pair<absl::string_view, absl::string_view> kShort[] = {
+      {"fp8", "float8_e4m3fn"}, {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}};
+  absl::string_view full = name;
+  for (const auto& [alias, dtype] : kShort) {
+    if (lower == alias) full = dtype;
+  }
+  absl::StatusOr<DType> dtype = DTypeFromName(full);
+  if (!dtype.ok() || CastKindOf(*dtype) != CastKind::kFloat || *dtype == DType::kFloat8E8M0FNU) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dtype-to \"", name.substr(0, 64),
+        "\": not a dtype an engine keeps weights in (fp8, bf16, fp16, fp32, float8_e5m2)"));
+  }
+  return *dtype;
+}
+
+// Seconds as the unit that keeps them readable: "10 us", "1 ms", "2.5 s".
+std::string Duration(double seconds) {
+  if (seconds == 0) return "0 s";
+  if (seconds < 1e-6) return absl::StrFormat("%.4g ns", seconds * 1e9);
+  if (seconds < 1e-3) return absl::StrFormat("%.4g us", seconds * 1e6);
+  if (seconds < 1) return absl::StrFormat("%.4g ms", seconds * 1e3);
+  return absl::StrFormat("%.4g s", seconds);
+}
+
 absl::Status RunSimulate(const SimulateArgs& args) {
   SDRT_ASSIGN_OR_RETURN(const internal::ClusterLinks cluster, ParseCluster(args.cluster));
   WorldPlanOptions options;
   options.disjoint = args.disjoint;
   options.rank = args.rank;
   options.bucket_bytes = args.shared.bucket_bytes();
-  if (!args.dtype_to.empty()) {
-    SDRT_ASSIGN_OR_RETURN(options.dtype_to,
-                          DTypeFromName(args.dtype_to == "fp8" ? "float8_e4m3fn" : args.dtype_to));
+  if (args.dtype_to_given) {
+    SDRT_ASSIGN_OR_RETURN(options.dtype_to, EngineDtype(args.dtype_to));
   }
   absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(args.model, args.scale);
   if (!tensors.ok()) return InputError(tensors.status());
@@ -87,8 +116,8 @@ absl::Status RunSimulate(const SimulateArgs& args) {
         {"latency_seconds", cluster.latency},
         {"copy_bytes_per_second", cluster.copy},
         {"bucket_bytes", options.bucket_bytes},
-        {"dtype_to", args.dtype_to.empty() ? nlohmann::ordered_json()
-                                           : nlohmann::ordered_json(DTypeName(*options.dtype_to))},
+        {"dtype_to", options.dtype_to ? nlohmann::ordered_json(DTypeName(*options.dtype_to))
+                                      : nlohmann::ordered_json()},
         {"rank", args.rank},
         {"place_seconds", f.place_seconds},
         {"plan_seconds", f.plan_seconds},
@@ -143,10 +172,10 @@ absl::Status RunSimulate(const SimulateArgs& args) {
              HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
              HumanBytes(f.node_lower_bound_bytes), Ratio(busiest_node, f.node_lower_bound_bytes))
       << absl::StrFormat(
-             "links: NVLink %s/s, NIC %s/s per GPU, latency %.3g us, copies %s/s; "
+             "links: NVLink %s/s, NIC %s/s per GPU, latency %s, copies %s/s; "
              "bucket %s\n",
              HumanBytes(static_cast<int64_t>(cluster.nvlink)),
-             HumanBytes(static_cast<int64_t>(cluster.nic)), cluster.latency * 1e6,
+             HumanBytes(static_cast<int64_t>(cluster.nic)), Duration(cluster.latency),
              HumanBytes(static_cast<int64_t>(cluster.copy)), HumanBytes(options.bucket_bytes))
       << absl::StrFormat("busiest NIC %s, busiest NVLink %s: %.3f s on the wire; bound %.3f s\n",
                          HumanBytes(f.sync.max_nic_bytes), HumanBytes(f.sync.max_nvlink_bytes),
@@ -194,7 +223,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, kMaxMeshRanks - 1))
       ->capture_default_str();
   AddSharedOptions(cmd, kJsonOption | kBucketMibOption, &args->shared);
-  cmd->callback([args, exit_code] {
+  cmd->callback([cmd, args, exit_code] {
+    args->dtype_to_given = cmd->count("--dtype-to") > 0;
     const absl::Status status = RunSimulate(*args);
     *exit_code = status.ok() ? kExitOk : ReportError("simulate", status, /*rank=*/0);
   });

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/tensor/status_macros.h"
@@ -57,31 +58,29 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
     if (!time && kv.first != "nvlink" && kv.first != "nic" && kv.first != "copy") {
       return bad(absl::StrCat("unknown \"", item, "\""));
     }
-    // A number, then its unit.
-    const size_t unit_at = kv.second.find_first_not_of("0123456789.");
-    const absl::string_view unit =
-        unit_at == absl::string_view::npos ? absl::string_view() : kv.second.substr(unit_at);
-    double number = 0;
-    if (unit_at == 0 || !absl::SimpleAtod(kv.second.substr(0, unit_at), &number) ||
-        !std::isfinite(number)) {
-      return bad(absl::StrCat("\"", item, "\" has no number"));
-    }
+    // A number (SimpleAtod's: exponents too), then its unit; longer units first.
     static const std::pair<absl::string_view, double> kRates[] = {
         {"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"Gb/s", 1e9 / 8}};
     static const std::pair<absl::string_view, double> kTimes[] = {
-        {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+        {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"s", 1}};
     double scale = 0;
+    absl::string_view digits = kv.second;
     for (const auto& [name, factor] : time ? absl::MakeSpan(kTimes) : absl::MakeSpan(kRates)) {
-      if (unit == name) scale = factor;
+      if (scale == 0 && absl::ConsumeSuffix(&digits, name)) scale = factor;
     }
     if (scale == 0) {
       return bad(absl::StrCat(
           "\"", item, "\" needs a unit: ", time ? "s, ms, us or ns" : "TB/s, GB/s, MB/s or Gb/s"));
     }
+    double number = 0;
+    if (!absl::SimpleAtod(digits, &number) || !std::isfinite(number)) {
+      return bad(absl::StrCat("\"", item, "\" has no number"));
+    }
+    // Rates from 1 MB/s (a slower link makes every figure meaningless) to 1 PB/s.
     const double value = number * scale;
-    if (time ? value > 1 : (value <= 0 || value > 1e15)) {
-      return bad(absl::StrCat(
-          "\"", item, "\" is out of range: ", time ? "at most 1 s" : "above 0 and at most 1 PB/s"));
+    if (time ? (value < 0 || value > 1) : (value < 1e6 || value > 1e15)) {
+      return bad(
+          absl::StrCat("\"", item, "\" is out of range: ", time ? "0 to 1 s" : "1 MB/s to 1 PB/s"));
     }
     (time                   ? links.latency
      : kv.first == "nvlink" ? links.nvlink
@@ -197,7 +196,8 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
       std::max(plan.stats.max_node_received_bytes, plan.stats.internode_bytes / nodes_used);
   figures.bound_seconds = std::max(
       static_cast<double>(figures.node_lower_bound_bytes) / static_cast<double>(gpus) / cluster.nic,
-      static_cast<double>(figures.lower_bound_bytes) / std::max(cluster.nic, cluster.nvlink));
+      static_cast<double>(figures.lower_bound_bytes) /
+          (cluster.nvlink + (nodes_used > 1 ? cluster.nic : 0.0)));
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;

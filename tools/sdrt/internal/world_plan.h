@@ -26,8 +26,8 @@ inline constexpr int64_t kMaxSimulatedRanks = 8192;
 // The machines the world runs on and their links (internal/engine/sync_cost.h):
 // "nodes=16,gpus=8[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s]", rank r on
 // node r / gpus. nodes and gpus are required, whole numbers >= 1 whose product is at most
-// kMaxSimulatedRanks; bandwidths are a number > 0 with TB/s, GB/s, MB/s or Gb/s (at most
-// 1 PB/s), the latency a number >= 0 with s, ms, us or ns (at most 1 s); the others keep
+// kMaxSimulatedRanks; bandwidths are a number with TB/s, GB/s, MB/s or Gb/s from 1 MB/s to
+// 1 PB/s, the latency a number with s, ms, us or ns from 0 to 1 s; the others keep
 // ClusterLinks' defaults. InvalidArgument naming the text and what is wrong.
 absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text);
 
@@ -81,7 +81,7 @@ struct WorldPlanFigures {
   double predict_seconds = 0;
   // No schedule ends before the busiest NIC or NVLink has moved the bytes the lower
   // bounds above leave it: node_lower_bound_bytes over the node's NICs, lower_bound_bytes
-  // over the faster link.
+  // over the receiver's NVLink and NIC together (NVLink alone on one node).
   double bound_seconds = 0;
 };
 

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/tensor/status_macros.h"
@@ -76,60 +75,59 @@ void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
                  absl::Span<const size_t> group_starts_in_steps, TransferSchedule& schedule,
                  std::vector<size_t>& group_starts) {
   const int64_t align = schedule.chunk_alignment;
-  struct Open {
-    absl::InlinedVector<TransferSchedule::Step, 1> members;  // most units hold one chunk
+  const int64_t me = schedule.rank;
+  struct Building {
     int64_t bytes = 0;
     int64_t source_rank = 0;
     int64_t destination_rank = 0;
+    size_t count = 0;
   };
-  std::vector<Open> units;
-  absl::flat_hash_map<std::pair<int64_t, int64_t>, size_t> open;  // pair -> unit
-  // The open units of the last two pairs met, looked up before the map: a rank's steps
-  // alternate between a few pairs (a gather sends to a peer and receives from it).
-  std::pair<int64_t, int64_t> recent_pair[2] = {{-2, -2}, {-2, -2}};
-  size_t* recent_unit[2] = {nullptr, nullptr};
+  std::vector<Building> units;
+  std::vector<uint32_t> unit_of(steps.size());  // each step's unit
+  // The open unit + 1 (0: none) of each pair, at 2 x peer + (whether this rank sends): one
+  // side of every chunk here is this rank. `touched`: the slots to clear at a group's start.
+  std::vector<size_t> open;
+  std::vector<size_t> touched;
   auto next_group = group_starts_in_steps.begin();
   for (size_t k = 0; k < steps.size(); ++k) {
-    const TransferSchedule::Step& step = steps[k];
     if (next_group != group_starts_in_steps.end() && *next_group <= k) {
       // A new exchange group: no unit is joined across its start.
       while (next_group != group_starts_in_steps.end() && *next_group <= k) ++next_group;
-      open.clear();
-      recent_pair[0] = recent_pair[1] = {-2, -2};
+      for (const size_t slot : touched) open[slot] = 0;
+      touched.clear();
       group_starts.push_back(schedule.units.size() + units.size());
     }
-    const TransferMessage& c = *step.chunk;
+    const TransferMessage& c = *steps[k].chunk;
     if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
-      const std::pair<int64_t, int64_t> pair(c.source_rank, c.destination_rank);
-      size_t* slot = pair == recent_pair[0]   ? recent_unit[0]
-                     : pair == recent_pair[1] ? recent_unit[1]
-                                              : nullptr;
-      bool fresh = false;
-      if (slot == nullptr) {
-        const auto [it, inserted] = open.try_emplace(pair, units.size());
-        slot = &it->second;
-        fresh = inserted;
-        // The map's slots move when it grows: drop the cached ones then.
-        recent_pair[1] = recent_pair[0];
-        recent_unit[1] = recent_unit[0];
-        recent_pair[0] = pair;
-        recent_unit[0] = slot;
-        if (inserted) recent_pair[1] = {-2, -2};
-      }
-      if (!fresh && AlignUp(units[*slot].bytes, align) + c.bytes <= bucket) {
-        units[*slot].members.push_back(step);
-        units[*slot].bytes = AlignUp(units[*slot].bytes, align) + c.bytes;
+      const bool sends = c.source_rank == me;
+      const auto at =
+          static_cast<size_t>(2 * (sends ? c.destination_rank : c.source_rank) + (sends ? 1 : 0));
+      if (at >= open.size()) open.resize(at + 1, 0);
+      size_t& slot = open[at];
+      if (slot != 0 && AlignUp(units[slot - 1].bytes, align) + c.bytes <= bucket) {
+        Building& u = units[slot - 1];
+        u.bytes = AlignUp(u.bytes, align) + c.bytes;
+        ++u.count;
+        unit_of[k] = static_cast<uint32_t>(slot - 1);
         continue;
       }
-      *slot = units.size();
+      if (slot == 0) touched.push_back(at);
+      slot = units.size() + 1;
     }
-    units.push_back({{step}, c.bytes, c.source_rank, c.destination_rank});
+    unit_of[k] = static_cast<uint32_t>(units.size());
+    units.push_back({c.bytes, c.source_rank, c.destination_rank, 1});
   }
-  for (Open& u : units) {
+  // Each unit's steps together, in the order they joined it.
+  std::vector<size_t> next(units.size());
+  size_t at = schedule.steps.size();
+  for (size_t u = 0; u < units.size(); ++u) {
+    next[u] = at;
     schedule.units.push_back(
-        {schedule.steps.size(), u.members.size(), u.bytes, u.source_rank, u.destination_rank});
-    schedule.steps.insert(schedule.steps.end(), u.members.begin(), u.members.end());
+        {at, units[u].count, units[u].bytes, units[u].source_rank, units[u].destination_rank});
+    at += units[u].count;
   }
+  schedule.steps.resize(at);
+  for (size_t k = 0; k < steps.size(); ++k) schedule.steps[next[unit_of[k]]++] = steps[k];
 }
 
 // Appends the collective exchanges of `steps` (every collective chunk of the plan, in plan
@@ -200,6 +198,12 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     if (static_cast<size_t>(rank) >= side.size()) side.resize(static_cast<size_t>(rank) + 1, 0);
     return side[static_cast<size_t>(rank)];
   };
+  // Whether a rank with `held` bytes on one side of the group passes the bucket with
+  // `bytes` more: a tensor alone may give a rank more than a bucket (that rank's exchanges
+  // of the group are then cut by its own bytes), nothing else may.
+  const auto Passes = [bucket_bytes](int64_t held, int64_t bytes) {
+    return held > 0 && held + bytes > bucket_bytes;
+  };
   // The rank and side that last kept a tensor out of the group, tried first: it stays full
   // while the group fills, and the tensors after one it blocked mostly involve it too.
   int64_t blocker = -1;
@@ -207,7 +211,7 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
   using PerRank = std::vector<std::pair<int64_t, int64_t>>;
   const auto over = [&](const PerRank& list, std::vector<int64_t>& side, int64_t rank) {
     const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(rank, int64_t{0}));
-    return it != list.end() && it->first == rank && at(side, rank) + it->second > bucket_bytes;
+    return it != list.end() && it->first == rank && Passes(at(side, rank), it->second);
   };
   const auto fits = [&](const TransferLayoutPlan& layout) {
     if (blocker >= 0 && (blocker_sends ? over(layout.sent, sent, blocker)
@@ -216,7 +220,7 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     }
     for (const bool sends : {true, false}) {
       for (const auto& [rank, bytes] : sends ? layout.sent : layout.received) {
-        if (at(sends ? sent : received, rank) + bytes > bucket_bytes) {
+        if (Passes(at(sends ? sent : received, rank), bytes)) {
           blocker = rank;
           blocker_sends = sends;
           return false;
@@ -235,8 +239,7 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     left.clear();
     for (const size_t t : pending) {
       const TransferLayoutPlan& layout = *plan.tensors[t].layout;
-      // The first tensor left opens the group, also when it alone passes a bucket.
-      if (order.tensors.size() > order.begin.back() && !fits(layout)) {
+      if (!fits(layout)) {
         left.push_back(t);
         continue;
       }
@@ -361,6 +364,7 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   const ExchangeOrder& order =
       options.exchange_order == nullptr ? own_order : *options.exchange_order;
   std::vector<TransferSchedule::Step> direct;
+  direct.reserve(total);
   std::vector<size_t> direct_starts, forward_starts;
   for (size_t g = 0; g < order.begin.size(); ++g) {
     direct_starts.push_back(direct.size());

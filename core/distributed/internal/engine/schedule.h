@@ -64,7 +64,8 @@ class TransferSite {
 // groups: group g is tensors[begin[g]] .. tensors[begin[g + 1] - 1] (plan tensor indices),
 // and in each group every rank sends at most a bucket and receives at most a bucket (its
 // wire bytes of the group's tensors: TransferLayoutPlan::sent and received, direct and
-// forward), or the group is one tensor alone.
+// forward), unless one tensor alone gives it more (the only one of the group it sends, or
+// receives, then).
 struct ExchangeOrder {
   std::vector<size_t> tensors;
   std::vector<size_t> begin;
@@ -219,8 +220,8 @@ struct TransferRunStats {
 // exchange of each phase on every rank that has units in it: a rank's messages
 // of a group are in that group's exchange on both sides, so that no exchange waits for a
 // peer still busy with earlier groups. Within a group, consecutive units share an exchange
-// while neither side passes a bucket (only a group of one tensor larger than a bucket, or
-// the chunk alignment's padding, passes it; a unit larger than a bucket travels in an
+// while neither side passes a bucket (only a rank whose one tensor of the group is larger
+// than a bucket, or the chunk alignment's padding, passes it; a unit larger than a bucket travels in an
 // exchange of its own). The messages of collective
 // layouts (to kEveryRank) are every rank's, in the collective exchanges: a broadcast's chunks
 // cut as above, consecutive chunks of one root sharing an exchange within a bucket; an

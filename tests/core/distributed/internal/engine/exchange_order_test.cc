@@ -50,6 +50,11 @@ TEST(ExchangeOrderTest, EachGroupTakesEverySendersNextTensor) {
   const internal::ExchangeOrder two = internal::OrderExchanges(ExpertsToQuarters(), 512 << 10);
   EXPECT_THAT(two.tensors, ElementsAre(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
   EXPECT_THAT(two.begin, ElementsAre(0, 8));
+  // A bucket of half a tensor: every tensor alone passes it on its sender, which may hold
+  // that one tensor of a group; each receiver takes two quarters.
+  const internal::ExchangeOrder half = internal::OrderExchanges(ExpertsToQuarters(), 128 << 10);
+  EXPECT_THAT(half.tensors, ElementsAre(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
+  EXPECT_THAT(half.begin, ElementsAre(0, 2, 4, 6, 8, 10, 12, 14));
 }
 
 TEST(ExchangeOrderTest, SendersMoveAtOnce) {

@@ -188,82 +188,6 @@ absl::Status AppendCollectives(const TransferPlan& plan,
 
 }  // namespace
 
-ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
-  ExchangeOrder order;
-  // Each rank's bytes sent and received in the open group (indexed by rank, grown as
-  // ranks appear), and the ranks to reset when it closes.
-  std::vector<int64_t> sent, received;
-  std::vector<int64_t> touched;
-  const auto at = [](std::vector<int64_t>& side, int64_t rank) -> int64_t& {
-    if (static_cast<size_t>(rank) >= side.size()) side.resize(static_cast<size_t>(rank) + 1, 0);
-    return side[static_cast<size_t>(rank)];
-  };
-  // Whether a rank with `held` bytes on one side of the group passes the bucket with
-  // `bytes` more: a tensor alone may give a rank more than a bucket (that rank's exchanges
-  // of the group are then cut by its own bytes), nothing else may.
-  const auto Passes = [bucket_bytes](int64_t held, int64_t bytes) {
-    return held > 0 && held + bytes > bucket_bytes;
-  };
-  // The rank and side that last kept a tensor out of the group, tried first: it stays full
-  // while the group fills, and the tensors after one it blocked mostly involve it too.
-  int64_t blocker = -1;
-  bool blocker_sends = true;
-  using PerRank = std::vector<std::pair<int64_t, int64_t>>;
-  const auto over = [&](const PerRank& list, std::vector<int64_t>& side, int64_t rank) {
-    const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(rank, int64_t{0}));
-    return it != list.end() && it->first == rank && Passes(at(side, rank), it->second);
-  };
-  const auto fits = [&](const TransferLayoutPlan& layout) {
-    if (blocker >= 0 && (blocker_sends ? over(layout.sent, sent, blocker)
-                                       : over(layout.received, received, blocker))) {
-      return false;
-    }
-    for (const bool sends : {true, false}) {
-      for (const auto& [rank, bytes] : sends ? layout.sent : layout.received) {
-        if (Passes(at(sends ? sent : received, rank), bytes)) {
-          blocker = rank;
-          blocker_sends = sends;
-          return false;
-        }
-      }
-    }
-    return true;
-  };
-  std::vector<size_t> pending;
-  for (size_t t = 0; t < plan.tensors.size(); ++t) {
-    if (plan.tensors[t].layout->collective == Collective::kNone) pending.push_back(t);
-  }
-  std::vector<size_t> left;
-  while (!pending.empty()) {
-    order.begin.push_back(order.tensors.size());
-    left.clear();
-    for (const size_t t : pending) {
-      const TransferLayoutPlan& layout = *plan.tensors[t].layout;
-      if (!fits(layout)) {
-        left.push_back(t);
-        continue;
-      }
-      order.tensors.push_back(t);
-      for (const auto& [rank, bytes] : layout.sent) {
-        at(sent, rank) += bytes;
-        touched.push_back(rank);
-      }
-      for (const auto& [rank, bytes] : layout.received) {
-        at(received, rank) += bytes;
-        touched.push_back(rank);
-      }
-    }
-    for (const int64_t rank : touched) {
-      at(sent, rank) = 0;
-      at(received, rank) = 0;
-    }
-    touched.clear();
-    blocker = -1;
-    pending.swap(left);
-  }
-  return order;
-}
-
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
                                                   const TransferScheduleOptions& options) {
   const int64_t bucket = options.bucket_bytes;
@@ -372,11 +296,14 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
     const size_t end = g + 1 < order.begin.size() ? order.begin[g + 1] : order.tensors.size();
     for (size_t k = order.begin[g]; k < end; ++k) {
       const size_t t = order.tensors[k];
-      if (t >= schedule.chunks.size()) {
+      if (t >= schedule.chunks.size() || order.part_counts.size() != plan.tensors.size() ||
+          order.parts.size() != order.tensors.size()) {
         return absl::InvalidArgumentError("an exchange order of another plan");
       }
       for (const TransferMessage& chunk : *schedule.chunks[t]) {
-        if (chunk.destination_rank != kEveryRank) {
+        if (chunk.destination_rank != kEveryRank &&
+            (order.part_counts[t] == 1 ||
+             PartOf(order, plan.tensors[t], t, chunk.destination_rank) == order.parts[k])) {
           (chunk.forward ? forwards : direct).push_back({t, &chunk});
         }
       }

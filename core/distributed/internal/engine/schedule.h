@@ -1,7 +1,8 @@
 // Running a reshard plan (plan.h) on one rank of a communicator that spans both
 // sides (issue 14, the executor). The rank's messages are cut into chunks of at most one
-// bucket and put in the exchange order (tensors as OrderExchanges orders them, then
-// contribution, source rank, destination rank, chunk), which every rank derives alike. The chunks
+// bucket and put in the exchange order (tensors, or parts of a tensor by receiver, as
+// OrderExchanges orders them (exchange_order.h), then contribution, source rank, destination
+// rank, chunk), which every rank derives alike. The chunks
 // between one pair of ranks are joined into units, one wire message each (many small tensors cost
 // one message per peer and bucket, not one per tensor); units keep the order of their first chunk.
 // A large chunk whose box is one dense range of its local travels from and into the locals, not
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "sdrt/comm/communicator.h"
+#include "sdrt/core/distributed/internal/engine/exchange_order.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
 #include "sdrt/tensor/tensor.h"
@@ -60,17 +62,6 @@ class TransferSite {
   Device device_;
 };
 
-// The order in which every rank moves the plan's point-to-point tensors, in exchange
-// groups: group g is tensors[begin[g]] .. tensors[begin[g + 1] - 1] (plan tensor indices),
-// and in each group every rank sends at most a bucket and receives at most a bucket (its
-// wire bytes of the group's tensors: TransferLayoutPlan::sent and received, direct and
-// forward), unless one tensor alone gives it more (the only one of the group it sends, or
-// receives, then).
-struct ExchangeOrder {
-  std::vector<size_t> tensors;
-  std::vector<size_t> begin;
-};
-
 struct TransferScheduleOptions {
   // The most bytes one rank sends (or receives) in one exchange; >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
@@ -84,14 +75,6 @@ struct TransferScheduleOptions {
   // every rank of one plan); null: ScheduleTransfer works it out.
   const ExchangeOrder* exchange_order = nullptr;
 };
-
-// Fills each group in turn with the tensors not yet taken that fit it, in plan order, so
-// that a group holds tensors of as many senders as the buckets allow: a plan whose
-// consecutive tensors come from one rank (the experts of one expert-parallel rank) does
-// not have every other rank wait while that one sends. Every rank derives the same order
-// from any plan of the same tensors (also a plan of one rank); time: the layouts'
-// per-rank lists of the tensors taken, plus one test per tensor left per group.
-ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes);
 
 // The chunk alignment of device buckets (TransferScheduleOptions::chunk_alignment).
 inline constexpr int64_t kDeviceChunkAlignment = 16;
@@ -220,17 +203,16 @@ struct TransferRunStats {
 // exchange of each phase on every rank that has units in it: a rank's messages
 // of a group are in that group's exchange on both sides, so that no exchange waits for a
 // peer still busy with earlier groups. Within a group, consecutive units share an exchange
-// while neither side passes a bucket (only a rank whose one tensor of the group is larger
-// than a bucket, or the chunk alignment's padding, passes it; a unit larger than a bucket travels in an
-// exchange of its own). The messages of collective
-// layouts (to kEveryRank) are every rank's, in the collective exchanges: a broadcast's chunks
-// cut as above, consecutive chunks of one root sharing an exchange within a bucket; an
-// all-gather's messages whole, consecutive all-gathered tensors sharing an exchange while
-// every rank's segments together stay within a bucket (a tensor larger than a bucket is
-// gathered in an exchange of its own). Units lie in a bucket one after another, each on
-// chunk_alignment bytes. InvalidArgument for bucket_bytes < 64, a chunk_alignment that is
-// not a power of two in [1, 256], a negative rank, a plan of another rank (TransferPlan::rank), or
-// more than 2^24 chunks.
+// while neither side passes a bucket (only a rank whose one item of the group is larger
+// than a bucket, or the chunk alignment's padding, passes it; a unit larger than a bucket travels
+// in an exchange of its own). The messages of collective layouts (to kEveryRank) are every rank's,
+// in the collective exchanges: a broadcast's chunks cut as above, consecutive chunks of one root
+// sharing an exchange within a bucket; an all-gather's messages whole, consecutive all-gathered
+// tensors sharing an exchange while every rank's segments together stay within a bucket (a tensor
+// larger than a bucket is gathered in an exchange of its own). Units lie in a bucket one after
+// another, each on chunk_alignment bytes. InvalidArgument for bucket_bytes < 64, a chunk_alignment
+// that is not a power of two in [1, 256], a negative rank, a plan of another rank
+// (TransferPlan::rank), or more than 2^24 chunks.
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
                                                   const TransferScheduleOptions& options);
 

@@ -3,7 +3,9 @@
 // following each other, and on random layouts every rank's schedule still pairs each
 // send with its receive and completes (run through the sync model of sync_cost.h, which
 // fails on a message no exchange receives and on exchanges that wait on each other).
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,7 @@ namespace {
 using internal::TransferPlan;
 using test::Describe;
 using test::MeshLayout;
+using ::testing::Each;
 using ::testing::ElementsAre;
 
 // 16 float32 [256, 256] tensors (256 KiB each): tensors 4k .. 4k + 3 on rank k (k < 4),
@@ -50,11 +53,28 @@ TEST(ExchangeOrderTest, EachGroupTakesEverySendersNextTensor) {
   const internal::ExchangeOrder two = internal::OrderExchanges(ExpertsToQuarters(), 512 << 10);
   EXPECT_THAT(two.tensors, ElementsAre(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
   EXPECT_THAT(two.begin, ElementsAre(0, 8));
-  // A bucket of half a tensor: every tensor alone passes it on its sender, which may hold
-  // that one tensor of a group; each receiver takes two quarters.
+  // A bucket of half a tensor: each tensor's sender would pass it, so each tensor is cut
+  // into two parts by receiver (ranks 4 and 5, then 6 and 7); a group takes one part of
+  // every sender, and each receiver two quarters.
   const internal::ExchangeOrder half = internal::OrderExchanges(ExpertsToQuarters(), 128 << 10);
-  EXPECT_THAT(half.tensors, ElementsAre(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
-  EXPECT_THAT(half.begin, ElementsAre(0, 2, 4, 6, 8, 10, 12, 14));
+  EXPECT_THAT(half.part_counts, Each(2));
+  // Every part once, each group one part of every sender (four groups of the eight would
+  // hold one sender's two parts in turn without the receivers' limit).
+  EXPECT_THAT(half.begin, ElementsAre(0, 4, 8, 12, 16, 20, 24, 28));
+  std::set<std::pair<size_t, uint32_t>> items;
+  for (size_t g = 0; g < half.begin.size(); ++g) {
+    std::set<size_t> senders;
+    for (size_t k = half.begin[g]; k < half.begin[g] + 4 && k < half.tensors.size(); ++k) {
+      senders.insert(half.tensors[k] / 4);
+      items.insert({half.tensors[k], half.parts[k]});
+    }
+    EXPECT_EQ(senders.size(), 4u) << "group " << g;
+  }
+  EXPECT_EQ(items.size(), 32u);
+  const TransferPlan plan = ExpertsToQuarters();
+  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 5), 0u);
+  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 6), 1u);
+  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 0), 0u);  // not a receiver
 }
 
 TEST(ExchangeOrderTest, SendersMoveAtOnce) {

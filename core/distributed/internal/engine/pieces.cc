@@ -26,7 +26,7 @@ absl::Status Invalid(const TransferTensor& tensor, bool source, absl::string_vie
 // The pieces of a mesh layout; for a Partial source also the contributions and their op,
 // for a Partial destination the pieces off coordinate 0 marked `identity`.
 absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tensor, bool source,
-                                                     TransferLayoutPlan& plan) {
+                                                      TransferLayoutPlan& plan) {
   const TransferLayout& layout = source ? tensor.source : tensor.destination;
   const DeviceMesh& mesh = *layout.mesh;
   if (static_cast<int>(layout.placements.size()) != mesh.ndim()) {
@@ -72,7 +72,10 @@ absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tens
   std::vector<TransferPiece> pieces;
   pieces.reserve(mesh.ranks().size());
   for (int64_t rank : mesh.ranks()) {
-    if (rank < 0) return Invalid(tensor, source, absl::StrCat("negative rank ", rank));
+    if (rank < 0 || rank >= kMaxMeshRanks) {
+      return Invalid(tensor, source,
+                     absl::StrCat("rank ", rank, " outside [0, ", kMaxMeshRanks, ")"));
+    }
     absl::StatusOr<LocalShardInfo> info =
         ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
     if (!info.ok()) return Invalid(tensor, source, info.status().message());
@@ -115,7 +118,10 @@ absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tenso
     const std::string which =
         absl::StrCat("box ", b, " (offsets ", ShapeToString(box.offsets), " sizes ",
                      ShapeToString(box.sizes), " on rank ", box.rank, ")");
-    if (box.rank < 0) return Invalid(tensor, source, absl::StrCat(which, ": negative rank"));
+    if (box.rank < 0 || box.rank >= kMaxMeshRanks) {
+      return Invalid(tensor, source,
+                     absl::StrCat(which, ": rank outside [0, ", kMaxMeshRanks, ")"));
+    }
     if (box.offsets.size() != ndim || box.sizes.size() != ndim) {
       return Invalid(tensor, source, absl::StrCat(which, ": not of the tensor's ", ndim, " dims"));
     }
@@ -146,7 +152,7 @@ absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tenso
 }
 
 absl::StatusOr<std::vector<TransferPiece>> SidePieces(const TransferTensor& tensor, bool source,
-                                                     TransferLayoutPlan& plan) {
+                                                      TransferLayoutPlan& plan) {
   if (static_cast<int>(tensor.shape.size()) > kMaxTransferDims) {
     return Invalid(tensor, source,
                    absl::StrCat(tensor.shape.size(), " dims; at most ", kMaxTransferDims));

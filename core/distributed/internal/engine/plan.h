@@ -59,13 +59,14 @@ namespace sdrt::internal {
 // Plans every tensor. Errors, each naming the tensor: InvalidArgument for more than
 // kMaxTransferDims dims, a negative dim, an element count or byte count that overflows,
 // a layout with both a mesh and boxes, the errors of
-// ComputeLocalShapeAndGlobalOffset, a negative rank, more than
+// ComputeLocalShapeAndGlobalOffset, a rank outside [0, kMaxMeshRanks) (the schedule keeps
+// arrays by rank), more than
 // kMaxTransferBoxes boxes, a box of the wrong rank or outside the tensor, a
 // _StridedShard dim whose size times the mesh's ranks exceeds kMaxStridedIndices, a sub-byte layout
 // cut inside a byte (byte_cuts.h), more than max_cells cells, elements a destination piece
-// needs that no source piece holds (unless allow_uncovered), and a Partial source of a dtype ReduceInto cannot
-// combine (Partial(avg) of a non-floating dtype); Unimplemented for Partial mesh dims with
-// different ops (on either side).
+// needs that no source piece holds (unless allow_uncovered), and a Partial source of a dtype
+// ReduceInto cannot combine (Partial(avg) of a non-floating dtype); Unimplemented for Partial mesh
+// dims with different ops (on either side).
 absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
                                           const TransferPlanOptions& options = {});
 

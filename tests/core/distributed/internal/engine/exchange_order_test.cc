@@ -94,6 +94,21 @@ TEST(ExchangeOrderTest, SendersMoveAtOnce) {
   EXPECT_EQ(p->max_exchanges, 4);
 }
 
+TEST(ExchangeOrderTest, RanksPastTheMeshLimitAreRefusedBeforeAnyArrayByRank) {
+  // The order and the units keep arrays indexed by rank: a descriptor naming rank 2^40 (a
+  // hostile peer's) is refused by the planner instead of sizing them.
+  for (const bool boxes : {false, true}) {
+    std::vector<internal::TransferTensor> tensors;
+    internal::TransferLayout far = MeshLayout({1}, {int64_t{1} << 40}, "[R]");
+    if (boxes) far = test::BoxLayout({{{0}, {4}, int64_t{1} << 40}});
+    tensors.push_back(
+        Describe("w", DType::kFloat32, {4}, std::move(far), MeshLayout({1}, {0}, "[R]")));
+    absl::StatusOr<TransferPlan> plan = internal::PlanTransfer(std::move(tensors));
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << boxes;
+    EXPECT_THAT(plan.status().message(), ::testing::HasSubstr("outside [0, 1048576)")) << boxes;
+  }
+}
+
 TEST(ExchangeOrderTest, RandomLayoutsScheduleIntoExchangesThatComplete) {
   for (uint64_t seed = 0; seed < 300; ++seed) {
     test::Random rng(seed);

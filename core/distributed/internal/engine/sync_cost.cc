@@ -1,8 +1,10 @@
 #include "sdrt/core/distributed/internal/engine/sync_cost.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <queue>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -50,6 +52,55 @@ struct PairSlot {
   }
 };
 
+// What one rank's schedule gives the model.
+struct ScheduleFigures {
+  absl::Status status;
+  std::vector<PairSlot> sends, receives;
+  int64_t copy_bytes = 0;  // packed and unpacked
+  int64_t exchanges = 0;
+};
+
+// The most threads scheduling the ranks at once.
+constexpr unsigned kMaxPredictThreads = 32;
+
+// Rank r's schedule as `rank`'s copies and exchanges and `out`'s messages.
+absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
+                          const TransferScheduleOptions& options, const ClusterLinks& links,
+                          RankState& rank, ScheduleFigures& out) {
+  SDRT_ASSIGN_OR_RETURN(const TransferSchedule s, ScheduleTransfer(plan, r, options));
+  int64_t copied = 0;
+  for (size_t u = 0; u < s.local_units; ++u) copied += s.units[u].bytes;
+  rank.start_seconds = static_cast<double>(copied) / links.copy;
+  absl::flat_hash_map<int64_t, int64_t> nth_sent, nth_received;  // by peer
+  for (size_t x = 0; x < s.exchanges(); ++x) {
+    int64_t packed = 0, unpacked = 0;
+    const auto exchange = static_cast<uint32_t>(rank.exchanges.size());
+    for (size_t u = s.begin[x]; u < s.begin[x + 1]; ++u) {
+      const TransferSchedule::Unit& unit = s.units[u];
+      if (unit.source_rank == r && unit.destination_rank == r) {
+        packed += unit.bytes;  // through the send bucket, or local to local on the stream
+      } else if (unit.source_rank == r) {
+        packed += unit.bytes;
+        out.sends.push_back(
+            {r, unit.destination_rank, nth_sent[unit.destination_rank]++, exchange, unit.bytes});
+      } else {
+        unpacked += unit.bytes;
+        out.receives.push_back(
+            {unit.source_rank, r, nth_received[unit.source_rank]++, exchange, unit.bytes});
+      }
+    }
+    rank.exchanges.push_back({static_cast<double>(packed) / links.copy,
+                              static_cast<double>(unpacked) / links.copy,
+                              {},
+                              0,
+                              0});
+    copied += packed + unpacked;
+  }
+  out.copy_bytes = copied;
+  out.exchanges = static_cast<int64_t>(s.exchanges());
+  return absl::OkStatus();
+}
+
 absl::Status CheckLinks(const TransferPlan& plan, const ClusterLinks& links) {
   if (plan.rank != -1) {
     return absl::InvalidArgumentError("a sync is predicted from a plan of every rank");
@@ -87,38 +138,29 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   options.chunk_alignment = kDeviceChunkAlignment;
   const ExchangeOrder order = OrderExchanges(plan, bucket_bytes);
   options.exchange_order = &order;
-  for (int64_t r = 0; r < world; ++r) {
-    SDRT_ASSIGN_OR_RETURN(const TransferSchedule s, ScheduleTransfer(plan, r, options));
-    RankState& rank = ranks[static_cast<size_t>(r)];
-    int64_t copied = 0;
-    for (size_t u = 0; u < s.local_units; ++u) copied += s.units[u].bytes;
-    rank.start_seconds = static_cast<double>(copied) / links.copy;
-    absl::flat_hash_map<int64_t, int64_t> nth_sent, nth_received;  // by peer
-    for (size_t x = 0; x < s.exchanges(); ++x) {
-      int64_t packed = 0, unpacked = 0;
-      for (size_t u = s.begin[x]; u < s.begin[x + 1]; ++u) {
-        const TransferSchedule::Unit& unit = s.units[u];
-        const auto exchange = static_cast<uint32_t>(rank.exchanges.size());
-        if (unit.source_rank == r && unit.destination_rank == r) {
-          packed += unit.bytes;  // through the send bucket, or local to local on the stream
-        } else if (unit.source_rank == r) {
-          packed += unit.bytes;
-          sends.push_back(
-              {r, unit.destination_rank, nth_sent[unit.destination_rank]++, exchange, unit.bytes});
-        } else {
-          unpacked += unit.bytes;
-          receives.push_back(
-              {unit.source_rank, r, nth_received[unit.source_rank]++, exchange, unit.bytes});
-        }
-      }
-      rank.exchanges.push_back({static_cast<double>(packed) / links.copy,
-                                static_cast<double>(unpacked) / links.copy,
-                                {},
-                                0,
-                                0});
-      out.max_copy_bytes = std::max(out.max_copy_bytes, copied += packed + unpacked);
+  // Every rank's schedule, on as many threads as the machine has (each rank's into its
+  // own slots), then its sends and receives in rank order.
+  std::vector<ScheduleFigures> figures(static_cast<size_t>(world));
+  std::atomic<int64_t> next_rank{0};
+  const auto work = [&] {
+    for (int64_t r = next_rank++; r < world; r = next_rank++) {
+      figures[static_cast<size_t>(r)].status = ReadSchedule(
+          plan, r, options, links, ranks[static_cast<size_t>(r)], figures[static_cast<size_t>(r)]);
     }
-    out.max_exchanges = std::max(out.max_exchanges, static_cast<int64_t>(s.exchanges()));
+  };
+  const auto threads = static_cast<int64_t>(
+      std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxPredictThreads));
+  std::vector<std::thread> pool;
+  for (int64_t i = 1; i < std::min(threads, world); ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (ScheduleFigures& f : figures) {
+    SDRT_RETURN_IF_ERROR(f.status);
+    out.max_copy_bytes = std::max(out.max_copy_bytes, f.copy_bytes);
+    out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
+    sends.insert(sends.end(), f.sends.begin(), f.sends.end());
+    receives.insert(receives.end(), f.receives.begin(), f.receives.end());
+    f = ScheduleFigures();
   }
   if (sends.size() != receives.size() || sends.size() > UINT32_MAX) {
     return absl::InternalError(absl::StrCat("the schedules send ", sends.size(),

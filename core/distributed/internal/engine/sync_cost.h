@@ -52,9 +52,10 @@ struct SyncPrediction {
 };
 
 // Runs the schedule of every rank of `plan` (a plan of every rank: TransferPlan::rank -1)
-// with `bucket_bytes` through the model above. InvalidArgument for a plan of one rank, a
-// plan with collective layouts (not modelled), links without the world's ranks
-// (nodes x gpus_per_node < world) or a bandwidth <= 0; ScheduleTransfer's errors; Internal
+// with `bucket_bytes` through the model above (the schedules made on up to 32 threads, the
+// run itself on the calling thread; the result does not depend on the threads). InvalidArgument for
+// a plan of one rank, a plan with collective layouts (not modelled), links without the world's
+// ranks (nodes x gpus_per_node < world) or a bandwidth <= 0; ScheduleTransfer's errors; Internal
 // when the schedules cannot complete (a message no exchange receives).
 absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const ClusterLinks& links,
                                            int64_t bucket_bytes);

@@ -8,12 +8,14 @@ namespace {
 
 using PerRank = std::vector<std::pair<int64_t, int64_t>>;
 
-// Enough parts that no sender of the tensor sends more than a bucket in one, at most one
-// per receiver.
+// One part when no sender of the tensor sends more than a bucket; else enough parts that
+// its busiest sender sends at most half a bucket in one on average (its bytes need not be
+// even over the receivers, and a part counts them as if they were), at most one per
+// receiver.
 uint32_t PartCount(const TransferLayoutPlan& layout, int64_t bucket_bytes) {
   int64_t most = 0;
   for (const auto& [rank, bytes] : layout.sent) most = std::max(most, bytes);
-  const int64_t parts = (most + bucket_bytes - 1) / bucket_bytes;
+  const int64_t parts = most <= bucket_bytes ? 1 : (2 * most + bucket_bytes - 1) / bucket_bytes;
   const auto receivers = static_cast<int64_t>(layout.received.size());
   return static_cast<uint32_t>(std::clamp<int64_t>(parts, 1, std::max<int64_t>(receivers, 1)));
 }

@@ -139,28 +139,34 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   const ExchangeOrder order = OrderExchanges(plan, bucket_bytes);
   options.exchange_order = &order;
   // Every rank's schedule, on as many threads as the machine has (each rank's into its
-  // own slots), then its sends and receives in rank order.
-  std::vector<ScheduleFigures> figures(static_cast<size_t>(world));
-  std::atomic<int64_t> next_rank{0};
-  const auto work = [&] {
-    for (int64_t r = next_rank++; r < world; r = next_rank++) {
-      figures[static_cast<size_t>(r)].status = ReadSchedule(
-          plan, r, options, links, ranks[static_cast<size_t>(r)], figures[static_cast<size_t>(r)]);
-    }
-  };
+  // own slots), a batch of ranks at a time so that only one batch's messages are held
+  // twice; then its sends and receives in rank order.
   const auto threads = static_cast<int64_t>(
       std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxPredictThreads));
-  std::vector<std::thread> pool;
-  for (int64_t i = 1; i < std::min(threads, world); ++i) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  for (ScheduleFigures& f : figures) {
-    SDRT_RETURN_IF_ERROR(f.status);
-    out.max_copy_bytes = std::max(out.max_copy_bytes, f.copy_bytes);
-    out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
-    sends.insert(sends.end(), f.sends.begin(), f.sends.end());
-    receives.insert(receives.end(), f.receives.begin(), f.receives.end());
-    f = ScheduleFigures();
+  const int64_t batch = 4 * threads;
+  std::vector<ScheduleFigures> figures(static_cast<size_t>(std::min(batch, world)));
+  for (int64_t first = 0; first < world; first += batch) {
+    const int64_t end = std::min(world, first + batch);
+    std::atomic<int64_t> next_rank{first};
+    const auto work = [&] {
+      for (int64_t r = next_rank++; r < end; r = next_rank++) {
+        ScheduleFigures& f = figures[static_cast<size_t>(r - first)];
+        f.status = ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int64_t i = 1; i < std::min(threads, end - first); ++i) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (int64_t r = first; r < end; ++r) {
+      ScheduleFigures& f = figures[static_cast<size_t>(r - first)];
+      SDRT_RETURN_IF_ERROR(f.status);
+      out.max_copy_bytes = std::max(out.max_copy_bytes, f.copy_bytes);
+      out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
+      sends.insert(sends.end(), f.sends.begin(), f.sends.end());
+      receives.insert(receives.end(), f.receives.begin(), f.receives.end());
+      f = ScheduleFigures();
+    }
   }
   if (sends.size() != receives.size() || sends.size() > UINT32_MAX) {
     return absl::InternalError(absl::StrCat("the schedules send ", sends.size(),

@@ -54,26 +54,26 @@ TEST(ExchangeOrderTest, EachGroupTakesEverySendersNextTensor) {
   EXPECT_THAT(two.tensors, ElementsAre(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
   EXPECT_THAT(two.begin, ElementsAre(0, 8));
   // A bucket of half a tensor: each tensor's sender would pass it, so each tensor is cut
-  // into two parts by receiver (ranks 4 and 5, then 6 and 7); a group takes one part of
-  // every sender, and each receiver two quarters.
+  // by receiver into parts of at most half a bucket of its sender's bytes (four parts, one
+  // receiver each); a group takes two parts of every sender, and each receiver two
+  // quarters.
   const internal::ExchangeOrder half = internal::OrderExchanges(ExpertsToQuarters(), 128 << 10);
-  EXPECT_THAT(half.part_counts, Each(2));
-  // Every part once, each group one part of every sender (four groups of the eight would
-  // hold one sender's two parts in turn without the receivers' limit).
-  EXPECT_THAT(half.begin, ElementsAre(0, 4, 8, 12, 16, 20, 24, 28));
+  EXPECT_THAT(half.part_counts, Each(4));
+  EXPECT_THAT(half.begin, ElementsAre(0, 8, 16, 24, 32, 40, 48, 56));
   std::set<std::pair<size_t, uint32_t>> items;
   for (size_t g = 0; g < half.begin.size(); ++g) {
     std::set<size_t> senders;
-    for (size_t k = half.begin[g]; k < half.begin[g] + 4 && k < half.tensors.size(); ++k) {
+    const size_t end = g + 1 < half.begin.size() ? half.begin[g + 1] : half.tensors.size();
+    for (size_t k = half.begin[g]; k < end; ++k) {
       senders.insert(half.tensors[k] / 4);
       items.insert({half.tensors[k], half.parts[k]});
     }
     EXPECT_EQ(senders.size(), 4u) << "group " << g;
   }
-  EXPECT_EQ(items.size(), 32u);
+  EXPECT_EQ(items.size(), 64u);
   const TransferPlan plan = ExpertsToQuarters();
-  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 5), 0u);
-  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 6), 1u);
+  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 5), 1u);
+  EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 7), 3u);
   EXPECT_EQ(internal::PartOf(half, plan.tensors[0], 0, 0), 0u);  // not a receiver
 }
 

@@ -47,12 +47,13 @@ absl::StatusOr<ParallelLayout> ParseLayout(const std::string& description, int64
 
 double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b : 1.0; }
 
-// --dtype-to: a dtype name or fp8, bf16, fp16, fp32 (any case), of a dtype a transfer casts
-// weights to (CastKind kFloat; not the scale-only float8_e8m0fnu).
+// --dtype-to: a dtype name or the short names of `sdrt make --dtype` and `--cast` (bf16,
+// f16, f32) and fp8 (any case), of a dtype a transfer casts weights to (CastKind kFloat;
+// not the scale-only float8_e8m0fnu).
 absl::StatusOr<DType> EngineDtype(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
   static const std::pair<absl::string_view, absl::string_view> kShort[] = {
-      {"fp8", "float8_e4m3fn"}, {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}};
+      {"fp8", "float8_e4m3fn"}, {"bf16", "bfloat16"}, {"f16", "float16"}, {"f32", "float32"}};
   absl::string_view full = name;
   for (const auto& [alias, dtype] : kShort) {
     if (lower == alias) full = dtype;
@@ -61,7 +62,7 @@ absl::StatusOr<DType> EngineDtype(const std::string& name) {
   if (!dtype.ok() || CastKindOf(*dtype) != CastKind::kFloat || *dtype == DType::kFloat8E8M0FNU) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype-to \"", name.substr(0, 64),
-        "\": not a dtype an engine keeps weights in (fp8, bf16, fp16, fp32, float8_e5m2)"));
+        "\": not a dtype an engine keeps weights in (fp8, bf16, f16, f32, float8_e5m2)"));
   }
   return *dtype;
 }

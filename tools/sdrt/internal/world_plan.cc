@@ -178,15 +178,19 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
                         internal::PlanTransfer(std::move(descriptors), options));
   figures.plan_seconds = SecondsSince(start);
   figures.stats = plan.stats;
-  absl::flat_hash_set<const internal::TransferLayoutPlan*> layouts;
+  // The rank's messages of each distinct layout, counted once per layout.
+  absl::flat_hash_map<const internal::TransferLayoutPlan*, int64_t> layouts;
   for (const internal::TransferTensorPlan& t : plan.tensors) {
-    const auto messages = static_cast<int64_t>(
-        std::count_if(t.messages().begin(), t.messages().end(), [rank](const auto& m) {
-          return m.source_rank != m.destination_rank &&
-                 (m.source_rank == rank || m.destination_rank == rank);
-        }));
-    figures.rank_messages += messages;
-    if (layouts.insert(t.layout.get()).second) figures.kept_messages += messages;
+    const auto [it, fresh] = layouts.try_emplace(t.layout.get(), 0);
+    if (fresh) {
+      it->second = static_cast<int64_t>(
+          std::count_if(t.messages().begin(), t.messages().end(), [rank](const auto& m) {
+            return m.source_rank != m.destination_rank &&
+                   (m.source_rank == rank || m.destination_rank == rank);
+          }));
+      figures.kept_messages += it->second;
+    }
+    figures.rank_messages += it->second;
   }
   figures.distinct_layouts = static_cast<int64_t>(layouts.size());
   const int64_t gpus = cluster.gpus_per_node;

@@ -287,6 +287,10 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       options.exchange_order == nullptr ? OrderExchanges(plan, bucket) : ExchangeOrder();
   const ExchangeOrder& order =
       options.exchange_order == nullptr ? own_order : *options.exchange_order;
+  if (order.part_counts.size() != plan.tensors.size() ||
+      order.parts.size() != order.tensors.size()) {
+    return absl::InvalidArgumentError("an exchange order of another plan");
+  }
   std::vector<TransferSchedule::Step> direct;
   direct.reserve(total);
   std::vector<size_t> direct_starts, forward_starts;
@@ -296,8 +300,7 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
     const size_t end = g + 1 < order.begin.size() ? order.begin[g + 1] : order.tensors.size();
     for (size_t k = order.begin[g]; k < end; ++k) {
       const size_t t = order.tensors[k];
-      if (t >= schedule.chunks.size() || order.part_counts.size() != plan.tensors.size() ||
-          order.parts.size() != order.tensors.size()) {
+      if (t >= schedule.chunks.size()) {
         return absl::InvalidArgumentError("an exchange order of another plan");
       }
       for (const TransferMessage& chunk : *schedule.chunks[t]) {

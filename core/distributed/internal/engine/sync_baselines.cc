@@ -69,11 +69,8 @@ double Hops(int64_t ranks, double latency) {
 absl::StatusOr<BaselinePredictions> PredictBaselines(const TransferPlan& plan,
                                                      const ClusterLinks& links,
                                                      int64_t bucket_bytes) {
-  if (!(links.nvlink > 0 && links.nic > 0 && links.copy > 0 && links.latency >= 0) ||
-      links.gpus_per_node < 1 || bucket_bytes < 1) {
-    return absl::InvalidArgumentError(
-        "link bandwidths and the bucket must be > 0, the latency >= 0");
-  }
+  SDRT_RETURN_IF_ERROR(CheckClusterLinks(links));
+  if (bucket_bytes < 1) return absl::InvalidArgumentError("a bucket of no bytes");
   BaselinePredictions out;
   absl::flat_hash_map<const TransferLayoutPlan*, LayoutFacts> facts;
   int64_t model_bytes = 0;

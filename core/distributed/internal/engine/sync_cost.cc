@@ -42,7 +42,7 @@ struct RankState {
 
 // A send or a receive of a schedule, numbered within its (sender, receiver) pair: the
 // n-th send of a pair is the n-th receive of that pair (both sides cut the pair's units
-// alike, in the plan's order).
+// alike, in the exchange order).
 struct PairSlot {
   int64_t sender, receiver, nth;
   uint32_t exchange;
@@ -56,7 +56,6 @@ struct PairSlot {
 struct ScheduleFigures {
   absl::Status status;
   std::vector<PairSlot> sends, receives;
-  int64_t copy_bytes = 0;  // packed and unpacked
   int64_t exchanges = 0;
 };
 
@@ -68,9 +67,9 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
                           const TransferScheduleOptions& options, const ClusterLinks& links,
                           RankState& rank, ScheduleFigures& out) {
   SDRT_ASSIGN_OR_RETURN(const TransferSchedule s, ScheduleTransfer(plan, r, options));
-  int64_t copied = 0;
-  for (size_t u = 0; u < s.local_units; ++u) copied += s.units[u].bytes;
-  rank.start_seconds = static_cast<double>(copied) / links.copy;
+  int64_t local = 0;
+  for (size_t u = 0; u < s.local_units; ++u) local += s.units[u].bytes;
+  rank.start_seconds = static_cast<double>(local) / links.copy;
   absl::flat_hash_map<int64_t, int64_t> nth_sent, nth_received;  // by peer
   for (size_t x = 0; x < s.exchanges(); ++x) {
     int64_t packed = 0, unpacked = 0;
@@ -94,26 +93,20 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
                               {},
                               0,
                               0});
-    copied += packed + unpacked;
   }
-  out.copy_bytes = copied;
   out.exchanges = static_cast<int64_t>(s.exchanges());
   return absl::OkStatus();
 }
 
-absl::Status CheckLinks(const TransferPlan& plan, const ClusterLinks& links) {
+absl::Status CheckPlan(const TransferPlan& plan, const ClusterLinks& links) {
+  SDRT_RETURN_IF_ERROR(CheckClusterLinks(links));
   if (plan.rank != -1) {
     return absl::InvalidArgumentError("a sync is predicted from a plan of every rank");
   }
-  if (links.nodes < 1 || links.gpus_per_node < 1 ||
-      links.nodes > kMaxMeshRanks / links.gpus_per_node ||
-      links.nodes * links.gpus_per_node < plan.world_size) {
+  if (links.nodes * links.gpus_per_node < plan.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("a cluster of ", links.nodes, " x ",
                                                    links.gpus_per_node, " GPUs for a world of ",
                                                    plan.world_size, " ranks"));
-  }
-  if (!(links.nvlink > 0 && links.nic > 0 && links.copy > 0 && links.latency >= 0)) {
-    return absl::InvalidArgumentError("link bandwidths must be > 0 and the latency >= 0");
   }
   for (const TransferTensorPlan& t : plan.tensors) {
     if (t.layout->collective != Collective::kNone) {
@@ -126,9 +119,21 @@ absl::Status CheckLinks(const TransferPlan& plan, const ClusterLinks& links) {
 
 }  // namespace
 
+absl::Status CheckClusterLinks(const ClusterLinks& links) {
+  if (links.nodes < 1 || links.gpus_per_node < 1 ||
+      links.nodes > kMaxMeshRanks / links.gpus_per_node) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a cluster of ", links.nodes, " x ", links.gpus_per_node, " GPUs"));
+  }
+  if (!(links.nvlink > 0 && links.nic > 0 && links.copy > 0 && links.latency >= 0)) {
+    return absl::InvalidArgumentError("link bandwidths must be > 0 and the latency >= 0");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const ClusterLinks& links,
                                            int64_t bucket_bytes) {
-  SDRT_RETURN_IF_ERROR(CheckLinks(plan, links));
+  SDRT_RETURN_IF_ERROR(CheckPlan(plan, links));
   const int64_t world = plan.world_size;
   SyncPrediction out;
   std::vector<RankState> ranks(static_cast<size_t>(world));
@@ -161,7 +166,6 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
     for (int64_t r = first; r < end; ++r) {
       ScheduleFigures& f = figures[static_cast<size_t>(r - first)];
       SDRT_RETURN_IF_ERROR(f.status);
-      out.max_copy_bytes = std::max(out.max_copy_bytes, f.copy_bytes);
       out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
       sends.insert(sends.end(), f.sends.begin(), f.sends.end());
       receives.insert(receives.end(), f.receives.begin(), f.receives.end());

@@ -46,16 +46,20 @@ struct SyncPrediction {
   int64_t max_nic_bytes = 0;
   int64_t max_nvlink_bytes = 0;
   double busiest_link_seconds = 0;
-  int64_t max_exchanges = 0;   // the most exchanges of one rank
-  int64_t messages = 0;        // wire messages (units) of every rank
-  int64_t max_copy_bytes = 0;  // the most one rank packs and unpacks
+  int64_t max_exchanges = 0;  // the most exchanges of one rank
+  int64_t messages = 0;       // wire messages (units) of every rank
 };
+
+// InvalidArgument unless the links are a cluster: nodes and gpus_per_node >= 1 with at most
+// kMaxMeshRanks GPUs, bandwidths > 0, latency >= 0. Both predictions below check it.
+absl::Status CheckClusterLinks(const ClusterLinks& links);
 
 // Runs the schedule of every rank of `plan` (a plan of every rank: TransferPlan::rank -1)
 // with `bucket_bytes` through the model above (the schedules made on up to 32 threads, the
-// run itself on the calling thread; the result does not depend on the threads). InvalidArgument for
-// a plan of one rank, a plan with collective layouts (not modelled), links without the world's
-// ranks (nodes x gpus_per_node < world) or a bandwidth <= 0; ScheduleTransfer's errors; Internal
+// run itself on the calling thread; the result does not depend on the threads).
+// InvalidArgument for a plan of one rank, a plan with collective layouts (not modelled),
+// links that fail CheckClusterLinks or lack the world's ranks (nodes x gpus_per_node <
+// world); ScheduleTransfer's errors; Internal
 // when the schedules cannot complete (a message no exchange receives).
 absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const ClusterLinks& links,
                                            int64_t bucket_bytes);

@@ -519,7 +519,7 @@ typedef struct sdrt_load_options_t {
   int64_t* num_unexpected;
   int32_t read;            /* an sdrt_read_t; every rank passes the same */
   /* >= 64: the most bytes of one collective bucket: read ROOT's broadcast, a sharded
-   * folder's reshard (peak extra memory two buckets per rank) */
+   * folder's reshard (peak extra memory three buckets per rank) */
   int64_t bucket_bytes;
   /* NULL: each entry is filled from the checkpoint tensor of its name. Else how the
    * checkpoint's tensors make the entries (sdrt_weight_map_builtin,
@@ -574,7 +574,7 @@ typedef struct sdrt_load_options_t {
  * the folder's layout, whatever read says but ROOT (refused): options->comm is required;
  * rank file f is mapped by rank f mod size, and each rank receives over the communicator
  * only the bytes of its pieces that its own rank files lack, in buckets of bucket_bytes
- * (peak extra memory two buckets); staging_buffers, staging_bytes and max_gap_bytes do not
+ * (peak extra memory three buckets); staging_buffers, staging_bytes and max_gap_bytes do not
  * apply, direct_io must be 0.
  * The stats give bytes_read (ALL: bytes pread returned; ROOT: the checkpoint on rank 0;
  * sharded: the pieces of the rank files it mapped), bytes_kept, reads (ALL: planned reads;
@@ -769,7 +769,7 @@ typedef struct sdrt_reshard_bound_s* sdrt_reshard_bound_t;
  * buffers: *out (the caller destroys it) keeps sdrt's own references to them and to the
  * plan, so the state dict handles and the plan may be destroyed afterwards, but the buffers
  * themselves must stay valid and in place, and the communicator alive, until *out is
- * destroyed. It also holds the reshard's two buckets (the peak extra memory of an execute)
+ * destroyed. It also holds the reshard's buckets (the peak extra memory of an execute)
  * for its lifetime. `options` may be NULL (only its timeout is read here). Errors, the same
  * on every rank: SDRT_INVALID_ARGUMENT (NULLs, bad options, state dicts that are not the
  * planned layouts); SDRT_RESOURCE_EXHAUSTED (the buckets); SDRT_UNIMPLEMENTED (Partial

@@ -138,7 +138,7 @@ struct LoadOptions {
   std::vector<int64_t> node_of_rank;
   // The most bytes of one collective bucket: kRoot's broadcast (BroadcastOptions::
   // bucket_bytes) and a sharded folder's reshard (ReshardOptions::bucket_bytes: the peak
-  // extra memory per rank is two such buckets). >= 64.
+  // extra memory per rank is three such buckets: ReshardOptions). >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
   // How the checkpoint's tensors make `local`'s (weight_map.h): renamed, fused, split,
   // padded, each rank reading only the bytes of its own pieces into views of its locals.

@@ -42,7 +42,9 @@ namespace sdrt SDRT_API {
 struct ReshardOptions {
   Communicator* comm = nullptr;  // required; CPU tensors with MPI, CUDA ones with NCCL
   // The most bytes a rank sends, or receives, in one exchange: the peak extra memory per rank
-  // is two such buckets, whatever the size of the largest tensor. >= 64.
+  // is three such buckets (two send buckets, so that the next exchange is packed while this
+  // one's messages move, and a receive bucket; two in all when a rank sends in only one
+  // exchange), whatever the size of the largest tensor. >= 64.
   int64_t bucket_bytes = int64_t{256} << 20;
   // Which ranks of comm share a node, for the fan-out: a piece that several destination
   // ranks of one node need and no rank there holds is sent to that node once and forwarded
@@ -154,7 +156,7 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destinatio
 // checked once (by position when the trees list the plan's paths in its order); the small
 // pieces between two ranks travel as one message per bucket; a piece of 64 KiB or more goes
 // on the wire straight from a contiguous CPU source local and into a contiguous CPU
-// destination local; other boxes are copied through the two buckets. About 0.15-0.35 us per
+// destination local; other boxes are copied through the buckets. About 0.15-0.35 us per
 // tensor on 2 CPU ranks (bench/RESULTS.md, the planned rows); keep locals contiguous to stay
 // on the memcpy path. When both sides keep their buffers, BindReshard (below) does this
 // per-tensor work once.
@@ -164,7 +166,7 @@ absl::Status ExecuteReshard(const ReshardPlan& plan, const Map& source, Map& des
 // A plan bound to the locals of one source and one destination state dict: ExecuteReshard
 // with everything that does not change between steps done once. It holds the locals'
 // tensors (sharing their memory, which stays alive while the binding does), the plan, and
-// two buckets (the peak extra memory of ExecuteReshard, held for the binding's lifetime),
+// buckets (the peak extra memory of ExecuteReshard, held for the binding's lifetime),
 // and has worked out every copy and wire message as addresses. Each Execute moves the bytes
 // the bound source locals hold at that moment into the bound destination locals: a trainer
 // that updates its parameters in place and an engine that keeps its weight buffers sync

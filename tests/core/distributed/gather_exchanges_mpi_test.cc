@@ -50,7 +50,7 @@ TEST(GatherExchangesMpi, ExchangesHoldWhatFitsAndTheBigTensorIsCutToFit) {
   EXPECT_EQ(stats.sent_bytes, total / n * (n - 1));
   EXPECT_EQ(stats.received_bytes, total / n * (n - 1));
   EXPECT_EQ(stats.wire_bytes, total * (n - 1));
-  EXPECT_LE(stats.buffer_bytes, 2 * bucket);
+  EXPECT_LE(stats.buffer_bytes, 3 * bucket);
   EXPECT_GE(stats.exchanges, (stats.sent_bytes + bucket - 1) / bucket);
   // The agreement, the exchanges and the closing: collectives follow the bound, not the
   // 24 tensors.

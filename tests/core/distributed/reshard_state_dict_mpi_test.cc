@@ -185,7 +185,7 @@ TEST(ReshardStateDictMpi, TrainerToEngineEveryStepThroughOnePlan) {
     ExpectEngineHolds(s, engine, step);
     // The agreement, the exchanges, and the closing when there were any.
     EXPECT_EQ(stats.collectives, 1 + stats.exchanges + (stats.exchanges > 0 ? 1 : 0));
-    EXPECT_LE(stats.buffer_bytes, 2 * 256);
+    EXPECT_LE(stats.buffer_bytes, 3 * 256);
     seen.Expect(stats);  // the plan kept the hook: every execution reports
   }
 }
@@ -271,7 +271,7 @@ TEST(ReshardStateDictMpi, BoundReshardSyncsInPlaceUpdatesEveryStep) {
     EXPECT_EQ(stats.collectives, stats.exchanges + (stats.exchanges > 0 ? 1 : 0));
     EXPECT_EQ(stats.exchanges, plan->stats().exchanges);
     EXPECT_EQ(stats.wire_bytes, plan->stats().wire_bytes);
-    EXPECT_LE(stats.buffer_bytes, 2 * 256);
+    EXPECT_LE(stats.buffer_bytes, 3 * 256);
     seen.Expect(stats);
   }
   // A moved-from binding refuses, on its own.

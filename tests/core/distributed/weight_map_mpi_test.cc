@@ -132,13 +132,13 @@ TEST(WeightMapMpi, VllmLlamaFromAnFsdpTrainerBitExact) {
         ASSERT_TRUE(bound.ok()) << name << ": " << bound.status();
         ASSERT_TRUE(bound->Execute(&stats).ok()) << name;
       }
-      // The peak extra memory of the mapped sync: its two buckets, the fused tensors being
+      // The peak extra memory of the mapped sync: its three buckets, the fused tensors being
       // written in place through views (no full or component tensor is made).
       // (One rank copies its pieces locally, through no bucket.)
       if (g_world->size() > 1) {
         EXPECT_GT(stats.buffer_bytes, 0) << name;
       }
-      EXPECT_LE(stats.buffer_bytes, 2 * kBucketBytes) << name;
+      EXPECT_LE(stats.buffer_bytes, 3 * kBucketBytes) << name;
       for (const char* key : {"qkv_proj", "gate_up_proj", "embed_tokens"}) {
         const Value* v = engine.Find(HfName(key));
         ASSERT_NE(v, nullptr);

@@ -22,8 +22,8 @@ absl::StatusOr<std::shared_ptr<Storage>> Bucket(Device device, int64_t bytes) {
 
 // Every local this rank's pieces need, checked against its piece, and its ref made a
 // checked one (unless the caller did so).
-absl::Status CheckLocals(const TransferPlan& plan, const TransferSite& comm, TransferLocals& sources,
-                         TransferLocals& destinations) {
+absl::Status CheckLocals(const TransferPlan& plan, const TransferSite& comm,
+                         TransferLocals& sources, TransferLocals& destinations) {
   const int64_t me = comm.rank();
   for (size_t t = 0; t < plan.tensors.size() && !(sources.checked && destinations.checked); ++t) {
     const TransferTensorPlan& tp = plan.tensors[t];
@@ -44,8 +44,8 @@ absl::Status CheckLocals(const TransferPlan& plan, const TransferSite& comm, Tra
           return absl::InvalidArgumentError(absl::StrCat(
               "ExecuteReshard: tensor '", tp.name, "': rank ", me, " needs ",
               is_source ? "source" : "destination", " local ", piece.local, " as ",
-              DTypeName(dtype), ShapeToString(piece.local_shape), " on ",
-              comm.device().ToString(), comm.device().is_cpu() ? "" : " or the CPU", "; it gave ",
+              DTypeName(dtype), ShapeToString(piece.local_shape), " on ", comm.device().ToString(),
+              comm.device().is_cpu() ? "" : " or the CPU", "; it gave ",
               piece.local < static_cast<int>(locals.size())
                   ? (local != nullptr && local->defined() ? local->ToString() : "undefined")
                   : absl::StrCat(locals.size(), " locals")));
@@ -129,11 +129,10 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
   }
   program.ops.reserve(program.ops.size() + 2 * chunks);
   for (const TransferSchedule::CollectiveExchange& c : schedule.collectives) {
-    if (c.kind == Collective::kAllGather &&
-        static_cast<int64_t>(c.counts.size()) != comm.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ExecuteReshard: an all-gather planned for ", c.counts.size(),
-                       " ranks on a communicator of ", comm.size()));
+    if (c.kind == Collective::kAllGather && static_cast<int64_t>(c.counts.size()) != comm.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("ExecuteReshard: an all-gather planned for ",
+                                                     c.counts.size(),
+                                                     " ranks on a communicator of ", comm.size()));
     }
     TransferProgram::Exchange x;
     x.kind = c.kind;
@@ -171,12 +170,12 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
                               : receive_base + offset +
                                     (c.kind == Collective::kAllGather ? segment[m.source_rank] : 0);
       copies.clear();
-      if (host && BucketBoxes(tp, m, destinations.of(step.tensor), slot, /*to_local=*/true,
-                              copies)) {
+      if (host &&
+          BucketBoxes(tp, m, destinations.of(step.tensor), slot, /*to_local=*/true, copies)) {
         AppendCopies(copies, after);
       } else {
-        AppendStep(root ? Kind::kUnpackSent : Kind::kUnpack, j, slot - (root ? send_base : receive_base),
-                   after);
+        AppendStep(root ? Kind::kUnpackSent : Kind::kUnpack, j,
+                   slot - (root ? send_base : receive_base), after);
       }
       if (m.source_rank == me) {
         st.self_bytes += m.bytes;
@@ -196,12 +195,27 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
   return absl::OkStatus();
 }
 
+// The exchanges of `schedule` in which rank `me` sends or copies to itself.
+int64_t SendingExchanges(const TransferSchedule& schedule, int64_t me) {
+  int64_t sending = 0;
+  for (size_t x = 0; x < schedule.exchanges(); ++x) {
+    for (size_t u = schedule.begin[x]; u < schedule.begin[x + 1]; ++u) {
+      if (schedule.units[u].source_rank == me) {
+        ++sending;
+        break;
+      }
+    }
+  }
+  return sending;
+}
+
 }  // namespace
 
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
-                                              const TransferSchedule& schedule,
-                                              ExchangeCounts exchanges, const TransferSite& comm,
-                                              TransferLocals& sources, TransferLocals& destinations) {
+                                                const TransferSchedule& schedule,
+                                                ExchangeCounts exchanges, const TransferSite& comm,
+                                                TransferLocals& sources,
+                                                TransferLocals& destinations) {
   using Kind = TransferProgram::Op::Kind;
   if (sources.size() != plan.tensors.size() || destinations.size() != plan.tensors.size() ||
       schedule.chunks.size() != plan.tensors.size()) {
@@ -272,22 +286,30 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
   program.local_ops_end = program.ops.size();
   // The buckets: none for a rank whose only copies go local to local (no device memory is
   // touched then), the send bucket alone for chunks to itself that go through it.
-  const bool exchanging =
-      exchanges.direct + exchanges.forward > 0 || !schedule.collectives.empty();
-  const bool self_steps = std::any_of(program.ops.begin(), program.ops.end(),
-                                      [](const TransferProgram::Op& op) {
-                                        return op.kind == Kind::kSelf;
-                                      });
-  const int64_t send_bytes = exchanging || self_steps ? schedule.send_bucket_bytes : 0;
+  const bool exchanging = exchanges.direct + exchanges.forward > 0 || !schedule.collectives.empty();
+  const bool self_steps =
+      std::any_of(program.ops.begin(), program.ops.end(),
+                  [](const TransferProgram::Op& op) { return op.kind == Kind::kSelf; });
+  // Two send buckets when this rank packs for more than one exchange: the next exchange
+  // is packed into one while the other's messages move (program.h).
+  const int64_t point_to_point = exchanges.direct + exchanges.forward;
+  const int64_t half_bytes =
+      AlignUp(exchanging || self_steps ? schedule.send_bucket_bytes : 0, align);
+  const bool two_halves = point_to_point > 1 && SendingExchanges(schedule, me) > 1;
+  const int64_t send_bytes = two_halves ? 2 * half_bytes : half_bytes;
   const int64_t receive_bytes = exchanging ? schedule.receive_bucket_bytes : 0;
   SDRT_ASSIGN_OR_RETURN(program.send_bucket, Bucket(comm.device(), send_bytes));
   SDRT_ASSIGN_OR_RETURN(program.receive_bucket, Bucket(comm.device(), receive_bytes));
   st.buffer_bytes = send_bytes + receive_bytes;
   // The buckets' memory (a device's off the CPU: then only the wire writes and reads there).
-  char* const send_base = static_cast<char*>(program.send_bucket->data());
   char* const receive_base = static_cast<char*>(program.receive_bucket->data());
-  for (int64_t e = 0; e < exchanges.direct + exchanges.forward; ++e) {
+  for (int64_t e = 0; e < point_to_point; ++e) {
     TransferProgram::Exchange x;
+    // Its half of the send bucket; packed while the exchange before it moves, unless it
+    // forwards what the exchanges before it received (the first forward exchange).
+    const int64_t half_at = two_halves && e % 2 == 1 ? half_bytes : 0;
+    char* const send_base = static_cast<char*>(program.send_bucket->data()) + half_at;
+    x.prefetched = two_halves && e > 0 && e != exchanges.direct;
     x.ops_begin = program.ops.size();
     x.sends_begin = program.sends.size();
     x.receives_begin = program.receives.size();
@@ -316,7 +338,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
             // calling thread behind them without the exchange's deadline.
             AppendStep(Kind::kSelfDirect, j, 0, program.ops);
           } else {
-            AppendStep(Kind::kSelf, j, 0, after);
+            AppendStep(Kind::kSelf, j, half_at, after);
           }
           st.self_bytes += step.chunk->bytes;
         }
@@ -334,7 +356,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
         }
         // The schedule sized the bucket for this exchange; a unit past its end is a bug.
         send_at = AlignUp(send_at, align);
-        if (send_at + u.bytes > program.send_bucket->nbytes()) {
+        if (send_at + u.bytes > half_bytes) {
           return absl::InternalError(absl::StrCat("ExecuteReshard: a unit of ", u.bytes,
                                                   " bytes at ", send_at,
                                                   " overruns the send bucket"));
@@ -348,7 +370,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
                                   send_base + at, /*to_local=*/false, copies)) {
             AppendCopies(copies, program.ops);
           } else {
-            AppendStep(Kind::kPack, j, at, program.ops);
+            AppendStep(Kind::kPack, j, half_at + at, program.ops);
           }
           at += step.chunk->bytes;
         }
@@ -403,6 +425,15 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
     x.receives_end = program.receives.size();
     program.exchanges.push_back(x);
     ++st.rounds;
+  }
+  if (!host && std::any_of(program.exchanges.begin(), program.exchanges.end(),
+                           [](const TransferProgram::Exchange& x) { return x.prefetched; })) {
+    const int gpu = comm.device().index;
+    SDRT_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(gpu));
+    SDRT_ASSIGN_OR_RETURN(CudaEvent bucket_free, CudaEvent::Create(gpu, EventTiming::kDisabled));
+    SDRT_ASSIGN_OR_RETURN(CudaEvent packed, CudaEvent::Create(gpu, EventTiming::kDisabled));
+    program.pack_stream = std::make_shared<TransferProgram::PackStream>(
+        TransferProgram::PackStream{std::move(stream), std::move(bucket_free), std::move(packed)});
   }
   SDRT_RETURN_IF_ERROR(CompileCollectives(plan, schedule, comm, sources, destinations, program));
   return program;

@@ -3,13 +3,17 @@
 // (from, to, bytes) triple, so that running it again is a walk over flat arrays (no tree, no
 // plan entry, no local read per tensor). A one-shot transfer (TransferRun, transfer.h)
 // compiles and runs one per call; a bound reshard (BindReshard, reshard_state_dict.h)
-// compiles once, holding its locals and its two buckets, and runs it every step. Not public
+// compiles once, holding its locals and its buckets, and runs it every step. Not public
 // API.
 //
 // Each exchange of the schedule becomes: the copies into the send bucket (packing), one
 // Communicator::Exchange, during which the chunks to itself that are copied local to local
 // are copied (its `overlap` work), then, in unit order, the copies out of the receive bucket
-// (unpacking) and the chunks to itself that go through the send bucket. A chunk's boxes are copies
+// (unpacking) and the chunks to itself that go through the send bucket. A rank that packs for
+// more than one exchange has two send buckets (halves of one allocation, exchange e packing
+// into half e % 2) and packs exchange e + 1 while exchange e's messages move (its overlap
+// work too): packing overlaps the wire. The one exception is the first exchange of forwards,
+// packed from what the exchanges before it received, so only after them. A chunk's boxes are copies
 // when every box is one dense range of a checked contiguous CPU local (ContiguousBoxOffset) and
 // nothing is to be reduced; otherwise the chunk stays one step through PackMessage / UnpackMessage
 // (any strides, Partial contributions, other devices), at its place in the order.
@@ -19,8 +23,10 @@
 // legacy default stream before the run: packing before the exchange's messages, which the
 // stream orders after it; unpacking after them; a chunk to itself whose boxes are views of
 // locals on the device straight from local to local before the messages (CopyToSelf), else
-// through the send bucket after them. The exchange's own wait is the only one per exchange,
-// and one Synchronize ends the run. Chunks start on kDeviceChunkAlignment bytes in the
+// through the send bucket after them. A prefetched exchange's packing goes on the program's
+// pack stream (TransferProgram::PackStream) while the exchange before it runs on the
+// communicator's. The exchange's own wait is the only one per exchange, and one Synchronize
+// ends the run. Chunks start on kDeviceChunkAlignment bytes in the
 // device buckets (schedule.h).
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PROGRAM_H_
@@ -34,8 +40,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
-#include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/storage.h"
 
 namespace sdrt::internal {
@@ -43,10 +50,10 @@ namespace sdrt::internal {
 struct TransferProgram {
   struct Op {
     enum class Kind : uint8_t {
-      kCopy,    // memmove `bytes` from `from` to `to`
-      kPack,    // PackMessage of schedule step `step` into the send bucket at `offset`
-      kUnpack,  // UnpackMessage of step `step` from the receive bucket at `offset`
-      kSelf,    // step `step`, a chunk to itself, packed and unpacked through the send bucket
+      kCopy,        // memmove `bytes` from `from` to `to`
+      kPack,        // PackMessage of schedule step `step` into the send bucket at `offset`
+      kUnpack,      // UnpackMessage of step `step` from the receive bucket at `offset`
+      kSelf,        // step `step`, a chunk to itself, packed and unpacked through the send bucket
       kSelfDirect,  // step `step`, a chunk to itself, CopyToSelf (self_copy.h): local to
                     // local on the communicator's stream (device communicators)
       kUnpackSent,  // UnpackMessage of step `step` from the send bucket at `offset` (a
@@ -75,6 +82,9 @@ struct TransferProgram {
     int64_t bytes = 0;
     size_t counts_begin = 0;
     int64_t moved = 0;  // this rank's bytes sent and received in it (for progress)
+    // Its ops [ops_begin, ops_during) (its packing) run while the exchange before it moves
+    // its messages, into the other half of the send bucket.
+    bool prefetched = false;
   };
   std::vector<Op> ops;
   size_t local_ops_end = 0;  // ops [0, local_ops_end): the schedule's local units, run first
@@ -84,6 +94,15 @@ struct TransferProgram {
                                     // schedule's collective ones
   std::vector<int64_t> counts;      // the all-gathers' segment sizes, world_size per exchange
   std::shared_ptr<Storage> send_bucket, receive_bucket;
+  // A device program's packing of prefetched exchanges goes on a stream of its own, so that
+  // it runs beside the messages on the communicator's stream: `bucket_free` (recorded there
+  // before an exchange) holds it back until the half it packs into is free, `packed`
+  // (recorded on it) holds the next exchange back until it is packed. Null on the host.
+  struct PackStream {
+    CudaStream stream;
+    CudaEvent bucket_free, packed;
+  };
+  std::shared_ptr<PackStream> pack_stream;
   TransferRunStats stats;  // what every run does
 };
 
@@ -100,20 +119,21 @@ struct TransferProgram {
 // CompileTransfer checks every local this rank's pieces need before anything moves (refs not
 // yet checked are made checked ones in `sources` and `destinations`; the caller agrees on
 // such errors across ranks first: one rank returning early leaves the others waiting until
-// the deadline), allocates the two buckets on comm.device() and works out every exchange.
+// the deadline), allocates the buckets on comm.device() and works out every exchange.
 // InvalidArgument when sources or destinations have a size other than plan.tensors.size(),
 // when a local needed is missing or of the wrong dtype or shape (PackMessage's errors), when
 // the schedule is not comm.rank()'s or has more exchanges than `exchanges`, or comm.size() is
 // not larger than every rank of the schedule; ResourceExhausted when a bucket cannot be
-// allocated; Unimplemented, on every rank alike, when the buckets are off the CPU and a
-// tensor of the plan has Partial contributions to reduce at its receivers (UnpackMessage
-// reduces from CPU buffers only); Internal for a schedule whose units overrun its buckets.
-// The program points into the plan, the schedule, the locals' memory and the refs of
-// `sources` and `destinations`: all must outlive it, unchanged.
+// allocated; CUDA's errors making a device program's pack stream; Unimplemented, on every rank
+// alike, when the buckets are off the CPU and a tensor of the plan has Partial contributions to
+// reduce at its receivers (UnpackMessage reduces from CPU buffers only); Internal for a schedule
+// whose units overrun its buckets. The program points into the plan, the schedule, the locals'
+// memory and the refs of `sources` and `destinations`: all must outlive it, unchanged.
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
-                                              const TransferSchedule& schedule,
-                                              ExchangeCounts exchanges, const TransferSite& comm,
-                                              TransferLocals& sources, TransferLocals& destinations);
+                                                const TransferSchedule& schedule,
+                                                ExchangeCounts exchanges, const TransferSite& comm,
+                                                TransferLocals& sources,
+                                                TransferLocals& destinations);
 
 // Runs `program` (CompileTransfer of the same plan, schedule, comm and locals): collective
 // over comm, every rank running its own program of the same plan. On return every

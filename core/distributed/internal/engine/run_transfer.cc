@@ -26,17 +26,18 @@ absl::Status RunCollective(const TransferProgram& program, const TransferProgram
   }
   const absl::Span<const int64_t> counts(program.counts.data() + x.counts_begin,
                                          static_cast<size_t>(comm.size()));
-  SDRT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::AtByteOffset(program.receive_bucket, 0,
-                                                              DType::kUInt8, {x.bytes}));
-  SDRT_ASSIGN_OR_RETURN(const Tensor mine,
-                        Tensor::AtByteOffset(program.send_bucket, 0, DType::kUInt8,
-                                             {counts[comm.rank()]}));
+  SDRT_ASSIGN_OR_RETURN(Tensor gathered,
+                        Tensor::AtByteOffset(program.receive_bucket, 0, DType::kUInt8, {x.bytes}));
+  SDRT_ASSIGN_OR_RETURN(
+      const Tensor mine,
+      Tensor::AtByteOffset(program.send_bucket, 0, DType::kUInt8, {counts[comm.rank()]}));
   return comm.AllGatherV(gathered, mine, counts);
 }
 
-// Keeps the buckets of a program whose exchange failed on a device communicator for the
-// rest of the process: the communicator aborted its collective, whose kernels may still
-// touch them, and freeing device memory waits for the device's streams. Reachable from a
+// Keeps the buckets of a program whose exchange failed for the rest of the process: the
+// messages of an exchange given up may still be served to a late peer, and a device
+// communicator aborted its collective, whose kernels may still touch them (freeing device
+// memory waits for the device's streams). Reachable from a
 // static, so leak checkers count them as still reachable.
 void KeepBuckets(const TransferProgram& program) {
   static auto* mutex = new std::mutex();
@@ -109,22 +110,52 @@ absl::Status RunTransfer(
       local = RunOps(program, plan, schedule, sources, destinations, device, stream, begin, end);
     }
   };
+  TransferProgram::PackStream* const packer = program.pack_stream.get();
+  if (packer != nullptr && local.ok()) {
+    local = WaitForLegacyStream(comm->device().index, packer->stream.handle());
+  }
+  // Exchange `next`'s packing, while the exchange before it moves: on the host in turn with
+  // the overlap work, on a device on the pack stream once the half it packs into is free.
+  const auto pack_ahead = [&](const TransferProgram::Exchange& next) {
+    if (packer == nullptr) {
+      run(next.ops_begin, next.ops_during);
+      return;
+    }
+    if (local.ok()) local = packer->bucket_free.Block(packer->stream.handle());
+    if (local.ok()) {
+      local = RunOps(program, plan, schedule, sources, destinations, device,
+                     packer->stream.handle(), next.ops_begin, next.ops_during);
+    }
+    if (local.ok()) local = packer->packed.Record(packer->stream.handle());
+  };
   absl::Status moved;
   run(0, program.local_ops_end);
   const int64_t total = program.stats.sent_bytes + program.stats.received_bytes;
   int64_t done = 0;
   for (size_t i = 0; i < n && moved.ok(); ++i) {
     const TransferProgram::Exchange& x = program.exchanges[i];
-    run(x.ops_begin, x.ops_during);
+    if (!x.prefetched) {
+      run(x.ops_begin, x.ops_during);
+    } else if (packer != nullptr && local.ok()) {
+      local = packer->packed.Block(stream);  // its packing, on the pack stream, first
+    }
+    const TransferProgram::Exchange* const next =
+        i + 1 < n && program.exchanges[i + 1].prefetched ? &program.exchanges[i + 1] : nullptr;
+    if (next != nullptr && packer != nullptr && local.ok()) {
+      // The half `next` packs into is free once what is enqueued now (the exchange before
+      // this one and its unpacking) has run.
+      local = packer->bucket_free.Record(stream);
+    }
     if (x.kind != Collective::kNone) {
       moved = RunCollective(program, x, *comm);
     } else {
-      const Communicator::LocalWork during =
-          x.ops_split > x.ops_during ? Communicator::LocalWork([&] {
-            run(x.ops_during, x.ops_split);
-            return absl::OkStatus();
-          })
-                                     : nullptr;
+      const Communicator::LocalWork during = x.ops_split > x.ops_during || next != nullptr
+                                                 ? Communicator::LocalWork([&] {
+                                                     run(x.ops_during, x.ops_split);
+                                                     if (next != nullptr) pack_ahead(*next);
+                                                     return absl::OkStatus();
+                                                   })
+                                                 : nullptr;
       moved = comm->Exchange(
           absl::MakeConstSpan(program.sends.data() + x.sends_begin, x.sends_end - x.sends_begin),
           absl::MakeConstSpan(program.receives.data() + x.receives_begin,
@@ -145,8 +176,18 @@ absl::Status RunTransfer(
     done += x.moved;
     if (progress && local.ok()) progress(done, total);
   }
+  // Whatever the pack stream was given runs before the run's end is waited for.
+  if (packer != nullptr) {
+    const absl::Status packed = packer->packed.Block(stream);
+    if (local.ok()) local = packed;
+  }
   const absl::Status status = !moved.ok() ? moved : local;
-  if (!device) return status;
+  if (!device) {
+    // An exchange given up (its deadline) leaves its messages posted: a late peer may still
+    // read or write the buckets, which stay.
+    if (!moved.ok()) KeepBuckets(program);
+    return status;
+  }
   // Everything the steps enqueued has run before the caller reads (or frees) its locals. A
   // communicator that aborted refuses at once: its buckets stay (KeepBuckets).
   const absl::Status synced = comm->Synchronize();

@@ -11,7 +11,7 @@
 // exchange (one Communicator::Exchange: MPI_Isend/Irecv, or ncclSend/ncclRecv in one
 // group) takes the rank's next units of one exchange group in that order, sends and
 // receives alike, while neither side passes a bucket, packed into and unpacked from the
-// rank's two buckets, so that both sides of a message make it in the same group's
+// rank's buckets, so that both sides of a message make it in the same group's
 // exchange (a schedule cut by each rank's own bytes alone lets a rank wait on a peer still
 // busy with earlier tensors, and those waits chain across the world: sync_cost.h); a
 // chunk to itself is copied without the wire: local to local while the exchange's messages
@@ -21,8 +21,9 @@
 // own: a relay sends what it has received. No rank waits on another's schedule:
 // everything before the earliest unit not yet delivered has been delivered, so that unit
 // is in the current exchange of its sender and of its receiver, and every exchange
-// completes. Peak extra memory per rank: the two buckets (each at most bucket_bytes, or
-// one row of a box when a row is larger), whatever the size of the largest tensor. Not
+// completes. Peak extra memory per rank: a receive bucket and one send bucket, or two when
+// it packs for more than one exchange (program.h; each at most bucket_bytes, or one row of
+// a box when a row is larger), whatever the size of the largest tensor. Not
 // public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SCHEDULE_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SCHEDULE_H_

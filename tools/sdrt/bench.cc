@@ -1,14 +1,17 @@
 // `mpiexec -n N sdrt bench [--workload llama|small|tiny|minilm|FILE] [--ops gather,...]
-// [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--inputs tensors|arena] [--json]`:
-// GatherStateDict, BroadcastStateDict and DistributeStateDict over MPI on the CPU, each against one
-// flat MPI collective (or memcpy) of the same bytes in the same run, printed in nccl-tests' columns
-// with sdrt / flat, sdrt / fresh and the collectives per call; every byte of every result is
-// checked (#wrong). The workloads are internal/bench_workloads.h's, the rows
-// internal/bench_ops.h's; bench/peer/pytorch_distributed_peer.py runs the same with
+// [--bucket-mib M] [--iters K] [--warmup W] [--tensors T] [--inputs tensors|arena]
+// [--from LAYOUT] [--to LAYOUT] [--json]`: GatherStateDict, BroadcastStateDict and
+// DistributeStateDict over MPI on the CPU, each against one flat MPI collective (or memcpy) of
+// the same bytes in the same run, printed in nccl-tests' columns with sdrt / flat, sdrt / fresh
+// and the collectives per call; every byte of every result is checked (#wrong). The workloads
+// are internal/bench_workloads.h's, the rows internal/bench_ops.h's (--from and --to are the
+// sync_layout row's layouts); bench/peer/pytorch_distributed_peer.py runs the same with
 // PyTorch. Needs MPI: in a build without it the command says so (exit 2).
+#include <algorithm>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +19,7 @@
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #if SDRT_CLI_HAVE_MPI
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_ops.h"
 #include "sdrt/tools/sdrt/internal/bench_rows.h"
@@ -34,16 +38,48 @@ struct BenchArgs {
   int warmup = 1;
   int64_t tensors = 0;
   std::string inputs = "tensors";
-  SharedOptions shared;  // --bucket-mib, --json, --timeout
+  std::string from = "fsdp:";
+  std::string to;              // empty: vllm:tp=N on the N ranks
+  bool layouts_given = false;  // --from or --to
+  SharedOptions shared;        // --bucket-mib, --json, --timeout
 };
+
+// sync_layout's layouts into *settings: --from and --to (the engine's default vllm:tp=N),
+// each spanning the run's `ranks` (ParallelLayout::Parse refuses another world size).
+// InvalidArgument for a bad description or --from / --to without sync_layout in --ops.
+absl::Status SetLayouts(const BenchArgs& args, const std::vector<std::string>& ops, int ranks,
+                        BenchSettings* settings) {
+  if (std::find(ops.begin(), ops.end(), "sync_layout") == ops.end()) {
+    if (args.layouts_given) {
+      return absl::InvalidArgumentError("--from and --to are sync_layout's: add it to --ops");
+    }
+    return absl::OkStatus();
+  }
+  settings->from_layout = args.from;
+  settings->to_layout = args.to.empty() ? absl::StrCat("vllm:tp=", ranks) : args.to;
+  for (const auto& [option, spec] :
+       {std::pair<const char*, const std::string&>{"--from", settings->from_layout},
+        {"--to", settings->to_layout}}) {
+    const absl::StatusOr<ParallelLayout> layout = ParallelLayout::Parse(spec, ranks);
+    if (!layout.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(option, ": ", layout.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Report> Bench(const BenchArgs& args, Runner& run) {
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> ops,
                         ParseBenchOps(args.ops));  // checked: OK
   BenchWorkload workload;
   std::unique_ptr<BenchRunner> runner;
-  const BenchSettings settings{args.shared.bucket_bytes(), args.warmup, args.iters,
-                               args.inputs == "arena"};
+  BenchSettings settings;
+  settings.bucket_bytes = args.shared.bucket_bytes();
+  settings.warmup = args.warmup;
+  settings.iterations = args.iters;
+  settings.arena_inputs = args.inputs == "arena";
+  // The same options and ranks on every rank: the same outcome.
+  SDRT_RETURN_IF_ERROR(SetLayouts(args, ops, run.size(), &settings));
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(workload,
                           MakeBenchWorkload(args.workload, args.tensors, args.inputs == "arena"));
@@ -108,7 +144,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                   "unmapped; llama workload), sync_fp8 (the same into float8_e4m3fn linear "
                   "weights with per-tensor scales, against the bfloat16 sync; its wire bytes "
                   "printed), sync_regroup (the same buffers from Megatron-fused linear_qkv / "
-                  "linear_fc1 by regroup rules, against sync_mapped); the last ten not in the "
+                  "linear_fc1 by regroup rules, against sync_mapped), links (latency, pair, "
+                  "nic and copy bandwidths by Communicator::Exchange, and the --cluster text "
+                  "of sdrt simulate), sync_layout (a bound sync from --from into --to, against "
+                  "one exchange of the same bytes per rank); the last twelve not in the "
                   "default")
       ->check(CLI::Validator(
           [](std::string& text) {
@@ -135,6 +174,13 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                   "those (for quick runs and tests)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  cmd->add_option("--from", args->from,
+                  "sync_layout's source: the trainer's parallel layout over the run's ranks, "
+                  "e.g. megatron:tp=2,pp=2,ep=2 (docs/LAYOUTS.md)")
+      ->capture_default_str();
+  cmd->add_option("--to", args->to,
+                  "sync_layout's destination: the engine's parallel layout over the same "
+                  "ranks, e.g. vllm:tp=2,dp=2,ep=4 (default vllm:tp=N on N ranks)");
   AddSharedOptions(cmd, kBucketMibOption | kJsonOption | kTimeoutOption, &args->shared);
   cmd->footer(
       "--json prints one list (rank 0), an object per row: workload, op, ratio (sdrt / flat) "
@@ -143,7 +189,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       "flat: one MPI_Allgather(v) / MPI_Bcast of all the bytes in one warm buffer "
       "(distribute: memcpy); fresh: the same into a new, untouched buffer. --timeout bounds "
       "sdrt's collectives, not the flat MPI calls. Exit 1 when any byte is wrong.");
-  cmd->callback([args, exit_code] {
+  cmd->callback([cmd, args, exit_code] {
+    args->layouts_given = cmd->count("--from") + cmd->count("--to") > 0;
     *exit_code = RunOnRanks("bench", args->shared, [&](Runner& run) { return Bench(*args, run); });
   });
 #else

@@ -13,6 +13,7 @@
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_flat.h"
+#include "sdrt/tools/sdrt/internal/bench_links.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 
 namespace sdrt::cli {
@@ -364,6 +365,8 @@ absl::StatusOr<BenchRow> BenchRunner::Run(const std::string& op) {
   if (op == "sync_mapped") return SyncMapped();
   if (op == "sync_fp8") return SyncFp8();
   if (op == "sync_regroup") return SyncRegroup();
+  if (op == "links") return MeasureLinks(world_, settings_);
+  if (op == "sync_layout") return SyncLayout();
   return absl::InvalidArgumentError(absl::StrCat("sdrt bench: unknown op \"", op, "\""));
 }
 

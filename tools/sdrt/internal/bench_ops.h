@@ -29,6 +29,13 @@
 //                  through the built-in map vllm-llama, against the same bound sync into
 //                  the unmapped tp layout (the baseline column; bench_mapped.cc). Llama
 //                  workload only; not in the default --ops.
+//   links          the links of `sdrt simulate --cluster`: latency, the bandwidth between
+//                  two ranks of a node and of two nodes, the copy bandwidth, by
+//                  Communicator::Exchange with every rank at once (bench_links.h). Not in
+//                  the default --ops.
+//   sync_layout    the workload's weight sync between two parallel layouts (--from, --to),
+//                  bound once and executed per call, against one exchange of the same bytes
+//                  per rank (bench_layout_sync.cc). Not in the default --ops.
 //
 // The flat all-gather is MPI_Allgather when every rank sends the same bytes and
 // MPI_Iallgatherv + MPI_Wait otherwise, as the MPI communicator does: MPICH's blocking
@@ -85,6 +92,9 @@ class BenchRunner {
   absl::StatusOr<BenchRow> SyncFp8();
   // A Megatron-fused trainer into the same buffers by regroup rules (bench_regroup.cc).
   absl::StatusOr<BenchRow> SyncRegroup();
+  // A bound sync between settings.from_layout and to_layout (bench_layout_sync.cc); also
+  // InvalidArgument for layouts that cannot place the workload's tensors.
+  absl::StatusOr<BenchRow> SyncLayout();
   // What the mapped rows share (bench_mapped.cc).
   struct MappedSync;
   absl::StatusOr<MappedSync> PrepareMappedSync(const std::string& op);

@@ -89,6 +89,16 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
   }
   table.Print(out);
   for (const BenchRow& row : rows) {
+    if (row.links.has_value()) {
+      const BenchLinks& l = *row.links;
+      out << absl::StrFormat(
+          "# %s: pair %.2f GB/s, nic %.2f GB/s, latency %.3g us, copy %.2f GB/s -> sdrt simulate "
+          "--cluster %s\n",
+          row.op, l.pair / 1e9, l.nic / 1e9, l.latency * 1e6, l.copy / 1e9, l.cluster);
+    }
+    if (!row.from_layout.empty()) {
+      out << "# " << row.op << ": " << row.from_layout << " -> " << row.to_layout << "\n";
+    }
     if (row.flat_wire_bytes > 0) {
       out << "# " << row.op << ": wire bytes " << WithThousands(row.wire_bytes) << " against "
           << WithThousands(row.flat_wire_bytes) << " for the baseline: "
@@ -151,6 +161,21 @@ nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachi
                     {"inputs", settings.arena_inputs ? "arena" : "tensors"},
                     {"warmup", settings.warmup},
                     {"iters", settings.iterations}});
+    nlohmann::ordered_json& out = list.back();
+    if (!row.from_layout.empty()) {
+      out["from"] = row.from_layout;
+      out["to"] = row.to_layout;
+    }
+    if (row.links.has_value()) {
+      const BenchLinks& l = *row.links;
+      out["pair_bytes_per_second"] = l.pair;
+      out["nic_bytes_per_second"] = l.nic;
+      out["latency_seconds"] = l.latency;
+      out["copy_bytes_per_second"] = l.copy;
+      out["nodes"] = l.nodes;
+      out["gpus_per_node"] = l.gpus_per_node;
+      out["cluster"] = l.cluster;
+    }
   }
   return list;
 }

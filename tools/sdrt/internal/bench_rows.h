@@ -7,6 +7,7 @@
 #define SDRT_TOOLS_SDRT_INTERNAL_BENCH_ROWS_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,11 +22,22 @@
 namespace sdrt::cli {
 
 // The ops, in the order rows are printed.
-inline constexpr const char* kBenchOps[] = {
-    "gather",         "gather_r0_off",   "broadcast",         "distribute",
-    "gather_partial", "gather_planned",  "broadcast_planned", "distribute_planned",
-    "gather_bound",   "broadcast_bound", "distribute_bound", "sync_mapped",
-    "sync_fp8",       "sync_regroup"};
+inline constexpr const char* kBenchOps[] = {"gather",
+                                            "gather_r0_off",
+                                            "broadcast",
+                                            "distribute",
+                                            "gather_partial",
+                                            "gather_planned",
+                                            "broadcast_planned",
+                                            "distribute_planned",
+                                            "gather_bound",
+                                            "broadcast_bound",
+                                            "distribute_bound",
+                                            "sync_mapped",
+                                            "sync_fp8",
+                                            "sync_regroup",
+                                            "links",
+                                            "sync_layout"};
 
 // The ops of `text` (comma separated), in kBenchOps order; InvalidArgument naming an
 // unknown one, or for none.
@@ -51,6 +63,21 @@ struct BenchSettings {
   // per rank (as a training framework's flat parameter buffer is), on 2 MiB pages like the
   // flat baseline's buffer; else each tensor is its own allocation.
   bool arena_inputs = false;
+  // sync_layout's parallel layouts (core/checkpoint/parallel_layout.h): the trainer's
+  // pieces and the engine's, both over the run's ranks.
+  std::string from_layout;
+  std::string to_layout;
+};
+
+// What the links row measured: the --cluster links of `sdrt simulate`.
+struct BenchLinks {
+  double pair = 0;     // bytes per second between two ranks of one node, per direction
+  double nic = 0;      // the same between ranks of two nodes (one node: the pair's)
+  double latency = 0;  // seconds per exchange
+  double copy = 0;     // bytes per second of a memcpy on every rank at once
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 1;  // ranks per node (the most of any node)
+  std::string cluster;        // "nodes=N,gpus=G,nvlink=..GB/s,nic=..GB/s,latency=..us,copy=.."
 };
 
 // One op's measurements.
@@ -67,9 +94,14 @@ struct BenchRow {
   int64_t wrong = 0;       // bytes of sdrt's results that differ from the source, all ranks
   int64_t flat_wrong = 0;  // the same for the flat baseline's buffer
   // Every rank's bytes between ranks of one call, sdrt's and the baseline's, where a row
-  // compares them (sync_fp8); 0 elsewhere.
+  // compares them (sync_fp8, sync_layout); 0 elsewhere.
   int64_t wire_bytes = 0;
   int64_t flat_wire_bytes = 0;
+  // sync_layout's layouts with every size spelled out (ParallelLayout::ToString); empty
+  // elsewhere.
+  std::string from_layout;
+  std::string to_layout;
+  std::optional<BenchLinks> links;  // the links row's figures
 };
 
 // This machine as the session sees it: threads, affinity, ranks, backend, device, the

@@ -85,6 +85,20 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<double>> MeasureRuns(Communicator& world,
+                                                const std::function<absl::Status()>& call,
+                                                int warmup, int iterations) {
+  std::vector<double> seconds;
+  for (int it = 0; it < warmup + iterations; ++it) {
+    absl::Status status;
+    const Timing t = TimeOnce([&] { status = call(); });
+    status = AgreeUnlessTimedOut(world, status);
+    if (!status.ok()) return status;
+    if (it >= warmup) seconds.push_back(t.seconds);
+  }
+  return seconds;
+}
+
 void FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 FreshBuffer AllocateFresh(int64_t bytes) {
@@ -103,6 +117,14 @@ uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Sta
 int64_t SumOverRanks(int64_t value) {
   MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   return value;
+}
+
+std::vector<int64_t> GatherOverRanks(int64_t value) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int64_t> values(static_cast<size_t>(size));
+  MPI_Allgather(&value, 1, MPI_INT64_T, values.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+  return values;
 }
 
 }  // namespace sdrt::cli

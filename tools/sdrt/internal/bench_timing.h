@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "sdrt/comm/communicator.h"
 
 namespace sdrt::cli {
@@ -48,6 +49,12 @@ struct BenchCalls {
 absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup, int iterations,
                         BenchTimes* times);
 
+// `warmup` + `iterations` runs of `call` alone, its status agreed over `world` after each
+// (as MeasureRow does): the slowest rank's seconds of each timed run, in order.
+absl::StatusOr<std::vector<double>> MeasureRuns(Communicator& world,
+                                                const std::function<absl::Status()>& call,
+                                                int warmup, int iterations);
+
 // A buffer allocated as a CPU Storage is (aligned_alloc, 256 bytes, untouched), for the
 // "fresh" baseline: what any call returning new memory pays at least for first touching it.
 struct FreeDeleter {
@@ -61,6 +68,8 @@ uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Sta
 
 // Sum of `value` over the ranks of MPI_COMM_WORLD.
 int64_t SumOverRanks(int64_t value);
+// Every rank's `value`, in rank order (MPI_COMM_WORLD).
+std::vector<int64_t> GatherOverRanks(int64_t value);
 
 }  // namespace sdrt::cli
 

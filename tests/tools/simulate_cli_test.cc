@@ -127,6 +127,19 @@ TEST(SimulateCli, PredictsTheSyncAndTheBaselinesOnTheLinksGiven) {
   EXPECT_LT(fp8["wire_bytes"].get<double>(), 0.7 * p["wire_bytes"].get<double>());
   EXPECT_GT(fp8["wire_bytes"].get<double>(), 0.5 * p["wire_bytes"].get<double>());
   EXPECT_LT(fp8["predicted_seconds"].get<double>(), 0.7 * predicted);
+  // Copies as slow as the NIC, tensors of 64 KiB and more: a GPU packs and unpacks every
+  // byte (about three times the wire), the CPU executor sends each piece (fsdp to fsdp: one
+  // dense range) from its local into its local (the wire alone).
+  const std::string slow =
+      "--model tiny-llama --scale 8 --from fsdp:dp=2 --to fsdp:dp=2 --disjoint "
+      "--cluster nodes=2,gpus=2,nic=1GB/s,latency=0s,copy=1GB/s";
+  const nlohmann::json gpu = Simulate(slow);
+  const nlohmann::json cpu = Simulate(slow + ",device=cpu");
+  EXPECT_EQ(gpu["device"], "gpu");
+  EXPECT_EQ(cpu["device"], "cpu");
+  const double wire = gpu["max_nic_bytes"].get<double>() / 1e9;
+  EXPECT_GT(gpu["predicted_seconds"].get<double>(), 2.5 * wire);
+  EXPECT_LT(cpu["predicted_seconds"].get<double>(), 1.05 * wire);
 }
 
 TEST(SimulateCli, InputErrorsAreExitTwo) {
@@ -149,6 +162,8 @@ TEST(SimulateCli, InputErrorsAreExitTwo) {
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=50", "needs a unit"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=0GB/s", "out of range"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,latency=2s", "0 to 1 s"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,device=tpu",
+       "\"device=tpu\" is not device=gpu or device=cpu"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=GB/s", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1.2.3GB/s", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1GB/s,nic=2GB/s",

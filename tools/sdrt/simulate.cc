@@ -116,6 +116,7 @@ absl::Status RunSimulate(const SimulateArgs& args) {
         {"nic_bytes_per_second", cluster.nic},
         {"latency_seconds", cluster.latency},
         {"copy_bytes_per_second", cluster.copy},
+        {"device", cluster.host ? "cpu" : "gpu"},
         {"bucket_bytes", options.bucket_bytes},
         {"dtype_to", options.dtype_to ? nlohmann::ordered_json(DTypeName(*options.dtype_to))
                                       : nlohmann::ordered_json()},
@@ -173,11 +174,12 @@ absl::Status RunSimulate(const SimulateArgs& args) {
              HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
              HumanBytes(f.node_lower_bound_bytes), Ratio(busiest_node, f.node_lower_bound_bytes))
       << absl::StrFormat(
-             "links: NVLink %s/s, NIC %s/s per GPU, latency %s, copies %s/s; "
+             "links: NVLink %s/s, NIC %s/s per %s, latency %s, copies %s/s; "
              "bucket %s\n",
              HumanBytes(static_cast<int64_t>(cluster.nvlink)),
-             HumanBytes(static_cast<int64_t>(cluster.nic)), Duration(cluster.latency),
-             HumanBytes(static_cast<int64_t>(cluster.copy)), HumanBytes(options.bucket_bytes))
+             HumanBytes(static_cast<int64_t>(cluster.nic)), cluster.host ? "CPU rank" : "GPU",
+             Duration(cluster.latency), HumanBytes(static_cast<int64_t>(cluster.copy)),
+             HumanBytes(options.bucket_bytes))
       << absl::StrFormat("busiest NIC %s, busiest NVLink %s: %.3f s on the wire; bound %.3f s\n",
                          HumanBytes(f.sync.max_nic_bytes), HumanBytes(f.sync.max_nvlink_bytes),
                          f.sync.busiest_link_seconds, f.bound_seconds)
@@ -211,8 +213,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--to", args->to, "the destination's layout, e.g. vllm:tp=8,dp=16")->required();
   cmd->add_option("--cluster", args->cluster,
-                  "nodes=N,gpus=G[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s]: "
-                  "rank r is on node r / G; bandwidths per GPU and direction")
+                  "nodes=N,gpus=G[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s]"
+                  "[,device=gpu|cpu]: rank r is on node r / G; bandwidths per GPU and direction; "
+                  "device=cpu: the executor on the CPU, as sdrt bench's links row measures")
       ->required();
   cmd->add_option("--dtype-to", args->dtype_to,
                   "the engine's dtype of its linear layers' weights (fp8 = float8_e4m3fn): the "

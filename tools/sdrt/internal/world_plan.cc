@@ -35,7 +35,7 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cluster \"", text.substr(0, 128), "\": ", why,
                      " (expected nodes=N,gpus=G[,nvlink=450GB/s][,nic=50GB/s][,latency=10us]"
-                     "[,copy=1000GB/s])"));
+                     "[,copy=1000GB/s][,device=gpu|cpu])"));
   };
   internal::ClusterLinks links;
   absl::flat_hash_set<std::string> seen;
@@ -52,6 +52,13 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
         return bad(absl::StrCat("\"", item, "\" is not key=N with N in [1, ", kMaxMeshRanks, "]"));
       }
       (kv.first == "nodes" ? links.nodes : links.gpus_per_node) = value;
+      continue;
+    }
+    if (kv.first == "device") {
+      if (kv.second != "gpu" && kv.second != "cpu") {
+        return bad(absl::StrCat("\"", item, "\" is not device=gpu or device=cpu"));
+      }
+      links.host = kv.second == "cpu";
       continue;
     }
     const bool time = kv.first == "latency";

@@ -24,10 +24,11 @@ namespace sdrt::cli {
 inline constexpr int64_t kMaxSimulatedRanks = 8192;
 
 // The machines the world runs on and their links (internal/engine/sync_cost.h):
-// "nodes=16,gpus=8[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s]", rank r on
-// node r / gpus. nodes and gpus are required, whole numbers >= 1 whose product is at most
-// kMaxSimulatedRanks; bandwidths are a number with TB/s, GB/s, MB/s or Gb/s from 1 MB/s to
-// 1 PB/s, the latency a number with s, ms, us or ns from 0 to 1 s; the others keep
+// "nodes=16,gpus=8[,nvlink=450GB/s][,nic=50GB/s][,latency=10us][,copy=1000GB/s][,device=gpu]",
+// rank r on node r / gpus; device=cpu: the executor on the CPU (ClusterLinks::host, as
+// `sdrt bench`'s links row measures it). nodes and gpus are required, whole numbers >= 1 whose
+// product is at most kMaxSimulatedRanks; bandwidths are a number with TB/s, GB/s, MB/s or Gb/s from
+// 1 MB/s to 1 PB/s, the latency a number with s, ms, us or ns from 0 to 1 s; the others keep
 // ClusterLinks' defaults. InvalidArgument naming the text and what is wrong.
 absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text);
 

@@ -164,9 +164,9 @@ absl::Status CopyMessage(const TransferTensorPlan& tp, const TransferMessage& me
       // FP8 codes made on the sender, with the scales of the box's tiles.
       if (ref.tensor == nullptr || !ref.tensor->defined() || ref.tensor->dtype() != side ||
           ref.tensor->shape() != piece.local_shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": local ", piece.local, " of rank ", piece.rank, " is not a ",
-            DTypeName(side), ShapeToString(piece.local_shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": local ", piece.local, " of rank ", piece.rank, " is not a ",
+                         DTypeName(side), ShapeToString(piece.local_shape)));
       }
       shape.resize(move.begin.size());
       for (size_t d = 0; d < shape.size(); ++d) shape[d] = move.end[d] - move.begin[d];
@@ -324,13 +324,18 @@ int64_t ContiguousBoxOffset(const TransferPiece& piece, const TransferMove& move
   return offset;
 }
 
-char* DirectRange(const TransferTensorPlan& tp, const TransferMessage& message, LocalRefs locals,
-                  bool to_local) {
+bool GoesDirect(const TransferTensorPlan& tp, const TransferMessage& message, bool to_local) {
   if (message.moves.size() != 1 || message.contribution > 0 || IsSubByte(tp.dtype) ||
       message.bytes < kDirectRangeBytes ||
       (to_local || message.forward ? tp.destination_dtype() : tp.source_dtype()) != tp.dtype) {
-    return nullptr;
+    return false;
   }
+  return (to_local ? message.moves[0].destination_offset : message.moves[0].source_offset) >= 0;
+}
+
+char* DirectRange(const TransferTensorPlan& tp, const TransferMessage& message, LocalRefs locals,
+                  bool to_local) {
+  if (!GoesDirect(tp, message, to_local)) return nullptr;
   const TransferMove& move = message.moves[0];
   const std::vector<TransferPiece>& pieces =
       to_local || message.forward ? tp.destination() : tp.source();

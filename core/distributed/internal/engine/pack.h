@@ -130,6 +130,9 @@ int64_t ContiguousBoxOffset(const TransferPiece& piece, const TransferMove& move
 // locals when `to_local`, else the source ones, or the relay's destination locals for a forward),
 // that range's first byte; null otherwise (the message is packed or unpacked through a bucket).
 inline constexpr int64_t kDirectRangeBytes = int64_t{64} << 10;
+// DirectRange's test without the locals: whether the message goes on the wire from its
+// local (`to_local`: into it) when that local is row-major contiguous on the CPU.
+bool GoesDirect(const TransferTensorPlan& tp, const TransferMessage& message, bool to_local);
 char* DirectRange(const TransferTensorPlan& tp, const TransferMessage& message, LocalRefs locals,
                   bool to_local);
 

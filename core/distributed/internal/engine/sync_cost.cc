@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -29,6 +30,8 @@ struct WireMessage {
 // One rank's exchange: its copies and its messages (ids into the world's messages).
 struct RankExchange {
   double pack_seconds = 0, unpack_seconds = 0;
+  bool prefetched = false;  // packed while the exchange before it moves (program.h)
+  double packed_at = 0;     // when, if so, its packing ends
   std::vector<uint32_t> messages;
   size_t pending = 0;
   double last_arrival = 0;
@@ -71,28 +74,41 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
   for (size_t u = 0; u < s.local_units; ++u) local += s.units[u].bytes;
   rank.start_seconds = static_cast<double>(local) / links.copy;
   absl::flat_hash_map<int64_t, int64_t> nth_sent, nth_received;  // by peer
+  // A unit of one large dense box goes on the wire from its local on the CPU (DirectRange).
+  const auto direct = [&](const TransferSchedule::Unit& unit, bool to_local) {
+    const TransferSchedule::Step& step = s.steps[unit.first];
+    return links.host && unit.count == 1 &&
+           GoesDirect(plan.tensors[step.tensor], *step.chunk, to_local);
+  };
+  int64_t sending = 0;  // exchanges that pack
   for (size_t x = 0; x < s.exchanges(); ++x) {
     int64_t packed = 0, unpacked = 0;
+    bool sends = false;
     const auto exchange = static_cast<uint32_t>(rank.exchanges.size());
     for (size_t u = s.begin[x]; u < s.begin[x + 1]; ++u) {
       const TransferSchedule::Unit& unit = s.units[u];
+      sends = sends || unit.source_rank == r;
       if (unit.source_rank == r && unit.destination_rank == r) {
-        packed += unit.bytes;  // through the send bucket, or local to local on the stream
+        packed += unit.bytes;  // through the send bucket, or local to local
       } else if (unit.source_rank == r) {
-        packed += unit.bytes;
+        packed += direct(unit, /*to_local=*/false) ? 0 : unit.bytes;
         out.sends.push_back(
             {r, unit.destination_rank, nth_sent[unit.destination_rank]++, exchange, unit.bytes});
       } else {
-        unpacked += unit.bytes;
+        unpacked += direct(unit, /*to_local=*/true) ? 0 : unit.bytes;
         out.receives.push_back(
             {unit.source_rank, r, nth_received[unit.source_rank]++, exchange, unit.bytes});
       }
     }
-    rank.exchanges.push_back({static_cast<double>(packed) / links.copy,
-                              static_cast<double>(unpacked) / links.copy,
-                              {},
-                              0,
-                              0});
+    sending += sends ? 1 : 0;
+    RankExchange& made = rank.exchanges.emplace_back();
+    made.pack_seconds = static_cast<double>(packed) / links.copy;
+    made.unpack_seconds = static_cast<double>(unpacked) / links.copy;
+    made.prefetched = x > 0 && x != s.direct_exchanges;
+  }
+  // Two send buckets, and so packing ahead, only for a rank that packs more than once.
+  if (sending <= 1) {
+    for (RankExchange& x : rank.exchanges) x.prefetched = false;
   }
   out.exchanges = static_cast<int64_t>(s.exchanges());
   return absl::OkStatus();
@@ -211,21 +227,35 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>> ready;
   std::vector<double> nic_send_free(world), nic_receive_free(world), nvl_send_free(world),
       nvl_receive_free(world);
-  // Rank r reaches its next exchange (or its end) at time t.
+  // On the CPU (links.host): when each rank's thread is done with the copies it started.
+  std::vector<double> cpu_free(links.host ? static_cast<size_t>(world) : 0);
+  // Rank r reaches its next exchange (or its end) at time t: it packs the exchange unless
+  // that was done ahead, posts its messages and packs the next one ahead if it may; the
+  // exchange ends when its messages have arrived and that packing is done, then unpacks.
+  const auto ends = [](const RankState& rank, double arrived) {
+    const size_t next = rank.current + 1;
+    const bool ahead = next < rank.exchanges.size() && rank.exchanges[next].prefetched;
+    return std::max(arrived, ahead ? rank.exchanges[next].packed_at : 0.0);
+  };
   const auto reach = [&](int64_t r, double t) {
     RankState& rank = ranks[static_cast<size_t>(r)];
     while (rank.current < rank.exchanges.size()) {
       RankExchange& x = rank.exchanges[rank.current];
+      const double posted = x.prefetched ? t : t + x.pack_seconds;
+      const size_t next = rank.current + 1;
+      if (next < rank.exchanges.size() && rank.exchanges[next].prefetched) {
+        rank.exchanges[next].packed_at = posted + rank.exchanges[next].pack_seconds;
+        if (links.host) cpu_free[static_cast<size_t>(r)] = rank.exchanges[next].packed_at;
+      }
       if (x.messages.empty()) {
-        t += x.pack_seconds + x.unpack_seconds;
+        t = ends(rank, posted) + x.unpack_seconds;
         ++rank.current;
         continue;
       }
       x.pending = x.messages.size();
       for (const uint32_t id : x.messages) {
         WireMessage& m = messages[id];
-        (m.sender == r ? m.sender_ready : m.receiver_ready) =
-            m.sender == r ? t + x.pack_seconds : t;
+        (m.sender == r ? m.sender_ready : m.receiver_ready) = posted;
         if (m.sender_ready >= 0 && m.receiver_ready >= 0) {
           ready.push({std::max(m.sender_ready, m.receiver_ready), id});
         }
@@ -242,8 +272,9 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
     RankExchange& x = rank.exchanges[exchange];
     x.last_arrival = std::max(x.last_arrival, t);
     if (--x.pending > 0) return;
+    const double end = ends(rank, x.last_arrival) + x.unpack_seconds;
     ++rank.current;
-    reach(r, x.last_arrival + x.unpack_seconds);
+    reach(r, end);
   };
   while (!ready.empty()) {
     const auto [at, id] = ready.top();
@@ -253,9 +284,19 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
     double& send_free = (nic ? nic_send_free : nvl_send_free)[m.sender];
     double& receive_free = (nic ? nic_receive_free : nvl_receive_free)[m.receiver];
     const double busy = static_cast<double>(m.bytes) / (nic ? links.nic : links.nvlink);
-    send_free = std::max(at, send_free) + busy;
-    receive_free = std::max(at, receive_free) + busy;
-    const double arrival = std::max(send_free, receive_free) + links.latency;
+    double arrival = 0;
+    if (links.host) {
+      // On the CPU the receiver's own thread copies the message in (after the packing it
+      // started ahead), so the bytes take both queues and its processor at once.
+      double& cpu = cpu_free[static_cast<size_t>(m.receiver)];
+      const double start = std::max({at, send_free, receive_free, cpu});
+      send_free = receive_free = cpu = start + busy;
+      arrival = start + busy + links.latency;
+    } else {
+      send_free = std::max(at, send_free) + busy;
+      receive_free = std::max(at, receive_free) + busy;
+      arrival = std::max(send_free, receive_free) + links.latency;
+    }
     arrive(m.sender, m.sender_exchange, arrival);
     arrive(m.receiver, m.receiver_exchange, arrival);
   }

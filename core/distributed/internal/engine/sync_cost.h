@@ -12,13 +12,16 @@
 // through one port add up, as flows sharing it fairly do), and a message arrives
 // `latency` seconds after both of its queues have served it.
 //
-// The engine, as its program runs on a device communicator (program.h): each rank runs
-// its schedule's exchanges in order, one at a time on one stream. An exchange packs what
-// it sends (and its chunks to itself) into the send bucket at `copy` bytes per second, then
-// its messages move (a message is ready when its sender has packed it and its receiver
-// has reached the exchange that receives it), then it unpacks what it received, and the
-// next exchange starts. A rank's chunks that all go to itself are copied before its first
-// exchange. The buckets and units are ScheduleTransfer's, with kDeviceChunkAlignment.
+// The engine, as its program runs (program.h): each rank runs its schedule's exchanges in
+// order. An exchange packs what it sends (and its chunks to itself) into a send bucket at
+// `copy` bytes per second, then its messages move (a message is ready when its sender has
+// posted the exchange and its receiver has reached the exchange that receives it), then it
+// unpacks what it received, and the next exchange starts. A rank that packs for more than
+// one exchange packs the next exchange into its other send bucket while this one's
+// messages move (not the first exchange of forwards): an exchange then ends when both its
+// messages and that packing are done. A rank's chunks that all go to itself are copied
+// before its first exchange. The buckets and units are ScheduleTransfer's, with
+// kDeviceChunkAlignment.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SYNC_COST_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SYNC_COST_H_
 
@@ -37,6 +40,12 @@ struct ClusterLinks {
   double nic = 50e9;       // per GPU, between nodes (one 400 Gb/s NIC per GPU)
   double latency = 10e-6;  // per message
   double copy = 1000e9;    // packing and unpacking on the GPU (device to device copies)
+  // The executor runs on the CPU (MPI; `sdrt bench`'s links on one machine): a message of
+  // one dense box of at least kDirectRangeBytes goes on the wire from its local and into
+  // its local, unpacked (pack.h, DirectRange), as the host program does; and a message is
+  // copied in by its receiver's thread (shared memory), which does so only once done with
+  // the packing it started ahead.
+  bool host = false;
 };
 
 struct SyncPrediction {

@@ -1,7 +1,7 @@
 // The sync model of sync_cost.h on plans small enough to work out by hand: one message
-// over NVLink or a NIC, a message cut into bucket-sized exchanges (each packed, sent and
-// unpacked before the next), two senders sharing one receiver's NIC, and the two
-// baselines' formulas.
+// over NVLink or a NIC, a message cut into bucket-sized exchanges, two ranks swapping
+// halves (each packing its next exchange while this one moves; on the CPU, dense boxes
+// unpacked), two senders sharing one receiver's NIC, and the two baselines' formulas.
 #include "sdrt/core/distributed/internal/engine/sync_cost.h"
 
 #include <vector>
@@ -68,8 +68,9 @@ TEST(SyncCostTest, OneMessageIsPackedSentAndUnpacked) {
 }
 
 TEST(SyncCostTest, BucketsAreExchangesOneAfterAnother) {
-  // A quarter of the tensor per bucket: four exchanges, each packed, on the wire and
-  // unpacked before the next one packs (the executor does not overlap them).
+  // A quarter of the tensor per bucket: four exchanges. The sender packs the next while one
+  // moves, but the receiver unpacks each before it takes the next: every exchange costs a
+  // copy, the wire and the latency, and the last unpacking comes after them.
   absl::StatusOr<internal::SyncPrediction> p =
       internal::PredictSync(OneToTheNext(), Links(2, 1), kBytes / 4);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -78,6 +79,39 @@ TEST(SyncCostTest, BucketsAreExchangesOneAfterAnother) {
   EXPECT_EQ(p->max_exchanges, 4);
   EXPECT_EQ(p->messages, 4);
   EXPECT_NEAR(p->seconds, 4 * (copy + quarter / kNic + kLatency) + copy, 1e-12);
+}
+
+TEST(SyncCostTest, SwappingRanksPackTheNextExchangeWhileThisOneMoves) {
+  // Ranks 0 and 1 (one node each) swap the halves of four float32 [256, 256] tensors, a
+  // tensor (an eighth of kBytes each way) per exchange. Each rank packs the first, then in
+  // each exchange packs the next while the messages move (a copy, shorter than the wire)
+  // and unpacks after them: 4 x (wire + latency + copy) after the first packing, where
+  // packing after the wait would add a copy to each exchange.
+  std::vector<internal::TransferTensor> tensors;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    tensors.push_back(Describe(name, DType::kFloat32, {256, 256},
+                               MeshLayout({2}, {0, 1}, "[S(0)]"),
+                               MeshLayout({2}, {1, 0}, "[S(0)]")));
+  }
+  internal::TransferPlanOptions options;
+  options.world_size = 2;
+  absl::StatusOr<TransferPlan> made = internal::PlanTransfer(std::move(tensors), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TransferPlan& swap = *made;
+  const double eighth = static_cast<double>(kBytes / 8);
+  const double copy = eighth / kCopy, wire = eighth / kNic;
+  absl::StatusOr<internal::SyncPrediction> p =
+      internal::PredictSync(swap, Links(2, 1), kBytes / 8);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->max_exchanges, 4);
+  EXPECT_EQ(p->messages, 8);
+  EXPECT_NEAR(p->seconds, copy + 4 * (wire + kLatency + copy), 1e-12);
+  // On the CPU the row ranges go from their locals into their locals: no copy at all.
+  ClusterLinks host = Links(2, 1);
+  host.host = true;
+  absl::StatusOr<internal::SyncPrediction> direct = internal::PredictSync(swap, host, kBytes / 8);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_NEAR(direct->seconds, 4 * (wire + kLatency), 1e-12);
 }
 
 TEST(SyncCostTest, TwoSendersShareTheReceiversNic) {

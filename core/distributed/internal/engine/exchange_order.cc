@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/engine/exchange_order.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace sdrt::internal {
@@ -10,8 +11,7 @@ using PerRank = std::vector<std::pair<int64_t, int64_t>>;
 
 // One part when no sender of the tensor sends more than a bucket; else enough parts that
 // its busiest sender sends at most half a bucket in one on average (its bytes need not be
-// even over the receivers, and a part counts them as if they were), at most one per
-// receiver.
+// even over the receivers: SentInPart), at most one per receiver.
 uint32_t PartCount(const TransferLayoutPlan& layout, int64_t bucket_bytes) {
   int64_t most = 0;
   for (const auto& [rank, bytes] : layout.sent) most = std::max(most, bytes);
@@ -23,6 +23,27 @@ uint32_t PartCount(const TransferLayoutPlan& layout, int64_t bucket_bytes) {
 // The receivers of part `part` of `parts`: list indices i with i * parts / n == part.
 std::pair<size_t, size_t> Receivers(size_t n, uint32_t parts, uint32_t part) {
   return {(part * n + parts - 1) / parts, ((part + 1) * n + parts - 1) / parts};
+}
+
+// Bytes rank `rank` receives of the layout (0 when it is not a receiver).
+int64_t ReceivedBy(const TransferLayoutPlan& layout, int64_t rank) {
+  const PerRank& list = layout.received;
+  const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(rank, int64_t{0}));
+  return it != list.end() && it->first == rank ? it->second : 0;
+}
+
+// What a sender of `sent` bytes of the layout sends in a part whose receivers take
+// `part_received` of the layout's `total_received` bytes: its bytes spread over the other
+// ranks' receipts in proportion (a rank sends nothing to itself on the wire), so that two
+// ranks swapping pieces count nothing in the part of their own receipt. The plan keeps no
+// bytes per pair of ranks; this is exact when a sender's bytes follow the receipts.
+int64_t SentInPart(const TransferLayoutPlan& layout, int64_t rank, int64_t sent,
+                   int64_t part_received, int64_t total_received, bool receives_in_part) {
+  const int64_t own = ReceivedBy(layout, rank);
+  const int64_t others = total_received - own;
+  const int64_t in_part = part_received - (receives_in_part ? own : 0);
+  if (others <= 0 || in_part <= 0) return 0;
+  return static_cast<int64_t>(std::ceil(static_cast<long double>(sent) * in_part / others));
 }
 
 }  // namespace
@@ -59,6 +80,22 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
   struct Item {
     size_t tensor;
     uint32_t part;
+    int64_t received = 0;  // by the part's receivers
+  };
+  std::vector<int64_t> total_received(plan.tensors.size(), 0);  // of tensors cut in parts
+  // Rank `rank`'s bytes sent in `item`, of `sent` in its tensor.
+  const auto sent_in = [&](const Item& item, int64_t rank, int64_t sent) {
+    const TransferLayoutPlan& layout = *plan.tensors[item.tensor].layout;
+    const uint32_t parts = order.part_counts[item.tensor];
+    if (parts == 1) return sent;
+    const auto [first, last] = Receivers(layout.received.size(), parts, item.part);
+    const auto it = std::lower_bound(layout.received.begin(), layout.received.end(),
+                                     std::make_pair(rank, int64_t{0}));
+    const auto i = static_cast<size_t>(it - layout.received.begin());
+    const bool receives_here =
+        it != layout.received.end() && it->first == rank && i >= first && i < last;
+    return SentInPart(layout, rank, sent, item.received, total_received[item.tensor],
+                      receives_here);
   };
   // Calls visit(sends, rank, bytes) for every rank the item gives bytes, until it returns
   // false; false then.
@@ -66,7 +103,8 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     const TransferLayoutPlan& layout = *plan.tensors[item.tensor].layout;
     const uint32_t parts = order.part_counts[item.tensor];
     for (const auto& [rank, bytes] : layout.sent) {
-      if (!visit(true, rank, (bytes + parts - 1) / parts)) return false;
+      const int64_t mine = sent_in(item, rank, bytes);
+      if (mine > 0 && !visit(true, rank, mine)) return false;
     }
     const auto [first, last] = Receivers(layout.received.size(), parts, item.part);
     for (size_t i = first; i < last; ++i) {
@@ -85,7 +123,7 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(blocker, int64_t{0}));
     if (it == list.end() || it->first != blocker) return false;
     const uint32_t parts = order.part_counts[item.tensor];
-    if (blocker_sends) return passes(at(sent, blocker), (it->second + parts - 1) / parts);
+    if (blocker_sends) return passes(at(sent, blocker), sent_in(item, blocker, it->second));
     const auto [first, last] = Receivers(list.size(), parts, item.part);
     const auto i = static_cast<size_t>(it - list.begin());
     return i >= first && i < last && passes(at(received, blocker), it->second);
@@ -103,8 +141,19 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const TransferLayoutPlan& layout = *plan.tensors[t].layout;
     if (layout.collective != Collective::kNone) continue;
-    order.part_counts[t] = PartCount(layout, bucket_bytes);
-    for (uint32_t p = 0; p < order.part_counts[t]; ++p) pending.push_back({t, p});
+    const uint32_t parts = PartCount(layout, bucket_bytes);
+    order.part_counts[t] = parts;
+    if (parts == 1) {
+      pending.push_back({t, 0});
+      continue;
+    }
+    for (const auto& [rank, bytes] : layout.received) total_received[t] += bytes;
+    for (uint32_t p = 0; p < parts; ++p) {
+      const auto [first, last] = Receivers(layout.received.size(), parts, p);
+      int64_t part_received = 0;
+      for (size_t i = first; i < last; ++i) part_received += layout.received[i].second;
+      pending.push_back({t, p, part_received});
+    }
   }
   std::vector<Item> left;
   while (!pending.empty()) {

@@ -18,9 +18,10 @@ namespace sdrt::internal {
 // begin[g + 1]). A tensor one of whose ranks sends more than a bucket is cut into
 // part_counts[t] parts by receiver (PartOf), so that each part fits a bucket; the others
 // are one part. In each group every rank sends at most a bucket and receives at most a
-// bucket (a sender's bytes of a part counted as its bytes of the tensor over the parts),
-// unless one item alone gives it more (the only one of the group it sends, or receives,
-// then).
+// bucket (a sender's bytes of a part estimated from the receipts: its bytes of the tensor
+// in proportion to what the part's receivers other than itself take, since plans keep no
+// bytes per pair of ranks), unless one item alone gives it more (the only one of the group
+// it sends, or receives, then).
 struct ExchangeOrder {
   std::vector<size_t> tensors;
   std::vector<uint32_t> parts;

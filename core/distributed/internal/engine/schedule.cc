@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
+#include "sdrt/core/distributed/internal/engine/schedule_units.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -59,75 +60,6 @@ absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
     }
   }
   return absl::OkStatus();
-}
-
-// Appends the units of one phase's chunks `steps` (in the exchange order, each exchange
-// group from its index in `group_starts_in_steps` on) to `schedule`, noting in
-// `group_starts` the units that open a group: a wire
-// chunk of contribution 0 under kDirectRangeBytes joins the open unit of its (sender,
-// receiver) pair while that stays within `bucket` bytes, else opens the pair's next unit
-// at its own place (each chunk of a unit on `chunk_alignment` bytes); a chunk to itself, a later
-// Partial contribution and a large chunk (which may go on the wire from its local, DirectRange) are
-// units of their own. Joining only moves a contribution-0 chunk earlier, which its destination
-// allows: those chunks write disjoint elements, and a later contribution, reduced into them, comes
-// after them in the order (a tensor's chunks are in one group, in the plan's message order).
-void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
-                 absl::Span<const size_t> group_starts_in_steps, TransferSchedule& schedule,
-                 std::vector<size_t>& group_starts) {
-  const int64_t align = schedule.chunk_alignment;
-  const int64_t me = schedule.rank;
-  struct Building {
-    int64_t bytes = 0;
-    int64_t source_rank = 0;
-    int64_t destination_rank = 0;
-    size_t count = 0;
-  };
-  std::vector<Building> units;
-  std::vector<uint32_t> unit_of(steps.size());  // each step's unit
-  // The open unit + 1 (0: none) of each pair, at 2 x peer + (whether this rank sends): one
-  // side of every chunk here is this rank. `touched`: the slots to clear at a group's start.
-  std::vector<size_t> open;
-  std::vector<size_t> touched;
-  auto next_group = group_starts_in_steps.begin();
-  for (size_t k = 0; k < steps.size(); ++k) {
-    if (next_group != group_starts_in_steps.end() && *next_group <= k) {
-      // A new exchange group: no unit is joined across its start.
-      while (next_group != group_starts_in_steps.end() && *next_group <= k) ++next_group;
-      for (const size_t slot : touched) open[slot] = 0;
-      touched.clear();
-      group_starts.push_back(schedule.units.size() + units.size());
-    }
-    const TransferMessage& c = *steps[k].chunk;
-    if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
-      const bool sends = c.source_rank == me;
-      const auto at =
-          static_cast<size_t>(2 * (sends ? c.destination_rank : c.source_rank) + (sends ? 1 : 0));
-      if (at >= open.size()) open.resize(at + 1, 0);
-      size_t& slot = open[at];
-      if (slot != 0 && AlignUp(units[slot - 1].bytes, align) + c.bytes <= bucket) {
-        Building& u = units[slot - 1];
-        u.bytes = AlignUp(u.bytes, align) + c.bytes;
-        ++u.count;
-        unit_of[k] = static_cast<uint32_t>(slot - 1);
-        continue;
-      }
-      if (slot == 0) touched.push_back(at);
-      slot = units.size() + 1;
-    }
-    unit_of[k] = static_cast<uint32_t>(units.size());
-    units.push_back({c.bytes, c.source_rank, c.destination_rank, 1});
-  }
-  // Each unit's steps together, in the order they joined it.
-  std::vector<size_t> next(units.size());
-  size_t at = schedule.steps.size();
-  for (size_t u = 0; u < units.size(); ++u) {
-    next[u] = at;
-    schedule.units.push_back(
-        {at, units[u].count, units[u].bytes, units[u].source_rank, units[u].destination_rank});
-    at += units[u].count;
-  }
-  schedule.steps.resize(at);
-  for (size_t k = 0; k < steps.size(); ++k) schedule.steps[next[unit_of[k]]++] = steps[k];
 }
 
 // Appends the collective exchanges of `steps` (every collective chunk of the plan, in plan
@@ -294,15 +226,20 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   std::vector<TransferSchedule::Step> direct;
   direct.reserve(total);
   std::vector<size_t> direct_starts, forward_starts;
+  // Whether each group's units may be interleaved by pair (InterleavePairs): not when a
+  // tensor of it has Partial contributions, whose order at a receiver must stay the plan's.
+  std::vector<uint8_t> groups_interleave;
   for (size_t g = 0; g < order.begin.size(); ++g) {
     direct_starts.push_back(direct.size());
     forward_starts.push_back(forwards.size());
+    groups_interleave.push_back(1);
     const size_t end = g + 1 < order.begin.size() ? order.begin[g + 1] : order.tensors.size();
     for (size_t k = order.begin[g]; k < end; ++k) {
       const size_t t = order.tensors[k];
       if (t >= schedule.chunks.size()) {
         return absl::InvalidArgumentError("an exchange order of another plan");
       }
+      if (plan.tensors[t].contributions() > 1) groups_interleave.back() = 0;
       for (const TransferMessage& chunk : *schedule.chunks[t]) {
         if (chunk.destination_rank != kEveryRank &&
             (order.part_counts[t] == 1 ||
@@ -313,9 +250,18 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
     }
   }
   std::vector<size_t> group_starts;  // units that open an exchange, ascending
-  AppendUnits(direct, bucket, direct_starts, schedule, group_starts);
+  std::vector<uint8_t> interleave;   // whether each of those groups is interleaved
+  AppendUnits(direct, bucket, direct_starts, groups_interleave, schedule, group_starts, interleave);
   const size_t direct_units = schedule.units.size();
-  AppendUnits(forwards, bucket, forward_starts, schedule, group_starts);
+  AppendUnits(forwards, bucket, forward_starts, groups_interleave, schedule, group_starts,
+              interleave);
+  {
+    std::vector<uint32_t> nth, counters;
+    for (size_t j = 0; j < group_starts.size(); ++j) {
+      const size_t end = j + 1 < group_starts.size() ? group_starts[j + 1] : schedule.units.size();
+      if (interleave[j]) InterleavePairs(rank, group_starts[j], end, schedule, nth, counters);
+    }
+  }
   // Exchanges: consecutive units of one phase while neither side passes a bucket (at
   // least one unit); units to itself do not count: they are copied local to local during
   // the exchange or go through the send bucket after it (program.h).

@@ -10,9 +10,11 @@
 // sends or receives more than a bucket (OrderExchanges), the same on every rank. Each
 // exchange (one Communicator::Exchange: MPI_Isend/Irecv, or ncclSend/ncclRecv in one
 // group) takes the rank's next units of one exchange group in that order, sends and
-// receives alike, while neither side passes a bucket, packed into and unpacked from the
-// rank's buckets, so that both sides of a message make it in the same group's
-// exchange (a schedule cut by each rank's own bytes alone lets a rank wait on a peer still
+// receives alike, while neither side passes a bucket (the group's units in rounds: the
+// first unit of every pair, then every second, so that a rank sends and receives at once;
+// not for a group with Partial contributions, whose order a receiver keeps), packed into
+// and unpacked from the rank's buckets, so that both sides of a message make it in the same
+// group's exchange (a schedule cut by each rank's own bytes alone lets a rank wait on a peer still
 // busy with earlier tensors, and those waits chain across the world: sync_cost.h); a
 // chunk to itself is copied without the wire: local to local while the exchange's messages
 // move, or through the send bucket after them at its place in the order

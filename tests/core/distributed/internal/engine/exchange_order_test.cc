@@ -94,6 +94,34 @@ TEST(ExchangeOrderTest, SendersMoveAtOnce) {
   EXPECT_EQ(p->max_exchanges, 4);
 }
 
+TEST(ExchangeOrderTest, TwoRanksSwappingHalvesSendAtOnce) {
+  // Ranks 0 and 1 swap the halves of one float32 [1024, 256] tensor (512 KiB each way) in
+  // buckets of 128 KiB: the tensor is cut into one part per receiver, and a rank sends
+  // nothing in the part it receives, so both parts share one group and every exchange
+  // carries both directions: four exchanges of 128 KiB each way, not eight of one way.
+  std::vector<internal::TransferTensor> tensors;
+  tensors.push_back(Describe("w", DType::kFloat32, {1024, 256}, MeshLayout({2}, {0, 1}, "[S(0)]"),
+                             MeshLayout({2}, {1, 0}, "[S(0)]")));
+  internal::TransferPlanOptions options;
+  options.world_size = 2;
+  absl::StatusOr<TransferPlan> plan = internal::PlanTransfer(std::move(tensors), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const internal::ExchangeOrder order = internal::OrderExchanges(*plan, 128 << 10);
+  EXPECT_THAT(order.part_counts, ElementsAre(2));
+  EXPECT_THAT(order.parts, ElementsAre(0, 1));
+  EXPECT_THAT(order.begin, ElementsAre(0));
+  internal::ClusterLinks links;
+  links.nodes = 2;
+  links.gpus_per_node = 1;
+  links.latency = 0;
+  links.copy = 1e15;
+  absl::StatusOr<internal::SyncPrediction> p = internal::PredictSync(*plan, links, 128 << 10);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->max_exchanges, 4);
+  const double half = static_cast<double>(512 << 10) / links.nic;
+  EXPECT_NEAR(p->seconds, half, 0.01 * half);
+}
+
 TEST(ExchangeOrderTest, RanksPastTheMeshLimitAreRefusedBeforeAnyArrayByRank) {
   // The order and the units keep arrays indexed by rank: a descriptor naming rank 2^40 (a
   // hostile peer's) is refused by the planner instead of sizing them.

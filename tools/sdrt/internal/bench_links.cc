@@ -16,7 +16,11 @@ namespace {
 
 // Past the caches: a sync copies between buffers of the model's size, not warm lines.
 constexpr int64_t kSwapBytes = int64_t{64} << 20;
-constexpr int kLatencySwaps = 200;  // 1-byte exchanges per timed run
+constexpr int kLatencySwaps = 200;  // small exchanges per timed run
+// The small swap: a message the size of the smallest piece that goes on the wire from its
+// tensor (kDirectRangeBytes), so that the latency is that of a sync's messages (MPI's
+// rendezvous of large messages, not the eager send of a few bytes).
+constexpr int64_t kSmallSwapBytes = int64_t{64} << 10;
 
 // Who this rank swaps with, from every rank's node.
 struct Partners {
@@ -136,7 +140,7 @@ absl::StatusOr<BenchRow> MeasureLinks(Communicator& world, const BenchSettings& 
           world,
           [&]() -> absl::Status {
             for (int k = 0; k < kLatencySwaps; ++k) {
-              SDRT_RETURN_IF_ERROR(Swap(world, partner, Data(*send), Data(*recv), 1));
+              SDRT_RETURN_IF_ERROR(Swap(world, partner, Data(*send), Data(*recv), kSmallSwapBytes));
             }
             return absl::OkStatus();
           },
@@ -154,9 +158,14 @@ absl::StatusOr<BenchRow> MeasureLinks(Communicator& world, const BenchSettings& 
   BenchLinks links;
   links.nodes = p.nodes;
   links.gpus_per_node = p.gpus_per_node;
-  links.latency = Summarize(latency_runs).median / kLatencySwaps;
+  // A swap of b bytes takes latency + b / pair: the line through the small and the large
+  // swap (a large one no slower than a small one: its bytes over its time, no latency).
+  const double small = Summarize(latency_runs).median / kLatencySwaps;
+  const double large = Summarize(row.times.sdrt).median;
   const double size = static_cast<double>(bytes);
-  links.pair = size / (Summarize(row.times.sdrt).median - links.latency);
+  const double small_size = static_cast<double>(kSmallSwapBytes);
+  links.pair = large > small ? (size - small_size) / (large - small) : size / large;
+  links.latency = std::max(0.0, small - small_size / links.pair);
   links.nic = nic_apart ? size / (Summarize(nic_runs).median - links.latency) : links.pair;
   links.copy = size / Summarize(row.times.flat).median;
   SDRT_RETURN_IF_ERROR(CheckFigure("pair bandwidth", links.pair, 1e6, 1e15, "B/s"));

@@ -2,12 +2,14 @@
 // measured on this machine with every rank working at once, through
 // Communicator::Exchange, the call of the executor's exchanges:
 //
-//   latency  the ranks of each node paired in rank order ((first, second), (third, fourth),
-//            ...; an odd one out still calls Exchange, with no message, so that the rhythm
-//            holds) swap 1 byte, 200 exchanges per run: the time of one exchange;
-//   pair     the same pairs swap S = 64 MiB (past the caches) bytes from one preallocated,
-//            touched buffer into another: S / (time - latency), the `nvlink` of the
-//            cluster; the row's time;
+//   pair     the ranks of each node paired in rank order ((first, second), (third,
+//            fourth), ...; an odd one out still calls Exchange, with no message, so that the
+//            rhythm holds) swap S = 64 MiB (past the caches) from one preallocated, touched
+//            buffer into another (the row's time) and 64 KiB, 200 exchanges per run; a swap
+//            of b bytes taking latency + b / pair, pair is the slope of the line through the
+//            two (the `nvlink` of the cluster) and latency its intercept (the 64 KiB swap's
+//            time less its bytes' share: a sync's messages are that large or larger, and
+//            go by MPI's rendezvous, not the eager send of a few bytes);
 //   copy     a memcpy of S bytes on every rank at once (the row's flat baseline; fresh: into
 //            a new buffer): S / time;
 //   nic      when the ranks span hosts (their host names differ), each rank swaps S bytes

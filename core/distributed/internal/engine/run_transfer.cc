@@ -134,11 +134,10 @@ absl::Status RunTransfer(
   int64_t done = 0;
   for (size_t i = 0; i < n && moved.ok(); ++i) {
     const TransferProgram::Exchange& x = program.exchanges[i];
-    if (!x.prefetched) {
-      run(x.ops_begin, x.ops_during);
-    } else if (packer != nullptr && local.ok()) {
-      local = packer->packed.Block(stream);  // its packing, on the pack stream, first
-    }
+    // What the pack stream wrote (this exchange's packing, the chunks to itself copied with
+    // it) before anything after it on the communicator's stream reads it.
+    if (packer != nullptr && local.ok()) local = packer->packed.Block(stream);
+    if (!x.prefetched) run(x.ops_begin, x.ops_during);
     const TransferProgram::Exchange* const next =
         i + 1 < n && program.exchanges[i + 1].prefetched ? &program.exchanges[i + 1] : nullptr;
     if (next != nullptr && packer != nullptr && local.ok()) {

@@ -13,7 +13,8 @@
 # trainer -> a vLLM engine (2 ranks: megatron:pp=2 -> vllm:tp=2; 4: megatron:tp=2,pp=2,ep=2
 # -> vllm:tp=2,dp=2,ep=4; 8: megatron:tp=2,pp=2,ep=4 -> vllm:tp=2,dp=4,ep=8).
 #
-# Run by hand, not in CI (a few minutes on a 2-core machine):
+# Run by hand, not in CI (about a minute on a 2-core machine; bench/RESULTS.md has the median of
+# three runs with ITERS=9):
 #   bench/calibrate_sync.sh build /tmp/calib
 # BUCKET_MIB (default 16, several exchanges per sync) and ITERS (default 5) override.
 set -euo pipefail

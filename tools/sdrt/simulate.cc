@@ -174,12 +174,13 @@ absl::Status RunSimulate(const SimulateArgs& args) {
              HumanBytes(s.max_node_sent_bytes), HumanBytes(s.max_node_received_bytes),
              HumanBytes(f.node_lower_bound_bytes), Ratio(busiest_node, f.node_lower_bound_bytes))
       << absl::StrFormat(
-             "links: NVLink %s/s, NIC %s/s per %s, latency %s, copies %s/s; "
+             "links: %s %s/s, %s %s/s per %s, latency %s, copies %s/s; "
              "bucket %s\n",
+             cluster.host ? "within a node" : "NVLink",
              HumanBytes(static_cast<int64_t>(cluster.nvlink)),
-             HumanBytes(static_cast<int64_t>(cluster.nic)), cluster.host ? "CPU rank" : "GPU",
-             Duration(cluster.latency), HumanBytes(static_cast<int64_t>(cluster.copy)),
-             HumanBytes(options.bucket_bytes))
+             cluster.host ? "between nodes" : "NIC", HumanBytes(static_cast<int64_t>(cluster.nic)),
+             cluster.host ? "CPU rank" : "GPU", Duration(cluster.latency),
+             HumanBytes(static_cast<int64_t>(cluster.copy)), HumanBytes(options.bucket_bytes))
       << absl::StrFormat("busiest NIC %s, busiest NVLink %s: %.3f s on the wire; bound %.3f s\n",
                          HumanBytes(f.sync.max_nic_bytes), HumanBytes(f.sync.max_nvlink_bytes),
                          f.sync.busiest_link_seconds, f.bound_seconds)

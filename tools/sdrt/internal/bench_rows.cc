@@ -92,9 +92,11 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
     if (row.links.has_value()) {
       const BenchLinks& l = *row.links;
       out << absl::StrFormat(
-          "# %s: pair %.2f GB/s, nic %.2f GB/s, latency %.3g us, copy %.2f GB/s -> sdrt simulate "
-          "--cluster %s\n",
-          row.op, l.pair / 1e9, l.nic / 1e9, l.latency * 1e6, l.copy / 1e9, l.cluster);
+          "# %s: pair %.2f GB/s, nic %.2f GB/s, latency %.3g us%s, copy %.2f GB/s -> sdrt "
+          "simulate --cluster %s\n",
+          row.op, l.pair / 1e9, l.nic / 1e9, l.latency * 1e6,
+          l.latency > 0 ? "" : " (the 64 KiB swap was faster than the line through both)",
+          l.copy / 1e9, l.cluster);
     }
     if (!row.from_layout.empty()) {
       out << "# " << row.op << ": " << row.from_layout << " -> " << row.to_layout << "\n";

@@ -25,21 +25,14 @@ std::pair<size_t, size_t> Receivers(size_t n, uint32_t parts, uint32_t part) {
   return {(part * n + parts - 1) / parts, ((part + 1) * n + parts - 1) / parts};
 }
 
-// Bytes rank `rank` receives of the layout (0 when it is not a receiver).
-int64_t ReceivedBy(const TransferLayoutPlan& layout, int64_t rank) {
-  const PerRank& list = layout.received;
-  const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(rank, int64_t{0}));
-  return it != list.end() && it->first == rank ? it->second : 0;
-}
-
-// What a sender of `sent` bytes of the layout sends in a part whose receivers take
-// `part_received` of the layout's `total_received` bytes: its bytes spread over the other
-// ranks' receipts in proportion (a rank sends nothing to itself on the wire), so that two
-// ranks swapping pieces count nothing in the part of their own receipt. The plan keeps no
-// bytes per pair of ranks; this is exact when a sender's bytes follow the receipts.
-int64_t SentInPart(const TransferLayoutPlan& layout, int64_t rank, int64_t sent,
-                   int64_t part_received, int64_t total_received, bool receives_in_part) {
-  const int64_t own = ReceivedBy(layout, rank);
+// What a sender of `sent` bytes of a layout, which itself receives `own` bytes of it, sends
+// in a part whose receivers take `part_received` of the layout's `total_received` bytes:
+// its bytes spread over the other ranks' receipts in proportion (a rank sends nothing to
+// itself on the wire), so that two ranks swapping pieces count nothing in the part of their
+// own receipt. The plan keeps no bytes per pair of ranks; this is exact when a sender's
+// bytes follow the receipts.
+int64_t SentInPart(int64_t sent, int64_t own, int64_t part_received, int64_t total_received,
+                   bool receives_in_part) {
   const int64_t others = total_received - own;
   const int64_t in_part = part_received - (receives_in_part ? own : 0);
   if (others <= 0 || in_part <= 0) return 0;
@@ -92,10 +85,9 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     const auto it = std::lower_bound(layout.received.begin(), layout.received.end(),
                                      std::make_pair(rank, int64_t{0}));
     const auto i = static_cast<size_t>(it - layout.received.begin());
-    const bool receives_here =
-        it != layout.received.end() && it->first == rank && i >= first && i < last;
-    return SentInPart(layout, rank, sent, item.received, total_received[item.tensor],
-                      receives_here);
+    const bool receives = it != layout.received.end() && it->first == rank;
+    return SentInPart(sent, receives ? it->second : 0, item.received, total_received[item.tensor],
+                      receives && i >= first && i < last);
   };
   // Calls visit(sends, rank, bytes) for every rank the item gives bytes, until it returns
   // false; false then.

@@ -195,20 +195,6 @@ absl::Status CompileCollectives(const TransferPlan& plan, const TransferSchedule
   return absl::OkStatus();
 }
 
-// The exchanges of `schedule` in which rank `me` sends or copies to itself.
-int64_t SendingExchanges(const TransferSchedule& schedule, int64_t me) {
-  int64_t sending = 0;
-  for (size_t x = 0; x < schedule.exchanges(); ++x) {
-    for (size_t u = schedule.begin[x]; u < schedule.begin[x + 1]; ++u) {
-      if (schedule.units[u].source_rank == me) {
-        ++sending;
-        break;
-      }
-    }
-  }
-  return sending;
-}
-
 }  // namespace
 
 absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
@@ -295,7 +281,8 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
   const int64_t point_to_point = exchanges.direct + exchanges.forward;
   const int64_t half_bytes =
       AlignUp(exchanging || self_steps ? schedule.send_bucket_bytes : 0, align);
-  const bool two_halves = point_to_point > 1 && SendingExchanges(schedule, me) > 1;
+  const int64_t sending = SendingExchanges(schedule);
+  const bool two_halves = sending > 1;
   const int64_t send_bytes = two_halves ? 2 * half_bytes : half_bytes;
   const int64_t receive_bytes = exchanging ? schedule.receive_bucket_bytes : 0;
   SDRT_ASSIGN_OR_RETURN(program.send_bucket, Bucket(comm.device(), send_bytes));
@@ -309,7 +296,7 @@ absl::StatusOr<TransferProgram> CompileTransfer(const TransferPlan& plan,
     // forwards what the exchanges before it received (the first forward exchange).
     const int64_t half_at = two_halves && e % 2 == 1 ? half_bytes : 0;
     char* const send_base = static_cast<char*>(program.send_bucket->data()) + half_at;
-    x.prefetched = two_halves && e > 0 && e != exchanges.direct;
+    x.prefetched = PackedAhead(e, exchanges.direct, sending);
     x.ops_begin = program.ops.size();
     x.sends_begin = program.sends.size();
     x.receives_begin = program.receives.size();

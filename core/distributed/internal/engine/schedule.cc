@@ -305,4 +305,17 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
   return schedule;
 }
 
+int64_t SendingExchanges(const TransferSchedule& schedule) {
+  int64_t sending = 0;
+  for (size_t x = 0; x < schedule.exchanges(); ++x) {
+    for (size_t u = schedule.begin[x]; u < schedule.begin[x + 1]; ++u) {
+      if (schedule.units[u].source_rank == schedule.rank) {
+        ++sending;
+        break;
+      }
+    }
+  }
+  return sending;
+}
+
 }  // namespace sdrt::internal

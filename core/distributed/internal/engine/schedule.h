@@ -219,6 +219,18 @@ struct TransferRunStats {
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
                                                   const TransferScheduleOptions& options);
 
+// The exchanges of `schedule` in which its rank sends or copies to itself.
+int64_t SendingExchanges(const TransferSchedule& schedule);
+
+// Whether exchange `e` of a rank's run is packed while the exchange before it moves, into
+// the other of two send buckets (program.h; the sync model runs the same): the rank sends in
+// more than one exchange (`sending`, SendingExchanges), and `e` is neither the first nor
+// `first_forward`, the first exchange of forwards, which forwards what the ones before it
+// received.
+inline bool PackedAhead(int64_t e, int64_t first_forward, int64_t sending) {
+  return sending > 1 && e > 0 && e != first_forward;
+}
+
 }  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SCHEDULE_H_

@@ -5,6 +5,16 @@
 #include "sdrt/core/distributed/internal/engine/pack.h"
 
 namespace sdrt::internal {
+namespace {
+
+// The slot of the (sender, receiver) pair of a chunk or unit of rank `me`: 2 x its peer +
+// (whether `me` sends), one side of each being `me`.
+size_t PairSlot(int64_t me, int64_t source_rank, int64_t destination_rank) {
+  const bool sends = source_rank == me;
+  return static_cast<size_t>(2 * (sends ? destination_rank : source_rank) + (sends ? 1 : 0));
+}
+
+}  // namespace
 
 void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
                  absl::Span<const size_t> group_starts_in_steps,
@@ -37,9 +47,7 @@ void AppendUnits(absl::Span<const TransferSchedule::Step> steps, int64_t bucket,
     }
     const TransferMessage& c = *steps[k].chunk;
     if (c.source_rank != c.destination_rank && c.contribution == 0 && c.bytes < kDirectRangeBytes) {
-      const bool sends = c.source_rank == me;
-      const auto at =
-          static_cast<size_t>(2 * (sends ? c.destination_rank : c.source_rank) + (sends ? 1 : 0));
+      const size_t at = PairSlot(me, c.source_rank, c.destination_rank);
       if (at >= open.size()) open.resize(at + 1, 0);
       size_t& slot = open[at];
       if (slot != 0 && AlignUp(units[slot - 1].bytes, align) + c.bytes <= bucket) {
@@ -74,19 +82,13 @@ void InterleavePairs(int64_t me, size_t first, size_t end, TransferSchedule& sch
   nth.resize(end - first);
   uint32_t rounds = 0;
   for (size_t u = first; u < end; ++u) {
-    const TransferSchedule::Unit& unit = units[u];
-    const bool sends = unit.source_rank == me;
-    const auto at = static_cast<size_t>(2 * (sends ? unit.destination_rank : unit.source_rank) +
-                                        (sends ? 1 : 0));
+    const size_t at = PairSlot(me, units[u].source_rank, units[u].destination_rank);
     if (at >= counters.size()) counters.resize(at + 1, 0);
     nth[u - first] = counters[at]++;
     rounds = std::max(rounds, nth[u - first] + 1);
   }
   for (size_t u = first; u < end; ++u) {
-    const TransferSchedule::Unit& unit = units[u];
-    const bool sends = unit.source_rank == me;
-    counters[static_cast<size_t>(2 * (sends ? unit.destination_rank : unit.source_rank) +
-                                 (sends ? 1 : 0))] = 0;
+    counters[PairSlot(me, units[u].source_rank, units[u].destination_rank)] = 0;
   }
   if (rounds <= 1) return;
   // A counting sort by round, stable.

@@ -80,14 +80,12 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
     return links.host && unit.count == 1 &&
            GoesDirect(plan.tensors[step.tensor], *step.chunk, to_local);
   };
-  int64_t sending = 0;  // exchanges that pack
+  const int64_t sending = SendingExchanges(s);
   for (size_t x = 0; x < s.exchanges(); ++x) {
     int64_t packed = 0, unpacked = 0;
-    bool sends = false;
     const auto exchange = static_cast<uint32_t>(rank.exchanges.size());
     for (size_t u = s.begin[x]; u < s.begin[x + 1]; ++u) {
       const TransferSchedule::Unit& unit = s.units[u];
-      sends = sends || unit.source_rank == r;
       if (unit.source_rank == r && unit.destination_rank == r) {
         packed += unit.bytes;  // through the send bucket, or local to local
       } else if (unit.source_rank == r) {
@@ -100,15 +98,11 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
             {unit.source_rank, r, nth_received[unit.source_rank]++, exchange, unit.bytes});
       }
     }
-    sending += sends ? 1 : 0;
     RankExchange& made = rank.exchanges.emplace_back();
     made.pack_seconds = static_cast<double>(packed) / links.copy;
     made.unpack_seconds = static_cast<double>(unpacked) / links.copy;
-    made.prefetched = x > 0 && x != s.direct_exchanges;
-  }
-  // Two send buckets, and so packing ahead, only for a rank that packs more than once.
-  if (sending <= 1) {
-    for (RankExchange& x : rank.exchanges) x.prefetched = false;
+    made.prefetched =
+        PackedAhead(static_cast<int64_t>(x), static_cast<int64_t>(s.direct_exchanges), sending);
   }
   out.exchanges = static_cast<int64_t>(s.exchanges());
   return absl::OkStatus();

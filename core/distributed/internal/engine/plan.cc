@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/engine/collective_plan.h"
 #include "sdrt/core/distributed/internal/engine/grid.h"
@@ -59,8 +60,8 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
     return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
                                                                     : -1 - rank;
   };
-  const std::vector<int> relay =
-      fan_out ? RelaysByNode(needs_first, needs, tp.destination, node_of) : std::vector<int>();
+  const NodeGroups groups =
+      fan_out ? GroupByNode(needs_first, needs, tp.destination, node_of) : NodeGroups();
   Cover cover;
   std::vector<int> group, on_node;
   std::map<int64_t, int64_t> sent;  // wire bytes each source rank sends so far
@@ -88,19 +89,21 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
       if (!box_bytes.ok()) return TransferInvalid(tensor, box_bytes.status().message());
       const int64_t bytes = *box_bytes;
       // Fan-out: no holder on this piece's node, and other pieces on the node need the
-      // cell too: one of them (the relay) takes it from the holders, the others from it.
+      // cell too: they share it, each relaying a block of it to the others.
       if (fan_out && std::none_of(held.begin(), held.end(), [&](int h) {
             return node_of(tp.source[h].rank) == node_of(dst.rank);
           })) {
-        const auto at =
+        const size_t at = static_cast<size_t>(
             std::lower_bound(needs.begin() + needs_first[cell],
-                             needs.begin() + needs_first[cell + 1], static_cast<int>(p));
-        const int relay_piece = relay[static_cast<size_t>(at - needs.begin())];
-        // A second piece on the relay's rank takes the cell from the holders, as without
-        // nodes: a copy on one rank would not be the wire bytes the optimum counts.
-        if (relay_piece != static_cast<int>(p) && tp.destination[relay_piece].rank != dst.rank) {
+                             needs.begin() + needs_first[cell + 1], static_cast<int>(p)) -
+            needs.begin());
+        if (groups.count[at] > 1) {
           SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
-          moves.push_back({relay_piece, static_cast<int>(p), begin, end, bytes, /*forward=*/true});
+          const absl::Status shared = FanOutCell(
+              tensor.dtype, tensor.shape, tp.source, tp.destination, held,
+              absl::MakeConstSpan(groups.members).subspan(groups.first[at], groups.count[at]),
+              static_cast<int>(p), cell, begin, end, sent, moves);
+          if (!shared.ok()) return TransferInvalid(tensor, shared.message());
           return absl::OkStatus();
         }
       }

@@ -38,7 +38,8 @@
 // 100,000 tensors over 512 ranks costs a hash lookup per tensor after its first few
 // layouts. A plan of one rank (TransferPlanOptions::rank) keeps only that rank's messages.
 // Node-aware fan-out (TransferPlanOptions::node_of_rank) sends a cell once to each node
-// that needs it and forwards it there.
+// that needs it and forwards it there, the node's pieces that need it each relaying a
+// block of it (split.h's FanOutCell).
 //
 // Collectives. When every rank of the world needs the whole tensor (a destination that is
 // the full tensor on each of TransferPlanOptions::world_size ranks) the move is one a

@@ -18,20 +18,48 @@ bool SlabCutsWholeBytes(DType dtype, IntSpan shape, IntSpan begin, IntSpan end) 
   return FirstSubByteCut(dtype, shape, BoxRuns(begin, size)) < 0;
 }
 
-// The slabs of [begin, end) cut into `m` along `dim`, largest first.
-std::vector<std::pair<IntVector, IntVector>> Slabs(IntSpan begin, IntSpan end, int dim, int64_t m) {
-  std::vector<std::pair<IntVector, IntVector>> slabs;
-  const int64_t length = end[dim] - begin[dim];
-  int64_t at = begin[dim];
-  for (int64_t i = 0; i < m; ++i) {
-    const int64_t size = length / m + (i < length % m ? 1 : 0);
-    IntVector b(begin.begin(), begin.end()), e(end.begin(), end.end());
-    b[dim] = at;
-    e[dim] = at + size;
-    at += size;
-    slabs.emplace_back(std::move(b), std::move(e));
+using Slab = std::pair<IntVector, IntVector>;
+
+// How a box is cut into slabs: `count` slabs along `dim` (count 1: the whole box).
+struct SlabCut {
+  int dim = 0;
+  int64_t count = 1;
+};
+
+// Slabs [from, to) of [begin, end) cut by `cut`, as one box: slab i is length / count
+// indices long, plus one for the first length % count, so the larger ones come first.
+Slab SlabRange(IntSpan begin, IntSpan end, SlabCut cut, int64_t from, int64_t to) {
+  IntVector b(begin.begin(), begin.end()), e(end.begin(), end.end());
+  if (cut.count > 1) {
+    const int64_t length = end[cut.dim] - begin[cut.dim];
+    const int64_t size = length / cut.count, extra = length % cut.count;
+    b[cut.dim] = begin[cut.dim] + from * size + std::min(from, extra);
+    e[cut.dim] = begin[cut.dim] + to * size + std::min(to, extra);
   }
-  return slabs;
+  return {std::move(b), std::move(e)};
+}
+
+// The cut of [begin, end) into min(m, length) slabs along its longest dim whose slabs keep
+// whole bytes (see SplitAmongHolders); count 1 when m < 2 or no dim can be cut.
+SlabCut ChooseCut(DType dtype, IntSpan shape, IntSpan begin, IntSpan end, int64_t m) {
+  if (m < 2) return {};
+  std::vector<int> dims(begin.size());
+  std::iota(dims.begin(), dims.end(), 0);
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](int a, int b) { return end[a] - begin[a] > end[b] - begin[b]; });
+  for (int d : dims) {
+    const int64_t length = end[d] - begin[d];
+    if (length < 2) break;
+    const SlabCut cut{d, std::min(m, length)};
+    if (!IsSubByte(dtype)) return cut;
+    bool whole = true;
+    for (int64_t i = 0; whole && i < cut.count; ++i) {
+      const Slab slab = SlabRange(begin, end, cut, i, i + 1);
+      whole = SlabCutsWholeBytes(dtype, shape, slab.first, slab.second);
+    }
+    if (whole) return cut;
+  }
+  return {};
 }
 
 }  // namespace
@@ -41,6 +69,33 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end) {
   for (size_t d = 0; d < begin.size(); ++d) numel *= end[d] - begin[d];
   return BytesForElements(dtype, numel);
 }
+
+namespace {
+
+// Gives `slabs` (largest first) to the holders `held` in increasing order of what their
+// ranks have sent (ties: holder order), one each (cycling when there are more slabs than
+// holders); updates `sent`.
+absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
+                         absl::Span<const int> held, int destination, std::vector<Slab>& slabs,
+                         std::map<int64_t, int64_t>& sent, std::vector<TransferMove>& moves) {
+  std::vector<int> order(held.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return sent[sources[held[a]].rank] < sent[sources[held[b]].rank];
+  });
+  for (size_t i = 0; i < slabs.size(); ++i) {
+    const int source = held[order[i % order.size()]];
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
+    moves.push_back(
+        {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
+    if (__builtin_add_overflow(sent[sources[source].rank], bytes, &sent[sources[source].rank])) {
+      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                                const std::vector<TransferPiece>& sources,
@@ -58,66 +113,67 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                      IntVector(end.begin(), end.end()), bytes});
     return absl::OkStatus();
   }
-  std::vector<std::pair<IntVector, IntVector>> slabs;
-  if (k > 1) {
-    std::vector<int> dims(begin.size());
-    std::iota(dims.begin(), dims.end(), 0);
-    std::stable_sort(dims.begin(), dims.end(),
-                     [&](int a, int b) { return end[a] - begin[a] > end[b] - begin[b]; });
-    for (int d : dims) {
-      const int64_t length = end[d] - begin[d];
-      if (length < 2) break;
-      std::vector<std::pair<IntVector, IntVector>> cut = Slabs(begin, end, d, std::min(k, length));
-      const bool whole = std::all_of(cut.begin(), cut.end(), [&](const auto& slab) {
-        return SlabCutsWholeBytes(dtype, shape, slab.first, slab.second);
-      });
-      if (whole) {
-        slabs = std::move(cut);
-        break;
-      }
-    }
-  }
-  if (slabs.empty()) {
-    slabs.emplace_back(IntVector(begin.begin(), begin.end()), IntVector(end.begin(), end.end()));
-  }
-  std::vector<int> order(held.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return sent[sources[held[a]].rank] < sent[sources[held[b]].rank];
-  });
-  for (size_t i = 0; i < slabs.size(); ++i) {
-    const int source = held[order[i]];
-    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
-    moves.push_back(
-        {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
-    if (__builtin_add_overflow(sent[sources[source].rank], bytes, &sent[sources[source].rank])) {
-      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
-    }
-  }
-  return absl::OkStatus();
+  const SlabCut cut = ChooseCut(dtype, shape, begin, end, k);
+  std::vector<Slab> slabs;
+  for (int64_t i = 0; i < cut.count; ++i) slabs.push_back(SlabRange(begin, end, cut, i, i + 1));
+  return AssignSlabs(dtype, sources, held, destination, slabs, sent, moves);
 }
 
-std::vector<int> RelaysByNode(const std::vector<int64_t>& needs_first,
-                              const std::vector<int>& needs,
-                              const std::vector<TransferPiece>& destinations,
-                              const std::function<int64_t(int64_t)>& node_of) {
-  std::vector<int> relay(needs.size());
-  std::vector<std::pair<int64_t, int64_t>> by_node;  // (node, i), i into needs
+absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
+                        const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
+                        absl::Span<const int> group, int destination, int64_t cell, IntSpan begin,
+                        IntSpan end, std::map<int64_t, int64_t>& sent,
+                        std::vector<TransferMove>& moves) {
+  const int64_t members = static_cast<int64_t>(group.size());
+  const SlabCut cut =
+      ChooseCut(dtype, shape, begin, end, std::max(static_cast<int64_t>(held.size()), members));
+  std::vector<Slab> taken;  // the slabs this piece takes from the holders
+  for (int64_t j = 0; j < members; ++j) {
+    // Block j: the slabs i with i x members / count == j.
+    const int64_t from = (j * cut.count + members - 1) / members;
+    const int64_t to = ((j + 1) * cut.count + members - 1) / members;
+    if (from == to) continue;
+    const int relay = group[static_cast<size_t>((j + cell) % members)];
+    if (relay == destination || destinations[relay].rank == destinations[destination].rank) {
+      for (int64_t i = from; i < to; ++i) taken.push_back(SlabRange(begin, end, cut, i, i + 1));
+      continue;
+    }
+    Slab block = SlabRange(begin, end, cut, from, to);
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, block.first, block.second));
+    moves.push_back(
+        {relay, destination, std::move(block.first), std::move(block.second), bytes, true});
+  }
+  // Largest first, as AssignSlabs takes them (the larger slabs come first).
+  return AssignSlabs(dtype, sources, held, destination, taken, sent, moves);
+}
+
+NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vector<int>& needs,
+                       const std::vector<TransferPiece>& destinations,
+                       const std::function<int64_t(int64_t)>& node_of) {
+  NodeGroups groups;
+  groups.members.resize(needs.size());
+  groups.first.resize(needs.size());
+  groups.count.resize(needs.size());
+  std::vector<std::pair<int64_t, int>> by_node;  // (node, i), i into needs
   for (size_t cell = 0; cell + 1 < needs_first.size(); ++cell) {
     by_node.clear();
     for (int64_t i = needs_first[cell]; i < needs_first[cell + 1]; ++i) {
-      by_node.emplace_back(node_of(destinations[needs[i]].rank), i);
+      by_node.emplace_back(node_of(destinations[needs[i]].rank), static_cast<int>(i));
     }
     std::sort(by_node.begin(), by_node.end());  // piece order within a node
+    const int base = static_cast<int>(needs_first[cell]);
     for (size_t run = 0; run < by_node.size();) {
       size_t next = run;
       while (next < by_node.size() && by_node[next].first == by_node[run].first) ++next;
-      const int chosen = needs[by_node[run + cell % (next - run)].second];
-      for (size_t j = run; j < next; ++j) relay[by_node[j].second] = chosen;
+      for (size_t j = run; j < next; ++j) {
+        groups.members[base + j] = needs[by_node[j].second];
+        groups.first[by_node[j].second] = base + static_cast<int>(run);
+        groups.count[by_node[j].second] = static_cast<int>(next - run);
+      }
       run = next;
     }
   }
-  return relay;
+  return groups;
 }
 
 void MergeMoves(std::vector<TransferMove>& moves) {

@@ -31,14 +31,35 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                                IntSpan end, std::map<int64_t, int64_t>& sent,
                                std::vector<TransferMove>& moves);
 
-// With fan-out, each cell's relay on each node, chosen once per cell: for the CSR lists of
-// the destination pieces covering each cell (needs[needs_first[c] .. needs_first[c + 1]),
-// in piece order), relay[i] is the piece that takes cell c from the holders for needs[i]:
-// the (c % k)-th, in piece order, of the k pieces of needs[i]'s node that need the cell.
-std::vector<int> RelaysByNode(const std::vector<int64_t>& needs_first,
-                              const std::vector<int>& needs,
-                              const std::vector<TransferPiece>& destinations,
-                              const std::function<int64_t(int64_t)>& node_of);
+// With fan-out, the pieces of each node that need each cell: for the CSR lists of the
+// destination pieces covering each cell (needs[needs_first[c] .. needs_first[c + 1]), in
+// piece order), the entries of each cell regrouped by node (piece order within a node),
+// and for each entry i of `needs` the group of its node: members[first[i] .. first[i] +
+// count[i]) are the destination pieces of its node that need its cell, in piece order.
+struct NodeGroups {
+  std::vector<int> members;
+  std::vector<int> first;
+  std::vector<int> count;
+};
+NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vector<int>& needs,
+                       const std::vector<TransferPiece>& destinations,
+                       const std::function<int64_t(int64_t)>& node_of);
+
+// Appends the moves that bring cell `cell` [begin, end) to destination piece `destination`
+// when no holder is on its node and `group` (the destination pieces of its node that need
+// the cell, in piece order, `destination` among them; at least two) share it: the cell is
+// cut into min(max(holders, group size), length) slabs as SplitAmongHolders cuts, the
+// slabs in consecutive blocks, one per member (the block of slab i: i x members / slabs),
+// block j relayed by member (j + cell) % members. The relay of a slab takes it from the
+// holder that has sent least (as SplitAmongHolders; so does a piece on the relay's rank
+// that is not the relay, since a copy on one rank is not wire bytes); every other member
+// takes it in a forward move from its relay. So each slab enters the node once, and the
+// node's ranks share the bytes from outside and the forwarding alike.
+absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
+                        const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
+                        absl::Span<const int> group, int destination, int64_t cell, IntSpan begin,
+                        IntSpan end, std::map<int64_t, int64_t>& sent,
+                        std::vector<TransferMove>& moves);
 
 // Merges moves with the same (forward, source, destination) that are adjacent along one dim and
 // equal on every other, dim by dim from the last to the first. Bytes add up. The order of

@@ -170,8 +170,9 @@ TEST(ReshardPlanTest, Case051Fp8ScalesTransposed) {
 // Destination locals given by the engine (here transposed views of its own buffers) are
 // filled in place.
 TEST(ReshardPlanTest, GivenDestinationLocalsAreFilledInPlace) {
-  const TransferTensor tensor = Describe("w", DType::kFloat32, {9, 5}, MeshLayout({3}, {}, "[S(0)]"),
-                                        MeshLayout({2}, {3, 4}, "[S(1)]"));
+  const TransferTensor tensor =
+      Describe("w", DType::kFloat32, {9, 5}, MeshLayout({3}, {}, "[S(0)]"),
+               MeshLayout({2}, {3, 4}, "[S(1)]"));
   const Tensor full = HashBytes(tensor.shape, tensor.dtype, 5);
   const TransferPlan plan = *internal::PlanTransfer({tensor});
   const RankLocals expected = *PieceLocals(full, tensor, /*source=*/false);
@@ -347,6 +348,42 @@ TEST(ReshardPlanTest, FanOutEntersEachNodeOnce) {
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ(p->stats.wire_bytes, p->stats.optimum_bytes);
   }
+}
+
+// The pieces of a node share a cell they all need: a replicated tensor over three ranks
+// of each of nodes 1 and 2 is cut in three blocks per node, each rank taking one block
+// from the holders and forwarding it to the other two, so the node's ranks take in and
+// forward the same bytes (one relay per cell forwarded every layer's norms alone).
+TEST(ReshardPlanTest, FanOutRelaysShareACell) {
+  const std::vector<int64_t> nodes = {0, 0, 1, 1, 1, 2, 2, 2};
+  std::vector<TransferTensor> tensors;
+  std::vector<Tensor> fulls;
+  for (int i = 0; i < 4; ++i) {
+    tensors.push_back(Describe(absl::StrCat("layers.", i, ".norm"), DType::kFloat32, {12, 5},
+                               MeshLayout({2}, {0, 1}, "[R]"),
+                               MeshLayout({6}, Ranks(2, 6), "[R]")));
+    fulls.push_back(HashBytes({12, 5}, DType::kFloat32, 11 + i));
+  }
+  absl::StatusOr<TransferPlan> plan =
+      ReshardAndCheck(tensors, fulls, LocalLayout::kContiguous, nodes);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<int64_t> forwarded(8, 0), entered(8, 0), sent(8, 0);
+  for (const internal::TransferTensorPlan& t : plan->tensors) {
+    for (const internal::TransferMessage& m : t.messages()) {
+      (m.forward ? forwarded
+                 : entered)[static_cast<size_t>(m.forward ? m.source_rank : m.destination_rank)] +=
+          m.bytes;
+      if (!m.forward) sent[static_cast<size_t>(m.source_rank)] += m.bytes;
+    }
+  }
+  const int64_t bytes = 12 * 5 * 4;  // a block: 4 rows, a third
+  for (int64_t r = 2; r < 8; ++r) {
+    EXPECT_EQ(entered[r], 4 * bytes / 3) << "rank " << r;
+    EXPECT_EQ(forwarded[r], 4 * 2 * bytes / 3) << "rank " << r;
+  }
+  EXPECT_EQ(sent[0], sent[1]);  // the holders share the sending
+  EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
+  EXPECT_EQ(plan->stats.internode_bytes, 4 * 2 * bytes);
 }
 
 }  // namespace

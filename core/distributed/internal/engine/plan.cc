@@ -102,7 +102,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
           const absl::Status shared = FanOutCell(
               tensor.dtype, tensor.shape, tp.source, tp.destination, held,
               absl::MakeConstSpan(groups.members).subspan(groups.first[at], groups.count[at]),
-              static_cast<int>(p), cell, begin, end, sent, moves);
+              static_cast<int>(p), cell, cells < groups.count[at], begin, end, sent, moves);
           if (!shared.ok()) return TransferInvalid(tensor, shared.message());
           return absl::OkStatus();
         }

@@ -121,24 +121,26 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
 
 absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
                         const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
-                        absl::Span<const int> group, int destination, int64_t cell, IntSpan begin,
-                        IntSpan end, std::map<int64_t, int64_t>& sent,
+                        absl::Span<const int> group, int destination, int64_t cell, bool cut,
+                        IntSpan begin, IntSpan end, std::map<int64_t, int64_t>& sent,
                         std::vector<TransferMove>& moves) {
   const int64_t members = static_cast<int64_t>(group.size());
-  const SlabCut cut =
-      ChooseCut(dtype, shape, begin, end, std::max(static_cast<int64_t>(held.size()), members));
+  const int64_t holders = static_cast<int64_t>(held.size());
+  const SlabCut slabs =
+      ChooseCut(dtype, shape, begin, end, cut ? std::max(holders, members) : holders);
+  const int64_t blocks = cut ? members : 1;
   std::vector<Slab> taken;  // the slabs this piece takes from the holders
-  for (int64_t j = 0; j < members; ++j) {
-    // Block j: the slabs i with i x members / count == j.
-    const int64_t from = (j * cut.count + members - 1) / members;
-    const int64_t to = ((j + 1) * cut.count + members - 1) / members;
+  for (int64_t j = 0; j < blocks; ++j) {
+    // Block j: the slabs i with i x blocks / count == j.
+    const int64_t from = (j * slabs.count + blocks - 1) / blocks;
+    const int64_t to = ((j + 1) * slabs.count + blocks - 1) / blocks;
     if (from == to) continue;
     const int relay = group[static_cast<size_t>((j + cell) % members)];
     if (relay == destination || destinations[relay].rank == destinations[destination].rank) {
-      for (int64_t i = from; i < to; ++i) taken.push_back(SlabRange(begin, end, cut, i, i + 1));
+      for (int64_t i = from; i < to; ++i) taken.push_back(SlabRange(begin, end, slabs, i, i + 1));
       continue;
     }
-    Slab block = SlabRange(begin, end, cut, from, to);
+    Slab block = SlabRange(begin, end, slabs, from, to);
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, block.first, block.second));
     moves.push_back(
         {relay, destination, std::move(block.first), std::move(block.second), bytes, true});

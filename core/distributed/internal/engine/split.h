@@ -47,18 +47,22 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
 
 // Appends the moves that bring cell `cell` [begin, end) to destination piece `destination`
 // when no holder is on its node and `group` (the destination pieces of its node that need
-// the cell, in piece order, `destination` among them; at least two) share it: the cell is
-// cut into min(max(holders, group size), length) slabs as SplitAmongHolders cuts, the
-// slabs in consecutive blocks, one per member (the block of slab i: i x members / slabs),
-// block j relayed by member (j + cell) % members. The relay of a slab takes it from the
-// holder that has sent least (as SplitAmongHolders; so does a piece on the relay's rank
-// that is not the relay, since a copy on one rank is not wire bytes); every other member
-// takes it in a forward move from its relay. So each slab enters the node once, and the
-// node's ranks share the bytes from outside and the forwarding alike.
+// the cell, in piece order, `destination` among them; at least two) share it. When `cut`,
+// the cell is cut into min(max(holders, group size), length) slabs as SplitAmongHolders
+// cuts, the slabs in consecutive blocks, one per member (the block of slab i: i x members /
+// slabs), block j relayed by member (j + cell) % members; else the whole cell is one block,
+// relayed by member cell % members (the planner cuts cells when its tensor has fewer cells
+// than the group has members, so that a tensor of one cell, a replicated norm, is shared,
+// and a tensor of many is shared by its cells without multiplying its moves). The relay of
+// a block takes its slabs from the holders that have sent least (as SplitAmongHolders; so
+// does a piece on the relay's rank that is not the relay, since a copy on one rank is not
+// wire bytes); every other member takes the block in a forward move from its relay. So
+// each slab enters the node once, and the node's ranks share the bytes from outside and
+// the forwarding alike.
 absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
                         const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
-                        absl::Span<const int> group, int destination, int64_t cell, IntSpan begin,
-                        IntSpan end, std::map<int64_t, int64_t>& sent,
+                        absl::Span<const int> group, int destination, int64_t cell, bool cut,
+                        IntSpan begin, IntSpan end, std::map<int64_t, int64_t>& sent,
                         std::vector<TransferMove>& moves);
 
 // Merges moves with the same (forward, source, destination) that are adjacent along one dim and

@@ -350,40 +350,45 @@ TEST(ReshardPlanTest, FanOutEntersEachNodeOnce) {
   }
 }
 
-// The pieces of a node share a cell they all need: a replicated tensor over three ranks
-// of each of nodes 1 and 2 is cut in three blocks per node, each rank taking one block
-// from the holders and forwarding it to the other two, so the node's ranks take in and
-// forward the same bytes (one relay per cell forwarded every layer's norms alone).
+// The pieces of a node share what they all need: a replicated tensor over three ranks of
+// each of nodes 1 and 2, from two holders (one cell: cut in three blocks per node) or from
+// three row shards (three cells: one relay per cell), each rank taking a third in from the
+// holders and forwarding it to the other two, so the node's ranks take in and forward the
+// same bytes (one relay per cell forwarded every layer's norms alone).
 TEST(ReshardPlanTest, FanOutRelaysShareACell) {
-  const std::vector<int64_t> nodes = {0, 0, 1, 1, 1, 2, 2, 2};
-  std::vector<TransferTensor> tensors;
-  std::vector<Tensor> fulls;
-  for (int i = 0; i < 4; ++i) {
-    tensors.push_back(Describe(absl::StrCat("layers.", i, ".norm"), DType::kFloat32, {12, 5},
-                               MeshLayout({2}, {0, 1}, "[R]"),
-                               MeshLayout({6}, Ranks(2, 6), "[R]")));
-    fulls.push_back(HashBytes({12, 5}, DType::kFloat32, 11 + i));
-  }
-  absl::StatusOr<TransferPlan> plan =
-      ReshardAndCheck(tensors, fulls, LocalLayout::kContiguous, nodes);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  std::vector<int64_t> forwarded(8, 0), entered(8, 0), sent(8, 0);
-  for (const internal::TransferTensorPlan& t : plan->tensors) {
-    for (const internal::TransferMessage& m : t.messages()) {
-      (m.forward ? forwarded
-                 : entered)[static_cast<size_t>(m.forward ? m.source_rank : m.destination_rank)] +=
-          m.bytes;
-      if (!m.forward) sent[static_cast<size_t>(m.source_rank)] += m.bytes;
+  const std::vector<int64_t> nodes = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+  for (const char* source : {"[R]", "[S(0)]"}) {
+    SCOPED_TRACE(source);
+    const int64_t holders = source[1] == 'R' ? 2 : 3;
+    std::vector<TransferTensor> tensors;
+    std::vector<Tensor> fulls;
+    for (int i = 0; i < 4; ++i) {
+      tensors.push_back(Describe(absl::StrCat("layers.", i, ".norm"), DType::kFloat32, {12, 5},
+                                 MeshLayout({holders}, Ranks(0, holders), source),
+                                 MeshLayout({6}, Ranks(3, 6), "[R]")));
+      fulls.push_back(HashBytes({12, 5}, DType::kFloat32, 11 + i));
     }
+    absl::StatusOr<TransferPlan> plan =
+        ReshardAndCheck(tensors, fulls, LocalLayout::kContiguous, nodes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<int64_t> forwarded(9, 0), entered(9, 0), sent(9, 0);
+    for (const internal::TransferTensorPlan& t : plan->tensors) {
+      for (const internal::TransferMessage& m : t.messages()) {
+        const size_t from = static_cast<size_t>(m.source_rank);
+        if (m.forward) forwarded[from] += m.bytes;
+        if (!m.forward) entered[static_cast<size_t>(m.destination_rank)] += m.bytes;
+        if (!m.forward) sent[from] += m.bytes;
+      }
+    }
+    const int64_t bytes = 12 * 5 * 4;  // a block: 4 rows, a third
+    for (int64_t r = 3; r < 9; ++r) {
+      EXPECT_EQ(entered[r], 4 * bytes / 3) << "rank " << r;
+      EXPECT_EQ(forwarded[r], 4 * 2 * bytes / 3) << "rank " << r;
+    }
+    EXPECT_EQ(sent[0], sent[1]);  // the holders share the sending
+    EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
+    EXPECT_EQ(plan->stats.internode_bytes, 4 * 2 * bytes);
   }
-  const int64_t bytes = 12 * 5 * 4;  // a block: 4 rows, a third
-  for (int64_t r = 2; r < 8; ++r) {
-    EXPECT_EQ(entered[r], 4 * bytes / 3) << "rank " << r;
-    EXPECT_EQ(forwarded[r], 4 * 2 * bytes / 3) << "rank " << r;
-  }
-  EXPECT_EQ(sent[0], sent[1]);  // the holders share the sending
-  EXPECT_EQ(plan->stats.wire_bytes, plan->stats.optimum_bytes);
-  EXPECT_EQ(plan->stats.internode_bytes, 4 * 2 * bytes);
 }
 
 }  // namespace

@@ -142,8 +142,8 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
     }
     Slab block = SlabRange(begin, end, slabs, from, to);
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, block.first, block.second));
-    moves.push_back(
-        {relay, destination, std::move(block.first), std::move(block.second), bytes, true});
+    moves.push_back({relay, destination, std::move(block.first), std::move(block.second), bytes,
+                     /*forward=*/true});
   }
   // Largest first, as AssignSlabs takes them (the larger slabs come first).
   return AssignSlabs(dtype, sources, held, destination, taken, sent, moves);

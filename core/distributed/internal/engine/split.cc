@@ -125,18 +125,29 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
                         IntSpan begin, IntSpan end, std::map<int64_t, int64_t>& sent,
                         std::vector<TransferMove>& moves) {
   const int64_t members = static_cast<int64_t>(group.size());
-  const int64_t holders = static_cast<int64_t>(held.size());
+  const auto on_relay_rank = [&](int relay) {
+    return relay == destination || destinations[relay].rank == destinations[destination].rank;
+  };
+  if (!cut) {  // the whole cell: from the holders as without nodes, or from its relay
+    const int relay = group[static_cast<size_t>(cell % members)];
+    if (on_relay_rank(relay)) {
+      return SplitAmongHolders(dtype, shape, sources, held, destination, begin, end, sent, moves);
+    }
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
+    moves.push_back({relay, destination, IntVector(begin.begin(), begin.end()),
+                     IntVector(end.begin(), end.end()), bytes, /*forward=*/true});
+    return absl::OkStatus();
+  }
   const SlabCut slabs =
-      ChooseCut(dtype, shape, begin, end, cut ? std::max(holders, members) : holders);
-  const int64_t blocks = cut ? members : 1;
+      ChooseCut(dtype, shape, begin, end, std::max(static_cast<int64_t>(held.size()), members));
   std::vector<Slab> taken;  // the slabs this piece takes from the holders
-  for (int64_t j = 0; j < blocks; ++j) {
-    // Block j: the slabs i with i x blocks / count == j.
-    const int64_t from = (j * slabs.count + blocks - 1) / blocks;
-    const int64_t to = ((j + 1) * slabs.count + blocks - 1) / blocks;
+  for (int64_t j = 0; j < members; ++j) {
+    // Block j: the slabs i with i x members / count == j.
+    const int64_t from = (j * slabs.count + members - 1) / members;
+    const int64_t to = ((j + 1) * slabs.count + members - 1) / members;
     if (from == to) continue;
     const int relay = group[static_cast<size_t>((j + cell) % members)];
-    if (relay == destination || destinations[relay].rank == destinations[destination].rank) {
+    if (on_relay_rank(relay)) {
       for (int64_t i = from; i < to; ++i) taken.push_back(SlabRange(begin, end, slabs, i, i + 1));
       continue;
     }

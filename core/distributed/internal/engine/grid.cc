@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/engine/grid.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -42,7 +43,8 @@ Grid MakeGrid(IntSpan shape, const std::vector<TransferPiece>& a,
 }
 
 int64_t CoverOf(const Grid& grid, const TransferPiece& piece, int64_t limit, Cover& cover) {
-  cover.assign(grid.cuts.size(), {});
+  cover.resize(grid.cuts.size());  // keeping the lists' storage
+  for (std::vector<int64_t>& cells_of_dim : cover) cells_of_dim.clear();
   int64_t cells = 1;
   for (size_t d = 0; d < grid.cuts.size(); ++d) {
     const std::vector<int64_t>& cuts = grid.cuts[d];
@@ -62,14 +64,16 @@ int64_t CoverOf(const Grid& grid, const TransferPiece& piece, int64_t limit, Cov
 
 bool CoverCells(const Grid& grid, int64_t cells, const std::vector<TransferPiece>& pieces,
                 int64_t& budget, std::vector<int64_t>& first, std::vector<int>& list) {
-  std::vector<Cover> covers(pieces.size());
+  // Two passes over the pieces' covers (counts, then the lists), each cover made again in
+  // one buffer rather than kept per piece.
+  Cover cover;
   first.assign(static_cast<size_t>(cells) + 1, 0);
-  for (size_t s = 0; s < pieces.size(); ++s) {
-    if (pieces[s].identity) continue;  // takes nothing
-    const int64_t n = CoverOf(grid, pieces[s], budget, covers[s]);
+  for (const TransferPiece& piece : pieces) {
+    if (piece.identity) continue;  // takes nothing
+    const int64_t n = CoverOf(grid, piece, budget, cover);
     if (n < 0) return false;
     budget -= n;
-    ForEachCell(grid, covers[s], [&](int64_t cell, IntSpan) {
+    ForEachCell(grid, cover, [&](int64_t cell, IntSpan) {
       ++first[cell + 1];
       return absl::OkStatus();
     }).IgnoreError();
@@ -79,7 +83,8 @@ bool CoverCells(const Grid& grid, int64_t cells, const std::vector<TransferPiece
   std::vector<int64_t> fill(first.begin(), first.end() - 1);
   for (size_t s = 0; s < pieces.size(); ++s) {
     if (pieces[s].identity) continue;
-    ForEachCell(grid, covers[s], [&](int64_t cell, IntSpan) {
+    CoverOf(grid, pieces[s], std::numeric_limits<int64_t>::max(), cover);  // fit above
+    ForEachCell(grid, cover, [&](int64_t cell, IntSpan) {
       list[fill[cell]++] = static_cast<int>(s);
       return absl::OkStatus();
     }).IgnoreError();

@@ -171,9 +171,25 @@ absl::StatusOr<std::vector<TransferPiece>> SidePieces(const TransferTensor& tens
 
 }  // namespace
 
-absl::Status LayoutPieces(const TransferTensor& tensor, TransferLayoutPlan& plan) {
-  SDRT_ASSIGN_OR_RETURN(plan.source, SidePieces(tensor, /*source=*/true, plan));
-  SDRT_ASSIGN_OR_RETURN(plan.destination, SidePieces(tensor, /*source=*/false, plan));
+absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& source_key,
+                          const std::string& destination_key, PieceCache& cache,
+                          TransferLayoutPlan& plan) {
+  for (const bool source : {true, false}) {
+    const std::string& key = source ? source_key : destination_key;
+    PieceList& pieces = source ? plan.source : plan.destination;
+    if (const PieceCache::Side* made = cache.Find(key)) {
+      pieces = made->pieces;
+      if (source) {
+        plan.contributions = made->contributions;
+        plan.reduce_op = made->reduce_op;
+      }
+      continue;
+    }
+    SDRT_ASSIGN_OR_RETURN(std::vector<TransferPiece> list, SidePieces(tensor, source, plan));
+    pieces = PieceList(std::move(list));
+    cache.Add(key,
+              {pieces, source ? plan.contributions : 1, source ? plan.reduce_op : ReduceOp::kSum});
+  }
   return absl::OkStatus();
 }
 

@@ -4,17 +4,46 @@
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_
 
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
 
 namespace sdrt::internal {
 
+// The sides one PlanTransfer has made, by a key of what decides a side (the tensor's dtype
+// and shape, which side, its mesh and placements or boxes: PlanTransfer's), with what a
+// source side gives its layout (Partial contributions and their op).
+class PieceCache {
+ public:
+  struct Side {
+    PieceList pieces;
+    int64_t contributions = 1;
+    ReduceOp reduce_op = ReduceOp::kSum;
+  };
+  const Side* Find(const std::string& key) const {
+    const auto it = sides_.find(key);
+    return it == sides_.end() ? nullptr : &it->second;
+  }
+  void Add(const std::string& key, Side side) { sides_.try_emplace(key, std::move(side)); }
+
+ private:
+  absl::flat_hash_map<std::string, Side> sides_;
+};
+
 // Fills `plan` (the pieces of both sides, the Partial contributions and their op) from
 // `tensor`: one piece per mesh rank in mesh order, or one per box in box order (local = how
 // many earlier boxes share its rank). Empty pieces are kept (they have no runs on some dim).
 // Checks the tensor's dims, element and byte counts and, for sub-byte dtypes, that no piece
-// is cut inside a byte. Errors as PlanTransfer's, naming the tensor and the side.
-absl::Status LayoutPieces(const TransferTensor& tensor, TransferLayoutPlan& plan);
+// is cut inside a byte. A side whose key (source_key, destination_key) is in `cache` is
+// taken from it (the checks passed when it was made), a side made is added. Errors as
+// PlanTransfer's, naming the tensor and the side.
+absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& source_key,
+                          const std::string& destination_key, PieceCache& cache,
+                          TransferLayoutPlan& plan);
 
 }  // namespace sdrt::internal
 

@@ -1,22 +1,19 @@
 #include "sdrt/core/distributed/internal/engine/plan.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/engine/collective_plan.h"
 #include "sdrt/core/distributed/internal/engine/grid.h"
+#include "sdrt/core/distributed/internal/engine/layout_messages.h"
 #include "sdrt/core/distributed/internal/engine/pieces.h"
 #include "sdrt/core/distributed/internal/engine/split.h"
 #include "sdrt/tensor/status_macros.h"
@@ -152,120 +149,61 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   return absl::OkStatus();
 }
 
-// Plans the layout of `tensor`: its pieces, its messages (those of `rank` only, unless
-// -1) and the stats of one such tensor.
+// Plans the layout of `tensor`: its pieces (from `pieces` when a side was made before, by
+// its key), its messages (those of `rank` only, unless -1) and the stats of one such tensor.
 absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
-    const TransferTensor& tensor, const TransferPlanOptions& options) {
+    const TransferTensor& tensor, const TransferPlanOptions& options, const std::string& source_key,
+    const std::string& destination_key, PieceCache& pieces) {
   auto layout = std::make_shared<TransferLayoutPlan>();
   TransferLayoutPlan& tp = *layout;
-  SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, tp));
+  SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, source_key, destination_key, pieces, tp));
   SDRT_ASSIGN_OR_RETURN(const bool collective, PlanCollective(tensor, options, tp));
   if (collective) return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
   std::vector<TransferMove> moves;
+  moves.reserve(tp.destination.size());  // at least one move per piece, usually
   TransferPlanStats& stats = tp.stats;
   SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, moves, stats.optimum_bytes));
-  // The stats count every move (merging changes neither the bytes nor the set of (source
-  // rank, destination rank, contribution) that make the messages); only the moves kept
-  // are merged and sorted.
-  absl::flat_hash_map<int64_t, int64_t> sent, received, node_sent, node_received;
-  std::vector<TransferMove> kept;
-  // A move's sending rank and contribution (a forward's: its relay's, 0).
-  auto from_of = [&](const TransferMove& m) {
-    return m.forward ? tp.destination[m.source].rank : tp.source[m.source].rank;
-  };
-  auto contribution_of = [&](const TransferMove& m) {
-    return m.forward ? int64_t{0} : tp.source[m.source].contribution;
-  };
-  auto node_of = [&](int64_t rank) {
-    return rank < static_cast<int64_t>(options.node_of_rank.size()) ? options.node_of_rank[rank]
-                                                                    : -1 - rank;
-  };
-  absl::flat_hash_set<std::tuple<bool, int64_t, int64_t, int64_t>> pairs;
-  for (TransferMove& move : moves) {
-    const int64_t from = from_of(move);
-    const int64_t to = tp.destination[move.destination].rank;
-    if (pairs.insert({move.forward, from, to, contribution_of(move)}).second) {
-      ++(from == to ? stats.self_messages : stats.messages);
-    }
-    if (!options.node_of_rank.empty() && node_of(from) != node_of(to)) {
-      SDRT_RETURN_IF_ERROR(TransferAdd(stats.internode_bytes, move.bytes, tensor));
-      SDRT_RETURN_IF_ERROR(TransferAdd(node_sent[node_of(from)], move.bytes, tensor));
-      SDRT_RETURN_IF_ERROR(TransferAdd(node_received[node_of(to)], move.bytes, tensor));
-    }
-    if (from == to) {
-      SDRT_RETURN_IF_ERROR(TransferAdd(stats.self_bytes, move.bytes, tensor));
-    } else {
-      SDRT_RETURN_IF_ERROR(TransferAdd(stats.wire_bytes, move.bytes, tensor));
-      SDRT_RETURN_IF_ERROR(TransferAdd(sent[from], move.bytes, tensor));
-      SDRT_RETURN_IF_ERROR(TransferAdd(received[to], move.bytes, tensor));
-    }
-    if (options.rank < 0 || from == options.rank || to == options.rank) {
-      kept.push_back(std::move(move));
-    }
-  }
-  MergeMoves(kept);
-  // One message per (source rank, destination rank), forwards last, contribution 0 first,
-  // its moves in piece and box order.
-  auto key = [&](const TransferMove& m) {
-    return std::make_tuple(m.forward, contribution_of(m), from_of(m),
-                           tp.destination[m.destination].rank, m.source, m.destination,
-                           std::cref(m.begin));
-  };
-  std::sort(kept.begin(), kept.end(),
-            [&](const TransferMove& a, const TransferMove& b) { return key(a) < key(b); });
-  for (TransferMove& move : kept) {
-    const int64_t from = from_of(move);
-    const int64_t to = tp.destination[move.destination].rank;
-    const int64_t contribution = contribution_of(move);
-    if (tp.messages.empty() || tp.messages.back().forward != move.forward ||
-        tp.messages.back().source_rank != from || tp.messages.back().destination_rank != to ||
-        tp.messages.back().contribution != contribution) {
-      tp.messages.push_back({from, to, contribution, {}, 0, move.forward});
-    }
-    TransferMessage& message = tp.messages.back();
-    SDRT_RETURN_IF_ERROR(TransferAdd(message.bytes, move.bytes, tensor));
-    message.moves.push_back(std::move(move));
-  }
-  const std::pair<std::vector<std::pair<int64_t, int64_t>>*, absl::flat_hash_map<int64_t, int64_t>*>
-      per_side[] = {{&tp.sent, &sent},
-                    {&tp.received, &received},
-                    {&tp.node_sent, &node_sent},
-                    {&tp.node_received, &node_received}};
-  for (const auto& [list, map] : per_side) {
-    list->assign(map->begin(), map->end());
-    std::sort(list->begin(), list->end());
-  }
+  SDRT_RETURN_IF_ERROR(LayoutMessages(tensor, options, std::move(moves), tp));
   return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
 }
 
-// The bytes that decide a tensor's layout plan: dtype, shape and both layouts, a mesh by
-// an id given to each distinct (shape, ranks).
+// The bytes that decide a tensor's layout plan: both sides' keys (each: dtype, shape,
+// which side, its layout, a mesh by an id given to each distinct (shape, ranks)) and
+// allow_uncovered. A side's key alone decides its pieces (PieceCache).
 class LayoutKeys {
  public:
-  std::string Key(const TransferTensor& tensor) {
+  std::string SideKey(const TransferTensor& tensor, bool source) {
     std::string key;
-    PutU64(&key, static_cast<uint64_t>(tensor.dtype) | (tensor.allow_uncovered ? 1u << 16 : 0u));
+    PutU64(&key, static_cast<uint64_t>(tensor.dtype) | (source ? 1u << 16 : 0u));
     PutU64(&key, tensor.shape.size());
     for (int64_t s : tensor.shape) PutU64(&key, static_cast<uint64_t>(s));
-    for (const TransferLayout* side : {&tensor.source, &tensor.destination}) {
-      PutU64(&key, side->mesh == nullptr ? 0 : 1 + MeshId(*side->mesh));
-      PutU64(&key, side->placements.size());
-      for (const Placement& p : side->placements) {
-        PutU64(&key, static_cast<uint64_t>(p.kind()));
-        PutU64(&key, static_cast<uint64_t>(p.dim()));
-        PutU64(&key, static_cast<uint64_t>(p.split_factor()));
-        PutU64(&key, static_cast<uint64_t>(p.reduce_op()));
-      }
-      PutU64(&key, side->boxes.size());
-      for (const TransferBox& box : side->boxes) {
-        PutU64(&key, static_cast<uint64_t>(box.rank));
-        PutU64(&key, box.offsets.size());
-        for (int64_t v : box.offsets) PutU64(&key, static_cast<uint64_t>(v));
-        PutU64(&key, box.sizes.size());
-        for (int64_t v : box.sizes) PutU64(&key, static_cast<uint64_t>(v));
-      }
+    const TransferLayout& side = source ? tensor.source : tensor.destination;
+    PutU64(&key, side.mesh == nullptr ? 0 : 1 + MeshId(*side.mesh));
+    PutU64(&key, side.placements.size());
+    for (const Placement& p : side.placements) {
+      PutU64(&key, static_cast<uint64_t>(p.kind()));
+      PutU64(&key, static_cast<uint64_t>(p.dim()));
+      PutU64(&key, static_cast<uint64_t>(p.split_factor()));
+      PutU64(&key, static_cast<uint64_t>(p.reduce_op()));
+    }
+    PutU64(&key, side.boxes.size());
+    for (const TransferBox& box : side.boxes) {
+      PutU64(&key, static_cast<uint64_t>(box.rank));
+      PutU64(&key, box.offsets.size());
+      for (int64_t v : box.offsets) PutU64(&key, static_cast<uint64_t>(v));
+      PutU64(&key, box.sizes.size());
+      for (int64_t v : box.sizes) PutU64(&key, static_cast<uint64_t>(v));
     }
     return key;
+  }
+
+  // The layout's key from its sides' keys.
+  static std::string Key(const TransferTensor& tensor, const std::string& source_key,
+                         const std::string& destination_key) {
+    std::string key;
+    PutU64(&key, tensor.allow_uncovered ? 1 : 0);
+    PutU64(&key, source_key.size());
+    return absl::StrCat(key, source_key, destination_key);
   }
 
  private:
@@ -322,6 +260,7 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
   plan.world_size = options.world_size;
   TransferPlanStats& stats = plan.stats;
   LayoutKeys keys;
+  PieceCache pieces;  // each distinct side's pieces, made once
   // Each distinct layout once, with the number of tensors that share it.
   using Entry = std::pair<std::shared_ptr<const TransferLayoutPlan>, int64_t>;
   absl::node_hash_map<std::string, Entry> layouts;  // entries stay where they are
@@ -355,10 +294,12 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
     tensor.destination_dtype.reset();
     Entry* entry = last;
     if (entry == nullptr || !SameLayoutInputs(tensor, tensors[i - 1])) {
-      auto [it, fresh] = layouts.try_emplace(keys.Key(tensor));
+      const std::string source_key = keys.SideKey(tensor, /*source=*/true);
+      const std::string destination_key = keys.SideKey(tensor, /*source=*/false);
+      auto [it, fresh] = layouts.try_emplace(LayoutKeys::Key(tensor, source_key, destination_key));
       if (fresh) {
         absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> layout =
-            PlanLayout(tensor, options);
+            PlanLayout(tensor, options, source_key, destination_key, pieces);
         if (!layout.ok()) return layout.status();
         it->second.first = *std::move(layout);
       }

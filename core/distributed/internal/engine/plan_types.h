@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtype.h"
@@ -115,7 +116,8 @@ struct TransferMessage {
   int64_t source_rank = 0;
   int64_t destination_rank = 0;
   int64_t contribution = 0;
-  std::vector<TransferMove> moves;
+  // Inline for one move (most messages of a large world carry one box: no allocation).
+  absl::InlinedVector<TransferMove, 1> moves;
   int64_t bytes = 0;
   // Fan-out forwards (every move forward): packed from the relay's destination locals,
   // sent after every direct message of the plan has arrived.
@@ -144,13 +146,41 @@ struct TransferPlanStats {
   int64_t max_node_received_bytes = 0;
 };
 
+// The pieces of one side of a layout, read as a const std::vector<TransferPiece>: shared by
+// the layouts of one plan whose side is alike (an engine's mesh under every tensor of one
+// shape), since a world's side has a piece per rank.
+class PieceList {
+ public:
+  PieceList() = default;
+  PieceList(std::vector<TransferPiece> pieces)  // NOLINT: a list is its pieces
+      : pieces_(std::make_shared<const std::vector<TransferPiece>>(std::move(pieces))) {}
+  explicit PieceList(std::shared_ptr<const std::vector<TransferPiece>> pieces)
+      : pieces_(std::move(pieces)) {}
+
+  const std::vector<TransferPiece>& get() const { return pieces_ ? *pieces_ : Empty(); }
+  operator const std::vector<TransferPiece>&() const { return get(); }  // NOLINT
+  const TransferPiece& operator[](size_t i) const { return get()[i]; }
+  size_t size() const { return get().size(); }
+  bool empty() const { return get().empty(); }
+  std::vector<TransferPiece>::const_iterator begin() const { return get().begin(); }
+  std::vector<TransferPiece>::const_iterator end() const { return get().end(); }
+
+ private:
+  static const std::vector<TransferPiece>& Empty() {
+    static const std::vector<TransferPiece> empty;
+    return empty;
+  }
+
+  std::shared_ptr<const std::vector<TransferPiece>> pieces_;
+};
+
 // What every tensor of one (dtype, global shape, source layout, destination layout) has
 // alike: planned once per plan, shared by those tensors.
 struct TransferLayoutPlan {
-  std::vector<TransferPiece> source;       // mesh rank order, or box order
-  std::vector<TransferPiece> destination;  // likewise
-  int64_t contributions = 1;              // Partial contributions of the source (1: none)
-  ReduceOp reduce_op = ReduceOp::kSum;    // how they combine, when contributions > 1
+  PieceList source;                     // mesh rank order, or box order
+  PieceList destination;                // likewise
+  int64_t contributions = 1;            // Partial contributions of the source (1: none)
+  ReduceOp reduce_op = ReduceOp::kSum;  // how they combine, when contributions > 1
   // By (contribution, source rank, destination rank): every rank's messages, or those the
   // plan's rank sends or receives (TransferPlanOptions::rank).
   std::vector<TransferMessage> messages;

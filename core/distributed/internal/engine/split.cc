@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 #include <utility>
 
 #include "sdrt/tensor/sharding/byte_cuts.h"
@@ -78,13 +79,17 @@ namespace {
 absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
                          absl::Span<const int> held, int destination, std::vector<Slab>& slabs,
                          std::map<int64_t, int64_t>& sent, std::vector<TransferMove>& moves) {
-  std::vector<int> order(held.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return sent[sources[held[a]].rank] < sent[sources[held[b]].rank];
-  });
+  // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
+  // `sent` per holder, not per comparison.
+  std::vector<std::pair<int64_t, int>> order(held.size());
+  for (size_t i = 0; i < held.size(); ++i) {
+    const auto it = sent.find(sources[held[i]].rank);
+    order[i] = {it == sent.end() ? 0 : it->second, static_cast<int>(i)};
+  }
+  const size_t used = std::min(slabs.size(), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(used), order.end());
   for (size_t i = 0; i < slabs.size(); ++i) {
-    const int source = held[order[i % order.size()]];
+    const int source = held[order[i % used].second];
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
     moves.push_back(
         {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
@@ -173,7 +178,8 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
     for (int64_t i = needs_first[cell]; i < needs_first[cell + 1]; ++i) {
       by_node.emplace_back(node_of(destinations[needs[i]].rank), static_cast<int>(i));
     }
-    std::sort(by_node.begin(), by_node.end());  // piece order within a node
+    // Piece order within a node; usually sorted already (pieces in rank order, nodes too).
+    if (!std::is_sorted(by_node.begin(), by_node.end())) std::sort(by_node.begin(), by_node.end());
     const int base = static_cast<int>(needs_first[cell]);
     for (size_t run = 0; run < by_node.size();) {
       size_t next = run;
@@ -189,14 +195,11 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
   return groups;
 }
 
-void MergeMoves(std::vector<TransferMove>& moves) {
-  const int ndim = moves.empty() ? 0 : static_cast<int>(moves.front().begin.size());
+void MergeAdjacentBoxes(std::vector<TransferMove>& moves) {
+  const int ndim = static_cast<int>(moves.front().begin.size());
   for (int dim = ndim - 1; dim >= 0; --dim) {
     // Equal but for `dim`'s interval, compared without it.
     auto key_less = [dim, ndim](const TransferMove& a, const TransferMove& b) {
-      if (a.forward != b.forward) return a.forward < b.forward;
-      if (a.source != b.source) return a.source < b.source;
-      if (a.destination != b.destination) return a.destination < b.destination;
       for (int d = 0; d < ndim; ++d) {
         if (d == dim) continue;
         if (a.begin[d] != b.begin[d]) return a.begin[d] < b.begin[d];
@@ -225,6 +228,33 @@ void MergeMoves(std::vector<TransferMove>& moves) {
     }
     moves.resize(kept);
   }
+}
+
+void MergeMoves(std::vector<TransferMove>& moves) {
+  // Only moves of one (forward, source, destination) merge: find those groups by sorting
+  // indices, and sort the moves themselves only within a group of more than one.
+  const auto group_of = [&moves](uint32_t i) {
+    return std::make_tuple(moves[i].forward, moves[i].source, moves[i].destination);
+  };
+  std::vector<uint32_t> order(moves.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return std::make_pair(group_of(a), a) < std::make_pair(group_of(b), b);
+  });
+  const auto same = [&](uint32_t a, uint32_t b) { return group_of(a) == group_of(b); };
+  if (std::adjacent_find(order.begin(), order.end(), same) == order.end()) return;
+  std::vector<TransferMove> merged, group;
+  merged.reserve(moves.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i + 1;
+    while (j < order.size() && same(order[i], order[j])) ++j;
+    group.clear();
+    for (size_t k = i; k < j; ++k) group.push_back(std::move(moves[order[k]]));
+    if (j - i > 1) MergeAdjacentBoxes(group);
+    for (TransferMove& move : group) merged.push_back(std::move(move));
+    i = j;
+  }
+  moves = std::move(merged);
 }
 
 }  // namespace sdrt::internal

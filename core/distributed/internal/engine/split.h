@@ -70,6 +70,9 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
 // `moves` afterwards is unspecified.
 void MergeMoves(std::vector<TransferMove>& moves);
 
+// MergeMoves of moves that all have one (forward, source, destination) (at least one).
+void MergeAdjacentBoxes(std::vector<TransferMove>& moves);
+
 }  // namespace sdrt::internal
 
 #endif  // SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_SPLIT_H_

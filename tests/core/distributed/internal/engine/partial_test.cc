@@ -84,6 +84,25 @@ TEST(ReshardPartialTest, PartialSourcesAreReducedOnTheDestination) {
   }
 }
 
+// Two layouts with one Partial source side: the side is made once and both layouts take
+// its contributions and op from it.
+TEST(ReshardPartialTest, APartialSourceSideSharedByTwoLayouts) {
+  const TransferTensor a =
+      Describe("a", DType::kFloat32, {9, 6}, MeshLayout({2, 2}, {0, 1, 2, 3}, "[S(0), P(max)]"),
+               MeshLayout({3}, {0, 4, 6}, "[S(1)]"));
+  const TransferTensor b =
+      Describe("b", DType::kFloat32, {9, 6}, MeshLayout({2, 2}, {0, 1, 2, 3}, "[S(0), P(max)]"),
+               MeshLayout({2}, {5, 1}, "[S(0)]"));
+  absl::StatusOr<TransferPlan> plan =
+      ReshardAndCheck({a, b}, {FiniteBytes(a.shape, a.dtype, 3), FiniteBytes(b.shape, b.dtype, 4)});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(&plan->tensors[0].source(), &plan->tensors[1].source());
+  for (const internal::TransferTensorPlan& t : plan->tensors) {
+    EXPECT_EQ(t.contributions(), 2) << t.name;
+    EXPECT_EQ(t.reduce_op(), ReduceOp::kMax) << t.name;
+  }
+}
+
 // Partial(sum) contributions that are not the identity fill: contribution c of an int32
 // tensor is random for c > 0 and full minus their (wrapping) sum for c = 0, so only a
 // destination that adds every contribution exactly once gets `full` back.

@@ -278,6 +278,11 @@ TEST(ReshardPlanTest, RepeatedLayoutsArePlannedOnce) {
   std::set<const internal::TransferLayoutPlan*> layouts;
   for (const internal::TransferTensorPlan& t : every->tensors) layouts.insert(t.layout.get());
   EXPECT_EQ(layouts.size(), 4u);  // (shape, tp) pairs: i % 6 decides both
+  // A side alike in two layouts is made once: tensors 0 and 1 share the shape and the
+  // source, not the destination.
+  EXPECT_EQ(&every->tensors[0].source(), &every->tensors[1].source());
+  EXPECT_NE(&every->tensors[0].destination(), &every->tensors[1].destination());
+  EXPECT_EQ(&every->tensors[1].destination(), &every->tensors[3].destination());
   const absl::StatusOr<TransferPlan> one = internal::PlanTransfer({tensors[0]});
   ASSERT_TRUE(one.ok());
   int64_t optimum = 0;

@@ -61,9 +61,22 @@ TEST(SimulateCli, ByteCountsThatCanBeWorkedOutByHand) {
   EXPECT_EQ(replicas["internode_bytes"], bytes);
   EXPECT_EQ(replicas["max_received_bytes"], bytes);
   EXPECT_EQ(replicas["lower_bound_bytes"], bytes);
-  // One rank's messages are some of every rank's.
-  EXPECT_LE(replicas["rank_messages"].get<int64_t>(), replicas["messages"].get<int64_t>());
-  EXPECT_GT(replicas["rank_messages"].get<int64_t>(), 0);
+  // One rank's plan keeps its share of every rank's messages: each message is one rank's
+  // send and another's receive.
+  int64_t shares = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    const nlohmann::json r = Simulate(
+        "--model tiny-llama --from fsdp:dp=2 --to vllm:tp=1,dp=2 --disjoint --cluster "
+        "nodes=2,gpus=2 --rank " +
+        std::to_string(rank));
+    EXPECT_EQ(r["messages"], replicas["messages"]);
+    EXPECT_GT(r["plan_seconds"].get<double>(), 0);
+    EXPECT_GT(r["world_plan_seconds"].get<double>(), 0);
+    EXPECT_GE(r["world_peak_rss_bytes"].get<int64_t>(), r["peak_rss_bytes"].get<int64_t>());
+    shares += r["rank_messages"].get<int64_t>();
+  }
+  EXPECT_GT(replicas["messages"].get<int64_t>(), 0);
+  EXPECT_EQ(shares, 2 * replicas["messages"].get<int64_t>());
 }
 
 TEST(SimulateCli, AHeaderOnlyDescriptionPlansAsItsArchitecture) {

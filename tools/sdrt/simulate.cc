@@ -124,6 +124,8 @@ absl::Status RunSimulate(const SimulateArgs& args) {
         {"place_seconds", f.place_seconds},
         {"plan_seconds", f.plan_seconds},
         {"peak_rss_bytes", f.peak_rss_bytes},
+        {"world_plan_seconds", f.world_plan_seconds},
+        {"world_peak_rss_bytes", f.world_peak_rss_bytes},
         {"distinct_layouts", f.distinct_layouts},
         {"kept_messages", f.kept_messages},
         {"rank_messages", f.rank_messages},
@@ -156,9 +158,11 @@ absl::Status RunSimulate(const SimulateArgs& args) {
       << HumanBytes(f.tensor_bytes) << "\n"
       << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
       << cluster.nodes << " x " << cluster.gpus_per_node << " (" << f.ranks << " ranks)\n"
-      << absl::StrFormat("planned in %.3f s (placing %.3f s), peak memory %s\n",
-                         f.place_seconds + f.plan_seconds, f.place_seconds,
-                         HumanBytes(f.peak_rss_bytes))
+      << absl::StrFormat(
+             "rank %d's plan in %.3f s (placing %.3f s), peak memory %s; every rank's messages "
+             "(for the model) in %.3f s, peak %s\n",
+             args.rank, f.place_seconds + f.plan_seconds, f.place_seconds,
+             HumanBytes(f.peak_rss_bytes), f.world_plan_seconds, HumanBytes(f.world_peak_rss_bytes))
       << WithThousands(f.distinct_layouts) << " distinct layouts; rank " << args.rank
       << " sends or receives " << WithThousands(f.rank_messages) << " messages (its plan "
       << "keeps " << WithThousands(f.kept_messages)

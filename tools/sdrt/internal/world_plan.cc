@@ -173,33 +173,46 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
     figures.tensor_bytes += bytes;
   }
   figures.tensors = static_cast<int64_t>(tensors.size());
-  // Every rank's messages: the model runs every rank's schedule.
   internal::TransferPlanOptions options;
   options.world_size = figures.ranks;
   options.node_of_rank.resize(static_cast<size_t>(figures.ranks));
   for (int64_t r = 0; r < figures.ranks; ++r) {
     options.node_of_rank[static_cast<size_t>(r)] = r / cluster.gpus_per_node;
   }
+  rusage usage{};
+  // The rank's plan, as its PlanReshard makes it: every rank's moves counted, its own kept.
+  {
+    options.rank = rank;
+    std::vector<internal::TransferTensor> copy = descriptors;
+    start = std::chrono::steady_clock::now();
+    SDRT_ASSIGN_OR_RETURN(const internal::TransferPlan plan,
+                          internal::PlanTransfer(std::move(copy), options));
+    figures.plan_seconds = SecondsSince(start);
+    getrusage(RUSAGE_SELF, &usage);
+    figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+    // The rank's messages of each distinct layout, counted once per layout.
+    absl::flat_hash_map<const internal::TransferLayoutPlan*, int64_t> layouts;
+    for (const internal::TransferTensorPlan& t : plan.tensors) {
+      const auto [it, fresh] = layouts.try_emplace(t.layout.get(), 0);
+      if (fresh) {
+        it->second = static_cast<int64_t>(
+            std::count_if(t.messages().begin(), t.messages().end(),
+                          [](const auto& m) { return m.source_rank != m.destination_rank; }));
+        figures.kept_messages += it->second;
+      }
+      figures.rank_messages += it->second;
+    }
+    figures.distinct_layouts = static_cast<int64_t>(layouts.size());
+  }
+  // Every rank's messages: the model runs every rank's schedule.
+  options.rank = -1;
   start = std::chrono::steady_clock::now();
   SDRT_ASSIGN_OR_RETURN(internal::TransferPlan plan,
                         internal::PlanTransfer(std::move(descriptors), options));
-  figures.plan_seconds = SecondsSince(start);
+  figures.world_plan_seconds = SecondsSince(start);
+  getrusage(RUSAGE_SELF, &usage);
+  figures.world_peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
   figures.stats = plan.stats;
-  // The rank's messages of each distinct layout, counted once per layout.
-  absl::flat_hash_map<const internal::TransferLayoutPlan*, int64_t> layouts;
-  for (const internal::TransferTensorPlan& t : plan.tensors) {
-    const auto [it, fresh] = layouts.try_emplace(t.layout.get(), 0);
-    if (fresh) {
-      it->second = static_cast<int64_t>(
-          std::count_if(t.messages().begin(), t.messages().end(), [rank](const auto& m) {
-            return m.source_rank != m.destination_rank &&
-                   (m.source_rank == rank || m.destination_rank == rank);
-          }));
-      figures.kept_messages += it->second;
-    }
-    figures.rank_messages += it->second;
-  }
-  figures.distinct_layouts = static_cast<int64_t>(layouts.size());
   const int64_t gpus = cluster.gpus_per_node;
   const int64_t nodes_used = (figures.ranks + gpus - 1) / gpus;
   figures.lower_bound_bytes = plan.stats.max_received_bytes;
@@ -209,9 +222,6 @@ absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSp
       static_cast<double>(figures.node_lower_bound_bytes) / static_cast<double>(gpus) / cluster.nic,
       static_cast<double>(figures.lower_bound_bytes) /
           (cluster.nvlink + (nodes_used > 1 ? cluster.nic : 0.0)));
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  figures.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
   start = std::chrono::steady_clock::now();
   SDRT_ASSIGN_OR_RETURN(figures.sync, internal::PredictSync(plan, cluster, world.bucket_bytes));
   SDRT_ASSIGN_OR_RETURN(figures.baselines,

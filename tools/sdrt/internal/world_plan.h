@@ -1,8 +1,9 @@
 // `sdrt simulate`'s planning: the whole world's reshard plan of a model between two
 // parallel layouts (core/checkpoint/parallel_layout.h), made in one process from tensor
 // descriptions alone (a checkpoint's headers, a header-only description, or a built-in
-// architecture), as PlanReshard makes it on each rank: every rank's moves counted, one
-// rank's kept. No byte moves and no other rank runs.
+// architecture), as PlanReshard makes it on each rank (every rank's moves counted, one
+// rank's kept), and once more with every rank's messages for the sync model. No byte moves
+// and no other rank runs.
 #ifndef SDRT_TOOLS_SDRT_INTERNAL_WORLD_PLAN_H_
 #define SDRT_TOOLS_SDRT_INTERNAL_WORLD_PLAN_H_
 
@@ -57,14 +58,19 @@ bool CastsToEngineDtype(const std::string& name, const IntVector& shape);
 struct WorldPlanFigures {
   int64_t ranks = 0;  // the world: ranks of both layouts
   int64_t tensors = 0;
-  int64_t tensor_bytes = 0;            // the model's bytes
-  int64_t distinct_layouts = 0;        // (dtype, shape, source, destination) pairs walked
-  double place_seconds = 0;            // both layouts' ParallelLayout::Place
-  double plan_seconds = 0;             // the planner
-  int64_t peak_rss_bytes = 0;          // of this process, once planned
+  int64_t tensor_bytes = 0;      // the model's bytes
+  int64_t distinct_layouts = 0;  // (dtype, shape, source, destination) pairs walked
+  double place_seconds = 0;      // both layouts' ParallelLayout::Place
+  // The planner making the plan of WorldPlanOptions::rank (every rank's moves counted, its
+  // own kept, as its PlanReshard makes it), and this process's peak once it is made.
+  double plan_seconds = 0;
+  int64_t peak_rss_bytes = 0;
+  // The planner keeping every rank's messages (what the model runs), and the peak then.
+  double world_plan_seconds = 0;
+  int64_t world_peak_rss_bytes = 0;
   int64_t predict_peak_rss_bytes = 0;  // and once predicted
-  // The planned rank's messages to or from another rank: stored (once per distinct layout,
-  // what its PlanReshard keeps) and sent or received (over every tensor, as
+  // The rank's messages to or from another rank in its plan: stored (once per distinct
+  // layout, what its PlanReshard keeps) and sent or received (over every tensor, as
   // stats.messages counts every rank's).
   int64_t kept_messages = 0;
   int64_t rank_messages = 0;
@@ -88,8 +94,9 @@ struct WorldPlanFigures {
 
 // Plans `tensors` from layout `from` (ranks 0..) to layout `to` (ranks 0.. as well, or,
 // with options.disjoint, the ranks after from's: an engine beside its trainer) on
-// `cluster`, every rank's messages, with fan-out by node (a piece that several ranks of a
-// node need enters the node once), and predicts the sync and the baselines on its links.
+// `cluster`, with fan-out by node (a piece that several ranks of a node need enters the
+// node once), twice: options.rank's plan, then every rank's messages, from which it
+// predicts the sync and the baselines on its links.
 // InvalidArgument when the world does not fit the cluster or options.rank is outside it;
 // Place's, the planner's and the model's errors.
 absl::StatusOr<WorldPlanFigures> PlanWorld(const std::vector<SafetensorsTensorSpec>& tensors,

@@ -84,7 +84,8 @@ class MpiCommunicator final : public Communicator {
   // connector to claim it (Connect renames it to `port_file`.claimed), and only then enters
   // MPI_Comm_accept, which has no deadline of its own; it removes both names when done, on
   // failure too, and nothing it did not write. DeadlineExceeded naming `port_file` and the
-  // wait when nobody claims the port within `timeout` (every rank gets it; no file is left);
+  // wait when nobody claims the port within `timeout` (every rank gets it once rank 0 has
+  // removed the file: none is left when any rank returns);
   // FailedPrecondition when `port_file`.claimed already exists (left by a job that died).
   // Connect: rank 0 polls for `port_file` until `timeout` passes (DeadlineExceeded naming it
   // and the wait), reads at most MPI_MAX_PORT_NAME bytes of it (InvalidArgument for a

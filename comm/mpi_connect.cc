@@ -136,20 +136,28 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Accept(
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> job, World(timeout));
   char port[MPI_MAX_PORT_NAME] = {};
   bool opened = false;
+  // Rank 0 closes the port and removes the files it wrote (once they still hold its port).
+  const auto close_port = [&] {
+    if (!opened) return;
+    WithErrorsReturned([&] { return SDRT_MPI_STATUS(MPI_Close_port(port)); }).IgnoreError();
+    internal::RemoveIfHolds(internal::ClaimedPath(port_file), port, MPI_MAX_PORT_NAME)
+        .IgnoreError();
+    internal::RemoveIfHolds(port_file, port, MPI_MAX_PORT_NAME).IgnoreError();
+    opened = false;
+  };
   absl::Status status;
-  if (job->rank() == 0) status = OfferPort(port_file, port, &opened, deadline, timeout);
+  if (job->rank() == 0) {
+    status = OfferPort(port_file, port, &opened, deadline, timeout);
+    // Before the others learn of a failure: no rank returns while the file is still there.
+    if (!status.ok()) close_port();
+  }
   status = ShareOutcome(*job, status, timeout);
   MPI_Comm inter = MPI_COMM_NULL;
   if (status.ok()) {
     status = SDRT_MPI_STATUS(
         MPI_Comm_accept(port, MPI_INFO_NULL, 0, ToComm(job->comm_), &inter));
   }
-  if (opened) {
-    WithErrorsReturned([&] { return SDRT_MPI_STATUS(MPI_Close_port(port)); }).IgnoreError();
-    internal::RemoveIfHolds(internal::ClaimedPath(port_file), port, MPI_MAX_PORT_NAME)
-        .IgnoreError();
-    internal::RemoveIfHolds(port_file, port, MPI_MAX_PORT_NAME).IgnoreError();
-  }
+  close_port();
   if (!status.ok()) return Annotated(status, kOp);
   return Merge(ToHandle(inter), /*accepting=*/true, timeout);
 }

@@ -1,25 +1,75 @@
 // The messages and byte counts of one layout from its planned moves (plan.h's second step):
-// every rank's moves counted into the layout's stats and per-rank lists, the kept ones merged
-// and grouped into messages. Not public API.
+// every rank's moves counted into the layout's stats and per-rank lists as the planner makes
+// them, piece by piece, the kept ones merged and grouped into messages. Not public API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_LAYOUT_MESSAGES_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_LAYOUT_MESSAGES_H_
 
+#include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
 
 namespace sdrt::internal {
 
-// From `moves` (every rank's moves of one tensor of layout `tp`, whose pieces are made):
-// counts every move into tp.stats (wire and self bytes, messages, inter-node bytes) and
-// tp.sent, received, node_sent and node_received; keeps the moves options.rank sends or
-// receives (every move for -1), merges those of one (forward, source, destination) that are
-// adjacent boxes, and groups them into tp.messages, one per (forward, contribution, source
+// Bytes per rank (or node) of one layout, with which indices were added to: a layout's
+// sent, received, node_sent and node_received lists. Dense below `dense` (ranks, and node
+// ids that are small numbers), in a map otherwise (node ids are the caller's).
+class PerRankBytes {
+ public:
+  explicit PerRankBytes(int64_t dense);
+
+  // Adds `bytes` to `index`'s sum; InvalidArgument naming `tensor` when it overflows.
+  absl::Status Add(int64_t index, int64_t bytes, const TransferTensor& tensor);
+
+  // (index, bytes) of every index added to, by index.
+  void List(std::vector<std::pair<int64_t, int64_t>>& out);
+
+ private:
+  static constexpr int64_t kUnset = -1;  // not added to yet (sums are >= 0)
+
+  std::vector<int64_t> bytes_;
+  absl::flat_hash_map<int64_t, int64_t> sparse_;
+  std::vector<int64_t> indices_;
+};
+
+// Counts the moves of one layout `tp` (its pieces made) as the planner makes them: each
+// into tp.stats (wire and self bytes, messages, inter-node bytes) and tp.sent, received,
+// node_sent and node_received; keeps the moves options.rank sends or receives (every move
+// for -1). Finish merges the kept moves of one (forward, source, destination) that are
+// adjacent boxes and groups them into tp.messages, one per (forward, contribution, source
 // rank, destination rank) in that order, its moves by source piece, destination piece and
-// box. InvalidArgument naming `tensor` when a byte count overflows.
-absl::Status LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
-                            std::vector<TransferMove> moves, TransferLayoutPlan& tp);
+// box. `tensor`, `options` and `tp` outlive this object.
+class LayoutMessages {
+ public:
+  LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
+                 TransferLayoutPlan& tp);
+
+  // Counts `moves`, every move to destination piece `destination` (each piece's moves in
+  // one call), keeps options.rank's and clears `moves` (its capacity stays, for the next
+  // piece). InvalidArgument naming the tensor when a byte count overflows.
+  absl::Status Count(int destination, std::vector<TransferMove>& moves);
+
+  // Writes tp.messages and the per-rank lists, once every piece is counted.
+  absl::Status Finish();
+
+ private:
+  int64_t NodeOf(int64_t rank) const;
+
+  const TransferTensor& tensor_;
+  const TransferPlanOptions& options_;
+  TransferLayoutPlan& tp_;
+  PerRankBytes sent_, received_, node_sent_, node_received_;
+  // Each destination rank has one piece here: a message of (no forward, contribution 0)
+  // to a piece's rank comes from that piece's moves only, so it is counted once there, by
+  // the piece that last counted its source rank (`counted_by`). Other messages' keys go to
+  // `keys_`, counted once each at the end.
+  bool one_piece_per_rank_ = true;
+  std::vector<int> counted_by_;
+  std::vector<uint64_t> keys_;
+  std::vector<TransferMove> kept_;
+};
 
 }  // namespace sdrt::internal
 

@@ -1,7 +1,6 @@
 #include "sdrt/core/distributed/internal/engine/plan.h"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,10 +20,10 @@
 namespace sdrt::internal {
 namespace {
 
-// Plans one tensor: its moves (not merged yet) and its optimum bytes.
+// Plans one tensor: its moves, counted into `out` destination piece by destination piece,
+// and its optimum bytes.
 absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& tp,
-                        const TransferPlanOptions& options, std::vector<TransferMove>& moves,
-                        int64_t& optimum) {
+                        const TransferPlanOptions& options, LayoutMessages& out, int64_t& optimum) {
   const Grid grid = MakeGrid(tensor.shape, tp.source, tp.destination);
   int64_t budget = options.max_cells;
   for (int64_t c : grid.counts) {
@@ -61,7 +60,11 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
       fan_out ? GroupByNode(needs_first, needs, tp.destination, node_of) : NodeGroups();
   Cover cover;
   std::vector<int> group, on_node;
-  std::map<int64_t, int64_t> sent;  // wire bytes each source rank sends so far
+  // Wire bytes each source rank sends so far, by rank.
+  int64_t ranks = 0;
+  for (const TransferPiece& piece : tp.source) ranks = std::max(ranks, piece.rank + 1);
+  std::vector<int64_t> sent(static_cast<size_t>(ranks));
+  std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
   for (size_t p = 0; p < tp.destination.size(); ++p) {
     const TransferPiece& dst = tp.destination[p];
     if (dst.identity) continue;
@@ -145,6 +148,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
       }
       return absl::OkStatus();
     }));
+    SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
   }
   return absl::OkStatus();
 }
@@ -159,11 +163,9 @@ absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
   SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, source_key, destination_key, pieces, tp));
   SDRT_ASSIGN_OR_RETURN(const bool collective, PlanCollective(tensor, options, tp));
   if (collective) return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
-  std::vector<TransferMove> moves;
-  moves.reserve(tp.destination.size());  // at least one move per piece, usually
-  TransferPlanStats& stats = tp.stats;
-  SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, moves, stats.optimum_bytes));
-  SDRT_RETURN_IF_ERROR(LayoutMessages(tensor, options, std::move(moves), tp));
+  LayoutMessages messages(tensor, options, tp);
+  SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, messages, tp.stats.optimum_bytes));
+  SDRT_RETURN_IF_ERROR(messages.Finish());
   return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
 }
 

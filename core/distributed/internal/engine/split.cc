@@ -78,13 +78,12 @@ namespace {
 // holders); updates `sent`.
 absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
                          absl::Span<const int> held, int destination, std::vector<Slab>& slabs,
-                         std::map<int64_t, int64_t>& sent, std::vector<TransferMove>& moves) {
+                         std::vector<int64_t>& sent, std::vector<TransferMove>& moves) {
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
   // `sent` per holder, not per comparison.
   std::vector<std::pair<int64_t, int>> order(held.size());
   for (size_t i = 0; i < held.size(); ++i) {
-    const auto it = sent.find(sources[held[i]].rank);
-    order[i] = {it == sent.end() ? 0 : it->second, static_cast<int>(i)};
+    order[i] = {sent[static_cast<size_t>(sources[held[i]].rank)], static_cast<int>(i)};
   }
   const size_t used = std::min(slabs.size(), order.size());
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(used), order.end());
@@ -93,7 +92,8 @@ absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
     moves.push_back(
         {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
-    if (__builtin_add_overflow(sent[sources[source].rank], bytes, &sent[sources[source].rank])) {
+    int64_t& total = sent[static_cast<size_t>(sources[source].rank)];
+    if (__builtin_add_overflow(total, bytes, &total)) {
       return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
     }
   }
@@ -105,12 +105,12 @@ absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                                const std::vector<TransferPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, std::map<int64_t, int64_t>& sent,
+                               IntSpan end, std::vector<int64_t>& sent,
                                std::vector<TransferMove>& moves) {
   const int64_t k = static_cast<int64_t>(held.size());
   if (k == 1) {  // the common case, without the slabs' and order's allocations
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
-    int64_t& total = sent[sources[held[0]].rank];
+    int64_t& total = sent[static_cast<size_t>(sources[held[0]].rank)];
     if (__builtin_add_overflow(total, bytes, &total)) {
       return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
     }
@@ -127,7 +127,7 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
 absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
                         const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
                         absl::Span<const int> group, int destination, int64_t cell, bool cut,
-                        IntSpan begin, IntSpan end, std::map<int64_t, int64_t>& sent,
+                        IntSpan begin, IntSpan end, std::vector<int64_t>& sent,
                         std::vector<TransferMove>& moves) {
   const int64_t members = static_cast<int64_t>(group.size());
   const auto on_relay_rank = [&](int relay) {

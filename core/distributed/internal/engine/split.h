@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,11 +23,12 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end);
 // first longest; for a sub-byte dtype the longest dim whose slabs begin and end on whole
 // bytes, else not cut), slab sizes differing by at most one index, and the slabs, largest
 // first, go to the holders in increasing order of what their ranks have sent so far (ties:
-// holder order). `sent` (wire bytes per source rank) is updated.
+// holder order). `sent` (wire bytes per source rank so far, indexed by rank; every holder's
+// rank below its size) is updated.
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                                const std::vector<TransferPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, std::map<int64_t, int64_t>& sent,
+                               IntSpan end, std::vector<int64_t>& sent,
                                std::vector<TransferMove>& moves);
 
 // With fan-out, the pieces of each node that need each cell: for the CSR lists of the
@@ -62,7 +62,7 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
 absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
                         const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
                         absl::Span<const int> group, int destination, int64_t cell, bool cut,
-                        IntSpan begin, IntSpan end, std::map<int64_t, int64_t>& sent,
+                        IntSpan begin, IntSpan end, std::vector<int64_t>& sent,
                         std::vector<TransferMove>& moves);
 
 // Merges moves with the same (forward, source, destination) that are adjacent along one dim and

@@ -297,6 +297,19 @@ absl::StatusOr<TransferPlan> ReshardAndCheck(const std::vector<TransferTensor>& 
   }
   const internal::TransferPlanStats& s = plan.stats;
   SDRT_RETURN_IF_ERROR(CheckRankPlans(tensors, plan, node_of_rank));
+  // The counted messages are the every-rank plan's (one per forward, contribution and pair;
+  // no collectives without the options that allow them).
+  int64_t messages = 0, self_messages = 0;
+  for (const internal::TransferTensorPlan& t : plan.tensors) {
+    for (const TransferMessage& m : t.messages()) {
+      ++(m.source_rank == m.destination_rank ? self_messages : messages);
+    }
+  }
+  if (s.messages != messages || s.self_messages != self_messages) {
+    return absl::InternalError(absl::StrCat("messages ", s.messages, " and ", s.self_messages,
+                                            " to self, the plan's are ", messages, " and ",
+                                            self_messages));
+  }
   if (!node_of_rank.empty()) {
     int64_t internode = 0;
     bool partial = false, duplicates = false;

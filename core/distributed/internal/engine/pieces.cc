@@ -171,6 +171,19 @@ absl::StatusOr<std::vector<TransferPiece>> SidePieces(const TransferTensor& tens
 
 }  // namespace
 
+void PieceCache::Add(const std::string& key, Side side) {
+  const int64_t size = static_cast<int64_t>(side.pieces.size());
+  if (!sides_.try_emplace(key, std::move(side)).second) return;
+  order_.push_back(key);
+  pieces_ += size;
+  while (pieces_ > max_pieces_ && order_.size() > 1) {
+    const auto oldest = sides_.find(order_.front());
+    pieces_ -= static_cast<int64_t>(oldest->second.pieces.size());
+    sides_.erase(oldest);
+    order_.pop_front();
+  }
+}
+
 absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& source_key,
                           const std::string& destination_key, PieceCache& cache,
                           TransferLayoutPlan& plan) {

@@ -5,6 +5,7 @@
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 
@@ -16,7 +17,9 @@ namespace sdrt::internal {
 
 // The sides one PlanTransfer has made, by a key of what decides a side (the tensor's dtype
 // and shape, which side, its mesh and placements or boxes: PlanTransfer's), with what a
-// source side gives its layout (Partial contributions and their op).
+// source side gives its layout (Partial contributions and their op). Holds at most
+// `max_pieces` pieces: the sides made first are dropped first (a model's tensors that share
+// a side are near each other; a plan of every shape distinct shares none).
 class PieceCache {
  public:
   struct Side {
@@ -24,14 +27,19 @@ class PieceCache {
     int64_t contributions = 1;
     ReduceOp reduce_op = ReduceOp::kSum;
   };
+  explicit PieceCache(int64_t max_pieces) : max_pieces_(max_pieces) {}
+
   const Side* Find(const std::string& key) const {
     const auto it = sides_.find(key);
     return it == sides_.end() ? nullptr : &it->second;
   }
-  void Add(const std::string& key, Side side) { sides_.try_emplace(key, std::move(side)); }
+  void Add(const std::string& key, Side side);
 
  private:
+  int64_t max_pieces_;
+  int64_t pieces_ = 0;
   absl::flat_hash_map<std::string, Side> sides_;
+  std::deque<std::string> order_;  // the keys, first made first
 };
 
 // Fills `plan` (the pieces of both sides, the Partial contributions and their op) from

@@ -20,6 +20,9 @@
 namespace sdrt::internal {
 namespace {
 
+// The most pieces a plan keeps made for later layouts: 1,024 sides of 1,024 ranks.
+constexpr int64_t kCachedPieces = int64_t{1} << 20;
+
 // Plans one tensor: its moves, counted into `out` destination piece by destination piece,
 // and its optimum bytes.
 absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& tp,
@@ -153,8 +156,50 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   return absl::OkStatus();
 }
 
+// A rank's plan of a layout keeps the pieces the rank uses: its own and those its kept
+// moves name, in their order, the moves renumbered. At 1,024 ranks a layout's every piece
+// is most of what the plan would keep of it, and the verbs look for their own pieces in it
+// per tensor and call.
+void KeepRankPieces(int64_t rank, TransferLayoutPlan& tp) {
+  std::vector<int> source_index(tp.source.size(), -1), destination_index(tp.destination.size(), -1);
+  for (size_t i = 0; i < tp.source.size(); ++i) source_index[i] = tp.source[i].rank == rank;
+  for (size_t i = 0; i < tp.destination.size(); ++i) {
+    destination_index[i] = tp.destination[i].rank == rank;
+  }
+  for (const TransferMessage& message : tp.messages) {
+    for (const TransferMove& move : message.moves) {
+      (move.forward ? destination_index : source_index)[static_cast<size_t>(move.source)] = 1;
+      destination_index[static_cast<size_t>(move.destination)] = 1;
+    }
+  }
+  // Marked pieces (1) get their new index; the others -1.
+  const auto keep = [](const PieceList& all, std::vector<int>& index) {
+    std::vector<TransferPiece> kept;
+    for (size_t i = 0; i < index.size(); ++i) {
+      if (index[i] == 1) {
+        index[i] = static_cast<int>(kept.size());
+        kept.push_back(all[i]);
+      } else {
+        index[i] = -1;
+      }
+    }
+    return kept;
+  };
+  std::vector<TransferPiece> source = keep(tp.source, source_index);
+  std::vector<TransferPiece> destination = keep(tp.destination, destination_index);
+  for (TransferMessage& message : tp.messages) {
+    for (TransferMove& move : message.moves) {
+      move.source = (move.forward ? destination_index : source_index)[move.source];
+      move.destination = destination_index[move.destination];
+    }
+  }
+  tp.source = PieceList(std::move(source));
+  tp.destination = PieceList(std::move(destination));
+}
+
 // Plans the layout of `tensor`: its pieces (from `pieces` when a side was made before, by
-// its key), its messages (those of `rank` only, unless -1) and the stats of one such tensor.
+// its key), its messages (those of `rank` only, unless -1, and then only the pieces `rank`
+// uses) and the stats of one such tensor.
 absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
     const TransferTensor& tensor, const TransferPlanOptions& options, const std::string& source_key,
     const std::string& destination_key, PieceCache& pieces) {
@@ -166,6 +211,7 @@ absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
   LayoutMessages messages(tensor, options, tp);
   SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, messages, tp.stats.optimum_bytes));
   SDRT_RETURN_IF_ERROR(messages.Finish());
+  if (options.rank >= 0) KeepRankPieces(options.rank, tp);
   return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
 }
 
@@ -262,7 +308,7 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
   plan.world_size = options.world_size;
   TransferPlanStats& stats = plan.stats;
   LayoutKeys keys;
-  PieceCache pieces;  // each distinct side's pieces, made once
+  PieceCache pieces(kCachedPieces);  // each distinct side's pieces, made once
   // Each distinct layout once, with the number of tensors that share it.
   using Entry = std::pair<std::shared_ptr<const TransferLayoutPlan>, int64_t>;
   absl::node_hash_map<std::string, Entry> layouts;  // entries stay where they are

@@ -177,7 +177,10 @@ class PieceList {
 // What every tensor of one (dtype, global shape, source layout, destination layout) has
 // alike: planned once per plan, shared by those tensors.
 struct TransferLayoutPlan {
-  PieceList source;                     // mesh rank order, or box order
+  // Mesh rank order, or box order; in a plan of one rank (TransferPlanOptions::rank) of a
+  // point-to-point layout, only the pieces that rank uses: its own and those its messages'
+  // moves name, in that order.
+  PieceList source;
   PieceList destination;                // likewise
   int64_t contributions = 1;            // Partial contributions of the source (1: none)
   ReduceOp reduce_op = ReduceOp::kSum;  // how they combine, when contributions > 1
@@ -230,8 +233,9 @@ struct TransferPlan {
 };
 
 struct TransferPlanOptions {
-  // Keep only the messages this global rank sends or receives (what its executor needs);
-  // -1: every rank's (the one-process simulator). The stats count every rank either way.
+  // Keep only the messages this global rank sends or receives (what its executor needs)
+  // and the pieces it uses; -1: every rank's (the one-process simulator). The stats count
+  // every rank either way.
   int64_t rank = -1;
   // The node of each global rank (ranks past its end: a node of their own). When given,
   // a cell that several destination pieces of one node need and no rank of that node

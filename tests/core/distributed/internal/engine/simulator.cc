@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -248,6 +249,19 @@ absl::Status CheckRankPlans(const std::vector<TransferTensor>& tensors, const Tr
         same = got[i].source_rank == want[i]->source_rank &&
                got[i].destination_rank == want[i]->destination_rank &&
                got[i].bytes == want[i]->bytes && got[i].moves.size() == want[i]->moves.size();
+        // The same boxes between the same pieces (the rank's plan keeps fewer pieces, so
+        // its indices differ): (rank, local) of each end.
+        for (size_t k = 0; same && k < got[i].moves.size(); ++k) {
+          const internal::TransferMove &a = got[i].moves[k], &b = want[i]->moves[k];
+          const auto ends = [&](const internal::TransferTensorPlan& p,
+                                const internal::TransferMove& m) {
+            const TransferPiece& from =
+                m.forward ? p.destination()[m.source] : p.source()[m.source];
+            const TransferPiece& to = p.destination()[m.destination];
+            return std::make_tuple(from.rank, from.local, to.rank, to.local, m.begin, m.end);
+          };
+          same = ends(mine.tensors[t], a) == ends(every.tensors[t], b);
+        }
       }
       if (!same) {
         return absl::InternalError(absl::StrCat("tensor '", tensors[t].name, "': the plan of rank ",

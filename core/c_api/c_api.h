@@ -79,8 +79,8 @@ extern "C" {
  * offset under placements or a sharding plan; 5: weight maps, sdrt_weight_map_t in the load
  * and reshard options; 6: sdrt_load_options_t's readers and share_reads; 7: readers 0, the
  * default, chosen per call; 8: sdrt_comm_accept and sdrt_comm_connect, two separately
- * launched MPI jobs joined into one communicator). */
-#define SDRT_C_API_VERSION 8
+ * launched MPI jobs joined into one communicator; 9: sdrt_parallel_layout_place). */
+#define SDRT_C_API_VERSION 9
 /* The binary interface: bumped when a struct layout or a signature changes incompatibly
  * (2: sdrt_comm_create_from_nccl takes sdrt_nccl_comm_options_t; 3: sdrt_load_options_t
  * grew read and bucket_bytes; 4: sdrt_load_options_t and sdrt_reshard_options_t grew
@@ -371,6 +371,39 @@ typedef struct sdrt_local_shard_t {
 SDRT_C_API sdrt_status_t sdrt_compute_local_shape_and_global_offset(
     const sdrt_dtensor_spec_t* spec, const char* plan, const char* name, int64_t rank,
     sdrt_local_shard_t* out);
+
+/* Local (pure arithmetic). Where each of a model's `count` tensors lives when a training or
+ * serving framework lays the model out over a world of ranks: ParallelLayout::Place in C++
+ * (core/checkpoint/parallel_layout.h; docs/LAYOUTS.md draws each rule). `description` is
+ * "megatron:tp=T,pp=P[,dp=D][,ep=E][,etp=X]", "vllm:tp=T[,pp=P][,dp=D][,ep=E]", "fsdp:dp=D"
+ * or "fsdp-tp:dp=D,tp=T", over `world_size` ranks (0: dp must be given) that are the
+ * global ranks first_rank .. first_rank + size - 1 (first_rank > 0: an engine's ranks
+ * after its trainer's in one world). The model is names[i] (dotted state-dict names; their
+ * "layers.N." and "experts.K." decide pipeline stages and expert owners, so give the whole
+ * model, in its order), ndims[i] and shapes[i] (ndims[i] sizes, elements; may be NULL when
+ * ndims[i] is 0); no data. Fills specs[i] (each initialised with SDRT_DTENSOR_SPEC_INIT)
+ * with tensor i's mesh (its shape and global ranks: the ranks of its pipeline stage, or of
+ * its expert's owners), its placements as PyTorch prints them ("[R, S(0)]"), global_ndim =
+ * ndims[i] and global_shape = shapes[i] (the caller's array, which must outlive the spec's
+ * use). The mesh arrays and placement strings are sdrt's (thread-local storage, one per
+ * distinct mesh and string), valid until the next sdrt_parallel_layout_place on the same
+ * thread. A rank holds tensor i when it is in specs[i].mesh_ranks; the buffer it allocates
+ * has the local shape sdrt_compute_local_shape_and_global_offset(&specs[i], NULL, NULL,
+ * rank, ...) gives, and is added with &specs[i] by sdrt_state_dict_add (for
+ * sdrt_reshard_plan_create, sdrt_load). Writes specs only on SDRT_OK.
+ * Errors: SDRT_INVALID_ARGUMENT for a NULL description, names, ndims, shapes or specs
+ * (count > 0), count outside [0, 2^24], a NULL name, ndims[i] outside [0, 64], a NULL
+ * shapes[i] with ndims[i] > 0, a negative size, a bad specs[i].struct_size, and what
+ * ParallelLayout::Parse and Place refuse, naming the description or the tensor (an unknown
+ * framework or key, sizes that do not divide the world, dp left out with world_size 0,
+ * fewer layers than pipeline stages, a layer's expert count that ep does not divide, a
+ * first_rank below 0 or putting a rank above 2^20). */
+SDRT_C_API sdrt_status_t sdrt_parallel_layout_place(const char* description, int64_t world_size,
+                                                    int64_t first_rank, int64_t count,
+                                                    const char* const* names,
+                                                    const int32_t* ndims,
+                                                    const int64_t* const* shapes,
+                                                    sdrt_dtensor_spec_t* specs);
 
 /* Local. An empty state dict. */
 SDRT_C_API sdrt_status_t sdrt_state_dict_create(sdrt_state_dict_t* out);

@@ -82,7 +82,8 @@ LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanO
       received_(RanksOf(tp)),
       node_sent_(NodesOf(options)),
       node_received_(NodesOf(options)),
-      counted_by_(static_cast<size_t>(RanksOf(tp)), -1) {
+      counted_by_(static_cast<size_t>(RanksOf(tp)), -1),
+      forwarded_by_(counted_by_) {
   std::vector<bool> seen(counted_by_.size());
   for (const TransferPiece& piece : tp.destination) {
     if (seen[static_cast<size_t>(piece.rank)]) one_piece_per_rank_ = false;
@@ -101,8 +102,8 @@ absl::Status LayoutMessages::Count(int destination, std::vector<TransferMove>& m
   const int64_t to = tp_.destination[destination].rank;
   for (TransferMove& move : moves) {
     const int64_t from = FromOf(tp_, move);
-    if (one_piece_per_rank_ && !move.forward && ContributionOf(tp_, move) == 0) {
-      int& counted = counted_by_[static_cast<size_t>(from)];
+    if (one_piece_per_rank_ && ContributionOf(tp_, move) == 0) {
+      int& counted = (move.forward ? forwarded_by_ : counted_by_)[static_cast<size_t>(from)];
       if (counted != destination) ++(from == to ? stats.self_messages : stats.messages);
       counted = destination;
     } else {

@@ -61,12 +61,13 @@ class LayoutMessages {
   const TransferPlanOptions& options_;
   TransferLayoutPlan& tp_;
   PerRankBytes sent_, received_, node_sent_, node_received_;
-  // Each destination rank has one piece here: a message of (no forward, contribution 0)
-  // to a piece's rank comes from that piece's moves only, so it is counted once there, by
-  // the piece that last counted its source rank (`counted_by`). Other messages' keys go to
-  // `keys_`, counted once each at the end.
+  // Each destination rank has one piece here: a message of contribution 0 to a piece's
+  // rank comes from that piece's moves only, so it is counted once there, by the piece
+  // that last counted its source rank (`counted_by_`; `forwarded_by_` for forwards, whose
+  // source is a relay). Other messages' keys go to `keys_`, counted once each at the end.
   bool one_piece_per_rank_ = true;
   std::vector<int> counted_by_;
+  std::vector<int> forwarded_by_;
   std::vector<uint64_t> keys_;
   std::vector<TransferMove> kept_;
 };

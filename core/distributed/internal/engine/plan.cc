@@ -61,6 +61,9 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   };
   const NodeGroups groups =
       fan_out ? GroupByNode(needs_first, needs, tp.destination, node_of) : NodeGroups();
+  // Per cell, where the walk's next destination piece is in its `needs` list.
+  std::vector<int64_t> next_need;
+  if (fan_out) next_need.assign(needs_first.begin(), needs_first.end() - 1);
   Cover cover;
   std::vector<int> group, on_node;
   // Wire bytes each source rank sends so far, by rank.
@@ -93,13 +96,14 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
       const int64_t bytes = *box_bytes;
       // Fan-out: no holder on this piece's node, and other pieces on the node need the
       // cell too: they share it, each relaying a block of it to the others.
-      if (fan_out && std::none_of(held.begin(), held.end(), [&](int h) {
-            return node_of(tp.source[h].rank) == node_of(dst.rank);
-          })) {
-        const size_t at = static_cast<size_t>(
-            std::lower_bound(needs.begin() + needs_first[cell],
-                             needs.begin() + needs_first[cell + 1], static_cast<int>(p)) -
-            needs.begin());
+      if (fan_out && groups.shared[static_cast<size_t>(cell)] != 0 &&
+          std::none_of(held.begin(), held.end(),
+                       [&](int h) { return node_of(tp.source[h].rank) == node_of(dst.rank); })) {
+        // This piece's entry in the cell's list (pieces come in order: from the last
+        // piece's entry on; the piece is in the list, since it covers the cell).
+        int64_t& entry = next_need[static_cast<size_t>(cell)];
+        while (needs[static_cast<size_t>(entry)] != static_cast<int>(p)) ++entry;
+        const auto at = static_cast<size_t>(entry);
         if (groups.count[at] > 1) {
           SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
           const absl::Status shared = FanOutCell(

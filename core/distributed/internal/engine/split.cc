@@ -172,6 +172,7 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
   groups.members.resize(needs.size());
   groups.first.resize(needs.size());
   groups.count.resize(needs.size());
+  groups.shared.resize(needs_first.empty() ? 0 : needs_first.size() - 1);
   std::vector<std::pair<int64_t, int>> by_node;  // (node, i), i into needs
   for (size_t cell = 0; cell + 1 < needs_first.size(); ++cell) {
     by_node.clear();
@@ -189,6 +190,7 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
         groups.first[by_node[j].second] = base + static_cast<int>(run);
         groups.count[by_node[j].second] = static_cast<int>(next - run);
       }
+      if (next - run > 1) groups.shared[cell] = 1;
       run = next;
     }
   }

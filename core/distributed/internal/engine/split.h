@@ -35,11 +35,14 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
 // destination pieces covering each cell (needs[needs_first[c] .. needs_first[c + 1]), in
 // piece order), the entries of each cell regrouped by node (piece order within a node),
 // and for each entry i of `needs` the group of its node: members[first[i] .. first[i] +
-// count[i]) are the destination pieces of its node that need its cell, in piece order.
+// count[i]) are the destination pieces of its node that need its cell, in piece order;
+// shared[c] is 1 when some node has more than one piece that needs cell c (else no group
+// of c has more than one member, which the planner checks first, per cell).
 struct NodeGroups {
   std::vector<int> members;
   std::vector<int> first;
   std::vector<int> count;
+  std::vector<uint8_t> shared;
 };
 NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vector<int>& needs,
                        const std::vector<TransferPiece>& destinations,

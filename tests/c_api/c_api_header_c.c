@@ -8,21 +8,11 @@
  * Usage: c_api_header_c FILE (a safetensors file it writes). Exit status 0 when every check
  * holds; each failure prints its line. */
 #include "sdrt/c_api.h"
+#include "sdrt/tests/c_api/c_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond)                                               \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", \
-              __FILE__, __LINE__, #cond, sdrt_last_error());      \
-      ++failures;                                                 \
-    }                                                             \
-  } while (0)
 
 /* Writes `path`: a safetensors file of one float32 tensor "w" of shape {4, 3} holding
  * `values` (12 floats; the header length is little-endian, as the host's floats are). */
@@ -125,14 +115,7 @@ int main(int argc, char** argv) {
     int is_dtensor = -1;
     sdrt_offload_options_t offload = SDRT_OFFLOAD_OPTIONS_INIT;
     for (i = 0; i < 12; ++i) buffer[i] = (float)i * 0.25f;
-    memset(&t, 0, sizeof t);
-    t.data = buffer;
-    t.device.device_type = kDLCPU;
-    t.ndim = 2;
-    t.dtype.code = kDLFloat;
-    t.dtype.bits = 32;
-    t.dtype.lanes = 1;
-    t.shape = shape;
+    t = CpuFloats(buffer, 2, shape);
     CHECK(sdrt_state_dict_create(&sd) == SDRT_OK);
     CHECK(sdrt_state_dict_add(sd, "layer.weight", &t, NULL) == SDRT_OK);
     CHECK(sdrt_state_dict_count(sd, &count) == SDRT_OK && count == 1);

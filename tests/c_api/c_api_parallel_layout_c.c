@@ -5,20 +5,10 @@
  * refused without writing the specs. Exit status 0 when every check holds; each failure
  * prints its line. */
 #include "sdrt/c_api.h"
+#include "sdrt/tests/c_api/c_check.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond)                                               \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", \
-              __FILE__, __LINE__, #cond, sdrt_last_error());      \
-      ++failures;                                                 \
-    }                                                             \
-  } while (0)
 
 /* The model: an embedding, 4 layers (q_proj, o_proj, a norm, 4 experts' down_proj), the
  * final norm and the head. */
@@ -96,6 +86,17 @@ int main(void) {
   CHECK(sdrt_compute_local_shape_and_global_offset(&specs[i], NULL, NULL, 3, &piece) == SDRT_OK);
   CHECK(piece.ndim == 2 && piece.local_shape[0] == 8 && piece.local_shape[1] == 8);
   CHECK(piece.global_offset[0] == 0 && piece.global_offset[1] == 8);
+  /* Rank 3's buffer of that shape added as the DTensor the spec describes. */
+  {
+    float buffer[8 * 8];
+    int64_t buffer_shape[2] = {8, 8};
+    DLTensor t;
+    sdrt_state_dict_t local = NULL;
+    t = CpuFloats(buffer, 2, buffer_shape);
+    CHECK(sdrt_state_dict_create(&local) == SDRT_OK);
+    CHECK(sdrt_state_dict_add(local, names[i], &t, &specs[i]) == SDRT_OK);
+    CHECK(sdrt_state_dict_destroy(local) == SDRT_OK);
+  }
   CHECK(RanksAre(&specs[Find("model.norm.weight")], 2, 3));
   CHECK(strcmp(specs[Find("model.norm.weight")].placements, "[R, R]") == 0);
   CHECK(RanksAre(&specs[Find("lm_head.weight")], 2, 3));

@@ -165,7 +165,8 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
 // is most of what the plan would keep of it, and the verbs look for their own pieces in it
 // per tensor and call.
 void KeepRankPieces(int64_t rank, TransferLayoutPlan& tp) {
-  std::vector<int> source_index(tp.source.size(), -1), destination_index(tp.destination.size(), -1);
+  // 1: a piece the rank uses.
+  std::vector<int> source_index(tp.source.size()), destination_index(tp.destination.size());
   for (size_t i = 0; i < tp.source.size(); ++i) source_index[i] = tp.source[i].rank == rank;
   for (size_t i = 0; i < tp.destination.size(); ++i) {
     destination_index[i] = tp.destination[i].rank == rank;
@@ -176,7 +177,11 @@ void KeepRankPieces(int64_t rank, TransferLayoutPlan& tp) {
       destination_index[static_cast<size_t>(move.destination)] = 1;
     }
   }
-  // Marked pieces (1) get their new index; the others -1.
+  const auto all_used = [](const std::vector<int>& used) {
+    return std::all_of(used.begin(), used.end(), [](int u) { return u == 1; });
+  };
+  if (all_used(source_index) && all_used(destination_index)) return;  // sides stay shared
+  // Used pieces get their new index; the others -1.
   const auto keep = [](const PieceList& all, std::vector<int>& index) {
     std::vector<TransferPiece> kept;
     for (size_t i = 0; i < index.size(); ++i) {
@@ -202,8 +207,8 @@ void KeepRankPieces(int64_t rank, TransferLayoutPlan& tp) {
 }
 
 // Plans the layout of `tensor`: its pieces (from `pieces` when a side was made before, by
-// its key), its messages (those of `rank` only, unless -1, and then only the pieces `rank`
-// uses) and the stats of one such tensor.
+// its key), its messages (those of `rank` only, and only the pieces `rank` uses, unless
+// -1) and the stats of one such tensor.
 absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
     const TransferTensor& tensor, const TransferPlanOptions& options, const std::string& source_key,
     const std::string& destination_key, PieceCache& pieces) {

@@ -75,14 +75,18 @@ void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
 
 LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
                                TransferLayoutPlan& tp)
+    : LayoutMessages(tensor, options, tp, RanksOf(tp), NodesOf(options)) {}
+
+LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
+                               TransferLayoutPlan& tp, int64_t ranks, int64_t nodes)
     : tensor_(tensor),
       options_(options),
       tp_(tp),
-      sent_(RanksOf(tp)),
-      received_(RanksOf(tp)),
-      node_sent_(NodesOf(options)),
-      node_received_(NodesOf(options)),
-      counted_by_(static_cast<size_t>(RanksOf(tp)), -1),
+      sent_(ranks),
+      received_(ranks),
+      node_sent_(nodes),
+      node_received_(nodes),
+      counted_by_(static_cast<size_t>(ranks), -1),
       forwarded_by_(counted_by_) {
   std::vector<bool> seen(counted_by_.size());
   for (const TransferPiece& piece : tp.destination) {

@@ -55,6 +55,9 @@ class LayoutMessages {
   absl::Status Finish();
 
  private:
+  // With the layout's ranks and the options' dense node ids counted once.
+  LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
+                 TransferLayoutPlan& tp, int64_t ranks, int64_t nodes);
   int64_t NodeOf(int64_t rank) const;
 
   const TransferTensor& tensor_;

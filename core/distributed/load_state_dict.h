@@ -120,9 +120,13 @@ namespace sdrt SDRT_API {
 // the read (kRoot refuses it, as BroadcastStateDict does). With LoadOptions::weight_map the
 // leaves a rule makes are filled from the checkpoint tensors the rule names (weight_map.h):
 // each rank reads only the rows of its own pieces, straight into views of its locals (no
-// full tensor is built), a pad's rest zeroed; not with kRoot. With a communicator,
-// every rank passes a `local` of the same skeleton (an empty map on a rank that receives
-// nothing, for a sharded folder). `source` must stay open and its files unchanged during
+// full tensor is built), a pad's rest zeroed; not with kRoot. With a communicator and
+// kRoot or share_reads, every rank passes a `local` of the same skeleton and each DTensor's
+// mesh spans the communicator's ranks; with kAll and no share_reads each rank fills the
+// leaves it lists, and a DTensor's mesh need only hold the rank (a pipeline stage's or an
+// expert's tensors on their own ranks, as ParallelLayout::MetaStateDict makes them); a
+// sharded folder takes ReshardStateDict's rule (an empty map on a rank that receives
+// nothing). `source` must stay open and its files unchanged during
 // the call; kAll opens each file again by path and reads it with pread (no mapping is
 // touched), or with LoadOptions::map_results maps it again, privately, for the pieces that
 // become views of it (their tensors then keep that mapping, not `source`).
@@ -130,8 +134,9 @@ namespace sdrt SDRT_API {
 // a local leaf whose global shape or dtype is not the checkpoint's (nor a cast), a weight
 // map's rule that cannot hold (internal/mapping/lowering.h: naming the rule and tensor);
 // Unimplemented for a weight map with kRoot; an invalid local shape,
-// a mesh that does not span the communicator or lacks `rank`, options out of range or that
-// differ between ranks, a skeleton that differs between ranks, kRoot or direct_io for a
+// a mesh that lacks `rank` or (kRoot, share_reads) does not span the communicator, options
+// out of range or that differ between ranks, a skeleton that differs between ranks (kRoot,
+// share_reads), kRoot or direct_io for a
 // sharded folder (or rank 0's source being one while another rank's is not), direct_io
 // with kRoot, map_results with direct_io or share_reads, a rank other than comm->rank()
 // with kRoot or a sharded folder;

@@ -4,7 +4,9 @@
 // CheckpointSource opens: a safetensors file, a Hugging Face folder, a folder of safetensors
 // files or an sdrt sharded folder in any layout. Rank 0 opens SRC and sends the other ranks
 // its outline (the tensor list); every rank makes meta DTensors with the plan's placements
-// (ShardingPlan::MetaStateDict), which LoadStateDict fills, reading as --read says (the
+// (ShardingPlan::MetaStateDict) or, for a parallel layout description (--plan
+// megatron:tp=2,pp=2 and --mesh the world size), those of the tensors its stage or experts
+// hold (ParallelLayout::MetaStateDict), which LoadStateDict fills, reading as --read says (the
 // library's ReadMode; a sharded folder is resharded from its rank files). Every rank then
 // checks its pieces (internal/load_setup.h) and rank 0 prints the summary
 // (internal/load_report.h). The run is the runner's (internal/runner.h).
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
@@ -26,6 +29,26 @@
 
 namespace sdrt::cli {
 namespace {
+
+// A parallel layout description as --plan: what it takes of `sdrt load`'s options. Each
+// tensor lives on its own stage's or expert's ranks, so every rank reads its own bytes
+// alone (no broadcast from rank 0 and no sharing within a node, which need every tensor on
+// every rank's mesh) into SRC's own tensors (no weight map).
+absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const WeightMapOptions& engine,
+                                     const std::string& verify_dir,
+                                     const SourceOutline& outline) {
+  const auto refused = [&o](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--plan ", o.plan, " (a parallel layout description) goes without ", what,
+                     ": every rank reads its own bytes of SRC's tensors"));
+  };
+  if (o.read_mode() == ReadMode::kRoot) return refused("--read root");
+  if (o.read_once_per_node) return refused("--read-once-per-node");
+  if (!engine.map.empty() || !engine.cast.empty()) return refused("--map and --cast");
+  if (!verify_dir.empty()) return refused("--verify (a sharded folder holds one mesh)");
+  if (outline.sharded) return refused("a sharded SRC (its pieces move between ranks)");
+  return absl::OkStatus();
+}
 
 struct LoadArgs {
   std::string src;
@@ -58,10 +81,22 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   SDRT_RETURN_IF_ERROR(run.ShareFromRankZero(&outline_bytes));
   SourceOutline outline;
   std::optional<MeshAndPlan> layout;
+  std::optional<ParallelLayout> parallel;  // --plan as a parallel layout description
   std::optional<WeightMap> map;
   Map local;
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(outline, DecodeOutline(outline_bytes));
+    if (ParallelLayout::IsDescription(o.plan)) {
+      SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.engine, args.verify_dir, outline));
+      SDRT_ASSIGN_OR_RETURN(parallel, ParseParallelLayout(o.mesh, o.plan));
+      if (parallel->world_size() != run.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--plan ", parallel->ToString(), " has ",
+                                                       Ranks(parallel->world_size()),
+                                                       " but mpiexec started ", run.size()));
+      }
+      SDRT_ASSIGN_OR_RETURN(local, parallel->MetaStateDict(outline.tensors, run.rank()));
+      return absl::OkStatus();
+    }
     SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(o));
     if (layout->mesh->num_ranks() != run.size()) {
       return absl::InvalidArgumentError(absl::StrCat("--mesh ", o.mesh, " has ",
@@ -91,9 +126,11 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   LoadFacts facts;
   facts.src = args.src;
   facts.mesh = o.mesh;
-  facts.plan = layout->plan.name();
+  facts.plan = parallel.has_value() ? parallel->ToString() : layout->plan.name();
   facts.device = o.device;
-  facts.read = o.read;
+  facts.read = parallel.has_value() && o.read_mode() == ReadMode::kAuto
+                   ? "auto, which is all with a parallel layout description"
+                   : o.read;
   facts.options_read_once_per_node = o.read_once_per_node;
   facts.options_map_results = o.map_results;
   facts.bucket_mib = o.bucket_mib;
@@ -101,7 +138,8 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   facts.outline = &outline;
   LoadOptions options;
   options.comm = &run.data();
-  options.read = o.read_mode();
+  // With a layout description --read auto can only mean every rank reading.
+  options.read = parallel.has_value() ? ReadMode::kAll : o.read_mode();
   options.device = run.session().device;
   options.direct_io = o.direct_io;
   options.share_reads = o.read_once_per_node;
@@ -135,7 +173,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   const LoadCheck check{args.verify_dir,
                         args.src,
                         o.mesh,
-                        layout->mesh.get(),
+                        layout.has_value() ? layout->mesh.get() : nullptr,
                         run.rank(),
                         facts.gathered,
                         source.ok() ? &*source : nullptr,
@@ -170,6 +208,11 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
                    kMeshPlanOption | kReadOption | kDeviceOption | kBucketMibOption | kJsonOption |
                        kProgressOption | kTimeoutOption,
                    &args->shared);
+  cmd->get_option("--plan")->description(
+      "fsdp ([S(0)] on every mesh dim), hsdp ([R, S(0)], 2-D mesh), tp (by tensor name), "
+      "fsdp-tp (FSDP2 over TP, 2-D dp x tp mesh), a PLAN.json file, or a parallel layout "
+      "description (megatron:tp=T,pp=P[,dp=D][,ep=E], vllm:tp=T[,pp=P][,dp=D][,ep=E]; "
+      "--mesh is then the world size): each rank reads its own stage's and experts' pieces");
   AddWeightMapOptions(cmd, &args->engine);
   cmd->callback([args, exit_code] {
     *exit_code = RunOnRanks("load", args->shared, [&](Runner& run) { return Load(*args, run); });

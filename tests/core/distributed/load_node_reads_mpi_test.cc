@@ -5,7 +5,9 @@
 // bytes times the nodes, with node_of_rank making one machine two nodes; replicas of every
 // rank, and hsdp's replica pairs; an engine's strided buffers in place); the rest is
 // received from the readers
-// (LoadStats::bytes_from_node); a bad node_of_rank is the same error on every rank.
+// (LoadStats::bytes_from_node); a bad node_of_rank is the same error on every rank. A
+// pipelined layout (ParallelLayout), whose ranks list their own stage's tensors on meshes of
+// the stage's ranks, is read by every rank alone and refused by reading once per node.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -20,8 +22,10 @@
 #include "gtest/gtest.h"
 #include "sdrt/comm/mpi_communicator.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tests/core/distributed/distributed_state_dict_test_util.h"
 #include "sdrt/tests/support/mpi_test_main.h"
 
@@ -229,6 +233,61 @@ TEST(LoadNodeReadsMpiTest, ABadNodeListIsTheSameErrorOnEveryRank) {
   ExpectSameStatusOnEveryRank(l.status());
   EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(l.status().message(), HasSubstr("node_of_rank has 1 entries"));
+}
+
+// A pipelined model: 5 layers on `WorldSize()` stages (uneven on 2, 3 and 4), tp 2 on 4
+// ranks; the embedding, the final norm and the head at the ends.
+std::vector<Spec> PipelinedModel() {
+  std::vector<Spec> specs = {PlainSpec("model.embed_tokens.weight", {11, 6}, DType::kFloat32)};
+  for (int layer = 0; layer < 5; ++layer) {
+    const std::string at = absl::StrCat("model.layers.", layer, ".");
+    specs.push_back(PlainSpec(at + "input_layernorm.weight", {6}, DType::kFloat32));
+    specs.push_back(PlainSpec(at + "self_attn.q_proj.weight", {6, 6}, DType::kBFloat16));
+    specs.push_back(PlainSpec(at + "mlp.down_proj.weight", {6, 9}, DType::kFloat32));
+  }
+  specs.push_back(PlainSpec("model.norm.weight", {6}, DType::kFloat32));
+  specs.push_back(PlainSpec("lm_head.weight", {11, 6}, DType::kFloat32));
+  return specs;
+}
+
+TEST(LoadNodeReadsMpiTest, APipelinedLayoutIsReadByEveryRankAloneNotShared) {
+  const int n = WorldSize();
+  const std::vector<Spec> specs = PipelinedModel();
+  const std::string file = WriteFile(specs);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(file);
+  ASSERT_TRUE(AllTrue(source.ok())) << source.status();
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Parse(
+      n == 4 ? "megatron:tp=2,pp=2" : absl::StrCat("megatron:pp=", n).c_str(), n);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  std::vector<SafetensorsTensorSpec> tensors;
+  for (const Spec& s : specs) tensors.push_back({s.path, s.dtype, s.shape});
+  absl::StatusOr<Map> local = layout->MetaStateDict(tensors, Rank());
+  ASSERT_TRUE(local.ok()) << local.status();
+  // A stage holds its own layers only: the ranks' lists differ.
+  if (n > 1) EXPECT_LT(local->size(), specs.size());
+  EXPECT_EQ(Sum(static_cast<int64_t>(local->size())), n == 4 ? 2 * specs.size() : specs.size());
+  Map shared = *local;
+  LoadOptions options;
+  options.comm = g_world;
+  options.read = ReadMode::kAll;
+  absl::StatusOr<LoadResult> alone = LoadStateDict(*source, *local, options);
+  ASSERT_TRUE(AllTrue(alone.ok())) << alone.status();
+  for (const Spec& s : specs) {
+    const Value* got = local->Find(s.path);
+    if (got == nullptr) continue;
+    ASSERT_EQ(got->kind(), ValueKind::kDTensor) << s.path;
+    const DTensor& d = got->as_dtensor();
+    absl::StatusOr<DTensor> want = DistributeTensor(s.Full(), d.mesh(), d.placements(), Rank());
+    ASSERT_TRUE(want.ok()) << want.status();
+    ExpectSameTensor(d.local(), want->local(), s.path);
+  }
+  if (n == 1) return;  // one rank shares nothing
+  options.share_reads = true;
+  absl::StatusOr<LoadResult> node = LoadStateDict(*source, shared, options);
+  ExpectSameStatusOnEveryRank(node.status());
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(node.status().message(),
+              HasSubstr(absl::StrCat("is not on a mesh of the communicator's ", n, " ranks")));
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <sstream>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/checkpoint_source.h"
@@ -18,6 +17,7 @@
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
@@ -162,14 +162,7 @@ CheckpointSource::Options HeaderOnlyToo() {
 absl::StatusOr<FoundLayout> FindInParallelLayout(const std::string& path, const std::string& name,
                                                  const std::string& mesh_spec,
                                                  const std::string& plan_spec) {
-  int64_t world = 0;
-  if (!mesh_spec.empty() && (!absl::SimpleAtoi(mesh_spec, &world) || world < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mesh \"", mesh_spec,
-                     "\" with a parallel layout: the world size (one number); the "
-                     "layout makes each tensor's own mesh"));
-  }
-  SDRT_ASSIGN_OR_RETURN(ParallelLayout layout, ParallelLayout::Parse(plan_spec, world));
+  SDRT_ASSIGN_OR_RETURN(ParallelLayout layout, ParseParallelLayout(mesh_spec, plan_spec));
   SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(path, HeaderOnlyToo()));
   const std::vector<SafetensorsTensorSpec> specs = source.TensorSpecs();
   SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> placed, layout.Place(specs));

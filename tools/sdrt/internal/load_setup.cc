@@ -45,7 +45,7 @@ void ReleaseMappedPages(const Tensor& tensor) {
 absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_dir,
                                                       const std::string& src,
                                                       const std::string& mesh_text, int rank,
-                                                      const DeviceMesh& mesh, const Map& local) {
+                                                      const DeviceMesh* mesh, const Map& local) {
   std::vector<std::string> wrong;
   std::optional<RankShards> expected;
   // INDIR's pieces by name: one lookup per tensor, so verifying n tensors is O(n).
@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     absl::StatusOr<RankShards> shards = LoadRankShards(verify_dir, rank);
     if (!shards.ok()) return shards.status();
     expected = *std::move(shards);
-    if (expected->index.mesh->shape() != mesh.shape()) {
+    if (mesh == nullptr || expected->index.mesh->shape() != mesh->shape()) {
       return absl::InvalidArgumentError(absl::StrCat(
           verify_dir, " is sharded on mesh ", absl::StrJoin(expected->index.mesh->shape(), "x"),
           " but --mesh is ", mesh_text));
@@ -197,7 +197,7 @@ absl::StatusOr<SourceOutline> DecodeOutline(const std::string& bytes) {
 
 absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local) {
   if (check.gathered) return CheckGathered(check, local);
-  return VerifyPieces(check.verify_dir, check.src, check.mesh_text, check.rank, *check.mesh, local);
+  return VerifyPieces(check.verify_dir, check.src, check.mesh_text, check.rank, check.mesh, local);
 }
 
 }  // namespace sdrt::cli

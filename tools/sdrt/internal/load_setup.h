@@ -37,6 +37,7 @@ struct LoadCheck {
   std::string verify_dir;  // --verify INDIR, or empty
   std::string src;         // SRC
   std::string mesh_text;   // --mesh, for messages
+  // --mesh's mesh, which verify_dir's must be (null with a parallel layout description).
   const DeviceMesh* mesh = nullptr;
   int rank = 0;
   // Without --verify, for a sharded SRC or where only rank 0 was sure to see SRC (the load

@@ -139,6 +139,13 @@ std::chrono::milliseconds TimeoutFrom(double seconds) {
 }
 
 absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options) {
+  if (ParallelLayout::IsDescription(options.plan)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan ", options.plan,
+        " is a parallel layout description, which gives each tensor its own mesh: this "
+        "command writes every tensor on --mesh's one mesh (fsdp, hsdp, tp, fsdp-tp or a "
+        "PLAN.json file); sdrt load, inspect --layout, simulate and bench take descriptions"));
+  }
   absl::StatusOr<DeviceMesh> shape_only = DeviceMesh::FromString(options.mesh);
   if (!shape_only.ok()) {
     return absl::InvalidArgumentError(
@@ -155,6 +162,18 @@ absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options) {
   SDRT_ASSIGN_OR_RETURN(ShardingPlan plan, ShardingPlan::FromSpec(options.plan));
   SDRT_RETURN_IF_ERROR(plan.CheckMesh(*mesh));
   return MeshAndPlan{std::make_shared<const DeviceMesh>(*std::move(mesh)), std::move(plan)};
+}
+
+absl::StatusOr<ParallelLayout> ParseParallelLayout(const std::string& mesh_spec,
+                                                   const std::string& plan_spec) {
+  int64_t world = 0;
+  if (!mesh_spec.empty() && (!absl::SimpleAtoi(mesh_spec, &world) || world < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh \"", mesh_spec,
+                     "\" with a parallel layout: the world size (one number); the "
+                     "layout makes each tensor's own mesh"));
+  }
+  return ParallelLayout::Parse(plan_spec, world);
 }
 
 }  // namespace sdrt::cli

@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
@@ -75,9 +76,16 @@ struct MeshAndPlan {
   ShardingPlan plan;
 };
 
-// InvalidArgument naming --mesh (and --mesh-dim-names) for a mesh that does not parse;
-// ShardingPlan::FromSpec's and CheckMesh's errors.
+// InvalidArgument naming --mesh (and --mesh-dim-names) for a mesh that does not parse, or
+// for a parallel layout description as --plan (a command writing one mesh for every tensor
+// takes none); ShardingPlan::FromSpec's and CheckMesh's errors.
 absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options);
+
+// --plan as a parallel layout description (ParallelLayout::IsDescription) with --mesh as the
+// world size: one whole number, or empty when the description gives every size.
+// InvalidArgument naming --mesh for anything else; ParallelLayout::Parse's errors.
+absl::StatusOr<ParallelLayout> ParseParallelLayout(const std::string& mesh_spec,
+                                                   const std::string& plan_spec);
 
 }  // namespace sdrt::cli
 

@@ -64,6 +64,11 @@ bool HasPartial(const LocalTarget& target) {
                      [](const Placement& p) { return p.is_partial(); });
 }
 
+// Whether the call reads each tensor once per node and shares it (LoadOptions::share_reads).
+bool SharesReads(const LoadOptions& options) {
+  return options.share_reads && options.comm != nullptr && options.comm->size() > 1;
+}
+
 // What PlanAll works out, used until the targets are committed. Pointers run one way:
 // dests into targets (reserved to the header's tensor count, so they never move), targets'
 // and reads' runs into layouts or the targets' own runs.
@@ -98,7 +103,10 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   matched.assign(leaves.size(), false);
   LocalTargetRules rules;
   rules.rank = rank;
-  if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
+  // Reading once per node decides its groups from the layouts, over the communicator's
+  // ranks: every mesh spans them. Otherwise a rank reads alone and a mesh need only hold it
+  // (a pipeline stage's tensors live on the stage's ranks).
+  if (SharesReads(options)) rules.mesh_ranks = options.comm->size();
   rules.device = options.device;
   rules.allocate = false;
   rules.allow_cast = true;  // CopyOut converts
@@ -177,7 +185,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   const std::vector<ReadDest>& dests = all.dests;
   const ReadPlan& plan = all.plan;
   // Reading once per node: the nodes first (a collective every rank takes part in).
-  const bool share = options.share_reads && comm != nullptr && comm->size() > 1;
+  const bool share = SharesReads(options);
   if (share) {
     SDRT_ASSIGN_OR_RETURN(std::vector<int> node_of_rank,
                           NodeOfRank(*comm, options.node_of_rank));
@@ -205,8 +213,10 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   }
 
   if (comm != nullptr) {
-    // The leaves are hashed; their text is written only if the ranks disagree.
-    const HashedSkeleton skeleton = HashLeaves(leaves);
+    // Reading once per node moves pieces between the node's ranks: their leaves must
+    // agree (hashed; their text is written only if the ranks disagree). Reading alone,
+    // each rank fills the leaves it lists, as a pipeline stage holds its own tensors.
+    const HashedSkeleton skeleton = share ? HashLeaves(leaves) : HashedSkeleton{};
     // Reading once per node needs every rank to share (the meshes' ranks being comm's) and
     // every rank's locals on one device type (the groups are decided from the layouts).
     const std::string agreed =

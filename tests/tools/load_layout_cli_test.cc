@@ -1,0 +1,126 @@
+// `sdrt load --plan DESCRIPTION` (a parallel layout, core/checkpoint/parallel_layout.h) under
+// mpiexec -n 3 and 4 on one machine: every rank reads only its own stage's and experts'
+// pieces of a small qwen3-moe file, checked bit for bit against the file; a pipeline of one
+// rank per stage keeps each byte once over the ranks; what a description cannot go with
+// (--read root, --read-once-per-node, --map, --verify, a sharded SRC, another world size,
+// --mesh not a number) is bad input, and so is a description given to `sdrt shard`.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/support/test_util.h"
+#include "sdrt/tests/tools/command_util.h"
+
+namespace sdrt {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+int64_t Sum(const Json& values) {
+  int64_t sum = 0;
+  for (const Json& v : values) sum += v.get<int64_t>();
+  return sum;
+}
+
+class LoadLayoutCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    file_ = new std::string(test::FreshDir("load_layout_cli") + "/moe.safetensors");
+    const test::CommandResult made =
+        test::RunSdrt("make --arch qwen3-moe --scale 0.05 " + test::ShellQuote(*file_));
+    ASSERT_EQ(made.exit_code, 0) << made.all();
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(std::filesystem::path(*file_).parent_path());
+    delete file_;
+  }
+  static std::string Load(const std::string& rest) {
+    return "load " + test::ShellQuote(*file_) + " --json " + rest;
+  }
+  static std::string* file_;
+};
+
+std::string* LoadLayoutCli::file_ = nullptr;
+
+// Three stages of one rank: each tensor on exactly one rank, every piece the file's.
+TEST_F(LoadLayoutCli, EachStageReadsItsOwnLayers) {
+  const test::CommandResult r = test::RunSdrtMpi(3, Load("--mesh 3 --plan megatron:pp=3"));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  const Json j = Json::parse(r.out);
+  EXPECT_TRUE(j.value("bit_exact", false)) << j;
+  EXPECT_EQ(j["plan"], "megatron:tp=1,pp=3,dp=1,ep=1,etp=1") << j;
+  EXPECT_EQ(j["read"], "all") << j;
+  EXPECT_THAT(j["read_reason"].get<std::string>(), HasSubstr("parallel layout")) << j;
+  EXPECT_EQ(Sum(j["bytes_kept"]), j["bytes"].get<int64_t>()) << j;
+  for (const Json& kept : j["bytes_kept"]) {
+    EXPECT_GT(kept.get<int64_t>(), 0) << j;
+    EXPECT_LT(kept.get<int64_t>(), j["bytes"].get<int64_t>()) << j;
+  }
+  EXPECT_EQ(j["bytes_read"], j["bytes_kept"]) << j;  // nothing read twice
+}
+
+// Megatron's experts over ep, vLLM's stages with tp: bit exact. With dp 1, tp 2 keeps the
+// sharded weights once and the replicated norms twice: more than the file over the ranks,
+// less than twice it; Megatron's tp 2 x ep 2 on 4 ranks has dp 2 (each expert on the 2
+// ranks of its ep rank, each dense tensor on both replicas): more than twice, under 4x.
+TEST_F(LoadLayoutCli, ExpertsAndTensorParallelStages) {
+  const struct {
+    const char* plan;
+    int64_t above, below;  // the bytes kept over the ranks, in multiples of the file's
+  } cases[] = {
+      {"vllm:tp=2,pp=2", 1, 2}, {"megatron:tp=2,pp=2", 1, 2}, {"megatron:tp=2,ep=2", 2, 4}};
+  for (const auto& c : cases) {
+    const test::CommandResult r =
+        test::RunSdrtMpi(4, Load(std::string("--mesh 4 --read all --plan ") + c.plan));
+    ASSERT_EQ(r.exit_code, 0) << c.plan << ": " << r.all();
+    const Json j = Json::parse(r.out);
+    EXPECT_TRUE(j.value("bit_exact", false)) << c.plan << ": " << j;
+    const int64_t bytes = j["bytes"].get<int64_t>();
+    EXPECT_GT(Sum(j["bytes_kept"]), c.above * bytes) << c.plan << ": " << j;
+    EXPECT_LT(Sum(j["bytes_kept"]), c.below * bytes) << c.plan << ": " << j;
+    // Rows of Shard(1) pieces are read through small gaps: at most 1/32 more.
+    EXPECT_LE(Sum(j["bytes_read"]), Sum(j["bytes_kept"]) + Sum(j["bytes_kept"]) / 32) << j;
+  }
+}
+
+TEST_F(LoadLayoutCli, WhatADescriptionDoesNotGoWithIsBadInput) {
+  const std::string plan = " --mesh 4 --plan megatron:tp=2,pp=2";
+  for (const char* bad :
+       {" --read root", " --read-once-per-node", " --map vllm-llama", " --verify /nonexistent"}) {
+    const test::CommandResult r = test::RunSdrtMpi(4, Load(plan + bad));
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.all();
+    EXPECT_THAT(r.err, HasSubstr("(a parallel layout description) goes without")) << bad;
+  }
+  const test::CommandResult fewer = test::RunSdrtMpi(2, Load(plan));
+  EXPECT_EQ(fewer.exit_code, 2) << fewer.all();
+  EXPECT_THAT(fewer.err, HasSubstr("has 4 ranks but mpiexec started 2"));
+  const test::CommandResult grid =
+      test::RunSdrtMpi(4, Load("--mesh 2x2 --plan megatron:tp=2,pp=2"));
+  EXPECT_EQ(grid.exit_code, 2) << grid.all();
+  EXPECT_THAT(grid.err, HasSubstr("the world size (one number)"));
+  // A sharded folder holds every tensor on one mesh: shard refuses a description.
+  const std::string out = std::filesystem::path(*file_).parent_path().string() + "/sharded";
+  const test::CommandResult shard =
+      test::RunSdrt("shard " + test::ShellQuote(*file_) + " " + test::ShellQuote(out) +
+                    " --mesh 2 --plan megatron:pp=2");
+  EXPECT_EQ(shard.exit_code, 2) << shard.all();
+  EXPECT_THAT(shard.err, HasSubstr("is a parallel layout description"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // A sharded SRC's pieces move between ranks (a reshard onto every rank's mesh).
+  ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(*file_) + " " + test::ShellQuote(out) +
+                          " --mesh 2 --plan fsdp")
+                .exit_code,
+            0);
+  const test::CommandResult sharded = test::RunSdrtMpi(
+      2, "load " + test::ShellQuote(out) + " --mesh 2 --plan megatron:pp=2 --read all");
+  EXPECT_EQ(sharded.exit_code, 2) << sharded.all();
+  EXPECT_THAT(sharded.err, HasSubstr("goes without a sharded SRC"));
+}
+
+}  // namespace
+}  // namespace sdrt

@@ -1,15 +1,14 @@
 #include "sdrt/core/distributed/internal/engine/sync_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <queue>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
@@ -20,20 +19,23 @@ namespace {
 
 // One wire message (a unit of the schedules): from `sender`'s exchange `sender_exchange`
 // to `receiver`'s exchange `receiver_exchange` (indices into the ranks' own exchanges).
+// Its ids run in (sender, receiver, n-th of the pair) order, which breaks ties in the run.
 struct WireMessage {
-  int64_t sender = 0, receiver = 0;
-  int64_t bytes = 0;
+  int32_t sender = 0, receiver = 0;
   uint32_t sender_exchange = 0, receiver_exchange = 0;
-  double sender_ready = -1, receiver_ready = -1;  // -1: that side has not reached it
+  int64_t bytes = 0;
 };
 
-// One rank's exchange: its copies and its messages (ids into the world's messages).
+// One rank's exchange: its copies and its messages (messages [first, first + count) of
+// the world's lists).
 struct RankExchange {
   double pack_seconds = 0, unpack_seconds = 0;
   bool prefetched = false;  // packed while the exchange before it moves (program.h)
   double packed_at = 0;     // when, if so, its packing ends
-  std::vector<uint32_t> messages;
-  size_t pending = 0;
+  double posted = -1;       // when its rank posted its messages; -1: not yet
+  uint64_t first = 0;
+  uint32_t count = 0;
+  uint32_t pending = 0;
   double last_arrival = 0;
 };
 
@@ -43,29 +45,47 @@ struct RankState {
   size_t current = 0;
 };
 
-// A send or a receive of a schedule, numbered within its (sender, receiver) pair: the
-// n-th send of a pair is the n-th receive of that pair (both sides cut the pair's units
-// alike, in the exchange order).
-struct PairSlot {
-  int64_t sender, receiver, nth;
+// A rank's send, and its receive, of one wire message. The n-th send of a (sender,
+// receiver) pair is the n-th receive of that pair: both sides cut the pair's units alike,
+// in the exchange order.
+struct RankSend {
+  int32_t receiver;
   uint32_t exchange;
   int64_t bytes;
-  bool operator<(const PairSlot& o) const {
-    return std::tie(sender, receiver, nth) < std::tie(o.sender, o.receiver, o.nth);
-  }
+};
+struct RankReceive {
+  uint32_t exchange;
+  uint32_t low_bytes;  // the bytes' low 32 bits, to check the pairing
 };
 
-// What one rank's schedule gives the model.
+// What one rank's schedule gives the model: its sends by receiver, its receives by sender
+// (from_first[s] .. from_first[s + 1]), each pair's in the order of its exchanges.
 struct ScheduleFigures {
   absl::Status status;
-  std::vector<PairSlot> sends, receives;
+  std::vector<RankSend> sends;
+  std::vector<RankReceive> receives;
+  std::vector<uint32_t> from_first;
   int64_t exchanges = 0;
 };
 
 // The most threads scheduling the ranks at once.
 constexpr unsigned kMaxPredictThreads = 32;
 
-// Rank r's schedule as `rank`'s copies and exchanges and `out`'s messages.
+// `items` grouped by their `key` (in [0, keys)), stably: the order within a key kept;
+// and the first index of each key's group (keys + 1 entries) when `first` is not null.
+template <typename T>
+void GroupByKey(std::vector<T>& items, const std::vector<int32_t>& key, int64_t keys,
+                std::vector<uint32_t>* first) {
+  std::vector<uint32_t> at(static_cast<size_t>(keys) + 1);
+  for (const int32_t k : key) ++at[static_cast<size_t>(k) + 1];
+  for (size_t k = 1; k < at.size(); ++k) at[k] += at[k - 1];
+  if (first != nullptr) *first = at;
+  std::vector<T> grouped(items.size());
+  for (size_t i = 0; i < items.size(); ++i) grouped[at[static_cast<size_t>(key[i])]++] = items[i];
+  items = std::move(grouped);
+}
+
+// Rank r's schedule as `rank`'s copies and exchanges and `out`'s sends and receives.
 absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
                           const TransferScheduleOptions& options, const ClusterLinks& links,
                           RankState& rank, ScheduleFigures& out) {
@@ -73,13 +93,13 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
   int64_t local = 0;
   for (size_t u = 0; u < s.local_units; ++u) local += s.units[u].bytes;
   rank.start_seconds = static_cast<double>(local) / links.copy;
-  absl::flat_hash_map<int64_t, int64_t> nth_sent, nth_received;  // by peer
   // A unit of one large dense box goes on the wire from its local on the CPU (DirectRange).
   const auto direct = [&](const TransferSchedule::Unit& unit, bool to_local) {
     const TransferSchedule::Step& step = s.steps[unit.first];
     return links.host && unit.count == 1 &&
            GoesDirect(plan.tensors[step.tensor], *step.chunk, to_local);
   };
+  std::vector<int32_t> senders;  // of out.receives, in the order received
   const int64_t sending = SendingExchanges(s);
   for (size_t x = 0; x < s.exchanges(); ++x) {
     int64_t packed = 0, unpacked = 0;
@@ -90,12 +110,11 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
         packed += unit.bytes;  // through the send bucket, or local to local
       } else if (unit.source_rank == r) {
         packed += direct(unit, /*to_local=*/false) ? 0 : unit.bytes;
-        out.sends.push_back(
-            {r, unit.destination_rank, nth_sent[unit.destination_rank]++, exchange, unit.bytes});
+        out.sends.push_back({static_cast<int32_t>(unit.destination_rank), exchange, unit.bytes});
       } else {
         unpacked += direct(unit, /*to_local=*/true) ? 0 : unit.bytes;
-        out.receives.push_back(
-            {unit.source_rank, r, nth_received[unit.source_rank]++, exchange, unit.bytes});
+        out.receives.push_back({exchange, static_cast<uint32_t>(unit.bytes)});
+        senders.push_back(static_cast<int32_t>(unit.source_rank));
       }
     }
     RankExchange& made = rank.exchanges.emplace_back();
@@ -104,6 +123,14 @@ absl::Status ReadSchedule(const TransferPlan& plan, int64_t r,
     made.prefetched =
         PackedAhead(static_cast<int64_t>(x), static_cast<int64_t>(s.direct_exchanges), sending);
   }
+  if (out.receives.size() > UINT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", r, " receives more than 2^32 messages: not in the sync model"));
+  }
+  std::vector<int32_t> receivers(out.sends.size());
+  for (size_t i = 0; i < receivers.size(); ++i) receivers[i] = out.sends[i].receiver;
+  GroupByKey(out.sends, receivers, plan.world_size, nullptr);
+  GroupByKey(out.receives, senders, plan.world_size, &out.from_first);
   out.exchanges = static_cast<int64_t>(s.exchanges());
   return absl::OkStatus();
 }
@@ -147,68 +174,90 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   const int64_t world = plan.world_size;
   SyncPrediction out;
   std::vector<RankState> ranks(static_cast<size_t>(world));
-  std::vector<PairSlot> sends, receives;
   TransferScheduleOptions options;
   options.bucket_bytes = bucket_bytes;
   options.chunk_alignment = kDeviceChunkAlignment;
   const ExchangeOrder order = OrderExchanges(plan, bucket_bytes);
   options.exchange_order = &order;
   // Every rank's schedule, on as many threads as the machine has (each rank's into its
-  // own slots), a batch of ranks at a time so that only one batch's messages are held
-  // twice; then its sends and receives in rank order.
+  // own figures).
   const auto threads = static_cast<int64_t>(
       std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxPredictThreads));
-  const int64_t batch = 4 * threads;
-  std::vector<ScheduleFigures> figures(static_cast<size_t>(std::min(batch, world)));
-  for (int64_t first = 0; first < world; first += batch) {
-    const int64_t end = std::min(world, first + batch);
-    std::atomic<int64_t> next_rank{first};
-    const auto work = [&] {
-      for (int64_t r = next_rank++; r < end; r = next_rank++) {
-        ScheduleFigures& f = figures[static_cast<size_t>(r - first)];
-        f.status = ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f);
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int64_t i = 1; i < std::min(threads, end - first); ++i) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-    for (int64_t r = first; r < end; ++r) {
-      ScheduleFigures& f = figures[static_cast<size_t>(r - first)];
-      SDRT_RETURN_IF_ERROR(f.status);
-      out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
-      sends.insert(sends.end(), f.sends.begin(), f.sends.end());
-      receives.insert(receives.end(), f.receives.begin(), f.receives.end());
-      f = ScheduleFigures();
+  std::vector<ScheduleFigures> figures(static_cast<size_t>(world));
+  std::atomic<int64_t> next_rank{0};
+  const auto work = [&] {
+    for (int64_t r = next_rank++; r < world; r = next_rank++) {
+      ScheduleFigures& f = figures[static_cast<size_t>(r)];
+      f.status = ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f);
     }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t i = 1; i < std::min(threads, world); ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  size_t sent = 0, received = 0;
+  for (const ScheduleFigures& f : figures) {
+    SDRT_RETURN_IF_ERROR(f.status);
+    out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
+    sent += f.sends.size();
+    received += f.receives.size();
   }
-  if (sends.size() != receives.size() || sends.size() > UINT32_MAX) {
-    return absl::InternalError(absl::StrCat("the schedules send ", sends.size(),
-                                            " messages and receive ", receives.size()));
+  if (sent != received || sent > UINT32_MAX) {
+    return absl::InternalError(
+        absl::StrCat("the schedules send ", sent, " messages and receive ", received));
   }
-  std::sort(sends.begin(), sends.end());
-  std::sort(receives.begin(), receives.end());
-  std::vector<WireMessage> messages(sends.size());
+  // The messages, each send paired with its receive (the n-th of its pair on both sides),
+  // a sender's sends freed once paired.
+  std::vector<WireMessage> messages;
+  messages.reserve(sent);
   std::vector<int64_t> nic_sent(world), nic_received(world), nvl_sent(world), nvl_received(world);
   const auto node = [&](int64_t r) { return r / links.gpus_per_node; };
-  for (size_t i = 0; i < sends.size(); ++i) {
-    const PairSlot& s = sends[i];
-    const PairSlot& d = receives[i];
-    if (s.sender != d.sender || s.receiver != d.receiver || s.nth != d.nth || s.bytes != d.bytes) {
-      return absl::InternalError(absl::StrCat("message ", s.nth, " from rank ", s.sender,
-                                              " to rank ", s.receiver, " has no receive"));
+  for (int64_t from = 0; from < world; ++from) {
+    std::vector<RankSend>& sends = figures[static_cast<size_t>(from)].sends;
+    uint32_t nth = 0;
+    for (size_t i = 0; i < sends.size(); ++i) {
+      const RankSend& m = sends[i];
+      nth = i > 0 && sends[i - 1].receiver == m.receiver ? nth + 1 : 0;
+      const ScheduleFigures& to = figures[static_cast<size_t>(m.receiver)];
+      const uint32_t at = to.from_first[static_cast<size_t>(from)] + nth;
+      if (at >= to.from_first[static_cast<size_t>(from) + 1] ||
+          to.receives[at].low_bytes != static_cast<uint32_t>(m.bytes)) {
+        return absl::InternalError(absl::StrCat("message ", nth, " from rank ", from,
+                                                " to rank ", m.receiver, " has no receive"));
+      }
+      messages.push_back({static_cast<int32_t>(from), m.receiver, m.exchange,
+                          to.receives[at].exchange, m.bytes});
+      const bool nic = node(from) != node(m.receiver);
+      (nic ? nic_sent : nvl_sent)[from] += m.bytes;
+      (nic ? nic_received : nvl_received)[m.receiver] += m.bytes;
     }
-    messages[i] = {s.sender, s.receiver, s.bytes, s.exchange, d.exchange};
-    const auto id = static_cast<uint32_t>(i);
-    ranks[static_cast<size_t>(s.sender)].exchanges[s.exchange].messages.push_back(id);
-    ranks[static_cast<size_t>(d.receiver)].exchanges[d.exchange].messages.push_back(id);
-    const bool nic = node(s.sender) != node(s.receiver);
-    (nic ? nic_sent : nvl_sent)[s.sender] += s.bytes;
-    (nic ? nic_received : nvl_received)[s.receiver] += s.bytes;
+    sends = {};
   }
+  figures = {};
   out.messages = static_cast<int64_t>(messages.size());
-  sends = {};
-  receives = {};
+  // Each exchange's messages, both sides', as ranges of one list.
+  const auto sides = [&](const WireMessage& m) {
+    return std::array<RankExchange*, 2>{
+        &ranks[static_cast<size_t>(m.sender)].exchanges[m.sender_exchange],
+        &ranks[static_cast<size_t>(m.receiver)].exchanges[m.receiver_exchange]};
+  };
+  for (const WireMessage& m : messages) {
+    for (RankExchange* x : sides(m)) ++x->count;
+  }
+  uint64_t listed = 0;
+  for (RankState& rank : ranks) {
+    for (RankExchange& x : rank.exchanges) {
+      x.first = listed;
+      listed += x.count;
+      x.count = 0;
+    }
+  }
+  std::vector<uint32_t> lists(listed);
+  for (size_t id = 0; id < messages.size(); ++id) {
+    for (RankExchange* x : sides(messages[id])) {
+      lists[x->first + x->count++] = static_cast<uint32_t>(id);
+    }
+  }
   for (int64_t r = 0; r < world; ++r) {
     out.max_nic_bytes = std::max({out.max_nic_bytes, nic_sent[r], nic_received[r]});
     out.max_nvlink_bytes = std::max({out.max_nvlink_bytes, nvl_sent[r], nvl_received[r]});
@@ -241,18 +290,20 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
         rank.exchanges[next].packed_at = posted + rank.exchanges[next].pack_seconds;
         if (links.host) cpu_free[static_cast<size_t>(r)] = rank.exchanges[next].packed_at;
       }
-      if (x.messages.empty()) {
+      if (x.count == 0) {
         t = ends(rank, posted) + x.unpack_seconds;
         ++rank.current;
         continue;
       }
-      x.pending = x.messages.size();
-      for (const uint32_t id : x.messages) {
-        WireMessage& m = messages[id];
-        (m.sender == r ? m.sender_ready : m.receiver_ready) = posted;
-        if (m.sender_ready >= 0 && m.receiver_ready >= 0) {
-          ready.push({std::max(m.sender_ready, m.receiver_ready), id});
-        }
+      x.posted = posted;
+      x.pending = x.count;
+      // A message is ready once both of its exchanges are posted.
+      for (uint64_t k = x.first; k < x.first + x.count; ++k) {
+        const WireMessage& m = messages[lists[k]];
+        const RankExchange& other =
+            m.sender == r ? ranks[static_cast<size_t>(m.receiver)].exchanges[m.receiver_exchange]
+                          : ranks[static_cast<size_t>(m.sender)].exchanges[m.sender_exchange];
+        if (other.posted >= 0) ready.push({std::max(posted, other.posted), lists[k]});
       }
       return;
     }

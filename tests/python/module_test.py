@@ -11,7 +11,11 @@ It checks that:
     tensor of another dtype;
   * a path or a tensor name (or placements) with an embedded NUL is refused with ValueError,
     not cut at the NUL (the names cut there exist);
-  * `import sdrt` without a shared library raises ImportError saying how to get one.
+  * `import sdrt` without a shared library raises ImportError saying how to get one;
+  * place() gives a Megatron layout's homes (tp 2 x pp 2 over 4 ranks: a stage's tensors on
+    its ranks, column- and row-parallel pieces), and each rank, loading alone, fills only
+    the pieces it holds with the file's values at their global offsets; a layout that does
+    not fit the world is SdrtError INVALID_ARGUMENT naming it.
 """
 
 import json
@@ -134,6 +138,40 @@ class ModuleTest(unittest.TestCase):
         for text in (f"SDRT_LIBRARY={missing}", "-DBUILD_SHARED_LIBS=ON",
                      "set SDRT_LIBRARY"):
             self.assertIn(text, run.stderr)
+
+    def test_each_pipeline_stage_loads_its_own_pieces(self):
+        full = {"model.embed_tokens.weight": np.arange(12, dtype=np.float32).reshape(6, 2)}
+        for layer in range(2):
+            at = f"model.layers.{layer}."
+            full[at + "self_attn.q_proj.weight"] = np.arange(16, dtype=np.float32).reshape(
+                4, 4) + 100 * (layer + 1)
+            full[at + "self_attn.o_proj.weight"] = np.arange(16, dtype=np.float32).reshape(
+                4, 4) + 1000 * (layer + 1)
+        full["lm_head.weight"] = np.arange(12, dtype=np.float32).reshape(6, 2) + 5000
+        path = os.path.join(self.dir.name, "pipelined.safetensors")
+        write_safetensors(path, {name: ("F32", a.shape, a.tobytes()) for name, a in full.items()})
+        homes = sdrt.place("megatron:tp=2,pp=2", 4, {n: a.shape for n, a in full.items()})
+        self.assertEqual(homes["model.embed_tokens.weight"].mesh_ranks, (0, 1))
+        self.assertEqual(homes["model.layers.1.self_attn.q_proj.weight"].mesh_ranks, (2, 3))
+        self.assertEqual(homes["lm_head.weight"].mesh_ranks, (2, 3))
+        self.assertEqual(homes["model.layers.0.self_attn.o_proj.weight"].local_piece(1),
+                         ((4, 2), (0, 2)))  # row parallel: S(1) over tp
+        held = 0
+        for rank in range(4):
+            mine = {}
+            for name, home in homes.items():
+                if home.holds(rank):
+                    shape, offset = home.local_piece(rank)
+                    mine[name] = (np.full(shape, -1, np.float32), offset)
+            sdrt.load(path, {n: homes[n].dtensor(piece) for n, (piece, _) in mine.items()},
+                      rank=rank)
+            for name, (piece, offset) in mine.items():
+                box = tuple(slice(o, o + n) for o, n in zip(offset, piece.shape))
+                np.testing.assert_array_equal(piece, full[name][box], err_msg=name)
+            held += len(mine)
+        self.assertEqual(held, 2 * len(full))  # tp 2: each tensor on its stage's two ranks
+        with self.assertRaisesRegex(sdrt.SdrtError, "INVALID_ARGUMENT: .*megatron:tp=3"):
+            sdrt.place("megatron:tp=3", 4, {n: a.shape for n, a in full.items()})
 
 
 if __name__ == "__main__":

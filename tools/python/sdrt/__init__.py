@@ -16,6 +16,10 @@ installed (``<prefix>/lib/sdrt/python/sdrt`` -> ``<prefix>/lib/libsdrt.so``), el
 loader's search path. It needs a build with ``-DBUILD_SHARED_LIBS=ON``; ``import sdrt``
 raises ImportError saying so when there is none.
 
+place() gives each tensor's home under a parallel layout (Megatron, vLLM, FSDP: its mesh of
+global ranks and its placements), so that a pipelined engine allocates and loads only the
+pieces of its own stage and experts.
+
 Under ``mpiexec -n N python3 prog.py``, ``world()`` is the communicator of all N ranks (MPI is
 initialized by the library; no mpi4py needed).
 """
@@ -25,8 +29,8 @@ import ctypes
 from sdrt import _c
 from sdrt._c import SdrtError, _check
 
-__all__ = ["DTensor", "SdrtError", "world", "inspect", "load", "gather", "gather_write",
-           "version"]
+__all__ = ["DTensor", "Home", "SdrtError", "world", "inspect", "place", "load", "gather",
+           "gather_write", "version"]
 
 
 def version():
@@ -66,11 +70,77 @@ def world(timeout=600.0):
 class DTensor:
     """A local tensor laid out on a device mesh: ``placements`` as PyTorch prints them
     ("S(0)", "R", "S(0),R" for 2-D meshes), ``global_shape`` the full tensor's shape,
-    ``mesh_shape`` the mesh (default: one dimension over every rank of the call's comm)."""
+    ``mesh_shape`` the mesh (default: one dimension over every rank of the call's comm),
+    ``mesh_ranks`` its ranks in row-major order (default: 0, 1, ...; a pipeline stage's
+    ranks, as place() gives them)."""
 
-    def __init__(self, local, placements, global_shape, mesh_shape=None):
+    def __init__(self, local, placements, global_shape, mesh_shape=None, mesh_ranks=None):
         self.local, self.placements = local, placements
         self.global_shape, self.mesh_shape = tuple(global_shape), mesh_shape
+        self.mesh_ranks = None if mesh_ranks is None else tuple(mesh_ranks)
+
+
+class Home:
+    """Where one tensor lives under a parallel layout (place()): ``mesh_shape`` and
+    ``mesh_ranks`` (the global ranks holding it, row-major), ``placements`` as PyTorch
+    prints them, ``global_shape``."""
+
+    def __init__(self, mesh_shape, mesh_ranks, placements, global_shape):
+        self.mesh_shape, self.mesh_ranks = tuple(mesh_shape), tuple(mesh_ranks)
+        self.placements, self.global_shape = placements, tuple(global_shape)
+
+    def holds(self, rank):
+        """Whether global ``rank`` holds a piece of the tensor."""
+        return rank in self.mesh_ranks
+
+    def local_piece(self, rank):
+        """``rank``'s piece: (local shape, global offset), as PyTorch's
+        compute_local_shape_and_global_offset gives them (one C call, local)."""
+        alive = []
+        spec = _c.dtensor_spec(self.mesh_shape, self.placements, self.global_shape, alive,
+                               self.mesh_ranks)
+        out = _c.LocalShard(ctypes.sizeof(_c.LocalShard))
+        _check("sdrt_compute_local_shape_and_global_offset",
+               _c.lib.sdrt_compute_local_shape_and_global_offset(
+                   ctypes.byref(spec), None, None, rank, ctypes.byref(out)))
+        n = len(self.global_shape)
+        offset = tuple(out.global_offset[i] for i in range(n)) if out.global_offset else ()
+        return tuple(out.local_shape[i] for i in range(out.ndim)), offset
+
+    def dtensor(self, local):
+        """``local`` (this rank's piece) as a DTensor on this home."""
+        return DTensor(local, self.placements, self.global_shape, self.mesh_shape,
+                       self.mesh_ranks)
+
+
+def place(description, world_size, tensors, first_rank=0):
+    """Where each of a model's ``tensors`` (name -> shape, in the model's order: layer and
+    expert indices in the names decide pipeline stages and expert owners) lives when a
+    framework lays the model out: ``description`` as "megatron:tp=4,pp=8,ep=16",
+    "vllm:tp=8,dp=16", "fsdp:dp=64" or "fsdp-tp:dp=8,tp=8" over ``world_size`` ranks from
+    global rank ``first_rank`` (sdrt_parallel_layout_place; docs/LAYOUTS.md). Returns name ->
+    Home. Local; no data."""
+    names = [_c.c_string(name.encode(), "tensor name") for name in tensors]
+    shapes = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in tensors.values()]
+    n = len(names)
+    specs = (_c.DTensorSpec * max(n, 1))()
+    for spec in specs:
+        spec.struct_size = ctypes.sizeof(_c.DTensorSpec)
+    _check("sdrt_parallel_layout_place", _c.lib.sdrt_parallel_layout_place(
+        _c.c_string(description.encode(), "description"), world_size, first_rank, n,
+        (ctypes.c_char_p * max(n, 1))(*names),
+        (ctypes.c_int32 * max(n, 1))(*[len(s) for s in tensors.values()]),
+        (_c.c_int64_p * max(n, 1))(*[ctypes.cast(s, _c.c_int64_p) for s in shapes]),
+        specs))
+    homes = {}
+    for (name, shape), spec in zip(tensors.items(), specs):
+        mesh = [spec.mesh_shape[d] for d in range(spec.mesh_ndim)]
+        size = 1
+        for m in mesh:
+            size *= m
+        ranks = [spec.mesh_ranks[k] for k in range(size)]
+        homes[name] = Home(mesh, ranks, spec.placements.decode(), shape)
+    return homes
 
 
 def inspect(path):
@@ -102,7 +172,8 @@ class _StateDict:
         spec = None
         if isinstance(value, DTensor):
             mesh = value.mesh_shape or ((comm.size,) if comm else (1,))
-            spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive)
+            spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive,
+                                   value.mesh_ranks)
             value = value.local
         dl = _c.borrow(value, self._alive)
         if bfloat16:

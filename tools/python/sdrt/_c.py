@@ -72,6 +72,12 @@ class DTensorSpec(ctypes.Structure):
                 ("global_shape", c_int64_p)]
 
 
+class LocalShard(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("ndim", ctypes.c_int32),
+                ("local_shape", c_int64_p), ("global_offset", c_int64_p),
+                ("is_box", ctypes.c_int32), ("placements", ctypes.c_char_p)]
+
+
 class Stats(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t)] + [
         (f, ctypes.c_int64) for f in ("bytes_read", "bytes_kept", "reads", "bytes_sent",
@@ -117,6 +123,11 @@ _declare("sdrt_checkpoint_open", _S, ctypes.c_char_p, ctypes.POINTER(_P))
 _declare("sdrt_checkpoint_num_tensors", _S, _P, c_int64_p)
 _declare("sdrt_checkpoint_tensor_info", _S, _P, ctypes.c_int64, ctypes.POINTER(TensorInfo))
 _declare("sdrt_checkpoint_close", _S, _P)
+_declare("sdrt_parallel_layout_place", _S, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+         ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int32),
+         ctypes.POINTER(c_int64_p), ctypes.POINTER(DTensorSpec))
+_declare("sdrt_compute_local_shape_and_global_offset", _S, ctypes.POINTER(DTensorSpec),
+         ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(LocalShard))
 _declare("sdrt_state_dict_create", _S, ctypes.POINTER(_P))
 _declare("sdrt_state_dict_add", _S, _P, ctypes.c_char_p, ctypes.POINTER(DLTensor),
          ctypes.POINTER(DTensorSpec))
@@ -205,12 +216,14 @@ def borrow(array, alive):
     return ctypes.cast(managed, ctypes.POINTER(DLTensor))  # dl_tensor is the first field
 
 
-def dtensor_spec(mesh_shape, placements, global_shape, alive):
+def dtensor_spec(mesh_shape, placements, global_shape, alive, mesh_ranks=None):
+    """The spec of a DTensor (its arrays kept in `alive`); mesh_ranks None: 0, 1, ..."""
     mesh = (ctypes.c_int64 * len(mesh_shape))(*mesh_shape)
+    ranks = None if mesh_ranks is None else (ctypes.c_int64 * len(mesh_ranks))(*mesh_ranks)
     shape = (ctypes.c_int64 * max(len(global_shape), 1))(*global_shape)
     text = c_string(placements.encode(), "placements")
-    alive.extend([mesh, shape, text])
-    return DTensorSpec(ctypes.sizeof(DTensorSpec), len(mesh_shape), mesh, None, text,
+    alive.extend([mesh, ranks, shape, text])
+    return DTensorSpec(ctypes.sizeof(DTensorSpec), len(mesh_shape), mesh, ranks, text,
                        len(global_shape), shape)
 
 

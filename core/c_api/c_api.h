@@ -537,8 +537,8 @@ typedef struct sdrt_load_options_t {
    * the ranks agree before reading (options, read, planning errors) and after (read
    * errors), so one rank's error is every rank's. With read ROOT or share_reads every rank
    * adds the same tensors and the meshes span exactly its ranks; with ALL and no
-   * share_reads a rank adds the tensors it holds, on meshes that hold it (a pipeline
-   * stage's, sdrt_parallel_layout_place). */
+   * share_reads a rank adds the tensors it holds, on meshes of its ranks that hold it (a
+   * pipeline stage's, sdrt_parallel_layout_place). */
   sdrt_comm_t comm;
   int32_t rank;            /* this process's rank in the meshes; -1: comm's rank */
   int32_t strict;          /* nonzero: remove entries the checkpoint lacks */
@@ -624,8 +624,8 @@ typedef struct sdrt_load_options_t {
  * handles, bad options or struct_size (readers outside [0, 64]; share_reads on ranks some
  * of which pass a rank other than comm's), a read other than the sdrt_read_t values, ranks
  * passing different options, a buffer whose dtype or global shape is not the
- * checkpoint's, a buffer that is not this rank's local shape, a mesh that lacks the rank or
- * (ROOT, share_reads) does not span the communicator, ranks whose state dicts differ
+ * checkpoint's, a buffer that is not this rank's local shape, a mesh that lacks the rank, has a rank
+ * beyond the communicator's or (ROOT, share_reads) does not span it, ranks whose state dicts differ
  * (ROOT, share_reads), a damaged or foreign
  * rank file of a sharded folder (naming it), a sharded folder with read ROOT, with
  * direct_io or with a rank other than the communicator's, direct_io with read ROOT, a

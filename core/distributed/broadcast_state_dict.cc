@@ -280,6 +280,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   internal::LocalTargetRules rules;
   rules.rank = comm.rank();
   rules.mesh_ranks = comm.size();
+  rules.spans = true;
   rules.device = device;
   rules.allocate = !device.is_cpu();  // CPU: one arena for the call, below
   internal::LocalLayoutCache layouts;

@@ -76,7 +76,16 @@ absl::StatusOr<LoadResult> RunPath(const internal::ReadDecision& decision,
     return internal::LoadShardedFolder(source, precondition, local, options, stats);
   }
   if (decision.read == ReadMode::kRoot) {
-    return internal::LoadFromRoot(source, precondition, local, options, stats);
+    absl::StatusOr<LoadResult> root =
+        internal::LoadFromRoot(source, precondition, local, options, stats);
+    // Where kAuto chose the root, say why: its rules (one skeleton, meshes of every rank)
+    // are not kAll's.
+    if (!root.ok() && options.read == ReadMode::kAuto &&
+        root.status().code() == absl::StatusCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(absl::StrCat(root.status().message(), " (read kRoot, ",
+                                                     decision.reason, ")"));
+    }
+    return root;
   }
   return internal::LoadEveryRank(source, precondition, local, options, stats);
 }

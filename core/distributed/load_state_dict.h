@@ -123,8 +123,9 @@ namespace sdrt SDRT_API {
 // full tensor is built), a pad's rest zeroed; not with kRoot. With a communicator and
 // kRoot or share_reads, every rank passes a `local` of the same skeleton and each DTensor's
 // mesh spans the communicator's ranks; with kAll and no share_reads each rank fills the
-// leaves it lists, and a DTensor's mesh need only hold the rank (a pipeline stage's or an
-// expert's tensors on their own ranks, as ParallelLayout::MetaStateDict makes them); a
+// leaves it lists, and a DTensor's mesh need only hold the rank among the communicator's
+// ranks (a pipeline stage's or an expert's tensors on their own ranks, as
+// ParallelLayout::MetaStateDict makes them; a tensor no rank lists is loaded by none); a
 // sharded folder takes ReshardStateDict's rule (an empty map on a rank that receives
 // nothing). `source` must stay open and its files unchanged during
 // the call; kAll opens each file again by path and reads it with pread (no mapping is
@@ -134,7 +135,8 @@ namespace sdrt SDRT_API {
 // a local leaf whose global shape or dtype is not the checkpoint's (nor a cast), a weight
 // map's rule that cannot hold (internal/mapping/lowering.h: naming the rule and tensor);
 // Unimplemented for a weight map with kRoot; an invalid local shape,
-// a mesh that lacks `rank` or (kRoot, share_reads) does not span the communicator, options
+// a mesh that lacks `rank`, has a rank beyond the communicator's or (kRoot, share_reads)
+// does not span it, options
 // out of range or that differ between ranks, a skeleton that differs between ranks (kRoot,
 // share_reads), kRoot or direct_io for a
 // sharded folder (or rank 0's source being one while another rank's is not), direct_io

@@ -34,7 +34,12 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(IntSpan shape, std::vector<int64_t
     return absl::InvalidArgumentError(absl::StrCat("DeviceMesh: shape ", ShapeToString(shape),
                                                    " needs ", total, " ranks, got ", ranks.size()));
   }
-  if (std::set<int64_t>(ranks.begin(), ranks.end()).size() != ranks.size()) {
+  const std::set<int64_t> distinct(ranks.begin(), ranks.end());
+  if (*distinct.begin() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceMesh: rank ", *distinct.begin(), " is negative"));
+  }
+  if (distinct.size() != ranks.size()) {
     return absl::InvalidArgumentError("DeviceMesh: duplicate ranks");
   }
   if (!dim_names.empty() &&
@@ -49,6 +54,7 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(IntSpan shape, std::vector<int64_t
   mesh.ranks_ = std::move(ranks);
   mesh.dim_names_ = std::move(dim_names);
   mesh.device_type_ = std::move(device_type);
+  mesh.max_rank_ = *distinct.rbegin();
   mesh.consecutive_ = true;
   for (size_t i = 0; i < mesh.ranks_.size() && mesh.consecutive_; ++i) {
     mesh.consecutive_ = mesh.ranks_[i] == mesh.ranks_.front() + static_cast<int64_t>(i);

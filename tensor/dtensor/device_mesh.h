@@ -28,7 +28,7 @@ class DeviceMesh {
   // given, has one distinct name per dim. `device_type` is "cpu" or "cuda".
   // InvalidArgument for empty or non-positive shapes, a product(shape) above kMaxMeshRanks
   // (computed without overflow, checked before any allocation), a rank count !=
-  // product(shape), duplicate ranks or names.
+  // product(shape), a negative rank, duplicate ranks or names.
   static absl::StatusOr<DeviceMesh> Create(IntSpan shape, std::vector<int64_t> ranks = {},
                                            std::vector<std::string> dim_names = {},
                                            std::string device_type = "cpu");
@@ -41,6 +41,8 @@ class DeviceMesh {
   int64_t size(int mesh_dim) const { return shape_[mesh_dim]; }
   int64_t num_ranks() const { return static_cast<int64_t>(ranks_.size()); }
   const std::vector<int64_t>& ranks() const { return ranks_; }
+  // The largest of ranks() (a communicator of fewer ranks cannot hold the mesh).
+  int64_t max_rank() const { return max_rank_; }
   const std::vector<std::string>& dim_names() const { return dim_names_; }
   const std::string& device_type() const { return device_type_; }
 
@@ -72,6 +74,7 @@ class DeviceMesh {
   // i; else (rank, position) pairs sorted by rank.
   bool consecutive_ = false;
   std::vector<std::pair<int64_t, int64_t>> by_rank_;
+  int64_t max_rank_ = 0;
 };
 
 }  // namespace sdrt

@@ -172,6 +172,18 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(held, 2 * len(full))  # tp 2: each tensor on its stage's two ranks
         with self.assertRaisesRegex(sdrt.SdrtError, "INVALID_ARGUMENT: .*megatron:tp=3"):
             sdrt.place("megatron:tp=3", 4, {n: a.shape for n, a in full.items()})
+        # A mesh's ranks are one per place of its shape; read is one of sdrt_read_t's.
+        piece = np.zeros((3, 2), np.float32)
+        for ranks, shape in (((0,), (2,)), ((0, 1, 2), (2,))):
+            with self.assertRaisesRegex(ValueError, "^mesh_ranks .* ranks, mesh_shape"):
+                sdrt.load(path, {"lm_head.weight": sdrt.DTensor(
+                    piece, "S(0)", (6, 2), mesh_shape=shape, mesh_ranks=ranks)}, rank=0)
+        with self.assertRaisesRegex(ValueError, "^read 'every' is not one of"):
+            sdrt.load(path, {"lm_head.weight": piece}, rank=0, read="every")
+        # mesh_ranks alone make a 1-D mesh of them.
+        sdrt.load(path, {"lm_head.weight": sdrt.DTensor(piece, "S(0)", (6, 2),
+                                                        mesh_ranks=(5, 9))}, rank=9, read="all")
+        np.testing.assert_array_equal(piece, full["lm_head.weight"][3:])
 
 
 if __name__ == "__main__":

@@ -27,25 +27,25 @@ int64_t Sum(const Json& values) {
   return sum;
 }
 
+// Each test makes its own file in a folder of its own name: CTest runs the tests of one
+// suite as processes side by side.
 class LoadLayoutCli : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    file_ = new std::string(test::FreshDir("load_layout_cli") + "/moe.safetensors");
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    file_ = test::FreshDir("load_layout_cli_" + name) + "/moe.safetensors";
     const test::CommandResult made =
-        test::RunSdrt("make --arch qwen3-moe --scale 0.05 " + test::ShellQuote(*file_));
+        test::RunSdrt("make --arch qwen3-moe --scale 0.05 " + test::ShellQuote(file_));
     ASSERT_EQ(made.exit_code, 0) << made.all();
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(std::filesystem::path(*file_).parent_path());
-    delete file_;
+  void TearDown() override {
+    if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file_).parent_path());
   }
-  static std::string Load(const std::string& rest) {
-    return "load " + test::ShellQuote(*file_) + " --json " + rest;
+  std::string Load(const std::string& rest) const {
+    return "load " + test::ShellQuote(file_) + " --json " + rest;
   }
-  static std::string* file_;
+  std::string file_;
 };
-
-std::string* LoadLayoutCli::file_ = nullptr;
 
 // Three stages of one rank: each tensor on exactly one rank, every piece the file's.
 TEST_F(LoadLayoutCli, EachStageReadsItsOwnLayers) {
@@ -104,15 +104,15 @@ TEST_F(LoadLayoutCli, WhatADescriptionDoesNotGoWithIsBadInput) {
   EXPECT_EQ(grid.exit_code, 2) << grid.all();
   EXPECT_THAT(grid.err, HasSubstr("the world size (one number)"));
   // A sharded folder holds every tensor on one mesh: shard refuses a description.
-  const std::string out = std::filesystem::path(*file_).parent_path().string() + "/sharded";
+  const std::string out = std::filesystem::path(file_).parent_path().string() + "/sharded";
   const test::CommandResult shard =
-      test::RunSdrt("shard " + test::ShellQuote(*file_) + " " + test::ShellQuote(out) +
+      test::RunSdrt("shard " + test::ShellQuote(file_) + " " + test::ShellQuote(out) +
                     " --mesh 2 --plan megatron:pp=2");
   EXPECT_EQ(shard.exit_code, 2) << shard.all();
   EXPECT_THAT(shard.err, HasSubstr("is a parallel layout description"));
   EXPECT_FALSE(std::filesystem::exists(out));
   // A sharded SRC's pieces move between ranks (a reshard onto every rank's mesh).
-  ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(*file_) + " " + test::ShellQuote(out) +
+  ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(file_) + " " + test::ShellQuote(out) +
                           " --mesh 2 --plan fsdp")
                 .exit_code,
             0);

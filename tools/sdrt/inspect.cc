@@ -88,10 +88,11 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
                   "a picture for 1-D and 2-D tensors)");
   cmd->add_option("--mesh", args->mesh,
                   "with --layout or --map on a checkpoint (not a sharded folder): the device "
-                  "mesh, e.g. 4 or 2x2");
+                  "mesh, e.g. 4 or 2x2 (with a parallel layout description: the world size)");
   cmd->add_option("--plan", args->plan,
-                  "with --layout or --map on a checkpoint: fsdp, hsdp, tp, fsdp-tp or a "
-                  "PLAN.json");
+                  "with --layout or --map on a checkpoint: fsdp, hsdp, tp, fsdp-tp, a "
+                  "PLAN.json or (--layout) a parallel layout description such as "
+                  "megatron:tp=2,pp=2");
   AddWeightMapOptions(cmd, &args->engine);
   cmd->callback([args, exit_code] {
     const absl::Status status = RunInspect(*args);

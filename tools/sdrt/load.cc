@@ -44,7 +44,8 @@ absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const WeightMapOpti
   };
   if (o.read_mode() == ReadMode::kRoot) return refused("--read root");
   if (o.read_once_per_node) return refused("--read-once-per-node");
-  if (!engine.map.empty() || !engine.cast.empty()) return refused("--map and --cast");
+  if (!engine.map.empty()) return refused("--map");
+  if (!engine.cast.empty()) return refused("--cast");
   if (!verify_dir.empty()) return refused("--verify (a sharded folder holds one mesh)");
   if (outline.sharded) return refused("a sharded SRC (its pieces move between ranks)");
   return absl::OkStatus();
@@ -88,6 +89,10 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
     SDRT_ASSIGN_OR_RETURN(outline, DecodeOutline(outline_bytes));
     if (ParallelLayout::IsDescription(o.plan)) {
       SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.engine, args.verify_dir, outline));
+      if (o.mesh.empty()) {
+        return absl::InvalidArgumentError(
+            "--mesh with a parallel layout description: the world size (one number)");
+      }
       SDRT_ASSIGN_OR_RETURN(parallel, ParseParallelLayout(o.mesh, o.plan));
       if (parallel->world_size() != run.size()) {
         return absl::InvalidArgumentError(absl::StrCat("--plan ", parallel->ToString(), " has ",
@@ -208,6 +213,9 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
                    kMeshPlanOption | kReadOption | kDeviceOption | kBucketMibOption | kJsonOption |
                        kProgressOption | kTimeoutOption,
                    &args->shared);
+  cmd->get_option("--mesh")->description(
+      "device mesh shape over ranks 0..N-1: 4, 2x2, 2x2x2; with a parallel layout "
+      "description as --plan, the world size (one number)");
   cmd->get_option("--plan")->description(
       "fsdp ([S(0)] on every mesh dim), hsdp ([R, S(0)], 2-D mesh), tp (by tensor name), "
       "fsdp-tp (FSDP2 over TP, 2-D dp x tp mesh), a PLAN.json file, or a parallel layout "

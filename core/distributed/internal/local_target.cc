@@ -101,16 +101,23 @@ absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
           absl::StrCat(where(), ": the local DTensor is ", Describe(d.dtype(), d.global_shape()),
                        " but the checkpoint holds ", Describe(dtype, shape)));
     }
-    if (d.mesh() == nullptr ||
-        (rules.mesh_ranks.has_value() && d.mesh()->num_ranks() != *rules.mesh_ranks) ||
-        !d.mesh()->Coordinate(rules.rank).has_value()) {
+    const bool outside = rules.mesh_ranks.has_value() && d.mesh() != nullptr &&
+                         (d.mesh()->max_rank() >= *rules.mesh_ranks ||
+                          (rules.spans && d.mesh()->num_ranks() != *rules.mesh_ranks));
+    if (outside && rules.spans) {
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": ", d.ToString(),
+                                                     " is not on a mesh of the communicator's ",
+                                                     *rules.mesh_ranks, " ranks"));
+    }
+    if (outside) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), ": ", d.ToString(), " is on a mesh with rank ", d.mesh()->max_rank(),
+          ", beyond the communicator's ", *rules.mesh_ranks, " ranks"));
+    }
+    if (d.mesh() == nullptr || !d.mesh()->Coordinate(rules.rank).has_value()) {
       return absl::InvalidArgumentError(
-          rules.mesh_ranks.has_value()
-              ? absl::StrCat(where(), ": ", d.ToString(),
-                             " is not on a mesh of the communicator's ", *rules.mesh_ranks,
-                             " ranks")
-              : absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh holding rank ",
-                             rules.rank));
+          absl::StrCat(where(), ": ", d.ToString(), " is not on a mesh holding rank ", rules.rank,
+                       d.mesh() == nullptr ? "" : ": " + d.mesh()->ToString()));
     }
     // The layout's checks, local shape and runs: from the call's cache when there is one.
     LocalLayoutCache::Layout own;

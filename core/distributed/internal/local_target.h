@@ -69,8 +69,10 @@ class LocalLayoutCache {
 // What a target may be, beyond the leaf itself.
 struct LocalTargetRules {
   int rank = 0;  // this rank in the DTensors' meshes
-  // The ranks a DTensor's mesh must have (the communicator's size); nullopt: any.
+  // With a communicator, its size: a DTensor's mesh holds only ranks below it and, with
+  // `spans`, every one of them; nullopt: any mesh that holds `rank`.
   std::optional<int> mesh_ranks;
+  bool spans = false;
   Device device = Device::CPU();  // where new tensors are allocated
   // false: new tensors are not allocated but left as meta tensors of their shape and
   // dtype, for the caller to allocate (LoadStateDict's one arena, internal/fresh_arena.h).

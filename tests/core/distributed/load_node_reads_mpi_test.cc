@@ -281,6 +281,20 @@ TEST(LoadNodeReadsMpiTest, APipelinedLayoutIsReadByEveryRankAloneNotShared) {
     ASSERT_TRUE(want.ok()) << want.status();
     ExpectSameTensor(d.local(), want->local(), s.path);
   }
+  // A layout of more ranks than the communicator's is refused on every rank, not loaded in
+  // part.
+  absl::StatusOr<DeviceMesh> wider = DeviceMesh::Create({2}, {Rank(), n});
+  ASSERT_TRUE(wider.ok()) << wider.status();
+  Map beyond;
+  beyond.Set("lm_head.weight",
+             MetaLeaf(DSpec("lm_head.weight", {11, 6}, DType::kFloat32,
+                            std::make_shared<const DeviceMesh>(*wider), "[S(0)]")));
+  const absl::Status outside = LoadStateDict(*source, beyond, options).status();
+  ExpectSameStatusOnEveryRank(outside);
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(outside.message(),
+              HasSubstr(absl::StrCat("is on a mesh with rank ", n, ", beyond the communicator's ",
+                                     n, " ranks")));
   if (n == 1) return;  // one rank shares nothing
   options.share_reads = true;
   absl::StatusOr<LoadResult> node = LoadStateDict(*source, shared, options);

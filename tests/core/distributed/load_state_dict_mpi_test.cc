@@ -602,6 +602,26 @@ TEST(LoadStateDictMpiTest, AutoReadsFromTheRootWhenARankSeesOtherFiles) {
   EXPECT_EQ(stats.read, ReadMode::kRoot);
   EXPECT_EQ(stats.read_reason, absl::StrCat("auto: rank ", last, " sees other files than rank 0"));
   EXPECT_EQ(stats.bytes_read, Rank() == 0 ? CheckpointSource::Open(mine)->total_bytes() : 0);
+  // Each rank's own tensor (on a mesh of its rank alone) loads with every rank reading;
+  // the root that auto picks refuses it, saying why auto picked it.
+  const Spec own = DSpec("a", {8, 3}, DType::kFloat32,
+                         std::make_shared<const DeviceMesh>(*DeviceMesh::Create({1}, {Rank()})),
+                         "[R]");
+  for (const ReadMode read : {ReadMode::kAll, ReadMode::kAuto}) {
+    Map local = Tree({own}, MetaLeaf);
+    LoadOptions options = WorldLoad();
+    options.read = read;
+    const absl::Status s = LoadStateDict(CheckpointSource::Open(mine), local, options).status();
+    ExpectSameStatusOnEveryRank(s);
+    if (read == ReadMode::kAll) {
+      ASSERT_TRUE(s.ok()) << s;
+      ExpectSameTensor(local.Find("a")->as_dtensor().local(), own.Full(), "a");
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("(read kRoot, auto: rank ", last,
+                                                      " sees other files than rank 0)")));
+    }
+  }
 
   // The last rank cannot open its source.
   const std::string missing = dir + "/missing.safetensors";

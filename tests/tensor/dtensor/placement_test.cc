@@ -62,11 +62,14 @@ TEST(DeviceMesh, RowMajorCoordinates) {
   DeviceMesh custom = *DeviceMesh::Create({2}, {7, 3}, {"dp"}, "cuda");
   EXPECT_THAT(*custom.Coordinate(3), ElementsAre(1));
   EXPECT_EQ(custom.ToString(), "DeviceMesh(cuda, 2, ranks=[7, 3], names=[dp])");
+  EXPECT_EQ(custom.max_rank(), 7);
+  EXPECT_EQ(mesh.max_rank(), 7);
   const absl::Status three = DeviceMesh::Create({2, 2}, {0, 1, 2}).status();
   EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument) << three;
   EXPECT_THAT(three.message(), HasSubstr("needs 4 ranks"));
   for (const auto& [made, words] : std::vector<std::pair<absl::Status, std::string>>{
            {DeviceMesh::Create({2}, {1, 1}).status(), "DeviceMesh: duplicate ranks"},
+           {DeviceMesh::Create({2}, {-1, 3}).status(), "DeviceMesh: rank -1 is negative"},
            {DeviceMesh::FromString("2x").status(), "cannot parse mesh shape '2x'"},
            {DeviceMesh::Create({2, 2}, {}, {"a", "a"}).status(),
             "need 2 distinct dim names, got [a, a]"}}) {

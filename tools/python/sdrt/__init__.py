@@ -171,7 +171,9 @@ class _StateDict:
         c_name = _c.c_string(name.encode(), "tensor name")
         spec = None
         if isinstance(value, DTensor):
-            mesh = value.mesh_shape or ((comm.size,) if comm else (1,))
+            ranks = value.mesh_ranks
+            mesh = value.mesh_shape or ((len(ranks),) if ranks is not None
+                                        else (comm.size,) if comm else (1,))
             spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive,
                                    value.mesh_ranks)
             value = value.local
@@ -207,17 +209,19 @@ class _StateDict:
         self.close()
 
 
-def load(path, tensors, comm=None, rank=None, strict=False):
+def load(path, tensors, comm=None, rank=None, strict=False, read="auto"):
     """Fills ``tensors`` (name -> array or DTensor of arrays) from the checkpoint at
     ``path`` in place: each rank reads only its own pieces' bytes (sdrt_load). With
     ``comm`` the call is collective over it; without, it is local and ``rank`` is this
-    process's rank in the meshes. A bfloat16 tensor loads into a uint16 array (its bits, as
-    gather() returns bfloat16). Returns the call's figures (bytes_read, bytes_kept, reads,
-    seconds)."""
+    process's rank in the meshes. ``read``: "all" (every rank reads its own bytes: the one
+    for a layout whose ranks hold different tensors, as place() gives), "root" (rank 0 reads
+    and broadcasts) or "auto" (all when every rank sees the same files). A bfloat16 tensor
+    loads into a uint16 array (its bits, as gather() returns bfloat16). Returns the call's
+    figures (bytes_read, bytes_kept, reads, seconds)."""
     with _c.Checkpoint(path) as ckpt:
         bfloat16 = {i.name for i in ckpt.infos() if i.dtype_name == "bfloat16"}
         with _StateDict(tensors, comm, bfloat16) as sd:
-            options = _c.load_options(comm, rank, strict)
+            options = _c.load_options(comm, rank, strict, read)
             _check("sdrt_load", _c.lib.sdrt_load(ckpt.handle, sd.handle, ctypes.byref(options)))
             return _c.last_stats()
 

@@ -217,7 +217,14 @@ def borrow(array, alive):
 
 
 def dtensor_spec(mesh_shape, placements, global_shape, alive, mesh_ranks=None):
-    """The spec of a DTensor (its arrays kept in `alive`); mesh_ranks None: 0, 1, ..."""
+    """The spec of a DTensor (its arrays kept in `alive`); mesh_ranks None: 0, 1, ...; else
+    one rank per place of the mesh (ValueError otherwise: C reads product(mesh_shape))."""
+    size = 1
+    for m in mesh_shape:
+        size *= m
+    if mesh_ranks is not None and len(mesh_ranks) != size:
+        raise ValueError(f"mesh_ranks {tuple(mesh_ranks)} has {len(mesh_ranks)} ranks, "
+                         f"mesh_shape {tuple(mesh_shape)} {size}")
     mesh = (ctypes.c_int64 * len(mesh_shape))(*mesh_shape)
     ranks = None if mesh_ranks is None else (ctypes.c_int64 * len(mesh_ranks))(*mesh_ranks)
     shape = (ctypes.c_int64 * max(len(global_shape), 1))(*global_shape)
@@ -263,14 +270,19 @@ def to_numpy(dl):
     return out
 
 
-def load_options(comm, rank, strict):
+_READS = {"auto": 0, "all": 1, "root": 2}  # sdrt_read_t
+
+
+def load_options(comm, rank, strict, read="auto"):
+    if read not in _READS:
+        raise ValueError(f"read {read!r} is not one of {sorted(_READS)}")
     o = LoadOptions()
     o.struct_size = ctypes.sizeof(LoadOptions)
     o.comm = comm._handle if comm else None
     o.rank = -1 if rank is None else rank
     o.strict = 1 if strict else 0
     o.staging_buffers, o.staging_bytes, o.max_gap_bytes = 2, 256 << 20, 1 << 20
-    o.read, o.bucket_bytes = 0, 256 << 20  # SDRT_READ_AUTO
+    o.read, o.bucket_bytes = _READS[read], 256 << 20
     o.readers, o.share_reads = 0, 0
     return o
 

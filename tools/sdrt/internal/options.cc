@@ -167,11 +167,14 @@ absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options) {
 absl::StatusOr<ParallelLayout> ParseParallelLayout(const std::string& mesh_spec,
                                                    const std::string& plan_spec) {
   int64_t world = 0;
-  if (!mesh_spec.empty() && (!absl::SimpleAtoi(mesh_spec, &world) || world < 1)) {
+  const bool digits =
+      std::all_of(mesh_spec.begin(), mesh_spec.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!mesh_spec.empty() && (!digits || mesh_spec[0] == '0' || mesh_spec.size() > 9 ||
+                             !absl::SimpleAtoi(mesh_spec, &world))) {
     return absl::InvalidArgumentError(
         absl::StrCat("--mesh \"", mesh_spec,
-                     "\" with a parallel layout: the world size (one number); the "
-                     "layout makes each tensor's own mesh"));
+                     "\" with a parallel layout: the world size (one whole number >= 1); "
+                     "the layout makes each tensor's own mesh"));
   }
   return ParallelLayout::Parse(plan_spec, world);
 }

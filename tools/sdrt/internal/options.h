@@ -82,7 +82,8 @@ struct MeshAndPlan {
 absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options);
 
 // --plan as a parallel layout description (ParallelLayout::IsDescription) with --mesh as the
-// world size: one whole number, or empty when the description gives every size.
+// world size: one whole number >= 1 in plain digits, or empty when the description gives
+// every size.
 // InvalidArgument naming --mesh for anything else; ParallelLayout::Parse's errors.
 absl::StatusOr<ParallelLayout> ParseParallelLayout(const std::string& mesh_spec,
                                                    const std::string& plan_spec);

@@ -105,8 +105,9 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   rules.rank = rank;
   // Reading once per node decides its groups from the layouts, over the communicator's
   // ranks: every mesh spans them. Otherwise a rank reads alone and a mesh need only hold it
-  // (a pipeline stage's tensors live on the stage's ranks).
-  if (SharesReads(options)) rules.mesh_ranks = options.comm->size();
+  // among the communicator's ranks (a pipeline stage's tensors live on the stage's ranks).
+  if (options.comm != nullptr) rules.mesh_ranks = options.comm->size();
+  rules.spans = SharesReads(options);
   rules.device = options.device;
   rules.allocate = false;
   rules.allow_cast = true;  // CopyOut converts

@@ -146,7 +146,7 @@ TEST(InspectParallelLayout, ATensorOnItsStagesRanks) {
   EXPECT_THAT(head.out,
               HasSubstr("on mesh [2, 2] (dp, tp) of ranks 2, 3, 6, 7, placements [R, S(0)]"));
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {" --plan megatron:tp=2 --mesh 2x2", "the world size (one number)"},
+      {" --plan megatron:tp=2 --mesh 2x2", "the world size (one whole number >= 1)"},
       {" --plan megatron:tp=2", "dp is left out"},
       {" --plan megatron:pp=4 --mesh 4", "pp=4 needs at least 4 layers, the model has 2"},
       {" --plan megatron:tp=3 --mesh 4", "does not divide the world of 4"},

@@ -99,10 +99,12 @@ TEST_F(LoadLayoutCli, WhatADescriptionDoesNotGoWithIsBadInput) {
   const test::CommandResult fewer = test::RunSdrtMpi(2, Load(plan));
   EXPECT_EQ(fewer.exit_code, 2) << fewer.all();
   EXPECT_THAT(fewer.err, HasSubstr("has 4 ranks but mpiexec started 2"));
-  const test::CommandResult grid =
-      test::RunSdrtMpi(4, Load("--mesh 2x2 --plan megatron:tp=2,pp=2"));
-  EXPECT_EQ(grid.exit_code, 2) << grid.all();
-  EXPECT_THAT(grid.err, HasSubstr("the world size (one number)"));
+  for (const char* mesh : {"2x2", "+4", "04", "0"}) {
+    const test::CommandResult grid =
+        test::RunSdrtMpi(4, Load(std::string("--mesh ") + mesh + " --plan megatron:tp=2,pp=2"));
+    EXPECT_EQ(grid.exit_code, 2) << mesh << ": " << grid.all();
+    EXPECT_THAT(grid.err, HasSubstr("the world size (one whole number >= 1)")) << mesh;
+  }
   // A sharded folder holds every tensor on one mesh: shard refuses a description.
   const std::string out = std::filesystem::path(file_).parent_path().string() + "/sharded";
   const test::CommandResult shard =

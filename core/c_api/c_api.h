@@ -624,10 +624,10 @@ typedef struct sdrt_load_options_t {
  * handles, bad options or struct_size (readers outside [0, 64]; share_reads on ranks some
  * of which pass a rank other than comm's), a read other than the sdrt_read_t values, ranks
  * passing different options, a buffer whose dtype or global shape is not the
- * checkpoint's, a buffer that is not this rank's local shape, a mesh that lacks the rank, has a rank
- * beyond the communicator's or (ROOT, share_reads) does not span it, ranks whose state dicts differ
- * (ROOT, share_reads), a damaged or foreign
- * rank file of a sharded folder (naming it), a sharded folder with read ROOT, with
+ * checkpoint's, a buffer that is not this rank's local shape, a mesh that lacks the
+ * rank, has a rank beyond the communicator's or (ROOT, share_reads) does not span it, ranks
+ * whose state dicts differ (ROOT, share_reads), a damaged or foreign rank file of a
+ * sharded folder (naming it), a sharded folder with read ROOT, with
  * direct_io or with a rank other than the communicator's, direct_io with read ROOT, a
  * weight_map that is not a live weight map handle (refused before any collective, on the
  * ranks that pass it: pass the same map everywhere), ranks passing different maps, a map's

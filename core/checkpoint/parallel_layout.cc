@@ -224,6 +224,13 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
                                                    first_rank, " outside [0, ",
                                                    kMaxMeshRanks - world_size(), "]"));
   }
+  for (const SafetensorsTensorSpec& t : tensors) {
+    if (t.shape.size() > kMaxLayoutDims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallel layout ", ToString(), ": tensor '", t.name, "' has ", t.shape.size(),
+          " dims; a layout places tensors of at most ", kMaxLayoutDims));
+    }
+  }
   if (framework_ == Framework::kFsdp || framework_ == Framework::kFsdpTp) {
     return PlaceOnOneMesh(*this, tensors, first_rank);
   }

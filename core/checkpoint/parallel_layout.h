@@ -39,6 +39,7 @@
 #ifndef SDRT_CORE_CHECKPOINT_PARALLEL_LAYOUT_H_
 #define SDRT_CORE_CHECKPOINT_PARALLEL_LAYOUT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +57,9 @@ namespace sdrt SDRT_API {
 
 // The largest layer or expert index a tensor name may carry ("layers.N.", "experts.K.").
 inline constexpr int64_t kMaxLayoutIndex = int64_t{1} << 20;
+// The most dims of a tensor a layout places (a header may list millions; the reshard
+// planner takes 12).
+inline constexpr size_t kMaxLayoutDims = 64;
 
 // One tensor's home under a layout: the ranks that hold it and how.
 struct LaidOutTensor {
@@ -95,7 +99,8 @@ class ParallelLayout {
   // trainer's in one world) and shared between tensors of one stage and kind (so a planner
   // keys them once). InvalidArgument naming the tensor for: a layer or expert index above
   // kMaxLayoutIndex, fewer layers than pipeline stages, a layer's expert count (or a stacked
-  // tensor's dim 0) that ep does not divide, a 0-dim stacked expert tensor; fsdp and
+  // tensor's dim 0) that ep does not divide, a 0-dim stacked expert tensor, a tensor of more
+  // than kMaxLayoutDims dims; fsdp and
   // fsdp-tp: ShardingPlan::PlacementsFor's; a first_rank below 0 or putting the last rank
   // above kMaxMeshRanks.
   absl::StatusOr<std::vector<LaidOutTensor>> Place(

@@ -136,6 +136,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<Storage> 
     if (description.ok()) {
       header = std::move(description);
       header_only = true;
+    } else if (described.has_value() && *described > 0) {
+      // Marked as a description, and broken as one: its own fault, not an empty data region.
+      header = absl::Status(description.status().code(),
+                            absl::StrCat("a header-only description (`sdrt make --header-only`) ",
+                                         "that breaks a rule: ", description.status().message()));
     }
   }
   if (!header.ok()) return WithSource(header.status(), source);

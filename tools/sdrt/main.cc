@@ -1,6 +1,7 @@
 // sdrt: the command line over the state-dict runtime. See `sdrt --help`.
 #include <csignal>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -62,6 +63,15 @@ int CheckedExit(int exit_code) {
   return sdrt::cli::kExitRuntimeError;
 }
 
+// A command that ran out of memory: one line on stderr, exit 1 (docs/CLI.md, "Exit codes").
+int OutOfMemory(const CLI::App& app, int launcher_rank) {
+  std::string command;
+  for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+  return sdrt::cli::ReportError(
+      command, absl::ResourceExhaustedError("out of memory (an allocation failed)"),
+      PrintingRank(command, launcher_rank));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +102,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return ParseFailed(app, e, rank);
+  } catch (const std::bad_alloc&) {
+    // Memory ran out inside a command (a cap, or overcommit off): a runtime failure, exit 1,
+    // not the abort of an exception nobody catches. What the command made is cleaned up as
+    // the exception leaves it.
+    return OutOfMemory(app, rank);
   }
   if (version) {
     PrintVersion();

@@ -25,6 +25,7 @@ using ::sdrt::test::Image;
 using ::sdrt::test::Parse;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kW = R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
 const std::string kEight(8, '\x01');
@@ -173,6 +174,33 @@ TEST(SafetensorsHeader, DuplicateKeysAreRejectedAtEveryLevel) {
     EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << header;
     EXPECT_THAT(file.status().message(), HasSubstr(message)) << header;
   }
+}
+
+// A header-only description (`sdrt make --header-only`: the marker, no data) is checked
+// against the data region it describes; one that breaks a rule as a description is refused
+// for that rule, not for the data region it lacks.
+TEST(SafetensorsHeader, ABrokenHeaderOnlyDescriptionSaysWhatIsBroken) {
+  const std::string marker = R"("__metadata__":{"sdrt.header_only":"true"})";
+  const std::string a = R"("a":{"dtype":"BF16","shape":[4,4],"data_offsets":[0,32]})";
+  absl::StatusOr<SafetensorsFile> whole =
+      Parse(Image("{" + marker + "," + a + R"(,"b":{"dtype":"BF16","shape":[4,4],)" +
+                  R"("data_offsets":[32,64]}})"));
+  ASSERT_FALSE(whole.ok());
+  EXPECT_THAT(whole.status().message(), HasSubstr("has no tensor bytes"));
+  // The second tensor's shape no longer matches its offsets.
+  absl::StatusOr<SafetensorsFile> broken =
+      Parse(Image("{" + marker + "," + a + R"(,"b":{"dtype":"BF16","shape":[4,8],)" +
+                  R"("data_offsets":[32,64]}})"));
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(broken.status().message(), HasSubstr("a header-only description"));
+  EXPECT_THAT(broken.status().message(), HasSubstr("tensor \"b\""));
+  EXPECT_THAT(broken.status().message(), HasSubstr("needs 64"));
+  // Without the marker the same header is a file whose data region is missing.
+  absl::StatusOr<SafetensorsFile> unmarked =
+      Parse(Image("{" + a + R"(,"b":{"dtype":"BF16","shape":[4,8],"data_offsets":[32,64]}})"));
+  ASSERT_FALSE(unmarked.ok());
+  EXPECT_THAT(unmarked.status().message(), Not(HasSubstr("header-only")));
 }
 
 TEST(SafetensorsHeader, Utf8ValidatorFollowsTheUnicodeTable) {

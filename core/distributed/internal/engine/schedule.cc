@@ -20,6 +20,14 @@ constexpr int64_t kMinBucketBytes = 64;
 int64_t AlignUp16(int64_t bytes) { return AlignUp(bytes, kDeviceChunkAlignment); }
 constexpr size_t kMaxChunks = size_t{1} << 24;
 
+// The error of a rank's schedule with more than kMaxChunks chunks.
+absl::Status TooManyChunks(int64_t bucket) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("more than 2^24 reshard chunks on one rank (its messages cut into chunks of at "
+                   "most the bucket's ",
+                   bucket, " bytes: a larger bucket makes fewer)"));
+}
+
 // Appends the pieces of `move` of at most `bucket` bytes each (see ScheduleTransfer) to
 // `out`; `bits` is the dtype's element width.
 absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
@@ -29,8 +37,7 @@ absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
   while (d < n && move.end[d] - move.begin[d] <= 1) ++d;
   if (move.bytes <= bucket || d == n) {
     out.push_back(move);
-    return out.size() <= kMaxChunks ? absl::OkStatus()
-                                    : absl::InvalidArgumentError("more than 2^24 reshard chunks");
+    return out.size() <= kMaxChunks ? absl::OkStatus() : TooManyChunks(bucket);
   }
   int64_t row_elements = 1;
   for (size_t e = d + 1; e < n; ++e) row_elements *= move.end[e] - move.begin[e];
@@ -55,8 +62,7 @@ absl::Status SplitMove(const TransferMove& move, DType dtype, int64_t bucket,
       SDRT_RETURN_IF_ERROR(SplitMove(piece, dtype, bucket, out));
     } else {
       out.push_back(std::move(piece));
-      if (out.size() > kMaxChunks)
-        return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+      if (out.size() > kMaxChunks) return TooManyChunks(bucket);
     }
   }
   return absl::OkStatus();
@@ -156,11 +162,19 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       // An all-gathered message travels whole (every rank's part of a tensor in one
       // collective); other messages are cut to fit a bucket.
       const bool whole = tp.layout->collective == Collective::kAllGather;
+      const auto mine = [&](const TransferMessage& message) {
+        return message.source_rank == rank || message.destination_rank == rank ||
+               message.destination_rank == kEveryRank;
+      };
+      // A message of B bytes makes at least B / bucket chunks: too many are refused before
+      // they are made (a hostile header's one tensor of 2^60 bytes).
+      uint64_t at_least = 0;
       for (const TransferMessage& message : tp.messages()) {
-        if (message.source_rank != rank && message.destination_rank != rank &&
-            message.destination_rank != kEveryRank) {
-          continue;
-        }
+        if (!whole && mine(message)) at_least += static_cast<uint64_t>(message.bytes / bucket);
+      }
+      if (at_least > kMaxChunks - total) return TooManyChunks(bucket);
+      for (const TransferMessage& message : tp.messages()) {
+        if (!mine(message)) continue;
         std::vector<TransferMove> moves;
         for (const TransferMove& move : message.moves) {
           if (whole) {
@@ -198,7 +212,7 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
           chunks->back().moves.push_back(std::move(move));
         }
         if (chunks->size() > kMaxChunks) {
-          return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+          return TooManyChunks(bucket);
         }
       }
       it->second = std::move(chunks);
@@ -208,7 +222,7 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       last_chunks = it->second;
     }
     total += last_chunks->size();
-    if (total > kMaxChunks) return absl::InvalidArgumentError("more than 2^24 reshard chunks");
+    if (total > kMaxChunks) return TooManyChunks(bucket);
     schedule.chunks.push_back(last_chunks);
     for (const TransferMessage& chunk : *last_chunks) {
       if (chunk.destination_rank == kEveryRank) collective.push_back({t, &chunk});

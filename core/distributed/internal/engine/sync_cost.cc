@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <new>
 #include <queue>
 #include <thread>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/engine/pack.h"
 #include "sdrt/core/distributed/internal/engine/schedule.h"
+#include "sdrt/core/distributed/internal/threads.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -188,15 +190,27 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   const auto work = [&] {
     for (int64_t r = next_rank++; r < world; r = next_rank++) {
       ScheduleFigures& f = figures[static_cast<size_t>(r)];
-      f.status = ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f);
+      // An allocation failing on a worker thread is this call's error, not the process's
+      // end (an exception leaving a thread terminates it): a status without a message,
+      // which allocates nothing, said below.
+      try {
+        f.status = ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f);
+      } catch (const std::bad_alloc&) {
+        f.status = absl::Status(absl::StatusCode::kResourceExhausted, "");
+      }
     }
   };
-  std::vector<std::thread> pool;
-  for (int64_t i = 1; i < std::min(threads, world); ++i) pool.emplace_back(work);
+  std::vector<std::thread> pool;  // those that start; this thread works too
+  StartThreads(static_cast<size_t>(std::min(threads, world) - 1), [&](size_t) { work(); }, pool);
   work();
   for (std::thread& t : pool) t.join();
   size_t sent = 0, received = 0;
-  for (const ScheduleFigures& f : figures) {
+  for (size_t r = 0; r < figures.size(); ++r) {
+    const ScheduleFigures& f = figures[r];
+    if (!f.status.ok() && f.status.message().empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of memory scheduling rank ", r, " for the sync model"));
+    }
     SDRT_RETURN_IF_ERROR(f.status);
     out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
     sent += f.sends.size();

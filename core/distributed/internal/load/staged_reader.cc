@@ -16,10 +16,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/threads.h"
 #include "sdrt/tensor/status_macros.h"
 
 namespace sdrt::internal {
@@ -342,7 +344,13 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
         }
       }
       Filled item{b, 0, absl::OkStatus(), true};
-      item.status = read_batch(reader, i, b, item.done);
+      // Out of memory on a reader thread: the load's error (a status with no message
+      // allocates nothing; the consumer says what it was), not the process's end.
+      try {
+        item.status = read_batch(reader, i, b, item.done);
+      } catch (const std::bad_alloc&) {
+        item.status = absl::Status(absl::StatusCode::kResourceExhausted, "");
+      }
       const bool failed = !item.status.ok();
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -353,9 +361,10 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
       if (failed) return;
     }
   };
+  // Threads that start share the batches; none at all is the load's error.
   std::vector<std::thread> pool_threads;
-  for (size_t t = 0; t < threads; ++t) {
-    pool_threads.emplace_back(read_loop, std::ref(*reader_of[t]));
+  if (StartThreads(threads, [&](size_t t) { read_loop(*reader_of[t]); }, pool_threads) == 0) {
+    return finish(absl::ResourceExhaustedError("no reader thread could be started"));
   }
   absl::Status status = absl::OkStatus();
   for (size_t i = 0; i < batches.size() && status.ok(); ++i) {
@@ -364,6 +373,9 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return filled[i].ready; });
       item = std::move(filled[i]);
+    }
+    if (!item.status.ok() && item.status.message().empty()) {
+      item.status = absl::ResourceExhaustedError("out of memory in a reader thread");
     }
     status = consume_batch(i, item.buffer, item.done, std::move(item.status));
     {

@@ -1,11 +1,13 @@
 // PlanTransfer's refusals (every message names the tensor) and its sub-byte dtypes: pieces
 // and the slabs of a shared cell never cut inside a byte (tensor/sharding/byte_cuts.h).
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
+#include "sdrt/core/distributed/internal/engine/schedule.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tests/core/distributed/internal/engine/simulator.h"
 #include "sdrt/tests/support/fill.h"
@@ -135,6 +137,33 @@ TEST(ReshardErrorsTest, SubByteDtypesNeverCutInsideAByte) {
     ASSERT_TRUE(plan.ok()) << DTypeName(dtype) << ": " << plan.status();
     ExpectWholeByteBoxes(*plan);
   }
+}
+
+// A rank whose messages would be cut into more than 2^24 chunks is refused before the
+// chunks are made: a header describing one tensor of 2^60 bytes costs no memory and no
+// time to refuse (a schedule of 2^24 chunks takes gigabytes). The message says what the
+// bucket has to do with it.
+TEST(ReshardErrorsTest, TooManyChunksAreRefusedBeforeTheyAreMade) {
+  const internal::TransferTensor huge =
+      Describe("w", DType::kBFloat16, {int64_t{1} << 44, 512}, MeshLayout({2}, {}, "[S(0)]"),
+               MeshLayout({2}, {}, "[S(1)]"));
+  absl::StatusOr<TransferPlan> plan = PlanTransfer({huge});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  internal::TransferScheduleOptions options;
+  options.bucket_bytes = int64_t{1} << 28;
+  const auto start = std::chrono::steady_clock::now();
+  const absl::StatusOr<internal::TransferSchedule> schedule =
+      internal::ScheduleTransfer(*plan, 0, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(schedule.ok());
+  EXPECT_EQ(schedule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(schedule.status().message(), HasSubstr("more than 2^24 reshard chunks"));
+  EXPECT_THAT(schedule.status().message(), HasSubstr("268435456 bytes: a larger bucket"));
+  EXPECT_LT(seconds, 5.0) << "refused only after cutting the chunks";
+  // The same tensor in buckets large enough for it is scheduled.
+  options.bucket_bytes = int64_t{1} << 40;
+  EXPECT_TRUE(internal::ScheduleTransfer(*plan, 0, options).ok());
 }
 
 }  // namespace

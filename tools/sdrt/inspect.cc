@@ -85,7 +85,13 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
   AddSharedOptions(cmd, kJsonOption, &args->shared);
   cmd->add_option("--layout", args->layout,
                   "show which rank holds which rows and columns of this tensor (a table, and "
-                  "a picture for 1-D and 2-D tensors)");
+                  "a picture for 1-D and 2-D tensors)")
+      ->check(CLI::Validator(
+          [](const std::string& name) {
+            return name.empty() ? std::string("needs a tensor's name, not an empty one")
+                                : std::string();
+          },
+          "NAME"));
   cmd->add_option("--mesh", args->mesh,
                   "with --layout or --map on a checkpoint (not a sharded folder): the device "
                   "mesh, e.g. 4 or 2x2 (with a parallel layout description: the world size)");

@@ -108,7 +108,7 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
   const auto [folder, base] = internal::SplitPath(trimmed);
   if (base.empty() || base == "." || base == "..") {
     return absl::InvalidArgumentError(
-        absl::StrCat(out, " does not name a file or folder to write"));
+        absl::StrCat("\"", out, "\" does not name a file or folder to write"));
   }
   struct stat st;
   if (lstat(trimmed.c_str(), &st) == 0) {

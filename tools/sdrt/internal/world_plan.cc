@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -76,12 +78,16 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
       if (scale == 0 && absl::ConsumeSuffix(&digits, name)) scale = factor;
     }
     if (scale == 0) {
-      return bad(absl::StrCat(
-          "\"", item, "\" needs a unit: ", time ? "s, ms, us or ns" : "TB/s, GB/s, MB/s or Gb/s"));
+      return bad(absl::StrCat("\"", item, "\" needs a unit: ",
+                              time ? "s, ms, us or ns"
+                                   : "TB/s, GB/s, MB/s or Gb/s (1 PB/s is 1000TB/s)"));
     }
     double number = 0;
-    if (!absl::SimpleAtod(digits, &number) || !std::isfinite(number)) {
+    if (!absl::SimpleAtod(digits, &number)) {
       return bad(absl::StrCat("\"", item, "\" has no number"));
+    }
+    if (!std::isfinite(number)) {  // SimpleAtod reads 1e309 as inf
+      return bad(absl::StrCat("\"", item, "\" is not a finite number"));
     }
     // Rates from 1 MB/s (a slower link makes every figure meaningless) to 1 PB/s.
     const double value = number * scale;
@@ -125,8 +131,11 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::strin
   }
   absl::StatusOr<ArchConfig> config = ScaledArch(model, scale);
   if (!config.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--model ", model, ": no such file or folder, and ", config.status().message()));
+    const std::vector<std::string> names = ArchNames();
+    const bool known = std::find(names.begin(), names.end(), model) != names.end();
+    return absl::InvalidArgumentError(absl::StrCat("--model ", model, ": ",
+                                                   known ? "" : "no such file or folder, and ",
+                                                   config.status().message()));
   }
   SDRT_ASSIGN_OR_RETURN(SyntheticStateDict synthetic,
                         SyntheticStateDict::Create(*config, DType::kBFloat16, 0));

@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <new>
 #include <queue>
 #include <thread>
 #include <utility>
@@ -190,14 +189,8 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   const auto work = [&] {
     for (int64_t r = next_rank++; r < world; r = next_rank++) {
       ScheduleFigures& f = figures[static_cast<size_t>(r)];
-      // An allocation failing on a worker thread is this call's error, not the process's
-      // end (an exception leaving a thread terminates it): a status without a message,
-      // which allocates nothing, said below.
-      try {
-        f.status = ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f);
-      } catch (const std::bad_alloc&) {
-        f.status = absl::Status(absl::StatusCode::kResourceExhausted, "");
-      }
+      f.status = OnWorkerThread(
+          [&] { return ReadSchedule(plan, r, options, links, ranks[static_cast<size_t>(r)], f); });
     }
   };
   std::vector<std::thread> pool;  // those that start; this thread works too
@@ -207,11 +200,9 @@ absl::StatusOr<SyncPrediction> PredictSync(const TransferPlan& plan, const Clust
   size_t sent = 0, received = 0;
   for (size_t r = 0; r < figures.size(); ++r) {
     const ScheduleFigures& f = figures[r];
-    if (!f.status.ok() && f.status.message().empty()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("out of memory scheduling rank ", r, " for the sync model"));
+    if (!f.status.ok()) {
+      return OutOfMemorySaid(f.status, absl::StrCat("scheduling rank ", r, " for the sync model"));
     }
-    SDRT_RETURN_IF_ERROR(f.status);
     out.max_exchanges = std::max(out.max_exchanges, f.exchanges);
     sent += f.sends.size();
     received += f.receives.size();

@@ -16,7 +16,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <thread>
 #include <utility>
 
@@ -344,13 +343,7 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
         }
       }
       Filled item{b, 0, absl::OkStatus(), true};
-      // Out of memory on a reader thread: the load's error (a status with no message
-      // allocates nothing; the consumer says what it was), not the process's end.
-      try {
-        item.status = read_batch(reader, i, b, item.done);
-      } catch (const std::bad_alloc&) {
-        item.status = absl::Status(absl::StatusCode::kResourceExhausted, "");
-      }
+      item.status = OnWorkerThread([&] { return read_batch(reader, i, b, item.done); });
       const bool failed = !item.status.ok();
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -374,10 +367,8 @@ absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan
       cv.wait(lock, [&] { return filled[i].ready; });
       item = std::move(filled[i]);
     }
-    if (!item.status.ok() && item.status.message().empty()) {
-      item.status = absl::ResourceExhaustedError("out of memory in a reader thread");
-    }
-    status = consume_batch(i, item.buffer, item.done, std::move(item.status));
+    status = consume_batch(i, item.buffer, item.done,
+                           OutOfMemorySaid(std::move(item.status), "in a reader thread"));
     {
       std::lock_guard<std::mutex> lock(mu);
       if (item.buffer != kNoBuffer) free_buffers.push_back(item.buffer);

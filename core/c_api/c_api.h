@@ -563,8 +563,10 @@ typedef struct sdrt_load_options_t {
    * rank reads only the rows of its own pieces, straight into its buffer; a pad's extra
    * rows are zeroed); entries no rule makes load by name. Borrowed for the call (it may be
    * destroyed once sdrt_load returns). Every rank passes the same map (compared in the
-   * agreement). Not with read ROOT (nor AUTO when it picks ROOT): every rank reads the
-   * checkpoint's header. */
+   * agreement). With read ROOT (or AUTO when it picks ROOT) rank 0 sends the checkpoint's
+   * tensor list that the others lower against, and a cast from one float dtype to
+   * another is refused (rank 0 sends the checkpoint's dtypes; FP8 codes are quantized and
+   * dequantized as with ALL). */
   sdrt_weight_map_t weight_map;
   /* 0 to 64: reader threads per rank preading at once (read ALL), each into a staging
    * buffer of its own (pinned for CUDA buffers) or straight into the buffers; more than
@@ -634,7 +636,8 @@ typedef struct sdrt_load_options_t {
  * rule that cannot hold for these buffers (naming the rule and the tensor: a fused buffer
  * whose rows are not its components' pieces, a component the checkpoint lacks, heads that
  * cannot be cut into the ranks' parts, a padded buffer of the wrong size);
- * SDRT_UNIMPLEMENTED for a weight map with read ROOT (or AUTO that picked ROOT);
+ * SDRT_INVALID_ARGUMENT for a weight map's cast between float dtypes with read ROOT (or
+ * AUTO that picked ROOT), naming the entry;
  * SDRT_FAILED_PRECONDITION for read ROOT or a sharded folder without options->comm,
  * buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
  * buffers without CUDA; SDRT_DATA_LOSS for a short read; the errno's code for a failed

@@ -3,14 +3,18 @@
 // (internal/load/load_paths.h).
 #include "sdrt/core/distributed/load_state_dict.h"
 
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/load/load_paths.h"
+#include "sdrt/core/distributed/internal/load/root_tensors.h"
 #include "sdrt/core/distributed/internal/load/read_policy.h"
-#include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/core/distributed/internal/mapping/mapped_load.h"
 #include "sdrt/core/distributed/internal/mapping/quantize.h"
@@ -90,6 +94,30 @@ absl::StatusOr<LoadResult> RunPath(const internal::ReadDecision& decision,
   return internal::LoadEveryRank(source, precondition, local, options, stats);
 }
 
+// With kRoot the root sends the checkpoint's dtypes (BroadcastStateDict casts nothing):
+// InvalidArgument naming the first leaf of `lowered` whose dtype is not its tensor's in
+// `tensors` (a weight map's cast, a leaf of another float dtype).
+absl::Status RefuseRootCasts(absl::Span<const SafetensorsTensorSpec> tensors, const Map& lowered) {
+  absl::flat_hash_map<absl::string_view, DType> dtype_of;
+  for (const SafetensorsTensorSpec& t : tensors) dtype_of.emplace(t.name, t.dtype);
+  SDRT_ASSIGN_OR_RETURN(const internal::Leaves leaves, internal::CollectLeaves(lowered));
+  for (const internal::Leaf& leaf : leaves) {
+    const Value& v = *leaf.value;
+    const auto it = dtype_of.find(leaf.path);
+    if (it == dtype_of.end()) continue;
+    std::optional<DType> dtype;
+    if (v.kind() == ValueKind::kDTensor) dtype = v.as_dtensor().dtype();
+    if (v.kind() == ValueKind::kShardedTensor) dtype = v.as_sharded().dtype();
+    if (dtype.has_value() && *dtype != it->second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", leaf.path, "' is ", DTypeName(*dtype), " here but ", DTypeName(it->second),
+          " in the checkpoint: read kRoot sends the checkpoint's dtypes and casts nothing (read "
+          "all casts each rank's pieces)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // `source` is null where this rank could not open it (`open_status` says why).
 absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Status& open_status,
                                 Map& local, const LoadOptions& options) {
@@ -127,35 +155,44 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   // This rank's open error matters where its source is read.
   const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;
   absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
+  // The checkpoint's tensors that a weight map and FP8 are lowered against: this rank's
+  // source's, or with kRoot rank 0's, which it sends (only rank 0 is sure to see it).
+  std::optional<std::vector<SafetensorsTensorSpec>> tensors;
+  if (decision.read == ReadMode::kRoot && !decision.sharded) {
+    SDRT_ASSIGN_OR_RETURN(tensors,
+                          internal::ShareRootTensors(*options.comm, source, precondition));
+  } else if (source != nullptr && precondition.ok()) {
+    tensors = source->TensorSpecs();
+  }
   // FP8 leaves with scales need the lowering too: quantized into (the engine's leaves) or
   // dequantized from (the checkpoint's tensors).
   bool fp8_source = false;
-  if (source != nullptr) {
-    for (const CheckpointSourceTensor& t : source->tensors()) {
+  if (tensors.has_value()) {
+    for (const SafetensorsTensorSpec& t : *tensors) {
       fp8_source = fp8_source || internal::IsFp8Codes(t.dtype);
     }
   }
   const bool lowered = options.weight_map.compiled() != nullptr || fp8_source ||
                        internal::HasCodeLeaves(local);
-  if (!lowered || (options.weight_map.compiled() == nullptr && decision.read == ReadMode::kRoot &&
-                   !decision.sharded)) {
-    // (With kRoot and no map, FP8 moves as it is: BroadcastStateDict refuses a dtype change.)
-    return RunPath(decision, source, precondition, local, options, stats);
-  }
+  if (!lowered) return RunPath(decision, source, precondition, local, options, stats);
   // A weight map: the path fills this rank's lowered state dict (mapping/mapped_load.h),
-  // made from the checkpoint's header, which every rank reads but with kRoot.
-  if (decision.read == ReadMode::kRoot && !decision.sharded) {
-    return absl::UnimplementedError(absl::StrCat(
-        kOp, ": a weight map needs every rank to read the checkpoint's header (read all); ",
-        stats.read_reason));
-  }
+  // made from the checkpoint's tensor list. Without one (this rank's source could not be
+  // opened, or rank 0's with kRoot) the path reports that error.
   internal::MappedLoad mapped;
   Map* target = &local;
-  if (precondition.ok() && source != nullptr) {
-    precondition = internal::LowerLoad(internal::CompiledOrEmpty(options.weight_map), *source,
-                                       options.rank >= 0 ? options.rank : options.comm->rank(),
-                                       options.device, local, mapped);
-    if (precondition.ok()) target = &mapped.lowered;
+  if (tensors.has_value()) {
+    const absl::Status lowering =
+        internal::LowerLoad(internal::CompiledOrEmpty(options.weight_map), *tensors,
+                            options.rank >= 0 ? options.rank : options.comm->rank(),
+                            options.device, local, mapped);
+    if (lowering.ok()) {
+      target = &mapped.lowered;
+      if (decision.read == ReadMode::kRoot && precondition.ok()) {
+        precondition = RefuseRootCasts(*tensors, mapped.lowered);
+      }
+    } else if (precondition.ok()) {
+      precondition = lowering;
+    }
   }
   SDRT_ASSIGN_OR_RETURN(LoadResult result,
                         RunPath(decision, source, precondition, *target, options, stats));

@@ -120,11 +120,13 @@ namespace sdrt SDRT_API {
 // the read (kRoot refuses it, as BroadcastStateDict does). With LoadOptions::weight_map the
 // leaves a rule makes are filled from the checkpoint tensors the rule names (weight_map.h):
 // each rank reads only the rows of its own pieces, straight into views of its locals (no
-// full tensor is built), a pad's rest zeroed; not with kRoot. With a communicator and
-// kRoot or share_reads, every rank passes a `local` of the same skeleton and each DTensor's
-// mesh spans the communicator's ranks; with kAll and no share_reads each rank fills the
-// leaves it lists, and a DTensor's mesh need only hold the rank among the communicator's
-// ranks (a pipeline stage's or an expert's tensors on their own ranks, as
+// full tensor is built), a pad's rest zeroed; with kRoot rank 0 first sends its source's
+// tensor list (one BroadcastBytes), which every rank lowers against, and a cast between
+// float dtypes is refused (FP8 codes are quantized and dequantized as with kAll).
+// With a communicator and kRoot or share_reads, every rank passes a `local` of the same
+// skeleton and each DTensor's mesh spans the communicator's ranks; with kAll and no share_reads
+// each rank fills the leaves it lists, and a DTensor's mesh need only hold the rank among the
+// communicator's ranks (a pipeline stage's or an expert's tensors on their own ranks, as
 // ParallelLayout::MetaStateDict makes them; a tensor no rank lists is loaded by none); a
 // sharded folder takes ReshardStateDict's rule (an empty map on a rank that receives
 // nothing). `source` must stay open and its files unchanged during
@@ -134,7 +136,8 @@ namespace sdrt SDRT_API {
 // Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
 // a local leaf whose global shape or dtype is not the checkpoint's (nor a cast), a weight
 // map's rule that cannot hold (internal/mapping/lowering.h: naming the rule and tensor);
-// Unimplemented for a weight map with kRoot; an invalid local shape,
+// with kRoot, a lowered leaf whose dtype is not its checkpoint tensor's (a cast, naming
+// the leaf) or a malformed tensor list from rank 0; an invalid local shape,
 // a mesh that lacks `rank`, has a rank beyond the communicator's or (kRoot, share_reads)
 // does not span it, options
 // out of range or that differ between ranks, a skeleton that differs between ranks (kRoot,

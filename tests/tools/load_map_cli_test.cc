@@ -1,8 +1,9 @@
 // `mpiexec -n N sdrt load SRC --mesh M --plan tp --map MAP [--cast D]` (issue 30): a
 // checkpoint loaded straight into an engine's own layout (vLLM's fused qkv_proj and
 // gate_up_proj, a padded vocabulary) from a safetensors file and from an sdrt sharded folder
-// in another layout, with a built-in map, a MAP.json file and a cast; each rank keeps only
-// its pieces; `sdrt inspect --map` shows what each fused tensor is made of per rank. Bad
+// in another layout, with a built-in map, a MAP.json file and a cast, read by every rank or
+// by rank 0 alone (--read root: no cast); each rank keeps only its pieces; `sdrt inspect
+// --map` shows what each fused tensor is made of per rank. Bad
 // maps and missing head sizes are exit 2 naming what is wrong.
 #include <unistd.h>
 
@@ -67,6 +68,14 @@ TEST_F(LoadMapCli, BuiltinMapFromAFileAndFromAShardedFolder) {
   const int64_t kept0 = one["bytes_kept"][0], kept1 = one["bytes_kept"][1];
   EXPECT_EQ(kept0, kept1);
   EXPECT_LT(kept0, bytes * 6 / 10);
+  // Rank 0 alone reading (the others lower against the tensor list it sends): the same
+  // pieces kept, the whole file read once.
+  const nlohmann::json root = Load(2, full_, "--map vllm-llama --head-size 16 --read root");
+  ASSERT_TRUE(root.is_object());
+  EXPECT_EQ(root["read"], "root");
+  EXPECT_EQ(root["bytes_kept"][0], kept0);
+  EXPECT_EQ(root["bytes_kept"][1], kept1);
+  EXPECT_EQ(root["bytes_read"][1], 0);
   // Four ranks: more ranks than kv heads, each kv head read by the two ranks that hold it.
   const nlohmann::json four = Load(4, full_, "--map vllm-llama --head-size 16 --read all");
   ASSERT_TRUE(four.is_object());
@@ -104,10 +113,12 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
                                  " --mesh 3 --plan tp --map vllm-llama --head-size 16"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("cannot be cut into 3 parts"));
-  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_),
-                                 " --mesh 2 --plan tp --read root --map vllm-llama --head-size 16"));
+  // The root sends the checkpoint's dtypes: a cast needs every rank reading.
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan tp --read root --map ",
+                                 "vllm-llama --head-size 16 --cast f32"));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--map and --cast go with --read all or auto"));
+  EXPECT_THAT(r.err, HasSubstr("is float32 here but bfloat16 in the checkpoint"));
+  EXPECT_THAT(r.err, HasSubstr("casts nothing"));
   r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan tp --map ",
                                  Quote((dir_ / "missing.json").string())));
   EXPECT_EQ(r.exit_code, 2);

@@ -108,14 +108,10 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                                                      Ranks(layout->mesh->num_ranks()),
                                                      " but mpiexec started ", run.size()));
     }
-    // The engine's tensors: SRC's, or what --map and --cast make of them. Each rank lowers
-    // the engine's layout from SRC's header (not with --read root), and no slice of SRC is
-    // the engine's piece to verify against.
+    // The engine's tensors: SRC's, or what --map and --cast make of them (each rank lowers
+    // the engine's layout from SRC's tensor list, rank 0's with --read root), and no slice
+    // of SRC is the engine's piece to verify against.
     const bool engine = !args.engine.map.empty() || !args.engine.cast.empty();
-    if (engine && o.read_mode() == ReadMode::kRoot) {
-      return absl::InvalidArgumentError(
-          "--map and --cast go with --read all or auto (every rank reads SRC's header)");
-    }
     if (engine && !args.verify_dir.empty()) {
       return absl::InvalidArgumentError(
           "--verify goes without --map and --cast (the engine's pieces are not SRC's)");

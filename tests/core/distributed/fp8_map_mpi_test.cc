@@ -160,6 +160,15 @@ std::string SharedTempDir() {
   return dir;
 }
 
+// `file` opened on this rank: every rank for kAll, rank 0 alone for kRoot (the others as
+// ranks that cannot see it).
+absl::StatusOr<CheckpointSource> OpenOn(const std::string& file, ReadMode read) {
+  if (read == ReadMode::kRoot && g_world->rank() != 0) {
+    return absl::NotFoundError("not opened off rank 0");
+  }
+  return CheckpointSource::Open(file);
+}
+
 TEST(Fp8MapMpi, LoadAFileIntoFp8BuffersBitExact) {
   ASSERT_FALSE(Golden().is_null());
   const std::string dir = SharedTempDir();
@@ -172,17 +181,21 @@ TEST(Fp8MapMpi, LoadAFileIntoFp8BuffersBitExact) {
   ASSERT_TRUE(g_world->Barrier().ok());
   for (const json& c : Golden()["cases"]) {
     if (c["tp"] != g_world->size()) continue;
-    Map engine = EngineBuffers(c);
-    LoadOptions options;
-    options.comm = g_world;
-    options.read = ReadMode::kAll;
-    options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
-    const absl::StatusOr<LoadResult> result =
-        LoadStateDict(CheckpointSource::Open(dir + "/model.safetensors"), engine, options);
-    ASSERT_TRUE(result.ok()) << c["name"] << ": " << result.status();
-    EXPECT_TRUE(result->missing_keys.empty());
-    EXPECT_TRUE(result->unexpected_keys.empty());
-    ExpectGolden(c, engine, "loaded");
+    // Every rank reading, and rank 0 alone (the others lower against the tensor list it
+    // sends, and quantize what it sends them).
+    for (const ReadMode read : {ReadMode::kAll, ReadMode::kRoot}) {
+      Map engine = EngineBuffers(c);
+      LoadOptions options;
+      options.comm = g_world;
+      options.read = read;
+      options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
+      const absl::StatusOr<LoadResult> result =
+          LoadStateDict(OpenOn(dir + "/model.safetensors", read), engine, options);
+      ASSERT_TRUE(result.ok()) << c["name"] << ": " << result.status();
+      EXPECT_TRUE(result->missing_keys.empty());
+      EXPECT_TRUE(result->unexpected_keys.empty());
+      ExpectGolden(c, engine, read == ReadMode::kAll ? "loaded" : "loaded by the root");
+    }
   }
   ASSERT_TRUE(g_world->Barrier().ok());
   if (g_world->rank() == 0) std::filesystem::remove_all(dir);
@@ -225,20 +238,20 @@ Map FsdpOf(const std::vector<std::pair<std::string, Tensor>>& checkpoint) {
   return trainer;
 }
 
-// `checkpoint` written by rank 0 to `file`, then loaded by every rank into `into` with the
-// vllm-llama map (kAll).
+// `checkpoint` written by rank 0 to `file`, then loaded into `into` with the vllm-llama
+// map, read by every rank or (kRoot) by rank 0 alone.
 absl::Status LoadFromAFile(const std::string& file,
                            const std::vector<std::pair<std::string, Tensor>>& checkpoint,
-                           Map& into) {
+                           Map& into, ReadMode read) {
   absl::Status written = g_world->rank() == 0 ? WriteSafetensors(file, checkpoint)
                                               : absl::OkStatus();
   if (!written.ok()) return written;
   SDRT_RETURN_IF_ERROR(g_world->Barrier());
   LoadOptions options;
   options.comm = g_world;
-  options.read = ReadMode::kAll;
+  options.read = read;
   options.weight_map = *WeightMap::Builtin("vllm-llama", 128);
-  return LoadStateDict(CheckpointSource::Open(file), into, options).status();
+  return LoadStateDict(OpenOn(file, read), into, options).status();
 }
 
 TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
@@ -261,12 +274,14 @@ TEST(Fp8MapMpi, DequantizeAnFp8CheckpointIntoBf16BuffersBitExact) {
     ExpectDequantized(c, engine, "synced");
     // The codes moved as they are (one byte each), the receivers dequantize.
     EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
-    // Loaded from a file of the codes and scales.
-    Map loaded = Bf16Buffers(c);
-    const absl::Status read = LoadFromAFile(absl::StrCat(dir, "/", name, ".safetensors"),
-                                            checkpoint, loaded);
-    ASSERT_TRUE(read.ok()) << name << ": " << read;
-    ExpectDequantized(c, loaded, "loaded");
+    // Loaded from a file of the codes and scales, by every rank and by rank 0 alone.
+    for (const ReadMode mode : {ReadMode::kAll, ReadMode::kRoot}) {
+      Map loaded = Bf16Buffers(c);
+      const absl::Status read = LoadFromAFile(absl::StrCat(dir, "/", name, ".safetensors"),
+                                              checkpoint, loaded, mode);
+      ASSERT_TRUE(read.ok()) << name << ": " << read;
+      ExpectDequantized(c, loaded, mode == ReadMode::kAll ? "loaded" : "loaded by the root");
+    }
   }
   if (g_world->size() != 3) {
     EXPECT_EQ(ran, 4);
@@ -307,11 +322,14 @@ TEST(Fp8MapMpi, AnFp8CheckpointFusedWithItsScalesBitExact) {
     ASSERT_TRUE(synced.ok()) << name << ": " << synced;
     ExpectGolden(*c, engine, "fused from FP8");
     EXPECT_EQ(stats.cast_by_senders + stats.cast_by_receivers, 0) << name;
-    Map loaded = EngineBuffers(*c);
-    const absl::Status read = LoadFromAFile(absl::StrCat(dir, "/", name, ".safetensors"),
-                                            checkpoint, loaded);
-    ASSERT_TRUE(read.ok()) << name << ": " << read;
-    ExpectGolden(*c, loaded, "loaded fused from FP8");
+    for (const ReadMode mode : {ReadMode::kAll, ReadMode::kRoot}) {
+      Map loaded = EngineBuffers(*c);
+      const absl::Status read = LoadFromAFile(absl::StrCat(dir, "/", name, ".safetensors"),
+                                              checkpoint, loaded, mode);
+      ASSERT_TRUE(read.ok()) << name << ": " << read;
+      ExpectGolden(*c, loaded,
+                   mode == ReadMode::kAll ? "loaded fused from FP8" : "loaded fused by the root");
+    }
   }
   if (g_world->size() != 3) {
     EXPECT_EQ(ran, 3);

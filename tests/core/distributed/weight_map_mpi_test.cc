@@ -241,18 +241,34 @@ TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
     }
     ASSERT_TRUE(g_world->Barrier().ok());
     const json& mine = c["ranks"][static_cast<size_t>(g_world->rank())];
-    for (const std::string& src : {file, dir + "/fsdp3"}) {
+    // The file read by every rank and by rank 0 alone (which sends the others its tensor
+    // list to lower against, and their pieces), and the sharded folder.
+    for (const auto& [src, read] :
+         {std::pair(file, ReadMode::kAll), std::pair(file, ReadMode::kRoot),
+          std::pair(dir + "/fsdp3", ReadMode::kAll)}) {
     for (bool meta : {true, false}) {
       Map engine = VllmBuffers(c, mine, meta);
       engine.Set("model.norm.weight", Value(int64_t{0}));  // replaced by the full tensor
       LoadOptions options;
       options.comm = g_world;
-      options.read = ReadMode::kAll;
+      options.read = read;
       options.weight_map = *map;
       LoadStats stats;
       options.stats = &stats;
-      const absl::StatusOr<LoadResult> result = LoadStateDict(CheckpointSource::Open(src),
-                                                              engine, options);
+      // With kRoot the other ranks' sources are not opened (as a rank that cannot see it).
+      const absl::StatusOr<CheckpointSource> source =
+          read == ReadMode::kRoot && g_world->rank() != 0
+              ? absl::StatusOr<CheckpointSource>(absl::NotFoundError("not on this rank"))
+              : CheckpointSource::Open(src);
+      const absl::StatusOr<LoadResult> result = LoadStateDict(source, engine, options);
+      const bool cast =
+          TensorOf(c["sources"]["gate_proj"]).dtype() != TensorOf(mine["qkv_proj"]).dtype();
+      if (read == ReadMode::kRoot && cast) {  // the root sends the checkpoint's dtypes
+        EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << name;
+        EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("casts nothing"))
+            << name;
+        continue;
+      }
       ASSERT_TRUE(result.ok()) << name << ": " << result.status();
       EXPECT_TRUE(result->missing_keys.empty()) << name;
       EXPECT_TRUE(result->unexpected_keys.empty()) << name;
@@ -262,9 +278,12 @@ TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
       }
       const Value* norm = engine.Find("model.norm.weight");
       ASSERT_NE(norm, nullptr);
+      EXPECT_EQ(stats.read, read) << name;
       if (src == file) {
         ExpectBytes(norm->as_tensor(), TensorOf(c["sources"]["gate_proj"]),
                     name + " loaded model.norm.weight");
+      }
+      if (src == file && read == ReadMode::kAll) {
         // Each rank read only its own rows: its pieces of each source (the replicated kv
         // heads by each rank that holds them), never the whole checkpoint.
         EXPECT_LE(stats.bytes_kept, stats.bytes_read) << name;

@@ -14,8 +14,9 @@
 
 namespace sdrt::internal {
 
-absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& source, int64_t me,
-                       Device device, Map& local, MappedLoad& out) {
+absl::Status LowerLoad(const WeightMap::Compiled& map,
+                       absl::Span<const SafetensorsTensorSpec> source, int64_t me, Device device,
+                       Map& local, MappedLoad& out) {
   // This rank's description alone: the checkpoint's tensors as plain sources it holds, its
   // own leaves as destinations (a list per rank up to this one: a rank is bounded first).
   if (me < 0 || me >= kMaxMeshRanks) {
@@ -24,7 +25,7 @@ absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& s
   }
   std::vector<std::vector<LeafLayout>> per_rank(static_cast<size_t>(me) + 1);
   std::vector<LeafLayout>& mine = per_rank.back();
-  for (const CheckpointSourceTensor& t : source.tensors()) {
+  for (const SafetensorsTensorSpec& t : source) {
     LeafLayout& l = mine.emplace_back();
     l.path = t.name;
     l.source = true;

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "sdrt/core/checkpoint/checkpoint_source.h"
+#include "absl/types/span.h"
+#include "sdrt/core/io/safetensors.h"
 #include "sdrt/core/distributed/internal/engine/locals.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/state_dict/state_dict.h"
@@ -29,10 +30,12 @@ struct MappedLoad {
   std::vector<std::string> kept;
 };
 
-// Lowers `local` (rank `me`'s, new tensors on `device`) against `source`'s tensors.
+// Lowers `local` (rank `me`'s, new tensors on `device`) against the checkpoint's tensors
+// `source` (CheckpointSource::TensorSpecs, or with kRoot rank 0's, root_tensors.h).
 // LowerLeafLayouts' and LowerLocals' errors.
-absl::Status LowerLoad(const WeightMap::Compiled& map, const CheckpointSource& source, int64_t me,
-                       Device device, Map& local, MappedLoad& out);
+absl::Status LowerLoad(const WeightMap::Compiled& map,
+                       absl::Span<const SafetensorsTensorSpec> source, int64_t me, Device device,
+                       Map& local, MappedLoad& out);
 
 // After the load: the new locals made for mapped leaves installed, and each kept leaf set
 // to what the load left in `lowered` (a fresh local, a full tensor), or removed where the

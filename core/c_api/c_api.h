@@ -31,7 +31,11 @@
  *   - Collective calls (marked "Collective") must be called by every rank of the
  *     communicator, in the same order, with structurally matching state dicts; the ranks
  *     agree on their inputs before any data moves, so a mismatch is the same
- *     SDRT_INVALID_ARGUMENT on every rank, never a hang. Every collective's options carry
+ *     SDRT_INVALID_ARGUMENT on every rank, never a hang. What one rank can refuse alone (a
+ *     NULL or dead handle, a wrong struct_size, an option out of range) it refuses before
+ *     that agreement, on that rank only: its call returns at once, and the other ranks'
+ *     call waits for it (SDRT_DEADLINE_EXCEEDED) or meets that rank's next collective call
+ *     instead. Pass the same valid arguments on every rank. Every collective's options carry
  *     `timeout_seconds` (0: the communicator's timeout, set at creation, 600 s by default);
  *     a rank that does not arrive in time makes the call return SDRT_DEADLINE_EXCEEDED on
  *     every live rank, after which the communicator is unusable (SDRT_FAILED_PRECONDITION):
@@ -622,13 +626,16 @@ typedef struct sdrt_load_options_t {
  * its files unchanged during the call.
  * CUDA buffers: one device per call; copies run on sdrt's own stream or the broadcast's,
  * complete on return (a sharded folder: CPU buffers, with an MPI communicator).
- * Errors (with a communicator the same on every rank): SDRT_INVALID_ARGUMENT for NULL
- * handles, bad options or struct_size (readers outside [0, 64]; share_reads on ranks some
+ * Errors (with a communicator the same on every rank, but what a rank refuses alone: see
+ * the top of this header): SDRT_INVALID_ARGUMENT for NULL handles, bad options or
+ * struct_size (readers outside [0, 64]; share_reads on ranks some
  * of which pass a rank other than comm's), a read other than the sdrt_read_t values, ranks
- * passing different options, a buffer whose dtype or global shape is not the
- * checkpoint's, a buffer that is not this rank's local shape, a mesh that lacks the
- * rank, has a rank beyond the communicator's or (ROOT, share_reads) does not span it, ranks
- * whose state dicts differ (ROOT, share_reads), a damaged or foreign rank file of a
+ * passing different options, a buffer whose global shape is not the checkpoint's or whose
+ * dtype is neither the checkpoint's nor a float dtype it is cast to (read ALL and sharded
+ * folders convert each element as PyTorch's Tensor.to(); read ROOT casts nothing), a
+ * buffer that is not this rank's local shape, a mesh that lacks the rank, has a rank
+ * beyond the communicator's or (ROOT, share_reads) does not span it, ranks whose state
+ * dicts differ (ROOT, share_reads), a damaged or foreign rank file of a
  * sharded folder (naming it), a sharded folder with read ROOT, with
  * direct_io or with a rank other than the communicator's, direct_io with read ROOT, a
  * weight_map that is not a live weight map handle (refused before any collective, on the
@@ -685,8 +692,9 @@ SDRT_C_API sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict,
  * the writer's error ("rank R: ..."). Nothing is returned but the file.
  * Errors: as sdrt_gather; the errno's code for a failed write (SDRT_NOT_FOUND for a
  * missing folder, SDRT_PERMISSION_DENIED); SDRT_INVALID_ARGUMENT for a NULL path on the
- * writing rank (on every rank) or more than one rank in ranks_only (on the ranks that
- * passed it: pass the same options everywhere). */
+ * writing rank (on every rank), more than one rank in ranks_only or a writer that is not
+ * one of the communicator's ranks (on the ranks that passed it: pass the same options
+ * everywhere). */
 SDRT_C_API sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                            const sdrt_gather_options_t* options);
 

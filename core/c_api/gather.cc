@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/errors.h"
 #include "sdrt/core/c_api/internal/handles.h"
@@ -88,6 +89,12 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
       return absl::InvalidArgumentError("options.ranks_only names more than one writer");
     }
     const int writer = go.ranks_only.empty() ? 0 : go.ranks_only[0];
+    if (writer < 0 || writer >= go.comm->size()) {  // no rank would write, every rank OK
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.ranks_only names rank ", writer,
+                       " as the writer, which is not one of the communicator's ",
+                       go.comm->size(), " ranks"));
+    }
     go.ranks_only = {writer};
     go.cpu_offload = true;
     sdrt::TransferStats stats;

@@ -659,6 +659,16 @@ TEST(CApiGather, GatherAndWriteRoundTrip) {
     EXPECT_GT(stats.bytes_written, 0);
   }
 
+  // A writer outside the communicator: refused on every rank (no rank would write).
+  for (const int32_t writer : {9, -3}) {
+    g.ranks_only = &writer;
+    g.num_ranks_only = 1;
+    EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_gather_write(local.sd, out.c_str(), &g));
+    EXPECT_NE(std::strstr(sdrt_last_error(), "not one of the communicator's"), nullptr)
+        << sdrt_last_error();
+  }
+  g.ranks_only = nullptr;
+  g.num_ranks_only = 0;
   // A folder that does not exist: the writer's error on every rank.
   const std::string bad = g_dir + "/no/such/folder/x.safetensors";
   EXPECT_SDRT(SDRT_NOT_FOUND, sdrt_gather_write(local.sd, bad.c_str(), &g));

@@ -4,6 +4,7 @@
 // communicator refused, an open error returned as it is, options out of range.
 #include "sdrt/core/distributed/load_state_dict.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -76,6 +77,21 @@ TEST_F(LoadStateDictAloneTest, ReadsItsOwnPiecesAndAutoIsAll) {
     EXPECT_EQ(stats.read_reason, read == ReadMode::kAuto ? "auto: no communicator" : "requested");
     EXPECT_EQ(stats.bytes_kept, want.local().nbytes() + tensors_[1].second.nbytes());
     EXPECT_EQ(stats.bytes_read, stats.bytes_kept);
+  }
+}
+
+TEST_F(LoadStateDictAloneTest, AStagingSizeNearInt64sMaxReads) {
+  // The read plan compared element bits with 8 x the staging size, which overflowed from
+  // 2^60 bytes on ("element bits 16 ... out of range").
+  const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir_ + "/hf");
+  ASSERT_TRUE(source.ok()) << source.status();
+  for (const int64_t staging : {int64_t{1} << 60, INT64_MAX}) {
+    Map local = Local();
+    LoadOptions options = Alone();
+    options.staging_bytes = staging;
+    absl::StatusOr<LoadResult> r = LoadStateDict(*source, local, options);
+    ASSERT_TRUE(r.ok()) << staging << ": " << r.status();
+    EXPECT_EQ(*TensorXxh64(local.Find("b")->as_tensor()), *TensorXxh64(tensors_[1].second));
   }
 }
 

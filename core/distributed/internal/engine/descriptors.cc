@@ -260,8 +260,9 @@ std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves) {
 absl::StatusOr<std::vector<LeafLayout>> DecodeLeafLayouts(absl::string_view bytes, int from) {
   ByteReader r(bytes);
   uint64_t count = 0;
-  // A leaf takes at least six words.
-  bool ok = r.U64(&count) && count <= r.Remaining() / (6 * sizeof(uint64_t));
+  // A leaf takes at least five words: its path's length, source, dtype, its shape's length
+  // and kind (a 0-dim plain tensor with an empty path).
+  bool ok = r.U64(&count) && count <= r.Remaining() / (5 * sizeof(uint64_t));
   std::vector<LeafLayout> leaves;
   // Each leaf made where it is decoded, while in cache (resizing first would write 10,000
   // default leaves, 3 MB, only to write them again).

@@ -1,6 +1,10 @@
 // LoadFromRoot (load_paths.h), LoadStateDict's kRoot: the root's source as a full state
 // dict of views of its mapping (registered with CUDA first for CUDA locals), sent to every
 // rank's pieces by BroadcastStateDict.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -39,6 +43,21 @@ absl::StatusOr<Map> FullOnRoot(const CheckpointSource& source, const Device& dev
         note = absl::StrCat("; the root copies from pageable memory (", source.files()[i].path,
                             ": ", pinned.message(), ")");
       }
+    }
+  }
+  // A file cut short since it was opened would fault (SIGBUS) where the broadcast reads its
+  // mapping past the new end: refused first, as kAll refuses it (one cut during the call
+  // still faults; a mapping cannot be read safely while its file shrinks).
+  for (const CheckpointSourceFile& f : source.files()) {
+    struct stat st;
+    if (stat(f.path.c_str(), &st) != 0) {
+      const int err = errno;
+      return absl::Status(absl::ErrnoToStatusCode(err),
+                          absl::StrCat(f.path, ": stat: ", std::strerror(err)));
+    }
+    if (st.st_size != f.size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(f.path, ": size changed from ", f.size, " to ", st.st_size, " bytes"));
     }
   }
   Map full;

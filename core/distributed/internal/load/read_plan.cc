@@ -104,6 +104,9 @@ absl::Status PlanTensorSegments(const ReadTensor& t, size_t index, int64_t max_r
   // Built only for an error message.
   const auto where = [index] { return absl::StrCat("PlanReads: tensor ", index); };
   const int n = static_cast<int>(t.shape.size());
+  // max_read_bytes is the caller's staging size, any int64: no read is longer than 2^59
+  // bytes anyway, and the bits of one fit int64 (a staging of 2^60 bytes overflowed here).
+  max_read_bytes = std::min<int64_t>(max_read_bytes, int64_t{1} << 59);
   if (t.element_bits < 1 || t.element_bits > 8 * max_read_bytes || t.offset < 0 || t.file < 0) {
     return absl::InvalidArgumentError(absl::StrCat(where(), ": element bits ", t.element_bits,
                                                    ", offset ", t.offset, " or file ", t.file,

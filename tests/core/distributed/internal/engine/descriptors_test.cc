@@ -74,6 +74,21 @@ TEST(ReshardDescriptors, WhatIsEncodedDecodesAlike) {
               HasSubstr("rank 3 sent a malformed description of its leaves"));
 }
 
+TEST(ReshardDescriptors, TheSmallestLeavesDecode) {
+  // 0-dim plain tensors with short paths take fewer than six words each (a new user's
+  // "scale" was refused as malformed); a leaf takes five at least.
+  const std::vector<LeafLayout> leaves = {PlainLeaf("scale", true, {}), PlainLeaf("", false, {}),
+                                          PlainLeaf("s", true, {})};
+  const std::string bytes = EncodeLeafLayouts(leaves);
+  EXPECT_EQ(bytes.size(), 8 + 3 * 5 * 8 + 6u);
+  absl::StatusOr<std::vector<LeafLayout>> back = DecodeLeafLayouts(bytes, 0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[0].path, "scale");
+  EXPECT_TRUE((*back)[0].shape.empty());
+  EXPECT_EQ(EncodeLeafLayouts(*back), bytes);
+}
+
 TEST(ReshardDescriptors, HugeCountsAndUnknownCodesAreRefusedBeforeAllocating) {
   std::string huge;
   PutU64(&huge, uint64_t{1} << 60);  // leaves

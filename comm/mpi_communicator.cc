@@ -241,7 +241,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(
   }
   if (!initialized) {
     int provided = 0;
-    SDRT_MPI_RETURN_IF_ERROR(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    // MULTIPLE: an embedding program may run calls on two communicators from two threads
+    // at once (with SERIALIZED, MPICH's UCX transport aborted on an assertion).
+    SDRT_MPI_RETURN_IF_ERROR(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     std::atexit(&FinalizeMpi);
   }
   MPI_Comm comm = MPI_COMM_NULL;

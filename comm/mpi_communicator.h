@@ -47,8 +47,10 @@ class MpiCommunicator final : public Communicator {
  public:
   // A communicator over all the processes of the job (a duplicate of MPI_COMM_WORLD);
   // collective over them. Initializes MPI (MPI_Init_thread asking for
-  // MPI_THREAD_SERIALIZED) unless the embedding program already did, in which case its
-  // initialization is used as it is. When sdrt initialized MPI it also finalizes it, at
+  // MPI_THREAD_MULTIPLE, so that calls on two communicators may run on two threads at
+  // once) unless the embedding program already did, in which case its initialization is
+  // used as it is (below MPI_THREAD_MULTIPLE, no two threads may be in calls that use MPI
+  // at once). When sdrt initialized MPI it also finalizes it, at
   // process exit (atexit). The communicator's timeout() is `timeout`, which also bounds
   // the duplication of MPI_COMM_WORLD (DeadlineExceeded when a rank never calls World).
   // FailedPrecondition when MPI was already finalized.
@@ -76,7 +78,7 @@ class MpiCommunicator final : public Communicator {
   // result spans both jobs, the accepting job's ranks first (ranks 0..A-1 in their
   // MPI_COMM_WORLD order, then the connecting job's), with timeout() `timeout`; freeing it
   // frees the link (the jobs may then meet again, e.g. a trainer accepting a restarted
-  // engine). Needs no more than MPI_THREAD_SERIALIZED: no thread calls MPI.
+  // engine). sdrt's own threads never call MPI.
   //
   // Accept: rank 0 opens a port and writes its name to `port_file` atomically (a temporary
   // file in the same folder, fsync, rename; InvalidArgument, before MPI is asked, when

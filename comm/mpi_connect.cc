@@ -182,7 +182,16 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Connect(
   MPI_Comm inter = MPI_COMM_NULL;
   status = SDRT_MPI_STATUS(MPI_Comm_connect(port.c_str(), info, 0, ToComm(job->comm_), &inter));
   MPI_Info_free(&info);
-  if (!status.ok()) return Annotated(status, kOp);
+  if (!status.ok()) {
+    // The claim is this job's (rank 0 renamed the port file to it): a port nobody accepts
+    // on (a file holding no port, an acceptor gone) would otherwise block every later
+    // Accept on that path.
+    if (job->rank() == 0) {
+      internal::RemoveIfHolds(internal::ClaimedPath(port_file), port, MPI_MAX_PORT_NAME)
+          .IgnoreError();
+    }
+    return Annotated(status, kOp);
+  }
   return Merge(ToHandle(inter), /*accepting=*/false, timeout);
 }
 

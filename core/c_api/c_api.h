@@ -150,7 +150,9 @@ typedef struct sdrt_comm_options_t {
 
 /* Collective over all processes of the MPI job (MPI_COMM_WORLD), which it duplicates: sdrt's
  * traffic never matches the program's. Initializes MPI (MPI_Init_thread,
- * MPI_THREAD_SERIALIZED) unless the program already did, and then finalizes it at exit.
+ * MPI_THREAD_MULTIPLE: calls on two communicators may run on two threads at once) unless
+ * the program already did (then below MPI_THREAD_MULTIPLE no two threads may be in calls
+ * over MPI communicators at once), and then finalizes it at exit.
  * torch.distributed.init_process_group("mpi") is the PyTorch counterpart.
  * Errors: SDRT_INVALID_ARGUMENT (NULL out, bad options); SDRT_UNAVAILABLE in a build
  * without MPI; SDRT_FAILED_PRECONDITION when MPI was already finalized;

@@ -16,8 +16,13 @@
 //
 // Every engine rank checks every element it received; rank 0 reads both exports back and
 // checks every element. Run: mpiexec -n N trainer OUT_DIR [--steps S] [--engine-ranks E]
-// (E in 1, 2, 4 and at most N; OUT_DIR must exist and be empty).
+// (E in 1, 2, 4 and at most N; OUT_DIR a folder with no `sharded` in it yet).
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -150,17 +155,52 @@ int64_t WrongInEngine(const sdrt::Map& engine, int64_t rank, int64_t ranks, int 
 
 }  // namespace
 
+// `value` as a whole number into *out; false when it is not one.
+bool WholeNumber(const char* value, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(value, &end, 10);
+  if (errno != 0 || end == value || *end != '\0' || v < INT_MIN || v > INT_MAX) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: trainer OUT_DIR [--steps S] [--engine-ranks E]\n");
+  const char* usage = "usage: trainer OUT_DIR [--steps S] [--engine-ranks E]\n";
+  if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(usage, stdout);
+    return 0;
+  }
+  // OUT_DIR first, then flags with their values, each known; checked before MPI starts.
+  bool bad = argc < 2 || argv[1][0] == '-' || (argc - 2) % 2 != 0;
+  int steps = 3;
+  int engine_ranks = 2;
+  for (int i = 2; !bad && i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--steps") == 0) {
+      bad = !WholeNumber(argv[i + 1], &steps);
+    } else if (std::strcmp(argv[i], "--engine-ranks") == 0) {
+      bad = !WholeNumber(argv[i + 1], &engine_ranks);
+    } else {
+      bad = true;
+    }
+  }
+  if (bad) {
+    std::fputs(usage, stderr);
     return 2;
   }
   const std::string out_dir = argv[1];
-  int steps = 3;
-  int engine_ranks = 2;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--engine-ranks") == 0) engine_ranks = std::atoi(argv[i + 1]);
+  // The exports are written at the end: an OUT_DIR that cannot take them is refused now,
+  // not after the work.
+  const std::string sharded = out_dir + "/sharded";
+  struct stat st;
+  if (stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "trainer: %s is not a folder (make it first)\n", out_dir.c_str());
+    return 2;
+  }
+  if (lstat(sharded.c_str(), &st) == 0) {
+    std::fprintf(stderr, "trainer: %s is already there (remove it or name another OUT_DIR)\n",
+                 sharded.c_str());
+    return 2;
   }
   std::unique_ptr<sdrt::MpiCommunicator> world = Must(sdrt::MpiCommunicator::World(), "MPI");
   const int rank = world->rank();
@@ -264,7 +304,7 @@ int main(int argc, char** argv) {
     if (absl::Status s = sdrt::WriteSafetensors(file, tensors); !s.ok()) Fail("write", s);
     const sdrt::CheckpointSource source = Must(sdrt::CheckpointSource::Open(file), "open");
     const sdrt::ShardedCheckpointIndex index =
-        Must(sdrt::WriteShardedCheckpoint(source, engine_mesh, tp, out_dir + "/sharded"),
+        Must(sdrt::WriteShardedCheckpoint(source, engine_mesh, tp, sharded),
              "WriteShardedCheckpoint");
     // Every element of the file, then of each engine rank's file.
     for (const trainer_example::HfWeight& w : trainer_example::HfWeights()) {
@@ -278,7 +318,7 @@ int main(int argc, char** argv) {
       }
     }
     for (int64_t r = 0; r < engine_ranks; ++r) {
-      const sdrt::RankShards shards = Must(sdrt::LoadRankShards(out_dir + "/sharded", r), "load");
+      const sdrt::RankShards shards = Must(sdrt::LoadRankShards(sharded, r), "load");
       for (const auto& [name, piece] : shards.tensors) {
         const sdrt::Tensor full = Must(source.Get(name), "Get");
         const sdrt::DTensor want = Must(

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -257,6 +258,16 @@ int BadFlag(const char* flag, const char* why) {
   return 2;
 }
 
+// `value` as a whole number in [lo, hi] into *out; false otherwise.
+bool WholeNumber(const char* value, long lo, long hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(value, &end, 10);
+  if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
 int Parse(int argc, char** argv, Args* args) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -265,20 +276,30 @@ int Parse(int argc, char** argv, Args* args) {
       continue;
     }
     if (flag == "--help" || flag == "-h") return BadFlag(argv[i], "the flags are");
+    if (flag != "--steps" && flag != "--accept" && flag != "--connect" && flag != "--restarts" &&
+        flag != "--timeout") {
+      return BadFlag(argv[i], "unknown flag");
+    }
     if (i + 1 >= argc) return BadFlag(argv[i], "needs a value");
     const char* value = argv[++i];
     if (flag == "--steps") {
-      args->steps = std::atoi(value);
+      if (!WholeNumber(value, 1, 1000000, &args->steps)) {
+        return BadFlag(value, "--steps takes 1 to 1000000");
+      }
     } else if (flag == "--accept") {
       args->accept = value;
     } else if (flag == "--connect") {
       args->connect = value;
     } else if (flag == "--restarts") {
-      args->restarts = std::atoi(value);
-    } else if (flag == "--timeout") {
-      args->timeout = std::atof(value);
+      if (!WholeNumber(value, 0, 1000, &args->restarts)) {
+        return BadFlag(value, "--restarts takes 0 to 1000");
+      }
     } else {
-      return BadFlag(argv[i - 1], "unknown flag");
+      char* end = nullptr;
+      args->timeout = std::strtod(value, &end);
+      if (end == value || *end != '\0' || !(args->timeout > 0 && args->timeout <= 86400)) {
+        return BadFlag(value, "--timeout takes seconds in (0, 86400]");
+      }
     }
   }
   return 0;

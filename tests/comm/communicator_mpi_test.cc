@@ -2,6 +2,8 @@
 // `mpiexec -n N` for N = 1, 2, 3, 4; every rank runs every test, and data is derived from
 // (seed, rank, index) so each rank checks its own result. Rank 0 prints GoogleTest's usual
 // output; other ranks print only their failures.
+#include <mpi.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -213,6 +216,38 @@ double Expected(ReduceOp op, int n, int i) {
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
                                 ReduceOp::kProduct};
 constexpr int kReduceNumel = 11;
+
+// Two communicators used by two threads at once, as an engine with a load thread and a
+// sync thread does: with MPI_THREAD_SERIALIZED, MPICH's UCX transport aborted on an
+// assertion (a new user's try of the C API). Each thread's sums are its own.
+TEST(CommunicatorMpi, TwoCommunicatorsOnTwoThreadsAtOnce) {
+  int level = 0;
+  ASSERT_EQ(MPI_Query_thread(&level), MPI_SUCCESS);
+  ASSERT_EQ(level, MPI_THREAD_MULTIPLE);  // World() initialized MPI (mpi_test_main.h)
+  absl::StatusOr<std::unique_ptr<MpiCommunicator>> other = MpiCommunicator::World();
+  ASSERT_TRUE(other.ok()) << other.status();
+  const int n = g_world->size();
+  auto run = [n](Communicator* comm, int64_t base, int* wrong) {
+    for (int step = 0; step < 200; ++step) {
+      Tensor t = Make({64}, DType::kInt64);
+      for (int i = 0; i < 64; ++i) t.data<int64_t>()[i] = base + step + i + comm->rank();
+      if (!comm->AllReduce(t, ReduceOp::kSum).ok()) {
+        ++*wrong;
+        return;
+      }
+      for (int i = 0; i < 64; ++i) {
+        *wrong += t.data<int64_t>()[i] != n * (base + step + i) + n * (n - 1) / 2;
+      }
+    }
+  };
+  int wrong_a = 0, wrong_b = 0;
+  std::thread a(run, g_world, 0, &wrong_a);
+  std::thread b(run, other->get(), 1'000'000, &wrong_b);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong_a, 0);
+  EXPECT_EQ(wrong_b, 0);
+}
 
 TEST(CommunicatorMpi, AllReduceFloat32) {
   const int n = g_world->size();

@@ -3,7 +3,8 @@
 # sdrt_comm_connect), run by CTest:
 #   two_jobs_test.sh PART MPIEXEC WEIGHT_SYNC C_API_TWO_JOBS
 # PART deadlines: nobody comes: Connect and Accept return DEADLINE_EXCEEDED within the
-#   timeout + 2 s, naming the port file, and leave no file (2 ranks each).
+#   timeout + 2 s, naming the port file, and leave no file (2 ranks each); a connect
+#   through a file that holds no port fails and leaves no claim.
 # PART sync: the C API's accept/connect (2 + 2 ranks), then the weight-sync example as a
 #   trainer job and an engine job (2 + 2 ranks, 3 steps, bit-exact).
 # PART restarts: a trainer job serving 11 engine jobs one after another (10 restarts; every
@@ -54,6 +55,12 @@ case $part in
     [[ -e $port || -e $port.claimed ]] && fail "accept-alone left a port file"
     [[ $rc == 77 ]] && exit 77
     [[ $rc == 0 ]] || fail "accept-alone"
+    # A port file that holds no port: the connect fails, and its claim does not stay to
+    # block the next accept on that path.
+    echo "not-a-port" > "$port"
+    timeout 20 "$mpiexec" -n 1 "$c_api" connect-alone "$port" 2 > /dev/null 2>&1
+    [[ -e $port.claimed ]] && fail "a failed connect left $port.claimed"
+    rm -f "$port"
     ;;
   sync)
     pair "$mpiexec" -n 2 "$c_api" accept "$port" 10 2 -- \

@@ -31,11 +31,15 @@
  *   - Collective calls (marked "Collective") must be called by every rank of the
  *     communicator, in the same order, with structurally matching state dicts; the ranks
  *     agree on their inputs before any data moves, so a mismatch is the same
- *     SDRT_INVALID_ARGUMENT on every rank, never a hang. What one rank can refuse alone (a
- *     NULL or dead handle, a wrong struct_size, an option out of range) it refuses before
- *     that agreement, on that rank only: its call returns at once, and the other ranks'
- *     call waits for it (SDRT_DEADLINE_EXCEEDED) or meets that rank's next collective call
- *     instead. Pass the same valid arguments on every rank. Every collective's options carry
+ *     SDRT_INVALID_ARGUMENT on every rank, never a hang. What one rank refuses alone once
+ *     it has found the call's communicator (a NULL or dead state dict, checkpoint or map
+ *     handle, an option out of range) it brings to that agreement too, so every rank
+ *     returns it ("sdrt_load: LoadStateDict: rank 1: state_dict is NULL"). What keeps a
+ *     rank from finding the communicator (NULL options where comm is required, a wrong
+ *     struct_size, a dead communicator, plan or binding handle), and every refusal of
+ *     sdrt_reshard_bound_execute (which runs no agreement), is that rank's alone: its call
+ *     returns at once, and the other ranks' call waits for it (SDRT_DEADLINE_EXCEEDED) or
+ *     meets its next collective call instead. Every collective's options carry
  *     `timeout_seconds` (0: the communicator's timeout, set at creation, 600 s by default);
  *     a rank that does not arrive in time makes the call return SDRT_DEADLINE_EXCEEDED on
  *     every live rank, after which the communicator is unusable (SDRT_FAILED_PRECONDITION):
@@ -628,8 +632,8 @@ typedef struct sdrt_load_options_t {
  * its files unchanged during the call.
  * CUDA buffers: one device per call; copies run on sdrt's own stream or the broadcast's,
  * complete on return (a sharded folder: CPU buffers, with an MPI communicator).
- * Errors (with a communicator the same on every rank, but what a rank refuses alone: see
- * the top of this header): SDRT_INVALID_ARGUMENT for NULL handles, bad options or
+ * Errors (with a communicator the same on every rank, but what keeps a rank from finding
+ * it: see the top of this header): SDRT_INVALID_ARGUMENT for NULL handles, bad options or
  * struct_size (readers outside [0, 64]; share_reads on ranks some
  * of which pass a rank other than comm's), a read other than the sdrt_read_t values, ranks
  * passing different options, a buffer whose global shape is not the checkpoint's or whose
@@ -640,8 +644,8 @@ typedef struct sdrt_load_options_t {
  * dicts differ (ROOT, share_reads), a damaged or foreign rank file of a
  * sharded folder (naming it), a sharded folder with read ROOT, with
  * direct_io or with a rank other than the communicator's, direct_io with read ROOT, a
- * weight_map that is not a live weight map handle (refused before any collective, on the
- * ranks that pass it: pass the same map everywhere), ranks passing different maps, a map's
+ * weight_map that is not a live weight map handle (on every rank, before any byte moves),
+ * ranks passing different maps, a map's
  * rule that cannot hold for these buffers (naming the rule and the tensor: a fused buffer
  * whose rows are not its components' pieces, a component the checkpoint lacks, heads that
  * cannot be cut into the ranks' parts, a padded buffer of the wrong size);
@@ -694,9 +698,8 @@ SDRT_C_API sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict,
  * the writer's error ("rank R: ..."). Nothing is returned but the file.
  * Errors: as sdrt_gather; the errno's code for a failed write (SDRT_NOT_FOUND for a
  * missing folder, SDRT_PERMISSION_DENIED); SDRT_INVALID_ARGUMENT for a NULL path on the
- * writing rank (on every rank), more than one rank in ranks_only or a writer that is not
- * one of the communicator's ranks (on the ranks that passed it: pass the same options
- * everywhere). */
+ * writing rank, more than one rank in ranks_only or a writer that is not one of the
+ * communicator's ranks (each on every rank). */
 SDRT_C_API sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                            const sdrt_gather_options_t* options);
 
@@ -780,8 +783,7 @@ typedef struct sdrt_reshard_options_t {
  * receiving only the rows of its pieces.
  * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, layouts whose
  * global shapes differ, or dtypes other than such a cast, a destination entry no source
- * holds, a weight_map that is not a live weight map handle (refused before any collective,
- * on the ranks that pass it), ranks passing different maps, a map's rule that cannot hold
+ * holds, a weight_map that is not a live weight map handle, ranks passing different maps, a map's rule that cannot hold
  * for these layouts, naming the rule and the tensor);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source,

@@ -19,21 +19,27 @@ namespace c_api = sdrt::c_api;
 
 namespace {
 
-// Checks `options` and fills `go` (comm, ranks_only, cpu_offload, bucket_bytes).
-absl::Status Prepare(const c_api::StateDictObject& state_dict, const sdrt_gather_options_t* options,
-                     sdrt_gather_options_t* o, sdrt::GatherOptions* go) {
+// The communicator of `options` (required), copied into `o`.
+absl::StatusOr<sdrt::Communicator*> OptionsComm(const sdrt_gather_options_t* options,
+                                                sdrt_gather_options_t* o) {
   SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
   SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
   *o = *options;
-  SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o->timeout_seconds));
-  SDRT_ASSIGN_OR_RETURN(go->comm, c_api::CommOf(o->comm, true, "options.comm"));
-  if (o->num_ranks_only < 0 || (o->num_ranks_only > 0 && o->ranks_only == nullptr)) {
+  return c_api::CommOf(o->comm, true, "options.comm");
+}
+
+// Checks the rest of `o` and fills `go` (comm, ranks_only, cpu_offload, bucket_bytes).
+absl::Status Prepare(const c_api::StateDictObject& state_dict, const sdrt_gather_options_t& o,
+                     sdrt::Communicator* comm, sdrt::GatherOptions* go) {
+  SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
+  go->comm = comm;
+  if (o.num_ranks_only < 0 || (o.num_ranks_only > 0 && o.ranks_only == nullptr)) {
     return absl::InvalidArgumentError("options.ranks_only is NULL or num_ranks_only < 0");
   }
-  go->ranks_only.assign(o->ranks_only, o->ranks_only + o->num_ranks_only);
-  go->cpu_offload = o->cpu_offload != 0;
-  go->bucket_bytes = o->bucket_bytes;
-  return c_api::WaitForStream(o->stream, state_dict.map);
+  go->ranks_only.assign(o.ranks_only, o.ranks_only + o.num_ranks_only);
+  go->cpu_offload = o.cpu_offload != 0;
+  go->bucket_bytes = o.bucket_bytes;
+  return c_api::WaitForStream(o.stream, state_dict.map);
 }
 
 }  // namespace
@@ -44,11 +50,17 @@ sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict, const sdrt_gather_option
                           sdrt_state_dict_t* out) {
   return Guard("sdrt_gather", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     sdrt_gather_options_t o;
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, OptionsComm(options, &o));
+    // The communicator found, what this rank refuses every rank returns.
+    c_api::StateDictObject* sd = nullptr;
     sdrt::GatherOptions go;
-    SDRT_RETURN_IF_ERROR(Prepare(*sd, options, &o, &go));
+    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
+        comm, o.timeout_seconds, "GatherStateDict", [&]() -> absl::Status {
+          SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
+          SDRT_ASSIGN_OR_RETURN(sd, c_api::Resolve(state_dict, "state_dict"));
+          return Prepare(*sd, o, comm, &go);
+        }()));
     sdrt::TransferStats stats;
     go.stats = &stats;
     absl::StatusOr<sdrt::Map> gathered;
@@ -81,20 +93,28 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
                                 const sdrt_gather_options_t* options) {
   return Guard("sdrt_gather_write", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     sdrt_gather_options_t o;
+    SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, OptionsComm(options, &o));
+    // The communicator found, what this rank refuses every rank returns.
+    c_api::StateDictObject* sd = nullptr;
     sdrt::GatherOptions go;
-    SDRT_RETURN_IF_ERROR(Prepare(*sd, options, &o, &go));
-    if (go.ranks_only.size() > 1) {
-      return absl::InvalidArgumentError("options.ranks_only names more than one writer");
-    }
-    const int writer = go.ranks_only.empty() ? 0 : go.ranks_only[0];
-    if (writer < 0 || writer >= go.comm->size()) {  // no rank would write, every rank OK
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.ranks_only names rank ", writer,
-                       " as the writer, which is not one of the communicator's ",
-                       go.comm->size(), " ranks"));
-    }
+    int writer = 0;
+    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
+        comm, o.timeout_seconds, "GatherStateDict", [&]() -> absl::Status {
+          SDRT_ASSIGN_OR_RETURN(sd, c_api::Resolve(state_dict, "state_dict"));
+          SDRT_RETURN_IF_ERROR(Prepare(*sd, o, comm, &go));
+          if (go.ranks_only.size() > 1) {
+            return absl::InvalidArgumentError("options.ranks_only names more than one writer");
+          }
+          writer = go.ranks_only.empty() ? 0 : go.ranks_only[0];
+          if (writer < 0 || writer >= comm->size()) {  // no rank would write, every rank OK
+            return absl::InvalidArgumentError(
+                absl::StrCat("options.ranks_only names rank ", writer,
+                             " as the writer, which is not one of the communicator's ",
+                             comm->size(), " ranks"));
+          }
+          return absl::OkStatus();
+        }()));
     go.ranks_only = {writer};
     go.cpu_offload = true;
     sdrt::TransferStats stats;

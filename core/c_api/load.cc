@@ -52,25 +52,32 @@ sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_di
                         const sdrt_load_options_t* options) {
   return Guard("sdrt_load", [&]() -> absl::Status {
     c_api::StatsScope scope;
-    SDRT_ASSIGN_OR_RETURN(c_api::CheckpointObject * ckpt, c_api::Resolve(checkpoint, "checkpoint"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * sd, c_api::Resolve(state_dict, "state_dict"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_load_options_t o = options != nullptr ? *options
                                                       : sdrt_load_options_t SDRT_LOAD_OPTIONS_INIT;
-    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::CommOf(o.comm, false, "comm"));
-    SDRT_ASSIGN_OR_RETURN(const sdrt::ReadMode read, ReadModeOf(o.read));
-    SDRT_ASSIGN_OR_RETURN(sdrt::WeightMap weight_map,
-                          c_api::WeightMapOf(o.weight_map, "options.weight_map"));
+    // The communicator found, what this rank refuses every rank returns.
+    c_api::CheckpointObject* ckpt = nullptr;
+    c_api::StateDictObject* sd = nullptr;
+    sdrt::ReadMode read = sdrt::ReadMode::kAuto;
+    sdrt::WeightMap weight_map;
     std::vector<int64_t> ranks;
-    if (comm != nullptr) {
-      for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
-    } else if (o.rank >= 0) {
-      ranks.push_back(o.rank);
-    } else {
-      return absl::InvalidArgumentError("options.rank is required without a communicator");
-    }
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, sd->map));
+    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
+        comm, o.timeout_seconds, "LoadStateDict", [&]() -> absl::Status {
+          SDRT_ASSIGN_OR_RETURN(ckpt, c_api::Resolve(checkpoint, "checkpoint"));
+          SDRT_ASSIGN_OR_RETURN(sd, c_api::Resolve(state_dict, "state_dict"));
+          SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
+          SDRT_ASSIGN_OR_RETURN(read, ReadModeOf(o.read));
+          SDRT_ASSIGN_OR_RETURN(weight_map, c_api::WeightMapOf(o.weight_map, "options.weight_map"));
+          if (comm != nullptr) {
+            for (int r = 0; r < comm->size(); ++r) ranks.push_back(r);
+          } else if (o.rank >= 0) {
+            ranks.push_back(o.rank);
+          } else {
+            return absl::InvalidArgumentError("options.rank is required without a communicator");
+          }
+          return c_api::WaitForStream(o.stream, sd->map);
+        }()));
     // Plain buffers become Replicate DTensors over every rank, which the load fills in
     // place (it would replace a plain leaf by a new full tensor).
     SDRT_ASSIGN_OR_RETURN(sdrt::Map work, c_api::ReplicatePlainTensors(sd->map, ranks));

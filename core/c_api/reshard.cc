@@ -52,20 +52,27 @@ sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source, sdrt_state_dict
                                        const sdrt_reshard_options_t* options,
                                        sdrt_reshard_plan_t* out) {
   return Guard("sdrt_reshard_plan_create", [&]() -> absl::Status {
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * src, c_api::Resolve(source, "source"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * dst, c_api::Resolve(destination, "destination"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_RETURN_IF_ERROR(c_api::NotNull(options, "options (comm is required)"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
-    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm,
                           c_api::CommOf(options->comm, true, "options.comm"));
+    // The communicator found, what this rank refuses every rank returns.
+    c_api::StateDictObject* src = nullptr;
+    c_api::StateDictObject* dst = nullptr;
     sdrt::ReshardOptions ro;
     ro.comm = comm;
     ro.bucket_bytes = options->bucket_bytes;
-    // A copy of the map: the plan keeps its lowering, not the handle.
-    SDRT_ASSIGN_OR_RETURN(ro.weight_map,
-                          c_api::WeightMapOf(options->weight_map, "options.weight_map"));
+    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
+        comm, options->timeout_seconds, "PlanReshard", [&]() -> absl::Status {
+          SDRT_ASSIGN_OR_RETURN(src, c_api::Resolve(source, "source"));
+          SDRT_ASSIGN_OR_RETURN(dst, c_api::Resolve(destination, "destination"));
+          SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
+          SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(options->timeout_seconds));
+          // A copy of the map: the plan keeps its lowering, not the handle.
+          SDRT_ASSIGN_OR_RETURN(ro.weight_map,
+                                c_api::WeightMapOf(options->weight_map, "options.weight_map"));
+          return absl::OkStatus();
+        }()));
     c_api::ScopedTimeout timeout(comm, options->timeout_seconds);
     SDRT_ASSIGN_OR_RETURN(sdrt::ReshardPlan plan, sdrt::PlanReshard(src->map, dst->map, ro));
     auto object = std::make_unique<c_api::ReshardPlanObject>();
@@ -82,15 +89,21 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
   return Guard("sdrt_reshard_execute", [&]() -> absl::Status {
     c_api::StatsScope scope;
     SDRT_ASSIGN_OR_RETURN(c_api::ReshardPlanObject * p, c_api::Resolve(plan, "plan"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * src, c_api::Resolve(source, "source"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * dst, c_api::Resolve(destination, "destination"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const sdrt_reshard_execute_options_t o =
         options != nullptr ? *options
                            : sdrt_reshard_execute_options_t SDRT_RESHARD_EXECUTE_OPTIONS_INIT;
-    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(p->comm));
-    SDRT_RETURN_IF_ERROR(c_api::WaitForStream(o.stream, src->map));
+    // The communicator found, what this rank refuses every rank returns.
+    c_api::StateDictObject* src = nullptr;
+    c_api::StateDictObject* dst = nullptr;
+    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
+        comm, o.timeout_seconds, "ExecuteReshard", [&]() -> absl::Status {
+          SDRT_ASSIGN_OR_RETURN(src, c_api::Resolve(source, "source"));
+          SDRT_ASSIGN_OR_RETURN(dst, c_api::Resolve(destination, "destination"));
+          SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
+          return c_api::WaitForStream(o.stream, src->map);
+        }()));
     sdrt::Map work = dst->map;
     sdrt::TransferStats stats;
     absl::Status status;
@@ -112,13 +125,19 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
                                 sdrt_reshard_bound_t* out) {
   return Guard("sdrt_reshard_bind", [&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(c_api::ReshardPlanObject * p, c_api::Resolve(plan, "plan"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * src, c_api::Resolve(source, "source"));
-    SDRT_ASSIGN_OR_RETURN(c_api::StateDictObject * dst, c_api::Resolve(destination, "destination"));
-    SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
     SDRT_RETURN_IF_ERROR(c_api::CheckStructSize(options, "options"));
     const double timeout_seconds = options != nullptr ? options->timeout_seconds : 0.0;
-    SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(timeout_seconds));
     SDRT_ASSIGN_OR_RETURN(sdrt::Communicator * comm, c_api::PlanComm(p->comm));
+    // The communicator found, what this rank refuses every rank returns.
+    c_api::StateDictObject* src = nullptr;
+    c_api::StateDictObject* dst = nullptr;
+    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
+        comm, timeout_seconds, "BindReshard", [&]() -> absl::Status {
+          SDRT_ASSIGN_OR_RETURN(src, c_api::Resolve(source, "source"));
+          SDRT_ASSIGN_OR_RETURN(dst, c_api::Resolve(destination, "destination"));
+          SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));
+          return c_api::ScopedTimeout::Check(timeout_seconds);
+        }()));
     sdrt::Map work = dst->map;
     absl::StatusOr<sdrt::BoundReshard> bound;
     {

@@ -677,6 +677,29 @@ TEST(CApiGather, GatherAndWriteRoundTrip) {
   EXPECT_SDRT(SDRT_INVALID_ARGUMENT, sdrt_gather(local.sd, nullptr, &full));
 }
 
+// One rank alone passing a bad argument (a new user's try: its call returned at once, the
+// others' call met its next one and returned OK): every rank returns its refusal, and the
+// ranks stay in step for the next call.
+TEST(CApiAgreement, ARankRefusingAloneIsEveryRanksErrorAndTheNextCallWorks) {
+  if (g_size < 2) GTEST_SKIP() << "needs two ranks";
+  sdrt_checkpoint_t ckpt = OpenCheckpoint();
+  Local local(kSharded);
+  const sdrt_status_t load =
+      sdrt_load(ckpt, g_rank == 1 ? nullptr : local.sd, LoadOptionsPtr());
+  EXPECT_EQ(load, SDRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(sdrt_last_error(), "sdrt_load: LoadStateDict: rank 1: state_dict is NULL");
+  // The root without its full state dict: every rank.
+  sdrt_broadcast_options_t b = SDRT_BROADCAST_OPTIONS_INIT;
+  b.comm = g_world;
+  b.timeout_seconds = 60;
+  EXPECT_EQ(sdrt_broadcast(nullptr, local.sd, &b), SDRT_INVALID_ARGUMENT);
+  EXPECT_STREQ(sdrt_last_error(), "sdrt_broadcast: BroadcastStateDict: rank 0: full is NULL");
+  // In step: the same load, right on every rank, fills the pieces.
+  ASSERT_SDRT_OK(sdrt_load(ckpt, local.sd, LoadOptionsPtr()));
+  local.ExpectValues();
+  sdrt_checkpoint_close(ckpt);
+}
+
 TEST(CApiBroadcast, FromRootIntoShards) {
   // The root's full state dict: the checkpoint's tensors, through the C API (plain load).
   sdrt_checkpoint_t ckpt = OpenCheckpoint();
@@ -794,6 +817,8 @@ TEST(CApiReshard, BoundOnceExecutedEveryStep) {
 // and a binding whose communicator was destroyed; Fortran handles that are not a
 // communicator's. Each is refused on every rank before any collective runs.
 TEST(CApiHandles, MisuseIsAnErrorNotACrash) {
+  // (A collective call with a live communicator returns its refusal on every rank, from
+  // the agreement that opens it: "sdrt_load: LoadStateDict: ranks 0, 1: checkpoint is ...".)
   const char* kGone = "handle that was already destroyed";
   Local local(kSharded);
   // A checkpoint.
@@ -804,15 +829,15 @@ TEST(CApiHandles, MisuseIsAnErrorNotACrash) {
                "sdrt_checkpoint_close: checkpoint is a checkpoint handle that was already "
                "destroyed");
   EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, local.sd, LoadOptionsPtr()),
-                    "sdrt_load: checkpoint is a checkpoint handle that was already destroyed");
+                    "checkpoint is a checkpoint handle that was already destroyed");
   ckpt = OpenCheckpoint();
   EXPECT_SDRT_ERROR(
       SDRT_INVALID_ARGUMENT,
       sdrt_load(reinterpret_cast<sdrt_checkpoint_t>(local.sd), local.sd, LoadOptionsPtr()),
-      "sdrt_load: checkpoint is a state dict handle, not a checkpoint");
+      "checkpoint is a state dict handle, not a checkpoint");
   EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
                     sdrt_load(ckpt, reinterpret_cast<sdrt_state_dict_t>(ckpt), LoadOptionsPtr()),
-                    "sdrt_load: state_dict is a checkpoint handle, not a state dict");
+                    "state_dict is a checkpoint handle, not a state dict");
 
   // A state dict.
   sdrt_state_dict_t gone = nullptr;
@@ -826,7 +851,7 @@ TEST(CApiHandles, MisuseIsAnErrorNotACrash) {
   g.comm = g_world;
   sdrt_state_dict_t out = nullptr;
   EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_gather(gone, &g, &out),
-                    "sdrt_gather: state_dict is a state dict handle that was already destroyed");
+                    "state_dict is a state dict handle that was already destroyed");
   EXPECT_EQ(out, nullptr);
 
   // A communicator.

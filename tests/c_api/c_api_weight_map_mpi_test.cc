@@ -97,7 +97,7 @@ TEST(CApiWeightMap, LoadsAnHfFileIntoVllmBuffers) {
   // ... but it must be live during the call: the same error on every rank, before any
   // collective.
   EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT, sdrt_load(ckpt, engine.sd, &o),
-                    "sdrt_load: options.weight_map is a weight map handle that was already "
+                    "options.weight_map is a weight map handle that was already "
                     "destroyed");
   sdrt_checkpoint_close(ckpt);
 }
@@ -197,7 +197,7 @@ TEST(CApiWeightMap, ReshardPlanSplitsAndRenamesWithoutItsMap) {
   options.weight_map = split;
   EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,
                     sdrt_reshard_plan_create(engine.sd, trainer, &options, &unmapped),
-                    "sdrt_reshard_plan_create: options.weight_map is a weight map handle that "
+                    "options.weight_map is a weight map handle that "
                     "was already destroyed");
   options.weight_map = reinterpret_cast<sdrt_weight_map_t>(trainer);
   EXPECT_SDRT_ERROR(SDRT_INVALID_ARGUMENT,

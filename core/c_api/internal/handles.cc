@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/c_api/internal/errors.h"
+#include "sdrt/core/distributed/agreement.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/backend/dlpack.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
@@ -94,6 +95,14 @@ absl::Status ScopedTimeout::Check(double seconds) {
   return absl::InvalidArgumentError(
       absl::StrCat("timeout_seconds must be >= 0 and finite (0: the communicator's), got ",
                    seconds));
+}
+
+absl::Status RefusedOnEveryRank(Communicator* comm, double timeout_seconds, absl::string_view op,
+                                const absl::Status& refusal) {
+  if (refusal.ok() || comm == nullptr) return refusal;
+  ScopedTimeout timeout(comm, ScopedTimeout::Check(timeout_seconds).ok() ? timeout_seconds : 0);
+  const absl::Status agreed = AgreeAcrossRanks(*comm, op, "", {}, refusal);
+  return agreed.ok() ? refusal : agreed;  // (never OK: this rank's refusal is in it)
 }
 
 absl::Status WaitForStream(void* stream, const Map& map) {

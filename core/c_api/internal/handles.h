@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sdrt/comm/communicator.h"
 #include "sdrt/core/c_api/c_api.h"
 #include "sdrt/core/c_api/internal/handle_table.h"
@@ -83,6 +84,16 @@ class ScopedTimeout {
   Communicator* comm_ = nullptr;
   std::chrono::milliseconds saved_{0};
 };
+
+// A collective call's refusal on this rank made every rank's: when `refusal` is an error
+// and `comm` (the call's communicator) is known, this rank takes part in the agreement
+// that opens the call on the other ranks (AgreeAcrossRanks under `op`, the library call's
+// name, within `timeout_seconds` or the communicator's timeout), carrying the refusal, so
+// that they return it too ("<op>: rank R: ...", and this rank the same) instead of
+// waiting for this rank or meeting its next collective call. Returns `refusal` as it is
+// when it is OK or there is no communicator.
+absl::Status RefusedOnEveryRank(Communicator* comm, double timeout_seconds, absl::string_view op,
+                                const absl::Status& refusal);
 
 // When `stream` is not null and `map` holds a CUDA tensor: blocks until the work enqueued
 // on `stream` so far is complete (an event recorded on it, on that tensor's device).

@@ -97,8 +97,8 @@ sdrt_status_t sdrt_reshard_execute(sdrt_reshard_plan_t plan, sdrt_state_dict_t s
     // The communicator found, what this rank refuses every rank returns.
     c_api::StateDictObject* src = nullptr;
     c_api::StateDictObject* dst = nullptr;
-    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
-        comm, o.timeout_seconds, "ExecuteReshard", [&]() -> absl::Status {
+    SDRT_RETURN_IF_ERROR(
+        c_api::RefusedOnEveryRank(comm, o.timeout_seconds, "ExecuteReshard", [&]() -> absl::Status {
           SDRT_ASSIGN_OR_RETURN(src, c_api::Resolve(source, "source"));
           SDRT_ASSIGN_OR_RETURN(dst, c_api::Resolve(destination, "destination"));
           SDRT_RETURN_IF_ERROR(c_api::ScopedTimeout::Check(o.timeout_seconds));
@@ -131,8 +131,8 @@ sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_dict_t sour
     // The communicator found, what this rank refuses every rank returns.
     c_api::StateDictObject* src = nullptr;
     c_api::StateDictObject* dst = nullptr;
-    SDRT_RETURN_IF_ERROR(c_api::RefusedOnEveryRank(
-        comm, timeout_seconds, "BindReshard", [&]() -> absl::Status {
+    SDRT_RETURN_IF_ERROR(
+        c_api::RefusedOnEveryRank(comm, timeout_seconds, "BindReshard", [&]() -> absl::Status {
           SDRT_ASSIGN_OR_RETURN(src, c_api::Resolve(source, "source"));
           SDRT_ASSIGN_OR_RETURN(dst, c_api::Resolve(destination, "destination"));
           SDRT_RETURN_IF_ERROR(c_api::NotNull(out, "out"));

@@ -113,8 +113,8 @@ absl::Status CheckCounts(size_t index, const WeightMapRule& rule) {
   if (rule.head_size < 0 || rule.head_size > kMaxCount || rule.groups < 0 ||
       rule.groups > kMaxCount || rule.multiple < 1 || rule.multiple > kMaxCount) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": head_size ", rule.head_size, ", groups ", rule.groups,
-                     " and multiple ", rule.multiple, " must lie in [0, 2^40] ([1, 2^40])"));
+        absl::StrCat(where, ": head_size ", rule.head_size, " and groups ", rule.groups,
+                     " must lie in [0, 2^40], multiple ", rule.multiple, " in [1, 2^40]"));
   }
   return absl::OkStatus();
 }

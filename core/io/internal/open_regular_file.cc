@@ -44,7 +44,14 @@ RegularFile::~RegularFile() {
 
 absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return absl::Status(absl::ErrnoToStatusCode(errno), std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    // A loop of symbolic links is a broken path, the caller's to mend (absl maps ELOOP to
+    // Unknown).
+    const absl::StatusCode code =
+        err == ELOOP ? absl::StatusCode::kInvalidArgument : absl::ErrnoToStatusCode(err);
+    return absl::Status(code, std::strerror(err));
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;

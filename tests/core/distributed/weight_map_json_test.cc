@@ -213,7 +213,8 @@ TEST(WeightMapFromJson, ValuesAreCheckedByFromRules) {
   EXPECT_THAT(JsonError(R"({"rules": [{"split": "a", "to": ["x", "y"], "head_size": -1}]})"),
               HasSubstr("weight map rule 0 (split): head_size -1"));
   EXPECT_THAT(JsonError(R"({"rules": [{"pad": "a", "multiple": 0}]})"),
-              HasSubstr("weight map rule 0 (pad): head_size 0, groups 0 and multiple 0"));
+              HasSubstr("weight map rule 0 (pad): head_size 0 and groups 0 must lie in "
+                        "[0, 2^40], multiple 0 in [1, 2^40]"));
   EXPECT_THAT(JsonError(R"({"rules": [{"rename": "a("}]})"),
               HasSubstr("weight map rule 0 (rename): 0 templates; one"));
   EXPECT_THAT(JsonError(R"({"rules": [{"rename": "a(", "to": "b"}]})"),

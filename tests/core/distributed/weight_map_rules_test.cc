@@ -186,8 +186,8 @@ TEST(WeightMapFromRules, RefusesCountsOutOfRange) {
   WeightMapRule fuse = Rule(Kind::kFuse, {"a", "b"}, {"ab"});
   fuse.head_size = -1;
   EXPECT_THAT(Error({fuse}),
-              HasSubstr("weight map rule 0 (fuse): head_size -1, groups 0 and multiple 1 must lie "
-                        "in [0, 2^40] ([1, 2^40])"));
+              HasSubstr("weight map rule 0 (fuse): head_size -1 and groups 0 must lie in "
+                        "[0, 2^40], multiple 1 in [1, 2^40]"));
   fuse.head_size = kMax + 1;
   EXPECT_THAT(Error({fuse}), HasSubstr("weight map rule 0 (fuse): head_size 1099511627777"));
   fuse.head_size = kMax;
@@ -199,15 +199,14 @@ TEST(WeightMapFromRules, RefusesCountsOutOfRange) {
               HasSubstr("weight map rule 1 (split): head_size -128"));
   split.head_size = 0;
   split.groups = -2;
-  EXPECT_THAT(Error({split}), HasSubstr("weight map rule 0 (split): head_size 0, groups -2"));
+  EXPECT_THAT(Error({split}), HasSubstr("weight map rule 0 (split): head_size 0 and groups -2"));
 
   WeightMapRule pad = Rule(Kind::kPad, {"a"}, {});
   pad.multiple = 0;
-  EXPECT_THAT(Error({pad}),
-              HasSubstr("weight map rule 0 (pad): head_size 0, groups 0 and multiple 0"));
+  EXPECT_THAT(Error({pad}), HasSubstr("weight map rule 0 (pad): head_size 0 and groups 0 must "
+                                      "lie in [0, 2^40], multiple 0 in [1, 2^40]"));
   pad.multiple = -64;
-  EXPECT_THAT(Error({pad}), HasSubstr("weight map rule 0 (pad): head_size 0, groups 0 and "
-                                      "multiple -64"));
+  EXPECT_THAT(Error({pad}), HasSubstr("multiple -64 in [1, 2^40]"));
   pad.multiple = kMax + 1;
   EXPECT_THAT(Error({pad}), HasSubstr("multiple 1099511627777"));
   pad.multiple = 1;

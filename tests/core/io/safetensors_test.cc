@@ -414,6 +414,12 @@ TEST(SafetensorsReader, OpenReportsMissingFilesFoldersAndCpuOnlyBuffers) {
   absl::Status folder = SafetensorsFile::Open(dir).status();
   EXPECT_EQ(folder.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(folder.message(), dir + ": not a regular file (a folder)");
+  // A loop of symbolic links: a broken path, bad input (was Unknown).
+  fs::create_symlink(dir + "/loop_b", dir + "/loop_a");
+  fs::create_symlink(dir + "/loop_a", dir + "/loop_b");
+  absl::Status loop = SafetensorsFile::Open(dir + "/loop_a").status();
+  EXPECT_EQ(loop.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(loop.message(), dir + "/loop_a: Too many levels of symbolic links");
   const absl::Status null = SafetensorsFile::FromBuffer(nullptr).status();
   EXPECT_EQ(null.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(null.message(), HasSubstr("FromBuffer: needs a CPU storage"));

@@ -3,6 +3,7 @@
 // (internal/load/load_paths.h).
 #include "sdrt/core/distributed/load_state_dict.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -155,40 +156,44 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   // This rank's open error matters where its source is read.
   const bool reads = decision.read == ReadMode::kAll || options.comm->rank() == 0;
   absl::Status precondition = source == nullptr && reads ? open_status : absl::OkStatus();
-  // The checkpoint's tensors that a weight map and FP8 are lowered against: this rank's
-  // source's, or with kRoot rank 0's, which it sends (only rank 0 is sure to see it).
-  std::optional<std::vector<SafetensorsTensorSpec>> tensors;
+  // A weight map and FP8 (leaves with scales to quantize into, or the checkpoint's codes to
+  // dequantize) are lowered against the checkpoint's tensor list: this rank's source's, or
+  // with kRoot rank 0's, which it sends when it needs the lowering (only rank 0 is sure to
+  // see the checkpoint, and every rank's skeleton is rank 0's).
+  const bool mapped_leaves =
+      options.weight_map.compiled() != nullptr || internal::HasCodeLeaves(local);
+  const auto any_fp8 = [](const auto& tensors) {
+    return std::any_of(tensors.begin(), tensors.end(),
+                       [](const auto& t) { return internal::IsFp8Codes(t.dtype); });
+  };
+  std::optional<std::vector<SafetensorsTensorSpec>> root_tensors;
+  bool lowered = false;
   if (decision.read == ReadMode::kRoot && !decision.sharded) {
-    SDRT_ASSIGN_OR_RETURN(tensors,
-                          internal::ShareRootTensors(*options.comm, source, precondition));
-  } else if (source != nullptr && precondition.ok()) {
-    tensors = source->TensorSpecs();
+    const bool root_lowers =
+        options.comm->rank() == 0 && source != nullptr && precondition.ok() &&
+        (mapped_leaves || any_fp8(source->tensors()));
+    SDRT_ASSIGN_OR_RETURN(root_tensors, internal::ShareRootTensors(*options.comm, source,
+                                                                   root_lowers));
+    lowered = root_tensors.has_value();
+  } else {
+    lowered = mapped_leaves || (source != nullptr && any_fp8(source->tensors()));
   }
-  // FP8 leaves with scales need the lowering too: quantized into (the engine's leaves) or
-  // dequantized from (the checkpoint's tensors).
-  bool fp8_source = false;
-  if (tensors.has_value()) {
-    for (const SafetensorsTensorSpec& t : *tensors) {
-      fp8_source = fp8_source || internal::IsFp8Codes(t.dtype);
-    }
-  }
-  const bool lowered = options.weight_map.compiled() != nullptr || fp8_source ||
-                       internal::HasCodeLeaves(local);
   if (!lowered) return RunPath(decision, source, precondition, local, options, stats);
-  // A weight map: the path fills this rank's lowered state dict (mapping/mapped_load.h),
-  // made from the checkpoint's tensor list. Without one (this rank's source could not be
-  // opened, or rank 0's with kRoot) the path reports that error.
+  // The path fills this rank's lowered state dict (mapping/mapped_load.h). Without the
+  // tensor list (this rank's source could not be opened) the path reports that error.
   internal::MappedLoad mapped;
   Map* target = &local;
-  if (tensors.has_value()) {
+  if (root_tensors.has_value() || (source != nullptr && precondition.ok())) {
+    const std::vector<SafetensorsTensorSpec> tensors =
+        root_tensors.has_value() ? *std::move(root_tensors) : source->TensorSpecs();
     const absl::Status lowering =
-        internal::LowerLoad(internal::CompiledOrEmpty(options.weight_map), *tensors,
+        internal::LowerLoad(internal::CompiledOrEmpty(options.weight_map), tensors,
                             options.rank >= 0 ? options.rank : options.comm->rank(),
                             options.device, local, mapped);
     if (lowering.ok()) {
       target = &mapped.lowered;
       if (decision.read == ReadMode::kRoot && precondition.ok()) {
-        precondition = RefuseRootCasts(*tensors, mapped.lowered);
+        precondition = RefuseRootCasts(tensors, mapped.lowered);
       }
     } else if (precondition.ok()) {
       precondition = lowering;

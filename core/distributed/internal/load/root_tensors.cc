@@ -1,9 +1,10 @@
 #include "sdrt/core/distributed/internal/load/root_tensors.h"
 
 #include <cstdint>
-#include <map>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
@@ -15,15 +16,15 @@ namespace {
 
 constexpr int kRoot = 0;
 
-// What the root sends: one tag byte, then for kList the data region's bytes (8, little
-// endian) and the header; for kError the error's message.
+// What the root sends: one tag byte (kNoSource: no list), then for kList the data region's
+// bytes (8, little endian) and the header; for kError the error's message.
 constexpr char kNoSource = 'n';
 constexpr char kList = 'l';
 constexpr char kError = 'e';
 
-// The root's message for `source`.
-std::string Encode(const CheckpointSource* source, const absl::Status& precondition) {
-  if (source == nullptr || !precondition.ok()) return std::string(1, kNoSource);
+// The root's message: `source`'s tensors when `send`.
+std::string Encode(const CheckpointSource* source, bool send) {
+  if (source == nullptr || !send) return std::string(1, kNoSource);
   std::vector<SafetensorsEntry> entries;
   entries.reserve(source->tensors().size());
   int64_t at = 0;
@@ -73,9 +74,9 @@ absl::StatusOr<std::optional<std::vector<SafetensorsTensorSpec>>> Decode(absl::s
 }  // namespace
 
 absl::StatusOr<std::optional<std::vector<SafetensorsTensorSpec>>> ShareRootTensors(
-    Communicator& comm, const CheckpointSource* source, const absl::Status& precondition) {
+    Communicator& comm, const CheckpointSource* source, bool send) {
   std::string bytes;
-  if (comm.rank() == kRoot) bytes = Encode(source, precondition);
+  if (comm.rank() == kRoot) bytes = Encode(source, send);
   SDRT_RETURN_IF_ERROR(comm.BroadcastBytes(&bytes, kRoot));
   return Decode(bytes);
 }

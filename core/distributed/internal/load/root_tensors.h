@@ -17,14 +17,14 @@
 namespace sdrt::internal {
 
 // Collective over `comm`: rank 0's `source` tensors (name, dtype, global shape, in the
-// source's order) on every rank, sent as a safetensors header (its parser, the reader's,
-// checks what a peer sends as it checks a file). nullopt on every rank when rank 0 could
-// not open its source (`source` null or `precondition` not OK there): the load's path then
-// reports rank 0's error. Errors, the same on every rank: InvalidArgument when the list is
-// larger than a safetensors header may be (kSafetensorsMaxHeaderBytes) or a received list
-// is malformed; the communicator's (DeadlineExceeded past its timeout).
+// source's order) on every rank when rank 0 passes `send` (it needs the lowering; its
+// `source` is then not null), sent as a safetensors header (its parser, the reader's,
+// checks what a peer sends as it checks a file); nullopt on every rank otherwise (one
+// byte sent). `send` is read on rank 0 only. Errors, the same on every rank: InvalidArgument
+// when the list is larger than a safetensors header may be (kSafetensorsMaxHeaderBytes) or
+// a received list is malformed; the communicator's (DeadlineExceeded past its timeout).
 absl::StatusOr<std::optional<std::vector<SafetensorsTensorSpec>>> ShareRootTensors(
-    Communicator& comm, const CheckpointSource* source, const absl::Status& precondition);
+    Communicator& comm, const CheckpointSource* source, bool send);
 
 }  // namespace sdrt::internal
 

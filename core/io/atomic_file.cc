@@ -63,16 +63,19 @@ std::string TempName(const std::string& dir, const std::string& base) {
 struct Registry {
   std::mutex mu;
   std::set<std::string> paths;
+  bool closed = false;  // RefuseNewTemporaryPaths: no new name is registered
 };
 Registry& Temporaries() {
   static Registry* registry = new Registry;
   return *registry;
 }
 // Registers `path` before it is created, so that a signal arriving once it exists always
-// finds it registered; false when this process has it registered already (not created).
-bool Register(const std::string& path) {
+// finds it registered: 0, or EEXIST when this process has it registered already (not
+// created), ECANCELED once RefuseNewTemporaryPaths was called (an interrupted process).
+int Register(const std::string& path) {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
-  return Temporaries().paths.insert(path).second;
+  if (Temporaries().closed) return ECANCELED;
+  return Temporaries().paths.insert(path).second ? 0 : EEXIST;
 }
 void Unregister(const std::string& path) {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
@@ -170,11 +173,27 @@ absl::Status IoError(int err, absl::string_view call, absl::string_view path) {
   return absl::ErrnoToStatus(err, absl::StrCat(call, "(\"", path, "\")"));
 }
 
+void RefuseNewTemporaryPaths() {
+  std::lock_guard<std::mutex> lock(Temporaries().mu);
+  Temporaries().closed = true;
+}
+
 int RemoveTemporaryPaths() {
   std::lock_guard<std::mutex> lock(Temporaries().mu);
-  for (const std::string& path : Temporaries().paths) RemoveTree(path);
-  const int removed = static_cast<int>(Temporaries().paths.size());
-  Temporaries().paths.clear();
+  int removed = 0;
+  // A name registered but not made yet (its creator is between Register and open/mkdir)
+  // stays registered, for a later call to remove once it exists.
+  decltype(Temporaries().paths) not_made;
+  for (const std::string& path : Temporaries().paths) {
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+      not_made.insert(path);
+      continue;
+    }
+    RemoveTree(path);
+    ++removed;
+  }
+  Temporaries().paths = std::move(not_made);
   return removed;
 }
 
@@ -186,8 +205,8 @@ absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& dir, const std:
   for (int attempt = 0;; ++attempt) {
     AtomicFile file;
     std::string path = TempName(dir, base);
-    int err = EEXIST;  // a name this process has registered already is taken too
-    if (Register(path)) {
+    int err = Register(path);  // a name this process has registered already is taken too
+    if (err == 0) {
       file.fd_ =
           open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode < 0 ? 0666 : 0600);
       if (file.fd_ >= 0) {
@@ -239,8 +258,8 @@ absl::StatusOr<AtomicFolder> AtomicFolder::Create(const std::string& parent,
   SweepStale(parent, base + ".old");  // Install's fallback moves the old folder there
   for (int attempt = 0;; ++attempt) {
     std::string path = TempName(parent, base);
-    int err = EEXIST;  // a name this process has registered already is taken too
-    if (Register(path)) {
+    int err = Register(path);  // a name this process has registered already is taken too
+    if (err == 0) {
       if (mkdir(path.c_str(), 0777) == 0) {
         AtomicFolder folder;
         folder.path_ = std::move(path);

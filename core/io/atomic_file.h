@@ -93,11 +93,17 @@ class AtomicFolder {
 // Removes every temporary file and folder this process created through AtomicFile and
 // AtomicFolder that is not yet committed, installed or removed, and returns how many (a
 // folder another thread is still writing into is removed pass after pass until it is gone,
-// at most 100 passes). For a command interrupted by a signal: call it from a normal thread
+// at most 100 passes). A name registered but not yet made on disk stays registered: a
+// later call removes it once its creator has made it. For a command interrupted by a signal: call it from a normal thread
 // (it takes a lock and allocates; not async-signal-safe), then end the process without
 // running destructors (_exit), since the objects' own cleanup may be in progress on other
 // threads.
 int RemoveTemporaryPaths();
+
+// From now on AtomicFile::Create and AtomicFolder::Create make no temporary name (their
+// error: ECANCELED's code, "Operation canceled"). For an interrupted command, before
+// RemoveTemporaryPaths: what the command's threads would make after it is never made.
+void RefuseNewTemporaryPaths();
 
 // The folder and the last component of `path`, as Create and Commit take them:
 // "a/b.st" -> {"a", "b.st"}, "b.st" -> {".", "b.st"}, "/b.st" -> {"/", "b.st"}, "a/" ->

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -90,6 +91,26 @@ TEST(AtomicFolder, CreateSweepsDeadOwnersFoldersAndCommittedPathsAreNotTemporary
   ASSERT_TRUE(folder->Install(dir, dir + "/ckpt", /*replace_existing=*/false).ok());
   EXPECT_EQ(RemoveTemporaryPaths(), 0);  // installed: no longer temporary
   EXPECT_EQ(Names(dir), std::vector<std::string>{"ckpt"});
+}
+
+// An interrupted command refuses new temporary names before it removes the ones it has,
+// so that no thread of it makes one after the removal (an interrupted 4-rank gather left
+// rank 0's temporary file behind in 2-3 of 10 runs). In a child process: the refusal lasts
+// for the rest of the process.
+TEST(AtomicFileDeathTest, NoTemporaryNameIsMadeOnceRefused) {
+  const std::string dir = test::FreshDir("atomic_file_refused");
+  EXPECT_EXIT(
+      {
+        RefuseNewTemporaryPaths();
+        const absl::Status file = AtomicFile::Create(dir, "t.st").status();
+        const absl::Status folder = AtomicFolder::Create(dir, "f").status();
+        const bool refused = file.code() == absl::StatusCode::kCancelled &&
+                             folder.code() == absl::StatusCode::kCancelled &&
+                             fs::is_empty(dir) && RemoveTemporaryPaths() == 0;
+        std::_Exit(refused ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_TRUE(AtomicFile::Create(dir, "t.st").ok());  // this process still makes them
 }
 
 // An interrupted writer keeps creating files in its temporary folder while the signal

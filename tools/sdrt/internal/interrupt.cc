@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -15,6 +17,11 @@
 
 namespace sdrt::cli {
 namespace {
+
+// How long a rank with nothing to remove waits after a signal before it exits, when it is
+// one of several (see Watch).
+constexpr std::chrono::milliseconds kPeerGrace{500};
+constexpr std::chrono::milliseconds kPoll{10};
 
 // The pipe from the handlers to the watcher: [0] read end, [1] write end.
 int g_wake[2] = {-1, -1};
@@ -40,7 +47,19 @@ void OnBusError(int signo, siginfo_t*, void*) {
   while (read(g_wake[0], &signo, 1) != 1) {
     if (errno != EINTR) pause();  // the pipe failed: wait for the process to end otherwise
   }
-  const int removed = internal::RemoveTemporaryPaths();
+  internal::RefuseNewTemporaryPaths();
+  int removed = internal::RemoveTemporaryPaths();
+  // Under mpiexec every rank gets the signal, and Hydra kills the others as soon as one
+  // exits: a rank that had nothing to remove waits a little, so that the rank busy in a
+  // large write (on a shared core) gets to remove its temporary files, and meanwhile
+  // removes what it makes (a name it had registered but not yet made when the signal came).
+  const char* ranks = std::getenv("PMI_SIZE");
+  if (removed == 0 && signo != SIGBUS && ranks != nullptr && std::strcmp(ranks, "1") != 0) {
+    for (auto waited = std::chrono::milliseconds(0); waited < kPeerGrace; waited += kPoll) {
+      std::this_thread::sleep_for(kPoll);
+      removed += internal::RemoveTemporaryPaths();
+    }
+  }
   if (signo == SIGBUS) {
     std::fprintf(stderr,
                  "sdrt: an input file became shorter while it was read (SIGBUS: another "

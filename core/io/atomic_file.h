@@ -94,10 +94,10 @@ class AtomicFolder {
 // AtomicFolder that is not yet committed, installed or removed, and returns how many (a
 // folder another thread is still writing into is removed pass after pass until it is gone,
 // at most 100 passes). A name registered but not yet made on disk stays registered: a
-// later call removes it once its creator has made it. For a command interrupted by a signal: call it from a normal thread
-// (it takes a lock and allocates; not async-signal-safe), then end the process without
-// running destructors (_exit), since the objects' own cleanup may be in progress on other
-// threads.
+// later call removes it once its creator has made it. For a command interrupted by a
+// signal: call it from a normal thread (it takes a lock and allocates; not
+// async-signal-safe), then end the process without running destructors (_exit), since the
+// objects' own cleanup may be in progress on other threads.
 int RemoveTemporaryPaths();
 
 // From now on AtomicFile::Create and AtomicFolder::Create make no temporary name (their

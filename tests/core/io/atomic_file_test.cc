@@ -105,8 +105,8 @@ TEST(AtomicFileDeathTest, NoTemporaryNameIsMadeOnceRefused) {
         const absl::Status file = AtomicFile::Create(dir, "t.st").status();
         const absl::Status folder = AtomicFolder::Create(dir, "f").status();
         const bool refused = file.code() == absl::StatusCode::kCancelled &&
-                             folder.code() == absl::StatusCode::kCancelled &&
-                             fs::is_empty(dir) && RemoveTemporaryPaths() == 0;
+                             folder.code() == absl::StatusCode::kCancelled && fs::is_empty(dir) &&
+                             RemoveTemporaryPaths() == 0;
         std::_Exit(refused ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");

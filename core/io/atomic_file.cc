@@ -240,11 +240,22 @@ absl::Status AtomicFile::Write(const void* data, int64_t nbytes) {
   return WriteAll(fd_, path_, static_cast<const char*>(data), nbytes);
 }
 
-absl::Status AtomicFile::Commit(const std::string& dir, const std::string& target) {
+absl::Status AtomicFile::Commit(const std::string& dir, const std::string& target,
+                                bool replace_existing) {
   if (fsync(fd_) != 0) return IoError(errno, "fsync", path_);
   const int fd = std::exchange(fd_, -1);
   if (close(fd) != 0) return IoError(errno, "close", path_);
-  if (rename(path_.c_str(), target.c_str()) != 0) return IoError(errno, "rename", path_);
+  const int renamed = replace_existing ? rename(path_.c_str(), target.c_str())
+                                       : renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD,
+                                                   target.c_str(), RENAME_NOREPLACE);
+  if (renamed != 0) {
+    const int err = errno;
+    if (err == EEXIST) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(target, " exists (written by another process meanwhile?); not replaced"));
+    }
+    return IoError(err, "rename", path_);
+  }
   Unregister(path_);
   path_.clear();  // now the target's bytes
   return FsyncPath(dir);

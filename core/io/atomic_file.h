@@ -55,8 +55,11 @@ class AtomicFile {
 
   // fsyncs and closes the file, renames it to `target` (which must be in the same
   // folder, `dir`), and fsyncs `dir`, so the new content survives a crash once this
-  // returns OK. After a failed rename the temporary file is still removed by the destructor.
-  absl::Status Commit(const std::string& dir, const std::string& target);
+  // returns OK. With `replace_existing` false a file already at `target` is refused
+  // (AlreadyExists; renameat2's RENAME_NOREPLACE), not replaced. After a failed rename the
+  // temporary file is still removed by the destructor.
+  absl::Status Commit(const std::string& dir, const std::string& target,
+                      bool replace_existing = true);
 
  private:
   AtomicFile() = default;

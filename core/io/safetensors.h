@@ -220,6 +220,11 @@ struct WriteSafetensorsOptions {
   // Options::accept_header_only. The data's offsets are those of the full file; no tensor
   // is asked for and no data byte is written.
   bool header_only = false;
+  // Whether a file already at `path` when the new one is renamed into place is replaced.
+  // With false the rename refuses it (AlreadyExists naming the path; nothing is replaced):
+  // a command told not to overwrite never replaces a file that another process wrote
+  // after the command checked that the path was free.
+  bool replace_existing = true;
 };
 
 absl::Status WriteSafetensors(const std::string& path,

@@ -182,7 +182,7 @@ absl::Status WriteAll(const std::string& path, absl::Span<const SafetensorsTenso
     }
     SDRT_RETURN_IF_ERROR(file.Write(host->data_ptr(), host->nbytes()));
   }
-  return file.Commit(dir, target);
+  return file.Commit(dir, target, options.replace_existing);
 }
 
 absl::Status Prefixed(const std::string& path, const absl::Status& status) {

@@ -63,6 +63,7 @@ int RunMake(MakeArgs args) {
   WriteSafetensorsOptions write_options;
   write_options.follow_symlinks = false;  // a link made since the check is replaced
   write_options.header_only = args.header_only;
+  write_options.replace_existing = args.shared.overwrite;  // OUT written meanwhile: kept
   // Refused before anything is written when the file cannot fit: the temporary file beside
   // OUT takes the whole size (an existing OUT is replaced only at the end).
   absl::Status room = CheckFreeSpace(args.out, synthetic->specs(), metadata, write_options);

@@ -541,6 +541,17 @@ TEST(SafetensorsWriter, FailedWritesLeaveTheTargetAndNoTemporaryFile) {
   ASSERT_TRUE(WriteSafetensors(path, NamedTensors{{"new", t}}).ok());
   EXPECT_NE(SafetensorsFile::Open(path)->Find("new"), nullptr);
   EXPECT_THAT(ListDir(dir), ElementsAre("folder", "model.safetensors"));
+  // Told not to replace, a file that is there by the rename is kept (two `sdrt gather`
+  // runs into one OUT both reported success, the later one's file replacing the first's).
+  WriteSafetensorsOptions keep;
+  keep.replace_existing = false;
+  const std::string now = ReadAll(path);
+  absl::Status kept = WriteSafetensors(path, NamedTensors{{"newer", t}}, {}, keep);
+  EXPECT_EQ(kept.code(), absl::StatusCode::kAlreadyExists) << kept;
+  EXPECT_THAT(kept.message(), HasSubstr(path + " exists"));
+  EXPECT_EQ(ReadAll(path), now);
+  EXPECT_THAT(ListDir(dir), ElementsAre("folder", "model.safetensors"));
+  ASSERT_TRUE(WriteSafetensors(dir + "/fresh.safetensors", NamedTensors{{"w", t}}, {}, keep).ok());
 }
 
 mode_t ModeOf(const std::string& path) {

@@ -103,7 +103,8 @@ absl::Status CheckAndWrite(const GatherTarget& target, const ShardedCheckpointIn
   // The index lists the tensors in the source's byte order; OUT keeps it.
   WriteSafetensorsOptions write_options;
   write_options.data_in_given_order = true;
-  write_options.follow_symlinks = false;  // never into INDIR, even if OUT became a link
+  write_options.follow_symlinks = false;              // never into INDIR, even if OUT became a link
+  write_options.replace_existing = target.overwrite;  // another run may have written OUT since
   return WriteSafetensors(target.out, tensors, index.metadata, write_options);
 }
 

@@ -135,6 +135,13 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
   fs::copy_file(ckpt + "/index.json", linked + "/index.json");
   fs::copy_file(rank_file, root + "/rank0.safetensors");
   fs::create_symlink("../rank0.safetensors", linked + "/" + RankFileName(0, 1));
+  // A checkpoint whose rank file links into the folder a reshard would replace.
+  const std::string into = root + "/into", held = root + "/held";
+  fs::create_directories(into);
+  fs::create_directories(held);
+  fs::copy_file(ckpt + "/index.json", into + "/index.json");
+  fs::copy_file(rank_file, held + "/rank0.safetensors");
+  fs::create_symlink("../held/rank0.safetensors", into + "/" + RankFileName(0, 1));
   const std::vector<std::string> before = Snapshot(root);
 
   struct Case {
@@ -163,6 +170,9 @@ TEST(OutputPaths, LinksIntoInputsAreRefusedAndTheInputsUntouched) {
        {"outdir", "symbolic link"}},
       {"shard " + full + " " + ShellQuote(root) + " --mesh 2 --plan fsdp --overwrite",
        {"contains", "full.safetensors"}},
+      // Replacing OUTDIR would replace the file an input rank file links to.
+      {"reshard " + ShellQuote(into) + " " + ShellQuote(held) + " --mesh 1 --plan fsdp --overwrite",
+       {"held", "rank0.safetensors", "links to"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);

@@ -147,7 +147,18 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
                                                      ", which this command reads (", *in,
                                                      " is inside ", resolved, ")"));
     }
-    SDRT_RETURN_IF_ERROR(CheckIdentity(out, resolved, InputIds(input)));
+    const std::vector<std::pair<FileId, std::string>> ids = InputIds(input);
+    SDRT_RETURN_IF_ERROR(CheckIdentity(out, resolved, ids));
+    // A file of an input folder that links into `out`: replacing `out` (a folder, as a
+    // whole) would replace what this command reads (a rank file linked into OUTDIR).
+    for (const auto& entry : ids) {
+      const std::string& path = entry.second;
+      absl::StatusOr<std::string> target = RealPath(path);
+      if (target.ok() && IsWithin(*target, resolved)) {
+        return absl::InvalidArgumentError(absl::StrCat(out, " holds ", *target, ", which ", path,
+                                                       " links to and this command reads"));
+      }
+    }
   }
   return absl::OkStatus();
 }

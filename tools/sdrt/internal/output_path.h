@@ -22,7 +22,9 @@ namespace sdrt::cli {
 // inside an input folder, or contain an input (a folder replaced as a whole). The same by
 // identity (device and inode): `out` (when it exists) must not be an input or any file in
 // an input folder as a reader opens it (through a link, e.g. a rank file that links
-// outside its folder), and no folder above `out` may be an input folder (a bind mount).
+// outside its folder), and no folder above `out` may be an input folder (a bind mount);
+// and no file of an input folder may link into `out` (replacing a folder `out` would
+// replace what the command reads).
 // Errors: InvalidArgument naming `out`, the input and the rule; NotFound when `out`'s
 // folder does not exist; the errno's status when it cannot be examined.
 absl::Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs);

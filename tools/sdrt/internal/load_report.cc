@@ -179,7 +179,20 @@ Report LoadReport(const LoadFacts& f) {
           ? absl::StrCat("  verified against ", Printable(against), ": ",
                          mismatches.empty() ? "every piece matches" : "MISMATCH", "\n")
           : absl::StrCat("  not verified: ", f.unchecked, "\n"));
-  for (const std::string& m : mismatches) absl::StrAppend(&report.text, "    ", Printable(m), "\n");
+  for (const std::string& m : mismatches) {
+    // At most kListedPieces names a rank in the text (a checkpoint of 100,000 tensors made
+    // one line of all of them); --json lists every one.
+    constexpr int kListedPieces = 16;
+    size_t cut = 0;
+    int listed = 0;
+    while (listed < kListedPieces && (cut = m.find(',', cut + 1)) != std::string::npos) ++listed;
+    const std::string line =
+        cut == std::string::npos
+            ? m
+            : absl::StrCat(m.substr(0, cut), ", and ", std::count(m.begin() + cut, m.end(), ','),
+                           " more (--json lists them all)");
+    absl::StrAppend(&report.text, "    ", Printable(line), "\n");
+  }
   if (!mismatches.empty()) {  // the whole list is on stdout; the verdict counts and names the first
     const std::string& first = mismatches.front();
     const std::string message =

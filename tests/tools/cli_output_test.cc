@@ -76,6 +76,12 @@ TEST(ControlCharacters, MeshDimNamesAreEscapedInErrorsAndOutput) {
   EXPECT_THAT(bad.err, HasSubstr("\\x1b]0;owned\\x07\\x1b[31m"));
   ExpectNoControlCharacters(bad.all());
 
+  // An empty name ("dp," was taken as dims "dp" and "") is refused.
+  CommandResult empty = Sdrt(shard + ShellQuote(root + "/empty") +
+                             " --mesh 2x2 --plan fsdp --mesh-dim-names dp,");
+  EXPECT_EQ(empty.exit_code, 2) << empty.err;
+  EXPECT_THAT(empty.err, HasSubstr("a dim's name is empty"));
+
   // Accepted names are printed escaped too, and so is an unknown flag (CLI11's message).
   CommandResult good =
       Sdrt(shard + ShellQuote(root + "/good") + " --mesh 2x2 --plan fsdp --mesh-dim-names " +

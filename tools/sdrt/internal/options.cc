@@ -154,8 +154,8 @@ absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options) {
   std::vector<std::string> names;
   if (!options.mesh_dim_names.empty()) names = absl::StrSplit(options.mesh_dim_names, ',');
   if (std::find(names.begin(), names.end(), "") != names.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("--mesh-dim-names \"", options.mesh_dim_names,
-                                                   "\": a dim's name is empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh-dim-names \"", options.mesh_dim_names, "\": a dim's name is empty"));
   }
   absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(shape_only->shape(), {}, names);
   if (!mesh.ok()) {

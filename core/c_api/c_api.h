@@ -783,8 +783,8 @@ typedef struct sdrt_reshard_options_t {
  * receiving only the rows of its pieces.
  * Errors, the same on every rank: SDRT_INVALID_ARGUMENT (NULLs, options, layouts whose
  * global shapes differ, or dtypes other than such a cast, a destination entry no source
- * holds, a weight_map that is not a live weight map handle, ranks passing different maps, a map's rule that cannot hold
- * for these layouts, naming the rule and the tensor);
+ * holds, a weight_map that is not a live weight map handle, ranks passing different maps,
+ * a map's rule that cannot hold for these layouts, naming the rule and the tensor);
  * SDRT_DEADLINE_EXCEEDED; the backends' errors. */
 SDRT_C_API sdrt_status_t sdrt_reshard_plan_create(sdrt_state_dict_t source,
                                                   sdrt_state_dict_t destination,

@@ -143,10 +143,11 @@ struct LoadOptions {
   // How the checkpoint's tensors make `local`'s (weight_map.h): renamed, fused, split,
   // padded, each rank reading only the bytes of its own pieces into views of its locals.
   // Empty (the default): leaves are matched by path. Every rank passes the same map
-  // (compared in the agreement); not with kRoot (Unimplemented: each rank lowers its
-  // leaves from the checkpoint's header). FP8 destinations with scales (weight_map.h) are
-  // read into staging of the checkpoint's dtype and quantized by each rank, with or without
-  // a map; a per-tensor scale needs `comm` (InvalidArgument without one).
+  // (compared in the agreement); each rank lowers its leaves from the checkpoint's tensor
+  // list (with kRoot the one rank 0 sends, and no cast between float dtypes). FP8
+  // destinations with scales (weight_map.h) are read into staging of the checkpoint's
+  // dtype and quantized by each rank, with or without a map; a per-tensor scale needs
+  // `comm` (InvalidArgument without one).
   WeightMap weight_map;
   LoadStats* stats = nullptr;  // filled when not null
   // Called on the calling thread with this rank's bytes so far and in all, e.g. to show

@@ -203,6 +203,19 @@ TEST(Errors, SingleProcessCommandsPrintTheirErrorsUnderAnyLauncherRank) {
   }
 }
 
+// An output path through a file ("afile/out.safetensors", or "afile/" as gather's folder)
+// names the file that is in the way; it was lstat's bare "Not a directory".
+TEST(Errors, AnOutputPathThroughAFileSaysWhichIsNotAFolder) {
+  const std::string root = test::FreshDir("cli_output_through_file");
+  ASSERT_EQ(Sdrt("make " + ShellQuote(root + "/afile")).exit_code, 0);
+  for (const std::string out : {"/afile/m.safetensors", "/afile/sub/m.safetensors"}) {
+    const CommandResult r = Sdrt("make " + ShellQuote(root + out));
+    EXPECT_EQ(r.exit_code, 2) << out;
+    EXPECT_THAT(r.err, HasSubstr("afile is not a folder")) << out;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("Not a directory"))) << out;
+  }
+}
+
 // Output that cannot be written (a full disk, a closed pipe) is a runtime failure, exit 1
 // with one line on stderr; it was exit 0 with the output lost.
 TEST(Errors, StdoutThatCannotBeWrittenIsExitOne) {

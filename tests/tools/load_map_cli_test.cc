@@ -103,6 +103,23 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
                                                " --mesh 2 --plan tp --map vllm-llama"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--map vllm-llama needs --head-size"));
+  EXPECT_THAT(r.err, HasSubstr("SRC has no config.json"));
+  // A Hugging Face folder's config.json: not JSON, JSON without the sizes, then the sizes.
+  const fs::path hf = dir_ / "hf";
+  fs::create_directories(hf);
+  fs::copy_file(full_, hf / "model.safetensors");
+  const std::string load_hf =
+      absl::StrCat("load ", Quote(hf.string()), " --mesh 2 --plan tp --map vllm-llama");
+  std::ofstream(hf / "config.json") << "{\"hidden_size\": 64,";
+  r = RunSdrtMpi(2, load_hf);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("config.json is not a JSON object"));
+  std::ofstream(hf / "config.json") << R"({"model_type": "llama"})";
+  r = RunSdrtMpi(2, load_hf);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("config.json gives neither head_dim nor hidden_size"));
+  std::ofstream(hf / "config.json") << R"({"hidden_size": 64, "num_attention_heads": 4})";
+  EXPECT_EQ(Load(2, hf.string(), "--map vllm-llama")["tensors"], 21);
   // A map file that is not one, and a rule that cannot hold on 3 ranks.
   const std::string bad = (dir_ / "bad.json").string();
   std::ofstream(bad) << R"({"rules": [{"rename": "(", "to": "x"}]})";

@@ -100,6 +100,18 @@ bool IsWithin(const std::string& path, const std::string& folder) {
   return path == folder || folder == "/" || absl::StartsWith(path, folder + "/");
 }
 
+// The longest leading part of `folder` that exists: what is in the way when a path through
+// it meets ENOTDIR.
+std::string InTheWay(std::string folder) {
+  struct stat st;
+  while (lstat(folder.c_str(), &st) != 0) {
+    std::string up = internal::SplitPath(folder).first;
+    if (up == folder) break;
+    folder = std::move(up);
+  }
+  return folder;
+}
+
 }  // namespace
 
 absl::Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs) {
@@ -118,6 +130,9 @@ absl::Status CheckOutputPath(const std::string& out, const std::vector<std::stri
                        " is a symbolic link; sdrt never writes through a link (it would "
                        "replace the file the link points at): remove it or name another path"));
     }
+  } else if (errno == ENOTDIR) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", out, ": ", InTheWay(folder), " is not a folder"));
   } else if (errno != ENOENT) {
     return internal::IoError(errno, "lstat", trimmed);
   }

@@ -23,11 +23,12 @@ constexpr int64_t kFp8Block = 128;  // DeepSeek-V3's and vLLM's block edge
 
 // What a Hugging Face folder's config.json says of the model (0 for what it does not say).
 struct ModelConfig {
+  bool found = false;  // the folder holds a config.json
   int64_t head_size = 0, heads = 0, kv_heads = 0, intermediate = 0;
 };
 
 // `folder`'s config.json (when `folder` is a folder holding one as a regular file, not a
-// link); InvalidArgument naming the file when it cannot be read.
+// link); InvalidArgument naming the file when it cannot be read or is not a JSON object.
 absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
   ModelConfig out;
   struct stat st;
@@ -40,7 +41,10 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));
   }
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return out;
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
+  }
+  out.found = true;
   const auto number = [&](const char* key) -> int64_t {
     const auto it = j.find(key);
     const int64_t n = it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
@@ -148,7 +152,11 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(
     const int64_t head_size = options.head_size > 0 ? options.head_size : config.head_size;
     if (head_size == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--map ", options.map, " needs --head-size (SRC has no config.json that gives it)"));
+          "--map ", options.map, " needs --head-size (",
+          config.found ? "SRC's config.json gives neither head_dim nor hidden_size and "
+                         "num_attention_heads"
+                       : "SRC has no config.json that gives it",
+          ")"));
     }
     SDRT_ASSIGN_OR_RETURN(WeightMap map, WeightMap::Builtin(options.map, head_size));
     if (options.map == "megatron-llama") {

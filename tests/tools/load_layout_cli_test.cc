@@ -1,11 +1,13 @@
 // `sdrt load --plan DESCRIPTION` (a parallel layout, core/checkpoint/parallel_layout.h) under
 // mpiexec -n 3 and 4 on one machine: every rank reads only its own stage's and experts'
 // pieces of a small qwen3-moe file, checked bit for bit against the file; a pipeline of one
-// rank per stage keeps each byte once over the ranks; what a description cannot go with
-// (--read root, --read-once-per-node, --map, --verify, a sharded SRC, another world size,
-// --mesh not a number) is bad input, and so is a description given to `sdrt shard`.
+// rank per stage keeps each byte once over the ranks; a sharded folder of the file is
+// resharded into the same pieces; what a description cannot go with (--read root,
+// --read-once-per-node, --map, --verify, another world size, --mesh not a number) is bad
+// input, and so is a description given to `sdrt shard`.
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -113,15 +115,52 @@ TEST_F(LoadLayoutCli, WhatADescriptionDoesNotGoWithIsBadInput) {
   EXPECT_EQ(shard.exit_code, 2) << shard.all();
   EXPECT_THAT(shard.err, HasSubstr("is a parallel layout description"));
   EXPECT_FALSE(std::filesystem::exists(out));
-  // A sharded SRC's pieces move between ranks (a reshard onto every rank's mesh).
-  ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(file_) + " " + test::ShellQuote(out) +
-                          " --mesh 2 --plan fsdp")
-                .exit_code,
-            0);
-  const test::CommandResult sharded = test::RunSdrtMpi(
-      2, "load " + test::ShellQuote(out) + " --mesh 2 --plan megatron:pp=2 --read all");
-  EXPECT_EQ(sharded.exit_code, 2) << sharded.all();
-  EXPECT_THAT(sharded.err, HasSubstr("goes without a sharded SRC"));
+}
+
+// A trainer's sharded folder (fsdp over 4 ranks, and over 2: fewer rank files than ranks)
+// loaded into stages and experts on 2-4 ranks: the pieces the file's own load keeps, each
+// rank's tensors checked whole against the folder's index; a damaged rank file is exit 2.
+TEST_F(LoadLayoutCli, AShardedFolderIsReshardedIntoTheStages) {
+  const std::string dir = std::filesystem::path(file_).parent_path().string();
+  for (const int writers : {4, 2}) {
+    const std::string folder = dir + "/fsdp" + std::to_string(writers);
+    ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(file_) + " " + test::ShellQuote(folder) +
+                            " --mesh " + std::to_string(writers) + " --plan fsdp")
+                  .exit_code,
+              0);
+    const struct {
+      int ranks;
+      const char* plan;
+    } cases[] = {{3, "megatron:pp=3"}, {4, "megatron:tp=2,ep=2"}, {2, "vllm:tp=2"}};
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::to_string(writers) + " rank files into " + c.plan);
+      const std::string rest = " --json --mesh " + std::to_string(c.ranks) + " --plan " + c.plan;
+      const test::CommandResult from_file = test::RunSdrtMpi(c.ranks, Load(rest));
+      ASSERT_EQ(from_file.exit_code, 0) << from_file.all();
+      const test::CommandResult r =
+          test::RunSdrtMpi(c.ranks, "load " + test::ShellQuote(folder) + rest);
+      ASSERT_EQ(r.exit_code, 0) << r.all();
+      const Json j = Json::parse(r.out);
+      EXPECT_TRUE(j.value("bit_exact", false)) << j;
+      EXPECT_THAT(j["verified_against"].get<std::string>(),
+                  HasSubstr("'s index (each rank's tensors loaded whole)"));
+      EXPECT_EQ(j["bytes_kept"], Json::parse(from_file.out)["bytes_kept"]) << j;
+      EXPECT_EQ(j["wire_bytes"], j["optimum_bytes"]) << j;
+    }
+  }
+  // One byte of a rank file's data flipped: its piece hash no longer holds.
+  const std::string rank_file = dir + "/fsdp2/rank-00001-of-00002.safetensors";
+  {
+    std::fstream f(rank_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x5a));
+    ASSERT_TRUE(f.good());
+  }
+  const test::CommandResult bad = test::RunSdrtMpi(
+      3, "load " + test::ShellQuote(dir + "/fsdp2") + " --mesh 3 --plan megatron:pp=3");
+  EXPECT_EQ(bad.exit_code, 2) << bad.all();
 }
 
 }  // namespace

@@ -32,11 +32,11 @@ namespace {
 
 // A parallel layout description as --plan: what it takes of `sdrt load`'s options. Each
 // tensor lives on its own stage's or expert's ranks, so every rank reads its own bytes
-// alone (no broadcast from rank 0 and no sharing within a node, which need every tensor on
-// every rank's mesh) into SRC's own tensors (no weight map).
+// alone, or a sharded SRC's pieces are resharded into the stages' layouts (no broadcast
+// from rank 0 and no sharing within a node, which need every tensor on every rank's mesh),
+// into SRC's own tensors (no weight map).
 absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const WeightMapOptions& engine,
-                                     const std::string& verify_dir,
-                                     const SourceOutline& outline) {
+                                     const std::string& verify_dir) {
   const auto refused = [&o](absl::string_view what) {
     return absl::InvalidArgumentError(
         absl::StrCat("--plan ", o.plan, " (a parallel layout description) goes without ", what,
@@ -47,7 +47,6 @@ absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const WeightMapOpti
   if (!engine.map.empty()) return refused("--map");
   if (!engine.cast.empty()) return refused("--cast");
   if (!verify_dir.empty()) return refused("--verify (a sharded folder holds one mesh)");
-  if (outline.sharded) return refused("a sharded SRC (its pieces move between ranks)");
   return absl::OkStatus();
 }
 
@@ -88,7 +87,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(outline, DecodeOutline(outline_bytes));
     if (ParallelLayout::IsDescription(o.plan)) {
-      SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.engine, args.verify_dir, outline));
+      SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.engine, args.verify_dir));
       if (o.mesh.empty()) {
         return absl::InvalidArgumentError(
             "--mesh with a parallel layout description: the world size (one number)");
@@ -161,8 +160,10 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
 
   facts.verify_dir = args.verify_dir;
   // Where only rank 0 is sure to see SRC (read by the root), rank 0 checks every tensor.
-  facts.gathered =
-      args.verify_dir.empty() && (outline.sharded || facts.stats.read == ReadMode::kRoot);
+  facts.gathered = args.verify_dir.empty() && !parallel.has_value() &&
+                   (outline.sharded || facts.stats.read == ReadMode::kRoot);
+  // Under a description a tensor lives on its stage's ranks, which the gather does not take.
+  facts.whole_on_each_rank = parallel.has_value() && outline.sharded;
   if (!args.engine.map.empty() || !args.engine.cast.empty()) {
     // The pieces are SRC's tensors made into others: no slice of SRC to compare them with.
     facts.engine_tensors = static_cast<int64_t>(local.size());
@@ -177,6 +178,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                         layout.has_value() ? layout->mesh.get() : nullptr,
                         run.rank(),
                         facts.gathered,
+                        facts.whole_on_each_rank,
                         source.ok() ? &*source : nullptr,
                         &run.data(),
                         options.bucket_bytes};

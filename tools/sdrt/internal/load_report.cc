@@ -102,10 +102,11 @@ Report LoadReport(const LoadFacts& f) {
                                  ? absl::StrCat("--read ", f.read, notes)
                                  : f.stats.read_reason;
   const std::string against =
-      !f.verify_dir.empty() ? f.verify_dir
-      : !f.gathered         ? f.src
-                            : absl::StrCat(f.src, outline.sharded ? "'s index" : " on rank 0",
-                                           " (each tensor gathered)");
+      !f.verify_dir.empty()  ? f.verify_dir
+      : f.whole_on_each_rank ? absl::StrCat(f.src, "'s index (each rank's tensors loaded whole)")
+      : !f.gathered          ? f.src
+                             : absl::StrCat(f.src, outline.sharded ? "'s index" : " on rank 0",
+                                            " (each tensor gathered)");
   std::vector<std::string> mismatches;
   int64_t pieces = 0;
   for (size_t q = 0; q < f.wrong.size(); ++q) {

@@ -38,6 +38,9 @@ struct LoadFacts {
   // pieces.
   std::string verify_dir;
   bool gathered = false;
+  // The check of a sharded SRC under a parallel layout description: each rank's tensors
+  // loaded whole again and held to the folder's index (LoadCheck::whole_on_each_rank).
+  bool whole_on_each_rank = false;
   std::vector<std::string> wrong;
   // Why the pieces were not checked ("": they were).
   std::string unchecked;

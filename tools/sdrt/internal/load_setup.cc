@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/distributed_state_dict.h"
+#include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/output.h"
@@ -129,7 +130,7 @@ absl::StatusOr<std::vector<std::string>> CheckGathered(const LoadCheck& check,
   SDRT_ASSIGN_OR_RETURN(const Map full, GatherStateDict(local, options));
   std::vector<std::string> wrong;
   if (check.rank != 0) return wrong;
-  const CheckpointSource& source = *check.root_source;
+  const CheckpointSource& source = *check.source;
   const ShardedCheckpointIndex* index = source.sharded_index();
   absl::flat_hash_map<absl::string_view, const ShardedCheckpointTensor*> indexed;
   if (index != nullptr) indexed = index->ByName();  // one lookup per tensor
@@ -152,6 +153,49 @@ absl::StatusOr<std::vector<std::string>> CheckGathered(const LoadCheck& check,
     SDRT_ASSIGN_OR_RETURN(const uint64_t b, TensorXxh64(want));
     if (a != b || v.as_tensor().shape() != want.shape()) wrong.push_back(name);
     ReleaseMappedPages(want);
+  }
+  return wrong;
+}
+
+// LoadCheck::whole_on_each_rank: the names of this rank's pieces that differ from the
+// tensors it holds, loaded whole again and checked against the sharded folder's index.
+absl::StatusOr<std::vector<std::string>> CheckWholeOnEachRank(const LoadCheck& check,
+                                                              const Map& local) {
+  const ShardedCheckpointIndex& index = *check.source->sharded_index();
+  const auto indexed = index.ByName();
+  Map whole;  // a plain meta tensor per DTensor piece: the reshard makes it the full tensor
+  whole.Reserve(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    const Value& v = local.value(i);
+    if (v.kind() != ValueKind::kDTensor) continue;
+    SDRT_ASSIGN_OR_RETURN(Tensor meta,
+                          Tensor::Meta(v.as_dtensor().global_shape(), v.as_dtensor().dtype()));
+    whole.Set(local.key(i), Value(std::move(meta)));
+  }
+  LoadOptions options;
+  options.comm = check.comm;
+  options.read = ReadMode::kAll;
+  options.bucket_bytes = check.bucket_bytes;
+  SDRT_RETURN_IF_ERROR(LoadStateDict(*check.source, whole, options).status());
+  std::vector<std::string> wrong;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const std::string& name = local.key(i);
+    const Value& v = local.value(i);
+    const auto t = indexed.find(name);
+    const Value* full = v.kind() == ValueKind::kDTensor ? whole.Find(name) : &v;
+    if (t == indexed.end() || full == nullptr || full->kind() != ValueKind::kTensor ||
+        !CheckGatheredTensor(index, *t->second, full->as_tensor()).ok()) {
+      wrong.push_back(name);
+      continue;
+    }
+    if (v.kind() != ValueKind::kDTensor) continue;
+    const DTensor& got = v.as_dtensor();
+    SDRT_ASSIGN_OR_RETURN(const DTensor want, DistributeTensor(full->as_tensor(), got.mesh(),
+                                                               got.placements(), check.rank));
+    SDRT_ASSIGN_OR_RETURN(const Tensor mine, got.local().To(Device::CPU()));
+    SDRT_ASSIGN_OR_RETURN(const uint64_t a, TensorXxh64(mine));
+    SDRT_ASSIGN_OR_RETURN(const uint64_t b, TensorXxh64(want.local()));
+    if (a != b || mine.shape() != want.local().shape()) wrong.push_back(name);
   }
   return wrong;
 }
@@ -197,6 +241,7 @@ absl::StatusOr<SourceOutline> DecodeOutline(const std::string& bytes) {
 
 absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local) {
   if (check.gathered) return CheckGathered(check, local);
+  if (check.whole_on_each_rank) return CheckWholeOnEachRank(check, local);
   return VerifyPieces(check.verify_dir, check.src, check.mesh_text, check.rank, check.mesh, local);
 }
 

@@ -42,20 +42,28 @@ struct LoadCheck {
   int rank = 0;
   // Without --verify, for a sharded SRC or where only rank 0 was sure to see SRC (the load
   // read it with kRoot): every tensor is gathered to rank 0 over `comm` in buckets of
-  // `bucket_bytes` and compared there with `root_source` (SRC as rank 0 opened it; unused
-  // elsewhere): a sharded folder's index hashes, else its full tensors.
+  // `bucket_bytes` and compared there with `source` (SRC as rank 0 opened it): a sharded
+  // folder's index hashes, else its full tensors.
   bool gathered = false;
-  const CheckpointSource* root_source = nullptr;
+  // For a sharded SRC under a parallel layout description, whose tensors live on their
+  // stage's ranks only (which a gather to rank 0 does not take): each rank loads the
+  // tensors it holds whole again from `source` (LoadStateDict into plain tensors over
+  // `comm`, a reshard from the rank files), checks each against the folder's index hash,
+  // and its piece against DistributeTensor of it.
+  bool whole_on_each_rank = false;
+  // SRC as this rank opened it; null where it did not (off rank 0 with kRoot).
+  const CheckpointSource* source = nullptr;
   Communicator* comm = nullptr;
   int64_t bucket_bytes = 0;
 };
 
 // The names of this rank's pieces in `local` that differ, by xxh64: from `verify_dir`'s rank
 // file (a sharded checkpoint); without it and `gathered`, the full tensors gathered to rank
-// 0 against rank 0's SRC (collective; names on rank 0 only), else from DistributeTensor of
-// SRC's full tensors (SRC must be readable on every rank).
+// 0 against rank 0's SRC (collective; names on rank 0 only); with `whole_on_each_rank`, as
+// that says (collective); else from DistributeTensor of SRC's full tensors (SRC must be
+// readable on every rank).
 // InvalidArgument when `verify_dir` is of another mesh or plan (its pieces cannot match)
-// or lacks a tensor; the errors of opening either; GatherStateDict's.
+// or lacks a tensor; the errors of opening either; GatherStateDict's and LoadStateDict's.
 absl::StatusOr<std::vector<std::string>> CheckLoaded(const LoadCheck& check, const Map& local);
 
 }  // namespace sdrt::cli

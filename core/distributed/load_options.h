@@ -30,7 +30,9 @@ struct LoadStats {
   // checkpoint on the root, 0 elsewhere; a sharded folder: the bytes of the pieces in the
   // rank files this rank read.
   int64_t bytes_read = 0;
-  int64_t bytes_kept = 0;  // the bytes of this rank's pieces (local tensors filled)
+  // The bytes of this rank's pieces (local tensors filled): kAll counts them as read, in the
+  // checkpoint's dtype (before a cast or FP8 quantization), the others as filled.
+  int64_t bytes_kept = 0;
   int64_t preads = 0;      // kAll: pread calls (a read interrupted or cut short takes several)
   int64_t reads = 0;       // kAll: planned reads; a sharded folder: rank files read
   // kAll: the most staging bytes allocated at once: at most staging_buffers x

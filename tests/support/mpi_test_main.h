@@ -4,8 +4,11 @@
 #ifndef SDRT_TESTS_SUPPORT_MPI_TEST_MAIN_H_
 #define SDRT_TESTS_SUPPORT_MPI_TEST_MAIN_H_
 
+#include <stdlib.h>
+
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "sdrt/comm/mpi_communicator.h"
@@ -26,6 +29,20 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
  private:
   int rank_;
 };
+
+// A fresh folder made by rank 0 under $TMPDIR (else /tmp), named `prefix` and six random
+// characters, the same path on every rank of `comm` ("" when it cannot be made).
+inline std::string SharedTempDir(Communicator& comm, const std::string& prefix) {
+  std::string dir;
+  if (comm.rank() == 0) {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/" + prefix + "XXXXXX";
+    const char* made = mkdtemp(pattern.data());
+    dir = made != nullptr ? made : "";
+  }
+  EXPECT_TRUE(comm.BroadcastBytes(&dir, 0).ok());
+  return dir;
+}
 
 // Runs every test with *world set to the world communicator for their duration.
 inline int RunMpiTests(int argc, char** argv, MpiCommunicator** world) {

@@ -2,9 +2,10 @@
 // mpiexec -n 3 and 4 on one machine: every rank reads only its own stage's and experts'
 // pieces of a small qwen3-moe file, checked bit for bit against the file; a pipeline of one
 // rank per stage keeps each byte once over the ranks; a sharded folder of the file is
-// resharded into the same pieces; what a description cannot go with (--read root,
-// --read-once-per-node, --map, --verify, another world size, --mesh not a number) is bad
-// input, and so is a description given to `sdrt shard`.
+// resharded into the same pieces; a weight map and an FP8 cast go into the stages' own
+// tensors; what a description cannot go with (--read root, --read-once-per-node, --verify,
+// another world size, --mesh not a number) is bad input, and so is a description given to
+// `sdrt shard`.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -92,8 +93,7 @@ TEST_F(LoadLayoutCli, ExpertsAndTensorParallelStages) {
 
 TEST_F(LoadLayoutCli, WhatADescriptionDoesNotGoWithIsBadInput) {
   const std::string plan = " --mesh 4 --plan megatron:tp=2,pp=2";
-  for (const char* bad :
-       {" --read root", " --read-once-per-node", " --map vllm-llama", " --verify /nonexistent"}) {
+  for (const char* bad : {" --read root", " --read-once-per-node", " --verify /nonexistent"}) {
     const test::CommandResult r = test::RunSdrtMpi(4, Load(plan + bad));
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.all();
     EXPECT_THAT(r.err, HasSubstr("(a parallel layout description) goes without")) << bad;
@@ -161,6 +161,37 @@ TEST_F(LoadLayoutCli, AShardedFolderIsReshardedIntoTheStages) {
   const test::CommandResult bad = test::RunSdrtMpi(
       3, "load " + test::ShellQuote(dir + "/fsdp2") + " --mesh 3 --plan megatron:pp=3");
   EXPECT_EQ(bad.exit_code, 2) << bad.all();
+}
+
+// vLLM's fused buffers in two stages of tp 2 (tiny-llama: 2 layers, 2 kv heads of 16): every
+// rank of a stage keeps half of its layer's fused tensors, the two stages about as much;
+// the counts are the whole engine's. FP8 weights with their scales likewise.
+TEST_F(LoadLayoutCli, AWeightMapIntoTheStagesOwnTensors) {
+  const std::string llama = std::filesystem::path(file_).parent_path().string() + "/llama";
+  ASSERT_EQ(test::RunSdrt("make --arch tiny-llama " + test::ShellQuote(llama)).exit_code, 0);
+  const struct {
+    const char* extra;
+    int64_t engine_tensors;
+  } cases[] = {{"--map vllm-llama --plan vllm:tp=2,pp=2", 15},
+               {"--cast fp8-tensor --plan megatron:tp=2,pp=2", 21 + 14},
+               {"--map vllm-llama --cast f32 --plan megatron:pp=2,dp=2", 15}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.extra);
+    const test::CommandResult r = test::RunSdrtMpi(
+        4, "load " + test::ShellQuote(llama) + " --json --mesh 4 --head-size 16 " + c.extra);
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    const Json j = Json::parse(r.out);
+    EXPECT_EQ(j["engine_tensors"], c.engine_tensors) << j;
+    const Json& kept = j["bytes_kept"];
+    for (int stage : {0, 2}) {
+      EXPECT_GT(kept[stage].get<int64_t>(), 0) << j;
+      // The ranks of a stage keep alike (tp halves, or dp replicas).
+      EXPECT_EQ(kept[stage], kept[stage + 1]) << j;
+    }
+    // The stages split the layers: neither keeps much more than the other.
+    EXPECT_LT(kept[0].get<int64_t>(), 2 * kept[2].get<int64_t>()) << j;
+    EXPECT_LT(kept[2].get<int64_t>(), 2 * kept[0].get<int64_t>()) << j;
+  }
 }
 
 }  // namespace

@@ -10,11 +10,13 @@
 // library's ReadMode; a sharded folder is resharded from its rank files). Every rank then
 // checks its pieces (internal/load_setup.h) and rank 0 prints the summary
 // (internal/load_report.h). The run is the runner's (internal/runner.h).
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
@@ -33,10 +35,8 @@ namespace {
 // A parallel layout description as --plan: what it takes of `sdrt load`'s options. Each
 // tensor lives on its own stage's or expert's ranks, so every rank reads its own bytes
 // alone, or a sharded SRC's pieces are resharded into the stages' layouts (no broadcast
-// from rank 0 and no sharing within a node, which need every tensor on every rank's mesh),
-// into SRC's own tensors (no weight map).
-absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const WeightMapOptions& engine,
-                                     const std::string& verify_dir) {
+// from rank 0 and no sharing within a node, which need every tensor on every rank's mesh).
+absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const std::string& verify_dir) {
   const auto refused = [&o](absl::string_view what) {
     return absl::InvalidArgumentError(
         absl::StrCat("--plan ", o.plan, " (a parallel layout description) goes without ", what,
@@ -44,8 +44,6 @@ absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const WeightMapOpti
   };
   if (o.read_mode() == ReadMode::kRoot) return refused("--read root");
   if (o.read_once_per_node) return refused("--read-once-per-node");
-  if (!engine.map.empty()) return refused("--map");
-  if (!engine.cast.empty()) return refused("--cast");
   if (!verify_dir.empty()) return refused("--verify (a sharded folder holds one mesh)");
   return absl::OkStatus();
 }
@@ -83,11 +81,12 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   std::optional<MeshAndPlan> layout;
   std::optional<ParallelLayout> parallel;  // --plan as a parallel layout description
   std::optional<WeightMap> map;
+  std::vector<SafetensorsTensorSpec> tensors;  // the engine's (every rank's), of SRC's list
   Map local;
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(outline, DecodeOutline(outline_bytes));
     if (ParallelLayout::IsDescription(o.plan)) {
-      SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.engine, args.verify_dir));
+      SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.verify_dir));
       if (o.mesh.empty()) {
         return absl::InvalidArgumentError(
             "--mesh with a parallel layout description: the world size (one number)");
@@ -98,14 +97,13 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                                                        Ranks(parallel->world_size()),
                                                        " but mpiexec started ", run.size()));
       }
-      SDRT_ASSIGN_OR_RETURN(local, parallel->MetaStateDict(outline.tensors, run.rank()));
-      return absl::OkStatus();
-    }
-    SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(o));
-    if (layout->mesh->num_ranks() != run.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("--mesh ", o.mesh, " has ",
-                                                     Ranks(layout->mesh->num_ranks()),
-                                                     " but mpiexec started ", run.size()));
+    } else {
+      SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(o));
+      if (layout->mesh->num_ranks() != run.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--mesh ", o.mesh, " has ",
+                                                       Ranks(layout->mesh->num_ranks()),
+                                                       " but mpiexec started ", run.size()));
+      }
     }
     // The engine's tensors: SRC's, or what --map and --cast make of them (each rank lowers
     // the engine's layout from SRC's tensor list, rank 0's with --read root), and no slice
@@ -116,10 +114,14 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
           "--verify goes without --map and --cast (the engine's pieces are not SRC's)");
     }
     SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.src, outline.tensors));
-    SDRT_ASSIGN_OR_RETURN(const std::vector<SafetensorsTensorSpec> tensors,
-                          EngineTensors(map, args.engine, outline.tensors, layout->plan,
-                                        *layout->mesh));
-    SDRT_ASSIGN_OR_RETURN(local, layout->plan.MetaStateDict(tensors, layout->mesh, run.rank()));
+    if (parallel.has_value()) {
+      SDRT_ASSIGN_OR_RETURN(tensors, EngineTensors(map, args.engine, outline.tensors, *parallel));
+      SDRT_ASSIGN_OR_RETURN(local, parallel->MetaStateDict(tensors, run.rank()));
+    } else {
+      SDRT_ASSIGN_OR_RETURN(tensors, EngineTensors(map, args.engine, outline.tensors,
+                                                   layout->plan, *layout->mesh));
+      SDRT_ASSIGN_OR_RETURN(local, layout->plan.MetaStateDict(tensors, layout->mesh, run.rank()));
+    }
     return AddScaleLeaves(args.engine, run.rank(), local);
   }));
 
@@ -166,7 +168,13 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   facts.whole_on_each_rank = parallel.has_value() && outline.sharded;
   if (!args.engine.map.empty() || !args.engine.cast.empty()) {
     // The pieces are SRC's tensors made into others: no slice of SRC to compare them with.
-    facts.engine_tensors = static_cast<int64_t>(local.size());
+    // Every rank's: the list, and the scale each FP8 weight gets beside it (AddScaleLeaves).
+    facts.engine_tensors = static_cast<int64_t>(tensors.size());
+    if (absl::StartsWith(args.engine.cast, "fp8")) {
+      facts.engine_tensors += std::count_if(tensors.begin(), tensors.end(), [](const auto& t) {
+        return t.dtype == DType::kFloat8E4M3FN;
+      });
+    }
     facts.unchecked = absl::StrCat(!args.engine.map.empty() ? "--map" : "--cast",
                                    " changes the tensors (the layouts are held to PyTorch's by "
                                    "sdrt's tests)");

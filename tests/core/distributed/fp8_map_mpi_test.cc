@@ -148,17 +148,7 @@ TEST(Fp8MapMpi, FsdpTrainerIntoFp8TensorParallelBuffersBitExact) {
 }
 
 // A fresh folder made by rank 0, the same path on every rank ("" when it cannot be made).
-std::string SharedTempDir() {
-  std::string dir;
-  if (g_world->rank() == 0) {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_fp8_XXXXXX");
-    const char* made = mkdtemp(pattern.data());
-    dir = made != nullptr ? made : "";
-  }
-  EXPECT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
-  return dir;
-}
+std::string SharedTempDir() { return test::SharedTempDir(*g_world, "sdrt_fp8_"); }
 
 // `file` opened on this rank: every rank for kAll, rank 0 alone for kRoot (the others as
 // ranks that cannot see it).

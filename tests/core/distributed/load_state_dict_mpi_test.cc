@@ -48,14 +48,7 @@ std::vector<std::string>& Made() {
 
 // A fresh folder made by rank 0, the same path on every rank.
 std::string SharedTempDir() {
-  std::string dir;
-  if (Rank() == 0) {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_load_XXXXXX");
-    char* made = mkdtemp(pattern.data());
-    dir = made != nullptr ? std::string(made) : std::string();
-  }
-  EXPECT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
+  std::string dir = test::SharedTempDir(*g_world, "sdrt_load_");
   Made().push_back(dir);
   return dir;
 }

@@ -202,17 +202,7 @@ TEST(WeightMapMpi, VllmBuffersSplitBackIntoHfTensors) {
 }
 
 // A fresh folder made by rank 0, the same path on every rank (removed by RemoveShared).
-std::string SharedTempDir() {
-  std::string dir;
-  if (g_world->rank() == 0) {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/sdrt_map_XXXXXX");
-    char* made = mkdtemp(pattern.data());
-    dir = made != nullptr ? std::string(made) : std::string();
-  }
-  EXPECT_TRUE(g_world->BroadcastBytes(&dir, 0).ok());
-  return dir;
-}
+std::string SharedTempDir() { return test::SharedTempDir(*g_world, "sdrt_map_"); }
 
 TEST(WeightMapMpi, LoadAnHfFileStraightIntoVllmBuffers) {
   ASSERT_FALSE(Golden().is_null());

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
@@ -178,24 +179,26 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(
   return std::optional<WeightMap>(*std::move(map));
 }
 
-absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
+namespace {
+
+// How many parts `placements` on `mesh` cut dim `dim` into.
+int64_t CutsOf(const std::vector<Placement>& placements, const DeviceMesh& mesh, int dim) {
+  int64_t n = 1;
+  for (size_t i = 0; i < placements.size(); ++i) {
+    if (placements[i].kind() == Placement::Kind::kShard && placements[i].dim() == dim) {
+      n *= mesh.size(static_cast<int>(i));
+    }
+  }
+  return n;
+}
+
+// EngineTensors of both kinds: `parts` says how many parts the engine's layout cuts a dim
+// of a destination tensor into.
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensorsCut(
     const std::optional<WeightMap>& map, const WeightMapOptions& options,
-    const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,
-    const DeviceMesh& mesh) {
+    const std::vector<SafetensorsTensorSpec>& sources, const WeightMap::PartsOf& parts) {
   std::vector<SafetensorsTensorSpec> tensors = sources;
   if (map.has_value()) {
-    const auto parts = [&](absl::string_view name, const IntVector& shape,
-                           int dim) -> absl::StatusOr<int64_t> {
-      SDRT_ASSIGN_OR_RETURN(const std::vector<Placement> placements,
-                            plan.PlacementsFor(name, shape, mesh));
-      int64_t n = 1;
-      for (size_t i = 0; i < placements.size(); ++i) {
-        if (placements[i].kind() == Placement::Kind::kShard && placements[i].dim() == dim) {
-          n *= mesh.size(static_cast<int>(i));
-        }
-      }
-      return n;
-    };
     SDRT_ASSIGN_OR_RETURN(tensors, map->DestinationTensors(sources, parts));
   }
   if (absl::StartsWith(options.cast, "fp8")) {
@@ -228,6 +231,39 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     tensors = std::move(kept);
   }
   return tensors;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
+    const std::optional<WeightMap>& map, const WeightMapOptions& options,
+    const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,
+    const DeviceMesh& mesh) {
+  return EngineTensorsCut(
+      map, options, sources,
+      [&](absl::string_view name, const IntVector& shape, int dim) -> absl::StatusOr<int64_t> {
+        SDRT_ASSIGN_OR_RETURN(const std::vector<Placement> placements,
+                              plan.PlacementsFor(name, shape, mesh));
+        return CutsOf(placements, mesh, dim);
+      });
+}
+
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
+    const std::optional<WeightMap>& map, const WeightMapOptions& options,
+    const std::vector<SafetensorsTensorSpec>& sources, const ParallelLayout& layout) {
+  // One stage: a tensor placed alone is on the first (its stage does not change its cut).
+  SDRT_ASSIGN_OR_RETURN(const ParallelLayout one_stage,
+                        ParallelLayout::Parse(absl::StrReplaceAll(
+                            layout.ToString(), {{absl::StrCat(",pp=", layout.pp()), ",pp=1"}})));
+  return EngineTensorsCut(
+      map, options, sources,
+      [&](absl::string_view name, const IntVector& shape, int dim) -> absl::StatusOr<int64_t> {
+        SafetensorsTensorSpec alone;
+        alone.name = std::string(name);
+        alone.shape = shape;
+        SDRT_ASSIGN_OR_RETURN(const std::vector<LaidOutTensor> placed, one_stage.Place({alone}));
+        return CutsOf(placed[0].placements, *placed[0].mesh, dim);
+      });
 }
 
 absl::Status AddScaleLeaves(const WeightMapOptions& options, int64_t rank, Map& local) {

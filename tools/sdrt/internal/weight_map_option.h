@@ -10,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/weight_map.h"
 #include "sdrt/core/io/safetensors.h"
@@ -53,6 +54,12 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     const std::optional<WeightMap>& map, const WeightMapOptions& options,
     const std::vector<SafetensorsTensorSpec>& sources, const ShardingPlan& plan,
     const DeviceMesh& mesh);
+// The same under a parallel layout description: a fuse is cut into as many parts as
+// `layout` cuts the fused tensor when it places it alone (its tp placement over tp, or over
+// etp for an expert's), whatever its stage. ParallelLayout::Place's errors besides.
+absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
+    const std::optional<WeightMap>& map, const WeightMapOptions& options,
+    const std::vector<SafetensorsTensorSpec>& sources, const ParallelLayout& layout);
 
 // With --cast fp8-block or fp8-tensor, the scales beside each float8_e4m3fn DTensor of
 // `local` (rank `rank`'s, made by MetaStateDict from EngineTensors' list): a meta float32

@@ -87,17 +87,21 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
     SDRT_ASSIGN_OR_RETURN(outline, DecodeOutline(outline_bytes));
     if (ParallelLayout::IsDescription(o.plan)) {
       SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.verify_dir));
-      if (o.mesh.empty()) {
-        return absl::InvalidArgumentError(
-            "--mesh with a parallel layout description: the world size (one number)");
-      }
-      SDRT_ASSIGN_OR_RETURN(parallel, ParseParallelLayout(o.mesh, o.plan));
+      // --mesh, when given, is the world size: mpiexec's by default.
+      SDRT_ASSIGN_OR_RETURN(parallel,
+                            ParseParallelLayout(o.mesh.empty() ? std::to_string(run.size()) : o.mesh,
+                                                o.plan));
       if (parallel->world_size() != run.size()) {
         return absl::InvalidArgumentError(absl::StrCat("--plan ", parallel->ToString(), " has ",
                                                        Ranks(parallel->world_size()),
                                                        " but mpiexec started ", run.size()));
       }
     } else {
+      if (o.mesh.empty()) {
+        return absl::InvalidArgumentError(
+            "--mesh is required (see `sdrt load --help`) unless --plan is a parallel layout "
+            "description");
+      }
       SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(o));
       if (layout->mesh->num_ranks() != run.size()) {
         return absl::InvalidArgumentError(absl::StrCat("--mesh ", o.mesh, " has ",
@@ -127,7 +131,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
 
   LoadFacts facts;
   facts.src = args.src;
-  facts.mesh = o.mesh;
+  facts.mesh = parallel.has_value() ? std::to_string(parallel->world_size()) : o.mesh;
   facts.plan = parallel.has_value() ? parallel->ToString() : layout->plan.name();
   facts.device = o.device;
   facts.read = parallel.has_value() && o.read_mode() == ReadMode::kAuto
@@ -219,9 +223,11 @@ void AddLoadCommand(CLI::App& app, int* exit_code) {
                    kMeshPlanOption | kReadOption | kDeviceOption | kBucketMibOption | kJsonOption |
                        kProgressOption | kTimeoutOption,
                    &args->shared);
-  cmd->get_option("--mesh")->description(
-      "device mesh shape over ranks 0..N-1: 4, 2x2, 2x2x2; with a parallel layout "
-      "description as --plan, the world size (one number)");
+  cmd->get_option("--mesh")
+      ->description(
+          "device mesh shape over ranks 0..N-1: 4, 2x2, 2x2x2; with a parallel layout "
+          "description as --plan, the world size (one number; default: mpiexec's)")
+      ->required(false);
   cmd->get_option("--plan")->description(
       "fsdp ([S(0)] on every mesh dim), hsdp ([R, S(0)], 2-D mesh), tp (by tensor name), "
       "fsdp-tp (FSDP2 over TP, 2-D dp x tp mesh), a PLAN.json file, or a parallel layout "

@@ -160,9 +160,9 @@ absl::Status RunSimulate(const SimulateArgs& args) {
       << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
       << cluster.nodes << " x " << cluster.gpus_per_node << " (" << f.ranks << " ranks)\n"
       << absl::StrFormat(
-             "rank %d's plan in %.3f s (placing %.3f s), peak memory %s; every rank's messages "
-             "(for the model) in %.3f s, peak %s\n",
-             args.rank, f.place_seconds + f.plan_seconds, f.place_seconds,
+             "rank %d's plan in %.3f s (after placing, %.3f s), peak memory %s; every rank's "
+             "messages (for the model) in %.3f s, peak %s\n",
+             args.rank, f.plan_seconds, f.place_seconds,
              HumanBytes(f.peak_rss_bytes), f.world_plan_seconds, HumanBytes(f.world_peak_rss_bytes))
       << WithThousands(f.distinct_layouts) << " distinct layouts; rank " << args.rank
       << " sends or receives " << WithThousands(f.rank_messages) << " messages (its plan "

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/tensor/status_macros.h"
@@ -183,7 +184,8 @@ std::vector<std::string> ArchNames() {
 
 absl::StatusOr<ArchConfig> ScaledArch(absl::string_view arch, double scale) {
   if (!(scale > 0.0) || scale > 16.0) {
-    return absl::InvalidArgumentError(absl::StrCat("--scale must be in (0, 16], got ", scale));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--scale must be in (0, 16], got %.17g", scale));
   }
   for (const BaseArch& a : kArchs) {
     if (arch != a.name) continue;

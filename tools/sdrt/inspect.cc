@@ -41,7 +41,7 @@ absl::Status InspectLayout(const InspectArgs& args) {
     std::cout << JsonText(*json, 1) << "\n";
     return absl::OkStatus();
   }
-  absl::StatusOr<std::string> text = RenderLayout(found->layout, *found->mesh);
+  absl::StatusOr<std::string> text = RenderLayout(found->layout, *found->mesh, found->world_size);
   if (!text.ok()) return text.status();
   std::cout << *text;
   return absl::OkStatus();

@@ -63,12 +63,14 @@ std::string RunsText(const internal::IndexRuns& runs) {
   return parts.empty() ? "none" : absl::StrJoin(parts, " ");
 }
 
-std::string Header(const TensorLayout& layout, const DeviceMesh& mesh) {
-  // A mesh over other ranks than 0..N-1 (a pipeline stage's, an expert's) lists them.
+std::string Header(const TensorLayout& layout, const DeviceMesh& mesh, int64_t world_size) {
+  // A mesh over other ranks than 0..N-1, or over fewer than the world's (a pipeline stage's,
+  // an expert's), lists them.
   std::string ranks;
   const std::vector<int64_t>& r = mesh.ranks();
+  const bool part = world_size > static_cast<int64_t>(r.size());
   for (size_t i = 0; i < r.size(); ++i) {
-    if (r[i] == static_cast<int64_t>(i)) continue;
+    if (r[i] == static_cast<int64_t>(i) && !part) continue;
     const size_t shown = std::min<size_t>(r.size(), 16);
     ranks = absl::StrCat(" of ranks ", absl::StrJoin(r.begin(), r.begin() + shown, ", "),
                          shown < r.size() ? absl::StrCat(", ... (", r.size(), " ranks)") : "");
@@ -171,6 +173,7 @@ absl::StatusOr<FoundLayout> FindInParallelLayout(const std::string& path, const 
     FoundLayout found;
     found.layout = {name, specs[i].dtype, specs[i].shape, std::move(placed[i].placements)};
     found.mesh = std::move(placed[i].mesh);
+    found.world_size = layout.world_size();
     return found;
   }
   return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "'"));
@@ -228,11 +231,12 @@ absl::StatusOr<FoundLayout> FindLayout(const std::string& path, const std::strin
   return found;
 }
 
-absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const DeviceMesh& mesh) {
+absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const DeviceMesh& mesh,
+                                         int64_t world_size) {
   absl::StatusOr<std::vector<RankPiece>> pieces = Pieces(layout, mesh);
   if (!pieces.ok()) return pieces.status();
   std::ostringstream out;
-  out << Header(layout, mesh) << "\n";
+  out << Header(layout, mesh, world_size) << "\n";
   std::vector<std::string> header = {"rank", "mesh coordinate", "local shape"};
   for (size_t d = 0; d < layout.shape.size(); ++d) header.push_back(absl::StrCat("dim ", d));
   std::vector<bool> right(header.size(), false);

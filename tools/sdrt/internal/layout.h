@@ -33,6 +33,7 @@ struct TensorLayout {
 struct FoundLayout {
   TensorLayout layout;
   std::shared_ptr<const DeviceMesh> mesh;
+  int64_t world_size = 0;  // a parallel layout's ranks; 0: the mesh's
 };
 
 // The layout of tensor `name` in `path`: a sharded checkpoint folder's own (its index's
@@ -57,7 +58,10 @@ inline constexpr int64_t kMaxLayoutRanks = 64;
 // The text described above, ending in a newline. InvalidArgument for placements that do
 // not fit the mesh or the shape (ComputeLocalShapeAndGlobalOffset's errors, naming the
 // tensor).
-absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const DeviceMesh& mesh);
+// The header names the mesh's ranks when they are not 0..N-1 or fewer than `world_size`
+// (a pipeline stage's, an expert's).
+absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const DeviceMesh& mesh,
+                                         int64_t world_size = 0);
 
 // The same as JSON: {"tensor", "dtype", "shape", "mesh", "mesh_dim_names", "mesh_ranks",
 // "placements", "ranks": [{"rank", "coordinate", "local_shape", "runs": per dim a list of

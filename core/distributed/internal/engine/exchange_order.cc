@@ -39,6 +39,45 @@ int64_t SentInPart(int64_t sent, int64_t own, int64_t part_received, int64_t tot
   return static_cast<int64_t>(std::ceil(static_cast<long double>(sent) * in_part / others));
 }
 
+// One rank's bytes on one side (sent or received) in each exchange group so far, with
+// the least of each block of groups, so that the first group with room for an item is found
+// without a look at every group.
+class GroupLoads {
+ public:
+  // The first group >= `from` whose bytes are at most `most` (every group past the last
+  // with bytes holds none).
+  size_t FirstWithRoom(size_t from, int64_t most) const {
+    size_t g = from;
+    while (g < load_.size()) {
+      if (g % kBlock == 0 && least_[g / kBlock] > most) {
+        g += kBlock;
+        continue;
+      }
+      if (load_[g] <= most) return g;
+      ++g;
+    }
+    return g;
+  }
+  void Add(size_t group, int64_t bytes) {
+    if (group >= load_.size()) {
+      load_.resize(group + 1, 0);
+      least_.resize(group / kBlock + 1, 0);
+    }
+    load_[group] += bytes;
+    const size_t block = group / kBlock * kBlock;
+    const size_t end = std::min(load_.size(), block + kBlock);
+    // A block not yet filled to its end holds groups of no bytes past load_'s end.
+    int64_t least = end - block < kBlock ? 0 : load_[block];
+    for (size_t i = block; i < end; ++i) least = std::min(least, load_[i]);
+    least_[group / kBlock] = least;
+  }
+
+ private:
+  static constexpr size_t kBlock = 64;
+  std::vector<int64_t> load_;   // by group
+  std::vector<int64_t> least_;  // by block of kBlock groups
+};
+
 }  // namespace
 
 uint32_t PartOf(const ExchangeOrder& order, const TransferTensorPlan& tensor, size_t index,
@@ -56,20 +95,6 @@ uint32_t PartOf(const ExchangeOrder& order, const TransferTensorPlan& tensor, si
 ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
   ExchangeOrder order;
   order.part_counts.assign(plan.tensors.size(), 1);
-  // Each rank's bytes sent and received in the open group (indexed by rank, grown as
-  // ranks appear), and the ranks to reset when it closes.
-  std::vector<int64_t> sent, received;
-  std::vector<int64_t> touched;
-  const auto at = [](std::vector<int64_t>& side, int64_t rank) -> int64_t& {
-    if (static_cast<size_t>(rank) >= side.size()) side.resize(static_cast<size_t>(rank) + 1, 0);
-    return side[static_cast<size_t>(rank)];
-  };
-  // Whether a rank with `held` bytes on one side of the group passes the bucket with
-  // `bytes` more: one item alone may give a rank more than a bucket (that rank's exchanges
-  // of the group are then cut by its own bytes), nothing else may.
-  const auto passes = [bucket_bytes](int64_t held, int64_t bytes) {
-    return held > 0 && held + bytes > bucket_bytes;
-  };
   struct Item {
     size_t tensor;
     uint32_t part;
@@ -89,54 +114,27 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     return SentInPart(sent, receives ? it->second : 0, item.received, total_received[item.tensor],
                       receives && i >= first && i < last);
   };
-  // Calls visit(sends, rank, bytes) for every rank the item gives bytes, until it returns
-  // false; false then.
+  // Calls visit(sends, rank, bytes) for every rank the item gives bytes.
   const auto each_rank = [&](const Item& item, auto&& visit) {
     const TransferLayoutPlan& layout = *plan.tensors[item.tensor].layout;
     const uint32_t parts = order.part_counts[item.tensor];
     for (const auto& [rank, bytes] : layout.sent) {
       const int64_t mine = sent_in(item, rank, bytes);
-      if (mine > 0 && !visit(true, rank, mine)) return false;
+      if (mine > 0) visit(true, rank, mine);
     }
     const auto [first, last] = Receivers(layout.received.size(), parts, item.part);
     for (size_t i = first; i < last; ++i) {
-      if (!visit(false, layout.received[i].first, layout.received[i].second)) return false;
+      visit(false, layout.received[i].first, layout.received[i].second);
     }
-    return true;
   };
-  // The rank and side that last kept an item out of the group, tried first: it stays full
-  // while the group fills, and the items after one it blocked mostly involve it too.
-  int64_t blocker = -1;
-  bool blocker_sends = true;
-  const auto blocked = [&](const Item& item) {
-    if (blocker < 0) return false;
-    const TransferLayoutPlan& layout = *plan.tensors[item.tensor].layout;
-    const PerRank& list = blocker_sends ? layout.sent : layout.received;
-    const auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(blocker, int64_t{0}));
-    if (it == list.end() || it->first != blocker) return false;
-    const uint32_t parts = order.part_counts[item.tensor];
-    if (blocker_sends) return passes(at(sent, blocker), sent_in(item, blocker, it->second));
-    const auto [first, last] = Receivers(list.size(), parts, item.part);
-    const auto i = static_cast<size_t>(it - list.begin());
-    return i >= first && i < last && passes(at(received, blocker), it->second);
-  };
-  const auto fits = [&](const Item& item) {
-    if (blocked(item)) return false;
-    return each_rank(item, [&](bool sends, int64_t rank, int64_t bytes) {
-      if (!passes(at(sends ? sent : received, rank), bytes)) return true;
-      blocker = rank;
-      blocker_sends = sends;
-      return false;
-    });
-  };
-  std::vector<Item> pending;
+  std::vector<Item> items;
   for (size_t t = 0; t < plan.tensors.size(); ++t) {
     const TransferLayoutPlan& layout = *plan.tensors[t].layout;
     if (layout.collective != Collective::kNone) continue;
     const uint32_t parts = PartCount(layout, bucket_bytes);
     order.part_counts[t] = parts;
     if (parts == 1) {
-      pending.push_back({t, 0});
+      items.push_back({t, 0});
       continue;
     }
     for (const auto& [rank, bytes] : layout.received) total_received[t] += bytes;
@@ -144,33 +142,53 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
       const auto [first, last] = Receivers(layout.received.size(), parts, p);
       int64_t part_received = 0;
       for (size_t i = first; i < last; ++i) part_received += layout.received[i].second;
-      pending.push_back({t, p, part_received});
+      items.push_back({t, p, part_received});
     }
   }
-  std::vector<Item> left;
-  while (!pending.empty()) {
-    order.begin.push_back(order.tensors.size());
-    left.clear();
-    for (const Item& item : pending) {
-      if (!fits(item)) {
-        left.push_back(item);
-        continue;
+  // Each item, in plan order, goes to the first group where each of its ranks has room (a
+  // rank with bytes there takes at most the bucket with the item's, else nothing but the
+  // item): the groups that filling each group in turn with the items left that fit makes,
+  // without a pass over every item left per group (which a small bucket made quadratic).
+  std::vector<GroupLoads> sent(0), received(0);  // by rank, grown as ranks appear
+  const auto loads = [&](bool sends, int64_t rank) -> GroupLoads& {
+    std::vector<GroupLoads>& side = sends ? sent : received;
+    if (static_cast<size_t>(rank) >= side.size()) side.resize(static_cast<size_t>(rank) + 1);
+    return side[static_cast<size_t>(rank)];
+  };
+  std::vector<std::vector<std::pair<size_t, uint32_t>>> groups;
+  struct Visit {
+    bool sends;
+    int64_t rank;
+    int64_t bytes;
+  };
+  std::vector<Visit> visits;  // the item's ranks and bytes, each side apart
+  for (const Item& item : items) {
+    visits.clear();
+    each_rank(item, [&](bool sends, int64_t rank, int64_t bytes) {
+      visits.push_back({sends, rank, bytes});
+    });
+    size_t g = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const Visit& v : visits) {
+        const size_t room = loads(v.sends, v.rank)
+                                .FirstWithRoom(g, std::max<int64_t>(0, bucket_bytes - v.bytes));
+        if (room > g) {
+          g = room;
+          moved = true;
+        }
       }
-      order.tensors.push_back(item.tensor);
-      order.parts.push_back(item.part);
-      each_rank(item, [&](bool sends, int64_t rank, int64_t bytes) {
-        at(sends ? sent : received, rank) += bytes;
-        touched.push_back(rank);
-        return true;
-      });
     }
-    for (const int64_t rank : touched) {
-      at(sent, rank) = 0;
-      at(received, rank) = 0;
+    for (const Visit& v : visits) loads(v.sends, v.rank).Add(g, v.bytes);
+    if (g >= groups.size()) groups.resize(g + 1);
+    groups[g].emplace_back(item.tensor, item.part);
+  }
+  for (const auto& group : groups) {
+    order.begin.push_back(order.tensors.size());
+    for (const auto& [tensor, part] : group) {
+      order.tensors.push_back(tensor);
+      order.parts.push_back(part);
     }
-    touched.clear();
-    blocker = -1;
-    pending.swap(left);
   }
   return order;
 }

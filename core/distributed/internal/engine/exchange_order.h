@@ -32,9 +32,10 @@ struct ExchangeOrder {
 // Fills each group in turn with the items not yet taken that fit it, in plan order, so that
 // a group holds items of as many senders as the buckets allow: a plan whose consecutive
 // tensors come from one rank (the experts of one expert-parallel rank) does not have every
-// other rank wait while that one sends. Time: the layouts' per-rank lists of the items taken,
-// plus one test per item left per group (a test first tries the rank that last kept an
-// item out: usually one lookup).
+// other rank wait while that one sends. Made as each item in plan order going to the first
+// group where it fits (the same groups): time, the items' per-rank lists times the groups
+// skipped, 64 at a time, for each of their ranks; memory, a byte count per group for each
+// rank.
 ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes);
 
 // The part of plan tensor `tensor` that its messages to `destination_rank` travel in: the

@@ -1,6 +1,7 @@
 #include "sdrt/core/distributed/internal/engine/schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -237,6 +238,40 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       order.parts.size() != order.tensors.size()) {
     return absl::InvalidArgumentError("an exchange order of another plan");
   }
+  // The point-to-point chunks of each tensor cut in parts, sorted by part once (stable), so
+  // that each of its items takes its own: a pass over every chunk of the tensor per part was
+  // quadratic in the parts (a small bucket cuts a tensor into one part per receiver).
+  std::vector<size_t> part_bounds_at(plan.tensors.size(), SIZE_MAX);  // into part_bounds
+  std::vector<size_t> part_bounds;
+  std::vector<const TransferMessage*> by_part;
+  const auto sort_by_part = [&](size_t t) {
+    const uint32_t parts = order.part_counts[t];
+    std::vector<uint32_t> part_of;
+    part_of.reserve(schedule.chunks[t]->size());
+    std::vector<size_t> count(parts + 1, 0);
+    for (const TransferMessage& chunk : *schedule.chunks[t]) {
+      part_of.push_back(chunk.destination_rank == kEveryRank
+                            ? parts
+                            : PartOf(order, plan.tensors[t], t, chunk.destination_rank));
+      ++count[part_of.back()];
+    }
+    part_bounds_at[t] = part_bounds.size();
+    size_t at = by_part.size();
+    for (uint32_t p = 0; p <= parts; ++p) {
+      part_bounds.push_back(at);
+      at += count[p];
+    }
+    by_part.resize(at);
+    size_t i = 0;
+    for (const TransferMessage& chunk : *schedule.chunks[t]) {
+      by_part[part_bounds[part_bounds_at[t] + part_of[i++]]++] = &chunk;
+    }
+    // Each bound was moved to its part's end: back to its start.
+    for (uint32_t p = parts; p > 0; --p) {
+      part_bounds[part_bounds_at[t] + p] = part_bounds[part_bounds_at[t] + p - 1];
+    }
+    part_bounds[part_bounds_at[t]] = at - part_of.size();
+  };
   std::vector<TransferSchedule::Step> direct;
   direct.reserve(total);
   std::vector<size_t> direct_starts, forward_starts;
@@ -254,12 +289,20 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
         return absl::InvalidArgumentError("an exchange order of another plan");
       }
       if (plan.tensors[t].contributions() > 1) groups_interleave.back() = 0;
-      for (const TransferMessage& chunk : *schedule.chunks[t]) {
-        if (chunk.destination_rank != kEveryRank &&
-            (order.part_counts[t] == 1 ||
-             PartOf(order, plan.tensors[t], t, chunk.destination_rank) == order.parts[k])) {
-          (chunk.forward ? forwards : direct).push_back({t, &chunk});
+      if (order.part_counts[t] == 1) {
+        for (const TransferMessage& chunk : *schedule.chunks[t]) {
+          if (chunk.destination_rank != kEveryRank) {
+            (chunk.forward ? forwards : direct).push_back({t, &chunk});
+          }
         }
+        continue;
+      }
+      if (order.parts[k] >= order.part_counts[t]) continue;  // no chunk is in it
+      if (part_bounds_at[t] == SIZE_MAX) sort_by_part(t);
+      const size_t first = part_bounds[part_bounds_at[t] + order.parts[k]];
+      const size_t last = part_bounds[part_bounds_at[t] + order.parts[k] + 1];
+      for (size_t c = first; c < last; ++c) {
+        (by_part[c]->forward ? forwards : direct).push_back({t, by_part[c]});
       }
     }
   }

@@ -171,8 +171,8 @@ ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes) {
     for (bool moved = true; moved;) {
       moved = false;
       for (const Visit& v : visits) {
-        const size_t room = loads(v.sends, v.rank)
-                                .FirstWithRoom(g, std::max<int64_t>(0, bucket_bytes - v.bytes));
+        const size_t room =
+            loads(v.sends, v.rank).FirstWithRoom(g, std::max<int64_t>(0, bucket_bytes - v.bytes));
         if (room > g) {
           g = room;
           moved = true;

@@ -339,6 +339,10 @@ MpiCommunicator::MpiCommunicator(Handle comm, Handle roll_comm, int rank, int si
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // After a timeout the MPI communicators stay until the process ends: freed, their
+  // contexts would go to a later communicator (the next job accepted), where a rank of this
+  // one that was stopped and wakes up would be heard as one of its ranks.
+  if (!timed_out_.empty()) return;
   MPI_Comm comm = ToComm(comm_);
   MPI_Comm roll = ToComm(roll_comm_);
   FreeComm(&roll);

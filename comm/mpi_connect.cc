@@ -132,6 +132,9 @@ std::string SecondsLeft(Clock::time_point deadline) {
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Accept(
     const std::string& port_file, std::chrono::milliseconds timeout) {
   constexpr absl::string_view kOp = "MpiCommunicator::Accept";
+  if (port_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": port_file is empty"));
+  }
   const Clock::time_point deadline = Clock::now() + timeout;
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> job, World(timeout));
   char port[MPI_MAX_PORT_NAME] = {};
@@ -165,6 +168,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Accept(
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Connect(
     const std::string& port_file, std::chrono::milliseconds timeout) {
   constexpr absl::string_view kOp = "MpiCommunicator::Connect";
+  if (port_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": port_file is empty"));
+  }
   const Clock::time_point deadline = Clock::now() + timeout;
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> job, World(timeout));
   std::string port;

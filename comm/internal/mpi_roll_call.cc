@@ -55,21 +55,36 @@ int MpiRollCall::Answer(int64_t sequence) {
   int first_caller = -1;
   if (comm_ == MPI_COMM_NULL) return first_caller;
   while (true) {
-    int waiting = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kCallTag, comm_, &waiting, &status) != MPI_SUCCESS ||
-        !waiting) {
-      return first_caller;
-    }
     int64_t theirs = 0;
-    if (MPI_Recv(&theirs, 1, MPI_INT64_T, status.MPI_SOURCE, kCallTag, comm_, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS) {
-      return first_caller;
-    }
-    Send(status.MPI_SOURCE, kReplyTag, sequence);
-    if (first_caller < 0) first_caller = status.MPI_SOURCE;
+    const int source = TakeWaiting(kCallTag, &theirs);
+    if (source < 0) return first_caller;
+    Send(source, kReplyTag, sequence);
+    if (first_caller < 0) first_caller = source;
   }
 }
+
+int MpiRollCall::TakeWaiting(int tag, int64_t* value) {
+  // A matched probe: the receive takes exactly the message probed. A plain probe and
+  // receive could block for good in the receive, when what the probe saw was taken or
+  // belonged elsewhere (a message of a rank of an earlier job, stopped and resumed, on a
+  // communicator of the same context).
+  int waiting = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
+  MPI_Status status;
+  if (MPI_Improbe(MPI_ANY_SOURCE, tag, comm_, &waiting, &message, &status) != MPI_SUCCESS ||
+      !waiting) {
+    return -1;
+  }
+  int count = 0;
+  if (MPI_Get_count(&status, MPI_INT64_T, &count) != MPI_SUCCESS || count != 1) {
+    // Not one of ours: taken whole into nothing and left out.
+    MPI_Mrecv(nullptr, 0, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    return -1;
+  }
+  if (MPI_Mrecv(value, 1, MPI_INT64_T, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
+  return status.MPI_SOURCE >= 0 && status.MPI_SOURCE < size_ ? status.MPI_SOURCE : -1;
+}
+
 
 RollCallResult MpiRollCall::Call(int64_t sequence, std::chrono::milliseconds grace,
                                  int first_to_give_up) {
@@ -87,21 +102,15 @@ RollCallResult MpiRollCall::Call(int64_t sequence, std::chrono::milliseconds gra
     const Clock::time_point end = Clock::now() + grace;
     while (missing > 0 && Clock::now() < end) {
       Answer(sequence);
-      int waiting = 0;
-      MPI_Status status;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, kReplyTag, comm_, &waiting, &status) != MPI_SUCCESS) break;
-      if (!waiting) {
+      int64_t theirs = 0;
+      const int source = TakeWaiting(kReplyTag, &theirs);
+      if (source < 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
-      int64_t theirs = 0;
-      if (MPI_Recv(&theirs, 1, MPI_INT64_T, status.MPI_SOURCE, kReplyTag, comm_,
-                   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-        break;
-      }
-      if (!replied[status.MPI_SOURCE]) {
-        replied[status.MPI_SOURCE] = true;
-        replies[status.MPI_SOURCE] = theirs;
+      if (!replied[source]) {
+        replied[source] = true;
+        replies[source] = theirs;
         --missing;
       }
     }

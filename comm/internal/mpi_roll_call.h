@@ -62,6 +62,10 @@ class MpiRollCall {
   // Sends `sequence` with `tag` to `to` without waiting for it; the buffer is kept for the
   // rest of the process (a send to a stopped rank may never complete).
   void Send(int to, int tag, int64_t sequence);
+  // Takes one waiting message of `tag` into *value (a matched probe and receive; never
+  // blocks). Its source rank, or -1 when none waits or it is not one int64 of a rank of
+  // the communicator (then dropped).
+  int TakeWaiting(int tag, int64_t* value);
 
   MPI_Comm comm_;
   int rank_;

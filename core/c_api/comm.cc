@@ -16,7 +16,8 @@ namespace {
 
 absl::StatusOr<std::chrono::milliseconds> Timeout(double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9) {
-    return absl::InvalidArgumentError("options.timeout_seconds must be > 0 and finite");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.timeout_seconds must be in (0, 1e9] seconds, got ", seconds));
   }
   return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
 }

@@ -93,7 +93,7 @@ ScopedTimeout::~ScopedTimeout() {
 absl::Status ScopedTimeout::Check(double seconds) {
   if (std::isfinite(seconds) && seconds >= 0 && seconds < 1e9) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("timeout_seconds must be >= 0 and finite (0: the communicator's), got ",
+      absl::StrCat("timeout_seconds must be in [0, 1e9) seconds (0: the communicator's), got ",
                    seconds));
 }
 

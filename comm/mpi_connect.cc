@@ -109,7 +109,9 @@ absl::StatusOr<std::string> ClaimPort(const std::string& path, Clock::time_point
     if (port.ok()) {
       absl::Status claim = internal::Claim(path);
       if (claim.ok()) return port;
-      if (claim.code() != absl::StatusCode::kNotFound) why = std::string(claim.message());
+      why = claim.code() == absl::StatusCode::kNotFound
+                ? "it appeared, but was claimed or removed before this job could claim it"
+                : std::string(claim.message());
     } else if (port.status().code() != absl::StatusCode::kNotFound) {
       return port.status();
     }
@@ -189,6 +191,11 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Connect(
   status = SDRT_MPI_STATUS(MPI_Comm_connect(port.c_str(), info, 0, ToComm(job->comm_), &inter));
   MPI_Info_free(&info);
   if (!status.ok()) {
+    // MPI says no more than "other error" for a port of a job that has ended or a name
+    // that is no port at all.
+    status = Annotated(status, absl::StrCat("port file ", port_file,
+                                            " (left by a job that has ended, or not a port "
+                                            "name?)"));
     // The claim is this job's (rank 0 renamed the port file to it): a port nobody accepts
     // on (a file holding no port, an acceptor gone) would otherwise block every later
     // Accept on that path.

@@ -286,10 +286,9 @@ int Parse(int argc, char** argv, Args* args) {
       if (!WholeNumber(value, 1, 1000000, &args->steps)) {
         return BadFlag(value, "--steps takes 1 to 1000000");
       }
-    } else if (flag == "--accept") {
-      args->accept = value;
-    } else if (flag == "--connect") {
-      args->connect = value;
+    } else if (flag == "--accept" || flag == "--connect") {
+      if (value[0] == '\0' || value[0] == '-') return BadFlag(flag.c_str(), "needs a PORT_FILE");
+      (flag == "--accept" ? args->accept : args->connect) = value;
     } else if (flag == "--restarts") {
       if (!WholeNumber(value, 0, 1000, &args->restarts)) {
         return BadFlag(value, "--restarts takes 0 to 1000");
@@ -297,10 +296,20 @@ int Parse(int argc, char** argv, Args* args) {
     } else {
       char* end = nullptr;
       args->timeout = std::strtod(value, &end);
-      if (end == value || *end != '\0' || !(args->timeout > 0 && args->timeout <= 86400)) {
-        return BadFlag(value, "--timeout takes seconds in (0, 86400]");
+      if (end == value || *end != '\0' || !(args->timeout >= 0.001 && args->timeout <= 86400)) {
+        return BadFlag(value, "--timeout takes seconds in [0.001, 86400]");
       }
     }
+  }
+  // One side each: the trainer's flags with --accept, the engine's with --connect.
+  if (!args->accept.empty() && !args->connect.empty()) {
+    return BadFlag("--connect", "goes without --accept (one job is one side)");
+  }
+  if (args->restarts > 0 && args->accept.empty()) {
+    return BadFlag("--restarts", "is the trainer's: it goes with --accept");
+  }
+  if (args->die && args->connect.empty()) {
+    return BadFlag("--die", "is the engine's: it goes with --connect");
   }
   return 0;
 }

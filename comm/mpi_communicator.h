@@ -24,7 +24,9 @@
 // form); communicators are duplicated with MPI_Comm_idup under the deadline.
 //
 // Ownership: the MPI communicator is freed by the destructor (unless MPI was already
-// finalized). This header does not include mpi.h. In a build without MPI the same header is
+// finalized, or the communicator timed out: then it is kept until the process ends, so that
+// MPI does not give its context to a later communicator where a stopped rank that wakes up
+// would be heard). This header does not include mpi.h. In a build without MPI the same header is
 // served by comm/mpi_communicator_nompi.cc: World, Duplicate, DuplicateFortran, Accept and
 // Connect return Unavailable, and AbortJob ends this process (the whole job) with the exit code.
 #ifndef SDRT_COMM_MPI_COMMUNICATOR_H_
@@ -100,7 +102,10 @@ class MpiCommunicator final : public Communicator {
   // processes (MPICH 5's ch4:ofi does, docs/HOSTS.md; MPICH 4.0's ch4:ucx netmod, Debian 12's, does
   // not: MPI_Open_port and MPI_Comm_connect fail with "The function is currently not supported with
   // ucx netmod", returned as MPI's error); a connector that dies between its claim and its connect
-  // leaves the acceptor blocked in MPI_Comm_accept. Unavailable in a build without MPI.
+  // (or fails in its own MPI) leaves the acceptor blocked in MPI_Comm_accept; a connect to a live
+  // acceptor that is not accepting waits until that process ends; a peer killed while bytes are
+  // in flight can make MPICH abort this job (docs/ARCHITECTURE.md, "What MPICH does not let sdrt
+  // bound"). Unavailable in a build without MPI.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Accept(
       const std::string& port_file, std::chrono::milliseconds timeout = kDefaultTimeout);
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Connect(

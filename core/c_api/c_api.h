@@ -838,7 +838,11 @@ SDRT_C_API sdrt_status_t sdrt_reshard_bind(sdrt_reshard_plan_t plan, sdrt_state_
  * received and the exchanges. `options` may be NULL; its stream is waited for before CUDA
  * buffers are read. Errors: SDRT_INVALID_ARGUMENT (NULL bound, bad options);
  * SDRT_FAILED_PRECONDITION (the plan's communicator was destroyed); SDRT_DEADLINE_EXCEEDED
- * (a rank that did not call); the backends' errors. */
+ * (a rank that did not call, or whose process ended); the backends' errors. A peer that
+ * ends inside a call can leave the live ranks disagreeing on whether that call completed
+ * (one finished its part, another timed out waiting): before going on with a new peer,
+ * agree over the ranks that remain on the last call all of them completed (as
+ * examples/weight_sync does over its own job). */
 SDRT_C_API sdrt_status_t sdrt_reshard_bound_execute(sdrt_reshard_bound_t bound,
                                                     const sdrt_reshard_execute_options_t* options);
 /* Local. NULL is a no-op; SDRT_INVALID_ARGUMENT for a handle that is not a live binding's. */

@@ -100,6 +100,10 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
     }
     if (!row.from_layout.empty()) {
       out << "# " << row.op << ": " << row.from_layout << " -> " << row.to_layout << "\n";
+      if (row.wire_bytes == 0) {
+        out << "# " << row.op << ": no byte moves between ranks (each keeps its pieces): its "
+            << "GB/s and ratio count copies on each rank only\n";
+      }
     }
     if (row.flat_wire_bytes > 0) {
       out << "# " << row.op << ": wire bytes " << WithThousands(row.wire_bytes) << " against "

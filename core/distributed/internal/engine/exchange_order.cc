@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <utility>
+#include <vector>
 
 namespace sdrt::internal {
 namespace {
@@ -39,43 +41,59 @@ int64_t SentInPart(int64_t sent, int64_t own, int64_t part_received, int64_t tot
   return static_cast<int64_t>(std::ceil(static_cast<long double>(sent) * in_part / others));
 }
 
-// One rank's bytes on one side (sent or received) in each exchange group so far, with
-// the least of each block of groups, so that the first group with room for an item is found
-// without a look at every group.
+// One rank's bytes on one side (sent or received) in each exchange group so far, in a
+// tree of minima over the groups, so that the first group with room for an item is found in
+// a walk up and down the tree rather than a look at every group.
 class GroupLoads {
  public:
-  // The first group >= `from` whose bytes are at most `most` (every group past the last
-  // with bytes holds none).
+  // The first group >= `from` whose bytes are at most `most` (>= 0; the groups past the
+  // last with bytes hold none).
   size_t FirstWithRoom(size_t from, int64_t most) const {
-    size_t g = from;
-    while (g < load_.size()) {
-      if (g % kBlock == 0 && least_[g / kBlock] > most) {
-        g += kBlock;
-        continue;
+    const size_t leaves = tree_.size() / 2;
+    if (from >= leaves) return from;
+    size_t i = from + leaves;
+    if (tree_[i] <= most) return from;
+    // Up to the first subtree right of `from` that holds such a group, then down into it.
+    while (true) {
+      if (i == 1) return leaves;  // none among the leaves: the next group holds nothing
+      if ((i & 1) == 0 && tree_[i + 1] <= most) {
+        ++i;
+        break;
       }
-      if (load_[g] <= most) return g;
-      ++g;
+      i >>= 1;
     }
-    return g;
+    while (i < leaves) {
+      i <<= 1;
+      if (tree_[i] > most) ++i;
+    }
+    return i - leaves;
   }
+
   void Add(size_t group, int64_t bytes) {
-    if (group >= load_.size()) {
-      load_.resize(group + 1, 0);
-      least_.resize(group / kBlock + 1, 0);
+    size_t leaves = tree_.size() / 2;
+    if (group >= leaves) {
+      size_t grown = std::max<size_t>(leaves * 2, 64);
+      while (grown <= group) grown *= 2;
+      std::vector<int64_t> tree(2 * grown, 0);
+      std::copy(tree_.begin() + static_cast<std::ptrdiff_t>(leaves), tree_.end(),
+                tree.begin() + static_cast<std::ptrdiff_t>(grown));
+      for (size_t i = grown - 1; i > 0; --i) tree[i] = std::min(tree[2 * i], tree[2 * i + 1]);
+      tree_ = std::move(tree);
+      leaves = grown;
     }
-    load_[group] += bytes;
-    const size_t block = group / kBlock * kBlock;
-    const size_t end = std::min(load_.size(), block + kBlock);
-    // A block not yet filled to its end holds groups of no bytes past load_'s end.
-    int64_t least = end - block < kBlock ? 0 : load_[block];
-    for (size_t i = block; i < end; ++i) least = std::min(least, load_[i]);
-    least_[group / kBlock] = least;
+    size_t i = group + leaves;
+    tree_[i] += bytes;
+    // Bytes only grow: a minimum above that does not change leaves the ones above it alone.
+    for (i >>= 1; i > 0; i >>= 1) {
+      const int64_t least = std::min(tree_[2 * i], tree_[2 * i + 1]);
+      if (tree_[i] == least) break;
+      tree_[i] = least;
+    }
   }
 
  private:
-  static constexpr size_t kBlock = 64;
-  std::vector<int64_t> load_;   // by group
-  std::vector<int64_t> least_;  // by block of kBlock groups
+  // tree_[leaves + g]: group g's bytes; tree_[i]: the least of tree_[2i] and tree_[2i + 1].
+  std::vector<int64_t> tree_;
 };
 
 }  // namespace

@@ -33,9 +33,9 @@ struct ExchangeOrder {
 // a group holds items of as many senders as the buckets allow: a plan whose consecutive
 // tensors come from one rank (the experts of one expert-parallel rank) does not have every
 // other rank wait while that one sends. Made as each item in plan order going to the first
-// group where it fits (the same groups): time, the items' per-rank lists times the groups
-// skipped, 64 at a time, for each of their ranks; memory, a byte count per group for each
-// rank.
+// group where it fits (the same groups): time, the items' per-rank lists times the log of
+// the groups (a tree of minima per rank and side); memory, two byte counts per group for
+// each rank and side.
 ExchangeOrder OrderExchanges(const TransferPlan& plan, int64_t bucket_bytes);
 
 // The part of plan tensor `tensor` that its messages to `destination_rank` travel in: the

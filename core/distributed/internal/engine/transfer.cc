@@ -74,12 +74,16 @@ absl::Status CloseTransfer(Communicator& comm, absl::string_view op, const absl:
   Tensor& failed = *flag;
   *static_cast<int64_t*>(failed.data_ptr()) = status.ok() ? 0 : 1;
   if (collectives != nullptr) ++*collectives;
-  // A broken communicator refuses at once: this rank's own error says more. A closing that
-  // timed out names the ranks missing, the likely cause of this rank's error too (a send to
-  // a peer whose process has ended fails at once): DeadlineExceeded with both.
+  // A broken communicator refuses at once: this rank's own error says more. But when this
+  // rank's error is the backend's own (Internal: a send to a peer whose process has ended
+  // fails at once) and the closing timed out, the ranks the closing names missing are the
+  // likely cause: DeadlineExceeded with both.
   if (absl::Status closed = comm.AllReduce(failed, ReduceOp::kMax); !closed.ok()) {
     if (status.ok()) return closed;
-    if (closed.code() != absl::StatusCode::kDeadlineExceeded) return status;
+    if (closed.code() != absl::StatusCode::kDeadlineExceeded ||
+        status.code() != absl::StatusCode::kInternal) {
+      return status;
+    }
     return absl::DeadlineExceededError(
         absl::StrCat(closed.message(), "; before it, this rank: ", status.message()));
   }

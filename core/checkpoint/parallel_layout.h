@@ -92,6 +92,14 @@ class ParallelLayout {
   int64_t world_size() const { return tp_ * pp_ * dp_; }
   // Every size spelled out: "megatron:tp=4,pp=8,dp=4,ep=16,etp=1".
   std::string ToString() const;
+  // The same layout with one pipeline stage (pp 1): every tensor cut as here, on the first
+  // stage's ranks, for what a cut does not need the model's layers for (Place of one
+  // tensor alone).
+  ParallelLayout WithOneStage() const {
+    ParallelLayout one = *this;
+    one.pp_ = 1;
+    return one;
+  }
 
   // The home of each of `tensors` (a model's or a checkpoint's list, in order; no data),
   // one per tensor. Meshes are over global ranks first_rank .. first_rank + world_size() - 1

@@ -40,6 +40,24 @@ void ReleaseMappedPages(const Tensor& tensor) {
   }
 }
 
+// Whether `got` (on any device) holds `want`'s bytes and shape, by xxh64.
+absl::StatusOr<bool> SameBytes(const Tensor& got, const Tensor& want) {
+  SDRT_ASSIGN_OR_RETURN(const Tensor mine, got.To(Device::CPU()));
+  SDRT_ASSIGN_OR_RETURN(const uint64_t a, TensorXxh64(mine));
+  SDRT_ASSIGN_OR_RETURN(const uint64_t b, TensorXxh64(want));
+  return a == b && mine.shape() == want.shape();
+}
+
+// Whether `value` holds rank `rank`'s part of the full tensor `full`: a DTensor its piece
+// (DistributeTensor's), a plain tensor the whole.
+absl::StatusOr<bool> HoldsItsPart(const Value& value, const Tensor& full, int rank) {
+  if (value.kind() != ValueKind::kDTensor) return SameBytes(value.as_tensor(), full);
+  const DTensor& got = value.as_dtensor();
+  SDRT_ASSIGN_OR_RETURN(const DTensor want,
+                        DistributeTensor(full, got.mesh(), got.placements(), rank));
+  return SameBytes(got.local(), want.local());
+}
+
 // Checks rank `rank`'s loaded pieces in `local` by xxh64 against `verify_dir`'s rank file
 // (a sharded checkpoint; `mesh_text` is --mesh, for the message) or, when it is empty,
 // against DistributeTensor of SRC's full tensors; returns the names that differ.
@@ -76,10 +94,7 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
     if (got == nullptr && value.kind() != ValueKind::kTensor) {
       return absl::InternalError(absl::StrCat(local.key(i), ": the load left no tensor"));
     }
-    absl::StatusOr<Tensor> mine =
-        (got != nullptr ? got->local() : value.as_tensor()).To(Device::CPU());
-    if (!mine.ok()) return mine.status();
-    Tensor want, source_tensor;
+    bool same = false;
     if (expected.has_value()) {
       const auto it = expected_by_name.find(local.key(i));
       if (it == expected_by_name.end()) {
@@ -93,26 +108,15 @@ absl::StatusOr<std::vector<std::string>> VerifyPieces(const std::string& verify_
                          PlacementsToString(expected_piece.placements()), ", the plan gives ",
                          PlacementsToString(got->placements())));
       }
-      want = expected_piece.local();
+      SDRT_ASSIGN_OR_RETURN(same, SameBytes(got != nullptr ? got->local() : value.as_tensor(),
+                                            expected_piece.local()));
     } else {
       absl::StatusOr<Tensor> full = file->Get(local.key(i));
       if (!full.ok()) return full.status();
-      source_tensor = *full;
-      if (got != nullptr) {
-        absl::StatusOr<DTensor> piece =
-            DistributeTensor(*full, got->mesh(), got->placements(), rank);
-        if (!piece.ok()) return piece.status();
-        want = piece->local();
-      } else {
-        want = *full;
-      }
+      SDRT_ASSIGN_OR_RETURN(same, HoldsItsPart(value, *full, rank));
+      ReleaseMappedPages(*full);
     }
-    absl::StatusOr<uint64_t> a = TensorXxh64(*mine);
-    absl::StatusOr<uint64_t> b = TensorXxh64(want);
-    if (!a.ok()) return a.status();
-    if (!b.ok()) return b.status();
-    if (*a != *b || mine->shape() != want.shape()) wrong.push_back(local.key(i));
-    ReleaseMappedPages(source_tensor);
+    if (!same) wrong.push_back(local.key(i));
   }
   return wrong;
 }
@@ -149,9 +153,8 @@ absl::StatusOr<std::vector<std::string>> CheckGathered(const LoadCheck& check,
       continue;
     }
     SDRT_ASSIGN_OR_RETURN(const Tensor want, source.Get(name));
-    SDRT_ASSIGN_OR_RETURN(const uint64_t a, TensorXxh64(v.as_tensor()));
-    SDRT_ASSIGN_OR_RETURN(const uint64_t b, TensorXxh64(want));
-    if (a != b || v.as_tensor().shape() != want.shape()) wrong.push_back(name);
+    SDRT_ASSIGN_OR_RETURN(const bool same, SameBytes(v.as_tensor(), want));
+    if (!same) wrong.push_back(name);
     ReleaseMappedPages(want);
   }
   return wrong;
@@ -189,13 +192,8 @@ absl::StatusOr<std::vector<std::string>> CheckWholeOnEachRank(const LoadCheck& c
       continue;
     }
     if (v.kind() != ValueKind::kDTensor) continue;
-    const DTensor& got = v.as_dtensor();
-    SDRT_ASSIGN_OR_RETURN(const DTensor want, DistributeTensor(full->as_tensor(), got.mesh(),
-                                                               got.placements(), check.rank));
-    SDRT_ASSIGN_OR_RETURN(const Tensor mine, got.local().To(Device::CPU()));
-    SDRT_ASSIGN_OR_RETURN(const uint64_t a, TensorXxh64(mine));
-    SDRT_ASSIGN_OR_RETURN(const uint64_t b, TensorXxh64(want.local()));
-    if (a != b || mine.shape() != want.local().shape()) wrong.push_back(name);
+    SDRT_ASSIGN_OR_RETURN(const bool same, HoldsItsPart(v, full->as_tensor(), check.rank));
+    if (!same) wrong.push_back(name);
   }
   return wrong;
 }

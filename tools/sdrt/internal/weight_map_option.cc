@@ -7,7 +7,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
@@ -252,9 +251,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> EngineTensors(
     const std::optional<WeightMap>& map, const WeightMapOptions& options,
     const std::vector<SafetensorsTensorSpec>& sources, const ParallelLayout& layout) {
   // One stage: a tensor placed alone is on the first (its stage does not change its cut).
-  SDRT_ASSIGN_OR_RETURN(const ParallelLayout one_stage,
-                        ParallelLayout::Parse(absl::StrReplaceAll(
-                            layout.ToString(), {{absl::StrCat(",pp=", layout.pp()), ",pp=1"}})));
+  const ParallelLayout one_stage = layout.WithOneStage();
   return EngineTensorsCut(
       map, options, sources,
       [&](absl::string_view name, const IntVector& shape, int dim) -> absl::StatusOr<int64_t> {

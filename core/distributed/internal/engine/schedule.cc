@@ -256,21 +256,16 @@ absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int6
       ++count[part_of.back()];
     }
     part_bounds_at[t] = part_bounds.size();
+    std::vector<size_t> next;  // where each part's next chunk goes
     size_t at = by_part.size();
     for (uint32_t p = 0; p <= parts; ++p) {
       part_bounds.push_back(at);
+      next.push_back(at);
       at += count[p];
     }
     by_part.resize(at);
     size_t i = 0;
-    for (const TransferMessage& chunk : *schedule.chunks[t]) {
-      by_part[part_bounds[part_bounds_at[t] + part_of[i++]]++] = &chunk;
-    }
-    // Each bound was moved to its part's end: back to its start.
-    for (uint32_t p = parts; p > 0; --p) {
-      part_bounds[part_bounds_at[t] + p] = part_bounds[part_bounds_at[t] + p - 1];
-    }
-    part_bounds[part_bounds_at[t]] = at - part_of.size();
+    for (const TransferMessage& chunk : *schedule.chunks[t]) by_part[next[part_of[i++]]++] = &chunk;
   };
   std::vector<TransferSchedule::Step> direct;
   direct.reserve(total);

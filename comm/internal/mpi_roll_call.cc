@@ -85,7 +85,6 @@ int MpiRollCall::TakeWaiting(int tag, int64_t* value) {
   return status.MPI_SOURCE >= 0 && status.MPI_SOURCE < size_ ? status.MPI_SOURCE : -1;
 }
 
-
 RollCallResult MpiRollCall::Call(int64_t sequence, std::chrono::milliseconds grace,
                                  int first_to_give_up) {
   RollCallResult result;

@@ -4,11 +4,12 @@
 # only sdrt/sdrt.h: it writes and reads back a safetensors file and prints sdrt::Version())
 # twice, with -Wall -Wextra -Werror: by CMake (find_package(sdrt CONFIG REQUIRED), sdrt::sdrt)
 # and by plain g++ with `pkg-config --cflags --libs sdrt` (--static for a static libsdrt.a),
-# and runs both; then the examples (examples/engine, C; examples/trainer, C++) the same way,
-# run under mpiexec when the build has MPI. When the build is shared, libsdrt.so must carry its SONAME and its dynamic
-# symbol table must hold the public API alone: sdrt:: C++ symbols outside any internal
-# namespace and the C API's sdrt_* functions; anything else (absl::, std::, nlohmann, re2,
-# XXH_*, sdrt::internal::) is printed and fails the check. Removes only the temporary folder
+# and runs both; then the examples (examples/engine, C; examples/trainer and
+# examples/weight_sync, C++) the same way, run under mpiexec when the build has MPI. When the
+# build is shared, libsdrt.so must carry its SONAME and its dynamic symbol table must hold
+# the public API alone: sdrt:: C++ symbols outside any internal namespace and the C API's
+# sdrt_* functions; anything else (absl::, std::, nlohmann, re2, XXH_*, sdrt::internal::) is
+# printed and fails the check. Removes only the temporary folder
 # it made. Exit 0 when all of it holds.
 set -euo pipefail
 if [[ $# -ne 1 ]]; then
@@ -68,18 +69,20 @@ for lang in "gcc -x c -std=c11" "g++ -x c++ -std=c++17"; do
     $(pkg-config --cflags sdrt) - || { echo "install-check: sdrt/c_api.h: $lang failed" >&2; exit 1; }
 done
 
-# 4. The two examples (the trainer only when the build has MPI), each configured out of tree
+# 4. The examples (the trainer and the weight sync only when the build has MPI), each configured
+# out of tree
 # against the prefix, built with -Wall -Wextra -Werror, and run under mpiexec when the build
 # has MPI: the C engine loads a
 # synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
 # (3: uneven slices) and checks its slices, and the same model as a Hugging Face folder (with
 # a config.json made from `sdrt make --json`) on 2 ranks into vLLM's fused qkv_proj /
 # gate_up_proj buffers through the built-in weight map; the C++ trainer syncs its
-# Megatron-named weights into vLLM-style bf16 and FP8 buffers and exports on 3. The engine (engine.c and fused.c) is also built by pkg-config and the C
-# compiler alone (-std=c11 -pedantic).
+# Megatron-named weights into vLLM-style bf16 and FP8 buffers and exports on 3; the weight
+# sync runs 2 steps on 4 ranks (2 trainer, 2 engine). The engine (engine.c and fused.c) is also
+# built by pkg-config and the C compiler alone (-std=c11 -pedantic).
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
 examples=(engine)
-[[ $mpi == 1 ]] && examples+=(trainer)  # the trainer gathers and reshards: it needs MPI
+[[ $mpi == 1 ]] && examples+=(trainer weight_sync)  # both gather or reshard: they need MPI
 for example in "${examples[@]}"; do
   cmake -S "$root/examples/$example" -B "$tmp/$example" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix" "-DCMAKE_C_FLAGS=-Werror" "-DCMAKE_CXX_FLAGS=-Werror" --no-warn-unused-cli \
@@ -119,9 +122,15 @@ if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
   grep -q "fp8-block .*both engines match the trainer" "$tmp/trainer.log" ||
     { echo "install-check: the trainer did not check its engines:" >&2
       cat "$tmp/trainer.log" >&2; exit 1; }
+  mpiexec -n 4 "$tmp/weight_sync/weight_sync" --steps 2 > "$tmp/weight_sync.log" ||
+    { cat "$tmp/weight_sync.log" >&2; exit 1; }
+  grep -q "step 2: .* engine weights match the trainer's" "$tmp/weight_sync.log" ||
+    { echo "install-check: the weight sync did not check its engine:" >&2
+      cat "$tmp/weight_sync.log" >&2; exit 1; }
   echo "install-check: $(tail -1 "$tmp/engine.3.log")" >&2
   echo "install-check: $(grep qkv_proj "$tmp/engine.vllm.log")" >&2
   echo "install-check: trainer: $(tail -1 "$tmp/trainer.log")" >&2
+  echo "install-check: weight sync: $(tail -1 "$tmp/weight_sync.log")" >&2
 fi
 
 # 5. The shared library's SONAME and exported symbols.

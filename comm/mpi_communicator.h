@@ -82,14 +82,17 @@ class MpiCommunicator final : public Communicator {
   // frees the link (the jobs may then meet again, e.g. a trainer accepting a restarted
   // engine). sdrt's own threads never call MPI.
   //
-  // Accept: rank 0 opens a port and writes its name to `port_file` atomically (a temporary
+  // Accept: rank 0 takes a lock on `port_file`.lock (flock, dropped by the kernel however the
+  // process ends; FailedPrecondition at once when another job holds it: one accepting job
+  // per port file), opens a port and writes its name to `port_file` atomically (a temporary
   // file in the same folder, fsync, rename; InvalidArgument, before MPI is asked, when
   // `port_file` exists and is not a regular file; a symlink is never followed), waits for a
   // connector to claim it (Connect renames it to `port_file`.claimed), and only then enters
-  // MPI_Comm_accept, which has no deadline of its own; it removes both names when done, on
-  // failure too, and nothing it did not write. DeadlineExceeded naming `port_file` and the
-  // wait when nobody claims the port within `timeout` (every rank gets it once rank 0 has
-  // removed the file: none is left when any rank returns);
+  // MPI_Comm_accept, which has no deadline of its own; it removes both names (and the lock
+  // file it created) when done, on failure too, and nothing it did not write.
+  // DeadlineExceeded naming `port_file` and the wait when nobody claims the port within
+  // `timeout` (every rank gets it once rank 0 has removed the file: none is left when any rank
+  // returns);
   // FailedPrecondition when `port_file`.claimed already exists (left by a job that died).
   // Connect: rank 0 polls for `port_file` until `timeout` passes (DeadlineExceeded naming it
   // and the wait), reads at most MPI_MAX_PORT_NAME bytes of it (InvalidArgument for a

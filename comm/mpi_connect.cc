@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -141,18 +142,27 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Accept(
   SDRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> job, World(timeout));
   char port[MPI_MAX_PORT_NAME] = {};
   bool opened = false;
-  // Rank 0 closes the port and removes the files it wrote (once they still hold its port).
+  std::optional<internal::PortLock> lock;  // rank 0's, from before the port file to its removal
+  // Rank 0 closes the port and removes the files it wrote (once they still hold its port),
+  // then lets go of the port file.
   const auto close_port = [&] {
-    if (!opened) return;
-    WithErrorsReturned([&] { return SDRT_MPI_STATUS(MPI_Close_port(port)); }).IgnoreError();
-    internal::RemoveIfHolds(internal::ClaimedPath(port_file), port, MPI_MAX_PORT_NAME)
-        .IgnoreError();
-    internal::RemoveIfHolds(port_file, port, MPI_MAX_PORT_NAME).IgnoreError();
-    opened = false;
+    if (opened) {
+      WithErrorsReturned([&] { return SDRT_MPI_STATUS(MPI_Close_port(port)); }).IgnoreError();
+      internal::RemoveIfHolds(internal::ClaimedPath(port_file), port, MPI_MAX_PORT_NAME)
+          .IgnoreError();
+      internal::RemoveIfHolds(port_file, port, MPI_MAX_PORT_NAME).IgnoreError();
+      opened = false;
+    }
+    lock.reset();
   };
   absl::Status status;
   if (job->rank() == 0) {
-    status = OfferPort(port_file, port, &opened, deadline, timeout);
+    absl::StatusOr<internal::PortLock> taken = internal::PortLock::Take(port_file);
+    status = taken.status();
+    if (taken.ok()) {
+      lock.emplace(*std::move(taken));
+      status = OfferPort(port_file, port, &opened, deadline, timeout);
+    }
     // Before the others learn of a failure: no rank returns while the file is still there.
     if (!status.ok()) close_port();
   }

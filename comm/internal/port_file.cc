@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +48,62 @@ struct Fd {
 }  // namespace
 
 std::string ClaimedPath(absl::string_view path) { return absl::StrCat(path, ".claimed"); }
+
+std::string LockPath(absl::string_view path) { return absl::StrCat(path, ".lock"); }
+
+absl::StatusOr<PortLock> PortLock::Take(const std::string& path) {
+  const std::string lock = LockPath(path);
+  // A holder removes its lock file while it still holds the lock; a file opened just before
+  // that is locked once it is no longer the one at `lock`, hence the check and the retry.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    constexpr int kFlags = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    bool created = true;
+    int fd = open(lock.c_str(), kFlags | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST) {
+      created = false;
+      fd = open(lock.c_str(), kFlags);
+      if (fd < 0 && errno == ENOENT) continue;  // removed by its holder in between
+    }
+    if (fd < 0) {
+      if (errno == ELOOP) {
+        return absl::InvalidArgumentError(absl::StrCat("lock file ", lock, " is a symlink"));
+      }
+      return Os("cannot open lock file", lock);
+    }
+    Fd file{fd};
+    struct stat held;
+    if (fstat(fd, &held) != 0) return Os("cannot stat lock file", lock);
+    if (!S_ISREG(held.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lock file ", lock, " is not a regular file"));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "another job is accepting on port file ", path, " (it holds ", lock,
+            "); give each trainer its own port file"));
+      }
+      return Os("cannot lock", lock);
+    }
+    struct stat now;
+    if (lstat(lock.c_str(), &now) != 0 || now.st_ino != held.st_ino ||
+        now.st_dev != held.st_dev) {
+      continue;  // locked a file its holder had just removed
+    }
+    file.fd = -1;
+    return PortLock(fd, lock, created);
+  }
+  return absl::UnavailableError(absl::StrCat("lock file ", lock, " kept being replaced"));
+}
+
+void PortLock::Release() {
+  if (fd_ < 0) return;
+  // Removed while still held: a job that opens it afterwards finds it gone, or locks an
+  // unlinked file and tries again (Take).
+  if (created_) unlink(path_.c_str());
+  close(fd_);
+  fd_ = -1;
+}
 
 absl::Status CheckReplaceable(const std::string& path) {
   struct stat st;

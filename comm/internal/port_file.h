@@ -11,12 +11,16 @@
 //      deadline of its own);
 //   4. the acceptor removes whichever of the two names still holds its port name
 //      (RemoveIfHolds), on success and on failure alike.
+// Throughout, the acceptor holds an exclusive lock on LockPath(path) (PortLock), so that a
+// second job accepting on the same path is refused instead of replacing the first one's
+// port file (a connector would then meet the second job while the first waits in vain).
 // Files are opened with O_NOFOLLOW and must be regular; a port name is at most `max_bytes`
 // - 1 printable ASCII bytes without spaces, and a file larger than that is refused unread.
 #ifndef SDRT_COMM_INTERNAL_PORT_FILE_H_
 #define SDRT_COMM_INTERNAL_PORT_FILE_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +30,39 @@ namespace sdrt::internal {
 
 // `path` + ".claimed": where a connector moves the port file to claim it.
 std::string ClaimedPath(absl::string_view path);
+
+// `path` + ".lock": the file whose lock the accepting job holds (PortLock).
+std::string LockPath(absl::string_view path);
+
+// An exclusive lock (flock) on LockPath(path), held by the job that accepts on `path` for as
+// long as it offers its port; the kernel drops it when the process ends, however it ends, so
+// a job that died leaves no lock behind. Move-only; released by the destructor, which also
+// removes the lock file when this process created it.
+class PortLock {
+ public:
+  // Takes the lock without waiting. FailedPrecondition when another process holds it (a job
+  // accepting on the same port file; the message names both files); InvalidArgument when
+  // LockPath(path) is a symlink or not a regular file; the OS error otherwise.
+  static absl::StatusOr<PortLock> Take(const std::string& path);
+
+  PortLock(PortLock&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)),
+        path_(std::move(other.path_)),
+        created_(other.created_) {}
+  PortLock& operator=(PortLock&& other) = delete;
+  PortLock(const PortLock&) = delete;
+  PortLock& operator=(const PortLock&) = delete;
+  ~PortLock() { Release(); }
+
+ private:
+  PortLock(int fd, std::string path, bool created)
+      : fd_(fd), path_(std::move(path)), created_(created) {}
+  void Release();
+
+  int fd_ = -1;
+  std::string path_;  // LockPath(port file)
+  bool created_ = false;
+};
 
 // InvalidArgument when `path` exists and is not a regular file (a symlink included);
 // what the acceptor checks before it opens a port, and WritePortFile again.

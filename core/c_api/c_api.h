@@ -189,7 +189,8 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handl
  * sdrt_comm_create_world does. The result spans both jobs, the accepting job's ranks first;
  * options->timeout_seconds bounds the meeting and is the communicator's deadline.
  * Destroying the handle frees the link; the jobs may meet again (a restarted engine).
- * sdrt_comm_accept: rank 0 opens an MPI port, writes its name to `port_file` atomically
+ * sdrt_comm_accept: rank 0 locks `port_file`.lock (one accepting job per port file; the lock
+ * goes with the process), opens an MPI port, writes its name to `port_file` atomically
  * (a temporary file in the same folder, fsync, rename; a symlink is never followed), waits
  * until a connector claims it (renames it to `port_file`.claimed), accepts, and removes
  * both names, on failure too. sdrt_comm_connect: rank 0 waits for `port_file`, reads at
@@ -200,8 +201,9 @@ SDRT_C_API sdrt_status_t sdrt_comm_create_from_mpi_fortran(int64_t fortran_handl
  * SDRT_INVALID_ARGUMENT (NULL port_file or out, bad options, a port file that is not a regular
  * file, is larger than MPI_MAX_PORT_NAME or holds no port name); SDRT_DEADLINE_EXCEEDED naming the
  * port file and the wait when the other job does not come within the timeout (no port file is left
- * behind); SDRT_FAILED_PRECONDITION when `port_file`.claimed is left from a job that died or MPI
- * was already finalized; SDRT_UNAVAILABLE in a build without MPI; MPI's error. */
+ * behind); SDRT_FAILED_PRECONDITION when another job is accepting on `port_file`, when
+ * `port_file`.claimed is left from a job that died, or when MPI was already finalized;
+ * SDRT_UNAVAILABLE in a build without MPI; MPI's error. */
 SDRT_C_API sdrt_status_t sdrt_comm_accept(const char* port_file,
                                           const sdrt_comm_options_t* options, sdrt_comm_t* out);
 SDRT_C_API sdrt_status_t sdrt_comm_connect(const char* port_file,

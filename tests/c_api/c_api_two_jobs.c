@@ -5,6 +5,8 @@
  *     communicator's rank and size (the accepting job's ranks first);
  *   accept-alone / connect-alone: nobody comes: SDRT_DEADLINE_EXCEEDED naming the port
  *     file, within the timeout + 2 s, and (accept) no port file left.
+ *   accept-second: another job is accepting on PORT_FILE: SDRT_FAILED_PRECONDITION saying
+ *     so, at once, and the other job's port file left in place.
  * Exit status 0 when every check holds; 77 when this MPI does not implement dynamic
  * processes (MPI_Open_port "not supported"); 1 with the failed check printed otherwise. */
 #include <mpi.h>
@@ -38,7 +40,7 @@ int main(int argc, char** argv) {
   sdrt_status_t status;
   const char* mode;
   const char* port_file;
-  int job_rank = 0, job_size = 0, rank = -1, size = -1, alone, accepting;
+  int job_rank = 0, job_size = 0, rank = -1, size = -1, alone, second, accepting;
   double start;
   if (argc < 4) {
     fprintf(stderr, "usage: c_api_two_jobs MODE PORT_FILE TIMEOUT [OTHER_JOB_RANKS]\n");
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   options.timeout_seconds = atof(argv[3]);
   accepting = strncmp(mode, "accept", 6) == 0;
   alone = strstr(mode, "-alone") != NULL;
+  second = strcmp(mode, "accept-second") == 0;
   start = Now();
   status = accepting ? sdrt_comm_accept(port_file, &options, &comm)
                      : sdrt_comm_connect(port_file, &options, &comm);
@@ -58,7 +61,17 @@ int main(int argc, char** argv) {
     if (job_rank == 0) printf("SKIP: this MPI has no dynamic processes: %s\n", sdrt_last_error());
     return 77;
   }
-  if (alone) {
+  if (second) {
+    const double took = Now() - start;
+    CHECK(status == SDRT_FAILED_PRECONDITION);
+    CHECK(strstr(sdrt_last_error(), "another job is accepting on port file") != NULL);
+    CHECK(took < 2);
+    CHECK(access(port_file, F_OK) == 0);
+    if (job_rank == 0) {
+      printf("%s: %s after %.2f s: %s\n", mode, sdrt_status_string(status), took,
+             sdrt_last_error());
+    }
+  } else if (alone) {
     const double took = Now() - start;
     CHECK(status == SDRT_DEADLINE_EXCEEDED);
     CHECK(strstr(sdrt_last_error(), port_file) != NULL);

@@ -1,6 +1,6 @@
 // The port file of two jobs that meet (comm/internal/port_file.h): written atomically,
 // read within bounds, never through a symlink, claimed once, removed only when it holds
-// this process's port.
+// this process's port; one accepting job per port file.
 #include "sdrt/comm/internal/port_file.h"
 
 #include <sys/stat.h>
@@ -77,6 +77,36 @@ TEST_F(PortFileTest, RefusesSymlinksAndOtherFiles) {
   EXPECT_EQ(ReadPortFile(folder, kMax).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckReplaceable(folder).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(std::filesystem::is_directory(folder));
+}
+
+// A second job accepting on the same path is refused while the first holds it; the lock
+// goes with its holder, and a lock file the holder did not create stays.
+TEST_F(PortFileTest, OneAcceptorAtATime) {
+  const std::string lock_file = LockPath(path_);
+  {
+    absl::StatusOr<PortLock> first = PortLock::Take(path_);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_TRUE(std::filesystem::is_regular_file(lock_file));
+    absl::StatusOr<PortLock> second = PortLock::Take(path_);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(second.status().message().find("another job is accepting on port file " + path_),
+              std::string::npos)
+        << second.status();
+    PortLock moved = *std::move(first);  // the lock moves with it
+    EXPECT_EQ(PortLock::Take(path_).status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_FALSE(std::filesystem::exists(lock_file));  // created by the holder: removed
+  Write(lock_file, "");  // left by a job that died: the kernel dropped its lock
+  {
+    absl::StatusOr<PortLock> again = PortLock::Take(path_);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(PortLock::Take(path_).status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_TRUE(std::filesystem::exists(lock_file));  // not this process's: left alone
+  std::filesystem::remove(lock_file);
+  ASSERT_EQ(symlink((dir_ + "/target").c_str(), lock_file.c_str()), 0);
+  EXPECT_EQ(PortLock::Take(path_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/target"));  // never created through the link
 }
 
 TEST_F(PortFileTest, RefusesWhatIsNotAPortName) {

@@ -3,8 +3,9 @@
 # sdrt_comm_connect), run by CTest:
 #   two_jobs_test.sh PART MPIEXEC WEIGHT_SYNC C_API_TWO_JOBS
 # PART deadlines: nobody comes: Connect and Accept return DEADLINE_EXCEEDED within the
-#   timeout + 2 s, naming the port file, and leave no file (2 ranks each); a connect
-#   through a file that holds no port fails and leaves no claim.
+#   timeout + 2 s, naming the port file, and leave no file (2 ranks each); a second job
+#   accepting on a port file in use is refused at once; a connect through a file that holds
+#   no port fails and leaves no claim.
 # PART sync: the C API's accept/connect (2 + 2 ranks), then the weight-sync example as a
 #   trainer job and an engine job (2 + 2 ranks, 3 steps, bit-exact).
 # PART restarts: a trainer job serving 11 engine jobs one after another (10 restarts; every
@@ -55,6 +56,14 @@ case $part in
     [[ -e $port || -e $port.claimed ]] && fail "accept-alone left a port file"
     [[ $rc == 77 ]] && exit 77
     [[ $rc == 0 ]] || fail "accept-alone"
+    # A second job accepting on the same port file is refused at once; the first goes on
+    # and removes its files, the lock's included.
+    timeout 20 "$mpiexec" -n 2 "$c_api" accept-alone "$port" 4 > "$work/first.out" 2>&1 &
+    first=$!
+    for ((i = 0; i < 100; ++i)); do [[ -e $port ]] && break; sleep 0.1; done
+    timeout 20 "$mpiexec" -n 1 "$c_api" accept-second "$port" 4 || fail "accept-second"
+    wait "$first" || { cat "$work/first.out"; fail "the first acceptor"; }
+    [[ -e $port || -e $port.lock ]] && fail "the first acceptor left a port or lock file"
     # A port file that holds no port: the connect fails, and its claim does not stay to
     # block the next accept on that path.
     echo "not-a-port" > "$port"

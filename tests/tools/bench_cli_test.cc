@@ -258,6 +258,37 @@ TEST(BenchCliTest, SafetensorsFileAndFolderWorkloads) {
   ExpectGoodRows(ParseRows(r), kOps, folder, "", static_cast<int64_t>(mixed.size()), 2);
 }
 
+// Workloads bench cannot time are exit 2 on every rank, never a signal or a hang: an sdrt
+// sharded folder (pieces, not whole tensors), and ranks that see other files at one path
+// (the flat baselines would wait for each other's bytes without a deadline).
+TEST(BenchCliTest, WorkloadsEveryRankCannotTimeAreExitTwo) {
+  const std::string dir = test::FreshDir("bench_cli_refused");
+  const std::vector<std::pair<std::string, Tensor>> mixed = test::MixedStateDict();
+  test::WriteSource(dir + "/mixed.safetensors", mixed);
+  const std::string binary = test::ShellQuote(SDRT_BINARY);
+  const CommandResult shard = test::RunCommand(
+      absl::StrCat(binary, " shard ", test::ShellQuote(dir + "/mixed.safetensors"), " ",
+                   test::ShellQuote(dir + "/sharded"), " --mesh 2 --plan fsdp"));
+  ASSERT_EQ(shard.exit_code, 0) << shard.out << shard.err;
+  CommandResult r = Bench(2, "--workload " + test::ShellQuote(dir + "/sharded") + " --iters 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is an sdrt sharded folder; bench takes a checkpoint of whole"));
+  // Rank 0 and rank 1 run in folders that hold other files under one name.
+  for (const char* rank : {"a", "b"}) test::FreshDir(absl::StrCat("bench_cli_refused/", rank));
+  test::WriteSource(dir + "/a/m.safetensors", mixed);
+  test::WriteSource(dir + "/b/m.safetensors", {mixed.begin(), mixed.begin() + 2});
+  std::string command = test::ShellQuote(SDRT_MPIEXEC);
+  for (const char* rank : {"a", "b"}) {
+    absl::StrAppend(&command, rank[0] == 'a' ? "" : " :", " ", SDRT_MPIEXEC_NUMPROC_FLAG,
+                    " 1 -wdir ", test::ShellQuote(absl::StrCat(dir, "/", rank)), " ", binary,
+                    " bench --workload m.safetensors --iters 1 --timeout 20");
+  }
+  r = test::RunCommand(command);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("rank 1 sees 2 tensors"));
+  EXPECT_THAT(r.err, HasSubstr("every rank must see the same checkpoint"));
+}
+
 TEST(BenchCliTest, TextHeaderAndColumns) {
   const CommandResult r = Bench(2, "--workload small --tensors 20 --iters 2 --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #if SDRT_CLI_HAVE_MPI
@@ -85,6 +86,19 @@ absl::StatusOr<Report> Bench(const BenchArgs& args, Runner& run) {
                           MakeBenchWorkload(args.workload, args.tensors, args.inputs == "arena"));
     return absl::OkStatus();
   }));
+  // Ranks that see other bytes at one path (a per-rank folder) would wait for each other in
+  // the flat baselines, which have no deadline: the workloads must agree first.
+  SDRT_ASSIGN_OR_RETURN(
+      const std::vector<std::string> seen,
+      run.AllGather(absl::StrFormat("%d tensors, %d bytes, digest %016x", workload.full.size(),
+                                    workload.bytes, workload.digest)));
+  for (size_t r = 1; r < seen.size(); ++r) {
+    if (seen[r] != seen[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workload ", args.workload, ": rank ", r, " sees ", seen[r],
+                       ", rank 0 ", seen[0], "; every rank must see the same checkpoint"));
+    }
+  }
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(runner, BenchRunner::Create(workload, run.data(), settings));
     return absl::OkStatus();

@@ -88,6 +88,11 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
                   absl::StrFormat("%.2f", f.ratio_fresh), absl::StrCat(row.stats.collectives)});
   }
   table.Print(out);
+  if (machine.ranks == 1) {
+    out << "# 1 rank: a flat collective moves no bytes (MPI returns at once), so sdrt/flat and "
+           "sdrt/fresh compare sdrt's copies against nothing (distribute's memcpy excepted); run "
+           "under mpiexec -n 2 or more to compare\n";
+  }
   for (const BenchRow& row : rows) {
     if (row.links.has_value()) {
       const BenchLinks& l = *row.links;

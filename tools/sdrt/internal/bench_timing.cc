@@ -1,10 +1,10 @@
 #include "sdrt/tools/sdrt/internal/bench_timing.h"
 
 #include <mpi.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
@@ -99,11 +99,13 @@ absl::StatusOr<std::vector<double>> MeasureRuns(Communicator& world,
   return seconds;
 }
 
-void FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void UnmapDeleter::operator()(uint8_t* p) const { munmap(p, bytes); }
 
 FreshBuffer AllocateFresh(int64_t bytes) {
-  const size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
-  return FreshBuffer(static_cast<uint8_t*>(std::aligned_alloc(256, rounded)));
+  const size_t bytes_given = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+  void* p = mmap(nullptr, bytes_given, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return FreshBuffer();
+  return FreshBuffer(static_cast<uint8_t*>(p), UnmapDeleter{bytes_given});
 }
 
 uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Status* status) {

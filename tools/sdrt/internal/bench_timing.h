@@ -55,12 +55,15 @@ absl::StatusOr<std::vector<double>> MeasureRuns(Communicator& world,
                                                 const std::function<absl::Status()>& call,
                                                 int warmup, int iterations);
 
-// A buffer allocated as a CPU Storage is (aligned_alloc, 256 bytes, untouched), for the
+// New pages that nothing has touched (an anonymous mapping of its own, page aligned), for the
 // "fresh" baseline: what any call returning new memory pays at least for first touching it.
-struct FreeDeleter {
+// Not malloc: for buffers under glibc's mmap threshold (32 MiB at most) it hands back heap
+// memory the previous run touched, and every other run's figure would be warm.
+struct UnmapDeleter {
+  size_t bytes = 0;  // the mapping's length
   void operator()(uint8_t* p) const;
 };
-using FreshBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
+using FreshBuffer = std::unique_ptr<uint8_t, UnmapDeleter>;
 FreshBuffer AllocateFresh(int64_t bytes);
 // A fresh buffer of `bytes` in *fresh, or when memory runs out the warm one (so that this
 // rank still takes part in the collective) and ResourceExhausted in *status.

@@ -103,6 +103,12 @@ absl::Status Synthesize(const std::vector<Spec>& specs, int64_t max_tensors, boo
 absl::Status OpenFile(const std::string& path, const std::string& what, int64_t max_tensors,
                       BenchWorkload* w) {
   SDRT_ASSIGN_OR_RETURN(CheckpointSource opened, CheckpointSource::Open(path));
+  if (opened.kind() == CheckpointKind::kShardedFolder) {
+    // Its tensors are pieces in rank files, not whole tensors to shard.
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is an sdrt sharded folder; bench takes a checkpoint of whole tensors (a "
+              "safetensors file or folder, a Hugging Face folder: `sdrt gather` makes one)"));
+  }
   auto source = std::make_shared<const CheckpointSource>(std::move(opened));
   for (const CheckpointSourceTensor& t : source->tensors()) {
     if (max_tensors > 0 && static_cast<int64_t>(w->full.size()) >= max_tensors) break;

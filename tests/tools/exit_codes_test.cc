@@ -160,7 +160,7 @@ std::vector<Case> ShardedLoadCases(const std::string& ckpt) {
           {load + " --bucket-mib 8796093022208",
            "--bucket-mib: must be a number in [1/16384, 1048576] (MiB), got 8796093022208"},
           {load + " --bucket-mib nan", "--bucket-mib"},
-          {load + " --direct-io", "direct_io does not apply to an sdrt sharded folder"},
+          {load + " --direct-io", "--direct-io does not apply to an sdrt sharded folder"},
           {load + " --read root", "every rank reads its own rank files"}};
 }
 

@@ -80,8 +80,10 @@ TEST(LoadNodeCli, ReadOncePerNodeReadsReplicatedTensorsOnce) {
   if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 
-// --read-once-per-node where nothing is read by every rank (a sharded folder: each rank its
-// own rank files) is said to be unused, in the text and the JSON, not dropped in silence.
+// --read-once-per-node, --map-results and --readers where nothing is read by every rank (a
+// sharded folder: each rank its own rank files) are said to be unused, in the text and the
+// JSON, not dropped in silence; --read root and --direct-io, which cannot apply there, are
+// bad input naming the option.
 TEST(LoadNodeCli, ReadOncePerNodeSaysWhenItIsNotUsed) {
   const std::string file = MadeFile("load_node_unused_cli", "f32");
   const std::string folder = std::filesystem::path(file).parent_path().string() + "/fsdp";
@@ -101,6 +103,22 @@ TEST(LoadNodeCli, ReadOncePerNodeSaysWhenItIsNotUsed) {
   const Json j = Json::parse(json.out);
   EXPECT_EQ(j["read_once_per_node"], false) << j;
   EXPECT_FALSE(j.contains("bytes_read_per_node")) << j;
+  const test::CommandResult others = test::RunSdrtMpi(
+      2, "load " + test::ShellQuote(folder) + " --mesh 2 --plan tp --map-results --readers 2");
+  ASSERT_EQ(others.exit_code, 0) << others.all();
+  EXPECT_THAT(others.out, HasSubstr("\n  --readers not used: each rank reads its own rank files\n"
+                                    "  --map-results not used: each rank reads its own rank "
+                                    "files\n"))
+      << others.out;
+  for (const auto& [flag, says] :
+       {std::pair<const char*, const char*>{" --read root", "--read root does not apply to an "
+                                                            "sdrt sharded folder"},
+        {" --direct-io", "--direct-io does not apply to an sdrt sharded folder"}}) {
+    const test::CommandResult bad =
+        test::RunSdrtMpi(2, "load " + test::ShellQuote(folder) + " --mesh 2 --plan tp" + flag);
+    EXPECT_EQ(bad.exit_code, 2) << bad.all();
+    EXPECT_THAT(bad.err, HasSubstr(says)) << bad.err;
+  }
   if (!HasFailure()) std::filesystem::remove_all(std::filesystem::path(file).parent_path());
 }
 
@@ -114,7 +132,8 @@ TEST(LoadNodeCli, SeveralReadersPerRank) {
   EXPECT_TRUE(Json::parse(r.out).value("bit_exact", false)) << r.out;
   // Refused while the options are parsed, before MPI: one process tells (a job of ranks
   // that all end before MPI starts once ended with hydra's own SIGPIPE, exit 141).
-  for (const char* bad : {" --readers -1", " --readers 65", " --read root --readers 2"}) {
+  for (const char* bad : {" --readers -1", " --readers 65", " --read root --readers 2",
+                          " --read root --readers 0"}) {
     const test::CommandResult b = test::RunSdrt(load + bad);
     EXPECT_EQ(b.exit_code, 2) << bad << ": " << b.all();
   }

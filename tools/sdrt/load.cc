@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/parallel_layout.h"
@@ -45,6 +46,44 @@ absl::Status CheckParallelLayoutLoad(const SharedOptions& o, const std::string& 
   if (o.read_mode() == ReadMode::kRoot) return refused("--read root");
   if (o.read_once_per_node) return refused("--read-once-per-node");
   if (!verify_dir.empty()) return refused("--verify (a sharded folder holds one mesh)");
+  return absl::OkStatus();
+}
+
+// A sharded SRC: every rank maps its own rank files, which neither a root's broadcast nor
+// O_DIRECT reads apply to.
+absl::Status CheckShardedLoad(const SharedOptions& o) {
+  if (o.read_mode() == ReadMode::kRoot) {
+    return absl::InvalidArgumentError(
+        "--read root does not apply to an sdrt sharded folder: every rank reads its own rank "
+        "files (leave --read out)");
+  }
+  if (o.direct_io) {
+    return absl::InvalidArgumentError(
+        "--direct-io does not apply to an sdrt sharded folder: its rank files are mapped");
+  }
+  return absl::OkStatus();
+}
+
+// --cast to another float dtype with --read root: rank 0 sends SRC's dtypes and nothing casts
+// them (FP8 codes are quantized and dequantized by each rank, and a fused tensor is refused by
+// the load itself). InvalidArgument naming the first tensor whose dtype would change.
+absl::Status CheckRootCast(const SharedOptions& o, const WeightMapOptions& engine,
+                           const std::vector<SafetensorsTensorSpec>& src,
+                           const std::vector<SafetensorsTensorSpec>& tensors) {
+  if (o.read_mode() != ReadMode::kRoot || engine.cast.empty()) return absl::OkStatus();
+  const auto fp8 = [](DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; };
+  absl::flat_hash_map<absl::string_view, DType> dtype_of;
+  for (const SafetensorsTensorSpec& t : src) dtype_of.emplace(t.name, t.dtype);
+  for (const SafetensorsTensorSpec& t : tensors) {
+    const auto it = dtype_of.find(t.name);
+    if (it == dtype_of.end() || it->second == t.dtype || fp8(it->second) || fp8(t.dtype)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cast ", engine.cast, " goes without --read root: '", t.name, "' is ",
+        DTypeName(it->second), " in SRC, and rank 0 sends SRC's dtypes (use --read all: each "
+        "rank casts its own pieces)"));
+  }
   return absl::OkStatus();
 }
 
@@ -85,6 +124,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   Map local;
   SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
     SDRT_ASSIGN_OR_RETURN(outline, DecodeOutline(outline_bytes));
+    if (outline.sharded) SDRT_RETURN_IF_ERROR(CheckShardedLoad(o));
     if (ParallelLayout::IsDescription(o.plan)) {
       SDRT_RETURN_IF_ERROR(CheckParallelLayoutLoad(o, args.verify_dir));
       // --mesh, when given, is the world size: mpiexec's by default.
@@ -126,6 +166,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                                                    layout->plan, *layout->mesh));
       SDRT_ASSIGN_OR_RETURN(local, layout->plan.MetaStateDict(tensors, layout->mesh, run.rank()));
     }
+    SDRT_RETURN_IF_ERROR(CheckRootCast(o, args.engine, outline.tensors, tensors));
     return AddScaleLeaves(args.engine, run.rank(), local);
   }));
 
@@ -139,6 +180,7 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                    : o.read;
   facts.options_read_once_per_node = o.read_once_per_node;
   facts.options_map_results = o.map_results;
+  facts.options_readers = o.readers;
   facts.bucket_mib = o.bucket_mib;
   facts.ranks = run.size();
   facts.outline = &outline;

@@ -23,6 +23,12 @@ int64_t TotalBytes(const SourceOutline& outline) {
 
 // With --read-once-per-node: the bytes the ranks of each node (0, 1, ... as LoadStats::node
 // numbers them) read from storage, in all.
+// Why an option of every rank reading a file did not apply.
+absl::string_view UnusedBecause(const LoadFacts& f) {
+  return f.outline->sharded ? "each rank reads its own rank files"
+                            : "the root read SRC and broadcast it";
+}
+
 std::vector<int64_t> BytesReadPerNode(const LoadFacts& f) {
   std::vector<int64_t> per_node;
   for (size_t q = 0; q < f.node.size() && q < f.bytes_read.size(); ++q) {
@@ -36,14 +42,25 @@ std::vector<int64_t> BytesReadPerNode(const LoadFacts& f) {
 // Why --read-once-per-node did not apply, as a summary line: it applies to a file every rank
 // reads (kAll); "" where it applied or was not given.
 std::string OncePerNodeUnused(const LoadFacts& f) {
-  if (!f.options_read_once_per_node) return "";
-  if (f.outline->sharded) {
-    return "  --read-once-per-node not used: each rank reads its own rank files\n";
+  if (!f.options_read_once_per_node || (!f.outline->sharded && f.stats.read == ReadMode::kAll)) {
+    return "";
   }
-  if (f.stats.read != ReadMode::kAll) {
-    return "  --read-once-per-node not used: the root read SRC and broadcast it\n";
+  return absl::StrCat("  --read-once-per-node not used: ", UnusedBecause(f), "\n");
+}
+
+// The other options of every rank reading a file that did not apply, a line each: --readers
+// (when given) and, from a sharded folder, --map-results (the root's reason says it for a
+// broadcast).
+std::string OtherOptionsUnused(const LoadFacts& f) {
+  if (!f.outline->sharded && f.stats.read == ReadMode::kAll) return "";
+  std::string text;
+  if (f.options_readers > 0) {
+    absl::StrAppend(&text, "  --readers not used: ", UnusedBecause(f), "\n");
   }
-  return "";
+  if (f.outline->sharded && f.options_map_results) {
+    absl::StrAppend(&text, "  --map-results not used: ", UnusedBecause(f), "\n");
+  }
+  return text;
 }
 
 // How the read went, after the summary's first line: who read, how long, at what rate.
@@ -51,7 +68,7 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
                       const std::vector<double>& amplification) {
   const TransferStats& t = f.stats.transfer;
   std::string text;
-  const std::string unused_once_per_node = OncePerNodeUnused(f);
+  const std::string unused_once_per_node = OncePerNodeUnused(f) + OtherOptionsUnused(f);
   if (f.outline->sharded) {
     text = "  read: each rank its own rank files; bytes read per rank:";
     for (int64_t b : f.bytes_read) absl::StrAppend(&text, " ", HumanBytes(b));

@@ -22,6 +22,7 @@ struct LoadFacts {
   std::string read;  // --read as given
   bool options_read_once_per_node = false;  // --read-once-per-node
   bool options_map_results = false;         // --map-results
+  int options_readers = 0;                  // --readers (0: not given, or chosen)
   double bucket_mib = 0;
   int ranks = 0;
   const SourceOutline* outline = nullptr;

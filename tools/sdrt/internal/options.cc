@@ -79,11 +79,11 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
                   "pieces) become views of a private mapping of SRC instead of being read (no "
                   "copy; SRC must not be cut short or rewritten in place while they live)");
     // The checks that span two options, at the end of the command's parse.
-    cmd->parse_complete_callback([options] {
+    cmd->parse_complete_callback([options, cmd] {
       if (options->direct_io && options->read == "root") {
         throw CLI::ValidationError("--direct-io goes with --read all (or auto), not --read root");
       }
-      if (options->readers > 1 && options->read == "root") {
+      if (cmd->get_option("--readers")->count() > 0 && options->read == "root") {
         throw CLI::ValidationError("--readers goes with --read all (or auto), not --read root");
       }
       if (options->read_once_per_node && options->read == "root") {

@@ -129,13 +129,14 @@ bool IsLinearWeight(const SafetensorsTensorSpec& t) {
 }  // namespace
 
 void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
-  cmd->add_option("--map", options->map,
+  CLI::Option* map = cmd->add_option("--map", options->map,
                   "the engine's layout: a built-in weight map (vllm-llama: fused qkv_proj and "
                   "gate_up_proj, vocabulary padded to a multiple of 64; megatron-llama) or a "
                   "MAP.json of rename, fuse, split, pad and regroup rules");
   cmd->add_option("--head-size", options->head_size,
                   "attention head size for a built-in map (default: SRC's config.json)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->needs(map);
   cmd->add_option("--cast", options->cast,
                   "the dtype of every floating tensor in the engine's layout (bf16, f16, f32), "
                   "or float8_e4m3fn linear weights with a float32 scale per 128 x 128 block "

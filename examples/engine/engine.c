@@ -110,10 +110,12 @@ void HostDone(const unsigned char* view) {
   if (on_cuda) free((void*)view);
 }
 
+/* A failed call ends the engine: exit 2 for what the checkpoint or the rank count makes
+ * impossible (bad input, as sdrt's own tool), 1 for a runtime failure. */
 int Check(sdrt_status_t status, const char* what) {
   if (status == SDRT_OK) return 0;
   fprintf(stderr, "engine: %s: %s: %s\n", what, sdrt_status_string(status), sdrt_last_error());
-  exit(1);
+  exit(status == SDRT_INVALID_ARGUMENT ? 2 : 1);
 }
 
 /* A buffer of the engine's own memory described as a row-major DLTensor. */
@@ -186,9 +188,11 @@ static int SliceMatches(const Weight* w, const unsigned char* full) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: mpiexec -n N engine CHECKPOINT\n");
-    return 2;
+  if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    fprintf(argc == 2 ? stdout : stderr,
+            "usage: mpiexec -n N engine CHECKPOINT (a safetensors file, a Hugging Face folder "
+            "or an sdrt sharded folder)\n");
+    return argc == 2 ? 0 : 2;
   }
   if (sdrt_get_abi_version() != SDRT_C_ABI_VERSION) {
     fprintf(stderr, "engine: built against sdrt ABI %d, running with %d\n", SDRT_C_ABI_VERSION,
@@ -302,6 +306,11 @@ int main(int argc, char** argv) {
   for (int k = 0; k < num_checked_fused; ++k) AddFusedWholes(&fused[k], whole, components[k]);
   sdrt_load_options_t alone = SDRT_LOAD_OPTIONS_INIT;
   alone.rank = rank;
+  /* A sharded folder's pieces are in every rank's files: the whole matrices come together
+   * over the communicator (every rank asks for the same ones). */
+  sdrt_checkpoint_kind_t kind = SDRT_CHECKPOINT_SAFETENSORS_FILE;
+  Check(sdrt_checkpoint_kind(checkpoint, &kind), "sdrt_checkpoint_kind");
+  if (kind == SDRT_CHECKPOINT_SHARDED_FOLDER) alone.comm = comm;
   Check(sdrt_load(checkpoint, whole, &alone), "sdrt_load (whole)");
   int wrong = 0;
   for (int k = 0; k < num_checked; ++k) {

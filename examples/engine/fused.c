@@ -95,7 +95,7 @@ void AddFused(Fused* f, sdrt_checkpoint_t checkpoint, int64_t count, int64_t ind
              f->label[c]);
     if (!FindTensor(checkpoint, count, index, f->component[c], &info) || info.ndim != 2) {
       fprintf(stderr, "engine: %s: no matrix %s\n", f->name, f->component[c]);
-      exit(1);
+      exit(2); /* bad input: the checkpoint lacks a part */
     }
     const int64_t heads = info.shape[0] / u;
     f->rows[c] = info.shape[0];
@@ -108,7 +108,7 @@ void AddFused(Fused* f, sdrt_checkpoint_t checkpoint, int64_t count, int64_t ind
     } else {
       fprintf(stderr, "engine: %s: %" PRId64 " %s cannot be cut into %d parts\n",
               f->component[c], heads, qkv ? "heads" : "rows", ranks);
-      exit(1);
+      exit(2); /* bad input: this many ranks cannot serve the model */
     }
     f->local_shape[0] += f->mine[c];
   }

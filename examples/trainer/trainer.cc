@@ -166,7 +166,9 @@ bool WholeNumber(const char* value, int* out) {
 }
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: trainer OUT_DIR [--steps S] [--engine-ranks E]\n";
+  const char* usage =
+      "usage: trainer OUT_DIR [--steps S (1..99, default 3)] [--engine-ranks E (1, 2 or 4, at "
+      "most the ranks; default 2)]\n";
   if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::fputs(usage, stdout);
     return 0;
@@ -208,8 +210,10 @@ int main(int argc, char** argv) {
   if (steps < 1 || steps > 99 || (engine_ranks != 1 && engine_ranks != 2 && engine_ranks != 4) ||
       engine_ranks > n) {
     if (rank == 0) {
-      std::fprintf(stderr, "trainer: --steps must be in 1..99 and --engine-ranks 1, 2 or 4, at "
-                           "most the ranks\n");
+      std::fprintf(stderr,
+                   "trainer: --steps %d and --engine-ranks %d on %d rank%s: --steps must be in "
+                   "1..99 and --engine-ranks 1, 2 or 4, at most the ranks (defaults 3 and 2)\n",
+                   steps, engine_ranks, n, n == 1 ? "" : "s");
     }
     return 2;
   }

@@ -70,16 +70,15 @@ for lang in "gcc -x c -std=c11" "g++ -x c++ -std=c++17"; do
 done
 
 # 4. The examples (the trainer and the weight sync only when the build has MPI), each configured
-# out of tree
-# against the prefix, built with -Wall -Wextra -Werror, and run under mpiexec when the build
-# has MPI: the C engine loads a
-# synthetic tiny-llama (made by the installed `sdrt make`) tensor-parallel on 2 and 3 ranks
-# (3: uneven slices) and checks its slices, and the same model as a Hugging Face folder (with
-# a config.json made from `sdrt make --json`) on 2 ranks into vLLM's fused qkv_proj /
-# gate_up_proj buffers through the built-in weight map; the C++ trainer syncs its
-# Megatron-named weights into vLLM-style bf16 and FP8 buffers and exports on 3; the weight
-# sync runs 2 steps on 4 ranks (2 trainer, 2 engine). The engine (engine.c and fused.c) is also
-# built by pkg-config and the C compiler alone (-std=c11 -pedantic).
+# out of tree against the prefix, built with -Wall -Wextra -Werror, and run under mpiexec when the
+# build has MPI: the C engine loads a synthetic tiny-llama (made by the installed `sdrt make`)
+# tensor-parallel on 2 and 3 ranks (3: uneven slices) and checks its slices, and the same model as
+# a Hugging Face folder (with a config.json made from `sdrt make --json`) on 2 ranks into vLLM's
+# fused qkv_proj / gate_up_proj buffers through the built-in weight map; the C++ trainer syncs its
+# Megatron-named weights into vLLM-style bf16 and FP8 buffers and exports on 3 (the engine then
+# loads its sharded export on 3 ranks); the weight sync runs 2 steps on 4 ranks (2 trainer, 2
+# engine). The engine (engine.c and fused.c) is also built by pkg-config and the C compiler alone
+# (-std=c11 -pedantic).
 mpi=$(sed -n 's/^#define SDRT_BUILT_WITH_MPI \([01]\)$/\1/p' "$prefix/include/sdrt/version.h")
 examples=(engine)
 [[ $mpi == 1 ]] && examples+=(trainer weight_sync)  # both gather or reshard: they need MPI
@@ -122,6 +121,12 @@ if [[ $mpi == 1 ]] && command -v mpiexec >/dev/null; then
   grep -q "fp8-block .*both engines match the trainer" "$tmp/trainer.log" ||
     { echo "install-check: the trainer did not check its engines:" >&2
       cat "$tmp/trainer.log" >&2; exit 1; }
+  # The engine loads the trainer's sharded export (tp over 2 ranks) on 3 ranks.
+  mpiexec -n 3 "$tmp/engine/engine" "$tmp/trainer-out/sharded" > "$tmp/engine.sharded.log" ||
+    { cat "$tmp/engine.sharded.log" >&2; exit 1; }
+  grep -q ": matches the file" "$tmp/engine.sharded.log" ||
+    { echo "install-check: the engine did not check the sharded export:" >&2
+      cat "$tmp/engine.sharded.log" >&2; exit 1; }
   mpiexec -n 4 "$tmp/weight_sync/weight_sync" --steps 2 > "$tmp/weight_sync.log" ||
     { cat "$tmp/weight_sync.log" >&2; exit 1; }
   grep -q "step 2: .* engine weights match the trainer's" "$tmp/weight_sync.log" ||

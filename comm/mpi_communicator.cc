@@ -191,7 +191,8 @@ absl::Status AwaitPlain(MPI_Request* requests, int count,
     if (done) return absl::OkStatus();
     if (std::chrono::steady_clock::now() > deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat(what, " not complete after ", timeout.count(), " ms (is a rank missing?)"));
+          absl::StrCat(what, " not complete after ", timeout.count(),
+                       " ms (a rank missing, or a timeout shorter than the ranks' start?)"));
     }
     std::this_thread::yield();
   }

@@ -289,12 +289,13 @@ TEST(Progress, ForcedProgressUnderMpiexecGoesToAFile) {
       absl::StrCat(mpiexec, " load ", ShellQuote(source), " --mesh 2 --plan fsdp");
   CommandResult quiet = test::RunCommand(load);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
-  EXPECT_THAT(quiet.err, Not(HasSubstr("load: ")));
+  EXPECT_THAT(quiet.err, Not(HasSubstr("load, rank 0's bytes: ")));
   CommandResult shown = test::RunCommand(load + " --progress");
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
-  EXPECT_THAT(shown.err, AllOf(HasSubstr("load: "), HasSubstr(" of "), HasSubstr("GB/s\n")));
+  EXPECT_THAT(shown.err, AllOf(HasSubstr("load, rank 0's bytes: "), HasSubstr(" of "),
+                               HasSubstr("GB/s\n")));
   EXPECT_THAT(shown.err, Not(HasSubstr("\r")));
-  EXPECT_EQ(FinalProgressLines(shown.err, "load"), 1u) << shown.err;
+  EXPECT_EQ(FinalProgressLines(shown.err, "load, rank 0's bytes"), 1u) << shown.err;
 
   ASSERT_EQ(Sdrt(absl::StrCat("shard ", ShellQuote(source), " ", ShellQuote(root + "/fsdp"),
                               " --mesh 2 --plan fsdp"))
@@ -304,8 +305,8 @@ TEST(Progress, ForcedProgressUnderMpiexecGoesToAFile) {
                                            ShellQuote(root + "/tp"), " --mesh 2 --plan tp");
   CommandResult resharded = test::RunCommand(reshard + " --bucket-mib 0.01 --progress");
   ASSERT_EQ(resharded.exit_code, 0) << resharded.err;
-  EXPECT_THAT(resharded.err, AllOf(HasSubstr("reshard: "), HasSubstr("GB/s\n")));
-  EXPECT_EQ(FinalProgressLines(resharded.err, "reshard"), 1u) << resharded.err;
+  EXPECT_THAT(resharded.err, AllOf(HasSubstr("reshard, rank 0's bytes: "), HasSubstr("GB/s\n")));
+  EXPECT_EQ(FinalProgressLines(resharded.err, "reshard, rank 0's bytes"), 1u) << resharded.err;
 }
 #endif
 

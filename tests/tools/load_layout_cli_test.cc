@@ -174,13 +174,13 @@ TEST_F(LoadLayoutCli, AWeightMapIntoTheStagesOwnTensors) {
   const struct {
     const char* extra;
     int64_t engine_tensors;
-  } cases[] = {{"--map vllm-llama --plan vllm:tp=2,pp=2", 15},
+  } cases[] = {{"--map vllm-llama --head-size 16 --plan vllm:tp=2,pp=2", 15},
                {"--cast fp8-tensor --plan megatron:tp=2,pp=2", 21 + 14},
-               {"--map vllm-llama --cast f32 --plan megatron:pp=2,dp=2", 15}};
+               {"--map vllm-llama --head-size 16 --cast f32 --plan megatron:pp=2,dp=2", 15}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.extra);
     const test::CommandResult r = test::RunSdrtMpi(
-        4, "load " + test::ShellQuote(llama) + " --json --mesh 4 --head-size 16 " + c.extra);
+        4, "load " + test::ShellQuote(llama) + " --json --mesh 4 " + c.extra);
     ASSERT_EQ(r.exit_code, 0) << r.all();
     const Json j = Json::parse(r.out);
     EXPECT_EQ(j["engine_tensors"], c.engine_tensors) << j;

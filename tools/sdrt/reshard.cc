@@ -139,7 +139,8 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
                  {"reshard_seconds", seconds}};
   report.json.update(TransferStatsJson(stats));
   report.text = absl::StrCat(
-      "resharded ", target.tensors.size(), " tensors (", HumanBytes(bytes), ") of ",
+      "resharded ", Counted(static_cast<int64_t>(target.tensors.size()), "tensor"), " (",
+      HumanBytes(bytes), ") of ",
       Printable(args.in_dir), " from ", Ranks(source_index.world_size), " (",
       Printable(source_index.plan), ", mesh ", from_mesh, ") to ", Ranks(target.world_size), " (",
       Printable(target.plan), ", mesh ", to_mesh, ") into ", Printable(args.out_dir), "\n  ",

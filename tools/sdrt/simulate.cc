@@ -192,9 +192,13 @@ absl::Status RunSimulate(const SimulateArgs& args) {
              cluster.host ? "link within a node" : "NVLink", HumanBytes(f.sync.max_nvlink_bytes),
              f.sync.busiest_link_seconds, f.bound_seconds)
       << absl::StrFormat(
-             "predicted sync: %.3f s (%s exchanges on the busiest rank, %s messages); "
+             "predicted sync: %.3f s (%s on the busiest rank, %s messages); "
              "funnel %.3f s, bucketed broadcast %.3f s (predicted in %.3f s, peak memory %s)\n",
-             f.sync.seconds, WithThousands(f.sync.max_exchanges), WithThousands(f.sync.messages),
+             f.sync.seconds,
+             f.sync.max_exchanges == 1 ? "1 exchange"
+                                       : absl::StrCat(WithThousands(f.sync.max_exchanges),
+                                                      " exchanges"),
+             WithThousands(f.sync.messages),
              f.baselines.funnel_seconds, f.baselines.bucketed_broadcast_seconds, f.predict_seconds,
              HumanBytes(f.predict_peak_rss_bytes));
   return absl::OkStatus();

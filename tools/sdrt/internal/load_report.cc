@@ -188,7 +188,8 @@ Report LoadReport(const LoadFacts& f) {
                                                           ", mesh ", outline.sharded_mesh, ")")
                                            : "";
   report.text = absl::StrCat(
-      "loaded ", outline.tensors.size(), " tensors (", HumanBytes(bytes), ") from ",
+      "loaded ", Counted(static_cast<int64_t>(outline.tensors.size()), "tensor"), " (",
+      HumanBytes(bytes), ") from ",
       Printable(f.src), from,
       f.engine_tensors >= 0 ? absl::StrCat(" as ", f.engine_tensors, " engine tensors") : "",
       " into ", Ranks(f.ranks), ", mesh ", Printable(f.mesh), ", plan ",

@@ -64,6 +64,10 @@ std::string HumanBytes(int64_t bytes) {
   return absl::StrFormat("%.2f %s", value, kUnits[unit]);
 }
 
+std::string Counted(int64_t n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
 std::string WithThousands(int64_t value) {
   std::string digits = absl::StrFormat("%d", value < 0 ? -value : value);
   std::string out;

@@ -55,8 +55,9 @@ absl::StatusOr<std::vector<std::string>> Runner::AllGather(const std::string& mi
 }
 
 std::function<void(int64_t, int64_t)> Runner::Progress() const {
-  return ProgressLine(command_, rank() == 0 && (!options_.json || options_.progress),
-                      options_.progress);
+  // Rank 0's own bytes: with several ranks the line says whose they are.
+  return ProgressLine(size() > 1 ? absl::StrCat(command_, ", rank 0's bytes") : command_,
+                      rank() == 0 && (!options_.json || options_.progress), options_.progress);
 }
 
 int RunOnRanks(absl::string_view command, const SharedOptions& options,

@@ -277,12 +277,16 @@ int main(int argc, char** argv) {
     const int64_t bf16_bytes = bf16_stats.wire_bytes;  // the plans' figures, alike on every rank
     const int64_t fp8_bytes = fp8_stats.wire_bytes;
     if (rank == 0) {
+      // On one rank nothing crosses a wire: the ratio of the two syncs is then not a number.
+      char ratio[64] = "nothing on the wire: one rank";
+      if (bf16_bytes > 0) {
+        std::snprintf(ratio, sizeof ratio, "%.2fx", static_cast<double>(fp8_bytes) / bf16_bytes);
+      }
       std::printf("step %d: synced %zu Megatron weights into %zu vLLM tensors on %d engine rank%s:"
-                  " bf16 %lld bytes on the wire, fp8-block %lld (%.2fx); %s\n",
+                  " bf16 %lld bytes on the wire, fp8-block %lld (%s); %s\n",
                   step, specs.size(), engine_specs.size(), engine_ranks,
                   engine_ranks == 1 ? "" : "s", static_cast<long long>(bf16_bytes),
-                  static_cast<long long>(fp8_bytes),
-                  bf16_bytes > 0 ? static_cast<double>(fp8_bytes) / bf16_bytes : 0.0,
+                  static_cast<long long>(fp8_bytes), ratio,
                   wrong == 0 ? "both engines match the trainer" : "WRONG");
     }
     if (wrong != 0) return 1;

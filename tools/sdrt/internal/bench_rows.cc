@@ -69,8 +69,12 @@ void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const Benc
       << " in this rank's affinity), " << machine.ranks << " ranks, backend " << machine.backend
       << " (" << Printable(machine.mpi_library) << "), device " << machine.device << "; sdrt "
       << machine.version << "; bucket " << Mib(settings.bucket_bytes) << "; inputs "
-      << (settings.arena_inputs ? "in one arena per rank" : "one allocation per tensor") << "\n"
-      << "# " << settings.iterations << " timed runs after " << settings.warmup
+      << (!settings.arena_inputs ? "one allocation per tensor"
+          : workload.source != nullptr
+              ? "the file's tensors mapped, each rank's pieces in one arena"
+              : "in one arena per rank")
+      << "\n"
+      << "# " << Counted(settings.iterations, "timed run") << " after " << settings.warmup
       << " warm-up; time: ms, the median over runs of the slowest rank, [min..max]; "
          "algbw, busbw: GB/s (1e9 B/s)\n"
       << "# flat: one MPI collective of the same bytes in one buffer (distribute: memcpy of the "
@@ -156,8 +160,6 @@ nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachi
                     {"flat_wrong", row.flat_wrong},
                     {"collectives", row.stats.collectives},
                     {"exchanges", row.stats.exchanges},
-                    {"wire_bytes", row.wire_bytes},
-                    {"flat_wire_bytes", row.flat_wire_bytes},
                     {"fault_mib", f.fault_mib},
                     {"digest", absl::StrFormat("%016x", workload.digest)},
                     {"tensors", workload.full.size()},
@@ -173,6 +175,11 @@ nlohmann::ordered_json BenchJson(const BenchWorkload& workload, const BenchMachi
                     {"warmup", settings.warmup},
                     {"iters", settings.iterations}});
     nlohmann::ordered_json& out = list.back();
+    // Only the rows that plan a reshard count wire bytes (a weight map's, a layout's).
+    if (row.flat_wire_bytes > 0 || !row.from_layout.empty()) {
+      out["wire_bytes"] = row.wire_bytes;
+      out["flat_wire_bytes"] = row.flat_wire_bytes;
+    }
     if (!row.from_layout.empty()) {
       out["from"] = row.from_layout;
       out["to"] = row.to_layout;

@@ -267,6 +267,24 @@ TEST(MakeMoe, TooManyTensorsAreRefused) {
   EXPECT_THAT(c.status().message(), HasSubstr("tensors"));
 }
 
+// A --scale that is not a number in (0, 16] is exit 2 in make and simulate; an empty one is
+// not read as 0.
+TEST(MakeMoeCli, ScalesOutOfRangeOrNotNumbersAreRefused) {
+  const std::string out = test::FreshDir("make_moe_scale") + "/m.safetensors";
+  for (const char* scale : {"''", "abc", "0", "-1", "17", "nan"}) {
+    SCOPED_TRACE(scale);
+    test::CommandResult r = Sdrt(absl::StrCat("make --arch qwen3-moe --header-only --scale ",
+                                              scale, " ", out));
+    EXPECT_EQ(r.exit_code, 2) << r.all();
+    EXPECT_THAT(r.err, HasSubstr("--scale")) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+    r = Sdrt(absl::StrCat("simulate --model qwen3-moe --scale ", scale,
+                          " --from fsdp:dp=2 --to vllm:tp=2 --cluster nodes=1,gpus=2"));
+    EXPECT_EQ(r.exit_code, 2) << r.all();
+    EXPECT_THAT(r.err, HasSubstr("--scale")) << r.err;
+  }
+}
+
 int64_t FileSize(const std::string& path) { return static_cast<int64_t>(fs::file_size(path)); }
 
 // The full Kimi-K2 as a header: a few MB, listed by inspect, refused by load and shard.

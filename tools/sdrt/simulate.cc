@@ -219,6 +219,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "architecture of `sdrt make --arch`")
       ->required();
   cmd->add_option("--scale", args->scale, "with an architecture: its --scale ((0, 16])")
+      ->check(CLI::Number)  // not CLI11's reading of '' as 0
       ->capture_default_str();
   cmd->add_option("--from", args->from, "the source's layout, e.g. megatron:tp=4,pp=8,ep=16")
       ->required();

@@ -49,7 +49,9 @@ struct NameFacts {
   int64_t layer = -1;   // outside the layers
   int64_t expert = -1;  // not a per-expert tensor
   bool stacked_experts = false;
-  bool final_part = false;  // the head or the final norm
+  bool final_part = false;       // the head or the final norm
+  bool head = false;             // the head (lm_head, output_layer)
+  bool token_embedding = false;  // embed_tokens, wte, word_embeddings
 };
 
 absl::StatusOr<NameFacts> FactsOf(absl::string_view name) {
@@ -80,7 +82,10 @@ absl::StatusOr<NameFacts> FactsOf(absl::string_view name) {
     }
   }
   for (const absl::string_view p : parts) {
-    if (p == "lm_head" || p == "output_layer") facts.final_part = true;
+    if (p == "lm_head" || p == "output_layer") facts.final_part = facts.head = true;
+    if (facts.layer < 0 && (p == "embed_tokens" || p == "wte" || p == "word_embeddings")) {
+      facts.token_embedding = true;
+    }
   }
   if (n >= 2) {
     const absl::string_view before_last = parts[n - 2];
@@ -237,10 +242,12 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
   std::vector<NameFacts> facts;
   facts.reserve(tensors.size());
   int64_t layers = 0;
+  bool has_head = false;
   absl::flat_hash_map<int64_t, int64_t> experts_of_layer;  // per-expert tensors' count
   for (const SafetensorsTensorSpec& t : tensors) {
     SDRT_ASSIGN_OR_RETURN(NameFacts f, FactsOf(t.name));
     layers = std::max(layers, f.layer + 1);
+    has_head = has_head || f.head;
     if (f.expert >= 0) {
       int64_t& count = experts_of_layer[f.layer];
       count = std::max(count, f.expert + 1);
@@ -260,7 +267,8 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
                                                             : (d * pp_ + stage) * tp_ + t);
   };
   const int64_t edp = dp_ * tp_ / (ep_ * etp_);
-  // Meshes by (kind, stage, expert owner): 0 dense, 1 one ep rank's experts, 2 stacked.
+  // Meshes by (kind, stage, expert owner): 0 dense, 1 one ep rank's experts, 2 stacked, 3 the
+  // first and the last stage together (a head tied to the token embedding).
   absl::flat_hash_map<std::tuple<int, int64_t, int64_t>, std::shared_ptr<const DeviceMesh>> meshes;
   const auto mesh_of = [&](int kind, int64_t stage,
                            int64_t owner) -> absl::StatusOr<std::shared_ptr<const DeviceMesh>> {
@@ -280,10 +288,16 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
         for (int64_t x = 0; x < etp_; ++x)
           ranks.push_back(stage_rank(stage, (e * ep_ + owner) * etp_ + x));
       }
-    } else {
+    } else if (kind == 2) {
       shape = {edp, ep_, etp_};
       names = {"edp", "ep", "etp"};
       for (int64_t l = 0; l < dp_ * tp_; ++l) ranks.push_back(stage_rank(stage, l));
+    } else {
+      shape = {2, dp_, tp_};
+      names = {"pp", "dp", "tp"};
+      for (const int64_t s : {int64_t{0}, pp_ - 1}) {
+        for (int64_t l = 0; l < dp_ * tp_; ++l) ranks.push_back(stage_rank(s, l));
+      }
     }
     SDRT_ASSIGN_OR_RETURN(DeviceMesh made, DeviceMesh::Create(shape, std::move(ranks), names));
     mesh = std::make_shared<const DeviceMesh>(std::move(made));
@@ -319,6 +333,11 @@ absl::StatusOr<std::vector<LaidOutTensor>> ParallelLayout::Place(
       }
       SDRT_ASSIGN_OR_RETURN(laid.mesh, mesh_of(2, stage, 0));
       laid.placements = {Placement::Replicate(), Placement::Shard(0), Placement::Replicate()};
+    } else if (f.token_embedding && !has_head && pp_ > 1) {
+      // No head of its own: the last stage's output layer is this tensor (tied embeddings,
+      // as vLLM and Megatron keep a copy there).
+      SDRT_ASSIGN_OR_RETURN(laid.mesh, mesh_of(3, 0, 0));
+      laid.placements = {Placement::Replicate(), Placement::Replicate(), tp_placement};
     } else {
       SDRT_ASSIGN_OR_RETURN(laid.mesh, mesh_of(0, stage, 0));
       laid.placements = {Placement::Replicate(), tp_placement};

@@ -27,6 +27,11 @@
 //     last stage when it is the head or the final norm (a component "lm_head" or
 //     "output_layer", or "norm", "ln_f", "final_layernorm" or "final_layer_norm" just
 //     before the last), else to the first (embeddings).
+//   * Tied embeddings: with pp > 1 and no head tensor in the model (GPT-2's wte is its
+//     head too), the token embedding (a component "embed_tokens", "wte" or
+//     "word_embeddings" outside the layers) lives on the first and the last stage, as vLLM
+//     and Megatron keep it there: a (pp, dp, tp) mesh of size 2 on pp (the first stage's
+//     ranks, then the last's) with [Replicate, Replicate, tp placement].
 //   * A dense tensor lives on its stage's dp x tp ranks as a (dp, tp) mesh with placements
 //     [Replicate, the tp plan's placement of its name] (TpRoleOf, TpPlacement).
 //   * Experts: the stage's dp x tp ranks, in the order above, are cut as (edp, ep, etp),

@@ -196,5 +196,31 @@ TEST_F(LoadLayoutCli, AWeightMapIntoTheStagesOwnTensors) {
   }
 }
 
+// GPT-2 ties its head to wte: with two stages, the last stage's ranks keep their tp half of
+// wte too (from the file and from a sharded folder of another world), bit for bit.
+TEST_F(LoadLayoutCli, ATiedEmbeddingReachesTheLastStage) {
+  const std::string dir = std::filesystem::path(file_).parent_path().string();
+  const std::string gpt2 = dir + "/gpt2.safetensors";
+  ASSERT_EQ(test::RunSdrt("make --arch gpt2 --scale 0.2 --dtype f32 " + test::ShellQuote(gpt2))
+                .exit_code,
+            0);
+  ASSERT_EQ(test::RunSdrt("shard " + test::ShellQuote(gpt2) + " " +
+                          test::ShellQuote(dir + "/gpt2-fsdp3") + " --mesh 3 --plan fsdp")
+                .exit_code,
+            0);
+  const int64_t wte_half = 10051 * 156 * 4 / 2;  // [vocab, hidden] f32 at scale 0.2, by tp
+  for (const std::string& src : {gpt2, dir + "/gpt2-fsdp3"}) {
+    SCOPED_TRACE(src);
+    const test::CommandResult r = test::RunSdrtMpi(
+        4, "load " + test::ShellQuote(src) + " --json --plan megatron:tp=2,pp=2");
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    const Json j = Json::parse(r.out);
+    EXPECT_EQ(j["bit_exact"], true) << j;
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_GT(j["bytes_kept"][rank].get<int64_t>(), wte_half) << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sdrt

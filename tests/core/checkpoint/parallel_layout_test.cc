@@ -276,6 +276,35 @@ TEST(ParallelLayout, MegatronCoreNamesAndABareHead) {
   EXPECT_THAT(RanksOf(placed[6]), ElementsAre(2, 3));
 }
 
+// GPT-2 has no head tensor: its wte is the output layer too, so with stages it lives on the
+// first and the last (vLLM and Megatron keep a copy there); with one stage, or with a head of
+// its own, only on the first.
+TEST(ParallelLayout, ATiedEmbeddingLivesOnTheFirstAndTheLastStage) {
+  std::vector<SafetensorsTensorSpec> gpt2 = {{"wte.weight", DType::kBFloat16, {32, 8}},
+                                             {"wpe.weight", DType::kBFloat16, {16, 8}}};
+  for (int l = 0; l < 3; ++l) {
+    gpt2.push_back({absl::StrCat("h.", l, ".attn.c_attn.weight"), DType::kBFloat16, {8, 24}});
+  }
+  gpt2.push_back({"ln_f.weight", DType::kBFloat16, {8}});
+  const ParallelLayout megatron = *ParallelLayout::Parse("megatron:tp=2,pp=3", 6);
+  const LaidOutTensor wte = HomeOf(megatron, gpt2, "wte.weight");
+  EXPECT_THAT(RanksOf(wte), ElementsAre(0, 1, 4, 5));
+  EXPECT_EQ(wte.mesh->shape(), (IntVector{2, 1, 2}));
+  EXPECT_THAT(wte.mesh->dim_names(), ElementsAre("pp", "dp", "tp"));
+  EXPECT_EQ(PlacementsToString(wte.placements), "[R, R, S(0)]");
+  EXPECT_THAT(RanksOf(HomeOf(megatron, gpt2, "wpe.weight")), ElementsAre(0, 1));
+  EXPECT_THAT(RanksOf(HomeOf(megatron, gpt2, "ln_f.weight")), ElementsAre(4, 5));
+  // vLLM's stages interleave with its replicas: ranks (d * pp + stage) * tp + t.
+  const ParallelLayout vllm = *ParallelLayout::Parse("vllm:tp=2,pp=2,dp=2", 8);
+  EXPECT_THAT(RanksOf(HomeOf(vllm, gpt2, "wte.weight")), ElementsAre(0, 1, 4, 5, 2, 3, 6, 7));
+  // One stage: the dense mesh; a head of its own: the first stage only.
+  EXPECT_THAT(RanksOf(HomeOf(*ParallelLayout::Parse("megatron:tp=2", 2), gpt2, "wte.weight")),
+              ElementsAre(0, 1));
+  gpt2.push_back({"lm_head.weight", DType::kBFloat16, {32, 8}});
+  EXPECT_THAT(RanksOf(HomeOf(megatron, gpt2, "wte.weight")), ElementsAre(0, 1));
+  EXPECT_THAT(RanksOf(HomeOf(megatron, gpt2, "lm_head.weight")), ElementsAre(4, 5));
+}
+
 TEST(ParallelLayout, HostileNamesAndTooFewLayers) {
   const ParallelLayout layout = *ParallelLayout::Parse("megatron:pp=4", 4);
   EXPECT_THAT(std::string(layout.Place(MoeModel(2, 1)).status().message()),

@@ -62,9 +62,9 @@ fault() {
 
 load=("$sdrt" load "$work/big.safetensors" --mesh 4 --plan tp --read root --bucket-mib 16
       --timeout "$timeout_s" --progress)
-fault load_cut cut "load: " "${load[@]}"
-fault load_stop stop "load: " "${load[@]}"
-fault reshard_stop stop "reshard: " "$sdrt" reshard "$work/fsdp" "$work/tp" --mesh 4 --plan tp \
+fault load_cut cut "load, rank 0's bytes: " "${load[@]}"
+fault load_stop stop "load, rank 0's bytes: " "${load[@]}"
+fault reshard_stop stop "reshard, rank 0's bytes: " "$sdrt" reshard "$work/fsdp" "$work/tp" --mesh 4 --plan tp \
   --bucket-mib 16 --timeout "$timeout_s" --progress
 ! compgen -G "$work/tp*" >/dev/null || fail "reshard_stop: left $(ls -d "$work"/tp*)"
 sync=("$weight_sync" --steps 1000000 --timeout "$timeout_s")

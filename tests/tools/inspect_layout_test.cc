@@ -115,7 +115,9 @@ TEST_F(InspectLayout, InputErrorsAreExitTwoWithOneLine) {
       {" --layout nope --mesh 2 --plan fsdp", "no tensor 'nope'"},
       {" --layout w --plan fsdp", "needs --mesh and --plan"},
       {" --layout w --mesh 2x2 --plan hsdp_typo", "hsdp_typo"},
-      {" --mesh 2", "go with --layout"},
+      {" --mesh 2", "go with --layout NAME or --map"},
+      {" --cast f32", "--cast goes with --map"},
+      {" --layout w --mesh 2 --plan fsdp --cast f32", "--cast goes with --map"},
   };
   for (const auto& [args, message] : cases) {
     const CommandResult r = Sdrt(absl::StrCat("inspect ", ShellQuote(file_), args));

@@ -53,9 +53,12 @@ absl::Status RunInspect(const InspectArgs& args) {
         InspectMap(args.path, args.engine, args.mesh, args.plan, args.shared.json);
     return status.ok() ? status : InputError(status);
   }
+  if (!args.engine.cast.empty()) {
+    return absl::InvalidArgumentError("--cast goes with --map (the engine's tensors it lists)");
+  }
   if (!args.layout.empty()) return InspectLayout(args);
   if (!args.mesh.empty() || !args.plan.empty()) {
-    return absl::InvalidArgumentError("--mesh and --plan go with --layout NAME");
+    return absl::InvalidArgumentError("--mesh and --plan go with --layout NAME or --map");
   }
   struct stat st;
   if (stat(args.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {

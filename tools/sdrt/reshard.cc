@@ -147,8 +147,9 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
       absl::StrFormat("%.3f s", seconds), "; wire ", HumanBytes(stats.wire_bytes),
       " (the optimum: ", HumanBytes(stats.optimum_bytes), "), kept in place ",
       HumanBytes(stats.self_bytes), "; the busiest rank sent ", HumanBytes(stats.max_sent_bytes),
-      " and received ", HumanBytes(stats.max_received_bytes), "; ", stats.exchanges,
-      stats.exchanges == 1 ? " exchange, " : " exchanges, ", stats.collectives, " collectives\n");
+      " and received ", HumanBytes(stats.max_received_bytes), "; ", WithThousands(stats.exchanges),
+      stats.exchanges == 1 ? " exchange, " : " exchanges, ", WithThousands(stats.collectives),
+      " collectives\n");
   return report;
 }
 

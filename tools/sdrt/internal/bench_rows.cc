@@ -62,8 +62,9 @@ std::string Mib(int64_t bytes) {
 
 void PrintBenchText(std::ostream& out, const BenchWorkload& workload, const BenchMachine& machine,
                     const BenchSettings& settings, const std::vector<BenchRow>& rows) {
-  out << "# sdrt bench: workload " << Printable(workload.name) << ": " << workload.full.size()
-      << " tensors, " << WithThousands(workload.bytes) << " bytes (" << Mib(workload.bytes) << "), "
+  out << "# sdrt bench: workload " << Printable(workload.name) << ": "
+      << WithThousands(static_cast<int64_t>(workload.full.size())) << " tensors, "
+      << WithThousands(workload.bytes) << " bytes (" << Mib(workload.bytes) << "), "
       << workload.type << ", digest " << absl::StrFormat("%016x", workload.digest) << "\n"
       << "# machine: " << machine.hardware_threads << " cores (" << machine.affinity_cores
       << " in this rank's affinity), " << machine.ranks << " ranks, backend " << machine.backend

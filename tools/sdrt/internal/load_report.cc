@@ -75,8 +75,9 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
     absl::StrAppend(
         &text, "\n  resharded peer to peer ", absl::StrFormat("%.3f s", f.seconds), "; wire ",
         HumanBytes(t.wire_bytes), " (the optimum: ", HumanBytes(t.optimum_bytes),
-        "), kept in place ", HumanBytes(t.self_bytes), "; ", t.exchanges,
-        t.exchanges == 1 ? " exchange, " : " exchanges, ", t.collectives, " collectives\n");
+        "), kept in place ", HumanBytes(t.self_bytes), "; ", WithThousands(t.exchanges),
+        t.exchanges == 1 ? " exchange, " : " exchanges, ", WithThousands(t.collectives),
+        " collectives\n");
     return text + unused_once_per_node;
   }
   text = absl::StrCat("  read: ", ReadModeName(f.stats.read), " (", Printable(reason), ")\n");

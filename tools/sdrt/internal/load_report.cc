@@ -21,14 +21,14 @@ int64_t TotalBytes(const SourceOutline& outline) {
   return bytes;
 }
 
-// With --read-once-per-node: the bytes the ranks of each node (0, 1, ... as LoadStats::node
-// numbers them) read from storage, in all.
 // Why an option of every rank reading a file did not apply.
 absl::string_view UnusedBecause(const LoadFacts& f) {
   return f.outline->sharded ? "each rank reads its own rank files"
                             : "the root read SRC and broadcast it";
 }
 
+// With --read-once-per-node: the bytes the ranks of each node (0, 1, ... as LoadStats::node
+// numbers them) read from storage, in all.
 std::vector<int64_t> BytesReadPerNode(const LoadFacts& f) {
   std::vector<int64_t> per_node;
   for (size_t q = 0; q < f.node.size() && q < f.bytes_read.size(); ++q) {
@@ -68,7 +68,7 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
                       const std::vector<double>& amplification) {
   const TransferStats& t = f.stats.transfer;
   std::string text;
-  const std::string unused_once_per_node = OncePerNodeUnused(f) + OtherOptionsUnused(f);
+  const std::string unused_options = OncePerNodeUnused(f) + OtherOptionsUnused(f);
   if (f.outline->sharded) {
     text = "  read: each rank its own rank files; bytes read per rank:";
     for (int64_t b : f.bytes_read) absl::StrAppend(&text, " ", HumanBytes(b));
@@ -78,7 +78,7 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
         "), kept in place ", HumanBytes(t.self_bytes), "; ", WithThousands(t.exchanges),
         t.exchanges == 1 ? " exchange, " : " exchanges, ", WithThousands(t.collectives),
         " collectives\n");
-    return text + unused_once_per_node;
+    return text + unused_options;
   }
   text = absl::StrCat("  read: ", ReadModeName(f.stats.read), " (", Printable(reason), ")\n");
   if (f.stats.read == ReadMode::kAll) {
@@ -105,7 +105,7 @@ std::string ReadLines(const LoadFacts& f, const std::string& reason, double gbps
   return absl::StrCat(text, "  broadcast ", absl::StrFormat("%.3f s, %.2f GB/s", f.seconds, gbps),
                       "; ", t.collectives, " collectives (", t.exchanges,
                       t.exchanges == 1 ? " exchange" : " exchanges", " of at most ", f.bucket_mib,
-                      " MiB per rank)\n", unused_once_per_node);
+                      " MiB per rank)\n", unused_options);
 }
 
 }  // namespace

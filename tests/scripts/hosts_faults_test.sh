@@ -64,8 +64,8 @@ load=("$sdrt" load "$work/big.safetensors" --mesh 4 --plan tp --read root --buck
       --timeout "$timeout_s" --progress)
 fault load_cut cut "load, rank 0's bytes: " "${load[@]}"
 fault load_stop stop "load, rank 0's bytes: " "${load[@]}"
-fault reshard_stop stop "reshard, rank 0's bytes: " "$sdrt" reshard "$work/fsdp" "$work/tp" --mesh 4 --plan tp \
-  --bucket-mib 16 --timeout "$timeout_s" --progress
+fault reshard_stop stop "reshard, rank 0's bytes: " "$sdrt" reshard "$work/fsdp" "$work/tp" \
+  --mesh 4 --plan tp --bucket-mib 16 --timeout "$timeout_s" --progress
 ! compgen -G "$work/tp*" >/dev/null || fail "reshard_stop: left $(ls -d "$work"/tp*)"
 sync=("$weight_sync" --steps 1000000 --timeout "$timeout_s")
 fault sync_cut cut "step 2:" "${sync[@]}"

@@ -80,7 +80,8 @@ absl::StatusOr<Report> Gather(const GatherArgs& args, Runner& run) {
   }
   report.text = absl::StrCat(
       "gathered ", Counted(static_cast<int64_t>(index.tensors.size()), "tensor"), " (",
-      HumanBytes(bytes), ") from ", Ranks(run.size()), " into ", Printable(target.out), "\n  gather ",
+      HumanBytes(bytes), ") from ", Ranks(run.size()), " into ", Printable(target.out),
+      "\n  gather ",
       absl::StrFormat("%.3f s, %.2f GB/s", gather_seconds, gbps), "; ", stats.collectives,
       " collectives (", stats.exchanges, stats.exchanges == 1 ? " exchange" : " exchanges",
       " moving data, buffers ", HumanBytes(stats.buffer_bytes), "); write ",

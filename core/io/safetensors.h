@@ -15,7 +15,8 @@
 // ones: F4 [4, 8] is 16 bytes); ranges that tile the data region exactly; "__metadata__"
 // null or an object of strings. Every dtype of 0.8.0 is read (tensor/dtype.h). A file the
 // reference loads is refused only for (a) duplicate keys, which the reference resolves
-// silently by keeping the last, (b) a dimension above 2^63 - 1 in a shape holding a 0.
+// silently by keeping the last, (b) a dimension above 2^63 - 1 in a shape holding a 0, (c) a
+// tensor name holding a NUL byte ("\u0000"), which a C caller would see cut there.
 // Conversely, of 600 crafted headers compared with 0.8.0, none it refuses does sdrt load.
 // Every error is an absl::Status naming the file, the tensor or metadata key and the rule.
 // Tensors borrow the mapping zero-copy when their address is a multiple of their element

@@ -11,6 +11,10 @@ It checks that:
     tensor of another dtype;
   * a path or a tensor name (or placements) with an embedded NUL is refused with ValueError,
     not cut at the NUL (the names cut there exist);
+  * a file whose tensor name holds a NUL byte is refused (SdrtError), not listed cut;
+  * a local load defaults to rank 0; strict=True names the tensors the file lacks (KeyError)
+    and loads nothing; wrong types are TypeError and integers a C field cannot hold
+    ValueError, never an AttributeError or a value wrapped around;
   * `import sdrt` without a shared library raises ImportError saying how to get one;
   * place() gives a Megatron layout's homes (tp 2 x pp 2 over 4 ranks: a stage's tensors on
     its ranks, column- and row-parallel pieces), and each rank, loading alone, fills only
@@ -127,6 +131,47 @@ class ModuleTest(unittest.TestCase):
                 with self.assertRaisesRegex(ValueError, f"^{what} .* has an embedded NUL byte"):
                     call()
         self.assertFalse(buffers["w"].any(), "a refused call wrote the buffer")
+
+    def test_a_nul_byte_in_a_file_s_name_is_refused(self):
+        # "w\u0000x" is valid JSON: the name is refused, not cut to "w" (which would shadow
+        # or stand in for another tensor).
+        path = os.path.join(self.dir.name, "nul.safetensors")
+        write_safetensors(path, {"w\0x": ("F32", (2,), np.ones(2, np.float32).tobytes())})
+        with self.assertRaisesRegex(sdrt.SdrtError, "its name holds a NUL byte"):
+            sdrt.inspect(path)
+
+    def test_local_load_defaults_to_rank_0_and_strict_names_what_is_missing(self):
+        b = np.zeros(4, np.float32)
+        self.load({"b": b})
+        np.testing.assert_array_equal(b, _F32)
+        typo = np.zeros(4, np.float32)
+        with self.assertRaisesRegex(KeyError, "no tensor b_typo"):
+            self.load({"b_typo": typo}, strict=True)
+        self.load({"b_typo": typo})  # not strict: left as it is
+        self.assertFalse(typo.any())
+
+    def test_wrong_types_and_integers_out_of_range_are_refused(self):
+        b = np.zeros(4, np.float32)
+        cases = [
+            (ValueError, "rank 4294967297 is outside a 32-bit integer",
+             lambda: self.load({"b": b}, rank=2**32 + 1)),
+            (TypeError, "rank must be an integer", lambda: self.load({"b": b}, rank="0")),
+            (TypeError, "a tensor name must be a str", lambda: self.load({1: b})),
+            (TypeError, "must have __dlpack__", lambda: self.load({"b": [0.0] * 4})),
+            (TypeError, "comm must be a Comm", lambda: self.load({"b": b}, comm=object())),
+            (TypeError, "comm must be a Comm", lambda: sdrt.gather({"b": b}, None)),
+            (TypeError, "placements must be a str",
+             lambda: self.load({"b": sdrt.DTensor(b, None, (4,))})),
+            (ValueError, "world_size 18446744073709551616 is outside",
+             lambda: sdrt.place("fsdp:dp=4", 2**64, {"a": (8, 3)})),
+            (ValueError, "a's shape .* is outside",
+             lambda: sdrt.place("fsdp:dp=4", 4, {"a": (2**64 + 8, 3)})),
+        ]
+        for error, message, call in cases:
+            with self.subTest(message=message):
+                with self.assertRaisesRegex(error, message):
+                    call()
+        self.assertFalse(b.any(), "a refused call wrote the buffer")
 
     def test_import_without_library_says_how_to_get_one(self):
         missing = os.path.join(self.dir.name, "no", "libsdrt.so")

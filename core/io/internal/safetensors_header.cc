@@ -177,6 +177,10 @@ absl::StatusOr<int64_t> NonNegativeInt(const Json& value, absl::string_view what
 // Fields other than dtype, shape and data_offsets are ignored, as the reference does.
 absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Json& value,
                                        int64_t data_bytes) {
+  if (name.find('\0') != std::string::npos) {
+    // Valid JSON ("\u0000"), but every C caller would see the name cut there.
+    return TensorError(name, "its name holds a NUL byte");
+  }
   if (!value.is_object()) {
     return TensorError(name, absl::StrCat("entry must be an object, got ", value.type_name()));
   }

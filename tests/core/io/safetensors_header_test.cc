@@ -176,6 +176,15 @@ TEST(SafetensorsHeader, DuplicateKeysAreRejectedAtEveryLevel) {
   }
 }
 
+// A name holding a NUL byte ("\u0000" is valid JSON) is refused: a C caller (the C API,
+// the Python module) would see it cut there, and two names could then read alike.
+TEST(SafetensorsHeader, ANameWithANulByteIsRefused) {
+  absl::StatusOr<SafetensorsFile> file =
+      Parse(Image(R"({"w\u0000x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", kEight));
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(file.status().message(), HasSubstr("its name holds a NUL byte"));
+}
+
 // A header-only description (`sdrt make --header-only`: the marker, no data) is checked
 // against the data region it describes; one that breaks a rule as a description is refused
 // for that rule, not for the data region it lacks.

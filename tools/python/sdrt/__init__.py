@@ -29,8 +29,15 @@ import ctypes
 from sdrt import _c
 from sdrt._c import SdrtError, _check
 
-__all__ = ["DTensor", "Home", "SdrtError", "world", "inspect", "place", "load", "gather",
-           "gather_write", "version"]
+__all__ = ["Comm", "DTensor", "Home", "SdrtError", "world", "inspect", "place", "load",
+           "gather", "gather_write", "version"]
+
+
+def _name(name):
+    """A tensor name as bytes: TypeError for anything but a str."""
+    if not isinstance(name, str):
+        raise TypeError(f"a tensor name must be a str, got {type(name).__name__}")
+    return name.encode()
 
 
 def version():
@@ -102,7 +109,8 @@ class Home:
         out = _c.LocalShard(ctypes.sizeof(_c.LocalShard))
         _check("sdrt_compute_local_shape_and_global_offset",
                _c.lib.sdrt_compute_local_shape_and_global_offset(
-                   ctypes.byref(spec), None, None, rank, ctypes.byref(out)))
+                   ctypes.byref(spec), None, None, _c.c_int(rank, 64, "rank"),
+                   ctypes.byref(out)))
         n = len(self.global_shape)
         offset = tuple(out.global_offset[i] for i in range(n)) if out.global_offset else ()
         return tuple(out.local_shape[i] for i in range(out.ndim)), offset
@@ -120,14 +128,18 @@ def place(description, world_size, tensors, first_rank=0):
     "vllm:tp=8,dp=16", "fsdp:dp=64" or "fsdp-tp:dp=8,tp=8" over ``world_size`` ranks from
     global rank ``first_rank`` (sdrt_parallel_layout_place; docs/LAYOUTS.md). Returns name ->
     Home. Local; no data."""
-    names = [_c.c_string(name.encode(), "tensor name") for name in tensors]
-    shapes = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in tensors.values()]
+    if not isinstance(description, str) or not isinstance(tensors, dict):
+        raise TypeError("place(description: str, world_size: int, tensors: dict name -> shape)")
+    names = [_c.c_string(_name(name), "tensor name") for name in tensors]
+    shapes = [(ctypes.c_int64 * max(len(s), 1))(*[_c.c_int(d, 64, f"{n}'s shape") for d in s])
+              for n, s in tensors.items()]
     n = len(names)
     specs = (_c.DTensorSpec * max(n, 1))()
     for spec in specs:
         spec.struct_size = ctypes.sizeof(_c.DTensorSpec)
     _check("sdrt_parallel_layout_place", _c.lib.sdrt_parallel_layout_place(
-        _c.c_string(description.encode(), "description"), world_size, first_rank, n,
+        _c.c_string(description.encode(), "description"), _c.c_int(world_size, 64, "world_size"),
+        _c.c_int(first_rank, 64, "first_rank"), n,
         (ctypes.c_char_p * max(n, 1))(*names),
         (ctypes.c_int32 * max(n, 1))(*[len(s) for s in tensors.values()]),
         (_c.c_int64_p * max(n, 1))(*[ctypes.cast(s, _c.c_int64_p) for s in shapes]),
@@ -168,12 +180,14 @@ class _StateDict:
             raise
 
     def _add(self, name, value, comm, bfloat16):
-        c_name = _c.c_string(name.encode(), "tensor name")
+        c_name = _c.c_string(_name(name), "tensor name")
         spec = None
         if isinstance(value, DTensor):
             ranks = value.mesh_ranks
-            mesh = value.mesh_shape or ((len(ranks),) if ranks is not None
-                                        else (comm.size,) if comm else (1,))
+            mesh = value.mesh_shape
+            if mesh is None:  # an empty tuple is a mesh too (and refused by the library)
+                mesh = ((len(ranks),) if ranks is not None
+                        else (comm.size,) if comm is not None else (1,))
             spec = _c.dtensor_spec(mesh, value.placements, value.global_shape, self._alive,
                                    value.mesh_ranks)
             value = value.local
@@ -213,13 +227,22 @@ def load(path, tensors, comm=None, rank=None, strict=False, read="auto"):
     """Fills ``tensors`` (name -> array or DTensor of arrays) from the checkpoint at
     ``path`` in place: each rank reads only its own pieces' bytes (sdrt_load). With
     ``comm`` the call is collective over it; without, it is local and ``rank`` is this
-    process's rank in the meshes. ``read``: "all" (every rank reads its own bytes: the one
+    process's rank in the meshes (default 0). ``strict``: a name of ``tensors`` that the
+    checkpoint lacks raises KeyError naming them, before anything is read (as PyTorch's
+    load_state_dict(strict=True)); otherwise such tensors are left as they are. ``read``: "all" (every rank reads its own bytes: the one
     for a layout whose ranks hold different tensors, as place() gives), "root" (rank 0 reads
     and broadcasts) or "auto" (all when every rank sees the same files). A bfloat16 tensor
     loads into a uint16 array (its bits, as gather() returns bfloat16). Returns the call's
     figures (bytes_read, bytes_kept, reads, seconds)."""
+    if comm is None and rank is None:
+        rank = 0
     with _c.Checkpoint(path) as ckpt:
-        bfloat16 = {i.name for i in ckpt.infos() if i.dtype_name == "bfloat16"}
+        infos = list(ckpt.infos())
+        if strict:
+            missing = sorted(set(tensors) - {i.name for i in infos})
+            if missing:
+                raise KeyError(f"{path}: the checkpoint has no tensor {', '.join(missing)}")
+        bfloat16 = {i.name for i in infos if i.dtype_name == "bfloat16"}
         with _StateDict(tensors, comm, bfloat16) as sd:
             options = _c.load_options(comm, rank, strict, read)
             _check("sdrt_load", _c.lib.sdrt_load(ckpt.handle, sd.handle, ctypes.byref(options)))

@@ -5,6 +5,7 @@ library checks, so a layout that drifted from the header is refused, not misread
 
 import ctypes
 import ctypes.util
+import numbers
 import os
 
 import numpy as np
@@ -163,6 +164,24 @@ def c_string(data, what):
     return data
 
 
+def c_int(value, bits, what):
+    """`value` for a C integer of `bits` bits (signed): TypeError for a non-integer,
+    ValueError out of range (ctypes would wrap it around without a word)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
+    if not -(1 << (bits - 1)) <= int(value) < (1 << (bits - 1)):
+        raise ValueError(f"{what} {value} is outside a {bits}-bit integer")
+    return int(value)
+
+
+def c_handle(comm, what="comm"):
+    """The handle of `comm` (a Comm from world()): TypeError for anything else."""
+    handle = getattr(comm, "_handle", None)
+    if handle is None:
+        raise TypeError(f"{what} must be a Comm from sdrt.world(), got {type(comm).__name__}")
+    return handle
+
+
 def c_path(path):
     """A path (str, bytes or os.PathLike) for a const char* argument (c_string's check)."""
     return c_string(os.fsencode(path), "path")
@@ -210,6 +229,9 @@ def borrow(array, alive):
 
     The capsule is not consumed: when it is dropped its deleter runs, as DLPack says for an
     unconsumed capsule, and the producer's memory stays the producer's."""
+    if not hasattr(array, "__dlpack__"):
+        raise TypeError(f"a tensor must have __dlpack__ (a NumPy array, a torch tensor), got "
+                        f"{type(array).__name__}")
     capsule = array.__dlpack__()
     alive.append((array, capsule))
     managed = _PyCapsule_GetPointer(capsule, b"dltensor")
@@ -225,9 +247,14 @@ def dtensor_spec(mesh_shape, placements, global_shape, alive, mesh_ranks=None):
     if mesh_ranks is not None and len(mesh_ranks) != size:
         raise ValueError(f"mesh_ranks {tuple(mesh_ranks)} has {len(mesh_ranks)} ranks, "
                          f"mesh_shape {tuple(mesh_shape)} {size}")
-    mesh = (ctypes.c_int64 * len(mesh_shape))(*mesh_shape)
-    ranks = None if mesh_ranks is None else (ctypes.c_int64 * len(mesh_ranks))(*mesh_ranks)
-    shape = (ctypes.c_int64 * max(len(global_shape), 1))(*global_shape)
+    mesh = (ctypes.c_int64 * len(mesh_shape))(*[c_int(m, 64, "mesh size") for m in mesh_shape])
+    ranks = None if mesh_ranks is None else (ctypes.c_int64 * len(mesh_ranks))(
+        *[c_int(r, 64, "mesh rank") for r in mesh_ranks])
+    shape = (ctypes.c_int64 * max(len(global_shape), 1))(
+        *[c_int(d, 64, "global shape size") for d in global_shape])
+    if not isinstance(placements, str):
+        raise TypeError(f"placements must be a str such as \"S(0),R\", got "
+                        f"{type(placements).__name__}")
     text = c_string(placements.encode(), "placements")
     alive.extend([mesh, ranks, shape, text])
     return DTensorSpec(ctypes.sizeof(DTensorSpec), len(mesh_shape), mesh, ranks, text,
@@ -278,8 +305,8 @@ def load_options(comm, rank, strict, read="auto"):
         raise ValueError(f"read {read!r} is not one of {sorted(_READS)}")
     o = LoadOptions()
     o.struct_size = ctypes.sizeof(LoadOptions)
-    o.comm = comm._handle if comm else None
-    o.rank = -1 if rank is None else rank
+    o.comm = c_handle(comm) if comm is not None else None
+    o.rank = -1 if rank is None else c_int(rank, 32, "rank")
     o.strict = 1 if strict else 0
     o.staging_buffers, o.staging_bytes, o.max_gap_bytes = 2, 256 << 20, 1 << 20
     o.read, o.bucket_bytes = _READS[read], 256 << 20
@@ -290,10 +317,11 @@ def load_options(comm, rank, strict, read="auto"):
 def gather_options(comm, ranks_only):
     o = GatherOptions()
     o.struct_size = ctypes.sizeof(GatherOptions)
-    o.comm = comm._handle
+    o.comm = c_handle(comm)
     o.cpu_offload, o.bucket_bytes = 1, 256 << 20
     if ranks_only is not None:
-        o._ranks = (ctypes.c_int32 * max(len(ranks_only), 1))(*ranks_only)
+        o._ranks = (ctypes.c_int32 * max(len(ranks_only), 1))(
+            *[c_int(r, 32, "ranks_only entry") for r in ranks_only])
         o.ranks_only, o.num_ranks_only = o._ranks, len(ranks_only)
     return o
 

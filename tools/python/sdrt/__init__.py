@@ -229,11 +229,13 @@ def load(path, tensors, comm=None, rank=None, strict=False, read="auto"):
     ``comm`` the call is collective over it; without, it is local and ``rank`` is this
     process's rank in the meshes (default 0). ``strict``: a name of ``tensors`` that the
     checkpoint lacks raises KeyError naming them, before anything is read (as PyTorch's
-    load_state_dict(strict=True)); otherwise such tensors are left as they are. ``read``: "all" (every rank reads its own bytes: the one
-    for a layout whose ranks hold different tensors, as place() gives), "root" (rank 0 reads
-    and broadcasts) or "auto" (all when every rank sees the same files). A bfloat16 tensor
-    loads into a uint16 array (its bits, as gather() returns bfloat16). Returns the call's
-    figures (bytes_read, bytes_kept, reads, seconds)."""
+    load_state_dict(strict=True)); otherwise such tensors are left as they are. ``read``:
+    "all" (every rank reads its own bytes: the one for a layout whose ranks hold different
+    tensors, as place() gives), "root" (rank 0 reads and broadcasts) or "auto" (all when
+    every rank sees the same files). A bfloat16 tensor loads into a uint16 array (its bits,
+    as gather() returns bfloat16). Returns the call's figures (bytes_read, bytes_kept,
+    reads, seconds). A wrong type is TypeError, an integer a C field cannot hold ValueError,
+    what the library refuses SdrtError."""
     if comm is None and rank is None:
         rank = 0
     with _c.Checkpoint(path) as ckpt:

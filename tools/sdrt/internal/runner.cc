@@ -97,7 +97,7 @@ int RunOnRanks(absl::string_view command, const SharedOptions& options,
   return report->verdict.ok() ? kExitOk : ReportError(command, report->verdict, rank);
 }
 
-std::string Ranks(int64_t n) { return absl::StrCat(n, n == 1 ? " rank" : " ranks"); }
+std::string Ranks(int64_t n) { return Counted(n, "rank"); }
 
 nlohmann::ordered_json TransferStatsJson(const TransferStats& stats) {
   return {{"wire_bytes", stats.wire_bytes},

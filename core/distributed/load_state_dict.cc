@@ -178,7 +178,14 @@ absl::StatusOr<LoadResult> Load(const CheckpointSource* source, const absl::Stat
   } else {
     lowered = mapped_leaves || (source != nullptr && any_fp8(source->tensors()));
   }
-  if (!lowered) return RunPath(decision, source, precondition, local, options, stats);
+  if (!lowered) {
+    // Leaves of another dtype than the checkpoint's: rank 0 says so before it sends.
+    if (decision.read == ReadMode::kRoot && !decision.sharded && options.comm->rank() == 0 &&
+        source != nullptr && precondition.ok()) {
+      precondition = RefuseRootCasts(source->TensorSpecs(), local);
+    }
+    return RunPath(decision, source, precondition, local, options, stats);
+  }
   // The path fills this rank's lowered state dict (mapping/mapped_load.h). Without the
   // tensor list (this rank's source could not be opened) the path reports that error.
   internal::MappedLoad mapped;

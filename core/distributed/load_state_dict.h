@@ -136,8 +136,8 @@ namespace sdrt SDRT_API {
 // Errors (with a communicator, the same on every rank): InvalidArgument naming the key for
 // a local leaf whose global shape or dtype is not the checkpoint's (nor a cast), a weight
 // map's rule that cannot hold (internal/mapping/lowering.h: naming the rule and tensor);
-// with kRoot, a lowered leaf whose dtype is not its checkpoint tensor's (a cast, naming
-// the leaf) or a malformed tensor list from rank 0; an invalid local shape,
+// with kRoot, a leaf (lowered or not) whose dtype is not its checkpoint tensor's (a cast,
+// naming the leaf) or a malformed tensor list from rank 0; an invalid local shape,
 // a mesh that lacks `rank`, has a rank beyond the communicator's or (kRoot, share_reads)
 // does not span it, options
 // out of range or that differ between ranks, a skeleton that differs between ranks (kRoot,

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/parallel_layout.h"
@@ -60,29 +59,6 @@ absl::Status CheckShardedLoad(const SharedOptions& o) {
   if (o.direct_io) {
     return absl::InvalidArgumentError(
         "--direct-io does not apply to an sdrt sharded folder: its rank files are mapped");
-  }
-  return absl::OkStatus();
-}
-
-// --cast to another float dtype with --read root: rank 0 sends SRC's dtypes and nothing casts
-// them (FP8 codes are quantized and dequantized by each rank, and a fused tensor is refused by
-// the load itself). InvalidArgument naming the first tensor whose dtype would change.
-absl::Status CheckRootCast(const SharedOptions& o, const WeightMapOptions& engine,
-                           const std::vector<SafetensorsTensorSpec>& src,
-                           const std::vector<SafetensorsTensorSpec>& tensors) {
-  if (o.read_mode() != ReadMode::kRoot || engine.cast.empty()) return absl::OkStatus();
-  const auto fp8 = [](DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; };
-  absl::flat_hash_map<absl::string_view, DType> dtype_of;
-  for (const SafetensorsTensorSpec& t : src) dtype_of.emplace(t.name, t.dtype);
-  for (const SafetensorsTensorSpec& t : tensors) {
-    const auto it = dtype_of.find(t.name);
-    if (it == dtype_of.end() || it->second == t.dtype || fp8(it->second) || fp8(t.dtype)) {
-      continue;
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cast ", engine.cast, " goes without --read root: '", t.name, "' is ",
-        DTypeName(it->second), " in SRC, and rank 0 sends SRC's dtypes (use --read all: each "
-        "rank casts its own pieces)"));
   }
   return absl::OkStatus();
 }
@@ -166,7 +142,6 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                                                    layout->plan, *layout->mesh));
       SDRT_ASSIGN_OR_RETURN(local, layout->plan.MetaStateDict(tensors, layout->mesh, run.rank()));
     }
-    SDRT_RETURN_IF_ERROR(CheckRootCast(o, args.engine, outline.tensors, tensors));
     return AddScaleLeaves(args.engine, run.rank(), local);
   }));
 

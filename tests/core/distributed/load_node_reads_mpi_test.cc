@@ -264,7 +264,9 @@ TEST(LoadNodeReadsMpiTest, APipelinedLayoutIsReadByEveryRankAloneNotShared) {
   absl::StatusOr<Map> local = layout->MetaStateDict(tensors, Rank());
   ASSERT_TRUE(local.ok()) << local.status();
   // A stage holds its own layers only: the ranks' lists differ.
-  if (n > 1) EXPECT_LT(local->size(), specs.size());
+  if (n > 1) {
+    EXPECT_LT(local->size(), specs.size());
+  }
   EXPECT_EQ(Sum(static_cast<int64_t>(local->size())), n == 4 ? 2 * specs.size() : specs.size());
   Map shared = *local;
   LoadOptions options;

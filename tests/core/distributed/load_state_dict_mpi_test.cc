@@ -414,6 +414,19 @@ TEST(LoadStateDictMpiTest, MissingUnexpectedStrictAndMismatchesNameTheKey) {
   EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(e.status().message(), HasSubstr("'a'"));
   ExpectSameStatusOnEveryRank(e.status());
+  // A leaf of another float dtype is a cast with kAll; the root sends the checkpoint's
+  // dtypes, so kRoot refuses it before sending, the same error on every rank.
+  const Spec half = DSpec("a", {4, 2}, DType::kBFloat16, Mesh({n}), "[S(0)]");
+  Map cast = Tree({half}, MetaLeaf);
+  LoadOptions root = WorldLoad();
+  root.read = ReadMode::kRoot;
+  absl::StatusOr<LoadResult> c = LoadStateDict(*source, cast, root);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("'a' is bfloat16 here but float32 in the checkpoint: read kRoot"));
+  ExpectSameStatusOnEveryRank(c.status());
+  Map cast_all = Tree({half}, MetaLeaf);
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, cast_all, WorldLoad()).ok()));
 }
 
 TEST(LoadStateDictMpiTest, AFileThatChangedSizeIsTheSameErrorOnEveryRank) {

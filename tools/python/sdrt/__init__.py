@@ -254,8 +254,8 @@ def load(path, tensors, comm=None, rank=None, strict=False, read="auto"):
 def gather(tensors, comm, ranks_only=None):
     """Every DTensor of ``tensors`` gathered into its full tensor (sdrt_gather with
     cpu_offload; mirrors torch's _gather_state_dict). Collective over ``comm``. Returns a
-    dict of new NumPy arrays on the ranks in ``ranks_only`` (default: every rank), {} on
-    the others."""
+    dict of new NumPy arrays on the ranks in ``ranks_only`` (None or empty: every rank, as
+    PyTorch's empty tuple), {} on the others."""
     with _StateDict(tensors, comm) as sd:
         options = _c.gather_options(comm, ranks_only)
         out = _StateDict({}, comm)

@@ -201,7 +201,7 @@ absl::Status ConvertFloatsDevice(void* dst, DType dst_dtype, const void* src, DT
   if (CastKindOf(src_dtype) != CastKind::kFloat || CastKindOf(dst_dtype) != CastKind::kFloat) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": no conversion from ", DTypeName(src_dtype), " to ", DTypeName(dst_dtype),
-        "; both must be float32, bfloat16, float16 or a float8 of the cast column"));
+        "; both must be float64, float32, bfloat16, float16 or a float8 of the cast column"));
   }
   const int64_t src_bytes = ElementBits(src_dtype) / 8, dst_bytes = ElementBits(dst_dtype) / 8;
   if (count < 0 || count > std::numeric_limits<int64_t>::max() / std::max(src_bytes, dst_bytes)) {

@@ -39,8 +39,8 @@ namespace sdrt SDRT_API {
 // (comm/: MPI and NCCL datatypes). The others are moved, never combined.
 // The cast column says which dtypes a transfer converts between (a destination of another
 // dtype than its source): the float formats tensor/internal/float_cast.h converts through
-// float32, exactly as PyTorch's `Tensor.to()`. float64 is not among them (through float32 a
-// narrowing would round twice).
+// float32, exactly as PyTorch's `Tensor.to()`, float64 included: PyTorch too narrows a
+// float64 to a 16-bit or 8-bit float through float32 (two roundings; widening is exact).
 // New rows go at the end: the enum's values travel between ranks.
 #define SDRT_DTYPE_TABLE(X)                                              \
   X(Bool, "bool", "BOOL", 8, 6, Bool, None)                              \
@@ -52,7 +52,7 @@ namespace sdrt SDRT_API {
   X(Float16, "float16", "F16", 16, 2, Float, Float)                      \
   X(BFloat16, "bfloat16", "BF16", 16, 4, BFloat, Float)                  \
   X(Float32, "float32", "F32", 32, 2, Float, Float)                      \
-  X(Float64, "float64", "F64", 64, 2, Float, None)                       \
+  X(Float64, "float64", "F64", 64, 2, Float, Float)                      \
   X(Float8E4M3FN, "float8_e4m3fn", "F8_E4M3", 8, 10, None, Float)        \
   X(Float8E5M2, "float8_e5m2", "F8_E5M2", 8, 12, None, Float)            \
   X(UInt16, "uint16", "U16", 16, 1, None, None)                          \

@@ -777,8 +777,9 @@ typedef struct sdrt_reshard_options_t {
  * that holds it. The plan keeps the communicator (which must outlive its use: once it is
  * destroyed the plan's calls are SDRT_FAILED_PRECONDITION) and the layouts, not the
  * buffers. A destination entry of another float dtype than its source (bfloat16,
- * float16, float32, float8 e4m3fn / e5m2 / e8m0fnu) is cast as PyTorch's Tensor.to() casts,
- * on the CPU or the GPU, the wire carrying the narrower dtype (ReshardStateDict's rules).
+ * float16, float32, float64, float8 e4m3fn / e5m2 / e8m0fnu) is cast as PyTorch's
+ * Tensor.to() casts, on the CPU or the GPU, the wire carrying the narrower dtype
+ * (ReshardStateDict's rules).
  * PyTorch's counterpart: DTensor.redistribute (one mesh only).
  * With options->weight_map, each destination entry a rule makes (a fused, split, padded or
  * renamed tensor) is planned from the source entries the rule names, each rank sending and

@@ -45,7 +45,7 @@ struct ConvertPlan {
 };
 
 // The plan of converting `count` >= 0 elements of `src_bytes` bytes at `src_address` into
-// elements of `dst_bytes` bytes at `dst_address` (both sizes in {1, 2, 4}).
+// elements of `dst_bytes` bytes at `dst_address` (both sizes in {1, 2, 4, 8}).
 inline ConvertPlan BuildConvertPlan(uintptr_t dst_address, int64_t dst_bytes, uintptr_t src_address,
                                     int64_t src_bytes, int64_t count) {
   const uint64_t dst = dst_address, src = src_address;

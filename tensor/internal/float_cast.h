@@ -1,12 +1,14 @@
 // Conversions between float32 and sdrt's narrower float formats, on their bit patterns:
-// bfloat16, float16 (IEEE binary16), float8_e4m3fn, float8_e5m2 and float8_e8m0fnu. Every
-// conversion from float32 rounds to nearest, ties to even, as PyTorch's `Tensor.to(dtype)`
-// does (tests/tensor/float_cast_golden_test.cc checks each against PyTorch's own results);
-// what each format does with values it cannot hold is written at its function. Widening
-// to float32 is exact. A NaN comes out as a NaN; its bits (sign, payload) are not a
-// contract, PyTorch's own differ by format and CPU path. One set of conversions for the whole project: the reductions of
-// 16-bit floats (which combine in float32), and the casts of the transfer engine (docs/PLAN.md,
-// "Engine layouts"). Host and device code (SDRT_HD); no CUDA or absl dependencies.
+// bfloat16, float16 (IEEE binary16), float8_e4m3fn, float8_e5m2 and float8_e8m0fnu; and
+// float64, through float32 as PyTorch converts it. Every conversion from float32 rounds to
+// nearest, ties to even, as PyTorch's `Tensor.to(dtype)` does
+// (tests/tensor/float_cast_golden_test.cc checks each against PyTorch's own results); what
+// each format does with values it cannot hold is written at its function. Widening to
+// float32 is exact (but from float64, which rounds). A NaN comes out as a NaN; its bits
+// (sign, payload) are not a contract, PyTorch's own differ by format and CPU path. One set
+// of conversions for the whole project: the reductions of 16-bit floats (which combine in
+// float32), and the casts of the transfer engine (docs/PLAN.md, "Engine layouts"). Host and
+// device code (SDRT_HD); no CUDA or absl dependencies.
 // Not API: in namespace sdrt::internal.
 #ifndef SDRT_TENSOR_INTERNAL_FLOAT_CAST_H_
 #define SDRT_TENSOR_INTERNAL_FLOAT_CAST_H_
@@ -30,6 +32,18 @@ SDRT_HD inline float FloatFromBits(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
+}
+
+SDRT_HD inline uint64_t DoubleBits(double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  return bits;
+}
+
+SDRT_HD inline double DoubleFromBits(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof(d));
+  return d;
 }
 
 // The magnitude of the finite float32 `magnitude_bits` (sign cleared) rounded to nearest,
@@ -173,6 +187,15 @@ struct FloatCodec<DType::kFloat32> {
   SDRT_HD static float Widen(Bits b) { return FloatFromBits(b); }
   SDRT_HD static Bits Narrow(float f) { return FloatBits(f); }
 };
+// float64 goes through float32 as PyTorch's conversions do (c10's 16-bit and 8-bit float
+// types are made from a float): its Widen rounds to nearest even (the C++ conversion), so a
+// narrowing rounds twice, as PyTorch's; its Narrow (from a float32) is exact.
+template <>
+struct FloatCodec<DType::kFloat64> {
+  using Bits = uint64_t;
+  SDRT_HD static float Widen(Bits b) { return static_cast<float>(DoubleFromBits(b)); }
+  SDRT_HD static Bits Narrow(float f) { return DoubleBits(static_cast<double>(f)); }
+};
 template <>
 struct FloatCodec<DType::kBFloat16> {
   using Bits = uint16_t;
@@ -217,6 +240,8 @@ Result VisitFloatDType(DType dtype, Result otherwise, Visit&& visit) {
   switch (dtype) {
     case DType::kFloat32:
       return visit(std::integral_constant<DType, DType::kFloat32>{});
+    case DType::kFloat64:
+      return visit(std::integral_constant<DType, DType::kFloat64>{});
     case DType::kBFloat16:
       return visit(std::integral_constant<DType, DType::kBFloat16>{});
     case DType::kFloat16:

@@ -194,12 +194,13 @@ TEST_F(KernelsGpuTest, LaunchAfterAnUnrelatedErrorIsOk) {
 }
 
 constexpr DType kFloatDTypes[] = {DType::kFloat32,      DType::kBFloat16,   DType::kFloat16,
-                                  DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kFloat8E8M0FNU};
+                                  DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kFloat8E8M0FNU,
+                                  DType::kFloat64};
 
 // `count` source elements of `dtype`: every code in turn (all 256 or 65536) for a narrow
 // dtype; for float32 the edges of the narrow formats (ties, their largest finite values and
 // the magnitudes past them, subnormals, infinities, NaNs, signed zeros), values a model
-// holds and random bits.
+// holds and random bits; for float64 the same, every other one a little off a float32.
 std::vector<uint8_t> SourceElements(DType dtype, int64_t count, uint64_t seed) {
   const int64_t bytes = ElementBits(dtype) / 8;
   std::vector<uint8_t> out(static_cast<size_t>(count * bytes));
@@ -228,6 +229,15 @@ std::vector<uint8_t> SourceElements(DType dtype, int64_t count, uint64_t seed) {
     } else {
       const uint32_t bits = static_cast<uint32_t>(gen());
       std::memcpy(&f, &bits, sizeof(f));
+    }
+    if (bytes == 8) {  // float64: the same values, every other one a little off (two roundings)
+      double d = i % 2 == 0 ? static_cast<double>(f) : static_cast<double>(f) * (1 + 0x1p-30);
+      if (i >= 2 * n && i % 3 != 0) {
+        const uint64_t bits = gen();
+        std::memcpy(&d, &bits, sizeof(d));
+      }
+      std::memcpy(out.data() + i * 8, &d, 8);
+      continue;
     }
     std::memcpy(out.data() + i * 4, &f, 4);
   }
@@ -323,8 +333,8 @@ TEST(KernelsValidationTest, DeviceCallsValidateBeforeLaunching) {
                 "StridedCopyDevice: dst has stride 0 on dim 0 of size 3");
   ExpectInvalid(ConvertFloatsDevice(a, DType::kInt32, b, DType::kFloat32, 4, nullptr),
                 "ConvertFloatsDevice: no conversion from float32 to int32");
-  ExpectInvalid(ConvertFloatsDevice(a, DType::kBFloat16, b, DType::kFloat64, 4, nullptr),
-                "ConvertFloatsDevice: no conversion from float64 to bfloat16");
+  ExpectInvalid(ConvertFloatsDevice(a, DType::kBFloat16, b, DType::kUInt16, 4, nullptr),
+                "ConvertFloatsDevice: no conversion from uint16 to bfloat16");
   ExpectInvalid(ConvertFloatsDevice(a, DType::kBFloat16, b, DType::kFloat32, -1, nullptr),
                 "ConvertFloatsDevice: count -1");
   ExpectInvalid(ConvertFloatsDevice(nullptr, DType::kBFloat16, b, DType::kFloat32, 4, nullptr),

@@ -12,6 +12,12 @@ Writes tests/data/float_cast/expected.json:
     every code of the 8-bit formats, and for every code of the 16-bit formats as an XXH64 of the 65,536 results
     (little-endian float32 bits) plus the first result of each 256-code row, so that a
     failure shows where.
+  - "inputs_f64": float64 bit patterns (hex): signed zeros, infinities, a NaN, float64
+    subnormals, float32's overflow threshold and the values beside it, every float32 input
+    above as a float64 and beside it by a float32 half-ulp and a little more or less (where a
+    narrowing through float32 rounds twice and a direct one would not), and seeded values.
+  - "narrow_f64": per dtype (float32 and the formats above), the code PyTorch's
+    `x.to(dtype)` gives for each float64 input (hex).
 The C++ test (tests/tensor/float_cast_golden_test.cc) compares sdrt's conversions with it.
 """
 import json
@@ -83,6 +89,46 @@ def inputs():
     return sorted(out)
 
 
+def double_bits(f):
+    return struct.unpack("<Q", struct.pack("<d", f))[0]
+
+
+def double_from_bits(b):
+    return struct.unpack("<d", struct.pack("<Q", b))[0]
+
+
+def inputs_f64(ins32):
+    out = {0x0000000000000000, 0x8000000000000000, 0x7FF0000000000000, 0xFFF0000000000000,
+           0x7FF8000000000000, 0x0000000000000001, 0x000FFFFFFFFFFFFF, 0x7FEFFFFFFFFFFFFF,
+           0x8010000000000000}
+    flt_max = 3.4028234663852886e38
+    for v in (flt_max, flt_max * (1 + 2.0 ** -25), flt_max * (1 + 2.0 ** -24),
+              flt_max * (1 + 2.0 ** -24 - 2.0 ** -40), 2.0 ** -149, 2.0 ** -150,
+              2.0 ** -150 * (1 + 2.0 ** -30), 2.0 ** -151):
+        out.add(double_bits(v))
+        out.add(double_bits(-v))
+    for b in ins32[::16]:
+        f = from_bits(b)
+        if not np.isfinite(f) or f == 0:
+            continue
+        d = double_bits(f)
+        out.add(d)
+        # A float32 half-ulp is 2^28 float64 ulps (for a normal float32): the tie between
+        # float32 values and the values 2^20 float64 ulps beside it.
+        for off in (1 << 28, (1 << 28) + (1 << 20), (1 << 28) - (1 << 20)):
+            for sign in (1, -1):
+                n = d + sign * off
+                if 0 <= n < 0x7FF0000000000000 or 0x8000000000000000 <= n < 0xFFF0000000000000:
+                    out.add(n)
+    rng = random.Random(64)
+    for _ in range(600):
+        e = rng.randint(1023 - 160, 1023 + 140)
+        out.add((rng.getrandbits(1) << 63) | (e << 52) | rng.getrandbits(52))
+    for _ in range(200):
+        out.add(double_bits(rng.gauss(0.0, 1.0)))
+    return sorted(out)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     ins = inputs()
@@ -112,11 +158,22 @@ def main():
             entry["xxh64"] = xxhash.xxh64(f.astype("<u4").tobytes()).hexdigest()
             entry["rows"] = ["%08x" % int(v) for v in f[::256]]
         widen[name] = entry
+    ins64 = inputs_f64(ins)
+    x64 = torch.tensor(np.array(ins64, dtype=np.uint64).view(np.float64))
+    as_f32 = x64.to(torch.float32).numpy().view(np.uint32)
+    narrow_f64 = {"float32": ["%08x" % int(c) for c in as_f32]}
+    for name, (dtype, view, width) in NARROW.items():
+        codes = x64.to(dtype).view(torch.uint8 if width == 8 else torch.int16).numpy()
+        if width == 16:
+            codes = codes.view(np.uint16)
+        narrow_f64[name] = ["%0*x" % (width // 4, int(c)) for c in codes]
     doc = {
         "torch": torch.__version__,
         "inputs": ["%08x" % b for b in ins],
         "narrow": narrow,
         "widen": widen,
+        "inputs_f64": ["%016x" % b for b in ins64],
+        "narrow_f64": narrow_f64,
     }
     with open(os.path.join(OUT, "expected.json"), "w") as fh:
         json.dump(doc, fh, separators=(",", ":"))

@@ -99,9 +99,11 @@ class ModuleTest(unittest.TestCase):
 
     def test_float32_buffer_takes_a_bfloat16_tensor_converted(self):
         # A float buffer of another float dtype is a cast (as Tensor.to()), read all.
-        w = np.full((2, 3), -1, np.float32)
-        self.load({"w": w}, rank=0)
-        np.testing.assert_array_equal(w, _BF16_VALUES)
+        for dtype in (np.float32, np.float64):
+            with self.subTest(dtype=dtype.__name__):
+                w = np.full((2, 3), -1, dtype)
+                self.load({"w": w}, rank=0)
+                np.testing.assert_array_equal(w, _BF16_VALUES.astype(dtype))
 
     def test_dtypes_still_checked(self):
         cases = [({"b": np.zeros(4, np.uint16)},  # uint16 stands for bfloat16 only

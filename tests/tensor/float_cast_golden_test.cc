@@ -5,6 +5,7 @@
 // format and CPU path; the golden file writes every widened NaN as 0x7fc00000).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,68 @@ INSTANTIATE_TEST_SUITE_P(Formats, FloatCastGolden, ::testing::ValuesIn(kFormats)
                            }
                            return name;
                          });
+
+// float64 to every float dtype through ConvertFloats (the transfer engine's host path):
+// PyTorch's codes, which go through float32 (two roundings where a float64 lies beside a
+// tie of the narrow format that float32 rounds onto).
+TEST(FloatCast, Float64NarrowsAsPyTorch) {
+  absl::StatusOr<nlohmann::json> doc = testing_golden::ReadGoldenJson("float_cast/expected.json");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const nlohmann::json& inputs = doc->at("inputs_f64");
+  ASSERT_GT(inputs.size(), 4000u);
+  std::vector<uint64_t> in(inputs.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = std::stoull(inputs[i].get<std::string>(), nullptr, 16);
+  }
+  int formats = 0;
+  for (const auto& [name, codes] : doc->at("narrow_f64").items()) {
+    absl::StatusOr<DType> dtype = DTypeFromName(name);
+    ASSERT_TRUE(dtype.ok()) << name;
+    ASSERT_EQ(codes.size(), in.size()) << name;
+    const int bytes = ElementBits(*dtype) / 8;
+    std::vector<unsigned char> out(in.size() * bytes);
+    ASSERT_TRUE(internal::ConvertFloats(in.data(), DType::kFloat64, out.data(), *dtype,
+                                        static_cast<int64_t>(in.size())));
+    int wrong = 0;
+    for (size_t i = 0; i < in.size() && wrong < 10; ++i) {
+      uint32_t got = 0;
+      std::memcpy(&got, out.data() + i * bytes, bytes);  // little-endian
+      const uint32_t want = Hex(codes[i]);
+      const auto widen = [&](uint32_t code) {
+        uint32_t bits = code;
+        float f = 0;
+        EXPECT_TRUE(internal::ConvertFloats(&bits, *dtype, &f, DType::kFloat32, 1));
+        return f;
+      };
+      if (got != want && !(std::isnan(widen(got)) && std::isnan(widen(want)))) {
+        ++wrong;
+        ADD_FAILURE() << name << " of float64 bits " << std::hex << in[i] << ": sdrt " << got
+                      << ", PyTorch " << want;
+      }
+    }
+    ++formats;
+  }
+  EXPECT_EQ(formats, 6);
+}
+
+// Every bfloat16 and float16 code widened to float64: exact (PyTorch's too).
+TEST(FloatCast, WideningToFloat64IsExact) {
+  for (const DType from : {DType::kBFloat16, DType::kFloat16}) {
+    std::vector<uint16_t> codes(65536);
+    for (uint32_t c = 0; c < 65536; ++c) codes[c] = static_cast<uint16_t>(c);
+    std::vector<double> wide(codes.size());
+    std::vector<float> narrow(codes.size());
+    ASSERT_TRUE(internal::ConvertFloats(codes.data(), from, wide.data(), DType::kFloat64, 65536));
+    ASSERT_TRUE(internal::ConvertFloats(codes.data(), from, narrow.data(), DType::kFloat32, 65536));
+    for (uint32_t c = 0; c < 65536; ++c) {
+      if (std::isnan(narrow[c])) {
+        EXPECT_TRUE(std::isnan(wide[c])) << c;
+      } else {
+        EXPECT_EQ(wide[c], static_cast<double>(narrow[c])) << DTypeName(from) << " " << c;
+      }
+    }
+  }
+}
 
 // Cases named in float_cast.h, readable without the golden file.
 TEST(FloatCast, OverflowAndTies) {

@@ -63,7 +63,7 @@ absl::StatusOr<DType> EngineDtype(const std::string& name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype-to \"", name.substr(0, 64),
         "\": not a dtype an engine keeps weights in (fp8, bf16, f16, f32, or a dtype name: "
-        "float8_e4m3fn, float8_e5m2, bfloat16, float16, float32; any case)"));
+        "float8_e4m3fn, float8_e5m2, bfloat16, float16, float32, float64; any case)"));
   }
   return *dtype;
 }

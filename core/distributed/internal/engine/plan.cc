@@ -341,7 +341,7 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
         return absl::InvalidArgumentError(
             absl::StrCat("reshard of '", tensor.name, "': no cast from ", DTypeName(cast->source),
                          " to ", DTypeName(cast->destination),
-                         " (only between bfloat16, float16, float32 and the "
+                         " (only between bfloat16, float16, float32, float64 and the "
                          "float8 formats e4m3fn, e5m2, e8m0fnu)"));
       }
       if (ElementBits(cast->destination) < ElementBits(cast->source)) {

@@ -125,7 +125,10 @@ INSTANTIATE_TEST_SUITE_P(
                       CastCase{DType::kFloat16, DType::kBFloat16},
                       CastCase{DType::kFloat32, DType::kFloat8E4M3FN},
                       CastCase{DType::kBFloat16, DType::kFloat8E5M2},
-                      CastCase{DType::kFloat8E4M3FN, DType::kBFloat16}),
+                      CastCase{DType::kFloat8E4M3FN, DType::kBFloat16},
+                      CastCase{DType::kFloat64, DType::kBFloat16},
+                      CastCase{DType::kFloat32, DType::kFloat64},
+                      CastCase{DType::kFloat64, DType::kFloat8E4M3FN}),
     [](const ::testing::TestParamInfo<CastCase>& info) {
       return absl::StrCat(DTypeName(info.param.from), "To", DTypeName(info.param.to));
     });

@@ -8,7 +8,8 @@
 //     SelfCommunicator, ProcessGroup and DeviceMeshComm;
 //   state dicts and their operations (offload, copy, flatten);
 //   safetensors, checkpoint sources (files, Hugging Face folders), sharded checkpoints,
-//     sharding plans and Hugging Face folder writing;
+//     sharding plans, parallel layouts (Megatron, vLLM, FSDP) and Hugging Face folder
+//     writing;
 //   the verbs over ranks: gather, broadcast, distribute (distributed_state_dict.h), load
 //     (load_state_dict.h), reshard (reshard_state_dict.h), the DTensor collectives and the
 //     agreement across ranks;
@@ -41,6 +42,7 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/checkpoint/hf_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/hf_folder.h"
+#include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"

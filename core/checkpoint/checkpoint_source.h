@@ -109,7 +109,8 @@ class CheckpointSource {
   // For the other folders, every file's __metadata__ is merged: a key given different
   // values by two files is InvalidArgument naming both.
   // Errors: InvalidArgument for every rule above, the message naming the folder, the file
-  // and the tensor; NotFound for a missing path or a missing file named by the index;
+  // and the tensor; NotFound for a missing path or a missing file named by a Hugging Face
+  // index (a missing sdrt rank file is InvalidArgument, ReadShardedCheckpointIndex's rule);
   // the errno's code when a file cannot be read; SafetensorsFile::Open's errors, after
   // the folder's name.
   static absl::StatusOr<CheckpointSource> Open(const std::string& path, const Options& options);

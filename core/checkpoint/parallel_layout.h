@@ -122,9 +122,10 @@ class ParallelLayout {
   // What global `rank` holds of `tensors` under the layout placed from `first_rank`
   // (Place), before any byte is loaded: a flat state dict of a DTensor with a meta local
   // (the local shape, no memory) for each tensor whose mesh holds `rank`, in order; the
-  // others are left out (what PlanReshard takes from a rank that receives nothing of them).
-  // The same as ShardingPlan::MetaStateDict for fsdp and fsdp-tp. Errors: Place's;
-  // InvalidArgument for a rank outside the layout's ranks or a name listed twice.
+  // others are left out (what PlanReshard takes from a rank that receives nothing of them):
+  // a rank outside the layout's ranks (a trainer's rank, for an engine placed after it)
+  // gets an empty map. The same as ShardingPlan::MetaStateDict for fsdp and fsdp-tp.
+  // Errors: Place's; InvalidArgument for a negative rank or a name listed twice.
   absl::StatusOr<Map> MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors, int64_t rank,
                                     int64_t first_rank = 0) const;
 

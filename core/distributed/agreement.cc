@@ -101,6 +101,12 @@ absl::Status Malformed(absl::string_view op, int q, absl::string_view what) {
       Prefixed(op, absl::StrCat("rank ", q, " sent a malformed agreement ", what)));
 }
 
+// The communicator's error `s` (a deadline, a lost peer) with its code, after the op's name:
+// the caller learns which of its calls failed.
+absl::Status CommError(absl::string_view op, const absl::Status& s) {
+  return absl::Status(s.code(), Prefixed(op, s.message()));
+}
+
 // The agreement over a skeleton of hash `hash`; `encoded_skeleton` is called only on a
 // mismatch, on the two ranks that send theirs.
 absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view options,
@@ -114,8 +120,10 @@ absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view o
   mine.options = std::string(options);
   if (payload != nullptr) mine.payload = payload->mine;
   if (stats != nullptr) ++stats->collectives;
-  SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> all,
-                        comm.AllGatherBytes(internal::EncodeAgreementMessage(mine)));
+  absl::StatusOr<std::vector<std::string>> gathered =
+      comm.AllGatherBytes(internal::EncodeAgreementMessage(mine));
+  if (!gathered.ok()) return CommError(op, gathered.status());
+  const std::vector<std::string>& all = *gathered;
   std::vector<internal::AgreementMessage> messages;
   messages.reserve(all.size());
   for (int q = 0; q < static_cast<int>(all.size()); ++q) {
@@ -141,8 +149,10 @@ absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view o
     // difference.
     const bool sends = comm.rank() == 0 || comm.rank() == differing;
     if (stats != nullptr) ++stats->collectives;
-    SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> skeletons,
-                          comm.AllGatherBytes(sends ? encoded_skeleton() : std::string()));
+    absl::StatusOr<std::vector<std::string>> exchanged =
+        comm.AllGatherBytes(sends ? encoded_skeleton() : std::string());
+    if (!exchanged.ok()) return CommError(op, exchanged.status());
+    const std::vector<std::string>& skeletons = *exchanged;
     const std::optional<AgreementSkeleton> a = internal::DecodeSkeleton(skeletons[0]);
     if (!a.has_value()) return Malformed(op, 0, "skeleton");
     const std::optional<AgreementSkeleton> b = internal::DecodeSkeleton(skeletons[differing]);

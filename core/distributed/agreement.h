@@ -51,7 +51,8 @@ struct AgreementPayload {
 // rank R sent a malformed agreement message" on every rank; decoding never throws. `op`
 // (e.g. "GatherStateDict") prefixes every message; when empty, there is no prefix. Counts
 // its calls into `comm` in stats->collectives when `stats` is not null. The communicator's
-// own errors are returned as they are (a failed exchange reaches no verdict).
+// own errors are returned with their code, after "<op>: " (a failed exchange reaches no
+// verdict).
 absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::string_view options,
                               const AgreementSkeleton& skeleton, const absl::Status& local_error,
                               TransferStats* stats = nullptr, AgreementPayload* payload = nullptr);

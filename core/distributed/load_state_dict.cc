@@ -32,12 +32,25 @@ absl::Status CheckOptions(const LoadOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " must be >= 0 (or -1 with a communicator)"));
   }
-  if (o.staging_buffers < 1 || o.staging_bytes < 4096 || o.max_gap_bytes < 0 || o.readers < 0 ||
-      o.readers > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "staging_buffers ", o.staging_buffers, " must be >= 1, staging_bytes ", o.staging_bytes,
-        " >= 4096, max_gap_bytes ", o.max_gap_bytes, " >= 0 and readers ", o.readers,
-        " in [0, 64]"));
+  // Each out of its range, named alone.
+  const struct {
+    const char* name;
+    int64_t value;
+    bool ok;
+    const char* range;
+  } ranged[] = {{"staging_buffers", o.staging_buffers, o.staging_buffers >= 1, ">= 1"},
+                {"staging_bytes", o.staging_bytes, o.staging_bytes >= 4096, ">= 4096"},
+                {"max_gap_bytes", o.max_gap_bytes, o.max_gap_bytes >= 0, ">= 0"},
+                {"readers", o.readers, o.readers >= 0 && o.readers <= 64, "in [0, 64]"}};
+  for (const auto& r : ranged) {
+    if (!r.ok) {
+      return absl::InvalidArgumentError(absl::StrCat(r.name, " ", r.value, " must be ", r.range));
+    }
+  }
+  if (o.comm != nullptr && !o.node_of_rank.empty() &&
+      o.node_of_rank.size() != static_cast<size_t>(o.comm->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("node_of_rank has ", o.node_of_rank.size(),
+                                                   " entries for ", o.comm->size(), " ranks"));
   }
   if (o.bucket_bytes < 64) {
     return absl::InvalidArgumentError(

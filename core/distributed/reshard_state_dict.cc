@@ -27,9 +27,19 @@
 
 namespace sdrt {
 
-const std::vector<std::string>& ReshardPlan::paths() const { return state_->paths; }
-const TransferStats& ReshardPlan::stats() const { return state_->stats; }
-const std::vector<PlannedCast>& ReshardPlan::casts() const { return state_->casts; }
+namespace {
+
+// What an empty plan's accessors read: no paths, zero figures, no casts.
+const ReshardPlan::State& StateOrEmpty(const std::shared_ptr<const ReshardPlan::State>& state) {
+  static const ReshardPlan::State* const kEmpty = new ReshardPlan::State();
+  return state != nullptr ? *state : *kEmpty;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ReshardPlan::paths() const { return StateOrEmpty(state_).paths; }
+const TransferStats& ReshardPlan::stats() const { return StateOrEmpty(state_).stats; }
+const std::vector<PlannedCast>& ReshardPlan::casts() const { return StateOrEmpty(state_).casts; }
 
 absl::StatusOr<ReshardPlan> PlanReshard(const Map& source, const Map& destination,
                                         const ReshardOptions& options) {

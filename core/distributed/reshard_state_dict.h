@@ -80,7 +80,9 @@ struct PlannedCast {
 };
 
 // The plan of one (source layout, destination layout) pair: a value to keep and execute
-// again while the layouts stay the same. Copies share it.
+// again while the layouts stay the same. Copies share it. A default-constructed plan is
+// empty: no paths, zero stats, no casts; ExecuteReshard and BindReshard refuse it
+// (FailedPrecondition).
 class ReshardPlan {
  public:
   // The paths planned (leaves some rank holds on the destination side), in plan order.
@@ -109,8 +111,8 @@ class ReshardPlan {
 // out. One exchange of compact descriptors (per leaf: dtype, global shape, mesh and
 // placements or boxes; never per-element lists), inside the agreement, so every rank
 // builds the same plan or gets the same error. A destination DTensor or ShardedTensor of
-// another float dtype than its source (bfloat16, float16, float32, float8 e4m3fn / e5m2 /
-// e8m0fnu; tensor/dtype.h's cast column) is a cast: every element converted as PyTorch's
+// another float dtype than its source (bfloat16, float16, float32, float64, float8 e4m3fn /
+// e5m2 / e8m0fnu; tensor/dtype.h's cast column) is a cast: every element converted as PyTorch's
 // `Tensor.to(dtype)` does (rounding to nearest even; float8_e4m3fn saturating at 448), on
 // the side of the wider dtype, so the wire carries the narrower one (on a device
 // communicator by a CUDA kernel, converting between the locals and the device buckets); not
@@ -189,8 +191,11 @@ class BoundReshard {
   // also the ranks whose messages to it were small enough to be sent before it arrived and
   // those that exchange nothing with it; and no rank starts the next step's exchanges
   // before every rank has finished this one's, so a late rank never takes another step's
-  // bytes. Blocking; CPU locals through MPI, CUDA locals through NCCL (the copies of a step
-  // on the communicator's stream, as in ExecuteReshard). `stats`, when not null, gets
+  // bytes. Steps are counted by calls: a rank's n-th Execute is every rank's n-th (a rank
+  // that skips a step and calls again before the deadline pairs its next call with the
+  // others' skipped one; nothing here can tell a skip from lateness). Blocking; CPU locals
+  // through MPI, CUDA locals through NCCL (the copies of a step on the communicator's
+  // stream, as in ExecuteReshard). `stats`, when not null, gets
   // the plan's figures and this rank's (on success; collectives: the exchanges + 1, the
   // same on every rank). Errors: the communicator's; a failed rank's error on every rank;
   // FailedPrecondition on a moved-from binding.

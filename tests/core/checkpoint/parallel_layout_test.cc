@@ -234,14 +234,19 @@ TEST(ParallelLayout, WhatARankHolds) {
       EXPECT_EQ(a.value(i).as_dtensor().placements(), b.value(i).as_dtensor().placements());
     }
   }
-  EXPECT_THAT(std::string(layout.MetaStateDict(model, 4).status().message()),
-              HasSubstr("rank 4 is outside its 4 ranks from rank 0"));
+  // A rank outside the layout holds nothing of it (as ShardingPlan's); a negative one is
+  // no rank.
+  const absl::StatusOr<Map> outside = layout.MetaStateDict(model, 4);
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  EXPECT_TRUE(outside->empty());
+  EXPECT_TRUE(layout.MetaStateDict(model, 3, /*first_rank=*/4)->empty());
+  EXPECT_THAT(std::string(layout.MetaStateDict(model, -1).status().message()),
+              HasSubstr("rank -1 is negative"));
   // Placed after another layout's 4 ranks (an engine after its trainer): ranks 4-7.
   const Map rank7 = *layout.MetaStateDict(model, 7, /*first_rank=*/4);
   ASSERT_NE(rank7.Find("model.layers.3.self_attn.o_proj.weight"), nullptr);
   EXPECT_EQ(rank7.Find("model.layers.3.self_attn.o_proj.weight")->as_dtensor().mesh()->ranks(),
             (std::vector<int64_t>{6, 7}));
-  EXPECT_FALSE(layout.MetaStateDict(model, 3, 4).ok());
   EXPECT_EQ(fsdp.Place(model, 4)->front().mesh->ranks(), (std::vector<int64_t>{4, 5, 6, 7}));
   EXPECT_THAT(std::string(layout.Place(model, -1).status().message()),
               HasSubstr("first rank -1 outside"));

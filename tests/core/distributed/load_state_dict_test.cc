@@ -132,15 +132,23 @@ TEST_F(LoadStateDictAloneTest, OpenErrorsAndOptions) {
   readers.readers = 65;
   LoadOptions negative_readers = Alone();
   negative_readers.readers = -1;
+  LoadOptions gap = Alone();
+  gap.max_gap_bytes = -1;
+  LoadOptions staging = Alone();
+  staging.staging_bytes = 100;
+  // Each option out of range is named alone (the message is not a list of every range).
   for (const auto& [options, part] : std::vector<std::pair<LoadOptions, std::string>>{
            {bucket, "bucket_bytes 63"},
            {direct, "direct_io"},
            {no_rank, "rank -1"},
-           {readers, "readers 65 in [0, 64]"},
-           {negative_readers, "readers -1 in [0, 64]"}}) {
+           {readers, "readers 65 must be in [0, 64]"},
+           {negative_readers, "readers -1 must be in [0, 64]"},
+           {gap, "max_gap_bytes -1 must be >= 0"},
+           {staging, "staging_bytes 100 must be >= 4096"}}) {
     const absl::Status s = LoadStateDict(*source, local, options).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr(part));
+    EXPECT_EQ(s.message().find("staging_buffers"), absl::string_view::npos) << s;
   }
   EXPECT_TRUE(local.Find("w")->as_dtensor().local().is_meta());  // nothing was loaded
 }

@@ -296,6 +296,12 @@ TEST(ReshardStateDictMpi, BindingThatDoesNotFitIsTheSameErrorOnEveryRank) {
   }
   EXPECT_EQ(BindReshard(ReshardPlan(), trainer, engine).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  // An empty plan (a member made before planning) reads as one of nothing.
+  const ReshardPlan empty;
+  EXPECT_TRUE(empty.paths().empty());
+  EXPECT_TRUE(empty.casts().empty());
+  EXPECT_EQ(empty.stats().wire_bytes, 0);
+  EXPECT_EQ(ExecuteReshard(empty, trainer, engine).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // A cast in the sync (issue 30): the trainer's float32 (or bfloat16) weights into an engine

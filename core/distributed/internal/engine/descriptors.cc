@@ -1,11 +1,13 @@
 #include "sdrt/core/distributed/internal/engine/descriptors.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/engine/inline_value.h"
 #include "sdrt/core/distributed/internal/leaves.h"
@@ -120,6 +122,28 @@ bool SameLayout(const LeafLayout& a, const LeafLayout& b) {
 bool SamePlain(const LeafLayout& a, const LeafLayout& b) {
   if (a.kind != LeafLayout::Kind::kPlain || b.kind != LeafLayout::Kind::kPlain) return false;
   return !a.source || (a.dtype == b.dtype && a.shape == b.shape);
+}
+
+// A leaf's description for an error message: dtype, global shape and layout (a mesh's first
+// 8 ranks, a ShardedTensor's box count).
+std::string LayoutText(const LeafLayout& l) {
+  std::string out = absl::StrCat(DTypeName(l.dtype), ShapeToString(l.shape));
+  switch (l.kind) {
+    case LeafLayout::Kind::kMesh: {
+      const size_t shown = std::min<size_t>(l.mesh_ranks.size(), 8);
+      absl::StrAppend(&out, " on mesh ", ShapeToString(l.mesh_shape), " of ranks [",
+                      absl::StrJoin(l.mesh_ranks.begin(), l.mesh_ranks.begin() + shown, ", "),
+                      shown < l.mesh_ranks.size() ? ", ...]" : "]", " ", l.mesh_device, " ",
+                      PlacementsToString(l.placements));
+      break;
+    }
+    case LeafLayout::Kind::kBoxes:
+      absl::StrAppend(&out, " as a ShardedTensor of ", l.boxes.size(), " boxes");
+      break;
+    default:
+      absl::StrAppend(&out, " as a plain tensor");
+  }
+  return out;
 }
 
 }  // namespace
@@ -292,9 +316,10 @@ absl::StatusOr<std::vector<TransferTensor>> MergeLeafLayouts(
         side.first_rank = rank;
         if (!sides.count({l.path, !l.source})) order.push_back(l.path);
       } else if (!SameLayout(*side.layout, l) && !SamePlain(*side.layout, l)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("reshard: ranks ", side.first_rank, " and ", rank, " describe the ",
-                         l.source ? "source" : "destination", " of '", l.path, "' differently"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "reshard: ranks ", side.first_rank, " and ", rank, " describe the ",
+            l.source ? "source" : "destination", " of '", l.path, "' differently: ",
+            LayoutText(*side.layout), " against ", LayoutText(l)));
       }
       if (l.kind == LeafLayout::Kind::kPlain) side.plain_holders.push_back(rank);
     }

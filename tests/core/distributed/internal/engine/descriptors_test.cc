@@ -137,7 +137,9 @@ TEST(ReshardDescriptors, MergeAgreesPlainHoldersAndSources) {
   std::vector<std::vector<LeafLayout>> differ = per_rank;
   differ[1][0] = MeshLeaf("w", true, "[S(1)]");
   EXPECT_THAT(std::string(MergeLeafLayouts(differ).status().message()),
-              HasSubstr("ranks 0 and 1 describe the source of 'w' differently"));
+              HasSubstr("ranks 0 and 1 describe the source of 'w' differently: "
+                        "bfloat16[8, 4] on mesh [2] of ranks [0, 1] cpu [S(0)] against "
+                        "bfloat16[8, 4] on mesh [2] of ranks [0, 1] cpu [S(1)]"));
   std::vector<std::vector<LeafLayout>> orphan = per_rank;
   orphan[2].push_back(MeshLeaf("x", false, "[R]", {2}));
   EXPECT_THAT(std::string(MergeLeafLayouts(orphan).status().message()),

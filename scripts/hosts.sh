@@ -94,8 +94,35 @@ made_hosts() {
 # The processes in host I's namespace (all of them started through `launch`).
 host_pids() { ip netns pids "$prefix$1" 2>/dev/null || true; }
 
+# Ends the mpiexec processes `mpiexec` started that still run (a job that `down` interrupts:
+# its proxies' hosts go away and it would wait for them forever): TERM, then KILL after 2 s.
+# Only a recorded pid whose process is still that mpiexec.
+end_jobs() {
+  local f pid left='' alive
+  for f in "$state"/mpiexec.*; do
+    [ -f "$f" ] || continue
+    pid=${f##*.}
+    if [[ $pid =~ ^[0-9]+$ ]] &&
+      [ "$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)" = "$(cat "$f")" ]; then
+      kill -TERM "$pid" 2>/dev/null && left+=" $pid"
+    fi
+  done
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    alive=''
+    for pid in $left; do
+      ! kill -0 "$pid" 2>/dev/null || alive+=" $pid"
+    done
+    left=$alive
+    [ -n "$left" ] || return 0
+    sleep 0.2
+  done
+  # shellcheck disable=SC2086  # a list of pids
+  kill -KILL $left 2>/dev/null || true
+}
+
 down() {
   local i pids probe
+  end_jobs
   for probe in $(ip netns list 2>/dev/null |
                    awk -v p="$prefix" 'index($1, p ".probe") == 1 {print $1}'); do
     ip netns del "$probe" 2>/dev/null || true
@@ -120,15 +147,18 @@ made_host() {
 
 # Each --hide I[,J...]:DIR of `up`, recorded for `launch`.
 record_hidden() {
-  local n=$1 spec=$2 list dir i
+  local n=$1 spec=$2 list dir i real
   local -a on
   list=${spec%%:*}
   dir=${spec#*:}
   [[ $spec == *:* && -n $list && $dir == /* ]] || die "up: --hide I[,J...]:/DIR, got '$spec'"
-  # The folder itself, by a path without links (a trailing slash would follow one) or '/'.
-  if [ ! -d "$dir" ] || [ "$(realpath -e -- "$dir")" != "${dir%/}" ] || [ "$dir" = / ]; then
-    die "up: --hide: $dir is no directory, is the root, or goes through a link"
-  fi
+  # The folder itself, by its own path: no link (a trailing slash would follow one), no
+  # '.', '..' or '//', not the root.
+  [ -d "$dir" ] || die "up: --hide: $dir is no directory"
+  real=$(realpath -e -- "$dir")
+  [ "$real" != / ] || die "up: --hide: $dir is the root"
+  [ "$real" = "${dir%/}" ] || die "up: --hide: give the folder by its own path, without" \
+    "a link, '.', '..' or '//' ($dir is $real)"
   [[ $dir != *$'\n'* ]] || die "up: --hide: a folder name with a newline"
   IFS=, read -r -a on <<<"$list"
   for i in "${on[@]}"; do
@@ -155,7 +185,9 @@ up() {
   if ip link show "$bridge" >/dev/null 2>&1 || [ -n "$(made_hosts)" ] || [ -e "$state" ]; then
     die "up: test hosts exist already (scripts/hosts.sh down first)"
   fi
-  if [ -n "$(ip route show to "$subnet.0/24" 2>/dev/null)" ]; then
+  # Any table's route covering the subnet but the default one (the local table's loopback
+  # 127.0.0.0/8 too).
+  if ip route show table all match "$subnet.0/24" 2>/dev/null | grep -qv '^default '; then
     die "up: a route to $subnet.0/24 exists already (another SDRT_HOSTS_SUBNET)"
   fi
   # Whatever fails or is interrupted half way is undone.
@@ -249,6 +281,8 @@ run_mpiexec() {
   export MPIR_CVAR_CH4_NETMOD=ofi
   # libfabric on the test network: the interface named like the bridge in every host.
   export FI_TCP_IFACE=$bridge FI_SOCKETS_IFACE=$bridge
+  # Recorded for `down`, which ends a job still running (this process becomes mpiexec).
+  [ ! -d "$state" ] || echo "$mpich5/bin/mpiexec" >"$state/mpiexec.$$"
   exec "$mpich5/bin/mpiexec" -launcher ssh -launcher-exec "$script" -iface "$bridge" \
     -hosts "$hosts" "$@"
 }

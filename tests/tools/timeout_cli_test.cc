@@ -119,6 +119,32 @@ TEST_F(TimeoutCli, GatherWithTheFirstRankStoppedEndsOnEveryLiveRank) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// `sdrt bench` on two ranks, one stopped in the middle of its timed runs (by this test,
+// 4 s in): wherever the live rank waits (an sdrt call, or the raw MPI of the flat baseline
+// and of the timing), the job ends within the timeout plus 5 s. Before the raw MPI calls had
+// a deadline it waited forever.
+TEST_F(TimeoutCli, BenchWithARankStoppedMidRunEnds) {
+  const std::string job =
+      absl::StrCat("timeout 120 ", ShellQuote(SDRT_MPIEXEC), " ", SDRT_MPIEXEC_NUMPROC_FLAG, " 2 ",
+                   Sdrt(), " bench --workload tiny --ops gather,broadcast --iters 99999 --timeout ",
+                   kTimeoutSeconds);
+  const std::string stop_one =
+      "for d in /proc/[0-9]*; do "
+      "if [ \"$(cat $d/comm 2>/dev/null)\" = sdrt ] && "
+      "tr '\\0' ' ' <$d/cmdline 2>/dev/null | grep -q -- '--iters 99999'; then "
+      "kill -STOP ${d#/proc/}; echo stopped >&2; break; fi; done";
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult r = test::RunCommand(
+      absl::StrCat("(", job, " & job=$!; sleep 4; ", stop_one, "; wait $job)"));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_THAT(r.err, HasSubstr("stopped")) << r.all();
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_EQ(LinesStartingWith(r.err, "sdrt bench: ").size(), 1u) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("not complete after 2000 ms")) << r.err;
+  EXPECT_LT(seconds, 4 + kTimeoutSeconds + 5 + kStartupSlackSeconds) << r.err;
+}
+
 TEST_F(TimeoutCli, TimeoutOutOfRangeIsABadArgument) {
   for (const std::string value : {"0", "-1", "abc", "1e9", "nan", "NaN", "inf"}) {
     const CommandResult r = test::RunCommand(Sdrt() + " load " + ShellQuote(checkpoint_) +

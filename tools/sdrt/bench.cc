@@ -24,6 +24,7 @@
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/internal/bench_ops.h"
 #include "sdrt/tools/sdrt/internal/bench_rows.h"
+#include "sdrt/tools/sdrt/internal/bench_timing.h"
 #include "sdrt/tools/sdrt/internal/bench_workloads.h"
 #include "sdrt/tools/sdrt/internal/runner.h"
 #endif
@@ -72,6 +73,8 @@ absl::Status SetLayouts(const BenchArgs& args, const std::vector<std::string>& o
 absl::StatusOr<Report> Bench(const BenchArgs& args, Runner& run) {
   SDRT_ASSIGN_OR_RETURN(const std::vector<std::string> ops,
                         ParseBenchOps(args.ops));  // checked: OK
+  // The raw MPI calls (timing, flat baselines) under --timeout too.
+  StartRawMpiDeadline(args.shared.timeout_seconds);
   BenchWorkload workload;
   std::unique_ptr<BenchRunner> runner;
   BenchSettings settings;
@@ -87,7 +90,7 @@ absl::StatusOr<Report> Bench(const BenchArgs& args, Runner& run) {
     return absl::OkStatus();
   }));
   // Ranks that see other bytes at one path (a per-rank folder) would wait for each other in
-  // the flat baselines, which have no deadline: the workloads must agree first.
+  // the flat baselines until their deadline: the workloads must agree first.
   SDRT_ASSIGN_OR_RETURN(
       const std::vector<std::string> seen,
       run.AllGather(absl::StrFormat("%d tensors, %d bytes, digest %016x", workload.full.size(),
@@ -202,7 +205,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       "Time is the slowest rank's, in ms: the median over the timed runs and [min..max]. "
       "flat: one MPI_Allgather(v) / MPI_Bcast of all the bytes in one warm buffer "
       "(distribute: memcpy); fresh: the same into a new, untouched buffer. --timeout bounds "
-      "sdrt's collectives, not the flat MPI calls. Exit 1 when any byte is wrong.");
+      "every collective, the flat MPI calls too. Exit 1 when any byte is wrong.");
   cmd->callback([cmd, args, exit_code] {
     args->layouts_given = cmd->count("--from") + cmd->count("--to") > 0;
     *exit_code = RunOnRanks("bench", args->shared, [&](Runner& run) { return Bench(*args, run); });

@@ -5,12 +5,93 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
 
 namespace sdrt::cli {
 namespace {
+
+// The watchdog of the raw MPI calls (StartRawMpiDeadline): one thread that waits for the
+// armed call's deadline and, past it, ends the job (EndJobIfTimedOut, which does not return).
+class RawMpiWatchdog {
+ public:
+  static RawMpiWatchdog& Get() {
+    static RawMpiWatchdog* const watchdog = new RawMpiWatchdog();  // lives until exit
+    return *watchdog;
+  }
+
+  void Start(double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_) return;
+    started_ = true;
+    timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    std::thread([this] { Watch(); }).detach();
+  }
+
+  // Until Disarm, `what` must end within the timeout (nothing when not started).
+  void Arm(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!started_) return;
+    what_ = what;
+    deadline_ = Clock::now() + timeout_;
+    armed_ = true;
+    wake_.notify_one();
+  }
+  void Disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      if (!armed_) {
+        wake_.wait(lock);
+        continue;
+      }
+      const Clock::time_point deadline = deadline_;
+      if (wake_.wait_until(lock, deadline) == std::cv_status::no_timeout || !armed_ ||
+          deadline_ != deadline) {
+        continue;  // disarmed or armed again meanwhile
+      }
+      int rank = 0, size = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count();
+      const std::string message =
+          absl::StrCat(what_, " (raw MPI, rank ", rank, " of ", size, "): not complete after ", ms,
+                       " ms; a rank is missing, stopped or cut off (--timeout)");
+      lock.unlock();
+      EndJobIfTimedOut("bench", absl::DeadlineExceededError(message));
+      return;  // not reached with MPI
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool started_ = false, armed_ = false;
+  Clock::duration timeout_{};
+  Clock::time_point deadline_{};
+  const char* what_ = "";
+};
+
+// A raw MPI call's region under the watchdog.
+class RawMpiGuard {
+ public:
+  explicit RawMpiGuard(const char* what) { RawMpiWatchdog::Get().Arm(what); }
+  ~RawMpiGuard() { RawMpiWatchdog::Get().Disarm(); }
+  RawMpiGuard(const RawMpiGuard&) = delete;
+  RawMpiGuard& operator=(const RawMpiGuard&) = delete;
+};
 
 int64_t MinorFaults() {
   rusage usage{};
@@ -24,12 +105,21 @@ struct Timing {
 };
 
 // The slowest rank's time of `call`, and the most minor page faults a rank took in it.
-Timing TimeOnce(const std::function<void()>& call) {
+// `raw` names a call of raw MPI (a flat baseline), which runs under the watchdog with the
+// barrier and reductions around it (armed outside the timed region); sdrt's calls have
+// their own deadlines, and a DeadlineExceeded of theirs ends the job here, before a raw
+// reduction would wait for the missing rank.
+Timing TimeOnce(const char* raw, const std::function<absl::Status()>& call, absl::Status* status) {
+  std::optional<RawMpiGuard> guard;
+  guard.emplace(raw != nullptr ? raw : "the barrier before a timed run");
   MPI_Barrier(MPI_COMM_WORLD);
+  if (raw == nullptr) guard.reset();
   const int64_t faults = MinorFaults();
   const double start = MPI_Wtime();
-  call();
+  *status = call();
   Timing t{MPI_Wtime() - start, MinorFaults() - faults};
+  EndJobIfTimedOut("bench", *status);
+  if (raw == nullptr) guard.emplace("the slowest rank's time of a run (MPI_Allreduce)");
   MPI_Allreduce(MPI_IN_PLACE, &t.seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &t.faults, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   return t;
@@ -56,7 +146,7 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
         case 0: {
           calls.prepare();
           absl::Status sdrt;
-          const Timing t = TimeOnce([&] { sdrt = calls.sdrt(); });
+          const Timing t = TimeOnce(nullptr, calls.sdrt, &sdrt);
           status.Update(sdrt);
           if (timed) {
             times->sdrt.push_back(t.seconds);
@@ -65,13 +155,21 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
           break;
         }
         case 1: {
-          const Timing t = TimeOnce(calls.flat);
+          absl::Status flat;
+          const Timing t = TimeOnce(
+              "the flat MPI baseline",
+              [&] {
+                calls.flat();
+                return absl::OkStatus();
+              },
+              &flat);
           if (timed) times->flat.push_back(t.seconds);
           break;
         }
         default: {
           absl::Status fresh;
-          const Timing t = TimeOnce([&] { fresh = calls.fresh(); });
+          const Timing t =
+              TimeOnce("the flat MPI baseline into a fresh buffer", calls.fresh, &fresh);
           status.Update(fresh);
           calls.release();
           if (timed) times->fresh.push_back(t.seconds);
@@ -91,7 +189,7 @@ absl::StatusOr<std::vector<double>> MeasureRuns(Communicator& world,
   std::vector<double> seconds;
   for (int it = 0; it < warmup + iterations; ++it) {
     absl::Status status;
-    const Timing t = TimeOnce([&] { status = call(); });
+    const Timing t = TimeOnce(nullptr, call, &status);
     status = AgreeUnlessTimedOut(world, status);
     if (!status.ok()) return status;
     if (it >= warmup) seconds.push_back(t.seconds);
@@ -116,7 +214,10 @@ uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Sta
   return warm;
 }
 
+void StartRawMpiDeadline(double seconds) { RawMpiWatchdog::Get().Start(seconds); }
+
 int64_t SumOverRanks(int64_t value) {
+  const RawMpiGuard guard("a sum over the ranks (MPI_Allreduce)");
   MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   return value;
 }
@@ -125,6 +226,7 @@ std::vector<int64_t> GatherOverRanks(int64_t value) {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<int64_t> values(static_cast<size_t>(size));
+  const RawMpiGuard guard("every rank's count (MPI_Allgather)");
   MPI_Allgather(&value, 1, MPI_INT64_T, values.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
   return values;
 }

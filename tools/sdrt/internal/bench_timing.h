@@ -69,6 +69,13 @@ FreshBuffer AllocateFresh(int64_t bytes);
 // rank still takes part in the collective) and ResourceExhausted in *status.
 uint8_t* FreshOrWarm(int64_t bytes, uint8_t* warm, FreshBuffer* fresh, absl::Status* status);
 
+// --timeout for the raw MPI calls below and in the timing of a row (its barriers and
+// reductions, the flat baselines): a watchdog thread, started here, that ends the job as
+// EndJobIfTimedOut does (this rank's DeadlineExceeded naming the call, exit status 1) when
+// one of them runs past `seconds`; a rank is missing, so nothing can be agreed. Call once,
+// before the first of them; without it they have no deadline.
+void StartRawMpiDeadline(double seconds);
+
 // Sum of `value` over the ranks of MPI_COMM_WORLD.
 int64_t SumOverRanks(int64_t value);
 // Every rank's `value`, in rank order (MPI_COMM_WORLD).

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "xxhash.h"
 
 namespace sdrt::internal {
@@ -93,16 +94,25 @@ absl::StatusOr<ReadDecision> DecideRead(ReadMode requested,
   if (absl::StartsWith(root, kCannot)) {
     return ReadDecision{ReadMode::kRoot, false, absl::StrCat("auto: rank 0 ", root)};
   }
+  // The first rank that differs says how; the others (up to 16) are named after it.
+  std::vector<size_t> differ;
   for (size_t q = 1; q < descriptions.size(); ++q) {
-    const std::string& d = descriptions[q];
-    if (d != root) {
-      return ReadDecision{
-          ReadMode::kRoot, false,
-          absl::StrCat("auto: rank ", q, " ",
-                       absl::StartsWith(d, kCannot) ? d : "sees other files than rank 0")};
-    }
+    if (descriptions[q] != root) differ.push_back(q);
   }
-  return ReadDecision{ReadMode::kAll, false, "auto: every rank sees the same files"};
+  if (differ.empty())
+    return ReadDecision{ReadMode::kAll, false, "auto: every rank sees the same files"};
+  const std::string& d = descriptions[differ[0]];
+  std::string reason =
+      absl::StrCat("auto: rank ", differ[0], " ",
+                   absl::StartsWith(d, kCannot) ? d : "sees other files than rank 0");
+  if (differ.size() > 1) {
+    const size_t shown = std::min<size_t>(differ.size(), 17);
+    absl::StrAppend(&reason, "; ", differ.size() == 2 ? "rank " : "ranks ",
+                    absl::StrJoin(differ.begin() + 1, differ.begin() + shown, ", "),
+                    shown < differ.size() ? ", ..." : "", " ", differ.size() == 2 ? "does" : "do",
+                    " not see rank 0's files either");
+  }
+  return ReadDecision{ReadMode::kRoot, false, std::move(reason)};
 }
 
 int ResolveReaders(int readers, bool device, int cpus) {

@@ -45,7 +45,17 @@ TEST(DecideRead, AutoReadsWithEveryRankOnlyWhenEveryRankSeesRankZerosFiles) {
   EXPECT_EQ(d.reason, "auto: every rank sees the same files");
   d = Decide(ReadMode::kAuto, {kFile, kFile, kOther, kOther});
   EXPECT_EQ(d.read, ReadMode::kRoot);
-  EXPECT_EQ(d.reason, "auto: rank 2 sees other files than rank 0");
+  EXPECT_EQ(d.reason,
+            "auto: rank 2 sees other files than rank 0; rank 3 does not see rank 0's files either");
+  d = Decide(ReadMode::kAuto, {kFile, kOther, kFile});
+  EXPECT_EQ(d.reason, "auto: rank 1 sees other files than rank 0");
+  std::vector<std::string> many(20, kOther);
+  many[0] = kFile;
+  d = Decide(ReadMode::kAuto, many);
+  EXPECT_EQ(
+      d.reason,
+      "auto: rank 1 sees other files than rank 0; ranks 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
+      "14, 15, 16, 17, ... do not see rank 0's files either");
   d = Decide(ReadMode::kAuto, {kFile, "cannot open it (x: No such file)"});
   EXPECT_EQ(d.read, ReadMode::kRoot);
   EXPECT_EQ(d.reason, "auto: rank 1 cannot open it (x: No such file)");

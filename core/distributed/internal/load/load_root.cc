@@ -100,7 +100,12 @@ absl::StatusOr<LoadResult> LoadFromRoot(const CheckpointSource* source,
   broadcast.root = kRoot;
   broadcast.stats = &stats.transfer;
   broadcast.progress = options.progress;
-  SDRT_ASSIGN_OR_RETURN(BroadcastResult result, BroadcastStateDict(full, local, broadcast));
+  absl::StatusOr<BroadcastResult> broadcasted = BroadcastStateDict(full, local, broadcast);
+  if (!broadcasted.ok()) {  // the caller called LoadStateDict: said first, the code kept
+    return absl::Status(broadcasted.status().code(),
+                        absl::StrCat("LoadStateDict: ", broadcasted.status().message()));
+  }
+  BroadcastResult& result = *broadcasted;
   if (root) stats.bytes_read = source->total_bytes();  // its mapping, read whole
   const absl::flat_hash_set<std::string> missing(result.missing_keys.begin(),
                                                  result.missing_keys.end());

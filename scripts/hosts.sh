@@ -96,14 +96,17 @@ host_pids() { ip netns pids "$prefix$1" 2>/dev/null || true; }
 
 # Ends the mpiexec processes `mpiexec` started that still run (a job that `down` interrupts:
 # its proxies' hosts go away and it would wait for them forever): TERM, then KILL after 2 s.
-# Only a recorded pid whose process is still that mpiexec.
+# Only a recorded pid whose process is still such an mpiexec: this MPICH's, with this
+# script as its launcher and this prefix's bridge (hydra rewrites the rest of its argv).
 end_jobs() {
-  local f pid left='' alive
+  local f pid left='' alive line
   for f in "$state"/mpiexec.*; do
     [ -f "$f" ] || continue
     pid=${f##*.}
-    if [[ $pid =~ ^[0-9]+$ ]] &&
-      [ "$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)" = "$(cat "$f")" ]; then
+    [[ $pid =~ ^[0-9]+$ ]] || continue
+    line=$( { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)
+    if [[ $line == "$mpich5/bin/mpiexec "* && $line == *" -launcher-exec $script -iface $bridge "* ]]
+    then
       kill -TERM "$pid" 2>/dev/null && left+=" $pid"
     fi
   done
@@ -187,9 +190,10 @@ up() {
   fi
   # Any table's route covering the subnet but the default one (the local table's loopback
   # 127.0.0.0/8 too).
-  if ip route show table all match "$subnet.0/24" 2>/dev/null | grep -qv '^default '; then
-    die "up: a route to $subnet.0/24 exists already (another SDRT_HOSTS_SUBNET)"
-  fi
+  # and any route inside it (a VPN's /32 would win over the bridge's /24).
+  routes=$(ip route show table all match "$subnet.0/24" 2>/dev/null | grep -v '^default ' || true)
+  routes+=$(ip route show table all root "$subnet.0/24" 2>/dev/null || true)
+  [ -z "$routes" ] || die "up: a route to $subnet.0/24 exists already (another SDRT_HOSTS_SUBNET)"
   # Whatever fails or is interrupted half way is undone.
   trap 'down; exit 130' INT TERM HUP
   trap undo_on_failure EXIT
@@ -282,9 +286,10 @@ run_mpiexec() {
   # libfabric on the test network: the interface named like the bridge in every host.
   export FI_TCP_IFACE=$bridge FI_SOCKETS_IFACE=$bridge
   # Recorded for `down`, which ends a job still running (this process becomes mpiexec).
-  [ ! -d "$state" ] || echo "$mpich5/bin/mpiexec" >"$state/mpiexec.$$"
-  exec "$mpich5/bin/mpiexec" -launcher ssh -launcher-exec "$script" -iface "$bridge" \
-    -hosts "$hosts" "$@"
+  local -a command=("$mpich5/bin/mpiexec" -launcher ssh -launcher-exec "$script" -iface "$bridge"
+    -hosts "$hosts" "$@")
+  [ ! -d "$state" ] || printf '%s ' "${command[@]}" >"$state/mpiexec.$$"
+  exec "${command[@]}"
 }
 
 case "${1:-}" in

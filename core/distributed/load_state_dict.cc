@@ -109,8 +109,8 @@ absl::StatusOr<LoadResult> RunPath(const internal::ReadDecision& decision,
 }
 
 // With kRoot the root sends the checkpoint's dtypes (BroadcastStateDict casts nothing):
-// InvalidArgument naming the first leaf of `lowered` whose dtype is not its tensor's in
-// `tensors` (a weight map's cast, a leaf of another float dtype).
+// InvalidArgument naming the first leaf of `lowered` of another float dtype than its
+// float tensor's in `tensors` (a cast, which kAll would make).
 absl::Status RefuseRootCasts(absl::Span<const SafetensorsTensorSpec> tensors, const Map& lowered) {
   absl::flat_hash_map<absl::string_view, DType> dtype_of;
   for (const SafetensorsTensorSpec& t : tensors) dtype_of.emplace(t.name, t.dtype);
@@ -122,7 +122,9 @@ absl::Status RefuseRootCasts(absl::Span<const SafetensorsTensorSpec> tensors, co
     std::optional<DType> dtype;
     if (v.kind() == ValueKind::kDTensor) dtype = v.as_dtensor().dtype();
     if (v.kind() == ValueKind::kShardedTensor) dtype = v.as_sharded().dtype();
-    if (dtype.has_value() && *dtype != it->second) {
+    // A cast between float dtypes; other mismatches are the path's own error.
+    if (dtype.has_value() && *dtype != it->second && CastKindOf(*dtype) == CastKind::kFloat &&
+        CastKindOf(it->second) == CastKind::kFloat) {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", leaf.path, "' is ", DTypeName(*dtype), " here but ", DTypeName(it->second),
           " in the checkpoint: read kRoot sends the checkpoint's dtypes and casts nothing (read "

@@ -199,7 +199,12 @@ absl::StatusOr<BenchRow> BenchRunner::SyncLayout() {
   BenchCalls calls;
   calls.prepare = [] {};
   calls.sdrt = [&] { return sync->Execute(&stats); };
-  calls.flat = [&] { flat_status.Update(flat->Run(world_, flat->warm())); };
+  calls.flat = [&] {
+    const absl::Status s = flat->Run(world_, flat->warm());
+    EndJobIfTimedOut("bench", s);  // a rank is missing: nothing after this can be agreed
+    flat_status.Update(s);
+  };
+  calls.raw_baselines = false;
   calls.fresh = [&] {
     absl::Status status;
     uint8_t* const into = FreshOrWarm(flat->received_bytes(), flat->warm(), &fresh, &status);

@@ -168,7 +168,12 @@ absl::Status BenchRunner::TimeSyncs(BoundReshard& timed, BoundReshard& baseline,
   BenchCalls calls;
   calls.prepare = [] {};
   calls.sdrt = [&] { return timed.Execute(&stats); };
-  calls.flat = [&] { flat_status.Update(baseline.Execute(baseline_stats)); };
+  calls.flat = [&] {
+    const absl::Status s = baseline.Execute(baseline_stats);
+    EndJobIfTimedOut("bench", s);  // a rank is missing: nothing after this can be agreed
+    flat_status.Update(s);
+  };
+  calls.raw_baselines = false;
   calls.fresh = [&] { return baseline.Execute(); };
   calls.release = [] {};
   SDRT_RETURN_IF_ERROR(MeasureRow(world_, calls, settings_.warmup, settings_.iterations,

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/deadline.h"
+#include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
 namespace {
@@ -30,6 +33,13 @@ class RawMpiWatchdog {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_) return;
     started_ = true;
+    // Read here, on the thread that initialized MPI: the watchdog calls MPI_Abort only
+    // where MPI allows a second thread to (else it exits the process, which mpiexec sees).
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    multiple_ = level == MPI_THREAD_MULTIPLE;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
     timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
     std::thread([this] { Watch(); }).detach();
   }
@@ -63,22 +73,21 @@ class RawMpiWatchdog {
           deadline_ != deadline) {
         continue;  // disarmed or armed again meanwhile
       }
-      int rank = 0, size = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
       const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count();
-      const std::string message =
-          absl::StrCat(what_, " (raw MPI, rank ", rank, " of ", size, "): not complete after ", ms,
-                       " ms; a rank is missing, stopped or cut off (--timeout)");
+      const absl::Status late = absl::DeadlineExceededError(
+          absl::StrCat(what_, " (raw MPI, rank ", rank_, " of ", size_, "): not complete after ",
+                       ms, " ms; a rank is missing, stopped or cut off (--timeout)"));
       lock.unlock();
-      EndJobIfTimedOut("bench", absl::DeadlineExceededError(message));
-      return;  // not reached with MPI
+      if (multiple_) EndJobIfTimedOut("bench", late);  // does not return
+      ReportError("bench", late, /*rank=*/0);
+      std::_Exit(kExitRuntimeError);
     }
   }
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool started_ = false, armed_ = false;
+  bool started_ = false, armed_ = false, multiple_ = false;
+  int rank_ = 0, size_ = 0;
   Clock::duration timeout_{};
   Clock::time_point deadline_{};
   const char* what_ = "";
@@ -110,16 +119,19 @@ struct Timing {
 // their own deadlines, and a DeadlineExceeded of theirs ends the job here, before a raw
 // reduction would wait for the missing rank.
 Timing TimeOnce(const char* raw, const std::function<absl::Status()>& call, absl::Status* status) {
+  // Each raw collective under its own deadline, armed outside the timed region.
   std::optional<RawMpiGuard> guard;
-  guard.emplace(raw != nullptr ? raw : "the barrier before a timed run");
+  guard.emplace("the barrier before a timed run");
   MPI_Barrier(MPI_COMM_WORLD);
-  if (raw == nullptr) guard.reset();
+  guard.reset();
+  if (raw != nullptr) guard.emplace(raw);
   const int64_t faults = MinorFaults();
   const double start = MPI_Wtime();
   *status = call();
   Timing t{MPI_Wtime() - start, MinorFaults() - faults};
+  guard.reset();
   EndJobIfTimedOut("bench", *status);
-  if (raw == nullptr) guard.emplace("the slowest rank's time of a run (MPI_Allreduce)");
+  guard.emplace("the slowest rank's time of a run (MPI_Allreduce)");
   MPI_Allreduce(MPI_IN_PLACE, &t.seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &t.faults, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   return t;
@@ -157,7 +169,7 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
         case 1: {
           absl::Status flat;
           const Timing t = TimeOnce(
-              "the flat MPI baseline",
+              calls.raw_baselines ? "the flat MPI baseline" : nullptr,
               [&] {
                 calls.flat();
                 return absl::OkStatus();
@@ -168,8 +180,9 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
         }
         default: {
           absl::Status fresh;
-          const Timing t =
-              TimeOnce("the flat MPI baseline into a fresh buffer", calls.fresh, &fresh);
+          const Timing t = TimeOnce(
+              calls.raw_baselines ? "the flat MPI baseline into a fresh buffer" : nullptr,
+              calls.fresh, &fresh);
           status.Update(fresh);
           calls.release();
           if (timed) times->fresh.push_back(t.seconds);

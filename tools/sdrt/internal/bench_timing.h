@@ -33,13 +33,17 @@ struct BenchTimes {
 // What one row runs. `prepare` (untimed) readies sdrt's inputs; `sdrt` is the timed sdrt
 // call, returning its Status; `flat` and `fresh` the two baselines (`fresh` returns
 // ResourceExhausted when it could not allocate; it still takes part in its collective);
-// `release` (untimed) frees what `fresh` allocated.
+// `release` (untimed) frees what `fresh` allocated. `raw_baselines`: the baselines are
+// raw MPI (or local copies), run under StartRawMpiDeadline's watchdog; false where they
+// are sdrt calls with deadlines of their own (a bound sync, an Exchange), which end the
+// job themselves on a DeadlineExceeded (EndJobIfTimedOut).
 struct BenchCalls {
   std::function<void()> prepare;
   std::function<absl::Status()> sdrt;
   std::function<void()> flat;
   std::function<absl::Status()> fresh;
   std::function<void()> release;
+  bool raw_baselines = true;
 };
 
 // `warmup` + `iterations` runs of `calls` into *times (the timed ones only). After every

@@ -105,8 +105,8 @@ end_jobs() {
     pid=${f##*.}
     [[ $pid =~ ^[0-9]+$ ]] || continue
     line=$( { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)
-    if [[ $line == "$mpich5/bin/mpiexec "* && $line == *" -launcher-exec $script -iface $bridge "* ]]
-    then
+    if [[ $line == "$mpich5/bin/mpiexec "* &&
+      $line == *" -launcher-exec $script -iface $bridge "* ]]; then
       kill -TERM "$pid" 2>/dev/null && left+=" $pid"
     fi
   done

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -180,9 +180,9 @@ absl::Status MeasureRow(Communicator& world, const BenchCalls& calls, int warmup
         }
         default: {
           absl::Status fresh;
-          const Timing t = TimeOnce(
-              calls.raw_baselines ? "the flat MPI baseline into a fresh buffer" : nullptr,
-              calls.fresh, &fresh);
+          const Timing t =
+              TimeOnce(calls.raw_baselines ? "the flat MPI baseline into a fresh buffer" : nullptr,
+                       calls.fresh, &fresh);
           status.Update(fresh);
           calls.release();
           if (timed) times->fresh.push_back(t.seconds);

@@ -1,7 +1,6 @@
 #include "sdrt/core/distributed/internal/engine/grid.h"
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -19,22 +18,39 @@ absl::Status TransferAdd(int64_t& total, int64_t add, const TransferTensor& tens
   return absl::OkStatus();
 }
 
+namespace {
+
+// The side's box ids are below this.
+int64_t BoxesOf(const std::vector<TransferPiece>& pieces) {
+  int64_t boxes = 0;
+  for (const TransferPiece& piece : pieces) boxes = std::max<int64_t>(boxes, piece.box + 1);
+  return boxes;
+}
+
+}  // namespace
+
 Grid MakeGrid(IntSpan shape, const std::vector<TransferPiece>& a,
               const std::vector<TransferPiece>& b) {
   Grid grid;
   grid.cuts.resize(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    std::vector<int64_t>& cuts = grid.cuts[d];
-    cuts = {0, shape[d]};
-    for (const std::vector<TransferPiece>* side : {&a, &b}) {
-      for (const TransferPiece& piece : *side) {
-        if (piece.identity) continue;  // takes nothing
+  for (size_t d = 0; d < shape.size(); ++d) grid.cuts[d] = {0, shape[d]};
+  for (const std::vector<TransferPiece>* side : {&a, &b}) {
+    std::vector<bool> read(static_cast<size_t>(BoxesOf(*side)));
+    for (const TransferPiece& piece : *side) {
+      if (piece.identity) continue;  // takes nothing
+      if (piece.box >= 0) {
+        if (read[static_cast<size_t>(piece.box)]) continue;  // its box's cuts are in
+        read[static_cast<size_t>(piece.box)] = true;
+      }
+      for (size_t d = 0; d < shape.size(); ++d) {
         for (const IndexRun& r : piece.runs[d]) {
-          cuts.push_back(r.global);
-          cuts.push_back(r.global + r.length);
+          grid.cuts[d].push_back(r.global);
+          grid.cuts[d].push_back(r.global + r.length);
         }
       }
     }
+  }
+  for (std::vector<int64_t>& cuts : grid.cuts) {
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     grid.counts.push_back(static_cast<int64_t>(cuts.size()) - 1);
@@ -62,32 +78,73 @@ int64_t CoverOf(const Grid& grid, const TransferPiece& piece, int64_t limit, Cov
   return cells;
 }
 
+SideCells::SideCells(const Grid& grid, const std::vector<TransferPiece>& pieces)
+    : grid_(grid), pieces_(pieces), boxes_(BoxesOf(pieces)) {
+  slot_of_key_.assign(static_cast<size_t>(boxes_) + pieces.size(), -1);
+}
+
+int SideCells::Of(size_t p, int64_t limit) {
+  const TransferPiece& piece = pieces_[p];
+  int& slot = slot_of_key_[piece.box >= 0 ? static_cast<size_t>(piece.box)
+                                          : static_cast<size_t>(boxes_) + p];
+  if (slot >= 0) {
+    const auto [from, to] = slots_[static_cast<size_t>(slot)];
+    return static_cast<int64_t>(to - from) > limit ? -1 : slot;
+  }
+  if (CoverOf(grid_, piece, limit, cover_) < 0) return -1;
+  const size_t from = cells_.size();
+  ForEachCell(grid_, cover_, [&](int64_t cell, IntSpan) {
+    cells_.push_back(cell);
+    return absl::OkStatus();
+  }).IgnoreError();
+  slot = static_cast<int>(slots_.size());
+  slots_.emplace_back(from, cells_.size());
+  return slot;
+}
+
+std::vector<GridCell> GridCells(const Grid& grid, DType dtype, absl::Span<const int64_t> cells) {
+  std::vector<GridCell> out(cells.size());
+  const size_t ndim = grid.counts.size();
+  for (size_t i = 0; i < cells.size(); ++i) {
+    GridCell& c = out[i];
+    c.cell = cells[i];
+    c.begin.resize(ndim);
+    c.end.resize(ndim);
+    int64_t rest = cells[i];
+    for (size_t d = ndim; d > 0; --d) {
+      const int64_t interval = rest % grid.counts[d - 1];
+      rest /= grid.counts[d - 1];
+      c.begin[d - 1] = grid.cuts[d - 1][static_cast<size_t>(interval)];
+      c.end[d - 1] = grid.cuts[d - 1][static_cast<size_t>(interval) + 1];
+    }
+    const absl::StatusOr<int64_t> bytes = BoxBytes(dtype, c.begin, c.end);
+    c.bytes = bytes.ok() ? *bytes : -1;
+  }
+  return out;
+}
+
 bool CoverCells(const Grid& grid, int64_t cells, const std::vector<TransferPiece>& pieces,
                 int64_t& budget, std::vector<int64_t>& first, std::vector<int>& list) {
-  // Two passes over the pieces' covers (counts, then the lists), each cover made again in
-  // one buffer rather than kept per piece.
-  Cover cover;
+  // Two passes over the pieces' cells (counts, then the lists), each box's made once.
+  SideCells side(grid, pieces);
+  std::vector<int> slot(pieces.size(), -1);
   first.assign(static_cast<size_t>(cells) + 1, 0);
-  for (const TransferPiece& piece : pieces) {
-    if (piece.identity) continue;  // takes nothing
-    const int64_t n = CoverOf(grid, piece, budget, cover);
-    if (n < 0) return false;
-    budget -= n;
-    ForEachCell(grid, cover, [&](int64_t cell, IntSpan) {
-      ++first[cell + 1];
-      return absl::OkStatus();
-    }).IgnoreError();
+  for (size_t s = 0; s < pieces.size(); ++s) {
+    if (pieces[s].identity) continue;  // takes nothing
+    slot[s] = side.Of(s, budget);
+    if (slot[s] < 0) return false;
+    const absl::Span<const int64_t> covered = side.Cells(slot[s]);
+    budget -= static_cast<int64_t>(covered.size());
+    for (int64_t cell : covered) ++first[static_cast<size_t>(cell) + 1];
   }
   std::partial_sum(first.begin(), first.end(), first.begin());
   list.resize(static_cast<size_t>(first.back()));
   std::vector<int64_t> fill(first.begin(), first.end() - 1);
   for (size_t s = 0; s < pieces.size(); ++s) {
-    if (pieces[s].identity) continue;
-    CoverOf(grid, pieces[s], std::numeric_limits<int64_t>::max(), cover);  // fit above
-    ForEachCell(grid, cover, [&](int64_t cell, IntSpan) {
-      list[fill[cell]++] = static_cast<int>(s);
-      return absl::OkStatus();
-    }).IgnoreError();
+    if (slot[s] < 0) continue;  // an identity piece
+    for (int64_t cell : side.Cells(slot[s])) {
+      list[static_cast<size_t>(fill[static_cast<size_t>(cell)]++)] = static_cast<int>(s);
+    }
   }
   return true;
 }

@@ -7,11 +7,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
+#include "sdrt/core/distributed/internal/engine/split.h"
 #include "sdrt/tensor/shape.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -24,7 +27,8 @@ absl::Status TransferInvalid(const TransferTensor& tensor, absl::string_view wha
 absl::Status TransferAdd(int64_t& total, int64_t add, const TransferTensor& tensor);
 
 // Per dim, the sorted distinct cut points of [0, shape) and of every run of the pieces of
-// `a` and `b` (identity pieces left out: they take nothing); interval i of dim d is
+// `a` and `b` (identity pieces left out: they take nothing; one piece of each box read);
+// interval i of dim d is
 // [cuts[d][i], cuts[d][i + 1]). Cells are numbered row-major over the intervals.
 struct Grid {
   std::vector<std::vector<int64_t>> cuts;
@@ -64,6 +68,41 @@ absl::Status ForEachCell(const Grid& grid, const Cover& cover, Fn fn) {
     if (d == 0) return absl::OkStatus();
   }
 }
+
+// The cells each piece of one side covers (linear indices, in ForEachCell's order), made
+// once per box (TransferPiece::box). `grid` and `pieces` outlive it.
+class SideCells {
+ public:
+  SideCells(const Grid& grid, const std::vector<TransferPiece>& pieces);
+
+  // The slot of piece p's cells (pieces of one box share one), or -1 when they are more
+  // than `limit`. Slots are numbered from 0 in the order first asked for.
+  int Of(size_t p, int64_t limit);
+  absl::Span<const int64_t> Cells(int slot) const {
+    const auto [from, to] = slots_[static_cast<size_t>(slot)];
+    return absl::MakeConstSpan(cells_).subspan(from, to - from);
+  }
+
+ private:
+  const Grid& grid_;
+  const std::vector<TransferPiece>& pieces_;
+  int64_t boxes_ = 0;               // box ids below this; a piece of box -1 keys boxes_ + p
+  std::vector<int> slot_of_key_;    // -1 until made
+  std::vector<std::pair<size_t, size_t>> slots_;  // [from, to) in cells_
+  std::vector<int64_t> cells_;
+  Cover cover_;
+};
+
+// One cell: its linear index, its box [begin, end) and its bytes of the tensor's dtype (-1
+// when not whole bytes: BoxBytes, split.h, says why).
+struct GridCell {
+  int64_t cell = 0;
+  IntVector begin;
+  IntVector end;
+  int64_t bytes = 0;
+  HolderSlabs slabs;  // the cell's cut among its senders, kept for the box's next piece
+};
+std::vector<GridCell> GridCells(const Grid& grid, DType dtype, absl::Span<const int64_t> cells);
 
 // Which pieces cover each cell, CSR: pieces list[first[i] .. first[i + 1]) cover cell i,
 // in piece order (identity pieces cover none). False when that takes more cells than

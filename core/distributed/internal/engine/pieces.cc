@@ -71,19 +71,44 @@ absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tens
   }
   std::vector<TransferPiece> pieces;
   pieces.reserve(mesh.ranks().size());
-  for (int64_t rank : mesh.ranks()) {
+  // A rank's runs follow from its coordinates on the sharded mesh dims alone (Replicate and
+  // Partial leave the shape alone): its box id is their row-major index, and the ranks of
+  // one box take the first one's runs. Per box id, the piece that made them, or -1.
+  std::vector<int> made_by(mesh.ranks().size(), -1);
+  IntVector coordinate(static_cast<size_t>(mesh.ndim()));
+  for (size_t m = 0; m < mesh.ranks().size(); ++m) {
+    const int64_t rank = mesh.ranks()[m];
     if (rank < 0 || rank >= kMaxMeshRanks) {
       return Invalid(tensor, source,
                      absl::StrCat("rank ", rank, " outside [0, ", kMaxMeshRanks, ")"));
     }
-    absl::StatusOr<LocalShardInfo> info =
-        ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
-    if (!info.ok()) return Invalid(tensor, source, info.status().message());
+    int64_t rest = static_cast<int64_t>(m);  // mesh order is row-major over the coordinates
+    for (int d = mesh.ndim() - 1; d >= 0; --d) {
+      coordinate[d] = rest % mesh.size(d);
+      rest /= mesh.size(d);
+    }
+    int box = 0;
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      const Placement::Kind kind = layout.placements[d].kind();
+      if (kind == Placement::Kind::kShard || kind == Placement::Kind::kStridedShard) {
+        box = box * static_cast<int>(mesh.size(d)) + static_cast<int>(coordinate[d]);
+      }
+    }
     TransferPiece piece;
     piece.rank = rank;
-    piece.local_shape = info->local_shape;
-    piece.runs = OwnedRuns(*info);
-    const IntVector coordinate = *mesh.Coordinate(rank);
+    piece.box = box;
+    if (made_by[box] >= 0) {
+      const TransferPiece& first = pieces[static_cast<size_t>(made_by[box])];
+      piece.local_shape = first.local_shape;
+      piece.runs = first.runs;
+    } else {
+      absl::StatusOr<LocalShardInfo> info =
+          ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
+      if (!info.ok()) return Invalid(tensor, source, info.status().message());
+      piece.local_shape = info->local_shape;
+      piece.runs = OwnedRuns(*info);
+      made_by[box] = static_cast<int>(pieces.size());
+    }
     if (source) {
       for (int i : partial_dims) {
         piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
@@ -139,6 +164,7 @@ absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tenso
     }
     TransferPiece piece;
     piece.rank = box.rank;
+    piece.box = static_cast<int>(b);
     piece.local = per_rank[box.rank]++;
     piece.local_shape = box.sizes;
     piece.runs = empty ? ShardRuns(ndim) : BoxRuns(box.offsets, box.sizes);

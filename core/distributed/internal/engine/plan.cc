@@ -64,36 +64,41 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   // Per cell, where the walk's next destination piece is in its `needs` list.
   std::vector<int64_t> next_need;
   if (fan_out) next_need.assign(needs_first.begin(), needs_first.end() - 1);
-  Cover cover;
   std::vector<int> group, on_node;
   // Wire bytes each source rank sends so far, by rank.
   int64_t ranks = 0;
   for (const TransferPiece& piece : tp.source) ranks = std::max(ranks, piece.rank + 1);
   std::vector<int64_t> sent(static_cast<size_t>(ranks));
   std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
+  // The destination's cells, per box: each cell's box and bytes made once.
+  SideCells destination_cells(grid, tp.destination);
+  std::vector<std::vector<GridCell>> box_cells;
   for (size_t p = 0; p < tp.destination.size(); ++p) {
     const TransferPiece& dst = tp.destination[p];
     if (dst.identity) continue;
-    const int64_t n = CoverOf(grid, dst, budget, cover);
-    if (n < 0) return too_many();
-    budget -= n;
-    IntVector begin(tensor.shape.size()), end(tensor.shape.size());
-    SDRT_RETURN_IF_ERROR(ForEachCell(grid, cover, [&](int64_t cell, IntSpan index) {
-      for (size_t d = 0; d < index.size(); ++d) {
-        begin[d] = grid.cuts[d][index[d]];
-        end[d] = grid.cuts[d][index[d] + 1];
-      }
+    const int slot = destination_cells.Of(p, budget);
+    if (slot < 0) return too_many();
+    if (slot == static_cast<int>(box_cells.size())) {
+      box_cells.push_back(GridCells(grid, tensor.dtype, destination_cells.Cells(slot)));
+    }
+    std::vector<GridCell>& cells_of_piece = box_cells[static_cast<size_t>(slot)];
+    budget -= static_cast<int64_t>(cells_of_piece.size());
+    for (GridCell& grid_cell : cells_of_piece) {
+      const int64_t cell = grid_cell.cell;
+      const IntVector& begin = grid_cell.begin;
+      const IntVector& end = grid_cell.end;
       const absl::Span<const int> held(holders.data() + first[cell],
                                        static_cast<size_t>(first[cell + 1] - first[cell]));
       if (held.empty()) {
-        if (tensor.allow_uncovered) return absl::OkStatus();
+        if (tensor.allow_uncovered) continue;
         return TransferInvalid(
             tensor, absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
                                  ", ", ShapeToString(end), ") that no source rank holds"));
       }
-      const absl::StatusOr<int64_t> box_bytes = BoxBytes(tensor.dtype, begin, end);
-      if (!box_bytes.ok()) return TransferInvalid(tensor, box_bytes.status().message());
-      const int64_t bytes = *box_bytes;
+      if (grid_cell.bytes < 0) {
+        return TransferInvalid(tensor, BoxBytes(tensor.dtype, begin, end).status().message());
+      }
+      const int64_t bytes = grid_cell.bytes;
       // Fan-out: no holder on this piece's node, and other pieces on the node need the
       // cell too: they share it, each relaying a block of it to the others.
       if (fan_out && groups.shared[static_cast<size_t>(cell)] != 0 &&
@@ -111,7 +116,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
               absl::MakeConstSpan(groups.members).subspan(groups.first[at], groups.count[at]),
               static_cast<int>(p), cell, cells < groups.count[at], begin, end, sent, moves);
           if (!shared.ok()) return TransferInvalid(tensor, shared.message());
-          return absl::OkStatus();
+          continue;
         }
       }
       // The holders by contribution (stable: piece order within one).
@@ -149,12 +154,12 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
           }
           if (!on_node.empty()) senders = on_node;
         }
-        const absl::Status split = SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, senders,
-                                                     static_cast<int>(p), begin, end, sent, moves);
+        const absl::Status split =
+            SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, senders, static_cast<int>(p),
+                              begin, end, grid_cell.slabs, sent, moves);
         if (!split.ok()) return TransferInvalid(tensor, split.message());
       }
-      return absl::OkStatus();
-    }));
+    }
     SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
   }
   return absl::OkStatus();

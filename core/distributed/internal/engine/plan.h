@@ -32,7 +32,10 @@
 // fills it with the reduction's identity), every other piece takes the value.
 // Moves with the same (source piece, destination piece) are then merged along every dim
 // where they are adjacent and agree elsewhere, so messages stay large. The work is
-// proportional to the cells the pieces cover (no all-pairs scan of ranks), and it is done
+// proportional to the cells the pieces cover (no all-pairs scan of ranks); the geometry is
+// made once per box (the replicas of a mesh layout share one: TransferPiece::box), each
+// box's runs, cover, cells and slab cuts, and each piece of it only chooses its senders.
+// It is done
 // once per distinct (dtype, shape, source layout, destination layout) of a plan: tensors
 // that repeat one (every layer of a model) share its TransferLayoutPlan, so a plan of
 // 100,000 tensors over 512 ranks costs a hash lookup per tensor after its first few

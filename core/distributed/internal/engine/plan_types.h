@@ -82,6 +82,9 @@ struct TransferPiece {
   // A destination piece off coordinate 0 of a Partial mesh dim: it takes nothing, and the
   // caller fills its local with the reduction's identity.
   bool identity = false;
+  // Pieces of one side with the same box id (>= 0) own the same runs: the planner covers
+  // each box once (grid.h, SideCells). -1: shares its box with no other piece.
+  int box = -1;
 };
 
 // One box moved: global indices [begin[d], end[d]) on every dim d (one element for a

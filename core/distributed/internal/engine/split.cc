@@ -76,8 +76,8 @@ namespace {
 // Gives `slabs` (largest first) to the holders `held` in increasing order of what their
 // ranks have sent (ties: holder order), one each (cycling when there are more slabs than
 // holders); updates `sent`.
-absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
-                         absl::Span<const int> held, int destination, std::vector<Slab>& slabs,
+absl::Status AssignSlabs(const std::vector<TransferPiece>& sources, absl::Span<const int> held,
+                         int destination, const std::vector<HolderSlab>& slabs,
                          std::vector<int64_t>& sent, std::vector<TransferMove>& moves) {
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
   // `sent` per holder, not per comparison.
@@ -89,13 +89,22 @@ absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(used), order.end());
   for (size_t i = 0; i < slabs.size(); ++i) {
     const int source = held[order[i % used].second];
-    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slabs[i].first, slabs[i].second));
-    moves.push_back(
-        {source, destination, std::move(slabs[i].first), std::move(slabs[i].second), bytes});
+    moves.push_back({source, destination, slabs[i].begin, slabs[i].end, slabs[i].bytes});
     int64_t& total = sent[static_cast<size_t>(sources[source].rank)];
-    if (__builtin_add_overflow(total, bytes, &total)) {
+    if (__builtin_add_overflow(total, slabs[i].bytes, &total)) {
       return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
     }
+  }
+  return absl::OkStatus();
+}
+
+// Appends slabs [from, to) of `cut` of [begin, end) to `out`, with their bytes.
+absl::Status AddSlabs(DType dtype, IntSpan begin, IntSpan end, SlabCut cut, int64_t from,
+                      int64_t to, std::vector<HolderSlab>& out) {
+  for (int64_t i = from; i < to; ++i) {
+    Slab slab = SlabRange(begin, end, cut, i, i + 1);
+    SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, slab.first, slab.second));
+    out.push_back({std::move(slab.first), std::move(slab.second), bytes});
   }
   return absl::OkStatus();
 }
@@ -105,7 +114,7 @@ absl::Status AssignSlabs(DType dtype, const std::vector<TransferPiece>& sources,
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                                const std::vector<TransferPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, std::vector<int64_t>& sent,
+                               IntSpan end, HolderSlabs& slabs, std::vector<int64_t>& sent,
                                std::vector<TransferMove>& moves) {
   const int64_t k = static_cast<int64_t>(held.size());
   if (k == 1) {  // the common case, without the slabs' and order's allocations
@@ -118,10 +127,14 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                      IntVector(end.begin(), end.end()), bytes});
     return absl::OkStatus();
   }
-  const SlabCut cut = ChooseCut(dtype, shape, begin, end, k);
-  std::vector<Slab> slabs;
-  for (int64_t i = 0; i < cut.count; ++i) slabs.push_back(SlabRange(begin, end, cut, i, i + 1));
-  return AssignSlabs(dtype, sources, held, destination, slabs, sent, moves);
+  if (slabs.holders != k) {
+    slabs.holders = 0;
+    slabs.slabs.clear();
+    const SlabCut cut = ChooseCut(dtype, shape, begin, end, k);
+    SDRT_RETURN_IF_ERROR(AddSlabs(dtype, begin, end, cut, 0, cut.count, slabs.slabs));
+    slabs.holders = k;
+  }
+  return AssignSlabs(sources, held, destination, slabs.slabs, sent, moves);
 }
 
 absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
@@ -136,7 +149,9 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
   if (!cut) {  // the whole cell: from the holders as without nodes, or from its relay
     const int relay = group[static_cast<size_t>(cell % members)];
     if (on_relay_rank(relay)) {
-      return SplitAmongHolders(dtype, shape, sources, held, destination, begin, end, sent, moves);
+      HolderSlabs slabs;
+      return SplitAmongHolders(dtype, shape, sources, held, destination, begin, end, slabs, sent,
+                               moves);
     }
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
     moves.push_back({relay, destination, IntVector(begin.begin(), begin.end()),
@@ -145,7 +160,7 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
   }
   const SlabCut slabs =
       ChooseCut(dtype, shape, begin, end, std::max(static_cast<int64_t>(held.size()), members));
-  std::vector<Slab> taken;  // the slabs this piece takes from the holders
+  std::vector<HolderSlab> taken;  // the slabs this piece takes from the holders
   for (int64_t j = 0; j < members; ++j) {
     // Block j: the slabs i with i x members / count == j.
     const int64_t from = (j * slabs.count + members - 1) / members;
@@ -153,7 +168,7 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
     if (from == to) continue;
     const int relay = group[static_cast<size_t>((j + cell) % members)];
     if (on_relay_rank(relay)) {
-      for (int64_t i = from; i < to; ++i) taken.push_back(SlabRange(begin, end, slabs, i, i + 1));
+      SDRT_RETURN_IF_ERROR(AddSlabs(dtype, begin, end, slabs, from, to, taken));
       continue;
     }
     Slab block = SlabRange(begin, end, slabs, from, to);
@@ -162,7 +177,7 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
                      /*forward=*/true});
   }
   // Largest first, as AssignSlabs takes them (the larger slabs come first).
-  return AssignSlabs(dtype, sources, held, destination, taken, sent, moves);
+  return AssignSlabs(sources, held, destination, taken, sent, moves);
 }
 
 NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vector<int>& needs,

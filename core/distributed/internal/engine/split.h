@@ -16,6 +16,20 @@ namespace sdrt::internal {
 // Bytes of the box [begin, end) of `dtype` (InvalidArgument when not whole).
 absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end);
 
+// A slab of a cell and its bytes.
+struct HolderSlab {
+  IntVector begin;
+  IntVector end;
+  int64_t bytes = 0;
+};
+
+// The slabs SplitAmongHolders cut a cell into, for `holders` holders (0: none cut yet): the
+// planner keeps them per cell of a box, for the pieces of that box after the first.
+struct HolderSlabs {
+  int64_t holders = 0;
+  std::vector<HolderSlab> slabs;
+};
+
 // Appends to `moves` the moves that bring the cell [begin, end) of a tensor of `shape` to
 // destination piece `destination` from the source pieces `held` (indices into `sources`,
 // none on the destination's rank, at least one). One holder sends the whole cell. Several
@@ -23,12 +37,13 @@ absl::StatusOr<int64_t> BoxBytes(DType dtype, IntSpan begin, IntSpan end);
 // first longest; for a sub-byte dtype the longest dim whose slabs begin and end on whole
 // bytes, else not cut), slab sizes differing by at most one index, and the slabs, largest
 // first, go to the holders in increasing order of what their ranks have sent so far (ties:
-// holder order). `sent` (wire bytes per source rank so far, indexed by rank; every holder's
-// rank below its size) is updated.
+// holder order). `slabs` keeps the cut: made again when it was cut for another number of
+// holders. `sent` (wire bytes per source rank so far, indexed by rank; every holder's rank
+// below its size) is updated.
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
                                const std::vector<TransferPiece>& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, std::vector<int64_t>& sent,
+                               IntSpan end, HolderSlabs& slabs, std::vector<int64_t>& sent,
                                std::vector<TransferMove>& moves);
 
 // With fan-out, the pieces of each node that need each cell: for the CSR lists of the

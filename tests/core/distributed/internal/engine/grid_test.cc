@@ -1,0 +1,129 @@
+// The planner's grid (core/distributed/internal/engine/grid.h) made once per box: on seeded
+// random layouts (random.h), pieces that share a box id own the same runs, and the grid,
+// the cells each piece covers and the holders of each cell are those made piece by piece
+// (every box id -1), in the same order.
+#include "sdrt/core/distributed/internal/engine/grid.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sdrt/core/distributed/internal/engine/pieces.h"
+#include "sdrt/tests/core/distributed/internal/engine/random.h"
+#include "sdrt/tests/core/distributed/internal/engine/simulator.h"
+
+namespace sdrt::test {
+namespace {
+
+using internal::Grid;
+using internal::TransferPiece;
+
+// The cells of every piece through SideCells, in piece order (-1 between pieces; an
+// identity piece has none).
+std::vector<int64_t> AllCells(const Grid& grid, const std::vector<TransferPiece>& pieces) {
+  internal::SideCells side(grid, pieces);
+  std::vector<int64_t> out;
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    if (!pieces[p].identity) {
+      const int slot = side.Of(p, int64_t{1} << 40);
+      EXPECT_GE(slot, 0);
+      for (int64_t cell : side.Cells(slot)) out.push_back(cell);
+    }
+    out.push_back(-1);
+  }
+  return out;
+}
+
+std::vector<TransferPiece> WithoutBoxes(std::vector<TransferPiece> pieces) {
+  for (TransferPiece& piece : pieces) piece.box = -1;
+  return pieces;
+}
+
+TEST(ReshardGridTest, BoxesCoveredOnceAsPieceByPiece) {
+  int64_t shared = 0;  // pieces that took an earlier piece's box
+  for (int c = 0; c < 2000; ++c) {
+    Random rng(static_cast<uint64_t>(c) * 7717u + 5u);
+    const int ndim = static_cast<int>(rng.Uniform(1, 3));
+    IntVector shape;
+    for (int d = 0; d < ndim; ++d) shape.push_back(rng.Uniform(1, 9));
+    const int64_t world = rng.Uniform(1, 12);
+    const ReduceOp op = ReduceOp::kSum;
+    auto layout = [&](bool source) {
+      return rng.Chance(15) ? RandomBoxes(rng, world, shape)
+                            : RandomMesh(rng, world, ndim, 0, rng.Chance(20) ? &op : nullptr);
+    };
+    internal::TransferTensor tensor{absl::StrCat("case", c), DType::kFloat32, shape, layout(true),
+                                    layout(false)};
+    internal::PieceCache cache(1 << 20);
+    internal::TransferLayoutPlan plan;
+    ASSERT_TRUE(internal::LayoutPieces(tensor, "source", "destination", cache, plan).ok())
+        << LayoutString(tensor.source) << " -> " << LayoutString(tensor.destination);
+    const std::vector<TransferPiece>& source = plan.source;
+    const std::vector<TransferPiece>& destination = plan.destination;
+    for (const std::vector<TransferPiece>* side : {&source, &destination}) {
+      for (size_t p = 0; p < side->size(); ++p) {
+        for (size_t q = 0; q < p; ++q) {
+          const TransferPiece& a = (*side)[p];
+          const TransferPiece& b = (*side)[q];
+          if (a.box < 0 || a.box != b.box) continue;
+          ++shared;
+          EXPECT_EQ(a.local_shape, b.local_shape) << "case " << c;
+          ASSERT_EQ(a.runs.size(), b.runs.size());
+          for (size_t d = 0; d < a.runs.size(); ++d) {
+            ASSERT_EQ(a.runs[d].size(), b.runs[d].size()) << "case " << c;
+            for (size_t r = 0; r < a.runs[d].size(); ++r) {
+              EXPECT_EQ(a.runs[d][r].global, b.runs[d][r].global) << "case " << c;
+              EXPECT_EQ(a.runs[d][r].length, b.runs[d][r].length) << "case " << c;
+            }
+          }
+        }
+      }
+    }
+    const std::vector<TransferPiece> source_alone = WithoutBoxes(source);
+    const std::vector<TransferPiece> destination_alone = WithoutBoxes(destination);
+    const Grid grid = internal::MakeGrid(shape, source, destination);
+    const Grid alone = internal::MakeGrid(shape, source_alone, destination_alone);
+    ASSERT_EQ(grid.cuts, alone.cuts) << "case " << c;
+    EXPECT_EQ(AllCells(grid, source), AllCells(grid, source_alone)) << "case " << c;
+    EXPECT_EQ(AllCells(grid, destination), AllCells(grid, destination_alone)) << "case " << c;
+    int64_t cells = 1;
+    for (int64_t n : grid.counts) cells *= n;
+    std::vector<int64_t> first, first_alone;
+    std::vector<int> holders, holders_alone;
+    int64_t budget = int64_t{1} << 40, budget_alone = budget;
+    ASSERT_TRUE(internal::CoverCells(grid, cells, source, budget, first, holders));
+    ASSERT_TRUE(
+        internal::CoverCells(grid, cells, source_alone, budget_alone, first_alone, holders_alone));
+    EXPECT_EQ(first, first_alone) << "case " << c;
+    EXPECT_EQ(holders, holders_alone) << "case " << c;
+    EXPECT_EQ(budget, budget_alone) << "case " << c;
+  }
+  EXPECT_GT(shared, 1000);  // replicas are common in random meshes
+}
+
+// The budget counts every piece's cells, as piece by piece: a box shared by many pieces
+// runs out of it as often.
+TEST(ReshardGridTest, SharedBoxesSpendTheBudgetPerPiece) {
+  const IntVector shape = {8};
+  internal::TransferTensor tensor{"t", DType::kFloat32, shape, MeshLayout({4}, {}, "[S(0)]"),
+                                  MeshLayout({4}, {}, "[R]")};
+  internal::PieceCache cache(1 << 20);
+  internal::TransferLayoutPlan plan;
+  ASSERT_TRUE(internal::LayoutPieces(tensor, "s", "d", cache, plan).ok());
+  const Grid grid = internal::MakeGrid(shape, plan.source, plan.destination);
+  ASSERT_EQ(grid.counts, IntVector{4});
+  std::vector<int64_t> first;
+  std::vector<int> holders;
+  // Four destination pieces of one box, 4 cells each: 16 fit, 15 do not.
+  int64_t budget = 16;
+  EXPECT_TRUE(internal::CoverCells(grid, 4, plan.destination, budget, first, holders));
+  EXPECT_EQ(budget, 0);
+  EXPECT_EQ(holders, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+  budget = 15;
+  EXPECT_FALSE(internal::CoverCells(grid, 4, plan.destination, budget, first, holders));
+}
+
+}  // namespace
+}  // namespace sdrt::test

@@ -475,14 +475,17 @@ typedef struct sdrt_weight_map_s* sdrt_weight_map_t;
  * (a pattern), "fuse" (an array of patterns, one per component), "split" (a pattern), and
  * "to" (a destination name template; an array of them for split; optional for pad), "dim",
  * "interleave" ("shards": vLLM's tensor-parallel parts, or "groups": Megatron's query
- * groups), "head_size", "groups", "multiple". Patterns are RE2's, matched against whole
+ * groups), "head_size", "groups", "multiple", "sizes" (an array of integers: a split's part
+ * sizes); or "regroup" (a pattern: one fused source into one fused destination of the same
+ * components held another way) with "to", "from_interleave" (its source's, default
+ * "groups") and "sizes" (the components', 2 to 16). Patterns are RE2's, matched against whole
  * names; the first rule whose pattern matches a source name takes it; "{i}" in a template is
  * the capture group named i, "{1}" the first group. Unknown keys are refused.
  * Errors: SDRT_INVALID_ARGUMENT for NULL json or out, more than 1 MiB, malformed JSON, a
  * field of the wrong type or out of range, a pattern RE2 refuses, a template naming a group
  * its pattern lacks, the wrong number of patterns or templates for the rule's kind (the
  * message names the rule: "weight map rule 2 (fuse): ..."), more than 10,000 rules, a
- * pattern or template of more than 4,096 bytes;
+ * pattern or template of more than 4,096 bytes, a template holding a NUL byte;
  * SDRT_RESOURCE_EXHAUSTED when memory runs out. *out is the caller's to destroy. */
 SDRT_C_API sdrt_status_t sdrt_weight_map_from_json(const char* json, size_t length,
                                                    sdrt_weight_map_t* out);

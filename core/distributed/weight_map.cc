@@ -152,6 +152,9 @@ absl::StatusOr<WeightMap> WeightMap::FromRules(std::vector<WeightMapRule> rules)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": a template of ", text.size(), " bytes; at most 4096"));
       }
+      if (text.find('\0') != std::string::npos) {  // no reader takes such a name back
+        return absl::InvalidArgumentError(absl::StrCat(where, ": a template holds a NUL byte"));
+      }
     }
     // Each pattern's own parse of the templates (a fuse's components may number their
     // groups differently).

@@ -105,9 +105,9 @@ class WeightMap {
   // wrong number of patterns or templates for the kind (fuse and split: at least 2
   // components, at most 16); dim outside [0, 12); head_size, groups or multiple out of
   // range (negative, or multiple < 1, or any above 2^40); more than 10,000 rules or a
-  // pattern or template of more than 4,096 bytes; sizes on a rule that is neither a regroup
-  // nor a split, a regroup without 2 to 16 of them, a split's not one per template, a size
-  // outside [0, 2^40].
+  // pattern or template of more than 4,096 bytes, a template holding a NUL byte; sizes on
+  // a rule that is neither a regroup nor a split, a regroup without 2 to 16 of them, a
+  // split's not one per template, a size outside [0, 2^40].
   static absl::StatusOr<WeightMap> FromRules(std::vector<WeightMapRule> rules);
 
   // A map from its JSON text (at most 1 MiB): {"rules": [rule, ...]}, each rule an object

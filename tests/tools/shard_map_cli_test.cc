@@ -269,5 +269,50 @@ TEST_F(ShardMapCli, ReshardWithAMapWritesWhatShardWrites) {
   EXPECT_THAT(g.out, HasSubstr("every tensor matches the index's xxh64"));
 }
 
+TEST_F(ShardMapCli, AnEngineLayoutIsReadOnItsOwnLayoutAlone) {
+  // vLLM's fused qkv_proj on 2 ranks holds each rank's q, k and v one after another: cut
+  // for 3 ranks it would mix heads. The folder records its layout; every reader of another
+  // layout refuses it, its gathered file too.
+  const std::string file = (dir_ / "layer.safetensors").string();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
+  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const std::string engine = (dir_ / "engine2").string();
+  test::CommandResult r =
+      RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(engine),
+                           " --mesh 2 --plan tp --map vllm-llama --head-size 128"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string refused = "holds an engine's layout for --mesh 2 --plan tp";
+  r = RunSdrtMpi(3, absl::StrCat("reshard ", Quote(engine), " ", Quote((dir_ / "r3").string()),
+                                 " --mesh 3 --plan tp"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(refused));
+  EXPECT_FALSE(fs::exists(dir_ / "r3"));
+  r = RunSdrtMpi(3, absl::StrCat("load ", Quote(engine), " --mesh 3 --plan tp"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(refused));
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(engine), " --mesh 2 --plan fsdp"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(engine), " --mesh 2 --plan tp"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string gathered = (dir_ / "engine2.safetensors").string();
+  r = RunSdrtMpi(2, absl::StrCat("gather ", Quote(engine), " ", Quote(gathered)));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunSdrt(absl::StrCat("shard ", Quote(gathered), " ", Quote((dir_ / "s3").string()),
+                           " --mesh 3 --plan tp"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(refused));
+  r = RunSdrt(absl::StrCat("shard ", Quote(gathered), " ", Quote((dir_ / "s2").string()),
+                           " --mesh 2 --plan tp"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A folder the map did not change records nothing: fsdp on 3 ranks reads anywhere.
+  const std::string fsdp = (dir_ / "fsdp3").string();
+  ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(fsdp), " --mesh 3 --plan fsdp"))
+                .exit_code,
+            0);
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(fsdp), " --mesh 2 --plan tp"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace sdrt

@@ -23,6 +23,7 @@
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/status_macros.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/engine_index.h"
 #include "sdrt/tools/sdrt/internal/load_report.h"
 #include "sdrt/tools/sdrt/internal/load_setup.h"
 #include "sdrt/tools/sdrt/internal/output.h"
@@ -125,6 +126,9 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
                                                        " but mpiexec started ", run.size()));
       }
     }
+    SDRT_RETURN_IF_ERROR(CheckEngineLayout(
+        args.src, outline.engine_layout,
+        layout.has_value() ? EngineLayoutText(*layout) : "--plan " + parallel->ToString()));
     // The engine's tensors: SRC's, or what --map and --cast make of them (each rank lowers
     // the engine's layout from SRC's tensor list, rank 0's with --read root), and no slice
     // of SRC is the engine's piece to verify against.

@@ -55,6 +55,8 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
           absl::StrCat("sdrt reshard: warning: ", Printable(UncheckedPiecesWarning(source_index))));
     }
     SDRT_ASSIGN_OR_RETURN(layout, ParseMeshAndPlan(args.shared));
+    SDRT_RETURN_IF_ERROR(CheckEngineLayout(args.in_dir, RecordedEngineLayout(source_index.metadata),
+                                           EngineLayoutText(*layout)));
     SDRT_ASSIGN_OR_RETURN(map, ParseWeightMap(args.engine, args.in_dir, source_index.TensorSpecs()));
     SDRT_ASSIGN_OR_RETURN(engine, MakeEngineIndex(args.shared.mesh, source_index.TensorSpecs(),
                                                   source_index.metadata, map, args.engine,

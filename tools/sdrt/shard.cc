@@ -19,6 +19,7 @@
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tools/sdrt/commands.h"
+#include "sdrt/tools/sdrt/internal/engine_index.h"
 #include "sdrt/tools/sdrt/internal/mapped_shard.h"
 #include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/output.h"
@@ -42,6 +43,9 @@ int RunShard(const ShardArgs& args) {
   if (!source.ok()) return Fail(InputError(source.status()));
   absl::StatusOr<MeshAndPlan> layout = ParseMeshAndPlan(args.shared);
   if (!layout.ok()) return Fail(layout.status());
+  const absl::Status same_layout = CheckEngineLayout(
+      args.source, RecordedEngineLayout(source->metadata()), EngineLayoutText(*layout));
+  if (!same_layout.ok()) return Fail(same_layout);
   // OUTDIR is replaced as a whole: it must not be a link or hold SRC or any of its files.
   std::vector<std::string> inputs = {args.source};
   for (const CheckpointSourceFile& f : source->files()) inputs.push_back(f.path);

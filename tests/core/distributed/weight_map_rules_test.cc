@@ -223,6 +223,10 @@ TEST(WeightMapFromRules, RefusesOverLongTextAndTooManyRules) {
   EXPECT_THAT(Error({Rule(Kind::kSplit, {"a"}, {"x", longest + "y"})}),
               HasSubstr("weight map rule 0 (split): a template of 4097 bytes; at most 4096"));
 
+  // A name with a NUL byte would be written and then refused by every reader.
+  EXPECT_THAT(Error({Rename("x", "y"), Rename("model\\.norm\\.weight", std::string("a\0b", 3))}),
+              HasSubstr("weight map rule 1 (rename): a template holds a NUL byte"));
+
   std::vector<WeightMapRule> many(10000, Rename("a", "b"));
   EXPECT_TRUE(WeightMap::FromRules(many).ok());
   many.push_back(Rename("a", "b"));

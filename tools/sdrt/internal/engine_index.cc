@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/distributed/internal/mapping/compiled_map.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
@@ -41,6 +42,25 @@ absl::StatusOr<Map> EngineLayout(const EngineIndex& e, const WeightMapOptions& e
   SDRT_ASSIGN_OR_RETURN(Map local, layout.plan.MetaStateDict(specs, layout.mesh, rank));
   SDRT_RETURN_IF_ERROR(AddScaleLeaves(engine, rank, local));
   return local;
+}
+
+std::string EngineLayoutText(const MeshAndPlan& layout) {
+  return absl::StrCat("--mesh ", absl::StrJoin(layout.mesh->shape(), "x"), " --plan ",
+                      layout.plan.name());
+}
+
+std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find(kEngineLayoutKey);
+  return it == metadata.end() ? std::string() : it->second;
+}
+
+absl::Status CheckEngineLayout(const std::string& source_name, const std::string& recorded,
+                               const std::string& wanted) {
+  if (recorded.empty() || recorded == wanted) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      source_name, " holds an engine's layout for ", recorded, " (__metadata__ \"",
+      kEngineLayoutKey, "\": its fused and regrouped tensors hold each rank's parts), not ",
+      wanted, ": read it with ", recorded, ", or map the full checkpoint again"));
 }
 
 absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
@@ -126,6 +146,7 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
                         (compiled == nullptr || !internal::MatchSource(*compiled, t.name));
       g.as_in_source = g.as_in_source && same;
     }
+    if (!g.as_in_source) index.metadata[kEngineLayoutKey] = EngineLayoutText(layout);
   }
   return out;
 }

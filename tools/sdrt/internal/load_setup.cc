@@ -17,6 +17,7 @@
 #include "sdrt/core/distributed/load_state_dict.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/engine_index.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 
 namespace sdrt::cli {
@@ -206,7 +207,8 @@ std::string EncodeOutline(const CheckpointSource& source) {
     tensors.push_back({e.name, std::string(DTypeName(e.dtype)),
                        std::vector<int64_t>(e.shape.begin(), e.shape.end())});
   }
-  nlohmann::json outline = {{"tensors", std::move(tensors)}};
+  nlohmann::json outline = {{"tensors", std::move(tensors)},
+                            {"engine_layout", RecordedEngineLayout(source.metadata())}};
   if (const ShardedCheckpointIndex* index = source.sharded_index(); index != nullptr) {
     outline["sharded"] = {index->world_size, absl::StrJoin(index->mesh->shape(), "x"), index->plan};
   }
@@ -227,6 +229,9 @@ absl::StatusOr<SourceOutline> DecodeOutline(const std::string& bytes) {
     SDRT_ASSIGN_OR_RETURN(info.dtype, DTypeFromName(e[1].get<std::string>()));
     for (int64_t s : e[2].get<std::vector<int64_t>>()) info.shape.push_back(s);
     out.tensors.push_back(std::move(info));
+  }
+  if (outline.contains("engine_layout") && outline["engine_layout"].is_string()) {
+    out.engine_layout = outline["engine_layout"].get<std::string>();
   }
   if (outline.contains("sharded")) {
     out.sharded = true;

@@ -25,6 +25,7 @@ struct SourceOutline {
   int64_t sharded_ranks = 0;  // a sharded folder's world size, mesh ("2x2") and plan
   std::string sharded_mesh;
   std::string sharded_plan;
+  std::string engine_layout;  // RecordedEngineLayout of its metadata (engine_index.h)
 };
 
 // `source`'s outline as bytes to send (CBOR), and back. DecodeOutline: InvalidArgument for

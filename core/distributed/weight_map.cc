@@ -312,6 +312,19 @@ std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::str
   return std::nullopt;
 }
 
+std::string ComponentTakenNote(const WeightMap::Compiled& map, int rule, size_t k,
+                               const std::vector<absl::string_view>& names) {
+  const RE2& pattern = *map.rules[static_cast<size_t>(rule)].patterns[k];
+  for (absl::string_view name : names) {
+    if (!RE2::FullMatch(re2::StringPiece(name.data(), name.size()), pattern)) continue;
+    const std::optional<SourceMatch> taken = MatchSource(map, name);
+    if (!taken.has_value()) continue;
+    return absl::StrCat(": '", name, "' matches it, but rule ", taken->rule,
+                        " takes it first (as its component ", taken->component, ")");
+  }
+  return "";
+}
+
 const char* RuleKindName(WeightMapRule::Kind kind) {
   switch (kind) {
     case WeightMapRule::Kind::kRename: return "rename";

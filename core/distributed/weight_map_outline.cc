@@ -41,17 +41,18 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
   };
   std::map<std::string, Fused> fused;
   // What made each name of `out`: a rule's index, or -1 for a source kept as it is.
-  std::map<std::string, int> made_by;
+  std::map<std::string, std::pair<int, std::string>> made_by;  // and from which source
   const auto once = [&](const std::string& name, int rule,
                         absl::string_view source) -> absl::Status {
-    const auto [it, inserted] = made_by.emplace(name, rule);
+    const auto [it, inserted] = made_by.emplace(name, std::make_pair(rule, std::string(source)));
     if (inserted) return absl::OkStatus();
-    const auto by = [](int r) {
-      return r < 0 ? std::string("a source of that name") : absl::StrCat("rule ", r);
+    const auto by = [](int r, absl::string_view from) {
+      return r < 0 ? std::string("a source of that name")
+                   : absl::StrCat("rule ", r, " from '", from, "'");
     };
     return absl::InvalidArgumentError(
-        absl::StrCat("weight map: '", name, "' (from '", source, "') would be made twice: by ",
-                     by(it->second), " and by ", by(rule)));
+        absl::StrCat("weight map: '", name, "' would be made twice: by ",
+                     by(it->second.first, it->second.second), " and by ", by(rule, source)));
   };
   for (const SafetensorsTensorSpec& s : sources) {
     const std::optional<internal::SourceMatch> m = internal::MatchSource(*compiled_, s.name);
@@ -156,8 +157,11 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> WeightMap::DestinationTensors
     for (size_t k = 0; k < f.components.size(); ++k) {
       const SafetensorsTensorSpec* c = f.components[k];
       if (c == nullptr) {
-        return Invalid(f.rule, r, name, absl::StrCat("no source matches its component ", k,
-                                                     " ('", r.from[k], "')"));
+        std::vector<absl::string_view> names;
+        for (const SafetensorsTensorSpec& s : sources) names.push_back(s.name);
+        return Invalid(f.rule, r, name,
+                       absl::StrCat("no source matches its component ", k, " ('", r.from[k], "')",
+                                    internal::ComponentTakenNote(*compiled_, f.rule, k, names)));
       }
       bool fits = c->shape.size() == first->shape.size() && c->dtype == first->dtype;
       for (size_t dim = 0; fits && dim < c->shape.size(); ++dim) {

@@ -118,8 +118,22 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
   r = RunSdrtMpi(2, load_hf);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("config.json gives neither head_dim nor hidden_size"));
-  std::ofstream(hf / "config.json") << R"({"hidden_size": 64, "num_attention_heads": 4})";
+  // A size given but not a positive whole number is named (null is as if left out).
+  for (const char* head_dim : {"0", "-16", "\"16\"", "16.5"}) {
+    std::ofstream(hf / "config.json")
+        << absl::StrCat(R"({"hidden_size": 64, "num_attention_heads": 4, "head_dim": )", head_dim,
+                        "}");
+    r = RunSdrtMpi(2, load_hf);
+    EXPECT_EQ(r.exit_code, 2) << head_dim;
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat("\"head_dim\" is ", head_dim,
+                                              "; a whole number in [1, 2^40] (or null)")));
+  }
+  std::ofstream(hf / "config.json")
+      << R"({"hidden_size": 64, "num_attention_heads": 4, "head_dim": null})";
   EXPECT_EQ(Load(2, hf.string(), "--map vllm-llama")["tensors"], 21);
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(full_), " --mesh 2 --plan tp --map ''"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--map: empty: give vllm-llama, megatron-llama or a MAP.json"));
   // A map file that is not one, and a rule that cannot hold on 3 ranks.
   const std::string bad = (dir_ / "bad.json").string();
   std::ofstream(bad) << R"({"rules": [{"rename": "(", "to": "x"}]})";

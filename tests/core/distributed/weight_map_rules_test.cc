@@ -233,6 +233,26 @@ TEST(WeightMapFromRules, RefusesOverLongTextAndTooManyRules) {
   EXPECT_THAT(Error(many), HasSubstr("weight map: 10001 rules; at most 10000"));
 }
 
+// What a map's destination names go wrong on says which sources and rules are involved.
+TEST(WeightMapFromRules, NamesTheSourcesOfAClash) {
+  const auto one_part = [](absl::string_view, const IntVector&, int) -> absl::StatusOr<int64_t> {
+    return 1;
+  };
+  const auto message = [&](const WeightMap& map, std::vector<SafetensorsTensorSpec> specs) {
+    return std::string(map.DestinationTensors(specs, one_part).status().message());
+  };
+  // One rule making one name of two sources.
+  EXPECT_THAT(message(Map({Rename("a\\..*", "x")}),
+                      {{"a.1", DType::kBFloat16, {2}}, {"a.2", DType::kBFloat16, {2}}}),
+              HasSubstr("'x' would be made twice: by rule 0 from 'a.1' and by rule 0 from 'a.2'"));
+  // A fuse's component that an earlier rule takes.
+  WeightMapRule fuse = Rule(Kind::kFuse, {"q", "k"}, {"qk"});
+  EXPECT_THAT(message(Map({Rename("q", "q2"), fuse}),
+                      {{"q", DType::kBFloat16, {2, 2}}, {"k", DType::kBFloat16, {2, 2}}}),
+              HasSubstr("no source matches its component 0 ('q'): 'q' matches it, but rule 0 "
+                        "takes it first (as its component 0)"));
+}
+
 // --- Describe ------------------------------------------------------------------------------
 
 TEST(WeightMapFromRules, ASplitsSizesAreOnePerTemplate) {

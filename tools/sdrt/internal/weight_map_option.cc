@@ -45,16 +45,24 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
   }
   out.found = true;
+  std::string bad;  // the first size that is given but not a whole number in [1, 2^40]
   const auto number = [&](const char* key) -> int64_t {
     const auto it = j.find(key);
-    const int64_t n = it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
-    return n > 0 && n <= (int64_t{1} << 40) ? n : 0;
+    if (it == j.end() || it->is_null()) return 0;
+    const int64_t n = it->is_number_integer() ? it->get<int64_t>() : 0;
+    if (n > 0 && n <= (int64_t{1} << 40)) return n;
+    if (bad.empty()) bad = absl::StrCat("\"", key, "\" is ", it->dump().substr(0, 64));
+    return 0;
   };
   const int64_t hidden = number("hidden_size");
   out.heads = number("num_attention_heads");
   out.kv_heads = number("num_key_value_heads") > 0 ? number("num_key_value_heads") : out.heads;
   out.intermediate = number("intermediate_size");
   out.head_size = number("head_dim");
+  if (!bad.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", bad, "; a whole number in [1, 2^40] (or null) was expected"));
+  }
   if (out.head_size == 0 && hidden > 0 && out.heads > 0 && hidden % out.heads == 0) {
     out.head_size = hidden / out.heads;
   }
@@ -132,7 +140,13 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
   CLI::Option* map = cmd->add_option("--map", options->map,
                   "the engine's layout: a built-in weight map (vllm-llama: fused qkv_proj and "
                   "gate_up_proj, vocabulary padded to a multiple of 64; megatron-llama) or a "
-                  "MAP.json of rename, fuse, split, pad and regroup rules");
+                  "MAP.json of rename, fuse, split, pad and regroup rules")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            return value.empty() ? std::string("empty: give vllm-llama, megatron-llama or a MAP.json")
+                           : std::string();
+          },
+          "MAP"));
   cmd->add_option("--head-size", options->head_size,
                   "attention head size for a built-in map (default: SRC's config.json)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

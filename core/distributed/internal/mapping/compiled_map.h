@@ -49,6 +49,12 @@ struct SourceMatch {
 inline constexpr size_t kMaxDestinationNameBytes = size_t{1} << 16;
 std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::string_view name);
 
+// Why fuse rule `rule` has no source for its component `k` among the source names `names`:
+// ": 'N' matches it, but rule R takes it first (as its component C)" for the first name its
+// pattern matches, or "" when its pattern matches none.
+std::string ComponentTakenNote(const WeightMap::Compiled& map, int rule, size_t k,
+                               const std::vector<absl::string_view>& names);
+
 // "rename", "fuse", "split", "pad".
 const char* RuleKindName(WeightMapRule::Kind kind);
 // How errors name rule `index` ("weight map rule 3 (fuse)"), and its application to a

@@ -180,8 +180,13 @@ absl::StatusOr<MapLowering> LowerLeafLayouts(const WeightMap::Compiled& map,
     std::vector<const SideInfo*> components;
     for (size_t k = 0; k < names.size(); ++k) {
       if (names[k].empty()) {
+        std::vector<absl::string_view> source_names;
+        for (const auto& [key, side] : sides) {
+          if (key.second) source_names.push_back(key.first);
+        }
         return Invalid(where, absl::StrCat("no source matches its component ", k, " ('",
-                                           rule.from[k], "')"));
+                                           rule.from[k], "')",
+                                           ComponentTakenNote(map, unit.rule, k, source_names)));
       }
       const auto c = sides.find({names[k], !split});
       if (c == sides.end()) {

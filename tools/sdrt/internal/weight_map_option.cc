@@ -143,8 +143,9 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
                   "MAP.json of rename, fuse, split, pad and regroup rules")
       ->check(CLI::Validator(
           [](std::string& value) {
-            return value.empty() ? std::string("empty: give vllm-llama, megatron-llama or a MAP.json")
-                           : std::string();
+            return value.empty()
+                       ? std::string("empty: give vllm-llama, megatron-llama or a MAP.json")
+                       : std::string();
           },
           "MAP"));
   cmd->add_option("--head-size", options->head_size,

@@ -144,7 +144,9 @@ namespace sdrt SDRT_API {
 // share_reads), kRoot or direct_io for a
 // sharded folder (or rank 0's source being one while another rank's is not), direct_io
 // with kRoot, map_results with direct_io or share_reads, a rank other than comm->rank()
-// with kRoot or a sharded folder;
+// with kRoot or a sharded folder; a sharded folder recording an engine's layout
+// (kEngineLayoutMetadataKey, sharded_checkpoint.h) into a leaf that is not a DTensor of the
+// folder tensor's placements on a mesh of its shape (naming the tensor and both layouts);
 // FailedPrecondition without a communicator for kRoot or a sharded folder, for local
 // tensors on two CUDA devices (or a device that is neither CPU nor CUDA), a meta
 // ShardedTensor shard, a file whose size is no longer the source's ("<path>: size

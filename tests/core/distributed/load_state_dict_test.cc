@@ -15,6 +15,8 @@
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint_writer.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/core/io/safetensors.h"
+#include "sdrt/comm/self_communicator.h"
 #include "sdrt/tensor/sharding/distribute.h"
 #include "sdrt/tests/core/checkpoint/checkpoint_source_test_util.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
@@ -111,6 +113,45 @@ TEST_F(LoadStateDictAloneTest, ReadRootAndShardedFoldersNeedACommunicator) {
       LoadStateDict(CheckpointSource::Open(sharded), local, Alone()).status();
   EXPECT_EQ(no_reshard.code(), absl::StatusCode::kFailedPrecondition) << no_reshard;
   EXPECT_THAT(no_reshard.message(), HasSubstr("sharded folder needs a communicator"));
+}
+
+// A sharded folder whose metadata records an engine's layout (what `sdrt shard --map`
+// writes: fused tensors hold each rank's parts) fills that layout alone.
+TEST_F(LoadStateDictAloneTest, AnEngineLayoutFillsItsOwnLayoutAlone) {
+  const std::string file = dir_ + "/engine.safetensors";
+  ASSERT_TRUE(WriteSafetensors(file, tensors_,
+                               {{kEngineLayoutMetadataKey, "--mesh 1 --plan fsdp"}})
+                  .ok());
+  auto one = std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("1"));
+  const std::string sharded = dir_ + "/sharded";
+  ASSERT_TRUE(
+      WriteShardedCheckpoint(*CheckpointSource::Open(file), one, *ShardingPlan::Builtin("fsdp"),
+                             sharded)
+          .ok());
+  SelfCommunicator self;
+  LoadOptions options;
+  options.comm = &self;
+  const auto w = [&](std::vector<Placement> placements) {
+    Map local;
+    local.Set("w", Value(*DTensor::Make(*Tensor::Zeros({5, 4}, DType::kFloat32), one,
+                                        std::move(placements), {5, 4})));
+    return local;
+  };
+  Map same = w({Placement::Shard(0)});
+  ASSERT_TRUE(LoadStateDict(CheckpointSource::Open(sharded), same, options).ok());
+  EXPECT_EQ(*TensorXxh64(same.Find("w")->as_dtensor().local()), *TensorXxh64(tensors_[0].second));
+  Map other = w({Placement::Replicate()});
+  const absl::Status refused = LoadStateDict(CheckpointSource::Open(sharded), other, options)
+                                   .status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(),
+              HasSubstr("holds an engine's layout for --mesh 1 --plan fsdp (__metadata__ "
+                        "\"sdrt.engine_layout\": its fused tensors hold each rank's parts): "
+                        "'w' is [S(0)] on mesh 1 there, asked for [R] on mesh 1"));
+  Map plain;
+  plain.Set("w", Value(*Tensor::Zeros({5, 4}, DType::kFloat32)));
+  EXPECT_THAT(LoadStateDict(CheckpointSource::Open(sharded), plain, options).status().message(),
+              HasSubstr("asked for a tensor that is not a DTensor"));
 }
 
 TEST_F(LoadStateDictAloneTest, OpenErrorsAndOptions) {

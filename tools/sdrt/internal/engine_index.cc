@@ -50,7 +50,7 @@ std::string EngineLayoutText(const MeshAndPlan& layout) {
 }
 
 std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata) {
-  const auto it = metadata.find(kEngineLayoutKey);
+  const auto it = metadata.find(kEngineLayoutMetadataKey);
   return it == metadata.end() ? std::string() : it->second;
 }
 
@@ -59,7 +59,7 @@ absl::Status CheckEngineLayout(const std::string& source_name, const std::string
   if (recorded.empty() || recorded == wanted) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       source_name, " holds an engine's layout for ", recorded, " (__metadata__ \"",
-      kEngineLayoutKey, "\": its fused and regrouped tensors hold each rank's parts), not ",
+      kEngineLayoutMetadataKey, "\": its fused and regrouped tensors hold each rank's parts), not ",
       wanted, ": read it with ", recorded, ", or map the full checkpoint again"));
 }
 
@@ -146,7 +146,7 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
                         (compiled == nullptr || !internal::MatchSource(*compiled, t.name));
       g.as_in_source = g.as_in_source && same;
     }
-    if (!g.as_in_source) index.metadata[kEngineLayoutKey] = EngineLayoutText(layout);
+    if (!g.as_in_source) index.metadata[kEngineLayoutMetadataKey] = EngineLayoutText(layout);
   }
   return out;
 }

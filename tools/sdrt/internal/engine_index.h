@@ -37,22 +37,18 @@ struct EngineIndex {
   std::vector<Group> groups;
 };
 
-// The __metadata__ key of a checkpoint whose tensors a weight map or a cast changed for one
-// layout (`sdrt shard` and `sdrt reshard` with --map or --cast): its value is that layout,
-// "--mesh M --plan P" (EngineLayoutText). A fused or regrouped tensor holds each rank's
-// parts one after another, so such a checkpoint is read on that layout alone.
-inline constexpr char kEngineLayoutKey[] = "sdrt.engine_layout";
+// kEngineLayoutMetadataKey's value (sharded_checkpoint.h) for `layout`: "--mesh M --plan P".
 std::string EngineLayoutText(const MeshAndPlan& layout);
-// kEngineLayoutKey's value in `metadata`, or empty.
+// kEngineLayoutMetadataKey's value in `metadata`, or empty.
 std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata);
 
-// InvalidArgument when `recorded` (kEngineLayoutKey's value in the source `source_name`;
+// InvalidArgument when `recorded` (kEngineLayoutMetadataKey's value in the source `source_name`;
 // empty: none) is not `wanted` (EngineLayoutText of the layout asked for).
 absl::Status CheckEngineLayout(const std::string& source_name, const std::string& recorded,
                                const std::string& wanted);
 
 // The engine's index of a source of tensors `sources` (and `metadata`, recorded as it is,
-// with kEngineLayoutKey set when the map or cast changes a tensor) through `map` and
+// with kEngineLayoutMetadataKey set when the map or cast changes a tensor) through `map` and
 // `engine.cast`, on `layout` (`mesh_spec` is --mesh, for messages).
 // InvalidArgument: more than kMaxShardedCheckpointRanks ranks, CheckEngineLayout's error
 // for metadata recording another layout, EngineTensors' errors (the map's naming rule and

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/distributed/agreement.h"
 #include "sdrt/core/distributed/internal/leaves.h"
@@ -94,6 +95,31 @@ absl::StatusOr<Value> DestinationOf(const Value& leaf, const ShardedCheckpointTe
   return Value(std::move(replicated));
 }
 
+// A folder whose metadata records an engine's layout (kEngineLayoutMetadataKey) fills that
+// layout alone: `leaf` must be a DTensor of the folder tensor's placements on a mesh of the
+// folder's shape (a 0-dim tensor is whole on any). InvalidArgument naming both otherwise.
+absl::Status CheckEngineLayout(const ShardedCheckpointIndex& index,
+                               const ShardedCheckpointTensor& tensor, const Value& leaf) {
+  const auto recorded = index.metadata.find(kEngineLayoutMetadataKey);
+  if (recorded == index.metadata.end() || tensor.shape.empty()) return absl::OkStatus();
+  const std::string folder_layout = absl::StrCat(PlacementsToString(tensor.placements),
+                                                 " on mesh ", absl::StrJoin(index.mesh->shape(), "x"));
+  std::string asked = "a tensor that is not a DTensor";
+  if (leaf.kind() == ValueKind::kDTensor) {
+    const DTensor& d = leaf.as_dtensor();
+    if (d.mesh()->shape() == index.mesh->shape() && d.placements() == tensor.placements) {
+      return absl::OkStatus();
+    }
+    asked = absl::StrCat(PlacementsToString(d.placements()), " on mesh ",
+                         absl::StrJoin(d.mesh()->shape(), "x"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      kOp, ": ", index.dir, " holds an engine's layout for ", recorded->second, " (__metadata__ \"",
+      kEngineLayoutMetadataKey, "\": its fused tensors hold each rank's parts): '", tensor.name,
+      "' is ", folder_layout, " there, asked for ", asked,
+      "; fill that layout, or map the full checkpoint again"));
+}
+
 // The leaf `partial` (a DTensor with Partial mesh dims) with the local the reshard filled,
 // holding the reduction's identity on a rank off coordinate 0 of a Partial dim, as
 // BroadcastStateDict leaves it (FillPartialIdentity).
@@ -166,6 +192,8 @@ absl::StatusOr<LoadResult> LoadShardedFolder(const CheckpointSource* source,
       matched[i] = 1;
       // A path two leaves spell alike is filled once; both get the result.
       if (destination.Find(leaves[i].path) != nullptr) continue;
+      local_error = CheckEngineLayout(*index, *tensor, *leaves[i].value);
+      if (!local_error.ok()) break;
       absl::StatusOr<Value> value = DestinationOf(*leaves[i].value, *tensor);
       local_error = value.status();
       if (value.ok()) destination.Set(std::string(leaves[i].path), *std::move(value));

@@ -102,8 +102,9 @@ absl::Status CheckEngineLayout(const ShardedCheckpointIndex& index,
                                const ShardedCheckpointTensor& tensor, const Value& leaf) {
   const auto recorded = index.metadata.find(kEngineLayoutMetadataKey);
   if (recorded == index.metadata.end() || tensor.shape.empty()) return absl::OkStatus();
-  const std::string folder_layout = absl::StrCat(PlacementsToString(tensor.placements),
-                                                 " on mesh ", absl::StrJoin(index.mesh->shape(), "x"));
+  const std::string folder_layout =
+      absl::StrCat(PlacementsToString(tensor.placements), " on mesh ",
+                   absl::StrJoin(index.mesh->shape(), "x"));
   std::string asked = "a tensor that is not a DTensor";
   if (leaf.kind() == ValueKind::kDTensor) {
     const DTensor& d = leaf.as_dtensor();

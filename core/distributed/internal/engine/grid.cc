@@ -13,9 +13,8 @@ absl::Status TransferInvalid(const TransferTensor& tensor, absl::string_view wha
                                                  ShapeToString(tensor.shape), "): ", what));
 }
 
-absl::Status TransferAdd(int64_t& total, int64_t add, const TransferTensor& tensor) {
-  if (__builtin_add_overflow(total, add, &total)) return TransferInvalid(tensor, "byte counts overflow");
-  return absl::OkStatus();
+absl::Status TransferOverflow(const TransferTensor& tensor) {
+  return TransferInvalid(tensor, "byte counts overflow");
 }
 
 namespace {
@@ -87,11 +86,13 @@ int SideCells::Of(size_t p, int64_t limit) {
   const TransferPiece& piece = pieces_[p];
   int& slot = slot_of_key_[piece.box >= 0 ? static_cast<size_t>(piece.box)
                                           : static_cast<size_t>(boxes_) + p];
-  if (slot >= 0) {
-    const auto [from, to] = slots_[static_cast<size_t>(slot)];
-    return static_cast<int64_t>(to - from) > limit ? -1 : slot;
-  }
+  if (slot >= 0) return peaks_[static_cast<size_t>(slot)] > limit ? -1 : slot;
   if (CoverOf(grid_, piece, limit, cover_) < 0) return -1;
+  int64_t product = 1, peak = 0;  // within `limit`: CoverOf checked every product
+  for (const std::vector<int64_t>& c : cover_) {
+    product *= static_cast<int64_t>(c.size());
+    peak = std::max(peak, product);
+  }
   const size_t from = cells_.size();
   ForEachCell(grid_, cover_, [&](int64_t cell, IntSpan) {
     cells_.push_back(cell);
@@ -99,6 +100,7 @@ int SideCells::Of(size_t p, int64_t limit) {
   }).IgnoreError();
   slot = static_cast<int>(slots_.size());
   slots_.emplace_back(from, cells_.size());
+  peaks_.push_back(peak);
   return slot;
 }
 
@@ -121,6 +123,24 @@ std::vector<GridCell> GridCells(const Grid& grid, DType dtype, absl::Span<const 
     c.bytes = bytes.ok() ? *bytes : -1;
   }
   return out;
+}
+
+std::vector<GridCell>* WalkCells::Of(size_t p, int64_t limit) {
+  const int slot = side_.Of(p, limit);
+  if (slot < 0) return nullptr;
+  const auto s = static_cast<size_t>(slot);
+  if (s < by_slot_.size() && !by_slot_[s].empty()) return &by_slot_[s];
+  const absl::Span<const int64_t> cells = side_.Cells(slot);
+  if (s == by_slot_.size()) {
+    by_slot_.emplace_back();
+    if (kept_ + static_cast<int64_t>(cells.size()) <= max_kept_) {
+      kept_ += static_cast<int64_t>(cells.size());
+      by_slot_.back() = GridCells(grid_, dtype_, cells);
+      return &by_slot_.back();
+    }
+  }
+  own_ = GridCells(grid_, dtype_, cells);
+  return &own_;
 }
 
 bool CoverCells(const Grid& grid, int64_t cells, const std::vector<TransferPiece>& pieces,

@@ -23,13 +23,19 @@ namespace sdrt::internal {
 // InvalidArgument "reshard of tensor '<name>' (<dtype> <shape>): <what>".
 absl::Status TransferInvalid(const TransferTensor& tensor, absl::string_view what);
 
-// total += add, or InvalidArgument naming the tensor when that overflows.
-absl::Status TransferAdd(int64_t& total, int64_t add, const TransferTensor& tensor);
+// InvalidArgument "... byte counts overflow" naming the tensor.
+absl::Status TransferOverflow(const TransferTensor& tensor);
+
+// total += add, or TransferOverflow when that overflows (inline: a plan adds per move).
+inline absl::Status TransferAdd(int64_t& total, int64_t add, const TransferTensor& tensor) {
+  if (__builtin_add_overflow(total, add, &total)) return TransferOverflow(tensor);
+  return absl::OkStatus();
+}
 
 // Per dim, the sorted distinct cut points of [0, shape) and of every run of the pieces of
 // `a` and `b` (identity pieces left out: they take nothing; one piece of each box read);
-// interval i of dim d is
-// [cuts[d][i], cuts[d][i + 1]). Cells are numbered row-major over the intervals.
+// interval i of dim d is [cuts[d][i], cuts[d][i + 1]). Cells are numbered row-major over
+// the intervals.
 struct Grid {
   std::vector<std::vector<int64_t>> cuts;
   IntVector counts;  // intervals per dim
@@ -76,7 +82,8 @@ class SideCells {
   SideCells(const Grid& grid, const std::vector<TransferPiece>& pieces);
 
   // The slot of piece p's cells (pieces of one box share one), or -1 when they are more
-  // than `limit`. Slots are numbered from 0 in the order first asked for.
+  // than `limit` (as CoverOf: when the product of the first d dims' cover sizes is, for any
+  // d). Slots are numbered from 0 in the order first asked for.
   int Of(size_t p, int64_t limit);
   absl::Span<const int64_t> Cells(int slot) const {
     const auto [from, to] = slots_[static_cast<size_t>(slot)];
@@ -89,6 +96,7 @@ class SideCells {
   int64_t boxes_ = 0;               // box ids below this; a piece of box -1 keys boxes_ + p
   std::vector<int> slot_of_key_;    // -1 until made
   std::vector<std::pair<size_t, size_t>> slots_;  // [from, to) in cells_
+  std::vector<int64_t> peaks_;  // per slot, the largest product of its first d cover sizes
   std::vector<int64_t> cells_;
   Cover cover_;
 };
@@ -103,6 +111,30 @@ struct GridCell {
   HolderSlabs slabs;  // the cell's cut among its senders, kept for the box's next piece
 };
 std::vector<GridCell> GridCells(const Grid& grid, DType dtype, absl::Span<const int64_t> cells);
+
+// The cells a planner's walk gives each piece of one side: per box, the GridCells made once
+// and kept for the box's later pieces while the kept cells number at most `max_kept` in all
+// (beyond, a piece's are made for it alone, so memory stays near a streamed walk's).
+// `grid` and `pieces` outlive it.
+class WalkCells {
+ public:
+  WalkCells(const Grid& grid, DType dtype, const std::vector<TransferPiece>& pieces,
+            int64_t max_kept)
+      : grid_(grid), dtype_(dtype), side_(grid, pieces), max_kept_(max_kept) {}
+
+  // Piece p's cells, or nullptr when they are more than `limit` (SideCells::Of). Valid
+  // until the next call.
+  std::vector<GridCell>* Of(size_t p, int64_t limit);
+
+ private:
+  const Grid& grid_;
+  DType dtype_;
+  SideCells side_;
+  int64_t max_kept_;
+  int64_t kept_ = 0;
+  std::vector<std::vector<GridCell>> by_slot_;  // empty when not kept
+  std::vector<GridCell> own_;                   // a piece's, when its box's are not kept
+};
 
 // Which pieces cover each cell, CSR: pieces list[first[i] .. first[i + 1]) cover cell i,
 // in piece order (identity pieces cover none). False when that takes more cells than

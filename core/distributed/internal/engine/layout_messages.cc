@@ -49,18 +49,13 @@ uint64_t MessageKey(const TransferLayoutPlan& tp, const TransferMove& m) {
 
 PerRankBytes::PerRankBytes(int64_t dense) : bytes_(static_cast<size_t>(dense), kUnset) {}
 
-absl::Status PerRankBytes::Add(int64_t index, int64_t bytes, const TransferTensor& tensor) {
-  int64_t* total = nullptr;
-  if (index >= 0 && index < static_cast<int64_t>(bytes_.size())) {
-    total = &bytes_[static_cast<size_t>(index)];
-  } else {
-    total = &sparse_.try_emplace(index, kUnset).first->second;
-  }
-  if (*total == kUnset) {
-    *total = 0;
+absl::Status PerRankBytes::AddSparse(int64_t index, int64_t bytes, const TransferTensor& tensor) {
+  int64_t& total = sparse_.try_emplace(index, kUnset).first->second;
+  if (total == kUnset) {
+    total = 0;
     indices_.push_back(index);
   }
-  return TransferAdd(*total, bytes, tensor);
+  return TransferAdd(total, bytes, tensor);
 }
 
 void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
@@ -93,12 +88,6 @@ LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanO
     if (seen[static_cast<size_t>(piece.rank)]) one_piece_per_rank_ = false;
     seen[static_cast<size_t>(piece.rank)] = true;
   }
-}
-
-int64_t LayoutMessages::NodeOf(int64_t rank) const {
-  return rank < static_cast<int64_t>(options_.node_of_rank.size())
-             ? options_.node_of_rank[static_cast<size_t>(rank)]
-             : -1 - rank;
 }
 
 absl::Status LayoutMessages::Count(int destination, std::vector<TransferMove>& moves) {

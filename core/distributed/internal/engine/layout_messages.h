@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "sdrt/core/distributed/internal/engine/grid.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
 
 namespace sdrt::internal {
@@ -21,13 +22,25 @@ class PerRankBytes {
   explicit PerRankBytes(int64_t dense);
 
   // Adds `bytes` to `index`'s sum; InvalidArgument naming `tensor` when it overflows.
-  absl::Status Add(int64_t index, int64_t bytes, const TransferTensor& tensor);
+  // Inline for a dense index: a plan adds per move.
+  absl::Status Add(int64_t index, int64_t bytes, const TransferTensor& tensor) {
+    if (index < 0 || index >= static_cast<int64_t>(bytes_.size())) {
+      return AddSparse(index, bytes, tensor);
+    }
+    int64_t& total = bytes_[static_cast<size_t>(index)];
+    if (total == kUnset) {
+      total = 0;
+      indices_.push_back(index);
+    }
+    return TransferAdd(total, bytes, tensor);
+  }
 
   // (index, bytes) of every index added to, by index.
   void List(std::vector<std::pair<int64_t, int64_t>>& out);
 
  private:
   static constexpr int64_t kUnset = -1;  // not added to yet (sums are >= 0)
+  absl::Status AddSparse(int64_t index, int64_t bytes, const TransferTensor& tensor);
 
   std::vector<int64_t> bytes_;
   absl::flat_hash_map<int64_t, int64_t> sparse_;
@@ -58,7 +71,11 @@ class LayoutMessages {
   // With the layout's ranks and the options' dense node ids counted once.
   LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
                  TransferLayoutPlan& tp, int64_t ranks, int64_t nodes);
-  int64_t NodeOf(int64_t rank) const;
+  int64_t NodeOf(int64_t rank) const {
+    return rank < static_cast<int64_t>(options_.node_of_rank.size())
+               ? options_.node_of_rank[static_cast<size_t>(rank)]
+               : -1 - rank;
+  }
 
   const TransferTensor& tensor_;
   const TransferPlanOptions& options_;

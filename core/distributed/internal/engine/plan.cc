@@ -22,6 +22,9 @@ namespace {
 
 // The most pieces a plan keeps made for later layouts: 1,024 sides of 1,024 ranks.
 constexpr int64_t kCachedPieces = int64_t{1} << 20;
+// The most destination cells a layout's walk keeps for the later pieces of their boxes
+// (about 10 MB).
+constexpr int64_t kKeptCells = int64_t{1} << 16;
 
 // Plans one tensor: its moves, counted into `out` destination piece by destination piece,
 // and its optimum bytes.
@@ -70,20 +73,15 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   for (const TransferPiece& piece : tp.source) ranks = std::max(ranks, piece.rank + 1);
   std::vector<int64_t> sent(static_cast<size_t>(ranks));
   std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
-  // The destination's cells, per box: each cell's box and bytes made once.
-  SideCells destination_cells(grid, tp.destination);
-  std::vector<std::vector<GridCell>> box_cells;
+  // The destination's cells, per box: each cell's bounds, bytes and slabs made once.
+  WalkCells destination_cells(grid, tensor.dtype, tp.destination, kKeptCells);
   for (size_t p = 0; p < tp.destination.size(); ++p) {
     const TransferPiece& dst = tp.destination[p];
     if (dst.identity) continue;
-    const int slot = destination_cells.Of(p, budget);
-    if (slot < 0) return too_many();
-    if (slot == static_cast<int>(box_cells.size())) {
-      box_cells.push_back(GridCells(grid, tensor.dtype, destination_cells.Cells(slot)));
-    }
-    std::vector<GridCell>& cells_of_piece = box_cells[static_cast<size_t>(slot)];
-    budget -= static_cast<int64_t>(cells_of_piece.size());
-    for (GridCell& grid_cell : cells_of_piece) {
+    std::vector<GridCell>* cells_of_piece = destination_cells.Of(p, budget);
+    if (cells_of_piece == nullptr) return too_many();
+    budget -= static_cast<int64_t>(cells_of_piece->size());
+    for (GridCell& grid_cell : *cells_of_piece) {
       const int64_t cell = grid_cell.cell;
       const IntVector& begin = grid_cell.begin;
       const IntVector& end = grid_cell.end;

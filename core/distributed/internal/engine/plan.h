@@ -35,11 +35,10 @@
 // proportional to the cells the pieces cover (no all-pairs scan of ranks); the geometry is
 // made once per box (the replicas of a mesh layout share one: TransferPiece::box), each
 // box's runs, cover, cells and slab cuts, and each piece of it only chooses its senders.
-// It is done
-// once per distinct (dtype, shape, source layout, destination layout) of a plan: tensors
-// that repeat one (every layer of a model) share its TransferLayoutPlan, so a plan of
-// 100,000 tensors over 512 ranks costs a hash lookup per tensor after its first few
-// layouts. A plan of one rank (TransferPlanOptions::rank) keeps only that rank's messages.
+// It is done once per distinct (dtype, shape, source layout, destination layout) of a
+// plan: tensors that repeat one (every layer of a model) share its TransferLayoutPlan, so a
+// plan of 100,000 tensors over 512 ranks costs a hash lookup per tensor after its first
+// few layouts. A plan of one rank (TransferPlanOptions::rank) keeps only that rank's messages.
 // Node-aware fan-out (TransferPlanOptions::node_of_rank) sends a cell once to each node
 // that needs it and forwards it there, the node's pieces that need it each relaying a
 // block of it (split.h's FanOutCell).

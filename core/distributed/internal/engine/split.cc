@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -80,13 +81,18 @@ absl::Status AssignSlabs(const std::vector<TransferPiece>& sources, absl::Span<c
                          int destination, const std::vector<HolderSlab>& slabs,
                          std::vector<int64_t>& sent, std::vector<TransferMove>& moves) {
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
-  // `sent` per holder, not per comparison.
-  std::vector<std::pair<int64_t, int>> order(held.size());
+  // `sent` per holder, not per comparison (the keys are distinct: any sort gives one order).
+  absl::InlinedVector<std::pair<int64_t, int>, 16> order(held.size());
   for (size_t i = 0; i < held.size(); ++i) {
     order[i] = {sent[static_cast<size_t>(sources[held[i]].rank)], static_cast<int>(i)};
   }
   const size_t used = std::min(slabs.size(), order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(used), order.end());
+  if (order.size() <= 16) {
+    std::sort(order.begin(), order.end());
+  } else {
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(used),
+                      order.end());
+  }
   for (size_t i = 0; i < slabs.size(); ++i) {
     const int source = held[order[i % used].second];
     moves.push_back({source, destination, slabs[i].begin, slabs[i].end, slabs[i].bytes});

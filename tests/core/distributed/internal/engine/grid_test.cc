@@ -88,6 +88,35 @@ TEST(ReshardGridTest, BoxesCoveredOnceAsPieceByPiece) {
     ASSERT_EQ(grid.cuts, alone.cuts) << "case " << c;
     EXPECT_EQ(AllCells(grid, source), AllCells(grid, source_alone)) << "case " << c;
     EXPECT_EQ(AllCells(grid, destination), AllCells(grid, destination_alone)) << "case " << c;
+    // The walk's cells, kept per box or made per piece (nothing kept), are the same.
+    internal::WalkCells kept(grid, DType::kFloat32, destination, int64_t{1} << 20);
+    internal::WalkCells made(grid, DType::kFloat32, destination, 0);
+    for (size_t p = 0; p < destination.size(); ++p) {
+      if (destination[p].identity) continue;
+      const std::vector<internal::GridCell>* a = kept.Of(p, int64_t{1} << 40);
+      const std::vector<internal::GridCell> b = *made.Of(p, int64_t{1} << 40);
+      ASSERT_NE(a, nullptr);
+      ASSERT_EQ(a->size(), b.size()) << "case " << c;
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_EQ((*a)[i].cell, b[i].cell);
+        EXPECT_EQ((*a)[i].begin, b[i].begin);
+        EXPECT_EQ((*a)[i].end, b[i].end);
+        EXPECT_EQ((*a)[i].bytes, b[i].bytes);
+      }
+    }
+    // A box's cells, once made, are refused for a limit exactly when CoverOf refuses the
+    // piece (an empty dim after a long one included).
+    internal::SideCells side(grid, destination);
+    internal::Cover cover;
+    for (size_t p = 0; p < destination.size(); ++p) {
+      if (destination[p].identity) continue;
+      ASSERT_GE(side.Of(p, int64_t{1} << 40), 0);
+      for (int64_t limit : {0, 1, 2, 3, 5, 8}) {
+        EXPECT_EQ(side.Of(p, limit) >= 0,
+                  internal::CoverOf(grid, destination[p], limit, cover) >= 0)
+            << "case " << c << " piece " << p << " limit " << limit;
+      }
+    }
     int64_t cells = 1;
     for (int64_t n : grid.counts) cells *= n;
     std::vector<int64_t> first, first_alone;

@@ -83,11 +83,12 @@ inline constexpr absl::string_view kShardedCheckpointFormat = "sdrt-sharded-chec
 inline constexpr absl::string_view kShardedCheckpointIndexName = "index.json";
 // The most ranks (files) a sharded checkpoint may have: the five digits of RankFileName.
 inline constexpr int64_t kMaxShardedCheckpointRanks = 99999;
-// The metadata key of a checkpoint whose tensors a weight map or a cast changed for one
-// layout (`sdrt shard` / `sdrt reshard` with --map or --cast), its value that layout as the
-// command line gives it ("--mesh 2 --plan tp"). A fused tensor there holds each rank's
-// parts one after another, so the checkpoint is read on that layout alone: LoadStateDict
-// refuses to fill any other from such a sharded folder, and the CLI any other mesh or plan.
+// The metadata key of a checkpoint whose tensors a weight map made for one layout (`sdrt
+// shard` / `sdrt reshard --map` with a fuse or regroup holding its components per part),
+// its value that layout as the command line gives it ("--mesh 2 --plan tp"). A fused tensor
+// there holds each rank's parts one after another, so the checkpoint is read on that
+// layout alone: LoadStateDict refuses to fill any other from such a sharded folder, and
+// the CLI any other mesh or plan.
 inline constexpr char kEngineLayoutMetadataKey[] = "sdrt.engine_layout";
 
 // "rank-00002-of-00004.safetensors". Preconditions: 0 <= rank < world_size.

@@ -318,7 +318,7 @@ std::string ComponentTakenNote(const WeightMap::Compiled& map, int rule, size_t 
   for (absl::string_view name : names) {
     if (!RE2::FullMatch(re2::StringPiece(name.data(), name.size()), pattern)) continue;
     const std::optional<SourceMatch> taken = MatchSource(map, name);
-    if (!taken.has_value()) continue;
+    if (!taken.has_value() || taken->rule == rule) continue;  // its own: another tensor's
     return absl::StrCat(": '", name, "' matches it, but rule ", taken->rule,
                         " takes it first (as its component ", taken->component, ")");
   }

@@ -127,6 +127,8 @@ TEST_F(LoadMapCli, MapFileAndItsErrors) {
     EXPECT_EQ(r.exit_code, 2) << head_dim;
     EXPECT_THAT(r.err, HasSubstr(absl::StrCat("\"head_dim\" is ", head_dim,
                                               "; a whole number in [1, 2^40] (or null)")));
+    EXPECT_EQ(Load(2, hf.string(), "--map vllm-llama --head-size 16")["tensors"], 21)
+        << "--head-size stands in for a config.json head_dim of " << head_dim;
   }
   std::ofstream(hf / "config.json")
       << R"({"hidden_size": 64, "num_attention_heads": 4, "head_dim": null})";

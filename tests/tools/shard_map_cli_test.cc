@@ -305,6 +305,14 @@ TEST_F(ShardMapCli, AnEngineLayoutIsReadOnItsOwnLayoutAlone) {
   r = RunSdrt(absl::StrCat("shard ", Quote(gathered), " ", Quote((dir_ / "s2").string()),
                            " --mesh 2 --plan tp"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A cast alone changes no tensor's layout: read anywhere.
+  const std::string cast = (dir_ / "cast2").string();
+  ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(cast),
+                                 " --mesh 2 --plan tp --cast f16"))
+                .exit_code,
+            0);
+  r = RunSdrtMpi(3, absl::StrCat("load ", Quote(cast), " --mesh 3 --plan fsdp"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   // A folder the map did not change records nothing: fsdp on 3 ranks reads anywhere.
   const std::string fsdp = (dir_ / "fsdp3").string();
   ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(fsdp), " --mesh 3 --plan fsdp"))

@@ -48,11 +48,11 @@ absl::Status CheckEngineLayout(const std::string& source_name, const std::string
                                const std::string& wanted);
 
 // The engine's index of a source of tensors `sources` (and `metadata`, recorded as it is,
-// with kEngineLayoutMetadataKey set when the map or cast changes a tensor) through `map` and
-// `engine.cast`, on `layout` (`mesh_spec` is --mesh, for messages).
-// InvalidArgument: more than kMaxShardedCheckpointRanks ranks, CheckEngineLayout's error
-// for metadata recording another layout, EngineTensors' errors (the map's naming rule and
-// tensor, the plan's), a sub-byte tensor cut inside a byte.
+// with kEngineLayoutMetadataKey set when a fuse or regroup of the map holds its components
+// per part, kShards) through `map` and `engine.cast`, on `layout` (`mesh_spec` is --mesh,
+// for messages).
+// InvalidArgument: more than kMaxShardedCheckpointRanks ranks, EngineTensors' errors (the
+// map's naming rule and tensor, the plan's), a sub-byte tensor cut inside a byte.
 absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
                                             const std::vector<SafetensorsTensorSpec>& sources,
                                             const std::map<std::string, std::string>& metadata,

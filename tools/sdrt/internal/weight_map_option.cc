@@ -25,6 +25,9 @@ constexpr int64_t kFp8Block = 128;  // DeepSeek-V3's and vLLM's block edge
 struct ModelConfig {
   bool found = false;  // the folder holds a config.json
   int64_t head_size = 0, heads = 0, kv_heads = 0, intermediate = 0;
+  // The first size given but not a whole number in [1, 2^40] (then 0 above), naming the
+  // file: an error when the head size is wanted from it.
+  std::string bad;
 };
 
 // `folder`'s config.json (when `folder` is a folder holding one as a regular file, not a
@@ -45,13 +48,15 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
   }
   out.found = true;
-  std::string bad;  // the first size that is given but not a whole number in [1, 2^40]
   const auto number = [&](const char* key) -> int64_t {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) return 0;
     const int64_t n = it->is_number_integer() ? it->get<int64_t>() : 0;
     if (n > 0 && n <= (int64_t{1} << 40)) return n;
-    if (bad.empty()) bad = absl::StrCat("\"", key, "\" is ", it->dump().substr(0, 64));
+    if (out.bad.empty()) {
+      out.bad = absl::StrCat(path, ": \"", key, "\" is ", it->dump().substr(0, 64),
+                             "; a whole number in [1, 2^40] (or null) was expected");
+    }
     return 0;
   };
   const int64_t hidden = number("hidden_size");
@@ -59,10 +64,6 @@ absl::StatusOr<ModelConfig> ModelConfigOf(const std::string& folder) {
   out.kv_heads = number("num_key_value_heads") > 0 ? number("num_key_value_heads") : out.heads;
   out.intermediate = number("intermediate_size");
   out.head_size = number("head_dim");
-  if (!bad.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", bad, "; a whole number in [1, 2^40] (or null) was expected"));
-  }
   if (out.head_size == 0 && hidden > 0 && out.heads > 0 && hidden % out.heads == 0) {
     out.head_size = hidden / out.heads;
   }
@@ -166,6 +167,9 @@ absl::StatusOr<std::optional<WeightMap>> ParseWeightMap(
   if (options.map == "vllm-llama" || options.map == "megatron-llama") {
     SDRT_ASSIGN_OR_RETURN(const ModelConfig config, ModelConfigOf(src));
     const int64_t head_size = options.head_size > 0 ? options.head_size : config.head_size;
+    if (options.head_size == 0 && !config.bad.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--map ", options.map, ": ", config.bad));
+    }
     if (head_size == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--map ", options.map, " needs --head-size (",

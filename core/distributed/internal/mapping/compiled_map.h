@@ -51,7 +51,7 @@ std::optional<SourceMatch> MatchSource(const WeightMap::Compiled& map, absl::str
 
 // Why fuse rule `rule` has no source for its component `k` among the source names `names`:
 // ": 'N' matches it, but rule R takes it first (as its component C)" for the first name its
-// pattern matches, or "" when its pattern matches none.
+// pattern matches that an earlier rule takes, or "" when there is none.
 std::string ComponentTakenNote(const WeightMap::Compiled& map, int rule, size_t k,
                                const std::vector<absl::string_view>& names);
 

@@ -59,7 +59,17 @@ void ExpectFp8Rank(const RankShards& shards, const json& mine, const std::string
   }
 }
 
-class ShardMapCli : public test_shard_map::FreshDirTest {};
+class ShardMapCli : public test_shard_map::FreshDirTest {
+ protected:
+  // The fp8 golden's layer (its HF names) as dir_/layer.safetensors; its path.
+  std::string WriteLayer() {
+    const std::string file = (dir_ / "layer.safetensors").string();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
+    EXPECT_TRUE(WriteSafetensors(file, tensors).ok());
+    return file;
+  }
+};
 
 TEST_F(ShardMapCli, VllmLayoutsOfEveryGoldenCase) {
   absl::StatusOr<json> golden = testing_golden::ReadGoldenJson("weight_map/expected.json");
@@ -124,10 +134,7 @@ TEST_F(ShardMapCli, VllmLayoutsOfEveryGoldenCase) {
 
 TEST_F(ShardMapCli, Fp8BlockCodesAndScalesOfTheGolden) {
   ASSERT_FALSE(testing_fp8_map::Golden().is_null()) << "tests/data/fp8_map/expected.json";
-  const std::string file = (dir_ / "layer.safetensors").string();
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
-  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const std::string file = WriteLayer();
   int ran = 0;
   for (const json& c : testing_fp8_map::Golden()["cases"]) {
     if (c["scale_format"] != "f32" || c["fp8"] != "e4m3fn") continue;
@@ -162,10 +169,7 @@ TEST_F(ShardMapCli, AnFp8CheckpointIntoFusedFp8Buffers) {
   // 128 x 128 block scales: the one rank file of `--mesh 1 --cast fp8-block`) sharded into
   // vLLM's layout: the fused qkv_proj and gate_up_proj get their components' codes as they
   // are and their scales fused like them, which is what quantizing the fused layout gives.
-  const std::string file = (dir_ / "layer.safetensors").string();
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
-  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const std::string file = WriteLayer();
   const fs::path fp8 = dir_ / "fp8";
   test::CommandResult r = RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(fp8.string()),
                                                " --mesh 1 --plan tp --cast fp8-block"));
@@ -236,10 +240,7 @@ TEST_F(ShardMapCli, ReshardWithAMapWritesWhatShardWrites) {
   // The fp8 golden's layer: an fsdp folder over 3 ranks resharded peer to peer into vLLM's
   // layout on 2 (bfloat16, and FP8 with block scales quantized by the senders) equals the
   // folder `sdrt shard --map` writes from the full file, which equals PyTorch's (above).
-  const std::string file = (dir_ / "layer.safetensors").string();
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
-  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const std::string file = WriteLayer();
   const std::string fsdp = (dir_ / "fsdp3").string();
   ASSERT_EQ(RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(fsdp), " --mesh 3 --plan fsdp"))
                 .exit_code,
@@ -273,10 +274,7 @@ TEST_F(ShardMapCli, AnEngineLayoutIsReadOnItsOwnLayoutAlone) {
   // vLLM's fused qkv_proj on 2 ranks holds each rank's q, k and v one after another: cut
   // for 3 ranks it would mix heads. The folder records its layout; every reader of another
   // layout refuses it, its gathered file too.
-  const std::string file = (dir_ / "layer.safetensors").string();
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [key, t] : testing_fp8_map::Sources()) tensors.emplace_back(HfName(key), t);
-  ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+  const std::string file = WriteLayer();
   const std::string engine = (dir_ / "engine2").string();
   test::CommandResult r =
       RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(engine),

@@ -1,6 +1,8 @@
 #include "sdrt/tools/sdrt/internal/engine_index.h"
 
+#include <filesystem>
 #include <optional>
+#include <system_error>
 #include <set>
 #include <utility>
 
@@ -45,8 +47,14 @@ absl::StatusOr<Map> EngineLayout(const EngineIndex& e, const WeightMapOptions& e
 }
 
 std::string EngineLayoutText(const MeshAndPlan& layout) {
-  return absl::StrCat("--mesh ", absl::StrJoin(layout.mesh->shape(), "x"), " --plan ",
-                      layout.plan.name());
+  // A PLAN.json by its absolute path, however it was spelled (./p.json, p.json, /d/p.json).
+  std::string plan = layout.plan.name();
+  if (layout.plan.kind() == ShardingPlan::Kind::kCustom) {
+    std::error_code error;
+    const std::filesystem::path absolute = std::filesystem::weakly_canonical(plan, error);
+    if (!error) plan = absolute.string();
+  }
+  return absl::StrCat("--mesh ", absl::StrJoin(layout.mesh->shape(), "x"), " --plan ", plan);
 }
 
 std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata) {

@@ -37,7 +37,8 @@ struct EngineIndex {
   std::vector<Group> groups;
 };
 
-// kEngineLayoutMetadataKey's value (sharded_checkpoint.h) for `layout`: "--mesh M --plan P".
+// kEngineLayoutMetadataKey's value (sharded_checkpoint.h) for `layout`: "--mesh M --plan P",
+// a PLAN.json by its absolute path.
 std::string EngineLayoutText(const MeshAndPlan& layout);
 // kEngineLayoutMetadataKey's value in `metadata`, or empty.
 std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata);

@@ -106,7 +106,9 @@ case $part in
         [[ $rc != 0 ]] || fail "engine $k (--die) exited 0"
       else
         grep -q "^engine: steps" "$work/engine$k.out" || {
-          cat "$work/engine$k.out"; fail "engine $k ($rc)"; }
+          cat "$work/engine$k.out"
+          echo "-- the trainer so far:"; cat "$work/trainer.out"
+          fail "engine $k ($rc)"; }
       fi
     done
     wait "$trainer"

@@ -22,29 +22,19 @@
 
 namespace sdrt::internal {
 
-SDRT_HD inline uint32_t FloatBits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return bits;
+// `from`'s bits as a `To` of the same size (std::memcpy: no aliasing), host and device.
+template <typename To, typename From>
+SDRT_HD inline To BitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "BitCast between types of one size");
+  To to;
+  std::memcpy(&to, &from, sizeof(to));
+  return to;
 }
 
-SDRT_HD inline float FloatFromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-SDRT_HD inline uint64_t DoubleBits(double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof(bits));
-  return bits;
-}
-
-SDRT_HD inline double DoubleFromBits(uint64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, sizeof(d));
-  return d;
-}
+SDRT_HD inline uint32_t FloatBits(float f) { return BitCast<uint32_t>(f); }
+SDRT_HD inline float FloatFromBits(uint32_t bits) { return BitCast<float>(bits); }
+SDRT_HD inline uint64_t DoubleBits(double d) { return BitCast<uint64_t>(d); }
+SDRT_HD inline double DoubleFromBits(uint64_t bits) { return BitCast<double>(bits); }
 
 // The magnitude of the finite float32 `magnitude_bits` (sign cleared) rounded to nearest,
 // ties to even, in a binary format of `mantissa_bits` stored mantissa bits and exponent

@@ -124,9 +124,15 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
   for (const SafetensorsTensorSpec& s : sources) {
     if (compiled == nullptr) break;
     const std::optional<internal::SourceMatch> m = internal::MatchSource(*compiled, s.name);
-    if (!m.has_value() || compiled->rule_list[m->rule].kind != WeightMapRule::Kind::kSplit) {
-      continue;
+    if (!m.has_value()) continue;
+    const WeightMapRule& r = compiled->rule_list[m->rule];
+    // A fuse or regroup into kShards holds each part's components together: its tensor is
+    // this layout's alone (a cast, a rename, a pad or a kGroups fuse reads on any).
+    if ((r.kind == WeightMapRule::Kind::kFuse || r.kind == WeightMapRule::Kind::kRegroup) &&
+        r.interleave == WeightMapRule::Interleave::kShards) {
+      index.metadata[kEngineLayoutMetadataKey] = EngineLayoutText(layout);
     }
+    if (r.kind != WeightMapRule::Kind::kSplit) continue;
     std::vector<size_t> members;
     for (const std::string& d : m->destinations) {
       const auto it = position.find(d);
@@ -153,19 +159,6 @@ absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,
                         it->second->shape == t.shape &&
                         (compiled == nullptr || !internal::MatchSource(*compiled, t.name));
       g.as_in_source = g.as_in_source && same;
-    }
-  }
-  // A fuse or regroup into kShards holds each part's components together: its tensor is
-  // this layout's alone (a cast, a rename, a pad or a kGroups fuse reads on any).
-  for (const SafetensorsTensorSpec& s : sources) {
-    if (compiled == nullptr) break;
-    const std::optional<internal::SourceMatch> m = internal::MatchSource(*compiled, s.name);
-    if (!m.has_value()) continue;
-    const WeightMapRule& r = compiled->rule_list[m->rule];
-    if ((r.kind == WeightMapRule::Kind::kFuse || r.kind == WeightMapRule::Kind::kRegroup) &&
-        r.interleave == WeightMapRule::Interleave::kShards) {
-      index.metadata[kEngineLayoutMetadataKey] = EngineLayoutText(layout);
-      break;
     }
   }
   return out;

@@ -12,10 +12,10 @@
 namespace sdrt::internal {
 namespace {
 
-bool IsWhole(const TransferPiece& piece, IntSpan shape) {
-  if (piece.identity || piece.runs.size() != shape.size()) return false;
+bool IsWhole(const SideOutline& side, size_t p, IntSpan shape) {
+  if (side[p].identity || side.runs(p).size() != shape.size()) return false;
   for (size_t d = 0; d < shape.size(); ++d) {
-    const IndexRuns& runs = piece.runs[d];
+    const IndexRuns& runs = side.runs(p)[d];
     if (runs.size() != 1 || runs[0].global != 0 || runs[0].length != shape[d]) return false;
   }
   return true;
@@ -23,13 +23,13 @@ bool IsWhole(const TransferPiece& piece, IntSpan shape) {
 
 // The destination piece of each rank 0 .. world - 1 when the destination is the whole
 // tensor on every one of them (one piece each); empty otherwise.
-std::vector<int> WholeOnEveryRank(const TransferLayoutPlan& tp, IntSpan shape, int64_t world) {
-  if (static_cast<int64_t>(tp.destination.size()) != world) return {};
+std::vector<int> WholeOnEveryRank(const SideOutline& destination, IntSpan shape, int64_t world) {
+  if (static_cast<int64_t>(destination.size()) != world) return {};
   std::vector<int> piece_of(static_cast<size_t>(world), -1);
-  for (size_t p = 0; p < tp.destination.size(); ++p) {
-    const TransferPiece& piece = tp.destination[p];
+  for (size_t p = 0; p < destination.size(); ++p) {
+    const OutlinePiece& piece = destination[p];
     if (piece.rank < 0 || piece.rank >= world || piece_of[piece.rank] >= 0 ||
-        !IsWhole(piece, shape)) {
+        !IsWhole(destination, p, shape)) {
       return {};
     }
     piece_of[piece.rank] = static_cast<int>(p);
@@ -39,15 +39,15 @@ std::vector<int> WholeOnEveryRank(const TransferLayoutPlan& tp, IntSpan shape, i
 
 // The broadcast root's whole source piece, or -1 when the pieces holding elements are not
 // all on one rank or none of them is the whole tensor.
-int BroadcastSource(const TransferLayoutPlan& tp, IntSpan shape) {
+int BroadcastSource(const SideOutline& source, IntSpan shape) {
   int whole = -1;
   int64_t root = -1;
-  for (size_t s = 0; s < tp.source.size(); ++s) {
-    const TransferPiece& piece = tp.source[s];
-    if (RunsNumel(piece.runs) == 0) continue;
+  for (size_t s = 0; s < source.size(); ++s) {
+    const OutlinePiece& piece = source[s];
+    if (RunsNumel(source.runs(s)) == 0) continue;
     if (root >= 0 && piece.rank != root) return -1;
     root = piece.rank;
-    if (whole < 0 && IsWhole(piece, shape)) whole = static_cast<int>(s);
+    if (whole < 0 && IsWhole(source, s, shape)) whole = static_cast<int>(s);
   }
   return whole;
 }
@@ -55,14 +55,15 @@ int BroadcastSource(const TransferLayoutPlan& tp, IntSpan shape) {
 }  // namespace
 
 absl::StatusOr<bool> PlanCollective(const TransferTensor& tensor,
-                                    const TransferPlanOptions& options, TransferLayoutPlan& tp) {
+                                    const TransferPlanOptions& options, const SideOutline& source,
+                                    const SideOutline& destination, TransferLayoutPlan& tp) {
   const int64_t world = options.world_size;
   if (world < 2 || tp.contributions != 1 || !(options.broadcast || options.all_gather)) {
     return false;
   }
   SDRT_ASSIGN_OR_RETURN(const int64_t numel, CheckedNumel(tensor.shape));
   if (numel == 0) return false;
-  const std::vector<int> piece_of = WholeOnEveryRank(tp, tensor.shape, world);
+  const std::vector<int> piece_of = WholeOnEveryRank(destination, tensor.shape, world);
   if (piece_of.empty()) return false;
   const IntVector origin(tensor.shape.size(), 0);
   SDRT_ASSIGN_OR_RETURN(const int64_t total, BoxBytes(tensor.dtype, origin, tensor.shape));
@@ -74,23 +75,23 @@ absl::StatusOr<bool> PlanCollective(const TransferTensor& tensor,
   std::vector<TransferMove> moves;
   // held[r]: the bytes rank r holds of the tensor itself (for the optimum).
   absl::flat_hash_map<int64_t, int64_t> held;
-  const int root = options.broadcast ? BroadcastSource(tp, tensor.shape) : -1;
+  const int root = options.broadcast ? BroadcastSource(source, tensor.shape) : -1;
   if (root >= 0) {
     tp.collective = Collective::kBroadcast;
-    tp.root = tp.source[root].rank;
+    tp.root = source[root].rank;
     moves.push_back({root, receiver, origin, tensor.shape, total});
     held[tp.root] = total;
   } else if (options.all_gather) {
     tp.collective = Collective::kAllGather;
-    const Grid grid = MakeGrid(tensor.shape, tp.source, tp.destination);
+    const Grid grid = MakeGrid(tensor.shape, source, destination);
     int64_t cells = 1;
     for (int64_t c : grid.counts) cells *= c;  // <= numel: no overflow
     int64_t budget = options.max_cells - cells;
     std::vector<int64_t> first;
     std::vector<int> holders;
     Cover cover;
-    if (budget < 0 || !CoverCells(grid, cells, tp.source, budget, first, holders) ||
-        CoverOf(grid, tp.destination[receiver], budget, cover) < 0) {
+    if (budget < 0 || !CoverCells(grid, cells, source, budget, first, holders) ||
+        CoverOf(grid, destination.runs(receiver), budget, cover) < 0) {
       return TransferInvalid(tensor, absl::StrCat("the common refinement has more than ",
                                                   options.max_cells, " cells"));
     }
@@ -112,7 +113,7 @@ absl::StatusOr<bool> PlanCollective(const TransferTensor& tensor,
       moves.push_back({holders[first[cell]], receiver, begin, end, *bytes});
       ranks.clear();
       for (int64_t i = first[cell]; i < first[cell + 1]; ++i) {
-        ranks.push_back(tp.source[holders[i]].rank);
+        ranks.push_back(source[holders[i]].rank);
       }
       std::sort(ranks.begin(), ranks.end());
       ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -125,13 +126,13 @@ absl::StatusOr<bool> PlanCollective(const TransferTensor& tensor,
   }
   // One message per sending rank, in rank order, its moves in piece and box order.
   std::sort(moves.begin(), moves.end(), [&](const TransferMove& a, const TransferMove& b) {
-    return std::make_tuple(tp.source[a.source].rank, a.source, std::cref(a.begin)) <
-           std::make_tuple(tp.source[b.source].rank, b.source, std::cref(b.begin));
+    return std::make_tuple(source[a.source].rank, a.source, std::cref(a.begin)) <
+           std::make_tuple(source[b.source].rank, b.source, std::cref(b.begin));
   });
   TransferPlanStats& stats = tp.stats;
   absl::flat_hash_map<int64_t, int64_t> sent, received;
   for (TransferMove& move : moves) {
-    const int64_t from = tp.source[move.source].rank;
+    const int64_t from = source[move.source].rank;
     if (tp.messages.empty() || tp.messages.back().source_rank != from) {
       tp.messages.push_back({from, kEveryRank, 0, {}, 0, false});
       stats.messages += world - 1;

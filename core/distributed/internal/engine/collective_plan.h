@@ -10,9 +10,9 @@
 
 namespace sdrt::internal {
 
-// Plans `tensor`, whose pieces `tp` holds, as a collective when the options allow one and
-// the layout is one: options.world_size > 1, no Partial source, and a destination that is
-// the whole tensor on each of ranks 0 .. world_size - 1 (one piece each). Then:
+// Plans `tensor`, of pieces `source` and `destination`, as a collective when the options allow one
+// and the layout is one: options.world_size > 1, no Partial source, and a destination that is the
+// whole tensor on each of ranks 0 .. world_size - 1 (one piece each). Then:
 //   * kBroadcast (options.broadcast) when the source pieces holding elements are all on one
 //     rank, the root, and one of them is the whole tensor: one message from the root;
 //   * else kAllGather (options.all_gather): each cell of the common refinement is sent by
@@ -26,7 +26,8 @@ namespace sdrt::internal {
 // tensor for elements no source holds (unless tensor.allow_uncovered), too many cells
 // (options.max_cells), byte counts that overflow.
 absl::StatusOr<bool> PlanCollective(const TransferTensor& tensor,
-                                    const TransferPlanOptions& options, TransferLayoutPlan& tp);
+                                    const TransferPlanOptions& options, const SideOutline& source,
+                                    const SideOutline& destination, TransferLayoutPlan& tp);
 
 }  // namespace sdrt::internal
 

@@ -17,32 +17,19 @@ absl::Status TransferOverflow(const TransferTensor& tensor) {
   return TransferInvalid(tensor, "byte counts overflow");
 }
 
-namespace {
-
-// The side's box ids are below this.
-int64_t BoxesOf(const std::vector<TransferPiece>& pieces) {
-  int64_t boxes = 0;
-  for (const TransferPiece& piece : pieces) boxes = std::max<int64_t>(boxes, piece.box + 1);
-  return boxes;
-}
-
-}  // namespace
-
-Grid MakeGrid(IntSpan shape, const std::vector<TransferPiece>& a,
-              const std::vector<TransferPiece>& b) {
+Grid MakeGrid(IntSpan shape, const SideOutline& a, const SideOutline& b) {
   Grid grid;
   grid.cuts.resize(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) grid.cuts[d] = {0, shape[d]};
-  for (const std::vector<TransferPiece>* side : {&a, &b}) {
-    std::vector<bool> read(static_cast<size_t>(BoxesOf(*side)));
-    for (const TransferPiece& piece : *side) {
-      if (piece.identity) continue;  // takes nothing
-      if (piece.box >= 0) {
-        if (read[static_cast<size_t>(piece.box)]) continue;  // its box's cuts are in
-        read[static_cast<size_t>(piece.box)] = true;
-      }
+  for (const SideOutline* side : {&a, &b}) {
+    std::vector<bool> read(side->boxes.size());
+    for (const OutlinePiece& piece : side->pieces) {
+      if (piece.identity) continue;                        // takes nothing
+      if (read[static_cast<size_t>(piece.box)]) continue;  // its box's cuts are in
+      read[static_cast<size_t>(piece.box)] = true;
+      const ShardRuns& runs = side->boxes[static_cast<size_t>(piece.box)].runs;
       for (size_t d = 0; d < shape.size(); ++d) {
-        for (const IndexRun& r : piece.runs[d]) {
+        for (const IndexRun& r : runs[d]) {
           grid.cuts[d].push_back(r.global);
           grid.cuts[d].push_back(r.global + r.length);
         }
@@ -57,13 +44,13 @@ Grid MakeGrid(IntSpan shape, const std::vector<TransferPiece>& a,
   return grid;
 }
 
-int64_t CoverOf(const Grid& grid, const TransferPiece& piece, int64_t limit, Cover& cover) {
+int64_t CoverOf(const Grid& grid, const ShardRuns& runs, int64_t limit, Cover& cover) {
   cover.resize(grid.cuts.size());  // keeping the lists' storage
   for (std::vector<int64_t>& cells_of_dim : cover) cells_of_dim.clear();
   int64_t cells = 1;
   for (size_t d = 0; d < grid.cuts.size(); ++d) {
     const std::vector<int64_t>& cuts = grid.cuts[d];
-    for (const IndexRun& r : piece.runs[d]) {
+    for (const IndexRun& r : runs[d]) {
       const auto lo = std::lower_bound(cuts.begin(), cuts.end(), r.global) - cuts.begin();
       const auto hi =
           std::lower_bound(cuts.begin(), cuts.end(), r.global + r.length) - cuts.begin();
@@ -77,17 +64,13 @@ int64_t CoverOf(const Grid& grid, const TransferPiece& piece, int64_t limit, Cov
   return cells;
 }
 
-SideCells::SideCells(const Grid& grid, const std::vector<TransferPiece>& pieces)
-    : grid_(grid), pieces_(pieces), boxes_(BoxesOf(pieces)) {
-  slot_of_key_.assign(static_cast<size_t>(boxes_) + pieces.size(), -1);
-}
+SideCells::SideCells(const Grid& grid, const SideOutline& side)
+    : grid_(grid), side_(side), slot_of_box_(side.boxes.size(), -1) {}
 
 int SideCells::Of(size_t p, int64_t limit) {
-  const TransferPiece& piece = pieces_[p];
-  int& slot = slot_of_key_[piece.box >= 0 ? static_cast<size_t>(piece.box)
-                                          : static_cast<size_t>(boxes_) + p];
+  int& slot = slot_of_box_[static_cast<size_t>(side_[p].box)];
   if (slot >= 0) return peaks_[static_cast<size_t>(slot)] > limit ? -1 : slot;
-  if (CoverOf(grid_, piece, limit, cover_) < 0) return -1;
+  if (CoverOf(grid_, side_.runs(p), limit, cover_) < 0) return -1;
   int64_t product = 1, peak = 0;  // within `limit`: CoverOf checked every product
   for (const std::vector<int64_t>& c : cover_) {
     product *= static_cast<int64_t>(c.size());
@@ -143,8 +126,8 @@ std::vector<GridCell>* WalkCells::Of(size_t p, int64_t limit) {
   return &own_;
 }
 
-bool CoverCells(const Grid& grid, int64_t cells, const std::vector<TransferPiece>& pieces,
-                int64_t& budget, std::vector<int64_t>& first, std::vector<int>& list) {
+bool CoverCells(const Grid& grid, int64_t cells, const SideOutline& pieces, int64_t& budget,
+                std::vector<int64_t>& first, std::vector<int>& list) {
   // Two passes over the pieces' cells (counts, then the lists), each box's made once.
   SideCells side(grid, pieces);
   std::vector<int> slot(pieces.size(), -1);

@@ -33,7 +33,7 @@ inline absl::Status TransferAdd(int64_t& total, int64_t add, const TransferTenso
 }
 
 // Per dim, the sorted distinct cut points of [0, shape) and of every run of the pieces of
-// `a` and `b` (identity pieces left out: they take nothing; one piece of each box read);
+// `a` and `b` (identity pieces left out: they take nothing; each box read once);
 // interval i of dim d is [cuts[d][i], cuts[d][i + 1]). Cells are numbered row-major over
 // the intervals.
 struct Grid {
@@ -44,11 +44,11 @@ struct Grid {
 // Per dim, the interval indices a piece covers (its runs map to ranges of intervals).
 using Cover = std::vector<std::vector<int64_t>>;
 
-Grid MakeGrid(IntSpan shape, const std::vector<TransferPiece>& a,
-              const std::vector<TransferPiece>& b);
+Grid MakeGrid(IntSpan shape, const SideOutline& a, const SideOutline& b);
 
-// The piece's cover and its cell count, or -1 when the count exceeds `limit`.
-int64_t CoverOf(const Grid& grid, const TransferPiece& piece, int64_t limit, Cover& cover);
+// The cover of a piece owning `runs` and its cell count, or -1 when the count exceeds
+// `limit`.
+int64_t CoverOf(const Grid& grid, const ShardRuns& runs, int64_t limit, Cover& cover);
 
 // Calls fn(linear cell index, per-dim interval indices) for every cell of `cover`.
 template <typename Fn>
@@ -76,10 +76,10 @@ absl::Status ForEachCell(const Grid& grid, const Cover& cover, Fn fn) {
 }
 
 // The cells each piece of one side covers (linear indices, in ForEachCell's order), made
-// once per box (TransferPiece::box). `grid` and `pieces` outlive it.
+// once per box (SideOutline). `grid` and `side` outlive it.
 class SideCells {
  public:
-  SideCells(const Grid& grid, const std::vector<TransferPiece>& pieces);
+  SideCells(const Grid& grid, const SideOutline& side);
 
   // The slot of piece p's cells (pieces of one box share one), or -1 when they are more
   // than `limit` (as CoverOf: when the product of the first d dims' cover sizes is, for any
@@ -92,9 +92,8 @@ class SideCells {
 
  private:
   const Grid& grid_;
-  const std::vector<TransferPiece>& pieces_;
-  int64_t boxes_ = 0;               // box ids below this; a piece of box -1 keys boxes_ + p
-  std::vector<int> slot_of_key_;    // -1 until made
+  const SideOutline& side_;
+  std::vector<int> slot_of_box_;  // -1 until made
   std::vector<std::pair<size_t, size_t>> slots_;  // [from, to) in cells_
   std::vector<int64_t> peaks_;  // per slot, the largest product of its first d cover sizes
   std::vector<int64_t> cells_;
@@ -115,12 +114,11 @@ std::vector<GridCell> GridCells(const Grid& grid, DType dtype, absl::Span<const 
 // The cells a planner's walk gives each piece of one side: per box, the GridCells made once
 // and kept for the box's later pieces while the kept cells number at most `max_kept` in all
 // (beyond, a piece's are made for it alone, so memory stays near a streamed walk's).
-// `grid` and `pieces` outlive it.
+// `grid` and `side` outlive it.
 class WalkCells {
  public:
-  WalkCells(const Grid& grid, DType dtype, const std::vector<TransferPiece>& pieces,
-            int64_t max_kept)
-      : grid_(grid), dtype_(dtype), side_(grid, pieces), max_kept_(max_kept) {}
+  WalkCells(const Grid& grid, DType dtype, const SideOutline& side, int64_t max_kept)
+      : grid_(grid), dtype_(dtype), side_(grid, side), max_kept_(max_kept) {}
 
   // Piece p's cells, or nullptr when they are more than `limit` (SideCells::Of). Valid
   // until the next call.
@@ -139,8 +137,8 @@ class WalkCells {
 // Which pieces cover each cell, CSR: pieces list[first[i] .. first[i + 1]) cover cell i,
 // in piece order (identity pieces cover none). False when that takes more cells than
 // `budget` (which counts them down).
-bool CoverCells(const Grid& grid, int64_t cells, const std::vector<TransferPiece>& pieces,
-                int64_t& budget, std::vector<int64_t>& first, std::vector<int>& list);
+bool CoverCells(const Grid& grid, int64_t cells, const SideOutline& pieces, int64_t& budget,
+                std::vector<int64_t>& first, std::vector<int>& list);
 
 }  // namespace sdrt::internal
 

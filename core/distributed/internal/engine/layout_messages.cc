@@ -12,10 +12,10 @@ namespace sdrt::internal {
 namespace {
 
 // The highest rank of the layout's pieces plus one: below kMaxMeshRanks, so dense.
-int64_t RanksOf(const TransferLayoutPlan& tp) {
+int64_t RanksOf(const SideOutline& source, const SideOutline& destination) {
   int64_t ranks = 0;
-  for (const auto* side : {&tp.source, &tp.destination}) {
-    for (const TransferPiece& piece : *side) ranks = std::max(ranks, piece.rank + 1);
+  for (const SideOutline* side : {&source, &destination}) {
+    for (const OutlinePiece& piece : side->pieces) ranks = std::max(ranks, piece.rank + 1);
   }
   return ranks;
 }
@@ -30,19 +30,20 @@ int64_t NodesOf(const TransferPlanOptions& options) {
 }
 
 // A move's sending rank and contribution (a forward's: its relay's, 0).
-int64_t FromOf(const TransferLayoutPlan& tp, const TransferMove& m) {
-  return m.forward ? tp.destination[m.source].rank : tp.source[m.source].rank;
+int64_t FromOf(const SideOutline& source, const SideOutline& destination, const TransferMove& m) {
+  return m.forward ? destination[m.source].rank : source[m.source].rank;
 }
-int64_t ContributionOf(const TransferLayoutPlan& tp, const TransferMove& m) {
-  return m.forward ? int64_t{0} : tp.source[m.source].contribution;
+int64_t ContributionOf(const SideOutline& source, const TransferMove& m) {
+  return m.forward ? int64_t{0} : source[m.source].contribution;
 }
 
 // A message's key: (forward, contribution, from, to) packed (contribution and ranks below
 // 2^20, kMaxMeshRanks).
-uint64_t MessageKey(const TransferLayoutPlan& tp, const TransferMove& m) {
-  return (uint64_t{m.forward} << 62) | (static_cast<uint64_t>(ContributionOf(tp, m)) << 40) |
-         (static_cast<uint64_t>(FromOf(tp, m)) << 20) |
-         static_cast<uint64_t>(tp.destination[m.destination].rank);
+uint64_t MessageKey(const SideOutline& source, const SideOutline& destination,
+                    const TransferMove& m) {
+  return (uint64_t{m.forward} << 62) | (static_cast<uint64_t>(ContributionOf(source, m)) << 40) |
+         (static_cast<uint64_t>(FromOf(source, destination, m)) << 20) |
+         static_cast<uint64_t>(destination[m.destination].rank);
 }
 
 }  // namespace
@@ -69,13 +70,18 @@ void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
 }
 
 LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
+                               const SideOutline& source, const SideOutline& destination,
                                TransferLayoutPlan& tp)
-    : LayoutMessages(tensor, options, tp, RanksOf(tp), NodesOf(options)) {}
+    : LayoutMessages(tensor, options, source, destination, tp, RanksOf(source, destination),
+                     NodesOf(options)) {}
 
 LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
+                               const SideOutline& source, const SideOutline& destination,
                                TransferLayoutPlan& tp, int64_t ranks, int64_t nodes)
     : tensor_(tensor),
       options_(options),
+      source_(source),
+      destination_(destination),
       tp_(tp),
       sent_(ranks),
       received_(ranks),
@@ -84,7 +90,7 @@ LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanO
       counted_by_(static_cast<size_t>(ranks), -1),
       forwarded_by_(counted_by_) {
   std::vector<bool> seen(counted_by_.size());
-  for (const TransferPiece& piece : tp.destination) {
+  for (const OutlinePiece& piece : destination.pieces) {
     if (seen[static_cast<size_t>(piece.rank)]) one_piece_per_rank_ = false;
     seen[static_cast<size_t>(piece.rank)] = true;
   }
@@ -92,15 +98,15 @@ LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanO
 
 absl::Status LayoutMessages::Count(int destination, std::vector<TransferMove>& moves) {
   TransferPlanStats& stats = tp_.stats;
-  const int64_t to = tp_.destination[destination].rank;
+  const int64_t to = destination_[destination].rank;
   for (TransferMove& move : moves) {
-    const int64_t from = FromOf(tp_, move);
-    if (one_piece_per_rank_ && ContributionOf(tp_, move) == 0) {
+    const int64_t from = FromOf(source_, destination_, move);
+    if (one_piece_per_rank_ && ContributionOf(source_, move) == 0) {
       int& counted = (move.forward ? forwarded_by_ : counted_by_)[static_cast<size_t>(from)];
       if (counted != destination) ++(from == to ? stats.self_messages : stats.messages);
       counted = destination;
     } else {
-      keys_.push_back(MessageKey(tp_, move));
+      keys_.push_back(MessageKey(source_, destination_, move));
     }
     if (!options_.node_of_rank.empty() && NodeOf(from) != NodeOf(to)) {
       SDRT_RETURN_IF_ERROR(TransferAdd(stats.internode_bytes, move.bytes, tensor_));
@@ -140,7 +146,8 @@ absl::Status LayoutMessages::Finish() {
   std::vector<Order> order(kept_.size());
   for (size_t i = 0; i < kept_.size(); ++i) {
     const TransferMove& m = kept_[i];
-    order[i] = {MessageKey(tp_, m), m.source, m.destination, static_cast<uint32_t>(i)};
+    order[i] = {MessageKey(source_, destination_, m), m.source, m.destination,
+                static_cast<uint32_t>(i)};
   }
   std::sort(order.begin(), order.end(), [&](const Order& a, const Order& b) {
     if (a.message != b.message) return a.message < b.message;
@@ -155,9 +162,9 @@ absl::Status LayoutMessages::Finish() {
   tp_.messages.reserve(messages);
   // Appends a move to its message, opening the message when it is not the last one.
   const auto add_to_messages = [&](TransferMove move) -> absl::Status {
-    const int64_t from = FromOf(tp_, move);
-    const int64_t to = tp_.destination[move.destination].rank;
-    const int64_t contribution = ContributionOf(tp_, move);
+    const int64_t from = FromOf(source_, destination_, move);
+    const int64_t to = destination_[move.destination].rank;
+    const int64_t contribution = ContributionOf(source_, move);
     if (tp_.messages.empty() || tp_.messages.back().forward != move.forward ||
         tp_.messages.back().source_rank != from || tp_.messages.back().destination_rank != to ||
         tp_.messages.back().contribution != contribution) {

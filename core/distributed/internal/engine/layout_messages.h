@@ -47,17 +47,17 @@ class PerRankBytes {
   std::vector<int64_t> indices_;
 };
 
-// Counts the moves of one layout `tp` (its pieces made) as the planner makes them: each
-// into tp.stats (wire and self bytes, messages, inter-node bytes) and tp.sent, received,
-// node_sent and node_received; keeps the moves options.rank sends or receives (every move
-// for -1). Finish merges the kept moves of one (forward, source, destination) that are
-// adjacent boxes and groups them into tp.messages, one per (forward, contribution, source
-// rank, destination rank) in that order, its moves by source piece, destination piece and
-// box. `tensor`, `options` and `tp` outlive this object.
+// Counts the moves of one layout `tp` of pieces `source` and `destination` as the planner
+// makes them: each into tp.stats (wire and self bytes, messages, inter-node bytes) and
+// tp.sent, received, node_sent and node_received; keeps the moves options.rank sends or
+// receives (every move for -1). Finish merges the kept moves of one (forward, source,
+// destination) that are adjacent boxes and groups them into tp.messages, one per (forward,
+// contribution, source rank, destination rank) in that order, its moves by source piece,
+// destination piece and box. `tensor`, `options`, the sides and `tp` outlive this object.
 class LayoutMessages {
  public:
   LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
-                 TransferLayoutPlan& tp);
+                 const SideOutline& source, const SideOutline& destination, TransferLayoutPlan& tp);
 
   // Counts `moves`, every move to destination piece `destination` (each piece's moves in
   // one call), keeps options.rank's and clears `moves` (its capacity stays, for the next
@@ -70,7 +70,8 @@ class LayoutMessages {
  private:
   // With the layout's ranks and the options' dense node ids counted once.
   LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
-                 TransferLayoutPlan& tp, int64_t ranks, int64_t nodes);
+                 const SideOutline& source, const SideOutline& destination, TransferLayoutPlan& tp,
+                 int64_t ranks, int64_t nodes);
   int64_t NodeOf(int64_t rank) const {
     return rank < static_cast<int64_t>(options_.node_of_rank.size())
                ? options_.node_of_rank[static_cast<size_t>(rank)]
@@ -79,6 +80,8 @@ class LayoutMessages {
 
   const TransferTensor& tensor_;
   const TransferPlanOptions& options_;
+  const SideOutline& source_;
+  const SideOutline& destination_;
   TransferLayoutPlan& tp_;
   PerRankBytes sent_, received_, node_sent_, node_received_;
   // Each destination rank has one piece here: a message of contribution 0 to a piece's

@@ -25,8 +25,8 @@ absl::Status Invalid(const TransferTensor& tensor, bool source, absl::string_vie
 
 // The pieces of a mesh layout; for a Partial source also the contributions and their op,
 // for a Partial destination the pieces off coordinate 0 marked `identity`.
-absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tensor, bool source,
-                                                      TransferLayoutPlan& plan) {
+absl::StatusOr<SideOutline> MeshPieces(const TransferTensor& tensor, bool source,
+                                       TransferLayoutPlan& plan) {
   const TransferLayout& layout = source ? tensor.source : tensor.destination;
   const DeviceMesh& mesh = *layout.mesh;
   if (static_cast<int>(layout.placements.size()) != mesh.ndim()) {
@@ -69,12 +69,12 @@ absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tens
                                     ? "; avg divides, for floating dtypes only, as PyTorch's)"
                                     : ")"));
   }
-  std::vector<TransferPiece> pieces;
-  pieces.reserve(mesh.ranks().size());
+  SideOutline side;
+  side.pieces.reserve(mesh.ranks().size());
   // A rank's runs follow from its coordinates on the sharded mesh dims alone (Replicate and
-  // Partial leave the shape alone): its box id is their row-major index, and the ranks of
-  // one box take the first one's runs. Per box id, the piece that made them, or -1.
-  std::vector<int> made_by(mesh.ranks().size(), -1);
+  // Partial leave the shape alone): the ranks that agree on those share a box, made for
+  // the first of them. Per row-major index of those coordinates, its box, or -1.
+  std::vector<int> box_of(mesh.ranks().size(), -1);
   IntVector coordinate(static_cast<size_t>(mesh.ndim()));
   for (size_t m = 0; m < mesh.ranks().size(); ++m) {
     const int64_t rank = mesh.ranks()[m];
@@ -87,28 +87,23 @@ absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tens
       coordinate[d] = rest % mesh.size(d);
       rest /= mesh.size(d);
     }
-    int box = 0;
+    size_t sharded = 0;
     for (int d = 0; d < mesh.ndim(); ++d) {
       const Placement::Kind kind = layout.placements[d].kind();
       if (kind == Placement::Kind::kShard || kind == Placement::Kind::kStridedShard) {
-        box = box * static_cast<int>(mesh.size(d)) + static_cast<int>(coordinate[d]);
+        sharded = sharded * static_cast<size_t>(mesh.size(d)) + static_cast<size_t>(coordinate[d]);
       }
     }
-    TransferPiece piece;
+    OutlinePiece piece;
     piece.rank = rank;
-    piece.box = box;
-    if (made_by[box] >= 0) {
-      const TransferPiece& first = pieces[static_cast<size_t>(made_by[box])];
-      piece.local_shape = first.local_shape;
-      piece.runs = first.runs;
-    } else {
+    if (box_of[sharded] < 0) {
       absl::StatusOr<LocalShardInfo> info =
           ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
       if (!info.ok()) return Invalid(tensor, source, info.status().message());
-      piece.local_shape = info->local_shape;
-      piece.runs = OwnedRuns(*info);
-      made_by[box] = static_cast<int>(pieces.size());
+      box_of[sharded] = static_cast<int>(side.boxes.size());
+      side.boxes.push_back({info->local_shape, OwnedRuns(*info)});
     }
+    piece.box = box_of[sharded];
     if (source) {
       for (int i : partial_dims) {
         piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
@@ -121,14 +116,14 @@ absl::StatusOr<std::vector<TransferPiece>> MeshPieces(const TransferTensor& tens
       if (!identity.ok()) return Invalid(tensor, source, identity.status().message());
       piece.identity = *identity != PartialIdentity::kNone;
     }
-    pieces.push_back(std::move(piece));
+    side.pieces.push_back(piece);
   }
   SDRT_RETURN_IF_ERROR(CheckShardingCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, mesh,
                                                    layout.placements));
-  return pieces;
+  return side;
 }
 
-absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tensor, bool source) {
+absl::StatusOr<SideOutline> BoxPieces(const TransferTensor& tensor, bool source) {
   const std::vector<TransferBox>& boxes = (source ? tensor.source : tensor.destination).boxes;
   if (static_cast<int64_t>(boxes.size()) > kMaxTransferBoxes) {
     return Invalid(tensor, source,
@@ -136,8 +131,9 @@ absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tenso
   }
   const size_t ndim = tensor.shape.size();
   std::map<int64_t, int> per_rank;
-  std::vector<TransferPiece> pieces;
-  pieces.reserve(boxes.size());
+  SideOutline side;
+  side.pieces.reserve(boxes.size());
+  side.boxes.reserve(boxes.size());
   for (size_t b = 0; b < boxes.size(); ++b) {
     const TransferBox& box = boxes[b];
     const std::string which =
@@ -162,23 +158,22 @@ absl::StatusOr<std::vector<TransferPiece>> BoxPieces(const TransferTensor& tenso
         return Invalid(tensor, source, absl::StrCat(which, ": outside the tensor on dim ", d));
       }
     }
-    TransferPiece piece;
+    OutlinePiece piece;
     piece.rank = box.rank;
     piece.box = static_cast<int>(b);
     piece.local = per_rank[box.rank]++;
-    piece.local_shape = box.sizes;
-    piece.runs = empty ? ShardRuns(ndim) : BoxRuns(box.offsets, box.sizes);
+    side.boxes.push_back({box.sizes, empty ? ShardRuns(ndim) : BoxRuns(box.offsets, box.sizes)});
     if (!empty) {
       SDRT_RETURN_IF_ERROR(
           CheckBoxCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, box.offsets, box.sizes));
     }
-    pieces.push_back(std::move(piece));
+    side.pieces.push_back(piece);
   }
-  return pieces;
+  return side;
 }
 
-absl::StatusOr<std::vector<TransferPiece>> SidePieces(const TransferTensor& tensor, bool source,
-                                                      TransferLayoutPlan& plan) {
+absl::StatusOr<SideOutline> SidePieces(const TransferTensor& tensor, bool source,
+                                       TransferLayoutPlan& plan) {
   if (static_cast<int>(tensor.shape.size()) > kMaxTransferDims) {
     return Invalid(tensor, source,
                    absl::StrCat(tensor.shape.size(), " dims; at most ", kMaxTransferDims));
@@ -198,36 +193,49 @@ absl::StatusOr<std::vector<TransferPiece>> SidePieces(const TransferTensor& tens
 }  // namespace
 
 void PieceCache::Add(const std::string& key, Side side) {
-  const int64_t size = static_cast<int64_t>(side.pieces.size());
+  const int64_t size = static_cast<int64_t>(side.outline->size());
   if (!sides_.try_emplace(key, std::move(side)).second) return;
   order_.push_back(key);
   pieces_ += size;
   while (pieces_ > max_pieces_ && order_.size() > 1) {
     const auto oldest = sides_.find(order_.front());
-    pieces_ -= static_cast<int64_t>(oldest->second.pieces.size());
+    pieces_ -= static_cast<int64_t>(oldest->second.outline->size());
     sides_.erase(oldest);
     order_.pop_front();
   }
 }
 
+PieceList PieceCache::Whole(const std::string& key, const SideOutline& outline) {
+  const auto made = [&outline] {
+    std::vector<TransferPiece> pieces;
+    pieces.reserve(outline.size());
+    for (size_t p = 0; p < outline.size(); ++p) pieces.push_back(outline.Piece(p));
+    return PieceList(std::move(pieces));
+  };
+  const auto it = sides_.find(key);
+  if (it == sides_.end() || it->second.outline.get() != &outline) return made();
+  if (it->second.whole.size() != outline.size()) it->second.whole = made();
+  return it->second.whole;
+}
+
 absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& source_key,
                           const std::string& destination_key, PieceCache& cache,
-                          TransferLayoutPlan& plan) {
+                          TransferLayoutPlan& plan, LayoutOutlines& outlines) {
   for (const bool source : {true, false}) {
     const std::string& key = source ? source_key : destination_key;
-    PieceList& pieces = source ? plan.source : plan.destination;
+    std::shared_ptr<const SideOutline>& side = source ? outlines.source : outlines.destination;
     if (const PieceCache::Side* made = cache.Find(key)) {
-      pieces = made->pieces;
+      side = made->outline;
       if (source) {
         plan.contributions = made->contributions;
         plan.reduce_op = made->reduce_op;
       }
       continue;
     }
-    SDRT_ASSIGN_OR_RETURN(std::vector<TransferPiece> list, SidePieces(tensor, source, plan));
-    pieces = PieceList(std::move(list));
-    cache.Add(key,
-              {pieces, source ? plan.contributions : 1, source ? plan.reduce_op : ReduceOp::kSum});
+    SDRT_ASSIGN_OR_RETURN(SideOutline outline, SidePieces(tensor, source, plan));
+    side = std::make_shared<const SideOutline>(std::move(outline));
+    cache.Add(key, {side, source ? plan.contributions : 1, source ? plan.reduce_op : ReduceOp::kSum,
+                    PieceList()});
   }
   return absl::OkStatus();
 }

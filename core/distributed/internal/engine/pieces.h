@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -23,9 +24,10 @@ namespace sdrt::internal {
 class PieceCache {
  public:
   struct Side {
-    PieceList pieces;
+    std::shared_ptr<const SideOutline> outline;
     int64_t contributions = 1;
     ReduceOp reduce_op = ReduceOp::kSum;
+    PieceList whole;  // the outline's pieces whole, once a plan keeps them all (Whole)
   };
   explicit PieceCache(int64_t max_pieces) : max_pieces_(max_pieces) {}
 
@@ -35,6 +37,11 @@ class PieceCache {
   }
   void Add(const std::string& key, Side side);
 
+  // Every piece of `outline` whole (SideOutline::Piece), in its order: made once for the
+  // side cached under `key` when that is `outline`, so the plans that keep a side whole
+  // share it (a world's side under every layout of a shape); made anew otherwise.
+  PieceList Whole(const std::string& key, const SideOutline& outline);
+
  private:
   int64_t max_pieces_;
   int64_t pieces_ = 0;
@@ -42,16 +49,22 @@ class PieceCache {
   std::deque<std::string> order_;  // the keys, first made first
 };
 
-// Fills `plan` (the pieces of both sides, the Partial contributions and their op) from
-// `tensor`: one piece per mesh rank in mesh order, or one per box in box order (local = how
-// many earlier boxes share its rank). Empty pieces are kept (they have no runs on some dim).
-// Checks the tensor's dims, element and byte counts and, for sub-byte dtypes, that no piece
-// is cut inside a byte. A side whose key (source_key, destination_key) is in `cache` is
-// taken from it (the checks passed when it was made), a side made is added. Errors as
-// PlanTransfer's, naming the tensor and the side.
+// Both sides of a layout as the planner reads them.
+struct LayoutOutlines {
+  std::shared_ptr<const SideOutline> source;
+  std::shared_ptr<const SideOutline> destination;
+};
+
+// Fills `outlines` (the pieces of both sides) and `plan`'s Partial contributions and their
+// op from `tensor`: one piece per mesh rank in mesh order, or one per box in box order
+// (local = how many earlier boxes share its rank). Empty pieces are kept (they have no runs
+// on some dim). Checks the tensor's dims, element and byte counts and, for sub-byte dtypes,
+// that no piece is cut inside a byte. A side whose key (source_key, destination_key) is in
+// `cache` is taken from it (the checks passed when it was made), a side made is added.
+// Errors as PlanTransfer's, naming the tensor and the side.
 absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& source_key,
                           const std::string& destination_key, PieceCache& cache,
-                          TransferLayoutPlan& plan);
+                          TransferLayoutPlan& plan, LayoutOutlines& outlines);
 
 }  // namespace sdrt::internal
 

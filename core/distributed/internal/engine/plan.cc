@@ -28,9 +28,10 @@ constexpr int64_t kKeptCells = int64_t{1} << 16;
 
 // Plans one tensor: its moves, counted into `out` destination piece by destination piece,
 // and its optimum bytes.
-absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& tp,
+absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
+                        const SideOutline& destination, int64_t contributions,
                         const TransferPlanOptions& options, LayoutMessages& out, int64_t& optimum) {
-  const Grid grid = MakeGrid(tensor.shape, tp.source, tp.destination);
+  const Grid grid = MakeGrid(tensor.shape, source, destination);
   int64_t budget = options.max_cells;
   for (int64_t c : grid.counts) {
     if (c == 0) return absl::OkStatus();  // no elements
@@ -50,12 +51,12 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   // holders[first[i] .. first[i + 1]), in piece order.
   std::vector<int64_t> first;
   std::vector<int> holders;
-  if (!CoverCells(grid, cells, tp.source, budget, first, holders)) return too_many();
+  if (!CoverCells(grid, cells, source, budget, first, holders)) return too_many();
   // With fan-out, the destination pieces covering each cell likewise.
-  const bool fan_out = !options.node_of_rank.empty() && tp.contributions == 1;
+  const bool fan_out = !options.node_of_rank.empty() && contributions == 1;
   std::vector<int64_t> needs_first;
   std::vector<int> needs;
-  if (fan_out && !CoverCells(grid, cells, tp.destination, budget, needs_first, needs)) {
+  if (fan_out && !CoverCells(grid, cells, destination, budget, needs_first, needs)) {
     return too_many();
   }
   auto node_of = [&](int64_t rank) {
@@ -63,20 +64,20 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
                                                                     : -1 - rank;
   };
   const NodeGroups groups =
-      fan_out ? GroupByNode(needs_first, needs, tp.destination, node_of) : NodeGroups();
+      fan_out ? GroupByNode(needs_first, needs, destination, node_of) : NodeGroups();
   // Per cell, where the walk's next destination piece is in its `needs` list.
   std::vector<int64_t> next_need;
   if (fan_out) next_need.assign(needs_first.begin(), needs_first.end() - 1);
   std::vector<int> group, on_node;
   // Wire bytes each source rank sends so far, by rank.
   int64_t ranks = 0;
-  for (const TransferPiece& piece : tp.source) ranks = std::max(ranks, piece.rank + 1);
+  for (const OutlinePiece& piece : source.pieces) ranks = std::max(ranks, piece.rank + 1);
   std::vector<int64_t> sent(static_cast<size_t>(ranks));
   std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
   // The destination's cells, per box: each cell's bounds, bytes and slabs made once.
-  WalkCells destination_cells(grid, tensor.dtype, tp.destination, kKeptCells);
-  for (size_t p = 0; p < tp.destination.size(); ++p) {
-    const TransferPiece& dst = tp.destination[p];
+  WalkCells destination_cells(grid, tensor.dtype, destination, kKeptCells);
+  for (size_t p = 0; p < destination.size(); ++p) {
+    const OutlinePiece& dst = destination[p];
     if (dst.identity) continue;
     std::vector<GridCell>* cells_of_piece = destination_cells.Of(p, budget);
     if (cells_of_piece == nullptr) return too_many();
@@ -101,7 +102,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
       // cell too: they share it, each relaying a block of it to the others.
       if (fan_out && groups.shared[static_cast<size_t>(cell)] != 0 &&
           std::none_of(held.begin(), held.end(),
-                       [&](int h) { return node_of(tp.source[h].rank) == node_of(dst.rank); })) {
+                       [&](int h) { return node_of(source[h].rank) == node_of(dst.rank); })) {
         // This piece's entry in the cell's list (pieces come in order: from the last
         // piece's entry on; the piece is in the list, since it covers the cell).
         int64_t& entry = next_need[static_cast<size_t>(cell)];
@@ -110,7 +111,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
         if (groups.count[at] > 1) {
           SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
           const absl::Status shared = FanOutCell(
-              tensor.dtype, tensor.shape, tp.source, tp.destination, held,
+              tensor.dtype, tensor.shape, source, destination, held,
               absl::MakeConstSpan(groups.members).subspan(groups.first[at], groups.count[at]),
               static_cast<int>(p), cell, cells < groups.count[at], begin, end, sent, moves);
           if (!shared.ok()) return TransferInvalid(tensor, shared.message());
@@ -119,15 +120,15 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
       }
       // The holders by contribution (stable: piece order within one).
       group.assign(held.begin(), held.end());
-      if (tp.contributions > 1) {
+      if (contributions > 1) {
         std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
-          return tp.source[a].contribution < tp.source[b].contribution;
+          return source[a].contribution < source[b].contribution;
         });
       }
       size_t at = 0;
-      for (int64_t c = 0; c < tp.contributions; ++c) {
+      for (int64_t c = 0; c < contributions; ++c) {
         const size_t from = at;
-        while (at < group.size() && tp.source[group[at]].contribution == c) ++at;
+        while (at < group.size() && source[group[at]].contribution == c) ++at;
         if (at == from) {
           return TransferInvalid(
               tensor, absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
@@ -137,7 +138,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
         SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
         const absl::Span<const int> holders_c(group.data() + from, at - from);
         const auto self = std::find_if(holders_c.begin(), holders_c.end(),
-                                       [&](int h) { return tp.source[h].rank == dst.rank; });
+                                       [&](int h) { return source[h].rank == dst.rank; });
         if (self != holders_c.end()) {
           moves.push_back({*self, static_cast<int>(p), begin, end, bytes});
           optimum -= bytes;
@@ -148,12 +149,12 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
         if (fan_out) {
           on_node.clear();
           for (int h : holders_c) {
-            if (node_of(tp.source[h].rank) == node_of(dst.rank)) on_node.push_back(h);
+            if (node_of(source[h].rank) == node_of(dst.rank)) on_node.push_back(h);
           }
           if (!on_node.empty()) senders = on_node;
         }
         const absl::Status split =
-            SplitAmongHolders(tensor.dtype, tensor.shape, tp.source, senders, static_cast<int>(p),
+            SplitAmongHolders(tensor.dtype, tensor.shape, source, senders, static_cast<int>(p),
                               begin, end, grid_cell.slabs, sent, moves);
         if (!split.ok()) return TransferInvalid(tensor, split.message());
       }
@@ -163,16 +164,26 @@ absl::Status PlanTensor(const TransferTensor& tensor, const TransferLayoutPlan& 
   return absl::OkStatus();
 }
 
-// A rank's plan of a layout keeps the pieces the rank uses: its own and those its kept
-// moves name, in their order, the moves renumbered. At 1,024 ranks a layout's every piece
-// is most of what the plan would keep of it, and the verbs look for their own pieces in it
-// per tensor and call.
-void KeepRankPieces(int64_t rank, TransferLayoutPlan& tp) {
+// The pieces a plan of a layout keeps (tp.source, tp.destination) from its outlines: for a
+// plan of one rank (`rank` >= 0) of a point-to-point layout, the pieces the rank uses (its
+// own and those its kept moves name, in their order, the moves renumbered); else, or when
+// the rank uses every piece, every piece (shared through `cache` by the plans that keep a
+// side whole). At 1,024 ranks a side's every piece would be most of a rank's plan, and the
+// verbs look for their own pieces in it per tensor and call.
+void KeepPieces(int64_t rank, const LayoutOutlines& sides, const std::string& source_key,
+                const std::string& destination_key, PieceCache& cache, TransferLayoutPlan& tp) {
+  const SideOutline& source = *sides.source;
+  const SideOutline& destination = *sides.destination;
+  const auto whole = [&] {
+    tp.source = cache.Whole(source_key, source);
+    tp.destination = cache.Whole(destination_key, destination);
+  };
+  if (rank < 0 || tp.collective != Collective::kNone) return whole();
   // 1: a piece the rank uses.
-  std::vector<int> source_index(tp.source.size()), destination_index(tp.destination.size());
-  for (size_t i = 0; i < tp.source.size(); ++i) source_index[i] = tp.source[i].rank == rank;
-  for (size_t i = 0; i < tp.destination.size(); ++i) {
-    destination_index[i] = tp.destination[i].rank == rank;
+  std::vector<int> source_index(source.size()), destination_index(destination.size());
+  for (size_t i = 0; i < source.size(); ++i) source_index[i] = source[i].rank == rank;
+  for (size_t i = 0; i < destination.size(); ++i) {
+    destination_index[i] = destination[i].rank == rank;
   }
   for (const TransferMessage& message : tp.messages) {
     for (const TransferMove& move : message.moves) {
@@ -183,30 +194,28 @@ void KeepRankPieces(int64_t rank, TransferLayoutPlan& tp) {
   const auto all_used = [](const std::vector<int>& used) {
     return std::all_of(used.begin(), used.end(), [](int u) { return u == 1; });
   };
-  if (all_used(source_index) && all_used(destination_index)) return;  // sides stay shared
+  if (all_used(source_index) && all_used(destination_index)) return whole();
   // Used pieces get their new index; the others -1.
-  const auto keep = [](const PieceList& all, std::vector<int>& index) {
+  const auto keep = [](const SideOutline& all, std::vector<int>& index) {
     std::vector<TransferPiece> kept;
     for (size_t i = 0; i < index.size(); ++i) {
       if (index[i] == 1) {
         index[i] = static_cast<int>(kept.size());
-        kept.push_back(all[i]);
+        kept.push_back(all.Piece(i));
       } else {
         index[i] = -1;
       }
     }
-    return kept;
+    return PieceList(std::move(kept));
   };
-  std::vector<TransferPiece> source = keep(tp.source, source_index);
-  std::vector<TransferPiece> destination = keep(tp.destination, destination_index);
+  tp.source = keep(source, source_index);
+  tp.destination = keep(destination, destination_index);
   for (TransferMessage& message : tp.messages) {
     for (TransferMove& move : message.moves) {
       move.source = (move.forward ? destination_index : source_index)[move.source];
       move.destination = destination_index[move.destination];
     }
   }
-  tp.source = PieceList(std::move(source));
-  tp.destination = PieceList(std::move(destination));
 }
 
 // Plans the layout of `tensor`: its pieces (from `pieces` when a side was made before, by
@@ -217,13 +226,17 @@ absl::StatusOr<std::shared_ptr<const TransferLayoutPlan>> PlanLayout(
     const std::string& destination_key, PieceCache& pieces) {
   auto layout = std::make_shared<TransferLayoutPlan>();
   TransferLayoutPlan& tp = *layout;
-  SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, source_key, destination_key, pieces, tp));
-  SDRT_ASSIGN_OR_RETURN(const bool collective, PlanCollective(tensor, options, tp));
-  if (collective) return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
-  LayoutMessages messages(tensor, options, tp);
-  SDRT_RETURN_IF_ERROR(PlanTensor(tensor, tp, options, messages, tp.stats.optimum_bytes));
-  SDRT_RETURN_IF_ERROR(messages.Finish());
-  if (options.rank >= 0) KeepRankPieces(options.rank, tp);
+  LayoutOutlines sides;
+  SDRT_RETURN_IF_ERROR(LayoutPieces(tensor, source_key, destination_key, pieces, tp, sides));
+  SDRT_ASSIGN_OR_RETURN(const bool collective,
+                        PlanCollective(tensor, options, *sides.source, *sides.destination, tp));
+  if (!collective) {
+    LayoutMessages messages(tensor, options, *sides.source, *sides.destination, tp);
+    SDRT_RETURN_IF_ERROR(PlanTensor(tensor, *sides.source, *sides.destination, tp.contributions,
+                                    options, messages, tp.stats.optimum_bytes));
+    SDRT_RETURN_IF_ERROR(messages.Finish());
+  }
+  KeepPieces(options.rank, sides, source_key, destination_key, pieces, tp);
   return std::shared_ptr<const TransferLayoutPlan>(std::move(layout));
 }
 

@@ -33,7 +33,7 @@
 // Moves with the same (source piece, destination piece) are then merged along every dim
 // where they are adjacent and agree elsewhere, so messages stay large. The work is
 // proportional to the cells the pieces cover (no all-pairs scan of ranks); the geometry is
-// made once per box (the replicas of a mesh layout share one: TransferPiece::box), each
+// made once per box (the replicas of a mesh layout share one: SideOutline), each
 // box's runs, cover, cells and slab cuts, and each piece of it only chooses its senders.
 // It is done once per distinct (dtype, shape, source layout, destination layout) of a
 // plan: tensors that repeat one (every layer of a model) share its TransferLayoutPlan, so a

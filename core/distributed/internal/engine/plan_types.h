@@ -82,9 +82,39 @@ struct TransferPiece {
   // A destination piece off coordinate 0 of a Partial mesh dim: it takes nothing, and the
   // caller fills its local with the reduction's identity.
   bool identity = false;
-  // Pieces of one side with the same box id (>= 0) own the same runs: the planner covers
-  // each box once (grid.h, SideCells). -1: shares its box with no other piece.
-  int box = -1;
+};
+
+// A side of a layout as the planner reads it: per piece (mesh rank order, or box order)
+// what TransferPiece holds but its local shape and runs, which are its box's, kept once per
+// box (`boxes`: the ranks of a mesh that agree on its sharded dims share one). A world's
+// side has a piece per rank and far fewer boxes: the planner covers each box once (grid.h,
+// SideCells), and makes whole pieces (Piece) only for the plans that keep them.
+struct OutlinePiece {
+  int64_t rank = 0;
+  int64_t contribution = 0;
+  int local = 0;
+  int box = 0;  // into SideOutline::boxes
+  bool identity = false;
+};
+struct OutlineBox {
+  IntVector local_shape;
+  ShardRuns runs;
+};
+struct SideOutline {
+  std::vector<OutlinePiece> pieces;
+  std::vector<OutlineBox> boxes;
+
+  size_t size() const { return pieces.size(); }
+  const OutlinePiece& operator[](size_t p) const { return pieces[p]; }
+  const ShardRuns& runs(size_t p) const {
+    return boxes[static_cast<size_t>(pieces[p].box)].runs;
+  }
+  // Piece p whole.
+  TransferPiece Piece(size_t p) const {
+    const OutlinePiece& o = pieces[p];
+    const OutlineBox& box = boxes[static_cast<size_t>(o.box)];
+    return {o.rank, o.local, box.local_shape, box.runs, o.contribution, o.identity};
+  }
 };
 
 // One box moved: global indices [begin[d], end[d]) on every dim d (one element for a

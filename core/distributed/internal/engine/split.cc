@@ -77,9 +77,9 @@ namespace {
 // Gives `slabs` (largest first) to the holders `held` in increasing order of what their
 // ranks have sent (ties: holder order), one each (cycling when there are more slabs than
 // holders); updates `sent`.
-absl::Status AssignSlabs(const std::vector<TransferPiece>& sources, absl::Span<const int> held,
-                         int destination, const std::vector<HolderSlab>& slabs,
-                         std::vector<int64_t>& sent, std::vector<TransferMove>& moves) {
+absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held, int destination,
+                         const std::vector<HolderSlab>& slabs, std::vector<int64_t>& sent,
+                         std::vector<TransferMove>& moves) {
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
   // `sent` per holder, not per comparison (the keys are distinct: any sort gives one order).
   absl::InlinedVector<std::pair<int64_t, int>, 16> order(held.size());
@@ -117,8 +117,7 @@ absl::Status AddSlabs(DType dtype, IntSpan begin, IntSpan end, SlabCut cut, int6
 
 }  // namespace
 
-absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
-                               const std::vector<TransferPiece>& sources,
+absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
                                IntSpan end, HolderSlabs& slabs, std::vector<int64_t>& sent,
                                std::vector<TransferMove>& moves) {
@@ -143,8 +142,8 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
   return AssignSlabs(sources, held, destination, slabs.slabs, sent, moves);
 }
 
-absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
-                        const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
+absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
+                        const SideOutline& destinations, absl::Span<const int> held,
                         absl::Span<const int> group, int destination, int64_t cell, bool cut,
                         IntSpan begin, IntSpan end, std::vector<int64_t>& sent,
                         std::vector<TransferMove>& moves) {
@@ -187,7 +186,7 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPi
 }
 
 NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vector<int>& needs,
-                       const std::vector<TransferPiece>& destinations,
+                       const SideOutline& destinations,
                        const std::function<int64_t(int64_t)>& node_of) {
   NodeGroups groups;
   groups.members.resize(needs.size());

@@ -40,8 +40,7 @@ struct HolderSlabs {
 // holder order). `slabs` keeps the cut: made again when it was cut for another number of
 // holders. `sent` (wire bytes per source rank so far, indexed by rank; every holder's rank
 // below its size) is updated.
-absl::Status SplitAmongHolders(DType dtype, IntSpan shape,
-                               const std::vector<TransferPiece>& sources,
+absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& sources,
                                absl::Span<const int> held, int destination, IntSpan begin,
                                IntSpan end, HolderSlabs& slabs, std::vector<int64_t>& sent,
                                std::vector<TransferMove>& moves);
@@ -60,7 +59,7 @@ struct NodeGroups {
   std::vector<uint8_t> shared;
 };
 NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vector<int>& needs,
-                       const std::vector<TransferPiece>& destinations,
+                       const SideOutline& destinations,
                        const std::function<int64_t(int64_t)>& node_of);
 
 // Appends the moves that bring cell `cell` [begin, end) to destination piece `destination`
@@ -77,8 +76,8 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
 // wire bytes); every other member takes the block in a forward move from its relay. So
 // each slab enters the node once, and the node's ranks share the bytes from outside and
 // the forwarding alike.
-absl::Status FanOutCell(DType dtype, IntSpan shape, const std::vector<TransferPiece>& sources,
-                        const std::vector<TransferPiece>& destinations, absl::Span<const int> held,
+absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
+                        const SideOutline& destinations, absl::Span<const int> held,
                         absl::Span<const int> group, int destination, int64_t cell, bool cut,
                         IntSpan begin, IntSpan end, std::vector<int64_t>& sent,
                         std::vector<TransferMove>& moves);

@@ -1,7 +1,7 @@
 // The planner's grid (core/distributed/internal/engine/grid.h) made once per box: on seeded
-// random layouts (random.h), pieces that share a box id own the same runs, and the grid,
-// the cells each piece covers and the holders of each cell are those made piece by piece
-// (every box id -1), in the same order.
+// random layouts (random.h), each piece of a side's outline owns the runs its rank's
+// sharding gives it, and the grid, the cells each piece covers and the holders of each cell
+// are those made piece by piece (an outline of one box per piece), in the same order.
 #include "sdrt/core/distributed/internal/engine/grid.h"
 
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/engine/pieces.h"
+#include "sdrt/tensor/sharding/region_copy.h"
+#include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tests/core/distributed/internal/engine/random.h"
 #include "sdrt/tests/core/distributed/internal/engine/simulator.h"
 
@@ -18,11 +20,12 @@ namespace sdrt::test {
 namespace {
 
 using internal::Grid;
-using internal::TransferPiece;
+using internal::ShardRuns;
+using internal::SideOutline;
 
 // The cells of every piece through SideCells, in piece order (-1 between pieces; an
 // identity piece has none).
-std::vector<int64_t> AllCells(const Grid& grid, const std::vector<TransferPiece>& pieces) {
+std::vector<int64_t> AllCells(const Grid& grid, const SideOutline& pieces) {
   internal::SideCells side(grid, pieces);
   std::vector<int64_t> out;
   for (size_t p = 0; p < pieces.size(); ++p) {
@@ -36,13 +39,34 @@ std::vector<int64_t> AllCells(const Grid& grid, const std::vector<TransferPiece>
   return out;
 }
 
-std::vector<TransferPiece> WithoutBoxes(std::vector<TransferPiece> pieces) {
-  for (TransferPiece& piece : pieces) piece.box = -1;
-  return pieces;
+// The outline with a box of its own for each piece.
+SideOutline OneBoxEach(const SideOutline& side) {
+  SideOutline alone;
+  for (size_t p = 0; p < side.size(); ++p) {
+    alone.pieces.push_back(side[p]);
+    alone.pieces.back().box = static_cast<int>(p);
+    alone.boxes.push_back(side.boxes[static_cast<size_t>(side[p].box)]);
+  }
+  return alone;
+}
+
+// The runs piece p of `layout` owns, made for its rank alone.
+ShardRuns RunsOfPiece(const internal::TransferLayout& layout, IntSpan shape, size_t p) {
+  if (layout.mesh == nullptr) {
+    const internal::TransferBox& box = layout.boxes[p];
+    for (int64_t size : box.sizes) {
+      if (size == 0) return ShardRuns(shape.size());
+    }
+    return internal::BoxRuns(box.offsets, box.sizes);
+  }
+  const absl::StatusOr<LocalShardInfo> info = ComputeLocalShapeAndGlobalOffset(
+      shape, *layout.mesh, layout.placements, layout.mesh->ranks()[p]);
+  EXPECT_TRUE(info.ok()) << info.status();
+  return info.ok() ? internal::OwnedRuns(*info) : ShardRuns();
 }
 
 TEST(ReshardGridTest, BoxesCoveredOnceAsPieceByPiece) {
-  int64_t shared = 0;  // pieces that took an earlier piece's box
+  int64_t shared = 0;  // pieces that share an earlier piece's box
   for (int c = 0; c < 2000; ++c) {
     Random rng(static_cast<uint64_t>(c) * 7717u + 5u);
     const int ndim = static_cast<int>(rng.Uniform(1, 3));
@@ -58,31 +82,30 @@ TEST(ReshardGridTest, BoxesCoveredOnceAsPieceByPiece) {
                                     layout(false)};
     internal::PieceCache cache(1 << 20);
     internal::TransferLayoutPlan plan;
-    ASSERT_TRUE(internal::LayoutPieces(tensor, "source", "destination", cache, plan).ok())
+    internal::LayoutOutlines sides;
+    ASSERT_TRUE(internal::LayoutPieces(tensor, "source", "destination", cache, plan, sides).ok())
         << LayoutString(tensor.source) << " -> " << LayoutString(tensor.destination);
-    const std::vector<TransferPiece>& source = plan.source;
-    const std::vector<TransferPiece>& destination = plan.destination;
-    for (const std::vector<TransferPiece>* side : {&source, &destination}) {
-      for (size_t p = 0; p < side->size(); ++p) {
-        for (size_t q = 0; q < p; ++q) {
-          const TransferPiece& a = (*side)[p];
-          const TransferPiece& b = (*side)[q];
-          if (a.box < 0 || a.box != b.box) continue;
-          ++shared;
-          EXPECT_EQ(a.local_shape, b.local_shape) << "case " << c;
-          ASSERT_EQ(a.runs.size(), b.runs.size());
-          for (size_t d = 0; d < a.runs.size(); ++d) {
-            ASSERT_EQ(a.runs[d].size(), b.runs[d].size()) << "case " << c;
-            for (size_t r = 0; r < a.runs[d].size(); ++r) {
-              EXPECT_EQ(a.runs[d][r].global, b.runs[d][r].global) << "case " << c;
-              EXPECT_EQ(a.runs[d][r].length, b.runs[d][r].length) << "case " << c;
-            }
+    const SideOutline& source = *sides.source;
+    const SideOutline& destination = *sides.destination;
+    for (const bool is_source : {true, false}) {
+      const SideOutline& side = is_source ? source : destination;
+      const internal::TransferLayout& layout = is_source ? tensor.source : tensor.destination;
+      shared += static_cast<int64_t>(side.size() - side.boxes.size());
+      for (size_t p = 0; p < side.size(); ++p) {
+        const ShardRuns alone = RunsOfPiece(layout, shape, p);
+        const ShardRuns& runs = side.runs(p);
+        ASSERT_EQ(runs.size(), alone.size()) << "case " << c;
+        for (size_t d = 0; d < runs.size(); ++d) {
+          ASSERT_EQ(runs[d].size(), alone[d].size()) << "case " << c << " piece " << p;
+          for (size_t r = 0; r < runs[d].size(); ++r) {
+            EXPECT_EQ(runs[d][r].global, alone[d][r].global) << "case " << c;
+            EXPECT_EQ(runs[d][r].length, alone[d][r].length) << "case " << c;
           }
         }
       }
     }
-    const std::vector<TransferPiece> source_alone = WithoutBoxes(source);
-    const std::vector<TransferPiece> destination_alone = WithoutBoxes(destination);
+    const SideOutline source_alone = OneBoxEach(source);
+    const SideOutline destination_alone = OneBoxEach(destination);
     const Grid grid = internal::MakeGrid(shape, source, destination);
     const Grid alone = internal::MakeGrid(shape, source_alone, destination_alone);
     ASSERT_EQ(grid.cuts, alone.cuts) << "case " << c;
@@ -113,7 +136,7 @@ TEST(ReshardGridTest, BoxesCoveredOnceAsPieceByPiece) {
       ASSERT_GE(side.Of(p, int64_t{1} << 40), 0);
       for (int64_t limit : {0, 1, 2, 3, 5, 8}) {
         EXPECT_EQ(side.Of(p, limit) >= 0,
-                  internal::CoverOf(grid, destination[p], limit, cover) >= 0)
+                  internal::CoverOf(grid, destination.runs(p), limit, cover) >= 0)
             << "case " << c << " piece " << p << " limit " << limit;
       }
     }
@@ -129,7 +152,7 @@ TEST(ReshardGridTest, BoxesCoveredOnceAsPieceByPiece) {
     EXPECT_EQ(holders, holders_alone) << "case " << c;
     EXPECT_EQ(budget, budget_alone) << "case " << c;
   }
-  EXPECT_GT(shared, 1000);  // replicas are common in random meshes
+  EXPECT_GT(shared, 1000);  // pieces sharing a box: replicas are common in random meshes
 }
 
 // The budget counts every piece's cells, as piece by piece: a box shared by many pieces
@@ -140,18 +163,19 @@ TEST(ReshardGridTest, SharedBoxesSpendTheBudgetPerPiece) {
                                   MeshLayout({4}, {}, "[R]")};
   internal::PieceCache cache(1 << 20);
   internal::TransferLayoutPlan plan;
-  ASSERT_TRUE(internal::LayoutPieces(tensor, "s", "d", cache, plan).ok());
-  const Grid grid = internal::MakeGrid(shape, plan.source, plan.destination);
+  internal::LayoutOutlines sides;
+  ASSERT_TRUE(internal::LayoutPieces(tensor, "s", "d", cache, plan, sides).ok());
+  const Grid grid = internal::MakeGrid(shape, *sides.source, *sides.destination);
   ASSERT_EQ(grid.counts, IntVector{4});
   std::vector<int64_t> first;
   std::vector<int> holders;
   // Four destination pieces of one box, 4 cells each: 16 fit, 15 do not.
   int64_t budget = 16;
-  EXPECT_TRUE(internal::CoverCells(grid, 4, plan.destination, budget, first, holders));
+  EXPECT_TRUE(internal::CoverCells(grid, 4, *sides.destination, budget, first, holders));
   EXPECT_EQ(budget, 0);
   EXPECT_EQ(holders, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
   budget = 15;
-  EXPECT_FALSE(internal::CoverCells(grid, 4, plan.destination, budget, first, holders));
+  EXPECT_FALSE(internal::CoverCells(grid, 4, *sides.destination, budget, first, holders));
 }
 
 }  // namespace

@@ -74,6 +74,11 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
   for (const OutlinePiece& piece : source.pieces) ranks = std::max(ranks, piece.rank + 1);
   std::vector<int64_t> sent(static_cast<size_t>(ranks));
   std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
+  // The pieces of each destination box that take something: they need its cells alike.
+  std::vector<int64_t> replicas(destination.boxes.size());
+  for (const OutlinePiece& piece : destination.pieces) {
+    if (!piece.identity) ++replicas[static_cast<size_t>(piece.box)];
+  }
   // The destination's cells, per box: each cell's bounds, bytes and slabs made once.
   WalkCells destination_cells(grid, tensor.dtype, destination, kKeptCells);
   for (size_t p = 0; p < destination.size(); ++p) {
@@ -155,7 +160,8 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
         }
         const absl::Status split =
             SplitAmongHolders(tensor.dtype, tensor.shape, source, senders, static_cast<int>(p),
-                              begin, end, grid_cell.slabs, sent, moves);
+                              replicas[static_cast<size_t>(dst.box)], begin, end,
+                              grid_cell.slabs, sent, moves);
         if (!split.ok()) return TransferInvalid(tensor, split.message());
       }
     }

@@ -118,9 +118,9 @@ absl::Status AddSlabs(DType dtype, IntSpan begin, IntSpan end, SlabCut cut, int6
 }  // namespace
 
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& sources,
-                               absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, HolderSlabs& slabs, std::vector<int64_t>& sent,
-                               std::vector<TransferMove>& moves) {
+                               absl::Span<const int> held, int destination, int64_t replicas,
+                               IntSpan begin, IntSpan end, HolderSlabs& slabs,
+                               std::vector<int64_t>& sent, std::vector<TransferMove>& moves) {
   const int64_t k = static_cast<int64_t>(held.size());
   if (k == 1) {  // the common case, without the slabs' and order's allocations
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
@@ -132,12 +132,15 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& so
                      IntVector(end.begin(), end.end()), bytes});
     return absl::OkStatus();
   }
-  if (slabs.holders != k) {
-    slabs.holders = 0;
+  // Slabs per piece so that the replicas' slabs are a multiple of the holders: one (the
+  // whole cell) when the replicas are, as many as the holders when they share no factor.
+  const int64_t count = k / std::gcd(k, std::max<int64_t>(replicas, 1));
+  if (slabs.count != count) {
+    slabs.count = 0;
     slabs.slabs.clear();
-    const SlabCut cut = ChooseCut(dtype, shape, begin, end, k);
+    const SlabCut cut = ChooseCut(dtype, shape, begin, end, count);
     SDRT_RETURN_IF_ERROR(AddSlabs(dtype, begin, end, cut, 0, cut.count, slabs.slabs));
-    slabs.holders = k;
+    slabs.count = count;
   }
   return AssignSlabs(sources, held, destination, slabs.slabs, sent, moves);
 }
@@ -155,8 +158,8 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
     const int relay = group[static_cast<size_t>(cell % members)];
     if (on_relay_rank(relay)) {
       HolderSlabs slabs;
-      return SplitAmongHolders(dtype, shape, sources, held, destination, begin, end, slabs, sent,
-                               moves);
+      return SplitAmongHolders(dtype, shape, sources, held, destination, /*replicas=*/1, begin,
+                               end, slabs, sent, moves);
     }
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
     moves.push_back({relay, destination, IntVector(begin.begin(), begin.end()),

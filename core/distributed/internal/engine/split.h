@@ -23,27 +23,30 @@ struct HolderSlab {
   int64_t bytes = 0;
 };
 
-// The slabs SplitAmongHolders cut a cell into, for `holders` holders (0: none cut yet): the
+// The slabs SplitAmongHolders cut a cell into, `count` of them (0: none cut yet): the
 // planner keeps them per cell of a box, for the pieces of that box after the first.
 struct HolderSlabs {
-  int64_t holders = 0;
+  int64_t count = 0;
   std::vector<HolderSlab> slabs;
 };
 
 // Appends to `moves` the moves that bring the cell [begin, end) of a tensor of `shape` to
 // destination piece `destination` from the source pieces `held` (indices into `sources`,
-// none on the destination's rank, at least one). One holder sends the whole cell. Several
-// holders: the cell is cut into min(holders, length) slabs along its longest dim (the
-// first longest; for a sub-byte dtype the longest dim whose slabs begin and end on whole
-// bytes, else not cut), slab sizes differing by at most one index, and the slabs, largest
+// none on the destination's rank, at least one), where `replicas` destination pieces (the
+// piece's box's) need the same cell. One holder sends the whole cell. Several (k) holders:
+// the cell is cut into min(m, length) slabs, m = k / gcd(k, replicas) (so the replicas'
+// slabs together are a multiple of the holders: the whole cell when the replicas are a
+// multiple of k, one slab per holder when they share no factor), along its longest dim
+// (the first longest; for a sub-byte dtype the longest dim whose slabs begin and end on
+// whole bytes, else not cut), slab sizes differing by at most one index; the slabs, largest
 // first, go to the holders in increasing order of what their ranks have sent so far (ties:
-// holder order). `slabs` keeps the cut: made again when it was cut for another number of
-// holders. `sent` (wire bytes per source rank so far, indexed by rank; every holder's rank
-// below its size) is updated.
+// holder order), so the replicas take the holders in turn. `slabs` keeps the cut: made
+// again when it was cut into another number of slabs. `sent` (wire bytes per source rank so
+// far, indexed by rank; every holder's rank below its size) is updated.
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& sources,
-                               absl::Span<const int> held, int destination, IntSpan begin,
-                               IntSpan end, HolderSlabs& slabs, std::vector<int64_t>& sent,
-                               std::vector<TransferMove>& moves);
+                               absl::Span<const int> held, int destination, int64_t replicas,
+                               IntSpan begin, IntSpan end, HolderSlabs& slabs,
+                               std::vector<int64_t>& sent, std::vector<TransferMove>& moves);
 
 // With fan-out, the pieces of each node that need each cell: for the CSR lists of the
 // destination pieces covering each cell (needs[needs_first[c] .. needs_first[c + 1]), in

@@ -23,7 +23,7 @@ Grid MakeGrid(IntSpan shape, const SideOutline& a, const SideOutline& b) {
   for (size_t d = 0; d < shape.size(); ++d) grid.cuts[d] = {0, shape[d]};
   for (const SideOutline* side : {&a, &b}) {
     std::vector<bool> read(side->boxes.size());
-    for (const OutlinePiece& piece : side->pieces) {
+    for (const OutlinePiece& piece : side->pieces()) {
       if (piece.identity) continue;                        // takes nothing
       if (read[static_cast<size_t>(piece.box)]) continue;  // its box's cuts are in
       read[static_cast<size_t>(piece.box)] = true;

@@ -15,7 +15,7 @@ namespace {
 int64_t RanksOf(const SideOutline& source, const SideOutline& destination) {
   int64_t ranks = 0;
   for (const SideOutline* side : {&source, &destination}) {
-    for (const OutlinePiece& piece : side->pieces) ranks = std::max(ranks, piece.rank + 1);
+    for (const OutlinePiece& piece : side->pieces()) ranks = std::max(ranks, piece.rank + 1);
   }
   return ranks;
 }
@@ -90,7 +90,7 @@ LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanO
       counted_by_(static_cast<size_t>(ranks), -1),
       forwarded_by_(counted_by_) {
   std::vector<bool> seen(counted_by_.size());
-  for (const OutlinePiece& piece : destination.pieces) {
+  for (const OutlinePiece& piece : destination.pieces()) {
     if (seen[static_cast<size_t>(piece.rank)]) one_piece_per_rank_ = false;
     seen[static_cast<size_t>(piece.rank)] = true;
   }

@@ -1,10 +1,13 @@
 #include "sdrt/core/distributed/internal/engine/pieces.h"
 
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sdrt/core/distributed/internal/byte_codec.h"
 #include "sdrt/core/distributed/internal/engine/reduce.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/distribute.h"
@@ -23,9 +26,66 @@ absl::Status Invalid(const TransferTensor& tensor, bool source, absl::string_vie
   return absl::InvalidArgumentError(absl::StrCat(Where(tensor, source), ": ", what));
 }
 
+// The pieces of a mesh side but their boxes' runs (PieceCache::Pattern), `partial_dims`
+// its Partial mesh dims.
+absl::StatusOr<PieceCache::Pattern> MeshPattern(const TransferTensor& tensor, bool source,
+                                                const std::vector<int>& partial_dims) {
+  const TransferLayout& layout = source ? tensor.source : tensor.destination;
+  const DeviceMesh& mesh = *layout.mesh;
+  std::vector<OutlinePiece> pieces;
+  pieces.reserve(mesh.ranks().size());
+  PieceCache::Pattern pattern;
+  // A rank's runs follow from its coordinates on the sharded mesh dims alone (Replicate and
+  // Partial leave the shape alone): the ranks that agree on those share a box, made for
+  // the first of them. Per row-major index of those coordinates, its box, or -1.
+  std::vector<int> box_of(mesh.ranks().size(), -1);
+  IntVector coordinate(static_cast<size_t>(mesh.ndim()));
+  for (size_t m = 0; m < mesh.ranks().size(); ++m) {
+    const int64_t rank = mesh.ranks()[m];
+    if (rank < 0 || rank >= kMaxMeshRanks) {
+      return Invalid(tensor, source,
+                     absl::StrCat("rank ", rank, " outside [0, ", kMaxMeshRanks, ")"));
+    }
+    int64_t rest = static_cast<int64_t>(m);  // mesh order is row-major over the coordinates
+    for (int d = mesh.ndim() - 1; d >= 0; --d) {
+      coordinate[d] = rest % mesh.size(d);
+      rest /= mesh.size(d);
+    }
+    size_t sharded = 0;
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      const Placement::Kind kind = layout.placements[d].kind();
+      if (kind == Placement::Kind::kShard || kind == Placement::Kind::kStridedShard) {
+        sharded = sharded * static_cast<size_t>(mesh.size(d)) + static_cast<size_t>(coordinate[d]);
+      }
+    }
+    OutlinePiece piece;
+    piece.rank = rank;
+    if (box_of[sharded] < 0) {
+      box_of[sharded] = static_cast<int>(pattern.box_ranks.size());
+      pattern.box_ranks.push_back(rank);
+    }
+    piece.box = box_of[sharded];
+    if (source) {
+      for (int i : partial_dims) {
+        piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
+      }
+    } else if (!partial_dims.empty()) {
+      // DistributeTensor's rule: the reduction's identity off coordinate 0 of a sum or
+      // product mesh dim; the value itself for avg, min and max.
+      absl::StatusOr<PartialIdentity> identity =
+          PartialIdentityOf(mesh, layout.placements, coordinate);
+      if (!identity.ok()) return Invalid(tensor, source, identity.status().message());
+      piece.identity = *identity != PartialIdentity::kNone;
+    }
+    pieces.push_back(piece);
+  }
+  pattern.pieces = std::make_shared<const std::vector<OutlinePiece>>(std::move(pieces));
+  return pattern;
+}
+
 // The pieces of a mesh layout; for a Partial source also the contributions and their op,
 // for a Partial destination the pieces off coordinate 0 marked `identity`.
-absl::StatusOr<SideOutline> MeshPieces(const TransferTensor& tensor, bool source,
+absl::StatusOr<SideOutline> MeshPieces(const TransferTensor& tensor, bool source, PieceCache& cache,
                                        TransferLayoutPlan& plan) {
   const TransferLayout& layout = source ? tensor.source : tensor.destination;
   const DeviceMesh& mesh = *layout.mesh;
@@ -69,54 +129,29 @@ absl::StatusOr<SideOutline> MeshPieces(const TransferTensor& tensor, bool source
                                     ? "; avg divides, for floating dtypes only, as PyTorch's)"
                                     : ")"));
   }
+  // The ranks' boxes, contributions and identities follow from the mesh and the kinds of
+  // its placements alone: made once per plan for the sides that share those.
+  std::string key;
+  PutU64(&key, reinterpret_cast<uintptr_t>(&mesh));
+  PutU64(&key, source ? 1 : 0);
+  for (const Placement& p : layout.placements) {
+    const bool sharded =
+        p.kind() == Placement::Kind::kShard || p.kind() == Placement::Kind::kStridedShard;
+    PutU64(&key, p.is_partial() ? 2 + static_cast<uint64_t>(p.reduce_op()) : sharded ? 1 : 0);
+  }
+  const PieceCache::Pattern* pattern = cache.FindPattern(key);
+  if (pattern == nullptr) {
+    SDRT_ASSIGN_OR_RETURN(PieceCache::Pattern made, MeshPattern(tensor, source, partial_dims));
+    pattern = &cache.AddPattern(std::move(key), std::move(made));
+  }
   SideOutline side;
-  side.pieces.reserve(mesh.ranks().size());
-  // A rank's runs follow from its coordinates on the sharded mesh dims alone (Replicate and
-  // Partial leave the shape alone): the ranks that agree on those share a box, made for
-  // the first of them. Per row-major index of those coordinates, its box, or -1.
-  std::vector<int> box_of(mesh.ranks().size(), -1);
-  IntVector coordinate(static_cast<size_t>(mesh.ndim()));
-  for (size_t m = 0; m < mesh.ranks().size(); ++m) {
-    const int64_t rank = mesh.ranks()[m];
-    if (rank < 0 || rank >= kMaxMeshRanks) {
-      return Invalid(tensor, source,
-                     absl::StrCat("rank ", rank, " outside [0, ", kMaxMeshRanks, ")"));
-    }
-    int64_t rest = static_cast<int64_t>(m);  // mesh order is row-major over the coordinates
-    for (int d = mesh.ndim() - 1; d >= 0; --d) {
-      coordinate[d] = rest % mesh.size(d);
-      rest /= mesh.size(d);
-    }
-    size_t sharded = 0;
-    for (int d = 0; d < mesh.ndim(); ++d) {
-      const Placement::Kind kind = layout.placements[d].kind();
-      if (kind == Placement::Kind::kShard || kind == Placement::Kind::kStridedShard) {
-        sharded = sharded * static_cast<size_t>(mesh.size(d)) + static_cast<size_t>(coordinate[d]);
-      }
-    }
-    OutlinePiece piece;
-    piece.rank = rank;
-    if (box_of[sharded] < 0) {
-      absl::StatusOr<LocalShardInfo> info =
-          ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
-      if (!info.ok()) return Invalid(tensor, source, info.status().message());
-      box_of[sharded] = static_cast<int>(side.boxes.size());
-      side.boxes.push_back({info->local_shape, OwnedRuns(*info)});
-    }
-    piece.box = box_of[sharded];
-    if (source) {
-      for (int i : partial_dims) {
-        piece.contribution = piece.contribution * mesh.size(i) + coordinate[i];
-      }
-    } else if (!partial_dims.empty()) {
-      // DistributeTensor's rule: the reduction's identity off coordinate 0 of a sum or
-      // product mesh dim; the value itself for avg, min and max.
-      absl::StatusOr<PartialIdentity> identity =
-          PartialIdentityOf(mesh, layout.placements, coordinate);
-      if (!identity.ok()) return Invalid(tensor, source, identity.status().message());
-      piece.identity = *identity != PartialIdentity::kNone;
-    }
-    side.pieces.push_back(piece);
+  side.shared_pieces = pattern->pieces;
+  side.boxes.reserve(pattern->box_ranks.size());
+  for (int64_t rank : pattern->box_ranks) {
+    absl::StatusOr<LocalShardInfo> info =
+        ComputeLocalShapeAndGlobalOffset(tensor.shape, mesh, layout.placements, rank);
+    if (!info.ok()) return Invalid(tensor, source, info.status().message());
+    side.boxes.push_back({info->local_shape, OwnedRuns(*info)});
   }
   SDRT_RETURN_IF_ERROR(CheckShardingCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, mesh,
                                                    layout.placements));
@@ -131,8 +166,9 @@ absl::StatusOr<SideOutline> BoxPieces(const TransferTensor& tensor, bool source)
   }
   const size_t ndim = tensor.shape.size();
   std::map<int64_t, int> per_rank;
+  std::vector<OutlinePiece> pieces;
+  pieces.reserve(boxes.size());
   SideOutline side;
-  side.pieces.reserve(boxes.size());
   side.boxes.reserve(boxes.size());
   for (size_t b = 0; b < boxes.size(); ++b) {
     const TransferBox& box = boxes[b];
@@ -167,12 +203,13 @@ absl::StatusOr<SideOutline> BoxPieces(const TransferTensor& tensor, bool source)
       SDRT_RETURN_IF_ERROR(
           CheckBoxCutsWholeBytes(tensor.name, tensor.dtype, tensor.shape, box.offsets, box.sizes));
     }
-    side.pieces.push_back(piece);
+    pieces.push_back(piece);
   }
+  side.shared_pieces = std::make_shared<const std::vector<OutlinePiece>>(std::move(pieces));
   return side;
 }
 
-absl::StatusOr<SideOutline> SidePieces(const TransferTensor& tensor, bool source,
+absl::StatusOr<SideOutline> SidePieces(const TransferTensor& tensor, bool source, PieceCache& cache,
                                        TransferLayoutPlan& plan) {
   if (static_cast<int>(tensor.shape.size()) > kMaxTransferDims) {
     return Invalid(tensor, source,
@@ -186,7 +223,7 @@ absl::StatusOr<SideOutline> SidePieces(const TransferTensor& tensor, bool source
   if (layout.mesh != nullptr && !layout.boxes.empty()) {
     return Invalid(tensor, source, "a layout is a mesh or boxes, not both");
   }
-  if (layout.mesh != nullptr) return MeshPieces(tensor, source, plan);
+  if (layout.mesh != nullptr) return MeshPieces(tensor, source, cache, plan);
   return BoxPieces(tensor, source);
 }
 
@@ -203,6 +240,15 @@ void PieceCache::Add(const std::string& key, Side side) {
     sides_.erase(oldest);
     order_.pop_front();
   }
+}
+
+const PieceCache::Pattern& PieceCache::AddPattern(std::string key, Pattern pattern) {
+  pattern_pieces_ += static_cast<int64_t>(pattern.pieces->size());
+  if (pattern_pieces_ > max_pieces_) {  // dropped all at once: a plan has few
+    patterns_.clear();
+    pattern_pieces_ = static_cast<int64_t>(pattern.pieces->size());
+  }
+  return patterns_.insert_or_assign(std::move(key), std::move(pattern)).first->second;
 }
 
 PieceList PieceCache::Whole(const std::string& key, const SideOutline& outline) {
@@ -232,7 +278,7 @@ absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& sourc
       }
       continue;
     }
-    SDRT_ASSIGN_OR_RETURN(SideOutline outline, SidePieces(tensor, source, plan));
+    SDRT_ASSIGN_OR_RETURN(SideOutline outline, SidePieces(tensor, source, cache, plan));
     side = std::make_shared<const SideOutline>(std::move(outline));
     cache.Add(key, {side, source ? plan.contributions : 1, source ? plan.reduce_op : ReduceOp::kSum,
                     PieceList()});

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -37,6 +38,22 @@ class PieceCache {
   }
   void Add(const std::string& key, Side side);
 
+  // The pieces of a mesh side but their boxes' runs: per rank its box (the ranks that agree
+  // on the sharded mesh dims share one, numbered in mesh order), contribution and identity,
+  // and the first rank of each box. They follow from the mesh and the kinds of its
+  // placements (and their reduce ops) alone, not the tensor's shape: kept by a key of those
+  // for the sides that share them, all dropped once they hold more than `max_pieces`.
+  struct Pattern {
+    std::shared_ptr<const std::vector<OutlinePiece>> pieces;
+    std::vector<int64_t> box_ranks;
+  };
+  const Pattern* FindPattern(const std::string& key) const {
+    const auto it = patterns_.find(key);
+    return it == patterns_.end() ? nullptr : &it->second;
+  }
+  // Valid until the next AddPattern.
+  const Pattern& AddPattern(std::string key, Pattern pattern);
+
   // Every piece of `outline` whole (SideOutline::Piece), in its order: made once for the
   // side cached under `key` when that is `outline`, so the plans that keep a side whole
   // share it (a world's side under every layout of a shape); made anew otherwise.
@@ -47,6 +64,8 @@ class PieceCache {
   int64_t pieces_ = 0;
   absl::flat_hash_map<std::string, Side> sides_;
   std::deque<std::string> order_;  // the keys, first made first
+  absl::flat_hash_map<std::string, Pattern> patterns_;
+  int64_t pattern_pieces_ = 0;
 };
 
 // Both sides of a layout as the planner reads them.

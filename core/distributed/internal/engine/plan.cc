@@ -71,12 +71,12 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
   std::vector<int> group, on_node;
   // Wire bytes each source rank sends so far, by rank.
   int64_t ranks = 0;
-  for (const OutlinePiece& piece : source.pieces) ranks = std::max(ranks, piece.rank + 1);
+  for (const OutlinePiece& piece : source.pieces()) ranks = std::max(ranks, piece.rank + 1);
   std::vector<int64_t> sent(static_cast<size_t>(ranks));
   std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
   // The pieces of each destination box that take something: they need its cells alike.
   std::vector<int64_t> replicas(destination.boxes.size());
-  for (const OutlinePiece& piece : destination.pieces) {
+  for (const OutlinePiece& piece : destination.pieces()) {
     if (!piece.identity) ++replicas[static_cast<size_t>(piece.box)];
   }
   // The destination's cells, per box: each cell's bounds, bytes and slabs made once.
@@ -158,10 +158,9 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
           }
           if (!on_node.empty()) senders = on_node;
         }
-        const absl::Status split =
-            SplitAmongHolders(tensor.dtype, tensor.shape, source, senders, static_cast<int>(p),
-                              replicas[static_cast<size_t>(dst.box)], begin, end,
-                              grid_cell.slabs, sent, moves);
+        const absl::Status split = SplitAmongHolders(
+            tensor.dtype, tensor.shape, source, senders, static_cast<int>(p),
+            replicas[static_cast<size_t>(dst.box)], begin, end, grid_cell.slabs, sent, moves);
         if (!split.ok()) return TransferInvalid(tensor, split.message());
       }
     }

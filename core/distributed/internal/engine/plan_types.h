@@ -101,17 +101,19 @@ struct OutlineBox {
   ShardRuns runs;
 };
 struct SideOutline {
-  std::vector<OutlinePiece> pieces;
+  // Shared by the sides of one mesh and placement kinds (their shapes differ in the runs).
+  std::shared_ptr<const std::vector<OutlinePiece>> shared_pieces;
   std::vector<OutlineBox> boxes;
 
-  size_t size() const { return pieces.size(); }
-  const OutlinePiece& operator[](size_t p) const { return pieces[p]; }
+  const std::vector<OutlinePiece>& pieces() const { return *shared_pieces; }
+  size_t size() const { return shared_pieces->size(); }
+  const OutlinePiece& operator[](size_t p) const { return (*shared_pieces)[p]; }
   const ShardRuns& runs(size_t p) const {
-    return boxes[static_cast<size_t>(pieces[p].box)].runs;
+    return boxes[static_cast<size_t>((*this)[p].box)].runs;
   }
   // Piece p whole.
   TransferPiece Piece(size_t p) const {
-    const OutlinePiece& o = pieces[p];
+    const OutlinePiece& o = (*this)[p];
     const OutlineBox& box = boxes[static_cast<size_t>(o.box)];
     return {o.rank, o.local, box.local_shape, box.runs, o.contribution, o.identity};
   }

@@ -42,11 +42,12 @@ std::vector<int64_t> AllCells(const Grid& grid, const SideOutline& pieces) {
 // The outline with a box of its own for each piece.
 SideOutline OneBoxEach(const SideOutline& side) {
   SideOutline alone;
+  std::vector<internal::OutlinePiece> pieces = side.pieces();
   for (size_t p = 0; p < side.size(); ++p) {
-    alone.pieces.push_back(side[p]);
-    alone.pieces.back().box = static_cast<int>(p);
+    pieces[p].box = static_cast<int>(p);
     alone.boxes.push_back(side.boxes[static_cast<size_t>(side[p].box)]);
   }
+  alone.shared_pieces = std::make_shared<const std::vector<internal::OutlinePiece>>(pieces);
   return alone;
 }
 

@@ -29,18 +29,21 @@ int64_t NodesOf(const TransferPlanOptions& options) {
   return nodes;
 }
 
-// A move's sending rank and contribution (a forward's: its relay's, 0).
-int64_t FromOf(const SideOutline& source, const SideOutline& destination, const TransferMove& m) {
+// A move's sending rank and contribution (a forward's: its relay's, 0), of a TransferMove
+// or a PlannedMove.
+template <typename Move>
+int64_t FromOf(const SideOutline& source, const SideOutline& destination, const Move& m) {
   return m.forward ? destination[m.source].rank : source[m.source].rank;
 }
-int64_t ContributionOf(const SideOutline& source, const TransferMove& m) {
+template <typename Move>
+int64_t ContributionOf(const SideOutline& source, const Move& m) {
   return m.forward ? int64_t{0} : source[m.source].contribution;
 }
 
 // A message's key: (forward, contribution, from, to) packed (contribution and ranks below
 // 2^20, kMaxMeshRanks).
-uint64_t MessageKey(const SideOutline& source, const SideOutline& destination,
-                    const TransferMove& m) {
+template <typename Move>
+uint64_t MessageKey(const SideOutline& source, const SideOutline& destination, const Move& m) {
   return (uint64_t{m.forward} << 62) | (static_cast<uint64_t>(ContributionOf(source, m)) << 40) |
          (static_cast<uint64_t>(FromOf(source, destination, m)) << 20) |
          static_cast<uint64_t>(destination[m.destination].rank);
@@ -48,7 +51,9 @@ uint64_t MessageKey(const SideOutline& source, const SideOutline& destination,
 
 }  // namespace
 
-PerRankBytes::PerRankBytes(int64_t dense) : bytes_(static_cast<size_t>(dense), kUnset) {}
+PerRankBytes::PerRankBytes(int64_t dense) : bytes_(static_cast<size_t>(dense), kUnset) {
+  indices_.reserve(bytes_.size());  // most layouts of a world add to most ranks
+}
 
 absl::Status PerRankBytes::AddSparse(int64_t index, int64_t bytes, const TransferTensor& tensor) {
   int64_t& total = sparse_.try_emplace(index, kUnset).first->second;
@@ -60,12 +65,19 @@ absl::Status PerRankBytes::AddSparse(int64_t index, int64_t bytes, const Transfe
 }
 
 void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
-  std::sort(indices_.begin(), indices_.end());
   out.clear();
   out.reserve(indices_.size());
+  const auto dense = [&](int64_t i) { return i >= 0 && i < static_cast<int64_t>(bytes_.size()); };
+  if (sparse_.empty() && indices_.size() * 8 >= bytes_.size()) {
+    // Most of the dense indices: read in order rather than sorted.
+    for (size_t i = 0; i < bytes_.size(); ++i) {
+      if (bytes_[i] != kUnset) out.emplace_back(static_cast<int64_t>(i), bytes_[i]);
+    }
+    return;
+  }
+  std::sort(indices_.begin(), indices_.end());
   for (int64_t i : indices_) {
-    const bool dense = i >= 0 && i < static_cast<int64_t>(bytes_.size());
-    out.emplace_back(i, dense ? bytes_[static_cast<size_t>(i)] : sparse_.at(i));
+    out.emplace_back(i, dense(i) ? bytes_[static_cast<size_t>(i)] : sparse_.at(i));
   }
 }
 
@@ -96,10 +108,11 @@ LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanO
   }
 }
 
-absl::Status LayoutMessages::Count(int destination, std::vector<TransferMove>& moves) {
+absl::Status LayoutMessages::Count(int destination, std::vector<PlannedMove>& moves) {
   TransferPlanStats& stats = tp_.stats;
   const int64_t to = destination_[destination].rank;
-  for (TransferMove& move : moves) {
+  const size_t ndim = tensor_.shape.size();
+  for (const PlannedMove& move : moves) {
     const int64_t from = FromOf(source_, destination_, move);
     if (one_piece_per_rank_ && ContributionOf(source_, move) == 0) {
       int& counted = (move.forward ? forwarded_by_ : counted_by_)[static_cast<size_t>(from)];
@@ -121,7 +134,8 @@ absl::Status LayoutMessages::Count(int destination, std::vector<TransferMove>& m
       SDRT_RETURN_IF_ERROR(received_.Add(to, move.bytes, tensor_));
     }
     if (options_.rank < 0 || from == options_.rank || to == options_.rank) {
-      kept_.push_back(std::move(move));
+      kept_.push_back({move.source, move.destination, IntVector(move.begin, move.begin + ndim),
+                       IntVector(move.end, move.end + ndim), move.bytes, move.forward});
     }
   }
   moves.clear();

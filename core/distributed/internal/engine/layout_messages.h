@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "sdrt/core/distributed/internal/engine/grid.h"
 #include "sdrt/core/distributed/internal/engine/plan_types.h"
+#include "sdrt/core/distributed/internal/engine/split.h"
 
 namespace sdrt::internal {
 
@@ -59,10 +60,11 @@ class LayoutMessages {
   LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,
                  const SideOutline& source, const SideOutline& destination, TransferLayoutPlan& tp);
 
-  // Counts `moves`, every move to destination piece `destination` (each piece's moves in
-  // one call), keeps options.rank's and clears `moves` (its capacity stays, for the next
-  // piece). InvalidArgument naming the tensor when a byte count overflows.
-  absl::Status Count(int destination, std::vector<TransferMove>& moves);
+  // Counts `moves`, every move to destination piece `destination` (a piece's moves in one
+  // call or several, the pieces in order), keeps options.rank's (made whole: their boxes
+  // copied) and clears `moves` (its capacity stays). InvalidArgument naming the tensor when
+  // a byte count overflows.
+  absl::Status Count(int destination, std::vector<PlannedMove>& moves);
 
   // Writes tp.messages and the per-rank lists, once every piece is counted.
   absl::Status Finish();

@@ -73,7 +73,10 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
   int64_t ranks = 0;
   for (const OutlinePiece& piece : source.pieces()) ranks = std::max(ranks, piece.rank + 1);
   std::vector<int64_t> sent(static_cast<size_t>(ranks));
-  std::vector<TransferMove> moves;  // one destination piece's, counted after each piece
+  // A cell's moves, counted as soon as made (their boxes are read from the cell's, its
+  // slabs' and `scratch`'s, which the next cell or contribution may cut again).
+  std::vector<PlannedMove> moves;
+  FanOutScratch scratch;
   // The pieces of each destination box that take something: they need its cells alike.
   std::vector<int64_t> replicas(destination.boxes.size());
   for (const OutlinePiece& piece : destination.pieces()) {
@@ -118,8 +121,10 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
           const absl::Status shared = FanOutCell(
               tensor.dtype, tensor.shape, source, destination, held,
               absl::MakeConstSpan(groups.members).subspan(groups.first[at], groups.count[at]),
-              static_cast<int>(p), cell, cells < groups.count[at], begin, end, sent, moves);
+              static_cast<int>(p), cell, cells < groups.count[at], begin, end, scratch, sent,
+              moves);
           if (!shared.ok()) return TransferInvalid(tensor, shared.message());
+          SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
           continue;
         }
       }
@@ -145,8 +150,9 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
         const auto self = std::find_if(holders_c.begin(), holders_c.end(),
                                        [&](int h) { return source[h].rank == dst.rank; });
         if (self != holders_c.end()) {
-          moves.push_back({*self, static_cast<int>(p), begin, end, bytes});
+          moves.push_back({*self, static_cast<int>(p), begin.data(), end.data(), bytes});
           optimum -= bytes;
+          SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
           continue;
         }
         // With nodes, holders on the piece's node send when there are any.
@@ -162,9 +168,9 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
             tensor.dtype, tensor.shape, source, senders, static_cast<int>(p),
             replicas[static_cast<size_t>(dst.box)], begin, end, grid_cell.slabs, sent, moves);
         if (!split.ok()) return TransferInvalid(tensor, split.message());
+        SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
       }
     }
-    SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
   }
   return absl::OkStatus();
 }

@@ -79,7 +79,7 @@ namespace {
 // holders); updates `sent`.
 absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held, int destination,
                          const std::vector<HolderSlab>& slabs, std::vector<int64_t>& sent,
-                         std::vector<TransferMove>& moves) {
+                         std::vector<PlannedMove>& moves) {
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
   // `sent` per holder, not per comparison (the keys are distinct: any sort gives one order).
   absl::InlinedVector<std::pair<int64_t, int>, 16> order(held.size());
@@ -95,7 +95,8 @@ absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held,
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
     const int source = held[order[i % used].second];
-    moves.push_back({source, destination, slabs[i].begin, slabs[i].end, slabs[i].bytes});
+    moves.push_back(
+        {source, destination, slabs[i].begin.data(), slabs[i].end.data(), slabs[i].bytes});
     int64_t& total = sent[static_cast<size_t>(sources[source].rank)];
     if (__builtin_add_overflow(total, slabs[i].bytes, &total)) {
       return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
@@ -120,7 +121,7 @@ absl::Status AddSlabs(DType dtype, IntSpan begin, IntSpan end, SlabCut cut, int6
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& sources,
                                absl::Span<const int> held, int destination, int64_t replicas,
                                IntSpan begin, IntSpan end, HolderSlabs& slabs,
-                               std::vector<int64_t>& sent, std::vector<TransferMove>& moves) {
+                               std::vector<int64_t>& sent, std::vector<PlannedMove>& moves) {
   const int64_t k = static_cast<int64_t>(held.size());
   if (k == 1) {  // the common case, without the slabs' and order's allocations
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
@@ -128,8 +129,7 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& so
     if (__builtin_add_overflow(total, bytes, &total)) {
       return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
     }
-    moves.push_back({held[0], destination, IntVector(begin.begin(), begin.end()),
-                     IntVector(end.begin(), end.end()), bytes});
+    moves.push_back({held[0], destination, begin.data(), end.data(), bytes});
     return absl::OkStatus();
   }
   // Slabs per piece so that the replicas' slabs are a multiple of the holders: one (the
@@ -148,8 +148,8 @@ absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& so
 absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
                         const SideOutline& destinations, absl::Span<const int> held,
                         absl::Span<const int> group, int destination, int64_t cell, bool cut,
-                        IntSpan begin, IntSpan end, std::vector<int64_t>& sent,
-                        std::vector<TransferMove>& moves) {
+                        IntSpan begin, IntSpan end, FanOutScratch& scratch,
+                        std::vector<int64_t>& sent, std::vector<PlannedMove>& moves) {
   const int64_t members = static_cast<int64_t>(group.size());
   const auto on_relay_rank = [&](int relay) {
     return relay == destination || destinations[relay].rank == destinations[destination].rank;
@@ -157,18 +157,22 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
   if (!cut) {  // the whole cell: from the holders as without nodes, or from its relay
     const int relay = group[static_cast<size_t>(cell % members)];
     if (on_relay_rank(relay)) {
-      HolderSlabs slabs;
-      return SplitAmongHolders(dtype, shape, sources, held, destination, /*replicas=*/1, begin,
-                               end, slabs, sent, moves);
+      scratch.whole.count = 0;  // cut for this cell
+      return SplitAmongHolders(dtype, shape, sources, held, destination, /*replicas=*/1, begin, end,
+                               scratch.whole, sent, moves);
     }
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, begin, end));
-    moves.push_back({relay, destination, IntVector(begin.begin(), begin.end()),
-                     IntVector(end.begin(), end.end()), bytes, /*forward=*/true});
+    moves.push_back({relay, destination, begin.data(), end.data(), bytes, /*forward=*/true});
     return absl::OkStatus();
   }
   const SlabCut slabs =
       ChooseCut(dtype, shape, begin, end, std::max(static_cast<int64_t>(held.size()), members));
-  std::vector<HolderSlab> taken;  // the slabs this piece takes from the holders
+  std::vector<HolderSlab>& taken = scratch.taken;  // the slabs this piece takes from the holders
+  std::vector<HolderSlab>& blocks = scratch.blocks;
+  std::vector<int>& relays = scratch.relays;  // of the blocks
+  taken.clear();
+  blocks.clear();
+  relays.clear();
   for (int64_t j = 0; j < members; ++j) {
     // Block j: the slabs i with i x members / count == j.
     const int64_t from = (j * slabs.count + members - 1) / members;
@@ -181,8 +185,12 @@ absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
     }
     Slab block = SlabRange(begin, end, slabs, from, to);
     SDRT_ASSIGN_OR_RETURN(const int64_t bytes, BoxBytes(dtype, block.first, block.second));
-    moves.push_back({relay, destination, std::move(block.first), std::move(block.second), bytes,
-                     /*forward=*/true});
+    blocks.push_back({std::move(block.first), std::move(block.second), bytes});
+    relays.push_back(relay);
+  }
+  for (size_t b = 0; b < blocks.size(); ++b) {  // the blocks stay put from here on
+    moves.push_back({relays[b], destination, blocks[b].begin.data(), blocks[b].end.data(),
+                     blocks[b].bytes, /*forward=*/true});
   }
   // Largest first, as AssignSlabs takes them (the larger slabs come first).
   return AssignSlabs(sources, held, destination, taken, sent, moves);

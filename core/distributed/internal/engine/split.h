@@ -23,6 +23,18 @@ struct HolderSlab {
   int64_t bytes = 0;
 };
 
+// A move as the planner's walk makes it: a TransferMove whose box, `begin` and `end` (the
+// tensor's ndim indices each), is read from the walk's cells and slabs, which stay put until
+// the move is counted (LayoutMessages::Count makes the moves a plan keeps whole).
+struct PlannedMove {
+  int source = 0;
+  int destination = 0;
+  const int64_t* begin = nullptr;
+  const int64_t* end = nullptr;
+  int64_t bytes = 0;
+  bool forward = false;
+};
+
 // The slabs SplitAmongHolders cut a cell into, `count` of them (0: none cut yet): the
 // planner keeps them per cell of a box, for the pieces of that box after the first.
 struct HolderSlabs {
@@ -46,7 +58,7 @@ struct HolderSlabs {
 absl::Status SplitAmongHolders(DType dtype, IntSpan shape, const SideOutline& sources,
                                absl::Span<const int> held, int destination, int64_t replicas,
                                IntSpan begin, IntSpan end, HolderSlabs& slabs,
-                               std::vector<int64_t>& sent, std::vector<TransferMove>& moves);
+                               std::vector<int64_t>& sent, std::vector<PlannedMove>& moves);
 
 // With fan-out, the pieces of each node that need each cell: for the CSR lists of the
 // destination pieces covering each cell (needs[needs_first[c] .. needs_first[c + 1]), in
@@ -65,6 +77,15 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
                        const SideOutline& destinations,
                        const std::function<int64_t(int64_t)>& node_of);
 
+// The boxes FanOutCell's moves read, kept by the caller until they are counted (and
+// reused for the next cell).
+struct FanOutScratch {
+  std::vector<HolderSlab> taken;   // the slabs the piece takes from the holders
+  std::vector<HolderSlab> blocks;  // the blocks it takes from relays
+  std::vector<int> relays;         // of the blocks
+  HolderSlabs whole;               // the cell's slabs, when the piece takes it whole
+};
+
 // Appends the moves that bring cell `cell` [begin, end) to destination piece `destination`
 // when no holder is on its node and `group` (the destination pieces of its node that need
 // the cell, in piece order, `destination` among them; at least two) share it. When `cut`,
@@ -78,12 +99,13 @@ NodeGroups GroupByNode(const std::vector<int64_t>& needs_first, const std::vecto
 // does a piece on the relay's rank that is not the relay, since a copy on one rank is not
 // wire bytes); every other member takes the block in a forward move from its relay. So
 // each slab enters the node once, and the node's ranks share the bytes from outside and
-// the forwarding alike.
+// the forwarding alike. The moves read their boxes from the cell's [begin, end) and from
+// `scratch`.
 absl::Status FanOutCell(DType dtype, IntSpan shape, const SideOutline& sources,
                         const SideOutline& destinations, absl::Span<const int> held,
                         absl::Span<const int> group, int destination, int64_t cell, bool cut,
-                        IntSpan begin, IntSpan end, std::vector<int64_t>& sent,
-                        std::vector<TransferMove>& moves);
+                        IntSpan begin, IntSpan end, FanOutScratch& scratch,
+                        std::vector<int64_t>& sent, std::vector<PlannedMove>& moves);
 
 // Merges moves with the same (forward, source, destination) that are adjacent along one dim and
 // equal on every other, dim by dim from the last to the first. Bytes add up. The order of

@@ -1,5 +1,6 @@
 #include "sdrt/core/distributed/internal/engine/pieces.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,7 +30,8 @@ absl::Status Invalid(const TransferTensor& tensor, bool source, absl::string_vie
 // The pieces of a mesh side but their boxes' runs (PieceCache::Pattern), `partial_dims`
 // its Partial mesh dims.
 absl::StatusOr<PieceCache::Pattern> MeshPattern(const TransferTensor& tensor, bool source,
-                                                const std::vector<int>& partial_dims) {
+                                                const std::vector<int>& partial_dims,
+                                                const std::vector<int64_t>& node_of_rank) {
   const TransferLayout& layout = source ? tensor.source : tensor.destination;
   const DeviceMesh& mesh = *layout.mesh;
   std::vector<OutlinePiece> pieces;
@@ -78,6 +80,17 @@ absl::StatusOr<PieceCache::Pattern> MeshPattern(const TransferTensor& tensor, bo
       piece.identity = *identity != PartialIdentity::kNone;
     }
     pieces.push_back(piece);
+  }
+  if (!node_of_rank.empty()) {  // apart: no (box, node) twice among the pieces taking any
+    std::vector<std::pair<int, int64_t>> box_node;
+    for (const OutlinePiece& piece : pieces) {
+      if (piece.identity) continue;
+      const bool known = piece.rank < static_cast<int64_t>(node_of_rank.size());
+      box_node.emplace_back(
+          piece.box, known ? node_of_rank[static_cast<size_t>(piece.rank)] : -1 - piece.rank);
+    }
+    std::sort(box_node.begin(), box_node.end());
+    pattern.replicas_apart = std::adjacent_find(box_node.begin(), box_node.end()) == box_node.end();
   }
   pattern.pieces = std::make_shared<const std::vector<OutlinePiece>>(std::move(pieces));
   return pattern;
@@ -141,11 +154,13 @@ absl::StatusOr<SideOutline> MeshPieces(const TransferTensor& tensor, bool source
   }
   const PieceCache::Pattern* pattern = cache.FindPattern(key);
   if (pattern == nullptr) {
-    SDRT_ASSIGN_OR_RETURN(PieceCache::Pattern made, MeshPattern(tensor, source, partial_dims));
+    SDRT_ASSIGN_OR_RETURN(PieceCache::Pattern made,
+                          MeshPattern(tensor, source, partial_dims, cache.node_of_rank()));
     pattern = &cache.AddPattern(std::move(key), std::move(made));
   }
   SideOutline side;
   side.shared_pieces = pattern->pieces;
+  side.replicas_apart = pattern->replicas_apart;
   side.boxes.reserve(pattern->box_ranks.size());
   for (int64_t rank : pattern->box_ranks) {
     absl::StatusOr<LocalShardInfo> info =

@@ -30,7 +30,10 @@ class PieceCache {
     ReduceOp reduce_op = ReduceOp::kSum;
     PieceList whole;  // the outline's pieces whole, once a plan keeps them all (Whole)
   };
-  explicit PieceCache(int64_t max_pieces) : max_pieces_(max_pieces) {}
+  // `node_of_rank`: TransferPlanOptions's, for SideOutline::replicas_apart.
+  explicit PieceCache(int64_t max_pieces, std::vector<int64_t> node_of_rank = {})
+      : max_pieces_(max_pieces), node_of_rank_(std::move(node_of_rank)) {}
+  const std::vector<int64_t>& node_of_rank() const { return node_of_rank_; }
 
   const Side* Find(const std::string& key) const {
     const auto it = sides_.find(key);
@@ -46,6 +49,7 @@ class PieceCache {
   struct Pattern {
     std::shared_ptr<const std::vector<OutlinePiece>> pieces;
     std::vector<int64_t> box_ranks;
+    bool replicas_apart = false;  // SideOutline's, by `node_of_rank`
   };
   const Pattern* FindPattern(const std::string& key) const {
     const auto it = patterns_.find(key);
@@ -61,6 +65,7 @@ class PieceCache {
 
  private:
   int64_t max_pieces_;
+  std::vector<int64_t> node_of_rank_;
   int64_t pieces_ = 0;
   absl::flat_hash_map<std::string, Side> sides_;
   std::deque<std::string> order_;  // the keys, first made first

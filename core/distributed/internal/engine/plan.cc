@@ -53,7 +53,11 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
   std::vector<int> holders;
   if (!CoverCells(grid, cells, source, budget, first, holders)) return too_many();
   // With fan-out, the destination pieces covering each cell likewise.
-  const bool fan_out = !options.node_of_rank.empty() && contributions == 1;
+  // With nodes, holders on a piece's node send when there are any; a cell that several
+  // pieces of one node need and none holds enters the node once (fan-out), unless the
+  // destination has no such cells.
+  const bool nodes = !options.node_of_rank.empty() && contributions == 1;
+  const bool fan_out = nodes && !destination.replicas_apart;
   std::vector<int64_t> needs_first;
   std::vector<int> needs;
   if (fan_out && !CoverCells(grid, cells, destination, budget, needs_first, needs)) {
@@ -155,9 +159,8 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
           SDRT_RETURN_IF_ERROR(out.Count(static_cast<int>(p), moves));
           continue;
         }
-        // With nodes, holders on the piece's node send when there are any.
         absl::Span<const int> senders = holders_c;
-        if (fan_out) {
+        if (nodes) {
           on_node.clear();
           for (int h : holders_c) {
             if (node_of(source[h].rank) == node_of(dst.rank)) on_node.push_back(h);
@@ -344,7 +347,7 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
   plan.world_size = options.world_size;
   TransferPlanStats& stats = plan.stats;
   LayoutKeys keys;
-  PieceCache pieces(kCachedPieces);  // each distinct side's pieces, made once
+  PieceCache pieces(kCachedPieces, options.node_of_rank);  // each distinct side's, made once
   // Each distinct layout once, with the number of tensors that share it.
   using Entry = std::pair<std::shared_ptr<const TransferLayoutPlan>, int64_t>;
   absl::node_hash_map<std::string, Entry> layouts;  // entries stay where they are

@@ -104,6 +104,10 @@ struct SideOutline {
   // Shared by the sides of one mesh and placement kinds (their shapes differ in the runs).
   std::shared_ptr<const std::vector<OutlinePiece>> shared_pieces;
   std::vector<OutlineBox> boxes;
+  // The boxes own disjoint elements (a mesh side) and no box has two pieces that take
+  // something on one node (TransferPlanOptions::node_of_rank): no two pieces of one node
+  // need one element, so there is nothing for a node to share (no fan-out).
+  bool replicas_apart = false;
 
   const std::vector<OutlinePiece>& pieces() const { return *shared_pieces; }
   size_t size() const { return shared_pieces->size(); }

@@ -132,17 +132,20 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
           continue;
         }
       }
-      // The holders by contribution (stable: piece order within one).
-      group.assign(held.begin(), held.end());
+      // The holders by contribution (stable: piece order within one): all of them for one.
+      absl::Span<const int> by_contribution = held;
       if (contributions > 1) {
+        group.assign(held.begin(), held.end());
         std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
           return source[a].contribution < source[b].contribution;
         });
+        by_contribution = group;
       }
       size_t at = 0;
       for (int64_t c = 0; c < contributions; ++c) {
         const size_t from = at;
-        while (at < group.size() && source[group[at]].contribution == c) ++at;
+        if (contributions == 1) at = held.size();
+        while (at < by_contribution.size() && source[by_contribution[at]].contribution == c) ++at;
         if (at == from) {
           return TransferInvalid(
               tensor, absl::StrCat("destination rank ", dst.rank, " needs [", ShapeToString(begin),
@@ -150,7 +153,7 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
                                    " that no source rank holds"));
         }
         SDRT_RETURN_IF_ERROR(TransferAdd(optimum, bytes, tensor));
-        const absl::Span<const int> holders_c(group.data() + from, at - from);
+        const absl::Span<const int> holders_c = by_contribution.subspan(from, at - from);
         const auto self = std::find_if(holders_c.begin(), holders_c.end(),
                                        [&](int h) { return source[h].rank == dst.rank; });
         if (self != holders_c.end()) {

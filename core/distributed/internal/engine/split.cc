@@ -80,6 +80,22 @@ namespace {
 absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held, int destination,
                          const std::vector<HolderSlab>& slabs, std::vector<int64_t>& sent,
                          std::vector<PlannedMove>& moves) {
+  if (slabs.size() == 1) {  // the whole cell: to the first holder of least sent
+    size_t least = 0;
+    for (size_t i = 1; i < held.size(); ++i) {
+      if (sent[static_cast<size_t>(sources[held[i]].rank)] <
+          sent[static_cast<size_t>(sources[held[least]].rank)]) {
+        least = i;
+      }
+    }
+    const HolderSlab& slab = slabs.front();
+    moves.push_back({held[least], destination, slab.begin.data(), slab.end.data(), slab.bytes});
+    int64_t& total = sent[static_cast<size_t>(sources[held[least]].rank)];
+    if (__builtin_add_overflow(total, slab.bytes, &total)) {
+      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
+    }
+    return absl::OkStatus();
+  }
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
   // `sent` per holder, not per comparison (the keys are distinct: any sort gives one order).
   absl::InlinedVector<std::pair<int64_t, int>, 16> order(held.size());

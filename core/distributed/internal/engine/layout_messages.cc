@@ -64,6 +64,37 @@ absl::Status PerRankBytes::AddSparse(int64_t index, int64_t bytes, const Transfe
   return TransferAdd(total, bytes, tensor);
 }
 
+bool PerRankBytes::AddTimes(const std::vector<std::pair<int64_t, int64_t>>& list, int64_t times) {
+  if (!list.empty() && list.back().first < kMaxMeshRanks &&
+      list.back().first >= static_cast<int64_t>(bytes_.size())) {
+    bytes_.resize(static_cast<size_t>(list.back().first) + 1, kUnset);
+  }
+  for (const auto& [index, bytes] : list) {
+    const bool dense = index >= 0 && index < static_cast<int64_t>(bytes_.size());
+    int64_t& total = dense ? bytes_[static_cast<size_t>(index)]
+                           : sparse_.try_emplace(index, kUnset).first->second;
+    if (total == kUnset) {
+      total = 0;
+      indices_.push_back(index);
+    }
+    int64_t scaled = 0;
+    if (__builtin_mul_overflow(bytes, times, &scaled) ||
+        __builtin_add_overflow(total, scaled, &total)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t PerRankBytes::Max() const {
+  int64_t most = 0;
+  for (int64_t i : indices_) {
+    const bool dense = i >= 0 && i < static_cast<int64_t>(bytes_.size());
+    most = std::max(most, dense ? bytes_[static_cast<size_t>(i)] : sparse_.at(i));
+  }
+  return most;
+}
+
 void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
   out.clear();
   out.reserve(indices_.size());

@@ -36,8 +36,15 @@ class PerRankBytes {
     return TransferAdd(total, bytes, tensor);
   }
 
+  // Adds `times` x bytes for each (index, bytes) of `list` (sorted by index), the dense
+  // part grown to every index of it below kMaxMeshRanks; false when a sum overflows.
+  bool AddTimes(const std::vector<std::pair<int64_t, int64_t>>& list, int64_t times);
+
   // (index, bytes) of every index added to, by index.
   void List(std::vector<std::pair<int64_t, int64_t>>& out);
+
+  // The largest sum; 0 when none.
+  int64_t Max() const;
 
  private:
   static constexpr int64_t kUnset = -1;  // not added to yet (sums are >= 0)

@@ -301,4 +301,52 @@ absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& sourc
   return absl::OkStatus();
 }
 
+void KeepPieces(int64_t rank, const LayoutOutlines& sides, const std::string& source_key,
+                const std::string& destination_key, PieceCache& cache, TransferLayoutPlan& tp) {
+  const SideOutline& source = *sides.source;
+  const SideOutline& destination = *sides.destination;
+  const auto whole = [&] {
+    tp.source = cache.Whole(source_key, source);
+    tp.destination = cache.Whole(destination_key, destination);
+  };
+  if (rank < 0 || tp.collective != Collective::kNone) return whole();
+  // 1: a piece the rank uses.
+  std::vector<int> source_index(source.size()), destination_index(destination.size());
+  for (size_t i = 0; i < source.size(); ++i) source_index[i] = source[i].rank == rank;
+  for (size_t i = 0; i < destination.size(); ++i) {
+    destination_index[i] = destination[i].rank == rank;
+  }
+  for (const TransferMessage& message : tp.messages) {
+    for (const TransferMove& move : message.moves) {
+      (move.forward ? destination_index : source_index)[static_cast<size_t>(move.source)] = 1;
+      destination_index[static_cast<size_t>(move.destination)] = 1;
+    }
+  }
+  const auto all_used = [](const std::vector<int>& used) {
+    return std::all_of(used.begin(), used.end(), [](int u) { return u == 1; });
+  };
+  if (all_used(source_index) && all_used(destination_index)) return whole();
+  // Used pieces get their new index; the others -1.
+  const auto keep = [](const SideOutline& all, std::vector<int>& index) {
+    std::vector<TransferPiece> kept;
+    for (size_t i = 0; i < index.size(); ++i) {
+      if (index[i] == 1) {
+        index[i] = static_cast<int>(kept.size());
+        kept.push_back(all.Piece(i));
+      } else {
+        index[i] = -1;
+      }
+    }
+    return PieceList(std::move(kept));
+  };
+  tp.source = keep(source, source_index);
+  tp.destination = keep(destination, destination_index);
+  for (TransferMessage& message : tp.messages) {
+    for (TransferMove& move : message.moves) {
+      move.source = (move.forward ? destination_index : source_index)[move.source];
+      move.destination = destination_index[move.destination];
+    }
+  }
+}
+
 }  // namespace sdrt::internal

@@ -1,6 +1,7 @@
 // The pieces of one side of a reshard (plan.h): each rank's owned runs under a
 // DTensor layout or a list of ShardedTensor boxes, validated against hostile
-// descriptors. Not public API.
+// descriptors, outlined for the planner and made whole for what a plan keeps. Not public
+// API.
 #ifndef SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_
 #define SDRT_CORE_DISTRIBUTED_INTERNAL_ENGINE_PIECES_H_
 
@@ -89,6 +90,16 @@ struct LayoutOutlines {
 absl::Status LayoutPieces(const TransferTensor& tensor, const std::string& source_key,
                           const std::string& destination_key, PieceCache& cache,
                           TransferLayoutPlan& plan, LayoutOutlines& outlines);
+
+// The pieces a plan of a layout keeps (tp.source, tp.destination) from its outlines
+// `sides`, once its messages are planned: for a plan of one rank (`rank` >= 0) of a
+// point-to-point layout, the pieces the rank uses (its own and those its kept moves name,
+// in their order, the moves renumbered); else, or when the rank uses every piece, every
+// piece (shared through `cache`, by the sides' keys, by the plans that keep a side whole).
+// At 1,024 ranks a side's every piece would be most of a rank's plan, and the verbs look
+// for their own pieces in it per tensor and call.
+void KeepPieces(int64_t rank, const LayoutOutlines& sides, const std::string& source_key,
+                const std::string& destination_key, PieceCache& cache, TransferLayoutPlan& tp);
 
 }  // namespace sdrt::internal
 

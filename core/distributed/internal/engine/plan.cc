@@ -181,60 +181,6 @@ absl::Status PlanTensor(const TransferTensor& tensor, const SideOutline& source,
   return absl::OkStatus();
 }
 
-// The pieces a plan of a layout keeps (tp.source, tp.destination) from its outlines: for a
-// plan of one rank (`rank` >= 0) of a point-to-point layout, the pieces the rank uses (its
-// own and those its kept moves name, in their order, the moves renumbered); else, or when
-// the rank uses every piece, every piece (shared through `cache` by the plans that keep a
-// side whole). At 1,024 ranks a side's every piece would be most of a rank's plan, and the
-// verbs look for their own pieces in it per tensor and call.
-void KeepPieces(int64_t rank, const LayoutOutlines& sides, const std::string& source_key,
-                const std::string& destination_key, PieceCache& cache, TransferLayoutPlan& tp) {
-  const SideOutline& source = *sides.source;
-  const SideOutline& destination = *sides.destination;
-  const auto whole = [&] {
-    tp.source = cache.Whole(source_key, source);
-    tp.destination = cache.Whole(destination_key, destination);
-  };
-  if (rank < 0 || tp.collective != Collective::kNone) return whole();
-  // 1: a piece the rank uses.
-  std::vector<int> source_index(source.size()), destination_index(destination.size());
-  for (size_t i = 0; i < source.size(); ++i) source_index[i] = source[i].rank == rank;
-  for (size_t i = 0; i < destination.size(); ++i) {
-    destination_index[i] = destination[i].rank == rank;
-  }
-  for (const TransferMessage& message : tp.messages) {
-    for (const TransferMove& move : message.moves) {
-      (move.forward ? destination_index : source_index)[static_cast<size_t>(move.source)] = 1;
-      destination_index[static_cast<size_t>(move.destination)] = 1;
-    }
-  }
-  const auto all_used = [](const std::vector<int>& used) {
-    return std::all_of(used.begin(), used.end(), [](int u) { return u == 1; });
-  };
-  if (all_used(source_index) && all_used(destination_index)) return whole();
-  // Used pieces get their new index; the others -1.
-  const auto keep = [](const SideOutline& all, std::vector<int>& index) {
-    std::vector<TransferPiece> kept;
-    for (size_t i = 0; i < index.size(); ++i) {
-      if (index[i] == 1) {
-        index[i] = static_cast<int>(kept.size());
-        kept.push_back(all.Piece(i));
-      } else {
-        index[i] = -1;
-      }
-    }
-    return PieceList(std::move(kept));
-  };
-  tp.source = keep(source, source_index);
-  tp.destination = keep(destination, destination_index);
-  for (TransferMessage& message : tp.messages) {
-    for (TransferMove& move : message.moves) {
-      move.source = (move.forward ? destination_index : source_index)[move.source];
-      move.destination = destination_index[move.destination];
-    }
-  }
-}
-
 // Plans the layout of `tensor`: its pieces (from `pieces` when a side was made before, by
 // its key), its messages (those of `rank` only, and only the pieces `rank` uses, unless
 // -1) and the stats of one such tensor.
@@ -313,13 +259,17 @@ class LayoutKeys {
   absl::flat_hash_map<std::string, uint64_t> by_content_;
 };
 
-// Adds `times` x `bytes` per rank (or node) into `total`.
-absl::Status AddPerRank(const std::vector<std::pair<int64_t, int64_t>>& bytes, int64_t times,
-                        absl::flat_hash_map<int64_t, int64_t>& total) {
-  for (const auto& [rank, b] : bytes) {
-    int64_t scaled = 0;
-    if (__builtin_mul_overflow(b, times, &scaled) ||
-        __builtin_add_overflow(total[rank], scaled, &total[rank])) {
+// The per-rank (per-node) lists of a layout: sent, received, node_sent, node_received.
+const std::vector<std::pair<int64_t, int64_t>>& ListOf(const TransferLayoutPlan& lp, int i) {
+  const std::vector<std::pair<int64_t, int64_t>>* lists[4] = {&lp.sent, &lp.received, &lp.node_sent,
+                                                              &lp.node_received};
+  return *lists[i];
+}
+
+// Adds a layout's lists `times` over into `totals`.
+absl::Status AddLists(const TransferLayoutPlan& lp, int64_t times, PerRankBytes* totals) {
+  for (int i = 0; i < 4; ++i) {
+    if (!totals[i].AddTimes(ListOf(lp, i), times)) {
       return absl::InvalidArgumentError("reshard: bytes moved by one rank overflow int64");
     }
   }
@@ -356,6 +306,10 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
   absl::node_hash_map<std::string, Entry> layouts;  // entries stay where they are
   plan.tensors.reserve(tensors.size());
   Entry* last = nullptr;  // the previous tensor's layout
+  // Per rank and per node, the bytes of every layout times its tensors: a layout's lists
+  // added once as it is planned (while they are in the cache), its further tensors' at the
+  // end.
+  PerRankBytes totals[4] = {PerRankBytes(0), PerRankBytes(0), PerRankBytes(0), PerRankBytes(0)};
   for (size_t i = 0; i < tensors.size(); ++i) {
     TransferTensor& tensor = tensors[i];
     // A cast: the layout is planned in the wire's dtype, the narrower of the two.
@@ -392,6 +346,7 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
             PlanLayout(tensor, options, source_key, destination_key, pieces);
         if (!layout.ok()) return layout.status();
         it->second.first = *std::move(layout);
+        SDRT_RETURN_IF_ERROR(AddLists(*it->second.first, 1, totals));
       }
       entry = &it->second;
     }
@@ -409,21 +364,12 @@ absl::StatusOr<TransferPlan> PlanTransfer(std::vector<TransferTensor> tensors,
     plan.tensors.push_back(
         {std::move(tensor.name), tensor.dtype, tensor.shape, entry->first, cast});
   }
-  // Per rank and per node, summed over the layouts, each times its tensors; the busiest.
-  absl::flat_hash_map<int64_t, int64_t> totals[4];
+  for (const auto& [key, layout] : layouts) {
+    if (layout.second > 1) SDRT_RETURN_IF_ERROR(AddLists(*layout.first, layout.second - 1, totals));
+  }
   int64_t* const maxima[4] = {&stats.max_sent_bytes, &stats.max_received_bytes,
                               &stats.max_node_sent_bytes, &stats.max_node_received_bytes};
-  for (const auto& [key, layout] : layouts) {
-    const TransferLayoutPlan& lp = *layout.first;
-    const std::vector<std::pair<int64_t, int64_t>>* lists[4] = {&lp.sent, &lp.received,
-                                                                &lp.node_sent, &lp.node_received};
-    for (int i = 0; i < 4; ++i) {
-      SDRT_RETURN_IF_ERROR(AddPerRank(*lists[i], layout.second, totals[i]));
-    }
-  }
-  for (int i = 0; i < 4; ++i) {
-    for (const auto& [rank_or_node, bytes] : totals[i]) *maxima[i] = std::max(*maxima[i], bytes);
-  }
+  for (int i = 0; i < 4; ++i) *maxima[i] = totals[i].Max();
   return plan;
 }
 

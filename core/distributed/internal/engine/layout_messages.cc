@@ -65,9 +65,25 @@ absl::Status PerRankBytes::AddSparse(int64_t index, int64_t bytes, const Transfe
 }
 
 bool PerRankBytes::AddTimes(const std::vector<std::pair<int64_t, int64_t>>& list, int64_t times) {
-  if (!list.empty() && list.back().first < kMaxMeshRanks &&
-      list.back().first >= static_cast<int64_t>(bytes_.size())) {
-    bytes_.resize(static_cast<size_t>(list.back().first) + 1, kUnset);
+  // Grown to the list's largest index below kMaxMeshRanks; sums kept in the map for
+  // indices the array now covers move into it (an index is in one place or the other).
+  int64_t top = -1;
+  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    if (it->first < kMaxMeshRanks) {
+      top = it->first;
+      break;
+    }
+  }
+  if (top >= static_cast<int64_t>(bytes_.size())) {
+    bytes_.resize(static_cast<size_t>(top) + 1, kUnset);
+    for (auto it = sparse_.begin(); it != sparse_.end();) {
+      if (it->first >= 0 && it->first <= top) {
+        bytes_[static_cast<size_t>(it->first)] = it->second;
+        sparse_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
   }
   for (const auto& [index, bytes] : list) {
     const bool dense = index >= 0 && index < static_cast<int64_t>(bytes_.size());

@@ -17,10 +17,13 @@
 // takes each one from
 //   * itself, when a source piece on its own rank holds the cell (no wire bytes);
 //   * the one holder, when there is one;
-//   * else all holders: the cell is cut into as many slabs as holders along its largest
-//     dim (never inside a byte of a sub-byte dtype), the largest slab going to the holder
-//     that has sent least so far in this tensor (ties: piece order), so replicated sources
-//     share the load and the choice depends on nothing but the tensor's own layouts.
+//   * else all k holders: the cell is cut into k / gcd(k, R) slabs, R the destination
+//     pieces of the piece's box (its replicas, which need the cell alike), along its
+//     largest dim (never inside a byte of a sub-byte dtype), the largest slab going to the
+//     holder that has sent least so far in this tensor (ties: piece order): one slab per
+//     holder for a lone piece, the whole cell in turn when R is a multiple of k. So
+//     replicated sources share the load in as few messages as a box's replicas allow, and
+//     the choice depends on nothing but the tensor's own layouts.
 // A Partial source holds C contributions (C = the product of its Partial mesh dims' sizes;
 // a piece's contribution is its coordinate on those dims, row-major): every destination
 // piece takes each cell once per contribution, each contribution by the rule above among

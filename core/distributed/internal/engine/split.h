@@ -35,8 +35,9 @@ struct PlannedMove {
   bool forward = false;
 };
 
-// The slabs SplitAmongHolders cut a cell into, `count` of them (0: none cut yet): the
-// planner keeps them per cell of a box, for the pieces of that box after the first.
+// The slabs SplitAmongHolders cut a cell into, asked for `count` of them (0: none cut
+// yet; min(count, length) made, or one when a sub-byte dtype cannot be cut): the planner
+// keeps them per cell of a box, for the pieces of that box after the first.
 struct HolderSlabs {
   int64_t count = 0;
   std::vector<HolderSlab> slabs;

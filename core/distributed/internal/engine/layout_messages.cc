@@ -55,13 +55,13 @@ PerRankBytes::PerRankBytes(int64_t dense) : bytes_(static_cast<size_t>(dense), k
   indices_.reserve(bytes_.size());  // most layouts of a world add to most ranks
 }
 
-absl::Status PerRankBytes::AddSparse(int64_t index, int64_t bytes, const TransferTensor& tensor) {
+int64_t& PerRankBytes::SparseSlot(int64_t index) {
   int64_t& total = sparse_.try_emplace(index, kUnset).first->second;
   if (total == kUnset) {
     total = 0;
     indices_.push_back(index);
   }
-  return TransferAdd(total, bytes, tensor);
+  return total;
 }
 
 bool PerRankBytes::AddTimes(const std::vector<std::pair<int64_t, int64_t>>& list, int64_t times) {
@@ -86,13 +86,7 @@ bool PerRankBytes::AddTimes(const std::vector<std::pair<int64_t, int64_t>>& list
     }
   }
   for (const auto& [index, bytes] : list) {
-    const bool dense = index >= 0 && index < static_cast<int64_t>(bytes_.size());
-    int64_t& total = dense ? bytes_[static_cast<size_t>(index)]
-                           : sparse_.try_emplace(index, kUnset).first->second;
-    if (total == kUnset) {
-      total = 0;
-      indices_.push_back(index);
-    }
+    int64_t& total = Slot(index);
     int64_t scaled = 0;
     if (__builtin_mul_overflow(bytes, times, &scaled) ||
         __builtin_add_overflow(total, scaled, &total)) {
@@ -104,17 +98,13 @@ bool PerRankBytes::AddTimes(const std::vector<std::pair<int64_t, int64_t>>& list
 
 int64_t PerRankBytes::Max() const {
   int64_t most = 0;
-  for (int64_t i : indices_) {
-    const bool dense = i >= 0 && i < static_cast<int64_t>(bytes_.size());
-    most = std::max(most, dense ? bytes_[static_cast<size_t>(i)] : sparse_.at(i));
-  }
+  for (int64_t i : indices_) most = std::max(most, At(i));
   return most;
 }
 
 void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
   out.clear();
   out.reserve(indices_.size());
-  const auto dense = [&](int64_t i) { return i >= 0 && i < static_cast<int64_t>(bytes_.size()); };
   if (sparse_.empty() && indices_.size() * 8 >= bytes_.size()) {
     // Most of the dense indices: read in order rather than sorted.
     for (size_t i = 0; i < bytes_.size(); ++i) {
@@ -123,9 +113,7 @@ void PerRankBytes::List(std::vector<std::pair<int64_t, int64_t>>& out) {
     return;
   }
   std::sort(indices_.begin(), indices_.end());
-  for (int64_t i : indices_) {
-    out.emplace_back(i, dense(i) ? bytes_[static_cast<size_t>(i)] : sparse_.at(i));
-  }
+  for (int64_t i : indices_) out.emplace_back(i, At(i));
 }
 
 LayoutMessages::LayoutMessages(const TransferTensor& tensor, const TransferPlanOptions& options,

@@ -25,15 +25,7 @@ class PerRankBytes {
   // Adds `bytes` to `index`'s sum; InvalidArgument naming `tensor` when it overflows.
   // Inline for a dense index: a plan adds per move.
   absl::Status Add(int64_t index, int64_t bytes, const TransferTensor& tensor) {
-    if (index < 0 || index >= static_cast<int64_t>(bytes_.size())) {
-      return AddSparse(index, bytes, tensor);
-    }
-    int64_t& total = bytes_[static_cast<size_t>(index)];
-    if (total == kUnset) {
-      total = 0;
-      indices_.push_back(index);
-    }
-    return TransferAdd(total, bytes, tensor);
+    return TransferAdd(Slot(index), bytes, tensor);
   }
 
   // Adds `times` x bytes for each (index, bytes) of `list` (sorted by index), the dense
@@ -48,7 +40,24 @@ class PerRankBytes {
 
  private:
   static constexpr int64_t kUnset = -1;  // not added to yet (sums are >= 0)
-  absl::Status AddSparse(int64_t index, int64_t bytes, const TransferTensor& tensor);
+  bool Dense(int64_t index) const {
+    return index >= 0 && index < static_cast<int64_t>(bytes_.size());
+  }
+  // `index`'s sum, 0 and listed in `indices_` when first asked for (inline when dense).
+  int64_t& Slot(int64_t index) {
+    if (!Dense(index)) return SparseSlot(index);
+    int64_t& total = bytes_[static_cast<size_t>(index)];
+    if (total == kUnset) {
+      total = 0;
+      indices_.push_back(index);
+    }
+    return total;
+  }
+  int64_t& SparseSlot(int64_t index);
+  // The sum of an index added to.
+  int64_t At(int64_t index) const {
+    return Dense(index) ? bytes_[static_cast<size_t>(index)] : sparse_.at(index);
+  }
 
   std::vector<int64_t> bytes_;
   absl::flat_hash_map<int64_t, int64_t> sparse_;

@@ -80,7 +80,15 @@ namespace {
 absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held, int destination,
                          const std::vector<HolderSlab>& slabs, std::vector<int64_t>& sent,
                          std::vector<PlannedMove>& moves) {
-  if (slabs.size() == 1) {  // the whole cell: to the first holder of least sent
+  const auto give = [&](int source, const HolderSlab& slab) {
+    moves.push_back({source, destination, slab.begin.data(), slab.end.data(), slab.bytes});
+    int64_t& total = sent[static_cast<size_t>(sources[source].rank)];
+    return !__builtin_add_overflow(total, slab.bytes, &total);
+  };
+  const auto overflow = [] {
+    return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
+  };
+  if (slabs.size() == 1) {  // the whole cell (a box's replicas in turn): the least-sent first
     size_t least = 0;
     for (size_t i = 1; i < held.size(); ++i) {
       if (sent[static_cast<size_t>(sources[held[i]].rank)] <
@@ -88,13 +96,7 @@ absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held,
         least = i;
       }
     }
-    const HolderSlab& slab = slabs.front();
-    moves.push_back({held[least], destination, slab.begin.data(), slab.end.data(), slab.bytes});
-    int64_t& total = sent[static_cast<size_t>(sources[held[least]].rank)];
-    if (__builtin_add_overflow(total, slab.bytes, &total)) {
-      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
-    }
-    return absl::OkStatus();
+    return give(held[least], slabs.front()) ? absl::OkStatus() : overflow();
   }
   // (sent, holder index), the first min(slabs, holders) of them in order: one lookup of
   // `sent` per holder, not per comparison (the keys are distinct: any sort gives one order).
@@ -110,13 +112,7 @@ absl::Status AssignSlabs(const SideOutline& sources, absl::Span<const int> held,
                       order.end());
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
-    const int source = held[order[i % used].second];
-    moves.push_back(
-        {source, destination, slabs[i].begin.data(), slabs[i].end.data(), slabs[i].bytes});
-    int64_t& total = sent[static_cast<size_t>(sources[source].rank)];
-    if (__builtin_add_overflow(total, slabs[i].bytes, &total)) {
-      return absl::InvalidArgumentError("bytes sent by one rank overflow int64");
-    }
+    if (!give(held[order[i % used].second], slabs[i])) return overflow();
   }
   return absl::OkStatus();
 }

@@ -47,7 +47,8 @@ absl::Status LocalErrors(absl::string_view op,
     const internal::AgreementMessage& m = messages[q];
     if (m.code == absl::StatusCode::kOk) continue;
     const auto same = std::find_if(groups.begin(), groups.end(), [&m](const Group& g) {
-      return g.message->code == m.code && g.message->error == m.error;
+      return g.message->code == m.code && g.message->error == m.error &&
+             g.message->verdict == m.verdict;
     });
     if (same != groups.end()) {
       same->ranks.push_back(q);
@@ -56,6 +57,11 @@ absl::Status LocalErrors(absl::string_view op,
     }
   }
   if (groups.empty()) return absl::OkStatus();
+  // Every rank holds one collective call's error (its verdict: its ranks named in it).
+  if (groups.size() == 1 && groups.front().message->verdict &&
+      groups.front().ranks.size() == messages.size()) {
+    return absl::Status(groups.front().message->code, Prefixed(op, groups.front().message->error));
+  }
   std::vector<std::string> parts;
   int unlisted = 0;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -108,15 +114,17 @@ absl::Status CommError(absl::string_view op, const absl::Status& s) {
 }
 
 // The agreement over a skeleton of hash `hash`; `encoded_skeleton` is called only on a
-// mismatch, on the two ranks that send theirs.
+// mismatch, on the two ranks that send theirs. `collective_result`: `local_error` is what a
+// collective call returned (internal::AgreeOnCollectiveResult).
 absl::Status Agree(Communicator& comm, absl::string_view op, absl::string_view options,
                    uint64_t hash, const std::function<std::string()>& encoded_skeleton,
-                   const absl::Status& local_error, TransferStats* stats,
-                   AgreementPayload* payload) {
+                   const absl::Status& local_error, bool collective_result,
+                   TransferStats* stats, AgreementPayload* payload) {
   internal::AgreementMessage mine;
   mine.skeleton_hash = hash;
   mine.code = local_error.code();
   mine.error = std::string(local_error.message());
+  mine.verdict = collective_result && !local_error.ok();
   mine.options = std::string(options);
   if (payload != nullptr) mine.payload = payload->mine;
   if (stats != nullptr) ++stats->collectives;
@@ -173,7 +181,8 @@ absl::Status AgreeAcrossRanks(Communicator& comm, absl::string_view op, absl::st
                               TransferStats* stats, AgreementPayload* payload) {
   const std::string encoded = internal::EncodeSkeleton(skeleton);
   return Agree(comm, op, options, internal::HashEncodedSkeleton(encoded),
-               [&encoded] { return encoded; }, local_error, stats, payload);
+               [&encoded] { return encoded; }, local_error, /*collective_result=*/false, stats,
+               payload);
 }
 
 absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
@@ -185,7 +194,17 @@ absl::Status AgreeAcrossRanksHashed(Communicator& comm, absl::string_view op,
       [&skeleton] {
         return internal::EncodeSkeleton(skeleton.build ? skeleton.build() : AgreementSkeleton());
       },
-      local_error, stats, payload);
+      local_error, /*collective_result=*/false, stats, payload);
 }
+
+namespace internal {
+
+absl::Status AgreeOnCollectiveResult(Communicator& comm, const absl::Status& result) {
+  return Agree(
+      comm, "", "", 0, [] { return std::string(); }, result, /*collective_result=*/true,
+      nullptr, nullptr);
+}
+
+}  // namespace internal
 
 }  // namespace sdrt

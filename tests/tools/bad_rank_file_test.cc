@@ -1,10 +1,10 @@
 // A rank file of a sharded checkpoint that is truncated, garbled, taken from another
 // checkpoint or whose tensor bytes do not hash to what was written, and an index.json edited
 // after the rank files were written: `sdrt inspect DIR`, `mpiexec -n 2 sdrt gather DIR OUT`,
-// `mpiexec -n 2 sdrt load FILE --verify DIR` and `mpiexec -n 2 sdrt reshard DIR OUT` end with
-// exit code 2 (bad input) and one line naming the rank file's path (the library's errors:
-// LoadRankShards, CheckGatheredTensor, core/checkpoint/sharded_checkpoint.h), and gather and
-// reshard write nothing.
+// `mpiexec -n 2 sdrt load FILE --verify DIR`, `mpiexec -n 2 sdrt load DIR` and `mpiexec -n 2
+// sdrt reshard DIR OUT` end with exit code 2 (bad input) and one line naming the rank file's
+// path (the library's errors: LoadRankShards, CheckGatheredTensor,
+// core/checkpoint/sharded_checkpoint.h), and gather and reshard write nothing.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -131,6 +131,19 @@ TEST_F(BadRankFile, TruncatedRankFile) {
   const std::string bytes = ReadBytes(path);
   WriteBytes(path, bytes.substr(0, bytes.size() / 2));
   ExpectEveryCommandRefuses(dir, path, {});
+}
+
+// The library's verdict (the rank that failed, agreed inside LoadStateDict) is the command's
+// error as it is: the ranks are named once, not again by the command's own agreement.
+TEST_F(BadRankFile, LoadingTheFolderNamesTheFailingRankOnce) {
+  const std::string dir = Checkpoint("load_truncated", "tp");
+  const std::string path = dir + "/rank-00001-of-00002.safetensors";
+  const std::string bytes = ReadBytes(path);
+  WriteBytes(path, bytes.substr(0, bytes.size() - 1000));
+  const CommandResult r = Mpi2(absl::StrCat("load ", dir, " --mesh 2 --plan tp"));
+  ExpectBadInput(r, {path});
+  EXPECT_EQ(r.err.rfind("sdrt load: LoadStateDict: rank 1: rank file 1 of 2: " + path, 0), 0)
+      << r.err;
 }
 
 TEST_F(BadRankFile, GarbageBytes) {

@@ -45,7 +45,7 @@ absl::StatusOr<Report> Gather(const GatherArgs& args, Runner& run) {
   options.stats = &stats;
   options.progress = run.Progress();
   absl::StatusOr<Map> gathered;
-  SDRT_ASSIGN_OR_RETURN(const double gather_seconds, run.TimedStep([&] {
+  SDRT_ASSIGN_OR_RETURN(const double gather_seconds, run.TimedCollective([&] {
     gathered = GatherStateDict(shards, options);
     return gathered.status();
   }));

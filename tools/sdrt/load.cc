@@ -177,8 +177,9 @@ absl::StatusOr<Report> Load(const LoadArgs& args, Runner& run) {
   options.stats = &facts.stats;
   options.progress = run.Progress();
   if (map.has_value()) options.weight_map = *map;
-  SDRT_ASSIGN_OR_RETURN(
-      facts.seconds, run.TimedStep([&] { return LoadStateDict(source, local, options).status(); }));
+  SDRT_ASSIGN_OR_RETURN(facts.seconds, run.TimedCollective([&] {
+    return LoadStateDict(source, local, options).status();
+  }));
   SDRT_ASSIGN_OR_RETURN(facts.bytes_read, run.AllGather(facts.stats.bytes_read));
   SDRT_ASSIGN_OR_RETURN(facts.bytes_kept, run.AllGather(facts.stats.bytes_kept));
   SDRT_ASSIGN_OR_RETURN(facts.bytes_from_node, run.AllGather(facts.stats.bytes_from_node));

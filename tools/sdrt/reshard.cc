@@ -96,7 +96,7 @@ absl::StatusOr<Report> Reshard(const ReshardArgs& args, Runner& run) {
   if (map.has_value()) options.weight_map = *map;
   options.progress = run.Progress();
   TransferStats stats;
-  SDRT_ASSIGN_OR_RETURN(const double seconds, run.TimedStep([&] {
+  SDRT_ASSIGN_OR_RETURN(const double seconds, run.TimedCollective([&] {
     return ReshardStateDict(source, destination, options, &stats);
   }));
   source = Map();  // unmap the source rank file

@@ -117,10 +117,11 @@ uint64_t SkeletonHasher::Digest() const { return XXH64_digest(&state_->xxh); }
 
 std::string EncodeAgreementMessage(const AgreementMessage& message) {
   std::string out;
-  out.reserve(5 * sizeof(uint64_t) + message.error.size() + message.options.size() +
+  out.reserve(6 * sizeof(uint64_t) + message.error.size() + message.options.size() +
               message.payload.size());
   PutU64(&out, message.skeleton_hash);
   PutU64(&out, static_cast<uint64_t>(message.code));
+  PutU64(&out, message.verdict ? 1 : 0);
   PutString(&out, message.error);
   PutString(&out, message.options);
   PutString(&out, message.payload);
@@ -130,13 +131,14 @@ std::string EncodeAgreementMessage(const AgreementMessage& message) {
 std::optional<AgreementMessage> DecodeAgreementMessage(absl::string_view bytes) {
   ByteReader reader(bytes);
   AgreementMessage message;
-  uint64_t code = 0;
+  uint64_t code = 0, verdict = 0;
   if (!reader.U64(&message.skeleton_hash) || !reader.U64(&code) || code > kMaxStatusCode ||
-      !reader.String(&message.error) || !reader.String(&message.options) ||
-      !reader.String(&message.payload) || !reader.AtEnd()) {
+      !reader.U64(&verdict) || verdict > 1 || !reader.String(&message.error) ||
+      !reader.String(&message.options) || !reader.String(&message.payload) || !reader.AtEnd()) {
     return std::nullopt;
   }
   message.code = static_cast<absl::StatusCode>(code);
+  message.verdict = verdict == 1;
   return message;
 }
 

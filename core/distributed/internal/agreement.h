@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "sdrt/comm/communicator.h"
 #include "sdrt/core/distributed/agreement_skeleton.h"
 #include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
@@ -83,14 +84,25 @@ struct AgreementMessage {
   uint64_t skeleton_hash = 0;
   absl::StatusCode code = absl::StatusCode::kOk;
   std::string error;  // the local error's message
+  // The local error is a collective call's result (AgreeOnCollectiveResult): the same on
+  // every rank when that call reached its verdict, its ranks named in it.
+  bool verdict = false;
   std::string options;
   std::string payload;
 };
 
 std::string EncodeAgreementMessage(const AgreementMessage& message);
 
+// Collective over `comm`: agrees on what a collective call (one that agrees within, as
+// LoadStateDict does) returned on this rank, `result`. When every rank holds the same error
+// (the call's own verdict, its ranks named in it) that error comes back as it is; other
+// errors are listed by rank as AgreeAcrossRanks lists local errors (a communicator's error
+// that reached some ranks only); OK when every rank's is. For a command's step around
+// such a call, which would otherwise name the ranks twice.
+absl::Status AgreeOnCollectiveResult(Communicator& comm, const absl::Status& result);
+
 // nullopt when `bytes` are not exactly one encoded message (short, lengths past the end,
-// trailing bytes, a status code outside absl's).
+// trailing bytes, a status code outside absl's, a verdict flag other than 0 or 1).
 std::optional<AgreementMessage> DecodeAgreementMessage(absl::string_view bytes);
 
 // The skeleton as length-prefixed strings; its XXH64 is the hash the ranks compare.

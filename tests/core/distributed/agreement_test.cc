@@ -187,8 +187,11 @@ TEST(AgreeAcrossRanks, MalformedPeerBytesAreInvalidArgumentNeverACrash) {
   std::string bad_code = good;
   bad_code[8] = 99;  // the status code
   ExpectMalformed(bad_code, "status code 99");
+  std::string bad_verdict = good;
+  bad_verdict[16] = 2;  // the verdict flag
+  ExpectMalformed(bad_verdict, "verdict flag 2");
   std::string huge = good;
-  for (int i = 0; i < 8; ++i) huge[16 + i] = '\xff';  // the error's length
+  for (int i = 0; i < 8; ++i) huge[24 + i] = '\xff';  // the error's length
   ExpectMalformed(huge, "a length past the end");
   // A malformed skeleton in the second exchange.
   ScriptedPeers comm(2, {{Peer(absl::OkStatus(), "o", {})}, {"\x01"}});
@@ -202,6 +205,45 @@ TEST(AgreeAcrossRanks, ACommunicatorFailureKeepsItsCodeAfterTheOpsName) {
   comm.failure = absl::UnavailableError("all_gather_bytes (mpi): connection lost");
   const absl::Status s = AgreeAcrossRanks(comm, "Op", "o", kSkeleton, absl::OkStatus());
   EXPECT_EQ(s, absl::UnavailableError("Op: all_gather_bytes (mpi): connection lost"));
+}
+
+// A command's step around a collective call that agrees within: every rank holds the
+// call's verdict, which the step's own agreement passes on without naming the ranks again.
+TEST(AgreeOnCollectiveResult, OneVerdictOnEveryRankIsNotPrefixedAgain) {
+  const absl::Status boom = absl::DataLossError("short read");
+  ScriptedPeers inner_comm(2, {{Peer(boom)}});
+  const absl::Status inner = AgreeAcrossRanks(inner_comm, "Load", "o", kSkeleton, boom);
+  EXPECT_EQ(inner, absl::DataLossError("Load: ranks 0, 1: short read"));
+  // Rank 1 holds the same verdict, flagged as a collective call's result.
+  internal::AgreementMessage peer;
+  peer.code = inner.code();
+  peer.error = std::string(inner.message());
+  peer.verdict = true;
+  ScriptedPeers outer_comm(2, {{internal::EncodeAgreementMessage(peer)}});
+  EXPECT_EQ(internal::AgreeOnCollectiveResult(outer_comm, inner), inner);
+  EXPECT_EQ(outer_comm.calls(), 1);
+  // Without the flag (a step that was no collective call) the ranks are named as before.
+  peer.verdict = false;
+  ScriptedPeers step(2, {{internal::EncodeAgreementMessage(peer)}});
+  EXPECT_EQ(AgreeAcrossRanks(step, "", "", {}, inner).message(),
+            "ranks 0, 1: Load: ranks 0, 1: short read");
+  // Results that differ (a communicator's error that reached one rank) are listed by rank.
+  peer.verdict = true;
+  peer.code = absl::StatusCode::kUnavailable;
+  peer.error = "Load: all_gather_bytes (mpi): connection lost";
+  ScriptedPeers differing(2, {{internal::EncodeAgreementMessage(peer)}});
+  const absl::Status listed = internal::AgreeOnCollectiveResult(differing, inner);
+  EXPECT_EQ(listed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(listed.message(),
+            "rank 0: Load: ranks 0, 1: short read; "
+            "rank 1: Load: all_gather_bytes (mpi): connection lost");
+  // A rank that succeeded while another failed: the failure, by rank.
+  const std::string ok = internal::EncodeAgreementMessage({});
+  ScriptedPeers one(2, {{ok}});
+  EXPECT_EQ(internal::AgreeOnCollectiveResult(one, inner).message(),
+            "rank 0: Load: ranks 0, 1: short read");
+  ScriptedPeers none(2, {{ok}});
+  EXPECT_TRUE(internal::AgreeOnCollectiveResult(none, absl::OkStatus()).ok());
 }
 
 TEST(AgreementCodec, SkeletonsRoundTripAndTheirHashesDiffer) {

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "sdrt/core/distributed/agreement.h"
+#include "sdrt/core/distributed/internal/agreement.h"
 #include "sdrt/tools/sdrt/commands.h"
 #include "sdrt/tools/sdrt/internal/output.h"
 #if SDRT_CLI_HAVE_MPI
@@ -11,9 +12,10 @@
 
 namespace sdrt::cli {
 
-absl::Status AgreeUnlessTimedOut(Communicator& world, const absl::Status& local) {
+absl::Status AgreeUnlessTimedOut(Communicator& world, const absl::Status& local, bool collective) {
   if (local.code() == absl::StatusCode::kDeadlineExceeded) return local;
-  return AgreeAcrossRanks(world, "", "", {}, local);
+  return collective ? internal::AgreeOnCollectiveResult(world, local)
+                    : AgreeAcrossRanks(world, "", "", {}, local);
 }
 
 void EndJobIfTimedOut(absl::string_view command, const absl::Status& status) {

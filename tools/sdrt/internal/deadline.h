@@ -12,10 +12,13 @@
 
 namespace sdrt::cli {
 
-// The agreement of a step's outcome across the ranks (AgreeAcrossRanks over `world`),
-// unless this rank's step timed out: then `local` comes back as it is, because a rank is
-// missing and no agreement can be reached.
-absl::Status AgreeUnlessTimedOut(Communicator& world, const absl::Status& local);
+// The agreement of a step's outcome across the ranks (AgreeAcrossRanks over `world`; with
+// `collective`, the step was one library call that agrees within, whose verdict on every
+// rank comes back as it is: internal::AgreeOnCollectiveResult), unless this rank's step
+// timed out: then `local` comes back as it is, because a rank is missing and no agreement
+// can be reached.
+absl::Status AgreeUnlessTimedOut(Communicator& world, const absl::Status& local,
+                                 bool collective = false);
 
 // When `status` is DeadlineExceeded: prints "sdrt <command>: <message>" on this rank's
 // stderr, gives the other live ranks a moment to print theirs, and ends the MPI job with

@@ -20,12 +20,20 @@ absl::Status Runner::Step(const std::function<absl::Status()>& step) {
 }
 
 absl::StatusOr<double> Runner::TimedStep(const std::function<absl::Status()>& step) {
+  return Timed(step, /*collective=*/false);
+}
+
+absl::StatusOr<double> Runner::TimedCollective(const std::function<absl::Status()>& step) {
+  return Timed(step, /*collective=*/true);
+}
+
+absl::StatusOr<double> Runner::Timed(const std::function<absl::Status()>& step, bool collective) {
   absl::Status status = session_.world().Barrier();
   if (!status.ok()) return status;
   const double start = NowSeconds();
   status = step();
   const double seconds = NowSeconds() - start;
-  status = AgreeUnlessTimedOut(session_.world(), status);
+  status = AgreeUnlessTimedOut(session_.world(), status, collective);
   if (!status.ok()) return status;
   return seconds;
 }

@@ -62,6 +62,10 @@ class Runner {
   // Step after a barrier, so that the clock starts when every rank is ready: the seconds
   // this rank's step took, or the agreed error.
   absl::StatusOr<double> TimedStep(const std::function<absl::Status()>& step);
+  // TimedStep of one library call that agrees within (LoadStateDict, GatherStateDict,
+  // ReshardStateDict): its verdict, the same on every rank, is the error as it is, its ranks
+  // not named a second time.
+  absl::StatusOr<double> TimedCollective(const std::function<absl::Status()>& step);
   // Rank 0's *bytes on every rank.
   absl::Status ShareFromRankZero(std::string* bytes);
   // Every rank's `mine`, in rank order.
@@ -73,6 +77,8 @@ class Runner {
   std::function<void(int64_t, int64_t)> Progress() const;
 
  private:
+  absl::StatusOr<double> Timed(const std::function<absl::Status()>& step, bool collective);
+
   std::string command_;
   const SharedOptions& options_;
   Session& session_;

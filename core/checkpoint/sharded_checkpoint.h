@@ -38,8 +38,9 @@
 // shape (possibly with zero elements) and, through OwnedIndices, where its elements sit in
 // the full tensor (Full[I_0 x I_1 x ...]; tensor/sharding/sharding.h). Its __metadata__ holds
 // "sdrt.format_version" ("2"), "sdrt.rank", "sdrt.world_size", "sdrt.mesh" ("2x2"), for a
-// mesh with dim names "sdrt.mesh_dim_names" ("dp,tp"), and what lets a reader check every
-// piece it reads:
+// mesh with dim names "sdrt.mesh_dim_names" ("dp,tp"), the index's "sdrt.engine_layout"
+// when it has one (kEngineLayoutMetadataKey), and what lets a reader check every piece it
+// reads:
 //   "sdrt.index_xxh64"  the XXH64 of the index.json text sdrt wrote with the file (16 hex
 //                       digits): an index.json edited afterwards (a placement swapped for
 //                       one with the same local shapes, a hash, a shape) no longer matches;

@@ -39,6 +39,7 @@ absl::StatusOr<std::vector<uint64_t>> CheckRankFileOf(const ShardedCheckpointInd
   for (const auto& [key, value] : expected) {
     if (key == internal::kMetaIndexHash) continue;  // last: the other checks say more
     auto it = file.metadata().find(key);
+    if (it == file.metadata().end() && key == kEngineLayoutMetadataKey) continue;  // older
     if (it == file.metadata().end()) {
       return Bad(path, absl::StrCat("__metadata__ lacks \"", key, "\" (expected \"", value, "\")"));
     }

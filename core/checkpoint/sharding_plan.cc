@@ -14,6 +14,8 @@
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
+#define XXH_INLINE_ALL  // header-only use of libxxhash-dev
+#include "xxhash.h"
 
 namespace sdrt {
 
@@ -318,6 +320,9 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
   plan.rules_ = std::move(rules);
   plan.default_ = std::move(fallback);
   plan.mesh_ndim_ = ndim;
+  doc.erase("comment");
+  const std::string compact = doc.dump();  // the rules, whatever their whitespace
+  plan.rules_xxh64_ = XXH64(compact.data(), compact.size(), 0);
   return plan;
 }
 

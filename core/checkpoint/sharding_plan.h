@@ -128,6 +128,10 @@ class ShardingPlan {
   Kind kind() const { return kind_; }
   // "fsdp", "hsdp", "tp", "fsdp-tp", or the PLAN.json path (`source`).
   const std::string& name() const { return name_; }
+  // A custom plan's content: the XXH64 of its JSON as parsed, without "comment", written
+  // compactly (keys in their order; whitespace does not count), so that two files of the
+  // same rules compare equal and an edited file does not. 0 for a built-in plan.
+  uint64_t rules_xxh64() const { return rules_xxh64_; }
 
   // OK when the plan can place tensors on `mesh`: hsdp and fsdp-tp need a 2-D mesh, a
   // custom plan a mesh of its rules' length; InvalidArgument naming the plan, the rule
@@ -172,6 +176,7 @@ class ShardingPlan {
   std::shared_ptr<const std::vector<Rule>> rules_;
   std::shared_ptr<const std::vector<Placement>> default_;
   int mesh_ndim_ = 0;  // custom plans: the length of every placement list
+  uint64_t rules_xxh64_ = 0;
 };
 
 }  // namespace SDRT_API

@@ -10,6 +10,7 @@
 // FP8 checkpoint goes into the fused FP8 layout with its block scales fused like its codes.
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <map>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -293,6 +295,11 @@ TEST_F(ShardMapCli, AnEngineLayoutIsReadOnItsOwnLayoutAlone) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   r = RunSdrtMpi(2, absl::StrCat("load ", Quote(engine), " --mesh 2 --plan tp"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A rank file read as a checkpoint of its own carries the record too.
+  r = RunSdrtMpi(3, absl::StrCat("load ", Quote(engine + "/rank-00000-of-00002.safetensors"),
+                                 " --mesh 3 --plan tp"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(refused));
   const std::string gathered = (dir_ / "engine2.safetensors").string();
   r = RunSdrtMpi(2, absl::StrCat("gather ", Quote(engine), " ", Quote(gathered)));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -318,6 +325,38 @@ TEST_F(ShardMapCli, AnEngineLayoutIsReadOnItsOwnLayoutAlone) {
             0);
   r = RunSdrtMpi(2, absl::StrCat("load ", Quote(fsdp), " --mesh 2 --plan tp"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A PLAN.json layout is recorded by its rules' hash beside its path: the same rules read the
+// folder from any file, edited rules do not.
+TEST_F(ShardMapCli, APlanFilesEngineLayoutIsItsRulesNotItsPath) {
+  const std::string file = WriteLayer();
+  const auto write_plan = [&](const std::string& name, const std::string& text) {
+    std::ofstream((dir_ / name).string()) << text;
+    return (dir_ / name).string();
+  };
+  const std::string rules =
+      R"({"rules": [{"pattern": "(qkv|gate_up)_proj", "placements": "[S(0)]"},)"
+      R"( {"pattern": "(o|down)_proj", "placements": "[S(1)]"}], "default": "[R]"})";
+  const std::string plan = write_plan("plan.json", rules);
+  const std::string engine = (dir_ / "engine").string();
+  test::CommandResult r =
+      RunSdrt(absl::StrCat("shard ", Quote(file), " ", Quote(engine), " --mesh 2 --plan ",
+                           Quote(plan), " --map vllm-llama --head-size 128"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(engine), " --mesh 2 --plan ", Quote(plan)));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The same rules in another file, spaced otherwise and commented.
+  const std::string copy = write_plan(
+      "copy.json", "{\"comment\": \"the engine's plan\",\n" + rules.substr(1) + "\n");
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(engine), " --mesh 2 --plan ", Quote(copy)));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The file edited in place: refused, naming the recorded path and rules.
+  write_plan("plan.json", absl::StrReplaceAll(rules, {{"[S(1)]", "[R]"}}));
+  r = RunSdrtMpi(2, absl::StrCat("load ", Quote(engine), " --mesh 2 --plan ", Quote(plan)));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("holds an engine's layout for --mesh 2 --plan " + plan +
+                               " (rules xxh64 "));
 }
 
 }  // namespace

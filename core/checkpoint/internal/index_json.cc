@@ -171,6 +171,12 @@ std::map<std::string, std::string> RankMetadata(const ShardedCheckpointIndex& in
   if (index.format_version >= kPieceHashesFormatVersion) {
     meta[std::string(kMetaIndexHash)] = FormatXxh64(index_hash);
   }
+  // An engine's layout goes with each rank file too: one read as a checkpoint of its own
+  // is still refused on another layout.
+  const auto engine_layout = index.metadata.find(kEngineLayoutMetadataKey);
+  if (engine_layout != index.metadata.end()) {
+    meta[kEngineLayoutMetadataKey] = engine_layout->second;
+  }
   return meta;
 }
 

@@ -37,8 +37,10 @@ absl::StatusOr<uint64_t> IndexXxh64(const ShardedCheckpointIndex& index);
 
 // The `__metadata__` entries rank file `rank` of `index` carries whatever its bytes:
 // sdrt.format_version (index.format_version), sdrt.rank, sdrt.world_size, sdrt.mesh, when
-// the mesh names its dims sdrt.mesh_dim_names, and from format 2 sdrt.index_xxh64
-// (`index_hash`, IndexXxh64). The writers add sdrt.piece_xxh64 (FormatPieceHashes).
+// the mesh names its dims sdrt.mesh_dim_names, from format 2 sdrt.index_xxh64
+// (`index_hash`, IndexXxh64), and the index's kEngineLayoutMetadataKey when it has one (a
+// rank file that an older sdrt wrote may lack it). The writers add sdrt.piece_xxh64
+// (FormatPieceHashes).
 std::map<std::string, std::string> RankMetadata(const ShardedCheckpointIndex& index, int64_t rank,
                                                 uint64_t index_hash);
 

@@ -46,15 +46,37 @@ absl::StatusOr<Map> EngineLayout(const EngineIndex& e, const WeightMapOptions& e
   return local;
 }
 
-std::string EngineLayoutText(const MeshAndPlan& layout) {
-  // A PLAN.json by its absolute path, however it was spelled (./p.json, p.json, /d/p.json).
-  std::string plan = layout.plan.name();
-  if (layout.plan.kind() == ShardingPlan::Kind::kCustom) {
-    std::error_code error;
-    const std::filesystem::path absolute = std::filesystem::weakly_canonical(plan, error);
-    if (!error) plan = absolute.string();
+namespace {
+
+// Between a PLAN.json's path and its rules' hash in EngineLayoutText.
+constexpr absl::string_view kRulesHash = " (rules xxh64 ";
+
+// What CheckEngineLayout compares of a record: the text without a PLAN.json's path when it
+// names the rules' hash (the content counts, not where the file is).
+std::string ComparedPart(absl::string_view text) {
+  const size_t hash = text.rfind(kRulesHash);
+  const size_t plan = text.find(" --plan ");
+  if (hash == absl::string_view::npos || plan == absl::string_view::npos || plan > hash) {
+    return std::string(text);
   }
-  return absl::StrCat("--mesh ", absl::StrJoin(layout.mesh->shape(), "x"), " --plan ", plan);
+  return absl::StrCat(text.substr(0, plan + 8), text.substr(hash + 1));
+}
+
+}  // namespace
+
+std::string EngineLayoutText(const MeshAndPlan& layout) {
+  const std::string mesh = absl::StrCat("--mesh ", absl::StrJoin(layout.mesh->shape(), "x"));
+  if (layout.plan.kind() != ShardingPlan::Kind::kCustom) {
+    return absl::StrCat(mesh, " --plan ", layout.plan.name());
+  }
+  // A PLAN.json by its absolute path, however it was spelled (./p.json, p.json, /d/p.json),
+  // and its rules' hash.
+  std::string plan = layout.plan.name();
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::weakly_canonical(plan, error);
+  if (!error) plan = absolute.string();
+  return absl::StrCat(mesh, " --plan ", plan, kRulesHash,
+                      absl::Hex(layout.plan.rules_xxh64(), absl::kZeroPad16), ")");
 }
 
 std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata) {
@@ -64,7 +86,9 @@ std::string RecordedEngineLayout(const std::map<std::string, std::string>& metad
 
 absl::Status CheckEngineLayout(const std::string& source_name, const std::string& recorded,
                                const std::string& wanted) {
-  if (recorded.empty() || recorded == wanted) return absl::OkStatus();
+  if (recorded.empty() || ComparedPart(recorded) == ComparedPart(wanted)) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       source_name, " holds an engine's layout for ", recorded, " (__metadata__ \"",
       kEngineLayoutMetadataKey, "\": its fused and regrouped tensors hold each rank's parts), not ",

@@ -38,13 +38,15 @@ struct EngineIndex {
 };
 
 // kEngineLayoutMetadataKey's value (sharded_checkpoint.h) for `layout`: "--mesh M --plan P",
-// a PLAN.json by its absolute path.
+// a PLAN.json by its absolute path and its rules' hash ("--mesh 2 --plan /d/p.json (rules
+// xxh64 0123456789abcdef)": ShardingPlan::rules_xxh64).
 std::string EngineLayoutText(const MeshAndPlan& layout);
 // kEngineLayoutMetadataKey's value in `metadata`, or empty.
 std::string RecordedEngineLayout(const std::map<std::string, std::string>& metadata);
 
 // InvalidArgument when `recorded` (kEngineLayoutMetadataKey's value in the source `source_name`;
-// empty: none) is not `wanted` (EngineLayoutText of the layout asked for).
+// empty: none) is not `wanted` (EngineLayoutText of the layout asked for); PLAN.json plans
+// are compared by their rules' hash, not their path (a record without the hash, by path).
 absl::Status CheckEngineLayout(const std::string& source_name, const std::string& recorded,
                                const std::string& wanted);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -369,6 +370,10 @@ absl::StatusOr<Map> ParallelLayout::MetaStateDict(const std::vector<SafetensorsT
     if (!shape.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(), ": tensor ",
                                                      t.name, ": ", shape.status().message()));
+    }
+    if (IsSubByte(t.dtype)) {  // its pieces whole bytes, the tensor named if not
+      SDRT_RETURN_IF_ERROR(internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape,
+                                                                 *laid.mesh, laid.placements));
     }
     SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(*shape, t.dtype));
     SDRT_ASSIGN_OR_RETURN(DTensor d, DTensor::Make(std::move(meta), std::move(laid.mesh),

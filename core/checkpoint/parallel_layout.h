@@ -125,7 +125,8 @@ class ParallelLayout {
   // others are left out (what PlanReshard takes from a rank that receives nothing of them):
   // a rank outside the layout's ranks (a trainer's rank, for an engine placed after it)
   // gets an empty map. The same as ShardingPlan::MetaStateDict for fsdp and fsdp-tp.
-  // Errors: Place's; InvalidArgument for a negative rank or a name listed twice.
+  // Errors: Place's; InvalidArgument for a negative rank, a name listed twice or a sub-byte
+  // tensor cut inside a byte (CheckShardingCutsWholeBytes, naming it).
   absl::StatusOr<Map> MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors, int64_t rank,
                                     int64_t first_rank = 0) const;
 

@@ -12,6 +12,7 @@
 #include "sdrt/core/checkpoint/internal/strict_json.h"
 #include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 #define XXH_INLINE_ALL  // header-only use of libxxhash-dev
@@ -416,6 +417,10 @@ absl::StatusOr<Map> ShardingPlan::MetaStateDict(const std::vector<SafetensorsTen
     if (!shape.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan ", name_, ": tensor ", t.name, ": ", shape.status().message()));
+    }
+    if (IsSubByte(t.dtype)) {  // its pieces whole bytes, the tensor named if not
+      SDRT_RETURN_IF_ERROR(
+          internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, *mesh, placements));
     }
     SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(*shape, t.dtype));
     SDRT_ASSIGN_OR_RETURN(DTensor d,

@@ -160,7 +160,8 @@ class ShardingPlan {
   // receives nothing. Mirrors no single PyTorch function: it is what a model built on the
   // meta device and parallelized by the plan holds on that rank.
   // Errors: InvalidArgument for a null mesh, a name given twice (naming it), a negative
-  // dim; the errors of PlacementsFor (naming the plan, the tensor and the mesh).
+  // dim, a sub-byte tensor cut inside a byte (CheckShardingCutsWholeBytes, naming it); the
+  // errors of PlacementsFor (naming the plan, the tensor and the mesh).
   absl::StatusOr<Map> MetaStateDict(const std::vector<SafetensorsTensorSpec>& tensors,
                                     std::shared_ptr<const DeviceMesh> mesh, int64_t rank) const;
 

@@ -58,6 +58,7 @@ absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<const Tens
       l.kind = internal::LeafLayout::Kind::kPlain;
       l.dtype = t.dtype();
       l.shape = t.shape();
+      SDRT_RETURN_IF_ERROR(internal::CheckLeafDims(l));
       tensors.push_back(&t);
       internal::AppendLeafLayout(l, &out);
       continue;

@@ -206,6 +206,18 @@ TEST(HostileInput, ShardRefusesWhatItsReaderWouldRefuse) {
   ExpectBadInput(Sdrt("shard " + root + "/empty_name.safetensors " + root + "/out --mesh 2 --plan fsdp"),
                  {"empty_name.safetensors", "sdrt could read back", "invalid tensor name"});
   EXPECT_FALSE(fs::exists(root + "/out"));
+  // A tensor of 13 dims: no reader of a sharded checkpoint moves more than 12.
+  const std::string dims = R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1],)"
+                           R"("data_offsets":[0,4]}})";
+  std::string file13(8, '\0');
+  for (int i = 0; i < 8; ++i) file13[i] = static_cast<char>((dims.size() >> (8 * i)) & 0xff);
+  file13 += dims + std::string(4, '\0');
+  { std::ofstream(root + "/dims13.safetensors", std::ios::binary) << file13; }
+  ExpectBadInput(
+      Sdrt("shard " + root + "/dims13.safetensors " + root + "/out13 --mesh 2 --plan fsdp"),
+      {"dims13.safetensors", "sdrt could read back",
+       "(a): 13 dims; sdrt reads a sharded tensor of at most 12"});
+  EXPECT_FALSE(fs::exists(root + "/out13"));
 }
 
 }  // namespace

@@ -147,6 +147,24 @@ TEST(SubByteCli, Case055ShardOnDim0AndGatherBitExactCutInsideAByteIsAnError) {
                                "dim 1; a 4-bit element cannot be cut inside a byte"));
 }
 
+// A piece of half a byte (one 4-bit element): the load's layout refuses it naming the tensor,
+// under a plan and under a parallel layout description alike, before any local is made.
+TEST(SubByteCli, APieceOfHalfAByteIsRefusedNamingTheTensor) {
+  const std::string file = test::FreshDir("subbyte_cli_half_byte") + "/f4.safetensors";
+  const std::string header = R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  std::ofstream(file, std::ios::binary) << bytes << header << '\x21';
+  for (const char* plan : {"fsdp", "fsdp:dp=2"}) {
+    const CommandResult r = Mpi(2, absl::StrCat("load ", Quote(file), " --mesh 2 --plan ", plan));
+    EXPECT_EQ(r.exit_code, 2) << plan << ": " << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("tensor 'a' (float4_e2m1fn_x2 [2]): Shard(0) over 2 ranks gives "
+                                 "pieces of 1, 1 elements along dim 0; a 4-bit element cannot be "
+                                 "cut inside a byte"))
+        << plan;
+  }
+}
+
 // A sharded checkpoint whose index.json was edited to cut `w` inside a byte: `sdrt gather`
 // refuses it when reading the index (exit 2), before any rank file is read.
 TEST(SubByteCli, AnEditedIndexThatCutsAByteIsRefusedByGather) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/checkpoint/internal/strict_json.h"
+#include "sdrt/tensor/backend/index_math.h"
 #include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -108,6 +109,10 @@ absl::StatusOr<ShardedCheckpointTensor> ParseTensor(const Json& value, const Dev
   if (!dtype.ok()) return Bad(named, dtype.status().message());
   t.dtype = *dtype;
   SDRT_ASSIGN_OR_RETURN(t.shape, GetShape(value["shape"], named, "shape", 0));
+  if (t.shape.size() > static_cast<size_t>(kMaxCopyDims)) {  // what a reader can move
+    return Bad(named, absl::StrCat(t.shape.size(), " dims; sdrt reads a sharded tensor of at most ",
+                                   kMaxCopyDims));
+  }
   absl::StatusOr<int64_t> numel = CheckedNumel(t.shape);
   if (!numel.ok()) return Bad(named, "the shape's element count overflows int64");
   if (absl::Status bytes = BytesForElements(t.dtype, *numel).status(); !bytes.ok()) {

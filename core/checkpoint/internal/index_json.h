@@ -58,9 +58,9 @@ absl::StatusOr<std::string> SerializeIndex(const ShardedCheckpointIndex& index);
 // folder `dir`: every field present, of its type and in range, no unknown field, the
 // format and version this sdrt reads, the mesh's product equal to world_size (at most
 // kMaxShardedCheckpointRanks), the rank file names, tensor names unique, dtypes known,
-// placements one per mesh dim and never Partial. Format versions 1 (rank files without
-// piece hashes) to kShardedCheckpointFormatVersion are read. Does not look at the rank
-// files.
+// placements one per mesh dim and never Partial, shapes of at most kMaxCopyDims dims.
+// Format versions 1 (rank files without piece hashes) to kShardedCheckpointFormatVersion
+// are read. Does not look at the rank files.
 // InvalidArgument naming the path, the field and the rule.
 absl::StatusOr<ShardedCheckpointIndex> ParseIndex(absl::string_view text, const std::string& path,
                                                   const std::string& dir);

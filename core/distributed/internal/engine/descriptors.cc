@@ -269,9 +269,20 @@ absl::Status DescribeStateDict(const Map& tree, bool source, std::vector<LeafLay
   SDRT_ASSIGN_OR_RETURN(const Leaves leaves, CollectLeaves(tree));
   for (const Leaf& leaf : leaves) {
     LeafLayout layout;
-    if (DescribeLeaf(leaf.path, *leaf.value, source, layout)) out.push_back(std::move(layout));
+    if (!DescribeLeaf(leaf.path, *leaf.value, source, layout)) continue;
+    SDRT_RETURN_IF_ERROR(CheckLeafDims(layout));
+    out.push_back(std::move(layout));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckLeafDims(const LeafLayout& leaf) {
+  const size_t dims = std::max(leaf.shape.size(), leaf.mesh_shape.size());
+  if (dims <= static_cast<size_t>(kMaxTransferDims)) return absl::OkStatus();
+  const bool mesh = leaf.mesh_shape.size() >= leaf.shape.size();
+  return absl::InvalidArgumentError(absl::StrCat("'", leaf.path, "': ", mesh ? "a mesh of " : "",
+                                                 dims, " dims; at most ", kMaxTransferDims,
+                                                 " move between ranks"));
 }
 
 std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves) {

@@ -55,6 +55,10 @@ absl::Status DescribeStateDict(const Map& tree, bool source, std::vector<LeafLay
 // The bytes of `leaves`: their count (one word), then each leaf as AppendLeafLayout writes
 // it, so that a caller with many leaves can write them one by one.
 std::string EncodeLeafLayouts(const std::vector<LeafLayout>& leaves);
+// OK when DecodeLeafLayouts takes `leaf`'s dims: InvalidArgument naming its path when its
+// shape or its mesh has more than kMaxTransferDims (the describers check each leaf, so that
+// a rank learns why, not that a peer's bytes were malformed).
+absl::Status CheckLeafDims(const LeafLayout& leaf);
 // Appends one leaf's bytes to `out` (of `leaf`, only what its kind uses: the path, side,
 // dtype and shape; the mesh and placements for kMesh, the boxes for kBoxes, the inline
 // value for kInline).

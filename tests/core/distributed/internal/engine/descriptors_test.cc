@@ -113,6 +113,28 @@ TEST(ReshardDescriptors, HugeCountsAndUnknownCodesAreRefusedBeforeAllocating) {
   EXPECT_FALSE(DecodeLeafLayouts(ranks, 0).ok());
 }
 
+// The describers refuse what the decoder would (more than kMaxTransferDims dims), naming the
+// leaf on the rank that holds it: a peer never learns only that the bytes were malformed.
+TEST(ReshardDescriptors, ALeafOfMoreDimsThanMoveIsNamedBeforeItIsSent) {
+  const LeafLayout twelve = PlainLeaf("w12", true, IntVector(12, 1));
+  EXPECT_TRUE(CheckLeafDims(twelve).ok());
+  EXPECT_TRUE(DecodeLeafLayouts(EncodeLeafLayouts({twelve}), 1).ok());
+  const LeafLayout thirteen = PlainLeaf("w13", true, IntVector(13, 1));
+  EXPECT_EQ(CheckLeafDims(thirteen),
+            absl::InvalidArgumentError("'w13': 13 dims; at most 12 move between ranks"));
+  EXPECT_FALSE(DecodeLeafLayouts(EncodeLeafLayouts({thirteen}), 1).ok());
+  LeafLayout mesh = MeshLeaf("m", true, "[R]", {0});
+  mesh.mesh_shape = IntVector(13, 1);
+  EXPECT_EQ(CheckLeafDims(mesh),
+            absl::InvalidArgumentError("'m': a mesh of 13 dims; at most 12 move between ranks"));
+  // DescribeStateDict checks every leaf it describes.
+  Map tree;
+  tree.Set("w13", Value(*Tensor::Zeros(IntVector(13, 1), DType::kFloat32)));
+  std::vector<LeafLayout> out;
+  EXPECT_EQ(DescribeStateDict(tree, /*source=*/true, out),
+            absl::InvalidArgumentError("'w13': 13 dims; at most 12 move between ranks"));
+}
+
 TEST(ReshardDescriptors, MergeAgreesPlainHoldersAndSources) {
   // Rank 0 and 1 hold the fsdp source; ranks 2 and 3 want it as boxes; "b" is held whole
   // by ranks 0 and 1 and wanted by rank 3 (with a placeholder of another shape).

@@ -152,7 +152,7 @@ void AddMakeCommand(CLI::App& app, int* exit_code) {
                   "multiplies head_dim, intermediate, vocab and layers (each at least 1; head "
                   "counts kept; for the MoE archs also hidden, the experts and the MLA ranks), "
                   "in (0, 16]")
-      ->check(CLI::Number)  // not CLI11's reading of '' as 0
+      ->check(DecimalNumber())  // not CLI11's reading of '' as 0, nor hexadecimal
       ->capture_default_str();
   cmd->add_option("--seed", args->seed_text, "seed of the values")->capture_default_str();
   cmd->add_flag("--header-only", args->header_only,

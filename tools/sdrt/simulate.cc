@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -28,6 +29,7 @@ namespace {
 struct SimulateArgs {
   std::string model;
   double scale = 1.0;
+  bool scale_given = false;  // --scale on the command line, whatever its value
   std::string from;
   std::string to;
   std::string cluster;
@@ -86,7 +88,8 @@ absl::Status RunSimulate(const SimulateArgs& args) {
   if (args.dtype_to_given) {
     SDRT_ASSIGN_OR_RETURN(options.dtype_to, EngineDtype(args.dtype_to));
   }
-  absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(args.model, args.scale);
+  absl::StatusOr<std::vector<SafetensorsTensorSpec>> tensors = ModelTensors(
+      args.model, args.scale_given ? std::optional<double>(args.scale) : std::nullopt);
   if (!tensors.ok()) return InputError(tensors.status());
   const int64_t cluster_ranks = cluster.nodes * cluster.gpus_per_node;
   SDRT_ASSIGN_OR_RETURN(const ParallelLayout from, ParseLayout(args.from, cluster_ranks));
@@ -219,7 +222,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                   "architecture of `sdrt make --arch`")
       ->required();
   cmd->add_option("--scale", args->scale, "with an architecture: its --scale ((0, 16])")
-      ->check(CLI::Number)  // not CLI11's reading of '' as 0
+      ->check(DecimalNumber())  // not CLI11's reading of '' as 0, nor hexadecimal
       ->capture_default_str();
   cmd->add_option("--from", args->from, "the source's layout, e.g. megatron:tp=4,pp=8,ep=16")
       ->required();
@@ -241,6 +244,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   AddSharedOptions(cmd, kJsonOption | kBucketMibOption, &args->shared);
   cmd->callback([cmd, args, exit_code] {
     args->dtype_to_given = cmd->count("--dtype-to") > 0;
+    args->scale_given = cmd->count("--scale") > 0;
     const absl::Status status = RunSimulate(*args);
     *exit_code = status.ok() ? kExitOk : ReportError("simulate", status, /*rank=*/0);
   });

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -22,8 +23,7 @@ CLI::Validator FiniteRange(double min, double max, const std::string& range_text
   return CLI::Validator(
       [=](std::string& text) {
         double value = 0;
-        if (absl::SimpleAtod(text, &value) && std::isfinite(value) && value >= min &&
-            value <= max) {
+        if (ParseDecimal(text, &value) && std::isfinite(value) && value >= min && value <= max) {
           return std::string();
         }
         return absl::StrCat("must be a number in ", range_text, " (", unit, "), got ", text);
@@ -181,6 +181,34 @@ absl::StatusOr<ParallelLayout> ParseParallelLayout(const std::string& mesh_spec,
                      "the layout makes each tensor's own mesh"));
   }
   return ParallelLayout::Parse(plan_spec, world);
+}
+
+bool ParseDecimal(absl::string_view text, double* value) {
+  size_t i = 0;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  size_t digits = 0, points = 0;
+  for (; i < text.size() && (absl::ascii_isdigit(text[i]) || text[i] == '.'); ++i) {
+    (text[i] == '.' ? points : digits) += 1;
+  }
+  if (digits == 0 || points > 1) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    const size_t exponent = i;
+    while (i < text.size() && absl::ascii_isdigit(text[i])) ++i;
+    if (i == exponent) return false;
+  }
+  return i == text.size() && absl::SimpleAtod(text, value);
+}
+
+CLI::Validator DecimalNumber() {
+  return CLI::Validator(
+      [](std::string& text) {
+        double value = 0;
+        return ParseDecimal(text, &value) ? std::string()
+                                          : absl::StrCat("must be a decimal number, got ", text);
+      },
+      "NUMBER");
 }
 
 }  // namespace sdrt::cli

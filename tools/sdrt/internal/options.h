@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
 #include "sdrt/core/distributed/load_state_dict.h"
@@ -87,6 +88,15 @@ absl::StatusOr<MeshAndPlan> ParseMeshAndPlan(const SharedOptions& options);
 // InvalidArgument naming --mesh for anything else; ParallelLayout::Parse's errors.
 absl::StatusOr<ParallelLayout> ParseParallelLayout(const std::string& mesh_spec,
                                                    const std::string& plan_spec);
+
+// A decimal number as a person writes it ("3", "0.5", "1e-6", "+2."): digits with at most
+// one point, then an optional exponent; false for anything else, hexadecimal ("0x10",
+// "0x1p4"), "inf" and "nan" included, which strtod would take. The one reader of the
+// commands' fractional numbers (--scale, --bucket-mib, --timeout, --cluster's figures).
+bool ParseDecimal(absl::string_view text, double* value);
+
+// A CLI11 check of a number option: ParseDecimal's form (CLI::Number takes hexadecimal).
+CLI::Validator DecimalNumber();
 
 }  // namespace sdrt::cli
 

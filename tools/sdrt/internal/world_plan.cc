@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "sdrt/core/checkpoint/checkpoint_source.h"
 #include "sdrt/core/distributed/internal/engine/plan.h"
 #include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/options.h"
 #include "sdrt/tools/sdrt/internal/synthetic.h"
 
 namespace sdrt::cli {
@@ -67,7 +69,7 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
     if (!time && kv.first != "nvlink" && kv.first != "nic" && kv.first != "copy") {
       return bad(absl::StrCat("unknown \"", item, "\""));
     }
-    // A number (SimpleAtod's: exponents too), then its unit; longer units first.
+    // A decimal number (ParseDecimal's: exponents too), then its unit; longer units first.
     static const std::pair<absl::string_view, double> kRates[] = {
         {"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"Gb/s", 1e9 / 8}};
     static const std::pair<absl::string_view, double> kTimes[] = {
@@ -83,10 +85,10 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
                                    : "TB/s, GB/s, MB/s or Gb/s (1 PB/s is 1000TB/s)"));
     }
     double number = 0;
-    if (!absl::SimpleAtod(digits, &number)) {
+    if (!ParseDecimal(digits, &number)) {
       return bad(absl::StrCat("\"", item, "\" has no number"));
     }
-    if (!std::isfinite(number)) {  // SimpleAtod reads 1e309 as inf
+    if (!std::isfinite(number)) {  // 1e309 reads as inf
       return bad(absl::StrCat("\"", item, "\" is not a finite number"));
     }
     // Rates from 1 MB/s (a slower link makes every figure meaningless) to 1 PB/s.
@@ -118,10 +120,10 @@ bool CastsToEngineDtype(const std::string& name, const IntVector& shape) {
 }
 
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::string& model,
-                                                                double scale) {
+                                                                std::optional<double> scale) {
   struct stat st;
   if (lstat(model.c_str(), &st) == 0) {
-    if (scale != 1.0) {
+    if (scale.has_value()) {
       return absl::InvalidArgumentError("--scale goes with an architecture's name, not a file");
     }
     CheckpointSource::Options options;
@@ -129,7 +131,7 @@ absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::strin
     SDRT_ASSIGN_OR_RETURN(CheckpointSource source, CheckpointSource::Open(model, options));
     return source.TensorSpecs();
   }
-  absl::StatusOr<ArchConfig> config = ScaledArch(model, scale);
+  absl::StatusOr<ArchConfig> config = ScaledArch(model, scale.value_or(1.0));
   if (!config.ok()) {
     const std::vector<std::string> names = ArchNames();
     const bool known = std::find(names.begin(), names.end(), model) != names.end();

@@ -35,11 +35,11 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text);
 
 // The tensor list `model` names: a safetensors file, a Hugging Face folder or a folder of
 // safetensors files (header-only descriptions included), or else a built-in architecture of
-// `sdrt make --arch` at `scale` (its names and shapes, bfloat16; no data is made).
-// InvalidArgument for a path that does not exist and is no architecture's name, or a scale
-// other than 1 with a path; the opening errors of a checkpoint source.
+// `sdrt make --arch` at `scale` (1 when none; its names and shapes, bfloat16; no data is
+// made). InvalidArgument for a path that does not exist and is no architecture's name, or
+// a scale given with a path; the opening errors of a checkpoint source.
 absl::StatusOr<std::vector<SafetensorsTensorSpec>> ModelTensors(const std::string& model,
-                                                                double scale);
+                                                                std::optional<double> scale);
 
 struct WorldPlanOptions {
   bool disjoint = false;  // the destination's ranks follow the source's

@@ -215,7 +215,7 @@ struct TransferRunStats {
 // larger than a bucket is gathered in an exchange of its own). Units lie in a bucket one after
 // another, each on chunk_alignment bytes. InvalidArgument for bucket_bytes < 64, a chunk_alignment
 // that is not a power of two in [1, 256], a negative rank, a plan of another rank
-// (TransferPlan::rank), or more than 2^24 chunks.
+// (TransferPlan::rank), or more than 2^22 chunks.
 absl::StatusOr<TransferSchedule> ScheduleTransfer(const TransferPlan& plan, int64_t rank,
                                                   const TransferScheduleOptions& options);
 

@@ -139,9 +139,9 @@ TEST(ReshardErrorsTest, SubByteDtypesNeverCutInsideAByte) {
   }
 }
 
-// A rank whose messages would be cut into more than 2^24 chunks is refused before the
+// A rank whose messages would be cut into more than 2^22 chunks is refused before the
 // chunks are made: a header describing one tensor of 2^60 bytes costs no memory and no
-// time to refuse (a schedule of 2^24 chunks takes gigabytes). The message says what the
+// time to refuse (a schedule of 2^22 chunks takes 2 GB). The message says what the
 // bucket has to do with it.
 TEST(ReshardErrorsTest, TooManyChunksAreRefusedBeforeTheyAreMade) {
   const internal::TransferTensor huge =
@@ -158,7 +158,7 @@ TEST(ReshardErrorsTest, TooManyChunksAreRefusedBeforeTheyAreMade) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(schedule.ok());
   EXPECT_EQ(schedule.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(schedule.status().message(), HasSubstr("more than 2^24 reshard chunks"));
+  EXPECT_THAT(schedule.status().message(), HasSubstr("more than 2^22 reshard chunks"));
   EXPECT_THAT(schedule.status().message(), HasSubstr("268435456 bytes: a larger bucket"));
   EXPECT_LT(seconds, 5.0) << "refused only after cutting the chunks";
   // The same tensor in buckets large enough for it is scheduled.

@@ -197,13 +197,14 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Parse(absl::string_view spec, int
   layout.ep_ = get("ep").value_or(1);
   layout.etp_ = get("etp").value_or(layout.ep_ == 1 ? layout.tp_ : 1);
   const int64_t stage_ranks = layout.dp_ * layout.tp_;
-  if (layout.ep_ * layout.etp_ > stage_ranks || stage_ranks % (layout.ep_ * layout.etp_) != 0) {
-    return bad(absl::StrCat("etp x ep = ", layout.etp_, " x ", layout.ep_,
-                            " does not divide dp x tp = ", stage_ranks));
-  }
+  // vLLM's own rule first: it has no etp to name.
   if (layout.framework_ == Framework::kVllm && layout.ep_ != 1 && layout.ep_ != stage_ranks) {
     return bad(
         absl::StrCat("vLLM's expert parallelism spans dp x tp: ep must be 1 or ", stage_ranks));
+  }
+  if (layout.ep_ * layout.etp_ > stage_ranks || stage_ranks % (layout.ep_ * layout.etp_) != 0) {
+    return bad(absl::StrCat("etp x ep = ", layout.etp_, " x ", layout.ep_,
+                            " does not divide dp x tp = ", stage_ranks));
   }
   return layout;
 }

@@ -100,6 +100,8 @@ TEST(ParallelLayout, BadDescriptionsAreRefusedNamingWhy) {
   EXPECT_THAT(ParseError("megatron:tp=2,dp=2,ep=8"), HasSubstr("etp x ep = 1 x 8 does not"));
   EXPECT_THAT(ParseError("megatron:tp=2,dp=3,ep=4"), HasSubstr("does not divide dp x tp = 6"));
   EXPECT_THAT(ParseError("vllm:tp=2,dp=2,ep=2"), HasSubstr("ep must be 1 or 4"));
+  // An ep that does not divide dp x tp either: vLLM's rule, which has no etp, is named.
+  EXPECT_THAT(ParseError("vllm:tp=2,dp=2,ep=3"), HasSubstr("ep must be 1 or 4"));
   EXPECT_THAT(ParseError(std::string(300, 'x')), HasSubstr("longer than 256 bytes"));
   EXPECT_THAT(ParseError("fsdp:dp=2", -1), HasSubstr("a world of -1 ranks"));
 }

@@ -113,7 +113,9 @@ TEST_F(ExitCodes, Make) {
        std::vector<Case>{{"make --bogus " + out, "--bogus"},
                          {"make", "OUT is required"},
                          {"make --dtype f8 " + out, "--dtype"},
-                         {"make " + Q(root_ + "/no/such/x.safetensors"), root_ + "/no/such"}}) {
+                         {"make " + Q(root_ + "/no/such/x.safetensors"), root_ + "/no/such"},
+                         {"make " + Q(root_ + "/newdir/"), "ends in '/': sdrt make writes one"},
+                         {"make --scale 0x1p-3 " + out, "must be a decimal number"}}) {
     SCOPED_TRACE(c.args);
     ExpectBadArgument(Sdrt(c.args), c.part);
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -51,6 +52,10 @@ int RunMake(MakeArgs args) {
                       : args.dtype == "f16" ? DType::kFloat16
                                             : DType::kBFloat16;  // checked by CLI11
   absl::Status out_ok = CheckOutputPath(args.out, {});
+  if (out_ok.ok() && absl::EndsWith(args.out, "/")) {  // a folder's name: make writes a file
+    out_ok = absl::InvalidArgumentError(
+        absl::StrCat("\"", args.out, "\" ends in '/': sdrt make writes one file, OUT.safetensors"));
+  }
   if (out_ok.ok()) out_ok = CheckReplaceableSafetensors(args.out, args.shared.overwrite);
   if (!out_ok.ok()) return fail(out_ok);
   absl::StatusOr<ArchConfig> config = ScaledArch(args.arch, args.scale);

@@ -125,8 +125,9 @@ int RunMake(MakeArgs args) {
               << c.qk_nope_head_dim << " + " << c.qk_rope_head_dim << ", v " << c.v_head_dim;
   }
   std::cout << "\n"
-            << tensor_count << " tensors, " << WithThousands(parameters) << " parameters, "
-            << WithThousands(bytes) << " bytes (" << HumanBytes(bytes) << ")\n";
+            << Counted(static_cast<int64_t>(tensor_count), "tensor") << ", "
+            << Counted(parameters, "parameter") << ", " << Counted(bytes, "byte") << " ("
+            << HumanBytes(bytes) << ")\n";
   if (args.header_only) {
     std::cout << "header only: a " << WithThousands(*file_size) << "-byte file ("
               << HumanBytes(*file_size)

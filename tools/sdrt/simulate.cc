@@ -158,10 +158,11 @@ absl::Status RunSimulate(const SimulateArgs& args) {
     return absl::OkStatus();
   }
   std::cout
-      << Printable(args.model) << ": " << WithThousands(f.tensors) << " tensors, "
+      << Printable(args.model) << ": " << Counted(f.tensors, "tensor") << ", "
       << HumanBytes(f.tensor_bytes) << "\n"
       << from.ToString() << (args.disjoint ? " beside " : " -> ") << to->ToString() << " on "
-      << cluster.nodes << " x " << cluster.gpus_per_node << " (" << f.ranks << " ranks)\n"
+      << cluster.nodes << " x " << cluster.gpus_per_node << " (" << Counted(f.ranks, "rank")
+      << ")\n"
       << absl::StrFormat(
              "rank %d's plan in %.3f s (after placing, %.3f s), peak memory %s; every rank's "
              "messages (for the model) in %.3f s, peak %s\n",

@@ -165,8 +165,8 @@ absl::Status InspectShardedCheckpoint(const std::string& path, bool json) {
   std::cout << ", world size " << world << ", plan " << Printable(index->plan) << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
-            << index->tensors.size() << (index->tensors.size() == 1 ? " tensor, " : " tensors, ")
-            << WithThousands(parameters) << " parameters, " << WithThousands(bytes) << " bytes ("
+            << Counted(static_cast<int64_t>(index->tensors.size()), "tensor") << ", "
+            << Counted(parameters, "parameter") << ", " << Counted(bytes, "byte") << " ("
             << HumanBytes(bytes) << ") in full\n\n";
   Table files({"rank", "file", "local bytes", "file size"}, {true, false, true, true});
   for (int64_t r = 0; r < world; ++r) {
@@ -250,11 +250,10 @@ absl::Status InspectFolderSource(const std::string& path, bool json) {
             << files.size() << (files.size() == 1 ? " file" : " files") << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
-            << n << (n == 1 ? " tensor, " : " tensors, ") << WithThousands(parameters)
-            << " parameters, " << WithThousands(source->total_bytes()) << " bytes ("
-            << HumanBytes(source->total_bytes()) << ") of data in " << files.size()
-            << (files.size() == 1 ? " file" : " files") << " of " << HumanBytes(total_file_size)
-            << "\n\n";
+            << Counted(n, "tensor") << ", " << Counted(parameters, "parameter") << ", "
+            << Counted(source->total_bytes(), "byte") << " (" << HumanBytes(source->total_bytes())
+            << ") of data in " << files.size() << (files.size() == 1 ? " file" : " files") << " of "
+            << HumanBytes(total_file_size) << "\n\n";
   Table file_table({"file", "tensors", "bytes", "file size"}, {false, true, true, true});
   for (size_t i = 0; i < files.size(); ++i) {
     file_table.AddRow({Printable(files[i].name), std::to_string(file_tensors[i]),
@@ -311,8 +310,8 @@ absl::Status InspectSafetensorsFile(const std::string& path, bool json) {
   std::cout << Printable(path) << (header_only ? " (header only)" : "") << "\n\n";
   table.Print(std::cout);
   std::cout << "\n"
-            << file->entries().size() << (file->entries().size() == 1 ? " tensor, " : " tensors, ")
-            << WithThousands(parameters) << " parameters, " << WithThousands(bytes) << " bytes ("
+            << Counted(static_cast<int64_t>(file->entries().size()), "tensor") << ", "
+            << Counted(parameters, "parameter") << ", " << Counted(bytes, "byte") << " ("
             << HumanBytes(bytes) << ") of data "
             << (header_only ? "described\nheader only: a " : "in a ")
             << HumanBytes(file->file_size())

@@ -65,7 +65,7 @@ std::string HumanBytes(int64_t bytes) {
 }
 
 std::string Counted(int64_t n, absl::string_view noun) {
-  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+  return absl::StrCat(WithThousands(n), " ", noun, n == 1 ? "" : "s");
 }
 
 std::string WithThousands(int64_t value) {

@@ -40,7 +40,8 @@ std::string ShapeText(const std::vector<int64_t>& shape);
 std::string HumanBytes(int64_t bytes);
 // "22,713,728".
 std::string WithThousands(int64_t value);
-// "1 tensor", "21 tensors": `n` and `noun`, plural unless n is 1.
+// "1 tensor", "21 tensors", "69,975 tensors": `n` (WithThousands) and `noun`, plural
+// unless n is 1.
 std::string Counted(int64_t n, absl::string_view noun);
 
 // The rank the MPI launcher gave this process, read from its environment before MPI starts:

@@ -77,6 +77,28 @@ TEST_F(InspectLayout, UnevenOneDimTensorShowsTheEmptyPieceAndReplicas) {
   EXPECT_THAT(four.out, testing::ContainsRegex("ranks +0 +1 +2\n"));
 }
 
+// A 4-bit tensor cut inside a byte is drawn, and the line under it says the commands that
+// move it refuse it (with the reason they give).
+TEST(InspectLayoutSubByte, ACutInsideAByteIsSaidUnderThePicture) {
+  const std::string file = absl::StrCat(test::TestTmpRoot(), "/inspect_layout_f4.safetensors");
+  const std::string header = R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  std::ofstream(file, std::ios::binary) << bytes << header << '\x21';
+  const CommandResult r =
+      Sdrt(absl::StrCat("inspect ", ShellQuote(file), " --layout a --mesh 2 --plan fsdp"));
+  ASSERT_EQ(r.exit_code, 0) << r.all();
+  EXPECT_THAT(r.out, HasSubstr("\nrefused by load, shard and reshard: tensor 'a' "
+                               "(float4_e2m1fn_x2 [2]): Shard(0) over 2 ranks gives pieces of 1, "
+                               "1 elements along dim 0; a 4-bit element cannot be cut inside a "
+                               "byte\n"));
+  // Whole bytes: nothing said.
+  const CommandResult whole =
+      Sdrt(absl::StrCat("inspect ", ShellQuote(file), " --layout a --mesh 1 --plan fsdp"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.all();
+  EXPECT_THAT(whole.out, testing::Not(HasSubstr("refused")));
+}
+
 TEST_F(InspectLayout, StridedShardRunsInJson) {
   const CommandResult r = Sdrt(absl::StrCat("inspect ", ShellQuote(file_), " --layout s --mesh 2x2 --plan ",
                                             ShellQuote(plan_), " --json"));

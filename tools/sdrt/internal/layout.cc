@@ -14,6 +14,7 @@
 #include "sdrt/core/checkpoint/parallel_layout.h"
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
+#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/region_copy.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
@@ -255,6 +256,13 @@ absl::StatusOr<std::string> RenderLayout(const TensorLayout& layout, const Devic
     out << "(" << pieces->size() - kMaxLayoutRanks << " more ranks; --json lists every rank)\n";
   }
   if (layout.shape.size() == 1 || layout.shape.size() == 2) Picture(layout, *pieces, out);
+  // Drawn all the same, but said: a sub-byte piece cut inside a byte is refused by every
+  // command that moves it.
+  if (IsSubByte(layout.dtype)) {
+    const absl::Status whole = internal::CheckShardingCutsWholeBytes(
+        layout.name, layout.dtype, layout.shape, mesh, layout.placements);
+    if (!whole.ok()) out << "\nrefused by load, shard and reshard: " << whole.message() << "\n";
+  }
   return out.str();
 }
 

@@ -378,8 +378,10 @@ typedef struct sdrt_local_shard_t {
  * Errors: SDRT_INVALID_ARGUMENT for NULL spec or out, a bad out->struct_size (set it with
  * SDRT_LOCAL_SHARD_INIT) or spec->struct_size, a bad mesh (sizes, ranks), placements that
  * do not parse or do not fit the mesh or the shape, both or neither of placements and
- * plan, a plan that is neither built in nor a readable valid PLAN.json (naming it) or does
- * not fit the mesh or the tensor (the message names the plan, the tensor and the mesh). */
+ * plan, a plan that is neither built in nor a valid PLAN.json (naming it) or does not fit
+ * the mesh or the tensor (the message names the plan, the tensor and the mesh); the errno's
+ * code for a PLAN.json that cannot be read (SDRT_NOT_FOUND for a missing file,
+ * SDRT_PERMISSION_DENIED). */
 SDRT_C_API sdrt_status_t sdrt_compute_local_shape_and_global_offset(
     const sdrt_dtensor_spec_t* spec, const char* plan, const char* name, int64_t rank,
     sdrt_local_shard_t* out);
@@ -698,7 +700,8 @@ SDRT_C_API sdrt_status_t sdrt_gather(sdrt_state_dict_t state_dict,
 /* Collective over options->comm. Gathers as sdrt_gather with cpu_offload, one bucket at a
  * time on ranks that do not write, and the writing rank (ranks_only[0], else 0) writes the
  * full tensors as one safetensors file at `path` (atomically: a temporary file renamed
- * into place; the data laid out as safetensors' Python writer does). `path` is read on the
+ * into place, replacing a file there, or a symbolic link, never written through; the data
+ * laid out as safetensors' Python writer does). `path` is read on the
  * writing rank only (the others may pass NULL). The status is agreed: every rank returns
  * the writer's error ("rank R: ..."). Nothing is returned but the file.
  * Errors: as sdrt_gather; the errno's code for a failed write (SDRT_NOT_FOUND for a

@@ -143,7 +143,10 @@ sdrt_status_t sdrt_gather_write(sdrt_state_dict_t state_dict, const char* path,
             tensors.emplace_back(gathered->key(i), v.as_tensor());
           }
         }
-        if (written.ok()) written = sdrt::WriteSafetensors(path, tensors);
+        // A link at `path` is replaced by the file, never written through.
+        sdrt::WriteSafetensorsOptions write;
+        write.follow_symlinks = false;
+        if (written.ok()) written = sdrt::WriteSafetensors(path, tensors, {}, write);
         std::error_code ec;
         if (written.ok()) {
           scope.stats().bytes_written =

@@ -24,10 +24,7 @@ struct LocalShardStorage {
   std::string placements;
 };
 
-LocalShardStorage& Storage() {
-  thread_local LocalShardStorage storage;
-  return storage;
-}
+LocalShardStorage& Storage() { return c_api::ThreadStorage<LocalShardStorage>(); }
 
 }  // namespace
 

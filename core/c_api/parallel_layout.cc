@@ -33,10 +33,7 @@ struct LayoutStorage {
   std::vector<std::unique_ptr<std::string>> placements;
 };
 
-LayoutStorage& Storage() {
-  thread_local LayoutStorage storage;
-  return storage;
-}
+LayoutStorage& Storage() { return c_api::ThreadStorage<LayoutStorage>(); }
 
 }  // namespace
 

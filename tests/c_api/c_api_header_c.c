@@ -4,7 +4,8 @@
  * the calls that need no communicator in every build (no MPI or NCCL needed): sdrt_load and
  * sdrt_distribute with comm NULL, and where a rank's piece lies
  * (sdrt_compute_local_shape_and_global_offset) under placements and under a plan; weight
- * maps (made, refused, destroyed, and one renaming a tensor for a load).
+ * maps (made, refused, destroyed, and one renaming a tensor for a load); and calls from an
+ * atexit handler, which glibc runs after the thread's thread_local destructors.
  * Usage: c_api_header_c FILE (a safetensors file it writes). Exit status 0 when every check
  * holds; each failure prints its line. */
 #include "sdrt/c_api.h"
@@ -31,7 +32,25 @@ static int WriteFile(const char* path, const float* values) {
   return fclose(f) == 0;
 }
 
+/* Runs after main, when the thread's thread_local objects are gone: the last error and a
+ * state dict still work (a long error message was left before). Any failure is exit 3; a
+ * write into freed storage would abort. */
+static void CallAtExit(void) {
+  sdrt_state_dict_t sd = NULL;
+  if (sdrt_state_dict_create(&sd) != SDRT_OK || sdrt_state_dict_destroy(sd) != SDRT_OK ||
+      sdrt_state_dict_destroy(sd) != SDRT_INVALID_ARGUMENT ||
+      strstr(sdrt_last_error(), "already destroyed") == NULL) {
+    fprintf(stderr, "an sdrt call from an atexit handler failed: %s\n", sdrt_last_error());
+    _Exit(3);
+  }
+}
+
 int main(int argc, char** argv) {
+  sdrt_checkpoint_t missing = NULL;
+  CHECK(atexit(CallAtExit) == 0);
+  CHECK(sdrt_checkpoint_open("/no/such/folder/of/a/checkpoint/with/a/long/name.safetensors",
+                             &missing) != SDRT_OK);
+  CHECK(strlen(sdrt_last_error()) > 64); /* held on the heap, not in the string itself */
   /* Versions. */
   char expected[32];
   const int number = sdrt_get_version_number();
@@ -275,6 +294,9 @@ int main(int argc, char** argv) {
     CHECK(sdrt_weight_map_from_json(rename, 5, &map) == SDRT_INVALID_ARGUMENT); /* cut short */
     CHECK(sdrt_weight_map_from_json(NULL, 0, &map) == SDRT_INVALID_ARGUMENT);
     CHECK(strstr(sdrt_last_error(), "json is NULL") != NULL);
+    /* A length past any buffer (SIZE_MAX) is refused, not taken as a string's size. */
+    CHECK(sdrt_weight_map_from_json(rename, (size_t)-1, &map) == SDRT_INVALID_ARGUMENT);
+    CHECK(strstr(sdrt_last_error(), "bytes of JSON; at most 1 MiB") != NULL);
     CHECK(sdrt_weight_map_builtin("vllm-llama", 16, NULL) == SDRT_INVALID_ARGUMENT);
     CHECK(sdrt_weight_map_builtin("no-such-map", 16, &map) == SDRT_INVALID_ARGUMENT);
     CHECK(strstr(sdrt_last_error(), "vllm-llama") != NULL);

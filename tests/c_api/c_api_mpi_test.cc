@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -669,6 +670,26 @@ TEST(CApiGather, GatherAndWriteRoundTrip) {
   }
   g.ranks_only = nullptr;
   g.num_ranks_only = 0;
+  // A symbolic link at the path is replaced by the file, never written through: the file
+  // it named keeps its bytes.
+  const std::string victim = g_dir + "/victim.txt", link = g_dir + "/link.safetensors";
+  if (g_rank == 0) {
+    unlink(link.c_str());
+    FILE* f = std::fopen(victim.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("victim\n", f);
+    std::fclose(f);
+    ASSERT_EQ(symlink("victim.txt", link.c_str()), 0);
+  }
+  ASSERT_SDRT_OK(sdrt_gather_write(local.sd, g_rank == 0 ? link.c_str() : nullptr, &g));
+  if (g_rank == 0) {
+    struct stat st;
+    ASSERT_EQ(lstat(link.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link is replaced by the file";
+    ASSERT_EQ(stat(victim.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 7) << "the link's target is untouched";
+    EXPECT_TRUE(sdrt::SafetensorsFile::Open(link).ok());
+  }
   // A folder that does not exist: the writer's error on every rank.
   const std::string bad = g_dir + "/no/such/folder/x.safetensors";
   EXPECT_SDRT(SDRT_NOT_FOUND, sdrt_gather_write(local.sd, bad.c_str(), &g));

@@ -2,10 +2,7 @@
 
 namespace sdrt::c_api {
 
-std::string& LastError() {
-  thread_local std::string message;
-  return message;
-}
+std::string& LastError() { return ThreadStorage<std::string>(); }
 
 sdrt_stats_t& LastStats() {
   thread_local sdrt_stats_t stats = SDRT_STATS_INIT;

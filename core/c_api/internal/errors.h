@@ -14,6 +14,26 @@
 
 namespace sdrt::c_api {
 
+// This thread's object of type T, made on first use. It outlives the thread's thread_local
+// destructors: glibc runs those before the atexit handlers and static destructors, from
+// which a C program may still call sdrt (a thread_local T would then be written after its
+// destructor ran). Deleted when the thread exits; a call after that makes a new one, which
+// the process keeps.
+template <typename T>
+T& ThreadStorage() {
+  struct Reclaim {
+    T** object;
+    ~Reclaim() {
+      delete *object;
+      *object = nullptr;
+    }
+  };
+  thread_local T* object = nullptr;  // trivially destructible: valid until the thread ends
+  thread_local Reclaim reclaim{&object};
+  if (object == nullptr) object = new T();
+  return *object;
+}
+
 // The thread's last error message (sdrt_last_error).
 std::string& LastError();
 // The thread's stats of the last call (sdrt_get_last_stats).

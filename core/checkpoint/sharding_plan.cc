@@ -321,7 +321,10 @@ absl::StatusOr<ShardingPlan> ShardingPlan::FromJson(absl::string_view text,
   plan.rules_ = std::move(rules);
   plan.default_ = std::move(fallback);
   plan.mesh_ndim_ = ndim;
-  doc.erase("comment");
+  doc.erase("comment");  // and each rule's: what the file says, not how it is annotated
+  if (doc.contains("rules") && doc["rules"].is_array()) {
+    for (Json& rule : doc["rules"]) rule.erase("comment");
+  }
   const std::string compact = doc.dump();  // the rules, whatever their whitespace
   plan.rules_xxh64_ = XXH64(compact.data(), compact.size(), 0);
   return plan;

@@ -128,7 +128,7 @@ class ShardingPlan {
   Kind kind() const { return kind_; }
   // "fsdp", "hsdp", "tp", "fsdp-tp", or the PLAN.json path (`source`).
   const std::string& name() const { return name_; }
-  // A custom plan's content: the XXH64 of its JSON as parsed, without "comment", written
+  // A custom plan's content: the XXH64 of its JSON as parsed, without comments, written
   // compactly (keys in their order; whitespace does not count), so that two files of the
   // same rules compare equal and an edited file does not. 0 for a built-in plan.
   uint64_t rules_xxh64() const { return rules_xxh64_; }

@@ -357,6 +357,30 @@ TEST_F(ShardMapCli, APlanFilesEngineLayoutIsItsRulesNotItsPath) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("holds an engine's layout for --mesh 2 --plan " + plan +
                                " (rules xxh64 "));
+  EXPECT_THAT(r.err, HasSubstr("read it with --mesh 2 --plan " + plan + " (the rules recorded)"));
+  // A record an older sdrt wrote, by path alone (here a gathered file's, rewritten): read
+  // by that path, whatever the rules.
+  write_plan("plan.json", rules);
+  const std::string gathered = (dir_ / "engine.safetensors").string();
+  ASSERT_EQ(RunSdrtMpi(2, absl::StrCat("gather ", Quote(engine), " ", Quote(gathered))).exit_code,
+            0);
+  absl::StatusOr<SafetensorsFile> file_of = SafetensorsFile::Open(gathered);
+  ASSERT_TRUE(file_of.ok()) << file_of.status();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const SafetensorsEntry& e : file_of->entries()) {
+    tensors.emplace_back(e.name, *file_of->Get(e.name));
+  }
+  std::map<std::string, std::string> metadata = file_of->metadata();
+  metadata[kEngineLayoutMetadataKey] = "--mesh 2 --plan " + plan;
+  const std::string old = (dir_ / "old.safetensors").string();
+  ASSERT_TRUE(WriteSafetensors(old, tensors, metadata).ok());
+  r = RunSdrt(absl::StrCat("shard ", Quote(old), " ", Quote((dir_ / "old2").string()),
+                           " --mesh 2 --plan ", Quote(plan)));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = RunSdrt(absl::StrCat("shard ", Quote(old), " ", Quote((dir_ / "old3").string()),
+                           " --mesh 3 --plan ", Quote(plan)));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("holds an engine's layout for --mesh 2 --plan " + plan + " ("));
 }
 
 }  // namespace

@@ -207,6 +207,29 @@ TEST(ShardingPlan, JsonObjectFormAndDefaultReplicate) {
   EXPECT_EQ(Placements(*plan, "a.weight", {4, 2}, Mesh("4")), "[R]");
 }
 
+// The rules' hash (what an engine's layout records): the same rules whatever the spacing,
+// comments and file name; any other rule, placement or default differs; 0 for built-ins.
+TEST(ShardingPlan, RulesHashIsTheRulesNotTheirSpellingOrFile) {
+  const auto hash = [](const std::string& text, const std::string& file = "p.json") {
+    absl::StatusOr<ShardingPlan> plan = ShardingPlan::FromJson(text, file);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? plan->rules_xxh64() : 0;
+  };
+  const uint64_t base =
+      hash(R"({"rules": [{"pattern": "w$", "placements": "[S(0)]"}], "default": "[R]"})");
+  EXPECT_NE(base, 0u);
+  EXPECT_EQ(hash("{\"comment\": \"x\",\n \"rules\": [{\"pattern\": \"w$\", \"comment\": \"y\",\n"
+                 "  \"placements\": \"[S(0)]\"}],\n \"default\": \"[R]\"}",
+                 "/other/q.json"),
+            base);
+  EXPECT_NE(hash(R"({"rules": [{"pattern": "w$", "placements": "[S(1)]"}], "default": "[R]"})"),
+            base);
+  EXPECT_NE(hash(R"({"rules": [{"pattern": "v$", "placements": "[S(0)]"}], "default": "[R]"})"),
+            base);
+  EXPECT_NE(hash(R"({"rules": [{"pattern": "w$", "placements": "[S(0)]"}]})"), base);
+  EXPECT_EQ(ShardingPlan::Builtin("tp")->rules_xxh64(), 0u);
+}
+
 TEST(ShardingPlan, JsonErrorsNameTheFileAndRule) {
   struct Case {
     const char* text;

@@ -51,6 +51,12 @@ namespace {
 // Between a PLAN.json's path and its rules' hash in EngineLayoutText.
 constexpr absl::string_view kRulesHash = " (rules xxh64 ";
 
+// A record's text without its rules' hash: "--mesh 2 --plan /d/p.json" (what to type).
+absl::string_view WithoutHash(absl::string_view text) {
+  const size_t hash = text.rfind(kRulesHash);
+  return hash == absl::string_view::npos ? text : text.substr(0, hash);
+}
+
 // What CheckEngineLayout compares of a record: the text without a PLAN.json's path when it
 // names the rules' hash (the content counts, not where the file is).
 std::string ComparedPart(absl::string_view text) {
@@ -60,6 +66,15 @@ std::string ComparedPart(absl::string_view text) {
     return std::string(text);
   }
   return absl::StrCat(text.substr(0, plan + 8), text.substr(hash + 1));
+}
+
+// Whether `recorded` is the layout `wanted` (EngineLayoutText's): by the rules' hash, or by
+// path when the record has none (an older sdrt's).
+bool SameLayout(absl::string_view recorded, absl::string_view wanted) {
+  if (recorded.rfind(kRulesHash) == absl::string_view::npos) {
+    return recorded == WithoutHash(wanted);
+  }
+  return ComparedPart(recorded) == ComparedPart(wanted);
 }
 
 }  // namespace
@@ -86,13 +101,13 @@ std::string RecordedEngineLayout(const std::map<std::string, std::string>& metad
 
 absl::Status CheckEngineLayout(const std::string& source_name, const std::string& recorded,
                                const std::string& wanted) {
-  if (recorded.empty() || ComparedPart(recorded) == ComparedPart(wanted)) {
-    return absl::OkStatus();
-  }
+  if (recorded.empty() || SameLayout(recorded, wanted)) return absl::OkStatus();
+  const bool hashed = absl::StrContains(recorded, kRulesHash);
   return absl::InvalidArgumentError(absl::StrCat(
       source_name, " holds an engine's layout for ", recorded, " (__metadata__ \"",
       kEngineLayoutMetadataKey, "\": its fused and regrouped tensors hold each rank's parts), not ",
-      wanted, ": read it with ", recorded, ", or map the full checkpoint again"));
+      wanted, ": read it with ", WithoutHash(recorded), hashed ? " (the rules recorded)" : "",
+      ", or map the full checkpoint again"));
 }
 
 absl::StatusOr<EngineIndex> MakeEngineIndex(const std::string& mesh_spec,

@@ -90,7 +90,8 @@ absl::Status HashOnRankZero(EngineIndex& e, const std::vector<size_t>& positions
         whole.Set(t.name, Value(meta));
       }
     }
-    SDRT_RETURN_IF_ERROR(run.Step([&] { return ReshardStateDict(pieces, whole, options); }));
+    SDRT_RETURN_IF_ERROR(
+        run.CollectiveStep([&] { return ReshardStateDict(pieces, whole, options); }));
     SDRT_RETURN_IF_ERROR(run.Step([&]() -> absl::Status {
       for (size_t i : batch) {
         if (run.rank() != 0) break;

@@ -19,6 +19,10 @@ absl::Status Runner::Step(const std::function<absl::Status()>& step) {
   return AgreeUnlessTimedOut(session_.world(), step());
 }
 
+absl::Status Runner::CollectiveStep(const std::function<absl::Status()>& step) {
+  return AgreeUnlessTimedOut(session_.world(), step(), /*collective=*/true);
+}
+
 absl::StatusOr<double> Runner::TimedStep(const std::function<absl::Status()>& step) {
   return Timed(step, /*collective=*/false);
 }

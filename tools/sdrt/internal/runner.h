@@ -59,12 +59,14 @@ class Runner {
   // the lowest failing rank ("rank R: <message>", AgreeAcrossRanks), or OK. A step that
   // timed out (DeadlineExceeded: a rank is missing) comes back as it is.
   absl::Status Step(const std::function<absl::Status()>& step);
+  // Step of one library call that agrees within (LoadStateDict, GatherStateDict,
+  // ReshardStateDict): its verdict, the same on every rank, is the error as it is, its ranks
+  // not named a second time (internal::AgreeOnCollectiveResult).
+  absl::Status CollectiveStep(const std::function<absl::Status()>& step);
   // Step after a barrier, so that the clock starts when every rank is ready: the seconds
   // this rank's step took, or the agreed error.
   absl::StatusOr<double> TimedStep(const std::function<absl::Status()>& step);
-  // TimedStep of one library call that agrees within (LoadStateDict, GatherStateDict,
-  // ReshardStateDict): its verdict, the same on every rank, is the error as it is, its ranks
-  // not named a second time.
+  // TimedStep of one library call that agrees within, as CollectiveStep.
   absl::StatusOr<double> TimedCollective(const std::function<absl::Status()>& step);
   // Rank 0's *bytes on every rank.
   absl::Status ShareFromRankZero(std::string* bytes);

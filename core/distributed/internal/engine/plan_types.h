@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "sdrt/tensor/backend/index_math.h"
 #include "sdrt/tensor/dtensor/device_mesh.h"
 #include "sdrt/tensor/dtensor/placement.h"
 #include "sdrt/tensor/dtype.h"
@@ -22,8 +23,8 @@
 
 namespace sdrt::internal {
 
-// The most dims a resharded tensor may have (the strided copy's kMaxCopyDims).
-inline constexpr int kMaxTransferDims = 12;
+// The most dims a resharded tensor may have: the strided copy's (as a sharded index's).
+inline constexpr int kMaxTransferDims = kMaxCopyDims;
 // The most ShardedTensor boxes one layout may list.
 inline constexpr int64_t kMaxTransferBoxes = int64_t{1} << 20;
 // The most indices a _StridedShard layout may list: its owned sets are index lists

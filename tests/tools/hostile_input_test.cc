@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/core/io/safetensors_test_util.h"
 #include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tools/command_util.h"
 
@@ -199,20 +200,20 @@ TEST(HostileInput, JsonOfManySiblingsIsParsedInLinearTime) {
 TEST(HostileInput, ShardRefusesWhatItsReaderWouldRefuse) {
   const std::string root = test::FreshDir("hostile_input_unreadable");
   const std::string header = R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-  std::string file(8, '\0');
-  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
-  file += header + std::string(8, '\0');
-  { std::ofstream(root + "/empty_name.safetensors", std::ios::binary) << file; }
+  {
+    std::ofstream(root + "/empty_name.safetensors", std::ios::binary)
+        << test::Image(header, std::string(8, '\0'));
+  }
   ExpectBadInput(Sdrt("shard " + root + "/empty_name.safetensors " + root + "/out --mesh 2 --plan fsdp"),
                  {"empty_name.safetensors", "sdrt could read back", "invalid tensor name"});
   EXPECT_FALSE(fs::exists(root + "/out"));
   // A tensor of 13 dims: no reader of a sharded checkpoint moves more than 12.
   const std::string dims = R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1],)"
                            R"("data_offsets":[0,4]}})";
-  std::string file13(8, '\0');
-  for (int i = 0; i < 8; ++i) file13[i] = static_cast<char>((dims.size() >> (8 * i)) & 0xff);
-  file13 += dims + std::string(4, '\0');
-  { std::ofstream(root + "/dims13.safetensors", std::ios::binary) << file13; }
+  {
+    std::ofstream(root + "/dims13.safetensors", std::ios::binary)
+        << test::Image(dims, std::string(4, '\0'));
+  }
   ExpectBadInput(
       Sdrt("shard " + root + "/dims13.safetensors " + root + "/out13 --mesh 2 --plan fsdp"),
       {"dims13.safetensors", "sdrt could read back",

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sdrt/core/io/safetensors.h"
+#include "sdrt/tests/core/io/safetensors_test_util.h"
 #include "sdrt/tests/support/fill.h"
 #include "sdrt/tests/support/test_util.h"
 #include "sdrt/tests/tools/command_util.h"
@@ -82,9 +83,7 @@ TEST_F(InspectLayout, UnevenOneDimTensorShowsTheEmptyPieceAndReplicas) {
 TEST(InspectLayoutSubByte, ACutInsideAByteIsSaidUnderThePicture) {
   const std::string file = absl::StrCat(test::TestTmpRoot(), "/inspect_layout_f4.safetensors");
   const std::string header = R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})";
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
-  std::ofstream(file, std::ios::binary) << bytes << header << '\x21';
+  std::ofstream(file, std::ios::binary) << test::Image(header, "\x21");
   const CommandResult r =
       Sdrt(absl::StrCat("inspect ", ShellQuote(file), " --layout a --mesh 2 --plan fsdp"));
   ASSERT_EQ(r.exit_code, 0) << r.all();

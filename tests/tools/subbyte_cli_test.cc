@@ -15,6 +15,7 @@
 #include "sdrt/core/checkpoint/sharded_checkpoint.h"
 #include "sdrt/core/io/safetensors.h"
 #include "sdrt/tests/core/checkpoint/sharded_checkpoint_test_util.h"
+#include "sdrt/tests/core/io/safetensors_test_util.h"
 #include "sdrt/tests/tools/command_util.h"
 
 namespace sdrt {
@@ -152,9 +153,7 @@ TEST(SubByteCli, Case055ShardOnDim0AndGatherBitExactCutInsideAByteIsAnError) {
 TEST(SubByteCli, APieceOfHalfAByteIsRefusedNamingTheTensor) {
   const std::string file = test::FreshDir("subbyte_cli_half_byte") + "/f4.safetensors";
   const std::string header = R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})";
-  std::string bytes(8, '\0');
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
-  std::ofstream(file, std::ios::binary) << bytes << header << '\x21';
+  std::ofstream(file, std::ios::binary) << test::Image(header, "\x21");
   for (const char* plan : {"fsdp", "fsdp:dp=2"}) {
     const CommandResult r = Mpi(2, absl::StrCat("load ", Quote(file), " --mesh 2 --plan ", plan));
     EXPECT_EQ(r.exit_code, 2) << plan << ": " << r.out << r.err;

@@ -1,6 +1,6 @@
-// Builders shared by the safetensors tests (safetensors_test.cc and
-// safetensors_header_test.cc): file images and parsing them from memory. Header-only; test
-// code only.
+// Builders shared by the safetensors tests (safetensors_test.cc, safetensors_header_test.cc,
+// and the command-line tests' hand-made hostile files): file images and parsing them from
+// memory. Header-only; test code only.
 #ifndef SDRT_TESTS_CORE_IO_SAFETENSORS_TEST_UTIL_H_
 #define SDRT_TESTS_CORE_IO_SAFETENSORS_TEST_UTIL_H_
 

@@ -240,6 +240,17 @@ int SignalWhenTemporaryAppears(const std::vector<std::string>& args, const std::
 
 // SIGTERM or SIGINT while shard or gather (into a file or a folder) writes removes the
 // temporary paths and exits 1; after SIGKILL the next run writing the same target removes them.
+// A command interrupted with nothing to remove (here simulate, which writes nothing) still
+// says why it ends with exit 1, in one line.
+TEST(Interrupted, NothingToRemoveIsStillSaid) {
+  const CommandResult r = test::RunCommand(
+      "timeout --preserve-status -s TERM 1 " + ShellQuote(SDRT_BINARY) +
+      " simulate --model kimi-k2 --from megatron:tp=8,pp=8,ep=32 --to vllm:tp=16,dp=32"
+      " --cluster nodes=64,gpus=8");
+  EXPECT_EQ(r.exit_code, 1) << r.all();
+  EXPECT_EQ(r.err, "sdrt: interrupted by Terminated; removed 0 temporary path(s)\n");
+}
+
 TEST(Interrupted, NoTemporaryPathOutlivesTheNextRun) {
   const std::string root = test::FreshDir("output_safety_interrupted");
   const std::string source = root + "/big.safetensors";

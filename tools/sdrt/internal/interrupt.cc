@@ -57,6 +57,8 @@ void OnBusError(int signo, siginfo_t*, void*) {
   // removed something and exited at once left rank 0's folder, killed before its watcher
   // ran, in 1 to 4 of 30 interrupted 2-rank reshards.
   const char* ranks = std::getenv("PMI_SIZE");
+  const char* rank = std::getenv("PMI_RANK");
+  const bool first_rank = rank == nullptr || std::strcmp(rank, "0") == 0;
   if (signo != SIGBUS && ranks != nullptr && std::strcmp(ranks, "1") != 0) {
     for (auto waited = std::chrono::milliseconds(0); waited < kPeerGrace; waited += kPoll) {
       std::this_thread::sleep_for(kPoll);
@@ -69,7 +71,10 @@ void OnBusError(int signo, siginfo_t*, void*) {
                  "program truncated or replaced it); nothing was completed; removed %d "
                  "temporary path(s)\n",
                  removed);
-  } else if (removed > 0) {
+  } else if (removed > 0 || first_rank) {
+    // Every exit 1 says why, once: a rank that removed nothing is silent unless it is the
+    // first (one process alone too: a command whose output was already in place, or that
+    // writes none).
     std::fprintf(stderr, "sdrt: interrupted by %s; removed %d temporary path(s)\n",
                  strsignal(signo), removed);
   }

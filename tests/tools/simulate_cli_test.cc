@@ -185,6 +185,7 @@ TEST(SimulateCli, InputErrorsAreExitTwo) {
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1.2.3GB/s", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=0x10GB/s", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=infGB/s", "has no number"},
+      {"--model tiny-llama" + ok + " --cluster 'nodes=1,gpus=2,nic= 0x1 GB/s'", "has no number"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nic=1GB/s,nic=2GB/s",
        "nic given twice"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2,nvlink=0.5MB/s", "1 MB/s to 1 PB/s"},

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -85,7 +86,8 @@ absl::StatusOr<internal::ClusterLinks> ParseCluster(const std::string& text) {
                                    : "TB/s, GB/s, MB/s or Gb/s (1 PB/s is 1000TB/s)"));
     }
     double number = 0;
-    if (!ParseDecimal(digits, &number)) {
+    // Spaces around the number ("nic= 50 GB/s" quoted) are allowed, as they always were.
+    if (!ParseDecimal(absl::StripAsciiWhitespace(digits), &number)) {
       return bad(absl::StrCat("\"", item, "\" has no number"));
     }
     if (!std::isfinite(number)) {  // 1e309 reads as inf

@@ -173,6 +173,8 @@ TEST(SimulateCli, InputErrorsAreExitTwo) {
       {"--model tiny-llama --scale 0x1p-3" + ok + " --cluster nodes=1,gpus=2",
        "--scale: must be a decimal number, got 0x1p-3"},
       {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --rank 2", "--rank 2 is outside"},
+      {"--model tiny-llama" + ok + " --cluster nodes=1,gpus=2 --rank 1e0",
+       "--rank: must be a whole number in [0, 1048575], got 1e0"},
       {"--model no-such-model" + ok + " --cluster nodes=1,gpus=2", "no such file or folder"},
       {"--model tiny-llama --from megatron:tp=3 --to fsdp: --cluster nodes=1,gpus=2",
        "does not divide the world of 2"},

@@ -174,10 +174,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
           "OPS"))
       ->capture_default_str();
   cmd->add_option("--iters", args->iters, "timed runs per row")
-      ->check(CLI::Range(1, 1000000))
+      ->check(WholeNumber(1, 1000000))
       ->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "untimed runs before them")
-      ->check(CLI::Range(0, 1000000))
+      ->check(WholeNumber(0, 1000000))
       ->capture_default_str();
   cmd->add_option("--inputs", args->inputs,
                   "tensors: each input tensor its own allocation (as a framework's separately "
@@ -189,7 +189,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tensors", args->tensors,
                   "keep only the workload's first T tensors (0: all); the digest is then of "
                   "those (for quick runs and tests)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(WholeNumber(0, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--from", args->from,
                   "sync_layout's source: the trainer's parallel layout over the run's ranks, "

@@ -240,7 +240,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
                 "the destination's ranks follow the source's (an engine beside its trainer) "
                 "instead of being the same ranks");
   cmd->add_option("--rank", args->rank, "whose plan is kept, as its PlanReshard keeps it")
-      ->check(CLI::Range(int64_t{0}, kMaxMeshRanks - 1))
+      ->check(WholeNumber(0, kMaxMeshRanks - 1))
       ->capture_default_str();
   AddSharedOptions(cmd, kJsonOption | kBucketMibOption, &args->shared);
   cmd->callback([cmd, args, exit_code] {

@@ -69,7 +69,7 @@ void AddSharedOptions(CLI::App* cmd, unsigned which, SharedOptions* options) {
                     "with --read all: reader threads per rank reading at the same time (each into "
                     "its own staging buffer, or straight into the tensors); 0: chosen, 1 into "
                     "CPU tensors, up to 4 into CUDA ones")
-        ->check(CLI::Range(0, 64))
+        ->check(WholeNumber(0, 64))
         ->capture_default_str();
     cmd->add_flag("--read-once-per-node", options->read_once_per_node,
                   "with --read all: what every rank of a host keeps alike (replicated tensors) "
@@ -209,6 +209,21 @@ CLI::Validator DecimalNumber() {
                                           : absl::StrCat("must be a decimal number, got ", text);
       },
       "NUMBER");
+}
+
+CLI::Validator WholeNumber(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [=](std::string& text) {
+        int64_t value = 0;
+        const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+          return absl::ascii_isdigit(static_cast<unsigned char>(c));
+        });
+        if (digits && absl::SimpleAtoi(text, &value) && value >= min && value <= max) {
+          return std::string();
+        }
+        return absl::StrCat("must be a whole number in [", min, ", ", max, "], got ", text);
+      },
+      "INT");
 }
 
 }  // namespace sdrt::cli

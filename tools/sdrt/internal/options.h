@@ -98,6 +98,11 @@ bool ParseDecimal(absl::string_view text, double* value);
 // A CLI11 check of a number option: ParseDecimal's form (CLI::Number takes hexadecimal).
 CLI::Validator DecimalNumber();
 
+// A CLI11 check of an integer option: a whole number in plain digits within [min, max]
+// ("must be a whole number in [0, 1048575], got 1e0"; CLI::Range says a value it cannot
+// read is out of range).
+CLI::Validator WholeNumber(int64_t min, int64_t max);
+
 }  // namespace sdrt::cli
 
 #endif  // SDRT_TOOLS_SDRT_INTERNAL_OPTIONS_H_

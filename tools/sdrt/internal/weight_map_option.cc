@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "sdrt/core/io/bounded_file.h"
 #include "sdrt/tensor/status_macros.h"
+#include "sdrt/tools/sdrt/internal/options.h"
 
 namespace sdrt::cli {
 namespace {
@@ -151,7 +152,7 @@ void AddWeightMapOptions(CLI::App* cmd, WeightMapOptions* options) {
           "MAP"));
   cmd->add_option("--head-size", options->head_size,
                   "attention head size for a built-in map (default: SRC's config.json)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->check(WholeNumber(1, int64_t{1} << 20))
       ->needs(map);
   cmd->add_option("--cast", options->cast,
                   "the dtype of every floating tensor in the engine's layout (bf16, f16, f32), "

@@ -11,8 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "sdrt/core/checkpoint/internal/meta_dtensor.h"
 #include "sdrt/core/checkpoint/sharding_plan.h"
-#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -358,6 +358,7 @@ absl::StatusOr<Map> ParallelLayout::MetaStateDict(const std::vector<SafetensorsT
   }
   SDRT_ASSIGN_OR_RETURN(std::vector<LaidOutTensor> placed, Place(tensors, first_rank));
   Map local;
+  const std::string owner = absl::StrCat("parallel layout ", ToString());  // for errors
   absl::flat_hash_set<absl::string_view> names;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const SafetensorsTensorSpec& t = tensors[i];
@@ -367,18 +368,9 @@ absl::StatusOr<Map> ParallelLayout::MetaStateDict(const std::vector<SafetensorsT
           absl::StrCat("parallel layout ", ToString(), ": tensor ", t.name, " is listed twice"));
     }
     if (!laid.mesh->Coordinate(rank).has_value()) continue;
-    absl::StatusOr<IntVector> shape = ComputeLocalShape(t.shape, *laid.mesh, laid.placements, rank);
-    if (!shape.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel layout ", ToString(), ": tensor ",
-                                                     t.name, ": ", shape.status().message()));
-    }
-    if (IsSubByte(t.dtype)) {  // its pieces whole bytes, the tensor named if not
-      SDRT_RETURN_IF_ERROR(internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape,
-                                                                 *laid.mesh, laid.placements));
-    }
-    SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(*shape, t.dtype));
-    SDRT_ASSIGN_OR_RETURN(DTensor d, DTensor::Make(std::move(meta), std::move(laid.mesh),
-                                                   std::move(laid.placements), t.shape));
+    SDRT_ASSIGN_OR_RETURN(
+        DTensor d,
+        internal::MetaDTensor(t, std::move(laid.mesh), std::move(laid.placements), rank, owner));
     local.Set(t.name, Value(std::move(d)));
   }
   return local;

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "re2/re2.h"
+#include "sdrt/core/checkpoint/internal/meta_dtensor.h"
 #include "sdrt/core/checkpoint/internal/sharding_plan_rule.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
-#include "sdrt/tensor/sharding/byte_cuts.h"
 #include "sdrt/tensor/sharding/sharding.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -223,24 +223,15 @@ absl::StatusOr<Map> ShardingPlan::MetaStateDict(const std::vector<SafetensorsTen
   Map local;
   if (!mesh->Coordinate(rank).has_value()) return local;
   local.Reserve(tensors.size());
+  const std::string owner = absl::StrCat("plan ", name_);  // for errors
   for (const SafetensorsTensorSpec& t : tensors) {
     if (local.contains(t.name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan ", name_, ": MetaStateDict: tensor ", t.name, " is listed twice"));
     }
     SDRT_ASSIGN_OR_RETURN(std::vector<Placement> placements, PlacementsFor(t.name, t.shape, *mesh));
-    absl::StatusOr<IntVector> shape = ComputeLocalShape(t.shape, *mesh, placements, rank);
-    if (!shape.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan ", name_, ": tensor ", t.name, ": ", shape.status().message()));
-    }
-    if (IsSubByte(t.dtype)) {  // its pieces whole bytes, the tensor named if not
-      SDRT_RETURN_IF_ERROR(
-          internal::CheckShardingCutsWholeBytes(t.name, t.dtype, t.shape, *mesh, placements));
-    }
-    SDRT_ASSIGN_OR_RETURN(Tensor meta, Tensor::Meta(*shape, t.dtype));
     SDRT_ASSIGN_OR_RETURN(DTensor d,
-                          DTensor::Make(std::move(meta), mesh, std::move(placements), t.shape));
+                          internal::MetaDTensor(t, mesh, std::move(placements), rank, owner));
     local.Set(t.name, Value(std::move(d)));
   }
   return local;

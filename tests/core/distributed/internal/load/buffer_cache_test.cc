@@ -4,6 +4,7 @@
 // first), and the counters say which Take allocated.
 #include "sdrt/core/distributed/internal/load/buffer_cache.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -14,7 +15,8 @@
 namespace sdrt::internal {
 namespace {
 
-// A cache of CPU buffers that counts its allocator's calls.
+// A cache of CPU buffers that counts its allocator's calls (atomically: the cache calls it
+// outside its lock, from every thread that takes).
 struct Counted {
   explicit Counted(int64_t max_kept_bytes)
       : cache([this](int64_t nbytes, int) {
@@ -22,7 +24,7 @@ struct Counted {
           return Storage::AllocateCpu(nbytes);
         },
         max_kept_bytes) {}
-  int64_t allocated = 0;
+  std::atomic<int64_t> allocated{0};
   BufferCache cache;
 };
 

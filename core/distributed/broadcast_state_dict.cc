@@ -78,8 +78,9 @@ absl::StatusOr<std::string> DescribeFull(const Map& full, std::vector<const Tens
 }
 
 // Writes a filled target back into `local` (moving it to the CPU when asked).
-absl::Status Commit(internal::LocalTarget& target, const Communicator& comm, bool cpu_offload) {
-  SDRT_RETURN_IF_ERROR(internal::CommitLocalTarget(target, comm.rank()));
+absl::Status Commit(internal::LocalTarget& target, const Communicator& comm, bool cpu_offload,
+                    internal::FreshDTensors& made) {
+  SDRT_RETURN_IF_ERROR(internal::CommitLocalTarget(target, comm.rank(), made));
   Value& leaf = *target.leaf->value;
   if (cpu_offload && leaf.is_any_tensor()) {
     SDRT_ASSIGN_OR_RETURN(Value moved, internal::MoveToCpu(leaf));
@@ -368,8 +369,12 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   SDRT_RETURN_IF_ERROR(run.Run(kOp, &stats));
 
   // 4. The local tree.
+  internal::FreshDTensors made(static_cast<size_t>(std::count_if(
+      targets.begin(), targets.end(), [](const std::unique_ptr<internal::LocalTarget>& t) {
+        return t->kind == internal::LocalTarget::Kind::kFreshDTensor;
+      })));
   for (std::unique_ptr<internal::LocalTarget>& target : targets) {
-    SDRT_RETURN_IF_ERROR(Commit(*target, comm, options.cpu_offload));
+    SDRT_RETURN_IF_ERROR(Commit(*target, comm, options.cpu_offload, made));
   }
   for (auto& [leaf, value] : inline_writes) *leaf->value = *value;
   if (options.strict) {

@@ -155,6 +155,10 @@ class Value {
   Value(Bytes b) : v_(std::move(b)) {}
   Value(Tensor t) : v_(std::move(t)) {}
   Value(DTensor t) : v_(std::make_shared<const DTensor>(std::move(t))) {}
+  // Shares `t`, an immutable DTensor owned elsewhere (not null): one of many made in one
+  // allocation and held through shared_ptr's aliasing constructor, as LoadStateDict and
+  // BroadcastStateDict make their new DTensors. Never mutated through the Value.
+  explicit Value(std::shared_ptr<const DTensor> t) : v_(std::move(t)) {}
   Value(ShardedTensor t) : v_(std::make_shared<const ShardedTensor>(std::move(t))) {}
   Value(List l) : v_(std::move(l)) {}
   Value(Tuple t) : v_(std::move(t)) {}

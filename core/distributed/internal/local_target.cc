@@ -29,6 +29,11 @@ uint64_t HashLayout(const DTensor& dtensor) {
 }
 namespace {
 
+bool AnyPartial(const std::vector<Placement>& placements) {
+  return std::any_of(placements.begin(), placements.end(),
+                     [](const Placement& p) { return p.is_partial(); });
+}
+
 std::string Describe(DType dtype, IntSpan shape) {
   return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
 }
@@ -72,6 +77,7 @@ absl::StatusOr<const LocalLayoutCache::Layout*> LocalLayoutCache::Get(absl::stri
   e->placements = d.placements();
   e->layout.runs = OwnedRuns(info);
   e->layout.info = std::move(info);
+  e->layout.partial = AnyPartial(d.placements());
   same_key.push_back(std::move(e));
   return &same_key.back()->layout;
 }
@@ -132,7 +138,9 @@ absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
                                                                        d.placements(), rules.rank));
       target.owned_runs.push_back(OwnedRuns(own.info));
       target.runs.push_back(&target.owned_runs.back());
+      own.partial = AnyPartial(d.placements());
     }
+    target.partial = layout->partial;
     const LocalShardInfo& info = layout->info;
     Tensor dest;
     if (d.local().device().is_meta()) {
@@ -188,7 +196,18 @@ absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
   return absl::OkStatus();
 }
 
-absl::Status CommitLocalTarget(LocalTarget& target, int rank) {
+FreshDTensors::FreshDTensors(size_t count) : count_(std::max<size_t>(count, 1)) {}
+
+Value FreshDTensors::Make(DTensor d) {
+  if (block_ == nullptr || block_->size() == count_) {
+    block_ = std::make_shared<std::vector<DTensor>>();
+    block_->reserve(count_);  // never reallocated: the Values point into it
+  }
+  block_->push_back(std::move(d));
+  return Value(std::shared_ptr<const DTensor>(block_, &block_->back()));
+}
+
+absl::Status CommitLocalTarget(LocalTarget& target, int rank, FreshDTensors& made) {
   Value& leaf = *target.leaf->value;
   switch (target.kind) {
     case LocalTarget::Kind::kReplace:
@@ -197,15 +216,13 @@ absl::Status CommitLocalTarget(LocalTarget& target, int rank) {
     case LocalTarget::Kind::kFreshDTensor:
     case LocalTarget::Kind::kInPlaceDTensor: {
       const DTensor& d = leaf.as_dtensor();
-      const bool partial = std::any_of(d.placements().begin(), d.placements().end(),
-                                       [](const Placement& p) { return p.is_partial(); });
-      if (partial) {
+      if (target.partial) {
         SDRT_RETURN_IF_ERROR(FillPartialIdentity(target.dests[0], *d.mesh(), d.placements(),
                                                  *d.mesh()->Coordinate(rank)));
       }
       if (target.kind == LocalTarget::Kind::kFreshDTensor) {
         SDRT_ASSIGN_OR_RETURN(DTensor fresh, d.WithLocal(std::move(target.dests[0])));
-        leaf = Value(std::move(fresh));
+        leaf = made.Make(std::move(fresh));
       }
       break;
     }

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sdrt/core/distributed/internal/leaves.h"
+#include "sdrt/core/state_dict/state_dict.h"
 #include "sdrt/tensor/device.h"
 #include "sdrt/tensor/dtensor/dtensor.h"
 #include "sdrt/tensor/dtype.h"
@@ -30,6 +31,9 @@ struct LocalTarget {
   enum class Kind { kReplace, kFreshDTensor, kInPlaceDTensor, kSharded };
   Kind kind = Kind::kReplace;
   MutableLeaf* leaf = nullptr;
+  // A DTensor leaf with a Partial placement (its local gets the reduction's identity off
+  // coordinate 0), known from planning so the later steps need not reach the leaf again.
+  bool partial = false;
   // Tensors written (one per local shard for kSharded), and per dest the global runs it
   // holds: a DTensor's those of its layout in the call's LocalLayoutCache (nothing copied
   // or allocated per tensor), any other target's in owned_runs, whose elements never move
@@ -53,6 +57,7 @@ class LocalLayoutCache {
   struct Layout {
     LocalShardInfo info;
     ShardRuns runs;
+    bool partial = false;  // a placement is Partial
   };
   LocalLayoutCache();
   ~LocalLayoutCache();
@@ -99,11 +104,26 @@ struct LocalTargetRules {
 absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape, MutableLeaf& leaf,
                              const LocalTargetRules& rules, LocalTarget& target);
 
+// The new DTensors of one call's commits (a kFreshDTensor target's), made in one
+// allocation of room for `count` instead of one each: every Value made shares it, as the
+// fresh locals share one arena (fresh_arena.h), and its memory goes when the last of them
+// is gone. Past `count`, a further allocation of the same room.
+class FreshDTensors {
+ public:
+  explicit FreshDTensors(size_t count);
+  // A Value holding `d`, which moves into the block.
+  Value Make(DTensor d);
+
+ private:
+  size_t count_;
+  std::shared_ptr<std::vector<DTensor>> block_;
+};
+
 // Writes a filled target back into its leaf: the tensor replaces a kReplace leaf, a fresh
 // local becomes a DTensor with the leaf's mesh and placements, and DTensor locals get the
 // identity of their Partial mesh dims on ranks off coordinate 0 (FillPartialIdentity).
-// A fresh local is moved out of target.dests into the tree.
-absl::Status CommitLocalTarget(LocalTarget& target, int rank);
+// A fresh local is moved out of target.dests into the tree, its DTensor made in `made`.
+absl::Status CommitLocalTarget(LocalTarget& target, int rank, FreshDTensors& made);
 
 }  // namespace sdrt::internal
 

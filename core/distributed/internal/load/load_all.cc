@@ -56,14 +56,6 @@ absl::StatusOr<std::optional<int>> LocalsDevice(const std::vector<LocalTarget>& 
   return cuda;
 }
 
-// Whether `target` is a DTensor's local with a Partial placement.
-bool HasPartial(const LocalTarget& target) {
-  if (target.kind != LocalTarget::Kind::kFreshDTensor) return false;
-  const std::vector<Placement>& placements = target.leaf->value->as_dtensor().placements();
-  return std::any_of(placements.begin(), placements.end(),
-                     [](const Placement& p) { return p.is_partial(); });
-}
-
 // Whether the call reads each tensor once per node and shares it (LoadOptions::share_reads).
 bool SharesReads(const LoadOptions& options) {
   return options.share_reads && options.comm != nullptr && options.comm->size() > 1;
@@ -118,6 +110,8 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
   // A ShardedTensor has a dest per local shard, so these may grow past the reserve.
   reads.reserve(source.tensors().size());
   dests.reserve(source.tensors().size());
+  std::vector<bool> mapped_dests;  // per dest of each target in turn: a view of the file
+  if (options.map_results && options.device.is_cpu()) all.mapped.emplace(source);
   for (size_t t = 0; t < source.tensors().size(); ++t) {
     const CheckpointSourceTensor& entry = source.tensors()[t];
     const int64_t leaf = leaf_of[t];
@@ -127,25 +121,31 @@ absl::Status PlanAll(const CheckpointSource& source, MutableLeaves& leaves,
     }
     matched[leaf] = true;
     if (leaves[leaf].value->is_none()) continue;
-    SDRT_RETURN_IF_ERROR(PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[leaf], rules,
-                                         targets.emplace_back()));
+    LocalTarget& planned = targets.emplace_back();
+    SDRT_RETURN_IF_ERROR(
+        PlanLocalTarget(entry.name, entry.dtype, entry.shape, leaves[leaf], rules, planned));
     entries.push_back(&entry);
+    // Mapped while the target is at hand. Not a Partial local: ranks off coordinate 0
+    // overwrite it with the identity.
+    for (size_t d = 0; d < planned.dests.size(); ++d) {
+      bool mapped = false;
+      if (all.mapped.has_value() && !planned.partial) {
+        SDRT_ASSIGN_OR_RETURN(mapped,
+                              all.mapped->TryMap(entry, *planned.runs[d], planned.dests[d]));
+      }
+      mapped_dests.push_back(mapped);
+    }
   }
   // The ReadTensors borrow the header's shape and the target's runs (the layout cache's or
   // the target's own, which stay where they are); none when another rank of the node reads
   // the tensor for this one, or when the piece is mapped.
   const std::vector<bool> reads_it = all.node_reads.Decide(targets, all.layouts);
-  if (options.map_results && options.device.is_cpu()) all.mapped.emplace(source);
+  size_t dest_index = 0;
   for (size_t t = 0; t < targets.size(); ++t) {
     LocalTarget& planned = targets[t];
     const CheckpointSourceTensor& entry = *entries[t];
     for (size_t d = 0; d < planned.dests.size(); ++d) {
-      bool mapped = false;
-      // Not a Partial local: ranks off coordinate 0 overwrite it with the identity.
-      if (all.mapped.has_value() && !HasPartial(planned)) {
-        SDRT_ASSIGN_OR_RETURN(mapped,
-                              all.mapped->TryMap(entry, *planned.runs[d], planned.dests[d]));
-      }
+      const bool mapped = mapped_dests[dest_index++];
       reads.push_back(ReadTensor{entry.file, entry.offset, ElementBits(entry.dtype), entry.shape,
                                  reads_it[t] && !mapped ? planned.runs[d] : nullptr});
       dests.push_back(ReadDest{&planned, &entry, d, planned.runs[d]});
@@ -312,8 +312,12 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
                     options.device.ToString(), ")");
   }
   if (read_status.ok()) {
+    FreshDTensors made(static_cast<size_t>(
+        std::count_if(targets.begin(), targets.end(), [](const LocalTarget& t) {
+          return t.kind == LocalTarget::Kind::kFreshDTensor;
+        })));
     for (LocalTarget& target : all.targets) {
-      read_status = CommitLocalTarget(target, rank);
+      read_status = CommitLocalTarget(target, rank, made);
       if (!read_status.ok()) break;
     }
   }

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/mapping/fp8_boxes.h"
+#include "sdrt/core/state_dict/internal/tree_walker.h"
 #include "sdrt/tensor/internal/float_cast.h"
 #include "sdrt/tensor/internal/fp8_scale.h"
 #include "sdrt/tensor/status_macros.h"
@@ -50,16 +50,16 @@ bool HasCodeLeaves(const std::vector<std::vector<LeafLayout>>& per_rank) {
 }
 
 bool HasCodeLeaves(const Map& tree) {
-  const absl::StatusOr<Leaves> leaves = CollectLeaves(tree);
-  if (!leaves.ok()) return false;  // the load reports it
-  for (const Leaf& leaf : *leaves) {
-    const Value& v = *leaf.value;
-    const bool codes = (v.kind() == ValueKind::kTensor && IsFp8Codes(v.as_tensor().dtype())) ||
-                       (v.kind() == ValueKind::kDTensor && IsFp8Codes(v.as_dtensor().dtype())) ||
-                       (v.kind() == ValueKind::kShardedTensor && IsFp8Codes(v.as_sharded().dtype()));
-    if (codes) return true;
-  }
-  return false;
+  // Walked without the leaves' paths (a load asks this of every tree, before its own walk).
+  bool codes = false;
+  const auto visit = [&codes](const Value& v, const Map*) {
+    codes = codes || (v.kind() == ValueKind::kTensor && IsFp8Codes(v.as_tensor().dtype())) ||
+            (v.kind() == ValueKind::kDTensor && IsFp8Codes(v.as_dtensor().dtype())) ||
+            (v.kind() == ValueKind::kShardedTensor && IsFp8Codes(v.as_sharded().dtype()));
+    return absl::OkStatus();
+  };
+  // A tree nested too deep: the load reports it.
+  return TreeWalker<const Value>().EachLeaf(tree, LeafKinds::kValues, visit).ok() && codes;
 }
 
 absl::StatusOr<Fp8Scales> FindFp8Scales(

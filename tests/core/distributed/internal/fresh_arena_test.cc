@@ -1,12 +1,16 @@
 // The arena of LoadStateDict's new locals (core/distributed/internal/fresh_arena.h): pieces
 // that follow one another in a file follow one another in memory, every other piece starts
-// on a 64-byte multiple of its own alignment, and the views share one storage.
+// on a 64-byte multiple of its own alignment, and the views share one storage. And the
+// DTensors around them (internal/local_target.h, FreshDTensors): one allocation per call,
+// which each result keeps alive.
 #include "sdrt/core/distributed/internal/fresh_arena.h"
 
+#include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sdrt/core/distributed/internal/local_target.h"
 
 namespace sdrt::internal {
 namespace {
@@ -90,6 +94,46 @@ TEST(AllocateFresh, ViewsOfOneStorageAtTheLayoutsOffsets) {
   EXPECT_EQ(tensors[3].dtype(), DType::kFloat64);
   EXPECT_GE(tensors[0].storage()->nbytes(), layout->bytes);
   EXPECT_EQ(AllocateFresh(*layout, Device::CPU(), {dests[0]}).code(), absl::StatusCode::kInternal);
+}
+
+TEST(FreshDTensors, TheCallsDTensorsShareOneBlockThatTheLastResultKeeps) {
+  auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({2}));
+  const DTensor like =
+      *DTensor::Make(*Tensor::Meta({2, 3}, DType::kFloat32), mesh, {Placement::Shard(0)}, {4, 3});
+  std::vector<Value> values;
+  {
+    FreshDTensors made(3);
+    for (int i = 0; i < 3; ++i) {
+      Tensor local = *Tensor::Empty({2, 3}, DType::kFloat32, Device::CPU());
+      static_cast<float*>(local.data_ptr())[0] = static_cast<float>(i + 1);
+      values.push_back(made.Make(*like.WithLocal(std::move(local))));
+    }
+  }
+  // Side by side in one allocation, each with its own local and the layout it was made of.
+  EXPECT_EQ(&values[1].as_dtensor(), &values[0].as_dtensor() + 1);
+  EXPECT_EQ(&values[2].as_dtensor(), &values[0].as_dtensor() + 2);
+  const DTensor* last = &values[2].as_dtensor();
+  values.erase(values.begin(), values.begin() + 2);
+  // The block outlives the Values made before: the last one still reads its data.
+  EXPECT_EQ(&values[0].as_dtensor(), last);
+  EXPECT_EQ(static_cast<const float*>(values[0].as_dtensor().local().data_ptr())[0], 3.0f);
+  EXPECT_THAT(values[0].as_dtensor().global_shape(), ElementsAre(4, 3));
+  EXPECT_EQ(values[0].as_dtensor().placements(), like.placements());
+  EXPECT_EQ(values[0].as_dtensor().mesh(), mesh);
+}
+
+TEST(FreshDTensors, PastItsRoomAFurtherBlockKeepsTheFirstInPlace) {
+  auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({1}));
+  const DTensor like =
+      *DTensor::Make(*Tensor::Meta({2}, DType::kInt64), mesh, {Placement::Replicate()}, {2});
+  FreshDTensors made(1);
+  const Value first = made.Make(*like.WithLocal(*Tensor::Empty({2}, DType::kInt64, Device::CPU())));
+  const DTensor* at = &first.as_dtensor();
+  const Value second =
+      made.Make(*like.WithLocal(*Tensor::Empty({2}, DType::kInt64, Device::CPU())));
+  EXPECT_EQ(&first.as_dtensor(), at);  // the first block was never reallocated
+  EXPECT_NE(&second.as_dtensor(), at + 1);
+  EXPECT_NE(first.as_dtensor().local().data_ptr(), second.as_dtensor().local().data_ptr());
 }
 
 }  // namespace

@@ -112,8 +112,9 @@ namespace sdrt SDRT_API {
 // views of one allocation on options.device, in checkpoint order so that pieces that
 // follow one another in a file are read straight into place; that memory is released when
 // the last of them is destroyed (keeping one small tensor keeps the call's whole arena).
-// The call's new DTensors share one allocation the same way (their metadata, ~300 bytes
-// each, and with it their locals: with map_results, the mapping of the file).
+// kAll's new DTensors share one allocation the same way: their metadata (~300 bytes each)
+// and with it their locals, so keeping one keeps the arena and, with map_results, every
+// file's mapping (pages written since are private memory) until the last is destroyed.
 // A rank off coordinate 0 of a Partial mesh dim holds the reduction's identity afterwards
 // (FillPartialIdentity), as in BroadcastStateDict.
 // Tensor leaves must have the checkpoint's global shape and dtype, but that a DTensor or

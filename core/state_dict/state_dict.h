@@ -18,6 +18,7 @@
 #ifndef SDRT_CORE_STATE_DICT_STATE_DICT_H_
 #define SDRT_CORE_STATE_DICT_STATE_DICT_H_
 
+#include <cassert>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -155,10 +156,12 @@ class Value {
   Value(Bytes b) : v_(std::move(b)) {}
   Value(Tensor t) : v_(std::move(t)) {}
   Value(DTensor t) : v_(std::make_shared<const DTensor>(std::move(t))) {}
-  // Shares `t`, an immutable DTensor owned elsewhere (not null): one of many made in one
-  // allocation and held through shared_ptr's aliasing constructor, as LoadStateDict and
-  // BroadcastStateDict make their new DTensors. Never mutated through the Value.
-  explicit Value(std::shared_ptr<const DTensor> t) : v_(std::move(t)) {}
+  // Shares `t` (not null: a debug assert), a DTensor owned elsewhere that no one mutates
+  // while a Value holds it: e.g. one of many made in one allocation and held through
+  // shared_ptr's aliasing constructor, as LoadStateDict and BroadcastStateDict make theirs.
+  explicit Value(std::shared_ptr<const DTensor> t) : v_(std::move(t)) {
+    assert(std::get<std::shared_ptr<const DTensor>>(v_) != nullptr);
+  }
   Value(ShardedTensor t) : v_(std::make_shared<const ShardedTensor>(std::move(t))) {}
   Value(List l) : v_(std::move(l)) {}
   Value(Tuple t) : v_(std::move(t)) {}

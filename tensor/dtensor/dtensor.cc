@@ -39,7 +39,7 @@ absl::StatusOr<DTensor> DTensor::Make(Tensor local, std::shared_ptr<const Device
   DTensor out;
   out.local_ = std::move(local);
   out.mesh_ = std::move(mesh);
-  out.placements_ = std::move(placements);
+  out.placements_ = std::make_shared<const std::vector<Placement>>(std::move(placements));
   out.global_shape_ = std::move(global_shape);
   out.global_stride_ = std::move(global_stride);
   return out;
@@ -50,14 +50,23 @@ absl::StatusOr<DTensor> DTensor::WithLocal(Tensor local) const {
     return absl::InvalidArgumentError(absl::StrCat("DTensor::WithLocal: ", local.ToString(),
                                                    " does not match local ", local_.ToString()));
   }
-  DTensor out = *this;
+  DTensor out;  // the metadata copied, not this local
   out.local_ = std::move(local);
+  out.mesh_ = mesh_;
+  out.placements_ = placements_;
+  out.global_shape_ = global_shape_;
+  out.global_stride_ = global_stride_;
   return out;
+}
+
+const std::vector<Placement>& DTensor::NoPlacements() {
+  static const std::vector<Placement>* const none = new std::vector<Placement>();
+  return *none;
 }
 
 std::string DTensor::ToString() const {
   return absl::StrCat("DTensor(", DTypeName(dtype()), ShapeToString(global_shape_),
-                      " global, local ", local_.ToString(), ", ", PlacementsToString(placements_),
+                      " global, local ", local_.ToString(), ", ", PlacementsToString(placements()),
                       ", mesh ", mesh_ ? absl::StrJoin(mesh_->shape(), "x") : "none", ")");
 }
 

@@ -196,12 +196,14 @@ absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
   return absl::OkStatus();
 }
 
-FreshDTensors::FreshDTensors(size_t count) : count_(std::max<size_t>(count, 1)) {}
+FreshDTensors::FreshDTensors(size_t count) : count_(count) {}
 
 Value FreshDTensors::Make(DTensor d) {
+  if (count_ == 0) return Value(std::move(d));
   if (block_ == nullptr || block_->size() == count_) {
-    block_ = std::make_shared<std::vector<DTensor>>();
-    block_->reserve(count_);  // never reallocated: the Values point into it
+    auto block = std::make_shared<std::vector<DTensor>>();
+    block->reserve(count_);  // never reallocated: the Values point into it
+    block_ = std::move(block);
   }
   block_->push_back(std::move(d));
   return Value(std::shared_ptr<const DTensor>(block_, &block_->back()));

@@ -82,6 +82,23 @@ TEST_F(LoadStateDictAloneTest, ReadsItsOwnPiecesAndAutoIsAll) {
   }
 }
 
+TEST_F(LoadStateDictAloneTest, TheNewDTensorsShareOneBlockThatOneKeptTensorKeeps) {
+  const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir_ + "/hf");
+  ASSERT_TRUE(source.ok()) << source.status();
+  Map local = Local();
+  local.Set("b", Value(*DTensor::Make(*Tensor::Meta({3}, DType::kBFloat16), mesh_,
+                                      {Placement::Replicate()}, {3})));
+  ASSERT_TRUE(LoadStateDict(*source, local, Alone()).ok());
+  const DTensor* w = &local.Find("w")->as_dtensor();
+  const DTensor* b = &local.Find("b")->as_dtensor();
+  EXPECT_TRUE(b == w + 1 || w == b + 1);  // side by side: one allocation
+  // Only "b" kept: its DTensor and bytes are where they were.
+  const Value kept = *local.Find("b");
+  local = Map();
+  EXPECT_EQ(&kept.as_dtensor(), b);
+  EXPECT_EQ(*TensorXxh64(kept.as_dtensor().local()), *TensorXxh64(tensors_[1].second));
+}
+
 TEST_F(LoadStateDictAloneTest, AStagingSizeNearInt64sMaxReads) {
   // The read plan compared element bits with 8 x the staging size, which overflowed from
   // 2^60 bytes on ("element bits 16 ... out of range").

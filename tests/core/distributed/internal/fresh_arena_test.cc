@@ -126,14 +126,33 @@ TEST(FreshDTensors, PastItsRoomAFurtherBlockKeepsTheFirstInPlace) {
   auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({1}));
   const DTensor like =
       *DTensor::Make(*Tensor::Meta({2}, DType::kInt64), mesh, {Placement::Replicate()}, {2});
-  FreshDTensors made(1);
-  const Value first = made.Make(*like.WithLocal(*Tensor::Empty({2}, DType::kInt64, Device::CPU())));
-  const DTensor* at = &first.as_dtensor();
+  const auto local = [] { return *Tensor::Empty({2}, DType::kInt64, Device::CPU()); };
+  FreshDTensors made(2);
+  std::vector<Value> values;
+  std::vector<const DTensor*> at;
+  for (int i = 0; i < 5; ++i) {
+    values.push_back(made.Make(*like.WithLocal(local())));
+    at.push_back(&values.back().as_dtensor());
+  }
+  // Two to a block: 0-1, 2-3, then 4; no DTensor ever moved.
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(&values[i].as_dtensor(), at[i]) << i;
+  EXPECT_EQ(at[1], at[0] + 1);
+  EXPECT_EQ(at[3], at[2] + 1);
+}
+
+TEST(FreshDTensors, RoomForNoneMakesEachAnAllocationOfItsOwn) {
+  auto mesh = std::make_shared<const DeviceMesh>(*DeviceMesh::Create({1}));
+  const DTensor like =
+      *DTensor::Make(*Tensor::Meta({2}, DType::kInt64), mesh, {Placement::Replicate()}, {2});
+  FreshDTensors made(0);
+  Value first = made.Make(*like.WithLocal(*Tensor::Empty({2}, DType::kInt64, Device::CPU())));
   const Value second =
       made.Make(*like.WithLocal(*Tensor::Empty({2}, DType::kInt64, Device::CPU())));
-  EXPECT_EQ(&first.as_dtensor(), at);  // the first block was never reallocated
-  EXPECT_NE(&second.as_dtensor(), at + 1);
-  EXPECT_NE(first.as_dtensor().local().data_ptr(), second.as_dtensor().local().data_ptr());
+  // Dropping the first releases its local: nothing else holds its storage.
+  const std::weak_ptr<Storage> storage = first.as_dtensor().local().storage();
+  first = Value();
+  EXPECT_TRUE(storage.expired());
+  EXPECT_EQ(second.as_dtensor().local().numel(), 2);
 }
 
 }  // namespace

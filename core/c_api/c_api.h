@@ -658,9 +658,11 @@ typedef struct sdrt_load_options_t {
  * cannot be cut into the ranks' parts, a padded buffer of the wrong size);
  * SDRT_INVALID_ARGUMENT for a weight map's cast between float dtypes with read ROOT (or
  * AUTO that picked ROOT), naming the entry;
- * SDRT_FAILED_PRECONDITION for read ROOT or a sharded folder without options->comm,
- * buffers on two CUDA devices or a file whose size changed; SDRT_UNAVAILABLE for CUDA
- * buffers without CUDA; SDRT_DATA_LOSS for a short read; the errno's code for a failed
+ * SDRT_FAILED_PRECONDITION for read ROOT or a sharded folder without options->comm or
+ * buffers on two CUDA devices; SDRT_UNAVAILABLE for CUDA buffers without CUDA;
+ * SDRT_DATA_LOSS for a short read, or a file of the checkpoint changed since
+ * sdrt_checkpoint_open (read ALL opens it again by path: another file renamed over it, or
+ * its size changed; the message names it); the errno's code for a failed
  * open or pread; SDRT_RESOURCE_EXHAUSTED when staging cannot be allocated;
  * SDRT_DEADLINE_EXCEEDED past the timeout. On error buffers may be partly written. */
 SDRT_C_API sdrt_status_t sdrt_load(sdrt_checkpoint_t checkpoint, sdrt_state_dict_t state_dict,

@@ -153,7 +153,7 @@ CheckpointSource CheckpointSource::FromFile(SafetensorsFile file, std::string na
   CheckpointSource source;
   source.kind_ = CheckpointKind::kSafetensorsFile;
   source.path_ = name;
-  source.files_.push_back({name, name, file.file_size()});
+  source.files_.push_back({name, name, file.file_size(), file.file_device(), file.file_inode()});
   source.mapped_.push_back(std::move(file));
   // A single file cannot repeat a name or disagree with itself.
   const absl::Status ok = source.AddFile(0, source.path_);
@@ -227,7 +227,8 @@ absl::StatusOr<CheckpointSource> CheckpointSource::Open(const std::string& path,
       SDRT_ASSIGN_OR_RETURN(
           SafetensorsFile file,
           OpenInFolder(dir, name, absl::StrCat("file ", name), options.file_options));
-      source.files_.push_back({name, absl::StrCat(dir, "/", name), file.file_size()});
+      source.files_.push_back({name, absl::StrCat(dir, "/", name), file.file_size(),
+                               file.file_device(), file.file_inode()});
       source.mapped_.push_back(std::move(file));
       SDRT_RETURN_IF_ERROR(source.AddFile(static_cast<int>(source.files_.size()) - 1, dir));
     }
@@ -276,7 +277,8 @@ absl::StatusOr<CheckpointSource> CheckpointSource::Open(const std::string& path,
             absl::StrCat(dir, ": tensor \"", e.name, "\" is in ", name, " but ", said));
       }
     }
-    source.files_.push_back({name, absl::StrCat(dir, "/", name), file.file_size()});
+    source.files_.push_back({name, absl::StrCat(dir, "/", name), file.file_size(),
+                             file.file_device(), file.file_inode()});
     source.mapped_.push_back(std::move(file));
     SDRT_RETURN_IF_ERROR(source.AddFile(static_cast<int>(source.files_.size()) - 1, dir));
   }

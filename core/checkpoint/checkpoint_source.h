@@ -67,6 +67,10 @@ struct CheckpointSourceFile {
                      // given for a kSafetensorsFile source
   std::string path;  // the path opened: the folder as given + "/" + name
   int64_t size = 0;  // bytes
+  // The file's identity when the source opened it (SafetensorsFile::file_device and
+  // file_inode): reading it again by path, LoadStateDict refuses another file of that name.
+  uint64_t device = 0;
+  uint64_t inode = 0;
 };
 
 // One tensor of a source: enough to pread its bytes without the mapping.

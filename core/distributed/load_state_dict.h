@@ -152,10 +152,13 @@ namespace sdrt SDRT_API {
 // folder tensor's placements on a mesh of its shape (naming the tensor and both layouts);
 // FailedPrecondition without a communicator for kRoot or a sharded folder, for local
 // tensors on two CUDA devices (or a device that is neither CPU nor CUDA), a meta
-// ShardedTensor shard, a file whose size is no longer the source's ("<path>: size
-// changed from A to B bytes") or, with map_results, that was cut short while it was being
-// mapped ("<path>: mapping bytes [A, B): the file was cut short since it was opened");
-// Unimplemented for a sharded folder into CUDA tensors;
+// ShardedTensor shard; DataLoss for a file that changed since the source opened it, read
+// again by its path (kAll, map_results): another file renamed over it ("<path>: replaced
+// since it was opened: another file now has its name"), its size changed ("<path>: size
+// changed from A to B bytes since it was opened"), or, with map_results, cut short while it
+// was being mapped ("<path>: mapping bytes [A, B): the file was cut short since it was
+// opened"); with kRoot, which reads the source's own mappings, only the file opened cut
+// short; Unimplemented for a sharded folder into CUDA tensors;
 // InvalidArgument with direct_io for a file whose file system refuses O_DIRECT;
 // Unavailable for CUDA locals in a build without CUDA; CUDA's error for a failed copy,
 // stream or event; DataLoss for a pread that returns fewer bytes than the file has

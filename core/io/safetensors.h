@@ -164,6 +164,11 @@ class SafetensorsFile {
   // The whole file image: a kMappedFile storage for Open, the caller's bytes for FromBuffer.
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   int64_t file_size() const { return storage_->nbytes(); }  // bytes
+  // The opened file's identity, fstat's st_dev and st_ino of the descriptor Open mapped (0
+  // and 0 for FromBuffer): a reader that opens the path again compares them, so that a file
+  // replaced since (renamed over) is refused instead of read at this header's offsets.
+  uint64_t file_device() const { return device_; }
+  uint64_t file_inode() const { return inode_; }
   int64_t header_size() const { return header_size_; }      // N, bytes of JSON incl. padding
   int64_t data_offset() const { return 8 + header_size_; }  // bytes from the file start
   // (offset from the file start, nbytes) of every tensor's bytes, in file order: the
@@ -180,6 +185,8 @@ class SafetensorsFile {
 
   std::shared_ptr<Storage> storage_;
   std::string source_;
+  uint64_t device_ = 0;
+  uint64_t inode_ = 0;
   absl::Status pin_status_;
   int64_t header_size_ = 0;
   bool header_only_ = false;

@@ -72,10 +72,14 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, O
   }
   // Read-only (internal::OpenRegularFile: a FIFO or a device is refused without waiting for a
   // writer).
-  absl::StatusOr<std::shared_ptr<Storage>> mapping = internal::MapRegularFile(path, false);
+  internal::FileIdentity identity;
+  absl::StatusOr<std::shared_ptr<Storage>> mapping =
+      internal::MapRegularFile(path, false, &identity);
   if (!mapping.ok()) return WithSource(mapping.status(), path);
   SDRT_ASSIGN_OR_RETURN(SafetensorsFile file,
                         Parse(*std::move(mapping), path, options.accept_header_only));
+  file.device_ = identity.device;
+  file.inode_ = identity.inode;
   if (!options.pin_mapping || file.header_only_) return file;
   HostRegistrationOptions registration;
   registration.device = options.pin_device;

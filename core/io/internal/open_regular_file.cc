@@ -26,14 +26,33 @@ const char* FileKind(mode_t mode) {
 
 }  // namespace
 
+FileIdentity IdentityOf(const struct stat& st) {
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                      st.st_size};
+}
+
+absl::Status CheckSameFile(const std::string& path, const FileIdentity& opened,
+                           const FileIdentity& now) {
+  const bool known = opened.device != 0 || opened.inode != 0;
+  if (known && (now.device != opened.device || now.inode != opened.inode)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": replaced since it was opened: another file now has its name"));
+  }
+  if (now.size != opened.size) {
+    return absl::DataLossError(absl::StrCat(path, ": size changed from ", opened.size, " to ",
+                                            now.size, " bytes since it was opened"));
+  }
+  return absl::OkStatus();
+}
+
 RegularFile::RegularFile(RegularFile&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+    : fd_(std::exchange(other.fd_, -1)), identity_(other.identity_) {}
 
 RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
     fd_ = std::exchange(other.fd_, -1);
-    size_ = other.size_;
+    identity_ = other.identity_;
   }
   return *this;
 }
@@ -63,12 +82,14 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a regular file (", FileKind(st.st_mode), ")"));
   }
-  return RegularFile(fd, st.st_size);
+  return RegularFile(fd, IdentityOf(st));
 }
 
-absl::StatusOr<std::shared_ptr<Storage>> MapRegularFile(const std::string& path, bool writable) {
+absl::StatusOr<std::shared_ptr<Storage>> MapRegularFile(const std::string& path, bool writable,
+                                                        FileIdentity* identity) {
   absl::StatusOr<RegularFile> file = OpenRegularFile(path);
   if (!file.ok()) return file.status();
+  if (identity != nullptr) *identity = file->identity();
   const int64_t size = file->size();
   if (size == 0) {  // mmap refuses empty ranges
     return Storage::Wrap(nullptr, 0, Device::CPU(), StorageKind::kMappedFile, nullptr);

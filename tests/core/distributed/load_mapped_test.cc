@@ -3,11 +3,12 @@
 // PlanTensorSegments), which of rank 1's pieces of a 2-rank mesh are mapped and which read
 // (Shard(1), a cast, a preallocated local, a tensor at an unaligned offset), the same values
 // either way, the stats, a written mapped tensor changing neither the file nor a later
-// load, the tensors outliving the source and the file's name, a file cut short refused
-// without a signal, and the options it does not go with.
+// load, the tensors outliving the source and the file's name, a file cut short or renamed
+// over refused without a signal, and the options it does not go with.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdrt/core/distributed/internal/load/read_plan.h"
@@ -181,8 +183,30 @@ TEST_F(LoadMappedTest, AFileCutShortIsAnErrorNotASignal) {
   ASSERT_EQ(truncate(file.c_str(), 64), 0);
   Map local = Local();
   const absl::Status s = LoadStateDict(*source, local, Options(true, nullptr)).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(s.message(), HasSubstr("size changed"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("size changed from"));
+}
+
+TEST_F(LoadMappedTest, AFileRenamedOverSinceTheOpenIsRefusedReadOrMapped) {
+  // Another file of the same size (its bytes and tensor order could differ) renamed over
+  // the opened one: reading it at the opened header's offsets would mix up the tensors.
+  const std::string file = dir_ + "/hf/" + test::HfShardName(0, 2);
+  for (const bool map : {false, true}) {
+    SCOPED_TRACE(map ? "mapped" : "read");
+    const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir_ + "/hf");
+    ASSERT_TRUE(source.ok());
+    const std::string copy = file + ".copy";
+    ASSERT_TRUE(std::filesystem::copy_file(file, copy));
+    ASSERT_EQ(rename(copy.c_str(), file.c_str()), 0);
+    Map local = Local();
+    const absl::Status s = LoadStateDict(*source, local, Options(map, nullptr)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_THAT(s.message(), HasSubstr(file + ": replaced since it was opened"));
+    // Opened again, the same bytes load.
+    const absl::StatusOr<CheckpointSource> again = CheckpointSource::Open(dir_ + "/hf");
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(LoadStateDict(*again, local, Options(map, nullptr)).ok());
+  }
 }
 
 TEST_F(LoadMappedTest, AnUnalignedTensorIsRead) {
@@ -208,6 +232,12 @@ TEST_F(LoadMappedTest, AnUnalignedTensorIsRead) {
     EXPECT_EQ(b.data<uint16_t>()[1], 0xc000);
     EXPECT_EQ(b.storage()->kind() == StorageKind::kMappedFile, aligned) << "pad " << pad;
     EXPECT_EQ(stats.bytes_mapped, aligned ? 4 : 0);
+    // Said when it was read: the pieces mapped are 0 B, and why.
+    EXPECT_EQ(absl::StrContains(stats.read_reason,
+                                "map_results: pieces read instead (1 piece(s) at a file offset "
+                                "not aligned for their dtype, the first of 'b')"),
+              !aligned)
+        << stats.read_reason;
   }
 }
 

@@ -450,10 +450,43 @@ TEST(LoadStateDictMpiTest, AFileThatChangedSizeIsTheSameErrorOnEveryRank) {
     LoadOptions options = WorldLoad();
     options.read = read;
     absl::StatusOr<LoadResult> r = LoadStateDict(*source, local, options);
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(r.status().message(), HasSubstr(absl::StrCat(victim, ": size changed")));
     ExpectSameStatusOnEveryRank(r.status());
   }
+}
+
+TEST(LoadStateDictMpiTest, AFileRenamedOverIsRefusedReadByEveryRankAndReadFromTheRootsMap) {
+  const int n = WorldSize();
+  const Spec a = DSpec("a", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const Spec b = DSpec("b", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const Spec c = DSpec("c", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
+  const std::string dir =
+      WriteHfFolder({{a.path, a.Full()}, {b.path, b.Full()}, {c.path, c.Full()}});
+  // The same header and sizes, "b" holding c's values.
+  const std::string other =
+      WriteHfFolder({{a.path, a.Full()}, {b.path, c.Full()}, {c.path, c.Full()}});
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  ASSERT_TRUE(AllTrue(source.ok()));
+  const std::string victim = source->files()[1].path;
+  if (Rank() == 0) {
+    const std::string name = source->files()[1].name;
+    EXPECT_EQ(rename((other + "/" + name).c_str(), victim.c_str()), 0);
+  }
+  ASSERT_TRUE(g_world->Barrier().ok());
+  // Every rank reading opens the path again: another file there is refused on every rank.
+  Map all = Tree({a, b, c}, MetaLeaf);
+  absl::StatusOr<LoadResult> r = LoadStateDict(*source, all, WorldLoad());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr(absl::StrCat(victim, ": replaced since it was opened")));
+  ExpectSameStatusOnEveryRank(r.status());
+  // The root reads its own mapping, which holds the file it opened: the old bytes.
+  Map root = Tree({a, b, c}, MetaLeaf);
+  LoadOptions options = WorldLoad();
+  options.read = ReadMode::kRoot;
+  ASSERT_TRUE(AllTrue(LoadStateDict(*source, root, options).ok()));
+  ExpectTreeEq(Value(root), Value(Tree({a, b, c}, ExpectedFromMetaLeaf)), "");
 }
 
 // case-057: a Hugging Face folder of 3 files loaded into the ranks with the fsdp and the tp

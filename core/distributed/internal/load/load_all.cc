@@ -233,7 +233,9 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
   }
 
   std::vector<StagedFile> files;
-  for (const CheckpointSourceFile& f : source->files()) files.push_back({f.path, f.size});
+  for (const CheckpointSourceFile& f : source->files()) {
+    files.push_back({f.path, FileIdentity{f.device, f.inode, f.size}});
+  }
   const auto name_of = [&](size_t segment) {
     return dests[plan.segments[segment].tensor].tensor->name;
   };

@@ -14,6 +14,7 @@
 #include "sdrt/core/distributed/distributed_state_dict.h"
 #include "sdrt/core/distributed/internal/leaves.h"
 #include "sdrt/core/distributed/internal/load/load_paths.h"
+#include "sdrt/core/io/internal/open_regular_file.h"
 #include "sdrt/cuda/runtime.h"
 #include "sdrt/tensor/status_macros.h"
 
@@ -55,10 +56,13 @@ absl::StatusOr<Map> FullOnRoot(const CheckpointSource& source, const Device& dev
       return absl::Status(absl::ErrnoToStatusCode(err),
                           absl::StrCat(f.path, ": stat: ", std::strerror(err)));
     }
-    if (st.st_size != f.size) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(f.path, ": size changed from ", f.size, " to ", st.st_size, " bytes"));
-    }
+    // Another file renamed over the path leaves the mapping reading the file opened (it
+    // holds it): only that file cut short matters.
+    const FileIdentity opened{f.device, f.inode, f.size};
+    const FileIdentity now = IdentityOf(st);
+    const bool replaced = (opened.device != 0 || opened.inode != 0) &&
+                          (now.device != opened.device || now.inode != opened.inode);
+    if (!replaced) SDRT_RETURN_IF_ERROR(CheckSameFile(f.path, opened, now));
   }
   Map full;
   full.Reserve(source.tensors().size());

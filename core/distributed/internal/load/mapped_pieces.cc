@@ -47,7 +47,11 @@ absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
   if (segments_.size() != 1) return false;
   const int64_t begin = segments_[0].file_offset;
   const int64_t end = begin + segments_[0].bytes;
-  if (begin % ElementAlignment(entry.dtype) != 0 || end - begin != dest.nbytes()) return false;
+  if (end - begin != dest.nbytes()) return false;
+  if (begin % ElementAlignment(entry.dtype) != 0) {  // a view there would be misaligned
+    if (unaligned_++ == 0) first_unaligned_ = entry.name;
+    return false;
+  }
   const size_t f = static_cast<size_t>(entry.file);
   SDRT_ASSIGN_OR_RETURN(const bool mapped, MapFile(f));
   if (!mapped) return false;
@@ -57,10 +61,19 @@ absl::StatusOr<bool> MappedPieces::TryMap(const CheckpointSourceTensor& entry,
   return true;
 }
 
+std::string MappedPieces::not_mapped() const {
+  if (unaligned_ == 0) return not_mapped_;
+  return absl::StrCat(not_mapped_, not_mapped_.empty() ? "" : "; ", unaligned_,
+                      " piece(s) at a file offset not aligned for their dtype, the first of '",
+                      first_unaligned_, "'");
+}
+
 absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
   if (maps_[f] != nullptr || unavailable_ || refused_[f]) return maps_[f] != nullptr;
   const CheckpointSourceFile& file = source_.files()[f];
-  absl::StatusOr<std::shared_ptr<Storage>> mapping = MapRegularFile(file.path, /*writable=*/true);
+  FileIdentity now;
+  absl::StatusOr<std::shared_ptr<Storage>> mapping =
+      MapRegularFile(file.path, /*writable=*/true, &now);
   if (mapping.status().code() == absl::StatusCode::kResourceExhausted) {  // ENOMEM: read it
     refused_[f] = true;
     if (not_mapped_.empty()) {
@@ -72,10 +85,8 @@ absl::StatusOr<bool> MappedPieces::MapFile(size_t f) {
     return absl::Status(mapping.status().code(),
                         absl::StrCat(file.path, ": ", mapping.status().message()));
   }
-  if ((*mapping)->nbytes() != file.size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        file.path, ": size changed from ", file.size, " to ", (*mapping)->nbytes(), " bytes"));
-  }
+  SDRT_RETURN_IF_ERROR(
+      CheckSameFile(file.path, FileIdentity{file.device, file.inode, file.size}, now));
   // Populate() needs MADV_POPULATE_READ: without it (Linux < 5.14: EINVAL; a sandbox that
   // refuses the call) a file cut short later would fault on first touch instead of failing
   // the load, so nothing is mapped.
@@ -98,7 +109,9 @@ absl::Status MappedPieces::PopulateRange(size_t f, int64_t begin, int64_t end) {
   if (end > begin && madvise(base + begin, static_cast<size_t>(end - begin),
                              MADV_POPULATE_READ) != 0) {
     const int error = errno;
-    return absl::FailedPreconditionError(absl::StrCat(
+    const absl::StatusCode code =
+        error == EFAULT ? absl::StatusCode::kDataLoss : absl::ErrnoToStatusCode(error);
+    return absl::Status(code, absl::StrCat(
         source_.files()[f].path, ": mapping bytes [", begin, ", ", end, "): ",
         error == EFAULT ? "the file was cut short (or could not be read) since it was opened"
                         : strerror(error)));

@@ -30,10 +30,11 @@ class MappedPieces {
 
   // When `dest` (a meta tensor for a fresh CPU local, of `entry`'s dtype and the shape of
   // the piece `runs`) is one contiguous range of its file (the read plan makes it one
-  // segment: a whole tensor, a Shard(0) piece) at an offset aligned to its element, makes it a view of the file's mapping and returns true; else false and `dest`
-  // is unchanged (the piece is read). Errors: PlanReads' for runs outside the tensor, the
-  // file cannot be opened (its errno's code)
-  // or its size is no longer the header's (FailedPrecondition), mmap fails (its errno's).
+  // segment: a whole tensor, a Shard(0) piece) at an offset aligned to its element, makes
+  // it a view of the file's mapping and returns true; else false and `dest` is unchanged
+  // (the piece is read; a misaligned one counted for not_mapped()). Errors: PlanReads' for
+  // runs outside the tensor, the file cannot be opened (its errno's code) or is no longer
+  // the one the source opened (CheckSameFile's DataLoss), mmap fails (its errno's).
   // A kernel without MADV_POPULATE_READ (Linux < 5.14, or a sandbox refusing it) turns
   // mapping off for the call, and a file mmap refuses for want of memory (ENOMEM) is not
   // mapped: false, not_mapped() says why.
@@ -42,12 +43,13 @@ class MappedPieces {
 
   // Sets up the page tables of every mapped range now (MADV_POPULATE_READ), so that the
   // first touch of a mapped tensor does not fault, and a file cut short (or unreadable)
-  // since it was mapped fails here (FailedPrecondition naming it) instead of faulting later.
+  // since it was mapped fails here (DataLoss naming it) instead of faulting later.
   absl::Status Populate();
 
   int64_t bytes() const { return bytes_; }  // the bytes of the pieces mapped
-  // Why pieces that could have been mapped were read instead ("": none were).
-  const std::string& not_mapped() const { return not_mapped_; }
+  // Why pieces that could have been mapped were read instead ("": none were): mapping off
+  // or refused, and how many pieces sat at a file offset misaligned for their dtype.
+  std::string not_mapped() const;
 
  private:
   // Maps file f (once) into maps_[f]; false when the kernel lacks MADV_POPULATE_READ
@@ -65,6 +67,8 @@ class MappedPieces {
   int64_t bytes_ = 0;
   bool unavailable_ = false;
   std::string not_mapped_;
+  int64_t unaligned_ = 0;        // pieces not mapped for their offset's alignment
+  std::string first_unaligned_;  // the first of them
 };
 
 }  // namespace sdrt::internal

@@ -89,10 +89,7 @@ class OpenFiles {
     order_.push_back(f);
     struct stat st;
     if (fstat(fd, &st) != 0) return ErrnoError(errno, file.path);
-    if (st.st_size != file.size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          file.path, ": size changed from ", file.size, " to ", st.st_size, " bytes"));
-    }
+    SDRT_RETURN_IF_ERROR(CheckSameFile(file.path, file.opened, IdentityOf(st)));
     return fd;
   }
 

@@ -12,13 +12,14 @@
 
 #include "absl/status/status.h"
 #include "sdrt/core/distributed/internal/load/read_plan.h"
+#include "sdrt/core/io/internal/open_regular_file.h"
 #include "sdrt/tensor/tensor.h"
 
 namespace sdrt::internal {
 
 struct StagedFile {
   std::string path;
-  int64_t size = 0;  // the size the plan was made for
+  FileIdentity opened;  // the file the plan was made for (its size included)
 };
 
 struct StagedReadStats {

@@ -429,14 +429,24 @@ TEST(LoadStateDictMpiTest, MissingUnexpectedStrictAndMismatchesNameTheKey) {
   ASSERT_TRUE(AllTrue(LoadStateDict(*source, cast_all, WorldLoad()).ok()));
 }
 
+// Three Shard(0) tensors of one shape over the world, one per file of a Hugging Face folder
+// (tensor i in file i): the files a test changes under an open source.
+struct ThreeFiles {
+  ThreeFiles()
+      : a(DSpec("a", {64, 4}, DType::kFloat32, Mesh({WorldSize()}), "[S(0)]")),
+        b(DSpec("b", {64, 4}, DType::kFloat32, Mesh({WorldSize()}), "[S(0)]")),
+        c(DSpec("c", {64, 4}, DType::kFloat32, Mesh({WorldSize()}), "[S(0)]")),
+        dir(WriteHfFolder({{a.path, a.Full()}, {b.path, b.Full()}, {c.path, c.Full()}})) {}
+  const Spec a, b, c;
+  const std::string dir;
+};
+
 TEST(LoadStateDictMpiTest, AFileThatChangedSizeIsTheSameErrorOnEveryRank) {
-  const int n = WorldSize();
-  const Spec a = DSpec("a", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
-  const Spec b = DSpec("b", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
-  const Spec c = DSpec("c", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
-  const std::string dir =
-      WriteHfFolder({{a.path, a.Full()}, {b.path, b.Full()}, {c.path, c.Full()}});
-  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  const ThreeFiles files;
+  const Spec& a = files.a;
+  const Spec& b = files.b;
+  const Spec& c = files.c;
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(files.dir);
   ASSERT_TRUE(AllTrue(source.ok()));
   const std::string victim = source->files()[1].path;
   if (Rank() == 0) {
@@ -457,16 +467,14 @@ TEST(LoadStateDictMpiTest, AFileThatChangedSizeIsTheSameErrorOnEveryRank) {
 }
 
 TEST(LoadStateDictMpiTest, AFileRenamedOverIsRefusedReadByEveryRankAndReadFromTheRootsMap) {
-  const int n = WorldSize();
-  const Spec a = DSpec("a", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
-  const Spec b = DSpec("b", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
-  const Spec c = DSpec("c", {64, 4}, DType::kFloat32, Mesh({n}), "[S(0)]");
-  const std::string dir =
-      WriteHfFolder({{a.path, a.Full()}, {b.path, b.Full()}, {c.path, c.Full()}});
+  const ThreeFiles files;
+  const Spec& a = files.a;
+  const Spec& b = files.b;
+  const Spec& c = files.c;
   // The same header and sizes, "b" holding c's values.
   const std::string other =
       WriteHfFolder({{a.path, a.Full()}, {b.path, c.Full()}, {c.path, c.Full()}});
-  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(dir);
+  absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(files.dir);
   ASSERT_TRUE(AllTrue(source.ok()));
   const std::string victim = source->files()[1].path;
   if (Rank() == 0) {

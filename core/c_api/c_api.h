@@ -297,10 +297,14 @@ typedef struct sdrt_tensor_info_t {
  * files, or an sdrt sharded folder; told apart by file names, then validated whole: every
  * header is parsed and checked, no tensor byte is read; a sharded folder's index is, its
  * rank files are checked when sdrt_load reads them). The checkpoint maps its files
- * until sdrt_checkpoint_close. Mirrors safetensors.safe_open / transformers' index
- * reading. Errors: SDRT_NOT_FOUND for a missing path or a file an index names;
- * SDRT_INVALID_ARGUMENT for an invalid file or folder (the message names the file and the
- * rule), NULL arguments; the errno's code when a file cannot be read. */
+ * until sdrt_checkpoint_close; sdrt_load with read ALL (or AUTO choosing it) opens them
+ * again by path, so a file replaced since (a new checkpoint renamed over it) fails that
+ * load with SDRT_DATA_LOSS, as does a sharded folder whose index.json changed (its rank
+ * files are opened by sdrt_load): open the checkpoint again to load the new one. Read ROOT
+ * reads rank 0's mappings, the files opened. Mirrors safetensors.safe_open /
+ * transformers' index reading. Errors: SDRT_NOT_FOUND for a missing path or a file an
+ * index names; SDRT_INVALID_ARGUMENT for an invalid file or folder (the message names the
+ * file and the rule), NULL arguments; the errno's code when a file cannot be read. */
 SDRT_C_API sdrt_status_t sdrt_checkpoint_open(const char* path, sdrt_checkpoint_t* out);
 /* Local. Which layout it is. */
 SDRT_C_API sdrt_status_t sdrt_checkpoint_kind(sdrt_checkpoint_t checkpoint,

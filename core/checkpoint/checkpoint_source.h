@@ -69,6 +69,8 @@ struct CheckpointSourceFile {
   int64_t size = 0;  // bytes
   // The file's identity when the source opened it (SafetensorsFile::file_device and
   // file_inode): reading it again by path, LoadStateDict refuses another file of that name.
+  // 0 and 0 for a source made FromFile of a SafetensorsFile::FromBuffer: its size alone is
+  // compared then.
   uint64_t device = 0;
   uint64_t inode = 0;
 };

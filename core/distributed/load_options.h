@@ -128,7 +128,8 @@ struct LoadOptions {
   // (Shard(1), a cast, a Partial local, preallocated locals, CUDA) are read as usual. What
   // the caller takes on, as with torch.load(mmap=True): the file must stay as it is while
   // the tensors live. A writer that replaces the file (writing a new one and renaming it
-  // over, as sdrt and safetensors do) is safe; one that cuts it short in place makes a
+  // over, as sdrt and safetensors do) is safe once the load is done (before, the load
+  // fails with DataLoss: not the file the source opened); one that cuts it short in place makes a
   // later touch of a mapped tensor fault (SIGBUS), and one that rewrites it in place
   // changes the pages not yet written. InvalidArgument with direct_io or share_reads;
   // unused (noted in read_reason) when the read is kRoot or the source a sharded folder.

@@ -157,8 +157,10 @@ namespace sdrt SDRT_API {
 // since it was opened: another file now has its name"), its size changed ("<path>: size
 // changed from A to B bytes since it was opened"), or, with map_results, cut short while it
 // was being mapped ("<path>: mapping bytes [A, B): the file was cut short since it was
-// opened"); with kRoot, which reads the source's own mappings, only the file opened cut
-// short; Unimplemented for a sharded folder into CUDA tensors;
+// opened"); for a sharded folder, its index.json read again with a rank file not the one
+// opened ("<dir>: index.json changed since the checkpoint was opened"); with kRoot, which
+// reads the source's own mappings, only the file opened cut short; Unimplemented for a
+// sharded folder into CUDA tensors;
 // InvalidArgument with direct_io for a file whose file system refuses O_DIRECT;
 // Unavailable for CUDA locals in a build without CUDA; CUDA's error for a failed copy,
 // stream or event; DataLoss for a pread that returns fewer bytes than the file has

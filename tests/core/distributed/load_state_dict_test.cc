@@ -5,6 +5,7 @@
 #include "sdrt/core/distributed/load_state_dict.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -169,6 +170,43 @@ TEST_F(LoadStateDictAloneTest, AnEngineLayoutFillsItsOwnLayoutAlone) {
   plain.Set("w", Value(*Tensor::Zeros({5, 4}, DType::kFloat32)));
   EXPECT_THAT(LoadStateDict(CheckpointSource::Open(sharded), plain, options).status().message(),
               HasSubstr("asked for a tensor that is not a DTensor"));
+}
+
+TEST_F(LoadStateDictAloneTest, AShardedFolderReplacedSinceItsOpenIsRefused) {
+  // A 2-rank sharded folder opened, then another checkpoint of the same tensors in another
+  // order written in its place: read by one rank (every rank file's pieces by the index's
+  // positions), the old index would take one tensor for the other.
+  auto one = std::make_shared<const DeviceMesh>(*DeviceMesh::FromString("1"));
+  const auto shard = [&](const std::vector<std::pair<std::string, Tensor>>& tensors,
+                         const std::string& out) {
+    const std::string file = dir_ + "/src.safetensors";
+    ASSERT_TRUE(WriteSafetensors(file, tensors).ok());
+    std::filesystem::remove_all(out);
+    ASSERT_TRUE(WriteShardedCheckpoint(*CheckpointSource::Open(file), mesh_,
+                                       *ShardingPlan::Builtin("fsdp"), out)
+                    .ok());
+  };
+  const std::string sharded = dir_ + "/sharded";
+  shard({{"u", tensors_[0].second}, {"v", test::ValuePattern({5, 4}, DType::kFloat32, 3)}},
+        sharded);
+  const absl::StatusOr<CheckpointSource> source = CheckpointSource::Open(sharded);
+  ASSERT_TRUE(source.ok()) << source.status();
+  shard({{"v", test::ValuePattern({5, 4}, DType::kFloat32, 3)}, {"u", tensors_[0].second}},
+        sharded);
+  SelfCommunicator self;
+  LoadOptions options;
+  options.comm = &self;
+  Map local;
+  for (const char* name : {"u", "v"}) {
+    local.Set(name, Value(*DTensor::Make(*Tensor::Zeros({5, 4}, DType::kFloat32), one,
+                                         {Placement::Shard(0)}, {5, 4})));
+  }
+  const absl::Status refused = LoadStateDict(*source, local, options).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("index.json changed since the checkpoint was opened"));
+  // Opened again, it loads.
+  ASSERT_TRUE(LoadStateDict(CheckpointSource::Open(sharded), local, options).ok());
+  EXPECT_EQ(*TensorXxh64(local.Find("u")->as_dtensor().local()), *TensorXxh64(tensors_[0].second));
 }
 
 TEST_F(LoadStateDictAloneTest, OpenErrorsAndOptions) {

@@ -24,6 +24,25 @@ namespace {
 
 constexpr absl::string_view kOp = "LoadStateDict";
 
+// DataLoss when `now` (index.json as a rank file was read with it) is not `opened`, the
+// index the source read: another checkpoint moved into the folder since, whose tensors the
+// old index's positions would take for others.
+absl::Status SameIndex(const std::string& dir, const ShardedCheckpointIndex& opened,
+                       const ShardedCheckpointIndex& now) {
+  bool same = now.world_size == opened.world_size && now.tensors.size() == opened.tensors.size();
+  for (size_t t = 0; same && t < opened.tensors.size(); ++t) {
+    const ShardedCheckpointTensor& a = opened.tensors[t];
+    const ShardedCheckpointTensor& b = now.tensors[t];
+    same = a.name == b.name && a.xxh64 == b.xxh64 && a.dtype == b.dtype && a.shape == b.shape &&
+           a.placements == b.placements;
+  }
+  if (same) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      dir, ": ", kShardedCheckpointIndexName,
+      " changed since the checkpoint was opened (another checkpoint in its place); open it "
+      "again"));
+}
+
 // This rank's source: with at least the folder's ranks, the DTensors of its own rank file
 // (on the folder's mesh, whose ranks 0..W-1 are the communicator's); with fewer,
 // ShardedTensors whose boxes are every rank file's pieces (rank file f on rank f mod n),
@@ -33,6 +52,7 @@ absl::StatusOr<Map> SourceOf(const std::string& dir, const ShardedCheckpointInde
   std::vector<RankShards> files;
   for (int64_t f = me; f < index.world_size; f += n) {
     SDRT_ASSIGN_OR_RETURN(RankShards shards, LoadRankShards(dir, f));
+    SDRT_RETURN_IF_ERROR(SameIndex(dir, index, shards.index));
     for (const auto& [name, d] : shards.tensors) stats.bytes_read += d.local().nbytes();
     ++stats.reads;
     files.push_back(std::move(shards));

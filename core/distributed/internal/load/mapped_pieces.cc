@@ -109,8 +109,11 @@ absl::Status MappedPieces::PopulateRange(size_t f, int64_t begin, int64_t end) {
   if (end > begin && madvise(base + begin, static_cast<size_t>(end - begin),
                              MADV_POPULATE_READ) != 0) {
     const int error = errno;
-    const absl::StatusCode code =
-        error == EFAULT ? absl::StatusCode::kDataLoss : absl::ErrnoToStatusCode(error);
+    // EFAULT: the file is shorter than the range now; ENOMEM: no memory for page tables;
+    // anything else is the kernel's refusal of a call that its first page passed (MapFile).
+    const absl::StatusCode code = error == EFAULT   ? absl::StatusCode::kDataLoss
+                                  : error == ENOMEM ? absl::StatusCode::kResourceExhausted
+                                                    : absl::StatusCode::kInternal;
     return absl::Status(code, absl::StrCat(
         source_.files()[f].path, ": mapping bytes [", begin, ", ", end, "): ",
         error == EFAULT ? "the file was cut short (or could not be read) since it was opened"

@@ -70,7 +70,7 @@ class OpenFiles {
   }
 
   // The descriptor of file `f`. InvalidArgument when direct I/O is not supported there;
-  // the errno of open or fstat; FailedPrecondition when its size is not the plan's.
+  // the errno of open or fstat; CheckSameFile's DataLoss when it is not the file opened.
   absl::StatusOr<int> Get(size_t f) {
     if (fd_of_[f] >= 0) return fd_of_[f];
     if (order_.size() >= max_open_) {

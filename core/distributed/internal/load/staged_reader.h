@@ -93,8 +93,9 @@ using DirectTarget = std::function<uint8_t*(const Read& read)>;
 // buffers (and read the direct reads) while `consume` runs. pread is retried on EINTR and
 // continued after a short count. `name_of(segment)` names the tensor of a segment in
 // messages. Errors: CheckSameFile's DataLoss for a file that is no longer the one opened
-// (replaced, or its size changed); DataLoss "<path>: short read at offset O (tensor 'T')"; the errno's code for open, fstat and
-// pread ("<path>: pread at offset O (tensor 'T'): <strerror>"); InvalidArgument for a file
+// (replaced, or its size changed); DataLoss "<path>: short read at offset O (tensor
+// 'T')"; the errno's code for open, fstat and pread ("<path>: pread at offset O (tensor
+// 'T'): <strerror>"); InvalidArgument for a file
 // system that refuses O_DIRECT; ResourceExhausted for a buffer (or the allocator's
 // error); the first error of `consume`, `before_refill` or `drain` (reading stops).
 absl::Status RunStagedReads(const std::vector<StagedFile>& files, const ReadPlan& plan,

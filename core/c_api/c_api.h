@@ -600,7 +600,9 @@ typedef struct sdrt_load_options_t {
    * others over `comm` (the hosts by name), so each host reads its distinct bytes once;
    * without `comm`, or where `rank` is not comm's rank, it does nothing (ranks that differ
    * in this fail the agreement); every rank passes the same. Default 0: from the page cache
-   * each rank reading its own bytes is faster. */
+   * each rank reading its own bytes is faster. There is no map_results (C++
+   * LoadOptions::map_results, `sdrt load --map-results`): the entries here are the engine's
+   * own buffers, filled in place, which a view of the file's mapping cannot be. */
   int32_t share_reads;
 } sdrt_load_options_t;
 #define SDRT_LOAD_OPTIONS_INIT                                                               \

@@ -147,6 +147,11 @@ TEST(SdrtMakeStream, RefusesWhenTheFileSystemLacksTheSpace) {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
     EXPECT_TRUE(fs::is_empty(root)) << "something was written in " << root;
   }
+  // A file system of no blocks at all (procfs) is named as such, not as 0 GiB free.
+  const test::CommandResult proc = Sdrt("make /proc/sdrt-make-test.safetensors");
+  EXPECT_EQ(proc.exit_code, 2) << proc.err;
+  EXPECT_THAT(proc.err, HasSubstr("sdrt make: /proc/sdrt-make-test.safetensors: /proc is on a "
+                                  "file system that holds no files (no blocks, as /proc)"));
 }
 
 }  // namespace

@@ -214,6 +214,10 @@ absl::Status CheckFreeSpace(const std::string& out, absl::Span<const Safetensors
   const uint64_t block = fs.f_frsize > 0 ? fs.f_frsize : 1;
   const uint64_t blocks_needed = (static_cast<uint64_t>(needed) + block - 1) / block;
   if (fs.f_bavail >= blocks_needed) return absl::OkStatus();
+  if (fs.f_blocks == 0) {  // no blocks at all: /proc, /sys, not a place for files
+    return absl::FailedPreconditionError(absl::StrCat(
+        out, ": ", dir, " is on a file system that holds no files (no blocks, as /proc)"));
+  }
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const double available = static_cast<double>(fs.f_bavail) * static_cast<double>(block);
   return absl::FailedPreconditionError(

@@ -371,13 +371,7 @@ absl::StatusOr<BroadcastResult> BroadcastStateDict(const Map& full, Map& local,
   // 4. The local tree.
   // New CPU locals are views of one arena, so their DTensors share one block too; new
   // device locals are each their own allocation, and so are their DTensors.
-  internal::FreshDTensors made(
-      !device.is_cpu() ? 0
-                       : static_cast<size_t>(std::count_if(
-                             targets.begin(), targets.end(),
-                             [](const std::unique_ptr<internal::LocalTarget>& t) {
-                               return t->kind == internal::LocalTarget::Kind::kFreshDTensor;
-                             })));
+  internal::FreshDTensors made(device.is_cpu() ? targets.size() : 0);
   for (std::unique_ptr<internal::LocalTarget>& target : targets) {
     SDRT_RETURN_IF_ERROR(Commit(*target, comm, options.cpu_offload, made));
   }

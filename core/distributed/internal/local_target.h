@@ -105,11 +105,12 @@ absl::Status PlanLocalTarget(absl::string_view name, DType dtype, IntSpan shape,
                              const LocalTargetRules& rules, LocalTarget& target);
 
 // The new DTensors of one call's commits (a kFreshDTensor target's), made in one
-// allocation of room for `count` instead of one each: every Value made shares it, as the
-// fresh locals share one arena (fresh_arena.h), and its memory goes when the last of them
-// is gone. Past `count`, a further allocation of the same room. `count` 0: each Value is
-// an allocation of its own, for locals that are not views of one arena (one block would
-// keep every one of them alive as long as any).
+// allocation of room for `count` (the call's targets: room the other targets leave unused
+// is reserved, never touched) instead of one each, on the first Make: every Value made
+// shares it, as the fresh locals share one arena (fresh_arena.h), and its memory goes when
+// the last of them is gone. Past `count`, a further allocation of the same room. `count`
+// 0: each Value is an allocation of its own, for locals that are not views of one arena
+// (one block would keep every one of them alive as long as any).
 class FreshDTensors {
  public:
   explicit FreshDTensors(size_t count);

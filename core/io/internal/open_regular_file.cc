@@ -31,10 +31,14 @@ FileIdentity IdentityOf(const struct stat& st) {
                       st.st_size};
 }
 
+bool IsOtherFile(const FileIdentity& opened, const FileIdentity& now) {
+  const bool known = opened.device != 0 || opened.inode != 0;
+  return known && (now.device != opened.device || now.inode != opened.inode);
+}
+
 absl::Status CheckSameFile(const std::string& path, const FileIdentity& opened,
                            const FileIdentity& now) {
-  const bool known = opened.device != 0 || opened.inode != 0;
-  if (known && (now.device != opened.device || now.inode != opened.inode)) {
+  if (IsOtherFile(opened, now)) {
     return absl::DataLossError(
         absl::StrCat(path, ": replaced since it was opened: another file now has its name"));
   }

@@ -27,6 +27,10 @@ struct FileIdentity {
 // The identity a stat or fstat reports.
 FileIdentity IdentityOf(const struct stat& st);
 
+// Whether `now` is another file than `opened` (another device or inode); false when
+// `opened`'s device and inode are unknown (0).
+bool IsOtherFile(const FileIdentity& opened, const FileIdentity& now);
+
 // `now` (of `path` opened again) against `opened`: DataLoss when another file now has the
 // name ("<path>: replaced since it was opened: another file now has its name") or its size
 // changed ("<path>: size changed from A to B bytes since it was opened"), as a read of it

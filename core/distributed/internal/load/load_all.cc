@@ -314,10 +314,7 @@ absl::StatusOr<LoadResult> LoadEveryRank(const CheckpointSource* source,
                     options.device.ToString(), ")");
   }
   if (read_status.ok()) {
-    FreshDTensors made(static_cast<size_t>(
-        std::count_if(targets.begin(), targets.end(), [](const LocalTarget& t) {
-          return t.kind == LocalTarget::Kind::kFreshDTensor;
-        })));
+    FreshDTensors made(targets.size());
     for (LocalTarget& target : all.targets) {
       read_status = CommitLocalTarget(target, rank, made);
       if (!read_status.ok()) break;

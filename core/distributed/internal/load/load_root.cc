@@ -60,9 +60,7 @@ absl::StatusOr<Map> FullOnRoot(const CheckpointSource& source, const Device& dev
     // holds it): only that file cut short matters.
     const FileIdentity opened{f.device, f.inode, f.size};
     const FileIdentity now = IdentityOf(st);
-    const bool replaced = (opened.device != 0 || opened.inode != 0) &&
-                          (now.device != opened.device || now.inode != opened.inode);
-    if (!replaced) SDRT_RETURN_IF_ERROR(CheckSameFile(f.path, opened, now));
+    if (!IsOtherFile(opened, now)) SDRT_RETURN_IF_ERROR(CheckSameFile(f.path, opened, now));
   }
   Map full;
   full.Reserve(source.tensors().size());
